@@ -1,0 +1,60 @@
+"""plait: durable workflows for Python.
+
+A workflow is ordinary async code made of named steps; every step's result is stored, so
+after a crash, a restart or a deploy the run replays and goes on where it stopped.
+"""
+
+from plait.app import App, FunctionDef, WorkflowDef
+from plait.engine import Engine
+from plait.errors import (
+    Cancel,
+    EventTimeout,
+    FunctionNotFoundError,
+    NotJSONError,
+    PlaitError,
+    RunNotFoundError,
+    RunStateError,
+    StepError,
+    StepFunctionMismatchError,
+    StepTimeoutError,
+    WorkflowCancelledError,
+    WorkflowFailedError,
+    WorkflowNotFoundError,
+    WorkflowSuspendedError,
+)
+from plait.graph.errors import GraphValidationError
+from plait.records import Run, RunStatus, Step, StepAttempt, StepStatus
+from plait.runtime.context import StepContext
+from plait.runtime.passes import Workflow
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "App",
+    "Cancel",
+    "Engine",
+    "EventTimeout",
+    "FunctionDef",
+    "FunctionNotFoundError",
+    "GraphValidationError",
+    "NotJSONError",
+    "PlaitError",
+    "Run",
+    "RunNotFoundError",
+    "RunStateError",
+    "RunStatus",
+    "Step",
+    "StepAttempt",
+    "StepContext",
+    "StepError",
+    "StepFunctionMismatchError",
+    "StepStatus",
+    "StepTimeoutError",
+    "Workflow",
+    "WorkflowCancelledError",
+    "WorkflowDef",
+    "WorkflowFailedError",
+    "WorkflowNotFoundError",
+    "WorkflowSuspendedError",
+    "__version__",
+]

@@ -1,0 +1,289 @@
+"""The registry: functions, code workflows and graphs, declared with decorators."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+import functools
+import hashlib
+import inspect
+import textwrap
+from collections.abc import Callable
+from typing import Any, overload
+
+from pydantic import TypeAdapter, ValidationError
+
+from plait.durations import parse_duration
+from plait.errors import WorkflowNotFoundError
+from plait.retry import parse_retries, parse_retry_delay
+from plait.runtime.context import StepContext
+
+_PLAIN = (inspect.Parameter.empty, Any, dict, object, "dict", "Any", "object")
+
+
+class InputValidationError(ValueError):
+    """The data given to a function does not match its annotation. Never retried: the
+    same input would fail the same way."""
+
+    code = "INVALID_INPUT"
+    retryable = False
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionDef:
+    """A registered function: callable by name from workflows, graphs and the queue."""
+
+    name: str
+    fn: Callable[..., Any]
+    queued: bool = False
+    retries: int | None = None
+    retry_delay: float | str | None = None
+    timeout: float | None = None
+    on_error: str | None = None
+    takes_data: bool = True
+    takes_ctx: bool = False
+    adapter: TypeAdapter[Any] | None = None
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return {
+            "retries": self.retries,
+            "retry_delay": self.retry_delay,
+            "timeout": self.timeout,
+            "on_error": self.on_error,
+        }
+
+    async def invoke(self, data: Any, ctx: StepContext) -> Any:
+        """Validate ``data`` against the annotation, then call; sync functions run in a
+        thread so they never block the orchestrator's event loop."""
+        if self.adapter is not None:
+            try:
+                data = self.adapter.validate_python(data)
+            except ValidationError as exc:
+                raise InputValidationError(
+                    f"invalid input for function {self.name!r}: {exc}"
+                ) from None
+        args: list[Any] = []
+        if self.takes_data:
+            args.append(data)
+        if self.takes_ctx:
+            args.append(ctx)
+        return await call_maybe_async(self.fn, *args)
+
+
+async def call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args)
+    if _is_async_callable(fn):
+        return await fn(*args)
+    ctx = contextvars.copy_context()
+    result = await asyncio.to_thread(ctx.run, fn, *args)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+def _is_async_callable(fn: Any) -> bool:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowDef:
+    """A code workflow. ``version`` pins which code a run replays on."""
+
+    name: str
+    fn: Callable[..., Any]
+    version: str
+    takes_data: bool = True
+
+
+def _inspect_function(fn: Callable[..., Any], name: str) -> tuple[bool, bool, Any]:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return True, False, None
+    positional = [
+        p
+        for p in params
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    takes_ctx = False
+    if len(positional) >= 2:
+        second = positional[1]
+        if second.name == "ctx" or second.annotation in (StepContext, "StepContext"):
+            takes_ctx = True
+        else:
+            raise TypeError(
+                f"function {name!r} takes {len(positional)} positional parameters; "
+                "functions take the data and optionally a second parameter named 'ctx'"
+            )
+    if len(positional) > 2:
+        raise TypeError(f"function {name!r} takes too many positional parameters")
+    takes_data = len(positional) >= 1
+    annotation = positional[0].annotation if takes_data else inspect.Parameter.empty
+    if isinstance(annotation, str):
+        try:
+            hints = inspect.get_annotations(fn, eval_str=True)
+            annotation = hints.get(positional[0].name, annotation)
+        except Exception:
+            annotation = inspect.Parameter.empty
+    return takes_data, takes_ctx, annotation
+
+
+def _source_version(fn: Callable[..., Any]) -> str:
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        source = f"{fn.__module__}.{fn.__qualname__}"
+    return hashlib.sha256(source.encode()).hexdigest()[:12]
+
+
+class App:
+    """Holds what a deployment can run. Every process that shares a database should
+    register the same names; a missing function suspends the runs that need it."""
+
+    def __init__(self, name: str = "plait") -> None:
+        self.name = name
+        self.functions: dict[str, FunctionDef] = {}
+        self.workflows: dict[str, WorkflowDef] = {}
+        #: older versions kept so in-flight runs can finish on the code they started with
+        self.workflow_versions: dict[str, dict[str, WorkflowDef]] = {}
+        self.graphs: dict[str, Any] = {}
+
+    # -- functions -------------------------------------------------------------------
+    @overload
+    def function(self, fn: Callable[..., Any], /) -> Callable[..., Any]: ...
+    @overload
+    def function(
+        self,
+        *,
+        name: str | None = None,
+        queued: bool = False,
+        retries: int | None = None,
+        retry_delay: float | str | None = None,
+        timeout: float | str | None = None,
+        on_error: str | None = None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
+
+    def function(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+        """Register a function (sync or async) that workflows call by name or object."""
+        if fn is not None:
+            return self._add_function(fn, **options)
+        return lambda f: self._add_function(f, **options)
+
+    def _add_function(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        queued: bool = False,
+        retries: int | None = None,
+        retry_delay: float | str | None = None,
+        timeout: float | str | None = None,
+        on_error: str | None = None,
+    ) -> Callable[..., Any]:
+        fname = name or getattr(fn, "__name__", None)
+        if not isinstance(fname, str) or not fname:
+            raise TypeError("a function needs a name: pass name=...")
+        if retries is not None:
+            parse_retries(retries, what=f"retries of function {fname!r}")
+        if retry_delay is not None:
+            parse_retry_delay(retry_delay, what=f"retry_delay of function {fname!r}")
+        seconds = (
+            parse_duration(timeout, what=f"timeout of function {fname!r}")
+            if timeout is not None
+            else None
+        )
+        if on_error is not None and not isinstance(on_error, str):
+            raise TypeError(f"on_error of function {fname!r} must be a function name")
+        takes_data, takes_ctx, annotation = _inspect_function(fn, fname)
+        adapter = None if annotation in _PLAIN else TypeAdapter(annotation)
+        self.functions[fname] = FunctionDef(
+            name=fname,
+            fn=fn,
+            queued=queued,
+            retries=retries,
+            retry_delay=retry_delay,
+            timeout=seconds,
+            on_error=on_error,
+            takes_data=takes_data,
+            takes_ctx=takes_ctx,
+            adapter=adapter,
+        )
+        fn.__plait_function__ = fname  # type: ignore[attr-defined]
+        return fn
+
+    # -- workflows -------------------------------------------------------------------
+    @overload
+    def workflow(self, fn: Callable[..., Any], /) -> Callable[..., Any]: ...
+    @overload
+    def workflow(
+        self, *, name: str | None = None, version: str | None = None
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
+
+    def workflow(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+        """Register an async workflow ``(wf, data) -> output``."""
+        if fn is not None:
+            return self._add_workflow(fn, **options)
+        return lambda f: self._add_workflow(f, **options)
+
+    def _add_workflow(
+        self, fn: Callable[..., Any], *, name: str | None = None, version: str | None = None
+    ) -> Callable[..., Any]:
+        wname = name or fn.__name__
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"workflow {wname!r} must be an async function (async def)")
+        if version is not None and not isinstance(version, str):
+            raise TypeError(f"version of workflow {wname!r} must be a string")
+        params = list(inspect.signature(fn).parameters.values())
+        wdef = WorkflowDef(
+            name=wname,
+            fn=fn,
+            version=version or _source_version(fn),
+            takes_data=len(params) >= 2,
+        )
+        self.workflows[wname] = wdef
+        self.workflow_versions.setdefault(wname, {})[wdef.version] = wdef
+        fn.__plait_workflow__ = wname  # type: ignore[attr-defined]
+        return fn
+
+    def workflow_version(self, name: str, version: str | None) -> WorkflowDef | None:
+        """The code for ``version`` of workflow ``name`` if this deployment still has it."""
+        if version is None:
+            return self.workflows.get(name)
+        return self.workflow_versions.get(name, {}).get(version)
+
+    # -- graphs ----------------------------------------------------------------------
+    def graph(self, name: str, definition: Any) -> Any:
+        """Register a graph workflow from a dict, a ``Graph`` or a JSON/YAML file path."""
+        from plait.graph import load_graph, validate_or_raise
+
+        graph = load_graph(name, definition)
+        validate_or_raise(graph)
+        self.graphs[name] = graph
+        return graph
+
+    # -- lookups ---------------------------------------------------------------------
+    def is_runnable(self, name: str) -> bool:
+        return name in self.workflows or name in self.graphs
+
+    def require_workflow(self, name: str) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"workflow name must be a string, got {type(name).__name__}")
+        if not self.is_runnable(name):
+            raise WorkflowNotFoundError(name, [*self.workflows, *self.graphs])
+
+    def function_name_of(self, obj: Any) -> str | None:
+        """The registered name of a function object passed to ``wf.do``."""
+        name = getattr(obj, "__plait_function__", None)
+        if name is not None and name in self.functions and self.functions[name].fn is obj:
+            return name
+        for fdef in self.functions.values():
+            if fdef.fn is obj:
+                return fdef.name
+        return None

@@ -1,0 +1,59 @@
+"""Durations as users write them: seconds as a number, or strings like "500ms", "2s", "1h"."""
+
+from __future__ import annotations
+
+import math
+import re
+
+_UNITS = {
+    "ms": 0.001,
+    "millisecond": 0.001,
+    "milliseconds": 0.001,
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+    "seconds": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "minute": 60.0,
+    "minutes": 60.0,
+    "h": 3600.0,
+    "hour": 3600.0,
+    "hours": 3600.0,
+    "d": 86400.0,
+    "day": 86400.0,
+    "days": 86400.0,
+    "w": 604800.0,
+    "week": 604800.0,
+    "weeks": 604800.0,
+}
+_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]+)")
+_WHOLE = re.compile(r"^(?:\s*\d+(?:\.\d+)?\s*[a-z]+)+\s*$")
+
+
+def parse_duration(value: object, *, what: str = "duration") -> float:
+    """Seconds for ``value``; a ``ValueError`` naming ``what`` and the bad value otherwise.
+
+    Compound strings ("1m30s") are accepted because people write them; negative, NaN and
+    boolean values are refused because they are always a mistake.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"invalid {what}: {value!r} (use seconds or a string like '2s')")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        if not _WHOLE.match(text):
+            raise ValueError(
+                f"invalid {what}: {value!r} (use seconds or a string like '500ms', '2s', '5m')"
+            )
+        seconds = 0.0
+        for number, unit in _PART.findall(text):
+            if unit not in _UNITS:
+                raise ValueError(f"invalid {what}: {value!r} (unknown unit {unit!r})")
+            seconds += float(number) * _UNITS[unit]
+    else:
+        raise ValueError(f"invalid {what}: {value!r} (use seconds or a string like '2s')")
+    if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
+        raise ValueError(f"invalid {what}: {value!r} (must be a finite, non-negative time)")
+    return seconds

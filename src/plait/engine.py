@@ -1,0 +1,323 @@
+"""The Engine: start runs, wait for them, read them, and act on them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from types import TracebackType
+from typing import Any
+
+from plait import errors, serde
+from plait.app import App
+from plait.errors import (
+    RunNotFoundError,
+    WorkflowCancelledError,
+    WorkflowFailedError,
+    WorkflowSuspendedError,
+)
+from plait.ids import new_run_id
+from plait.notify import Notifier
+from plait.records import SETTLED, Run, Step, StepAttempt
+from plait.runtime.passes import Pass, PassResult
+from plait.store import make_store, resolve_url
+from plait.store.base import NewRun, PassSnapshot, Store
+from plait.worker import Runner
+
+log = logging.getLogger("plait.engine")
+
+
+class Engine:
+    """A handle on one database plus (with ``workers=True``) the loops that work it.
+
+    Use it as ``async with plait.Engine(app, url) as engine:``. Several engines and
+    ``plait worker`` processes may share one database; the database is the only truth.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        database: str | None = None,
+        *,
+        workers: bool = True,
+        concurrency: int = 64,
+        lease_seconds: float = 2.0,
+        poll_interval: float = 1.0,
+        worker_id: str | None = None,
+        store: Store | None = None,
+        **store_options: Any,
+    ) -> None:
+        if not isinstance(app, App):
+            raise TypeError(f"Engine needs a plait.App, got {type(app).__name__}")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"invalid concurrency: {concurrency!r} (a whole number >= 1)")
+        if lease_seconds <= 0:
+            raise ValueError(f"invalid lease_seconds: {lease_seconds!r} (must be > 0)")
+        self.app = app
+        self.url = store.url if store is not None else resolve_url(database)
+        self.store: Store = store if store is not None else make_store(self.url, **store_options)
+        self.workers = workers
+        self.concurrency = concurrency
+        self.lease_seconds = float(lease_seconds)
+        self.poll_interval = float(poll_interval)
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.notifier = Notifier()
+        self.inline_children = True
+        self._runner: Runner | None = None
+        self._opened = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def __aenter__(self) -> Engine:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Connect, create or migrate the schema, and start the worker loops."""
+        if self._opened:
+            return
+        await self.store.open()
+        await self._store_versions()
+        self._runner = Runner(self)
+        self.notifier.on_work(self._runner.kick)
+        attach = getattr(self.store, "attach_notifier", None)
+        if attach is not None:
+            await attach(self.notifier)
+        self._runner.start_loops(passes=self.workers, steps=self.workers)
+        self._opened = True
+
+    async def close(self, *, drain: float = 0.0) -> None:
+        """Stop the loops (work in hand gets ``drain`` seconds) and close the store."""
+        if not self._opened:
+            return
+        self._opened = False
+        if self._runner is not None:
+            await self._runner.stop(drain=drain)
+        await self.store.close()
+
+    @property
+    def runner(self) -> Runner:
+        if self._runner is None:
+            raise RuntimeError("the engine is not open: use `async with Engine(...)`")
+        return self._runner
+
+    async def _store_versions(self) -> None:
+        for name, versions in self.app.workflow_versions.items():
+            for version in versions:
+                await self.store.put_version(name, version, "workflow", None, "active")
+
+    # -- starting runs --------------------------------------------------------------------------
+    def describe(self, name: str) -> tuple[str, str | None]:
+        """(kind, version) a new run of ``name`` records."""
+        if name in self.app.workflows:
+            return "workflow", self.app.workflows[name].version
+        graph = self.app.graphs.get(name)
+        if graph is not None:
+            return "graph", graph.content_hash()
+        raise errors.WorkflowNotFoundError(name, [*self.app.workflows, *self.app.graphs])
+
+    async def start(
+        self,
+        name: str,
+        data: Any = None,
+        *,
+        run_id: str | None = None,
+        inline: bool = False,
+        owner: str | None = None,
+        start_node: str | None = None,
+    ) -> str:
+        """Create a durable run and return its id. ``run_id`` is an idempotency key: the
+        same id again returns the existing run without a second one."""
+        self.app.require_workflow(name)
+        if run_id is not None and (not isinstance(run_id, str) or not run_id):
+            raise TypeError(f"run_id must be a non-empty string, got {run_id!r}")
+        if owner is not None and not isinstance(owner, str):
+            raise TypeError(f"owner must be a string, got {type(owner).__name__}")
+        kind, version = self.describe(name)
+        if start_node is not None and kind != "graph":
+            raise ValueError(f"start_node applies to graph workflows; {name!r} is code")
+        payload = serde.dumps(data, what=f"the input of workflow {name!r}")
+        runner = self.runner
+        new = NewRun(
+            id=run_id or new_run_id(),
+            workflow=name,
+            kind=kind,
+            version=version,
+            input=payload,
+            owner=owner,
+            start_node=start_node,
+            lease_owner=runner.owner if inline else None,
+            lease_seconds=self.lease_seconds,
+        )
+        run, created = await self.store.create_run(new)
+        if not created:
+            return run.id
+        if inline:
+            runner.drive(run.id, claimed=True, follow=not self.workers)
+        else:
+            self.notifier.publish_work()
+        return run.id
+
+    async def run(self, name: str, data: Any = None, *, timeout: float | None = None, **start_kw: Any) -> Any:
+        """Start a run and wait for its output."""
+        run_id = await self.start(name, data, **start_kw)
+        run = await self.wait(run_id, timeout=timeout)
+        return _output_or_raise(run)
+
+    async def wait(self, run_id: str, *, timeout: float | None = None) -> Run:
+        """Wait until the run is completed, failed, cancelled or suspended."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        safety = 0.05
+        while True:
+            event = self.notifier.watch(run_id)
+            try:
+                run = await self.get_run(run_id)
+                if run.status in SETTLED:
+                    return run
+                wait_for = safety
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(f"run {run_id} still {run.status} after {timeout}s")
+                    wait_for = min(wait_for, left)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), wait_for)
+                safety = min(1.0, safety * 2)
+            finally:
+                self.notifier.unwatch(run_id, event)
+
+    # -- reading --------------------------------------------------------------------------------
+    async def get_run(self, run_id: str) -> Run:
+        run = await self.store.get_run(run_id)
+        if run is None:
+            raise RunNotFoundError(run_id)
+        return run
+
+    async def list_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: str | None = None,
+        version: str | None = None,
+        owner: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[Run]:
+        runs, _total = await self.count_runs(
+            workflow=workflow, status=status, version=version, owner=owner, limit=limit, offset=offset
+        )
+        return runs
+
+    async def count_runs(self, **filters: Any) -> tuple[list[Run], int]:
+        """Runs newest first plus the total that match the filters (for paging)."""
+        status = filters.get("status")
+        if status is not None and status not in {"running", "suspended", "completed", "failed", "cancelled"}:
+            raise ValueError(f"invalid status filter: {status!r}")
+        limit, offset = filters.get("limit", 50), filters.get("offset", 0)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"invalid limit: {limit!r}")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"invalid offset: {offset!r}")
+        return await self.store.list_runs(**filters)
+
+    async def get_steps(self, run_id: str) -> list[Step]:
+        await self.get_run(run_id)
+        return await self.store.get_steps(run_id)
+
+    async def get_history(self, run_id: str) -> list[StepAttempt]:
+        await self.get_run(run_id)
+        return await self.store.get_history(run_id)
+
+    async def get_children(self, run_id: str) -> list[Run]:
+        return await self.store.get_children(run_id)
+
+    # -- acting on runs -------------------------------------------------------------------------
+    async def resume(self, run_id: str) -> Run:
+        """A suspended run continues (status back to ``running``)."""
+        run = await self.store.resume_run(run_id)
+        self._poke(run_id)
+        return run
+
+    async def retry(self, run_id: str) -> Run:
+        """A failed run goes on from the failed step; succeeded steps are kept."""
+        run = await self.store.retry_run(run_id)
+        self._poke(run_id)
+        return run
+
+    async def cancel(self, run_id: str, reason: str | None = None) -> Run:
+        """End the run ``cancelled`` with its children; running steps are cancelled and
+        its timers never fire."""
+        moved = await self.store.cancel_run(run_id, reason)
+        self.runner.cancel_local(moved)
+        for rid in moved:
+            self.notifier.run_changed(rid)
+        return await self.get_run(run_id)
+
+    async def send_event(self, run_id: str, name: str, payload: Any = None) -> None:
+        """Deliver to ``wf.wait_for_event(name)``; kept until the run waits for it."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"event name must be a non-empty string, got {name!r}")
+        await self.store.send_event(run_id, name, serde.dumps(payload, what=f"event {name!r}"))
+        self._poke(run_id)
+
+    def _poke(self, run_id: str) -> None:
+        self.notifier.run_changed(run_id)
+        self.notifier.publish_work()
+
+    # -- called by the runner -------------------------------------------------------------------
+    def run_changed(self, run_id: str, status: str) -> None:
+        self.notifier.run_changed(run_id)
+
+    async def execute_pass(self, snapshot: PassSnapshot, owner: str) -> PassResult:
+        run = snapshot.run
+        p = Pass(self, snapshot, owner)
+        if run.kind == "graph":
+            from plait.graph.runtime import execute_graph_pass  # type: ignore[import-not-found]
+
+            return await execute_graph_pass(p)  # type: ignore[no-any-return]
+        wdef = self.app.workflow_version(run.workflow, run.version)
+        if wdef is None:
+            wdef = self.app.workflows.get(run.workflow)
+            p.foreign_version = True
+        if wdef is None:
+            p.ops.append(
+                _suspend_missing(
+                    f"workflow {run.workflow!r} is not registered in this deployment; "
+                    "deploy it and resume the run"
+                )
+            )
+            await p.flush()
+            return PassResult("suspended")
+        return await p.execute(wdef)
+
+
+def _suspend_missing(message: str) -> Any:
+    from plait.store.base import EndRun
+
+    return EndRun(
+        "suspended",
+        error=serde.dumps(
+            {"message": message, "type": "FunctionNotFound", "code": errors.FUNCTION_NOT_FOUND}
+        ),
+    )
+
+
+def _output_or_raise(run: Run) -> Any:
+    if run.status == "completed":
+        return run.output
+    if run.status == "failed":
+        raise WorkflowFailedError(run)
+    if run.status == "cancelled":
+        raise WorkflowCancelledError(run)
+    raise WorkflowSuspendedError(run)

@@ -1,0 +1,139 @@
+"""Exceptions that users catch, and the codes plait stores on runs.
+
+Control-flow signals that stop a replay live in ``runtime.signals`` and derive from
+``BaseException``; everything here is an ordinary ``Exception`` so user code may catch it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from plait.records import Run
+
+WORKFLOW_CANCELLED = "WORKFLOW_CANCELLED"
+WORKFLOW_SUSPENDED = "WORKFLOW_SUSPENDED"
+FUNCTION_NOT_FOUND = "FUNCTION_NOT_FOUND"
+VERSION_CONFLICT = "VERSION_CONFLICT"
+GRAPH_NODE_FAILED = "GRAPH_NODE_FAILED"
+STEP_TIMEOUT = "STEP_TIMEOUT"
+STEP_FAILED = "STEP_FAILED"
+NOT_JSON = "NOT_JSON"
+EVENT_TIMEOUT = "EVENT_TIMEOUT"
+CHILD_FAILED = "CHILD_FAILED"
+
+
+class PlaitError(Exception):
+    """Base of every error plait raises on purpose."""
+
+
+class WorkflowNotFoundError(PlaitError, LookupError):
+    """A workflow or graph name that this app does not register."""
+
+    def __init__(self, name: str, known: list[str] | None = None) -> None:
+        hint = f" (registered: {', '.join(sorted(known))})" if known else ""
+        super().__init__(f"unknown workflow {name!r}{hint}")
+        self.name = name
+
+
+class FunctionNotFoundError(PlaitError, LookupError):
+    """A function name that this app does not register."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"unknown function {name!r}")
+        self.name = name
+
+
+class RunNotFoundError(PlaitError, LookupError):
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no run with id {run_id!r}")
+        self.run_id = run_id
+
+
+class RunStateError(PlaitError):
+    """An action that the run's current status does not allow (HTTP 409)."""
+
+    def __init__(self, run_id: str, status: str, action: str) -> None:
+        super().__init__(f"cannot {action} run {run_id!r}: it is {status}")
+        self.run_id = run_id
+        self.status = status
+        self.action = action
+
+
+class StepFunctionMismatchError(PlaitError):
+    """A queued step job that names another function than the step was created with."""
+
+
+class _RunEndedError(PlaitError):
+    """Raised by ``Engine.run`` when the run ended some other way than ``completed``."""
+
+    def __init__(self, run: Run, message: str) -> None:
+        super().__init__(message)
+        self.run = run
+
+
+class WorkflowFailedError(_RunEndedError):
+    def __init__(self, run: Run) -> None:
+        err = run.error or {}
+        super().__init__(run, f"run {run.id} failed: {err.get('message', 'unknown error')}")
+
+
+class WorkflowCancelledError(_RunEndedError):
+    def __init__(self, run: Run) -> None:
+        err = run.error or {}
+        super().__init__(run, f"run {run.id} was cancelled: {err.get('message', '')}".rstrip(": "))
+
+
+class WorkflowSuspendedError(_RunEndedError):
+    def __init__(self, run: Run) -> None:
+        err = run.error or {}
+        super().__init__(run, f"run {run.id} is suspended: {err.get('message', '')}".rstrip(": "))
+
+
+class StepError(PlaitError):
+    """A step failed after its last attempt; raised inside the workflow at ``wf.do``.
+
+    It carries the stored error record so user code can branch on ``code`` or ``type``,
+    and so an uncaught one fails the run with the step's own error.
+    """
+
+    def __init__(self, step_key: str, error: dict[str, Any]) -> None:
+        super().__init__(f"step {step_key!r} failed: {error.get('message', 'unknown error')}")
+        self.step_key = step_key
+        self.error = error
+        self.code = error.get("code")
+
+
+class StepTimeoutError(PlaitError, TimeoutError):
+    def __init__(self, step_key: str, seconds: float) -> None:
+        super().__init__(f"step {step_key!r} timed out after {seconds:g}s")
+        self.code = STEP_TIMEOUT
+
+
+class NotJSONError(PlaitError, TypeError):
+    """A value that plait must store is not JSON; nothing is ever pickled instead."""
+
+    def __init__(self, what: str, detail: str) -> None:
+        super().__init__(f"{what} is not JSON-serialisable: {detail}")
+        self.code = NOT_JSON
+
+
+class EventTimeout(PlaitError, TimeoutError):
+    """``wf.wait_for_event`` saw no event before its timeout."""
+
+    def __init__(self, name: str, step_key: str) -> None:
+        super().__init__(f"no event {name!r} arrived before the timeout (step {step_key!r})")
+        self.name = name
+        self.code = EVENT_TIMEOUT
+
+
+class Cancel(Exception):
+    """Raise inside a workflow to end its run ``cancelled`` with this reason."""
+
+    def __init__(self, reason: str = "cancelled") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class LeaseLostError(PlaitError):
+    """This process no longer holds the lease it needs; another worker took over."""

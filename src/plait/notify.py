@@ -1,0 +1,64 @@
+"""Wake-ups: who is told when a run changes or new work is queued.
+
+Inside one process these are asyncio events, so ``Engine.wait`` returns the moment a pass
+settles a run. Stores that span processes add their own channel (PostgreSQL's
+LISTEN/NOTIFY, a socket beside a SQLite file) and feed it into the same methods; a slow
+poll remains only as a safety net.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+
+class Notifier:
+    def __init__(self) -> None:
+        self._watchers: dict[str, set[asyncio.Event]] = {}
+        self._work_callbacks: list[Callable[[], None]] = []
+        #: set by cross-process channels: called with ("run", run_id) or ("work", "")
+        self.remote: Callable[[str, str], None] | None = None
+
+    # -- runs -------------------------------------------------------------------------------
+    def watch(self, run_id: str) -> asyncio.Event:
+        event = asyncio.Event()
+        self._watchers.setdefault(run_id, set()).add(event)
+        return event
+
+    def unwatch(self, run_id: str, event: asyncio.Event) -> None:
+        events = self._watchers.get(run_id)
+        if events is not None:
+            events.discard(event)
+            if not events:
+                del self._watchers[run_id]
+
+    def local_run_changed(self, run_id: str) -> None:
+        for event in self._watchers.get(run_id, ()):
+            event.set()
+
+    def run_changed(self, run_id: str) -> None:
+        self.local_run_changed(run_id)
+        if self.remote is not None:
+            self.remote("run", run_id)
+
+    async def wait_run(self, run_id: str, timeout: float) -> None:
+        event = self.watch(run_id)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout)
+        finally:
+            self.unwatch(run_id, event)
+
+    # -- work -------------------------------------------------------------------------------
+    def on_work(self, callback: Callable[[], None]) -> None:
+        self._work_callbacks.append(callback)
+
+    def local_work(self) -> None:
+        for callback in self._work_callbacks:
+            callback()
+
+    def publish_work(self) -> None:
+        self.local_work()
+        if self.remote is not None:
+            self.remote("work", "")

@@ -1,0 +1,95 @@
+"""The records plait returns: frozen, JSON-serialisable snapshots of stored rows."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from datetime import datetime
+from typing import Any
+
+
+class RunStatus(enum.StrEnum):
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class StepStatus(enum.StrEnum):
+    PENDING = "pending"
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+#: Run statuses at which ``Engine.wait`` returns.
+SETTLED = frozenset({"completed", "failed", "cancelled", "suspended"})
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, enum.Enum):
+        return value.value
+    return value
+
+
+class _Record:
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict with datetimes as ISO strings, ready for ``json.dumps``."""
+        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+
+@dataclasses.dataclass(frozen=True)
+class Run(_Record):
+    id: str
+    workflow: str
+    status: RunStatus
+    input: Any
+    output: Any
+    error: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+    parent_run_id: str | None
+    owner: str | None
+    version: str | None
+    kind: str = "workflow"
+
+
+@dataclasses.dataclass(frozen=True)
+class Step(_Record):
+    run_id: str
+    key: str
+    name: str
+    function: str | None
+    status: StepStatus
+    input: Any
+    output: Any
+    error: dict[str, Any] | None
+    attempts: int
+    retries: int
+    invocation_id: str
+    child_run_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    kind: str = "do"
+    wake_at: datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StepAttempt(_Record):
+    run_id: str
+    key: str
+    attempt: int
+    status: str
+    output: Any
+    error: dict[str, Any] | None
+    started_at: datetime
+    finished_at: datetime | None

@@ -1,0 +1,1 @@
+"""Replay of code workflows: the Workflow object, orchestrator passes, step execution."""

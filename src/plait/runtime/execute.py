@@ -1,0 +1,71 @@
+"""Running one attempt of a step body, the same way inline and on the step queue."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from plait import serde
+from plait.app import FunctionDef, call_maybe_async
+from plait.errors import NotJSONError, StepTimeoutError
+from plait.runtime.context import StepContext
+from plait.runtime.signals import PauseSignal, SuspendSignal
+
+
+@dataclasses.dataclass
+class Outcome:
+    ok: bool
+    output: str | None = None
+    error: dict[str, Any] | None = None
+    #: False for failures that would only repeat (bad input, a result that is not JSON)
+    retryable: bool = True
+
+
+async def run_attempt(
+    body: FunctionDef | Callable[..., Any],
+    data: Any,
+    ctx: StepContext,
+    timeout: float | None,
+) -> Outcome:
+    """Call the body once; never raises except for cancellation."""
+
+    async def call() -> Any:
+        if isinstance(body, FunctionDef):
+            return await body.invoke(data, ctx)
+        return await _call_closure(body, data)
+
+    try:
+        if timeout is not None:
+            try:
+                result = await asyncio.wait_for(call(), timeout)
+            except TimeoutError:
+                raise StepTimeoutError(ctx.step_key, timeout) from None
+        else:
+            result = await call()
+        output = serde.dumps(result, what=f"the result of step {ctx.step_key!r}")
+    except (PauseSignal, SuspendSignal):
+        raise RuntimeError(
+            f"step {ctx.step_key!r} called a workflow method inside a step body; "
+            "call wf.do/wf.sleep from the workflow, not from inside a step"
+        ) from None
+    except Exception as exc:
+        retryable = getattr(exc, "retryable", True) and not isinstance(exc, NotJSONError)
+        return Outcome(ok=False, error=serde.error_record(exc), retryable=bool(retryable))
+    return Outcome(ok=True, output=output)
+
+
+async def _call_closure(fn: Callable[..., Any], data: Any) -> Any:
+    try:
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        params = []
+    if params:
+        return await call_maybe_async(fn, data)
+    return await call_maybe_async(fn)

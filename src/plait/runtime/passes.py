@@ -1,0 +1,617 @@
+"""One orchestrator pass: replay a code workflow from the top against its stored steps.
+
+A pass reads the run, its steps, its unconsumed events and its state in one round trip,
+then calls the workflow function. Every ``wf.do`` either returns a stored result, runs a new
+attempt, or raises a pause signal. Writes are collected and committed in as few
+transactions as the promise allows: an attempt's start is committed before its body runs
+(so a crash shows up as an interrupted attempt), and its result rides along with the next
+commit (the next step's start, or the end of the pass). A crash in between re-runs that
+step with the same invocation id, which is exactly the at-least-once promise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from plait import errors, ids, serde
+from plait.app import FunctionDef, WorkflowDef
+from plait.durations import parse_duration
+from plait.errors import Cancel, EventTimeout, StepError
+from plait.retry import RetryPolicy, resolve_policy
+from plait.runtime.context import StepContext
+from plait.runtime.execute import run_attempt
+from plait.runtime.signals import PauseSignal, SuspendSignal
+from plait.store.base import (
+    Batch,
+    ClearTimer,
+    ConsumeEvent,
+    CreateChildRun,
+    EndRun,
+    EnqueueJob,
+    FinishAttempt,
+    NewRun,
+    Op,
+    PassSnapshot,
+    PutStep,
+    SetTimer,
+    StartAttempt,
+    StepRow,
+)
+
+if TYPE_CHECKING:
+    from plait.engine import Engine
+
+_STEP_OPTIONS = frozenset({"retries", "retry_delay", "timeout", "on_error"})
+
+
+@dataclasses.dataclass
+class PassResult:
+    status: str  # running (paused), completed, failed, cancelled, suspended
+    children: list[str] = dataclasses.field(default_factory=list)
+    queued: bool = False
+
+
+class Pass:
+    """The state of one replay; discarded when it ends."""
+
+    def __init__(self, engine: Engine, snapshot: PassSnapshot, owner: str) -> None:
+        self.engine = engine
+        self.app = engine.app
+        self.store = engine.store
+        self.owner = owner
+        self.run = snapshot.run
+        self.steps: dict[str, StepRow] = snapshot.steps
+        self.events = list(snapshot.events)
+        self.state = {k: serde.loads(v) for k, v in snapshot.state.items()}
+        self.ops: list[Op] = []
+        self.counters: dict[str, int] = {}
+        self.seq = max((s.seq for s in self.steps.values()), default=-1) + 1
+        self.paused = False
+        self.children: list[str] = []
+        self.queued = False
+        self.inflight: set[asyncio.Future[Any]] = set()
+        self.conflict: str | None = None
+        self.input = serde.loads(self.run.input)
+        #: replaying on code that is not the version the run started on
+        self.foreign_version = False
+
+    # -- writes -------------------------------------------------------------------------------
+    async def flush(self) -> None:
+        if not self.ops:
+            return
+        ops, self.ops = self.ops, []
+        await self.store.commit(Batch(self.run.id, ops, fence=self.owner))
+
+    # -- keys ---------------------------------------------------------------------------------
+    def next_key(self, name: str) -> str:
+        """``name`` the first time a pass reaches it, then ``name#1``, ``name#2``..."""
+        n = self.counters.get(name, 0)
+        self.counters[name] = n + 1
+        return name if n == 0 else f"{name}#{n}"
+
+    def _new_step(
+        self,
+        key: str,
+        name: str,
+        kind: str,
+        *,
+        function: str | None = None,
+        status: str = "pending",
+        input: str | None = None,
+        policy: RetryPolicy | None = None,
+        timeout: float | None = None,
+        queued: bool = False,
+    ) -> StepRow:
+        now = time.time()
+        step = StepRow(
+            run_id=self.run.id,
+            key=key,
+            seq=self.seq,
+            name=name,
+            kind=kind,
+            function=function,
+            status=status,
+            input=input,
+            output=None,
+            error=None,
+            attempts=0,
+            failures=0,
+            retries=policy.retries if policy else 0,
+            retry_delay=policy.delay if policy else None,
+            timeout=timeout,
+            invocation_id=ids.invocation_id(self.run.id, key),
+            child_run_id=None,
+            branch=None,
+            from_key=None,
+            queued=queued,
+            wake_at=None,
+            created_at=now,
+            updated_at=now,
+        )
+        self.seq += 1
+        self.steps[key] = step
+        return step
+
+    def _put(self, step: StepRow) -> None:
+        step.updated_at = time.time()
+        self.ops.append(PutStep(dataclasses.replace(step)))
+
+    def _pause(self, key: str, until: float | None = None) -> PauseSignal:
+        self.paused = True
+        return PauseSignal(key, until)
+
+    def _check_same(self, step: StepRow, kind: str, function: str | None) -> None:
+        """A recorded step must be what the code asks for now, or the replay has diverged."""
+        if step.kind == kind and step.function == function:
+            return
+        was = f"{step.kind} {step.function!r}" if step.function else step.kind
+        now = f"{kind} {function!r}" if function else kind
+        self.conflict = (
+            f"step {step.key!r} was recorded as {was} but the workflow code now asks for {now}"
+        )
+        raise SuspendSignal(self.conflict, errors.VERSION_CONFLICT)
+
+    # -- wf.do -------------------------------------------------------------------------------
+    async def do(self, key: str, name: str, target: Any, data: Any, options: dict[str, Any]) -> Any:
+        if isinstance(target, str):
+            if target in self.app.functions:
+                return await self._function_step(key, name, self.app.functions[target], data, options)
+            if self.app.is_runnable(target):
+                return await self._child_step(key, name, target, data)
+            return await self._missing_function(key, name, target, data, options)
+        fname = self.app.function_name_of(target)
+        if fname is not None:
+            return await self._function_step(key, name, self.app.functions[fname], data, options)
+        return await self._closure_step(key, name, target, data, options)
+
+    async def _missing_function(
+        self, key: str, name: str, function: str, data: Any, options: dict[str, Any]
+    ) -> Any:
+        step = self.steps.get(key)
+        if step is None:
+            policy = resolve_policy(options)
+            step = self._new_step(
+                key, name, "do", function=function, input=_dump_input(data, key), policy=policy
+            )
+            self._put(step)
+        else:
+            self._check_same(step, "do", function)
+        if step.status == "succeeded":
+            return serde.loads(step.output)
+        if step.status == "failed":
+            raise StepError(key, serde.loads(step.error) or {})
+        raise SuspendSignal(
+            f"function {function!r} (step {key!r}) is not registered in this deployment; "
+            "deploy it and resume the run",
+            errors.FUNCTION_NOT_FOUND,
+        )
+
+    async def _function_step(
+        self, key: str, name: str, fdef: FunctionDef, data: Any, options: dict[str, Any]
+    ) -> Any:
+        merged = {**fdef.options, **{k: v for k, v in options.items() if v is not None}}
+        step = self.steps.get(key)
+        if step is None:
+            policy = resolve_policy(merged)
+            timeout = (
+                parse_duration(merged["timeout"], what=f"timeout of step {key!r}")
+                if merged.get("timeout") is not None
+                else None
+            )
+            step = self._new_step(
+                key,
+                name,
+                "do",
+                function=fdef.name,
+                input=_dump_input(data, key),
+                policy=policy,
+                timeout=timeout,
+                queued=fdef.queued,
+            )
+        else:
+            self._check_same(step, "do", fdef.name)
+        return await self._drive_step(step, fdef, merged.get("on_error"))
+
+    async def _closure_step(
+        self, key: str, name: str, fn: Callable[..., Any], data: Any, options: dict[str, Any]
+    ) -> Any:
+        if not callable(fn):
+            raise TypeError(
+                f"step {name!r}: expected a function, a function name or a workflow name, "
+                f"got {type(fn).__name__}"
+            )
+        step = self.steps.get(key)
+        if step is None:
+            policy = resolve_policy(options)
+            timeout = (
+                parse_duration(options["timeout"], what=f"timeout of step {key!r}")
+                if options.get("timeout") is not None
+                else None
+            )
+            step = self._new_step(
+                key, name, "do", input=_dump_input(data, key), policy=policy, timeout=timeout
+            )
+        else:
+            self._check_same(step, "do", None)
+        return await self._drive_step(step, fn, options.get("on_error"))
+
+    async def _drive_step(
+        self, step: StepRow, body: FunctionDef | Callable[..., Any], on_error: str | None
+    ) -> Any:
+        while True:
+            if step.status == "succeeded":
+                return serde.loads(step.output)
+            if step.status == "failed":
+                await self._compensate(step, on_error)
+                raise StepError(step.key, serde.loads(step.error) or {})
+            if step.queued:
+                if step.status == "pending":
+                    step.status = "scheduled"
+                    self._put(step)
+                    self.ops.append(EnqueueJob(step.key, step.function or "", time.time()))
+                    self.queued = True
+                raise self._pause(step.key)
+            if step.status == "scheduled" and step.wake_at and step.wake_at > time.time():
+                raise self._pause(step.key, step.wake_at)
+            await self._attempt(step, body)
+
+    async def _attempt(self, step: StepRow, body: FunctionDef | Callable[..., Any]) -> None:
+        now = time.time()
+        if step.status == "running":
+            # The pass that started this attempt died with its process; we hold the lease
+            # now, so that attempt is over. It does not use up the retry budget.
+            self.ops.append(FinishAttempt(dataclasses.replace(step), step.attempts, "interrupted"))
+        if step.status == "scheduled":
+            self.ops.append(ClearTimer(step.key))
+        step.attempts += 1
+        attempt = step.attempts
+        step.status, step.wake_at, step.updated_at = "running", None, now
+        self.ops.append(StartAttempt(dataclasses.replace(step), attempt, self.owner))
+        await self.flush()
+        ctx = StepContext(
+            run_id=self.run.id,
+            step_key=step.key,
+            invocation_id=step.invocation_id,
+            attempt=attempt,
+            workflow=self.run.workflow,
+        )
+        task = asyncio.ensure_future(
+            run_attempt(body, serde.loads(step.input), ctx, step.timeout)
+        )
+        self.inflight.add(task)
+        try:
+            outcome = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.cancel()
+            step.status = "failed"
+            step.error = serde.dumps(
+                {"message": "cancelled", "type": "CancelledError", "code": errors.WORKFLOW_CANCELLED}
+            )
+            self.ops.append(
+                FinishAttempt(dataclasses.replace(step), attempt, "cancelled", None, step.error)
+            )
+            raise
+        finally:
+            self.inflight.discard(task)
+        if outcome.ok:
+            step.status, step.output, step.error = "succeeded", outcome.output, None
+            self.ops.append(
+                FinishAttempt(dataclasses.replace(step), attempt, "succeeded", outcome.output)
+            )
+            return
+        error = serde.dumps(outcome.error)
+        step.failures += 1
+        step.error = error
+        policy = RetryPolicy(step.retries, step.retry_delay)
+        if outcome.retryable and step.failures <= step.retries:
+            delay = policy.delay_after(step.failures)
+            step.status = "scheduled"
+            step.wake_at = time.time() + delay
+            self.ops.append(FinishAttempt(dataclasses.replace(step), attempt, "failed", None, error))
+            if delay > 0:
+                self.ops.append(SetTimer(step.key, "retry", step.wake_at))
+            return
+        step.status = "failed"
+        self.ops.append(FinishAttempt(dataclasses.replace(step), attempt, "failed", None, error))
+
+    async def _compensate(self, step: StepRow, on_error: str | None) -> None:
+        if not on_error or step.kind == "on_error":
+            return
+        key = f"{step.key}:on_error"
+        comp = self.steps.get(key)
+        fdef = self.app.functions.get(on_error)
+        if comp is None:
+            data = {
+                "error": serde.loads(step.error),
+                "input": serde.loads(step.input),
+                "invocation_id": step.invocation_id,
+                "step_key": step.key,
+            }
+            if fdef is None:
+                return await self._missing_function(key, key, on_error, data, {"retries": 0})
+            comp = self._new_step(
+                key,
+                key,
+                "on_error",
+                function=on_error,
+                input=_dump_input(data, key),
+                policy=RetryPolicy(0, None),
+                timeout=fdef.timeout,
+                queued=fdef.queued,
+            )
+        if fdef is None:
+            raise SuspendSignal(
+                f"function {on_error!r} (step {key!r}) is not registered in this deployment; "
+                "deploy it and resume the run",
+                errors.FUNCTION_NOT_FOUND,
+            )
+        try:
+            await self._drive_step(comp, fdef, None)
+        except StepError:
+            pass  # the original error is what fails the run; the handler's is on its step
+
+    # -- children ------------------------------------------------------------------------------
+    async def _child_step(self, key: str, name: str, workflow: str, data: Any) -> Any:
+        step = self.steps.get(key)
+        if step is None:
+            step = self._new_step(
+                key, name, "child", function=workflow, input=_dump_input(data, key),
+                policy=RetryPolicy(0, None),
+            )
+        else:
+            self._check_same(step, "child", workflow)
+        if step.status == "succeeded":
+            return serde.loads(step.output)
+        if step.status == "failed":
+            raise StepError(key, serde.loads(step.error) or {})
+        if step.status == "pending":
+            step.attempts += 1
+            child_id = ids.child_run_id(step.invocation_id, step.attempts)
+            step.child_run_id = child_id
+            step.status = "running"
+            kind, version = self.engine.describe(workflow)
+            self.ops.append(StartAttempt(dataclasses.replace(step), step.attempts, self.owner))
+            self.ops.append(
+                CreateChildRun(
+                    NewRun(
+                        id=child_id,
+                        workflow=workflow,
+                        kind=kind,
+                        version=version,
+                        input=step.input,
+                        owner=self.run.owner,
+                        parent_run_id=self.run.id,
+                        parent_step_key=key,
+                    )
+                )
+            )
+            self.children.append(child_id)
+        raise self._pause(key)
+
+    # -- sleeps, suspends, events, values ---------------------------------------------------------
+    async def sleep(self, key: str, name: str, seconds: float) -> None:
+        step = self.steps.get(key)
+        now = time.time()
+        if step is None:
+            step = self._new_step(
+                key, name, "sleep", status="scheduled", input=serde.dumps({"seconds": seconds})
+            )
+            step.wake_at = now + seconds
+            if seconds <= 0:
+                step.status = "succeeded"
+                self._put(step)
+                return
+            self._put(step)
+            self.ops.append(SetTimer(key, "sleep", step.wake_at))
+        else:
+            self._check_same(step, "sleep", None)
+        if step.status == "succeeded":
+            return
+        if step.wake_at is not None and step.wake_at <= now:
+            step.status = "succeeded"
+            self._put(step)
+            self.ops.append(ClearTimer(key))
+            return
+        raise self._pause(key, step.wake_at)
+
+    async def suspend(self, key: str, reason: str) -> None:
+        step = self.steps.get(key)
+        if step is None:
+            step = self._new_step(
+                key,
+                key,
+                "suspend",
+                input=serde.dumps({"reason": reason, "suspended_at": time.time()}),
+            )
+            step.attempts = 1
+            self.ops.append(StartAttempt(dataclasses.replace(step), 1, self.owner))
+        else:
+            self._check_same(step, "suspend", None)
+        if step.status == "succeeded":
+            return
+        raise SuspendSignal(reason, errors.WORKFLOW_SUSPENDED)
+
+    async def wait_for_event(self, key: str, name: str, timeout: float | None) -> Any:
+        step = self.steps.get(key)
+        now = time.time()
+        if step is None:
+            step = self._new_step(
+                key, key, "event", status="scheduled", input=serde.dumps({"event": name})
+            )
+            if timeout is not None:
+                step.wake_at = now + timeout
+                self.ops.append(SetTimer(key, "event_timeout", step.wake_at))
+            self._put(step)
+        else:
+            self._check_same(step, "event", None)
+        if step.status == "succeeded":
+            return serde.loads(step.output)
+        if step.status == "failed":
+            raise EventTimeout(name, key)
+        for event in self.events:
+            if event.name == name:
+                self.events.remove(event)
+                step.status, step.output = "succeeded", event.payload
+                self._put(step)
+                self.ops.append(ConsumeEvent(event.id, key))
+                if step.wake_at is not None:
+                    self.ops.append(ClearTimer(key))
+                return serde.loads(event.payload)
+        if step.wake_at is not None and step.wake_at <= now:
+            step.status = "failed"
+            step.error = serde.dumps(
+                {"message": f"no event {name!r} before the timeout", "type": "EventTimeout",
+                 "code": errors.EVENT_TIMEOUT}
+            )
+            self._put(step)
+            self.ops.append(ClearTimer(key))
+            raise EventTimeout(name, key)
+        raise self._pause(key, step.wake_at)
+
+    def value(self, key: str, make: Callable[[], Any]) -> Any:
+        """A value recorded once and replayed ever after (``wf.now()``, ``wf.uuid()``)."""
+        step = self.steps.get(key)
+        if step is not None:
+            return serde.loads(step.output)
+        step = self._new_step(key, key, "value", status="succeeded")
+        step.output = serde.dumps(make())
+        self._put(step)
+        return serde.loads(step.output)
+
+    # -- the whole pass --------------------------------------------------------------------------
+    async def execute(self, wdef: WorkflowDef) -> PassResult:
+        wf = Workflow(self)
+        end: EndRun | None = None
+        try:
+            if wdef.takes_data:
+                result = await wdef.fn(wf, self.input)
+            else:
+                result = await wdef.fn(wf)
+            if not self.paused:
+                try:
+                    output = serde.dumps(result, what=f"the output of workflow {self.run.workflow!r}")
+                    end = EndRun("completed", output=output)
+                except errors.NotJSONError as exc:
+                    end = EndRun("failed", error=serde.dumps(serde.error_record(exc)))
+        except PauseSignal:
+            pass
+        except SuspendSignal as sig:
+            if sig.code == errors.VERSION_CONFLICT:
+                end = EndRun("failed", error=_control_error(sig.message, errors.VERSION_CONFLICT))
+            else:
+                end = EndRun("suspended", error=_control_error(sig.message, sig.code))
+        except Cancel as exc:
+            end = EndRun("cancelled", error=_control_error(exc.reason, errors.WORKFLOW_CANCELLED))
+        except StepError as exc:
+            end = EndRun("failed", error=serde.dumps({**exc.error, "step": exc.step_key}))
+        except Exception as exc:
+            end = EndRun("failed", error=serde.dumps(serde.error_record(exc)))
+        if self.inflight:
+            await asyncio.gather(*self.inflight, return_exceptions=True)
+            await asyncio.sleep(0)  # let the awaiting coroutines record their outcomes
+        if self.conflict and (end is None or end.status != "failed"):
+            end = EndRun("failed", error=_control_error(self.conflict, errors.VERSION_CONFLICT))
+        if end is not None and self.paused and end.status == "completed":
+            end = None  # the code swallowed a pause; the run is not finished
+        if end is not None:
+            self.ops.append(end)
+        await self.flush()
+        return PassResult(end.status if end else "running", self.children, self.queued)
+
+
+def _control_error(message: str, code: str) -> str | None:
+    return serde.dumps({"message": message, "type": code.title().replace("_", ""), "code": code})
+
+
+def _dump_input(data: Any, key: str) -> str | None:
+    return serde.dumps(data, what=f"the input of step {key!r}")
+
+
+class Workflow:
+    """The ``wf`` object a code workflow receives. Every method is replay-safe."""
+
+    def __init__(self, p: Pass) -> None:
+        self._pass = p
+        self.run_id: str = p.run.id
+        self.name: str = p.run.workflow
+        self.input: Any = p.input
+        self.owner: str | None = p.run.owner
+
+    @staticmethod
+    def _check_name(name: object, what: str) -> str:
+        if not isinstance(name, str):
+            raise TypeError(
+                f"{what} name must be a string, got {type(name).__name__} {name!r}"
+            )
+        if not name:
+            raise ValueError(f"{what} name must not be empty")
+        return name
+
+    def do(
+        self,
+        step_name: str,
+        fn: Any,
+        data: Any = None,
+        **options: Any,
+    ) -> Awaitable[Any]:
+        """Run ``fn`` (a function, its name, a closure, or a workflow name for a child run)
+        as the durable step ``step_name``. The key is taken now, in call order, so
+        ``asyncio.gather`` replays to the same keys whatever order the steps finish in."""
+        self._check_name(step_name, "step")
+        unknown = set(options) - _STEP_OPTIONS
+        if unknown:
+            raise TypeError(
+                f"step {step_name!r}: unknown option(s) {', '.join(sorted(unknown))}; "
+                f"use {', '.join(sorted(_STEP_OPTIONS))}"
+            )
+        if fn is None or not (isinstance(fn, str) or callable(fn)):
+            raise TypeError(
+                f"step {step_name!r}: expected a function, a function name or a workflow name, "
+                f"got {type(fn).__name__}"
+            )
+        resolve_policy(options)  # a bad retries/retry_delay fails here, naming the step
+        if options.get("timeout") is not None:
+            parse_duration(options["timeout"], what=f"timeout of step {step_name!r}")
+        if options.get("on_error") is not None and not isinstance(options["on_error"], str):
+            raise TypeError(f"step {step_name!r}: on_error must be a function name")
+        key = self._pass.next_key(step_name)
+        return self._pass.do(key, step_name, fn, data, options)
+
+    def sleep(self, step_name: str, duration: float | str) -> Awaitable[None]:
+        """A durable timer: the run holds nothing while it waits."""
+        self._check_name(step_name, "sleep")
+        seconds = parse_duration(duration, what=f"duration of sleep {step_name!r}")
+        key = self._pass.next_key(step_name)
+        return self._pass.sleep(key, step_name, seconds)
+
+    def suspend(self, reason: str = "suspended") -> Awaitable[None]:
+        """Pause the run until ``engine.resume(run_id)``; each call site pauses once."""
+        self._check_name(reason, "suspend reason")
+        key = self._pass.next_key(f"__suspend:{reason}")
+        return self._pass.suspend(key, reason)
+
+    def wait_for_event(self, name: str, timeout: float | str | None = None) -> Awaitable[Any]:
+        """The payload of the next ``engine.send_event(run_id, name, ...)``; an event sent
+        before the run gets here is kept for it."""
+        self._check_name(name, "event")
+        seconds = (
+            None if timeout is None else parse_duration(timeout, what=f"timeout of event {name!r}")
+        )
+        key = self._pass.next_key(f"__event:{name}")
+        return self._pass.wait_for_event(key, name, seconds)
+
+    def now(self) -> datetime:
+        """The time, recorded on first reach so every replay sees the same value."""
+        key = self._pass.next_key("__now")
+        stamp = self._pass.value(key, lambda: datetime.now(UTC).isoformat())
+        return datetime.fromisoformat(stamp)
+
+    def uuid(self) -> str:
+        """A random UUID, recorded on first reach so every replay sees the same value."""
+        key = self._pass.next_key("__uuid")
+        return str(self._pass.value(key, lambda: str(ids.new_run_id())))

@@ -1,0 +1,23 @@
+"""Signals that stop a replay. They derive from ``BaseException`` so that a user's
+``except Exception:`` around a step can never swallow them and run the fallback branch
+while the real step is still in flight."""
+
+from __future__ import annotations
+
+
+class PauseSignal(BaseException):
+    """The run can go no further in this pass (a timer, a queued step, a child run)."""
+
+    def __init__(self, key: str, until: float | None = None) -> None:
+        super().__init__(f"paused at step {key!r}")
+        self.key = key
+        self.until = until
+
+
+class SuspendSignal(BaseException):
+    """The run must stop ``suspended`` until someone calls ``resume``."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code

@@ -1,0 +1,909 @@
+"""The embedded store: one SQLite file in WAL mode.
+
+One writer thread owns the only write connection. Coroutines hand it small functions and
+await a future that resolves only after the commit containing their write (group commit):
+while one commit is being synced to disk the next batch gathers, so many concurrent
+workflows share each fsync. Reads use their own connections, which WAL lets run beside the
+writer. Several processes may share one file; SQLite's lock serialises their writers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from typing import Any, TypeVar
+
+from plait import serde
+from plait.errors import (
+    WORKFLOW_CANCELLED,
+    LeaseLostError,
+    RunNotFoundError,
+    RunStateError,
+    StepFunctionMismatchError,
+)
+from plait.records import Run, Step, StepAttempt
+from plait.store import convert
+from plait.store.base import (
+    Batch,
+    ClearTimer,
+    ConsumeEvent,
+    CreateChildRun,
+    EndRun,
+    EnqueueJob,
+    EventRow,
+    FinishAttempt,
+    NewRun,
+    Op,
+    PassSnapshot,
+    PutStep,
+    SetState,
+    SetTimer,
+    StartAttempt,
+    StepJob,
+    StepRow,
+)
+
+T = TypeVar("T")
+SCHEMA_VERSION = 1
+_BATCH_LIMIT = 256
+
+_UPSERT_STEP = f"""
+INSERT INTO plait_steps ({convert.STEP_COLUMNS})
+VALUES ({", ".join("?" * 23)})
+ON CONFLICT (run_id, key) DO UPDATE SET
+    kind = excluded.kind, function = excluded.function, status = excluded.status,
+    input = excluded.input, output = excluded.output, error = excluded.error,
+    attempts = excluded.attempts, failures = excluded.failures, retries = excluded.retries,
+    retry_delay = excluded.retry_delay, timeout = excluded.timeout,
+    child_run_id = excluded.child_run_id, branch = excluded.branch,
+    queued = excluded.queued, wake_at = excluded.wake_at, updated_at = excluded.updated_at
+"""
+_INSERT_RUN = """
+INSERT INTO plait_runs (id, workflow, kind, version, status, input, parent_run_id,
+    parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
+    lease_owner, lease_until)
+VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)
+ON CONFLICT (id) DO NOTHING
+"""
+_SELECT_RUN = f"SELECT {convert.RUN_COLUMNS} FROM plait_runs WHERE id = ?"
+_WAKE = """
+UPDATE plait_runs SET wakeups = wakeups + 1, updated_at = ?,
+    wake_at = CASE WHEN wake_at IS NULL OR wake_at > ? THEN ? ELSE wake_at END
+WHERE id = ? AND status = 'running'
+"""
+
+
+def _now() -> float:
+    return time.time()
+
+
+class SQLiteStore:
+    """A store in one SQLite file (or in memory, for tests)."""
+
+    def __init__(self, url: str, *, synchronous: str = "FULL", busy_timeout: float = 30.0):
+        self.url = url
+        self.path = _path_from_url(url)
+        self.memory = self.path == ":memory:"
+        self.synchronous = synchronous
+        self.busy_timeout = busy_timeout
+        self._writes: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._readers: ThreadPoolExecutor | None = None
+        self._local = threading.local()
+        self._reader_conns: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        #: commits and statements, for the benchmark's "durable writes per step"
+        self.commits = 0
+
+    # -- connections ---------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=self.busy_timeout
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        conn.execute("PRAGMA foreign_keys = OFF")
+        return conn
+
+    async def open(self) -> None:
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+
+        def start(conn: sqlite3.Connection) -> None:
+            if not self.memory:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise RuntimeError(f"could not switch {self.path} to WAL (got {mode})")
+            self._migrate(conn)
+
+        self._writer = threading.Thread(
+            target=self._write_loop, args=(start, loop, ready), name="plait-sqlite-writer"
+        )
+        self._writer.daemon = True
+        self._writer.start()
+        await ready
+        if not self.memory:
+            self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="plait-read")
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS plait_schema (id INTEGER PRIMARY KEY CHECK (id = 1),"
+                " version INTEGER NOT NULL)"
+            )
+            row = conn.execute("SELECT version FROM plait_schema").fetchone()
+            current = row[0] if row else 0
+            if current > SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"database {self.path} has schema version {current}, newer than this plait"
+                    f" ({SCHEMA_VERSION}); upgrade plait"
+                )
+            if current < 1:
+                script = resources.files("plait.store").joinpath("sql/sqlite_schema.sql")
+                text = "\n".join(line.split("--")[0] for line in script.read_text().splitlines())
+                for statement in text.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO plait_schema (id, version) VALUES (1, ?) "
+                    "ON CONFLICT (id) DO UPDATE SET version = excluded.version",
+                    (SCHEMA_VERSION,),
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writes.put(None)
+            await asyncio.to_thread(self._writer.join)
+            self._writer = None
+        if self._readers is not None:
+            self._readers.shutdown(wait=True)
+            self._readers = None
+        with self._lock:
+            for conn in self._reader_conns:
+                conn.close()
+            self._reader_conns.clear()
+
+    # -- the writer thread -----------------------------------------------------------------
+    def _write_loop(
+        self,
+        start: Callable[[sqlite3.Connection], None],
+        loop: asyncio.AbstractEventLoop,
+        ready: asyncio.Future[None],
+    ) -> None:
+        try:
+            conn = self._connect()
+            start(conn)
+        except BaseException as exc:
+            loop.call_soon_threadsafe(_settle, ready, None, exc)
+            return
+        loop.call_soon_threadsafe(_settle, ready, None, None)
+        try:
+            while True:
+                item = self._writes.get()
+                if item is None:
+                    break
+                batch = [item]
+                stop = False
+                while len(batch) < _BATCH_LIMIT:
+                    try:
+                        nxt = self._writes.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None:
+                        stop = True
+                        break
+                    batch.append(nxt)
+                self._run_batch(conn, batch)
+                if stop:
+                    break
+        finally:
+            conn.close()
+
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[Any]) -> None:
+        reads = [b for b in batch if b[0] == "read"]
+        writes = [b for b in batch if b[0] == "write"]
+        results: list[tuple[Any, Any, Any, BaseException | None]] = []
+        for _, fn, fut, loop in reads:
+            try:
+                results.append((fut, loop, fn(conn), None))
+            except BaseException as exc:
+                results.append((fut, loop, None, exc))
+        if writes:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except BaseException as exc:
+                for _, _fn, fut, loop in writes:
+                    results.append((fut, loop, None, exc))
+                writes = []
+            pending: list[tuple[Any, Any, Any, BaseException | None]] = []
+            for _, fn, fut, loop in writes:
+                conn.execute("SAVEPOINT item")
+                try:
+                    value = fn(conn)
+                    conn.execute("RELEASE item")
+                    pending.append((fut, loop, value, None))
+                except BaseException as exc:
+                    conn.execute("ROLLBACK TO item")
+                    conn.execute("RELEASE item")
+                    pending.append((fut, loop, None, exc))
+            if writes:
+                try:
+                    conn.execute("COMMIT")
+                    self.commits += 1
+                except BaseException as exc:
+                    with contextlib.suppress(Exception):
+                        conn.execute("ROLLBACK")
+                    pending = [(f, lp, None, exc) for f, lp, _, _ in pending]
+                results.extend(pending)
+        for fut, loop, value, exc in results:
+            loop.call_soon_threadsafe(_settle, fut, value, exc)
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        self._writes.put(("write", fn, fut, loop))
+        return await fut
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+        if self._readers is None:
+            fut: asyncio.Future[T] = loop.create_future()
+            self._writes.put(("read", fn, fut, loop))
+            return await fut
+        return await loop.run_in_executor(self._readers, self._in_reader, fn)
+
+    def _in_reader(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+            with self._lock:
+                self._reader_conns.append(conn)
+        conn.execute("BEGIN")
+        try:
+            return fn(conn)
+        finally:
+            conn.execute("COMMIT")
+
+    # -- runs --------------------------------------------------------------------------------
+    async def create_run(self, new: NewRun) -> tuple[Run, bool]:
+        def go(conn: sqlite3.Connection) -> tuple[Run, bool]:
+            created = _insert_run(conn, new, _now())
+            row = conn.execute(_SELECT_RUN, (new.id,)).fetchone()
+            return convert.run_record(convert.run_row(row)), created
+
+        return await self._write(go)
+
+    async def get_run(self, run_id: str) -> Run | None:
+        def go(conn: sqlite3.Connection) -> Run | None:
+            row = conn.execute(_SELECT_RUN, (run_id,)).fetchone()
+            return convert.run_record(convert.run_row(row)) if row else None
+
+        return await self._read(go)
+
+    async def list_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: str | None = None,
+        version: str | None = None,
+        owner: str | None = None,
+        parent_run_id: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> tuple[list[Run], int]:
+        where, params = [], []
+        for column, value in (
+            ("workflow", workflow),
+            ("status", status),
+            ("version", version),
+            ("owner", owner),
+            ("parent_run_id", parent_run_id),
+        ):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+
+        def go(conn: sqlite3.Connection) -> tuple[list[Run], int]:
+            total = conn.execute(f"SELECT count(*) FROM plait_runs {clause}", params).fetchone()[0]
+            rows = conn.execute(
+                f"SELECT {convert.RUN_COLUMNS} FROM plait_runs {clause} "
+                "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+                [*params, limit, offset],
+            ).fetchall()
+            return [convert.run_record(convert.run_row(r)) for r in rows], total
+
+        return await self._read(go)
+
+    async def get_children(self, run_id: str) -> list[Run]:
+        runs, _ = await self.list_runs(parent_run_id=run_id, limit=10_000)
+        return sorted(runs, key=lambda r: r.created_at)
+
+    async def get_steps(self, run_id: str) -> list[Step]:
+        def go(conn: sqlite3.Connection) -> list[Step]:
+            rows = conn.execute(
+                f"SELECT {convert.STEP_COLUMNS} FROM plait_steps WHERE run_id = ? ORDER BY seq",
+                (run_id,),
+            ).fetchall()
+            return [convert.step_record(convert.step_row(r)) for r in rows]
+
+        return await self._read(go)
+
+    async def get_history(self, run_id: str) -> list[StepAttempt]:
+        def go(conn: sqlite3.Connection) -> list[StepAttempt]:
+            rows = conn.execute(
+                f"SELECT {convert.ATTEMPT_COLUMNS} FROM plait_attempts WHERE run_id = ? "
+                "ORDER BY started_at, attempt",
+                (run_id,),
+            ).fetchall()
+            return [convert.attempt_record(r) for r in rows]
+
+        return await self._read(go)
+
+    # -- orchestrator passes ------------------------------------------------------------------
+    async def load_pass(self, run_id: str) -> PassSnapshot | None:
+        def go(conn: sqlite3.Connection) -> PassSnapshot | None:
+            row = conn.execute(_SELECT_RUN, (run_id,)).fetchone()
+            if row is None:
+                return None
+            steps = {
+                r[1]: convert.step_row(r)
+                for r in conn.execute(
+                    f"SELECT {convert.STEP_COLUMNS} FROM plait_steps WHERE run_id = ?",
+                    (run_id,),
+                )
+            }
+            events = [
+                EventRow(*r)
+                for r in conn.execute(
+                    "SELECT id, name, payload FROM plait_events "
+                    "WHERE run_id = ? AND consumed_by IS NULL ORDER BY id",
+                    (run_id,),
+                )
+            ]
+            state = dict(
+                conn.execute("SELECT name, value FROM plait_state WHERE run_id = ?", (run_id,))
+            )
+            return PassSnapshot(convert.run_row(row), steps, events, state)
+
+        return await self._read(go)
+
+    async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool:
+        def go(conn: sqlite3.Connection) -> bool:
+            now = _now()
+            cur = conn.execute(
+                "UPDATE plait_runs SET lease_owner = ?, lease_until = ? WHERE id = ? "
+                "AND status = 'running' AND (lease_owner IS NULL OR lease_until < ?)",
+                (owner, now + lease_seconds, run_id, now),
+            )
+            return cur.rowcount == 1
+
+        return await self._write(go)
+
+    async def claim_due_runs(self, owner: str, lease_seconds: float, limit: int) -> list[str]:
+        def go(conn: sqlite3.Connection) -> list[str]:
+            now = _now()
+            rows = conn.execute(
+                "UPDATE plait_runs SET lease_owner = ?, lease_until = ? WHERE id IN ("
+                " SELECT id FROM plait_runs WHERE wake_at <= ? AND status = 'running'"
+                " AND (lease_owner IS NULL OR lease_until < ?) ORDER BY wake_at LIMIT ?"
+                ") RETURNING id",
+                (owner, now + lease_seconds, now, now, limit),
+            ).fetchall()
+            return [r[0] for r in rows]
+
+        return await self._write(go)
+
+    async def commit(self, batch: Batch) -> None:
+        def go(conn: sqlite3.Connection) -> None:
+            if batch.fence is not None:
+                row = conn.execute(
+                    "SELECT lease_owner FROM plait_runs WHERE id = ?", (batch.run_id,)
+                ).fetchone()
+                if row is None or row[0] != batch.fence:
+                    raise LeaseLostError(f"lost the lease on run {batch.run_id}")
+            _apply(conn, batch.run_id, batch.ops, _now())
+
+        await self._write(go)
+
+    async def release_run(self, run_id: str, owner: str, wakeups_seen: int) -> bool:
+        def go(conn: sqlite3.Connection) -> bool:
+            now = _now()
+            row = conn.execute(
+                "UPDATE plait_runs SET lease_owner = NULL, lease_until = NULL, wake_at = CASE"
+                " WHEN status != 'running' THEN NULL"
+                " WHEN wakeups != ? THEN ?"
+                " ELSE (SELECT min(wake_at) FROM plait_timers WHERE run_id = plait_runs.id) END"
+                " WHERE id = ? AND lease_owner = ? RETURNING wake_at",
+                (wakeups_seen, now, run_id, owner),
+            ).fetchone()
+            return row is not None and row[0] is not None and row[0] <= now
+
+        return await self._write(go)
+
+    async def renew_leases(self, owner: str, lease_seconds: float) -> set[str]:
+        def go(conn: sqlite3.Connection) -> set[str]:
+            until = _now() + lease_seconds
+            conn.execute(
+                "UPDATE plait_runs SET lease_until = ? WHERE lease_owner = ?", (until, owner)
+            )
+            conn.execute(
+                "UPDATE plait_jobs SET lease_until = ? WHERE lease_owner = ?", (until, owner)
+            )
+            rows = conn.execute(
+                "SELECT id FROM plait_runs WHERE lease_owner = ? AND status != 'running'",
+                (owner,),
+            ).fetchall()
+            return {r[0] for r in rows}
+
+        return await self._write(go)
+
+    async def next_due(self) -> float | None:
+        def go(conn: sqlite3.Connection) -> float | None:
+            row = conn.execute(
+                "SELECT min(t) FROM ("
+                " SELECT min(CASE WHEN lease_owner IS NULL THEN wake_at"
+                "  ELSE max(wake_at, lease_until) END) AS t"
+                "  FROM plait_runs WHERE wake_at IS NOT NULL AND status = 'running'"
+                " UNION ALL SELECT min(CASE WHEN lease_owner IS NULL THEN available_at"
+                "  ELSE max(available_at, lease_until) END) FROM plait_jobs)"
+            ).fetchone()
+            return row[0] if row else None
+
+        return await self._read(go)
+
+    # -- queued steps -----------------------------------------------------------------------
+    async def claim_step_jobs(
+        self, owner: str, lease_seconds: float, limit: int, functions: Sequence[str]
+    ) -> list[StepJob]:
+        marks = ",".join("?" * len(functions))
+
+        def go(conn: sqlite3.Connection) -> list[StepJob]:
+            now = _now()
+            rows = conn.execute(
+                "UPDATE plait_jobs SET lease_owner = ?, lease_until = ?,"
+                " deliveries = deliveries + 1 WHERE rowid IN ("
+                " SELECT rowid FROM plait_jobs WHERE available_at <= ?"
+                f" AND (lease_owner IS NULL OR lease_until < ?) AND function IN ({marks})"
+                " ORDER BY available_at LIMIT ?"
+                ") RETURNING run_id, step_key, function, deliveries",
+                (owner, now + lease_seconds, now, now, *functions, limit),
+            ).fetchall()
+            return [StepJob(*r) for r in rows]
+
+        return await self._write(go)
+
+    async def begin_queued_step(
+        self, job: StepJob, owner: str, lease_seconds: float
+    ) -> StepRow | None:
+        def go(conn: sqlite3.Connection) -> StepRow | None:
+            now = _now()
+            held = conn.execute(
+                "SELECT 1 FROM plait_jobs WHERE run_id = ? AND step_key = ? AND lease_owner = ?",
+                (job.run_id, job.step_key, owner),
+            ).fetchone()
+            if held is None:
+                return None
+            row = conn.execute(
+                f"SELECT {convert.STEP_COLUMNS} FROM plait_steps WHERE run_id = ? AND key = ?",
+                (job.run_id, job.step_key),
+            ).fetchone()
+            status = conn.execute(
+                "SELECT status FROM plait_runs WHERE id = ?", (job.run_id,)
+            ).fetchone()
+            step = convert.step_row(row) if row else None
+            if step is None or status is None or status[0] != "running":
+                _delete_job(conn, job.run_id, job.step_key)
+                return None
+            if step.function != job.function:
+                _delete_job(conn, job.run_id, job.step_key)
+                raise StepFunctionMismatchError(
+                    f"job for step {job.step_key!r} of run {job.run_id} names function "
+                    f"{job.function!r}, but the step was created with {step.function!r}"
+                )
+            if step.status == "running":
+                # The previous holder's lease ran out while it ran this step: that attempt
+                # was interrupted and this delivery takes over with the next attempt.
+                _close_attempt(conn, step, step.attempts, "interrupted", None, None, now)
+            elif step.status != "scheduled":
+                _delete_job(conn, job.run_id, job.step_key)
+                return None
+            step.attempts += 1
+            step.status = "running"
+            step.wake_at = None
+            step.updated_at = now
+            conn.execute(_UPSERT_STEP, convert.step_params(step))
+            _open_attempt(conn, step, step.attempts, owner, now)
+            return step
+
+        return await self._write(go)
+
+    async def finish_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:
+        def go(conn: sqlite3.Connection) -> bool:
+            now = _now()
+            held = conn.execute(
+                "SELECT 1 FROM plait_jobs WHERE run_id = ? AND step_key = ? AND lease_owner = ?",
+                (job.run_id, job.step_key, owner),
+            ).fetchone()
+            if held is None:
+                return False
+            _delete_job(conn, job.run_id, job.step_key)
+            _apply(conn, job.run_id, ops, now)
+            conn.execute(_WAKE, (now, now, now, job.run_id))
+            return True
+
+        return await self._write(go)
+
+    async def drop_job(self, job: StepJob) -> None:
+        await self._write(lambda conn: _delete_job(conn, job.run_id, job.step_key))
+
+    # -- actions from outside a pass ------------------------------------------------------------
+    async def wake(self, run_id: str, at: float | None = None) -> None:
+        def go(conn: sqlite3.Connection) -> None:
+            now = _now()
+            when = now if at is None else at
+            conn.execute(_WAKE, (now, when, when, run_id))
+
+        await self._write(go)
+
+    async def cancel_run(self, run_id: str, reason: str | None) -> list[str]:
+        def go(conn: sqlite3.Connection) -> list[str]:
+            row = conn.execute("SELECT status FROM plait_runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFoundError(run_id)
+            if row[0] not in ("running", "suspended"):
+                raise RunStateError(run_id, row[0], "cancel")
+            error = serde.dumps(
+                {"message": reason or "cancelled", "type": "Cancel", "code": WORKFLOW_CANCELLED}
+            )
+            return _end_run(conn, run_id, "cancelled", None, error, _now(), {"running", "suspended"})
+
+        return await self._write(go)
+
+    async def resume_run(self, run_id: str) -> Run:
+        def go(conn: sqlite3.Connection) -> Run:
+            now = _now()
+            row = conn.execute("SELECT status FROM plait_runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFoundError(run_id)
+            if row[0] != "suspended":
+                raise RunStateError(run_id, row[0], "resume")
+            opened = conn.execute(
+                f"SELECT {convert.STEP_COLUMNS} FROM plait_steps WHERE run_id = ?"
+                " AND kind = 'suspend' AND status = 'pending'",
+                (run_id,),
+            ).fetchall()
+            for r in opened:
+                step = convert.step_row(r)
+                output = serde.loads(step.input) or {}
+                output["resumed_at"] = now
+                step.status = "succeeded"
+                step.output = serde.dumps(output)
+                step.updated_at = now
+                conn.execute(_UPSERT_STEP, convert.step_params(step))
+                _close_attempt(conn, step, step.attempts, "succeeded", step.output, None, now)
+            conn.execute(
+                "UPDATE plait_runs SET status = 'running', error = NULL, updated_at = ?,"
+                " wake_at = ?, wakeups = wakeups + 1 WHERE id = ?",
+                (now, now, run_id),
+            )
+            return convert.run_record(
+                convert.run_row(conn.execute(_SELECT_RUN, (run_id,)).fetchone())
+            )
+
+        return await self._write(go)
+
+    async def retry_run(self, run_id: str) -> Run:
+        def go(conn: sqlite3.Connection) -> Run:
+            now = _now()
+            row = conn.execute("SELECT status FROM plait_runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFoundError(run_id)
+            if row[0] != "failed":
+                raise RunStateError(run_id, row[0], "retry")
+            conn.execute(
+                "UPDATE plait_steps SET status = 'pending', failures = 0, wake_at = NULL,"
+                " updated_at = ? WHERE run_id = ? AND status = 'failed'",
+                (now, run_id),
+            )
+            conn.execute(
+                "UPDATE plait_runs SET status = 'running', error = NULL, output = NULL,"
+                " updated_at = ?, wake_at = ?, wakeups = wakeups + 1 WHERE id = ?",
+                (now, now, run_id),
+            )
+            return convert.run_record(
+                convert.run_row(conn.execute(_SELECT_RUN, (run_id,)).fetchone())
+            )
+
+        return await self._write(go)
+
+    async def send_event(self, run_id: str, name: str, payload: str | None) -> None:
+        def go(conn: sqlite3.Connection) -> None:
+            now = _now()
+            row = conn.execute("SELECT status FROM plait_runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFoundError(run_id)
+            if row[0] not in ("running", "suspended"):
+                raise RunStateError(run_id, row[0], f"send event {name!r} to")
+            conn.execute(
+                "INSERT INTO plait_events (run_id, name, payload, created_at) VALUES (?, ?, ?, ?)",
+                (run_id, name, payload, now),
+            )
+            conn.execute(_WAKE, (now, now, now, run_id))
+
+        await self._write(go)
+
+    # -- versions ---------------------------------------------------------------------------
+    async def put_version(
+        self, workflow: str, version: str, kind: str, definition: str | None, status: str
+    ) -> None:
+        def go(conn: sqlite3.Connection) -> None:
+            now = _now()
+            conn.execute(
+                "INSERT INTO plait_workflow_versions (workflow, version, kind, definition, status,"
+                " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (workflow, version) DO UPDATE SET status = excluded.status,"
+                " updated_at = excluded.updated_at",
+                (workflow, version, kind, definition, status, now, now),
+            )
+
+        await self._write(go)
+
+    async def get_version(self, workflow: str, version: str) -> dict[str, Any] | None:
+        rows = await self._versions("workflow = ? AND version = ?", (workflow, version))
+        return rows[0] if rows else None
+
+    async def list_versions(
+        self, workflow: str | None = None, status: str | None = None
+    ) -> list[dict[str, Any]]:
+        where, params = ["1 = 1"], []
+        if workflow is not None:
+            where.append("workflow = ?")
+            params.append(workflow)
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        return await self._versions(" AND ".join(where), tuple(params))
+
+    async def _versions(self, where: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+        def go(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = conn.execute(
+                "SELECT workflow, version, kind, definition, status, created_at, updated_at"
+                f" FROM plait_workflow_versions WHERE {where}"
+                " ORDER BY updated_at DESC, version",
+                params,
+            ).fetchall()
+            return [
+                {
+                    "workflow": r[0],
+                    "version": r[1],
+                    "kind": r[2],
+                    "definition": json.loads(r[3]) if r[3] else None,
+                    "status": r[4],
+                    "created_at": convert.ts(r[5]),
+                    "updated_at": convert.ts(r[6]),
+                }
+                for r in rows
+            ]
+
+        return await self._read(go)
+
+
+# -- statements shared by the operations above -------------------------------------------------
+
+
+def _settle(fut: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(value)
+
+
+def _path_from_url(url: str) -> str:
+    for prefix in ("sqlite:///", "sqlite://"):
+        if url.startswith(prefix):
+            path = url[len(prefix) :]
+            return path or ":memory:"
+    raise ValueError(f"not a sqlite URL: {url!r} (expected sqlite:///path/to/file.db)")
+
+
+def _insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> bool:
+    lease_until = now + new.lease_seconds if new.lease_owner else None
+    cur = conn.execute(
+        _INSERT_RUN,
+        (
+            new.id,
+            new.workflow,
+            new.kind,
+            new.version,
+            new.input,
+            new.parent_run_id,
+            new.parent_step_key,
+            new.owner,
+            new.start_node,
+            now,
+            now,
+            now,
+            new.lease_owner,
+            lease_until,
+        ),
+    )
+    return cur.rowcount == 1
+
+
+def _delete_job(conn: sqlite3.Connection, run_id: str, key: str) -> None:
+    conn.execute("DELETE FROM plait_jobs WHERE run_id = ? AND step_key = ?", (run_id, key))
+
+
+def _open_attempt(
+    conn: sqlite3.Connection, step: StepRow, attempt: int, worker: str | None, now: float
+) -> None:
+    conn.execute(
+        "INSERT INTO plait_attempts (run_id, key, attempt, status, worker, started_at)"
+        " VALUES (?, ?, ?, 'running', ?, ?) ON CONFLICT (run_id, key, attempt) DO UPDATE SET"
+        " status = 'running', worker = excluded.worker, started_at = excluded.started_at,"
+        " finished_at = NULL, output = NULL, error = NULL",
+        (step.run_id, step.key, attempt, worker, now),
+    )
+
+
+def _close_attempt(
+    conn: sqlite3.Connection,
+    step: StepRow,
+    attempt: int,
+    status: str,
+    output: str | None,
+    error: str | None,
+    now: float,
+) -> None:
+    conn.execute(
+        "UPDATE plait_attempts SET status = ?, output = ?, error = ?, finished_at = ?"
+        " WHERE run_id = ? AND key = ? AND attempt = ?",
+        (status, output, error, now, step.run_id, step.key, attempt),
+    )
+
+
+def _apply(conn: sqlite3.Connection, run_id: str, ops: Iterable[Op], now: float) -> None:
+    for op in ops:
+        if isinstance(op, PutStep):
+            conn.execute(_UPSERT_STEP, convert.step_params(op.step))
+        elif isinstance(op, StartAttempt):
+            conn.execute(_UPSERT_STEP, convert.step_params(op.step))
+            _open_attempt(conn, op.step, op.attempt, op.worker, now)
+        elif isinstance(op, FinishAttempt):
+            conn.execute(_UPSERT_STEP, convert.step_params(op.step))
+            _close_attempt(conn, op.step, op.attempt, op.status, op.output, op.error, now)
+        elif isinstance(op, SetTimer):
+            conn.execute(
+                "INSERT INTO plait_timers (run_id, step_key, purpose, wake_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (run_id, step_key) DO UPDATE SET purpose = excluded.purpose,"
+                " wake_at = excluded.wake_at",
+                (run_id, op.key, op.purpose, op.wake_at),
+            )
+        elif isinstance(op, ClearTimer):
+            conn.execute(
+                "DELETE FROM plait_timers WHERE run_id = ? AND step_key = ?", (run_id, op.key)
+            )
+        elif isinstance(op, EnqueueJob):
+            conn.execute(
+                "INSERT INTO plait_jobs (run_id, step_key, function, available_at, created_at)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id, step_key) DO UPDATE SET"
+                " function = excluded.function, available_at = excluded.available_at,"
+                " lease_owner = NULL, lease_until = NULL",
+                (run_id, op.key, op.function, op.available_at, now),
+            )
+        elif isinstance(op, ConsumeEvent):
+            cur = conn.execute(
+                "UPDATE plait_events SET consumed_by = ? WHERE id = ? AND consumed_by IS NULL",
+                (op.key, op.event_id),
+            )
+            if cur.rowcount != 1:
+                raise LeaseLostError(f"event {op.event_id} was consumed by another pass")
+        elif isinstance(op, CreateChildRun):
+            _insert_run(conn, op.run, now)
+        elif isinstance(op, SetState):
+            conn.execute(
+                "INSERT INTO plait_state (run_id, name, value) VALUES (?, ?, ?)"
+                " ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value",
+                (run_id, op.name, op.value),
+            )
+        elif isinstance(op, EndRun):
+            _end_run(conn, run_id, op.status, op.output, op.error, now, {"running"})
+        else:  # pragma: no cover - a new op without a store implementation
+            raise TypeError(f"unknown store operation {op!r}")
+
+
+def _end_run(
+    conn: sqlite3.Connection,
+    run_id: str,
+    status: str,
+    output: str | None,
+    error: str | None,
+    now: float,
+    from_statuses: set[str],
+) -> list[str]:
+    """Move a run to ``status`` if it is in ``from_statuses``; returns every run that moved
+    (a cancel cascades to children). A terminal end settles the parent's step."""
+    marks = ",".join("?" * len(from_statuses))
+    row = conn.execute(
+        f"UPDATE plait_runs SET status = ?, output = ?, error = ?, updated_at = ?, wake_at = NULL"
+        f" WHERE id = ? AND status IN ({marks}) RETURNING parent_run_id, parent_step_key",
+        (status, output, error, now, run_id, *from_statuses),
+    ).fetchone()
+    if row is None:
+        return []
+    moved = [run_id]
+    if status == "suspended":
+        return moved
+    conn.execute("DELETE FROM plait_timers WHERE run_id = ?", (run_id,))
+    conn.execute("DELETE FROM plait_jobs WHERE run_id = ?", (run_id,))
+    if status == "cancelled":
+        children = conn.execute(
+            "SELECT id FROM plait_runs WHERE parent_run_id = ?"
+            " AND status IN ('running', 'suspended')",
+            (run_id,),
+        ).fetchall()
+        for (child,) in children:
+            moved += _end_run(conn, child, status, None, error, now, {"running", "suspended"})
+    parent_id, parent_key = row
+    if parent_id and parent_key:
+        _settle_parent_step(conn, parent_id, parent_key, run_id, status, output, error, now)
+    return moved
+
+
+def _settle_parent_step(
+    conn: sqlite3.Connection,
+    parent_id: str,
+    key: str,
+    child_id: str,
+    status: str,
+    output: str | None,
+    error: str | None,
+    now: float,
+) -> None:
+    row = conn.execute(
+        f"SELECT {convert.STEP_COLUMNS} FROM plait_steps WHERE run_id = ? AND key = ?",
+        (parent_id, key),
+    ).fetchone()
+    if row is None:
+        return
+    step = convert.step_row(row)
+    if step.child_run_id != child_id or step.status != "running":
+        return
+    if status == "completed":
+        step.status, step.output, step.error = "succeeded", output, None
+        outcome = "succeeded"
+    else:
+        child_error = serde.loads(error) or {}
+        message = child_error.get("message", status)
+        step.status, step.output = "failed", None
+        step.failures += 1
+        step.error = serde.dumps(
+            {
+                "message": f"child run {child_id} {status}: {message}",
+                "type": "ChildRunError",
+                "code": child_error.get("code") or "CHILD_FAILED",
+                "child_run_id": child_id,
+            }
+        )
+        outcome = "failed"
+    step.updated_at = now
+    conn.execute(_UPSERT_STEP, convert.step_params(step))
+    _close_attempt(conn, step, step.attempts, outcome, step.output, step.error, now)
+    conn.execute(_WAKE, (now, now, now, parent_id))

@@ -1,0 +1,310 @@
+"""The loops that do the work: orchestrator passes, queued steps, lease renewal.
+
+Every engine with ``workers=True`` and every ``plait worker`` process runs these. They share
+nothing but the database: a run is taken by a conditional write on its row (its lease),
+a queued step by one on its job row. A lease is renewed while work is held and expires
+when the process dies, so another worker can take over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from plait import serde
+from plait.errors import LeaseLostError, StepFunctionMismatchError
+from plait.retry import RetryPolicy
+from plait.runtime.context import StepContext
+from plait.runtime.execute import run_attempt
+from plait.store.base import EnqueueJob, FinishAttempt, Op, StepJob
+
+if TYPE_CHECKING:
+    from plait.engine import Engine
+
+log = logging.getLogger("plait.worker")
+
+
+class Runner:
+    """Drives runs and queued steps for one engine. ``owner`` is this process's lease name."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.store = engine.store
+        self.owner = engine.worker_id
+        self.lease = engine.lease_seconds
+        self.driving: dict[str, asyncio.Task[Any]] = {}
+        self.stepping: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.work = asyncio.Event()
+        self.slots = asyncio.Semaphore(engine.concurrency)
+        self.closing = False
+        self.loops: list[asyncio.Task[Any]] = []
+        self.steps_run = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start_loops(self, *, passes: bool = True, steps: bool = True) -> None:
+        if passes:
+            self.loops.append(asyncio.create_task(self._pass_loop(), name="plait-passes"))
+        if steps:
+            self.loops.append(asyncio.create_task(self._step_loop(), name="plait-steps"))
+        self.loops.append(asyncio.create_task(self._lease_loop(), name="plait-leases"))
+
+    def kick(self) -> None:
+        """Something new may be due: wake the loops now instead of at their next poll."""
+        self.work.set()
+
+    async def stop(self, *, drain: float = 0.0) -> None:
+        """Stop taking work; give what is held ``drain`` seconds, then cancel it. Leases of
+        cancelled work are released so another worker can take it at once."""
+        self.closing = True
+        self.kick()
+        for task in self.loops:
+            task.cancel()
+        for task in self.loops:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.loops.clear()
+        held = [t for t in self.tasks if not t.done()]
+        if held and drain > 0:
+            await asyncio.wait(held, timeout=drain)
+        for task in list(self.tasks):
+            task.cancel()
+        for task in list(self.tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def spawn(self, coro: Any, name: str | None = None) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=name)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    # -- orchestrator passes ------------------------------------------------------------------
+    def drive(self, run_id: str, *, claimed: bool = False, follow: bool = False) -> None:
+        """Run passes of ``run_id`` in this process until it pauses (or ends, if
+        ``follow``: an inline run on an engine without worker loops keeps its driver)."""
+        if run_id in self.driving or self.closing:
+            if claimed:
+                self.spawn(self._release_quietly(run_id))
+            return
+        task = self.spawn(self._drive(run_id, claimed, follow), name=f"plait-run-{run_id}")
+        self.driving[run_id] = task
+        task.add_done_callback(lambda _t: self.driving.pop(run_id, None))
+
+    async def _release_quietly(self, run_id: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.store.release_run(run_id, self.owner, -1)
+
+    async def _drive(self, run_id: str, claimed: bool, follow: bool) -> None:
+        async with self.slots:
+            while not self.closing:
+                if not claimed and not await self.store.claim_run(run_id, self.owner, self.lease):
+                    if not follow:
+                        return
+                    if not await self._wait_for_due(run_id):
+                        return
+                    continue
+                claimed = False
+                again = await self._one_pass(run_id)
+                if not again:
+                    if not follow or not await self._wait_for_due(run_id):
+                        return
+
+    async def _wait_for_due(self, run_id: str) -> bool:
+        """Sleep until the run is due again; False once it no longer needs this driver."""
+        snapshot = await self.store.load_pass(run_id)
+        if snapshot is None or snapshot.run.status != "running":
+            return False
+        wake_at = snapshot.run.wake_at
+        if snapshot.run.lease_owner and snapshot.run.lease_until:
+            wake_at = max(wake_at or 0.0, snapshot.run.lease_until)
+        delay = 1.0 if wake_at is None else max(0.0, min(1.0, wake_at - time.time()))
+        await self.engine.notifier.wait_run(run_id, delay)
+        return True
+
+    async def _one_pass(self, run_id: str) -> bool:
+        """One pass under the lease we hold; True if another is due right away."""
+        engine = self.engine
+        try:
+            snapshot = await self.store.load_pass(run_id)
+            if snapshot is None:
+                return False
+            if snapshot.run.status != "running" or snapshot.run.lease_owner != self.owner:
+                await self.store.release_run(run_id, self.owner, snapshot.run.wakeups)
+                return False
+            result = await engine.execute_pass(snapshot, self.owner)
+            again = await self.store.release_run(run_id, self.owner, snapshot.run.wakeups)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.store.release_run(run_id, self.owner, -1))
+            raise
+        except LeaseLostError:
+            log.warning("run %s: lease lost to another worker; leaving it", run_id)
+            return False
+        except Exception:
+            log.exception("run %s: orchestrator pass crashed; it will be retried", run_id)
+            with contextlib.suppress(Exception):
+                await self.store.release_run(run_id, self.owner, -1)
+            await asyncio.sleep(0.05)
+            return False
+        if result.status != "running":
+            engine.run_changed(run_id, result.status)
+        for child in result.children:
+            engine.run_changed(child, "running")
+            if engine.inline_children:
+                self.drive(child, follow=not engine.workers)
+        if not again:
+            self.kick()  # let the loops see new timers, children and woken parents
+        return again
+
+    async def _pass_loop(self) -> None:
+        while not self.closing:
+            self.work.clear()
+            free = max(0, self.engine.concurrency - len(self.driving))
+            claimed: list[str] = []
+            if free:
+                try:
+                    claimed = await self.store.claim_due_runs(self.owner, self.lease, free)
+                except Exception:
+                    log.exception("claiming due runs failed; retrying")
+            for run_id in claimed:
+                self.drive(run_id, claimed=True)
+            if claimed and len(claimed) == free:
+                await asyncio.sleep(0)
+                continue
+            await self._idle()
+
+    async def _idle(self) -> None:
+        try:
+            due = await self.store.next_due()
+        except Exception:
+            due = None
+        timeout = self.engine.poll_interval
+        if due is not None:
+            timeout = max(0.0, min(timeout, due - time.time() + 0.001))
+        if timeout <= 0:
+            await asyncio.sleep(0.001)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.work.wait(), timeout)
+
+    # -- queued steps -------------------------------------------------------------------------
+    async def _step_loop(self) -> None:
+        functions = [name for name, f in self.engine.app.functions.items() if f.queued]
+        if not functions:
+            return
+        while not self.closing:
+            self.work.clear()
+            free = max(0, self.engine.concurrency - len(self.stepping))
+            jobs: list[StepJob] = []
+            if free:
+                try:
+                    jobs = await self.store.claim_step_jobs(self.owner, self.lease, free, functions)
+                except Exception:
+                    log.exception("claiming step jobs failed; retrying")
+            for job in jobs:
+                key = (job.run_id, job.step_key)
+                task = self.spawn(self._run_job(job), name=f"plait-step-{job.step_key}")
+                self.stepping[key] = task
+                task.add_done_callback(lambda _t, k=key: self.stepping.pop(k, None))
+            if jobs and len(jobs) == free:
+                await asyncio.sleep(0)
+                continue
+            await self._idle()
+
+    async def _run_job(self, job: StepJob) -> None:
+        async with self.slots:
+            await self.run_job(job)
+
+    async def run_job(self, job: StepJob) -> None:
+        """Execute one delivery of a queued step. Duplicate deliveries are harmless: the
+        step is claimed by a conditional write, so only one of them runs the body."""
+        fdef = self.engine.app.functions.get(job.function)
+        try:
+            step = await self.store.begin_queued_step(job, self.owner, self.lease)
+        except StepFunctionMismatchError as exc:
+            log.error("rejected a step job: %s", exc)
+            raise
+        if step is None:
+            return
+        if fdef is None:  # pragma: no cover - claim filters on the functions we have
+            return
+        ctx = StepContext(
+            run_id=step.run_id,
+            step_key=step.key,
+            invocation_id=step.invocation_id,
+            attempt=step.attempts,
+            workflow="",
+        )
+        attempt = step.attempts
+        try:
+            outcome = await run_attempt(fdef, serde.loads(step.input), ctx, step.timeout)
+        except asyncio.CancelledError:
+            step.status = "scheduled"
+            step.wake_at = time.time()
+            ops: list[Op] = [
+                FinishAttempt(dataclasses.replace(step), attempt, "interrupted"),
+                EnqueueJob(step.key, job.function, time.time()),
+            ]
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.store.finish_queued_step(job, self.owner, ops))
+            raise
+        self.steps_run += 1
+        if outcome.ok:
+            step.status, step.output = "succeeded", outcome.output
+            ops = [FinishAttempt(dataclasses.replace(step), attempt, "succeeded", outcome.output)]
+        else:
+            error = serde.dumps(outcome.error)
+            step.failures += 1
+            step.error = error
+            policy = RetryPolicy(step.retries, step.retry_delay)
+            if outcome.retryable and step.failures <= step.retries:
+                step.status = "scheduled"
+                step.wake_at = time.time() + policy.delay_after(step.failures)
+                ops = [
+                    FinishAttempt(dataclasses.replace(step), attempt, "failed", None, error),
+                    EnqueueJob(step.key, job.function, step.wake_at),
+                ]
+            else:
+                step.status = "failed"
+                ops = [FinishAttempt(dataclasses.replace(step), attempt, "failed", None, error)]
+        if not await self.store.finish_queued_step(job, self.owner, ops):
+            log.warning("step %s of run %s: job lease lost; result dropped", job.step_key, job.run_id)
+            return
+        self.engine.notifier.publish_work()
+        self.kick()
+
+    # -- leases -------------------------------------------------------------------------------
+    async def _lease_loop(self) -> None:
+        every = max(0.05, self.lease / 4)
+        while not self.closing:
+            await asyncio.sleep(every)
+            if not self.driving and not self.stepping:
+                continue
+            try:
+                gone = await self.store.renew_leases(self.owner, self.lease)
+            except Exception:
+                log.exception("renewing leases failed")
+                continue
+            for run_id in gone:
+                task = self.driving.get(run_id)
+                if task is not None:
+                    task.cancel()
+            if gone:
+                for (run_id, _key), task in list(self.stepping.items()):
+                    if run_id in gone:
+                        task.cancel()
+
+    def cancel_local(self, run_ids: list[str]) -> None:
+        """Stop in-process work of cancelled runs right away."""
+        for run_id in run_ids:
+            task = self.driving.get(run_id)
+            if task is not None:
+                task.cancel()
+            for (rid, _key), step_task in list(self.stepping.items()):
+                if rid == run_id:
+                    step_task.cancel()
