@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import hashlib
 import inspect
+import logging
 import textwrap
 from collections.abc import Callable
 from typing import Any, overload
@@ -131,6 +132,12 @@ def _inspect_function(fn: Callable[..., Any], name: str) -> tuple[bool, bool, An
             hints = inspect.get_annotations(fn, eval_str=True)
             annotation = hints.get(positional[0].name, annotation)
         except Exception:
+            logging.getLogger("plait").warning(
+                "function %r: cannot resolve the annotation %r of its data parameter; "
+                "its input will not be validated",
+                name,
+                annotation,
+            )
             annotation = inspect.Parameter.empty
     return takes_data, takes_ctx, annotation
 

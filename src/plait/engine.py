@@ -169,7 +169,9 @@ class Engine:
             self.notifier.publish_work()
         return run.id
 
-    async def run(self, name: str, data: Any = None, *, timeout: float | None = None, **start_kw: Any) -> Any:
+    async def run(
+        self, name: str, data: Any = None, *, timeout: float | None = None, **start_kw: Any
+    ) -> Any:
         """Start a run and wait for its output."""
         run_id = await self.start(name, data, **start_kw)
         run = await self.wait(run_id, timeout=timeout)
@@ -211,18 +213,31 @@ class Engine:
         status: str | None = None,
         version: str | None = None,
         owner: str | None = None,
+        visible_to: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[Run]:
         runs, _total = await self.count_runs(
-            workflow=workflow, status=status, version=version, owner=owner, limit=limit, offset=offset
+            workflow=workflow,
+            status=status,
+            version=version,
+            owner=owner,
+            visible_to=visible_to,
+            limit=limit,
+            offset=offset,
         )
         return runs
 
     async def count_runs(self, **filters: Any) -> tuple[list[Run], int]:
         """Runs newest first plus the total that match the filters (for paging)."""
         status = filters.get("status")
-        if status is not None and status not in {"running", "suspended", "completed", "failed", "cancelled"}:
+        if status is not None and status not in {
+            "running",
+            "suspended",
+            "completed",
+            "failed",
+            "cancelled",
+        }:
             raise ValueError(f"invalid status filter: {status!r}")
         limit, offset = filters.get("limit", 50), filters.get("offset", 0)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:

@@ -273,7 +273,9 @@ class Runner:
                 step.status = "failed"
                 ops = [FinishAttempt(dataclasses.replace(step), attempt, "failed", None, error)]
         if not await self.store.finish_queued_step(job, self.owner, ops):
-            log.warning("step %s of run %s: job lease lost; result dropped", job.step_key, job.run_id)
+            log.warning(
+                "step %s of run %s: job lease lost; result dropped", job.step_key, job.run_id
+            )
             return
         self.engine.notifier.publish_work()
         self.kick()

@@ -293,6 +293,21 @@ class Graph:
                 preds[e.target].append(e.source)
         return {nid: tuple(ps) for nid, ps in preds.items()}
 
+    @cached_property
+    def _transitions(self) -> Mapping[str, tuple[tuple[str, bool], ...]]:
+        out: dict[str, list[tuple[str, bool]]] = {nid: [] for nid in self.nodes}
+        for e in self.edges:
+            item = (e.target, e.kind == "on_error" or self.is_back_edge(e.source, e.target))
+            if item not in out[e.source]:
+                out[e.source].append(item)
+        return {nid: tuple(items) for nid, items in out.items()}
+
+    def transitions(self, node_id: str) -> tuple[tuple[str, bool], ...]:
+        """``(target, fresh)`` for every edge out of ``node_id``; ``fresh`` edges (loops
+        and error handlers) start a new instance each time they fire, the others start
+        their target once per run."""
+        return self._transitions[node_id]
+
     def forward_predecessors(self, node_id: str) -> tuple[str, ...]:
         """Nodes with a forward ``next`` edge into ``node_id``: what a join waits for."""
         return self._forward_predecessors[node_id]

@@ -181,19 +181,24 @@ def _check(value: Any, where: str, problems: list[str]) -> None:
             _check(item, f"{where}[{index}]", problems)
 
 
-def references(value: Any, *, include_special: bool = False) -> set[str]:
+def references(
+    value: Any, *, include_special: bool = False, required_only: bool = False
+) -> set[str]:
     """The node ids ``value`` reads; with ``include_special`` also ``trigger``, ``$item``
-    and ``$state``. Malformed parts are skipped (``check_syntax`` reports them)."""
+    and ``$state``; with ``required_only`` leaving out ``$ref``s that have a ``default``
+    (those may point to a node that did not run). Malformed parts are skipped
+    (``check_syntax`` reports them)."""
     roots: set[str] = set()
-    _collect(value, roots)
+    _collect(value, roots, required_only)
     return roots if include_special else roots - SPECIAL_ROOTS
 
 
-def _collect(value: Any, roots: set[str]) -> None:
+def _collect(value: Any, roots: set[str], required_only: bool) -> None:
     if isinstance(value, Mapping):
         if REF in value:
             if isinstance(value[REF], str) and value[REF]:
-                roots.add(value[REF])
+                if not (required_only and "default" in value):
+                    roots.add(value[REF])
             return
         if TEMPLATE in value:
             try:
@@ -203,10 +208,10 @@ def _collect(value: Any, roots: set[str]) -> None:
             roots.update(part[0] for part in parts if isinstance(part, tuple))
             return
         for item in value.values():
-            _collect(item, roots)
+            _collect(item, roots, required_only)
     elif isinstance(value, list | tuple):
         for item in value:
-            _collect(item, roots)
+            _collect(item, roots, required_only)
 
 
 # -- resolution -----------------------------------------------------------------------

@@ -12,6 +12,7 @@ step with the same invocation id, which is exactly the at-least-once promise.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
@@ -74,7 +75,8 @@ class Pass:
         self.paused = False
         self.children: list[str] = []
         self.queued = False
-        self.inflight: set[asyncio.Future[Any]] = set()
+        #: every step started in this pass; the pass ends only when all have settled
+        self.tasks: list[asyncio.Task[Any]] = []
         self.conflict: str | None = None
         self.input = serde.loads(self.run.input)
         #: replaying on code that is not the version the run started on
@@ -86,6 +88,24 @@ class Pass:
             return
         ops, self.ops = self.ops, []
         await self.store.commit(Batch(self.run.id, ops, fence=self.owner))
+
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+        """Start a step now. Steps are tasks from the moment they are called, so a pass
+        can wait for every one of them (even inside a ``gather`` that already raised)
+        before it records its outcome and gives up the lease."""
+        task = asyncio.ensure_future(coro)
+        self.tasks.append(task)
+        return task
+
+    async def settle(self) -> None:
+        while True:
+            pending = [t for t in self.tasks if not t.done()]
+            if not pending:
+                break
+            await asyncio.wait(pending)
+        for task in self.tasks:
+            if not task.cancelled():
+                task.exception()  # retrieved: a paused branch nobody awaited is not an error
 
     # -- keys ---------------------------------------------------------------------------------
     def next_key(self, name: str) -> str:
@@ -160,7 +180,9 @@ class Pass:
     async def do(self, key: str, name: str, target: Any, data: Any, options: dict[str, Any]) -> Any:
         if isinstance(target, str):
             if target in self.app.functions:
-                return await self._function_step(key, name, self.app.functions[target], data, options)
+                return await self._function_step(
+                    key, name, self.app.functions[target], data, options
+                )
             if self.app.is_runnable(target):
                 return await self._child_step(key, name, target, data)
             return await self._missing_function(key, name, target, data, options)
@@ -280,24 +302,21 @@ class Pass:
             attempt=attempt,
             workflow=self.run.workflow,
         )
-        task = asyncio.ensure_future(
-            run_attempt(body, serde.loads(step.input), ctx, step.timeout)
-        )
-        self.inflight.add(task)
         try:
-            outcome = await asyncio.shield(task)
+            outcome = await run_attempt(body, serde.loads(step.input), ctx, step.timeout)
         except asyncio.CancelledError:
-            task.cancel()
             step.status = "failed"
             step.error = serde.dumps(
-                {"message": "cancelled", "type": "CancelledError", "code": errors.WORKFLOW_CANCELLED}
+                {
+                    "message": "cancelled",
+                    "type": "CancelledError",
+                    "code": errors.WORKFLOW_CANCELLED,
+                }
             )
             self.ops.append(
                 FinishAttempt(dataclasses.replace(step), attempt, "cancelled", None, step.error)
             )
             raise
-        finally:
-            self.inflight.discard(task)
         if outcome.ok:
             step.status, step.output, step.error = "succeeded", outcome.output, None
             self.ops.append(
@@ -312,7 +331,9 @@ class Pass:
             delay = policy.delay_after(step.failures)
             step.status = "scheduled"
             step.wake_at = time.time() + delay
-            self.ops.append(FinishAttempt(dataclasses.replace(step), attempt, "failed", None, error))
+            self.ops.append(
+                FinishAttempt(dataclasses.replace(step), attempt, "failed", None, error)
+            )
             if delay > 0:
                 self.ops.append(SetTimer(step.key, "retry", step.wake_at))
             return
@@ -360,7 +381,11 @@ class Pass:
         step = self.steps.get(key)
         if step is None:
             step = self._new_step(
-                key, name, "child", function=workflow, input=_dump_input(data, key),
+                key,
+                name,
+                "child",
+                function=workflow,
+                input=_dump_input(data, key),
                 policy=RetryPolicy(0, None),
             )
         else:
@@ -465,8 +490,11 @@ class Pass:
         if step.wake_at is not None and step.wake_at <= now:
             step.status = "failed"
             step.error = serde.dumps(
-                {"message": f"no event {name!r} before the timeout", "type": "EventTimeout",
-                 "code": errors.EVENT_TIMEOUT}
+                {
+                    "message": f"no event {name!r} before the timeout",
+                    "type": "EventTimeout",
+                    "code": errors.EVENT_TIMEOUT,
+                }
             )
             self._put(step)
             self.ops.append(ClearTimer(key))
@@ -485,6 +513,20 @@ class Pass:
 
     # -- the whole pass --------------------------------------------------------------------------
     async def execute(self, wdef: WorkflowDef) -> PassResult:
+        try:
+            return await self._execute(wdef)
+        except asyncio.CancelledError:
+            for task in self.tasks:
+                task.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(self._settle_and_flush())
+            raise
+
+    async def _settle_and_flush(self) -> None:
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.flush()
+
+    async def _execute(self, wdef: WorkflowDef) -> PassResult:
         wf = Workflow(self)
         end: EndRun | None = None
         try:
@@ -494,7 +536,9 @@ class Pass:
                 result = await wdef.fn(wf)
             if not self.paused:
                 try:
-                    output = serde.dumps(result, what=f"the output of workflow {self.run.workflow!r}")
+                    output = serde.dumps(
+                        result, what=f"the output of workflow {self.run.workflow!r}"
+                    )
                     end = EndRun("completed", output=output)
                 except errors.NotJSONError as exc:
                     end = EndRun("failed", error=serde.dumps(serde.error_record(exc)))
@@ -511,9 +555,7 @@ class Pass:
             end = EndRun("failed", error=serde.dumps({**exc.error, "step": exc.step_key}))
         except Exception as exc:
             end = EndRun("failed", error=serde.dumps(serde.error_record(exc)))
-        if self.inflight:
-            await asyncio.gather(*self.inflight, return_exceptions=True)
-            await asyncio.sleep(0)  # let the awaiting coroutines record their outcomes
+        await self.settle()
         if self.conflict and (end is None or end.status != "failed"):
             end = EndRun("failed", error=_control_error(self.conflict, errors.VERSION_CONFLICT))
         if end is not None and self.paused and end.status == "completed":
@@ -545,9 +587,7 @@ class Workflow:
     @staticmethod
     def _check_name(name: object, what: str) -> str:
         if not isinstance(name, str):
-            raise TypeError(
-                f"{what} name must be a string, got {type(name).__name__} {name!r}"
-            )
+            raise TypeError(f"{what} name must be a string, got {type(name).__name__} {name!r}")
         if not name:
             raise ValueError(f"{what} name must not be empty")
         return name
@@ -580,20 +620,20 @@ class Workflow:
         if options.get("on_error") is not None and not isinstance(options["on_error"], str):
             raise TypeError(f"step {step_name!r}: on_error must be a function name")
         key = self._pass.next_key(step_name)
-        return self._pass.do(key, step_name, fn, data, options)
+        return self._pass.spawn(self._pass.do(key, step_name, fn, data, options))
 
     def sleep(self, step_name: str, duration: float | str) -> Awaitable[None]:
         """A durable timer: the run holds nothing while it waits."""
         self._check_name(step_name, "sleep")
         seconds = parse_duration(duration, what=f"duration of sleep {step_name!r}")
         key = self._pass.next_key(step_name)
-        return self._pass.sleep(key, step_name, seconds)
+        return self._pass.spawn(self._pass.sleep(key, step_name, seconds))
 
     def suspend(self, reason: str = "suspended") -> Awaitable[None]:
         """Pause the run until ``engine.resume(run_id)``; each call site pauses once."""
         self._check_name(reason, "suspend reason")
         key = self._pass.next_key(f"__suspend:{reason}")
-        return self._pass.suspend(key, reason)
+        return self._pass.spawn(self._pass.suspend(key, reason))
 
     def wait_for_event(self, name: str, timeout: float | str | None = None) -> Awaitable[Any]:
         """The payload of the next ``engine.send_event(run_id, name, ...)``; an event sent
@@ -603,7 +643,7 @@ class Workflow:
             None if timeout is None else parse_duration(timeout, what=f"timeout of event {name!r}")
         )
         key = self._pass.next_key(f"__event:{name}")
-        return self._pass.wait_for_event(key, name, seconds)
+        return self._pass.spawn(self._pass.wait_for_event(key, name, seconds))
 
     def now(self) -> datetime:
         """The time, recorded on first reach so every replay sees the same value."""

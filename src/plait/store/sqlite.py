@@ -302,10 +302,14 @@ class SQLiteStore:
         version: str | None = None,
         owner: str | None = None,
         parent_run_id: str | None = None,
+        visible_to: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> tuple[list[Run], int]:
         where, params = [], []
+        if visible_to is not None:
+            where.append("(owner IS NULL OR owner = ?)")
+            params.append(visible_to)
         for column, value in (
             ("workflow", workflow),
             ("status", status),
@@ -570,7 +574,9 @@ class SQLiteStore:
             error = serde.dumps(
                 {"message": reason or "cancelled", "type": "Cancel", "code": WORKFLOW_CANCELLED}
             )
-            return _end_run(conn, run_id, "cancelled", None, error, _now(), {"running", "suspended"})
+            return _end_run(
+                conn, run_id, "cancelled", None, error, _now(), {"running", "suspended"}
+            )
 
         return await self._write(go)
 

@@ -1,0 +1,113 @@
+"""Shared fixtures: every semantic test runs against each store (the conformance suite)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import plait
+
+STORES = ["sqlite"]
+if os.environ.get("PLAIT_TEST_STORES"):
+    STORES = os.environ["PLAIT_TEST_STORES"].split(",")
+elif os.environ.get("PLAIT_SKIP_POSTGRES") != "1":
+    STORES.append("postgres")
+
+
+def _postgres_available() -> str | None:
+    try:
+        import asyncpg  # noqa: F401
+
+        from plait.store.postgres import PostgresStore  # noqa: F401
+    except ImportError as exc:
+        return f"PostgreSQL store not available: {exc}"
+    from plait.testing.postgres import find_pg_bin
+
+    if find_pg_bin() is None:
+        return "no PostgreSQL binaries installed"
+    return None
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Any:
+    reason = _postgres_available()
+    if reason:
+        pytest.skip(reason)
+    from plait.testing.postgres import TemporaryCluster
+
+    cluster = TemporaryCluster(fsync=False)
+    cluster.start()
+    yield cluster
+    cluster.cleanup()
+
+
+_db_counter = 0
+
+
+@pytest.fixture(params=STORES)
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty database URL for each test, on each store."""
+    global _db_counter
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'plait.db'}"
+    cluster = request.getfixturevalue("pg_cluster")
+    _db_counter += 1
+    return cluster.create_database(f"t{os.getpid()}_{_db_counter}")
+
+
+@pytest.fixture
+def engine_factory(database: str) -> Callable[..., Any]:
+    """Open engines on the test's database; all are closed at the end of the test."""
+    opened: list[plait.Engine] = []
+
+    @contextlib.asynccontextmanager
+    async def make(app: plait.App, **options: Any) -> AsyncIterator[plait.Engine]:
+        options.setdefault("poll_interval", 0.2)
+        engine = plait.Engine(app, database, **options)
+        await engine.open()
+        opened.append(engine)
+        try:
+            yield engine
+        finally:
+            await engine.close()
+
+    return make
+
+
+async def eventually(
+    check: Callable[[], Awaitable[Any]], *, timeout: float = 10.0, what: str = "condition"
+) -> Any:
+    """Poll ``check`` until it returns something truthy, or fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(delay)
+        delay = min(0.1, delay * 1.5)
+
+
+class Counter:
+    """Counts how many times each function body actually ran."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.calls: list[tuple[str, Any]] = []
+
+    def hit(self, name: str, info: Any = None) -> int:
+        self.counts[name] = self.counts.get(name, 0) + 1
+        self.calls.append((name, info))
+        return self.counts[name]
+
+    def __getitem__(self, name: str) -> int:
+        return self.counts.get(name, 0)

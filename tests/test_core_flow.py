@@ -1,0 +1,464 @@
+"""Durable waits, children, parallel steps, cancellation and the engine's actions."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from conftest import Counter, eventually
+
+import plait
+
+
+async def _step(engine: plait.Engine, run_id: str, key: str) -> plait.Step | None:
+    return next((s for s in await engine.get_steps(run_id) if s.key == key), None)
+
+
+async def test_two_suspends_each_pause_once(engine_factory) -> None:
+    app = plait.App()
+
+    @app.workflow
+    async def gates(wf: plait.Workflow, data: None) -> dict:
+        await wf.suspend("Building")
+        await wf.suspend("Awaiting approval")
+        return {"ok": True}
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("gates")
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "suspended"
+        assert run.error == {
+            "message": "Building",
+            "type": "WorkflowSuspended",
+            "code": "WORKFLOW_SUSPENDED",
+        }
+        with pytest.raises(plait.WorkflowSuspendedError):
+            await engine.run("gates", run_id=run_id, timeout=10)
+        await engine.resume(run_id)
+        with pytest.raises(plait.RunStateError, match="cannot resume"):
+            await engine.resume(run_id)  # a duplicate wake-up does not pass the next gate
+        run = await eventually(
+            lambda: _status(engine, run_id, "suspended"), what="the second suspend"
+        )
+        assert run.error["message"] == "Awaiting approval"
+        await engine.resume(run_id)
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed" and run.output == {"ok": True} and run.error is None
+        keys = [s.key for s in await engine.get_steps(run_id)]
+        assert keys == ["__suspend:Building", "__suspend:Awaiting approval"]
+
+
+async def _status(engine: plait.Engine, run_id: str, status: str) -> plait.Run | None:
+    run = await engine.get_run(run_id)
+    if run.status == status and (status != "suspended" or run.error):
+        return run
+    return None
+
+
+async def test_event_sent_before_the_wait_is_kept(engine_factory) -> None:
+    app = plait.App()
+
+    @app.workflow
+    async def approval(wf: plait.Workflow, data: None) -> dict:
+        await wf.suspend("hold")
+        decision = await wf.wait_for_event("decision")
+        second = await wf.wait_for_event("decision")
+        return {"first": decision, "second": second}
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("approval")
+        assert (await engine.wait(run_id, timeout=10)).status == "suspended"
+        await engine.send_event(run_id, "decision", {"approved": True})
+        await engine.send_event(run_id, "decision", {"approved": False})
+        await engine.resume(run_id)
+        run = await engine.wait(run_id, timeout=10)
+        assert run.output == {"first": {"approved": True}, "second": {"approved": False}}
+        assert [s.key for s in await engine.get_steps(run_id)] == [
+            "__suspend:hold",
+            "__event:decision",
+            "__event:decision#1",
+        ]
+
+
+async def test_event_delivered_to_a_waiting_run_and_timeout(engine_factory) -> None:
+    app = plait.App()
+
+    @app.workflow
+    async def waits(wf: plait.Workflow, timeout: float) -> object:
+        try:
+            return await wf.wait_for_event("ping", timeout=timeout)
+        except plait.EventTimeout:
+            return "timed out"
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("waits", 30)
+        await eventually(lambda: _step(engine, run_id, "__event:ping"), what="the wait")
+        await engine.send_event(run_id, "ping", [1, 2])
+        assert (await engine.wait(run_id, timeout=10)).output == [1, 2]
+        assert await engine.run("waits", 0.1, timeout=10) == "timed out"
+        with pytest.raises(plait.RunStateError):
+            await engine.send_event(run_id, "ping", 3)  # the run is finished
+        with pytest.raises(plait.RunNotFoundError):
+            await engine.send_event("no-such-run", "ping")
+
+
+async def test_now_and_uuid_are_stable_across_replays(engine_factory) -> None:
+    app = plait.App()
+    seen: list[tuple[str, str]] = []
+
+    @app.workflow
+    async def stamps(wf: plait.Workflow, data: None) -> list[str]:
+        now, uid = wf.now(), wf.uuid()
+        seen.append((now.isoformat(), uid))
+        await wf.sleep("nap", 0.05)
+        return [now.isoformat(), uid]
+
+    async with engine_factory(app) as engine:
+        out = await engine.run("stamps", timeout=10)
+        assert len(seen) == 2 and seen[0] == seen[1] == tuple(out)
+
+
+async def test_child_workflow_once_per_parent_step(engine_factory) -> None:
+    counter = Counter()
+    app = plait.App()
+
+    @app.workflow
+    async def child(wf: plait.Workflow, data: dict) -> dict:
+        counter.hit("child")
+        await wf.sleep("settle", 0.05)
+        if data.get("fail"):
+            raise RuntimeError("child broke")
+        return {"y": data["x"] + 1}
+
+    @app.workflow
+    async def parent(wf: plait.Workflow, data: dict) -> dict:
+        got = await wf.do("child", "child", data)
+        await wf.sleep("after", 0.05)
+        return got
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("parent", {"x": 1}, owner="u1")
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed" and run.output == {"y": 2}
+        (kids) = await engine.get_children(run_id)
+        assert len(kids) == 1
+        kid = kids[0]
+        assert kid.parent_run_id == run_id and kid.owner == "u1" and kid.status == "completed"
+        step = await _step(engine, run_id, "child")
+        assert step.child_run_id == kid.id and step.function == "child"
+        assert step.kind == "child" and step.output == {"y": 2}
+        assert counter["child"] == 2  # two passes of one child run (before and after its sleep)
+
+        failing = await engine.start("parent", {"x": 1, "fail": True})
+        run = await engine.wait(failing, timeout=10)
+        assert run.status == "failed"
+        assert "child broke" in run.error["message"]
+        assert len(await engine.get_children(failing)) == 1
+
+
+async def test_gather_with_a_flaky_step_and_a_fast_sibling(engine_factory) -> None:
+    counter = Counter()
+    app = plait.App()
+
+    @app.function(retries=3, retry_delay="200ms")
+    def flaky(data: None, ctx: plait.StepContext) -> str:
+        counter.hit("flaky", ctx.attempt)
+        if ctx.attempt == 1:
+            raise RuntimeError("transient")
+        return "flaky ok"
+
+    @app.function
+    def fast(data: None) -> str:
+        counter.hit("fast")
+        return "fast ok"
+
+    @app.function(queued=True, retries=3, retry_delay="200ms")
+    def qflaky(data: None, ctx: plait.StepContext) -> str:
+        counter.hit("qflaky", ctx.attempt)
+        if ctx.attempt == 1:
+            raise RuntimeError("transient")
+        return "qflaky ok"
+
+    @app.function(queued=True)
+    def qfast(data: None) -> str:
+        counter.hit("qfast")
+        return "qfast ok"
+
+    @app.workflow
+    async def fan(wf: plait.Workflow, queued: bool) -> list[str]:
+        if queued:
+            return await asyncio.gather(wf.do("flaky", qflaky), wf.do("fast", qfast))
+        return await asyncio.gather(wf.do("flaky", flaky), wf.do("fast", fast))
+
+    async with engine_factory(app) as engine:
+        for queued, prefix in ((False, ""), (True, "q")):
+            run_id = await engine.start("fan", queued)
+            run = await engine.wait(run_id, timeout=10)
+            assert run.status == "completed", run.error
+            assert run.output == [f"{prefix}flaky ok", f"{prefix}fast ok"]
+            assert counter[f"{prefix}flaky"] == 2 and counter[f"{prefix}fast"] == 1
+            steps = {s.key: s for s in await engine.get_steps(run_id)}
+            assert steps["flaky"].attempts == 2 and steps["fast"].attempts == 1
+
+
+async def test_gather_replays_deterministically_in_every_mode(engine_factory) -> None:
+    counter = Counter()
+    app = plait.App()
+
+    @app.function
+    async def slow_double(n: int) -> int:
+        counter.hit("double", n)
+        await asyncio.sleep(0.01 * (5 - n))  # later calls finish first
+        return n * 2
+
+    @app.function(queued=True)
+    async def q_double(n: int) -> int:
+        counter.hit("q", n)
+        await asyncio.sleep(0.01 * (5 - n))
+        return n * 2
+
+    @app.workflow
+    async def par(wf: plait.Workflow, queued: bool) -> list[int]:
+        fn = q_double if queued else slow_double
+        first = await asyncio.gather(*(wf.do("double", fn, n) for n in range(5)))
+        await wf.sleep("nap", 0.02)
+        second = await asyncio.gather(*(wf.do("double", fn, n) for n in range(5)))
+        return first + second
+
+    async with engine_factory(app) as engine:
+        for queued in (False, True):
+            for inline in (False, True):
+                counter.counts.clear()
+                run_id = await engine.start("par", queued, inline=inline)
+                run = await engine.wait(run_id, timeout=10)
+                assert run.output == [0, 2, 4, 6, 8] * 2
+                keys = [s.key for s in await engine.get_steps(run_id)]
+                assert keys[:5] == ["double", "double#1", "double#2", "double#3", "double#4"]
+                assert keys[6:] == [f"double#{i}" for i in range(5, 10)]
+                assert sum(counter.counts.values()) == 10
+
+
+async def test_cancel_cascades_cancels_steps_and_disarms_timers(engine_factory) -> None:
+    started = asyncio.Event()
+    counter = Counter()
+    app = plait.App()
+
+    @app.function
+    async def long_step(data: None) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            counter.hit("cancelled")
+            raise
+
+    @app.workflow
+    async def sleeper(wf: plait.Workflow, data: None) -> None:
+        await wf.sleep("long nap", "1h")
+
+    @app.workflow
+    async def parent(wf: plait.Workflow, data: None) -> None:
+        await asyncio.gather(wf.do("kid", "sleeper"), wf.do("work", long_step))
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("parent")
+        await asyncio.wait_for(started.wait(), 10)
+        kids = await eventually(lambda: engine.get_children(run_id), what="the child run")
+        await eventually(lambda: _step(engine, kids[0].id, "long nap"), what="the child's sleep")
+        run = await engine.cancel(run_id, "customer left")
+        assert run.status == "cancelled"
+        assert run.error["code"] == "WORKFLOW_CANCELLED"
+        assert run.error["message"] == "customer left"
+        kid = await engine.get_run(kids[0].id)
+        assert kid.status == "cancelled"
+        await eventually(lambda: _counted(counter, "cancelled"), what="the step to be cancelled")
+        with pytest.raises(plait.RunStateError):
+            await engine.cancel(run_id)
+        with pytest.raises(plait.RunStateError):
+            await engine.resume(run_id)
+        timers = await _timers(engine, kid.id)
+        assert timers == 0
+        work = await _step(engine, run_id, "work")
+        assert work.status == "failed"
+
+
+async def _counted(counter: Counter, name: str) -> bool:
+    return counter[name] > 0
+
+
+async def _timers(engine: plait.Engine, run_id: str) -> int:
+    store = engine.store
+    if hasattr(store, "_read"):
+        return await store._read(
+            lambda c: c.execute(
+                "SELECT count(*) FROM plait_timers WHERE run_id = ?", (run_id,)
+            ).fetchone()[0]
+        )
+    return await store.count_timers(run_id)
+
+
+async def test_cancel_from_inside(engine_factory) -> None:
+    app = plait.App()
+
+    @app.workflow
+    async def quits(wf: plait.Workflow, data: None) -> None:
+        await wf.do("one", lambda: 1)
+        raise plait.Cancel("nothing to do")
+
+    async with engine_factory(app) as engine:
+        with pytest.raises(plait.WorkflowCancelledError, match="nothing to do") as info:
+            await engine.run("quits", timeout=10)
+        assert info.value.run.error["code"] == "WORKFLOW_CANCELLED"
+
+
+async def test_missing_function_suspends_then_resumes(engine_factory) -> None:
+    counter = Counter()
+    app = plait.App()
+
+    @app.function
+    def first(data: None) -> int:
+        counter.hit("first")
+        return 1
+
+    @app.workflow
+    async def needs(wf: plait.Workflow, data: None) -> int:
+        a = await wf.do("first", first)
+        b = await wf.do("second", "late_function", {"a": a})
+        return a + b
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("needs")
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "suspended"
+        assert run.error["code"] == "FUNCTION_NOT_FOUND"
+        assert "'late_function'" in run.error["message"] and "'second'" in run.error["message"]
+        step = await _step(engine, run_id, "second")
+        assert step.status == "pending" and step.function == "late_function"
+
+        @app.function(name="late_function")
+        def late(data: dict) -> int:
+            counter.hit("late")
+            return data["a"] + 1
+
+        await engine.resume(run_id)
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed" and run.output == 3
+        assert counter["first"] == 1 and counter["late"] == 1
+
+
+async def test_retry_a_failed_run_keeps_succeeded_steps(engine_factory) -> None:
+    counter = Counter()
+    state = {"broken": True}
+    app = plait.App()
+
+    @app.function
+    def before(data: None) -> str:
+        counter.hit("before")
+        return "b"
+
+    @app.function(retries=0)
+    def fragile(data: None) -> str:
+        counter.hit("fragile")
+        if state["broken"]:
+            raise RuntimeError("dependency down")
+        return "f"
+
+    @app.workflow
+    async def w(wf: plait.Workflow, data: None) -> str:
+        return await wf.do("before", before) + await wf.do("fragile", fragile)
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("w")
+        assert (await engine.wait(run_id, timeout=10)).status == "failed"
+        with pytest.raises(plait.RunStateError):
+            await engine.resume(run_id)
+        state["broken"] = False
+        assert (await engine.retry(run_id)).status == "running"
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed" and run.output == "bf"
+        assert counter["before"] == 1 and counter["fragile"] == 2
+        step = await _step(engine, run_id, "fragile")
+        assert step.attempts == 2
+        assert [a.status for a in await engine.get_history(run_id)][-2:] == ["failed", "succeeded"]
+
+
+async def test_run_id_is_an_idempotency_key(engine_factory) -> None:
+    counter = Counter()
+    app = plait.App()
+
+    @app.workflow
+    async def once(wf: plait.Workflow, data: int) -> int:
+        return await wf.do("count", lambda: counter.hit("once"))
+
+    async with engine_factory(app) as engine:
+        first = await engine.start("once", 1, run_id="order-42")
+        second = await engine.start("once", 2, run_id="order-42")
+        assert first == second == "order-42"
+        run = await engine.wait("order-42", timeout=10)
+        assert run.input == 1 and run.output == 1
+        assert len(await engine.list_runs()) == 1 and counter["once"] == 1
+
+
+async def test_inline_runs_on_an_engine_without_workers(engine_factory) -> None:
+    app = plait.App()
+
+    @app.workflow
+    async def w(wf: plait.Workflow, data: None) -> str:
+        await wf.sleep("nap", 0.05)
+        return await wf.do("x", lambda: "done")
+
+    async with engine_factory(app, workers=False) as engine:
+        assert await engine.run("w", inline=True, timeout=10) == "done"
+        queued = await engine.start("w")
+        with pytest.raises(TimeoutError):
+            await engine.wait(queued, timeout=0.3)  # nobody works the queue in this process
+        async with engine_factory(app) as worker:
+            assert (await worker.wait(queued, timeout=10)).output == "done"
+
+
+async def test_messages_for_finished_runs_are_no_ops(engine_factory) -> None:
+    counter = Counter()
+    app = plait.App()
+
+    @app.workflow
+    async def w(wf: plait.Workflow, data: None) -> int:
+        return await wf.do("x", lambda: counter.hit("x"))
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("w")
+        await engine.wait(run_id, timeout=10)
+        await engine.store.wake(run_id)
+        assert not await engine.store.claim_run(run_id, "someone", 5)
+        assert await engine.store.claim_due_runs("someone", 5, 10) == []
+        run = await engine.get_run(run_id)
+        assert run.status == "completed" and counter["x"] == 1
+
+
+async def test_list_and_read_runs(engine_factory) -> None:
+    app = plait.App()
+
+    @app.workflow
+    async def a(wf: plait.Workflow, data: int) -> int:
+        return data
+
+    @app.workflow
+    async def b(wf: plait.Workflow, data: int) -> int:
+        raise ValueError("b fails")
+
+    async with engine_factory(app) as engine:
+        ids = [await engine.start("a", i) for i in range(3)] + [await engine.start("b", 9)]
+        for run_id in ids:
+            await engine.wait(run_id, timeout=10)
+        assert [r.id for r in await engine.list_runs()] == ids[::-1]
+        assert [r.id for r in await engine.list_runs(workflow="a", limit=2)] == ids[2:0:-1]
+        assert [r.id for r in await engine.list_runs(workflow="a", offset=2)] == ids[:1]
+        assert [r.id for r in await engine.list_runs(status="failed")] == ids[3:]
+        with pytest.raises(ValueError, match="invalid status filter"):
+            await engine.list_runs(status="done")
+        with pytest.raises(plait.RunNotFoundError):
+            await engine.get_run("missing")
+        with pytest.raises(plait.RunNotFoundError):
+            await engine.get_steps("missing")
+        record = (await engine.get_run(ids[3])).to_dict()
+        assert record["status"] == "failed" and record["error"]["type"] == "ValueError"
+        assert isinstance(record["created_at"], str)

@@ -1,0 +1,389 @@
+"""Step semantics of code workflows: names, ordinals, invocation ids, retries, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from conftest import Counter, eventually
+from pydantic import BaseModel
+
+import plait
+from plait import ids
+
+
+def make_app(counter: Counter) -> plait.App:
+    app = plait.App("steps")
+
+    @app.function
+    async def add(data: dict) -> int:
+        counter.hit("add", data)
+        return data["a"] + data["b"]
+
+    @app.function
+    def shout(data: str, ctx: plait.StepContext) -> dict:
+        counter.hit("shout", ctx.invocation_id)
+        return {"text": data.upper(), "attempt": ctx.attempt, "key": ctx.step_key}
+
+    @app.workflow
+    async def forms(wf: plait.Workflow, data: dict) -> dict:
+        by_name = await wf.do("add", "add", {"a": 1, "b": 2})
+        by_object = await wf.do("add", add, {"a": 3, "b": 4})
+        closure = await wf.do("sum", lambda: by_name + by_object)
+        async_closure = await wf.do("async sum", _async_plus(closure))
+        loud = await wf.do("shout", shout, "hi")
+        return {
+            "name": by_name,
+            "object": by_object,
+            "closure": closure,
+            "async": async_closure,
+            "loud": loud,
+        }
+
+    return app
+
+
+def _async_plus(n: int):  # noqa: ANN202
+    async def inner() -> int:
+        await asyncio.sleep(0)
+        return n + 1
+
+    return inner
+
+
+async def test_do_by_name_object_and_closure(engine_factory) -> None:
+    counter = Counter()
+    app = make_app(counter)
+    async with engine_factory(app) as engine:
+        out = await engine.run("forms", {}, timeout=10)
+        assert out["name"] == 3 and out["object"] == 7 and out["closure"] == 10
+        assert out["async"] == 11
+        assert out["loud"]["text"] == "HI" and out["loud"]["attempt"] == 1
+        run = (await engine.list_runs(workflow="forms"))[0]
+        steps = await engine.get_steps(run.id)
+        assert [s.key for s in steps] == ["add", "add#1", "sum", "async sum", "shout"]
+        assert all(s.status == "succeeded" and s.attempts == 1 for s in steps)
+        assert [s.function for s in steps] == ["add", "add", None, None, "shout"]
+        for s in steps:
+            assert s.invocation_id == str(uuid.uuid5(ids.NAMESPACE, f"{run.id}:{s.key}"))
+        assert counter["add"] == 2 and counter["shout"] == 1
+        assert counter.calls[-1][1] == steps[-1].invocation_id
+        history = await engine.get_history(run.id)
+        assert [(a.key, a.attempt, a.status) for a in history] == [
+            (s.key, 1, "succeeded") for s in steps
+        ]
+
+
+async def test_ordinals_in_a_loop_and_replay_runs_nothing_twice(engine_factory) -> None:
+    counter = Counter()
+    app = plait.App()
+
+    @app.function
+    def fetch(i: int) -> int:
+        counter.hit("fetch", i)
+        return i * 10
+
+    @app.workflow
+    async def loop(wf: plait.Workflow, n: int) -> list[int]:
+        out = []
+        for i in range(n):
+            out.append(await wf.do("fetch", fetch, i))
+        await wf.sleep("pause", 0.05)  # forces a second pass that replays every fetch
+        out.append(await wf.do("fetch", fetch, 99))
+        return out
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("loop", 3)
+        run = await engine.wait(run_id, timeout=10)
+        assert run.output == [0, 10, 20, 990]
+        keys = [s.key for s in await engine.get_steps(run_id)]
+        assert keys == ["fetch", "fetch#1", "fetch#2", "pause", "fetch#3"]
+        assert counter["fetch"] == 4
+        invocations = {s.invocation_id for s in await engine.get_steps(run_id)}
+        assert len(invocations) == 5
+
+
+async def test_step_name_that_is_not_a_string(engine_factory) -> None:
+    app = plait.App()
+
+    @app.workflow
+    async def bad(wf: plait.Workflow, data: None) -> None:
+        await wf.do(42, lambda: 1)  # type: ignore[arg-type]
+
+    async with engine_factory(app) as engine:
+        with pytest.raises(plait.WorkflowFailedError) as info:
+            await engine.run("bad", timeout=10)
+        error = info.value.run.error
+        assert error["type"] == "TypeError"
+        assert "step name must be a string" in error["message"] and "42" in error["message"]
+        assert await engine.get_steps(info.value.run.id) == []
+
+
+async def test_unknown_workflow_name(engine_factory) -> None:
+    app = plait.App()
+
+    @app.workflow
+    async def known(wf: plait.Workflow, data: None) -> None:
+        return None
+
+    async with engine_factory(app) as engine:
+        with pytest.raises(plait.WorkflowNotFoundError, match="'nope'"):
+            await engine.start("nope")
+        assert await engine.list_runs() == []
+
+
+async def test_closure_returning_a_set_fails_clearly(engine_factory) -> None:
+    counter = Counter()
+    app = plait.App()
+
+    @app.workflow
+    async def sets(wf: plait.Workflow, data: None) -> None:
+        def make() -> set[int]:
+            counter.hit("make")
+            return {1, 2}
+
+        await wf.do("make set", make, retries=3)
+
+    async with engine_factory(app) as engine:
+        with pytest.raises(plait.WorkflowFailedError) as info:
+            await engine.run("sets", timeout=10)
+        run = info.value.run
+        assert run.error["code"] == "NOT_JSON"
+        assert "step 'make set'" in run.error["message"] and "set" in run.error["message"]
+        (step,) = await engine.get_steps(run.id)
+        assert step.status == "failed" and step.attempts == 1
+        assert counter["make"] == 1  # not retried: the same body would return a set again
+
+
+async def test_non_json_input_and_output_are_refused(engine_factory) -> None:
+    app = plait.App()
+
+    @app.workflow
+    async def out(wf: plait.Workflow, data: None) -> object:
+        return object()
+
+    async with engine_factory(app) as engine:
+        with pytest.raises(plait.NotJSONError, match="input of workflow 'out'"):
+            await engine.start("out", {1, 2})
+        with pytest.raises(plait.WorkflowFailedError, match="output of workflow 'out'"):
+            await engine.run("out", timeout=10)
+
+
+@pytest.mark.parametrize("retries", [0, 1, 2])
+async def test_retries_give_n_plus_one_attempts(engine_factory, retries: int) -> None:
+    counter = Counter()
+    app = plait.App()
+
+    @app.function(retries=retries, retry_delay=0)
+    def always_fails(data: None, ctx: plait.StepContext) -> None:
+        counter.hit("fail", (ctx.attempt, ctx.invocation_id))
+        raise RuntimeError(f"attempt {ctx.attempt} failed")
+
+    @app.workflow
+    async def fails(wf: plait.Workflow, data: None) -> None:
+        await wf.do("try", always_fails)
+
+    async with engine_factory(app) as engine:
+        with pytest.raises(plait.WorkflowFailedError) as info:
+            await engine.run("fails", timeout=10)
+        run = info.value.run
+        assert counter["fail"] == retries + 1
+        attempts = [a for a, _ in (c[1] for c in counter.calls)]
+        assert attempts == list(range(1, retries + 2))
+        assert len({inv for _, inv in (c[1] for c in counter.calls)}) == 1
+        (step,) = await engine.get_steps(run.id)
+        assert step.status == "failed" and step.attempts == retries + 1
+        assert step.retries == retries
+        history = await engine.get_history(run.id)
+        assert [(a.attempt, a.status) for a in history] == [
+            (n, "failed") for n in range(1, retries + 2)
+        ]
+        assert run.error["message"] == f"attempt {retries + 1} failed"
+        assert run.error["step"] == "try"
+
+
+async def test_step_options_on_do_win_over_function_options(engine_factory) -> None:
+    counter = Counter()
+    app = plait.App()
+
+    @app.function(retries=5, retry_delay=0)
+    def flaky(data: None, ctx: plait.StepContext) -> int:
+        counter.hit("flaky")
+        raise RuntimeError("no")
+
+    @app.workflow
+    async def wins(wf: plait.Workflow, data: None) -> None:
+        await wf.do("once", flaky, retries=0)
+
+    async with engine_factory(app) as engine:
+        with pytest.raises(plait.WorkflowFailedError):
+            await engine.run("wins", timeout=10)
+        assert counter["flaky"] == 1
+
+
+async def test_retry_waits_on_a_durable_timer(engine_factory) -> None:
+    counter = Counter()
+    app = plait.App()
+
+    @app.function(retries=1, retry_delay="300ms")
+    def flaky(data: None, ctx: plait.StepContext) -> int:
+        counter.hit("flaky")
+        if ctx.attempt == 1:
+            raise RuntimeError("transient")
+        return ctx.attempt
+
+    @app.workflow
+    async def w(wf: plait.Workflow, data: None) -> int:
+        return await wf.do("flaky", flaky)
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("w")
+
+        async def waiting() -> bool:
+            steps = await engine.get_steps(run_id)
+            return bool(steps) and steps[0].status == "scheduled"
+
+        await eventually(waiting, what="the step to wait for its retry")
+        (step,) = await engine.get_steps(run_id)
+        assert step.wake_at is not None and step.attempts == 1
+        run = await engine.get_run(run_id)
+        assert run.status == "running"
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed" and run.output == 2
+        history = await engine.get_history(run_id)
+        gap = (history[1].started_at - history[0].finished_at).total_seconds()
+        assert gap >= 0.29
+
+
+async def test_timeout_fails_the_attempt(engine_factory) -> None:
+    counter = Counter()
+    app = plait.App()
+
+    @app.function(timeout="100ms", retries=1, retry_delay=0)
+    async def slow(data: None, ctx: plait.StepContext) -> str:
+        counter.hit("slow")
+        if ctx.attempt == 1:
+            await asyncio.sleep(30)
+        return "fast enough"
+
+    @app.workflow
+    async def w(wf: plait.Workflow, data: None) -> str:
+        return await wf.do("slow", slow)
+
+    async with engine_factory(app) as engine:
+        assert await engine.run("w", timeout=10) == "fast enough"
+        run = (await engine.list_runs())[0]
+        history = await engine.get_history(run.id)
+        assert [a.status for a in history] == ["failed", "succeeded"]
+        assert history[0].error["code"] == "STEP_TIMEOUT"
+        assert "timed out after 0.1s" in history[0].error["message"]
+
+
+async def test_on_error_compensates_once(engine_factory) -> None:
+    counter = Counter()
+    app = plait.App()
+
+    @app.function
+    def undo(data: dict) -> str:
+        counter.hit("undo", data)
+        return "undone"
+
+    @app.function(retries=2, retry_delay=0, on_error="undo")
+    def charge(data: dict, ctx: plait.StepContext) -> None:
+        counter.hit("charge", ctx.attempt)
+        raise RuntimeError("card declined")
+
+    @app.workflow
+    async def w(wf: plait.Workflow, data: None) -> None:
+        await wf.do("charge", charge, {"amount": 5})
+
+    async with engine_factory(app) as engine:
+        with pytest.raises(plait.WorkflowFailedError, match="card declined"):
+            await engine.run("w", timeout=10)
+        run = (await engine.list_runs())[0]
+        assert counter["charge"] == 3 and counter["undo"] == 1
+        received = counter.calls[-1][1]
+        assert received["error"]["message"] == "card declined"
+        assert received["input"] == {"amount": 5}
+        steps = {s.key: s for s in await engine.get_steps(run.id)}
+        assert received["invocation_id"] == steps["charge"].invocation_id
+        assert steps["charge:on_error"].status == "succeeded"
+        assert steps["charge:on_error"].output == "undone"
+        # a retry of the failed run replays without compensating again
+        await engine.retry(run.id)
+        await engine.wait(run.id, timeout=10)
+        assert counter["undo"] == 1
+
+
+async def test_bad_options_are_refused_with_the_name(engine_factory) -> None:
+    app = plait.App()
+    with pytest.raises(ValueError, match="retries of function 'f'"):
+        app.function(name="f", retries=-1)(lambda data: data)
+    with pytest.raises(ValueError, match="invalid timeout of function 'g'"):
+
+        @app.function(timeout="soon")
+        def g(data: None) -> None: ...
+
+    @app.workflow
+    async def w(wf: plait.Workflow, data: str) -> None:
+        if data == "delay":
+            await wf.do("x", lambda: 1, retry_delay="fast")
+        elif data == "sleep":
+            await wf.sleep("nap", "forever")
+        else:
+            await wf.do("x", lambda: 1, retires=3)
+
+    async with engine_factory(app) as engine:
+        with pytest.raises(plait.WorkflowFailedError, match="invalid retry_delay: 'fast'"):
+            await engine.run("w", "delay", timeout=10)
+        with pytest.raises(plait.WorkflowFailedError, match="duration of sleep 'nap'"):
+            await engine.run("w", "sleep", timeout=10)
+        with pytest.raises(plait.WorkflowFailedError, match="unknown option.*retires"):
+            await engine.run("w", "typo", timeout=10)
+
+
+class Order(BaseModel):
+    id: int
+    amount: float
+
+
+async def test_pydantic_input_is_validated(engine_factory) -> None:
+    counter = Counter()
+    app = plait.App()
+
+    @app.function
+    def total(order: Order) -> Order:
+        counter.hit("total")
+        return Order(id=order.id, amount=order.amount * 2)
+
+    @app.workflow
+    async def w(wf: plait.Workflow, data: dict) -> dict:
+        return await wf.do("total", total, data, retries=3)
+
+    async with engine_factory(app) as engine:
+        assert await engine.run("w", {"id": "7", "amount": 1.5}, timeout=10) == {
+            "id": 7,
+            "amount": 3.0,
+        }
+        with pytest.raises(plait.WorkflowFailedError, match="invalid input for function 'total'"):
+            await engine.run("w", {"id": "x"}, timeout=10)
+        assert counter["total"] == 1  # the bad input never reached the body, and no retries
+
+
+async def test_user_except_exception_cannot_swallow_a_pause(engine_factory) -> None:
+    counter = Counter()
+    app = plait.App()
+
+    @app.workflow
+    async def w(wf: plait.Workflow, data: None) -> str:
+        try:
+            await wf.sleep("nap", 0.1)
+        except Exception:
+            counter.hit("fallback")
+            return "fallback"
+        return "slept"
+
+    async with engine_factory(app) as engine:
+        assert await engine.run("w", timeout=10) == "slept"
+        assert counter["fallback"] == 0
