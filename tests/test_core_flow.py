@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import Counter, eventually
 
 import plait
+from conftest import Counter, eventually
 
 
 async def _step(engine: plait.Engine, run_id: str, key: str) -> plait.Step | None:

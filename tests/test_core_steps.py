@@ -6,10 +6,10 @@ import asyncio
 import uuid
 
 import pytest
-from conftest import Counter, eventually
 from pydantic import BaseModel
 
 import plait
+from conftest import Counter, eventually
 from plait import ids
 
 
@@ -44,7 +44,7 @@ def make_app(counter: Counter) -> plait.App:
     return app
 
 
-def _async_plus(n: int):  # noqa: ANN202
+def _async_plus(n: int):
     async def inner() -> int:
         await asyncio.sleep(0)
         return n + 1
@@ -339,7 +339,7 @@ async def test_bad_options_are_refused_with_the_name(engine_factory) -> None:
             await engine.run("w", "delay", timeout=10)
         with pytest.raises(plait.WorkflowFailedError, match="duration of sleep 'nap'"):
             await engine.run("w", "sleep", timeout=10)
-        with pytest.raises(plait.WorkflowFailedError, match="unknown option.*retires"):
+        with pytest.raises(plait.WorkflowFailedError, match=r"unknown option.*retires"):
             await engine.run("w", "typo", timeout=10)
 
 

@@ -110,9 +110,8 @@ class Runner:
                     continue
                 claimed = False
                 again = await self._one_pass(run_id)
-                if not again:
-                    if not follow or not await self._wait_for_due(run_id):
-                        return
+                if not again and (not follow or not await self._wait_for_due(run_id)):
+                    return
 
     async def _wait_for_due(self, run_id: str) -> bool:
         """Sleep until the run is due again; False once it no longer needs this driver."""

@@ -371,10 +371,9 @@ class Pass:
                 "deploy it and resume the run",
                 errors.FUNCTION_NOT_FOUND,
             )
-        try:
+        # the original error is what fails the run; the handler's own is on its step
+        with contextlib.suppress(StepError):
             await self._drive_step(comp, fdef, None)
-        except StepError:
-            pass  # the original error is what fails the run; the handler's is on its step
 
     # -- children ------------------------------------------------------------------------------
     async def _child_step(self, key: str, name: str, workflow: str, data: Any) -> Any:

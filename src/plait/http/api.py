@@ -1,0 +1,311 @@
+"""The JSON API under ``/api``: thin handlers that authenticate, check ownership, call one
+engine method and shape its records as JSON.
+
+Routes are bound methods of ``Api`` (not module functions reading global state) so several
+apps with different engines can live in one process, e.g. in tests.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from plait.engine import Engine
+from plait.http import graphview
+from plait.http.auth import Authenticator, Principal
+from plait.http.problems import ApiError, bad_input, from_plait, invalid, validate
+from plait.http.schemas import RegisterGraph, StartRun, json_body, runs_query
+from plait.http.sse import stream_run
+from plait.records import Run
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def has_graph_registry(engine: Engine) -> bool:
+    """Run-time graphs need ``Engine.register_graph``; older engines answer 501."""
+    return callable(getattr(engine, "register_graph", None))
+
+
+class Api:
+    def __init__(self, engine: Engine, auth: Authenticator) -> None:
+        self.engine = engine
+        self.auth = auth
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/me", self._wrap(self.me), methods=["GET"]),
+            Route("/workflows", self._wrap(self.list_workflows), methods=["GET"]),
+            Route("/workflows/{name}/runs", self._wrap(self.start_run), methods=["POST"]),
+            Route("/runs", self._wrap(self.list_runs), methods=["GET"]),
+            Route("/runs/{run_id}", self._wrap(self.get_run), methods=["GET"]),
+            Route("/runs/{run_id}/history", self._wrap(self.get_history), methods=["GET"]),
+            Route("/runs/{run_id}/graph", self._wrap(self.get_graph), methods=["GET"]),
+            Route("/runs/{run_id}/stream", self._wrap(self.stream), methods=["GET"]),
+            Route("/runs/{run_id}/cancel", self._wrap(self.cancel), methods=["POST"]),
+            Route("/runs/{run_id}/resume", self._wrap(self.resume), methods=["POST"]),
+            Route("/runs/{run_id}/retry", self._wrap(self.retry), methods=["POST"]),
+            Route("/runs/{run_id}/events/{name}", self._wrap(self.send_event), methods=["POST"]),
+            Route("/graphs", self._wrap(self.list_graphs), methods=["GET"]),
+            Route("/graphs", self._wrap(self.register_graph), methods=["POST"]),
+        ]
+
+    @staticmethod
+    def _wrap(handler: Callable[[Request, Principal], Awaitable[Response]]) -> Handler:
+        """Authenticate first, then turn engine exceptions into their status codes."""
+
+        async def endpoint(request: Request) -> Response:
+            api: Api = handler.__self__  # type: ignore[attr-defined]
+            principal = await api.auth.principal(request)
+            try:
+                return await handler(request, principal)
+            except ApiError:
+                raise
+            except Exception as exc:
+                mapped = from_plait(exc)
+                if mapped is None:
+                    raise
+                raise mapped from None
+
+        endpoint.__name__ = handler.__name__
+        endpoint.__doc__ = handler.__doc__
+        return endpoint
+
+    # -- helpers --------------------------------------------------------------------------
+    async def _readable_run(self, request: Request, principal: Principal) -> Run:
+        run = await self.engine.get_run(request.path_params["run_id"])
+        principal.require_access(run)
+        return run
+
+    async def _run_with_steps(self, run: Run, principal: Principal) -> dict[str, Any]:
+        steps = await self.engine.get_steps(run.id)
+        children = await self.engine.get_children(run.id)
+        data = run.to_dict()
+        data["steps"] = [s.to_dict() for s in steps]
+        data["children"] = [
+            _summary(child) for child in children if principal.may_access(child)
+        ]
+        return data
+
+    # -- routes ---------------------------------------------------------------------------
+    async def me(self, request: Request, principal: Principal) -> Response:
+        """Who the token belongs to; the dashboard uses it to check a pasted token."""
+        return JSONResponse({"user": principal.user, "auth": not principal.unrestricted})
+
+    async def list_workflows(self, request: Request, principal: Principal) -> Response:
+        """Names a run can be started with: code workflows and graphs of this app."""
+        app = self.engine.app
+        items = [{"name": name, "kind": "workflow"} for name in sorted(app.workflows)]
+        items += [{"name": name, "kind": "graph"} for name in sorted(app.graphs)]
+        return JSONResponse({"workflows": items})
+
+    async def start_run(self, request: Request, principal: Principal) -> Response:
+        """Start a run owned by the caller; with ``wait``, answer with the settled run."""
+        name = request.path_params["name"]
+        body: StartRun = validate(StartRun, await json_body(request, empty={}))
+        try:
+            run_id = await self.engine.start(
+                name,
+                body.input,
+                run_id=body.run_id,
+                owner=principal.user,
+                start_node=body.start_node,
+            )
+        except (TypeError, ValueError) as exc:
+            mapped = from_plait(exc)
+            if mapped is not None:
+                raise mapped from None
+            field = "start_node" if body.start_node and "start_node" in str(exc) else "input"
+            raise bad_input(exc, field) from None
+        run = await self.engine.get_run(run_id)
+        if body.run_id is not None:
+            # run_id is an idempotency key: an existing run answers only to its owner and
+            # only for the same workflow.
+            principal.require_access(run)
+            if run.workflow != name:
+                raise ApiError(
+                    409,
+                    "RUN_ID_TAKEN",
+                    f"run id {run_id!r} is already used by a run of workflow {run.workflow!r}",
+                )
+        if not body.wait:
+            return JSONResponse({"run_id": run_id}, status_code=201)
+        try:
+            run = await self.engine.wait(run_id, timeout=body.timeout)
+        except TimeoutError:
+            run = await self.engine.get_run(run_id)
+            return JSONResponse(await self._run_with_steps(run, principal), status_code=202)
+        return JSONResponse(await self._run_with_steps(run, principal), status_code=200)
+
+    async def list_runs(self, request: Request, principal: Principal) -> Response:
+        """Newest first, only runs the caller may read, with the total for paging."""
+        query = runs_query(request)
+        try:
+            runs, total = await self.engine.count_runs(
+                workflow=query.workflow,
+                status=query.status,
+                visible_to=principal.visible_to,
+                limit=query.limit,
+                offset=query.offset,
+            )
+        except ValueError as exc:
+            raise invalid([{"field": "query", "message": str(exc)}], "query string") from None
+        return JSONResponse(
+            {
+                "runs": [r.to_dict() for r in runs],
+                "total": total,
+                "limit": query.limit,
+                "offset": query.offset,
+            }
+        )
+
+    async def get_run(self, request: Request, principal: Principal) -> Response:
+        """The run with its steps (first-reached order) and its child runs."""
+        run = await self._readable_run(request, principal)
+        return JSONResponse(await self._run_with_steps(run, principal))
+
+    async def get_history(self, request: Request, principal: Principal) -> Response:
+        """Every attempt of every step, oldest first."""
+        run = await self._readable_run(request, principal)
+        history = await self.engine.get_history(run.id)
+        return JSONResponse({"run_id": run.id, "attempts": [a.to_dict() for a in history]})
+
+    async def get_graph(self, request: Request, principal: Principal) -> Response:
+        """The run drawn as a graph (SVG plus the laid-out nodes and edges)."""
+        run = await self._readable_run(request, principal)
+        steps = await self.engine.get_steps(run.id)
+        history = await self.engine.get_history(run.id)
+        definition = await _graph_definition(self.engine, run) if run.kind == "graph" else None
+        view = graphview.draw_run(run, steps, history, definition)
+        return JSONResponse(view)
+
+    async def stream(self, request: Request, principal: Principal) -> Response:
+        """Server-sent events with the run and its steps until it ends or suspends."""
+        run = await self._readable_run(request, principal)
+        return stream_run(self.engine, run.id, lambda r: self._run_with_steps(r, principal))
+
+    async def cancel(self, request: Request, principal: Principal) -> Response:
+        run = await self._readable_run(request, principal)
+        return await self._act(run, "cancel")
+
+    async def resume(self, request: Request, principal: Principal) -> Response:
+        run = await self._readable_run(request, principal)
+        return await self._act(run, "resume")
+
+    async def retry(self, request: Request, principal: Principal) -> Response:
+        run = await self._readable_run(request, principal)
+        return await self._act(run, "retry")
+
+    async def _act(self, run: Run, action: str) -> Response:
+        method = getattr(self.engine, action)
+        moved = await method(run.id)
+        current = moved if isinstance(moved, Run) else await self.engine.get_run(run.id)
+        return JSONResponse(current.to_dict(), status_code=202)
+
+    async def send_event(self, request: Request, principal: Principal) -> Response:
+        """Deliver an event; the body (any JSON, or nothing) is its payload."""
+        run = await self._readable_run(request, principal)
+        name = request.path_params["name"]
+        payload = await json_body(request)
+        try:
+            await self.engine.send_event(run.id, name, payload)
+        except (TypeError, ValueError) as exc:
+            mapped = from_plait(exc)
+            if mapped is not None:
+                raise mapped from None
+            raise bad_input(exc, "body") from None
+        return JSONResponse({"run_id": run.id, "event": name}, status_code=202)
+
+    async def list_graphs(self, request: Request, principal: Principal) -> Response:
+        """Graphs this app declares plus those registered at run time (when supported)."""
+        items: dict[str, dict[str, Any]] = {}
+        for name, graph in self.engine.app.graphs.items():
+            items[name] = {"name": name, "source": "app", "status": "active"}
+            content_hash = getattr(graph, "content_hash", None)
+            if callable(content_hash):
+                items[name]["hash"] = content_hash()
+        lister = getattr(self.engine, "list_graphs", None)
+        if callable(lister):
+            for entry in await _maybe_await(lister()):
+                data = _as_dict(entry)
+                name = data.get("name")
+                if isinstance(name, str):
+                    items[name] = {**items.get(name, {}), **data, "source": "registered"}
+        return JSONResponse({"graphs": [items[k] for k in sorted(items)]})
+
+    async def register_graph(self, request: Request, principal: Principal) -> Response:
+        """Register (or update) a graph from JSON; 501 until the engine supports it."""
+        if not has_graph_registry(self.engine):
+            raise ApiError(
+                501, "NOT_IMPLEMENTED", "this engine cannot register graphs at run time"
+            )
+        body: RegisterGraph = validate(RegisterGraph, await json_body(request, empty={}))
+        try:
+            result = await _maybe_await(
+                self.engine.register_graph(  # type: ignore[attr-defined]
+                    body.name, body.definition, status=body.status
+                )
+            )
+        except (TypeError, ValueError) as exc:
+            mapped = from_plait(exc)
+            if mapped is not None:
+                raise mapped from None
+            raise bad_input(exc, "definition") from None
+        data = {"name": body.name, "status": body.status, **_as_dict(result)}
+        return JSONResponse(data, status_code=201)
+
+
+def _summary(run: Run) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "workflow": run.workflow,
+        "status": str(run.status),
+        "created_at": run.created_at.isoformat(),
+        "updated_at": run.updated_at.isoformat(),
+    }
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    """Whatever the graph registry returns (record, dict, hash string) as a dict."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str):
+        return {"hash": value}
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        data = to_dict()
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if k != "definition"}
+    return {}
+
+
+async def _graph_definition(engine: Engine, run: Run) -> Any:
+    """The graph a run follows: the exact version when the engine can look it up, else the
+    app's graph of that name."""
+    getter = getattr(engine, "get_graph", None)
+    if callable(getter):
+        for args in ((run.workflow, run.version), (run.workflow,)):
+            try:
+                graph = await _maybe_await(getter(*args))
+            except TypeError:
+                continue
+            except (LookupError, ValueError):
+                break
+            if graph is not None:
+                return getattr(graph, "graph", graph)
+    return engine.app.graphs.get(run.workflow)
+
+
+__all__ = ["Api", "has_graph_registry"]

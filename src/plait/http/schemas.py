@@ -1,0 +1,68 @@
+"""Request bodies and query strings as pydantic models: the single place that says what a
+client may send, so validation errors (422) and the OpenAPI document agree."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from starlette.requests import Request
+
+from plait.http.problems import invalid, validate
+
+RUN_STATUSES = ("running", "suspended", "completed", "failed", "cancelled")
+MAX_PAGE = 500
+
+
+class StartRun(BaseModel):
+    """Body of ``POST /api/workflows/{name}/runs``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: Any = None
+    run_id: str | None = Field(default=None, min_length=1, max_length=200)
+    wait: StrictBool = False
+    #: seconds to wait with ``wait``; past it the answer is 202 with the unfinished run
+    timeout: float | None = Field(default=None, gt=0, le=3600)
+    start_node: str | None = Field(default=None, min_length=1)
+
+
+class RegisterGraph(BaseModel):
+    """Body of ``POST /api/graphs``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    definition: dict[str, Any]
+    status: Literal["draft", "active"] = "active"
+
+
+class RunsQuery(BaseModel):
+    """Query of ``GET /api/runs``; unknown parameters are ignored like any web server does."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    workflow: str | None = Field(default=None, min_length=1)
+    status: Literal["running", "suspended", "completed", "failed", "cancelled"] | None = None
+    limit: int = Field(default=50, ge=1, le=MAX_PAGE)
+    offset: int = Field(default=0, ge=0)
+
+
+async def json_body(request: Request, *, empty: Any = None) -> Any:
+    """The parsed JSON body; ``empty`` when there is none; 422 when it is not JSON."""
+    raw = await request.body()
+    if not raw.strip():
+        return empty
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise invalid(
+            [{"field": "body", "message": f"not valid JSON: {exc}"}], "request body"
+        ) from None
+
+
+def runs_query(request: Request) -> RunsQuery:
+    params = {k: v for k, v in request.query_params.items() if v != ""}
+    result: RunsQuery = validate(RunsQuery, params, "query string")
+    return result
