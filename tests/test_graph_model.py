@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -211,7 +212,8 @@ nodes:
 def test_for_each_mode_defaults_to_parallel() -> None:
     each = {"$ref": "a", "path": "items"}
     plain = Graph.from_dict(
-        "g", {"nodes": {"a": {"function": "f", "next": "b"}, "b": {"function": "f", "for_each": each}}}
+        "g",
+        {"nodes": {"a": {"function": "f", "next": "b"}, "b": {"function": "f", "for_each": each}}},
     )
     explicit = Graph.from_dict(
         "g",
@@ -285,6 +287,13 @@ def test_graphs_are_hashable_and_immutable() -> None:
         graph.name = "x"  # type: ignore[misc]
     with pytest.raises(TypeError):
         graph.nodes["x"] = graph.nodes["create"]  # type: ignore[index]
+
+
+def test_graphs_copy_and_pickle() -> None:
+    graph = Graph.from_dict("onboard", ONBOARD)
+    assert copy.deepcopy(graph) == graph
+    assert pickle.loads(pickle.dumps(graph)) == graph
+    assert copy.copy(graph) == graph
 
 
 def test_load_graph_renames_a_graph_and_accepts_a_builder() -> None:

@@ -49,6 +49,7 @@ class Engine:
         poll_interval: float = 1.0,
         worker_id: str | None = None,
         store: Store | None = None,
+        log_runs: bool = False,
         **store_options: Any,
     ) -> None:
         if not isinstance(app, App):
@@ -67,6 +68,7 @@ class Engine:
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.notifier = Notifier()
         self.inline_children = True
+        self.log_runs = log_runs
         self._runner: Runner | None = None
         self._opened = False
 
@@ -291,7 +293,9 @@ class Engine:
         self.notifier.publish_work()
 
     # -- called by the runner -------------------------------------------------------------------
-    def run_changed(self, run_id: str, status: str) -> None:
+    def run_changed(self, run_id: str, status: str, workflow: str = "") -> None:
+        if self.log_runs:
+            log.info("run %s (%s) is now %s", run_id, workflow or "?", status)
         self.notifier.run_changed(run_id)
 
     async def execute_pass(self, snapshot: PassSnapshot, owner: str) -> PassResult:

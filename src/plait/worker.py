@@ -151,9 +151,9 @@ class Runner:
             await asyncio.sleep(0.05)
             return False
         if result.status != "running":
-            engine.run_changed(run_id, result.status)
+            engine.run_changed(run_id, result.status, snapshot.run.workflow)
         for child in result.children:
-            engine.run_changed(child, "running")
+            engine.run_changed(child, "running", f"child of {run_id}")
             if engine.inline_children:
                 self.drive(child, follow=not engine.workers)
         if not again:

@@ -17,6 +17,7 @@ from plait.graph.planner import (
     key_ordinal,
     latest_outputs,
     node_input,
+    node_states,
     plan,
     step_key,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "latest_outputs",
     "load_graph",
     "node_input",
+    "node_states",
     "plan",
     "ref",
     "references",

@@ -34,7 +34,10 @@ def template(text: str) -> dict[str, Any]:
 
 
 def branch_on(
-    path: str, cases: Mapping[str, str | Sequence[str]], *, default: str | Sequence[str] | None = None
+    path: str,
+    cases: Mapping[str, str | Sequence[str]],
+    *,
+    default: str | Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """A ``next`` that follows the case equal to the node's output value at ``path``."""
     value: dict[str, Any] = {"$branch": path, "cases": {k: _ids(v) for k, v in cases.items()}}

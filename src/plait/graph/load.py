@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from plait.graph.errors import GraphValidationError
-from plait.graph.model import Branch, Graph, Node, Next
+from plait.graph.model import Branch, Graph, Next, Node
 
 GRAPH_KEYS = ("nodes", "entry", "output")
 NODE_KEYS = (
@@ -70,7 +70,7 @@ class _Loader(yaml.SafeLoader):
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> Any:
     seen: set[Any] = set()
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node, deep=True)
         try:
             is_duplicate = key in seen
         except TypeError:
@@ -148,9 +148,7 @@ def _build(name: str, data: Any, problems: list[str]) -> Graph:
         raise TypeError(f"a graph name must be a non-empty string, got {name!r}")
     problems = list(problems)
     if not isinstance(data, Mapping):
-        problems.append(
-            f"the definition must be a mapping with 'nodes', got {type(data).__name__}"
-        )
+        problems.append(f"the definition must be a mapping with 'nodes', got {type(data).__name__}")
         raise GraphValidationError(name, problems)
     for key in data:
         if key not in GRAPH_KEYS:
@@ -186,9 +184,7 @@ def _build(name: str, data: Any, problems: list[str]) -> Graph:
     return graph
 
 
-def _parse_node(
-    node_id: str, raw: Any, problems: list[str], no_function: set[str]
-) -> Node | None:
+def _parse_node(node_id: str, raw: Any, problems: list[str], no_function: set[str]) -> Node | None:
     where = f"node {node_id!r}"
     if isinstance(raw, str):  # shorthand: "alert": "page_oncall"
         raw = {"function": raw}
@@ -218,9 +214,7 @@ def _parse_node(
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int | float | str)
         ):
-            problems.append(
-                f"{where}: {key} must be seconds or a duration string, got {value!r}"
-            )
+            problems.append(f"{where}: {key} must be seconds or a duration string, got {value!r}")
             value = None
         timing[key] = value
 
@@ -289,8 +283,7 @@ def _parse_value_branch(raw: Mapping[str, Any], where: str, problems: list[str])
     for key in raw:
         if key not in ("$branch", "cases", "default"):
             problems.append(
-                f"{where}: unknown key {key!r} in a $branch next (allowed: $branch, cases, "
-                "default)"
+                f"{where}: unknown key {key!r} in a $branch next (allowed: $branch, cases, default)"
             )
     path = raw["$branch"]
     if not isinstance(path, str):

@@ -38,7 +38,7 @@ def to_mermaid(graph: Graph, states: Sequence[NodeState] | None = None) -> str:
         if node.for_each is not None:
             label += f"<br/>for each ({_escape(node.mode or 'parallel')})"
         if counts.get(node_id, 0) > 1:
-            label += f"<br/>×{counts[node_id]}"
+            label += f"<br/>({counts[node_id]} runs)"
         shape = ('(["', '"])') if node_id in entries else ('["', '"]')
         lines.append(f"    {ids[node_id]}{shape[0]}{label}{shape[1]}")
     for edge in graph.edges:
@@ -94,7 +94,9 @@ def _status_lines(graph: Graph, ids: dict[str, str], states: Sequence[NodeState]
         else:
             groups["pending"].append(ids[node_id])
     lines = [f"    classDef {name} {style}" for name, style in _CLASS_DEFS.items()]
-    lines.extend(f"    class {','.join(members)} {name}" for name, members in groups.items() if members)
+    lines.extend(
+        f"    class {','.join(members)} {name}" for name, members in groups.items() if members
+    )
     return lines
 
 

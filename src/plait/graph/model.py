@@ -46,6 +46,9 @@ class Branch:
     def __hash__(self) -> int:
         return hash((tuple(self.cases.items()), self.path))
 
+    def __reduce__(self) -> tuple[type[Branch], tuple[dict[str, tuple[str, ...]], str | None]]:
+        return (type(self), (dict(self.cases), self.path))  # mapping proxies do not pickle
+
     def case_for(self, branch: str | None, output: Any) -> str | None:
         """The case that a node with this branch choice and output follows, if any."""
         if self.path is None:
@@ -122,9 +125,7 @@ class Node:
         if self.input is not None:
             data["input"] = self.input
         if self.next is not None:
-            data["next"] = (
-                self.next.to_dict() if isinstance(self.next, Branch) else list(self.next)
-            )
+            data["next"] = self.next.to_dict() if isinstance(self.next, Branch) else list(self.next)
         if self.on_error:
             data["on_error"] = list(self.on_error)
         for name in ("retries", "retry_delay", "timeout", "for_each", "mode"):
@@ -163,6 +164,9 @@ class Graph:
 
     def __hash__(self) -> int:
         return hash((self.name, self.content_hash()))
+
+    def __reduce__(self) -> tuple[type[Graph], tuple[Any, ...]]:
+        return (type(self), (self.name, dict(self.nodes), self.entry, self.output))
 
     # -- loading ----------------------------------------------------------------------
 
@@ -203,9 +207,7 @@ class Graph:
         return data
 
     def canonical_json(self) -> str:
-        return json.dumps(
-            self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        )
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
     def content_hash(self) -> str:
         """Identifies the definition (not the name): equal definitions written in any

@@ -34,7 +34,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -100,6 +100,37 @@ def key_ordinal(key: str) -> int:
     """The instance number in a step key: 0 for ``node``, 2 for ``node#2``."""
     _, sep, suffix = key.rpartition("#")
     return int(suffix) if sep and suffix.isdigit() else 0
+
+
+def node_states(steps: Iterable[Any], graph: Graph | None = None) -> list[NodeState]:
+    """``NodeState``s from the engine's step records (``plait.Step`` or anything with
+    ``key``, ``status``, ``output``, ``error`` and optionally ``node_id``, ``branch``,
+    ``from_key``). The node id is the key without its ``#N`` ordinal (node ids cannot
+    contain ``#``). With ``graph``, steps that are not node instances of it (for_each items,
+    for instance) are left out, since the planner refuses unknown nodes."""
+    states: list[NodeState] = []
+    for step in steps:
+        key = step.key
+        node_id = getattr(step, "node_id", None) or _strip_ordinal(key)
+        if graph is not None and node_id not in graph.nodes:
+            continue
+        states.append(
+            NodeState(
+                key=key,
+                node_id=node_id,
+                status=str(getattr(step.status, "value", step.status)),
+                output=getattr(step, "output", None),
+                error=getattr(step, "error", None),
+                branch=getattr(step, "branch", None),
+                from_key=getattr(step, "from_key", None),
+            )
+        )
+    return states
+
+
+def _strip_ordinal(key: str) -> str:
+    base, sep, suffix = key.rpartition("#")
+    return base if sep and suffix.isdigit() else key
 
 
 def plan(

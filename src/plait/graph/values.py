@@ -156,8 +156,7 @@ def _check(value: Any, where: str, problems: list[str]) -> None:
             for key in value:
                 if key not in _REF_KEYS and key != TEMPLATE:
                     problems.append(
-                        f"{where}: unexpected key {key!r} in $ref "
-                        "(allowed: $ref, path, default)"
+                        f"{where}: unexpected key {key!r} in $ref (allowed: $ref, path, default)"
                     )
             if "path" in value:
                 try:
@@ -196,9 +195,9 @@ def references(
 def _collect(value: Any, roots: set[str], required_only: bool) -> None:
     if isinstance(value, Mapping):
         if REF in value:
-            if isinstance(value[REF], str) and value[REF]:
-                if not (required_only and "default" in value):
-                    roots.add(value[REF])
+            root = value[REF]
+            if isinstance(root, str) and root and not (required_only and "default" in value):
+                roots.add(root)
             return
         if TEMPLATE in value:
             try:

@@ -1,0 +1,434 @@
+"""The ``plait`` command: start, inspect and act on runs; run workers and the server."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from plait.app import App
+from plait.engine import Engine
+from plait.errors import PlaitError
+from plait.records import Run, Step, StepAttempt
+
+T = TypeVar("T")
+
+cli = typer.Typer(
+    name="plait",
+    help="Durable workflows: start runs, read their timelines, run workers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+runs_cli = typer.Typer(help="List and inspect runs.", no_args_is_help=True)
+cli.add_typer(runs_cli, name="runs")
+# Piped output (logs, CI, less) gets a fixed width that fits a run id and a timeline row.
+console = Console(width=None if sys.stdout.isatty() else 120)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+
+DatabaseOption = typer.Option(
+    None, "--database", "-d", help="Database URL (default: $PLAIT_DATABASE_URL or plait.db)."
+)
+STATUS_STYLE = {
+    "completed": "green",
+    "succeeded": "green",
+    "running": "blue",
+    "scheduled": "cyan",
+    "pending": "dim",
+    "suspended": "yellow",
+    "failed": "red",
+    "cancelled": "magenta",
+    "interrupted": "yellow",
+}
+
+
+class UsageError(Exception):
+    """A bad argument: reported as one line, exit code 2."""
+
+
+def fail(message: str, code: int = 2) -> None:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def load_app(ref: str) -> App:
+    """Import ``module:attribute`` (the current directory is importable)."""
+    module_name, _, attribute = ref.partition(":")
+    if not module_name or not attribute:
+        raise UsageError(f"APP must look like module:attribute, got {ref!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"cannot import module {module_name!r}: {exc}") from None
+    app = getattr(module, attribute, None)
+    if not isinstance(app, App):
+        raise UsageError(f"{ref!r} is not a plait.App (got {type(app).__name__})")
+    return app
+
+
+def parse_json(text: str | None, what: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{what} is not valid JSON: {exc.msg} at position {exc.pos}") from None
+
+
+def run_async(make: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine and turn plait's own errors into one-line messages."""
+    try:
+        return asyncio.run(make())  # type: ignore[arg-type]
+    except UsageError as exc:
+        fail(str(exc))
+    except (PlaitError, ValueError, TypeError) as exc:
+        fail(str(exc), 1)
+    raise AssertionError("unreachable")
+
+
+def _engine(app: App | None, database: str | None, **options: Any) -> Engine:
+    options.setdefault("workers", False)
+    return Engine(app or App("cli"), database, **options)
+
+
+# -- starting -------------------------------------------------------------------------------
+
+
+@cli.command()
+def start(
+    app_ref: str = typer.Argument(..., metavar="APP", help="module:attribute of your plait.App"),
+    workflow: str = typer.Argument(..., help="Workflow or graph name."),
+    input: str | None = typer.Option(None, "--input", "-i", help="Input as JSON."),
+    wait: bool = typer.Option(
+        False, "--wait", "-w", help="Run it in this process and wait for the output."
+    ),
+    run_id: str | None = typer.Option(None, "--run-id", help="Idempotency key for the run."),
+    database: str | None = DatabaseOption,
+) -> None:
+    """Start a run. Without --wait it is queued for `plait worker` processes."""
+
+    async def go() -> None:
+        app = load_app(app_ref)
+        data = parse_json(input, "--input")
+        async with _engine(app, database) as engine:
+            rid = await engine.start(workflow, data, run_id=run_id, inline=wait)
+            if not wait:
+                console.print(rid)
+                return
+            run = await engine.wait(rid)
+            console.print(f"run {rid} {run.status}")
+            if run.status == "completed":
+                console.print_json(json.dumps(run.output))
+            else:
+                console.print_json(json.dumps(run.error))
+                raise typer.Exit(1)
+
+    run_async(go)
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+@runs_cli.command("list")
+def runs_list(
+    status: str | None = typer.Option(None, "--status", help="Filter by status."),
+    workflow: str | None = typer.Option(None, "--workflow", help="Filter by workflow name."),
+    version: str | None = typer.Option(None, "--version", help="Filter by workflow version."),
+    limit: int = typer.Option(50, "--limit", min=1, max=10_000),
+    offset: int = typer.Option(0, "--offset", min=0),
+    database: str | None = DatabaseOption,
+) -> None:
+    """List runs, newest first."""
+
+    async def go() -> None:
+        async with _engine(None, database) as engine:
+            runs, total = await engine.count_runs(
+                status=status, workflow=workflow, version=version, limit=limit, offset=offset
+            )
+        table = Table(title=f"{len(runs)} of {total} runs", title_justify="left")
+        for column in ("run", "workflow", "version", "status", "started", "took"):
+            table.add_column(column)
+        for run in runs:
+            table.add_row(
+                run.id,
+                run.workflow,
+                run.version or "",
+                _status(run.status),
+                f"{run.created_at:%m-%d %H:%M:%S}",
+                _took(run),
+            )
+        console.print(table)
+
+    run_async(go)
+
+
+@runs_cli.command("show")
+def runs_show(
+    run_id: str = typer.Argument(..., help="The run id."),
+    database: str | None = DatabaseOption,
+) -> None:
+    """A run's steps and every attempt, as a timeline."""
+
+    async def go() -> None:
+        async with _engine(None, database) as engine:
+            run = await engine.get_run(run_id)
+            steps = await engine.get_steps(run_id)
+            history = await engine.get_history(run_id)
+            children = await engine.get_children(run_id)
+        render_run(run, steps, history, children)
+
+    run_async(go)
+
+
+def render_run(
+    run: Run, steps: list[Step], history: list[StepAttempt], children: list[Run]
+) -> None:
+    """Print a run so that someone who never saw plait can follow what happened."""
+    console.rule(f"[bold]{run.workflow}[/bold]  run {run.id}")
+    console.print(f"status   {_status(run.status)}   version {run.version or '-'}")
+    console.print(f"started  {run.created_at:%Y-%m-%d %H:%M:%S} UTC   took {_took(run)}")
+    if run.parent_run_id:
+        console.print(f"parent   {run.parent_run_id}")
+    console.print(f"input    {_short(run.input, 100)}")
+    if run.status == "completed":
+        console.print(f"output   {_short(run.output, 100)}")
+    if run.error:
+        code = f" [{run.error.get('code')}]" if run.error.get("code") else ""
+        console.print(f"[red]error[/red]    {run.error.get('message')}{code}")
+
+    table = Table(title="Steps (in the order the workflow reached them)", title_justify="left")
+    for column in ("#", "step", "function", "status", "result"):
+        table.add_column(column, justify="right" if column == "#" else "left")
+    for n, step in enumerate(steps, 1):
+        if step.status == "failed" and step.error:
+            result = f"[red]{_short(step.error.get('message'), 40)}[/red]"
+        elif step.kind == "sleep" and step.status != "succeeded" and step.wake_at:
+            result = f"sleeping until {step.wake_at:%H:%M:%S}"
+        elif step.kind == "child":
+            result = f"child run {step.child_run_id or '-'}"
+            if step.status == "succeeded":
+                result += f" -> {_short(step.output, 30)}"
+        else:
+            result = _short(step.output, 40) if step.status == "succeeded" else ""
+        tries = f" x{step.attempts}" if step.attempts > 1 else ""
+        table.add_row(
+            str(n),
+            _label(step),
+            step.function or ("(inline code)" if step.kind == "do" else ""),
+            _status(step.status) + tries,
+            result,
+        )
+    console.print(table)
+
+    if history:
+        origin = run.created_at
+        timeline = Table(title="Timeline of attempts", title_justify="left")
+        for column in ("at", "step", "attempt", "outcome", "took"):
+            timeline.add_column(column, overflow="fold")
+        for a in history:
+            offset = (a.started_at - origin).total_seconds()
+            took = (a.finished_at - a.started_at).total_seconds() if a.finished_at else None
+            outcome = _status(a.status)
+            if a.error:
+                outcome += f": {_short(a.error.get('message'), 50)}"
+            timeline.add_row(
+                f"+{offset:.3f}s",
+                a.key,
+                str(a.attempt),
+                outcome,
+                "" if took is None else _seconds(took),
+            )
+        console.print(timeline)
+    for child in children:
+        console.print(f"child run {child.id} ({child.workflow}) {_status(child.status)}")
+
+
+def _label(step: Step) -> str:
+    if step.kind == "suspend":
+        return f"suspend: {step.key.removeprefix('__suspend:')}"
+    if step.kind == "event":
+        return f"wait for event: {step.key.removeprefix('__event:')}"
+    if step.kind == "value":
+        return step.key.removeprefix("__")
+    if step.kind == "sleep":
+        return f"sleep: {step.key}"
+    if step.kind == "child":
+        return f"{step.key} (child run)"
+    return step.key
+
+
+def _status(status: str) -> str:
+    style = STATUS_STYLE.get(str(status), "")
+    return f"[{style}]{status}[/{style}]" if style else str(status)
+
+
+def _short(value: Any, width: int) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    text = text.replace("[", "\\[")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _seconds(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 120:
+        return f"{seconds:.2f}s"
+    return f"{seconds / 60:.1f}m"
+
+
+def _took(run: Run) -> str:
+    if run.status not in ("completed", "failed", "cancelled"):
+        return "-"
+    return _seconds((run.updated_at - run.created_at).total_seconds())
+
+
+# -- acting ---------------------------------------------------------------------------------
+
+
+def _act(action: str, run_id: str, database: str | None, reason: str | None = None) -> None:
+    async def go() -> None:
+        async with _engine(None, database) as engine:
+            if action == "cancel":
+                run = await engine.cancel(run_id, reason)
+            elif action == "resume":
+                run = await engine.resume(run_id)
+            else:
+                run = await engine.retry(run_id)
+        console.print(f"run {run.id} {_status(run.status)}")
+
+    run_async(go)
+
+
+@cli.command()
+def cancel(
+    run_id: str = typer.Argument(..., help="The run id."),
+    reason: str | None = typer.Option(None, "--reason", help="Stored as the run's error."),
+    database: str | None = DatabaseOption,
+) -> None:
+    """Cancel a run and its child runs."""
+    _act("cancel", run_id, database, reason)
+
+
+@cli.command()
+def resume(
+    run_id: str = typer.Argument(..., help="The run id."), database: str | None = DatabaseOption
+) -> None:
+    """Resume a suspended run (workers continue it)."""
+    _act("resume", run_id, database)
+
+
+@cli.command()
+def retry(
+    run_id: str = typer.Argument(..., help="The run id."), database: str | None = DatabaseOption
+) -> None:
+    """Retry a failed run from the failed step (workers continue it)."""
+    _act("retry", run_id, database)
+
+
+# -- long-running processes -----------------------------------------------------------------
+
+
+@cli.command()
+def worker(
+    app_ref: str = typer.Argument(..., metavar="APP", help="module:attribute of your plait.App"),
+    concurrency: int = typer.Option(
+        64, "--concurrency", "-c", min=1, help="Runs and steps at once."
+    ),
+    lease: float = typer.Option(2.0, "--lease", min=0.1, help="Lease length in seconds."),
+    worker_id: str | None = typer.Option(
+        None, "--worker-id", help="Stable name: a restarted worker takes back its runs at once."
+    ),
+    drain: float = typer.Option(10.0, "--drain", min=0.0, help="Seconds to finish work on stop."),
+    database: str | None = DatabaseOption,
+) -> None:
+    """Work the queues of a database until SIGTERM or SIGINT."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+    async def go() -> None:
+        app = load_app(app_ref)
+        engine = Engine(
+            app,
+            database,
+            workers=True,
+            concurrency=concurrency,
+            lease_seconds=lease,
+            worker_id=worker_id,
+            log_runs=True,
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await engine.open()
+        logging.getLogger("plait.worker").info(
+            "worker %s working %s (concurrency %d)", engine.worker_id, engine.url, concurrency
+        )
+        try:
+            await stop.wait()
+            logging.getLogger("plait.worker").info("stopping: finishing work in hand")
+        finally:
+            await engine.close(drain=drain)
+
+    run_async(go)
+
+
+@cli.command()
+def graph(
+    app_ref: str = typer.Argument(..., metavar="APP", help="module:attribute of your plait.App"),
+    name: str = typer.Argument(..., help="Graph or workflow name."),
+    run_id: str | None = typer.Option(None, "--run", help="Colour or draw this run's steps."),
+    database: str | None = DatabaseOption,
+) -> None:
+    """Print a Mermaid diagram of a graph (or of a code workflow run's steps)."""
+
+    async def go() -> None:
+        from plait.diagram import diagram_for
+
+        app = load_app(app_ref)
+        async with _engine(app, database) as engine:
+            console.print(await diagram_for(engine, name, run_id), markup=False, highlight=False)
+
+    run_async(go)
+
+
+@cli.command()
+def serve(
+    app_ref: str = typer.Argument(..., metavar="APP", help="module:attribute of your plait.App"),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8000, "--port", min=1, max=65535),
+    no_auth: bool = typer.Option(False, "--no-auth", help="Serve without tokens (local use)."),
+    database: str | None = DatabaseOption,
+) -> None:
+    """Serve the JSON API and the dashboard."""
+    try:
+        from plait.http import serve as serve_http
+    except ImportError as exc:
+        fail(f"the HTTP server needs the 'http' extra (pip install 'plait[http]'): {exc}")
+        return
+    try:
+        load_app(app_ref)
+    except UsageError as exc:
+        fail(str(exc))
+    serve_http(app_ref, host=host, port=port, database=database, no_auth=no_auth)
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Mermaid diagrams: a graph's definition, or what a code workflow run actually did."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from plait.errors import WorkflowNotFoundError
+
+if TYPE_CHECKING:
+    from plait.engine import Engine
+    from plait.records import Step
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+_CLASSES = {
+    "succeeded": "fill:#d3f5d3,stroke:#2e7d32",
+    "failed": "fill:#fbd5d5,stroke:#c62828",
+    "running": "fill:#d6e6fb,stroke:#1565c0",
+    "scheduled": "fill:#d6f2f7,stroke:#00838f",
+    "pending": "fill:#eeeeee,stroke:#757575",
+}
+
+
+def steps_mermaid(steps: list[Step]) -> str:
+    """The steps a run reached, in order; steps started together (a ``gather``) side by
+    side; error handlers hang off their step with a dashed edge."""
+    lines = ["graph TD"]
+    ids: dict[str, str] = {}
+    main = [s for s in steps if s.kind not in ("value", "on_error")]
+    layers: list[list[Step]] = []
+    for step in main:
+        if layers and _together(layers[-1][0], step):
+            layers[-1].append(step)
+        else:
+            layers.append([step])
+    for n, step in enumerate(steps):
+        ids[step.key] = f"s{n}_{_UNSAFE.sub('_', step.key)[:30]}"
+    for step in steps:
+        if step.kind == "value":
+            continue
+        label = step.key.replace('"', "'")
+        if step.function and step.kind != "child":
+            label += f"<br/>{step.function}"
+        if step.kind == "child":
+            lines.append(f'    {ids[step.key]}[["{label}<br/>child run"]]')
+        elif step.kind in ("sleep", "suspend", "event"):
+            lines.append(f'    {ids[step.key]}(["{label}"])')
+        else:
+            lines.append(f'    {ids[step.key]}["{label}"]')
+    for before, after in zip(layers, layers[1:], strict=False):
+        for a in before:
+            for b in after:
+                lines.append(f"    {ids[a.key]} --> {ids[b.key]}")
+    for step in steps:
+        if step.kind == "on_error":
+            origin = step.key.removesuffix(":on_error")
+            if origin in ids:
+                lines.append(f"    {ids[origin]} -.->|error| {ids[step.key]}")
+    for status, style in _CLASSES.items():
+        lines.append(f"    classDef {status} {style}")
+    for step in steps:
+        if step.kind != "value":
+            lines.append(f"    class {ids[step.key]} {step.status}")
+    return "\n".join(lines)
+
+
+def _together(first: Step, step: Step) -> bool:
+    return abs((step.created_at - first.created_at).total_seconds()) < 0.002
+
+
+async def diagram_for(engine: Engine, name: str, run_id: str | None = None) -> str:
+    """Mermaid text for graph ``name`` (coloured by ``run_id`` if given) or, for a code
+    workflow, the steps of ``run_id`` (default: its latest run)."""
+    graph = engine.app.graphs.get(name)
+    if graph is not None:
+        from plait.graph import node_states, to_mermaid
+
+        states = None
+        if run_id is not None:
+            states = node_states(await engine.get_steps(run_id))
+        return to_mermaid(graph, states)
+    if name not in engine.app.workflows:
+        raise WorkflowNotFoundError(name, [*engine.app.workflows, *engine.app.graphs])
+    if run_id is None:
+        runs = await engine.list_runs(workflow=name, limit=1)
+        if not runs:
+            raise WorkflowNotFoundError(f"{name} (no runs yet to draw)")
+        run_id = runs[0].id
+    return steps_mermaid(await engine.get_steps(run_id))

@@ -1,0 +1,82 @@
+"""Server-sent events for one run: a ``run`` event with the run and its steps whenever they
+change, and a final ``end`` event once the run is completed, failed, cancelled or suspended.
+
+Wake-ups come from ``engine.notifier`` (set when the run changes status in this process);
+a short poll covers what it does not see: step progress inside a pass and changes made by
+other processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.responses import StreamingResponse
+
+from plait.engine import Engine
+from plait.records import SETTLED, Run
+
+Snapshot = Callable[[Run], Awaitable[dict[str, Any]]]
+
+#: seconds between reads when nothing woke us (step progress is not notified)
+POLL_SECONDS = 0.5
+#: seconds of silence after which a comment line keeps proxies from closing the stream
+HEARTBEAT_SECONDS = 15.0
+
+
+def format_event(event: str, data: Any, event_id: int | None = None) -> str:
+    """One SSE message; JSON never contains a raw newline, so one ``data:`` line is enough."""
+    lines = [f"event: {event}"]
+    if event_id is not None:
+        lines.append(f"id: {event_id}")
+    lines.append("data: " + json.dumps(data, separators=(",", ":"), ensure_ascii=False))
+    return "\n".join(lines) + "\n\n"
+
+
+async def run_events(
+    engine: Engine,
+    run_id: str,
+    snapshot: Snapshot,
+    *,
+    poll: float = POLL_SECONDS,
+    heartbeat: float = HEARTBEAT_SECONDS,
+) -> AsyncIterator[str]:
+    """The stream's messages; returns after the ``end`` event."""
+    watcher = engine.notifier.watch(run_id)
+    try:
+        last: str | None = None
+        sent = 0
+        quiet_since = time.monotonic()
+        while True:
+            # Clear before reading so a change that lands during the read wakes the next wait.
+            watcher.clear()
+            run = await engine.get_run(run_id)
+            data = await snapshot(run)
+            text = json.dumps(data, sort_keys=True)
+            if text != last:
+                last = text
+                sent += 1
+                quiet_since = time.monotonic()
+                yield format_event("run", data, sent)
+            if run.status in SETTLED:
+                yield format_event("end", {"run_id": run_id, "status": str(run.status)})
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(watcher.wait(), poll)
+            if time.monotonic() - quiet_since >= heartbeat:
+                quiet_since = time.monotonic()
+                yield ": keep-alive\n\n"
+    finally:
+        engine.notifier.unwatch(run_id, watcher)
+
+
+def stream_run(engine: Engine, run_id: str, snapshot: Snapshot) -> StreamingResponse:
+    return StreamingResponse(
+        run_events(engine, run_id, snapshot),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
