@@ -9,11 +9,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from rich.console import Console  # noqa: E402
-from shop import app  # noqa: E402
+from rich.console import Console
+from shop import app
 
-import plait  # noqa: E402
-from plait.cli import render_run  # noqa: E402
+import plait
+from plait.cli import render_run
 
 DATABASE = os.environ.get("PLAIT_DATABASE_URL", "sqlite:///demo.db")
 console = Console()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import TYPE_CHECKING
 
@@ -47,7 +48,7 @@ def steps_mermaid(steps: list[Step]) -> str:
             lines.append(f'    {ids[step.key]}(["{label}"])')
         else:
             lines.append(f'    {ids[step.key]}["{label}"]')
-    for before, after in zip(layers, layers[1:], strict=False):
+    for before, after in itertools.pairwise(layers):
         for a in before:
             for b in after:
                 lines.append(f"    {ids[a.key]} --> {ids[b.key]}")
