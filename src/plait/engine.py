@@ -70,6 +70,7 @@ class Engine:
         self.inline_children = True
         self.log_runs = log_runs
         self._runner: Runner | None = None
+        self._graphs: dict[tuple[str, str], Any] = {}
         self._opened = False
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -91,6 +92,7 @@ class Engine:
             return
         await self.store.open()
         await self._store_versions()
+        await self.store.expire_leases(self.worker_id)
         self._runner = Runner(self)
         self.notifier.on_work(self._runner.kick)
         attach = getattr(self.store, "attach_notifier", None)
@@ -129,6 +131,57 @@ class Engine:
             return "graph", graph.content_hash()
         raise errors.WorkflowNotFoundError(name, [*self.app.workflows, *self.app.graphs])
 
+    async def register_graph(
+        self, name: str, definition: Any, *, status: str = "active"
+    ) -> str:
+        """Store a graph definition at run time; every process on this database can start
+        it once it is ``active``. Returns its content hash (the version runs record)."""
+        from plait.graph import load_graph, validate_or_raise
+
+        if status not in ("draft", "active"):
+            raise ValueError(f"invalid graph status: {status!r} (use 'draft' or 'active')")
+        graph = load_graph(name, definition)
+        validate_or_raise(graph)
+        version = graph.content_hash()
+        await self.store.put_version(name, version, "graph", graph.canonical_json(), status)
+        self._graphs[(name, version)] = graph
+        return version
+
+    async def list_graphs(self, status: str | None = None) -> list[dict[str, Any]]:
+        """Graphs registered at run time (newest first), with their status and hash."""
+        versions = await self.store.list_versions(status=status)
+        return [v for v in versions if v["kind"] == "graph"]
+
+    async def _resolve(self, name: str) -> tuple[str, str | None]:
+        """(kind, version) for a new run: registered code first, then active stored graphs."""
+        if not isinstance(name, str):
+            raise TypeError(f"workflow name must be a string, got {type(name).__name__}")
+        if self.app.is_runnable(name):
+            return self.describe(name)
+        for version in await self.store.list_versions(workflow=name, status="active"):
+            if version["kind"] == "graph":
+                return "graph", version["version"]
+        raise errors.WorkflowNotFoundError(name, [*self.app.workflows, *self.app.graphs])
+
+    async def graph_for(self, name: str, version: str | None) -> Any:
+        """The graph definition a run started on, even if the graph changed since."""
+        graph = self.app.graphs.get(name)
+        if graph is not None and (version is None or graph.content_hash() == version):
+            return graph
+        cached = self._graphs.get((name, version or ""))
+        if cached is not None:
+            return cached
+        if version is None:
+            return None
+        stored = await self.store.get_version(name, version)
+        if stored is None or stored["definition"] is None:
+            return None
+        from plait.graph import load_graph
+
+        graph = load_graph(name, stored["definition"])
+        self._graphs[(name, version)] = graph
+        return graph
+
     async def start(
         self,
         name: str,
@@ -141,14 +194,18 @@ class Engine:
     ) -> str:
         """Create a durable run and return its id. ``run_id`` is an idempotency key: the
         same id again returns the existing run without a second one."""
-        self.app.require_workflow(name)
+        kind, version = await self._resolve(name)
         if run_id is not None and (not isinstance(run_id, str) or not run_id):
             raise TypeError(f"run_id must be a non-empty string, got {run_id!r}")
         if owner is not None and not isinstance(owner, str):
             raise TypeError(f"owner must be a string, got {type(owner).__name__}")
-        kind, version = self.describe(name)
         if start_node is not None and kind != "graph":
             raise ValueError(f"start_node applies to graph workflows; {name!r} is code")
+        if kind == "graph":
+            from plait.graph import validate_or_raise
+
+            graph = await self.graph_for(name, version)
+            validate_or_raise(graph, start_node=start_node)
         payload = serde.dumps(data, what=f"the input of workflow {name!r}")
         runner = self.runner
         new = NewRun(

@@ -42,6 +42,8 @@ class Runner:
         self.work = asyncio.Event()
         self.slots = asyncio.Semaphore(engine.concurrency)
         self.closing = False
+        #: runs being cancelled by a user, as opposed to work stopped by a shutdown
+        self.cancelling: set[str] = set()
         self.loops: list[asyncio.Task[Any]] = []
         self.steps_run = 0
 
@@ -88,12 +90,14 @@ class Runner:
         """Run passes of ``run_id`` in this process until it pauses (or ends, if
         ``follow``: an inline run on an engine without worker loops keeps its driver)."""
         if run_id in self.driving or self.closing:
-            if claimed:
-                self.spawn(self._release_quietly(run_id))
             return
         task = self.spawn(self._drive(run_id, claimed, follow), name=f"plait-run-{run_id}")
         self.driving[run_id] = task
-        task.add_done_callback(lambda _t: self.driving.pop(run_id, None))
+        task.add_done_callback(lambda _t: self._done_driving(run_id))
+
+    def _done_driving(self, run_id: str) -> None:
+        self.driving.pop(run_id, None)
+        self.cancelling.discard(run_id)
 
     async def _release_quietly(self, run_id: str) -> None:
         with contextlib.suppress(Exception):
@@ -291,17 +295,15 @@ class Runner:
             except Exception:
                 log.exception("renewing leases failed")
                 continue
-            for run_id in gone:
-                task = self.driving.get(run_id)
-                if task is not None:
-                    task.cancel()
             if gone:
-                for (run_id, _key), task in list(self.stepping.items()):
-                    if run_id in gone:
-                        task.cancel()
+                self.cancel_local(gone)
 
-    def cancel_local(self, run_ids: list[str]) -> None:
+    def is_cancelling(self, run_id: str) -> bool:
+        return run_id in self.cancelling
+
+    def cancel_local(self, run_ids: list[str] | set[str]) -> None:
         """Stop in-process work of cancelled runs right away."""
+        self.cancelling.update(run_ids)
         for run_id in run_ids:
             task = self.driving.get(run_id)
             if task is not None:

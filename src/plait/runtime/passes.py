@@ -81,6 +81,7 @@ class Pass:
         self.input = serde.loads(self.run.input)
         #: replaying on code that is not the version the run started on
         self.foreign_version = False
+        self.visited: set[str] = set()
 
     # -- writes -------------------------------------------------------------------------------
     async def flush(self) -> None:
@@ -114,6 +115,20 @@ class Pass:
         self.counters[name] = n + 1
         return name if n == 0 else f"{name}#{n}"
 
+    def _check_prefix(self, key: str) -> None:
+        """On foreign code, a new step may only start once every recorded step has been
+        reached again; otherwise the code took another path than the recorded one."""
+        if not self.foreign_version:
+            return
+        unreached = [k for k, s in self.steps.items() if k not in self.visited]
+        if unreached:
+            first = min(unreached, key=lambda k: self.steps[k].seq)
+            self.conflict = (
+                f"step {key!r} is new in this version of {self.run.workflow!r}, but the run "
+                f"recorded step {first!r} that the new code has not reached at that point"
+            )
+            raise SuspendSignal(self.conflict, errors.VERSION_CONFLICT)
+
     def _new_step(
         self,
         key: str,
@@ -127,6 +142,8 @@ class Pass:
         timeout: float | None = None,
         queued: bool = False,
     ) -> StepRow:
+        self._check_prefix(key)
+        self.visited.add(key)
         now = time.time()
         step = StepRow(
             run_id=self.run.id,
@@ -167,6 +184,7 @@ class Pass:
 
     def _check_same(self, step: StepRow, kind: str, function: str | None) -> None:
         """A recorded step must be what the code asks for now, or the replay has diverged."""
+        self.visited.add(step.key)
         if step.kind == kind and step.function == function:
             return
         was = f"{step.kind} {step.function!r}" if step.function else step.kind
@@ -305,16 +323,22 @@ class Pass:
         try:
             outcome = await run_attempt(body, serde.loads(step.input), ctx, step.timeout)
         except asyncio.CancelledError:
-            step.status = "failed"
-            step.error = serde.dumps(
-                {
-                    "message": "cancelled",
-                    "type": "CancelledError",
-                    "code": errors.WORKFLOW_CANCELLED,
-                }
-            )
+            if self.engine.runner.is_cancelling(self.run.id):
+                step.status = "failed"
+                step.error = serde.dumps(
+                    {
+                        "message": "cancelled",
+                        "type": "CancelledError",
+                        "code": errors.WORKFLOW_CANCELLED,
+                    }
+                )
+                status = "cancelled"
+            else:
+                # This process is shutting down: the step is not failed, it will run again
+                # (same invocation id, next attempt) wherever the run continues.
+                step.status, status = "pending", "interrupted"
             self.ops.append(
-                FinishAttempt(dataclasses.replace(step), attempt, "cancelled", None, step.error)
+                FinishAttempt(dataclasses.replace(step), attempt, status, None, step.error)
             )
             raise
         if outcome.ok:
@@ -504,6 +528,7 @@ class Pass:
         """A value recorded once and replayed ever after (``wf.now()``, ``wf.uuid()``)."""
         step = self.steps.get(key)
         if step is not None:
+            self.visited.add(key)
             return serde.loads(step.output)
         step = self._new_step(key, key, "value", status="succeeded")
         step.output = serde.dumps(make())

@@ -439,6 +439,16 @@ class SQLiteStore:
 
         return await self._write(go)
 
+    async def expire_leases(self, owner: str) -> None:
+        """A process restarted under the same worker id gives up what its previous life
+        held, so those runs and steps are taken over at once instead of after expiry."""
+
+        def go(conn: sqlite3.Connection) -> None:
+            conn.execute("UPDATE plait_runs SET lease_until = 0 WHERE lease_owner = ?", (owner,))
+            conn.execute("UPDATE plait_jobs SET lease_until = 0 WHERE lease_owner = ?", (owner,))
+
+        await self._write(go)
+
     async def renew_leases(self, owner: str, lease_seconds: float) -> set[str]:
         def go(conn: sqlite3.Connection) -> set[str]:
             until = _now() + lease_seconds

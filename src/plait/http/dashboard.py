@@ -1,0 +1,92 @@
+"""The dashboard: HTML pages rendered on the server, data fetched by a little JavaScript.
+
+Pages carry no run data themselves: the browser holds the bearer token (from ``?token=``
+once, then localStorage) and only the JSON API checks it, so the same owner rules apply
+to the dashboard as to any other client. Everything it needs ships inside the package and
+works offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cache
+from html import escape
+from importlib import resources
+from string import Template
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from plait.http.schemas import RUN_STATUSES
+
+_PACKAGE = "plait.http"
+
+
+@cache
+def _template(name: str) -> Template:
+    text = resources.files(_PACKAGE).joinpath("templates", name).read_text("utf-8")
+    return Template(text)
+
+
+@cache
+def asset_version() -> str:
+    """Changes whenever the shipped CSS or JavaScript changes, so browsers refetch them."""
+    digest = hashlib.sha256()
+    for name in ("dashboard.css", "dashboard.js"):
+        digest.update(resources.files(_PACKAGE).joinpath("static", name).read_bytes())
+    return digest.hexdigest()[:10]
+
+
+def _root(request: Request) -> str:
+    """Where this app is mounted, so links keep working under a prefix."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def render_page(request: Request, page: str, title: str, body: str) -> HTMLResponse:
+    root = _root(request)
+    html = _template("base.html").substitute(
+        title=escape(title),
+        page=page,
+        root=escape(root),
+        static=escape(f"{root}/static"),
+        asset_version=asset_version(),
+        body=body,
+    )
+    return HTMLResponse(html, headers={"Cache-Control": "no-store"})
+
+
+async def runs_page(request: Request) -> Response:
+    status = request.query_params.get("status", "")
+    options = "\n".join(
+        f'        <option value="{s}"{" selected" if s == status else ""}>{s}</option>'
+        for s in RUN_STATUSES
+    )
+    offset = request.query_params.get("offset", "0")
+    body = _template("runs.html").substitute(
+        root=escape(_root(request)),
+        workflow=escape(request.query_params.get("workflow", "")),
+        status_options=options,
+        offset=escape(offset if offset.isdigit() else "0"),
+    )
+    return render_page(request, "runs", "Runs", body)
+
+
+async def run_page(request: Request) -> Response:
+    run_id = request.path_params["run_id"]
+    body = _template("run.html").substitute(
+        root=escape(_root(request)),
+        run_id=escape(run_id),
+        run_id_short=escape(run_id[:8] if len(run_id) > 12 else run_id),
+    )
+    return render_page(request, "run", f"Run {run_id[:8]}", body)
+
+
+def dashboard_routes() -> list[BaseRoute]:
+    static_dir = resources.files(_PACKAGE).joinpath("static")
+    return [
+        Route("/", runs_page, methods=["GET"]),
+        Route("/runs/{run_id}", run_page, methods=["GET"]),
+        Mount("/static", StaticFiles(directory=str(static_dir)), name="static"),
+    ]

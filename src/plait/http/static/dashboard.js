@@ -1,0 +1,558 @@
+// plait dashboard: plain JavaScript over the JSON API (no libraries, works offline).
+// The bearer token arrives once as ?token=..., is kept in localStorage and sent as a header.
+"use strict";
+
+(function () {
+  const ROOT = document.body.dataset.root || "";
+  const TOKEN_KEY = "plait.token";
+  const SETTLED = ["completed", "failed", "cancelled", "suspended"];
+
+  // -- token ------------------------------------------------------------------------------
+  (function takeTokenFromUrl() {
+    const params = new URLSearchParams(location.search);
+    if (!params.has("token")) return;
+    localStorage.setItem(TOKEN_KEY, params.get("token"));
+    params.delete("token");
+    const query = params.toString();
+    history.replaceState(null, "", location.pathname + (query ? "?" + query : "") + location.hash);
+  })();
+
+  function authHeaders(extra) {
+    const headers = Object.assign({ Accept: "application/json" }, extra || {});
+    const token = localStorage.getItem(TOKEN_KEY);
+    if (token) headers.Authorization = "Bearer " + token;
+    return headers;
+  }
+
+  function askForToken() {
+    const box = document.getElementById("signin");
+    if (!box || !box.hidden) return;
+    box.hidden = false;
+    document.getElementById("signin-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const value = document.getElementById("signin-token").value.trim();
+      if (value) {
+        localStorage.setItem(TOKEN_KEY, value);
+        location.reload();
+      }
+    });
+  }
+
+  class ApiError extends Error {
+    constructor(status, body) {
+      super((body && body.error && body.error.message) || "HTTP " + status);
+      this.status = status;
+      this.body = body;
+    }
+  }
+
+  async function api(path, options) {
+    const opts = options || {};
+    const headers = authHeaders(opts.body !== undefined ? { "Content-Type": "application/json" } : {});
+    const response = await fetch(ROOT + "/api" + path, {
+      method: opts.method || "GET",
+      headers: headers,
+      body: opts.body !== undefined ? JSON.stringify(opts.body) : undefined,
+      cache: "no-store",
+    });
+    let data = null;
+    try {
+      data = await response.json();
+    } catch (_) {
+      data = null;
+    }
+    if (!response.ok) {
+      if (response.status === 401) askForToken();
+      throw new ApiError(response.status, data);
+    }
+    return data;
+  }
+
+  // Server-sent events over fetch, because EventSource cannot send an Authorization header.
+  async function stream(path, onEvent, signal) {
+    const response = await fetch(ROOT + "/api" + path, {
+      headers: authHeaders({ Accept: "text/event-stream" }),
+      cache: "no-store",
+      signal: signal,
+    });
+    if (!response.ok || !response.body) throw new ApiError(response.status, null);
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const chunk = await reader.read();
+      if (chunk.done) return;
+      buffer += decoder.decode(chunk.value, { stream: true });
+      let cut;
+      while ((cut = buffer.indexOf("\n\n")) >= 0) {
+        const message = buffer.slice(0, cut);
+        buffer = buffer.slice(cut + 2);
+        let name = "message";
+        const data = [];
+        for (const line of message.split("\n")) {
+          if (line.startsWith("event:")) name = line.slice(6).trim();
+          else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+        }
+        if (data.length) onEvent(name, JSON.parse(data.join("\n")));
+      }
+    }
+  }
+
+  // -- small helpers ----------------------------------------------------------------------
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key === "class") el.className = value;
+      else if (key === "text") el.textContent = value;
+      else if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+      else if (key === "style") el.setAttribute("style", value);
+      else el.setAttribute(key, value === true ? "" : value);
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined || child === false) continue;
+      el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return el;
+  }
+
+  const $ = (id) => document.getElementById(id);
+  const ms = (iso) => (iso ? new Date(iso).getTime() : null);
+  const enc = encodeURIComponent;
+
+  function duration(millis) {
+    if (millis === null || millis === undefined || isNaN(millis)) return "";
+    const s = millis / 1000;
+    if (s < 1) return Math.max(0, Math.round(millis)) + " ms";
+    if (s < 60) return s.toFixed(1) + " s";
+    if (s < 3600) return Math.floor(s / 60) + " m " + Math.floor(s % 60) + " s";
+    return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " m";
+  }
+
+  function ago(iso) {
+    const s = (Date.now() - ms(iso)) / 1000;
+    if (s < 5) return "just now";
+    if (s < 60) return Math.floor(s) + " s ago";
+    if (s < 3600) return Math.floor(s / 60) + " min ago";
+    if (s < 86400) return Math.floor(s / 3600) + " h ago";
+    return new Date(iso).toLocaleDateString();
+  }
+
+  function when(iso) {
+    return iso ? new Date(iso).toLocaleString() : "";
+  }
+
+  function runDuration(run) {
+    const end = SETTLED.includes(run.status) ? ms(run.updated_at) : Date.now();
+    return end - ms(run.created_at);
+  }
+
+  function badge(status) {
+    return h("span", { class: "badge", "data-status": status, text: status });
+  }
+
+  function pretty(value) {
+    return value === undefined ? "" : JSON.stringify(value, null, 2);
+  }
+
+  function notice(message, kind) {
+    const el = $("notice");
+    if (!el) return;
+    el.textContent = message || "";
+    el.className = "notice" + (kind ? " " + kind : "");
+    el.hidden = !message;
+  }
+
+  async function showUser() {
+    try {
+      const me = await api("/me");
+      $("whoami").textContent = me.auth ? me.user : "no auth";
+    } catch (_) {
+      /* 401 already asked for a token */
+    }
+  }
+
+  // -- runs list --------------------------------------------------------------------------
+  function runsPage() {
+    const PAGE = 25;
+    const filters = $("filters");
+    const workflowSelect = $("f-workflow");
+    const statusSelect = $("f-status");
+    let offset = parseInt($("page-offset").value, 10) || 0;
+    let total = 0;
+    let inFlight = false;
+
+    function query() {
+      const params = new URLSearchParams();
+      if (workflowSelect.value) params.set("workflow", workflowSelect.value);
+      if (statusSelect.value) params.set("status", statusSelect.value);
+      if (offset) params.set("offset", String(offset));
+      return params;
+    }
+
+    function remember() {
+      const q = query().toString();
+      history.replaceState(null, "", location.pathname + (q ? "?" + q : ""));
+    }
+
+    async function loadWorkflows() {
+      try {
+        const data = await api("/workflows");
+        const wanted = workflowSelect.dataset.selected;
+        const start = $("start-workflow");
+        for (const wf of data.workflows) {
+          workflowSelect.append(h("option", { value: wf.name, text: wf.name }));
+          start.append(h("option", { value: wf.name, text: wf.name + (wf.kind === "graph" ? " (graph)" : "") }));
+        }
+        if (wanted) {
+          if (![...workflowSelect.options].some((o) => o.value === wanted)) {
+            workflowSelect.append(h("option", { value: wanted, text: wanted }));
+          }
+          workflowSelect.value = wanted;
+        }
+      } catch (_) {
+        /* the list below shows the error */
+      }
+    }
+
+    function row(run) {
+      const href = ROOT + "/runs/" + enc(run.id);
+      return h(
+        "tr",
+        { "data-run-id": run.id, "data-status": run.status },
+        h("td", { class: "mono", "data-label": "Run" }, h("a", { href: href, title: run.id, text: run.id.slice(0, 8) })),
+        h("td", { "data-label": "Workflow" }, h("a", { href: href, text: run.workflow }), run.kind === "graph" ? h("span", { class: "tag", text: "graph" }) : null),
+        h("td", { "data-label": "Status" }, badge(run.status)),
+        h("td", { "data-label": "Started", title: when(run.created_at), text: ago(run.created_at) }),
+        h("td", { class: "opt num", "data-label": "Duration", text: duration(runDuration(run)) }),
+        h("td", { class: "opt", "data-label": "Owner", text: run.owner || "—" })
+      );
+    }
+
+    async function load() {
+      if (inFlight) return;
+      inFlight = true;
+      try {
+        const params = query();
+        params.set("limit", String(PAGE));
+        const data = await api("/runs?" + params.toString());
+        total = data.total;
+        const body = $("runs-body");
+        body.replaceChildren(...data.runs.map(row));
+        if (!data.runs.length) {
+          body.append(h("tr", { class: "empty" }, h("td", { colspan: "6", text: "No runs match." })));
+        }
+        const first = data.runs.length ? offset + 1 : 0;
+        $("page-info").textContent = first + "–" + (offset + data.runs.length) + " of " + total;
+        $("page-prev").disabled = offset === 0;
+        $("page-next").disabled = offset + PAGE >= total;
+        notice("");
+        $("live").classList.remove("stale");
+      } catch (err) {
+        notice(err.message, "error");
+        $("live").classList.add("stale");
+      } finally {
+        inFlight = false;
+      }
+    }
+
+    filters.addEventListener("change", () => {
+      offset = 0;
+      remember();
+      load();
+    });
+    $("page-prev").addEventListener("click", () => {
+      offset = Math.max(0, offset - PAGE);
+      remember();
+      load();
+    });
+    $("page-next").addEventListener("click", () => {
+      offset += PAGE;
+      remember();
+      load();
+    });
+    $("start-form").addEventListener("submit", async (event) => {
+      event.preventDefault();
+      $("start-error").textContent = "";
+      let input;
+      try {
+        const text = $("start-input").value.trim();
+        input = text ? JSON.parse(text) : null;
+      } catch (err) {
+        $("start-error").textContent = "Input is not JSON: " + err.message;
+        return;
+      }
+      try {
+        const name = $("start-workflow").value;
+        const data = await api("/workflows/" + enc(name) + "/runs", { method: "POST", body: { input: input } });
+        location.href = ROOT + "/runs/" + enc(data.run_id);
+      } catch (err) {
+        $("start-error").textContent = err.message;
+      }
+    });
+
+    loadWorkflows().then(load);
+    setInterval(() => {
+      if (!document.hidden) load();
+    }, 2000);
+  }
+
+  // -- one run ----------------------------------------------------------------------------
+  function runPage() {
+    const runId = $("run").dataset.runId;
+    const path = "/runs/" + enc(runId);
+    let run = null;
+    let attempts = [];
+    let following = null; // AbortController of the open stream
+    let extrasTimer = null;
+    const openSteps = new Set();
+
+    function renderRun(data) {
+      run = data;
+      document.title = data.workflow + " " + data.id.slice(0, 8) + " · plait";
+      $("run-workflow").textContent = data.workflow;
+      const status = $("run-status");
+      status.textContent = data.status;
+      status.dataset.status = data.status;
+      $("btn-cancel").disabled = !["running", "suspended"].includes(data.status);
+      $("btn-resume").disabled = data.status !== "suspended";
+      $("btn-retry").disabled = data.status !== "failed";
+
+      const meta = [
+        ["Run id", h("span", { class: "mono", text: data.id })],
+        ["Kind", data.kind === "graph" ? "graph workflow" : "code workflow"],
+        ["Owner", data.owner || "—"],
+        ["Started", h("span", { title: data.created_at, text: when(data.created_at) })],
+        ["Duration", duration(runDuration(data)) + (SETTLED.includes(data.status) ? "" : " so far")],
+        ["Version", h("span", { class: "mono", text: data.version || "—" })],
+      ];
+      if (data.parent_run_id) {
+        meta.push(["Parent", h("a", { class: "mono", href: "./" + enc(data.parent_run_id), text: data.parent_run_id.slice(0, 8) })]);
+      }
+      $("run-meta").replaceChildren(...meta.map(([k, v]) => h("div", {}, h("dt", { text: k }), h("dd", {}, v))));
+
+      $("run-input").textContent = pretty(data.input);
+      $("run-output").textContent = data.status === "completed" ? pretty(data.output) : "—";
+      const err = data.error;
+      const showError = err && data.status !== "completed";
+      $("error-card").hidden = !showError;
+      if (showError) {
+        $("error-card").dataset.kind = data.status;
+        $("run-error-message").textContent = (err.type ? err.type + ": " : "") + (err.message || "");
+        $("run-error").textContent = err.traceback || pretty(err);
+      }
+      const children = data.children || [];
+      $("children-card").hidden = !children.length;
+      $("children").replaceChildren(
+        ...children.map((c) =>
+          h("li", {}, h("a", { class: "mono", href: "./" + enc(c.id), text: c.id.slice(0, 8) }), " ", c.workflow, " ", badge(c.status))
+        )
+      );
+      renderSteps();
+    }
+
+    function attemptsOf(key) {
+      return attempts.filter((a) => a.key === key);
+    }
+
+    function stepSpan(step) {
+      const mine = attemptsOf(step.key);
+      const done = step.status === "succeeded" || step.status === "failed";
+      if (mine.length) {
+        const start = Math.min(...mine.map((a) => ms(a.started_at)));
+        const ends = mine.map((a) => ms(a.finished_at));
+        const end = done && ends.every((e) => e !== null) ? Math.max(...ends) : null;
+        return [start, end];
+      }
+      return [ms(step.created_at), done ? ms(step.updated_at) : null];
+    }
+
+    function renderSteps() {
+      if (!run) return;
+      const steps = run.steps || [];
+      $("steps-count").textContent = steps.length + (steps.length === 1 ? " step" : " steps");
+      const container = $("steps");
+      for (const d of container.querySelectorAll("details[open]")) openSteps.add(d.dataset.key);
+      for (const d of container.querySelectorAll("details:not([open])")) openSteps.delete(d.dataset.key);
+      if (!steps.length) {
+        container.replaceChildren(h("p", { class: "muted", text: "No steps recorded yet." }));
+        return;
+      }
+      const t0 = ms(run.created_at);
+      let t1 = SETTLED.includes(run.status) ? ms(run.updated_at) : Date.now();
+      for (const a of attempts) t1 = Math.max(t1, ms(a.finished_at) || 0);
+      const span = Math.max(1, t1 - t0);
+      const pct = (t) => (Math.min(Math.max(t - t0, 0), span) / span) * 100;
+
+      const rows = steps.map((step) => {
+        const [start, end] = stepSpan(step);
+        const now = Date.now();
+        const mine = attemptsOf(step.key);
+        const bars = mine.length
+          ? mine.map((a) => {
+              const s = ms(a.started_at);
+              const e = ms(a.finished_at) || Math.min(now, t1);
+              return h("span", {
+                class: "seg s-" + a.status,
+                style: "left:" + pct(s).toFixed(2) + "%;width:max(3px," + (pct(e) - pct(s)).toFixed(2) + "%)",
+                title: "attempt " + a.attempt + ": " + a.status + " " + duration(e - s),
+              });
+            })
+          : [
+              h("span", {
+                class: "seg s-wait",
+                style: "left:" + pct(start).toFixed(2) + "%;width:max(3px," + (pct(end || Math.min(now, t1)) - pct(start)).toFixed(2) + "%)",
+                title: step.kind + ": " + step.status,
+              }),
+            ];
+        const state = { pending: "waiting", scheduled: "waiting" }[step.status] || step.status;
+        const label = step.name.startsWith("__") ? step.name.slice(2).replace(":", ": ") : step.name;
+        const kindText = step.kind === "do" || step.kind === "node" ? step.function || step.kind : step.kind;
+        const summary = h(
+          "summary",
+          {},
+          h("span", { class: "step-name" }, h("span", { class: "dot s-" + state }), h("span", { class: "name", text: label }), h("span", { class: "kind", text: kindText })),
+          h("span", { class: "step-status" }, badge(step.status)),
+          h("span", { class: "step-attempts num", text: step.attempts ? step.attempts + "×" : "", title: "attempts" }),
+          h("span", { class: "step-duration num", text: end ? duration(end - start) : "" }),
+          h("span", { class: "track" }, bars)
+        );
+        const body = h("div", { class: "step-body" });
+        const facts = [["Key", step.key], ["Invocation", step.invocation_id]];
+        if (step.function) facts.push(["Function", step.function]);
+        if (step.retries) facts.push(["Retries", String(step.retries)]);
+        body.append(h("dl", { class: "facts" }, facts.map(([k, v]) => h("div", {}, h("dt", { text: k }), h("dd", { class: "mono", text: v })))));
+        if (step.child_run_id) {
+          body.append(h("p", {}, "Child run ", h("a", { class: "mono", href: "./" + enc(step.child_run_id), text: step.child_run_id })));
+        }
+        if (mine.length) {
+          body.append(
+            h(
+              "ol",
+              { class: "attempts" },
+              mine.map((a) =>
+                h(
+                  "li",
+                  {},
+                  badge(a.status),
+                  " attempt " + a.attempt + " · " + when(a.started_at) + (a.finished_at ? " · " + duration(ms(a.finished_at) - ms(a.started_at)) : ""),
+                  a.error ? h("div", { class: "attempt-error", text: (a.error.type ? a.error.type + ": " : "") + (a.error.message || "") }) : null
+                )
+              )
+            )
+          );
+        }
+        body.append(h("div", { class: "io" }, h("div", {}, h("h3", { text: "Input" }), h("pre", { text: pretty(step.input) })), h("div", {}, h("h3", { text: step.error ? "Error" : "Output" }), h("pre", { text: step.error ? pretty(step.error.message || step.error) : pretty(step.output) }))));
+        const details = h("details", { class: "step", id: "step-" + enc(step.key), "data-key": step.key, "data-status": step.status, open: openSteps.has(step.key) }, summary, body);
+        return details;
+      });
+      container.replaceChildren(
+        h("div", { class: "step-header" }, h("span", { text: "Step" }), h("span", { text: "Status" }), h("span", { class: "num", text: "Tries" }), h("span", { class: "num", text: "Time" }), h("span", { text: "Timeline" })),
+        ...rows
+      );
+    }
+
+    async function loadExtras() {
+      try {
+        const [history, graph] = await Promise.all([api(path + "/history"), api(path + "/graph")]);
+        attempts = history.attempts;
+        $("graph").innerHTML = graph.svg; // built and escaped by the server
+        $("graph").dataset.kind = graph.kind;
+        renderSteps();
+      } catch (err) {
+        notice(err.message, "error");
+      }
+    }
+
+    function scheduleExtras() {
+      if (extrasTimer) return;
+      extrasTimer = setTimeout(() => {
+        extrasTimer = null;
+        loadExtras();
+      }, 120);
+    }
+
+    async function load() {
+      try {
+        renderRun(await api(path));
+        await loadExtras();
+        return true;
+      } catch (err) {
+        notice(err.status === 403 ? "This run belongs to another user." : err.message, "error");
+        $("run-status").textContent = err.status === 404 ? "not found" : "error";
+        return false;
+      }
+    }
+
+    function follow() {
+      if (following || !run || SETTLED.includes(run.status)) return;
+      following = new AbortController();
+      stream(
+        path + "/stream",
+        (name, data) => {
+          if (name === "run") {
+            renderRun(data);
+            scheduleExtras();
+          }
+        },
+        following.signal
+      )
+        .catch(() => null)
+        .finally(() => {
+          following = null;
+          load();
+        });
+    }
+
+    async function act(action) {
+      const button = $("btn-" + action);
+      button.disabled = true;
+      try {
+        renderRun(Object.assign({}, run, await api(path + "/" + action, { method: "POST" }), { steps: run.steps, children: run.children }));
+        notice({ cancel: "Run cancelled.", resume: "Run resumed.", retry: "Retrying from the failed step…" }[action], "ok");
+        await load();
+        follow();
+      } catch (err) {
+        notice(err.message, "error");
+        button.disabled = false;
+      }
+    }
+
+    for (const action of ["cancel", "resume", "retry"]) {
+      $("btn-" + action).addEventListener("click", () => act(action));
+    }
+
+    // A slow check catches changes that no open stream reports: another client resuming
+    // or retrying this run, or a stream that broke.
+    let lastSeen = null;
+    setInterval(async () => {
+      if (document.hidden || following || !run) return;
+      try {
+        const fresh = await api(path);
+        if (fresh.updated_at !== lastSeen || fresh.status !== run.status) {
+          lastSeen = fresh.updated_at;
+          renderRun(fresh);
+          scheduleExtras();
+        }
+        follow();
+      } catch (_) {
+        /* keep the last view */
+      }
+    }, 3000);
+    // Durations of a live run keep ticking between events.
+    setInterval(() => {
+      if (run && !SETTLED.includes(run.status) && !document.hidden) renderRun(run);
+    }, 1000);
+
+    load().then((ok) => {
+      if (ok) {
+        lastSeen = run.updated_at;
+        follow();
+      }
+    });
+  }
+
+  showUser();
+  if (document.body.dataset.page === "runs") runsPage();
+  if (document.body.dataset.page === "run") runPage();
+})();
