@@ -245,13 +245,13 @@ class App:
         wname = name or fn.__name__
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"workflow {wname!r} must be an async function (async def)")
-        if version is not None and not isinstance(version, str):
-            raise TypeError(f"version of workflow {wname!r} must be a string")
+        if version is not None and (not isinstance(version, str) or not version):
+            raise TypeError(f"version of workflow {wname!r} must be a non-empty string")
         params = list(inspect.signature(fn).parameters.values())
         wdef = WorkflowDef(
             name=wname,
             fn=fn,
-            version=version or _source_version(fn),
+            version=version if version is not None else _source_version(fn),
             takes_data=len(params) >= 2,
         )
         self.workflows[wname] = wdef

@@ -39,7 +39,8 @@ class Runner:
         self.driving: dict[str, asyncio.Task[Any]] = {}
         self.stepping: dict[tuple[str, str], asyncio.Task[Any]] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
-        self.work = asyncio.Event()
+        self.wake_passes = asyncio.Event()
+        self.wake_steps = asyncio.Event()
         self.slots = asyncio.Semaphore(engine.concurrency)
         self.closing = False
         #: runs being cancelled by a user, as opposed to work stopped by a shutdown
@@ -57,7 +58,8 @@ class Runner:
 
     def kick(self) -> None:
         """Something new may be due: wake the loops now instead of at their next poll."""
-        self.work.set()
+        self.wake_passes.set()
+        self.wake_steps.set()
 
     async def stop(self, *, drain: float = 0.0) -> None:
         """Stop taking work; give what is held ``drain`` seconds, then cancel it. Leases of
@@ -166,34 +168,42 @@ class Runner:
 
     async def _pass_loop(self) -> None:
         while not self.closing:
-            self.work.clear()
+            self.wake_passes.clear()
             free = max(0, self.engine.concurrency - len(self.driving))
             claimed: list[str] = []
-            if free:
+            if free and await self._due(self.wake_passes, None):
                 try:
                     claimed = await self.store.claim_due_runs(self.owner, self.lease, free)
                 except Exception:
                     log.exception("claiming due runs failed; retrying")
-            for run_id in claimed:
-                self.drive(run_id, claimed=True)
-            if claimed and len(claimed) == free:
-                await asyncio.sleep(0)
-                continue
-            await self._idle()
+                for run_id in claimed:
+                    self.drive(run_id, claimed=True)
+            if not (claimed and len(claimed) == free):
+                await self._idle(self.wake_passes)
 
-    async def _idle(self) -> None:
+    async def _due(self, wake: asyncio.Event, functions: list[str] | None) -> bool:
+        """Whether anything is due now (runs, or jobs for ``functions``); a cheap read
+        that spares the claim's write when there is nothing to take."""
         try:
-            due = await self.store.next_due()
+            due = await self.store.next_due(functions)
         except Exception:
-            due = None
+            log.exception("reading the queue failed; retrying")
+            return False
+        if due is not None and due <= time.time():
+            return True
         timeout = self.engine.poll_interval
         if due is not None:
-            timeout = max(0.0, min(timeout, due - time.time() + 0.001))
-        if timeout <= 0:
-            await asyncio.sleep(0.001)
+            timeout = max(0.001, min(timeout, due - time.time() + 0.001))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), timeout)
+        return False
+
+    async def _idle(self, wake: asyncio.Event) -> None:
+        if wake.is_set():
+            await asyncio.sleep(0)
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.work.wait(), timeout)
+            await asyncio.wait_for(wake.wait(), 0.05 if self.driving else 0.01)
 
     # -- queued steps -------------------------------------------------------------------------
     async def _step_loop(self) -> None:
@@ -201,23 +211,21 @@ class Runner:
         if not functions:
             return
         while not self.closing:
-            self.work.clear()
+            self.wake_steps.clear()
             free = max(0, self.engine.concurrency - len(self.stepping))
             jobs: list[StepJob] = []
-            if free:
+            if free and await self._due(self.wake_steps, functions):
                 try:
                     jobs = await self.store.claim_step_jobs(self.owner, self.lease, free, functions)
                 except Exception:
                     log.exception("claiming step jobs failed; retrying")
-            for job in jobs:
-                key = (job.run_id, job.step_key)
-                task = self.spawn(self._run_job(job), name=f"plait-step-{job.step_key}")
-                self.stepping[key] = task
-                task.add_done_callback(lambda _t, k=key: self.stepping.pop(k, None))
-            if jobs and len(jobs) == free:
-                await asyncio.sleep(0)
-                continue
-            await self._idle()
+                for job in jobs:
+                    key = (job.run_id, job.step_key)
+                    task = self.spawn(self._run_job(job), name=f"plait-step-{job.step_key}")
+                    self.stepping[key] = task
+                    task.add_done_callback(lambda _t, k=key: self.stepping.pop(k, None))
+            if not (jobs and len(jobs) == free):
+                await self._idle(self.wake_steps)
 
     async def _run_job(self, job: StepJob) -> None:
         async with self.slots:

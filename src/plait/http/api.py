@@ -54,13 +54,11 @@ class Api:
             Route("/graphs", self._wrap(self.register_graph), methods=["POST"]),
         ]
 
-    @staticmethod
-    def _wrap(handler: Callable[[Request, Principal], Awaitable[Response]]) -> Handler:
+    def _wrap(self, handler: Callable[[Request, Principal], Awaitable[Response]]) -> Handler:
         """Authenticate first, then turn engine exceptions into their status codes."""
 
         async def endpoint(request: Request) -> Response:
-            api: Api = handler.__self__  # type: ignore[attr-defined]
-            principal = await api.auth.principal(request)
+            principal = await self.auth.principal(request)
             try:
                 return await handler(request, principal)
             except ApiError:
@@ -86,9 +84,7 @@ class Api:
         children = await self.engine.get_children(run.id)
         data = run.to_dict()
         data["steps"] = [s.to_dict() for s in steps]
-        data["children"] = [
-            _summary(child) for child in children if principal.may_access(child)
-        ]
+        data["children"] = [_summary(child) for child in children if principal.may_access(child)]
         return data
 
     # -- routes ---------------------------------------------------------------------------
@@ -240,9 +236,7 @@ class Api:
     async def register_graph(self, request: Request, principal: Principal) -> Response:
         """Register (or update) a graph from JSON; 501 until the engine supports it."""
         if not has_graph_registry(self.engine):
-            raise ApiError(
-                501, "NOT_IMPLEMENTED", "this engine cannot register graphs at run time"
-            )
+            raise ApiError(501, "NOT_IMPLEMENTED", "this engine cannot register graphs at run time")
         body: RegisterGraph = validate(RegisterGraph, await json_body(request, empty={}))
         try:
             result = await _maybe_await(

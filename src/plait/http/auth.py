@@ -23,7 +23,7 @@ from plait.records import Run
 log = logging.getLogger("plait.http")
 
 #: maps a request to a user id (None: not authenticated); may be sync or async
-Authenticate = Callable[[Request], "str | None | Awaitable[str | None]"]
+Authenticate = Callable[[Request], "str | Awaitable[str | None] | None"]
 
 TOKENS_ENV = "PLAIT_TOKENS"
 
@@ -99,8 +99,7 @@ class Authenticator:
         self.no_auth = no_auth
         if not no_auth and authenticate is None and not self.tokens:
             log.warning(
-                "no tokens configured (set %s or pass tokens=...): every API request "
-                "will get 401",
+                "no tokens configured (set %s or pass tokens=...): every API request will get 401",
                 TOKENS_ENV,
             )
 

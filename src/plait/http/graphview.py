@@ -11,6 +11,7 @@ JavaScript libraries.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -109,9 +110,7 @@ def draw_run(
 
 
 # -- code workflows: the recorded steps ----------------------------------------------------
-def step_times(
-    step: Step, attempts: Sequence[StepAttempt]
-) -> tuple[datetime, datetime | None]:
+def step_times(step: Step, attempts: Sequence[StepAttempt]) -> tuple[datetime, datetime | None]:
     """(start, end) of a step; end None while it is still going."""
     if attempts:
         start = min(a.started_at for a in attempts)
@@ -183,7 +182,7 @@ def _row_edges(nodes: Sequence[ViewNode]) -> list[ViewEdge]:
         rows.setdefault(node.layer, []).append(node)
     order = sorted(rows)
     edges: list[ViewEdge] = []
-    for upper, lower in zip(order, order[1:], strict=False):
+    for upper, lower in itertools.pairwise(order):
         for a in rows[upper]:
             for b in rows[lower]:
                 edges.append(ViewEdge(a.id, b.id, "next"))
@@ -240,7 +239,7 @@ def graph_view(
         if getattr(node, "for_each", None) is not None:
             parts.append("for each")
         if len(mine) > 1:
-            parts.append(f"×{len(mine)}")
+            parts.append(f"{len(mine)} runs")
         elif mine and mine[0].attempts > 1:
             parts.append(f"{mine[0].attempts} attempts")
         href = None
@@ -268,7 +267,9 @@ def graph_view(
     return nodes, edges
 
 
-def longest_path_layers(node_ids: Sequence[str], edges: Sequence[tuple[str, str]]) -> dict[str, int]:
+def longest_path_layers(
+    node_ids: Sequence[str], edges: Sequence[tuple[str, str]]
+) -> dict[str, int]:
     """Layer of each node: the longest path to it over ``edges`` (which must be acyclic;
     back edges are left out by the caller)."""
     preds: dict[str, list[str]] = {nid: [] for nid in node_ids}
@@ -314,17 +315,11 @@ def layout(nodes: Sequence[ViewNode], edges: Sequence[ViewEdge]) -> tuple[int, i
     for index, rank in enumerate(ranks):
         row = rows[rank]
         if index:
-            original = {id(n): i for i, n in enumerate(row)}
-
-            def key(n: ViewNode, original: dict[int, int] = original) -> tuple[float, int]:
-                xs = [
-                    centre[p]
-                    for p in parents.get(n.id, [])
-                    if p in centre and layer_of.get(p, rank) < rank
-                ]
-                return (sum(xs) / len(xs) if xs else float("inf"), original[id(n)])
-
-            row.sort(key=key)
+            keys = {
+                n.id: (_barycentre(n, rank, parents, centre, layer_of), i)
+                for i, n in enumerate(row)
+            }
+            row.sort(key=keys.__getitem__)
         row_width = len(row) * NODE_W + (len(row) - 1) * GAP_X
         x0 = PAD + (inner - row_width) / 2
         for i, node in enumerate(row):
@@ -337,6 +332,20 @@ def layout(nodes: Sequence[ViewNode], edges: Sequence[ViewEdge]) -> tuple[int, i
     return width, height
 
 
+def _barycentre(
+    node: ViewNode,
+    rank: int,
+    parents: dict[str, list[str]],
+    centre: dict[str, float],
+    layer_of: dict[str, int],
+) -> float:
+    """Mean x of a node's parents in rows above; nodes without any keep their place last."""
+    xs = [
+        centre[p] for p in parents.get(node.id, []) if p in centre and layer_of.get(p, rank) < rank
+    ]
+    return sum(xs) / len(xs) if xs else float("inf")
+
+
 def _is_upward(edge: ViewEdge, layer_of: dict[str, int]) -> bool:
     return layer_of.get(edge.target, 0) <= layer_of.get(edge.source, 0)
 
@@ -347,7 +356,10 @@ def _edge_path(a: ViewNode, b: ViewNode) -> tuple[str, float, float]:
         x1, y1 = a.x + NODE_W / 2, a.y + NODE_H
         x2, y2 = b.x + NODE_W / 2, b.y
         bend = max(18.0, (y2 - y1) / 2)
-        d = f"M{x1:.1f},{y1:.1f} C{x1:.1f},{y1 + bend:.1f} {x2:.1f},{y2 - bend:.1f} {x2:.1f},{y2:.1f}"
+        d = (
+            f"M{x1:.1f},{y1:.1f} C{x1:.1f},{y1 + bend:.1f} "
+            f"{x2:.1f},{y2 - bend:.1f} {x2:.1f},{y2:.1f}"
+        )
         return d, (x1 + x2) / 2, (y1 + y2) / 2
     # Up or along a row: leave and enter on the right, bulging into the loop margin.
     x1, y1 = a.x + NODE_W, a.y + NODE_H / 2
@@ -380,9 +392,8 @@ def render_svg(
         '<g class="edges">',
     ]
     if not nodes:
-        out.append(
-            f'</g><text x="{PAD}" y="{PAD + NODE_H / 2:.0f}" class="empty">no steps yet</text></svg>'
-        )
+        y = PAD + NODE_H / 2
+        out.append(f'</g><text x="{PAD}" y="{y:.0f}" class="empty">no steps yet</text></svg>')
         return "".join(out)
     for e in edges:
         a, b = by_id.get(e.source), by_id.get(e.target)

@@ -112,7 +112,12 @@ def openapi_document(*, graphs_supported: bool = True) -> dict[str, Any]:
                 "post": {
                     "summary": "Start a run (optionally wait for it to settle)",
                     "parameters": [
-                        {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+                        {
+                            "name": "name",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        }
                     ],
                     "requestBody": {
                         "required": False,
@@ -246,9 +251,17 @@ def openapi_document(*, graphs_supported: bool = True) -> dict[str, Any]:
                     "summary": "Send an event; the body (any JSON) is its payload",
                     "parameters": [
                         _RUN_ID,
-                        {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
+                        {
+                            "name": "name",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        },
                     ],
-                    "requestBody": {"required": False, "content": {"application/json": {"schema": {}}}},
+                    "requestBody": {
+                        "required": False,
+                        "content": {"application/json": {"schema": {}}},
+                    },
                     "responses": {
                         "202": _json(
                             {
@@ -271,7 +284,9 @@ def openapi_document(*, graphs_supported: bool = True) -> dict[str, Any]:
                         "200": _json(
                             {
                                 "type": "object",
-                                "properties": {"graphs": {"type": "array", "items": {"type": "object"}}},
+                                "properties": {
+                                    "graphs": {"type": "array", "items": {"type": "object"}}
+                                },
                             },
                             "the graphs",
                         ),

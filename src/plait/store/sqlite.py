@@ -163,7 +163,46 @@ class SQLiteStore:
             conn.execute("ROLLBACK")
             raise
 
+    async def attach_notifier(self, notifier: Any, interval: float = 0.02) -> None:
+        """Wake this process when another process commits to the same file.
+
+        SQLite has no LISTEN/NOTIFY, but ``PRAGMA data_version`` changes whenever another
+        connection commits; checking it is a cheap read. Only files shared between
+        processes need this; an in-memory database has one process by definition.
+        """
+        if self.memory:
+            return
+        loop = asyncio.get_running_loop()
+        self._watching = threading.Event()
+
+        def changed() -> None:
+            notifier.local_work()
+            for run_id in list(notifier._watchers):
+                notifier.local_run_changed(run_id)
+
+        def watch() -> None:
+            conn = self._connect()
+            try:
+                last = conn.execute("PRAGMA data_version").fetchone()[0]
+                while not self._watching.wait(interval):
+                    now = conn.execute("PRAGMA data_version").fetchone()[0]
+                    if now != last:
+                        last = now
+                        loop.call_soon_threadsafe(changed)
+            except Exception:  # pragma: no cover - the loop is gone at shutdown
+                pass
+            finally:
+                conn.close()
+
+        self._watcher = threading.Thread(target=watch, name="plait-sqlite-watch", daemon=True)
+        self._watcher.start()
+
     async def close(self) -> None:
+        watching = getattr(self, "_watching", None)
+        if watching is not None:
+            watching.set()
+            await asyncio.to_thread(self._watcher.join)
+            self._watching = None
         if self._writer is not None:
             self._writes.put(None)
             await asyncio.to_thread(self._writer.join)
@@ -466,16 +505,26 @@ class SQLiteStore:
 
         return await self._write(go)
 
-    async def next_due(self) -> float | None:
+    async def next_due(self, functions: Sequence[str] | None = None) -> float | None:
+        """When the next run pass (``functions`` None) or job for ``functions`` is due,
+        counting a leased one as due when its lease runs out."""
+        if functions is None:
+            sql = (
+                "SELECT min(CASE WHEN lease_owner IS NULL THEN wake_at"
+                " ELSE max(wake_at, lease_until) END) FROM plait_runs"
+                " WHERE wake_at IS NOT NULL AND status = 'running'"
+            )
+            params: tuple[Any, ...] = ()
+        else:
+            sql = (
+                "SELECT min(CASE WHEN lease_owner IS NULL THEN available_at"
+                " ELSE max(available_at, lease_until) END) FROM plait_jobs"
+                f" WHERE function IN ({','.join('?' * len(functions))})"
+            )
+            params = tuple(functions)
+
         def go(conn: sqlite3.Connection) -> float | None:
-            row = conn.execute(
-                "SELECT min(t) FROM ("
-                " SELECT min(CASE WHEN lease_owner IS NULL THEN wake_at"
-                "  ELSE max(wake_at, lease_until) END) AS t"
-                "  FROM plait_runs WHERE wake_at IS NOT NULL AND status = 'running'"
-                " UNION ALL SELECT min(CASE WHEN lease_owner IS NULL THEN available_at"
-                "  ELSE max(available_at, lease_until) END) FROM plait_jobs)"
-            ).fetchone()
+            row = conn.execute(sql, params).fetchone()
             return row[0] if row else None
 
         return await self._read(go)

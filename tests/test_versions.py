@@ -1,0 +1,138 @@
+"""Deploys that change a workflow while runs are in flight."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import Counter
+
+import plait
+
+
+def v1_app(counter: Counter) -> plait.App:
+    app = plait.App("orders")
+
+    @app.function
+    def reserve(data: None) -> str:
+        counter.hit("reserve")
+        return "reserved"
+
+    @app.function
+    def charge(data: None) -> str:
+        counter.hit("charge")
+        return "charged"
+
+    @app.workflow(version="1")
+    async def order(wf: plait.Workflow, data: None) -> list[str]:
+        a = await wf.do("reserve", reserve)
+        await wf.suspend("review")
+        b = await wf.do("charge", charge)
+        return [a, b]
+
+    return app
+
+
+async def _suspended_run(engine_factory, counter: Counter) -> str:
+    async with engine_factory(v1_app(counter)) as engine:
+        run_id = await engine.start("order")
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "suspended" and run.version == "1"
+        return run_id
+
+
+async def test_compatible_change_replays_on_new_code(engine_factory) -> None:
+    counter = Counter()
+    run_id = await _suspended_run(engine_factory, counter)
+    app = v1_app(counter)
+    del app.workflows["order"], app.workflow_versions["order"]
+
+    @app.workflow(version="2")
+    async def order(wf: plait.Workflow, data: None) -> list[str]:
+        a = await wf.do("reserve", "reserve")
+        await wf.suspend("review")
+        b = await wf.do("charge", "charge")
+        c = await wf.do("receipt", lambda: "receipt sent")  # new step after the recorded ones
+        return [a, b, c]
+
+    async with engine_factory(app) as engine:
+        await engine.resume(run_id)
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed", run.error
+        assert run.output == ["reserved", "charged", "receipt sent"]
+        assert run.version == "1"  # the run still says which version it started on
+        assert counter["reserve"] == 1 and counter["charge"] == 1
+        assert [r.id for r in await engine.list_runs(version="1")] == [run_id]
+        assert await engine.list_runs(version="2") == []
+
+
+async def test_divergent_change_stops_with_version_conflict(engine_factory) -> None:
+    counter = Counter()
+    run_id = await _suspended_run(engine_factory, counter)
+    app = v1_app(counter)
+    del app.workflows["order"], app.workflow_versions["order"]
+
+    @app.workflow(version="2")
+    async def order(wf: plait.Workflow, data: None) -> list[str]:
+        a = await wf.do("check fraud", lambda: "ok")  # inserted before the recorded steps
+        b = await wf.do("reserve", "reserve")
+        await wf.suspend("review")
+        return [a, b]
+
+    async with engine_factory(app) as engine:
+        await engine.resume(run_id)
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "failed"
+        assert run.error["code"] == "VERSION_CONFLICT"
+        assert "'check fraud'" in run.error["message"] and "'reserve'" in run.error["message"]
+        assert counter["reserve"] == 1
+        keys = [s.key for s in await engine.get_steps(run_id)]
+        assert "check fraud" not in keys
+
+
+async def test_changed_function_of_a_recorded_step_is_a_conflict(engine_factory) -> None:
+    counter = Counter()
+    run_id = await _suspended_run(engine_factory, counter)
+    app = v1_app(counter)
+    del app.workflows["order"], app.workflow_versions["order"]
+
+    @app.workflow(version="2")
+    async def order(wf: plait.Workflow, data: None) -> list[str]:
+        a = await wf.do("reserve", "charge")  # same key, another function
+        await wf.suspend("review")
+        return [a]
+
+    async with engine_factory(app) as engine:
+        await engine.resume(run_id)
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "failed" and run.error["code"] == "VERSION_CONFLICT"
+        assert "step 'reserve' was recorded as do 'reserve'" in run.error["message"]
+        assert counter["charge"] == 0
+
+
+async def test_old_version_kept_registered_finishes_on_old_code(engine_factory) -> None:
+    counter = Counter()
+    run_id = await _suspended_run(engine_factory, counter)
+    app = v1_app(counter)  # version "1" stays registered
+
+    @app.workflow(name="order", version="2")
+    async def order_v2(wf: plait.Workflow, data: None) -> list[str]:
+        await wf.do("something else entirely", lambda: 0)
+        return ["v2"]
+
+    assert app.workflows["order"].version == "2"
+    assert set(app.workflow_versions["order"]) == {"1", "2"}
+    async with engine_factory(app) as engine:
+        await engine.resume(run_id)
+        old = await engine.wait(run_id, timeout=10)
+        assert old.status == "completed" and old.output == ["reserved", "charged"]
+        assert await engine.run("order", timeout=10) == ["v2"]
+        new = (await engine.list_runs(version="2"))[0]
+        assert new.version == "2"
+
+
+@pytest.mark.parametrize("bad", [3, ""])
+def test_version_must_be_a_string(bad: object) -> None:
+    app = plait.App()
+    with pytest.raises((TypeError, ValueError)):
+
+        @app.workflow(version=bad)  # type: ignore[arg-type]
+        async def w(wf: plait.Workflow, data: None) -> None: ...
