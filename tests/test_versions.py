@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from conftest import Counter
 
 import plait
+from conftest import Counter
 
 
 def v1_app(counter: Counter) -> plait.App:

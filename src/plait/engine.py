@@ -131,9 +131,7 @@ class Engine:
             return "graph", graph.content_hash()
         raise errors.WorkflowNotFoundError(name, [*self.app.workflows, *self.app.graphs])
 
-    async def register_graph(
-        self, name: str, definition: Any, *, status: str = "active"
-    ) -> str:
+    async def register_graph(self, name: str, definition: Any, *, status: str = "active") -> str:
         """Store a graph definition at run time; every process on this database can start
         it once it is ``active``. Returns its content hash (the version runs record)."""
         from plait.graph import load_graph, validate_or_raise

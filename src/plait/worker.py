@@ -294,8 +294,16 @@ class Runner:
     # -- leases -------------------------------------------------------------------------------
     async def _lease_loop(self) -> None:
         every = max(0.05, self.lease / 4)
+        next_sweep = time.monotonic() + 5.0
         while not self.closing:
             await asyncio.sleep(every)
+            if self.engine.workers and time.monotonic() >= next_sweep:
+                next_sweep = time.monotonic() + 5.0
+                try:
+                    if await self.store.sweep_idle():
+                        self.kick()
+                except Exception:
+                    log.exception("sweeping idle runs failed")
             if not self.driving and not self.stepping:
                 continue
             try:

@@ -75,7 +75,7 @@ ON CONFLICT (id) DO NOTHING
 """
 _SELECT_RUN = f"SELECT {convert.RUN_COLUMNS} FROM plait_runs WHERE id = ?"
 _WAKE = """
-UPDATE plait_runs SET wakeups = wakeups + 1, updated_at = ?,
+UPDATE plait_runs SET wakeups = wakeups + 1, updated_at = ?, idle_sweeps = 0,
     wake_at = CASE WHEN wake_at IS NULL OR wake_at > ? THEN ? ELSE wake_at END
 WHERE id = ? AND status = 'running'
 """
@@ -475,6 +475,33 @@ class SQLiteStore:
                 (wakeups_seen, now, run_id, owner),
             ).fetchone()
             return row is not None and row[0] is not None and row[0] <= now
+
+        return await self._write(go)
+
+    async def sweep_idle(self, base: float = 30.0, cap: float = 600.0, limit: int = 100) -> int:
+        """Re-drive runs that are ``running`` with nothing that will ever wake them (no
+        lease, no timer, no job). A state change and the wake-up it needs are written in
+        one transaction, so this is a safety net; each run's sweeps back off (30 s
+        doubling to 10 min) so a wedged run can never flood the queue."""
+
+        def go(conn: sqlite3.Connection) -> int:
+            now = _now()
+            rows = conn.execute(
+                "UPDATE plait_runs SET wake_at = ?, idle_sweeps = idle_sweeps + 1 WHERE id IN ("
+                " SELECT r.id FROM plait_runs r WHERE r.status = 'running'"
+                " AND r.wake_at IS NULL AND r.lease_owner IS NULL"
+                " AND r.updated_at < ? - min(?, ? * (1 << min(r.idle_sweeps, 20)))"
+                " AND NOT EXISTS (SELECT 1 FROM plait_timers t WHERE t.run_id = r.id)"
+                " AND NOT EXISTS (SELECT 1 FROM plait_jobs j WHERE j.run_id = r.id)"
+                " LIMIT ?) RETURNING id",
+                (now, now, cap, base, limit),
+            ).fetchall()
+            if rows:
+                conn.execute(
+                    f"UPDATE plait_runs SET updated_at = ? WHERE id IN ({','.join('?' * len(rows))})",
+                    (now, *[r[0] for r in rows]),
+                )
+            return len(rows)
 
         return await self._write(go)
 
