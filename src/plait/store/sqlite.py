@@ -497,8 +497,9 @@ class SQLiteStore:
                 (now, now, cap, base, limit),
             ).fetchall()
             if rows:
+                marks = ",".join("?" * len(rows))
                 conn.execute(
-                    f"UPDATE plait_runs SET updated_at = ? WHERE id IN ({','.join('?' * len(rows))})",
+                    f"UPDATE plait_runs SET updated_at = ? WHERE id IN ({marks})",
                     (now, *[r[0] for r in rows]),
                 )
             return len(rows)
