@@ -268,13 +268,23 @@ class SQLiteStore:
                     results.append((fut, loop, None, exc))
                 writes = []
             pending: list[tuple[Any, Any, Any, BaseException | None]] = []
+            # Each item gets a savepoint so one failing item does not undo the others
+            # that share its commit; a lone item needs none (its failure rolls back all).
+            alone = len(writes) == 1
             for _, fn, fut, loop in writes:
-                conn.execute("SAVEPOINT item")
+                if not alone:
+                    conn.execute("SAVEPOINT item")
                 try:
                     value = fn(conn)
-                    conn.execute("RELEASE item")
+                    if not alone:
+                        conn.execute("RELEASE item")
                     pending.append((fut, loop, value, None))
                 except BaseException as exc:
+                    if alone:
+                        conn.execute("ROLLBACK")
+                        results.append((fut, loop, None, exc))
+                        writes = []
+                        break
                     conn.execute("ROLLBACK TO item")
                     conn.execute("RELEASE item")
                     pending.append((fut, loop, None, exc))
