@@ -111,8 +111,12 @@ class Engine:
         await self.store.close()
 
     @property
+    def is_open(self) -> bool:
+        return self._opened
+
+    @property
     def runner(self) -> Runner:
-        if self._runner is None:
+        if self._runner is None or not self._opened:
             raise RuntimeError("the engine is not open: use `async with Engine(...)`")
         return self._runner
 
@@ -349,7 +353,7 @@ class Engine:
 
     # -- called by the runner -------------------------------------------------------------------
     def run_changed(self, run_id: str, status: str, workflow: str = "") -> None:
-        if self.log_runs:
+        if self.log_runs and status != "running":
             log.info("run %s (%s) is now %s", run_id, workflow or "?", status)
         self.notifier.run_changed(run_id)
 

@@ -91,11 +91,25 @@ class Runner:
     def drive(self, run_id: str, *, claimed: bool = False, follow: bool = False) -> None:
         """Run passes of ``run_id`` in this process until it pauses (or ends, if
         ``follow``: an inline run on an engine without worker loops keeps its driver)."""
-        if run_id in self.driving or self.closing:
+        if self.closing:
+            return
+        existing = self.driving.get(run_id)
+        if existing is not None:
+            if claimed:
+                # We hold a fresh claim while an earlier driver is finishing: drive again
+                # once it is done, or the claimed run would sit leased and idle.
+                self.spawn(self._drive_after(existing, run_id))
             return
         task = self.spawn(self._drive(run_id, claimed, follow), name=f"plait-run-{run_id}")
         self.driving[run_id] = task
         task.add_done_callback(lambda _t: self._done_driving(run_id))
+
+    async def _drive_after(self, earlier: asyncio.Task[Any], run_id: str) -> None:
+        with contextlib.suppress(BaseException):
+            await asyncio.shield(earlier)
+        await asyncio.sleep(0)  # let the earlier driver's done-callback run
+        if self.driving.get(run_id) is None:
+            self.drive(run_id, claimed=True)
 
     def _done_driving(self, run_id: str) -> None:
         self.driving.pop(run_id, None)
@@ -156,8 +170,7 @@ class Runner:
                 await self.store.release_run(run_id, self.owner, -1)
             await asyncio.sleep(0.05)
             return False
-        if result.status != "running":
-            engine.run_changed(run_id, result.status, snapshot.run.workflow)
+        engine.run_changed(run_id, result.status, snapshot.run.workflow)
         for child in result.children:
             engine.run_changed(child, "running", f"child of {run_id}")
             if engine.inline_children:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 from starlette.requests import Request
@@ -25,6 +26,10 @@ from plait.records import Run
 
 Handler = Callable[[Request], Awaitable[Response]]
 
+#: ``wait`` without a ``timeout`` still gives up (202, run still going) after this long, so
+#: an abandoned request cannot hold a server task for ever
+MAX_WAIT_SECONDS = 300.0
+
 
 def has_graph_registry(engine: Engine) -> bool:
     """Run-time graphs need ``Engine.register_graph``; older engines answer 501."""
@@ -32,6 +37,9 @@ def has_graph_registry(engine: Engine) -> bool:
 
 
 class Api:
+    """The ``/api`` routes for one engine; every route authenticates before anything else,
+    so an anonymous caller learns nothing (not even whether a run exists)."""
+
     def __init__(self, engine: Engine, auth: Authenticator) -> None:
         self.engine = engine
         self.auth = auth
@@ -93,10 +101,19 @@ class Api:
         return JSONResponse({"user": principal.user, "auth": not principal.unrestricted})
 
     async def list_workflows(self, request: Request, principal: Principal) -> Response:
-        """Names a run can be started with: code workflows and graphs of this app."""
+        """Names a run can be started with: code workflows, the app's graphs and graphs
+        registered at run time as active."""
         app = self.engine.app
+        graphs = set(app.graphs)
+        lister = getattr(self.engine, "list_graphs", None)
+        if callable(lister):
+            for entry in await _maybe_await(lister()):
+                data = _as_dict(entry)
+                name = data.get("workflow") or data.get("name")
+                if isinstance(name, str) and data.get("status", "active") == "active":
+                    graphs.add(name)
         items = [{"name": name, "kind": "workflow"} for name in sorted(app.workflows)]
-        items += [{"name": name, "kind": "graph"} for name in sorted(app.graphs)]
+        items += [{"name": name, "kind": "graph"} for name in sorted(graphs - set(app.workflows))]
         return JSONResponse({"workflows": items})
 
     async def start_run(self, request: Request, principal: Principal) -> Response:
@@ -131,7 +148,7 @@ class Api:
         if not body.wait:
             return JSONResponse({"run_id": run_id}, status_code=201)
         try:
-            run = await self.engine.wait(run_id, timeout=body.timeout)
+            run = await self.engine.wait(run_id, timeout=body.timeout or MAX_WAIT_SECONDS)
         except TimeoutError:
             run = await self.engine.get_run(run_id)
             return JSONResponse(await self._run_with_steps(run, principal), status_code=202)
@@ -217,21 +234,29 @@ class Api:
         return JSONResponse({"run_id": run.id, "event": name}, status_code=202)
 
     async def list_graphs(self, request: Request, principal: Principal) -> Response:
-        """Graphs this app declares plus those registered at run time (when supported)."""
-        items: dict[str, dict[str, Any]] = {}
+        """Graphs this app declares plus every version registered at run time."""
+        items: dict[tuple[str, str | None], dict[str, Any]] = {}
         for name, graph in self.engine.app.graphs.items():
-            items[name] = {"name": name, "source": "app", "status": "active"}
-            content_hash = getattr(graph, "content_hash", None)
-            if callable(content_hash):
-                items[name]["hash"] = content_hash()
+            version = _call_or_none(graph, "content_hash")
+            items[(name, version)] = {
+                "name": name,
+                "version": version,
+                "status": "active",
+                "source": "app",
+                "definition": _call_or_none(graph, "to_dict"),
+            }
         lister = getattr(self.engine, "list_graphs", None)
         if callable(lister):
             for entry in await _maybe_await(lister()):
-                data = _as_dict(entry)
-                name = data.get("name")
-                if isinstance(name, str):
-                    items[name] = {**items.get(name, {}), **data, "source": "registered"}
-        return JSONResponse({"graphs": [items[k] for k in sorted(items)]})
+                data = _jsonable(_as_dict(entry))
+                name = data.pop("workflow", None) or data.get("name")
+                data.pop("kind", None)
+                if not isinstance(name, str):
+                    continue
+                key = (name, data.get("version"))
+                source = "app" if key in items else "registered"
+                items[key] = {**items.get(key, {}), **data, "name": name, "source": source}
+        return JSONResponse({"graphs": list(items.values())})
 
     async def register_graph(self, request: Request, principal: Principal) -> Response:
         """Register (or update) a graph from JSON; 501 until the engine supports it."""
@@ -249,7 +274,11 @@ class Api:
             if mapped is not None:
                 raise mapped from None
             raise bad_input(exc, "definition") from None
-        data = {"name": body.name, "status": body.status, **_as_dict(result)}
+        data = {"name": body.name, "status": body.status}
+        if isinstance(result, str):
+            data["version"] = result
+        else:
+            data.update(_jsonable(_as_dict(result)))
         return JSONResponse(data, status_code=201)
 
 
@@ -270,35 +299,34 @@ async def _maybe_await(value: Any) -> Any:
 
 
 def _as_dict(value: Any) -> dict[str, Any]:
-    """Whatever the graph registry returns (record, dict, hash string) as a dict."""
-    if value is None:
-        return {}
+    """A registry entry (dict or record) as a dict."""
     if isinstance(value, dict):
-        return value
-    if isinstance(value, str):
-        return {"hash": value}
+        return dict(value)
     to_dict = getattr(value, "to_dict", None)
     if callable(to_dict):
         data = to_dict()
         if isinstance(data, dict):
-            return {k: v for k, v in data.items() if k != "definition"}
+            return data
     return {}
 
 
+def _jsonable(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in data.items()}
+
+
+def _call_or_none(obj: Any, method: str) -> Any:
+    fn = getattr(obj, method, None)
+    return fn() if callable(fn) else None
+
+
 async def _graph_definition(engine: Engine, run: Run) -> Any:
-    """The graph a run follows: the exact version when the engine can look it up, else the
-    app's graph of that name."""
-    getter = getattr(engine, "get_graph", None)
-    if callable(getter):
-        for args in ((run.workflow, run.version), (run.workflow,)):
-            try:
-                graph = await _maybe_await(getter(*args))
-            except TypeError:
-                continue
-            except (LookupError, ValueError):
-                break
-            if graph is not None:
-                return getattr(graph, "graph", graph)
+    """The graph a run follows: the exact version it started on when the engine can tell,
+    else the app's graph of that name."""
+    graph_for = getattr(engine, "graph_for", None)
+    if callable(graph_for):
+        graph = await _maybe_await(graph_for(run.workflow, run.version))
+        if graph is not None:
+            return graph
     return engine.app.graphs.get(run.workflow)
 
 

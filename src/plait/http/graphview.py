@@ -162,7 +162,7 @@ def _step_node(step: Step, start: datetime, end: datetime | None, layer: int) ->
     if end is not None:
         parts.append(format_duration((end - start).total_seconds()))
     if step.attempts > 1:
-        parts.append(f"{step.attempts} attempts")
+        parts.append(f"{step.attempts} tries")
     state = STATE_OF_STEP.get(str(step.status), str(step.status))
     href = f"./{quote(step.child_run_id, safe='')}" if step.child_run_id else None
     return ViewNode(
@@ -206,12 +206,13 @@ def node_of(step: Step, node_ids: Iterable[str]) -> str | None:
 
 
 def _aggregate(states: list[str]) -> str:
+    """One colour for a node run several times (loops): running while any instance runs,
+    else the latest instance's state."""
     if not states:
         return "not_reached"
-    for state in ("running", "failed", "waiting"):
-        if state in states:
-            return state
-    return "succeeded"
+    if "running" in states:
+        return "running"
+    return states[-1]
 
 
 def graph_view(
@@ -221,7 +222,7 @@ def graph_view(
     per_node: dict[str, list[Step]] = {nid: [] for nid in node_ids}
     for step in steps:
         nid = node_of(step, node_ids)
-        if nid is not None and not step.key.endswith(":on_error"):
+        if nid is not None and step.kind != "item":
             per_node[nid].append(step)
     edges = [
         ViewEdge(e.source, e.target, e.kind, e.label)
@@ -241,7 +242,7 @@ def graph_view(
         if len(mine) > 1:
             parts.append(f"{len(mine)} runs")
         elif mine and mine[0].attempts > 1:
-            parts.append(f"{mine[0].attempts} attempts")
+            parts.append(f"{mine[0].attempts} tries")
         href = None
         if mine:
             child = next((s.child_run_id for s in mine if s.child_run_id), None)
@@ -319,7 +320,7 @@ def layout(nodes: Sequence[ViewNode], edges: Sequence[ViewEdge]) -> tuple[int, i
                 n.id: (_barycentre(n, rank, parents, centre, layer_of), i)
                 for i, n in enumerate(row)
             }
-            row.sort(key=keys.__getitem__)
+            row.sort(key=lambda n, keys=keys: keys[n.id])  # type: ignore[misc]
         row_width = len(row) * NODE_W + (len(row) - 1) * GAP_X
         x0 = PAD + (inner - row_width) / 2
         for i, node in enumerate(row):

@@ -130,7 +130,8 @@ def openapi_document(*, graphs_supported: bool = True) -> dict[str, Any]:
                         ),
                         "200": _json(_ref("RunWithSteps"), "with `wait`: the settled run"),
                         "202": _json(
-                            _ref("RunWithSteps"), "with `wait` and `timeout`: still going"
+                            _ref("RunWithSteps"),
+                            "with `wait`: still going after `timeout` (default 300 s)",
                         ),
                         **_errors(401, 403, 404, 409, 422),
                     },

@@ -23,7 +23,8 @@ class StartRun(BaseModel):
     input: Any = None
     run_id: str | None = Field(default=None, min_length=1, max_length=200)
     wait: StrictBool = False
-    #: seconds to wait with ``wait``; past it the answer is 202 with the unfinished run
+    #: seconds to wait with ``wait`` (default 300); past it the answer is 202 with the
+    #: unfinished run
     timeout: float | None = Field(default=None, gt=0, le=3600)
     start_node: str | None = Field(default=None, min_length=1)
 

@@ -17,7 +17,7 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from plait import errors, ids, serde
 from plait.app import FunctionDef, WorkflowDef
@@ -25,7 +25,7 @@ from plait.durations import parse_duration
 from plait.errors import Cancel, EventTimeout, StepError
 from plait.retry import RetryPolicy, resolve_policy
 from plait.runtime.context import StepContext
-from plait.runtime.execute import run_attempt
+from plait.runtime.execute import Outcome, run_attempt
 from plait.runtime.signals import PauseSignal, SuspendSignal
 from plait.store.base import (
     Batch,
@@ -57,6 +57,17 @@ class PassResult:
     queued: bool = False
 
 
+class AttemptHook(Protocol):
+    """Lets a runtime built on passes (graph workflows) see each inline attempt: fill in
+    the context before the body runs, and turn what the body did through the context
+    (``ctx.branch``, ``ctx.set_state``) into writes that ride with the attempt's result.
+    ``finish`` may turn a success into a failure (state that is not JSON, for instance)."""
+
+    def prepare(self, step: StepRow, ctx: StepContext) -> None: ...
+
+    def finish(self, step: StepRow, ctx: StepContext, outcome: Outcome) -> Outcome: ...
+
+
 class Pass:
     """The state of one replay; discarded when it ends."""
 
@@ -82,6 +93,8 @@ class Pass:
         #: replaying on code that is not the version the run started on
         self.foreign_version = False
         self.visited: set[str] = set()
+        #: None for code workflows; the graph runtime sets one (see ``AttemptHook``)
+        self.attempt_hook: AttemptHook | None = None
 
     # -- writes -------------------------------------------------------------------------------
     async def flush(self) -> None:
@@ -320,6 +333,8 @@ class Pass:
             attempt=attempt,
             workflow=self.run.workflow,
         )
+        if self.attempt_hook is not None:
+            self.attempt_hook.prepare(step, ctx)
         try:
             outcome = await run_attempt(body, serde.loads(step.input), ctx, step.timeout)
         except asyncio.CancelledError:
@@ -341,6 +356,8 @@ class Pass:
                 FinishAttempt(dataclasses.replace(step), attempt, status, None, step.error)
             )
             raise
+        if self.attempt_hook is not None:
+            outcome = self.attempt_hook.finish(step, ctx, outcome)
         if outcome.ok:
             step.status, step.output, step.error = "succeeded", outcome.output, None
             self.ops.append(
@@ -400,19 +417,31 @@ class Pass:
             await self._drive_step(comp, fdef, None)
 
     # -- children ------------------------------------------------------------------------------
-    async def _child_step(self, key: str, name: str, workflow: str, data: Any) -> Any:
+    async def _child_step(
+        self,
+        key: str,
+        name: str,
+        workflow: str,
+        data: Any,
+        *,
+        step_kind: str = "child",
+        target: tuple[str, str | None] | None = None,
+    ) -> Any:
+        """A child run of ``workflow`` as step ``key``. The graph runtime records its node
+        steps with their own ``step_kind`` and passes ``target`` (kind, version) for graphs
+        registered at run time, which ``engine.describe`` does not know."""
         step = self.steps.get(key)
         if step is None:
             step = self._new_step(
                 key,
                 name,
-                "child",
+                step_kind,
                 function=workflow,
                 input=_dump_input(data, key),
                 policy=RetryPolicy(0, None),
             )
         else:
-            self._check_same(step, "child", workflow)
+            self._check_same(step, step_kind, workflow)
         if step.status == "succeeded":
             return serde.loads(step.output)
         if step.status == "failed":
@@ -422,7 +451,7 @@ class Pass:
             child_id = ids.child_run_id(step.invocation_id, step.attempts)
             step.child_run_id = child_id
             step.status = "running"
-            kind, version = self.engine.describe(workflow)
+            kind, version = target or self.engine.describe(workflow)
             self.ops.append(StartAttempt(dataclasses.replace(step), step.attempts, self.owner))
             self.ops.append(
                 CreateChildRun(

@@ -6,6 +6,8 @@
   const ROOT = document.body.dataset.root || "";
   const TOKEN_KEY = "plait.token";
   const SETTLED = ["completed", "failed", "cancelled", "suspended"];
+  // steps that wait rather than work: drawn hatched on the timeline
+  const WAITING_KINDS = ["sleep", "suspend", "event"];
 
   // -- token ------------------------------------------------------------------------------
   (function takeTokenFromUrl() {
@@ -161,6 +163,9 @@
     el.textContent = message || "";
     el.className = "notice" + (kind ? " " + kind : "");
     el.hidden = !message;
+    notice.kind = message ? kind : null;
+    clearTimeout(notice.timer);
+    if (message && kind === "ok") notice.timer = setTimeout(() => notice(""), 4000);
   }
 
   async function showUser() {
@@ -400,7 +405,7 @@
             })
           : [
               h("span", {
-                class: "seg s-wait",
+                class: "seg " + (end && !WAITING_KINDS.includes(step.kind) ? "s-" + step.status : "s-wait"),
                 style: "left:" + pct(start).toFixed(2) + "%;width:max(3px," + (pct(end || Math.min(now, t1)) - pct(start)).toFixed(2) + "%)",
                 title: step.kind + ": " + step.status,
               }),
@@ -500,6 +505,7 @@
         .catch(() => null)
         .finally(() => {
           following = null;
+          if (notice.kind === "ok") notice(""); // the action it reported has played out
           load();
         });
     }

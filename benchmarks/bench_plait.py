@@ -1,0 +1,215 @@
+"""plait's side of every workload; run by ``run.py`` with the project's interpreter.
+
+One process measures one thing on a fresh database and exits, so nothing one measurement
+leaves behind (caches, threads, a large WAL) colours the next. The workflows are the
+smallest that exercise the engine: trivial steps whose cost is the engine's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+import _common
+
+import plait
+
+app = plait.App("bench")
+_side: _common.SideFile | None = None
+
+
+@app.function
+async def noop(data: Any) -> Any:
+    """A step that does nothing, so what is measured is the engine and the database."""
+    return data
+
+
+@app.function
+async def slow(step: int) -> int:
+    """A recovery step: long enough that a kill lands inside the run, and visible from
+    outside through the side file (start and end of each body, with this process's pid)."""
+    assert _side is not None
+    _side.mark("start", step)
+    await asyncio.sleep(_common.RECOVERY_STEP_SECONDS)
+    _side.mark("end", step)
+    return step
+
+
+@app.workflow
+async def chain(wf: plait.Workflow, data: dict[str, int]) -> int:
+    """``data["n"]`` trivial steps one after the other (names repeat: ordinals apply)."""
+    for i in range(data["n"]):
+        await wf.do("s", noop, i)
+    return data["n"]
+
+
+@app.workflow
+async def recover(wf: plait.Workflow, data: dict[str, int]) -> int:
+    for i in range(data["n"]):
+        await wf.do("slow", slow, i)
+    return data["n"]
+
+
+@app.workflow
+async def nap(wf: plait.Workflow, data: dict[str, float]) -> None:
+    """A run that holds nothing but a durable timer for the idle-cost workload."""
+    await wf.sleep("nap", data["seconds"])
+
+
+def _engine(p: dict[str, Any], **options: Any) -> plait.Engine:
+    return plait.Engine(app, p["db"], **options)
+
+
+def _settings(engine: plait.Engine, p: dict[str, Any]) -> dict[str, Any]:
+    """What durability the store actually ran with, read back rather than assumed."""
+    out: dict[str, Any] = {
+        "lease_seconds": engine.lease_seconds,
+        "concurrency": engine.concurrency,
+    }
+    if p["db"].startswith("sqlite:"):
+        path = p["db"].split("sqlite:///", 1)[1]
+        out.update(_common.sqlite_settings(path))
+        out["synchronous"] = _common.sync_name(getattr(engine.store, "synchronous", "?"))
+    return out
+
+
+def _commits(engine: plait.Engine) -> int | None:
+    value = getattr(engine.store, "commits", None)
+    return value if isinstance(value, int) else None
+
+
+async def sequential(p: dict[str, Any]) -> dict[str, Any]:
+    """One run of ``steps`` steps; microseconds per step and commits per step."""
+    steps = int(p["steps"])
+    async with _engine(p) as engine:
+        await engine.run("chain", {"n": 10}, timeout=120)  # warm-up: imports, schema, caches
+        c0 = _commits(engine)
+        t0 = time.perf_counter()
+        out = await engine.run("chain", {"n": steps}, timeout=600)
+        elapsed = time.perf_counter() - t0
+        c1 = _commits(engine)
+        assert out == steps, out
+        result = {"us_per_step": elapsed / steps * 1e6, "seconds": elapsed}
+        if c0 is not None and c1 is not None:
+            result["commits_per_step"] = (c1 - c0) / steps
+        result["settings"] = _settings(engine, p)
+    return result
+
+
+async def throughput(p: dict[str, Any]) -> dict[str, Any]:
+    """Runs of ``steps`` steps, each started when the previous one finished, for a
+    fixed time: the latency of the whole start-to-output path, turned into a rate."""
+    steps, seconds = int(p["steps"]), float(p["seconds"])
+    async with _engine(p) as engine:
+        await engine.run("chain", {"n": steps}, timeout=120)
+        c0 = _commits(engine)
+        done = 0
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            await engine.run("chain", {"n": steps}, timeout=120)
+            done += 1
+        elapsed = time.perf_counter() - t0
+        c1 = _commits(engine)
+        result: dict[str, Any] = {
+            "workflows_per_s": done / elapsed,
+            "steps_per_s": done * steps / elapsed,
+            "workflows": done,
+        }
+        if c0 is not None and c1 is not None:
+            result["commits_per_step"] = (c1 - c0) / (done * steps)
+    return result
+
+
+async def concurrency(p: dict[str, Any]) -> dict[str, Any]:
+    """``workflows`` runs started at once through ``engine.start``; time until all ended."""
+    n, steps = int(p["workflows"]), int(p["steps"])
+    async with _engine(p) as engine:
+        await engine.run("chain", {"n": 2}, timeout=120)
+        c0 = _commits(engine)
+        t0 = time.perf_counter()
+        run_ids = await asyncio.gather(*(engine.start("chain", {"n": steps}) for _ in range(n)))
+        started = time.perf_counter() - t0
+        runs = await asyncio.gather(*(engine.wait(r, timeout=600) for r in run_ids))
+        elapsed = time.perf_counter() - t0
+        c1 = _commits(engine)
+        bad = [r.status for r in runs if r.status != "completed"]
+        assert not bad, bad[:5]
+        result: dict[str, Any] = {
+            "seconds": elapsed,
+            "start_seconds": started,
+            "steps_per_s": n * steps / elapsed,
+        }
+        if c0 is not None and c1 is not None:
+            result["commits_per_step"] = (c1 - c0) / (n * steps)
+    return result
+
+
+async def recovery(p: dict[str, Any]) -> dict[str, Any]:
+    """One process of the kill-and-recover experiment; the driver does the timing.
+
+    ``run``: start the run and work on it until killed. ``resume``: a restarted process
+    with the killed one's ``worker_id``. ``peer``: a live process with its own id that
+    is already running when the other one dies.
+    """
+    global _side
+    _side = _common.SideFile(p["side"])
+    role = p["role"]
+    async with _engine(p, worker_id=p["worker_id"]) as engine:
+        if role == "run":
+            await engine.start("recover", {"n": _common.RECOVERY_STEPS}, run_id=p["run_id"])
+        else:
+            _side.mark("ready", -1)
+        run = await engine.wait(p["run_id"], timeout=120)
+        return {"status": str(run.status)}
+
+
+async def idle(p: dict[str, Any]) -> dict[str, Any]:
+    """Load ``runs`` sleeping runs, tell the driver, and sit idle until it says stop."""
+    n, seconds = int(p["runs"]), float(p["sleep_seconds"])
+    async with _engine(p) as engine:
+        base_rss = _common.self_rss_mib()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(engine.start("nap", {"seconds": seconds}) for _ in range(n)))
+        horizon = time.time() + seconds / 2
+        deadline = time.monotonic() + 600
+        # Settled when no run is being driven and the next due time is the timers' (far
+        # away): every run has recorded its sleep and released its lease.
+        while True:
+            due = await engine.store.next_due()
+            if not engine.runner.driving and due is not None and due > horizon:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError("the sleeping runs did not settle within 600 s")
+            await asyncio.sleep(0.05)
+        _common.ready({"setup_seconds": time.perf_counter() - t0, "base_rss_mib": base_rss})
+        await asyncio.to_thread(_common.wait_for_stdin_line)
+        return {"settings": _settings(engine, p)}
+
+
+WORKLOADS = {
+    "sequential": sequential,
+    "throughput": throughput,
+    "concurrency": concurrency,
+    "recovery": recovery,
+    "idle": idle,
+}
+
+
+def main() -> None:
+    p = _common.params()
+    try:
+        # Constructing the engine picks the store; a store that is not written yet (the
+        # PostgreSQL one, for now) is a skip with a reason, not a failed benchmark.
+        plait.Engine(app, p["db"])
+    except (ImportError, ModuleNotFoundError) as exc:
+        _common.emit({"skipped": f"plait cannot open {p['db'].split(':')[0]}: {exc}"})
+        return
+    result = asyncio.run(WORKLOADS[p["workload"]](p))
+    result["pid"] = os.getpid()
+    _common.emit(result)
+
+
+if __name__ == "__main__":
+    main()

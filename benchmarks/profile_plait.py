@@ -1,0 +1,325 @@
+"""Where plait spends its time on the sequential and throughput workloads.
+
+    python benchmarks/profile_plait.py                    # both workloads, cProfile
+    python benchmarks/profile_plait.py --py-spy PATH      # also sample with py-spy
+
+plait does its work on two kinds of threads: the event loop (workflow code, replay, the
+engine's bookkeeping) and the SQLite writer (statements, commits, fsync). A plain
+``cProfile`` run sees only the thread that started it, so this script profiles every
+thread separately (each thread's ``run`` is wrapped in its own profiler) and prints, per
+thread, the functions with the most time of their own. plait's code is not touched.
+
+With ``--py-spy`` the same workload is also run under py-spy (a sampling profiler that
+sees native frames such as the fsync inside ``sqlite3``), and the samples are summed by
+function: "self" is where a thread was when sampled, "total" is how often the function
+was anywhere on the stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import cProfile
+import io
+import os
+import pstats
+import re
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import bench_plait  # noqa: E402  (the benchmarks folder is not a package)
+
+_profiles: dict[str, cProfile.Profile] = {}
+_lock = threading.Lock()
+
+
+def _profile_threads() -> None:
+    """Give every thread started from now on a profiler of its own."""
+    original = threading.Thread.run
+
+    def run(self: threading.Thread) -> None:
+        prof = cProfile.Profile()
+        with _lock:
+            _profiles[f"{self.name}#{len(_profiles)}"] = prof
+        prof.enable()
+        try:
+            original(self)
+        finally:
+            prof.disable()
+
+    threading.Thread.run = run  # type: ignore[method-assign]
+
+
+class _TimedConnection(sqlite3.Connection):
+    """A connection that clocks every ``execute`` by statement, to split the writer's
+    time between plait's statements and the COMMIT (where the fsync happens)."""
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
+        t0 = time.perf_counter()
+        try:
+            return super().execute(sql, *args)
+        finally:
+            elapsed = time.perf_counter() - t0
+            key = re.sub(r"\s+", " ", sql).strip()[:72]
+            thread = _thread_group(threading.current_thread().name)
+            with _lock:
+                entry = _statements[(thread, key)]
+                entry[0] += 1
+                entry[1] += elapsed
+
+
+_statements: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0, 0.0])
+
+
+def _time_statements() -> None:
+    original = sqlite3.connect
+
+    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        kwargs.setdefault("factory", _TimedConnection)
+        return original(*args, **kwargs)
+
+    sqlite3.connect = connect  # type: ignore[assignment]
+
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds of each live thread of this process, by thread group (Linux /proc)."""
+    names = {t.native_id: _thread_group(t.name) for t in threading.enumerate()}
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = collections.defaultdict(float)
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        tid = int(task.name)
+        group = names.get(tid, "main (event loop)" if tid == os.getpid() else "other")
+        out[group] += (int(fields[11]) + int(fields[12])) / ticks
+    return out
+
+
+async def _cpu_split(name: str, db: str, steps: int, seconds: float) -> dict[str, Any]:
+    """Run the workload and sample per-thread CPU just before the engine closes."""
+    import plait
+
+    box: dict[str, Any] = {}
+    original = plait.Engine.close
+
+    async def close(self: Any, *args: Any, **kwargs: Any) -> None:
+        box["cpu"] = _thread_cpu()
+        await original(self, *args, **kwargs)
+
+    plait.Engine.close = close  # type: ignore[method-assign]
+    try:
+        box["before"] = _thread_cpu()
+        t0 = time.perf_counter()
+        box["result"] = await _workload(name, db, steps, seconds)
+        box["wall"] = time.perf_counter() - t0
+    finally:
+        plait.Engine.close = original  # type: ignore[method-assign]
+    return box
+
+
+def run_cpu_split(name: str, steps: int, seconds: float) -> None:
+    """Wall time per step against CPU per step on each thread, without a profiler's
+    overhead: how much of a step is Python work and how much is waiting (fsync, wake-ups)."""
+    with tempfile.TemporaryDirectory(prefix="plait-cpu-") as tmp:
+        box = asyncio.run(_cpu_split(name, f"sqlite:///{tmp}/cpu.db", steps, seconds))
+    result = box["result"]
+    done = steps + 10 if name == "sequential" else (int(result["workflows"]) + 1) * steps
+    print(f"\n=== CPU per step by thread, {name}: {summary(result)}")
+    wall_us = box["wall"] / done * 1e6
+    print(f"   wall (whole process run, incl. warm-up): {wall_us:8.1f} us per step")
+    for group, cpu in sorted(box["cpu"].items(), key=lambda kv: -kv[1]):
+        used = cpu - box["before"].get(group, 0.0)
+        if used > 0.005:
+            print(f"   {group:<28} {used / done * 1e6:8.1f} us CPU per step")
+
+
+def run_statements(name: str, steps: int, seconds: float, top: int) -> None:
+    """Time each SQL statement plait issues during the workload, per executed step."""
+    _statements.clear()
+    with tempfile.TemporaryDirectory(prefix="plait-sql-") as tmp:
+        result = asyncio.run(_workload(name, f"sqlite:///{tmp}/sql.db", steps, seconds))
+    done = steps if name == "sequential" else int(result.get("workflows", 0)) * steps
+    done = max(done, 1)
+    print(f"\n=== SQL statements, {name}: {summary(result)} (per step of the measured part)")
+    print(f"   {'per step':>9} {'us/step':>8} {'us/call':>8}  thread / statement")
+    with _lock:
+        ranked = sorted(_statements.items(), key=lambda kv: kv[1][1], reverse=True)[:top]
+    for (thread, sql), (count, total) in ranked:
+        print(
+            f"   {count / done:9.2f} {total / done * 1e6:8.1f} {total / count * 1e6:8.1f}"
+            f"  {thread}: {sql}"
+        )
+
+
+def _thread_group(name: str) -> str:
+    """Threads of one pool are reported together (``plait-read_0``, ``_1``...)."""
+    base = name.split("#", 1)[0]
+    for prefix in ("plait-sqlite-writer", "plait-read", "asyncio_", "ThreadPoolExecutor"):
+        if base.startswith(prefix):
+            return prefix
+    return base
+
+
+async def _workload(name: str, db: str, steps: int, seconds: float) -> dict[str, Any]:
+    p = {"db": db, "steps": steps, "seconds": seconds}
+    if name == "sequential":
+        return await bench_plait.sequential(p)
+    return await bench_plait.throughput(p)
+
+
+def run_cprofile(name: str, steps: int, seconds: float, top: int, out: Path | None) -> None:
+    _profiles.clear()
+    with tempfile.TemporaryDirectory(prefix="plait-profile-") as tmp:
+        db = f"sqlite:///{tmp}/profile.db"
+        main = cProfile.Profile()
+        t0 = time.perf_counter()
+        main.enable()
+        result = asyncio.run(_workload(name, db, steps, seconds))
+        main.disable()
+        wall = time.perf_counter() - t0
+    print(f"\n=== {name}: {summary(result)}; wall {wall:.2f} s (profiled, so slower) ===")
+    groups: dict[str, list[cProfile.Profile]] = collections.defaultdict(list)
+    groups["main (event loop)"].append(main)
+    with _lock:
+        for tname, prof in _profiles.items():
+            groups[_thread_group(tname)].append(prof)
+    for group, profs in groups.items():
+        stats = pstats.Stats(profs[0], stream=io.StringIO())
+        for extra in profs[1:]:
+            stats.add(extra)
+        total = stats.total_tt  # type: ignore[attr-defined]
+        if total < 0.01:
+            continue
+        print(f"\n-- thread {group}: {total:.2f} s of profiled time ({len(profs)} thread(s))")
+        print(f"   {'self s':>8} {'self %':>7} {'cum s':>8} {'calls':>9}  function")
+        entries = stats.stats  # type: ignore[attr-defined]
+        ranked = sorted(entries.items(), key=lambda kv: kv[1][2], reverse=True)[:top]
+        for (file, line, func), (_cc, nc, tt, ct, _callers) in ranked:
+            where = _short(file, line)
+            print(f"   {tt:8.3f} {tt / total * 100:6.1f}% {ct:8.3f} {nc:9d}  {func}  {where}")
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            stats.dump_stats(str(out / f"{name}-{group.split()[0]}.prof"))
+
+
+def _short(file: str, line: int) -> str:
+    if file == "~":
+        return "(builtin)"
+    for marker in ("/site-packages/", "/src/", "/lib/python3"):
+        if marker in file:
+            file = file.split(marker, 1)[1]
+            break
+    return f"{file}:{line}"
+
+
+def summary(result: dict[str, Any]) -> str:
+    keys = ("us_per_step", "workflows_per_s", "steps_per_s", "commits_per_step")
+    return ", ".join(f"{k}={result[k]:.3g}" for k in keys if k in result)
+
+
+def run_py_spy(py_spy: str, name: str, steps: int, seconds: float, top: int) -> None:
+    """Sample a separate run of the workload with py-spy (all threads, native frames)."""
+    with tempfile.TemporaryDirectory(prefix="plait-pyspy-") as tmp:
+        raw = Path(tmp) / "stacks.txt"
+        db = f"sqlite:///{tmp}/spy.db"
+        code = (
+            f"import asyncio, sys; sys.path.insert(0, {str(HERE)!r}); import profile_plait as p;"
+            f" asyncio.run(p._workload({name!r}, {db!r}, {steps}, {seconds}))"
+        )
+        cmd = [py_spy, "record", "--format", "raw", "--rate", "500", "--threads", "--native"]
+        cmd += ["--output", str(raw), "--", sys.executable, "-c", code]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0 or not raw.exists():
+            # --native needs unwinding support; retry without it rather than give up.
+            cmd.remove("--native")
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0 or not raw.exists():
+            print(f"py-spy failed: {proc.stderr.strip()[-500:]}")
+            return
+        by_thread: dict[str, collections.Counter[str]] = collections.defaultdict(
+            collections.Counter
+        )
+        total_by_thread: dict[str, collections.Counter[str]] = collections.defaultdict(
+            collections.Counter
+        )
+        samples: collections.Counter[str] = collections.Counter()
+        for line in raw.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not stack or "_find_and_load" in stack:
+                continue  # interpreter start-up and imports are not the workload
+            frames = stack.split(";")
+            # The first frame is "thread (TID): NAME" (the name is missing for threads
+            # that are gone by the time py-spy looks them up).
+            head = frames[0]
+            thread = _thread_group(head.split(": ", 1)[1] if ": " in head else head)
+            n = int(count)
+            samples[thread] += n
+            by_thread[thread][_frame(frames[-1])] += n
+            for f in {_frame(fr) for fr in frames[1:]}:
+                total_by_thread[thread][f] += n
+    print(f"\n=== py-spy, {name} (500 Hz, all threads) ===")
+    for thread, count in samples.most_common():
+        print(f"\n-- thread {thread}: {count} samples")
+        print(f"   {'self %':>7} {'total %':>8}  function")
+        for func, n in by_thread[thread].most_common(top):
+            tot = total_by_thread[thread][func]
+            print(f"   {n / count * 100:6.1f}% {tot / count * 100:7.1f}%  {func}")
+
+
+def _frame(frame: str) -> str:
+    # py-spy raw frames look like "function (path/file.py:123)".
+    name, _, where = frame.partition(" (")
+    where = where.rstrip(")")
+    file = where.rsplit(":", 1)[0]
+    for marker in ("/site-packages/", "/src/", "/lib/python3.11/"):
+        if marker in file:
+            file = file.split(marker, 1)[1]
+            break
+    return f"{name} ({file})" if file else name
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    ap.add_argument("--workload", choices=("sequential", "throughput", "both"), default="both")
+    ap.add_argument("--steps", type=int, help="steps per run (default 1000 / 10)")
+    ap.add_argument("--seconds", type=float, default=5.0, help="throughput window")
+    ap.add_argument("--top", type=int, default=20, help="functions shown per thread")
+    ap.add_argument("--save", type=Path, help="write .prof files (snakeviz, pstats) here")
+    ap.add_argument("--py-spy", dest="py_spy", help="path to py-spy: also sample with it")
+    ap.add_argument("--statements", action="store_true", help="time plait's SQL statements instead")
+    args = ap.parse_args()
+    names = ("sequential", "throughput") if args.workload == "both" else (args.workload,)
+    for name in names:
+        steps = args.steps or (1000 if name == "sequential" else 10)
+        if args.py_spy:
+            run_py_spy(args.py_spy, name, steps, args.seconds, args.top)
+    for name in names:
+        steps = args.steps or (1000 if name == "sequential" else 10)
+        run_cpu_split(name, steps, args.seconds)
+    if args.statements:
+        _time_statements()
+        for name in names:
+            steps = args.steps or (1000 if name == "sequential" else 10)
+            run_statements(name, steps, args.seconds, args.top)
+        return
+    _profile_threads()
+    for name in names:
+        steps = args.steps or (1000 if name == "sequential" else 10)
+        run_cprofile(name, steps, args.seconds, args.top, args.save)
+
+
+if __name__ == "__main__":
+    main()

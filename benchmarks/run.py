@@ -1,0 +1,1077 @@
+"""Run plait, DBOS Transact and the raw storage floor through the same workloads.
+
+    python benchmarks/run.py            # full run, SQLite (about 10 minutes on 2 cores)
+    python benchmarks/run.py --quick    # smoke run: fewer repetitions, smaller loads
+    python benchmarks/run.py --postgres # also workloads 1-3 on a throwaway PostgreSQL
+
+Every measurement is a fresh process on a fresh database in a temporary folder, and the
+contenders take turns (the order rotates each repetition), so a slow phase of the machine
+is spread over all of them instead of landing on one. DBOS lives in its own virtual
+environment (``benchmarks/.venv-dbos``, created on first use) and runs under that
+interpreter; plait and the floor run under this one. The table shows medians with the
+min-max spread over the repetitions, and the ratios plait/DBOS and plait/floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import platform
+import selectors
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import _common  # noqa: E402  (the benchmarks folder is not a package)
+
+ROOT = HERE.parent
+DBOS_VENV = HERE / ".venv-dbos"
+WORKER_TIMEOUT = 900.0
+
+#: Contender keys and how the table names them.
+NAMES = {"plait": "plait", "dbos": "DBOS", "floor": "floor"}
+
+
+# -- configuration ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Config:
+    reps: int
+    sequential_steps: int
+    throughput_seconds: float
+    workflow_steps: int
+    concurrency_sizes: tuple[int, ...]
+    floor_seconds: float
+    idle_runs: int
+    idle_window: float
+    idle_sleep: float
+    workloads: tuple[str, ...]
+    postgres: bool
+    dbos_journal: str
+
+
+WORKLOADS = ("sequential", "throughput", "concurrency", "floor", "recovery", "idle")
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Config]:
+    ap = argparse.ArgumentParser(
+        description="Benchmark plait against DBOS Transact and the raw storage floor.",
+    )
+    ap.add_argument("--quick", action="store_true", help="smoke run: 2 reps, smaller loads")
+    ap.add_argument("--reps", type=int, help="repetitions per measurement (default 5)")
+    ap.add_argument("--postgres", action="store_true", help="also run workloads 1-3 on PostgreSQL")
+    ap.add_argument(
+        "--only",
+        default=",".join(WORKLOADS),
+        help=f"comma-separated subset of: {', '.join(WORKLOADS)}",
+    )
+    ap.add_argument("--throughput-seconds", type=float, help="window of the throughput workload")
+    ap.add_argument("--idle-runs", type=int, help="sleeping runs held by the idle worker")
+    ap.add_argument("--idle-window", type=float, help="seconds the idle cost is measured over")
+    ap.add_argument(
+        "--dbos-journal",
+        choices=("wal", "default"),
+        default="wal",
+        help="DBOS's SQLite journal: WAL like plait (default) or DBOS's own default",
+    )
+    ap.add_argument("--dbos-spec", default="dbos", help="pip requirement for the DBOS venv")
+    ap.add_argument("--tmpdir", help="where the databases go (must be a real disk, not tmpfs)")
+    ap.add_argument("--json", dest="json_path", help="also write every sample to this file")
+    ap.add_argument("--markdown", help="also write the results as a Markdown table here")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary databases and logs")
+    args = ap.parse_args(argv)
+    chosen = tuple(w.strip() for w in args.only.split(",") if w.strip())
+    unknown = set(chosen) - set(WORKLOADS)
+    if unknown:
+        ap.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
+    quick = args.quick
+    reps = args.reps if args.reps is not None else (2 if quick else 5)
+    if reps < 1:
+        ap.error("--reps must be at least 1")
+    cfg = Config(
+        reps=reps,
+        sequential_steps=1000,
+        throughput_seconds=args.throughput_seconds or (2.0 if quick else 5.0),
+        workflow_steps=10,
+        concurrency_sizes=(100,) if quick else (100, 1000),
+        floor_seconds=1.0 if quick else 2.0,
+        idle_runs=args.idle_runs or (1000 if quick else 10_000),
+        idle_window=args.idle_window or (3.0 if quick else 10.0),
+        idle_sleep=3600.0,
+        workloads=chosen,
+        postgres=args.postgres,
+        dbos_journal=args.dbos_journal,
+    )
+    return args, cfg
+
+
+# -- environments -----------------------------------------------------------------------------
+
+
+def ensure_dbos(spec: str) -> Path:
+    """The DBOS interpreter, creating ``benchmarks/.venv-dbos`` and installing DBOS if
+    needed. DBOS gets a venv of its own so its pins (SQLAlchemy, psycopg, ...) can neither
+    break plait's environment nor be mistaken for plait's dependencies."""
+    python = DBOS_VENV / "bin" / "python"
+    if python.exists() and _quiet([str(python), "-c", "import dbos"]) == 0:
+        return python
+    log(f"installing {spec} into {DBOS_VENV.relative_to(ROOT)} (first run only)")
+    base = getattr(sys, "_base_executable", sys.executable)
+    _check([base, "-m", "venv", str(DBOS_VENV)], "create the DBOS virtual environment")
+    _check(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", spec],
+        f"pip install {spec}",
+    )
+    return python
+
+
+def _quiet(cmd: list[str]) -> int:
+    return subprocess.run(cmd, capture_output=True, check=False).returncode
+
+
+def _check(cmd: list[str], what: str) -> str:
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:])
+        raise SystemExit(f"could not {what} (exit {proc.returncode}):\n{tail}")
+    return proc.stdout
+
+
+def plait_interpreter() -> str:
+    """This interpreter if it can import plait, else the project's ``.venv``."""
+    if _quiet([sys.executable, "-c", "import plait"]) == 0:
+        return sys.executable
+    venv = ROOT / ".venv" / "bin" / "python"
+    if venv.exists() and _quiet([str(venv), "-c", "import plait"]) == 0:
+        return str(venv)
+    raise SystemExit(
+        "plait is not importable: run `make test` (or `pip install -e .`) first, or start"
+        " this script with the project's interpreter (.venv/bin/python)"
+    )
+
+
+def interpreter_info(python: str, modules: tuple[str, ...]) -> dict[str, str]:
+    """Python, SQLite and package versions as seen by ``python`` (the venvs differ)."""
+    code = (
+        "import json, platform, sqlite3, importlib.metadata as m\n"
+        "out = {'python': platform.python_version(), 'sqlite': sqlite3.sqlite_version}\n"
+        f"for name in {list(modules)!r}:\n"
+        "    try: out[name] = m.version(name)\n"
+        "    except m.PackageNotFoundError: out[name] = 'not installed'\n"
+        "print(json.dumps(out))\n"
+    )
+    return json.loads(_check([python, "-c", code], f"query versions from {python}"))
+
+
+def machine_info() -> dict[str, str]:
+    model = ""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as fh:
+        for line in fh:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem = ""
+    with contextlib.suppress(OSError), open("/proc/meminfo", encoding="utf-8") as fh:
+        for line in fh:
+            if line.startswith("MemTotal:"):
+                mem = f"{int(line.split()[1]) / 1024 / 1024:.0f} GiB"
+                break
+    commit = ""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        commit = subprocess.run(
+            ["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+    return {
+        "cpus": str(os.cpu_count()),
+        "cpu_model": model or platform.processor(),
+        "memory": mem,
+        "os": f"{platform.system()} {platform.release()}",
+        "plait_commit": commit,
+    }
+
+
+def filesystem_of(path: Path) -> str:
+    """The filesystem type under ``path``: a tmpfs makes fsync free and the numbers lie."""
+    best, kind = "", "?"
+    with contextlib.suppress(OSError), open("/proc/mounts", encoding="utf-8") as fh:
+        for line in fh:
+            parts = line.split()
+            if len(parts) >= 3 and str(path).startswith(parts[1]) and len(parts[1]) > len(best):
+                best, kind = parts[1], parts[2]
+    return kind
+
+
+# -- running one measurement ------------------------------------------------------------------
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+@dataclasses.dataclass
+class Env:
+    """Where measurements run and with which interpreters."""
+
+    root: Path
+    plait_python: str
+    dbos_python: str
+    pg: Any = None  # a started TemporaryCluster when --postgres is given
+    counter: int = 0
+
+    def fresh_dir(self, label: str) -> Path:
+        self.counter += 1
+        path = self.root / f"{self.counter:04d}-{label}"
+        path.mkdir()
+        return path
+
+    def database(self, backend: str, where: Path) -> str:
+        if backend == "sqlite":
+            return f"sqlite:///{where / 'bench.db'}"
+        assert self.pg is not None
+        return str(self.pg.create_database(f"bench_{self.counter:04d}_{uuid.uuid4().hex[:6]}"))
+
+    def command(self, contender: str) -> list[str]:
+        if contender == "dbos":
+            return [self.dbos_python, str(HERE / "bench_dbos.py")]
+        script = "bench_floor.py" if contender == "floor" else "bench_plait.py"
+        return [self.plait_python, str(HERE / script)]
+
+
+def _parse(stdout: str, marker: str) -> dict[str, Any] | None:
+    for line in stdout.splitlines():
+        if line.startswith(marker):
+            value = json.loads(line[len(marker) :])
+            assert isinstance(value, dict)
+            return value
+    return None
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def run_worker(env: Env, contender: str, params: dict[str, Any], where: Path) -> dict[str, Any]:
+    """Run one workload in a fresh process and return its result line."""
+    log_path = where / f"{contender}.log"
+    with open(log_path, "w", encoding="utf-8") as err:
+        try:
+            proc = subprocess.run(
+                [*env.command(contender), json.dumps(params)],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                timeout=WORKER_TIMEOUT,
+                cwd=where,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise BenchError(f"{contender} {params['workload']} timed out") from exc
+    result = _parse(proc.stdout, _common.RESULT)
+    if proc.returncode != 0 or result is None:
+        raise BenchError(
+            f"{contender} {params['workload']} failed (exit {proc.returncode}):\n"
+            f"{proc.stdout[-2000:]}\n{_tail(log_path)}"
+        )
+    return result
+
+
+def _popen(env: Env, contender: str, params: dict[str, Any], where: Path, tag: str) -> Any:
+    log_path = where / f"{contender}-{tag}.log"
+    err = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(
+        [*env.command(contender), json.dumps(params)],
+        stdout=subprocess.PIPE,
+        stderr=err,
+        stdin=subprocess.PIPE,
+        text=True,
+        cwd=where,
+    )
+    proc.log_path = log_path  # type: ignore[attr-defined]
+    proc.log_file = err  # type: ignore[attr-defined]
+    return proc
+
+
+def _finish(proc: Any, timeout: float = 120.0) -> dict[str, Any]:
+    """Collect a background worker's result (closing its stdin is its "stop")."""
+    try:
+        out, _ = proc.communicate(input="stop\n" if proc.stdin else None, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        proc.kill()
+        proc.communicate()
+        raise BenchError(f"worker {proc.pid} did not finish in {timeout}s") from exc
+    finally:
+        proc.log_file.close()
+    result = _parse(out or "", _common.RESULT)
+    if proc.returncode != 0 or result is None:
+        raise BenchError(
+            f"worker {proc.pid} failed (exit {proc.returncode}):\n{_tail(proc.log_path)}"
+        )
+    return result
+
+
+def _kill(proc: Any) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    with contextlib.suppress(Exception):
+        proc.communicate(timeout=30)
+    with contextlib.suppress(Exception):
+        proc.log_file.close()
+
+
+# -- workloads as seen from the driver ---------------------------------------------------------
+
+
+def measure_simple(
+    env: Env, cfg: Config, workload: str, contender: str, backend: str, **extra: Any
+) -> dict[str, Any]:
+    where = env.fresh_dir(f"{backend}-{workload}-{contender}")
+    params: dict[str, Any] = {"workload": workload, "db": env.database(backend, where), **extra}
+    if contender == "dbos":
+        params["journal"] = cfg.dbos_journal
+    if contender == "floor":
+        params["seconds"] = cfg.floor_seconds
+    return run_worker(env, contender, params, where)
+
+
+def measure_recovery(env: Env, cfg: Config, contender: str, variant: str) -> dict[str, Any]:
+    """SIGKILL the process running a 20-step run mid-step; time until the next step
+    body starts and completes in the process that carries on.
+
+    ``restart``: a new process with the killed one's identity (plait: the same
+    ``worker_id``; DBOS: the same executor id) is started right after the kill.
+    ``peer``: a second live worker with its own identity was running all along.
+    """
+    where = env.fresh_dir(f"recovery-{variant}-{contender}")
+    side = str(where / "side.txt")
+    run_id = f"recover-{uuid.uuid4().hex[:12]}"
+    base = {
+        "workload": "recovery",
+        "db": env.database("sqlite", where),
+        "side": side,
+        "run_id": run_id,
+        "journal": cfg.dbos_journal,
+    }
+    me = f"bench-a-{uuid.uuid4().hex[:8]}"
+    ident = "worker_id" if contender == "plait" else "executor_id"
+    victim = _popen(env, contender, {**base, "role": "run", ident: me}, where, "victim")
+    others: list[Any] = [victim]
+    try:
+
+        def seen(what: str, pid: int, step: int | None = None) -> Any:
+            for kind, s, p, t in _common.read_side_file(side):
+                if kind == what and p == pid and (step is None or s == step):
+                    return t
+            if victim.poll() is not None and pid == victim.pid:
+                raise BenchError(f"the victim exited early:\n{_tail(victim.log_path)}")
+            return None
+
+        survivor = None
+        if variant == "peer":
+            _common.poll_until(lambda: seen("end", victim.pid, 1), timeout=60, what="step 1")
+            peer_id = f"bench-p-{uuid.uuid4().hex[:8]}"
+            survivor = _popen(env, contender, {**base, "role": "peer", ident: peer_id}, where, "p")
+            others.append(survivor)
+            _common.poll_until(lambda: seen("ready", survivor.pid), timeout=60, what="peer ready")
+        kill_at = 5
+        _common.poll_until(lambda: seen("start", victim.pid, kill_at), timeout=60, what="step 5")
+        killed = time.time()
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()
+        if survivor is None:
+            survivor = _popen(env, contender, {**base, "role": "resume", ident: me}, where, "r")
+            others.append(survivor)
+        pid = survivor.pid
+        started = _common.poll_until(lambda: seen("start", pid), timeout=60, what="next start")
+        ended = _common.poll_until(lambda: seen("end", pid), timeout=60, what="next step end")
+        ready = seen("ready", pid)
+        result = _finish(survivor, timeout=120)
+        if result.get("status") != "completed":
+            raise BenchError(f"the recovered run ended {result.get('status')}")
+        done = {s for kind, s, _p, _t in _common.read_side_file(side) if kind == "end"}
+        missing = set(range(_common.RECOVERY_STEPS)) - done
+        if missing:
+            raise BenchError(f"steps never completed after recovery: {sorted(missing)}")
+        out = {
+            "kill_to_next_start": started - killed,
+            "kill_to_next_end": ended - killed,
+        }
+        if variant == "restart" and ready is not None:
+            out["kill_to_ready"] = ready - killed
+        return out
+    finally:
+        for proc in others:
+            _kill(proc)
+
+
+def measure_idle(env: Env, cfg: Config, contender: str) -> dict[str, Any]:
+    """Load a worker with sleeping runs, then read its CPU time and memory from /proc
+    over a fixed window; the window is the measurement itself, sampled every 0.5 s."""
+    where = env.fresh_dir(f"idle-{contender}")
+    params: dict[str, Any] = {
+        "workload": "idle",
+        "db": env.database("sqlite", where),
+        "runs": cfg.idle_runs,
+        "sleep_seconds": cfg.idle_sleep,
+        "journal": cfg.dbos_journal,
+    }
+    proc = _popen(env, contender, params, where, "idle")
+    try:
+        info = _read_ready(proc, timeout=900)
+        first = _common.proc_stats(proc.pid)
+        t0 = time.monotonic()
+        peak = first["rss_mib"]
+        end = t0 + cfg.idle_window
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(0.5, left))
+            peak = max(peak, _common.proc_stats(proc.pid)["rss_mib"])
+        last = _common.proc_stats(proc.pid)
+        elapsed = time.monotonic() - t0
+        result = _finish(proc)
+    finally:
+        _kill(proc)
+    return {
+        "rss_mib": max(peak, last["rss_mib"]),
+        "cpu_percent": (last["cpu_seconds"] - first["cpu_seconds"]) / elapsed * 100.0,
+        "threads": last["threads"],
+        "setup_seconds": info["setup_seconds"],
+        "base_rss_mib": info["base_rss_mib"],
+        "settings": result.get("settings", {}),
+    }
+
+
+def _read_ready(proc: Any, timeout: float) -> dict[str, Any]:
+    """Wait (select on its stdout, with a deadline) for the worker's READY line."""
+    deadline = time.monotonic() + timeout
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BenchError(f"worker {proc.pid} not ready after {timeout}s")
+            if not sel.select(timeout=left):
+                continue
+            line = proc.stdout.readline()
+            if not line:
+                proc.wait()
+                raise BenchError(
+                    f"worker {proc.pid} exited (code {proc.returncode}) before it was ready:\n"
+                    f"{_tail(proc.log_path)}"
+                )
+            if line.startswith(_common.READY):
+                value = json.loads(line[len(_common.READY) :])
+                assert isinstance(value, dict)
+                return value
+    finally:
+        sel.close()
+
+
+# -- the plan ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Job:
+    """One measurement kind; ``run(contender)`` measures it once in fresh processes."""
+
+    key: str
+    contenders: tuple[str, ...]
+    run: Callable[[str], dict[str, Any]]
+
+
+def plan(env: Env, cfg: Config) -> list[Job]:
+    jobs: list[Job] = []
+    backends = ["sqlite", "postgres"] if cfg.postgres else ["sqlite"]
+    steps = cfg.workflow_steps
+    for backend in backends:
+
+        def simple(
+            workload: str, backend: str = backend, **extra: Any
+        ) -> Callable[[str], dict[str, Any]]:
+            def go(contender: str) -> dict[str, Any]:
+                if contender == "floor":
+                    return measure_simple(env, cfg, "floor", "floor", backend)
+                return measure_simple(env, cfg, workload, contender, backend, **extra)
+
+            return go
+
+        want = set(cfg.workloads)
+        if "sequential" in want:
+            jobs.append(
+                Job(
+                    f"{backend}/sequential",
+                    ("plait", "dbos"),
+                    simple("sequential", steps=cfg.sequential_steps),
+                )
+            )
+        if "floor" in want or want & {"sequential", "throughput", "concurrency"}:
+            # The floor is what every per-step figure is divided by, so it is measured
+            # whenever any of them is, interleaved with the contenders.
+            jobs.append(Job(f"{backend}/floor", ("floor",), simple("floor")))
+        if "throughput" in want:
+            jobs.append(
+                Job(
+                    f"{backend}/throughput",
+                    ("plait", "dbos"),
+                    simple("throughput", steps=steps, seconds=cfg.throughput_seconds),
+                )
+            )
+        if "concurrency" in want:
+            for n in cfg.concurrency_sizes:
+                jobs.append(
+                    Job(
+                        f"{backend}/concurrency-{n}",
+                        ("plait", "dbos"),
+                        simple("concurrency", workflows=n, steps=steps),
+                    )
+                )
+    if "recovery" in cfg.workloads:
+        jobs.append(
+            Job(
+                "sqlite/recovery-restart",
+                ("plait", "dbos"),
+                lambda c: measure_recovery(env, cfg, c, "restart"),
+            )
+        )
+        jobs.append(
+            Job("sqlite/recovery-peer", ("plait",), lambda c: measure_recovery(env, cfg, c, "peer"))
+        )
+    if "idle" in cfg.workloads:
+        jobs.append(Job("sqlite/idle", ("plait", "dbos"), lambda c: measure_idle(env, cfg, c)))
+    return jobs
+
+
+def rotated(items: tuple[str, ...], by: int) -> list[str]:
+    k = by % len(items) if items else 0
+    return list(items[k:] + items[:k])
+
+
+# -- statistics and the table -----------------------------------------------------------------
+
+
+Samples = dict[str, dict[str, list[dict[str, Any]]]]  # job key -> contender -> results
+
+
+@dataclasses.dataclass
+class Stat:
+    median: float
+    low: float
+    high: float
+    n: int
+
+    @classmethod
+    def of(cls, values: list[float]) -> Stat | None:
+        if not values:
+            return None
+        return cls(statistics.median(values), min(values), max(values), len(values))
+
+
+def fmt(v: float) -> str:
+    a = abs(v)
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 100:
+        return f"{v:.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def cell(s: Stat | None) -> str:
+    if s is None:
+        return "-"
+    if s.n == 1:
+        return fmt(s.median)
+    return f"{fmt(s.median)} ({fmt(s.low)}-{fmt(s.high)})"
+
+
+@dataclasses.dataclass
+class Row:
+    section: str
+    metric: str
+    lower_is_better: bool | None  # None: informational, no ratio
+    plait: Stat | None = None
+    dbos: Stat | None = None
+    floor: Stat | None = None
+    note: str = ""
+    #: how "plait vs DBOS" reads for this metric: (better, worse)
+    words: tuple[str, str] = ("faster", "slower")
+
+    def ratio(self, other: Stat | None) -> str:
+        if self.plait is None or other is None or other.median == 0:
+            return "-"
+        return f"{self.plait.median / other.median:.2f}"
+
+    def verdict(self) -> str:
+        if self.lower_is_better is None or self.plait is None or self.dbos is None:
+            return ""
+        a, b = self.plait.median, self.dbos.median
+        if a == 0 or b == 0:
+            return ""
+        factor = b / a if self.lower_is_better else a / b
+        good, bad = self.words
+        return f"{factor:.1f}x {good}" if factor >= 1 else f"{1 / factor:.1f}x {bad}"
+
+
+def _values(samples: Samples, key: str, contender: str, field: str) -> list[float]:
+    return [
+        float(r[field])
+        for r in samples.get(key, {}).get(contender, [])
+        if isinstance(r.get(field), int | float)
+    ]
+
+
+def build_rows(samples: Samples, cfg: Config, skipped: dict[str, str]) -> list[Row]:
+    rows: list[Row] = []
+    steps = cfg.workflow_steps
+
+    def st(key: str, contender: str, field: str, f: Callable[[float], float] = float) -> Any:
+        return Stat.of([f(v) for v in _values(samples, key, contender, field)])
+
+    for backend in ("sqlite", "postgres"):
+        label = "SQLite" if backend == "sqlite" else "PostgreSQL"
+        fk = f"{backend}/floor"
+        floor_us = st(fk, "floor", "us_per_commit")
+        floor_rate = st(fk, "floor", "commits_per_s")
+        k = f"{backend}/sequential"
+        if k in samples:
+            sec = f"{label}: 1 sequential run of {cfg.sequential_steps:,} steps"
+            rows.append(
+                Row(
+                    sec,
+                    "us per step (lower is better)",
+                    True,
+                    st(k, "plait", "us_per_step"),
+                    st(k, "dbos", "us_per_step"),
+                    floor_us,
+                    "floor: one single-row commit",
+                )
+            )
+            rows.append(
+                Row(sec, "plait durable commits per step", None, st(k, "plait", "commits_per_step"))
+            )
+        k = f"{backend}/throughput"
+        if k in samples:
+            sec = f"{label}: {steps}-step runs back to back for {cfg.throughput_seconds:g} s"
+            rows.append(
+                Row(
+                    sec,
+                    "workflows/s (higher is better)",
+                    False,
+                    st(k, "plait", "workflows_per_s"),
+                    st(k, "dbos", "workflows_per_s"),
+                    st(fk, "floor", "commits_per_s", lambda v: v / steps),
+                    f"floor: one commit per step, {steps} per run",
+                )
+            )
+            rows.append(
+                Row(
+                    sec,
+                    "steps/s (higher is better)",
+                    False,
+                    st(k, "plait", "steps_per_s"),
+                    st(k, "dbos", "steps_per_s"),
+                    floor_rate,
+                )
+            )
+            rows.append(
+                Row(sec, "plait durable commits per step", None, st(k, "plait", "commits_per_step"))
+            )
+        for n in cfg.concurrency_sizes:
+            k = f"{backend}/concurrency-{n}"
+            if k not in samples:
+                continue
+            sec = f"{label}: {n:,} runs of {steps} steps started at once"
+            rows.append(
+                Row(
+                    sec,
+                    "seconds until all completed (lower is better)",
+                    True,
+                    st(k, "plait", "seconds"),
+                    st(k, "dbos", "seconds"),
+                    st(fk, "floor", "commits_per_s", lambda v, n=n: n * steps / v),
+                    "floor: one commit per step, one after another",
+                )
+            )
+            rows.append(
+                Row(
+                    sec,
+                    "steps/s (higher is better)",
+                    False,
+                    st(k, "plait", "steps_per_s"),
+                    st(k, "dbos", "steps_per_s"),
+                    floor_rate,
+                )
+            )
+            rows.append(
+                Row(sec, "plait durable commits per step", None, st(k, "plait", "commits_per_step"))
+            )
+        if fk in samples:
+            sec = f"{label}: storage floor, single-row INSERT + COMMIT on one connection"
+            rows.append(Row(sec, "commits/s", None, floor=floor_rate))
+            rows.append(Row(sec, "us per commit", None, floor=floor_us))
+    k = "sqlite/recovery-restart"
+    if k in samples:
+        sec = (
+            f"SQLite: recovery, SIGKILL during step 6 of {_common.RECOVERY_STEPS}"
+            f" ({_common.RECOVERY_STEP_SECONDS * 1000:.0f} ms each)"
+        )
+        rows.append(
+            Row(
+                sec,
+                "restart: kill -> next step completed, s (lower is better)",
+                True,
+                st(k, "plait", "kill_to_next_end"),
+                st(k, "dbos", "kill_to_next_end"),
+                note="new process, same worker id / executor id",
+            )
+        )
+        rows.append(
+            Row(
+                sec,
+                "restart: kill -> next step started, s",
+                True,
+                st(k, "plait", "kill_to_next_start"),
+                st(k, "dbos", "kill_to_next_start"),
+            )
+        )
+        rows.append(
+            Row(
+                sec,
+                "restart: kill -> new process ready, s",
+                None,
+                st(k, "plait", "kill_to_ready"),
+                st(k, "dbos", "kill_to_ready"),
+                note="interpreter start, imports, open/launch",
+            )
+        )
+        kp = "sqlite/recovery-peer"
+        if kp in samples:
+            rows.append(
+                Row(
+                    sec,
+                    "live peer: kill -> next step completed, s",
+                    True,
+                    st(kp, "plait", "kill_to_next_end"),
+                    note="DBOS: no takeover by a live peer (n/a)",
+                )
+            )
+            rows.append(
+                Row(
+                    sec,
+                    "live peer: kill -> next step started, s",
+                    True,
+                    st(kp, "plait", "kill_to_next_start"),
+                )
+            )
+    k = "sqlite/idle"
+    if k in samples:
+        sec = (
+            f"SQLite: idle worker holding {cfg.idle_runs:,} sleeping runs,"
+            f" measured over {cfg.idle_window:g} s"
+        )
+        rows.append(
+            Row(
+                sec,
+                "resident memory, MiB (lower is better)",
+                True,
+                st(k, "plait", "rss_mib"),
+                st(k, "dbos", "rss_mib"),
+                words=("less", "more"),
+            )
+        )
+        rows.append(
+            Row(
+                sec,
+                "resident memory before loading, MiB",
+                None,
+                st(k, "plait", "base_rss_mib"),
+                st(k, "dbos", "base_rss_mib"),
+            )
+        )
+        rows.append(
+            Row(
+                sec,
+                "CPU, % of one core (lower is better)",
+                True,
+                st(k, "plait", "cpu_percent"),
+                st(k, "dbos", "cpu_percent"),
+                words=("less", "more"),
+            )
+        )
+        rows.append(Row(sec, "threads", None, st(k, "plait", "threads"), st(k, "dbos", "threads")))
+        rows.append(
+            Row(
+                sec,
+                "set-up: start all and settle, s",
+                None,
+                st(k, "plait", "setup_seconds"),
+                st(k, "dbos", "setup_seconds"),
+            )
+        )
+    for row in rows:
+        for key, why in skipped.items():
+            if key.startswith("postgres") and row.section.startswith("PostgreSQL"):
+                row.note = (row.note + "; " if row.note else "") + f"plait skipped: {why}"
+                break
+    return rows
+
+
+HEADERS = ("metric", "plait", "DBOS", "floor", "plait/DBOS", "plait/floor", "plait vs DBOS")
+
+
+def table_cells(row: Row) -> list[str]:
+    ratio_floor = row.ratio(row.floor) if row.lower_is_better is not None else "-"
+    ratio_dbos = row.ratio(row.dbos) if row.lower_is_better is not None else "-"
+    return [
+        row.metric,
+        cell(row.plait),
+        cell(row.dbos),
+        cell(row.floor),
+        ratio_dbos,
+        ratio_floor,
+        row.verdict(),
+    ]
+
+
+def sections(rows: list[Row]) -> list[tuple[str, list[Row], list[str]]]:
+    """Rows grouped by section, with the notes of the section's rows gathered once."""
+    out: list[tuple[str, list[Row], list[str]]] = []
+    for row in rows:
+        if not out or out[-1][0] != row.section:
+            out.append((row.section, [], []))
+        if row.plait is None and row.dbos is None and row.floor is None:
+            continue  # nothing measured (a skipped contender's informational row)
+        out[-1][1].append(row)
+        for part in row.note.split("; ") if row.note else ():
+            if part not in out[-1][2]:
+                out[-1][2].append(part)
+    return out
+
+
+def print_table(rows: list[Row]) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        print_plain(rows)
+        return
+    console = Console(width=max(140, shutil.get_terminal_size((140, 40)).columns))
+    for title, members, notes in sections(rows):
+        table = Table(
+            title=title,
+            title_justify="left",
+            caption="; ".join(notes) or None,
+            caption_justify="left",
+        )
+        for i, h in enumerate(HEADERS):
+            table.add_column(h, justify="left" if i == 0 else "right")
+        for row in members:
+            table.add_row(*table_cells(row))
+        console.print(table)
+
+
+def print_plain(rows: list[Row]) -> None:
+    for title, members, notes in sections(rows):
+        print(f"\n{title}")
+        print("  " + " | ".join(HEADERS))
+        for row in members:
+            print("  " + " | ".join(table_cells(row)))
+        for note in notes:
+            print(f"  ({note})")
+
+
+def markdown(rows: list[Row]) -> str:
+    out = []
+    for title, members, notes in sections(rows):
+        out += ["", f"**{title}**", "", "| " + " | ".join(HEADERS) + " |"]
+        out.append("|" + "|".join(["---"] + ["---:"] * (len(HEADERS) - 1)) + "|")
+        out += ["| " + " | ".join(table_cells(row)) + " |" for row in members]
+        if notes:
+            out += ["", "_" + "; ".join(notes) + "_"]
+    return "\n".join(out).strip() + "\n"
+
+
+# -- settings -------------------------------------------------------------------------------
+
+
+def settings_summary(samples: Samples) -> dict[str, str]:
+    """What each contender actually ran with, as it reported it (not as configured)."""
+    seen: dict[str, set[str]] = {}
+    for key, by in samples.items():
+        for contender, results in by.items():
+            for r in results:
+                s = r.get("settings")
+                if not s:
+                    continue
+                backend = key.split("/")[0]
+                text = ", ".join(f"{k}={v}" for k, v in sorted(s.items()))
+                seen.setdefault(f"{NAMES[contender]} on {backend}", set()).add(text)
+    return {k: " | ".join(sorted(v)) for k, v in sorted(seen.items())}
+
+
+# -- main -----------------------------------------------------------------------------------
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def summary_line(result: dict[str, Any]) -> str:
+    keys = (
+        "us_per_step",
+        "workflows_per_s",
+        "seconds",
+        "us_per_commit",
+        "kill_to_next_end",
+        "rss_mib",
+        "cpu_percent",
+        "commits_per_step",
+    )
+    parts = [f"{k}={fmt(float(result[k]))}" for k in keys if isinstance(result.get(k), int | float)]
+    return ", ".join(parts) or json.dumps(result)[:120]
+
+
+@contextlib.contextmanager
+def postgres_cluster(enabled: bool) -> Iterator[Any]:
+    if not enabled:
+        yield None
+        return
+    from plait.testing.postgres import TemporaryCluster
+
+    cluster = TemporaryCluster(fsync=True)
+    log("starting a throwaway PostgreSQL cluster (fsync=on)")
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, cfg = parse_args(argv)
+    dbos_python = str(ensure_dbos(args.dbos_spec))
+    plait_python = plait_interpreter()
+    base = Path(args.tmpdir or tempfile.gettempdir()).resolve()
+    root = Path(tempfile.mkdtemp(prefix="plait-bench-", dir=base))
+    fs = filesystem_of(root)
+    if fs in ("tmpfs", "ramfs"):
+        log(f"warning: {root} is on {fs}: fsync costs nothing there; use --tmpdir on a disk")
+    load_before = os.getloadavg()
+    if load_before[0] > (os.cpu_count() or 1) / 2:
+        log(
+            f"warning: load average {load_before[0]:.2f} before starting; other work on this"
+            " machine widens the spread (the alternation spreads it over all contenders)"
+        )
+    info = {
+        "machine": machine_info(),
+        "plait_interpreter": interpreter_info(plait_python, ("plait", "asyncpg")),
+        "dbos_interpreter": interpreter_info(dbos_python, ("dbos", "sqlalchemy", "psycopg")),
+        "filesystem": fs,
+        "command": " ".join(["python", "benchmarks/run.py", *(argv or sys.argv[1:])]),
+        "config": dataclasses.asdict(cfg),
+    }
+    log(
+        f"plait {info['plait_interpreter']['plait']} vs DBOS {info['dbos_interpreter']['dbos']};"
+        f" {cfg.reps} repetitions; databases in {root} ({fs})"
+    )
+    samples: Samples = {}
+    skipped: dict[str, str] = {}
+    failures: list[str] = []
+    started = time.monotonic()
+    try:
+        with postgres_cluster(cfg.postgres) as pg:
+            env = Env(root=root, plait_python=plait_python, dbos_python=dbos_python, pg=pg)
+            jobs = plan(env, cfg)
+            for rep in range(cfg.reps):
+                for job in jobs:
+                    for contender in rotated(job.contenders, rep):
+                        tag = f"{job.key}:{contender}"
+                        if tag in skipped:
+                            continue
+                        t0 = time.monotonic()
+                        try:
+                            result = job.run(contender)
+                        except BenchError as exc:
+                            failures.append(f"{tag} (rep {rep + 1}): {exc}")
+                            log(f"[{rep + 1}/{cfg.reps}] {tag}: FAILED\n{exc}")
+                            continue
+                        if "skipped" in result:
+                            skipped[tag] = str(result["skipped"])
+                            log(f"[{rep + 1}/{cfg.reps}] {tag}: skipped ({result['skipped']})")
+                            continue
+                        samples.setdefault(job.key, {}).setdefault(contender, []).append(result)
+                        log(
+                            f"[{rep + 1}/{cfg.reps}] {tag}: {summary_line(result)}"
+                            f" ({time.monotonic() - t0:.1f}s)"
+                        )
+    finally:
+        if args.keep:
+            log(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    info["wall_seconds"] = round(time.monotonic() - started, 1)
+    info["load_average"] = {
+        "before": [round(x, 2) for x in load_before],
+        "after": [round(x, 2) for x in os.getloadavg()],
+    }
+    info["settings"] = settings_summary(samples)
+    info["skipped"] = skipped
+    rows = build_rows(samples, cfg, skipped)
+    print()
+    print(
+        f"plait {info['plait_interpreter']['plait']} ({info['machine']['plait_commit']}) vs"
+        f" DBOS {info['dbos_interpreter']['dbos']} vs the storage floor;"
+        f" Python {info['plait_interpreter']['python']},"
+        f" SQLite {info['plait_interpreter']['sqlite']};"
+        f" {info['machine']['cpus']} x {info['machine']['cpu_model']};"
+        f" {cfg.reps} repetitions, median (min-max)"
+    )
+    for who, text in info["settings"].items():
+        print(f"  settings, {who}: {text}")
+    for tag, why in skipped.items():
+        print(f"  skipped {tag}: {why}")
+    print_table(rows)
+    print(
+        f"\ntotal {info['wall_seconds']} s; load average (1, 5, 15 min) before"
+        f" {info['load_average']['before']}, after {info['load_average']['after']}"
+    )
+    if args.json_path:
+        Path(args.json_path).write_text(
+            json.dumps({"info": info, "samples": samples, "failures": failures}, indent=1)
+        )
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(rows))
+    if failures:
+        log(f"\n{len(failures)} measurement(s) failed:")
+        for f in failures:
+            log(f"  {f.splitlines()[0]}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,549 @@
+"""Running graph workflows: one orchestrator pass of a graph run.
+
+The planner (``plait.graph.planner``) decides what may start; this module turns its
+decisions into durable steps, using the same machinery as code workflows (``Pass``): the
+same step rows, attempts, retries as durable timers, the step queue for queued functions
+and child runs. Because a pass only ever reads stored steps and asks the planner, a run
+records the same steps whether it is driven inline or through the queue, and whichever
+worker picks it up next.
+
+What a graph run records:
+
+* one step per node instance, kind ``"node"``, keyed ``node``, ``node#1``...; its
+  ``from_key`` is the step whose completion started it and its ``branch`` is what the
+  function chose with ``ctx.branch``;
+* for a ``for_each`` node, one extra step per item, kind ``"item"``, keyed
+  ``node[0]``, ``node[1]``... (``node#1[0]`` for a later instance). The node's own step
+  holds the items as its input and the list of item outputs as its output;
+* run-state variables, one row per name (``ctx.set_state``), written with the result of
+  the attempt that set them, so parallel nodes never overwrite each other's variables.
+
+A pass loops: plan, start what the plan says, drive every node instance that is in flight,
+and plan again as soon as any of them settles, so a node runs the moment it is ready (no
+waves). It ends the run when the plan is complete or failed, suspends it when a function
+is missing, and otherwise pauses, leaving queued steps, retry timers and child runs to wake
+the run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from plait import errors, serde
+from plait.durations import parse_duration
+from plait.errors import StepError
+from plait.graph.errors import GraphValueError
+from plait.graph.model import Graph, Node
+from plait.graph.planner import (
+    IN_FLIGHT,
+    SUCCEEDED,
+    NodeState,
+    Plan,
+    Start,
+    for_each_items,
+    node_input,
+    node_states,
+    plan,
+)
+from plait.retry import RetryPolicy, resolve_policy
+from plait.runtime.execute import Outcome
+from plait.runtime.passes import PassResult
+from plait.runtime.signals import PauseSignal, SuspendSignal
+from plait.store.base import EndRun, Op, SetState, StepRow
+
+if TYPE_CHECKING:
+    from plait.app import FunctionDef
+    from plait.engine import Engine
+    from plait.runtime.context import StepContext
+    from plait.runtime.passes import Pass
+
+__all__ = [
+    "ITEM_KIND",
+    "NODE_KIND",
+    "NodeAttemptHook",
+    "execute_graph_pass",
+    "item_key",
+    "node_id_of",
+    "queued_node_hook",
+]
+
+#: step kind of a node instance
+NODE_KIND = "node"
+#: step kind of one item of a ``for_each`` node instance
+ITEM_KIND = "item"
+GRAPH_STEP_KINDS = frozenset({NODE_KIND, ITEM_KIND})
+
+_ITEM_SUFFIX = re.compile(r"\[(\d+)\]$")
+
+
+def item_key(node_key: str, index: int) -> str:
+    """The step key of item ``index`` of the ``for_each`` node instance ``node_key``."""
+    return f"{node_key}[{index}]"
+
+
+def node_id_of(step: StepRow) -> str:
+    """The node a graph step belongs to: the key without its item index and ordinal."""
+    key = step.key
+    if step.kind == ITEM_KIND:
+        key = _ITEM_SUFFIX.sub("", key)
+    base, sep, suffix = key.rpartition("#")
+    return base if sep and suffix.isdigit() else key
+
+
+async def execute_graph_pass(p: Pass) -> PassResult:
+    """One orchestrator pass of a graph run (``Engine.execute_pass`` routes here)."""
+    graph = await p.engine.graph_for(p.run.workflow, p.run.version)
+    if graph is None:
+        version = f" version {p.run.version}" if p.run.version else ""
+        p.ops.append(
+            _end(
+                "suspended",
+                f"graph {p.run.workflow!r}{version} is not registered in this deployment "
+                "or the database; register it and resume the run",
+                errors.FUNCTION_NOT_FOUND,
+            )
+        )
+        await p.flush()
+        return PassResult("suspended")
+    runner = _GraphPass(p, graph)
+    try:
+        return await runner.execute()
+    except asyncio.CancelledError:
+        for task in p.tasks:
+            task.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.shield(_settle_and_flush(p))
+        raise
+
+
+async def _settle_and_flush(p: Pass) -> None:
+    await asyncio.gather(*p.tasks, return_exceptions=True)
+    await p.flush()
+
+
+# -- what an attempt of a node did through its context -----------------------------------
+
+
+class NodeAttemptHook:
+    """Gives a node's function its graph context and records what it did with it.
+
+    Before the body runs: ``ctx.node_id`` and the run's state (for ``ctx.get_state``).
+    After a successful attempt: the branch it chose goes on the step row (so it is stored
+    with the result in one write) and every ``ctx.set_state`` becomes its own ``SetState``
+    op, appended to ``ops`` before the attempt's result. Writes of a failed attempt are
+    dropped, because a retry will make them again.
+
+    The same object serves inline attempts (installed on the ``Pass``) and queued ones
+    (``queued_node_hook``, for the step worker), so both record the same thing.
+    """
+
+    def __init__(self, state: dict[str, Any], emit: Callable[[Op], None] | None = None) -> None:
+        self.state = state
+        #: the writes of the last attempt when no ``emit`` was given (the step worker)
+        self.ops: list[Op] = []
+        self._emit = emit or self.ops.append
+
+    def prepare(self, step: StepRow, ctx: StepContext) -> None:
+        if step.kind not in GRAPH_STEP_KINDS:
+            return
+        ctx.node_id = node_id_of(step)
+        ctx._state = dict(self.state)
+
+    def finish(self, step: StepRow, ctx: StepContext, outcome: Outcome) -> Outcome:
+        if not outcome.ok or step.kind not in GRAPH_STEP_KINDS:
+            return outcome
+        writes: list[tuple[str, str | None]] = []
+        try:
+            for name, value in ctx._state_writes.items():
+                writes.append((name, serde.dumps(value, what=f"state variable {name!r}")))
+        except errors.NotJSONError as exc:
+            return Outcome(ok=False, error=serde.error_record(exc), retryable=False)
+        step.branch = ctx._branch
+        for name, text in writes:
+            self.state[name] = serde.loads(text)
+            self._emit(SetState(name, text))
+        return outcome
+
+
+async def queued_node_hook(engine: Engine, step: StepRow) -> NodeAttemptHook | None:
+    """The hook for one attempt of a queued step, or None when it is not a graph step.
+
+    The step worker calls it before the body runs, calls ``prepare`` and ``finish``
+    around the attempt, and sends ``hook.ops`` with the attempt's result, so a queued
+    node chooses branches and writes state exactly like an inline one."""
+    if step.kind not in GRAPH_STEP_KINDS:
+        return None
+    snapshot = await engine.store.load_pass(step.run_id)
+    raw = snapshot.state if snapshot is not None else {}
+    return NodeAttemptHook({k: serde.loads(v) for k, v in raw.items()})
+
+
+# -- one pass ---------------------------------------------------------------------------
+
+
+class _GraphPass:
+    def __init__(self, p: Pass, graph: Graph) -> None:
+        self.p = p
+        self.graph = graph
+        self.app = p.app
+        self.trigger = p.input
+        start_node = p.run.start_node
+        self.entry: list[str] = [start_node] if start_node else list(graph.entry_nodes)
+        #: node step key -> the task driving it in this pass (each is driven once a pass)
+        self.driving: dict[str, asyncio.Task[Any]] = {}
+        self.suspend: SuspendSignal | None = None
+        self.crash: BaseException | None = None
+        self._decoded: dict[str, tuple[str, Any, Any]] = {}
+        self._stored_graphs: dict[str, str | None] = {}
+        # p.ops is swapped for a new list on every flush: always append to the current one
+        p.attempt_hook = NodeAttemptHook(p.state, lambda op: p.ops.append(op))
+
+    # -- the loop ---------------------------------------------------------------------
+    async def execute(self) -> PassResult:
+        p = self.p
+        end = self._check_start()
+        if end is None:
+            try:
+                end = await self._loop()
+            except GraphValueError as exc:
+                end = self._value_error(exc)
+        await p.settle()
+        if self.crash is not None and (end is None or end.status != "failed"):
+            end = self._crashed(self.crash)
+        elif self.suspend is not None and end is None:
+            end = _end("suspended", self.suspend.message, self.suspend.code)
+        if end is not None:
+            p.ops.append(end)
+        await p.flush()
+        return PassResult(end.status if end else "running", p.children, p.queued)
+
+    def _check_start(self) -> EndRun | None:
+        start_node = self.p.run.start_node
+        if start_node and start_node not in self.graph.entry_nodes:
+            entries = ", ".join(repr(e) for e in self.graph.entry_nodes) or "none"
+            return _end(
+                "failed",
+                f"graph {self.graph.name!r}: start_node {start_node!r} is not an entry node "
+                f"(entry nodes: {entries})",
+                None,
+                "GraphValidationError",
+            )
+        return None
+
+    async def _loop(self) -> EndRun | None:
+        while True:
+            if self.crash is not None or self.suspend is not None:
+                return None
+            states = self._states()
+            current = self._plan(states)
+            if current.failed is not None:
+                return self._node_failed(current.failed)
+            if current.complete:
+                try:
+                    output = serde.dumps(
+                        current.output, what=f"the output of graph {self.graph.name!r}"
+                    )
+                except errors.NotJSONError as exc:
+                    return _end_record("failed", serde.error_record(exc))
+                return EndRun("completed", output=output)
+            for start in current.start:
+                self._create(start, states)
+            for key, step in list(self.p.steps.items()):
+                if (
+                    step.kind == NODE_KIND
+                    and step.status in IN_FLIGHT
+                    and key not in self.driving
+                    and node_id_of(step) in self.graph.nodes
+                ):
+                    self.driving[key] = self.p.spawn(self._drive_guarded(step))
+            running = [t for t in self.driving.values() if not t.done()]
+            if not running:
+                return None  # everything in flight waits on the queue, a timer or a child
+            await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+
+    def _plan(self, states: list[NodeState]) -> Plan:
+        return plan(self.graph, states, self.entry, trigger=self.trigger, state_vars=self.p.state)
+
+    def _states(self) -> list[NodeState]:
+        """The planner's view of the stored node steps (items are not nodes)."""
+        views = []
+        for step in self.p.steps.values():
+            if step.kind != NODE_KIND:
+                continue
+            output, error = self._decode(step)
+            views.append(
+                SimpleNamespace(
+                    key=step.key,
+                    node_id=node_id_of(step),
+                    status=step.status,
+                    output=output,
+                    error=error,
+                    branch=step.branch,
+                    from_key=step.from_key,
+                )
+            )
+        return node_states(views, self.graph)
+
+    def _decode(self, step: StepRow) -> tuple[Any, Any]:
+        """Output and error of a step, decoded once per status (they only change with it)."""
+        cached = self._decoded.get(step.key)
+        if cached is not None and cached[0] == step.status:
+            return cached[1], cached[2]
+        output, error = serde.loads(step.output), serde.loads(step.error)
+        self._decoded[step.key] = (step.status, output, error)
+        return output, error
+
+    # -- ends ---------------------------------------------------------------------------
+    def _node_failed(self, failed: NodeState) -> EndRun:
+        cause = failed.error or {}
+        message = cause.get("message", "unknown error")
+        return _end_record(
+            "failed",
+            {
+                "message": f"graph node {failed.node_id!r} (step {failed.key!r}) failed: {message}",
+                "type": "GraphNodeFailed",
+                "code": errors.GRAPH_NODE_FAILED,
+                "node": failed.node_id,
+                "step": failed.key,
+                "cause": cause,
+            },
+        )
+
+    def _value_error(self, exc: GraphValueError) -> EndRun:
+        record = serde.error_record(exc)
+        record["message"] = f"graph {self.graph.name!r}: {exc}"
+        record["node"] = exc.node
+        if exc.missing is not None:
+            record["missing"] = exc.missing
+        return _end_record("failed", record)
+
+    def _crashed(self, exc: BaseException) -> EndRun:
+        if isinstance(exc, GraphValueError):
+            return self._value_error(exc)
+        return _end_record("failed", serde.error_record(exc))
+
+    # -- creating node steps ------------------------------------------------------------
+    def _create(self, start: Start, states: list[NodeState]) -> StepRow:
+        """The step of a node instance the plan starts, with its input resolved now
+        (from the steps that exist when it becomes ready)."""
+        p, graph = self.p, self.graph
+        node = graph.nodes[start.node_id]
+        fdef = self.app.functions.get(node.function or "")
+        data: Any
+        if node.for_each is not None:
+            data = for_each_items(graph, node.id, states, self.trigger, p.state)
+            policy, timeout, queued = RetryPolicy(0, None), None, False
+        else:
+            if start.kind == "on_error" and start.from_key is not None:
+                failed = p.steps[start.from_key]
+                data = {"error": serde.loads(failed.error), "input": serde.loads(failed.input)}
+            else:
+                data = node_input(graph, node.id, states, self.trigger, p.state)
+            policy, timeout, queued = self._options(node, fdef)
+        step = p._new_step(
+            start.key,
+            node.id,
+            NODE_KIND,
+            function=node.function,
+            input=serde.dumps(data, what=f"the input of node {start.key!r}"),
+            policy=policy,
+            timeout=timeout,
+            queued=queued,
+        )
+        step.from_key = start.from_key
+        p._put(step)
+        return step
+
+    def _options(
+        self, node: Node, fdef: FunctionDef | None
+    ) -> tuple[RetryPolicy, float | None, bool]:
+        """Retries, timeout and queueing of a node's attempts: the node's own settings,
+        then its function's, then plait's defaults. Child runs are never retried (the
+        child has its own steps and retries)."""
+        if fdef is None:
+            if self.app.is_runnable(node.function or ""):
+                return RetryPolicy(0, None), None, False
+            layer = {"retries": node.retries, "retry_delay": node.retry_delay}
+            return resolve_policy(layer), self._timeout(node, None), False
+        policy = resolve_policy(
+            {"retries": fdef.retries, "retry_delay": fdef.retry_delay},
+            {"retries": node.retries, "retry_delay": node.retry_delay},
+        )
+        return policy, self._timeout(node, fdef), fdef.queued
+
+    @staticmethod
+    def _timeout(node: Node, fdef: FunctionDef | None) -> float | None:
+        if node.timeout is not None:
+            return parse_duration(node.timeout, what=f"timeout of node {node.id!r}")
+        return fdef.timeout if fdef is not None else None
+
+    # -- driving node steps -------------------------------------------------------------
+    async def _drive_guarded(self, step: StepRow) -> None:
+        """Drive one node instance; record how it stopped instead of raising, so one
+        node never interrupts its siblings."""
+        try:
+            node = self.graph.nodes[node_id_of(step)]
+            if node.for_each is not None:
+                await self._drive_for_each(step, node)
+            else:
+                await self._run_step(step, node)
+        except StepError:
+            pass  # failed after its retries: the planner reads it from the step
+        except PauseSignal:
+            # waiting on the queue, a retry timer or a child: commit the job or timer now
+            # rather than when the slowest sibling finishes
+            if self.p.ops:
+                await self.p.flush()
+        except SuspendSignal as sig:
+            self.suspend = self.suspend or sig
+        except Exception as exc:
+            self.crash = self.crash or exc
+
+    async def _run_step(self, step: StepRow, node: Node) -> Any:
+        """One function call, child run or missing function, as step ``step``."""
+        p = self.p
+        function = step.function or ""
+        fdef = self.app.functions.get(function)
+        if fdef is not None:
+            if step.status == "pending" and step.attempts == 0 and step.kind in GRAPH_STEP_KINDS:
+                # nothing ran yet: take the function's settings as deployed now (it may
+                # have been missing when the step was created)
+                policy, timeout, queued = self._options(node, fdef)
+                step.retries, step.retry_delay = policy.retries, policy.delay
+                step.timeout, step.queued = timeout, queued
+            return await p._drive_step(step, fdef, None)
+        if step.status == "succeeded":
+            return serde.loads(step.output)
+        if step.status == "failed":
+            raise StepError(step.key, serde.loads(step.error) or {})
+        if self.app.is_runnable(function):
+            return await p._child_step(step.key, step.name, function, None, step_kind=step.kind)
+        version = await self._stored_graph(function)
+        if version is not None:
+            return await p._child_step(
+                step.key,
+                step.name,
+                function,
+                None,
+                step_kind=step.kind,
+                target=("graph", version),
+            )
+        raise SuspendSignal(
+            f"function {function!r} (node {node.id!r}, step {step.key!r}) is not registered "
+            "in this deployment; deploy it and resume the run",
+            errors.FUNCTION_NOT_FOUND,
+        )
+
+    async def _stored_graph(self, name: str) -> str | None:
+        """The active version of a graph registered at run time under ``name``, if any."""
+        if name not in self._stored_graphs:
+            found = None
+            for version in await self.p.store.list_versions(workflow=name, status="active"):
+                if version["kind"] == "graph":
+                    found = version["version"]
+                    break
+            self._stored_graphs[name] = found
+        return self._stored_graphs[name]
+
+    # -- for_each -----------------------------------------------------------------------
+    async def _drive_for_each(self, step: StepRow, node: Node) -> None:
+        """Run the items of a ``for_each`` node instance (all at once, or one after the
+        other), then settle the node: its output is the list of item outputs, and it
+        fails once an item failed after its retries."""
+        p = self.p
+        items: list[Any] = serde.loads(step.input) or []
+        states = self._states()
+        if step.status == "pending":
+            step.status = "running"
+            p._put(step)
+        if node.mode == "sequential":
+            for index, item in enumerate(items):
+                item_step = self._item_step(step, node, index, item, states)
+                try:
+                    await self._run_step(item_step, node)
+                except StepError:
+                    break
+        else:
+            item_steps = [
+                self._item_step(step, node, i, item, states) for i, item in enumerate(items)
+            ]
+            tasks = [p.spawn(self._run_item(s, node)) for s in item_steps]
+            if tasks:
+                await asyncio.gather(*tasks)
+        self._settle_for_each(step, node, len(items))
+
+    async def _run_item(self, step: StepRow, node: Node) -> None:
+        with contextlib.suppress(StepError, PauseSignal):
+            await self._run_step(step, node)
+
+    def _item_step(
+        self, step: StepRow, node: Node, index: int, item: Any, states: list[NodeState]
+    ) -> StepRow:
+        key = item_key(step.key, index)
+        existing = self.p.steps.get(key)
+        if existing is not None:
+            return existing
+        data = node_input(self.graph, node.id, states, self.trigger, self.p.state, item=item)
+        policy, timeout, queued = self._options(node, self.app.functions.get(node.function or ""))
+        item_step = self.p._new_step(
+            key,
+            key,
+            ITEM_KIND,
+            function=node.function,
+            input=serde.dumps(data, what=f"the input of step {key!r}"),
+            policy=policy,
+            timeout=timeout,
+            queued=queued,
+        )
+        item_step.from_key = step.key
+        self.p._put(item_step)
+        return item_step
+
+    def _settle_for_each(self, step: StepRow, node: Node, count: int) -> None:
+        p = self.p
+        items = [p.steps.get(item_key(step.key, i)) for i in range(count)]
+        failed = next(
+            (i for i, s in enumerate(items) if s is not None and s.status == "failed"), None
+        )
+        busy = any(s is not None and s.status in IN_FLIGHT for s in items)
+        if failed is not None and (node.mode == "sequential" or not busy):
+            cause = serde.loads(items[failed].error) or {}  # type: ignore[union-attr]
+            step.status = "failed"
+            step.failures += 1
+            step.error = serde.dumps(
+                {
+                    "message": f"item {failed} of node {node.id!r} failed: "
+                    f"{cause.get('message', 'unknown error')}",
+                    "type": "ForEachItemFailed",
+                    "code": cause.get("code"),
+                    "item": failed,
+                    "step": item_key(step.key, failed),
+                }
+            )
+            p._put(step)
+            return
+        if all(s is not None and s.status == SUCCEEDED for s in items):
+            step.status = "succeeded"
+            step.error = None
+            # the outputs are stored JSON already: join them instead of re-encoding
+            step.output = "[" + ",".join(s.output or "null" for s in items) + "]"  # type: ignore[union-attr]
+            p._put(step)
+            return
+        raise p._pause(step.key)
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+def _end(status: str, message: str, code: str | None, kind: str | None = None) -> EndRun:
+    error_type = kind or (code.title().replace("_", "") if code else "Error")
+    return _end_record(status, {"message": message, "type": error_type, "code": code})
+
+
+def _end_record(status: str, record: dict[str, Any]) -> EndRun:
+    return EndRun(status, error=serde.dumps(record))

@@ -1,0 +1,162 @@
+-- The statements of the PostgreSQL store, one per store method (see store/postgres.py).
+-- Each block starts with "-- name: <name>"; @schema@ is the quoted schema name. Times are
+-- timestamptz on the server and unix seconds in Python (a connection codec converts them).
+
+-- name: select_run
+SELECT r FROM @schema@.runs r WHERE r.id = $1
+
+-- name: create_run
+SELECT created, run FROM @schema@.create_run($1::@schema@.new_run, $2)
+
+-- name: get_steps
+SELECT s FROM @schema@.steps s WHERE s.run_id = $1 ORDER BY s.seq
+
+-- name: get_history
+SELECT run_id, key, attempt, status, output, error, started_at, finished_at
+FROM @schema@.attempts WHERE run_id = $1 ORDER BY started_at, attempt
+
+-- name: load_pass
+-- Everything a pass reads, in one round trip and one snapshot.
+SELECT r,
+    ARRAY(SELECT s FROM @schema@.steps s WHERE s.run_id = r.id) AS steps,
+    ARRAY(SELECT e FROM @schema@.events e
+          WHERE e.run_id = r.id AND e.consumed_by IS NULL ORDER BY e.id) AS events,
+    ARRAY(SELECT st FROM @schema@.state st WHERE st.run_id = r.id) AS state
+FROM @schema@.runs r WHERE r.id = $1
+
+-- name: claim_run
+UPDATE @schema@.runs SET lease_owner = $2, lease_until = $3
+WHERE id = $1 AND status = 'running' AND (lease_owner IS NULL OR lease_until < $4)
+RETURNING id
+
+-- name: claim_due_runs
+UPDATE @schema@.runs SET lease_owner = $1, lease_until = $2
+WHERE id IN (
+    SELECT id FROM @schema@.runs
+    WHERE wake_at <= $3 AND status = 'running' AND (lease_owner IS NULL OR lease_until < $3)
+    ORDER BY wake_at LIMIT $4
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id
+
+-- name: commit_batch
+SELECT @schema@.commit_batch($1, $2, $3::@schema@.op[], $4)
+
+-- name: release_run
+-- Give the run back. It is due again at once if someone woke it during the pass
+-- (wakeups moved), else when its earliest timer fires; the last column says "due now".
+UPDATE @schema@.runs SET lease_owner = NULL, lease_until = NULL, wake_at = CASE
+    WHEN status <> 'running' THEN NULL
+    WHEN wakeups <> $3 THEN $4
+    ELSE (SELECT min(t.wake_at) FROM @schema@.timers t WHERE t.run_id = runs.id) END
+WHERE id = $1 AND lease_owner = $2
+RETURNING wake_at IS NOT NULL AND wake_at <= $4
+
+-- name: renew_leases
+-- Extend every lease this owner holds; the ids returned are runs that ended meanwhile
+-- (cancelled from elsewhere), whose work in this process must stop.
+WITH runs_renewed AS (
+    UPDATE @schema@.runs SET lease_until = $2 WHERE lease_owner = $1 RETURNING id
+), jobs_renewed AS (
+    UPDATE @schema@.jobs SET lease_until = $2 WHERE lease_owner = $1 RETURNING run_id
+)
+SELECT id FROM @schema@.runs WHERE lease_owner = $1 AND status <> 'running'
+
+-- name: expire_leases
+-- A process restarted under the same worker id gives up what its previous life held.
+WITH runs_expired AS (
+    UPDATE @schema@.runs SET lease_until = $2 WHERE lease_owner = $1 RETURNING id
+)
+UPDATE @schema@.jobs SET lease_until = $2 WHERE lease_owner = $1
+
+-- name: sweep_idle
+-- Re-drive running runs that nothing will wake (no lease, no wake_at, no timer, no job);
+-- each run's sweeps back off: base seconds doubling up to cap.
+WITH swept AS (
+    UPDATE @schema@.runs SET wake_at = $1, updated_at = $1, idle_sweeps = idle_sweeps + 1
+    WHERE id IN (
+        SELECT r.id FROM @schema@.runs r
+        WHERE r.status = 'running' AND r.wake_at IS NULL AND r.lease_owner IS NULL
+            AND r.updated_at < $1 - make_interval(
+                secs => least($2, $3 * power(2, least(r.idle_sweeps, 20))))
+            AND NOT EXISTS (SELECT 1 FROM @schema@.timers t WHERE t.run_id = r.id)
+            AND NOT EXISTS (SELECT 1 FROM @schema@.jobs j WHERE j.run_id = r.id)
+        LIMIT $4
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING id
+)
+SELECT count(*) FROM swept
+
+-- name: next_due_runs
+-- When the next pass becomes due (a leased run: when its lease runs out).
+SELECT least(
+    (SELECT min(wake_at) FROM @schema@.runs
+     WHERE wake_at IS NOT NULL AND status = 'running' AND lease_owner IS NULL),
+    (SELECT min(greatest(wake_at, lease_until)) FROM @schema@.runs
+     WHERE wake_at IS NOT NULL AND status = 'running' AND lease_owner IS NOT NULL)
+)
+
+-- name: next_due_jobs
+-- When the next queued step of these functions becomes due (held: when its lease runs out).
+SELECT least(
+    (SELECT min(available_at) FROM @schema@.jobs
+     WHERE lease_owner IS NULL AND function = ANY ($1::text[])),
+    (SELECT min(greatest(available_at, lease_until)) FROM @schema@.jobs
+     WHERE lease_owner IS NOT NULL AND function = ANY ($1::text[]))
+)
+
+-- name: claim_step_jobs
+UPDATE @schema@.jobs SET lease_owner = $1, lease_until = $2, deliveries = deliveries + 1
+WHERE (run_id, step_key) IN (
+    SELECT run_id, step_key FROM @schema@.jobs
+    WHERE available_at <= $3 AND (lease_owner IS NULL OR lease_until < $3)
+        AND function = ANY ($5::text[])
+    ORDER BY available_at LIMIT $4
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING run_id, step_key, function, deliveries
+
+-- name: begin_queued_step
+SELECT * FROM @schema@.begin_queued_step($1, $2, $3, $4, $5)
+
+-- name: finish_queued_step
+SELECT @schema@.finish_queued_step($1, $2, $3, $4::@schema@.op[], $5)
+
+-- name: drop_job
+DELETE FROM @schema@.jobs WHERE run_id = $1 AND step_key = $2
+
+-- name: wake
+SELECT @schema@.wake_run($1, $2, $3)
+
+-- name: cancel_run
+SELECT @schema@.cancel_run($1, $2, $3)
+
+-- name: resume_run
+SELECT r FROM @schema@.resume_run($1, $2) r
+
+-- name: retry_run
+SELECT r FROM @schema@.retry_run($1, $2) r
+
+-- name: send_event
+SELECT @schema@.send_event($1, $2, $3, $4)
+
+-- name: count_timers
+SELECT count(*) FROM @schema@.timers WHERE run_id = $1
+
+-- name: put_version
+INSERT INTO @schema@.workflow_versions (workflow, version, kind, definition, status,
+    created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $6)
+ON CONFLICT (workflow, version) DO UPDATE SET status = excluded.status,
+    updated_at = excluded.updated_at
+
+-- name: list_versions
+SELECT workflow, version, kind, definition, status, created_at, updated_at
+FROM @schema@.workflow_versions
+WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR version = $2)
+    AND ($3::text IS NULL OR status = $3)
+ORDER BY updated_at DESC, version
+
+-- name: notify
+SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload

@@ -1,0 +1,277 @@
+"""The dashboard in a real browser: headless Chromium driven by Playwright against a live
+uvicorn server on 127.0.0.1.
+
+Uses Debian's chromium (``apt-get install chromium``) rather than a browser build that
+Playwright would download; skipped with the reason when either is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import plait
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+TOKEN = "tok-alice"
+
+playwright_api = pytest.importorskip(
+    "playwright.sync_api", reason="playwright (pip package) is not installed"
+)
+httpx = pytest.importorskip("httpx", reason="httpx is needed to call the API")
+uvicorn = pytest.importorskip("uvicorn", reason="the http extra (uvicorn) is not installed")
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(),
+    reason=f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium)",
+)
+
+from plait.http import create_app  # noqa: E402
+
+expect = playwright_api.expect
+
+app = plait.App("browser-tests")
+
+
+@app.function
+async def add(data: dict) -> int:
+    return int(data["a"]) + int(data["b"])
+
+
+@app.function(retries=0)
+def charge(data: dict) -> dict:
+    """Fails until the flag file exists, so the test decides when a retry succeeds."""
+    if not Path(data["flag"]).exists():
+        raise RuntimeError("card declined: flag file missing")
+    return {"charged": data["amount"]}
+
+
+@app.workflow
+async def notify(wf: plait.Workflow, data: Any) -> Any:
+    return await wf.do("send", add, {"a": data, "b": 0})
+
+
+@app.workflow
+async def approval(wf: plait.Workflow, data: Any) -> Any:
+    total = await wf.do("price", add, {"a": 2, "b": 3})
+    await asyncio.gather(
+        wf.do("reserve stock", add, {"a": total, "b": 1}),
+        wf.do("fraud check", add, {"a": total, "b": 2}),
+    )
+    decision = await wf.wait_for_event("approve")
+    await wf.do("record", add, {"a": total, "b": 0})
+    return {"total": total, "decision": decision}
+
+
+@app.workflow
+async def checkout(wf: plait.Workflow, data: Any) -> Any:
+    total = await wf.do("price", add, {"a": data["amount"], "b": 5})
+    await asyncio.gather(
+        wf.do("reserve stock", add, {"a": total, "b": 1}),
+        wf.do("fraud check", add, {"a": total, "b": 2}),
+    )
+    receipt = await wf.do("charge card", charge, {"flag": data["flag"], "amount": total})
+    await wf.do("notify", "notify", total)
+    return {"receipt": receipt, "total": total}
+
+
+# -- the server and the browser -----------------------------------------------------------
+class Server:
+    """uvicorn in a background thread on a socket bound to a free loopback port."""
+
+    def __init__(self, web: Any) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(web, log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(20)
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    database = tmp_path_factory.mktemp("browser") / "plait.db"
+    # Not opened here: the app's lifespan opens it inside uvicorn's event loop.
+    engine = plait.Engine(app, f"sqlite:///{database}", poll_interval=0.2)
+    with Server(create_app(engine, tokens={TOKEN: "alice"})) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def api(server: Server) -> Iterator[Any]:
+    with httpx.Client(
+        base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
+    ) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with playwright_api.sync_playwright() as pw:
+        launched = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield opened
+    context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+@pytest.fixture(autouse=True)
+def _slow_expect() -> None:
+    expect.set_options(timeout=15_000)
+
+
+def start(api: Any, workflow: str, data: Any = None, **body: Any) -> dict[str, Any]:
+    response = api.post(f"/api/workflows/{workflow}/runs", json={"input": data, **body})
+    assert response.status_code in (200, 201), response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def wait_for(check: Any, timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)
+
+
+# -- tests --------------------------------------------------------------------------------
+def test_run_page_follows_a_run_to_completed_without_a_reload(
+    server: Server, api: Any, page: Any
+) -> None:
+    run_id = start(api, "approval")["run_id"]
+
+    def waiting_for_approval() -> bool:
+        steps = api.get(f"/api/runs/{run_id}").json()["steps"]
+        return any(s["kind"] == "event" for s in steps)
+
+    wait_for(waiting_for_approval)
+    page.goto(f"{server.url}/runs/{run_id}?token={TOKEN}")
+    status = page.locator("#run-status")
+    expect(status).to_have_text("running")
+    assert "token=" not in page.url  # taken into localStorage, out of the address bar
+    expect(page.locator('details.step[data-key="fraud check"]')).to_be_visible()
+    expect(page.locator('#graph [data-node="price"]')).to_have_attribute("data-state", "succeeded")
+    expect(page.locator("#btn-cancel")).to_be_enabled()
+    page.evaluate("window.__sameDocument = 'yes'")
+
+    sent = api.post(f"/api/runs/{run_id}/events/approve", json="ok")
+    assert sent.status_code == 202
+
+    expect(status).to_have_text("completed")
+    expect(page.locator("#run-output")).to_contain_text('"decision": "ok"')
+    expect(page.locator('#graph [data-node="record"]')).to_have_attribute("data-state", "succeeded")
+    expect(page.locator("#btn-cancel")).to_be_disabled()
+    assert page.evaluate("window.__sameDocument") == "yes", "the page was reloaded"
+
+
+def test_failed_run_is_retried_from_the_run_page(
+    server: Server, api: Any, page: Any, tmp_path: Path
+) -> None:
+    flag = tmp_path / "card-ok"
+    run = start(api, "checkout", {"amount": 20, "flag": str(flag)}, wait=True)
+    assert run["status"] == "failed"
+
+    page.goto(f"{server.url}/runs/{run['id']}?token={TOKEN}")
+    status = page.locator("#run-status")
+    expect(status).to_have_text("failed")
+    expect(page.locator("#run-error-message")).to_contain_text("flag file missing")
+    expect(page.locator('#graph [data-node="charge card"]')).to_have_attribute(
+        "data-state", "failed"
+    )
+    retry = page.locator("#btn-retry")
+    expect(retry).to_be_enabled()
+
+    flag.touch()
+    retry.click()
+    expect(status).to_have_text("completed")
+    expect(page.locator("#error-card")).to_be_hidden()
+    charge_row = page.locator('details.step[data-key="charge card"]')
+    expect(charge_row.locator(".step-attempts")).to_have_text("2\u00d7")  # two tries
+    expect(page.locator('#graph [data-node="notify"]')).to_have_attribute("data-state", "succeeded")
+    expect(page.locator("#children a")).to_have_count(1)
+
+    charge_row.locator("summary").click()
+    expect(charge_row.locator(".attempts li")).to_have_count(2)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "run-page.png"), full_page=True)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.screenshot(path=str(ARTIFACTS / "run-page-phone.png"), full_page=True)
+
+
+def test_runs_list_updates_and_filters(server: Server, api: Any, page: Any) -> None:
+    first = start(api, "notify", 1, wait=True)
+    page.goto(f"{server.url}/?token={TOKEN}")
+    expect(page.locator(f'tr[data-run-id="{first["id"]}"]')).to_be_visible()
+
+    later = start(api, "notify", 2, wait=True)  # appears without a reload
+    expect(page.locator(f'tr[data-run-id="{later["id"]}"]')).to_be_visible()
+
+    page.select_option("#f-status", "failed")
+    expect(page.locator(f'tr[data-run-id="{later["id"]}"]')).to_have_count(0)
+    assert "status=failed" in page.url
+    page.select_option("#f-status", "")
+    page.select_option("#f-workflow", "notify")
+    notify_runs = api.get("/api/runs", params={"workflow": "notify"}).json()["total"]
+    expect(page.locator("#runs-body tr[data-run-id]")).to_have_count(notify_runs)
+    expect(page.locator("#page-info")).to_have_text(f"1\u2013{notify_runs} of {notify_runs}")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "runs-page.png"), full_page=True)
+
+    page.locator(f'tr[data-run-id="{later["id"]}"] td a').first.click()
+    expect(page.locator("#run-status")).to_have_text("completed")
+
+
+def test_without_a_token_the_page_asks_for_one(server: Server, page: Any) -> None:
+    page.goto(f"{server.url}/")
+    expect(page.locator("#signin")).to_be_visible()
+    page.fill("#signin-token", TOKEN)
+    page.click("#signin button")
+    expect(page.locator("#whoami")).to_have_text("alice")
+    expect(page.locator("#signin")).to_be_hidden()
