@@ -14,6 +14,7 @@ of a run takes the same time as the first try and two runs do not move in lockst
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -28,6 +29,8 @@ app = plait.App("crash")
 RETRY_DELAY = 0.3
 #: the durable sleep in the middle of ``crash_flow``
 NAP_SECONDS = 0.3
+#: the event ``crash_flow`` waits for and never gets
+EVENT_TIMEOUT = 0.2
 
 
 def record(event: str, ctx: plait.StepContext, **extra: Any) -> None:
@@ -146,6 +149,9 @@ async def crash_flow(wf: plait.Workflow, data: dict[str, Any]) -> dict:
     q = await wf.do("q", queued_work, {"v": a["v"]})
     f = await wf.do("flaky", flaky, {"v": q["v"]})
     await wf.sleep("nap", NAP_SECONDS)
+    # nobody sends it: the event timeout is one more durable timer for kills to land in
+    with contextlib.suppress(plait.EventTimeout):
+        await wf.wait_for_event("poke", timeout=EVENT_TIMEOUT)
     g1, g2 = await asyncio.gather(
         wf.do("g1", work, {"v": f["v"]}),
         wf.do("g2", queued_work, {"v": f["v"]}),

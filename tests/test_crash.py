@@ -197,7 +197,7 @@ class CrashHarness:
         return kill
 
     async def _timers_at(self, at: float) -> tuple[int, int]:
-        """(runs sleeping, steps waiting out a retry back-off) at wall-clock time ``at``.
+        """(sleeps and event timeouts pending, retry back-offs pending) at time ``at``.
 
         With one worker this is read after the kill, before the restart: nobody writes
         then, so the database shows exactly what the killed worker had committed. With a
@@ -208,7 +208,7 @@ class CrashHarness:
                 wake = _ts(step.wake_at)
                 if step.status != "scheduled" or wake is None or wake <= at:
                     continue
-                if step.kind == "sleep":
+                if step.kind in ("sleep", "event"):  # an event timeout is a timer too
                     sleeping += 1
                 elif step.kind == "do" and step.attempts >= 1:
                     backing_off += 1
@@ -334,9 +334,6 @@ class CrashHarness:
                 if again is None:
                     continue
                 by = "the restarted worker" if again[1] == k.restarted_pid else "another worker"
-                if os.environ.get("CRASH_DEBUG") and k.restarted_as == "same-id" and again[0] - k.at > 0.7:
-                    rw = next(w for w in self.workers if w.pid == k.restarted_pid)
-                    print("SLOW", run_id, key, k.worker_id, k.pid, "kill", k.at, "restart", rw.started_at, "resumed", again, "log", rw.log)
                 label = f"restart {k.restarted_as}: interrupted step runs again on {by}"
                 buckets.setdefault(label, []).append(again[0] - k.at)
         for label, values in sorted(buckets.items()):
@@ -498,9 +495,9 @@ async def test_sigterm_during_a_sleep_then_a_restart_finishes(tmp_path: Path) ->
     [
         ("inline", 1.0, 5.0),  # the step ends within the drain: it is kept, never re-run
         ("queued", 1.0, 5.0),
-        ("inline", 3.0, 0.5),  # the drain ends first: the step is interrupted, re-run later
-        ("queued", 3.0, 0.5),
-        ("sync", 3.0, 0.5),  # a sync body runs in a thread that cannot be cancelled
+        ("inline", 4.0, 0.5),  # the drain ends first: the step is interrupted, re-run later
+        ("queued", 4.0, 0.5),
+        ("sync", 4.0, 0.5),  # a sync body runs in a thread that cannot be cancelled
     ],
 )
 async def test_sigterm_during_a_step_then_a_restart_finishes(
@@ -528,8 +525,10 @@ async def test_sigterm_during_a_step_then_a_restart_finishes(
             assert first.exited_at is not None and first.signalled_at is not None
             took = first.exited_at - first.signalled_at
             assert code == 0, f"exit code {code}:\n{first.log_tail()}"
-            # the drain, plus a second for committing, releasing and closing the store
-            assert took < drain + 1.0, (
+            # the drain, plus time to commit, release and close the store on a busy machine;
+            # a sync body runs in a thread that cannot be stopped, so the worker waits for it
+            limit = (max(drain, step_seconds) if kind == "sync" else drain) + 2.0
+            assert took < limit, (
                 f"the worker took {took:.2f}s to stop with --drain {drain}:\n{first.log_tail()}"
             )
             second = WorkerProcess(url, ledger, tmp_path / "w2.log", worker_id="t1")
@@ -553,14 +552,23 @@ async def test_sigterm_during_a_step_then_a_restart_finishes(
         assert [ln["attempt"] for ln in ran] == [1, 2], ran
 
 
-@pytest.mark.parametrize("kind", ["inline", "queued"])
-async def test_sigterm_during_a_step_with_another_worker_running(tmp_path: Path, kind: str) -> None:
-    """A draining worker must keep the lease of the step it is finishing: if the lease
-    lapses during the drain, the other worker takes the step over while its body still
+@pytest.mark.parametrize(
+    ("kind", "step_seconds", "drain"),
+    [
+        ("inline", 2.5, 5.0),  # the step outlives the lease but not the drain
+        ("queued", 2.5, 5.0),
+        ("sync", 3.0, 0.5),  # the drain ends while a thread still runs the body
+    ],
+)
+async def test_sigterm_during_a_step_with_another_worker_running(
+    tmp_path: Path, kind: str, step_seconds: float, drain: float
+) -> None:
+    """While a stopping worker still runs a step body, nobody else may run it: it must
+    keep the step's lease through the drain, and give it up only once the body has
+    really stopped. Otherwise the other worker takes the step over while its body still
     runs here, and the step body runs twice at once."""
     url = f"sqlite:///{tmp_path / 'term.db'}"
     ledger = tmp_path / "ledger.jsonl"
-    drain, step_seconds = 5.0, 2.5
     workers: list[WorkerProcess] = []
     async with plait.Engine(crash_app.app, url, workers=False) as engine:
         try:
@@ -579,7 +587,7 @@ async def test_sigterm_during_a_step_with_another_worker_running(tmp_path: Path,
             holder = next(w for w in workers if w.pid == pid)
             other = next(w for w in workers if w.pid != pid)
             holder.sigterm()
-            code = holder.wait_exit(drain + 5)
+            code = holder.wait_exit(drain + step_seconds + 5)
             assert code == 0, f"exit code {code}:\n{holder.log_tail()}"
             assert holder.exited_at is not None
             await _finish_and_check(engine, run_id, ledger, {holder.pid: holder.exited_at}, other)
@@ -587,4 +595,5 @@ async def test_sigterm_during_a_step_with_another_worker_running(tmp_path: Path,
             for w in workers:
                 w.stop()
     ran = [ln for ln in read_ledger(ledger) if ln["key"] == "long" and ln["event"] == "start"]
-    assert len(ran) == 1, f"the drained step ran {len(ran)} times: {ran}"
+    if step_seconds < drain:
+        assert len(ran) == 1, f"the drained step ran {len(ran)} times: {ran}"

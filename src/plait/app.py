@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import functools
@@ -79,7 +80,15 @@ async def call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:
     if _is_async_callable(fn):
         return await fn(*args)
     ctx = contextvars.copy_context()
-    result = await asyncio.to_thread(ctx.run, fn, *args)
+    thread = asyncio.ensure_future(asyncio.to_thread(ctx.run, fn, *args))
+    try:
+        result = await asyncio.shield(thread)
+    except asyncio.CancelledError:
+        # A thread cannot be stopped. Wait for it before giving the step up, or another
+        # worker could start the next attempt while this one is still running.
+        with contextlib.suppress(BaseException):
+            await thread
+        raise
     if inspect.isawaitable(result):
         return await result
     return result

@@ -116,7 +116,7 @@ class Engine:
 
     @property
     def runner(self) -> Runner:
-        if self._runner is None or not self._opened:
+        if self._runner is None:
             raise RuntimeError("the engine is not open: use `async with Engine(...)`")
         return self._runner
 
@@ -209,6 +209,8 @@ class Engine:
             graph = await self.graph_for(name, version)
             validate_or_raise(graph, start_node=start_node)
         payload = serde.dumps(data, what=f"the input of workflow {name!r}")
+        if not self._opened:
+            raise RuntimeError("the engine is closed: use `async with Engine(...)`")
         runner = self.runner
         new = NewRun(
             id=run_id or new_run_id(),

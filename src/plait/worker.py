@@ -46,6 +46,7 @@ class Runner:
         #: runs being cancelled by a user, as opposed to work stopped by a shutdown
         self.cancelling: set[str] = set()
         self.loops: list[asyncio.Task[Any]] = []
+        self._lease_task: asyncio.Task[Any] | None = None
         self.steps_run = 0
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -54,7 +55,8 @@ class Runner:
             self.loops.append(asyncio.create_task(self._pass_loop(), name="plait-passes"))
         if steps:
             self.loops.append(asyncio.create_task(self._step_loop(), name="plait-steps"))
-        self.loops.append(asyncio.create_task(self._lease_loop(), name="plait-leases"))
+        self._lease_task = asyncio.create_task(self._lease_loop(), name="plait-leases")
+        self.loops.append(self._lease_task)
 
     def kick(self) -> None:
         """Something new may be due: wake the loops now instead of at their next poll."""
@@ -66,12 +68,13 @@ class Runner:
         cancelled work are released so another worker can take it at once."""
         self.closing = True
         self.kick()
-        for task in self.loops:
+        # Leases keep being renewed while work in hand drains; only then do they stop.
+        taking = [t for t in self.loops if t is not self._lease_task]
+        for task in taking:
             task.cancel()
-        for task in self.loops:
+        for task in taking:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        self.loops.clear()
         held = [t for t in self.tasks if not t.done()]
         if held and drain > 0:
             await asyncio.wait(held, timeout=drain)
@@ -80,6 +83,11 @@ class Runner:
         for task in list(self.tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self._lease_task is not None:
+            self._lease_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lease_task
+        self.loops.clear()
 
     def spawn(self, coro: Any, name: str | None = None) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro, name=name)
@@ -308,9 +316,9 @@ class Runner:
     async def _lease_loop(self) -> None:
         every = max(0.05, self.lease / 4)
         next_sweep = time.monotonic() + 5.0
-        while not self.closing:
+        while True:
             await asyncio.sleep(every)
-            if self.engine.workers and time.monotonic() >= next_sweep:
+            if self.engine.workers and not self.closing and time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + 5.0
                 try:
                     if await self.store.sweep_idle():

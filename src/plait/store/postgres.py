@@ -158,7 +158,9 @@ def _is_connection_error(exc: BaseException) -> bool:
         | TimeoutError
         | asyncpg.PostgresConnectionError
         | asyncpg.exceptions.OperatorInterventionError
-        | asyncpg.exceptions.InsufficientResourcesError,
+        | asyncpg.exceptions.InsufficientResourcesError
+        # the protocol state machine of a connection the server dropped mid-statement
+        | asyncpg.exceptions.InternalClientError,
     ):
         return True
     return isinstance(exc, asyncpg.InterfaceError) and "closed" in str(exc)
@@ -312,7 +314,7 @@ class PostgresStore:
     ) -> None:
         self.url = url
         self.dsn, from_url = _split_url(url)
-        self.schema = schema or from_url.get("schema") or "plait"
+        self.schema = schema if schema is not None else from_url.get("schema", "plait")
         if not _SCHEMA_NAME.match(self.schema):
             raise ValueError(
                 f"invalid schema name {self.schema!r}: use letters, digits and _ "
@@ -338,6 +340,7 @@ class PostgresStore:
         self._notifier: Notifier | None = None
         self._listener: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
+        self._listen_conn: asyncpg.Connection | None = None
         self._outbox: dict[str, None] = {}
         self._flusher: asyncio.Task[None] | None = None
         self._closing = False
@@ -345,6 +348,8 @@ class PostgresStore:
         self._tainted: set[tuple[str, str]] = set()
         #: per run, the writes of its lease holder in this process, in the order issued
         self._run_locks: dict[str, _RunLock] = {}
+        #: write statements committed (each is one transaction), for the benchmarks
+        self.commits = 0
         #: set once the schema exists: new connections then prepare the hot statements
         self._ready = False
 
@@ -480,33 +485,45 @@ class PostgresStore:
         A deadlock or serialization failure rolled everything back, so the statement is
         simply run again. A broken connection leaves a write's outcome unknown: it is
         reported as DatabaseUnavailableError for the caller's loop to retry, except that
-        a read is tried once more at once (the pool replaces a connection the server
-        dropped while it was idle)."""
+        a read, or a statement that never left, is tried once more at once (the pool
+        replaces a connection the server dropped while it was idle)."""
         pool = self._require_pool()
         tries = 0
         while True:
             tries += 1
             try:
                 async with pool.acquire() as conn:
-                    return await getattr(conn, method)(query, *args)
+                    try:
+                        result = await getattr(conn, method)(query, *args)
+                        if not read:
+                            self.commits += 1
+                        return result
+                    except BaseException as exc:
+                        if _is_connection_error(exc):
+                            # never hand a connection in an unknown state back to the pool
+                            conn.terminate()
+                        raise
             except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError):
                 if tries >= _DEADLOCK_RETRIES:
                     raise
                 await asyncio.sleep(random.uniform(0.001, 0.01) * tries)
-            except asyncpg.PostgresError as exc:
-                if _is_connection_error(exc):
-                    if read and tries == 1:
-                        continue
-                    raise self._unavailable(exc) from exc
-                raise
-            except (OSError, TimeoutError, asyncpg.InterfaceError) as exc:
+            except Exception as exc:
                 if not _is_connection_error(exc):
                     raise
-                if read and tries == 1:
+                # A connection the server had just dropped fails before the statement is
+                # sent (asyncpg's protocol refuses to start it): safe to retry on another.
+                unsent = isinstance(exc, asyncpg.exceptions.InternalClientError)
+                if (read or unsent) and tries == 1:
                     continue
                 raise self._unavailable(exc) from exc
 
     # -- wake-ups ------------------------------------------------------------------------------
+    @property
+    def listening(self) -> bool:
+        """Whether the LISTEN connection is up right now (it reconnects by itself)."""
+        conn = self._listen_conn
+        return conn is not None and not conn.is_closed()
+
     async def attach_notifier(self, notifier: Notifier) -> None:
         """LISTEN on this schema's channel and feed what arrives into ``notifier``; what
         the engine publishes is NOTIFY'd to the other processes. Returns once listening
@@ -533,6 +550,7 @@ class PostgresStore:
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await conn.add_listener(self.channel, self._on_notify)
+                self._listen_conn = conn
                 self._listening.set()
                 if connected_before and self._notifier is not None:
                     log.info("listening on %s again", self._where)
@@ -558,6 +576,7 @@ class PostgresStore:
                         delay,
                     )
             finally:
+                self._listen_conn = None
                 if conn is not None:
                     conn.terminate()
             if self._closing:

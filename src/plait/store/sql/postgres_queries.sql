@@ -77,8 +77,8 @@ WITH swept AS (
     WHERE id IN (
         SELECT r.id FROM @schema@.runs r
         WHERE r.status = 'running' AND r.wake_at IS NULL AND r.lease_owner IS NULL
-            AND r.updated_at < $1 - make_interval(
-                secs => least($2, $3 * power(2, least(r.idle_sweeps, 20))))
+            AND r.updated_at < $1::timestamptz - make_interval(
+                secs => least($2::float8, $3::float8 * power(2, least(r.idle_sweeps, 20))))
             AND NOT EXISTS (SELECT 1 FROM @schema@.timers t WHERE t.run_id = r.id)
             AND NOT EXISTS (SELECT 1 FROM @schema@.jobs j WHERE j.run_id = r.id)
         LIMIT $4

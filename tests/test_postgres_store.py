@@ -1,0 +1,369 @@
+"""What only the PostgreSQL store has: schemas, migrations, LISTEN/NOTIFY wake-ups, and a
+server that goes away under load. The shared semantics are in the conformance suite."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+
+import plait
+from conftest import Counter, eventually
+from plait.records import SETTLED
+from plait.store.base import Batch, NewRun, SetState
+
+asyncpg = pytest.importorskip("asyncpg")
+postgres = pytest.importorskip("plait.store.postgres")
+PostgresStore = postgres.PostgresStore
+DatabaseUnavailableError = postgres.DatabaseUnavailableError
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Any) -> str:
+    """A fresh database on the session cluster."""
+    return str(pg_cluster.create_database(f"pg{os.getpid()}_{next(_names)}"))
+
+
+async def _fetchval(url: str, query: str, *args: Any) -> Any:
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetchval(query, *args)
+    finally:
+        await conn.close()
+
+
+def _simple_app() -> plait.App:
+    app = plait.App("pg")
+
+    @app.workflow
+    async def double(wf: plait.Workflow, n: int) -> int:
+        return await wf.do("double", lambda: n * 2)
+
+    return app
+
+
+# -- schema and migrations ---------------------------------------------------------------------
+
+
+async def test_schema_option_keeps_tenants_apart(pg_url: str) -> None:
+    app = _simple_app()
+    async with plait.Engine(app, pg_url, schema="tenant_a") as a:
+        run_a = await a.start("double", 2)
+        assert (await a.wait(run_a, timeout=10)).output == 4
+    # the schema can also come from the URL, which is all a `plait worker` gets
+    async with plait.Engine(app, f"{pg_url}?schema=tenant_b&max_size=3") as b:
+        assert b.store.schema == "tenant_b" and b.store.max_size == 3
+        run_b = await b.start("double", 5)
+        assert (await b.wait(run_b, timeout=10)).output == 10
+        assert await b.store.get_run(run_a) is None
+    schemas = await _fetchval(
+        pg_url,
+        "SELECT array_agg(nspname::text ORDER BY nspname) FROM pg_namespace"
+        " WHERE nspname IN ('plait', 'tenant_a', 'tenant_b')",
+    )
+    assert schemas == ["tenant_a", "tenant_b"]
+    tables = await _fetchval(
+        pg_url,
+        "SELECT array_agg(tablename::text ORDER BY tablename) FROM pg_tables"
+        " WHERE schemaname = 'tenant_a'",
+    )
+    assert tables == [
+        "attempts",
+        "events",
+        "jobs",
+        "runs",
+        "schema_version",
+        "state",
+        "steps",
+        "timers",
+        "workflow_versions",
+    ]
+
+
+def test_schema_name_is_checked() -> None:
+    for bad in ("", "1abc", 'a"b', "a b", "x" * 58, "a;drop"):
+        with pytest.raises(ValueError, match="invalid schema name"):
+            PostgresStore("postgresql://localhost/db", schema=bad)
+    with pytest.raises(ValueError, match="pool size"):
+        PostgresStore("postgresql://localhost/db", min_size=5, max_size=2)
+
+
+async def test_migrations_are_idempotent(pg_url: str) -> None:
+    # two processes starting together, then one more later: one migration, one version row
+    first, second = PostgresStore(pg_url), PostgresStore(pg_url)
+    await asyncio.gather(first.open(), second.open())
+    applied = await _fetchval(pg_url, "SELECT applied_at FROM plait.schema_version")
+    await first.close()
+    await second.close()
+    again = PostgresStore(pg_url)
+    await again.open()
+    try:
+        rows = await _fetchval(pg_url, "SELECT count(*) FROM plait.schema_version")
+        assert rows == 1
+        assert await _fetchval(pg_url, "SELECT max(version) FROM plait.schema_version") == (
+            postgres.SCHEMA_VERSION
+        )
+        assert await _fetchval(pg_url, "SELECT applied_at FROM plait.schema_version") == applied
+        run, created = await again.create_run(NewRun("r1", "wf", "workflow", None, "{}"))
+        assert created and run.status == "running"
+    finally:
+        await again.close()
+
+
+async def test_a_newer_schema_is_refused(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    await store.open()
+    await store.close()
+    await _fetchval(
+        pg_url, "INSERT INTO plait.schema_version (version, description) VALUES (999, 'future')"
+    )
+    with pytest.raises(RuntimeError, match="newer than this plait"):
+        await PostgresStore(pg_url).open()
+
+
+async def test_times_are_timestamptz_and_json_is_jsonb(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    await store.open()
+    try:
+        before = time.time()
+        payload = '{"nested": {"list": [1, 2.5, "three", null]}, "unicode": "\\u00e9t\\u00e9"}'
+        run, _ = await store.create_run(NewRun("r1", "wf", "workflow", None, payload))
+        assert run.input == {"nested": {"list": [1, 2.5, "three", None]}, "unicode": "été"}
+        assert before - 1 <= run.created_at.timestamp() <= time.time() + 1
+        types = await _fetchval(
+            pg_url,
+            "SELECT pg_typeof(created_at)::text || ',' || pg_typeof(input)::text"
+            " FROM plait.runs WHERE id = 'r1'",
+        )
+        assert types == "timestamp with time zone,jsonb"
+        # a float wake-up time survives the round trip to the microsecond
+        at = time.time() + 3600.123456
+        await store.wake("r1", at)
+        snapshot = await store.load_pass("r1")
+        assert snapshot is not None and snapshot.run.wake_at is not None
+        assert snapshot.run.wake_at <= time.time()  # created due now; the later wake keeps it
+        await _fetchval(pg_url, "UPDATE plait.runs SET wake_at = NULL WHERE id = 'r1'")
+        await store.wake("r1", at)
+        snapshot = await store.load_pass("r1")
+        assert snapshot is not None
+        assert abs((snapshot.run.wake_at or 0) - at) < 1e-6
+    finally:
+        await store.close()
+
+
+# -- wake-ups ------------------------------------------------------------------------------------
+
+
+async def test_notify_wakes_a_waiter_in_another_engine(pg_url: str) -> None:
+    gate = asyncio.Event()
+    app = plait.App("notify")
+
+    @app.function
+    async def held(data: None) -> str:
+        await gate.wait()
+        return "done"
+
+    @app.workflow
+    async def gated(wf: plait.Workflow, data: None) -> str:
+        return await wf.do("held", held)
+
+    async with (
+        plait.Engine(app, pg_url) as worker,
+        plait.Engine(app, pg_url, workers=False) as waiter,
+    ):
+        assert waiter.store.listening
+        run_id = await worker.start("gated")
+        reads = 0
+        get_run = waiter.store.get_run
+
+        async def counted(rid: str) -> Any:
+            nonlocal reads
+            reads += 1
+            return await get_run(rid)
+
+        waiter.store.get_run = counted  # type: ignore[method-assign]
+        waiting = asyncio.create_task(waiter.wait(run_id, timeout=30))
+        # Engine.wait's safety poll backs off 0.05, 0.1, ... 0.8, then 1 s. Once it has read
+        # six times the next poll is about a second away, so a quick return is the NOTIFY.
+        await eventually(_at_least(lambda: reads, 6), what="the waiter's poll to back off")
+        gate.set()
+        opened = time.monotonic()
+        run = await waiting
+        latency = time.monotonic() - opened
+        print(f"\nwaiter in another engine returned {latency * 1000:.1f} ms after the step ended")
+        assert run.status == "completed" and run.output == "done"
+        assert latency < 0.3, f"the waiter took {latency:.3f}s: it was not woken by NOTIFY"
+
+
+async def test_notify_wakes_an_idle_worker(pg_url: str) -> None:
+    app = _simple_app()
+    async with (
+        plait.Engine(app, pg_url, poll_interval=30) as worker,
+        plait.Engine(app, pg_url, workers=False) as client,
+    ):
+        await eventually(_idle_for_a_moment(worker), what="the worker to go idle")
+        started = time.monotonic()
+        run_id = await client.start("double", 21)
+        run = await client.wait(run_id, timeout=10)
+        took = time.monotonic() - started
+        print(f"\nidle worker picked up and finished a run in {took * 1000:.1f} ms")
+        assert run.output == 42
+        assert took < 2.0, "the worker waited for its poll instead of the NOTIFY"
+
+
+def _at_least(value: Callable[[], int], n: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return value() >= n
+
+    return check
+
+
+def _idle_for_a_moment(engine: plait.Engine) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return not engine.runner.driving and not engine.runner.wake_passes.is_set()
+
+    return check
+
+
+# -- a pass whose write failed with an unknown outcome --------------------------------------------
+
+
+async def test_a_pass_that_lost_a_write_cannot_write_again(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    await store.open()
+    try:
+        await store.create_run(
+            NewRun("r1", "wf", "workflow", None, "{}", lease_owner="w1", lease_seconds=60)
+        )
+        real_call = store._call
+
+        async def broken(*args: Any, **kw: Any) -> Any:
+            raise DatabaseUnavailableError("connection lost in the middle of the commit")
+
+        store._call = broken  # type: ignore[method-assign]
+        with pytest.raises(DatabaseUnavailableError):
+            await store.commit(Batch("r1", [SetState("a", "1")], fence="w1"))
+        store._call = real_call  # type: ignore[method-assign]
+        # the server is back, but this pass may not record anything (such as "failed")
+        with pytest.raises(DatabaseUnavailableError, match="will be replayed"):
+            await store.commit(Batch("r1", [SetState("a", "2")], fence="w1"))
+        snapshot = await store.load_pass("r1")  # the next pass starts from the database
+        assert snapshot is not None and snapshot.state == {}
+        await store.commit(Batch("r1", [SetState("a", "3")], fence="w1"))
+        snapshot = await store.load_pass("r1")
+        assert snapshot is not None and snapshot.state == {"a": "3"}
+    finally:
+        await store.close()
+
+
+# -- a database that goes away ------------------------------------------------------------------
+
+
+def _load_app(counter: Counter) -> plait.App:
+    app = plait.App("load")
+
+    @app.function
+    async def bump(n: int) -> int:
+        counter.hit("bump")
+        await asyncio.sleep(0.02)
+        return n + 1
+
+    @app.function(queued=True)
+    async def far(n: int) -> int:
+        counter.hit("far")
+        await asyncio.sleep(0.02)
+        return n * 10
+
+    @app.workflow
+    async def chain(wf: plait.Workflow, n: int) -> int:
+        a = await wf.do("first", bump, n)
+        await wf.sleep("nap", 0.05)
+        b = await wf.do("far", far, a)
+        c = await wf.do("second", bump, b)
+        return await wf.do("third", bump, c)
+
+    return app
+
+
+async def _settled(engine: plait.Engine, run_ids: list[str]) -> list[plait.Run] | None:
+    """All runs once every one is settled; None while some are not (or the database is
+    away: the test waits through that like any caller would)."""
+    try:
+        runs = [await engine.get_run(rid) for rid in run_ids]
+    except DatabaseUnavailableError:
+        return None
+    return runs if all(r.status in SETTLED for r in runs) else None
+
+
+def _report(label: str, counter: Counter, runs: list[plait.Run]) -> None:
+    executions = counter["bump"] + counter["far"]
+    steps = 4 * len(runs)
+    print(
+        f"\n{label}: {len(runs)} runs, {steps} steps, {executions} executions,"
+        f" {executions - steps} re-executions"
+    )
+
+
+@pytest.fixture
+def own_cluster(pg_cluster: Any) -> Iterator[Any]:
+    """A cluster of its own, so restarting it disturbs no other test."""
+    from plait.testing.postgres import TemporaryCluster
+
+    with TemporaryCluster() as cluster:
+        yield cluster
+
+
+@pytest.mark.slow
+async def test_a_server_restart_under_load_loses_and_fails_nothing(own_cluster: Any) -> None:
+    url = own_cluster.create_database("restart")
+    counter = Counter()
+    async with plait.Engine(_load_app(counter), url, poll_interval=0.2) as engine:
+        run_ids = [await engine.start("chain", n) for n in range(50)]
+        await eventually(_at_least(lambda: counter["bump"], 25), what="the load to get going")
+        await asyncio.to_thread(own_cluster.restart)
+        runs = await eventually(
+            lambda: _settled(engine, run_ids), timeout=90, what="every run to settle"
+        )
+        _report("server restart under load", counter, runs)
+        assert [r.status for r in runs] == ["completed"] * 50
+        assert [r.output for r in runs] == [(n + 1) * 10 + 2 for n in range(50)]
+        await eventually(lambda: _true(engine.store.listening), what="LISTEN to reconnect")
+
+        # while the server is down every call fails with one clear error...
+        await asyncio.to_thread(own_cluster.stop)
+        with pytest.raises(DatabaseUnavailableError, match="is unavailable"):
+            await engine.store.get_run(run_ids[0])
+        # ...and the same pool works again once it is back
+        await asyncio.to_thread(own_cluster.start)
+        assert (await engine.get_run(run_ids[0])).status == "completed"
+        assert await engine.run("chain", 1, timeout=30) == 22
+
+
+async def test_dropped_connections_under_load_lose_and_fail_nothing(pg_url: str) -> None:
+    counter = Counter()
+    async with plait.Engine(_load_app(counter), pg_url, poll_interval=0.2) as engine:
+        run_ids = [await engine.start("chain", n) for n in range(30)]
+        await eventually(_at_least(lambda: counter["bump"], 15), what="the load to get going")
+        dropped = await _fetchval(
+            pg_url,
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        assert dropped >= 2  # the pool's connections and the LISTEN connection
+        runs = await eventually(
+            lambda: _settled(engine, run_ids), timeout=60, what="every run to settle"
+        )
+        _report("dropped connections under load", counter, runs)
+        assert [r.status for r in runs] == ["completed"] * 30
+        await eventually(lambda: _true(engine.store.listening), what="LISTEN to reconnect")
+
+
+async def _true(value: bool) -> bool:
+    return value
