@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 
 import plait
+from plait.graph import to_mermaid
 
 app = plait.App("onboarding")
 
@@ -101,7 +102,7 @@ async def main() -> None:
         ):
             output = await engine.run("onboard", person, timeout=30)
             print(f"{person['name']}: {output}")
-        print(plait.graph.to_mermaid(app.graphs["onboard"]))
+        print(to_mermaid(app.graphs["onboard"]))
 
 
 if __name__ == "__main__":

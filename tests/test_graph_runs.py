@@ -22,9 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: (functions on the step queue, run started inline)
 Mode = tuple[bool, bool]
 ALL_MODES: list[Mode] = [(False, True), (False, False), (True, True), (True, False)]
-#: for graphs whose functions use ctx.branch / ctx.set_state, which need the step worker to
-#: hand queued functions their graph context (see test_queued_functions_branch_and_state)
-IN_PASS_FUNCTIONS: list[Mode] = [(False, True), (False, False)]
+#: graphs whose functions use ctx.branch / ctx.set_state run in every mode too
+IN_PASS_FUNCTIONS: list[Mode] = ALL_MODES
 
 Build = Callable[[Counter, bool], plait.App]
 
@@ -314,6 +313,43 @@ async def test_ref_to_a_node_that_did_not_run_fails_the_run_clearly(engine_facto
     assert "d" not in result.keys
 
 
+async def test_diamond_join_starts_once_with_two_engines_working(engine_factory) -> None:
+    """Two engines with worker loops on one database race for every pass and every
+    queued step of many diamond runs; each join still starts exactly once."""
+    counter = Counter()
+
+    def build() -> plait.App:
+        app = plait.App()
+        echo(app, counter, True, "fa", "fb", "fc", "fd")
+        app.graph(
+            "diamond",
+            {
+                "nodes": {
+                    "a": {"function": "fa", "next": ["b", "c"]},
+                    "b": {"function": "fb", "next": "d"},
+                    "c": {"function": "fc", "next": "d"},
+                    "d": {"function": "fd", "input": [{"$ref": "b"}, {"$ref": "c"}]},
+                }
+            },
+        )
+        return app
+
+    runs = 20
+    async with engine_factory(build()) as one, engine_factory(build()) as two:
+        ids = [await (one, two)[n % 2].start("diamond", n) for n in range(runs)]
+        for run_id in ids:
+            run = await one.wait(run_id, timeout=30)
+            assert run.status == "completed"
+            steps = await one.get_steps(run_id)
+            assert sorted((s.key, s.attempts) for s in steps) == [
+                ("a", 1),
+                ("b", 1),
+                ("c", 1),
+                ("d", 1),
+            ]
+    assert counter.counts == {"fa": runs, "fb": runs, "fc": runs, "fd": runs}
+
+
 # -- failures ------------------------------------------------------------------------------
 
 
@@ -599,11 +635,6 @@ async def test_state_written_by_twenty_parallel_nodes(engine_factory) -> None:
     assert result.counts == {"fstart": 1, "mark": width, "collect": 1}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the step worker does not yet give queued functions their graph context "
-    "(plait.graph.runtime.queued_node_hook); remove this mark once it does",
-)
 async def test_queued_functions_branch_and_state(engine_factory) -> None:
     def build(counter: Counter, queued: bool) -> plait.App:
         app = plait.App()

@@ -363,9 +363,9 @@ class Engine:
         run = snapshot.run
         p = Pass(self, snapshot, owner)
         if run.kind == "graph":
-            from plait.graph.runtime import execute_graph_pass  # type: ignore[import-not-found]
+            from plait.graph.runtime import execute_graph_pass
 
-            return await execute_graph_pass(p)  # type: ignore[no-any-return]
+            return await execute_graph_pass(p)
         wdef = self.app.workflow_version(run.workflow, run.version)
         if wdef is None:
             wdef = self.app.workflows.get(run.workflow)

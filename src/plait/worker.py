@@ -228,11 +228,14 @@ class Runner:
 
     # -- queued steps -------------------------------------------------------------------------
     async def _step_loop(self) -> None:
-        functions = [name for name, f in self.engine.app.functions.items() if f.queued]
-        if not functions:
-            return
         while not self.closing:
             self.wake_steps.clear()
+            # read each time: a function registered after start-up is worked too
+            functions = [name for name, f in self.engine.app.functions.items() if f.queued]
+            if not functions:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake_steps.wait(), self.engine.poll_interval)
+                continue
             free = max(0, self.engine.concurrency - len(self.stepping))
             jobs: list[StepJob] = []
             if free and await self._due(self.wake_steps, functions):
@@ -272,6 +275,11 @@ class Runner:
             attempt=step.attempts,
             workflow="",
         )
+        from plait.graph.runtime import queued_node_hook
+
+        hook = await queued_node_hook(self.engine, step)
+        if hook is not None:
+            hook.prepare(step, ctx)
         attempt = step.attempts
         try:
             outcome = await run_attempt(fdef, serde.loads(step.input), ctx, step.timeout)
@@ -286,9 +294,14 @@ class Runner:
                 await asyncio.shield(self.store.finish_queued_step(job, self.owner, ops))
             raise
         self.steps_run += 1
+        if hook is not None:
+            outcome = hook.finish(step, ctx, outcome)
         if outcome.ok:
             step.status, step.output = "succeeded", outcome.output
-            ops = [FinishAttempt(dataclasses.replace(step), attempt, "succeeded", outcome.output)]
+            ops = [
+                *(hook.ops if hook is not None else []),
+                FinishAttempt(dataclasses.replace(step), attempt, "succeeded", outcome.output),
+            ]
         else:
             error = serde.dumps(outcome.error)
             step.failures += 1

@@ -505,14 +505,15 @@ class _GraphPass:
         return item_step
 
     def _settle_for_each(self, step: StepRow, node: Node, count: int) -> None:
+        """Succeed the node once every item succeeded; fail it once an item failed (in
+        parallel mode only after the other items settled, so none is left running);
+        otherwise it waits for its items."""
         p = self.p
-        items = [p.steps.get(item_key(step.key, i)) for i in range(count)]
-        failed = next(
-            (i for i, s in enumerate(items) if s is not None and s.status == "failed"), None
-        )
-        busy = any(s is not None and s.status in IN_FLIGHT for s in items)
+        items = [p.steps[k] for i in range(count) if (k := item_key(step.key, i)) in p.steps]
+        failed = next((i for i, s in enumerate(items) if s.status == "failed"), None)
+        busy = any(s.status in IN_FLIGHT for s in items)
         if failed is not None and (node.mode == "sequential" or not busy):
-            cause = serde.loads(items[failed].error) or {}  # type: ignore[union-attr]
+            cause = serde.loads(items[failed].error) or {}
             step.status = "failed"
             step.failures += 1
             step.error = serde.dumps(
@@ -527,11 +528,11 @@ class _GraphPass:
             )
             p._put(step)
             return
-        if all(s is not None and s.status == SUCCEEDED for s in items):
+        if len(items) == count and all(s.status == SUCCEEDED for s in items):
             step.status = "succeeded"
             step.error = None
             # the outputs are stored JSON already: join them instead of re-encoding
-            step.output = "[" + ",".join(s.output or "null" for s in items) + "]"  # type: ignore[union-attr]
+            step.output = "[" + ",".join(s.output or "null" for s in items) + "]"
             p._put(step)
             return
         raise p._pause(step.key)
