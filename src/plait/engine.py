@@ -92,7 +92,6 @@ class Engine:
             return
         await self.store.open()
         await self._store_versions()
-        await self.store.expire_leases(self.worker_id)
         self._runner = Runner(self)
         self.notifier.on_work(self._runner.kick)
         attach = getattr(self.store, "attach_notifier", None)

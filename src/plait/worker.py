@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from plait import serde
@@ -34,7 +35,9 @@ class Runner:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.store = engine.store
-        self.owner = engine.worker_id
+        #: the lease name: the worker id plus a token of this process, so two processes
+        #: started with one --worker-id never pass each other's lease checks
+        self.owner = f"{engine.worker_id}#{uuid.uuid4().hex[:8]}"
         self.lease = engine.lease_seconds
         self.driving: dict[str, asyncio.Task[Any]] = {}
         self.stepping: dict[tuple[str, str], asyncio.Task[Any]] = {}
@@ -50,12 +53,26 @@ class Runner:
         self.steps_run = 0
 
     # -- lifecycle ----------------------------------------------------------------------------
+    async def reclaim(self) -> None:
+        """Take back at once what an earlier life of this worker id held. A lease that its
+        holder renews within one renewal interval belongs to a live twin and is left alone."""
+        reader = getattr(self.store, "leases_of", None)
+        if reader is None:
+            return
+        held = await reader(self.engine.worker_id, self.owner)
+        if not held:
+            return
+        await asyncio.sleep(max(0.05, self.lease / 4) * 1.2 + 0.05)
+        if await self.store.expire_leases(held):
+            self.kick()
+
     def start_loops(self, *, passes: bool = True, steps: bool = True) -> None:
         if passes:
             self.loops.append(asyncio.create_task(self._pass_loop(), name="plait-passes"))
         if steps:
             self.loops.append(asyncio.create_task(self._step_loop(), name="plait-steps"))
         self._lease_task = asyncio.create_task(self._lease_loop(), name="plait-leases")
+        self.spawn(self.reclaim(), name="plait-reclaim")
         self.loops.append(self._lease_task)
 
     def kick(self) -> None:
@@ -164,7 +181,9 @@ class Runner:
                 await self.store.release_run(run_id, self.owner, snapshot.run.wakeups)
                 return False
             result = await engine.execute_pass(snapshot, self.owner)
-            again = await self.store.release_run(run_id, self.owner, snapshot.run.wakeups)
+            # A pass cut short by a shutdown leaves the run due now for another worker.
+            seen = -1 if self.closing else snapshot.run.wakeups
+            again = await self.store.release_run(run_id, self.owner, seen)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.store.release_run(run_id, self.owner, -1))

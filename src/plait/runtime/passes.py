@@ -311,6 +311,8 @@ class Pass:
                 raise self._pause(step.key)
             if step.status == "scheduled" and step.wake_at and step.wake_at > time.time():
                 raise self._pause(step.key, step.wake_at)
+            if self.engine.runner.closing:
+                raise self._pause(step.key)  # shutting down: start no new attempt here
             await self._attempt(step, body)
 
     async def _attempt(self, step: StepRow, body: FunctionDef | Callable[..., Any]) -> None:
@@ -609,6 +611,14 @@ class Pass:
         except Exception as exc:
             end = EndRun("failed", error=serde.dumps(serde.error_record(exc)))
         await self.settle()
+        if end is None:
+            # A branch of a gather may need a suspension while a sibling paused first;
+            # the pause must not hide it, or the run would wait for nobody.
+            for task in self.tasks:
+                exc = None if task.cancelled() else task.exception()
+                if isinstance(exc, SuspendSignal) and exc.code != errors.VERSION_CONFLICT:
+                    end = EndRun("suspended", error=_control_error(exc.message, exc.code))
+                    break
         if self.conflict and (end is None or end.status != "failed"):
             end = EndRun("failed", error=_control_error(self.conflict, errors.VERSION_CONFLICT))
         if end is not None and self.paused and end.status == "completed":

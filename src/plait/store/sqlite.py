@@ -301,12 +301,16 @@ class SQLiteStore:
             loop.call_soon_threadsafe(_settle, fut, value, exc)
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._writer is None:
+            raise RuntimeError(f"the store {self.url} is closed")
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         self._writes.put(("write", fn, fut, loop))
         return await fut
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._writer is None:
+            raise RuntimeError(f"the store {self.url} is closed")
         loop = asyncio.get_running_loop()
         if self._readers is None:
             fut: asyncio.Future[T] = loop.create_future()
@@ -516,15 +520,45 @@ class SQLiteStore:
 
         return await self._write(go)
 
-    async def expire_leases(self, owner: str) -> None:
-        """A process restarted under the same worker id gives up what its previous life
-        held, so those runs and steps are taken over at once instead of after expiry."""
+    async def leases_of(self, worker_id: str, owner: str) -> list[tuple[Any, ...]]:
+        """Leases held under ``worker_id`` by other processes than ``owner`` (an earlier
+        life of a restarted worker, or a twin still draining)."""
+        prefix = f"{worker_id}#"
 
-        def go(conn: sqlite3.Connection) -> None:
-            conn.execute("UPDATE plait_runs SET lease_until = 0 WHERE lease_owner = ?", (owner,))
-            conn.execute("UPDATE plait_jobs SET lease_until = 0 WHERE lease_owner = ?", (owner,))
+        def go(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            return conn.execute(
+                "SELECT 'run', id, '', lease_owner, lease_until FROM plait_runs"
+                " WHERE substr(lease_owner, 1, ?) = ? AND lease_owner != ?"
+                " UNION ALL SELECT 'job', run_id, step_key, lease_owner, lease_until"
+                " FROM plait_jobs WHERE substr(lease_owner, 1, ?) = ? AND lease_owner != ?",
+                (len(prefix), prefix, owner, len(prefix), prefix, owner),
+            ).fetchall()
 
-        await self._write(go)
+        return await self._read(go)
+
+    async def expire_leases(self, leases: Sequence[tuple[Any, ...]]) -> int:
+        """Expire the given leases if nobody renewed them since they were read: their
+        holder is dead, so its runs and steps are taken over now instead of at expiry."""
+
+        def go(conn: sqlite3.Connection) -> int:
+            done = 0
+            for kind, run_id, key, owner, until in leases:
+                if kind == "run":
+                    cur = conn.execute(
+                        "UPDATE plait_runs SET lease_until = 0 WHERE id = ? AND lease_owner = ?"
+                        " AND lease_until = ?",
+                        (run_id, owner, until),
+                    )
+                else:
+                    cur = conn.execute(
+                        "UPDATE plait_jobs SET lease_until = 0 WHERE run_id = ? AND step_key = ?"
+                        " AND lease_owner = ? AND lease_until = ?",
+                        (run_id, key, owner, until),
+                    )
+                done += cur.rowcount
+            return done
+
+        return await self._write(go)
 
     async def renew_leases(self, owner: str, lease_seconds: float) -> set[str]:
         def go(conn: sqlite3.Connection) -> set[str]:
@@ -558,6 +592,8 @@ class SQLiteStore:
                 "SELECT min(CASE WHEN lease_owner IS NULL THEN available_at"
                 " ELSE max(available_at, lease_until) END) FROM plait_jobs"
                 f" WHERE function IN ({','.join('?' * len(functions))})"
+                " AND EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = plait_jobs.run_id"
+                " AND r.status = 'running')"
             )
             params = tuple(functions)
 
@@ -580,6 +616,8 @@ class SQLiteStore:
                 " deliveries = deliveries + 1 WHERE rowid IN ("
                 " SELECT rowid FROM plait_jobs WHERE available_at <= ?"
                 f" AND (lease_owner IS NULL OR lease_until < ?) AND function IN ({marks})"
+                " AND EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = plait_jobs.run_id"
+                " AND r.status = 'running')"
                 " ORDER BY available_at LIMIT ?"
                 ") RETURNING run_id, step_key, function, deliveries",
                 (owner, now + lease_seconds, now, now, *functions, limit),
@@ -607,6 +645,14 @@ class SQLiteStore:
                 "SELECT status FROM plait_runs WHERE id = ?", (job.run_id,)
             ).fetchone()
             step = convert.step_row(row) if row else None
+            if status is not None and status[0] == "suspended":
+                # keep the job for when the run is resumed; claims skip suspended runs
+                conn.execute(
+                    "UPDATE plait_jobs SET lease_owner = NULL, lease_until = NULL"
+                    " WHERE run_id = ? AND step_key = ?",
+                    (job.run_id, job.step_key),
+                )
+                return None
             if step is None or status is None or status[0] != "running":
                 _delete_job(conn, job.run_id, job.step_key)
                 return None
@@ -699,6 +745,7 @@ class SQLiteStore:
                 step.updated_at = now
                 conn.execute(_UPSERT_STEP, convert.step_params(step))
                 _close_attempt(conn, step, step.attempts, "succeeded", step.output, None, now)
+            _requeue(conn, run_id, now)
             conn.execute(
                 "UPDATE plait_runs SET status = 'running', error = NULL, updated_at = ?,"
                 " wake_at = ?, wakeups = wakeups + 1 WHERE id = ?",
@@ -723,6 +770,7 @@ class SQLiteStore:
                 " updated_at = ? WHERE run_id = ? AND status = 'failed'",
                 (now, run_id),
             )
+            _requeue(conn, run_id, now)
             conn.execute(
                 "UPDATE plait_runs SET status = 'running', error = NULL, output = NULL,"
                 " updated_at = ?, wake_at = ?, wakeups = wakeups + 1 WHERE id = ?",
@@ -848,6 +896,28 @@ def _insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> bool:
         ),
     )
     return cur.rowcount == 1
+
+
+def _requeue(conn: sqlite3.Connection, run_id: str, now: float) -> None:
+    """Give queued steps of a run that goes on again the jobs they lost when it stopped
+    (a failed run's jobs are deleted; a worker's result for a gone job is dropped)."""
+    orphans = conn.execute(
+        f"SELECT {convert.STEP_COLUMNS} FROM plait_steps s WHERE s.run_id = ? AND s.queued = 1"
+        " AND s.status IN ('scheduled', 'running') AND NOT EXISTS (SELECT 1 FROM plait_jobs j"
+        " WHERE j.run_id = s.run_id AND j.step_key = s.key)",
+        (run_id,),
+    ).fetchall()
+    for row in orphans:
+        step = convert.step_row(row)
+        if step.status == "running":
+            _close_attempt(conn, step, step.attempts, "interrupted", None, None, now)
+            step.status, step.updated_at = "scheduled", now
+            conn.execute(_UPSERT_STEP, convert.step_params(step))
+        conn.execute(
+            "INSERT INTO plait_jobs (run_id, step_key, function, available_at, created_at)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id, step_key) DO NOTHING",
+            (run_id, step.key, step.function, max(now, step.wake_at or now), now),
+        )
 
 
 def _delete_job(conn: sqlite3.Connection, run_id: str, key: str) -> None:

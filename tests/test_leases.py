@@ -1,0 +1,148 @@
+"""Leases between engines on one database: twins, restarts, suspended and failed runs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from conftest import Counter, eventually
+
+import plait
+
+
+def _slow_app(counter: Counter, log: list[tuple[str, float, float]], seconds: float) -> plait.App:
+    app = plait.App()
+
+    @app.function(retries=0)
+    async def slow(data: None, ctx: plait.StepContext) -> int:
+        counter.hit("slow", ctx.attempt)
+        start = time.monotonic()
+        await asyncio.sleep(seconds)
+        log.append((f"attempt {ctx.attempt}", start, time.monotonic()))
+        return ctx.attempt
+
+    @app.workflow
+    async def flow(wf: plait.Workflow, data: None) -> int:
+        return await wf.do("long", slow)
+
+    return app
+
+
+async def test_a_live_twin_with_the_same_worker_id_keeps_its_run(engine_factory) -> None:
+    """A deploy may start the new worker before the old one has drained; they share a
+    worker id but not a lease, so the step never runs twice at once."""
+    counter = Counter()
+    log: list[tuple[str, float, float]] = []
+    app = _slow_app(counter, log, 1.5)
+    async with engine_factory(app, worker_id="host-1", lease_seconds=1.0) as old:
+        run_id = await old.start("flow")
+        await eventually(lambda: _attempts(old, run_id), what="the first attempt")
+        async with engine_factory(app, worker_id="host-1", lease_seconds=1.0) as new:
+            await old.close(drain=5.0)
+            run = await new.wait(run_id, timeout=15)
+            history = await _history(new, run_id)
+    assert run.status == "completed" and run.output == 1
+    assert counter["slow"] == 1
+    assert [(a.attempt, a.status) for a in history] == [(1, "succeeded")]
+
+
+async def test_a_restart_under_the_same_worker_id_takes_over_at_once(engine_factory) -> None:
+    counter = Counter()
+    log: list[tuple[str, float, float]] = []
+    app = _slow_app(counter, log, 0.2)
+    async with engine_factory(app, workers=False) as starter:
+        run_id = await starter.start("flow")
+        # a worker that died holding the run: its lease is far in the future
+        claimed = await starter.store.claim_run(run_id, "host-2#dead", 60.0)
+        assert claimed
+        began = time.monotonic()
+        async with engine_factory(app, worker_id="host-2", lease_seconds=2.0) as restarted:
+            run = await restarted.wait(run_id, timeout=10)
+        took = time.monotonic() - began
+    assert run.status == "completed"
+    assert took < 5.0  # long before the 60 s lease would have run out
+
+
+async def test_a_suspended_run_keeps_its_queued_step(engine_factory) -> None:
+    counter = Counter()
+    app = plait.App()
+
+    @app.function(queued=True)
+    def work(data: None) -> str:
+        counter.hit("work")
+        return "worked"
+
+    @app.workflow
+    async def flow(wf: plait.Workflow, data: None) -> list[str]:
+        return await asyncio.gather(wf.do("work", work), wf.do("needs", "not_deployed_yet"))
+
+    async with engine_factory(app, workers=False) as starter:
+        run_id = await starter.start("flow", inline=True)
+        run = await starter.wait(run_id, timeout=10)
+        assert run.status == "suspended" and run.error["code"] == "FUNCTION_NOT_FOUND"
+        steps = {s.key: s for s in await starter.get_steps(run_id)}
+        assert steps["work"].status == "scheduled"
+        # the job survives while the run is suspended, and no worker may take it
+        assert await starter.store.claim_step_jobs("probe#1", 5.0, 10, ["work"]) == []
+        assert await starter.store.next_due(["work"]) is None
+        async with engine_factory(app) as worker:
+
+            @app.function(name="not_deployed_yet")
+            def late(data: None) -> str:
+                return "late"
+
+            await worker.resume(run_id)
+            run = await worker.wait(run_id, timeout=10)
+    assert run.status == "completed" and run.output == ["worked", "late"]
+    assert counter["work"] == 1
+
+
+async def test_retry_requeues_queued_steps_of_a_failed_run(engine_factory) -> None:
+    counter = Counter()
+    app = plait.App()
+
+    @app.function(queued=True, retries=5, retry_delay="300ms")
+    def slowly_flaky(data: None, ctx: plait.StepContext) -> str:
+        counter.hit("flaky", ctx.attempt)
+        if ctx.attempt == 1:
+            raise RuntimeError("not yet")
+        return "eventually"
+
+    @app.function(retries=0)
+    def broken(data: None) -> None:
+        counter.hit("broken")
+        if counter["broken"] == 1:
+            raise RuntimeError("broken once")
+
+    @app.workflow
+    async def flow(wf: plait.Workflow, data: None) -> list[object]:
+        return await asyncio.gather(wf.do("flaky", slowly_flaky), wf.do("broken", broken))
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("flow")
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "failed"  # while "flaky" waits for its retry
+        await engine.retry(run_id)
+        run = await engine.wait(run_id, timeout=10)
+    assert run.status == "completed", run.error
+    assert run.output == ["eventually", None]
+
+
+async def _attempts(engine: plait.Engine, run_id: str) -> bool:
+    return bool(await engine.store.get_history(run_id))
+
+
+async def _history(engine: plait.Engine, run_id: str) -> list[plait.StepAttempt]:
+    return await engine.store.get_history(run_id)
+
+
+@pytest.fixture(autouse=True)
+def _only_sqlite_for_twins(request: pytest.FixtureRequest) -> None:
+    """The PostgreSQL store gets the same lease tokens; run there too once it has them."""
+    store = request.getfixturevalue("database")
+    if store.startswith("postgres"):
+        from plait.store.postgres import PostgresStore
+
+        if not hasattr(PostgresStore, "leases_of"):
+            pytest.skip("PostgreSQL store without per-process lease tokens")
