@@ -6,9 +6,9 @@ import asyncio
 import time
 
 import pytest
-from conftest import Counter, eventually
 
 import plait
+from conftest import Counter, eventually
 
 
 def _slow_app(counter: Counter, log: list[tuple[str, float, float]], seconds: float) -> plait.App:

@@ -128,6 +128,13 @@ def _decode_ts(value: tuple[int]) -> float:
     return (micros + _PG_EPOCH_US) / 1_000_000
 
 
+async def _keep_session(_conn: asyncpg.Connection) -> None:
+    """The pool's reset on release. asyncpg's default runs a reset query (one more round
+    trip per statement); the store never leaves session state behind (no SET, no LISTEN,
+    no cursors, only transaction-scoped advisory locks), and an open transaction is still
+    rolled back by the pool before this is called."""
+
+
 def _now() -> float:
     return time.time()
 
@@ -163,7 +170,10 @@ def _is_connection_error(exc: BaseException) -> bool:
         | asyncpg.exceptions.InternalClientError,
     ):
         return True
-    return isinstance(exc, asyncpg.InterfaceError) and "closed" in str(exc)
+    # a connection that closed, or was detached from its pool proxy as it closed
+    return isinstance(exc, asyncpg.InterfaceError) and (
+        "closed" in str(exc) or "released back to the pool" in str(exc)
+    )
 
 
 def _load_queries(schema: str) -> dict[str, str]:
@@ -363,6 +373,7 @@ class PostgresStore:
                 min_size=self.min_size,
                 max_size=self.max_size,
                 init=self._init_connection,
+                reset=_keep_session,
                 command_timeout=self.command_timeout,
                 timeout=self.connect_timeout,
                 statement_cache_size=self.statement_cache_size,
@@ -386,9 +397,10 @@ class PostgresStore:
             decoder=_decode_ts,
             format="tuple",
         )
-        if self._ready:
+        if self._ready and self.statement_cache_size:
             # The first use of a statement with the schema's composite types makes asyncpg
             # look the types up (a few ms); do it now rather than in a pass's first commit.
+            # (Not without a statement cache: that is for poolers that forbid named ones.)
             for name in _WARM_STATEMENTS:
                 await conn.prepare(self._q[name])
 
@@ -501,7 +513,9 @@ class PostgresStore:
                     except BaseException as exc:
                         if _is_connection_error(exc):
                             # never hand a connection in an unknown state back to the pool
-                            conn.terminate()
+                            # (a lost one is already detached: nothing left to do then)
+                            with contextlib.suppress(Exception):
+                                conn.terminate()
                         raise
             except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError):
                 if tries >= _DEADLOCK_RETRIES:
@@ -718,25 +732,27 @@ class PostgresStore:
         """
         if not batch.ops:
             return
-        if batch.fence is not None and (batch.run_id, batch.fence) in self._tainted:
-            raise DatabaseUnavailableError(
-                f"an earlier write of this pass of run {batch.run_id} failed; "
-                "the run will be replayed"
-            )
         ops = [_op_value(op) for op in batch.ops]
-        try:
-            async with self._in_order(batch.run_id):
+        async with self._in_order(batch.run_id):
+            if batch.fence is not None and (batch.run_id, batch.fence) in self._tainted:
+                raise DatabaseUnavailableError(
+                    f"an earlier write of this pass of run {batch.run_id} failed; "
+                    "the run will be replayed"
+                )
+            try:
                 await self._call(
                     "execute", self._q["commit_batch"], batch.run_id, batch.fence, ops, _now()
                 )
-        except DatabaseUnavailableError:
-            if batch.fence is not None:
-                self._tainted.add((batch.run_id, batch.fence))
-            raise
-        except asyncpg.PostgresError as exc:
-            if exc.sqlstate == _LEASE_LOST:
-                raise LeaseLostError(exc.args[0] if exc.args else str(exc)) from None
-            raise
+            except asyncpg.PostgresError as exc:
+                # the server answered: the transaction was rolled back, nothing is unknown
+                if exc.sqlstate == _LEASE_LOST:
+                    raise LeaseLostError(exc.args[0] if exc.args else str(exc)) from None
+                raise
+            except BaseException:
+                # no answer (connection lost, timeout, cancelled in flight): unknown outcome
+                if batch.fence is not None:
+                    self._tainted.add((batch.run_id, batch.fence))
+                raise
 
     async def release_run(self, run_id: str, owner: str, wakeups_seen: int) -> bool:
         async with self._in_order(run_id):
