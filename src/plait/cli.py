@@ -52,6 +52,10 @@ STATUS_STYLE = {
 }
 
 
+#: seconds past --drain that a stopping worker waits for step bodies it cannot cancel
+STOP_GRACE = 2.0
+
+
 class UsageError(Exception):
     """A bad argument: reported as one line, exit code 2."""
 
@@ -377,11 +381,21 @@ def worker(
         logging.getLogger("plait.worker").info(
             "worker %s working %s (concurrency %d)", engine.worker_id, engine.url, concurrency
         )
+        log = logging.getLogger("plait.worker")
         try:
             await stop.wait()
-            logging.getLogger("plait.worker").info("stopping: finishing work in hand")
+            log.info("stopping: finishing work in hand (up to %gs)", drain)
         finally:
-            await engine.close(drain=drain)
+            closing = asyncio.ensure_future(engine.close(drain=drain))
+            # wait without cancelling: a cancelled close would give up leases early
+            done, _ = await asyncio.wait({closing}, timeout=drain + STOP_GRACE)
+            if not done:
+                # A sync step body runs in a thread that cannot be cancelled. Its lease is
+                # still held, so nobody else runs that step; exiting ends the thread, and
+                # the lease expires so another worker runs the next attempt.
+                log.warning("a step body is still running in a thread; exiting without it")
+                logging.shutdown()
+                os._exit(0)
 
     run_async(go)
 
