@@ -146,3 +146,39 @@ def _only_sqlite_for_twins(request: pytest.FixtureRequest) -> None:
 
         if not hasattr(PostgresStore, "leases_of"):
             pytest.skip("PostgreSQL store without per-process lease tokens")
+
+
+async def test_a_job_naming_another_function_is_rejected(engine_factory) -> None:
+    counter = Counter()
+    app = plait.App()
+
+    @app.function(queued=True)
+    def charge_card(data: None) -> str:
+        counter.hit("charge")
+        return "charged"
+
+    @app.function(queued=True)
+    def delete_everything(data: None) -> None:
+        counter.hit("delete")
+
+    @app.workflow
+    async def pay(wf: plait.Workflow, data: None) -> str:
+        return await wf.do("charge", charge_card)
+
+    async with engine_factory(app, workers=False) as starter:
+        run_id = await starter.start("pay", inline=True)
+        await eventually(lambda: _job_ready(starter), what="the queued job")
+        (job,) = await starter.store.claim_step_jobs("probe#1", 5.0, 1, ["charge_card"])
+        forged = type(job)(job.run_id, job.step_key, "delete_everything", job.deliveries)
+        with pytest.raises(plait.StepFunctionMismatchError, match="'delete_everything'"):
+            await starter.store.begin_queued_step(forged, "probe#1", 5.0)
+        steps = await starter.get_steps(run_id)
+        assert steps[0].status == "scheduled" and steps[0].attempts == 0
+        async with engine_factory(app) as worker:
+            run = await worker.wait(run_id, timeout=10)
+    assert run.status == "completed" and run.output == "charged"
+    assert counter["delete"] == 0 and counter["charge"] == 1
+
+
+async def _job_ready(engine: plait.Engine) -> bool:
+    return await engine.store.next_due(["charge_card"]) is not None

@@ -302,6 +302,10 @@ async def _settled(engine: plait.Engine, run_ids: list[str]) -> list[plait.Run] 
     return runs if all(r.status in SETTLED for r in runs) else None
 
 
+def _failures(runs: list[plait.Run]) -> list[tuple[str, str, Any]]:
+    return [(r.id, r.status, r.error) for r in runs if r.status != "completed"]
+
+
 def _report(label: str, counter: Counter, runs: list[plait.Run]) -> None:
     executions = counter["bump"] + counter["far"]
     steps = 4 * len(runs)
@@ -332,7 +336,7 @@ async def test_a_server_restart_under_load_loses_and_fails_nothing(own_cluster: 
             lambda: _settled(engine, run_ids), timeout=90, what="every run to settle"
         )
         _report("server restart under load", counter, runs)
-        assert [r.status for r in runs] == ["completed"] * 50
+        assert _failures(runs) == []
         assert [r.output for r in runs] == [(n + 1) * 10 + 2 for n in range(50)]
         await eventually(lambda: _true(engine.store.listening), what="LISTEN to reconnect")
 
@@ -361,7 +365,7 @@ async def test_dropped_connections_under_load_lose_and_fail_nothing(pg_url: str)
             lambda: _settled(engine, run_ids), timeout=60, what="every run to settle"
         )
         _report("dropped connections under load", counter, runs)
-        assert [r.status for r in runs] == ["completed"] * 30
+        assert _failures(runs) == []
         await eventually(lambda: _true(engine.store.listening), what="LISTEN to reconnect")
 
 

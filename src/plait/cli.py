@@ -20,6 +20,7 @@ from plait.app import App
 from plait.engine import Engine
 from plait.errors import PlaitError
 from plait.records import Run, Step, StepAttempt
+from plait.store import redact
 
 T = TypeVar("T")
 
@@ -379,7 +380,10 @@ def worker(
             loop.add_signal_handler(sig, stop.set)
         await engine.open()
         logging.getLogger("plait.worker").info(
-            "worker %s working %s (concurrency %d)", engine.worker_id, engine.url, concurrency
+            "worker %s working %s (concurrency %d)",
+            engine.worker_id,
+            redact(engine.url),
+            concurrency,
         )
         log = logging.getLogger("plait.worker")
         try:

@@ -337,6 +337,10 @@ class Engine:
         its timers never fire."""
         moved = await self.store.cancel_run(run_id, reason)
         self.runner.cancel_local(moved)
+        # give this process's cancelled work a moment to record how it ended
+        local = [t for rid in moved if (t := self.runner.driving.get(rid)) is not None]
+        if local:
+            await asyncio.wait(local, timeout=5.0)
         for rid in moved:
             self.notifier.run_changed(rid)
         return await self.get_run(run_id)

@@ -37,6 +37,12 @@ class Notifier:
         for event in self._watchers.get(run_id, ()):
             event.set()
 
+    def everything_changed(self) -> None:
+        """Another process changed something we cannot name: every waiter looks again."""
+        for run_id in list(self._watchers):
+            self.local_run_changed(run_id)
+        self.local_work()
+
     def run_changed(self, run_id: str) -> None:
         self.local_run_changed(run_id)
         if self.remote is not None:

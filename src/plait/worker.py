@@ -21,6 +21,7 @@ from plait.errors import LeaseLostError, StepFunctionMismatchError
 from plait.retry import RetryPolicy
 from plait.runtime.context import StepContext
 from plait.runtime.execute import run_attempt
+from plait.runtime.signals import PassAborted
 from plait.store.base import EnqueueJob, FinishAttempt, Op, StepJob
 
 if TYPE_CHECKING:
@@ -140,14 +141,15 @@ class Runner:
         self.driving.pop(run_id, None)
         self.cancelling.discard(run_id)
 
-    async def _release_quietly(self, run_id: str) -> None:
-        with contextlib.suppress(Exception):
-            await self.store.release_run(run_id, self.owner, -1)
-
     async def _drive(self, run_id: str, claimed: bool, follow: bool) -> None:
         async with self.slots:
             while not self.closing:
-                if not claimed and not await self.store.claim_run(run_id, self.owner, self.lease):
+                try:
+                    got = claimed or await self.store.claim_run(run_id, self.owner, self.lease)
+                except Exception:
+                    log.warning("run %s: claiming failed; retrying", run_id)
+                    got = False
+                if not got:
                     if not follow:
                         return
                     if not await self._wait_for_due(run_id):
@@ -158,9 +160,19 @@ class Runner:
                 if not again and (not follow or not await self._wait_for_due(run_id)):
                     return
 
+    async def _release_after_error(self, run_id: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.store.release_run(run_id, self.owner, -1)
+        await asyncio.sleep(0.05)  # back off a little before the run is claimed again
+
     async def _wait_for_due(self, run_id: str) -> bool:
         """Sleep until the run is due again; False once it no longer needs this driver."""
-        snapshot = await self.store.load_pass(run_id)
+        try:
+            snapshot = await self.store.load_pass(run_id)
+        except Exception:
+            log.warning("run %s: cannot read it (%s); waiting", run_id, "store error")
+            await asyncio.sleep(0.5)
+            return True
         if snapshot is None or snapshot.run.status != "running":
             return False
         wake_at = snapshot.run.wake_at
@@ -188,14 +200,17 @@ class Runner:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.store.release_run(run_id, self.owner, -1))
             raise
-        except LeaseLostError:
-            log.warning("run %s: lease lost to another worker; leaving it", run_id)
+        except (LeaseLostError, PassAborted) as exc:
+            cause = exc.cause if isinstance(exc, PassAborted) else exc
+            if isinstance(cause, LeaseLostError):
+                log.warning("run %s: lease lost to another worker; leaving it", run_id)
+                return False
+            log.warning("run %s: pass stopped by a store error (%s); retrying", run_id, cause)
+            await self._release_after_error(run_id)
             return False
         except Exception:
             log.exception("run %s: orchestrator pass crashed; it will be retried", run_id)
-            with contextlib.suppress(Exception):
-                await self.store.release_run(run_id, self.owner, -1)
-            await asyncio.sleep(0.05)
+            await self._release_after_error(run_id)
             return False
         engine.run_changed(run_id, result.status, snapshot.run.workflow)
         for child in result.children:
@@ -272,7 +287,18 @@ class Runner:
 
     async def _run_job(self, job: StepJob) -> None:
         async with self.slots:
-            await self.run_job(job)
+            try:
+                await self.run_job(job)
+            except asyncio.CancelledError:
+                raise
+            except StepFunctionMismatchError:
+                pass  # logged and dropped in run_job
+            except Exception:
+                log.exception(
+                    "step %s of run %s: job failed; it will be redelivered",
+                    job.step_key,
+                    job.run_id,
+                )
 
     async def run_job(self, job: StepJob) -> None:
         """Execute one delivery of a queued step. Duplicate deliveries are harmless: the

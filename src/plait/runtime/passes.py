@@ -26,7 +26,7 @@ from plait.errors import Cancel, EventTimeout, StepError
 from plait.retry import RetryPolicy, resolve_policy
 from plait.runtime.context import StepContext
 from plait.runtime.execute import Outcome, run_attempt
-from plait.runtime.signals import PauseSignal, SuspendSignal
+from plait.runtime.signals import PassAborted, PauseSignal, SuspendSignal
 from plait.store.base import (
     Batch,
     ClearTimer,
@@ -93,6 +93,7 @@ class Pass:
         #: replaying on code that is not the version the run started on
         self.foreign_version = False
         self.visited: set[str] = set()
+        self.aborted: PassAborted | None = None
         #: None for code workflows; the graph runtime sets one (see ``AttemptHook``)
         self.attempt_hook: AttemptHook | None = None
 
@@ -101,7 +102,11 @@ class Pass:
         if not self.ops:
             return
         ops, self.ops = self.ops, []
-        await self.store.commit(Batch(self.run.id, ops, fence=self.owner))
+        try:
+            await self.store.commit(Batch(self.run.id, ops, fence=self.owner))
+        except Exception as exc:
+            self.aborted = PassAborted(exc)
+            raise self.aborted from exc
 
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
         """Start a step now. Steps are tasks from the moment they are called, so a pass
@@ -599,6 +604,8 @@ class Pass:
                     end = EndRun("failed", error=serde.dumps(serde.error_record(exc)))
         except PauseSignal:
             pass
+        except PassAborted:
+            pass
         except SuspendSignal as sig:
             if sig.code == errors.VERSION_CONFLICT:
                 end = EndRun("failed", error=_control_error(sig.message, errors.VERSION_CONFLICT))
@@ -611,6 +618,8 @@ class Pass:
         except Exception as exc:
             end = EndRun("failed", error=serde.dumps(serde.error_record(exc)))
         await self.settle()
+        if self.aborted is not None:
+            raise self.aborted
         if end is None:
             # A branch of a gather may need a suspension while a sibling paused first;
             # the pause must not hide it, or the run would wait for nobody.

@@ -21,3 +21,13 @@ class SuspendSignal(BaseException):
         super().__init__(message)
         self.message = message
         self.code = code
+
+
+class PassAborted(BaseException):
+    """The store failed under this pass (a lost lease, a database that went away). The
+    pass stops without recording an outcome; the run is retried by whoever holds it next,
+    never failed because of the database."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"orchestrator pass aborted: {cause}")
+        self.cause = cause

@@ -17,6 +17,17 @@ def resolve_url(database: str | None) -> str:
     return url
 
 
+def redact(url: str) -> str:
+    """The URL without its password, for logs."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def make_store(database: str | None = None, **options: object) -> Store:
     url = resolve_url(database)
     if url.startswith("sqlite:"):
@@ -24,12 +35,12 @@ def make_store(database: str | None = None, **options: object) -> Store:
 
         return SQLiteStore(url, **options)  # type: ignore[arg-type]
     if url.startswith(("postgresql:", "postgres:")):
-        from plait.store.postgres import PostgresStore  # type: ignore[import-not-found]
+        from plait.store.postgres import PostgresStore
 
-        return PostgresStore(url, **options)  # type: ignore[no-any-return]
+        return PostgresStore(url, **options)
     raise ValueError(
         f"unsupported database URL {url!r}: use sqlite:///path/to/file.db or postgresql://..."
     )
 
 
-__all__ = ["DEFAULT_URL", "Store", "make_store", "resolve_url"]
+__all__ = ["DEFAULT_URL", "Store", "make_store", "redact", "resolve_url"]

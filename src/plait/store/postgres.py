@@ -601,9 +601,7 @@ class PostgresStore:
     @staticmethod
     def _everything_changed(notifier: Notifier) -> None:
         """After notifications may have been missed: every loop and every waiter looks."""
-        notifier.local_work()
-        for run_id in list(getattr(notifier, "_watchers", ())):
-            notifier.local_run_changed(run_id)
+        notifier.everything_changed()
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         notifier = self._notifier
@@ -784,10 +782,23 @@ class PostgresStore:
         rows = await self._call("fetch", self._q["renew_leases"], owner, _now() + lease_seconds)
         return {r["id"] for r in rows}
 
-    async def expire_leases(self, owner: str) -> None:
-        """A process restarted under the same worker id gives up what its previous life
-        held, so those runs and steps are taken over at once instead of after expiry."""
-        await self._call("execute", self._q["expire_leases"], owner, 0.0)
+    async def leases_of(self, worker_id: str, owner: str) -> list[tuple[Any, ...]]:
+        """Leases held under ``worker_id`` by other processes than ``owner`` (an earlier
+        life of a restarted worker, or a twin still draining), as (kind, run_id, step_key,
+        lease_owner, lease_until) with kind ``run`` or ``job``."""
+        rows = await self._call("fetch", self._q["leases_of"], f"{worker_id}#", owner, read=True)
+        return [tuple(r) for r in rows]
+
+    async def expire_leases(self, leases: Sequence[tuple[Any, ...]]) -> int:
+        """Expire the given leases if nobody renewed them since they were read: their
+        holder is dead, so its runs and steps are taken over now instead of at expiry."""
+        if not leases:
+            return 0
+        kinds, run_ids, keys, owners, untils = (list(col) for col in zip(*leases, strict=True))
+        expired = await self._call(
+            "fetchval", self._q["expire_leases"], kinds, run_ids, keys, owners, untils, 0.0
+        )
+        return int(expired)
 
     async def sweep_idle(self, base: float = 30.0, cap: float = 600.0, limit: int = 100) -> int:
         """Re-drive runs that are ``running`` with nothing that will ever wake them (a
@@ -840,6 +851,8 @@ class PostgresStore:
             )
         except asyncpg.PostgresError as exc:
             if exc.sqlstate == _FUNCTION_MISMATCH:
+                # rejected: the job goes back under the step's own function
+                await self._call("execute", self._q["repair_job"], job.run_id, job.step_key)
                 raise StepFunctionMismatchError(exc.args[0] if exc.args else str(exc)) from None
             raise
         if row is None or row["run_id"] is None:

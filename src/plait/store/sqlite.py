@@ -176,9 +176,7 @@ class SQLiteStore:
         self._watching = threading.Event()
 
         def changed() -> None:
-            notifier.local_work()
-            for run_id in list(notifier._watchers):
-                notifier.local_run_changed(run_id)
+            notifier.everything_changed()
 
         def watch() -> None:
             conn = self._connect()
@@ -629,55 +627,66 @@ class SQLiteStore:
     async def begin_queued_step(
         self, job: StepJob, owner: str, lease_seconds: float
     ) -> StepRow | None:
-        def go(conn: sqlite3.Connection) -> StepRow | None:
-            now = _now()
-            held = conn.execute(
-                "SELECT 1 FROM plait_jobs WHERE run_id = ? AND step_key = ? AND lease_owner = ?",
-                (job.run_id, job.step_key, owner),
-            ).fetchone()
-            if held is None:
-                return None
-            row = conn.execute(
-                f"SELECT {convert.STEP_COLUMNS} FROM plait_steps WHERE run_id = ? AND key = ?",
-                (job.run_id, job.step_key),
-            ).fetchone()
-            status = conn.execute(
-                "SELECT status FROM plait_runs WHERE id = ?", (job.run_id,)
-            ).fetchone()
-            step = convert.step_row(row) if row else None
-            if status is not None and status[0] == "suspended":
-                # keep the job for when the run is resumed; claims skip suspended runs
-                conn.execute(
-                    "UPDATE plait_jobs SET lease_owner = NULL, lease_until = NULL"
-                    " WHERE run_id = ? AND step_key = ?",
-                    (job.run_id, job.step_key),
-                )
-                return None
-            if step is None or status is None or status[0] != "running":
-                _delete_job(conn, job.run_id, job.step_key)
-                return None
-            if step.function != job.function:
-                _delete_job(conn, job.run_id, job.step_key)
-                raise StepFunctionMismatchError(
-                    f"job for step {job.step_key!r} of run {job.run_id} names function "
-                    f"{job.function!r}, but the step was created with {step.function!r}"
-                )
-            if step.status == "running":
-                # The previous holder's lease ran out while it ran this step: that attempt
-                # was interrupted and this delivery takes over with the next attempt.
-                _close_attempt(conn, step, step.attempts, "interrupted", None, None, now)
-            elif step.status != "scheduled":
-                _delete_job(conn, job.run_id, job.step_key)
-                return None
-            step.attempts += 1
-            step.status = "running"
-            step.wake_at = None
-            step.updated_at = now
-            conn.execute(_UPSERT_STEP, convert.step_params(step))
-            _open_attempt(conn, step, step.attempts, owner, now)
-            return step
+        result = await self._write(lambda conn: self._begin_queued_step(conn, job, owner))
+        if isinstance(result, StepFunctionMismatchError):
+            raise result
+        return result
 
-        return await self._write(go)
+    def _begin_queued_step(
+        self, conn: sqlite3.Connection, job: StepJob, owner: str
+    ) -> StepRow | StepFunctionMismatchError | None:
+        now = _now()
+        held = conn.execute(
+            "SELECT 1 FROM plait_jobs WHERE run_id = ? AND step_key = ? AND lease_owner = ?",
+            (job.run_id, job.step_key, owner),
+        ).fetchone()
+        if held is None:
+            return None
+        row = conn.execute(
+            f"SELECT {convert.STEP_COLUMNS} FROM plait_steps WHERE run_id = ? AND key = ?",
+            (job.run_id, job.step_key),
+        ).fetchone()
+        status = conn.execute(
+            "SELECT status FROM plait_runs WHERE id = ?", (job.run_id,)
+        ).fetchone()
+        step = convert.step_row(row) if row else None
+        if status is not None and status[0] == "suspended":
+            # keep the job for when the run is resumed; claims skip suspended runs
+            conn.execute(
+                "UPDATE plait_jobs SET lease_owner = NULL, lease_until = NULL"
+                " WHERE run_id = ? AND step_key = ?",
+                (job.run_id, job.step_key),
+            )
+            return None
+        if step is None or status is None or status[0] != "running":
+            _delete_job(conn, job.run_id, job.step_key)
+            return None
+        if step.function != job.function:
+            # Rejected without running anything: the job goes back under the function the
+            # step was created with. Returning (not raising) keeps that repair committed.
+            conn.execute(
+                "UPDATE plait_jobs SET function = ?, lease_owner = NULL, lease_until = NULL"
+                " WHERE run_id = ? AND step_key = ?",
+                (step.function, job.run_id, job.step_key),
+            )
+            return StepFunctionMismatchError(
+                f"job for step {job.step_key!r} of run {job.run_id} names function "
+                f"{job.function!r}, but the step was created with {step.function!r}"
+            )
+        if step.status == "running":
+            # The previous holder's lease ran out while it ran this step: that attempt
+            # was interrupted and this delivery takes over with the next attempt.
+            _close_attempt(conn, step, step.attempts, "interrupted", None, None, now)
+        elif step.status != "scheduled":
+            _delete_job(conn, job.run_id, job.step_key)
+            return None
+        step.attempts += 1
+        step.status = "running"
+        step.wake_at = None
+        step.updated_at = now
+        conn.execute(_UPSERT_STEP, convert.step_params(step))
+        _open_attempt(conn, step, step.attempts, owner, now)
+        return step
 
     async def finish_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:
         def go(conn: sqlite3.Connection) -> bool:

@@ -62,12 +62,35 @@ WITH runs_renewed AS (
 )
 SELECT id FROM @schema@.runs WHERE lease_owner = $1 AND status <> 'running'
 
+-- name: leases_of
+-- Leases held under a worker id ($1 is "<worker id>#") by other processes than $2: an
+-- earlier life of a restarted worker, or a twin still draining.
+SELECT 'run' AS kind, id AS run_id, '' AS key, lease_owner, lease_until
+FROM @schema@.runs
+WHERE lease_owner IS NOT NULL AND left(lease_owner, length($1)) = $1 AND lease_owner <> $2
+UNION ALL
+SELECT 'job', run_id, step_key, lease_owner, lease_until
+FROM @schema@.jobs
+WHERE lease_owner IS NOT NULL AND left(lease_owner, length($1)) = $1 AND lease_owner <> $2
+
 -- name: expire_leases
--- A process restarted under the same worker id gives up what its previous life held.
-WITH runs_expired AS (
-    UPDATE @schema@.runs SET lease_until = $2 WHERE lease_owner = $1 RETURNING id
+-- Expire the given leases if nobody renewed them since they were read (their holder is
+-- dead), so their runs and steps are taken over now; returns how many were expired.
+WITH given AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[])
+        AS g(kind, run_id, key, owner, until)
+), expired_runs AS (
+    UPDATE @schema@.runs r SET lease_until = $6 FROM given g
+    WHERE g.kind = 'run' AND r.id = g.run_id AND r.lease_owner = g.owner
+        AND r.lease_until = g.until
+    RETURNING 1
+), expired_jobs AS (
+    UPDATE @schema@.jobs j SET lease_until = $6 FROM given g
+    WHERE g.kind = 'job' AND j.run_id = g.run_id AND j.step_key = g.key
+        AND j.lease_owner = g.owner AND j.lease_until = g.until
+    RETURNING 1
 )
-UPDATE @schema@.jobs SET lease_until = $2 WHERE lease_owner = $1
+SELECT (SELECT count(*) FROM expired_runs) + (SELECT count(*) FROM expired_jobs)
 
 -- name: sweep_idle
 -- Re-drive running runs that nothing will wake (no lease, no wake_at, no timer, no job);
@@ -98,21 +121,28 @@ SELECT least(
 )
 
 -- name: next_due_jobs
--- When the next queued step of these functions becomes due (held: when its lease runs out).
+-- When the next queued step of these functions becomes due (held: when its lease runs out);
+-- jobs of runs that are not running (suspended) wait for a resume.
 SELECT least(
-    (SELECT min(available_at) FROM @schema@.jobs
-     WHERE lease_owner IS NULL AND function = ANY ($1::text[])),
-    (SELECT min(greatest(available_at, lease_until)) FROM @schema@.jobs
-     WHERE lease_owner IS NOT NULL AND function = ANY ($1::text[]))
+    (SELECT min(j.available_at) FROM @schema@.jobs j
+     WHERE j.lease_owner IS NULL AND j.function = ANY ($1::text[])
+         AND EXISTS (SELECT 1 FROM @schema@.runs r
+                     WHERE r.id = j.run_id AND r.status = 'running')),
+    (SELECT min(greatest(j.available_at, j.lease_until)) FROM @schema@.jobs j
+     WHERE j.lease_owner IS NOT NULL AND j.function = ANY ($1::text[])
+         AND EXISTS (SELECT 1 FROM @schema@.runs r
+                     WHERE r.id = j.run_id AND r.status = 'running'))
 )
 
 -- name: claim_step_jobs
 UPDATE @schema@.jobs SET lease_owner = $1, lease_until = $2, deliveries = deliveries + 1
 WHERE (run_id, step_key) IN (
-    SELECT run_id, step_key FROM @schema@.jobs
-    WHERE available_at <= $3 AND (lease_owner IS NULL OR lease_until < $3)
-        AND function = ANY ($5::text[])
-    ORDER BY available_at LIMIT $4
+    SELECT j.run_id, j.step_key FROM @schema@.jobs j
+    WHERE j.available_at <= $3 AND (j.lease_owner IS NULL OR j.lease_until < $3)
+        AND j.function = ANY ($5::text[])
+        AND EXISTS (SELECT 1 FROM @schema@.runs r
+                    WHERE r.id = j.run_id AND r.status = 'running')
+    ORDER BY j.available_at LIMIT $4
     FOR UPDATE SKIP LOCKED
 )
 RETURNING run_id, step_key, function, deliveries
@@ -125,6 +155,11 @@ SELECT @schema@.finish_queued_step($1, $2, $3, $4::@schema@.op[], $5)
 
 -- name: drop_job
 DELETE FROM @schema@.jobs WHERE run_id = $1 AND step_key = $2
+
+-- name: repair_job
+UPDATE @schema@.jobs j SET function = s.function, lease_owner = NULL, lease_until = NULL
+FROM @schema@.steps s
+WHERE j.run_id = $1 AND j.step_key = $2 AND s.run_id = j.run_id AND s.key = j.step_key
 
 -- name: wake
 SELECT @schema@.wake_run($1, $2, $3)

@@ -432,8 +432,9 @@ BEGIN
     PERFORM @schema@.apply_ops(p_run, p_ops, p_now);
 END $$;
 
--- Take a queued step for one attempt: NULL if the job is no longer ours, the run is not
--- running or the step is settled (the job is dropped then). SQLSTATE PLT04 when the job
+-- Take a queued step for one attempt: NULL if the job is no longer ours, the run is
+-- suspended (the job waits, unclaimed, for a resume), or the run has ended or the step is
+-- settled (the job is dropped then). SQLSTATE PLT04 when the job
 -- names another function than the step (nothing is written).
 CREATE FUNCTION @schema@.begin_queued_step(
     p_run text, p_key text, p_function text, p_owner text, p_now timestamptz
@@ -448,6 +449,12 @@ BEGIN
     PERFORM 1 FROM @schema@.jobs
     WHERE run_id = p_run AND step_key = p_key AND lease_owner = p_owner FOR UPDATE;
     IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF run_status = 'suspended' THEN
+        -- keep the job for when the run is resumed; claims skip suspended runs
+        UPDATE @schema@.jobs SET lease_owner = NULL, lease_until = NULL
+        WHERE run_id = p_run AND step_key = p_key;
         RETURN NULL;
     END IF;
     SELECT * INTO s FROM @schema@.steps WHERE run_id = p_run AND key = p_key;
@@ -495,6 +502,31 @@ BEGIN
     RETURN true;
 END $$;
 
+-- A run that goes on again (resume, retry) gets back the jobs its queued steps lost while
+-- it stood still (a failed run's jobs are deleted; a worker's result for a gone job is
+-- dropped). A step that was running is interrupted and scheduled again.
+CREATE FUNCTION @schema@.requeue(p_run text, p_now timestamptz)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    s @schema@.steps;
+BEGIN
+    FOR s IN SELECT * FROM @schema@.steps st
+             WHERE st.run_id = p_run AND st.queued AND st.status IN ('scheduled', 'running')
+                 AND NOT EXISTS (SELECT 1 FROM @schema@.jobs j
+                                 WHERE j.run_id = st.run_id AND j.step_key = st.key) LOOP
+        IF s.status = 'running' THEN
+            PERFORM @schema@.close_attempt(p_run, s.key, s.attempts, 'interrupted', NULL, NULL,
+                                           p_now);
+            s.status := 'scheduled';
+            s.updated_at := p_now;
+            PERFORM @schema@.put_step(s);
+        END IF;
+        INSERT INTO @schema@.jobs (run_id, step_key, function, available_at, created_at)
+        VALUES (p_run, s.key, s.function, greatest(p_now, coalesce(s.wake_at, p_now)), p_now)
+        ON CONFLICT (run_id, step_key) DO NOTHING;
+    END LOOP;
+END $$;
+
 -- The status of a run, locked for an action from outside a pass. SQLSTATE PLT02: no such
 -- run; PLT03: the run is in a status that does not allow the action (DETAIL: the status).
 CREATE FUNCTION @schema@.lock_for_action(p_run text, p_allowed text[])
@@ -538,6 +570,7 @@ BEGIN
         PERFORM @schema@.close_attempt(p_run, s.key, s.attempts, 'succeeded', s.output, NULL,
                                        p_now);
     END LOOP;
+    PERFORM @schema@.requeue(p_run, p_now);
     UPDATE @schema@.runs SET status = 'running', error = NULL, updated_at = p_now,
         wake_at = p_now, wakeups = wakeups + 1
     WHERE id = p_run;
@@ -554,6 +587,7 @@ BEGIN
     UPDATE @schema@.steps SET status = 'pending', failures = 0, wake_at = NULL,
         updated_at = p_now
     WHERE run_id = p_run AND status = 'failed';
+    PERFORM @schema@.requeue(p_run, p_now);
     UPDATE @schema@.runs SET status = 'running', error = NULL, output = NULL,
         updated_at = p_now, wake_at = p_now, wakeups = wakeups + 1
     WHERE id = p_run;
