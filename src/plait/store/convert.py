@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -100,7 +101,9 @@ def attempt_record(row: Any) -> StepAttempt:
     )
 
 
-def step_params(s: StepRow) -> tuple[Any, ...]:
+def step_params(s: StepRow, *, flag: Callable[[bool], Any] = int) -> tuple[Any, ...]:
+    """A step's column values in STEP_COLUMNS order; ``flag`` encodes booleans for the
+    driver (SQLite stores integers, PostgreSQL booleans)."""
     return (
         s.run_id,
         s.key,
@@ -121,7 +124,7 @@ def step_params(s: StepRow) -> tuple[Any, ...]:
         s.child_run_id,
         s.branch,
         s.from_key,
-        int(s.queued),
+        flag(s.queued),
         s.wake_at,
         s.created_at,
         s.updated_at,

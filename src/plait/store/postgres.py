@@ -193,31 +193,7 @@ def _load_queries(schema: str) -> dict[str, str]:
 
 def _step_value(s: StepRow) -> tuple[Any, ...]:
     """A step as the steps table's row type (the column order of convert.STEP_COLUMNS)."""
-    return (
-        s.run_id,
-        s.key,
-        s.seq,
-        s.name,
-        s.kind,
-        s.function,
-        s.status,
-        s.input,
-        s.output,
-        s.error,
-        s.attempts,
-        s.failures,
-        s.retries,
-        s.retry_delay,
-        s.timeout,
-        s.invocation_id,
-        s.child_run_id,
-        s.branch,
-        s.from_key,
-        bool(s.queued),
-        s.wake_at,
-        s.created_at,
-        s.updated_at,
-    )
+    return convert.step_params(s, flag=bool)
 
 
 def _new_run_value(n: NewRun) -> tuple[Any, ...]:

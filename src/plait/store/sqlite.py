@@ -718,11 +718,7 @@ class SQLiteStore:
 
     async def cancel_run(self, run_id: str, reason: str | None) -> list[str]:
         def go(conn: sqlite3.Connection) -> list[str]:
-            row = conn.execute("SELECT status FROM plait_runs WHERE id = ?", (run_id,)).fetchone()
-            if row is None:
-                raise RunNotFoundError(run_id)
-            if row[0] not in ("running", "suspended"):
-                raise RunStateError(run_id, row[0], "cancel")
+            _require_status(conn, run_id, ("running", "suspended"), "cancel")
             error = serde.dumps(
                 {"message": reason or "cancelled", "type": "Cancel", "code": WORKFLOW_CANCELLED}
             )
@@ -735,11 +731,7 @@ class SQLiteStore:
     async def resume_run(self, run_id: str) -> Run:
         def go(conn: sqlite3.Connection) -> Run:
             now = _now()
-            row = conn.execute("SELECT status FROM plait_runs WHERE id = ?", (run_id,)).fetchone()
-            if row is None:
-                raise RunNotFoundError(run_id)
-            if row[0] != "suspended":
-                raise RunStateError(run_id, row[0], "resume")
+            _require_status(conn, run_id, ("suspended",), "resume")
             opened = conn.execute(
                 f"SELECT {convert.STEP_COLUMNS} FROM plait_steps WHERE run_id = ?"
                 " AND kind = 'suspend' AND status = 'pending'",
@@ -760,20 +752,14 @@ class SQLiteStore:
                 " wake_at = ?, wakeups = wakeups + 1 WHERE id = ?",
                 (now, now, run_id),
             )
-            return convert.run_record(
-                convert.run_row(conn.execute(_SELECT_RUN, (run_id,)).fetchone())
-            )
+            return _load_run(conn, run_id)
 
         return await self._write(go)
 
     async def retry_run(self, run_id: str) -> Run:
         def go(conn: sqlite3.Connection) -> Run:
             now = _now()
-            row = conn.execute("SELECT status FROM plait_runs WHERE id = ?", (run_id,)).fetchone()
-            if row is None:
-                raise RunNotFoundError(run_id)
-            if row[0] != "failed":
-                raise RunStateError(run_id, row[0], "retry")
+            _require_status(conn, run_id, ("failed",), "retry")
             conn.execute(
                 "UPDATE plait_steps SET status = 'pending', failures = 0, wake_at = NULL,"
                 " updated_at = ? WHERE run_id = ? AND status = 'failed'",
@@ -785,20 +771,14 @@ class SQLiteStore:
                 " updated_at = ?, wake_at = ?, wakeups = wakeups + 1 WHERE id = ?",
                 (now, now, run_id),
             )
-            return convert.run_record(
-                convert.run_row(conn.execute(_SELECT_RUN, (run_id,)).fetchone())
-            )
+            return _load_run(conn, run_id)
 
         return await self._write(go)
 
     async def send_event(self, run_id: str, name: str, payload: str | None) -> None:
         def go(conn: sqlite3.Connection) -> None:
             now = _now()
-            row = conn.execute("SELECT status FROM plait_runs WHERE id = ?", (run_id,)).fetchone()
-            if row is None:
-                raise RunNotFoundError(run_id)
-            if row[0] not in ("running", "suspended"):
-                raise RunStateError(run_id, row[0], f"send event {name!r} to")
+            _require_status(conn, run_id, ("running", "suspended"), f"send event {name!r} to")
             conn.execute(
                 "INSERT INTO plait_events (run_id, name, payload, created_at) VALUES (?, ?, ?, ?)",
                 (run_id, name, payload, now),
@@ -927,6 +907,20 @@ def _requeue(conn: sqlite3.Connection, run_id: str, now: float) -> None:
             " VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id, step_key) DO NOTHING",
             (run_id, step.key, step.function, max(now, step.wake_at or now), now),
         )
+
+
+def _require_status(
+    conn: sqlite3.Connection, run_id: str, allowed: tuple[str, ...], action: str
+) -> None:
+    row = conn.execute("SELECT status FROM plait_runs WHERE id = ?", (run_id,)).fetchone()
+    if row is None:
+        raise RunNotFoundError(run_id)
+    if row[0] not in allowed:
+        raise RunStateError(run_id, row[0], action)
+
+
+def _load_run(conn: sqlite3.Connection, run_id: str) -> Run:
+    return convert.run_record(convert.run_row(conn.execute(_SELECT_RUN, (run_id,)).fetchone()))
 
 
 def _delete_job(conn: sqlite3.Connection, run_id: str, key: str) -> None:
