@@ -9,6 +9,8 @@ import pytest
 
 import plait
 from conftest import Counter, eventually
+from plait.runtime.passes import MAX_INTERRUPTIONS, Pass
+from plait.store.base import Batch, StartAttempt
 
 
 def _slow_app(counter: Counter, log: list[tuple[str, float, float]], seconds: float) -> plait.App:
@@ -182,3 +184,39 @@ async def test_a_job_naming_another_function_is_rejected(engine_factory) -> None
 
 async def _job_ready(engine: plait.Engine) -> bool:
     return await engine.store.next_due(["charge_card"]) is not None
+
+
+async def test_a_step_that_kills_its_worker_every_time_is_failed(engine_factory) -> None:
+    """A poison step is given up after MAX_INTERRUPTIONS interrupted attempts instead of
+    taking every worker down forever."""
+    app = plait.App()
+
+    @app.workflow
+    async def poison(wf: plait.Workflow, data: None) -> None:
+        await wf.do("deadly", lambda: None)
+
+    async with engine_factory(app, workers=False) as engine:
+        run_id = await engine.start("poison")
+        store = engine.store
+        for n in range(1, MAX_INTERRUPTIONS + 1):
+            # a worker claims the run, starts the attempt and dies (its lease expires)
+            assert await store.claim_run(run_id, f"doomed#{n}", 0.001)
+            snapshot = await store.load_pass(run_id)
+            step = snapshot.steps.get("deadly")
+            if step is None:
+                p = Pass(engine, snapshot, f"doomed#{n}")
+                step = p._new_step("deadly", "deadly", "do")
+            step.attempts = n
+            step.status = "running"
+            await store.commit(Batch(run_id, [StartAttempt(step, n)], fence=f"doomed#{n}"))
+            await eventually(lambda: _lease_expired(store, run_id), what="the lease to expire")
+        async with engine_factory(app) as worker:
+            run = await worker.wait(run_id, timeout=10)
+    assert run.status == "failed"
+    assert run.error["code"] == "STEP_INTERRUPTED"
+    assert f"interrupted {MAX_INTERRUPTIONS} times" in run.error["message"]
+
+
+async def _lease_expired(store, run_id: str) -> bool:
+    snapshot = await store.load_pass(run_id)
+    return snapshot.run.lease_until is not None and snapshot.run.lease_until < time.time()

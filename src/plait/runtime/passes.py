@@ -47,6 +47,8 @@ from plait.store.base import (
 if TYPE_CHECKING:
     from plait.engine import Engine
 
+#: attempts of one step cut short by a dying worker before the step is failed
+MAX_INTERRUPTIONS = 10
 _STEP_OPTIONS = frozenset({"retries", "retry_delay", "timeout", "on_error"})
 
 
@@ -324,7 +326,25 @@ class Pass:
         now = time.time()
         if step.status == "running":
             # The pass that started this attempt died with its process; we hold the lease
-            # now, so that attempt is over. It does not use up the retry budget.
+            # now, so that attempt is over. It does not use up the retry budget, but a step
+            # whose body kills its worker every time must not kill workers forever.
+            interrupted = step.attempts - step.failures
+            if interrupted >= MAX_INTERRUPTIONS:
+                step.status = "failed"
+                step.error = serde.dumps(
+                    {
+                        "message": f"step {step.key!r} was interrupted {interrupted} times "
+                        "(its worker died while running it each time)",
+                        "type": "StepInterrupted",
+                        "code": errors.STEP_INTERRUPTED,
+                    }
+                )
+                self.ops.append(
+                    FinishAttempt(
+                        dataclasses.replace(step), step.attempts, "interrupted", None, step.error
+                    )
+                )
+                return
             self.ops.append(FinishAttempt(dataclasses.replace(step), step.attempts, "interrupted"))
         if step.status == "scheduled":
             self.ops.append(ClearTimer(step.key))
