@@ -220,3 +220,37 @@ async def test_a_step_that_kills_its_worker_every_time_is_failed(engine_factory)
 async def _lease_expired(store, run_id: str) -> bool:
     snapshot = await store.load_pass(run_id)
     return snapshot.run.lease_until is not None and snapshot.run.lease_until < time.time()
+
+
+async def test_a_queued_step_that_kills_its_worker_every_time_is_failed(engine_factory) -> None:
+    app = plait.App()
+
+    @app.function(queued=True)
+    def deadly(data: None) -> None: ...
+
+    @app.workflow
+    async def poison(wf: plait.Workflow, data: None) -> None:
+        await wf.do("deadly", deadly)
+
+    async with engine_factory(app, workers=False) as engine:
+        run_id = await engine.start("poison", inline=True)
+        store = engine.store
+        await eventually(lambda: _queued(store), what="the queued job")
+        for n in range(1, MAX_INTERRUPTIONS + 2):
+            # a worker takes the job, starts the body and dies (its lease expires)
+            jobs = await eventually(
+                lambda n=n: store.claim_step_jobs(f"doomed#{n}", 0.05, 1, ["deadly"]),
+                what=f"delivery {n}",
+            )
+            step = await store.begin_queued_step(jobs[0], f"doomed#{n}", 0.05)
+            if n <= MAX_INTERRUPTIONS:
+                assert step is not None and step.attempts == n
+            else:
+                assert step is None  # given up instead of delivered again
+        async with engine_factory(app) as worker:
+            run = await worker.wait(run_id, timeout=10)
+    assert run.status == "failed" and run.error["code"] == "STEP_INTERRUPTED"
+
+
+async def _queued(store) -> bool:
+    return await store.next_due(["deadly"]) is not None

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from plait import serde
 from plait.errors import (
+    STEP_INTERRUPTED,
     WORKFLOW_CANCELLED,
     LeaseLostError,
     RunNotFoundError,
@@ -52,6 +53,8 @@ from plait.store.base import (
 )
 
 T = TypeVar("T")
+#: queued attempts cut short by dying workers before the step is failed (as in passes)
+MAX_INTERRUPTIONS = 10
 SCHEMA_VERSION = 1
 _BATCH_LIMIT = 256
 
@@ -677,6 +680,22 @@ class SQLiteStore:
             # The previous holder's lease ran out while it ran this step: that attempt
             # was interrupted and this delivery takes over with the next attempt.
             _close_attempt(conn, step, step.attempts, "interrupted", None, None, now)
+            interrupted = step.attempts - step.failures
+            if interrupted >= MAX_INTERRUPTIONS:
+                # a body that kills its worker every time is given up, not retried forever
+                step.status, step.updated_at = "failed", now
+                step.error = serde.dumps(
+                    {
+                        "message": f"step {step.key!r} was interrupted {interrupted} times "
+                        "(its worker died while running it each time)",
+                        "type": "StepInterrupted",
+                        "code": STEP_INTERRUPTED,
+                    }
+                )
+                conn.execute(_UPSERT_STEP, convert.step_params(step))
+                _delete_job(conn, job.run_id, job.step_key)
+                conn.execute(_WAKE, (now, now, now, job.run_id))
+                return None
         elif step.status != "scheduled":
             _delete_job(conn, job.run_id, job.step_key)
             return None

@@ -473,6 +473,19 @@ BEGIN
         -- interrupted and this delivery takes over with the next attempt.
         PERFORM @schema@.close_attempt(p_run, p_key, s.attempts, 'interrupted', NULL, NULL,
                                        p_now);
+        IF s.attempts - s.failures >= 10 THEN
+            -- a body that kills its worker every time is given up, not retried forever
+            s.status := 'failed';
+            s.error := jsonb_build_object(
+                'message', format('step %L was interrupted %s times (its worker died while '
+                                  'running it each time)', p_key, s.attempts - s.failures),
+                'type', 'StepInterrupted', 'code', 'STEP_INTERRUPTED');
+            s.updated_at := p_now;
+            PERFORM @schema@.put_step(s);
+            DELETE FROM @schema@.jobs WHERE run_id = p_run AND step_key = p_key;
+            PERFORM @schema@.wake_run(p_run, p_now, p_now);
+            RETURN NULL;
+        END IF;
     ELSIF s.status <> 'scheduled' THEN
         DELETE FROM @schema@.jobs WHERE run_id = p_run AND step_key = p_key;
         RETURN NULL;
