@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
+import copy
 import logging
 import time
 import uuid
@@ -332,7 +332,7 @@ class Runner:
             step.status = "scheduled"
             step.wake_at = time.time()
             ops: list[Op] = [
-                FinishAttempt(dataclasses.replace(step), attempt, "interrupted"),
+                FinishAttempt(copy.copy(step), attempt, "interrupted"),
                 EnqueueJob(step.key, job.function, time.time()),
             ]
             with contextlib.suppress(Exception):
@@ -345,7 +345,7 @@ class Runner:
             step.status, step.output = "succeeded", outcome.output
             ops = [
                 *(hook.ops if hook is not None else []),
-                FinishAttempt(dataclasses.replace(step), attempt, "succeeded", outcome.output),
+                FinishAttempt(copy.copy(step), attempt, "succeeded", outcome.output),
             ]
         else:
             error = serde.dumps(outcome.error)
@@ -356,12 +356,12 @@ class Runner:
                 step.status = "scheduled"
                 step.wake_at = time.time() + policy.delay_after(step.failures)
                 ops = [
-                    FinishAttempt(dataclasses.replace(step), attempt, "failed", None, error),
+                    FinishAttempt(copy.copy(step), attempt, "failed", None, error),
                     EnqueueJob(step.key, job.function, step.wake_at),
                 ]
             else:
                 step.status = "failed"
-                ops = [FinishAttempt(dataclasses.replace(step), attempt, "failed", None, error)]
+                ops = [FinishAttempt(copy.copy(step), attempt, "failed", None, error)]
         if not await self.store.finish_queued_step(job, self.owner, ops):
             log.warning(
                 "step %s of run %s: job lease lost; result dropped", job.step_key, job.run_id

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
@@ -196,7 +197,7 @@ class Pass:
 
     def _put(self, step: StepRow) -> None:
         step.updated_at = time.time()
-        self.ops.append(PutStep(dataclasses.replace(step)))
+        self.ops.append(PutStep(copy.copy(step)))
 
     def _pause(self, key: str, until: float | None = None) -> PauseSignal:
         self.paused = True
@@ -341,17 +342,17 @@ class Pass:
                 )
                 self.ops.append(
                     FinishAttempt(
-                        dataclasses.replace(step), step.attempts, "interrupted", None, step.error
+                        copy.copy(step), step.attempts, "interrupted", None, step.error
                     )
                 )
                 return
-            self.ops.append(FinishAttempt(dataclasses.replace(step), step.attempts, "interrupted"))
+            self.ops.append(FinishAttempt(copy.copy(step), step.attempts, "interrupted"))
         if step.status == "scheduled":
             self.ops.append(ClearTimer(step.key))
         step.attempts += 1
         attempt = step.attempts
         step.status, step.wake_at, step.updated_at = "running", None, now
-        self.ops.append(StartAttempt(dataclasses.replace(step), attempt, self.owner))
+        self.ops.append(StartAttempt(copy.copy(step), attempt, self.owner))
         await self.flush()
         ctx = StepContext(
             run_id=self.run.id,
@@ -380,7 +381,7 @@ class Pass:
                 # (same invocation id, next attempt) wherever the run continues.
                 step.status, status = "pending", "interrupted"
             self.ops.append(
-                FinishAttempt(dataclasses.replace(step), attempt, status, None, step.error)
+                FinishAttempt(copy.copy(step), attempt, status, None, step.error)
             )
             raise
         if self.attempt_hook is not None:
@@ -388,7 +389,7 @@ class Pass:
         if outcome.ok:
             step.status, step.output, step.error = "succeeded", outcome.output, None
             self.ops.append(
-                FinishAttempt(dataclasses.replace(step), attempt, "succeeded", outcome.output)
+                FinishAttempt(copy.copy(step), attempt, "succeeded", outcome.output)
             )
             return
         error = serde.dumps(outcome.error)
@@ -400,13 +401,13 @@ class Pass:
             step.status = "scheduled"
             step.wake_at = time.time() + delay
             self.ops.append(
-                FinishAttempt(dataclasses.replace(step), attempt, "failed", None, error)
+                FinishAttempt(copy.copy(step), attempt, "failed", None, error)
             )
             if delay > 0:
                 self.ops.append(SetTimer(step.key, "retry", step.wake_at))
             return
         step.status = "failed"
-        self.ops.append(FinishAttempt(dataclasses.replace(step), attempt, "failed", None, error))
+        self.ops.append(FinishAttempt(copy.copy(step), attempt, "failed", None, error))
 
     async def _compensate(self, step: StepRow, on_error: str | None) -> None:
         if not on_error or step.kind == "on_error":
@@ -479,7 +480,7 @@ class Pass:
             step.child_run_id = child_id
             step.status = "running"
             kind, version = target or self.engine.describe(workflow)
-            self.ops.append(StartAttempt(dataclasses.replace(step), step.attempts, self.owner))
+            self.ops.append(StartAttempt(copy.copy(step), step.attempts, self.owner))
             self.ops.append(
                 CreateChildRun(
                     NewRun(
@@ -533,7 +534,7 @@ class Pass:
                 input=serde.dumps({"reason": reason, "suspended_at": time.time()}),
             )
             step.attempts = 1
-            self.ops.append(StartAttempt(dataclasses.replace(step), 1, self.owner))
+            self.ops.append(StartAttempt(copy.copy(step), 1, self.owner))
         else:
             self._check_same(step, "suspend", None)
         if step.status == "succeeded":

@@ -57,6 +57,7 @@ T = TypeVar("T")
 MAX_INTERRUPTIONS = 10
 SCHEMA_VERSION = 1
 _BATCH_LIMIT = 256
+_IDLE = object()
 
 _UPSERT_STEP = f"""
 INSERT INTO plait_steps ({convert.STEP_COLUMNS})
@@ -105,6 +106,10 @@ class SQLiteStore:
         self._lock = threading.Lock()
         #: commits and statements, for the benchmark's "durable writes per step"
         self.commits = 0
+        #: set by attach_notifier: called (in the writer thread) when another process
+        #: committed to the file
+        self._on_foreign: Callable[[], Any] | None = None
+        self._watch_interval: float | None = None
 
     # -- connections ---------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -166,44 +171,21 @@ class SQLiteStore:
             conn.execute("ROLLBACK")
             raise
 
-    async def attach_notifier(self, notifier: Any, interval: float = 0.02) -> None:
+    async def attach_notifier(self, notifier: Any, interval: float = 0.05) -> None:
         """Wake this process when another process commits to the same file.
 
-        SQLite has no LISTEN/NOTIFY, but ``PRAGMA data_version`` changes whenever another
-        connection commits; checking it is a cheap read. Only files shared between
-        processes need this; an in-memory database has one process by definition.
+        SQLite has no LISTEN/NOTIFY, but ``PRAGMA data_version`` on a connection changes
+        whenever *another* connection commits. The writer checks it on its own connection
+        between batches and while idle, so this process's own commits never count and an
+        idle process costs one cheap read every ``interval`` seconds.
         """
         if self.memory:
             return
         loop = asyncio.get_running_loop()
-        self._watching = threading.Event()
-
-        def changed() -> None:
-            notifier.everything_changed()
-
-        def watch() -> None:
-            conn = self._connect()
-            try:
-                last = conn.execute("PRAGMA data_version").fetchone()[0]
-                while not self._watching.wait(interval):
-                    now = conn.execute("PRAGMA data_version").fetchone()[0]
-                    if now != last:
-                        last = now
-                        loop.call_soon_threadsafe(changed)
-            except Exception:  # pragma: no cover - the loop is gone at shutdown
-                pass
-            finally:
-                conn.close()
-
-        self._watcher = threading.Thread(target=watch, name="plait-sqlite-watch", daemon=True)
-        self._watcher.start()
+        self._watch_interval = interval
+        self._on_foreign = lambda: loop.call_soon_threadsafe(notifier.everything_changed)
 
     async def close(self) -> None:
-        watching = getattr(self, "_watching", None)
-        if watching is not None:
-            watching.set()
-            await asyncio.to_thread(self._watcher.join)
-            self._watching = None
         if self._writer is not None:
             self._writes.put(None)
             await asyncio.to_thread(self._writer.join)
@@ -230,9 +212,20 @@ class SQLiteStore:
             loop.call_soon_threadsafe(_settle, ready, None, exc)
             return
         loop.call_soon_threadsafe(_settle, ready, None, None)
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
         try:
             while True:
-                item = self._writes.get()
+                try:
+                    item = self._writes.get(timeout=self._watch_interval)
+                except queue.Empty:
+                    item = _IDLE
+                if self._on_foreign is not None:
+                    seen = conn.execute("PRAGMA data_version").fetchone()[0]
+                    if seen != version:
+                        version = seen
+                        self._on_foreign()
+                if item is _IDLE:
+                    continue
                 if item is None:
                     break
                 batch = [item]
@@ -298,8 +291,12 @@ class SQLiteStore:
                         conn.execute("ROLLBACK")
                     pending = [(f, lp, None, exc) for f, lp, _, _ in pending]
                 results.extend(pending)
+        # one wake-up of each waiting event loop per batch, not one per future
+        by_loop: dict[Any, list[tuple[Any, Any, BaseException | None]]] = {}
         for fut, loop, value, exc in results:
-            loop.call_soon_threadsafe(_settle, fut, value, exc)
+            by_loop.setdefault(loop, []).append((fut, value, exc))
+        for loop, settled in by_loop.items():
+            loop.call_soon_threadsafe(_settle_all, settled)
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._writer is None:
@@ -863,6 +860,11 @@ class SQLiteStore:
 
 
 # -- statements shared by the operations above -------------------------------------------------
+
+
+def _settle_all(settled: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    for fut, value, exc in settled:
+        _settle(fut, value, exc)
 
 
 def _settle(fut: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
