@@ -254,3 +254,27 @@ async def test_a_queued_step_that_kills_its_worker_every_time_is_failed(engine_f
 
 async def _queued(store) -> bool:
     return await store.next_due(["deadly"]) is not None
+
+
+async def test_a_dead_process_on_this_machine_is_taken_over_without_waiting(
+    engine_factory,
+) -> None:
+    import os
+    import socket
+
+    counter = Counter()
+    app = _slow_app(counter, [], 0.01)
+    gone = await asyncio.create_subprocess_exec("true")
+    await gone.wait()
+    async with engine_factory(app, workers=False) as starter:
+        run_id = await starter.start("flow")
+        owner = f"host-3#{socket.gethostname()}:{gone.pid}:0000"
+        assert await starter.store.claim_run(run_id, owner, 60.0)
+        began = time.monotonic()
+        # with 8 s leases, waiting for a missed renewal would take 2.45 s
+        async with engine_factory(app, worker_id="host-3", lease_seconds=8.0) as restarted:
+            run = await restarted.wait(run_id, timeout=10)
+        took = time.monotonic() - began
+    assert run.status == "completed"
+    assert took < 1.5, took
+    assert os.getpid() != gone.pid

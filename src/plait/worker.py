@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import copy
 import logging
+import os
+import socket
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -28,6 +30,22 @@ if TYPE_CHECKING:
     from plait.engine import Engine
 
 log = logging.getLogger("plait.worker")
+_HOST = socket.gethostname()
+
+
+def _dead_here(owner: str) -> bool:
+    """Whether a lease owner ("worker#host:pid:token") was a process of this machine that
+    no longer exists."""
+    try:
+        host, pid, _token = owner.split("#", 1)[1].rsplit(":", 2)
+        if host != _HOST:
+            return False
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except (ValueError, IndexError, PermissionError, OSError):
+        return False
+    return False
 
 
 class Runner:
@@ -38,7 +56,7 @@ class Runner:
         self.store = engine.store
         #: the lease name: the worker id plus a token of this process, so two processes
         #: started with one --worker-id never pass each other's lease checks
-        self.owner = f"{engine.worker_id}#{uuid.uuid4().hex[:8]}"
+        self.owner = f"{engine.worker_id}#{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease = engine.lease_seconds
         self.driving: dict[str, asyncio.Task[Any]] = {}
         self.stepping: dict[tuple[str, str], asyncio.Task[Any]] = {}
@@ -61,10 +79,16 @@ class Runner:
         if reader is None:
             return
         held = await reader(self.engine.worker_id, self.owner)
-        if not held:
+        # A holder on this machine whose process is gone is certainly dead: no need to
+        # wait for it to miss a renewal.
+        dead = [lease for lease in held if _dead_here(lease[3])]
+        if dead and await self.store.expire_leases(dead):
+            self.kick()
+        rest = [lease for lease in held if lease not in dead]
+        if not rest:
             return
         await asyncio.sleep(max(0.05, self.lease / 4) * 1.2 + 0.05)
-        if await self.store.expire_leases(held):
+        if await self.store.expire_leases(rest):
             self.kick()
 
     def start_loops(self, *, passes: bool = True, steps: bool = True) -> None:
