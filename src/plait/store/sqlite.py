@@ -262,26 +262,32 @@ class SQLiteStore:
                     results.append((fut, loop, None, exc))
                 writes = []
             pending: list[tuple[Any, Any, Any, BaseException | None]] = []
-            # Each item gets a savepoint so one failing item does not undo the others
-            # that share its commit; a lone item needs none (its failure rolls back all).
-            alone = len(writes) == 1
+            # Optimistic: the whole batch in one transaction without savepoints. If any
+            # item fails (rare: a lost lease, an action on a run in the wrong status), the
+            # batch is rolled back and every item runs again in its own transaction, so one
+            # item's failure never undoes another's write.
+            failed = False
             for _, fn, fut, loop in writes:
-                if not alone:
-                    conn.execute("SAVEPOINT item")
                 try:
-                    value = fn(conn)
-                    if not alone:
-                        conn.execute("RELEASE item")
-                    pending.append((fut, loop, value, None))
-                except BaseException as exc:
-                    if alone:
-                        conn.execute("ROLLBACK")
+                    pending.append((fut, loop, fn(conn), None))
+                except BaseException:
+                    failed = True
+                    break
+            if failed:
+                conn.execute("ROLLBACK")
+                pending = []
+                for _, fn, fut, loop in writes:
+                    try:
+                        conn.execute("BEGIN IMMEDIATE")
+                        value = fn(conn)
+                        conn.execute("COMMIT")
+                        self.commits += 1
+                        results.append((fut, loop, value, None))
+                    except BaseException as exc:
+                        with contextlib.suppress(Exception):
+                            conn.execute("ROLLBACK")
                         results.append((fut, loop, None, exc))
-                        writes = []
-                        break
-                    conn.execute("ROLLBACK TO item")
-                    conn.execute("RELEASE item")
-                    pending.append((fut, loop, None, exc))
+                writes = []
             if writes:
                 try:
                     conn.execute("COMMIT")
