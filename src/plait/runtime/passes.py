@@ -341,9 +341,7 @@ class Pass:
                     }
                 )
                 self.ops.append(
-                    FinishAttempt(
-                        copy.copy(step), step.attempts, "interrupted", None, step.error
-                    )
+                    FinishAttempt(copy.copy(step), step.attempts, "interrupted", None, step.error)
                 )
                 return
             self.ops.append(FinishAttempt(copy.copy(step), step.attempts, "interrupted"))
@@ -380,17 +378,13 @@ class Pass:
                 # This process is shutting down: the step is not failed, it will run again
                 # (same invocation id, next attempt) wherever the run continues.
                 step.status, status = "pending", "interrupted"
-            self.ops.append(
-                FinishAttempt(copy.copy(step), attempt, status, None, step.error)
-            )
+            self.ops.append(FinishAttempt(copy.copy(step), attempt, status, None, step.error))
             raise
         if self.attempt_hook is not None:
             outcome = self.attempt_hook.finish(step, ctx, outcome)
         if outcome.ok:
             step.status, step.output, step.error = "succeeded", outcome.output, None
-            self.ops.append(
-                FinishAttempt(copy.copy(step), attempt, "succeeded", outcome.output)
-            )
+            self.ops.append(FinishAttempt(copy.copy(step), attempt, "succeeded", outcome.output))
             return
         error = serde.dumps(outcome.error)
         step.failures += 1
@@ -400,9 +394,7 @@ class Pass:
             delay = policy.delay_after(step.failures)
             step.status = "scheduled"
             step.wake_at = time.time() + delay
-            self.ops.append(
-                FinishAttempt(copy.copy(step), attempt, "failed", None, error)
-            )
+            self.ops.append(FinishAttempt(copy.copy(step), attempt, "failed", None, error))
             if delay > 0:
                 self.ops.append(SetTimer(step.key, "retry", step.wake_at))
             return
