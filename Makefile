@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,6 +19,9 @@ test: $(STAMP)
 	$(BIN)/ruff format --check src tests examples benchmarks
 	$(BIN)/ruff check src tests examples benchmarks
 	$(BIN)/python -m pytest -q -rs
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff format src tests examples benchmarks
