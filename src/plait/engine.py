@@ -380,8 +380,7 @@ class Engine:
                     "deploy it and resume the run"
                 )
             )
-            await p.flush()
-            return PassResult("suspended")
+            return await p.finish("suspended")
         return await p.execute(wdef)
 
 

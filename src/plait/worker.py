@@ -217,9 +217,10 @@ class Runner:
                 await self.store.release_run(run_id, self.owner, snapshot.run.wakeups)
                 return False
             result = await engine.execute_pass(snapshot, self.owner)
-            # A pass cut short by a shutdown leaves the run due now for another worker.
-            seen = -1 if self.closing else snapshot.run.wakeups
-            again = await self.store.release_run(run_id, self.owner, seen)
+            again = result.again
+            if again is None:
+                seen = -1 if self.closing else snapshot.run.wakeups
+                again = await self.store.release_run(run_id, self.owner, seen)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.store.release_run(run_id, self.owner, -1))

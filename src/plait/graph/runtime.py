@@ -108,8 +108,7 @@ async def execute_graph_pass(p: Pass) -> PassResult:
                 errors.FUNCTION_NOT_FOUND,
             )
         )
-        await p.flush()
-        return PassResult("suspended")
+        return await p.finish("suspended")
     runner = _GraphPass(p, graph)
     try:
         return await runner.execute()
@@ -219,8 +218,7 @@ class _GraphPass:
             end = _end("suspended", self.suspend.message, self.suspend.code)
         if end is not None:
             p.ops.append(end)
-        await p.flush()
-        return PassResult(end.status if end else "running", p.children, p.queued)
+        return await p.finish(end.status if end else "running")
 
     def _check_start(self) -> EndRun | None:
         start_node = self.p.run.start_node

@@ -7,7 +7,6 @@ apps with different engines can live in one process, e.g. in tests.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
@@ -29,11 +28,6 @@ Handler = Callable[[Request], Awaitable[Response]]
 #: ``wait`` without a ``timeout`` still gives up (202, run still going) after this long, so
 #: an abandoned request cannot hold a server task for ever
 MAX_WAIT_SECONDS = 300.0
-
-
-def has_graph_registry(engine: Engine) -> bool:
-    """Run-time graphs need ``Engine.register_graph``; older engines answer 501."""
-    return callable(getattr(engine, "register_graph", None))
 
 
 class Api:
@@ -105,13 +99,7 @@ class Api:
         registered at run time as active."""
         app = self.engine.app
         graphs = set(app.graphs)
-        lister = getattr(self.engine, "list_graphs", None)
-        if callable(lister):
-            for entry in await _maybe_await(lister()):
-                data = _as_dict(entry)
-                name = data.get("workflow") or data.get("name")
-                if isinstance(name, str) and data.get("status", "active") == "active":
-                    graphs.add(name)
+        graphs.update(entry["workflow"] for entry in await self.engine.list_graphs("active"))
         items = [{"name": name, "kind": "workflow"} for name in sorted(app.workflows)]
         items += [{"name": name, "kind": "graph"} for name in sorted(graphs - set(app.workflows))]
         return JSONResponse({"workflows": items})
@@ -237,49 +225,38 @@ class Api:
         """Graphs this app declares plus every version registered at run time."""
         items: dict[tuple[str, str | None], dict[str, Any]] = {}
         for name, graph in self.engine.app.graphs.items():
-            version = _call_or_none(graph, "content_hash")
+            version = graph.content_hash()
             items[(name, version)] = {
                 "name": name,
                 "version": version,
                 "status": "active",
                 "source": "app",
-                "definition": _call_or_none(graph, "to_dict"),
+                "definition": graph.to_dict(),
             }
-        lister = getattr(self.engine, "list_graphs", None)
-        if callable(lister):
-            for entry in await _maybe_await(lister()):
-                data = _jsonable(_as_dict(entry))
-                name = data.pop("workflow", None) or data.get("name")
-                data.pop("kind", None)
-                if not isinstance(name, str):
-                    continue
-                key = (name, data.get("version"))
-                source = "app" if key in items else "registered"
-                items[key] = {**items.get(key, {}), **data, "name": name, "source": source}
+        for entry in await self.engine.list_graphs():
+            data = _jsonable(entry)
+            name = data.pop("workflow")
+            data.pop("kind", None)
+            key = (name, data.get("version"))
+            source = "app" if key in items else "registered"
+            items[key] = {**items.get(key, {}), **data, "name": name, "source": source}
         return JSONResponse({"graphs": list(items.values())})
 
     async def register_graph(self, request: Request, principal: Principal) -> Response:
-        """Register (or update) a graph from JSON; 501 until the engine supports it."""
-        if not has_graph_registry(self.engine):
-            raise ApiError(501, "NOT_IMPLEMENTED", "this engine cannot register graphs at run time")
+        """Register (or update) a graph from JSON."""
         body: RegisterGraph = validate(RegisterGraph, await json_body(request, empty={}))
         try:
-            result = await _maybe_await(
-                self.engine.register_graph(  # type: ignore[attr-defined]
-                    body.name, body.definition, status=body.status
-                )
+            version = await self.engine.register_graph(
+                body.name, body.definition, status=body.status
             )
         except (TypeError, ValueError) as exc:
             mapped = from_plait(exc)
             if mapped is not None:
                 raise mapped from None
             raise bad_input(exc, "definition") from None
-        data = {"name": body.name, "status": body.status}
-        if isinstance(result, str):
-            data["version"] = result
-        else:
-            data.update(_jsonable(_as_dict(result)))
-        return JSONResponse(data, status_code=201)
+        return JSONResponse(
+            {"name": body.name, "status": body.status, "version": version}, status_code=201
+        )
 
 
 def _summary(run: Run) -> dict[str, Any]:
@@ -292,42 +269,15 @@ def _summary(run: Run) -> dict[str, Any]:
     }
 
 
-async def _maybe_await(value: Any) -> Any:
-    if inspect.isawaitable(value):
-        return await value
-    return value
-
-
-def _as_dict(value: Any) -> dict[str, Any]:
-    """A registry entry (dict or record) as a dict."""
-    if isinstance(value, dict):
-        return dict(value)
-    to_dict = getattr(value, "to_dict", None)
-    if callable(to_dict):
-        data = to_dict()
-        if isinstance(data, dict):
-            return data
-    return {}
-
-
 def _jsonable(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in data.items()}
 
 
-def _call_or_none(obj: Any, method: str) -> Any:
-    fn = getattr(obj, method, None)
-    return fn() if callable(fn) else None
-
-
 async def _graph_definition(engine: Engine, run: Run) -> Any:
-    """The graph a run follows: the exact version it started on when the engine can tell,
-    else the app's graph of that name."""
-    graph_for = getattr(engine, "graph_for", None)
-    if callable(graph_for):
-        graph = await _maybe_await(graph_for(run.workflow, run.version))
-        if graph is not None:
-            return graph
-    return engine.app.graphs.get(run.workflow)
+    """The graph a run follows: the exact version it started on, else the app's graph of
+    that name."""
+    graph = await engine.graph_for(run.workflow, run.version)
+    return graph if graph is not None else engine.app.graphs.get(run.workflow)
 
 
-__all__ = ["Api", "has_graph_registry"]
+__all__ = ["Api"]

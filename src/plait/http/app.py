@@ -12,18 +12,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
 from plait.engine import Engine
-from plait.http.api import Api, has_graph_registry
+from plait.http.api import Api
 from plait.http.auth import Authenticate, Authenticator
 from plait.http.dashboard import dashboard_routes
 from plait.http.openapi import openapi_document
 from plait.http.problems import ApiError, handle_api_error, handle_http_exception
-
-
-def _engine_is_open(engine: Engine) -> bool:
-    is_open = getattr(engine, "is_open", None)
-    if isinstance(is_open, bool):
-        return is_open
-    return bool(getattr(engine, "_opened", False))
 
 
 def create_app(
@@ -46,14 +39,14 @@ def create_app(
     """
     auth = Authenticator(tokens=tokens, authenticate=authenticate, no_auth=no_auth)
     api = Api(engine, auth)
-    document = openapi_document(graphs_supported=has_graph_registry(engine))
+    document = openapi_document()
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(document)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        opened_here = not _engine_is_open(engine)
+        opened_here = not engine.is_open
         if opened_here:
             await engine.open()
         try:

@@ -29,7 +29,6 @@ def _errors(*codes: int) -> dict[str, Any]:
         404: "unknown workflow or run",
         409: "the run's status does not allow this action",
         422: "malformed request; `problems` lists every problem",
-        501: "this engine cannot do this yet",
     }
     return {str(c): {"$ref": f"#/components/responses/E{c}"} for c in codes if c in text}
 
@@ -50,9 +49,8 @@ def _run_action(summary: str, extra: tuple[int, ...] = ()) -> dict[str, Any]:
     }
 
 
-def openapi_document(*, graphs_supported: bool = True) -> dict[str, Any]:
-    """The API description; graph registration is marked when the engine lacks it."""
-    error_codes = (401, 403, 404, 409, 422, 501)
+def openapi_document() -> dict[str, Any]:
+    """The API description served at /openapi.json."""
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
@@ -295,15 +293,14 @@ def openapi_document(*, graphs_supported: bool = True) -> dict[str, Any]:
                     },
                 },
                 "post": {
-                    "summary": "Register a graph from its JSON definition"
-                    + ("" if graphs_supported else " (not supported by this engine: 501)"),
+                    "summary": "Register a graph from its JSON definition",
                     "requestBody": {
                         "required": True,
                         "content": {"application/json": {"schema": _ref("RegisterGraph")}},
                     },
                     "responses": {
                         "201": _json({"type": "object"}, "registered"),
-                        **_errors(401, 422, 501),
+                        **_errors(401, 422),
                     },
                 },
             },
@@ -318,9 +315,7 @@ def openapi_document(*, graphs_supported: bool = True) -> dict[str, Any]:
                     (404, "unknown workflow or run"),
                     (409, "the run's status does not allow this action"),
                     (422, "malformed request; `problems` lists every problem"),
-                    (501, "not supported by this engine"),
                 )
-                if c in error_codes
             },
             "schemas": _schemas(),
         },

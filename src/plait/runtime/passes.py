@@ -58,6 +58,8 @@ class PassResult:
     status: str  # running (paused), completed, failed, cancelled, suspended
     children: list[str] = dataclasses.field(default_factory=list)
     queued: bool = False
+    #: set once the pass gave its lease back with its last writes: due again at once?
+    again: bool | None = None
 
 
 class AttemptHook(Protocol):
@@ -110,6 +112,17 @@ class Pass:
         except Exception as exc:
             self.aborted = PassAborted(exc)
             raise self.aborted from exc
+
+    async def finish(self, status: str) -> PassResult:
+        """The last writes of the pass and the release of its lease, in one commit. A
+        pass cut short by a shutdown leaves the run due at once for another worker."""
+        seen = -1 if self.engine.runner.closing else self.run.wakeups
+        ops, self.ops = self.ops, []
+        try:
+            again = await self.store.commit(Batch(self.run.id, ops, fence=self.owner, release=seen))
+        except Exception as exc:
+            raise PassAborted(exc) from exc
+        return PassResult(status, self.children, self.queued, again)
 
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
         """Start a step now. Steps are tasks from the moment they are called, so a pass
@@ -647,8 +660,7 @@ class Pass:
             end = None  # the code swallowed a pause; the run is not finished
         if end is not None:
             self.ops.append(end)
-        await self.flush()
-        return PassResult(end.status if end else "running", self.children, self.queued)
+        return await self.finish(end.status if end else "running")
 
 
 def _control_error(message: str, code: str) -> str | None:

@@ -695,7 +695,7 @@ class PostgresStore:
         )
         return [r["id"] for r in rows]
 
-    async def commit(self, batch: Batch) -> None:
+    async def commit(self, batch: Batch) -> bool:
         """All ops of the batch in one transaction, fenced by the run lease.
 
         If a fenced write fails with an unknown outcome (the connection broke), the pass
@@ -704,8 +704,8 @@ class PostgresStore:
         once the server is back. So the store refuses further writes of that pass: it
         ends as a crashed pass and the run is replayed from what was really committed.
         """
-        if not batch.ops:
-            return
+        if not batch.ops and batch.release is None:
+            return False
         ops = [_op_value(op) for op in batch.ops]
         async with self._in_order(batch.run_id):
             if batch.fence is not None and (batch.run_id, batch.fence) in self._tainted:
@@ -714,8 +714,21 @@ class PostgresStore:
                     "the run will be replayed"
                 )
             try:
-                await self._call(
-                    "execute", self._q["commit_batch"], batch.run_id, batch.fence, ops, _now()
+                if batch.release is None:
+                    await self._call(
+                        "execute", self._q["commit_batch"], batch.run_id, batch.fence, ops, _now()
+                    )
+                    return False
+                return bool(
+                    await self._call(
+                        "fetchval",
+                        self._q["commit_and_release"],
+                        batch.run_id,
+                        batch.fence,
+                        ops,
+                        _now(),
+                        batch.release,
+                    )
                 )
             except asyncpg.PostgresError as exc:
                 # the server answered: the transaction was rolled back, nothing is unknown

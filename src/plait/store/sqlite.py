@@ -469,32 +469,24 @@ class SQLiteStore:
 
         return await self._write(go)
 
-    async def commit(self, batch: Batch) -> None:
-        def go(conn: sqlite3.Connection) -> None:
+    async def commit(self, batch: Batch) -> bool:
+        def go(conn: sqlite3.Connection) -> bool:
             if batch.fence is not None:
                 row = conn.execute(
                     "SELECT lease_owner FROM plait_runs WHERE id = ?", (batch.run_id,)
                 ).fetchone()
                 if row is None or row[0] != batch.fence:
                     raise LeaseLostError(f"lost the lease on run {batch.run_id}")
-            _apply(conn, batch.run_id, batch.ops, _now())
-
-        await self._write(go)
-
-    async def release_run(self, run_id: str, owner: str, wakeups_seen: int) -> bool:
-        def go(conn: sqlite3.Connection) -> bool:
             now = _now()
-            row = conn.execute(
-                "UPDATE plait_runs SET lease_owner = NULL, lease_until = NULL, wake_at = CASE"
-                " WHEN status != 'running' THEN NULL"
-                " WHEN wakeups != ? THEN ?"
-                " ELSE (SELECT min(wake_at) FROM plait_timers WHERE run_id = plait_runs.id) END"
-                " WHERE id = ? AND lease_owner = ? RETURNING wake_at",
-                (wakeups_seen, now, run_id, owner),
-            ).fetchone()
-            return row is not None and row[0] is not None and row[0] <= now
+            _apply(conn, batch.run_id, batch.ops, now)
+            if batch.release is None or batch.fence is None:
+                return False
+            return _release(conn, batch.run_id, batch.fence, batch.release, now)
 
         return await self._write(go)
+
+    async def release_run(self, run_id: str, owner: str, wakeups_seen: int) -> bool:
+        return await self._write(lambda conn: _release(conn, run_id, owner, wakeups_seen, _now()))
 
     async def sweep_idle(self, base: float = 30.0, cap: float = 600.0, limit: int = 100) -> int:
         """Re-drive runs that are ``running`` with nothing that will ever wake them (no
@@ -934,6 +926,20 @@ def _requeue(conn: sqlite3.Connection, run_id: str, now: float) -> None:
             " VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id, step_key) DO NOTHING",
             (run_id, step.key, step.function, max(now, step.wake_at or now), now),
         )
+
+
+def _release(conn: sqlite3.Connection, run_id: str, owner: str, seen: int, now: float) -> bool:
+    """Give the run back: due again at once if someone woke it during the pass (its
+    wake-up count moved from ``seen``), else when its earliest timer fires."""
+    row = conn.execute(
+        "UPDATE plait_runs SET lease_owner = NULL, lease_until = NULL, wake_at = CASE"
+        " WHEN status != 'running' THEN NULL"
+        " WHEN wakeups != ? THEN ?"
+        " ELSE (SELECT min(wake_at) FROM plait_timers WHERE run_id = plait_runs.id) END"
+        " WHERE id = ? AND lease_owner = ? RETURNING wake_at",
+        (seen, now, run_id, owner),
+    ).fetchone()
+    return row is not None and row[0] is not None and row[0] <= now
 
 
 def _require_status(

@@ -42,6 +42,9 @@ RETURNING id
 -- name: commit_batch
 SELECT @schema@.commit_batch($1, $2, $3::@schema@.op[], $4)
 
+-- name: commit_and_release
+SELECT @schema@.commit_and_release($1, $2, $3::@schema@.op[], $4, $5)
+
 -- name: release_run
 -- Give the run back. It is due again at once if someone woke it during the pass
 -- (wakeups moved), else when its earliest timer fires; the last column says "due now".

@@ -432,6 +432,24 @@ BEGIN
     PERFORM @schema@.apply_ops(p_run, p_ops, p_now);
 END $$;
 
+-- The last writes of a pass and the release of its lease in one transaction: one commit
+-- instead of two. Returns whether the run is due again at once.
+CREATE FUNCTION @schema@.commit_and_release(
+    p_run text, p_fence text, p_ops @schema@.op[], p_now timestamptz, p_seen bigint
+) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    due timestamptz;
+BEGIN
+    PERFORM @schema@.commit_batch(p_run, p_fence, p_ops, p_now);
+    UPDATE @schema@.runs SET lease_owner = NULL, lease_until = NULL, wake_at = CASE
+        WHEN status <> 'running' THEN NULL
+        WHEN wakeups <> p_seen THEN p_now
+        ELSE (SELECT min(t.wake_at) FROM @schema@.timers t WHERE t.run_id = runs.id) END
+    WHERE id = p_run AND lease_owner = p_fence
+    RETURNING wake_at INTO due;
+    RETURN due IS NOT NULL AND due <= p_now;
+END $$;
+
 -- Take a queued step for one attempt: NULL if the job is no longer ours, the run is
 -- suspended (the job waits, unclaimed, for a resume), or the run has ended or the step is
 -- settled (the job is dropped then). SQLSTATE PLT04 when the job
