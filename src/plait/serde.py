@@ -16,27 +16,27 @@ from pydantic import BaseModel
 from plait.errors import NotJSONError
 
 
-def to_jsonable(value: Any) -> Any:
-    """Turn pydantic models (at any depth) into plain JSON values; leave the rest."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if isinstance(value, dict):
-        return {k: to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_jsonable(v) for v in value]
-    return value
-
-
 def dumps(value: Any, *, what: str = "value") -> str | None:
     """Encode for storage; ``None`` stays SQL NULL so a missing value costs nothing."""
     if value is None:
         return None
     try:
-        return json.dumps(
-            to_jsonable(value), separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
+        return _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise NotJSONError(what, _describe(value, exc)) from None
+
+
+def _default(value: Any) -> Any:
+    """Pydantic models (at any depth) are written as their JSON form; nothing else is
+    guessed at."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_ENCODER = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_default
+)
 
 
 def loads(text: str | bytes | None) -> Any:

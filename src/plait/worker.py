@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 import os
 import socket
@@ -357,7 +356,7 @@ class Runner:
             step.status = "scheduled"
             step.wake_at = time.time()
             ops: list[Op] = [
-                FinishAttempt(copy.copy(step), attempt, "interrupted"),
+                FinishAttempt(step, attempt, "interrupted"),
                 EnqueueJob(step.key, job.function, time.time()),
             ]
             with contextlib.suppress(Exception):
@@ -370,7 +369,7 @@ class Runner:
             step.status, step.output = "succeeded", outcome.output
             ops = [
                 *(hook.ops if hook is not None else []),
-                FinishAttempt(copy.copy(step), attempt, "succeeded", outcome.output),
+                FinishAttempt(step, attempt, "succeeded", outcome.output),
             ]
         else:
             error = serde.dumps(outcome.error)
@@ -381,12 +380,12 @@ class Runner:
                 step.status = "scheduled"
                 step.wake_at = time.time() + policy.delay_after(step.failures)
                 ops = [
-                    FinishAttempt(copy.copy(step), attempt, "failed", None, error),
+                    FinishAttempt(step, attempt, "failed", None, error),
                     EnqueueJob(step.key, job.function, step.wake_at),
                 ]
             else:
                 step.status = "failed"
-                ops = [FinishAttempt(copy.copy(step), attempt, "failed", None, error)]
+                ops = [FinishAttempt(step, attempt, "failed", None, error)]
         if not await self.store.finish_queued_step(job, self.owner, ops):
             log.warning(
                 "step %s of run %s: job lease lost; result dropped", job.step_key, job.run_id

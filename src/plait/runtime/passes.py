@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
@@ -210,7 +209,7 @@ class Pass:
 
     def _put(self, step: StepRow) -> None:
         step.updated_at = time.time()
-        self.ops.append(PutStep(copy.copy(step)))
+        self.ops.append(PutStep(step))
 
     def _pause(self, key: str, until: float | None = None) -> PauseSignal:
         self.paused = True
@@ -353,17 +352,15 @@ class Pass:
                         "code": errors.STEP_INTERRUPTED,
                     }
                 )
-                self.ops.append(
-                    FinishAttempt(copy.copy(step), step.attempts, "interrupted", None, step.error)
-                )
+                self.ops.append(FinishAttempt(step, step.attempts, "interrupted", None, step.error))
                 return
-            self.ops.append(FinishAttempt(copy.copy(step), step.attempts, "interrupted"))
+            self.ops.append(FinishAttempt(step, step.attempts, "interrupted"))
         if step.status == "scheduled":
             self.ops.append(ClearTimer(step.key))
         step.attempts += 1
         attempt = step.attempts
         step.status, step.wake_at, step.updated_at = "running", None, now
-        self.ops.append(StartAttempt(copy.copy(step), attempt, self.owner))
+        self.ops.append(StartAttempt(step, attempt, self.owner))
         await self.flush()
         ctx = StepContext(
             run_id=self.run.id,
@@ -391,13 +388,13 @@ class Pass:
                 # This process is shutting down: the step is not failed, it will run again
                 # (same invocation id, next attempt) wherever the run continues.
                 step.status, status = "pending", "interrupted"
-            self.ops.append(FinishAttempt(copy.copy(step), attempt, status, None, step.error))
+            self.ops.append(FinishAttempt(step, attempt, status, None, step.error))
             raise
         if self.attempt_hook is not None:
             outcome = self.attempt_hook.finish(step, ctx, outcome)
         if outcome.ok:
             step.status, step.output, step.error = "succeeded", outcome.output, None
-            self.ops.append(FinishAttempt(copy.copy(step), attempt, "succeeded", outcome.output))
+            self.ops.append(FinishAttempt(step, attempt, "succeeded", outcome.output))
             return
         error = serde.dumps(outcome.error)
         step.failures += 1
@@ -407,12 +404,12 @@ class Pass:
             delay = policy.delay_after(step.failures)
             step.status = "scheduled"
             step.wake_at = time.time() + delay
-            self.ops.append(FinishAttempt(copy.copy(step), attempt, "failed", None, error))
+            self.ops.append(FinishAttempt(step, attempt, "failed", None, error))
             if delay > 0:
                 self.ops.append(SetTimer(step.key, "retry", step.wake_at))
             return
         step.status = "failed"
-        self.ops.append(FinishAttempt(copy.copy(step), attempt, "failed", None, error))
+        self.ops.append(FinishAttempt(step, attempt, "failed", None, error))
 
     async def _compensate(self, step: StepRow, on_error: str | None) -> None:
         if not on_error or step.kind == "on_error":
@@ -485,7 +482,7 @@ class Pass:
             step.child_run_id = child_id
             step.status = "running"
             kind, version = target or self.engine.describe(workflow)
-            self.ops.append(StartAttempt(copy.copy(step), step.attempts, self.owner))
+            self.ops.append(StartAttempt(step, step.attempts, self.owner))
             self.ops.append(
                 CreateChildRun(
                     NewRun(
@@ -539,7 +536,7 @@ class Pass:
                 input=serde.dumps({"reason": reason, "suspended_at": time.time()}),
             )
             step.attempts = 1
-            self.ops.append(StartAttempt(copy.copy(step), 1, self.owner))
+            self.ops.append(StartAttempt(step, 1, self.owner))
         else:
             self._check_same(step, "suspend", None)
         if step.status == "succeeded":
