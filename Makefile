@@ -16,8 +16,8 @@ demo: $(STAMP)
 	$(BIN)/python examples/order_demo.py
 
 test: $(STAMP)
-	$(BIN)/ruff format --check src tests examples benchmarks
-	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/ruff format --no-cache --check src tests examples benchmarks
+	$(BIN)/ruff check --no-cache src tests examples benchmarks
 	$(BIN)/python -m pytest -q -rs
 
 bench: $(STAMP)

@@ -24,6 +24,7 @@ elif os.environ.get("PLAIT_SKIP_POSTGRES") != "1":
 def _postgres_available() -> str | None:
     try:
         import asyncpg  # noqa: F401
+
         from plait.store.postgres import PostgresStore  # noqa: F401
     except ImportError as exc:
         return f"PostgreSQL store not available: {exc}"
