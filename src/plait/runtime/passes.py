@@ -392,6 +392,7 @@ class Pass:
             raise
         if self.attempt_hook is not None:
             outcome = self.attempt_hook.finish(step, ctx, outcome)
+        step.updated_at = time.time()
         if outcome.ok:
             step.status, step.output, step.error = "succeeded", outcome.output, None
             self.ops.append(FinishAttempt(step, attempt, "succeeded", outcome.output))

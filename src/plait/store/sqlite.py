@@ -960,6 +960,30 @@ def _delete_job(conn: sqlite3.Connection, run_id: str, key: str) -> None:
     conn.execute("DELETE FROM plait_jobs WHERE run_id = ? AND step_key = ?", (run_id, key))
 
 
+def _finish_step(conn: sqlite3.Connection, s: StepRow) -> None:
+    """The columns an attempt's end changes; the row exists since its start was committed
+    (the full upsert is the fallback, so nothing is lost if it does not)."""
+    cur = conn.execute(
+        "UPDATE plait_steps SET status = ?, output = ?, error = ?, attempts = ?, failures = ?,"
+        " wake_at = ?, branch = ?, child_run_id = ?, updated_at = ? WHERE run_id = ? AND key = ?",
+        (
+            s.status,
+            s.output,
+            s.error,
+            s.attempts,
+            s.failures,
+            s.wake_at,
+            s.branch,
+            s.child_run_id,
+            s.updated_at,
+            s.run_id,
+            s.key,
+        ),
+    )
+    if cur.rowcount == 0:
+        conn.execute(_UPSERT_STEP, convert.step_params(s))
+
+
 def _open_attempt(
     conn: sqlite3.Connection, step: StepRow, attempt: int, worker: str | None, now: float
 ) -> None:
@@ -996,7 +1020,7 @@ def _apply(conn: sqlite3.Connection, run_id: str, ops: Iterable[Op], now: float)
             conn.execute(_UPSERT_STEP, convert.step_params(op.step))
             _open_attempt(conn, op.step, op.attempt, op.worker, now)
         elif isinstance(op, FinishAttempt):
-            conn.execute(_UPSERT_STEP, convert.step_params(op.step))
+            _finish_step(conn, op.step)
             _close_attempt(conn, op.step, op.attempt, op.status, op.output, op.error, now)
         elif isinstance(op, SetTimer):
             conn.execute(
