@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -351,3 +351,51 @@ def summarize(values: list[float]) -> str:
     ordered = sorted(values)
     mid = ordered[len(ordered) // 2]
     return f"min {ordered[0]:.2f}s  median {mid:.2f}s  max {ordered[-1]:.2f}s  (n={len(values)})"
+
+
+def ready(worker: WorkerProcess) -> Callable[[], Awaitable[bool]]:
+    """A check for ``eventually``: the worker is up, or the test fails with its log."""
+
+    async def check() -> bool:
+        if not worker.alive():
+            raise AssertionError(f"worker {worker.worker_id} exited:\n{worker.log_tail()}")
+        return worker.ready()
+
+    return check
+
+
+class LedgerTail:
+    """Reads the ledger incrementally, so that polling it stays cheap as it grows."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.lines: list[dict[str, Any]] = []
+
+    def refresh(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return self.lines
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            chunk = f.read()
+        whole = chunk[: chunk.rfind(b"\n") + 1]  # a line being written is read next time
+        self.offset += len(whole)
+        self.lines.extend(json.loads(line) for line in whole.splitlines() if line.strip())
+        return self.lines
+
+    def started_by(self, pid: int) -> int:
+        """How many step bodies ``pid`` has started."""
+        return sum(1 for ln in self.refresh() if ln["pid"] == pid and ln["event"] == "start")
+
+    def open_steps(self, pid: int) -> list[tuple[str, str, int]]:
+        """Step bodies that started in ``pid`` and have not ended (yet)."""
+        open_: dict[tuple[str, str, int], None] = {}
+        for line in self.refresh():
+            if line["pid"] != pid:
+                continue
+            ident = (line["run_id"], line["key"], line["attempt"])
+            if line["event"] == "start":
+                open_[ident] = None
+            else:
+                open_.pop(ident, None)
+        return list(open_)

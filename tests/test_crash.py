@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import os
 import random
 import statistics
@@ -29,7 +28,15 @@ import pytest
 import crash_app
 import plait
 from conftest import eventually
-from ledger import LedgerReport, WorkerProcess, check_ledger, read_ledger, summarize
+from ledger import (
+    LedgerReport,
+    LedgerTail,
+    WorkerProcess,
+    check_ledger,
+    read_ledger,
+    ready,
+    summarize,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -75,35 +82,6 @@ class Kill:
 
 def _ts(value: Any) -> float | None:
     return None if value is None else value.timestamp()
-
-
-def _ready(worker: WorkerProcess) -> Callable[[], Awaitable[bool]]:
-    async def check() -> bool:
-        if not worker.alive():
-            raise AssertionError(f"worker {worker.worker_id} exited:\n{worker.log_tail()}")
-        return worker.ready()
-
-    return check
-
-
-class LedgerTail:
-    """Reads the ledger incrementally (the kill loop polls it every few milliseconds)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.lines: list[dict[str, Any]] = []
-
-    def refresh(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return self.lines
-        with self.path.open("rb") as f:
-            f.seek(self.offset)
-            chunk = f.read()
-        whole = chunk[: chunk.rfind(b"\n") + 1]  # a line being written is read next time
-        self.offset += len(whole)
-        self.lines.extend(json.loads(line) for line in whole.splitlines() if line.strip())
-        return self.lines
 
 
 class CrashHarness:
@@ -234,7 +212,7 @@ class CrashHarness:
             print(await self.describe_stuck())
             raise
         for w in alive:
-            await eventually(_ready(w), timeout=15, what="the worker to be ready")
+            await eventually(ready(w), timeout=15, what="the worker to be ready")
             w.sigterm()
         for w in alive:
             code = w.wait_exit(15)
@@ -475,7 +453,7 @@ async def test_sigterm_during_a_sleep_then_a_restart_finishes(tmp_path: Path) ->
                 return await _step_status(engine, run_id, "rest") == "scheduled"
 
             await eventually(sleeping, timeout=15, what="the run to reach its sleep")
-            await eventually(_ready(first), timeout=15, what="the worker to be ready")
+            await eventually(ready(first), timeout=15, what="the worker to be ready")
             first.sigterm()
             code = first.wait_exit(drain + 5)
             assert code == 0, f"exit code {code}:\n{first.log_tail()}"
@@ -526,7 +504,7 @@ async def test_sigterm_during_a_step_then_a_restart_finishes(
             await eventually(
                 _started(ledger, run_id, "long"), timeout=15, what="the long step to start"
             )
-            await eventually(_ready(first), timeout=15, what="the worker to be ready")
+            await eventually(ready(first), timeout=15, what="the worker to be ready")
             first.sigterm()
             code = first.wait_exit(drain + step_seconds + 10)
             assert first.exited_at is not None and first.signalled_at is not None
@@ -585,7 +563,7 @@ async def test_sigterm_during_a_step_with_another_worker_running(
                     url, ledger, tmp_path / f"w{n}.log", worker_id=f"t{n}", drain=drain
                 )
                 workers.append(w)
-                await eventually(_ready(w), timeout=15, what="the worker to be ready")
+                await eventually(ready(w), timeout=15, what="the worker to be ready")
             run_id = await engine.start(
                 "term_flow", {"step_seconds": step_seconds, "sleep_seconds": 0.2, "kind": kind}
             )

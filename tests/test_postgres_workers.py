@@ -14,11 +14,9 @@ lost; ``check_ledger`` holds it against the database.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,7 @@ import pytest
 import crash_app
 import plait
 from conftest import eventually
-from ledger import LedgerReport, WorkerProcess, check_ledger, read_ledger
+from ledger import LedgerReport, LedgerTail, WorkerProcess, check_ledger, read_ledger, ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -59,52 +57,6 @@ def pg_url(request: pytest.FixtureRequest) -> str:
     cluster = request.getfixturevalue("pg_cluster")
     name = f"workers_{os.getpid()}_{request.node.name}"[:60]
     return str(cluster.create_database(name))
-
-
-def _ready(worker: WorkerProcess) -> Callable[[], Awaitable[bool]]:
-    async def check() -> bool:
-        if not worker.alive():
-            raise AssertionError(f"worker {worker.worker_id} exited:\n{worker.log_tail()}")
-        return worker.ready()
-
-    return check
-
-
-class LedgerTail:
-    """Reads the ledger incrementally, so that polling it stays cheap as it grows."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.lines: list[dict[str, Any]] = []
-
-    def refresh(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return self.lines
-        with self.path.open("rb") as f:
-            f.seek(self.offset)
-            chunk = f.read()
-        whole = chunk[: chunk.rfind(b"\n") + 1]  # a line being written is read next time
-        self.offset += len(whole)
-        self.lines.extend(json.loads(line) for line in whole.splitlines() if line.strip())
-        return self.lines
-
-    def started_by(self, pid: int) -> int:
-        """How many step bodies ``pid`` has started."""
-        return sum(1 for ln in self.refresh() if ln["pid"] == pid and ln["event"] == "start")
-
-    def open_steps(self, pid: int) -> list[tuple[str, str, int]]:
-        """Step bodies that started in ``pid`` and have not ended (yet)."""
-        open_: dict[tuple[str, str, int], None] = {}
-        for line in self.refresh():
-            if line["pid"] != pid:
-                continue
-            ident = (line["run_id"], line["key"], line["attempt"])
-            if line["event"] == "start":
-                open_[ident] = None
-            else:
-                open_.pop(ident, None)
-        return list(open_)
 
 
 class Load:
@@ -192,7 +144,7 @@ class Load:
     async def stop_workers(self) -> None:
         live = self.live()
         for w in live:
-            await eventually(_ready(w), timeout=15, what=f"{w.worker_id} to be ready")
+            await eventually(ready(w), timeout=15, what=f"{w.worker_id} to be ready")
             w.sigterm()
         for w in live:
             code = w.wait_exit(20)
@@ -338,7 +290,7 @@ async def test_four_workers_on_postgres(tmp_path: Path, pg_url: str) -> None:
             for n in range(WORKERS):
                 load.start_worker(f"pgw-{n}")
             for w in load.workers:
-                await eventually(_ready(w), timeout=30, what=f"{w.worker_id} to be ready")
+                await eventually(ready(w), timeout=30, what=f"{w.worker_id} to be ready")
             await load.start_runs()
             await load.wait_done()
             await load.stop_workers()
@@ -365,7 +317,7 @@ async def test_four_workers_on_postgres_one_killed_twice(tmp_path: Path, pg_url:
             for n in range(WORKERS):
                 load.start_worker(f"pgk-{n}")
             for w in load.workers:
-                await eventually(_ready(w), timeout=30, what=f"{w.worker_id} to be ready")
+                await eventually(ready(w), timeout=30, what=f"{w.worker_id} to be ready")
             victim = load.workers[0]
             await load.start_runs()
             for i, share in enumerate(KILL_AT):
