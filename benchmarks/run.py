@@ -669,6 +669,24 @@ def build_rows(samples: Samples, cfg: Config, skipped: dict[str, str]) -> list[R
         fk = f"{backend}/floor"
         floor_us = st(fk, "floor", "us_per_commit")
         floor_rate = st(fk, "floor", "commits_per_s")
+
+        def commits_row(sec: str, k: str) -> Row:
+            return Row(
+                sec, "plait durable commits per step", None, st(k, "plait", "commits_per_step")
+            )
+
+        def step_rate_rows(sec: str, k: str, floor_rate: Any = floor_rate) -> list[Row]:
+            """steps/s side by side, then plait's commits per step."""
+            rate = Row(
+                sec,
+                "steps/s (higher is better)",
+                False,
+                st(k, "plait", "steps_per_s"),
+                st(k, "dbos", "steps_per_s"),
+                floor_rate,
+            )
+            return [rate, commits_row(sec, k)]
+
         k = f"{backend}/sequential"
         if k in samples:
             sec = f"{label}: 1 sequential run of {cfg.sequential_steps:,} steps"
@@ -683,9 +701,7 @@ def build_rows(samples: Samples, cfg: Config, skipped: dict[str, str]) -> list[R
                     "floor: one single-row commit",
                 )
             )
-            rows.append(
-                Row(sec, "plait durable commits per step", None, st(k, "plait", "commits_per_step"))
-            )
+            rows.append(commits_row(sec, k))
         k = f"{backend}/throughput"
         if k in samples:
             sec = f"{label}: {steps}-step runs back to back for {cfg.throughput_seconds:g} s"
@@ -700,19 +716,7 @@ def build_rows(samples: Samples, cfg: Config, skipped: dict[str, str]) -> list[R
                     f"floor: one commit per step, {steps} per run",
                 )
             )
-            rows.append(
-                Row(
-                    sec,
-                    "steps/s (higher is better)",
-                    False,
-                    st(k, "plait", "steps_per_s"),
-                    st(k, "dbos", "steps_per_s"),
-                    floor_rate,
-                )
-            )
-            rows.append(
-                Row(sec, "plait durable commits per step", None, st(k, "plait", "commits_per_step"))
-            )
+            rows += step_rate_rows(sec, k)
         for n in cfg.concurrency_sizes:
             k = f"{backend}/concurrency-{n}"
             if k not in samples:
@@ -729,19 +733,7 @@ def build_rows(samples: Samples, cfg: Config, skipped: dict[str, str]) -> list[R
                     "floor: one commit per step, one after another",
                 )
             )
-            rows.append(
-                Row(
-                    sec,
-                    "steps/s (higher is better)",
-                    False,
-                    st(k, "plait", "steps_per_s"),
-                    st(k, "dbos", "steps_per_s"),
-                    floor_rate,
-                )
-            )
-            rows.append(
-                Row(sec, "plait durable commits per step", None, st(k, "plait", "commits_per_step"))
-            )
+            rows += step_rate_rows(sec, k)
         if fk in samples:
             sec = f"{label}: storage floor, single-row INSERT + COMMIT on one connection"
             rows.append(Row(sec, "commits/s", None, floor=floor_rate))

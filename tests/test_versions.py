@@ -31,6 +31,13 @@ def v1_app(counter: Counter) -> plait.App:
     return app
 
 
+def _deployed_without_v1(counter: Counter) -> plait.App:
+    """The app after a deploy that dropped version 1 of ``order`` (the test adds v2)."""
+    app = v1_app(counter)
+    del app.workflows["order"], app.workflow_versions["order"]
+    return app
+
+
 async def _suspended_run(engine_factory, counter: Counter) -> str:
     async with engine_factory(v1_app(counter)) as engine:
         run_id = await engine.start("order")
@@ -42,8 +49,7 @@ async def _suspended_run(engine_factory, counter: Counter) -> str:
 async def test_compatible_change_replays_on_new_code(engine_factory) -> None:
     counter = Counter()
     run_id = await _suspended_run(engine_factory, counter)
-    app = v1_app(counter)
-    del app.workflows["order"], app.workflow_versions["order"]
+    app = _deployed_without_v1(counter)
 
     @app.workflow(version="2")
     async def order(wf: plait.Workflow, data: None) -> list[str]:
@@ -67,8 +73,7 @@ async def test_compatible_change_replays_on_new_code(engine_factory) -> None:
 async def test_divergent_change_stops_with_version_conflict(engine_factory) -> None:
     counter = Counter()
     run_id = await _suspended_run(engine_factory, counter)
-    app = v1_app(counter)
-    del app.workflows["order"], app.workflow_versions["order"]
+    app = _deployed_without_v1(counter)
 
     @app.workflow(version="2")
     async def order(wf: plait.Workflow, data: None) -> list[str]:
@@ -91,8 +96,7 @@ async def test_divergent_change_stops_with_version_conflict(engine_factory) -> N
 async def test_changed_function_of_a_recorded_step_is_a_conflict(engine_factory) -> None:
     counter = Counter()
     run_id = await _suspended_run(engine_factory, counter)
-    app = v1_app(counter)
-    del app.workflows["order"], app.workflow_versions["order"]
+    app = _deployed_without_v1(counter)
 
     @app.workflow(version="2")
     async def order(wf: plait.Workflow, data: None) -> list[str]:

@@ -22,15 +22,18 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+#: every error status the API answers with, and what it means
+_ERROR_TEXT = {
+    401: "no valid bearer token",
+    403: "the run belongs to another user",
+    404: "unknown workflow or run",
+    409: "the run's status does not allow this action",
+    422: "malformed request; `problems` lists every problem",
+}
+
+
 def _errors(*codes: int) -> dict[str, Any]:
-    text = {
-        401: "no valid bearer token",
-        403: "the run belongs to another user",
-        404: "unknown workflow or run",
-        409: "the run's status does not allow this action",
-        422: "malformed request; `problems` lists every problem",
-    }
-    return {str(c): {"$ref": f"#/components/responses/E{c}"} for c in codes if c in text}
+    return {str(c): {"$ref": f"#/components/responses/E{c}"} for c in codes if c in _ERROR_TEXT}
 
 
 _RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
@@ -307,16 +310,7 @@ def openapi_document() -> dict[str, Any]:
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "responses": {
-                f"E{c}": _json(_ref("Error"), desc)
-                for c, desc in (
-                    (401, "no valid bearer token"),
-                    (403, "the run belongs to another user"),
-                    (404, "unknown workflow or run"),
-                    (409, "the run's status does not allow this action"),
-                    (422, "malformed request; `problems` lists every problem"),
-                )
-            },
+            "responses": {f"E{c}": _json(_ref("Error"), desc) for c, desc in _ERROR_TEXT.items()},
             "schemas": _schemas(),
         },
     }
