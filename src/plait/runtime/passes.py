@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -92,6 +92,10 @@ class Pass:
         self.queued = False
         #: every step started in this pass; the pass ends only when all have settled
         self.tasks: list[asyncio.Task[Any]] = []
+        #: steps called through ``wf`` that may not have started yet (see ``StepCall``)
+        self.calls: list[StepCall] = []
+        #: the task running the workflow function; it may drive its steps itself
+        self.main_task: asyncio.Task[Any] | None = None
         self.conflict: str | None = None
         self.input = serde.loads(self.run.input)
         #: replaying on code that is not the version the run started on
@@ -131,7 +135,14 @@ class Pass:
         self.tasks.append(task)
         return task
 
+    def start_calls(self) -> None:
+        """Give every step called but neither awaited nor started yet its own task."""
+        calls, self.calls = self.calls, []
+        for call in calls:
+            call.start()
+
     async def settle(self) -> None:
+        self.start_calls()
         while True:
             pending = [t for t in self.tasks if not t.done()]
             if not pending:
@@ -600,6 +611,7 @@ class Pass:
         try:
             return await self._execute(wdef)
         except asyncio.CancelledError:
+            self.start_calls()
             for task in self.tasks:
                 task.cancel()
             with contextlib.suppress(BaseException):
@@ -611,6 +623,7 @@ class Pass:
         await self.flush()
 
     async def _execute(self, wdef: WorkflowDef) -> PassResult:
+        self.main_task = asyncio.current_task()
         wf = Workflow(self)
         end: EndRun | None = None
         try:
@@ -659,6 +672,40 @@ class Pass:
         if end is not None:
             self.ops.append(end)
         return await self.finish(end.status if end else "running")
+
+
+class StepCall:
+    """What ``wf.do``, ``wf.sleep``, ``wf.suspend`` and ``wf.wait_for_event`` return.
+
+    A step starts when it is called: at the loop's next turn it becomes a task of its own
+    (so ``asyncio.gather`` runs steps side by side, and a step nobody awaits still runs and
+    is waited for). When the workflow awaits the call before that turn, which is what
+    ``await wf.do(...)`` does, the workflow's own task drives the step instead; that saves
+    a task and two turns of the loop on every sequential step and behaves the same.
+    """
+
+    __slots__ = ("_coro", "_pass", "_task")
+
+    def __init__(self, p: Pass, coro: Coroutine[Any, Any, Any]) -> None:
+        self._pass = p
+        self._coro: Coroutine[Any, Any, Any] | None = coro
+        self._task: asyncio.Task[Any] | None = None
+        p.calls.append(self)
+        asyncio.get_running_loop().call_soon(self.start)
+
+    def start(self) -> None:
+        if self._coro is not None:
+            coro, self._coro = self._coro, None
+            self._task = self._pass.spawn(coro)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        coro = self._coro
+        if coro is not None and asyncio.current_task() is self._pass.main_task:
+            self._coro = None
+            return (yield from coro.__await__())
+        self.start()
+        assert self._task is not None
+        return (yield from self._task.__await__())
 
 
 def _control_error(message: str, code: str) -> str | None:
@@ -715,20 +762,20 @@ class Workflow:
         if options.get("on_error") is not None and not isinstance(options["on_error"], str):
             raise TypeError(f"step {step_name!r}: on_error must be a function name")
         key = self._pass.next_key(step_name)
-        return self._pass.spawn(self._pass.do(key, step_name, fn, data, options))
+        return StepCall(self._pass, self._pass.do(key, step_name, fn, data, options))
 
     def sleep(self, step_name: str, duration: float | str) -> Awaitable[None]:
         """A durable timer: the run holds nothing while it waits."""
         self._check_name(step_name, "sleep")
         seconds = parse_duration(duration, what=f"duration of sleep {step_name!r}")
         key = self._pass.next_key(step_name)
-        return self._pass.spawn(self._pass.sleep(key, step_name, seconds))
+        return StepCall(self._pass, self._pass.sleep(key, step_name, seconds))
 
     def suspend(self, reason: str = "suspended") -> Awaitable[None]:
         """Pause the run until ``engine.resume(run_id)``; each call site pauses once."""
         self._check_name(reason, "suspend reason")
         key = self._pass.next_key(f"__suspend:{reason}")
-        return self._pass.spawn(self._pass.suspend(key, reason))
+        return StepCall(self._pass, self._pass.suspend(key, reason))
 
     def wait_for_event(self, name: str, timeout: float | str | None = None) -> Awaitable[Any]:
         """The payload of the next ``engine.send_event(run_id, name, ...)``; an event sent
@@ -738,7 +785,7 @@ class Workflow:
             None if timeout is None else parse_duration(timeout, what=f"timeout of event {name!r}")
         )
         key = self._pass.next_key(f"__event:{name}")
-        return self._pass.spawn(self._pass.wait_for_event(key, name, seconds))
+        return StepCall(self._pass, self._pass.wait_for_event(key, name, seconds))
 
     def now(self) -> datetime:
         """The time, recorded on first reach so every replay sees the same value."""

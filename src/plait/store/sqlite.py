@@ -58,6 +58,11 @@ MAX_INTERRUPTIONS = 10
 SCHEMA_VERSION = 1
 _BATCH_LIMIT = 256
 _IDLE = object()
+#: commits slower than this on average (a slow disk) leave the event loop free: the writer
+#: thread runs them
+_INLINE_LIMIT = 0.001
+_Result = tuple[asyncio.Future[Any], asyncio.AbstractEventLoop, Any, BaseException | None]
+_Settled = tuple[asyncio.Future[Any], Any, BaseException | None]
 
 _UPSERT_STEP = f"""
 INSERT INTO plait_steps ({convert.STEP_COLUMNS})
@@ -110,6 +115,14 @@ class SQLiteStore:
         #: committed to the file
         self._on_foreign: Callable[[], Any] | None = None
         self._watch_interval: float | None = None
+        #: the write connection; used under _conn_lock by the loop's thread or the writer's
+        self._conn: sqlite3.Connection | None = None
+        self._conn_lock = threading.Lock()
+        #: writes gathered on each event loop for the commit that runs at its next turn
+        self._gathering: dict[asyncio.AbstractEventLoop, list[Any]] = {}
+        #: a moving average of COMMIT times; above _INLINE_LIMIT the writer thread commits
+        self._commit_time = 0.0
+        self._slow = False
 
     # -- connections ---------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -198,7 +211,15 @@ class SQLiteStore:
                 conn.close()
             self._reader_conns.clear()
 
-    # -- the writer thread -----------------------------------------------------------------
+    # -- the write connection ------------------------------------------------------------
+    #
+    # One connection does every write. A batch of writes runs on the event loop's own
+    # thread when the connection is free and commits are fast: a hop to another thread
+    # and back costs about as much as a fast commit, and a sequential workflow pays it on
+    # every step. When the connection is busy, commits are slow (a slow disk), or another
+    # process holds the file's write lock, batches go to the writer thread instead, which
+    # gathers everything queued meanwhile into its next commit (group commit).
+
     def _write_loop(
         self,
         start: Callable[[sqlite3.Connection], None],
@@ -208,29 +229,25 @@ class SQLiteStore:
         try:
             conn = self._connect()
             start(conn)
+            # waits for another process's write lock happen in _begin, never inline
+            conn.execute("PRAGMA busy_timeout = 0")
         except BaseException as exc:
             loop.call_soon_threadsafe(_settle, ready, None, exc)
             return
-        loop.call_soon_threadsafe(_settle, ready, None, None)
         version = conn.execute("PRAGMA data_version").fetchone()[0]
+        self._conn = conn
+        loop.call_soon_threadsafe(_settle, ready, None, None)
         try:
             while True:
                 try:
                     item = self._writes.get(timeout=self._watch_interval)
                 except queue.Empty:
                     item = _IDLE
-                if self._on_foreign is not None:
-                    seen = conn.execute("PRAGMA data_version").fetchone()[0]
-                    if seen != version:
-                        version = seen
-                        self._on_foreign()
-                if item is _IDLE:
-                    continue
                 if item is None:
                     break
-                batch = [item]
+                batch = [] if item is _IDLE else [item]
                 stop = False
-                while len(batch) < _BATCH_LIMIT:
+                while batch and len(batch) < _BATCH_LIMIT:
                     try:
                         nxt = self._writes.get_nowait()
                     except queue.Empty:
@@ -239,87 +256,153 @@ class SQLiteStore:
                         stop = True
                         break
                     batch.append(nxt)
-                self._run_batch(conn, batch)
+                with self._conn_lock:
+                    if self._on_foreign is not None:
+                        seen = conn.execute("PRAGMA data_version").fetchone()[0]
+                        if seen != version:
+                            version = seen
+                            self._on_foreign()
+                    results = self._run_batch(conn, batch, wait=True) if batch else []
+                # one wake-up of each waiting event loop per batch, not one per future
+                by_loop: dict[Any, list[_Settled]] = {}
+                for fut, loop_, value, exc in results or []:
+                    by_loop.setdefault(loop_, []).append((fut, value, exc))
+                for loop_, settled in by_loop.items():
+                    loop_.call_soon_threadsafe(_settle_all, settled)
                 if stop:
                     break
         finally:
-            conn.close()
+            with self._conn_lock:
+                self._conn = None
+                conn.close()
 
-    def _run_batch(self, conn: sqlite3.Connection, batch: list[Any]) -> None:
-        reads = [b for b in batch if b[0] == "read"]
-        writes = [b for b in batch if b[0] == "write"]
-        results: list[tuple[Any, Any, Any, BaseException | None]] = []
-        for _, fn, fut, loop in reads:
-            try:
-                results.append((fut, loop, fn(conn), None))
-            except BaseException as exc:
-                results.append((fut, loop, None, exc))
-        if writes:
+    def _begin(self, conn: sqlite3.Connection, wait: bool) -> bool:
+        """Take the file's write lock. Without ``wait`` give up at once when another
+        process holds it (the caller is the event loop); with it, retry with growing
+        pauses until ``busy_timeout``."""
+        delay, deadline = 0.0005, time.monotonic() + self.busy_timeout
+        while True:
             try:
                 conn.execute("BEGIN IMMEDIATE")
-            except BaseException as exc:
-                for _, _fn, fut, loop in writes:
-                    results.append((fut, loop, None, exc))
-                writes = []
-            pending: list[tuple[Any, Any, Any, BaseException | None]] = []
-            # Optimistic: the whole batch in one transaction without savepoints. If any
-            # item fails (rare: a lost lease, an action on a run in the wrong status), the
-            # batch is rolled back and every item runs again in its own transaction, so one
-            # item's failure never undoes another's write.
-            failed = False
-            for _, fn, fut, loop in writes:
-                try:
-                    pending.append((fut, loop, fn(conn), None))
-                except BaseException:
-                    failed = True
-                    break
-            if failed:
-                conn.execute("ROLLBACK")
-                pending = []
-                for _, fn, fut, loop in writes:
-                    try:
-                        conn.execute("BEGIN IMMEDIATE")
-                        value = fn(conn)
-                        conn.execute("COMMIT")
-                        self.commits += 1
-                        results.append((fut, loop, value, None))
-                    except BaseException as exc:
-                        with contextlib.suppress(Exception):
-                            conn.execute("ROLLBACK")
-                        results.append((fut, loop, None, exc))
-                writes = []
-            if writes:
-                try:
-                    conn.execute("COMMIT")
-                    self.commits += 1
-                except BaseException as exc:
-                    with contextlib.suppress(Exception):
-                        conn.execute("ROLLBACK")
-                    pending = [(f, lp, None, exc) for f, lp, _, _ in pending]
-                results.extend(pending)
-        # one wake-up of each waiting event loop per batch, not one per future
-        by_loop: dict[Any, list[tuple[Any, Any, BaseException | None]]] = {}
-        for fut, loop, value, exc in results:
-            by_loop.setdefault(loop, []).append((fut, value, exc))
-        for loop, settled in by_loop.items():
-            loop.call_soon_threadsafe(_settle_all, settled)
+                return True
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if not wait:
+                    return False
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.02)
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _run_batch(
+        self, conn: sqlite3.Connection, batch: list[Any], wait: bool
+    ) -> list[_Result] | None:
+        """Run a batch in one transaction; None if ``wait`` is off and the file is locked."""
+        writes = [b for b in batch if b[0] == "write"]
+        results: list[_Result] = []
+        for kind, fn, fut, loop in batch:
+            if kind == "read":
+                try:
+                    results.append((fut, loop, fn(conn), None))
+                except BaseException as exc:
+                    results.append((fut, loop, None, exc))
+        if not writes:
+            return results
+        try:
+            if not self._begin(conn, wait):
+                return None
+        except BaseException as exc:
+            return results + [(fut, loop, None, exc) for _, _fn, fut, loop in writes]
+        pending: list[_Result] = []
+        # Optimistic: the whole batch in one transaction without savepoints. If any item
+        # fails (rare: a lost lease, an action on a run in the wrong status), the batch is
+        # rolled back and every item runs again in its own transaction, so one item's
+        # failure never undoes another's write.
+        for _, fn, fut, loop in writes:
+            try:
+                pending.append((fut, loop, fn(conn), None))
+            except BaseException:
+                conn.execute("ROLLBACK")
+                return results + [self._alone(conn, item) for item in writes]
+        try:
+            self._commit(conn)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+            pending = [(f, lp, None, exc) for f, lp, _, _ in pending]
+        return results + pending
+
+    def _alone(self, conn: sqlite3.Connection, item: Any) -> _Result:
+        """One write in a transaction of its own (after its batch failed)."""
+        _, fn, fut, loop = item
+        try:
+            self._begin(conn, wait=True)
+            value = fn(conn)
+            self._commit(conn)
+            return (fut, loop, value, None)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+            return (fut, loop, None, exc)
+
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        """COMMIT, timing it: the disk's sync time decides where the next batch runs."""
+        started = time.perf_counter()
+        conn.execute("COMMIT")
+        self.commits += 1
+        took = time.perf_counter() - started
+        self._commit_time += (took - self._commit_time) * 0.1
+        self._slow = self._commit_time > _INLINE_LIMIT
+
+    def _submit(self, kind: str, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         if self._writer is None:
             raise RuntimeError(f"the store {self.url} is closed")
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
-        self._writes.put(("write", fn, fut, loop))
-        return await fut
+        item = (kind, fn, fut, loop)
+        if self._slow:
+            self._writes.put(item)
+            return fut
+        gathering = self._gathering.get(loop)
+        if gathering is None:
+            # every write submitted before this callback runs shares its commit
+            self._gathering[loop] = [item]
+            loop.call_soon(self._run_here, loop)
+        else:
+            gathering.append(item)
+        return fut
+
+    def _run_here(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run the writes gathered on ``loop`` on its own thread, or hand them over."""
+        batch = self._gathering.pop(loop)
+        conn = self._conn
+        results = None
+        if conn is not None and not self._slow and self._conn_lock.acquire(blocking=False):
+            try:
+                if self._conn is not None:
+                    results = self._run_batch(conn, batch, wait=False)
+            finally:
+                self._conn_lock.release()
+        if results is None:
+            if self._writer is None:
+                closed = RuntimeError(f"the store {self.url} is closed")
+                results = [(fut, lp, None, closed) for _, _fn, fut, lp in batch]
+            else:
+                for item in batch:
+                    self._writes.put(item)
+                return
+        _settle_all([(fut, value, exc) for fut, _lp, value, exc in results])
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._submit("write", fn)
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._readers is None:
+            return await self._submit("read", fn)
         if self._writer is None:
             raise RuntimeError(f"the store {self.url} is closed")
         loop = asyncio.get_running_loop()
-        if self._readers is None:
-            fut: asyncio.Future[T] = loop.create_future()
-            self._writes.put(("read", fn, fut, loop))
-            return await fut
         return await loop.run_in_executor(self._readers, self._in_reader, fn)
 
     def _in_reader(self, fn: Callable[[sqlite3.Connection], T]) -> T:
