@@ -4,6 +4,8 @@ already ran look new after a deploy."""
 from __future__ import annotations
 
 import hashlib
+import os
+import time
 import uuid
 
 NAMESPACE = uuid.UUID("8d7a4f5e-2c1b-5e3a-9f60-7b1d0c4e2a91")
@@ -27,4 +29,15 @@ def child_run_id(invocation: str, attempt: int) -> str:
 
 
 def new_run_id() -> str:
+    """A UUID version 7: the millisecond it was made, then random bits. Runs started close
+    together sort close together, so the steps of the runs in flight share few pages of
+    the stores' indexes and each commit writes fewer pages."""
+    raw = bytearray((time.time_ns() // 1_000_000).to_bytes(6, "big") + os.urandom(10))
+    raw[6] = (raw[6] & 0x0F) | 0x70  # version 7
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 9562 variant
+    return str(uuid.UUID(bytes=bytes(raw)))
+
+
+def random_uuid() -> str:
+    """What ``wf.uuid()`` records: nothing in it says when it was made."""
     return str(uuid.uuid4())

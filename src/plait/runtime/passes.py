@@ -796,4 +796,4 @@ class Workflow:
     def uuid(self) -> str:
         """A random UUID, recorded on first reach so every replay sees the same value."""
         key = self._pass.next_key("__uuid")
-        return str(self._pass.value(key, lambda: str(ids.new_run_id())))
+        return str(self._pass.value(key, ids.random_uuid))

@@ -405,6 +405,16 @@ class SQLiteStore:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, self._in_reader, fn)
 
+    async def _read_here(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """A small read (one run, one pass's snapshot) on the caller's own thread: a hop to
+        a reader thread and back costs more than the read, and a snapshot is followed by a
+        replay that keeps the loop busy far longer than reading it did."""
+        if self._readers is None:
+            return await self._submit("read", fn)
+        if self._writer is None:
+            raise RuntimeError(f"the store {self.url} is closed")
+        return self._in_reader(fn)
+
     def _in_reader(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn = getattr(self._local, "conn", None)
         if conn is None:
@@ -432,7 +442,7 @@ class SQLiteStore:
             row = conn.execute(_SELECT_RUN, (run_id,)).fetchone()
             return convert.run_record(convert.run_row(row)) if row else None
 
-        return await self._read(go)
+        return await self._read_here(go)
 
     async def list_runs(
         self,
@@ -524,7 +534,7 @@ class SQLiteStore:
             )
             return PassSnapshot(convert.run_row(row), steps, events, state)
 
-        return await self._read(go)
+        return await self._read_here(go)
 
     async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool:
         def go(conn: sqlite3.Connection) -> bool:
@@ -680,7 +690,7 @@ class SQLiteStore:
             row = conn.execute(sql, params).fetchone()
             return row[0] if row else None
 
-        return await self._read(go)
+        return await self._read_here(go)
 
     # -- queued steps -----------------------------------------------------------------------
     async def claim_step_jobs(
