@@ -462,3 +462,46 @@ async def test_list_and_read_runs(engine_factory) -> None:
         record = (await engine.get_run(ids[3])).to_dict()
         assert record["status"] == "failed" and record["error"]["type"] == "ValueError"
         assert isinstance(record["created_at"], str)
+
+
+async def test_steps_run_even_when_not_awaited(engine_factory) -> None:
+    """A step starts when it is called: one the workflow never awaits still runs, and the
+    pass waits for it, even when the workflow returns in the same turn of the loop."""
+    app = plait.App()
+    ran = Counter()
+
+    @app.function
+    async def note(name: str) -> str:
+        await asyncio.sleep(0.01)
+        ran.hit(name)
+        return name
+
+    @app.workflow
+    async def forgetful(wf: plait.Workflow, data: None) -> str:
+        first = await wf.do("first", note, "first")
+        wf.do("last", note, "last")  # never awaited, on purpose
+        return first
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("forgetful")
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed" and run.output == "first"
+        steps = {s.key: s.status for s in await engine.get_steps(run_id)}
+        assert steps == {"first": "succeeded", "last": "succeeded"}
+        assert ran.counts == {"first": 1, "last": 1}
+
+
+async def test_new_run_ids_are_time_ordered_uuids(engine_factory) -> None:
+    import uuid
+
+    app = plait.App()
+
+    @app.workflow
+    async def empty(wf: plait.Workflow, data: None) -> None:
+        return None
+
+    async with engine_factory(app) as engine:
+        ids = [await engine.start("empty") for _ in range(3)]
+        assert all(uuid.UUID(i).version == 7 for i in ids)
+        stamps = [uuid.UUID(i).int >> 80 for i in ids]  # the millisecond each was made
+        assert stamps == sorted(stamps)

@@ -18,7 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from plait.durations import parse_duration
 from plait.errors import WorkflowNotFoundError
-from plait.retry import parse_retries, parse_retry_delay
+from plait.retry import RetryPolicy, parse_retries, parse_retry_delay, resolve_policy
 from plait.runtime.context import StepContext
 
 _PLAIN = (inspect.Parameter.empty, Any, dict, object, "dict", "Any", "object")
@@ -55,6 +55,11 @@ class FunctionDef:
             "timeout": self.timeout,
             "on_error": self.on_error,
         }
+
+    @functools.cached_property
+    def policy(self) -> RetryPolicy:
+        """The retry policy of a call that sets no options of its own (most calls)."""
+        return resolve_policy(self.options)
 
     async def invoke(self, data: Any, ctx: StepContext) -> Any:
         """Validate ``data`` against the annotation, then call; sync functions run in a

@@ -96,6 +96,7 @@ class Pass:
         self.calls: list[StepCall] = []
         #: the task running the workflow function; it may drive its steps itself
         self.main_task: asyncio.Task[Any] | None = None
+        self.loop = asyncio.get_running_loop()
         self.conflict: str | None = None
         self.input = serde.loads(self.run.input)
         #: replaying on code that is not the version the run started on
@@ -278,15 +279,22 @@ class Pass:
     async def _function_step(
         self, key: str, name: str, fdef: FunctionDef, data: Any, options: dict[str, Any]
     ) -> Any:
-        merged = {**fdef.options, **{k: v for k, v in options.items() if v is not None}}
+        merged = (
+            {**fdef.options, **{k: v for k, v in options.items() if v is not None}}
+            if options
+            else None
+        )
         step = self.steps.get(key)
         if step is None:
-            policy = resolve_policy(merged)
-            timeout = (
-                parse_duration(merged["timeout"], what=f"timeout of step {key!r}")
-                if merged.get("timeout") is not None
-                else None
-            )
+            if merged is not None:
+                policy = resolve_policy(merged)
+                timeout = (
+                    parse_duration(merged["timeout"], what=f"timeout of step {key!r}")
+                    if merged.get("timeout") is not None
+                    else None
+                )
+            else:
+                policy, timeout = fdef.policy, fdef.timeout
             step = self._new_step(
                 key,
                 name,
@@ -299,7 +307,8 @@ class Pass:
             )
         else:
             self._check_same(step, "do", fdef.name)
-        return await self._drive_step(step, fdef, merged.get("on_error"))
+        on_error = fdef.on_error if merged is None else merged.get("on_error")
+        return await self._drive_step(step, fdef, on_error)
 
     async def _closure_step(
         self, key: str, name: str, fn: Callable[..., Any], data: Any, options: dict[str, Any]
@@ -674,6 +683,21 @@ class Pass:
         return await self.finish(end.status if end else "running")
 
 
+def _check_options(step_name: str, options: dict[str, Any]) -> None:
+    """Bad step options fail at the call, naming the step."""
+    unknown = set(options) - _STEP_OPTIONS
+    if unknown:
+        raise TypeError(
+            f"step {step_name!r}: unknown option(s) {', '.join(sorted(unknown))}; "
+            f"use {', '.join(sorted(_STEP_OPTIONS))}"
+        )
+    resolve_policy(options)
+    if options.get("timeout") is not None:
+        parse_duration(options["timeout"], what=f"timeout of step {step_name!r}")
+    if options.get("on_error") is not None and not isinstance(options["on_error"], str):
+        raise TypeError(f"step {step_name!r}: on_error must be a function name")
+
+
 class StepCall:
     """What ``wf.do``, ``wf.sleep``, ``wf.suspend`` and ``wf.wait_for_event`` return.
 
@@ -691,7 +715,7 @@ class StepCall:
         self._coro: Coroutine[Any, Any, Any] | None = coro
         self._task: asyncio.Task[Any] | None = None
         p.calls.append(self)
-        asyncio.get_running_loop().call_soon(self.start)
+        p.loop.call_soon(self.start)
 
     def start(self) -> None:
         if self._coro is not None:
@@ -700,7 +724,7 @@ class StepCall:
 
     def __await__(self) -> Generator[Any, None, Any]:
         coro = self._coro
-        if coro is not None and asyncio.current_task() is self._pass.main_task:
+        if coro is not None and asyncio.current_task(self._pass.loop) is self._pass.main_task:
             self._coro = None
             return (yield from coro.__await__())
         self.start()
@@ -745,22 +769,13 @@ class Workflow:
         as the durable step ``step_name``. The key is taken now, in call order, so
         ``asyncio.gather`` replays to the same keys whatever order the steps finish in."""
         self._check_name(step_name, "step")
-        unknown = set(options) - _STEP_OPTIONS
-        if unknown:
-            raise TypeError(
-                f"step {step_name!r}: unknown option(s) {', '.join(sorted(unknown))}; "
-                f"use {', '.join(sorted(_STEP_OPTIONS))}"
-            )
         if fn is None or not (isinstance(fn, str) or callable(fn)):
             raise TypeError(
                 f"step {step_name!r}: expected a function, a function name or a workflow name, "
                 f"got {type(fn).__name__}"
             )
-        resolve_policy(options)  # a bad retries/retry_delay fails here, naming the step
-        if options.get("timeout") is not None:
-            parse_duration(options["timeout"], what=f"timeout of step {step_name!r}")
-        if options.get("on_error") is not None and not isinstance(options["on_error"], str):
-            raise TypeError(f"step {step_name!r}: on_error must be a function name")
+        if options:
+            _check_options(step_name, options)
         key = self._pass.next_key(step_name)
         return StepCall(self._pass, self._pass.do(key, step_name, fn, data, options))
 

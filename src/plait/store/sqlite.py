@@ -123,6 +123,10 @@ class SQLiteStore:
         #: a moving average of COMMIT times; above _INLINE_LIMIT the writer thread commits
         self._commit_time = 0.0
         self._slow = False
+        #: the loop that opened the store, and its thread: asking asyncio for the running
+        #: loop costs a system call (a fork check) on every write
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
 
     # -- connections ---------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -135,8 +139,9 @@ class SQLiteStore:
         return conn
 
     async def open(self) -> None:
-        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+        self._loop, self._loop_thread = loop, threading.get_ident()
 
         def start(conn: sqlite3.Connection) -> None:
             if not self.memory:
@@ -358,7 +363,9 @@ class SQLiteStore:
     def _submit(self, kind: str, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         if self._writer is None:
             raise RuntimeError(f"the store {self.url} is closed")
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None or threading.get_ident() != self._loop_thread or not loop.is_running():
+            loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         item = (kind, fn, fut, loop)
         if self._slow:

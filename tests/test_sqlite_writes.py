@@ -1,0 +1,76 @@
+"""Where the SQLite store runs its writes: on the event loop's thread while the connection
+is free and commits are fast, on the writer thread otherwise, and never by blocking the
+loop on another process's write lock."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+
+import plait
+from plait.store.sqlite import SQLiteStore
+
+
+def _app() -> plait.App:
+    app = plait.App()
+
+    @app.function
+    async def double(n: int) -> int:
+        return n * 2
+
+    @app.workflow
+    async def twice(wf: plait.Workflow, n: int) -> int:
+        return await wf.do("double", double, n)
+
+    return app
+
+
+async def _thread_of_a_write(store: SQLiteStore) -> str:
+    return await store._write(lambda conn: threading.current_thread().name)
+
+
+async def test_a_fast_commit_runs_on_the_loops_thread(tmp_path: Path) -> None:
+    async with plait.Engine(_app(), f"sqlite:///{tmp_path / 'a.db'}") as engine:
+        assert await engine.run("twice", 4, timeout=10) == 8
+        store = engine.store
+        assert isinstance(store, SQLiteStore)
+        assert await _thread_of_a_write(store) == threading.current_thread().name
+
+
+async def test_slow_commits_move_to_the_writer_thread_and_come_back(tmp_path: Path) -> None:
+    async with plait.Engine(_app(), f"sqlite:///{tmp_path / 'a.db'}") as engine:
+        store = engine.store
+        assert isinstance(store, SQLiteStore)
+        store._commit_time, store._slow = 1.0, True  # as after a run of slow fsyncs
+        assert await _thread_of_a_write(store) == "plait-sqlite-writer"
+        assert await engine.run("twice", 5, timeout=10) == 10
+        # fast commits pull the moving average down again, and writes come home
+        for _ in range(200):
+            if not store._slow:
+                break
+            await store._write(lambda conn: conn.execute("SELECT 1").fetchone())
+        assert not store._slow
+        assert await _thread_of_a_write(store) == threading.current_thread().name
+
+
+async def test_another_process_holding_the_lock_never_blocks_the_loop(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    async with plait.Engine(_app(), f"sqlite:///{path}") as engine:
+        assert await engine.run("twice", 1, timeout=10) == 2
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another writer holds the file's write lock
+        try:
+            start = asyncio.ensure_future(engine.start("twice", 21))
+            ticks = 0
+            while ticks < 20:  # the loop keeps turning while the write waits
+                await asyncio.sleep(0.005)
+                ticks += 1
+            assert not start.done()
+        finally:
+            other.execute("COMMIT")
+            other.close()
+        run_id = await asyncio.wait_for(start, 10)
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed" and run.output == 42
