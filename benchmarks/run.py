@@ -704,7 +704,10 @@ def build_rows(samples: Samples, cfg: Config, skipped: dict[str, str]) -> list[R
             rows.append(commits_row(sec, k))
         k = f"{backend}/throughput"
         if k in samples:
-            sec = f"{label}: {steps}-step runs back to back for {cfg.throughput_seconds:g} s"
+            sec = (
+                f"{label}: {steps}-step runs back to back for {cfg.throughput_seconds:g} s,"
+                " started in-process"
+            )
             rows.append(
                 Row(
                     sec,
