@@ -74,3 +74,28 @@ async def test_another_process_holding_the_lock_never_blocks_the_loop(tmp_path: 
         run_id = await asyncio.wait_for(start, 10)
         run = await engine.wait(run_id, timeout=10)
         assert run.status == "completed" and run.output == 42
+
+
+async def test_a_failing_write_never_undoes_its_batch_neighbours(tmp_path: Path) -> None:
+    async with plait.Engine(_app(), f"sqlite:///{tmp_path / 'a.db'}") as engine:
+        store = engine.store
+        assert isinstance(store, SQLiteStore)
+
+        def good(conn: sqlite3.Connection) -> str:
+            conn.execute("INSERT INTO plait_state (run_id, name, value) VALUES ('r', 'k', '1')")
+            return "kept"
+
+        def bad(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO plait_state (run_id, name, value) VALUES ('r', 'x', '2')")
+            raise LookupError("this write fails")
+
+        # submitted in one turn of the loop, so they start out in one transaction
+        results = await asyncio.gather(
+            store._write(good), store._write(bad), return_exceptions=True
+        )
+        assert results[0] == "kept"
+        assert isinstance(results[1], LookupError)
+        rows = await store._read(
+            lambda conn: conn.execute("SELECT name FROM plait_state").fetchall()
+        )
+        assert rows == [("k",)]

@@ -76,7 +76,14 @@ class FunctionDef:
             args.append(data)
         if self.takes_ctx:
             args.append(ctx)
+        if self.is_async:
+            return await self.fn(*args)
         return await call_maybe_async(self.fn, *args)
+
+    @functools.cached_property
+    def is_async(self) -> bool:
+        """Asked once, not on every call: the inspection costs more than a trivial step."""
+        return _is_async_callable(self.fn)
 
 
 async def call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:

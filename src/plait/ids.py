@@ -9,14 +9,16 @@ import time
 import uuid
 
 NAMESPACE = uuid.UUID("8d7a4f5e-2c1b-5e3a-9f60-7b1d0c4e2a91")
-_NS_BYTES = NAMESPACE.bytes
+_NS_SHA1 = hashlib.sha1(NAMESPACE.bytes)
 
 
 def invocation_id(run_id: str, step_key: str) -> str:
     """The idempotency key of a step: the same for every attempt of it. This is
     ``str(uuid.uuid5(NAMESPACE, f"{run_id}:{step_key}"))``, computed without building a
     UUID object because it runs once per step."""
-    digest = bytearray(hashlib.sha1(_NS_BYTES + f"{run_id}:{step_key}".encode()).digest()[:16])
+    hasher = _NS_SHA1.copy()
+    hasher.update(f"{run_id}:{step_key}".encode())
+    digest = bytearray(hasher.digest()[:16])
     digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
     digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
     h = digest.hex()

@@ -1,10 +1,12 @@
 """The embedded store: one SQLite file in WAL mode.
 
-One writer thread owns the only write connection. Coroutines hand it small functions and
-await a future that resolves only after the commit containing their write (group commit):
-while one commit is being synced to disk the next batch gathers, so many concurrent
-workflows share each fsync. Reads use their own connections, which WAL lets run beside the
-writer. Several processes may share one file; SQLite's lock serialises their writers.
+One connection does every write of a process. Coroutines hand it small functions and await
+a future that resolves only after the commit containing their write. Writes made during one
+turn of the event loop share one commit (group commit), so many concurrent workflows share
+each fsync. The commit runs on the loop's own thread while that is cheap, and on a writer
+thread when commits are slow or the file is locked (see "the write connection" below).
+Reads use their own connections, which WAL lets run beside the writer. Several processes
+may share one file; SQLite's lock serialises their writers.
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ class SQLiteStore:
         #: a moving average of COMMIT times; above _INLINE_LIMIT the writer thread commits
         self._commit_time = 0.0
         self._slow = False
+        self._closing = False
         #: the loop that opened the store, and its thread: asking asyncio for the running
         #: loop costs a system call (a fork check) on every write
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -142,6 +145,7 @@ class SQLiteStore:
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[None] = loop.create_future()
         self._loop, self._loop_thread = loop, threading.get_ident()
+        self._closing = False
 
         def start(conn: sqlite3.Connection) -> None:
             if not self.memory:
@@ -204,6 +208,7 @@ class SQLiteStore:
         self._on_foreign = lambda: loop.call_soon_threadsafe(notifier.everything_changed)
 
     async def close(self) -> None:
+        self._closing = True
         if self._writer is not None:
             self._writes.put(None)
             await asyncio.to_thread(self._writer.join)
@@ -329,6 +334,8 @@ class SQLiteStore:
                 pending.append((fut, loop, fn(conn), None))
             except BaseException:
                 conn.execute("ROLLBACK")
+                if not wait:
+                    return None  # the writer thread runs them one by one, waiting for locks
                 return results + [self._alone(conn, item) for item in writes]
         try:
             self._commit(conn)
@@ -361,7 +368,7 @@ class SQLiteStore:
         self._slow = self._commit_time > _INLINE_LIMIT
 
     def _submit(self, kind: str, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
-        if self._writer is None:
+        if self._writer is None or self._closing:
             raise RuntimeError(f"the store {self.url} is closed")
         loop = self._loop
         if loop is None or threading.get_ident() != self._loop_thread or not loop.is_running():
@@ -384,21 +391,21 @@ class SQLiteStore:
         """Run the writes gathered on ``loop`` on its own thread, or hand them over."""
         batch = self._gathering.pop(loop)
         conn = self._conn
+        if conn is None or self._closing:
+            closed = RuntimeError(f"the store {self.url} is closed")
+            _settle_all([(fut, None, closed) for _, _fn, fut, _lp in batch])
+            return
         results = None
-        if conn is not None and not self._slow and self._conn_lock.acquire(blocking=False):
+        if not self._slow and self._conn_lock.acquire(blocking=False):
             try:
                 if self._conn is not None:
                     results = self._run_batch(conn, batch, wait=False)
             finally:
                 self._conn_lock.release()
         if results is None:
-            if self._writer is None:
-                closed = RuntimeError(f"the store {self.url} is closed")
-                results = [(fut, lp, None, closed) for _, _fn, fut, lp in batch]
-            else:
-                for item in batch:
-                    self._writes.put(item)
-                return
+            for item in batch:
+                self._writes.put(item)
+            return
         _settle_all([(fut, value, exc) for fut, _lp, value, exc in results])
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
