@@ -99,3 +99,64 @@ async def test_a_failing_write_never_undoes_its_batch_neighbours(tmp_path: Path)
             lambda conn: conn.execute("SELECT name FROM plait_state").fetchall()
         )
         assert rows == [("k",)]
+
+
+async def test_a_version_1_database_keeps_its_history_and_goes_on(tmp_path: Path) -> None:
+    """Version 2 moves each step's latest attempt onto the step row: every attempt a
+    version-1 file recorded is still in the history, and a run that was waiting on a retry
+    goes on with its next attempt."""
+    from importlib import resources
+
+    path = tmp_path / "old.db"
+    script = resources.files("plait.store").joinpath("sql/sqlite_schema.sql").read_text()
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.executescript(script)
+    conn.executescript(
+        """
+        CREATE TABLE plait_schema (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER);
+        INSERT INTO plait_schema VALUES (1, 1);
+        INSERT INTO plait_runs (id, workflow, kind, version, status, input, created_at,
+            updated_at, wake_at) VALUES ('r1', 'flaky_twice', 'workflow', NULL, 'running',
+            '3', 1, 1, 1);
+        INSERT INTO plait_steps (run_id, key, seq, name, kind, function, status, input,
+            output, error, attempts, failures, retries, invocation_id, created_at,
+            updated_at) VALUES
+            ('r1', 'first', 0, 'first', 'do', 'double', 'succeeded', '3', '6', NULL, 1, 0,
+             3, 'i1', 1, 2),
+            ('r1', 'second', 1, 'second', 'do', 'double', 'scheduled', '6', NULL,
+             '{"message": "boom"}', 1, 1, 3, 'i2', 3, 4);
+        INSERT INTO plait_attempts VALUES
+            ('r1', 'first', 1, 'succeeded', '6', NULL, 'w', 1, 2),
+            ('r1', 'second', 1, 'failed', NULL, '{"message": "boom"}', 'w', 3, 4);
+        """
+    )
+    conn.close()
+
+    app = plait.App()
+
+    @app.function
+    async def double(n: int) -> int:
+        return n * 2
+
+    @app.workflow
+    async def flaky_twice(wf: plait.Workflow, n: int) -> int:
+        m = await wf.do("first", double, n)
+        return await wf.do("second", double, m)
+
+    async with plait.Engine(app, f"sqlite:///{path}") as engine:
+        history = await engine.get_history("r1")
+        assert [(a.key, a.attempt, a.status) for a in history] == [
+            ("first", 1, "succeeded"),
+            ("second", 1, "failed"),
+        ]
+        assert history[0].output == 6 and history[1].error == {"message": "boom"}
+        run = await engine.wait("r1", timeout=10)
+        assert run.status == "completed" and run.output == 12
+        history = await engine.get_history("r1")
+        assert [(a.key, a.attempt, a.status) for a in history] == [
+            ("first", 1, "succeeded"),
+            ("second", 1, "failed"),
+            ("second", 2, "succeeded"),
+        ]
+        assert history[2].output == 12

@@ -57,7 +57,9 @@ from plait.store.base import (
 T = TypeVar("T")
 #: queued attempts cut short by dying workers before the step is failed (as in passes)
 MAX_INTERRUPTIONS = 10
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: the script that brings a database to each version
+_MIGRATIONS = {1: "sqlite_schema.sql", 2: "sqlite_v2.sql"}
 _BATCH_LIMIT = 256
 _IDLE = object()
 #: commits slower than this on average (a slow disk) leave the event loop free: the writer
@@ -76,6 +78,32 @@ ON CONFLICT (run_id, key) DO UPDATE SET
     retry_delay = excluded.retry_delay, timeout = excluded.timeout,
     child_run_id = excluded.child_run_id, branch = excluded.branch,
     queued = excluded.queued, wake_at = excluded.wake_at, updated_at = excluded.updated_at
+"""
+#: a step's new attempt: the step row, with the attempt on it (schema version 2)
+_START_STEP = f"""
+INSERT INTO plait_steps ({convert.STEP_COLUMNS}, worker, attempt_status, attempt_error,
+    attempt_started, attempt_finished)
+VALUES ({", ".join("?" * 23)}, ?, 'running', NULL, ?, NULL)
+ON CONFLICT (run_id, key) DO UPDATE SET
+    kind = excluded.kind, function = excluded.function, status = excluded.status,
+    input = excluded.input, output = excluded.output, error = excluded.error,
+    attempts = excluded.attempts, failures = excluded.failures, retries = excluded.retries,
+    retry_delay = excluded.retry_delay, timeout = excluded.timeout,
+    child_run_id = excluded.child_run_id, branch = excluded.branch,
+    queued = excluded.queued, wake_at = excluded.wake_at, updated_at = excluded.updated_at,
+    worker = excluded.worker, attempt_status = 'running', attempt_error = NULL,
+    attempt_started = excluded.attempt_started, attempt_finished = NULL
+"""
+#: the attempt on a step row moves to plait_attempts when the next one starts
+_ARCHIVE_ATTEMPT = """
+INSERT INTO plait_attempts (run_id, key, attempt, status, output, error, worker, started_at,
+    finished_at)
+SELECT run_id, key, ?, attempt_status, CASE WHEN attempt_status = 'succeeded' THEN output END,
+    attempt_error, worker, attempt_started, attempt_finished
+FROM plait_steps WHERE run_id = ? AND key = ? AND attempt_status IS NOT NULL
+ON CONFLICT (run_id, key, attempt) DO UPDATE SET status = excluded.status,
+    output = excluded.output, error = excluded.error, worker = excluded.worker,
+    started_at = excluded.started_at, finished_at = excluded.finished_at
 """
 _INSERT_RUN = """
 INSERT INTO plait_runs (id, workflow, kind, version, status, input, parent_run_id,
@@ -177,12 +205,13 @@ class SQLiteStore:
                     f"database {self.path} has schema version {current}, newer than this plait"
                     f" ({SCHEMA_VERSION}); upgrade plait"
                 )
-            if current < 1:
-                script = resources.files("plait.store").joinpath("sql/sqlite_schema.sql")
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                script = resources.files("plait.store").joinpath(f"sql/{_MIGRATIONS[version]}")
                 text = "\n".join(line.split("--")[0] for line in script.read_text().splitlines())
                 for statement in text.split(";"):
                     if statement.strip():
                         conn.execute(statement)
+            if current < SCHEMA_VERSION:
                 conn.execute(
                     "INSERT INTO plait_schema (id, version) VALUES (1, ?) "
                     "ON CONFLICT (id) DO UPDATE SET version = excluded.version",
@@ -514,9 +543,12 @@ class SQLiteStore:
     async def get_history(self, run_id: str) -> list[StepAttempt]:
         def go(conn: sqlite3.Connection) -> list[StepAttempt]:
             rows = conn.execute(
-                f"SELECT {convert.ATTEMPT_COLUMNS} FROM plait_attempts WHERE run_id = ? "
-                "ORDER BY started_at, attempt",
-                (run_id,),
+                f"SELECT {convert.ATTEMPT_COLUMNS} FROM plait_attempts WHERE run_id = ?"
+                " UNION ALL SELECT run_id, key, attempts, attempt_status,"
+                " CASE WHEN attempt_status = 'succeeded' THEN output END, attempt_error,"
+                " attempt_started, attempt_finished FROM plait_steps"
+                " WHERE run_id = ? AND attempt_status IS NOT NULL ORDER BY 7, 3",
+                (run_id, run_id),
             ).fetchall()
             return [convert.attempt_record(r) for r in rows]
 
@@ -805,8 +837,7 @@ class SQLiteStore:
         step.status = "running"
         step.wake_at = None
         step.updated_at = now
-        conn.execute(_UPSERT_STEP, convert.step_params(step))
-        _open_attempt(conn, step, step.attempts, owner, now)
+        _start_attempt(conn, step, step.attempts, owner, now)
         return step
 
     async def finish_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:
@@ -1091,16 +1122,14 @@ def _finish_step(conn: sqlite3.Connection, s: StepRow) -> None:
         conn.execute(_UPSERT_STEP, convert.step_params(s))
 
 
-def _open_attempt(
+def _start_attempt(
     conn: sqlite3.Connection, step: StepRow, attempt: int, worker: str | None, now: float
 ) -> None:
-    conn.execute(
-        "INSERT INTO plait_attempts (run_id, key, attempt, status, worker, started_at)"
-        " VALUES (?, ?, ?, 'running', ?, ?) ON CONFLICT (run_id, key, attempt) DO UPDATE SET"
-        " status = 'running', worker = excluded.worker, started_at = excluded.started_at,"
-        " finished_at = NULL, output = NULL, error = NULL",
-        (step.run_id, step.key, attempt, worker, now),
-    )
+    """Write the step with attempt ``attempt`` running on its row; the attempt the row
+    held until now (if any) moves to plait_attempts first."""
+    if attempt > 1:
+        conn.execute(_ARCHIVE_ATTEMPT, (attempt - 1, step.run_id, step.key))
+    conn.execute(_START_STEP, (*convert.step_params(step), worker, now))
 
 
 def _close_attempt(
@@ -1112,10 +1141,12 @@ def _close_attempt(
     error: str | None,
     now: float,
 ) -> None:
+    """End the attempt on the step row. A succeeded attempt's output is the step's own
+    output, so only the status, error and end time are stored for it."""
     conn.execute(
-        "UPDATE plait_attempts SET status = ?, output = ?, error = ?, finished_at = ?"
-        " WHERE run_id = ? AND key = ? AND attempt = ?",
-        (status, output, error, now, step.run_id, step.key, attempt),
+        "UPDATE plait_steps SET attempt_status = ?, attempt_error = ?, attempt_finished = ?"
+        " WHERE run_id = ? AND key = ? AND attempt_status IS NOT NULL",
+        (status, error, now, step.run_id, step.key),
     )
 
 
@@ -1124,8 +1155,7 @@ def _apply(conn: sqlite3.Connection, run_id: str, ops: Iterable[Op], now: float)
         if isinstance(op, PutStep):
             conn.execute(_UPSERT_STEP, convert.step_params(op.step))
         elif isinstance(op, StartAttempt):
-            conn.execute(_UPSERT_STEP, convert.step_params(op.step))
-            _open_attempt(conn, op.step, op.attempt, op.worker, now)
+            _start_attempt(conn, op.step, op.attempt, op.worker, now)
         elif isinstance(op, FinishAttempt):
             _finish_step(conn, op.step)
             _close_attempt(conn, op.step, op.attempt, op.status, op.output, op.error, now)
