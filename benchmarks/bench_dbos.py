@@ -102,7 +102,7 @@ async def _run(fn: Any, *args: Any) -> Any:
 async def sequential(p: dict[str, Any]) -> dict[str, Any]:
     steps = int(p["steps"])
     _launch(p)
-    await _run(chain, 10)
+    await _run(chain, steps)  # warm-up: the same length as the measured run (see run.py)
     t0 = time.perf_counter()
     out = await _run(chain, steps)
     elapsed = time.perf_counter() - t0

@@ -84,7 +84,8 @@ async def sequential(p: dict[str, Any]) -> dict[str, Any]:
     """One run of ``steps`` steps; microseconds per step and commits per step."""
     steps = int(p["steps"])
     async with _engine(p) as engine:
-        await engine.run("chain", {"n": 10}, timeout=120)  # warm-up: imports, schema, caches
+        # warm-up, the same length as the measured run (see run.py)
+        await engine.run("chain", {"n": steps}, timeout=600)
         c0 = _commits(engine)
         t0 = time.perf_counter()
         out = await engine.run("chain", {"n": steps}, timeout=600)

@@ -215,7 +215,7 @@ async def _run(client: Client, n: int) -> int:
 async def sequential(p: dict[str, Any]) -> dict[str, Any]:
     steps = int(p["steps"])
     async with _running(p) as client:
-        await _run(client, 10)
+        await _run(client, steps)  # warm-up, the same length as the measured run
         t0 = time.perf_counter()
         out = await _run(client, steps)
         elapsed = time.perf_counter() - t0

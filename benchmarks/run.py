@@ -751,7 +751,10 @@ def build_rows(samples: Samples, cfg: Config, skipped: dict[str, str]) -> list[R
 
         k = f"{backend}/sequential"
         if k in samples:
-            sec = f"{label}: 1 sequential run of {cfg.sequential_steps:,} steps"
+            sec = (
+                f"{label}: 1 sequential run of {cfg.sequential_steps:,} steps"
+                " (after a warm-up run of as many)"
+            )
             rows.append(
                 Row(
                     sec,
