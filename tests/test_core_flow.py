@@ -505,3 +505,31 @@ async def test_new_run_ids_are_time_ordered_uuids(engine_factory) -> None:
         assert all(uuid.UUID(i).version == 7 for i in ids)
         stamps = [uuid.UUID(i).int >> 80 for i in ids]  # the millisecond each was made
         assert stamps == sorted(stamps)
+
+
+async def test_a_step_awaited_twice_gives_its_outcome_again(engine_factory) -> None:
+    app = plait.App()
+
+    @app.function
+    async def one(n: int) -> int:
+        return n + 1
+
+    @app.function
+    async def broken(n: int) -> int:
+        raise ValueError("no")
+
+    @app.workflow
+    async def twice(wf: plait.Workflow, data: None) -> list:
+        call = wf.do("one", one, 1)
+        first = await call
+        bad = wf.do("broken", broken, 1, retries=0)
+        errors = []
+        for _ in range(2):
+            try:
+                await bad
+            except plait.StepError as exc:
+                errors.append(exc.step_key)
+        return [first, await call, errors]
+
+    async with engine_factory(app) as engine:
+        assert await engine.run("twice", timeout=10) == [2, 2, ["broken", "broken"]]

@@ -708,12 +708,15 @@ class StepCall:
     a task and two turns of the loop on every sequential step and behaves the same.
     """
 
-    __slots__ = ("_coro", "_pass", "_task")
+    __slots__ = ("_coro", "_error", "_pass", "_result", "_task")
 
     def __init__(self, p: Pass, coro: Coroutine[Any, Any, Any]) -> None:
         self._pass = p
         self._coro: Coroutine[Any, Any, Any] | None = coro
         self._task: asyncio.Task[Any] | None = None
+        #: the outcome when the workflow drove the step itself, for a second ``await``
+        self._result: Any = None
+        self._error: BaseException | None = None
         p.calls.append(self)
         p.loop.call_soon(self.start)
 
@@ -726,9 +729,17 @@ class StepCall:
         coro = self._coro
         if coro is not None and asyncio.current_task(self._pass.loop) is self._pass.main_task:
             self._coro = None
-            return (yield from coro.__await__())
+            try:
+                self._result = yield from coro.__await__()
+            except BaseException as exc:
+                self._error = exc
+                raise
+            return self._result
         self.start()
-        assert self._task is not None
+        if self._task is None:  # driven by the workflow already: awaited a second time
+            if self._error is not None:
+                raise self._error
+            return self._result
         return (yield from self._task.__await__())
 
 
