@@ -15,7 +15,7 @@ import os
 import sqlite3
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 RESULT = "BENCH-RESULT "
@@ -24,6 +24,24 @@ READY = "BENCH-READY "
 #: One step body of the recovery workload sleeps this long, so that a kill lands mid-run.
 RECOVERY_STEP_SECONDS = 0.05
 RECOVERY_STEPS = 20
+
+
+async def back_to_back(
+    seconds: float, steps: int, run_once: Callable[[], Awaitable[Any]]
+) -> dict[str, Any]:
+    """Workload 2, the same loop for every contender: one run after another (each awaited
+    to its output) for ``seconds``, turned into rates."""
+    done = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        await run_once()
+        done += 1
+    elapsed = time.perf_counter() - t0
+    return {
+        "workflows_per_s": done / elapsed,
+        "steps_per_s": done * steps / elapsed,
+        "workflows": done,
+    }
 
 
 def params() -> dict[str, Any]:

@@ -114,17 +114,7 @@ async def throughput(p: dict[str, Any]) -> dict[str, Any]:
     steps, seconds = int(p["steps"]), float(p["seconds"])
     _launch(p)
     await _run(chain, steps)
-    done = 0
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        await _run(chain, steps)
-        done += 1
-    elapsed = time.perf_counter() - t0
-    return {
-        "workflows_per_s": done / elapsed,
-        "steps_per_s": done * steps / elapsed,
-        "workflows": done,
-    }
+    return await _common.back_to_back(seconds, steps, lambda: _run(chain, steps))
 
 
 async def concurrency(p: dict[str, Any]) -> dict[str, Any]:

@@ -107,20 +107,12 @@ async def throughput(p: dict[str, Any]) -> dict[str, Any]:
     async with _engine(p) as engine:
         await engine.run("chain", {"n": steps}, timeout=120, inline=True)
         c0 = _commits(engine)
-        done = 0
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            await engine.run("chain", {"n": steps}, timeout=120, inline=True)
-            done += 1
-        elapsed = time.perf_counter() - t0
+        result = await _common.back_to_back(
+            seconds, steps, lambda: engine.run("chain", {"n": steps}, timeout=120, inline=True)
+        )
         c1 = _commits(engine)
-        result: dict[str, Any] = {
-            "workflows_per_s": done / elapsed,
-            "steps_per_s": done * steps / elapsed,
-            "workflows": done,
-        }
         if c0 is not None and c1 is not None:
-            result["commits_per_step"] = (c1 - c0) / (done * steps)
+            result["commits_per_step"] = (c1 - c0) / (result["workflows"] * steps)
     return result
 
 

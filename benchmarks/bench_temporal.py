@@ -231,17 +231,7 @@ async def throughput(p: dict[str, Any]) -> dict[str, Any]:
     steps, seconds = int(p["steps"]), float(p["seconds"])
     async with _running(p) as client:
         await _run(client, steps)
-        done = 0
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            await _run(client, steps)
-            done += 1
-        elapsed = time.perf_counter() - t0
-    return {
-        "workflows_per_s": done / elapsed,
-        "steps_per_s": done * steps / elapsed,
-        "workflows": done,
-    }
+        return await _common.back_to_back(seconds, steps, lambda: _run(client, steps))
 
 
 async def concurrency(p: dict[str, Any]) -> dict[str, Any]:

@@ -68,29 +68,25 @@ _INLINE_LIMIT = 0.001
 _Result = tuple[asyncio.Future[Any], asyncio.AbstractEventLoop, Any, BaseException | None]
 _Settled = tuple[asyncio.Future[Any], Any, BaseException | None]
 
-_UPSERT_STEP = f"""
-INSERT INTO plait_steps ({convert.STEP_COLUMNS})
-VALUES ({", ".join("?" * 23)})
-ON CONFLICT (run_id, key) DO UPDATE SET
+#: what writing a step row again changes (its identity and first-reach order stay)
+_STEP_CHANGES = """
     kind = excluded.kind, function = excluded.function, status = excluded.status,
     input = excluded.input, output = excluded.output, error = excluded.error,
     attempts = excluded.attempts, failures = excluded.failures, retries = excluded.retries,
     retry_delay = excluded.retry_delay, timeout = excluded.timeout,
     child_run_id = excluded.child_run_id, branch = excluded.branch,
-    queued = excluded.queued, wake_at = excluded.wake_at, updated_at = excluded.updated_at
+    queued = excluded.queued, wake_at = excluded.wake_at, updated_at = excluded.updated_at"""
+_UPSERT_STEP = f"""
+INSERT INTO plait_steps ({convert.STEP_COLUMNS})
+VALUES ({", ".join("?" * 23)})
+ON CONFLICT (run_id, key) DO UPDATE SET {_STEP_CHANGES}
 """
 #: a step's new attempt: the step row, with the attempt on it (schema version 2)
 _START_STEP = f"""
 INSERT INTO plait_steps ({convert.STEP_COLUMNS}, worker, attempt_status, attempt_error,
     attempt_started, attempt_finished)
 VALUES ({", ".join("?" * 23)}, ?, 'running', NULL, ?, NULL)
-ON CONFLICT (run_id, key) DO UPDATE SET
-    kind = excluded.kind, function = excluded.function, status = excluded.status,
-    input = excluded.input, output = excluded.output, error = excluded.error,
-    attempts = excluded.attempts, failures = excluded.failures, retries = excluded.retries,
-    retry_delay = excluded.retry_delay, timeout = excluded.timeout,
-    child_run_id = excluded.child_run_id, branch = excluded.branch,
-    queued = excluded.queued, wake_at = excluded.wake_at, updated_at = excluded.updated_at,
+ON CONFLICT (run_id, key) DO UPDATE SET {_STEP_CHANGES},
     worker = excluded.worker, attempt_status = 'running', attempt_error = NULL,
     attempt_started = excluded.attempt_started, attempt_finished = NULL
 """
