@@ -32,19 +32,15 @@ async def run_attempt(
 ) -> Outcome:
     """Call the body once; never raises except for cancellation."""
 
-    async def call() -> Any:
-        if isinstance(body, FunctionDef):
-            return await body.invoke(data, ctx)
-        return await _call_closure(body, data)
-
+    call = body.invoke(data, ctx) if isinstance(body, FunctionDef) else _call_closure(body, data)
     try:
         if timeout is not None:
             try:
-                result = await asyncio.wait_for(call(), timeout)
+                result = await asyncio.wait_for(call, timeout)
             except TimeoutError:
                 raise StepTimeoutError(ctx.step_key, timeout) from None
         else:
-            result = await call()
+            result = await call
         output = serde.dumps(result, what=f"the result of step {ctx.step_key!r}")
     except (PauseSignal, SuspendSignal):
         raise RuntimeError(

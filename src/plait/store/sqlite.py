@@ -1094,12 +1094,19 @@ def _delete_job(conn: sqlite3.Connection, run_id: str, key: str) -> None:
     conn.execute("DELETE FROM plait_jobs WHERE run_id = ? AND step_key = ?", (run_id, key))
 
 
-def _finish_step(conn: sqlite3.Connection, s: StepRow) -> None:
-    """The columns an attempt's end changes; the row exists since its start was committed
-    (the full upsert is the fallback, so nothing is lost if it does not)."""
+def _finish_attempt(
+    conn: sqlite3.Connection, s: StepRow, status: str, error: str | None, now: float
+) -> None:
+    """An attempt's end: the step's columns it changes and the attempt on the row, in one
+    statement. The row exists since the attempt's start was committed (the full upsert is
+    the fallback, so nothing is lost if it does not)."""
     cur = conn.execute(
         "UPDATE plait_steps SET status = ?, output = ?, error = ?, attempts = ?, failures = ?,"
-        " wake_at = ?, branch = ?, child_run_id = ?, updated_at = ? WHERE run_id = ? AND key = ?",
+        " wake_at = ?, branch = ?, child_run_id = ?, updated_at = ?,"
+        " attempt_status = CASE WHEN attempt_status IS NULL THEN NULL ELSE ? END,"
+        " attempt_error = CASE WHEN attempt_status IS NULL THEN NULL ELSE ? END,"
+        " attempt_finished = CASE WHEN attempt_status IS NULL THEN NULL ELSE ? END"
+        " WHERE run_id = ? AND key = ?",
         (
             s.status,
             s.output,
@@ -1110,6 +1117,9 @@ def _finish_step(conn: sqlite3.Connection, s: StepRow) -> None:
             s.branch,
             s.child_run_id,
             s.updated_at,
+            status,
+            error,
+            now,
             s.run_id,
             s.key,
         ),
@@ -1153,8 +1163,7 @@ def _apply(conn: sqlite3.Connection, run_id: str, ops: Iterable[Op], now: float)
         elif isinstance(op, StartAttempt):
             _start_attempt(conn, op.step, op.attempt, op.worker, now)
         elif isinstance(op, FinishAttempt):
-            _finish_step(conn, op.step)
-            _close_attempt(conn, op.step, op.attempt, op.status, op.output, op.error, now)
+            _finish_attempt(conn, op.step, op.status, op.error, now)
         elif isinstance(op, SetTimer):
             conn.execute(
                 "INSERT INTO plait_timers (run_id, step_key, purpose, wake_at) VALUES (?, ?, ?, ?)"
