@@ -809,7 +809,7 @@ class SQLiteStore:
         if step.status == "running":
             # The previous holder's lease ran out while it ran this step: that attempt
             # was interrupted and this delivery takes over with the next attempt.
-            _close_attempt(conn, step, step.attempts, "interrupted", None, None, now)
+            _close_attempt(conn, step, "interrupted", None, now)
             interrupted = step.attempts - step.failures
             if interrupted >= MAX_INTERRUPTIONS:
                 # a body that kills its worker every time is given up, not retried forever
@@ -893,7 +893,7 @@ class SQLiteStore:
                 step.output = serde.dumps(output)
                 step.updated_at = now
                 conn.execute(_UPSERT_STEP, convert.step_params(step))
-                _close_attempt(conn, step, step.attempts, "succeeded", step.output, None, now)
+                _close_attempt(conn, step, "succeeded", None, now)
             _requeue(conn, run_id, now)
             conn.execute(
                 "UPDATE plait_runs SET status = 'running', error = NULL, updated_at = ?,"
@@ -1052,7 +1052,7 @@ def _requeue(conn: sqlite3.Connection, run_id: str, now: float) -> None:
     for row in orphans:
         step = convert.step_row(row)
         if step.status == "running":
-            _close_attempt(conn, step, step.attempts, "interrupted", None, None, now)
+            _close_attempt(conn, step, "interrupted", None, now)
             step.status, step.updated_at = "scheduled", now
             conn.execute(_UPSERT_STEP, convert.step_params(step))
         conn.execute(
@@ -1139,13 +1139,7 @@ def _start_attempt(
 
 
 def _close_attempt(
-    conn: sqlite3.Connection,
-    step: StepRow,
-    attempt: int,
-    status: str,
-    output: str | None,
-    error: str | None,
-    now: float,
+    conn: sqlite3.Connection, step: StepRow, status: str, error: str | None, now: float
 ) -> None:
     """End the attempt on the step row. A succeeded attempt's output is the step's own
     output, so only the status, error and end time are stored for it."""
@@ -1280,5 +1274,5 @@ def _settle_parent_step(
         outcome = "failed"
     step.updated_at = now
     conn.execute(_UPSERT_STEP, convert.step_params(step))
-    _close_attempt(conn, step, step.attempts, outcome, step.output, step.error, now)
+    _close_attempt(conn, step, outcome, step.error, now)
     conn.execute(_WAKE, (now, now, now, parent_id))
