@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
+from types import SimpleNamespace
 
-from plait.graph import Graph, NodeState, to_mermaid
+from plait.diagram import steps_mermaid
+from plait.graph import NodeState, graph_from_dict, to_mermaid
 from plait.graph.mermaid import mermaid_ids
 
-ONBOARD = Graph.from_dict(
+ONBOARD = graph_from_dict(
     "onboard",
     {
         "nodes": {
@@ -39,7 +42,7 @@ def test_shapes_labels_and_edges() -> None:
 
 
 def test_parallel_value_branch_and_for_each() -> None:
-    graph = Graph.from_dict(
+    graph = graph_from_dict(
         "g",
         {
             "nodes": {
@@ -61,7 +64,7 @@ def test_parallel_value_branch_and_for_each() -> None:
 
 
 def test_ids_are_sanitised_and_labels_keep_the_real_id() -> None:
-    graph = Graph.from_dict(
+    graph = graph_from_dict(
         "g",
         {
             "nodes": {
@@ -84,7 +87,7 @@ def test_ids_are_sanitised_and_labels_keep_the_real_id() -> None:
 
 
 def test_states_colour_nodes_by_status() -> None:
-    graph = Graph.from_dict(
+    graph = graph_from_dict(
         "g",
         {
             "nodes": {
@@ -117,3 +120,15 @@ def test_states_colour_nodes_by_status() -> None:
     assert not any("n_e" in line for line in lines if line.startswith("    class "))
     assert 'n_b["b<br/>f<br/>(2 runs)"]' in text
     assert "classDef" not in to_mermaid(graph)
+
+
+def test_step_diagrams_colour_statuses_like_graph_diagrams() -> None:
+    step = SimpleNamespace(
+        key="a", kind="do", function="f", status="scheduled", created_at=datetime.now(UTC)
+    )
+    step_lines = steps_mermaid([step]).splitlines()  # type: ignore[list-item]
+    graph_lines = to_mermaid(ONBOARD, [NodeState("create", "create", "running")]).splitlines()
+    class_defs = [line for line in graph_lines if line.startswith("    classDef ")]
+    assert class_defs == [line for line in step_lines if line.startswith("    classDef ")]
+    assert any(line.startswith("    classDef scheduled ") for line in class_defs)
+    assert "    class s0_a scheduled" in step_lines

@@ -19,6 +19,9 @@ from plait.graph import (
     GraphValidationError,
     Node,
     branch_on,
+    graph_from_dict,
+    graph_from_json,
+    graph_from_yaml,
     load_graph,
     ref,
     template,
@@ -106,12 +109,12 @@ def test_dict_json_yaml_and_builder_give_equal_models_and_hashes(tmp_path: Path)
     yaml_file = tmp_path / "onboard.yaml"
     yaml_file.write_text(ONBOARD_YAML)
     graphs = [
-        Graph.from_dict("onboard", ONBOARD),
-        Graph.from_json("onboard", json.dumps(ONBOARD)),
-        Graph.from_json("onboard", json_file),
-        Graph.from_json("onboard", str(json_file)),
-        Graph.from_yaml("onboard", ONBOARD_YAML),
-        Graph.from_yaml("onboard", yaml_file),
+        graph_from_dict("onboard", ONBOARD),
+        graph_from_json("onboard", json.dumps(ONBOARD)),
+        graph_from_json("onboard", json_file),
+        graph_from_json("onboard", str(json_file)),
+        graph_from_yaml("onboard", ONBOARD_YAML),
+        graph_from_yaml("onboard", yaml_file),
         built(),
         load_graph("onboard", ONBOARD),
         load_graph("onboard", str(yaml_file)),
@@ -125,7 +128,7 @@ def test_dict_json_yaml_and_builder_give_equal_models_and_hashes(tmp_path: Path)
 
 
 def test_model_fields_are_normalised() -> None:
-    graph = Graph.from_dict("onboard", ONBOARD)
+    graph = graph_from_dict("onboard", ONBOARD)
     assert list(graph.nodes) == ["create", "welcome", "gift", "alert"]
     create, welcome = graph.nodes["create"], graph.nodes["welcome"]
     assert isinstance(create, Node)
@@ -139,22 +142,22 @@ def test_model_fields_are_normalised() -> None:
 
 
 def test_entry_nodes_are_computed_from_next_and_on_error() -> None:
-    graph = Graph.from_dict("onboard", ONBOARD)
+    graph = graph_from_dict("onboard", ONBOARD)
     assert graph.entry_nodes == ("create",)  # alert is an on_error target, not an entry
 
 
 def test_explicit_entry_wins() -> None:
     data = copy.deepcopy(ONBOARD)
     data["entry"] = "create"
-    graph = Graph.from_dict("onboard", data)
+    graph = graph_from_dict("onboard", data)
     assert graph.entry == ("create",)
     assert graph.entry_nodes == ("create",)
     # an explicit entry is part of the definition, so it changes the hash
-    assert graph.content_hash() != Graph.from_dict("onboard", ONBOARD).content_hash()
+    assert graph.content_hash() != graph_from_dict("onboard", ONBOARD).content_hash()
 
 
 def test_next_forms() -> None:
-    graph = Graph.from_dict(
+    graph = graph_from_dict(
         "g",
         {
             "nodes": {
@@ -203,7 +206,7 @@ nodes:
   c: f
   d: f
 """
-    graph = Graph.from_yaml("g", text)
+    graph = graph_from_yaml("g", text)
     assert graph.nodes["a"].next == Branch(
         {"true": ("b",), "false": ("c",), "3": ("d",)}, path="ok"
     )
@@ -211,11 +214,11 @@ nodes:
 
 def test_for_each_mode_defaults_to_parallel() -> None:
     each = {"$ref": "a", "path": "items"}
-    plain = Graph.from_dict(
+    plain = graph_from_dict(
         "g",
         {"nodes": {"a": {"function": "f", "next": "b"}, "b": {"function": "f", "for_each": each}}},
     )
-    explicit = Graph.from_dict(
+    explicit = graph_from_dict(
         "g",
         {
             "nodes": {
@@ -230,8 +233,8 @@ def test_for_each_mode_defaults_to_parallel() -> None:
 
 
 def test_to_dict_round_trips_and_is_canonical() -> None:
-    graph = Graph.from_dict("onboard", ONBOARD)
-    again = Graph.from_dict("onboard", graph.to_dict())
+    graph = graph_from_dict("onboard", ONBOARD)
+    again = graph_from_dict("onboard", graph.to_dict())
     assert again == graph
     assert again.to_dict() == graph.to_dict()
     canonical = graph.to_dict()
@@ -243,7 +246,7 @@ def test_to_dict_round_trips_and_is_canonical() -> None:
 
 
 def test_content_hash_is_sha256_of_canonical_json() -> None:
-    graph = Graph.from_dict("onboard", ONBOARD)
+    graph = graph_from_dict("onboard", ONBOARD)
     text = json.dumps(graph.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     expected = hashlib.sha256(text.encode()).hexdigest()[:16]
     assert graph.content_hash() == expected
@@ -257,8 +260,8 @@ def test_content_hash_ignores_the_name_key_order_and_shorthands() -> None:
     }
     shuffled["nodes"]["create"]["next"] = ["welcome"]
     shuffled["nodes"]["alert"] = "page_oncall"
-    a = Graph.from_dict("onboard", ONBOARD)
-    b = Graph.from_dict("another name", shuffled)
+    a = graph_from_dict("onboard", ONBOARD)
+    b = graph_from_dict("another name", shuffled)
     assert a.content_hash() == b.content_hash()
 
 
@@ -266,23 +269,23 @@ def test_content_hash_changes_with_the_definition() -> None:
     changed = copy.deepcopy(ONBOARD)
     changed["nodes"]["welcome"]["retries"] = 3
     assert (
-        Graph.from_dict("onboard", changed).content_hash()
-        != Graph.from_dict("onboard", ONBOARD).content_hash()
+        graph_from_dict("onboard", changed).content_hash()
+        != graph_from_dict("onboard", ONBOARD).content_hash()
     )
 
 
 def test_model_does_not_share_mutable_input_with_the_caller() -> None:
     data = copy.deepcopy(ONBOARD)
-    graph = Graph.from_dict("onboard", data)
+    graph = graph_from_dict("onboard", data)
     before = graph.content_hash()
     data["nodes"]["create"]["input"]["email"]["path"] = "other"
-    assert Graph.from_dict("onboard", graph.to_dict()).content_hash() == before
+    assert graph_from_dict("onboard", graph.to_dict()).content_hash() == before
     assert graph.nodes["create"].input["email"]["path"] == "email"
 
 
 def test_graphs_are_hashable_and_immutable() -> None:
-    graph = Graph.from_dict("onboard", ONBOARD)
-    assert hash(graph) == hash(Graph.from_dict("onboard", ONBOARD))
+    graph = graph_from_dict("onboard", ONBOARD)
+    assert hash(graph) == hash(graph_from_dict("onboard", ONBOARD))
     with pytest.raises(AttributeError):
         graph.name = "x"  # type: ignore[misc]
     with pytest.raises(TypeError):
@@ -290,14 +293,14 @@ def test_graphs_are_hashable_and_immutable() -> None:
 
 
 def test_graphs_copy_and_pickle() -> None:
-    graph = Graph.from_dict("onboard", ONBOARD)
+    graph = graph_from_dict("onboard", ONBOARD)
     assert copy.deepcopy(graph) == graph
     assert pickle.loads(pickle.dumps(graph)) == graph
     assert copy.copy(graph) == graph
 
 
 def test_load_graph_renames_a_graph_and_accepts_a_builder() -> None:
-    graph = Graph.from_dict("first", ONBOARD)
+    graph = graph_from_dict("first", ONBOARD)
     renamed = load_graph("second", graph)
     assert renamed.name == "second" and renamed.nodes == graph.nodes
     assert load_graph("first", graph) is graph
@@ -309,7 +312,7 @@ def test_load_graph_renames_a_graph_and_accepts_a_builder() -> None:
 
 def test_builder_helpers() -> None:
     graph = (
-        Graph.builder("g")
+        GraphBuilder("g")
         .node("a", "f", next=branch_on("tier", {"vip": "b"}, default=["c"]))
         .node("b", "f", input={"x": ref("a", "x", default=None)})
         .node("c", "f")
@@ -340,7 +343,7 @@ def test_structural_problems_are_reported_together_with_the_rest() -> None:
         "entries": ["a"],
     }
     with pytest.raises(GraphValidationError) as info:
-        Graph.from_dict("broken", data)
+        graph_from_dict("broken", data)
     problems = info.value.problems
     text = "\n".join(problems)
     assert "node 'a': function must be a string" in text
@@ -359,45 +362,45 @@ def test_structural_problems_are_reported_together_with_the_rest() -> None:
 
 def test_not_a_mapping() -> None:
     with pytest.raises(GraphValidationError, match="must be a mapping"):
-        Graph.from_dict("g", ["a"])  # type: ignore[arg-type]
+        graph_from_dict("g", ["a"])  # type: ignore[arg-type]
     with pytest.raises(GraphValidationError, match="no 'nodes'"):
-        Graph.from_dict("g", {})
+        graph_from_dict("g", {})
 
 
 def test_invalid_json_and_yaml_are_validation_errors() -> None:
     with pytest.raises(GraphValidationError, match="invalid JSON"):
-        Graph.from_json("g", '{"nodes": ')
+        graph_from_json("g", '{"nodes": ')
     with pytest.raises(GraphValidationError, match="invalid YAML"):
-        Graph.from_yaml("g", "nodes: [unclosed")
+        graph_from_yaml("g", "nodes: [unclosed")
 
 
 def test_duplicate_keys_in_json_and_yaml_are_problems() -> None:
     text = '{"nodes": {"a": {"function": "f"}, "a": {"function": "g"}}}'
     with pytest.raises(GraphValidationError, match="duplicate key 'a'"):
-        Graph.from_json("g", text)
+        graph_from_json("g", text)
     with pytest.raises(GraphValidationError, match=r"duplicate key 'a' .*line 3"):
-        Graph.from_yaml("g", "nodes:\n  a: {function: f}\n  a: {function: g}\n")
+        graph_from_yaml("g", "nodes:\n  a: {function: f}\n  a: {function: g}\n")
 
 
 def test_yaml_non_string_branch_key_is_a_problem() -> None:
     with pytest.raises(GraphValidationError, match="branch key True in next must be a string"):
-        Graph.from_yaml("g", "nodes:\n  a: {function: f, next: {yes: b}}\n  b: f\n")
+        graph_from_yaml("g", "nodes:\n  a: {function: f, next: {yes: b}}\n  b: f\n")
 
 
 def test_yaml_values_that_are_not_json_are_problems() -> None:
     with pytest.raises(GraphValidationError, match="date is not JSON data"):
-        Graph.from_yaml("g", "nodes:\n  a: {function: f, input: {when: 2024-01-01}}\n")
+        graph_from_yaml("g", "nodes:\n  a: {function: f, input: {when: 2024-01-01}}\n")
 
 
 def test_yaml_file_round_trip(tmp_path: Path) -> None:
-    graph = Graph.from_dict("onboard", ONBOARD)
+    graph = graph_from_dict("onboard", ONBOARD)
     path = tmp_path / "g.yml"
     path.write_text(yaml.safe_dump(graph.to_dict()))
-    assert Graph.from_yaml("onboard", path) == graph
+    assert graph_from_yaml("onboard", path) == graph
 
 
 def test_structure_back_edges_and_predecessors() -> None:
-    graph = Graph.from_dict(
+    graph = graph_from_dict(
         "loop",
         {
             "nodes": {

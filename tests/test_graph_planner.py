@@ -18,6 +18,7 @@ from plait.graph import (
     Plan,
     Start,
     for_each_items,
+    graph_from_dict,
     key_ordinal,
     latest_outputs,
     node_input,
@@ -28,7 +29,7 @@ from plait.graph import (
 
 
 def g(nodes: dict[str, Any], **extra: Any) -> Graph:
-    return Graph.from_dict("g", {"nodes": nodes, **extra})
+    return graph_from_dict("g", {"nodes": nodes, **extra})
 
 
 class Run:
@@ -635,7 +636,7 @@ def random_graph(rng: random.Random, size: int) -> Graph:
         if later and rng.random() < 0.3:
             node["on_error"] = rng.choice(later)
         nodes[nid] = node
-    return Graph.from_dict("random", {"nodes": nodes})
+    return graph_from_dict("random", {"nodes": nodes})
 
 
 @pytest.mark.parametrize("seed", range(60))

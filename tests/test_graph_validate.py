@@ -11,6 +11,7 @@ import plait
 from plait.graph import (
     Graph,
     GraphValidationError,
+    graph_from_dict,
     unknown_functions,
     validate,
     validate_or_raise,
@@ -41,7 +42,7 @@ GOOD: dict[str, Any] = {
 
 
 def graph(data: dict[str, Any], name: str = "g") -> Graph:
-    return Graph.from_dict(name, data)
+    return graph_from_dict(name, data)
 
 
 def test_a_good_graph_has_no_problems() -> None:

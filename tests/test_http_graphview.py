@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("starlette", reason="the http extra (starlette) is not installed")
 
+from plait.durations import format_duration
 from plait.http import graphview
 from plait.records import Run, RunStatus, Step, StepAttempt, StepStatus
 
@@ -168,3 +169,14 @@ def test_graph_nodes_take_the_state_of_their_latest_instance() -> None:
         "spare": ("not_reached", 0),
     }
     assert ("check", "check") in {(e.source, e.target) for e in edges}
+
+
+def test_durations_read_like_the_dashboard_timeline() -> None:
+    assert [format_duration(s) for s in (0.85, 4.24, 185, 7440)] == [
+        "850 ms",
+        "4.2 s",
+        "3 m 5 s",
+        "2 h 4 m",
+    ]
+    nodes, _ = graphview.steps_view([step("a", updated_at=at(4200))], [])
+    assert nodes[0].detail == "fn · 4.2 s"

@@ -7,19 +7,14 @@ import re
 from typing import TYPE_CHECKING
 
 from plait.errors import WorkflowNotFoundError
+from plait.graph import node_states, to_mermaid
+from plait.graph.mermaid import status_class_defs
 
 if TYPE_CHECKING:
     from plait.engine import Engine
     from plait.records import Step
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
-_CLASSES = {
-    "succeeded": "fill:#d3f5d3,stroke:#2e7d32",
-    "failed": "fill:#fbd5d5,stroke:#c62828",
-    "running": "fill:#d6e6fb,stroke:#1565c0",
-    "scheduled": "fill:#d6f2f7,stroke:#00838f",
-    "pending": "fill:#eeeeee,stroke:#757575",
-}
 
 
 def steps_mermaid(steps: list[Step]) -> str:
@@ -57,8 +52,7 @@ def steps_mermaid(steps: list[Step]) -> str:
             origin = step.key.removesuffix(":on_error")
             if origin in ids:
                 lines.append(f"    {ids[origin]} -.->|error| {ids[step.key]}")
-    for status, style in _CLASSES.items():
-        lines.append(f"    classDef {status} {style}")
+    lines.extend(status_class_defs())
     for step in steps:
         if step.kind != "value":
             lines.append(f"    class {ids[step.key]} {step.status}")
@@ -74,8 +68,6 @@ async def diagram_for(engine: Engine, name: str, run_id: str | None = None) -> s
     workflow, the steps of ``run_id`` (default: its latest run)."""
     graph = engine.app.graphs.get(name)
     if graph is not None:
-        from plait.graph import node_states, to_mermaid
-
         states = None
         if run_id is not None:
             states = node_states(await engine.get_steps(run_id))

@@ -1,4 +1,5 @@
-"""Durations as users write them: seconds as a number, or strings like "500ms", "2s", "1h"."""
+"""Durations as users write them: seconds as a number, or strings like "500ms", "2s", "1h";
+and durations as people read them, one formatter for every place that shows a time taken."""
 
 from __future__ import annotations
 
@@ -57,3 +58,18 @@ def parse_duration(value: object, *, what: str = "duration") -> float:
     if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
         raise ValueError(f"invalid {what}: {value!r} (must be a finite, non-negative time)")
     return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """Short human durations: ``850 ms``, ``4.2 s``, ``3 m 5 s``, ``2 h 4 m``.
+
+    The shapes match the dashboard script's ``duration`` so a step reads the same in the
+    server-drawn graph and in the browser-drawn timeline beside it.
+    """
+    if seconds < 1:
+        return f"{max(0, round(seconds * 1000))} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} m {int(seconds % 60)} s"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} m"

@@ -6,7 +6,7 @@ engine stores and runs what the planner decides.
 
 from plait.graph.builder import GraphBuilder, branch_on, ref, template
 from plait.graph.errors import GraphValidationError, GraphValueError
-from plait.graph.load import load_graph
+from plait.graph.load import graph_from_dict, graph_from_json, graph_from_yaml, load_graph
 from plait.graph.mermaid import to_mermaid
 from plait.graph.model import Branch, Edge, Graph, Node
 from plait.graph.planner import (
@@ -39,6 +39,9 @@ __all__ = [
     "branch_on",
     "check_syntax",
     "for_each_items",
+    "graph_from_dict",
+    "graph_from_json",
+    "graph_from_yaml",
     "key_ordinal",
     "latest_outputs",
     "load_graph",

@@ -10,7 +10,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from plait.graph.errors import GraphValidationError
+from plait.graph.load import graph_from_dict
 from plait.graph.model import Graph
+from plait.graph.validate import validate
 
 NextSpec = str | Sequence[str] | Mapping[str, Any] | None
 _NO_DEFAULT: Any = object()
@@ -113,9 +115,6 @@ class GraphBuilder:
 
     def build(self) -> Graph:
         """The model; builder mistakes and structural problems raise together."""
-        from plait.graph.load import graph_from_dict
-        from plait.graph.validate import validate
-
         try:
             graph = graph_from_dict(self.name, self.to_dict())
         except GraphValidationError as exc:

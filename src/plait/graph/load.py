@@ -1,5 +1,9 @@
 """Turning graph definitions (dict, JSON, YAML, ``Graph``, builder) into one model.
 
+The loaders sit above the model and the checks and below the builder: a builder is taken
+as anything that can give the dict form (``DictDefinition``), so this module never imports
+the builder that imports it.
+
 Problems that the model cannot even hold (a ``next`` that is a number, a node that is a
 list) are collected here; everything the model can hold is left to ``validate``. When
 there is anything of the first kind, the error also carries what ``validate`` finds in the
@@ -14,12 +18,13 @@ import os
 from collections.abc import Mapping
 from difflib import get_close_matches
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import yaml
 
 from plait.graph.errors import GraphValidationError
 from plait.graph.model import Branch, Graph, Next, Node
+from plait.graph.validate import validate, validate_function
 
 GRAPH_KEYS = ("nodes", "entry", "output")
 NODE_KEYS = (
@@ -36,11 +41,21 @@ NODE_KEYS = (
 _FILE_SUFFIXES = (".json", ".yaml", ".yml")
 
 
+@runtime_checkable
+class DictDefinition(Protocol):
+    """A definition that can give its dict form, such as a ``GraphBuilder``; named by what
+    ``load_graph`` needs so the loader does not have to import the builder."""
+
+    def to_dict(self) -> Mapping[str, Any]: ...
+
+
 def graph_from_dict(name: str, data: Any) -> Graph:
+    """The model of a dict definition; ``GraphValidationError`` with every problem found."""
     return _build(name, data, [])
 
 
 def graph_from_json(name: str, text_or_path: str | os.PathLike[str]) -> Graph:
+    """The model of JSON text or a .json file; duplicate keys are problems, not overrides."""
     text = _read(text_or_path)
     duplicates: list[str] = []
 
@@ -86,6 +101,8 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _constru
 
 
 def graph_from_yaml(name: str, text_or_path: str | os.PathLike[str]) -> Graph:
+    """The model of YAML text or a .yaml/.yml file (safe loading; duplicate keys are
+    problems, not overrides)."""
     text = _read(text_or_path)
     loader = _Loader(text)
     loader.duplicates = []
@@ -101,13 +118,11 @@ def graph_from_yaml(name: str, text_or_path: str | os.PathLike[str]) -> Graph:
 def load_graph(name: str, definition: Any) -> Graph:
     """Any supported definition as a ``Graph`` named ``name``: a ``Graph`` (renamed if
     needed), a builder, a mapping, a path to a .json/.yaml/.yml file, or JSON/YAML text."""
-    from plait.graph.builder import GraphBuilder
-
     if isinstance(definition, Graph):
         if definition.name == name:
             return definition
         return Graph(name, definition.nodes, definition.entry, definition.output)
-    if isinstance(definition, GraphBuilder):
+    if isinstance(definition, DictDefinition):
         return graph_from_dict(name, definition.to_dict())
     if isinstance(definition, Mapping):
         return graph_from_dict(name, definition)
@@ -174,8 +189,6 @@ def _build(name: str, data: Any, problems: list[str]) -> Graph:
     output = _json_value(data.get("output"), "output", problems)
     graph = Graph(name, nodes, entry, output)
     if problems:
-        from plait.graph.validate import validate, validate_function
-
         # A function of the wrong type was reported above; "has no function" again
         # would only repeat it.
         repeated = {validate_function(nid, None) for nid in no_function}

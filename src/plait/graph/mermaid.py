@@ -7,17 +7,23 @@ Node ids are user text, and Mermaid chokes on spaces, punctuation and keywords s
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 from plait.graph.model import Graph
 from plait.graph.planner import FAILED, IN_FLIGHT, PENDING, SUCCEEDED, NodeState, key_ordinal
 
-_CLASS_DEFS = {
-    "succeeded": "fill:#d4edda,stroke:#28a745,color:#155724",
-    "failed": "fill:#f8d7da,stroke:#dc3545,color:#721c24",
-    "running": "fill:#cce5ff,stroke:#007bff,color:#004085",
-    "pending": "fill:#e2e3e5,stroke:#6c757d,color:#383d41",
-}
+#: Mermaid style of each step status. Graph diagrams and the step diagrams of code
+#: workflows (``plait.diagram``) share it, so a status has one colour in every diagram.
+STATUS_STYLES: Mapping[str, str] = MappingProxyType(
+    {
+        "succeeded": "fill:#d4edda,stroke:#28a745,color:#155724",
+        "failed": "fill:#f8d7da,stroke:#dc3545,color:#721c24",
+        "running": "fill:#cce5ff,stroke:#007bff,color:#004085",
+        "scheduled": "fill:#d1ecf1,stroke:#17a2b8,color:#0c5460",
+        "pending": "fill:#e2e3e5,stroke:#6c757d,color:#383d41",
+    }
+)
 _SIMPLE_LABEL = re.compile(r"^[A-Za-z0-9_ .:/-]+$")
 
 
@@ -69,6 +75,12 @@ def mermaid_ids(graph: Graph) -> dict[str, str]:
     return ids
 
 
+def status_class_defs() -> list[str]:
+    """A ``classDef`` line per step status, named after the status so a diagram colours a
+    node with ``class <id> <status>``."""
+    return [f"    classDef {name} {style}" for name, style in STATUS_STYLES.items()]
+
+
 def _status_lines(graph: Graph, ids: dict[str, str], states: Sequence[NodeState]) -> list[str]:
     latest: dict[str, NodeState] = {}
     busy: set[str] = set()
@@ -80,7 +92,7 @@ def _status_lines(graph: Graph, ids: dict[str, str], states: Sequence[NodeState]
         current = latest.get(s.node_id)
         if current is None or key_ordinal(s.key) >= key_ordinal(current.key):
             latest[s.node_id] = s
-    groups: dict[str, list[str]] = {name: [] for name in _CLASS_DEFS}
+    groups: dict[str, list[str]] = {"succeeded": [], "failed": [], "running": [], "pending": []}
     for node_id in graph.nodes:
         if node_id not in latest:
             continue
@@ -93,7 +105,7 @@ def _status_lines(graph: Graph, ids: dict[str, str], states: Sequence[NodeState]
             groups["failed"].append(ids[node_id])
         else:
             groups["pending"].append(ids[node_id])
-    lines = [f"    classDef {name} {style}" for name, style in _CLASS_DEFS.items()]
+    lines = status_class_defs()
     lines.extend(
         f"    class {','.join(members)} {name}" for name, members in groups.items() if members
     )

@@ -3,23 +3,22 @@
 Definitions arrive in several shapes (dict, JSON, YAML, builder); ``plait.graph.load``
 turns all of them into these frozen objects, so everything downstream sees one normalised
 form, and ``to_dict`` gives that form back as the canonical definition that is hashed.
+This module knows nothing of those shapes or of validation: the loaders, the builder and
+the checks all build on the model, never the other way round, so the model can be read
+without pulling in YAML parsing or the checks.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from plait.graph.values import get_path, to_json_text
-
-if TYPE_CHECKING:
-    from plait.graph.builder import GraphBuilder
 
 MODES = ("parallel", "sequential")
 DEFAULT_CASE = "default"
@@ -168,36 +167,10 @@ class Graph:
     def __reduce__(self) -> tuple[type[Graph], tuple[Any, ...]]:
         return (type(self), (self.name, dict(self.nodes), self.entry, self.output))
 
-    # -- loading ----------------------------------------------------------------------
-
-    @classmethod
-    def from_dict(cls, name: str, data: Mapping[str, Any]) -> Graph:
-        from plait.graph.load import graph_from_dict
-
-        return graph_from_dict(name, data)
-
-    @classmethod
-    def from_json(cls, name: str, text_or_path: str | os.PathLike[str]) -> Graph:
-        from plait.graph.load import graph_from_json
-
-        return graph_from_json(name, text_or_path)
-
-    @classmethod
-    def from_yaml(cls, name: str, text_or_path: str | os.PathLike[str]) -> Graph:
-        from plait.graph.load import graph_from_yaml
-
-        return graph_from_yaml(name, text_or_path)
-
-    @staticmethod
-    def builder(name: str) -> GraphBuilder:
-        from plait.graph.builder import GraphBuilder
-
-        return GraphBuilder(name)
-
     # -- canonical form ---------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """The canonical definition: what ``from_dict`` accepts, with every shorthand
+        """The canonical definition: what ``graph_from_dict`` accepts, with every shorthand
         expanded and every unset field left out."""
         data: dict[str, Any] = {"nodes": {nid: node.to_dict() for nid, node in self.nodes.items()}}
         if self.entry is not None:

@@ -11,6 +11,7 @@ Needs the ``http`` extra (Starlette and uvicorn).
 
 from plait.http.app import create_app
 from plait.http.auth import Principal, parse_tokens
-from plait.http.server import load_app, serve
+from plait.http.server import serve
+from plait.loading import load_app
 
 __all__ = ["Principal", "create_app", "load_app", "parse_tokens", "serve"]

@@ -19,6 +19,7 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
+from plait.durations import format_duration
 from plait.records import Run, Step, StepAttempt
 
 log = logging.getLogger("plait.http")
@@ -427,17 +428,6 @@ def render_svg(
             out.append(inner)
     out.append("</g></svg>")
     return "".join(out)
-
-
-def format_duration(seconds: float) -> str:
-    """Short human durations: ``850 ms``, ``4.2 s``, ``3 m 5 s``, ``2 h 4 m``."""
-    if seconds < 1:
-        return f"{max(0, round(seconds * 1000))} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)} m {int(seconds % 60)} s"
-    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} m"
 
 
 #: characters that JavaScript's encodeURIComponent leaves alone, so fragment links built

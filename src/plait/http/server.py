@@ -2,37 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 import ipaddress
 import logging
-import os
-import sys
-from typing import Any
 
-from plait.app import App
 from plait.engine import Engine
+from plait.loading import load_app
 
 log = logging.getLogger("plait.http")
-
-
-def load_app(app_ref: str) -> App:
-    """Import ``"package.module:attribute"`` (attribute may be dotted) from the current
-    directory or the path, and check that it is a ``plait.App``."""
-    module_name, sep, attribute = app_ref.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ValueError(f"APP must look like 'module:attribute', got {app_ref!r}")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    module = importlib.import_module(module_name)
-    obj: Any = module
-    for part in attribute.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ValueError(f"module {module_name!r} has no attribute {attribute!r}") from None
-    if not isinstance(obj, App):
-        raise TypeError(f"{app_ref} is a {type(obj).__name__}, not a plait.App")
-    return obj
 
 
 def _is_loopback(host: str) -> bool:
