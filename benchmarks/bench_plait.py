@@ -172,7 +172,7 @@ async def idle(p: dict[str, Any]) -> dict[str, Any]:
         # away): every run has recorded its sleep and released its lease.
         while True:
             due = await engine.store.next_due()
-            if not engine.runner.driving and due is not None and due > horizon:
+            if not engine.worker.driving and due is not None and due > horizon:
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError("the sleeping runs did not settle within 600 s")

@@ -590,7 +590,7 @@ async def test_graph_run_is_drawn_from_its_definition(tmp_path: Path) -> None:
                 },
             },
         )
-        from plait.graph.runtime import execute_graph_pass  # noqa: F401
+        from plait.runtime.graph_replay import GraphReplay  # noqa: F401
     except (ImportError, AttributeError) as exc:
         pytest.skip(f"graph workflows are not available yet: {exc}")
     async with plait.Engine(graph_app, f"sqlite:///{tmp_path}/g.db") as engine:

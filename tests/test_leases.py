@@ -9,7 +9,8 @@ import pytest
 
 import plait
 from conftest import Counter, eventually
-from plait.runtime.passes import MAX_INTERRUPTIONS, Pass
+from plait.runtime.ledger import Ledger
+from plait.runtime.steps import MAX_INTERRUPTIONS
 from plait.store.base import Batch, StartAttempt
 
 
@@ -204,8 +205,8 @@ async def test_a_step_that_kills_its_worker_every_time_is_failed(engine_factory)
             snapshot = await store.load_pass(run_id)
             step = snapshot.steps.get("deadly")
             if step is None:
-                p = Pass(engine, snapshot, f"doomed#{n}")
-                step = p._new_step("deadly", "deadly", "do")
+                ledger = Ledger(engine.worker, snapshot, f"doomed#{n}")
+                step = ledger.new_step("deadly", "deadly", "do")
             step.attempts = n
             step.status = "running"
             await store.commit(Batch(run_id, [StartAttempt(step, n)], fence=f"doomed#{n}"))

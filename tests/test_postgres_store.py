@@ -227,7 +227,7 @@ def _at_least(value: Callable[[], int], n: int) -> Callable[[], Awaitable[bool]]
 
 def _idle_for_a_moment(engine: plait.Engine) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
-        return not engine.runner.driving and not engine.runner.wake_passes.is_set()
+        return not engine.worker.driving and not engine.worker.wake_passes.is_set()
 
     return check
 

@@ -5,6 +5,7 @@ after a crash, a restart or a deploy the run replays and goes on where it stoppe
 """
 
 from plait.app import App, FunctionDef, WorkflowDef
+from plait.context import StepContext
 from plait.engine import Engine
 from plait.errors import (
     Cancel,
@@ -24,8 +25,7 @@ from plait.errors import (
 )
 from plait.graph.errors import GraphValidationError
 from plait.records import Run, RunStatus, Step, StepAttempt, StepStatus
-from plait.runtime.context import StepContext
-from plait.runtime.passes import Workflow
+from plait.runtime.workflow import Workflow
 
 __version__ = "0.1.0"
 

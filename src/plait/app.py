@@ -16,10 +16,10 @@ from typing import Any, overload
 
 from pydantic import TypeAdapter, ValidationError
 
+from plait.context import StepContext
 from plait.durations import parse_duration
 from plait.errors import WorkflowNotFoundError
 from plait.retry import RetryPolicy, parse_retries, parse_retry_delay, resolve_policy
-from plait.runtime.context import StepContext
 
 _PLAIN = (inspect.Parameter.empty, Any, dict, object, "dict", "Any", "object")
 

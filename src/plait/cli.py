@@ -7,7 +7,6 @@ import importlib
 import json
 import logging
 import os
-import signal
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -374,10 +373,6 @@ def worker(
             worker_id=worker_id,
             log_runs=True,
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
         await engine.open()
         logging.getLogger("plait.worker").info(
             "worker %s working %s (concurrency %d)",
@@ -385,21 +380,9 @@ def worker(
             redact(engine.url),
             concurrency,
         )
-        log = logging.getLogger("plait.worker")
-        try:
-            await stop.wait()
-            log.info("stopping: finishing work in hand (up to %gs)", drain)
-        finally:
-            closing = asyncio.ensure_future(engine.close(drain=drain))
-            # wait without cancelling: a cancelled close would give up leases early
-            done, _ = await asyncio.wait({closing}, timeout=drain + STOP_GRACE)
-            if not done:
-                # A sync step body runs in a thread that cannot be cancelled. Its lease is
-                # still held, so nobody else runs that step; exiting ends the thread, and
-                # the lease expires so another worker runs the next attempt.
-                log.warning("a step body is still running in a thread; exiting without it")
-                logging.shutdown()
-                os._exit(0)
+        await engine.worker.run_until_signal(
+            lambda seconds: engine.close(drain=seconds), drain=drain, grace=STOP_GRACE
+        )
 
     run_async(go)
 

@@ -12,21 +12,22 @@ import uuid
 from types import TracebackType
 from typing import Any
 
-from plait import errors, serde
+from plait import serde
 from plait.app import App
+from plait.catalog import Catalog
 from plait.errors import (
     RunNotFoundError,
     WorkflowCancelledError,
     WorkflowFailedError,
     WorkflowSuspendedError,
 )
+from plait.graph import validate_or_raise
 from plait.ids import new_run_id
 from plait.notify import Notifier
 from plait.records import SETTLED, Run, Step, StepAttempt
-from plait.runtime.passes import Pass, PassResult
 from plait.store import make_store, resolve_url
-from plait.store.base import NewRun, PassSnapshot, Store
-from plait.worker import Runner
+from plait.store.base import NewRun, Store
+from plait.worker import Worker
 
 log = logging.getLogger("plait.engine")
 
@@ -67,10 +68,9 @@ class Engine:
         self.poll_interval = float(poll_interval)
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.notifier = Notifier()
-        self.inline_children = True
+        self.catalog = Catalog(app, self.store)
         self.log_runs = log_runs
-        self._runner: Runner | None = None
-        self._graphs: dict[tuple[str, str], Any] = {}
+        self._worker: Worker | None = None
         self._opened = False
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -91,13 +91,21 @@ class Engine:
         if self._opened:
             return
         await self.store.open()
-        await self._store_versions()
-        self._runner = Runner(self)
-        self.notifier.on_work(self._runner.kick)
-        attach = getattr(self.store, "attach_notifier", None)
-        if attach is not None:
-            await attach(self.notifier)
-        self._runner.start_loops(passes=self.workers, steps=self.workers)
+        await self.catalog.record_versions()
+        self._worker = Worker(
+            self.store,
+            self.catalog,
+            self.notifier,
+            worker_id=self.worker_id,
+            lease_seconds=self.lease_seconds,
+            concurrency=self.concurrency,
+            poll_interval=self.poll_interval,
+            take_work=self.workers,
+            log_runs=self.log_runs,
+        )
+        self.notifier.on_work(self._worker.kick)
+        await self.store.attach_notifier(self.notifier)
+        self._worker.start_loops(passes=self.workers, steps=self.workers)
         self._opened = True
 
     async def close(self, *, drain: float = 0.0) -> None:
@@ -105,8 +113,8 @@ class Engine:
         if not self._opened:
             return
         self._opened = False
-        if self._runner is not None:
-            await self._runner.stop(drain=drain)
+        if self._worker is not None:
+            await self._worker.stop(drain=drain)
         await self.store.close()
 
     @property
@@ -114,75 +122,32 @@ class Engine:
         return self._opened
 
     @property
-    def runner(self) -> Runner:
-        if self._runner is None:
+    def worker(self) -> Worker:
+        """The loops of this process (only driving inline runs when ``workers=False``)."""
+        if self._worker is None:
             raise RuntimeError("the engine is not open: use `async with Engine(...)`")
-        return self._runner
+        return self._worker
 
-    async def _store_versions(self) -> None:
-        for name, versions in self.app.workflow_versions.items():
-            for version in versions:
-                await self.store.put_version(name, version, "workflow", None, "active")
-
-    # -- starting runs --------------------------------------------------------------------------
+    # -- definitions ----------------------------------------------------------------------------
     def describe(self, name: str) -> tuple[str, str | None]:
         """(kind, version) a new run of ``name`` records."""
-        if name in self.app.workflows:
-            return "workflow", self.app.workflows[name].version
-        graph = self.app.graphs.get(name)
-        if graph is not None:
-            return "graph", graph.content_hash()
-        raise errors.WorkflowNotFoundError(name, [*self.app.workflows, *self.app.graphs])
+        return self.catalog.describe(name)
 
     async def register_graph(self, name: str, definition: Any, *, status: str = "active") -> str:
         """Store a graph definition at run time; every process on this database can start
         it once it is ``active``. Returns its content hash (the version runs record)."""
-        from plait.graph import load_graph, validate_or_raise
-
-        if status not in ("draft", "active"):
-            raise ValueError(f"invalid graph status: {status!r} (use 'draft' or 'active')")
-        graph = load_graph(name, definition)
-        validate_or_raise(graph)
-        version = graph.content_hash()
-        await self.store.put_version(name, version, "graph", graph.canonical_json(), status)
-        self._graphs[(name, version)] = graph
-        return version
+        return await self.catalog.register_graph(name, definition, status)
 
     async def list_graphs(self, status: str | None = None) -> list[dict[str, Any]]:
         """Graphs registered at run time (newest first), with their status and hash."""
         versions = await self.store.list_versions(status=status)
         return [v for v in versions if v["kind"] == "graph"]
 
-    async def _resolve(self, name: str) -> tuple[str, str | None]:
-        """(kind, version) for a new run: registered code first, then active stored graphs."""
-        if not isinstance(name, str):
-            raise TypeError(f"workflow name must be a string, got {type(name).__name__}")
-        if self.app.is_runnable(name):
-            return self.describe(name)
-        for version in await self.store.list_versions(workflow=name, status="active"):
-            if version["kind"] == "graph":
-                return "graph", version["version"]
-        raise errors.WorkflowNotFoundError(name, [*self.app.workflows, *self.app.graphs])
-
     async def graph_for(self, name: str, version: str | None) -> Any:
         """The graph definition a run started on, even if the graph changed since."""
-        graph = self.app.graphs.get(name)
-        if graph is not None and (version is None or graph.content_hash() == version):
-            return graph
-        cached = self._graphs.get((name, version or ""))
-        if cached is not None:
-            return cached
-        if version is None:
-            return None
-        stored = await self.store.get_version(name, version)
-        if stored is None or stored["definition"] is None:
-            return None
-        from plait.graph import load_graph
+        return await self.catalog.graph_for(name, version)
 
-        graph = load_graph(name, stored["definition"])
-        self._graphs[(name, version)] = graph
-        return graph
-
+    # -- starting runs --------------------------------------------------------------------------
     async def start(
         self,
         name: str,
@@ -195,7 +160,7 @@ class Engine:
     ) -> str:
         """Create a durable run and return its id. ``run_id`` is an idempotency key: the
         same id again returns the existing run without a second one."""
-        kind, version = await self._resolve(name)
+        kind, version = await self.catalog.resolve(name)
         if run_id is not None and (not isinstance(run_id, str) or not run_id):
             raise TypeError(f"run_id must be a non-empty string, got {run_id!r}")
         if owner is not None and not isinstance(owner, str):
@@ -203,14 +168,12 @@ class Engine:
         if start_node is not None and kind != "graph":
             raise ValueError(f"start_node applies to graph workflows; {name!r} is code")
         if kind == "graph":
-            from plait.graph import validate_or_raise
-
             graph = await self.graph_for(name, version)
             validate_or_raise(graph, start_node=start_node)
         payload = serde.dumps(data, what=f"the input of workflow {name!r}")
         if not self._opened:
             raise RuntimeError("the engine is closed: use `async with Engine(...)`")
-        runner = self.runner
+        worker = self.worker
         new = NewRun(
             id=run_id or new_run_id(),
             workflow=name,
@@ -219,14 +182,14 @@ class Engine:
             input=payload,
             owner=owner,
             start_node=start_node,
-            lease_owner=runner.owner if inline else None,
+            lease_owner=worker.owner if inline else None,
             lease_seconds=self.lease_seconds,
         )
         run, created = await self.store.create_run(new)
         if not created:
             return run.id
         if inline:
-            runner.drive(run.id, claimed=True, follow=not self.workers)
+            worker.drive(run.id, claimed=True, follow=not self.workers)
         else:
             self.notifier.publish_work()
         return run.id
@@ -336,9 +299,9 @@ class Engine:
         """End the run ``cancelled`` with its children; running steps are cancelled and
         its timers never fire."""
         moved = await self.store.cancel_run(run_id, reason)
-        self.runner.cancel_local(moved)
+        self.worker.cancel_local(moved)
         # give this process's cancelled work a moment to record how it ended
-        local = [t for rid in moved if (t := self.runner.driving.get(rid)) is not None]
+        local = [t for rid in moved if (t := self.worker.driving.get(rid)) is not None]
         if local:
             await asyncio.wait(local, timeout=5.0)
         for rid in moved:
@@ -355,44 +318,6 @@ class Engine:
     def _poke(self, run_id: str) -> None:
         self.notifier.run_changed(run_id)
         self.notifier.publish_work()
-
-    # -- called by the runner -------------------------------------------------------------------
-    def run_changed(self, run_id: str, status: str, workflow: str = "") -> None:
-        if self.log_runs and status != "running":
-            log.info("run %s (%s) is now %s", run_id, workflow or "?", status)
-        self.notifier.run_changed(run_id)
-
-    async def execute_pass(self, snapshot: PassSnapshot, owner: str) -> PassResult:
-        run = snapshot.run
-        p = Pass(self, snapshot, owner)
-        if run.kind == "graph":
-            from plait.graph.runtime import execute_graph_pass
-
-            return await execute_graph_pass(p)
-        wdef = self.app.workflow_version(run.workflow, run.version)
-        if wdef is None:
-            wdef = self.app.workflows.get(run.workflow)
-            p.foreign_version = True
-        if wdef is None:
-            p.ops.append(
-                _suspend_missing(
-                    f"workflow {run.workflow!r} is not registered in this deployment; "
-                    "deploy it and resume the run"
-                )
-            )
-            return await p.finish("suspended")
-        return await p.execute(wdef)
-
-
-def _suspend_missing(message: str) -> Any:
-    from plait.store.base import EndRun
-
-    return EndRun(
-        "suspended",
-        error=serde.dumps(
-            {"message": message, "type": "FunctionNotFound", "code": errors.FUNCTION_NOT_FOUND}
-        ),
-    )
 
 
 def _output_or_raise(run: Run) -> Any:

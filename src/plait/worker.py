@@ -4,6 +4,9 @@ Every engine with ``workers=True`` and every ``plait worker`` process runs these
 nothing but the database: a run is taken by a conditional write on its row (its lease),
 a queued step by one on its job row. A lease is renewed while work is held and expires
 when the process dies, so another worker can take over.
+
+The worker receives its parts (store, catalog, notifier, settings) when built and is the
+``Host`` of every pass and queued attempt it runs; it never sees the Engine.
 """
 
 from __future__ import annotations
@@ -12,21 +15,21 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from plait import serde
+from plait.catalog import Catalog
 from plait.errors import LeaseLostError, StepFunctionMismatchError
-from plait.retry import RetryPolicy
-from plait.runtime.context import StepContext
-from plait.runtime.execute import run_attempt
+from plait.notify import Notifier
+from plait.runtime.orchestrator import execute_pass
+from plait.runtime.queued import run_queued
 from plait.runtime.signals import PassAborted
-from plait.store.base import EnqueueJob, FinishAttempt, Op, StepJob
-
-if TYPE_CHECKING:
-    from plait.engine import Engine
+from plait.store.base import Batch, Op, StepJob, Store
 
 log = logging.getLogger("plait.worker")
 _HOST = socket.gethostname()
@@ -47,28 +50,68 @@ def _dead_here(owner: str) -> bool:
     return False
 
 
-class Runner:
-    """Drives runs and queued steps for one engine. ``owner`` is this process's lease name."""
+class Worker:
+    """Drives runs and queued steps of one database. ``owner`` is this process's lease
+    name. With ``take_work`` off it only drives what this process starts inline."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.store = engine.store
+    def __init__(
+        self,
+        store: Store,
+        catalog: Catalog,
+        notifier: Notifier,
+        *,
+        worker_id: str,
+        lease_seconds: float,
+        concurrency: int,
+        poll_interval: float,
+        take_work: bool = True,
+        log_runs: bool = False,
+    ) -> None:
+        self.store = store
+        self.catalog = catalog
+        self.notifier = notifier
+        self.worker_id = worker_id
+        self.concurrency = concurrency
+        self.poll_interval = poll_interval
+        self.take_work = take_work
+        self.log_runs = log_runs
         #: the lease name: the worker id plus a token of this process, so two processes
         #: started with one --worker-id never pass each other's lease checks
-        self.owner = f"{engine.worker_id}#{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.lease = engine.lease_seconds
+        self.owner = f"{worker_id}#{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lease = lease_seconds
         self.driving: dict[str, asyncio.Task[Any]] = {}
         self.stepping: dict[tuple[str, str], asyncio.Task[Any]] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self.wake_passes = asyncio.Event()
         self.wake_steps = asyncio.Event()
-        self.slots = asyncio.Semaphore(engine.concurrency)
+        self.slots = asyncio.Semaphore(concurrency)
         self.closing = False
         #: runs being cancelled by a user, as opposed to work stopped by a shutdown
-        self.cancelling: set[str] = set()
+        self.cancelled: set[str] = set()
         self.loops: list[asyncio.Task[Any]] = []
         self._lease_task: asyncio.Task[Any] | None = None
         self.steps_run = 0
+
+    # -- the host of passes and queued attempts -------------------------------------------
+    @property
+    def stopping(self) -> bool:
+        return self.closing
+
+    def cancelling(self, run_id: str) -> bool:
+        return run_id in self.cancelled
+
+    async def commit(self, batch: Batch) -> bool:
+        return await self.store.commit(batch)
+
+    async def read_state(self, run_id: str) -> dict[str, Any]:
+        snapshot = await self.store.load_pass(run_id)
+        raw = snapshot.state if snapshot is not None else {}
+        return {k: serde.loads(v) for k, v in raw.items()}
+
+    def run_changed(self, run_id: str, status: str, workflow: str = "") -> None:
+        if self.log_runs and status != "running":
+            log.info("run %s (%s) is now %s", run_id, workflow or "?", status)
+        self.notifier.run_changed(run_id)
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def reclaim(self) -> None:
@@ -77,7 +120,7 @@ class Runner:
         reader = getattr(self.store, "leases_of", None)
         if reader is None:
             return
-        held = await reader(self.engine.worker_id, self.owner)
+        held = await reader(self.worker_id, self.owner)
         # A holder on this machine whose process is gone is certainly dead: no need to
         # wait for it to miss a renewal.
         dead = [lease for lease in held if _dead_here(lease[3])]
@@ -89,6 +132,30 @@ class Runner:
         await asyncio.sleep(max(0.05, self.lease / 4) * 1.2 + 0.05)
         if await self.store.expire_leases(rest):
             self.kick()
+
+    async def run_until_signal(
+        self, close: Callable[[float], Awaitable[None]], *, drain: float, grace: float = 2.0
+    ) -> None:
+        """Work until SIGTERM or SIGINT, then stop: work in hand gets ``drain`` seconds to
+        finish. ``close`` (given the drain) stops this worker and what it was given."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+            log.info("stopping: finishing work in hand (up to %gs)", drain)
+        finally:
+            closing = asyncio.ensure_future(close(drain))
+            # wait without cancelling: a cancelled close would give up leases early
+            done, _ = await asyncio.wait({closing}, timeout=drain + grace)
+            if not done:
+                # A sync step body runs in a thread that cannot be cancelled. Its lease is
+                # still held, so nobody else runs that step; exiting ends the thread, and
+                # the lease expires so another worker runs the next attempt.
+                log.warning("a step body is still running in a thread; exiting without it")
+                logging.shutdown()
+                os._exit(0)
 
     def start_loops(self, *, passes: bool = True, steps: bool = True) -> None:
         if passes:
@@ -162,7 +229,7 @@ class Runner:
 
     def _done_driving(self, run_id: str) -> None:
         self.driving.pop(run_id, None)
-        self.cancelling.discard(run_id)
+        self.cancelled.discard(run_id)
 
     async def _drive(self, run_id: str, claimed: bool, follow: bool) -> None:
         async with self.slots:
@@ -202,12 +269,11 @@ class Runner:
         if snapshot.run.lease_owner and snapshot.run.lease_until:
             wake_at = max(wake_at or 0.0, snapshot.run.lease_until)
         delay = 1.0 if wake_at is None else max(0.0, min(1.0, wake_at - time.time()))
-        await self.engine.notifier.wait_run(run_id, delay)
+        await self.notifier.wait_run(run_id, delay)
         return True
 
     async def _one_pass(self, run_id: str) -> bool:
         """One pass under the lease we hold; True if another is due right away."""
-        engine = self.engine
         try:
             snapshot = await self.store.load_pass(run_id)
             if snapshot is None:
@@ -215,7 +281,7 @@ class Runner:
             if snapshot.run.status != "running" or snapshot.run.lease_owner != self.owner:
                 await self.store.release_run(run_id, self.owner, snapshot.run.wakeups)
                 return False
-            result = await engine.execute_pass(snapshot, self.owner)
+            result = await execute_pass(self, snapshot, self.owner)
             again = result.again
             if again is None:
                 seen = -1 if self.closing else snapshot.run.wakeups
@@ -236,11 +302,10 @@ class Runner:
             log.exception("run %s: orchestrator pass crashed; it will be retried", run_id)
             await self._release_after_error(run_id)
             return False
-        engine.run_changed(run_id, result.status, snapshot.run.workflow)
+        self.run_changed(run_id, result.status, snapshot.run.workflow)
         for child in result.children:
-            engine.run_changed(child, "running", f"child of {run_id}")
-            if engine.inline_children:
-                self.drive(child, follow=not engine.workers)
+            self.run_changed(child, "running", f"child of {run_id}")
+            self.drive(child, follow=not self.take_work)
         if not again:
             self.kick()  # let the loops see new timers, children and woken parents
         return again
@@ -248,7 +313,7 @@ class Runner:
     async def _pass_loop(self) -> None:
         while not self.closing:
             self.wake_passes.clear()
-            free = max(0, self.engine.concurrency - len(self.driving))
+            free = max(0, self.concurrency - len(self.driving))
             claimed: list[str] = []
             if free and await self._due(self.wake_passes, None):
                 try:
@@ -270,7 +335,7 @@ class Runner:
             return False
         if due is not None and due <= time.time():
             return True
-        timeout = self.engine.poll_interval
+        timeout = self.poll_interval
         if due is not None:
             timeout = max(0.001, min(timeout, due - time.time() + 0.001))
         with contextlib.suppress(TimeoutError):
@@ -289,12 +354,12 @@ class Runner:
         while not self.closing:
             self.wake_steps.clear()
             # read each time: a function registered after start-up is worked too
-            functions = [name for name, f in self.engine.app.functions.items() if f.queued]
+            functions = [name for name, f in self.catalog.app.functions.items() if f.queued]
             if not functions:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake_steps.wait(), self.engine.poll_interval)
+                    await asyncio.wait_for(self.wake_steps.wait(), self.poll_interval)
                 continue
-            free = max(0, self.engine.concurrency - len(self.stepping))
+            free = max(0, self.concurrency - len(self.stepping))
             jobs: list[StepJob] = []
             if free and await self._due(self.wake_steps, functions):
                 try:
@@ -327,7 +392,7 @@ class Runner:
     async def run_job(self, job: StepJob) -> None:
         """Execute one delivery of a queued step. Duplicate deliveries are harmless: the
         step is claimed by a conditional write, so only one of them runs the body."""
-        fdef = self.engine.app.functions.get(job.function)
+        fdef = self.catalog.app.functions.get(job.function)
         try:
             step = await self.store.begin_queued_step(job, self.owner, self.lease)
         except StepFunctionMismatchError as exc:
@@ -337,61 +402,18 @@ class Runner:
             return
         if fdef is None:  # pragma: no cover - claim filters on the functions we have
             return
-        ctx = StepContext(
-            run_id=step.run_id,
-            step_key=step.key,
-            invocation_id=step.invocation_id,
-            attempt=step.attempts,
-            workflow="",
-        )
-        from plait.graph.runtime import queued_node_hook
 
-        hook = await queued_node_hook(self.engine, step)
-        if hook is not None:
-            hook.prepare(step, ctx)
-        attempt = step.attempts
-        try:
-            outcome = await run_attempt(fdef, serde.loads(step.input), ctx, step.timeout)
-        except asyncio.CancelledError:
-            step.status = "scheduled"
-            step.wake_at = time.time()
-            ops: list[Op] = [
-                FinishAttempt(step, attempt, "interrupted"),
-                EnqueueJob(step.key, job.function, time.time()),
-            ]
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self.store.finish_queued_step(job, self.owner, ops))
-            raise
+        async def finish(ops: list[Op]) -> bool:
+            return await self.store.finish_queued_step(job, self.owner, ops)
+
+        finished = await run_queued(self, step, fdef, finish)
         self.steps_run += 1
-        if hook is not None:
-            outcome = hook.finish(step, ctx, outcome)
-        if outcome.ok:
-            step.status, step.output = "succeeded", outcome.output
-            ops = [
-                *(hook.ops if hook is not None else []),
-                FinishAttempt(step, attempt, "succeeded", outcome.output),
-            ]
-        else:
-            error = serde.dumps(outcome.error)
-            step.failures += 1
-            step.error = error
-            policy = RetryPolicy(step.retries, step.retry_delay)
-            if outcome.retryable and step.failures <= step.retries:
-                step.status = "scheduled"
-                step.wake_at = time.time() + policy.delay_after(step.failures)
-                ops = [
-                    FinishAttempt(step, attempt, "failed", None, error),
-                    EnqueueJob(step.key, job.function, step.wake_at),
-                ]
-            else:
-                step.status = "failed"
-                ops = [FinishAttempt(step, attempt, "failed", None, error)]
-        if not await self.store.finish_queued_step(job, self.owner, ops):
+        if not finished:
             log.warning(
                 "step %s of run %s: job lease lost; result dropped", job.step_key, job.run_id
             )
             return
-        self.engine.notifier.publish_work()
+        self.notifier.publish_work()
         self.kick()
 
     # -- leases -------------------------------------------------------------------------------
@@ -400,7 +422,7 @@ class Runner:
         next_sweep = time.monotonic() + 5.0
         while True:
             await asyncio.sleep(every)
-            if self.engine.workers and not self.closing and time.monotonic() >= next_sweep:
+            if self.take_work and not self.closing and time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + 5.0
                 try:
                     if await self.store.sweep_idle():
@@ -417,12 +439,9 @@ class Runner:
             if gone:
                 self.cancel_local(gone)
 
-    def is_cancelling(self, run_id: str) -> bool:
-        return run_id in self.cancelling
-
     def cancel_local(self, run_ids: list[str] | set[str]) -> None:
         """Stop in-process work of cancelled runs right away."""
-        self.cancelling.update(run_ids)
+        self.cancelled.update(run_ids)
         for run_id in run_ids:
             task = self.driving.get(run_id)
             if task is not None:

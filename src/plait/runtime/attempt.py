@@ -10,8 +10,8 @@ from typing import Any
 
 from plait import serde
 from plait.app import FunctionDef, call_maybe_async
+from plait.context import StepContext
 from plait.errors import NotJSONError, StepTimeoutError
-from plait.runtime.context import StepContext
 from plait.runtime.signals import PauseSignal, SuspendSignal
 
 

@@ -1,7 +1,8 @@
 """Running graph workflows: one orchestrator pass of a graph run.
 
 The planner (``plait.graph.planner``) decides what may start; this module turns its
-decisions into durable steps, using the same machinery as code workflows (``Pass``): the
+decisions into durable steps, using the same machinery as code workflows (a ``Ledger``
+and a ``Driver``): the
 same step rows, attempts, retries as durable timers, the step queue for queued functions
 and child runs. Because a pass only ever reads stored steps and asks the planner, a run
 records the same steps whether it is driven inline or through the queue, and whichever
@@ -32,13 +33,15 @@ import contextlib
 import re
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from plait import errors, serde
+from plait.app import FunctionDef
+from plait.context import StepContext
 from plait.durations import parse_duration
 from plait.errors import StepError
 from plait.graph.errors import GraphValueError
-from plait.graph.model import Graph, Node
+from plait.graph.model import Node
 from plait.graph.planner import (
     IN_FLIGHT,
     SUCCEEDED,
@@ -51,22 +54,19 @@ from plait.graph.planner import (
     plan,
 )
 from plait.retry import RetryPolicy, resolve_policy
-from plait.runtime.execute import Outcome
-from plait.runtime.passes import PassResult
+from plait.runtime import steps
+from plait.runtime.attempt import Outcome
+from plait.runtime.drive import Driver
+from plait.runtime.host import Host
+from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.signals import PauseSignal, SuspendSignal
-from plait.store.base import EndRun, Op, SetState, StepRow
-
-if TYPE_CHECKING:
-    from plait.app import FunctionDef
-    from plait.engine import Engine
-    from plait.runtime.context import StepContext
-    from plait.runtime.passes import Pass
+from plait.store.base import EndRun, Op, PassSnapshot, SetState, StepRow
 
 __all__ = [
     "ITEM_KIND",
     "NODE_KIND",
+    "GraphReplay",
     "NodeAttemptHook",
-    "execute_graph_pass",
     "item_key",
     "node_id_of",
     "queued_node_hook",
@@ -93,36 +93,6 @@ def node_id_of(step: StepRow) -> str:
         key = _ITEM_SUFFIX.sub("", key)
     base, sep, suffix = key.rpartition("#")
     return base if sep and suffix.isdigit() else key
-
-
-async def execute_graph_pass(p: Pass) -> PassResult:
-    """One orchestrator pass of a graph run (``Engine.execute_pass`` routes here)."""
-    graph = await p.engine.graph_for(p.run.workflow, p.run.version)
-    if graph is None:
-        version = f" version {p.run.version}" if p.run.version else ""
-        p.ops.append(
-            _end(
-                "suspended",
-                f"graph {p.run.workflow!r}{version} is not registered in this deployment "
-                "or the database; register it and resume the run",
-                errors.FUNCTION_NOT_FOUND,
-            )
-        )
-        return await p.finish("suspended")
-    runner = _GraphPass(p, graph)
-    try:
-        return await runner.execute()
-    except asyncio.CancelledError:
-        for task in p.tasks:
-            task.cancel()
-        with contextlib.suppress(BaseException):
-            await asyncio.shield(_settle_and_flush(p))
-        raise
-
-
-async def _settle_and_flush(p: Pass) -> None:
-    await asyncio.gather(*p.tasks, return_exceptions=True)
-    await p.flush()
 
 
 # -- what an attempt of a node did through its context -----------------------------------
@@ -169,7 +139,7 @@ class NodeAttemptHook:
         return outcome
 
 
-async def queued_node_hook(engine: Engine, step: StepRow) -> NodeAttemptHook | None:
+async def queued_node_hook(host: Host, step: StepRow) -> NodeAttemptHook | None:
     """The hook for one attempt of a queued step, or None when it is not a graph step.
 
     The step worker calls it before the body runs, calls ``prepare`` and ``finish``
@@ -177,34 +147,59 @@ async def queued_node_hook(engine: Engine, step: StepRow) -> NodeAttemptHook | N
     node chooses branches and writes state exactly like an inline one."""
     if step.kind not in GRAPH_STEP_KINDS:
         return None
-    snapshot = await engine.store.load_pass(step.run_id)
-    raw = snapshot.state if snapshot is not None else {}
-    return NodeAttemptHook({k: serde.loads(v) for k, v in raw.items()})
+    return NodeAttemptHook(await host.read_state(step.run_id))
 
 
 # -- one pass ---------------------------------------------------------------------------
 
 
-class _GraphPass:
-    def __init__(self, p: Pass, graph: Graph) -> None:
-        self.p = p
-        self.graph = graph
-        self.app = p.app
-        self.trigger = p.input
-        start_node = p.run.start_node
-        self.entry: list[str] = [start_node] if start_node else list(graph.entry_nodes)
+class GraphReplay:
+    """One pass of a graph run."""
+
+    def __init__(self, host: Host, snapshot: PassSnapshot, owner: str) -> None:
+        self.host = host
+        self.ledger = ledger = Ledger(host, snapshot, owner)
+        self.app = host.catalog.app
+        self.trigger = ledger.input
         #: node step key -> the task driving it in this pass (each is driven once a pass)
         self.driving: dict[str, asyncio.Task[Any]] = {}
         self.suspend: SuspendSignal | None = None
         self.crash: BaseException | None = None
         self._decoded: dict[str, tuple[str, Any, Any]] = {}
         self._stored_graphs: dict[str, str | None] = {}
-        # p.ops is swapped for a new list on every flush: always append to the current one
-        p.attempt_hook = NodeAttemptHook(p.state, lambda op: p.ops.append(op))
+        hook = NodeAttemptHook(ledger.state, lambda op: ledger.add([op]))
+        self.driver = Driver(ledger, host, hook)
+
+    async def execute(self) -> PassResult:
+        ledger = self.ledger
+        run = ledger.run
+        graph = await self.host.catalog.graph_for(run.workflow, run.version)
+        if graph is None:
+            version = f" version {run.version}" if run.version else ""
+            ledger.add(
+                [
+                    _end(
+                        "suspended",
+                        f"graph {run.workflow!r}{version} is not registered in this "
+                        "deployment or the database; register it and resume the run",
+                        errors.FUNCTION_NOT_FOUND,
+                    )
+                ]
+            )
+            return await ledger.finish("suspended")
+        self.graph = graph
+        start_node = run.start_node
+        self.entry: list[str] = [start_node] if start_node else list(graph.entry_nodes)
+        try:
+            return await self._execute()
+        except asyncio.CancelledError:
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(ledger.cancel_and_flush())
+            raise
 
     # -- the loop ---------------------------------------------------------------------
-    async def execute(self) -> PassResult:
-        p = self.p
+    async def _execute(self) -> PassResult:
+        p = self.ledger
         end = self._check_start()
         if end is None:
             try:
@@ -217,11 +212,11 @@ class _GraphPass:
         elif self.suspend is not None and end is None:
             end = _end("suspended", self.suspend.message, self.suspend.code)
         if end is not None:
-            p.ops.append(end)
+            p.add([end])
         return await p.finish(end.status if end else "running")
 
     def _check_start(self) -> EndRun | None:
-        start_node = self.p.run.start_node
+        start_node = self.ledger.run.start_node
         if start_node and start_node not in self.graph.entry_nodes:
             entries = ", ".join(repr(e) for e in self.graph.entry_nodes) or "none"
             return _end(
@@ -251,26 +246,28 @@ class _GraphPass:
                 return EndRun("completed", output=output)
             for start in current.start:
                 self._create(start, states)
-            for key, step in list(self.p.steps.items()):
+            for key, step in list(self.ledger.steps.items()):
                 if (
                     step.kind == NODE_KIND
                     and step.status in IN_FLIGHT
                     and key not in self.driving
                     and node_id_of(step) in self.graph.nodes
                 ):
-                    self.driving[key] = self.p.spawn(self._drive_guarded(step))
+                    self.driving[key] = self.ledger.spawn(self._drive_guarded(step))
             running = [t for t in self.driving.values() if not t.done()]
             if not running:
                 return None  # everything in flight waits on the queue, a timer or a child
             await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
 
     def _plan(self, states: list[NodeState]) -> Plan:
-        return plan(self.graph, states, self.entry, trigger=self.trigger, state_vars=self.p.state)
+        return plan(
+            self.graph, states, self.entry, trigger=self.trigger, state_vars=self.ledger.state
+        )
 
     def _states(self) -> list[NodeState]:
         """The planner's view of the stored node steps (items are not nodes)."""
         views = []
-        for step in self.p.steps.values():
+        for step in self.ledger.steps.values():
             if step.kind != NODE_KIND:
                 continue
             output, error = self._decode(step)
@@ -329,7 +326,7 @@ class _GraphPass:
     def _create(self, start: Start, states: list[NodeState]) -> StepRow:
         """The step of a node instance the plan starts, with its input resolved now
         (from the steps that exist when it becomes ready)."""
-        p, graph = self.p, self.graph
+        p, graph = self.ledger, self.graph
         node = graph.nodes[start.node_id]
         fdef = self.app.functions.get(node.function or "")
         data: Any
@@ -343,7 +340,7 @@ class _GraphPass:
             else:
                 data = node_input(graph, node.id, states, self.trigger, p.state)
             policy, timeout, queued = self._options(node, fdef)
-        step = p._new_step(
+        step = p.new_step(
             start.key,
             node.id,
             NODE_KIND,
@@ -354,7 +351,7 @@ class _GraphPass:
             queued=queued,
         )
         step.from_key = start.from_key
-        p._put(step)
+        p.put(step)
         return step
 
     def _options(
@@ -395,8 +392,8 @@ class _GraphPass:
         except PauseSignal:
             # waiting on the queue, a retry timer or a child: commit the job or timer now
             # rather than when the slowest sibling finishes
-            if self.p.ops:
-                await self.p.flush()
+            if self.ledger.ops:
+                await self.ledger.flush()
         except SuspendSignal as sig:
             self.suspend = self.suspend or sig
         except Exception as exc:
@@ -404,7 +401,6 @@ class _GraphPass:
 
     async def _run_step(self, step: StepRow, node: Node) -> Any:
         """One function call, child run or missing function, as step ``step``."""
-        p = self.p
         function = step.function or ""
         fdef = self.app.functions.get(function)
         if fdef is not None:
@@ -414,16 +410,16 @@ class _GraphPass:
                 policy, timeout, queued = self._options(node, fdef)
                 step.retries, step.retry_delay = policy.retries, policy.delay
                 step.timeout, step.queued = timeout, queued
-            return await p._drive_step(step, fdef, None)
+            return await self.driver.drive(step, fdef, None)
         if step.status == "succeeded":
             return serde.loads(step.output)
         if step.status == "failed":
             raise StepError(step.key, serde.loads(step.error) or {})
         if self.app.is_runnable(function):
-            return await p._child_step(step.key, step.name, function, None, step_kind=step.kind)
+            return await self.driver.child(step.key, step.name, function, None, step_kind=step.kind)
         version = await self._stored_graph(function)
         if version is not None:
-            return await p._child_step(
+            return await self.driver.child(
                 step.key,
                 step.name,
                 function,
@@ -432,20 +428,15 @@ class _GraphPass:
                 target=("graph", version),
             )
         raise SuspendSignal(
-            f"function {function!r} (node {node.id!r}, step {step.key!r}) is not registered "
-            "in this deployment; deploy it and resume the run",
+            steps.missing_function_message(function, f"node {node.id!r}, step {step.key!r}"),
             errors.FUNCTION_NOT_FOUND,
         )
 
     async def _stored_graph(self, name: str) -> str | None:
-        """The active version of a graph registered at run time under ``name``, if any."""
+        """The active version of a graph registered at run time under ``name``, if any
+        (asked once per pass)."""
         if name not in self._stored_graphs:
-            found = None
-            for version in await self.p.store.list_versions(workflow=name, status="active"):
-                if version["kind"] == "graph":
-                    found = version["version"]
-                    break
-            self._stored_graphs[name] = found
+            self._stored_graphs[name] = await self.host.catalog.stored_graph(name)
         return self._stored_graphs[name]
 
     # -- for_each -----------------------------------------------------------------------
@@ -453,12 +444,12 @@ class _GraphPass:
         """Run the items of a ``for_each`` node instance (all at once, or one after the
         other), then settle the node: its output is the list of item outputs, and it
         fails once an item failed after its retries."""
-        p = self.p
+        p = self.ledger
         items: list[Any] = serde.loads(step.input) or []
         states = self._states()
         if step.status == "pending":
             step.status = "running"
-            p._put(step)
+            p.put(step)
         if node.mode == "sequential":
             for index, item in enumerate(items):
                 item_step = self._item_step(step, node, index, item, states)
@@ -483,12 +474,12 @@ class _GraphPass:
         self, step: StepRow, node: Node, index: int, item: Any, states: list[NodeState]
     ) -> StepRow:
         key = item_key(step.key, index)
-        existing = self.p.steps.get(key)
+        existing = self.ledger.steps.get(key)
         if existing is not None:
             return existing
-        data = node_input(self.graph, node.id, states, self.trigger, self.p.state, item=item)
+        data = node_input(self.graph, node.id, states, self.trigger, self.ledger.state, item=item)
         policy, timeout, queued = self._options(node, self.app.functions.get(node.function or ""))
-        item_step = self.p._new_step(
+        item_step = self.ledger.new_step(
             key,
             key,
             ITEM_KIND,
@@ -499,14 +490,14 @@ class _GraphPass:
             queued=queued,
         )
         item_step.from_key = step.key
-        self.p._put(item_step)
+        self.ledger.put(item_step)
         return item_step
 
     def _settle_for_each(self, step: StepRow, node: Node, count: int) -> None:
         """Succeed the node once every item succeeded; fail it once an item failed (in
         parallel mode only after the other items settled, so none is left running);
         otherwise it waits for its items."""
-        p = self.p
+        p = self.ledger
         items = [p.steps[k] for i in range(count) if (k := item_key(step.key, i)) in p.steps]
         failed = next((i for i, s in enumerate(items) if s.status == "failed"), None)
         busy = any(s.status in IN_FLIGHT for s in items)
@@ -524,16 +515,16 @@ class _GraphPass:
                     "step": item_key(step.key, failed),
                 }
             )
-            p._put(step)
+            p.put(step)
             return
         if len(items) == count and all(s.status == SUCCEEDED for s in items):
             step.status = "succeeded"
             step.error = None
             # the outputs are stored JSON already: join them instead of re-encoding
             step.output = "[" + ",".join(s.output or "null" for s in items) + "]"
-            p._put(step)
+            p.put(step)
             return
-        raise p._pause(step.key)
+        raise p.pause(step.key)
 
 
 # -- helpers ----------------------------------------------------------------------------

@@ -1,0 +1,98 @@
+"""Which definition a run uses: code registered on the App, or a graph stored at run time.
+
+A run records the kind and version of what it started on. Every pass asks the catalog for
+that exact definition again, so a deploy that changed a workflow never makes a running
+run replay on code it did not start with (unless no other version is left: then the
+replay checks that the new code follows the recorded steps).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from plait import errors
+from plait.app import App, WorkflowDef
+from plait.graph import Graph, load_graph, validate_or_raise
+from plait.store.base import Store
+
+
+class Catalog:
+    """The definitions one process knows: its App's, plus graphs read from the store."""
+
+    def __init__(self, app: App, store: Store) -> None:
+        self.app = app
+        self.store = store
+        self._graphs: dict[tuple[str, str], Graph] = {}
+
+    async def record_versions(self) -> None:
+        """Store the versions of this deployment's code workflows (for ``runs list`` and
+        for the graphs' version history)."""
+        for name, versions in self.app.workflow_versions.items():
+            for version in versions:
+                await self.store.put_version(name, version, "workflow", None, "active")
+
+    def describe(self, name: str) -> tuple[str, str | None]:
+        """(kind, version) a new run of registered code ``name`` records."""
+        if name in self.app.workflows:
+            return "workflow", self.app.workflows[name].version
+        graph = self.app.graphs.get(name)
+        if graph is not None:
+            return "graph", graph.content_hash()
+        raise self.not_found(name)
+
+    async def resolve(self, name: str) -> tuple[str, str | None]:
+        """(kind, version) for a new run: registered code first, then active stored graphs."""
+        if not isinstance(name, str):
+            raise TypeError(f"workflow name must be a string, got {type(name).__name__}")
+        if self.app.is_runnable(name):
+            return self.describe(name)
+        version = await self.stored_graph(name)
+        if version is not None:
+            return "graph", version
+        raise self.not_found(name)
+
+    def not_found(self, name: str) -> errors.WorkflowNotFoundError:
+        return errors.WorkflowNotFoundError(name, [*self.app.workflows, *self.app.graphs])
+
+    def workflow_for(self, name: str, version: str | None) -> tuple[WorkflowDef | None, bool]:
+        """The code a run of ``name`` replays on, and whether it is another version than
+        the one the run started on (``foreign``)."""
+        wdef = self.app.workflow_version(name, version)
+        if wdef is not None:
+            return wdef, False
+        return self.app.workflows.get(name), True
+
+    async def stored_graph(self, name: str) -> str | None:
+        """The active version of a graph registered at run time under ``name``, if any."""
+        for version in await self.store.list_versions(workflow=name, status="active"):
+            if version["kind"] == "graph":
+                return str(version["version"])
+        return None
+
+    async def register_graph(self, name: str, definition: Any, status: str) -> str:
+        """Validate and store a graph definition; returns its content hash."""
+        if status not in ("draft", "active"):
+            raise ValueError(f"invalid graph status: {status!r} (use 'draft' or 'active')")
+        graph = load_graph(name, definition)
+        validate_or_raise(graph)
+        version = graph.content_hash()
+        await self.store.put_version(name, version, "graph", graph.canonical_json(), status)
+        self._graphs[(name, version)] = graph
+        return version
+
+    async def graph_for(self, name: str, version: str | None) -> Graph | None:
+        """The graph definition a run started on, even if the graph changed since."""
+        graph = self.app.graphs.get(name)
+        if graph is not None and (version is None or graph.content_hash() == version):
+            return graph
+        cached = self._graphs.get((name, version or ""))
+        if cached is not None:
+            return cached
+        if version is None:
+            return None
+        stored = await self.store.get_version(name, version)
+        if stored is None or stored["definition"] is None:
+            return None
+        graph = load_graph(name, stored["definition"])
+        self._graphs[(name, version)] = graph
+        return graph

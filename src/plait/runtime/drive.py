@@ -1,0 +1,215 @@
+"""Driving one step to an outcome inside a pass: attempts, retries, handlers, children.
+
+Both replays reach a step the same way: a function step runs its attempts here (or goes
+to the step queue), a failed one runs its ``on_error`` handler, a workflow name becomes a
+child run. What each transition writes is decided in ``runtime.steps``; this module only
+chooses which transition applies and runs the body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from plait import errors, serde
+from plait.app import FunctionDef
+from plait.context import StepContext
+from plait.errors import StepError
+from plait.retry import RetryPolicy
+from plait.runtime import steps
+from plait.runtime.attempt import Outcome, run_attempt
+from plait.runtime.host import Host
+from plait.runtime.ledger import Ledger
+from plait.runtime.signals import SuspendSignal
+from plait.store.base import CreateChildRun, NewRun, StepRow
+
+
+class AttemptHook(Protocol):
+    """Lets a replay built on this driver (graph workflows) see each attempt: fill in the
+    context before the body runs, and turn what the body did through the context
+    (``ctx.branch``, ``ctx.set_state``) into writes that ride with the attempt's result.
+    ``finish`` may turn a success into a failure (state that is not JSON, for instance)."""
+
+    def prepare(self, step: StepRow, ctx: StepContext) -> None: ...
+
+    def finish(self, step: StepRow, ctx: StepContext, outcome: Outcome) -> Outcome: ...
+
+
+def dump_input(data: Any, key: str) -> str | None:
+    return serde.dumps(data, what=f"the input of step {key!r}")
+
+
+class Driver:
+    """Drives steps of one pass; ``hook`` is None for code workflows."""
+
+    def __init__(self, ledger: Ledger, host: Host, hook: AttemptHook | None = None) -> None:
+        self.ledger = ledger
+        self.host = host
+        self.hook = hook
+        self.functions = host.catalog.app.functions
+
+    async def drive(
+        self, step: StepRow, body: FunctionDef | Callable[..., Any], on_error: str | None
+    ) -> Any:
+        """The step's result, running attempts until it has one; raises ``StepError``
+        once it failed for good, or a pause while it waits (queue, back-off)."""
+        ledger = self.ledger
+        while True:
+            if step.status == "succeeded":
+                return serde.loads(step.output)
+            if step.status == "failed":
+                await self.compensate(step, on_error)
+                raise StepError(step.key, serde.loads(step.error) or {})
+            if step.queued:
+                if step.status == "pending":
+                    ledger.add(steps.enqueue(step, time.time()))
+                    ledger.queued = True
+                raise ledger.pause(step.key)
+            if step.status == "scheduled" and step.wake_at and step.wake_at > time.time():
+                raise ledger.pause(step.key, step.wake_at)
+            if self.host.stopping:
+                raise ledger.pause(step.key)  # shutting down: start no new attempt here
+            await self.attempt(step, body)
+
+    async def attempt(self, step: StepRow, body: FunctionDef | Callable[..., Any]) -> None:
+        """One attempt: its start is committed before the body runs, its end rides with
+        the next commit."""
+        ledger = self.ledger
+        ops, go = steps.begin(step, ledger.owner, time.time())
+        ledger.add(ops)
+        if not go:
+            return
+        await ledger.flush()
+        ctx = StepContext(
+            run_id=ledger.run.id,
+            step_key=step.key,
+            invocation_id=step.invocation_id,
+            attempt=step.attempts,
+            workflow=ledger.run.workflow,
+        )
+        if self.hook is not None:
+            self.hook.prepare(step, ctx)
+        try:
+            outcome = await run_attempt(body, serde.loads(step.input), ctx, step.timeout)
+        except asyncio.CancelledError:
+            cancelled = self.host.cancelling(ledger.run.id)
+            ledger.add(steps.interrupt(step, time.time(), cancelled=cancelled))
+            raise
+        if self.hook is not None:
+            outcome = self.hook.finish(step, ctx, outcome)
+        ledger.add(steps.settle(step, outcome, time.time()))
+
+    async def missing_function(
+        self, key: str, name: str, function: str, data: Any, policy: RetryPolicy
+    ) -> Any:
+        """A step naming a function this deployment lacks: the run suspends until the
+        function is deployed and the run resumed."""
+        ledger = self.ledger
+        step = ledger.steps.get(key)
+        if step is None:
+            step = ledger.new_step(
+                key, name, "do", function=function, input=dump_input(data, key), policy=policy
+            )
+            ledger.put(step)
+        else:
+            ledger.check_same(step, "do", function)
+        if step.status == "succeeded":
+            return serde.loads(step.output)
+        if step.status == "failed":
+            raise StepError(key, serde.loads(step.error) or {})
+        raise SuspendSignal(
+            steps.missing_function_message(function, f"step {key!r}"), errors.FUNCTION_NOT_FOUND
+        )
+
+    async def compensate(self, step: StepRow, on_error: str | None) -> None:
+        """Run the ``on_error`` handler of a step that failed for good, once, as its own
+        step ``<key>:on_error``. The step's own error is what fails the run."""
+        if not on_error or step.kind == "on_error":
+            return
+        ledger = self.ledger
+        key = f"{step.key}:on_error"
+        comp = ledger.steps.get(key)
+        fdef = self.functions.get(on_error)
+        if comp is None:
+            data = {
+                "error": serde.loads(step.error),
+                "input": serde.loads(step.input),
+                "invocation_id": step.invocation_id,
+                "step_key": step.key,
+            }
+            if fdef is None:
+                await self.missing_function(key, key, on_error, data, RetryPolicy(0, None))
+                return
+            comp = ledger.new_step(
+                key,
+                key,
+                "on_error",
+                function=on_error,
+                input=dump_input(data, key),
+                policy=RetryPolicy(0, None),
+                timeout=fdef.timeout,
+                queued=fdef.queued,
+            )
+        if fdef is None:
+            raise SuspendSignal(
+                steps.missing_function_message(on_error, f"step {key!r}"),
+                errors.FUNCTION_NOT_FOUND,
+            )
+        with contextlib.suppress(StepError):
+            await self.drive(comp, fdef, None)
+
+    async def child(
+        self,
+        key: str,
+        name: str,
+        workflow: str,
+        data: Any,
+        *,
+        step_kind: str = "child",
+        target: tuple[str, str | None] | None = None,
+    ) -> Any:
+        """A child run of ``workflow`` as step ``key``. The graph replay records its node
+        steps with their own ``step_kind`` and passes ``target`` (kind, version) for
+        graphs registered at run time, which the app does not know."""
+        ledger = self.ledger
+        step = ledger.steps.get(key)
+        if step is None:
+            step = ledger.new_step(
+                key,
+                name,
+                step_kind,
+                function=workflow,
+                input=dump_input(data, key),
+                policy=RetryPolicy(0, None),
+            )
+        else:
+            ledger.check_same(step, step_kind, workflow)
+        if step.status == "succeeded":
+            return serde.loads(step.output)
+        if step.status == "failed":
+            raise StepError(key, serde.loads(step.error) or {})
+        if step.status == "pending":
+            kind, version = target or self.host.catalog.describe(workflow)
+            ledger.add(steps.begin_child(step, ledger.owner, time.time()))
+            child_id = step.child_run_id or ""
+            ledger.add(
+                [
+                    CreateChildRun(
+                        NewRun(
+                            id=child_id,
+                            workflow=workflow,
+                            kind=kind,
+                            version=version,
+                            input=step.input,
+                            owner=ledger.run.owner,
+                            parent_run_id=ledger.run.id,
+                            parent_step_key=key,
+                        )
+                    )
+                ]
+            )
+            ledger.children.append(child_id)
+        raise ledger.pause(key)

@@ -1,0 +1,42 @@
+"""The seam between one pass (or one queued attempt) and the process that runs it.
+
+A pass needs four things from outside: which definitions exist (the catalog), a way to
+commit its writes, whether its process is stopping, and whether a user cancelled its run.
+It gets them as a ``Host`` when it is built and never reaches for the Engine or the
+Worker, so a pass can be driven by a test with a stand-in host and no database.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from plait.catalog import Catalog
+from plait.store.base import Batch
+
+
+class Host(Protocol):
+    """What the runtime asks of whoever drives it."""
+
+    @property
+    def catalog(self) -> Catalog:
+        """Which workflows, graphs and functions this deployment has."""
+        ...
+
+    @property
+    def stopping(self) -> bool:
+        """The process is shutting down: start no new attempt."""
+        ...
+
+    def cancelling(self, run_id: str) -> bool:
+        """A user cancelled ``run_id``: a step cut short now failed, it was not merely
+        interrupted."""
+        ...
+
+    async def commit(self, batch: Batch) -> bool:
+        """Commit a pass's writes (see ``Store.commit``)."""
+        ...
+
+    async def read_state(self, run_id: str) -> dict[str, Any]:
+        """The run-state variables of ``run_id`` (graph nodes read them in queued
+        attempts)."""
+        ...

@@ -1,0 +1,220 @@
+"""A pass's ledger: what it read, what it will write, and the tasks it started.
+
+A pass reads the run, its steps, its unconsumed events and its state in one round trip
+(the snapshot), then collects its writes here as ops and commits them in as few
+transactions as the promise allows: an attempt's start before its body runs (so a crash
+shows up as an interrupted attempt), everything else with the next commit or the end of
+the pass, which also gives the lease back. Both replays (code and graph) keep their
+bookkeeping in a ledger; neither knows how the writes reach the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from typing import Any, Protocol
+
+from plait import errors, ids, serde
+from plait.retry import RetryPolicy
+from plait.runtime.host import Host
+from plait.runtime.signals import PassAborted, PauseSignal, SuspendSignal
+from plait.store.base import Batch, Op, PassSnapshot, PutStep, StepRow
+
+
+class PendingCall(Protocol):
+    """A step called but not started yet (``runtime.workflow.StepCall``)."""
+
+    def start(self) -> None: ...
+
+
+@dataclasses.dataclass
+class PassResult:
+    """How a pass ended, for the worker that drove it."""
+
+    status: str  # running (paused), completed, failed, cancelled, suspended
+    children: list[str] = dataclasses.field(default_factory=list)
+    queued: bool = False
+    #: set once the pass gave its lease back with its last writes: due again at once?
+    again: bool | None = None
+
+
+class Ledger:
+    """The state of one pass; discarded when it ends."""
+
+    def __init__(self, host: Host, snapshot: PassSnapshot, owner: str) -> None:
+        self.host = host
+        self.owner = owner
+        self.run = snapshot.run
+        self.steps: dict[str, StepRow] = snapshot.steps
+        self.events = list(snapshot.events)
+        self.state: dict[str, Any] = {k: serde.loads(v) for k, v in snapshot.state.items()}
+        self.input: Any = serde.loads(self.run.input)
+        self.ops: list[Op] = []
+        self.counters: dict[str, int] = {}
+        self.seq = max((s.seq for s in self.steps.values()), default=-1) + 1
+        #: some step could go no further in this pass (a timer, the queue, a child)
+        self.paused = False
+        self.children: list[str] = []
+        self.queued = False
+        #: every step started in this pass; the pass ends only when all have settled
+        self.tasks: list[asyncio.Task[Any]] = []
+        #: steps called through ``wf`` that may not have started yet (see ``StepCall``)
+        self.calls: list[PendingCall] = []
+        #: the task running the workflow function; it may drive its steps itself
+        self.main_task: asyncio.Task[Any] | None = None
+        self.loop = asyncio.get_running_loop()
+        self.conflict: str | None = None
+        #: replaying on code that is not the version the run started on
+        self.foreign_version = False
+        self.visited: set[str] = set()
+        self.aborted: PassAborted | None = None
+
+    # -- writes -------------------------------------------------------------------------------
+    def add(self, ops: list[Op]) -> None:
+        self.ops.extend(ops)
+
+    def put(self, step: StepRow) -> None:
+        """Write the step's current row with the next commit."""
+        step.updated_at = time.time()
+        self.ops.append(PutStep(step))
+
+    async def flush(self) -> None:
+        if not self.ops:
+            return
+        ops, self.ops = self.ops, []
+        try:
+            await self.host.commit(Batch(self.run.id, ops, fence=self.owner))
+        except Exception as exc:
+            self.aborted = PassAborted(exc)
+            raise self.aborted from exc
+
+    async def finish(self, status: str) -> PassResult:
+        """The last writes of the pass and the release of its lease, in one commit. A
+        pass cut short by a shutdown leaves the run due at once for another worker."""
+        seen = -1 if self.host.stopping else self.run.wakeups
+        ops, self.ops = self.ops, []
+        try:
+            again = await self.host.commit(Batch(self.run.id, ops, fence=self.owner, release=seen))
+        except Exception as exc:
+            raise PassAborted(exc) from exc
+        return PassResult(status, self.children, self.queued, again)
+
+    # -- tasks --------------------------------------------------------------------------------
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+        """Start a step now. Steps are tasks from the moment they are called, so a pass
+        can wait for every one of them (even inside a ``gather`` that already raised)
+        before it records its outcome and gives up the lease."""
+        task = asyncio.ensure_future(coro)
+        self.tasks.append(task)
+        return task
+
+    def start_calls(self) -> None:
+        """Give every step called but neither awaited nor started yet its own task."""
+        calls, self.calls = self.calls, []
+        for call in calls:
+            call.start()
+
+    async def settle(self) -> None:
+        """Wait until every step this pass started has settled."""
+        self.start_calls()
+        while True:
+            pending = [t for t in self.tasks if not t.done()]
+            if not pending:
+                break
+            await asyncio.wait(pending)
+        for task in self.tasks:
+            if not task.cancelled():
+                task.exception()  # retrieved: a paused branch nobody awaited is not an error
+
+    async def cancel_and_flush(self) -> None:
+        """The pass's task was cancelled: stop its steps, let them record how they ended,
+        and commit that."""
+        self.start_calls()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.flush()
+
+    # -- keys and steps -----------------------------------------------------------------------
+    def next_key(self, name: str) -> str:
+        """``name`` the first time a pass reaches it, then ``name#1``, ``name#2``..."""
+        n = self.counters.get(name, 0)
+        self.counters[name] = n + 1
+        return name if n == 0 else f"{name}#{n}"
+
+    def pause(self, key: str, until: float | None = None) -> PauseSignal:
+        self.paused = True
+        return PauseSignal(key, until)
+
+    def new_step(
+        self,
+        key: str,
+        name: str,
+        kind: str,
+        *,
+        function: str | None = None,
+        status: str = "pending",
+        input: str | None = None,
+        policy: RetryPolicy | None = None,
+        timeout: float | None = None,
+        queued: bool = False,
+    ) -> StepRow:
+        """A step reached for the first time (not written yet: the caller decides how)."""
+        self._check_prefix(key)
+        self.visited.add(key)
+        now = time.time()
+        step = StepRow(
+            run_id=self.run.id,
+            key=key,
+            seq=self.seq,
+            name=name,
+            kind=kind,
+            function=function,
+            status=status,
+            input=input,
+            output=None,
+            error=None,
+            attempts=0,
+            failures=0,
+            retries=policy.retries if policy else 0,
+            retry_delay=policy.delay if policy else None,
+            timeout=timeout,
+            invocation_id=ids.invocation_id(self.run.id, key),
+            child_run_id=None,
+            branch=None,
+            from_key=None,
+            queued=queued,
+            wake_at=None,
+            created_at=now,
+            updated_at=now,
+        )
+        self.seq += 1
+        self.steps[key] = step
+        return step
+
+    def check_same(self, step: StepRow, kind: str, function: str | None) -> None:
+        """A recorded step must be what the code asks for now, or the replay has diverged."""
+        self.visited.add(step.key)
+        if step.kind == kind and step.function == function:
+            return
+        was = f"{step.kind} {step.function!r}" if step.function else step.kind
+        now = f"{kind} {function!r}" if function else kind
+        self.conflict = (
+            f"step {step.key!r} was recorded as {was} but the workflow code now asks for {now}"
+        )
+        raise SuspendSignal(self.conflict, errors.VERSION_CONFLICT)
+
+    def _check_prefix(self, key: str) -> None:
+        """On foreign code, a new step may only start once every recorded step has been
+        reached again; otherwise the code took another path than the recorded one."""
+        if not self.foreign_version:
+            return
+        unreached = [k for k, s in self.steps.items() if k not in self.visited]
+        if unreached:
+            first = min(unreached, key=lambda k: self.steps[k].seq)
+            self.conflict = (
+                f"step {key!r} is new in this version of {self.run.workflow!r}, but the run "
+                f"recorded step {first!r} that the new code has not reached at that point"
+            )
+            raise SuspendSignal(self.conflict, errors.VERSION_CONFLICT)

@@ -1,0 +1,32 @@
+"""One orchestrator pass: which replay a run's pass uses."""
+
+from __future__ import annotations
+
+from plait import errors
+from plait.runtime import steps
+from plait.runtime.graph_replay import GraphReplay
+from plait.runtime.host import Host
+from plait.runtime.ledger import Ledger, PassResult
+from plait.runtime.replay import CodeReplay
+from plait.store.base import EndRun, PassSnapshot
+
+
+async def execute_pass(host: Host, snapshot: PassSnapshot, owner: str) -> PassResult:
+    """Replay the run in ``snapshot`` once, under the lease ``owner`` holds."""
+    run = snapshot.run
+    if run.kind == "graph":
+        return await GraphReplay(host, snapshot, owner).execute()
+    wdef, foreign = host.catalog.workflow_for(run.workflow, run.version)
+    if wdef is None:
+        ledger = Ledger(host, snapshot, owner)
+        message = (
+            f"workflow {run.workflow!r} is not registered in this deployment; "
+            "deploy it and resume the run"
+        )
+        ledger.add(
+            [EndRun("suspended", error=steps.control_error(message, errors.FUNCTION_NOT_FOUND))]
+        )
+        return await ledger.finish("suspended")
+    replay = CodeReplay(host, snapshot, owner)
+    replay.ledger.foreign_version = foreign
+    return await replay.execute(wdef)

@@ -1,0 +1,55 @@
+"""One delivery of a queued step: its body runs once, outside any pass.
+
+The step worker claims a job, the store begins the attempt, and this module runs the body
+and decides, through the same state machine as an inline attempt (``runtime.steps``),
+what its end writes. A graph node's branch choice and state writes ride with it, as
+they do inline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+
+from plait import serde
+from plait.app import FunctionDef
+from plait.context import StepContext
+from plait.runtime import steps
+from plait.runtime.attempt import run_attempt
+from plait.runtime.graph_replay import queued_node_hook
+from plait.runtime.host import Host
+from plait.store.base import Op, StepRow
+
+
+async def run_queued(
+    host: Host,
+    step: StepRow,
+    fdef: FunctionDef,
+    finish: Callable[[list[Op]], Awaitable[bool]],
+) -> bool:
+    """Run the attempt the store began on ``step`` and hand its end to ``finish`` (which
+    commits it if the job is still ours). Cut short, the attempt ends ``interrupted`` and
+    the step goes back on the queue."""
+    ctx = StepContext(
+        run_id=step.run_id,
+        step_key=step.key,
+        invocation_id=step.invocation_id,
+        attempt=step.attempts,
+        workflow="",
+    )
+    hook = await queued_node_hook(host, step)
+    if hook is not None:
+        hook.prepare(step, ctx)
+    try:
+        outcome = await run_attempt(fdef, serde.loads(step.input), ctx, step.timeout)
+    except asyncio.CancelledError:
+        ops = steps.interrupt(step, time.time(), cancelled=False)
+        with contextlib.suppress(Exception):
+            await asyncio.shield(finish(ops))
+        raise
+    if hook is not None:
+        outcome = hook.finish(step, ctx, outcome)
+    written = hook.ops if hook is not None else []
+    return await finish([*written, *steps.settle(step, outcome, time.time())])

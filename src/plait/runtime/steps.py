@@ -1,0 +1,258 @@
+"""The step state machine: every way a step's status can change, written once.
+
+An attempt begins, ends (succeeded, failed with a retry or for good, cut short), a child
+run settles its parent's step, a timer fires, an event is consumed. Inline passes, the
+step worker and the graph replay all call these functions, so a step records the same
+rows whichever path ran it. Each function changes the step row it is given and returns
+the writes that record the change; it never touches a database, so the rules can be read
+(and tested) here alone. Stores receive the resulting rows, limits and error records as
+data and only move them.
+
+Statuses: ``pending`` (created, no attempt yet) -> ``running`` (an attempt in flight) ->
+``succeeded`` | ``failed``; ``scheduled`` waits for a timer (sleep, retry back-off, event
+timeout) or for the step queue.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from plait import errors, ids, serde
+from plait.retry import RetryPolicy
+from plait.runtime.attempt import Outcome
+from plait.store.base import (
+    ClearTimer,
+    ConsumeEvent,
+    EnqueueJob,
+    FinishAttempt,
+    Op,
+    PutStep,
+    SetTimer,
+    StartAttempt,
+    StepRow,
+)
+
+#: attempts of one step cut short by a dying worker before the step is failed: a body
+#: that kills its worker every time must not take every worker down forever
+MAX_INTERRUPTIONS = 10
+
+
+# -- error records ------------------------------------------------------------------------
+
+
+def control_error(message: str, code: str) -> str:
+    """The stored error of a run that plait stopped on purpose (suspend, cancel, a
+    version conflict), typed after its code."""
+    return serde.dumps({"message": message, "type": code.title().replace("_", ""), "code": code})
+
+
+def interrupted_error(key: str, times: int = MAX_INTERRUPTIONS) -> str:
+    return serde.dumps(
+        {
+            "message": f"step {key!r} was interrupted {times} times "
+            "(its worker died while running it each time)",
+            "type": "StepInterrupted",
+            "code": errors.STEP_INTERRUPTED,
+        }
+    )
+
+
+def cancelled_error() -> str:
+    return serde.dumps(
+        {"message": "cancelled", "type": "CancelledError", "code": errors.WORKFLOW_CANCELLED}
+    )
+
+
+def run_cancelled_error(reason: str | None) -> str:
+    """The error of a run cancelled by a user (and of its cancelled children)."""
+    return serde.dumps(
+        {"message": reason or "cancelled", "type": "Cancel", "code": errors.WORKFLOW_CANCELLED}
+    )
+
+
+def event_timeout_error(name: str) -> str:
+    return serde.dumps(
+        {
+            "message": f"no event {name!r} before the timeout",
+            "type": "EventTimeout",
+            "code": errors.EVENT_TIMEOUT,
+        }
+    )
+
+
+def missing_function_message(function: str, where: str) -> str:
+    return (
+        f"function {function!r} ({where}) is not registered in this deployment; "
+        "deploy it and resume the run"
+    )
+
+
+def child_step_end(
+    child_id: str, status: str, output: str | None, error: str | None
+) -> tuple[str, str | None, str | None]:
+    """How a parent's step ends when its child run ends ``status``: (step status, output,
+    error). A child that did not complete fails the step with the child's code."""
+    if status == "completed":
+        return "succeeded", output, None
+    child_error = serde.loads(error) or {}
+    message = child_error.get("message", status)
+    record = {
+        "message": f"child run {child_id} {status}: {message}",
+        "type": "ChildRunError",
+        "code": child_error.get("code") or errors.CHILD_FAILED,
+        "child_run_id": child_id,
+    }
+    return "failed", None, serde.dumps(record)
+
+
+# -- attempts -----------------------------------------------------------------------------
+
+
+def begin(step: StepRow, worker: str | None, now: float) -> tuple[list[Op], bool]:
+    """Start the step's next attempt. Returns the writes and whether the body may run.
+
+    A step found ``running`` lost its attempt with a process that died: that attempt ends
+    ``interrupted``. Interruptions use no retry budget, but after ``MAX_INTERRUPTIONS``
+    of them the step fails instead of starting again.
+    """
+    ops: list[Op] = []
+    if step.status == "running":
+        interrupted = step.attempts - step.failures
+        step.updated_at = now
+        if interrupted >= MAX_INTERRUPTIONS:
+            step.status, step.wake_at = "failed", None
+            step.error = interrupted_error(step.key, interrupted)
+            ops.append(FinishAttempt(step, step.attempts, "interrupted", None, step.error))
+            return ops, False
+        ops.append(FinishAttempt(step, step.attempts, "interrupted"))
+    elif step.status == "scheduled" and not step.queued:
+        ops.append(ClearTimer(step.key))
+    step.attempts += 1
+    step.status, step.wake_at, step.updated_at = "running", None, now
+    ops.append(StartAttempt(step, step.attempts, worker))
+    return ops, True
+
+
+def settle(step: StepRow, outcome: Outcome, now: float) -> list[Op]:
+    """End the running attempt with what its body did: succeeded, failed with a retry
+    (a durable timer, or the queue for a queued step), or failed for good."""
+    attempt = step.attempts
+    step.updated_at = now
+    if outcome.ok:
+        step.status, step.output, step.error = "succeeded", outcome.output, None
+        return [FinishAttempt(step, attempt, "succeeded", outcome.output)]
+    error = serde.dumps(outcome.error)
+    step.failures += 1
+    step.error = error
+    if outcome.retryable and step.failures <= step.retries:
+        delay = RetryPolicy(step.retries, step.retry_delay).delay_after(step.failures)
+        step.status, step.wake_at = "scheduled", now + delay
+        ops: list[Op] = [FinishAttempt(step, attempt, "failed", None, error)]
+        if step.queued:
+            ops.append(EnqueueJob(step.key, step.function or "", step.wake_at))
+        elif delay > 0:
+            ops.append(SetTimer(step.key, "retry", step.wake_at))
+        return ops
+    step.status = "failed"
+    return [FinishAttempt(step, attempt, "failed", None, error)]
+
+
+def interrupt(step: StepRow, now: float, *, cancelled: bool) -> list[Op]:
+    """End the running attempt because its task was cancelled. A user's cancel fails the
+    step; a shutdown leaves it to run again (same invocation id, next attempt) wherever
+    the run continues: a queued step goes straight back on the queue."""
+    attempt = step.attempts
+    step.updated_at = now
+    if cancelled:
+        step.status, step.error = "failed", cancelled_error()
+        return [FinishAttempt(step, attempt, "cancelled", None, step.error)]
+    if step.queued:
+        step.status, step.wake_at = "scheduled", now
+        return [
+            FinishAttempt(step, attempt, "interrupted"),
+            EnqueueJob(step.key, step.function or "", now),
+        ]
+    step.status = "pending"
+    return [FinishAttempt(step, attempt, "interrupted")]
+
+
+def enqueue(step: StepRow, now: float) -> list[Op]:
+    """Hand a pending queued step to the step queue."""
+    step.status, step.updated_at = "scheduled", now
+    return [_put(step), EnqueueJob(step.key, step.function or "", now)]
+
+
+# -- child runs ---------------------------------------------------------------------------
+
+
+def begin_child(step: StepRow, worker: str | None, now: float) -> list[Op]:
+    """The step's attempt is a child run; the child's end settles it (``child_step_end``
+    is what the store writes then)."""
+    step.attempts += 1
+    step.child_run_id = ids.child_run_id(step.invocation_id, step.attempts)
+    step.status, step.updated_at = "running", now
+    return [StartAttempt(step, step.attempts, worker)]
+
+
+def open_suspend(step: StepRow, worker: str | None, now: float) -> list[Op]:
+    """A suspend's one attempt: it stays open (``pending``) until a resume closes it."""
+    step.attempts, step.updated_at = 1, now
+    return [StartAttempt(step, 1, worker)]
+
+
+# -- timers and events --------------------------------------------------------------------
+
+
+def schedule_sleep(step: StepRow, seconds: float, now: float) -> list[Op]:
+    """A new sleep step: a durable timer, or done at once for a sleep of no length."""
+    step.wake_at = now + seconds
+    if seconds <= 0:
+        step.status = "succeeded"
+        return [_put(step)]
+    step.status = "scheduled"
+    return [_put(step), SetTimer(step.key, "sleep", step.wake_at)]
+
+
+def fire_timer(step: StepRow, now: float) -> list[Op] | None:
+    """The writes of a sleep whose time has come, or None while it has not."""
+    if step.wake_at is None or step.wake_at > now:
+        return None
+    step.status, step.updated_at = "succeeded", now
+    return [_put(step), ClearTimer(step.key)]
+
+
+def wait_event(step: StepRow, timeout: float | None, now: float) -> list[Op]:
+    """A new event step, with a durable timer for its timeout."""
+    step.status = "scheduled"
+    ops: list[Op] = [_put(step)]
+    if timeout is not None:
+        step.wake_at = now + timeout
+        ops.append(SetTimer(step.key, "event_timeout", step.wake_at))
+    return ops
+
+
+def consume_event(step: StepRow, event_id: int, payload: str | None, now: float) -> list[Op]:
+    """The event step succeeds with the payload; the event is marked as taken by it."""
+    step.status, step.output, step.updated_at = "succeeded", payload, now
+    ops: list[Op] = [_put(step), ConsumeEvent(event_id, step.key)]
+    if step.wake_at is not None:
+        ops.append(ClearTimer(step.key))
+    return ops
+
+
+def time_out_event(step: StepRow, name: str, now: float) -> list[Op] | None:
+    """The writes of an event wait whose timeout passed, or None while it has not."""
+    if step.wake_at is None or step.wake_at > now:
+        return None
+    step.status, step.error, step.updated_at = "failed", event_timeout_error(name), now
+    return [_put(step), ClearTimer(step.key)]
+
+
+def record_value(step: StepRow, value: Any, now: float) -> list[Op]:
+    """A value recorded once (``wf.now()``, ``wf.uuid()``) and replayed ever after."""
+    step.status, step.output, step.updated_at = "succeeded", serde.dumps(value), now
+    return [_put(step)]
+
+
+def _put(step: StepRow) -> Op:
+    return PutStep(step)

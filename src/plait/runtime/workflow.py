@@ -1,0 +1,172 @@
+"""The ``wf`` object a code workflow receives, and the awaitable each of its steps is."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from plait import ids
+from plait.durations import parse_duration
+from plait.retry import resolve_policy
+from plait.runtime.ledger import Ledger
+
+_STEP_OPTIONS = frozenset({"retries", "retry_delay", "timeout", "on_error"})
+
+
+class Replay(Protocol):
+    """What ``wf`` needs of the pass that replays it (``runtime.replay.CodeReplay``)."""
+
+    ledger: Ledger
+
+    def do(
+        self, key: str, name: str, target: Any, data: Any, options: dict[str, Any]
+    ) -> Coroutine[Any, Any, Any]: ...
+
+    def sleep(self, key: str, name: str, seconds: float) -> Coroutine[Any, Any, None]: ...
+
+    def suspend(self, key: str, reason: str) -> Coroutine[Any, Any, None]: ...
+
+    def wait_for_event(
+        self, key: str, name: str, timeout: float | None
+    ) -> Coroutine[Any, Any, Any]: ...
+
+    def value(self, key: str, make: Callable[[], Any]) -> Any: ...
+
+
+def _check_options(step_name: str, options: dict[str, Any]) -> None:
+    """Bad step options fail at the call, naming the step."""
+    unknown = set(options) - _STEP_OPTIONS
+    if unknown:
+        raise TypeError(
+            f"step {step_name!r}: unknown option(s) {', '.join(sorted(unknown))}; "
+            f"use {', '.join(sorted(_STEP_OPTIONS))}"
+        )
+    resolve_policy(options)
+    if options.get("timeout") is not None:
+        parse_duration(options["timeout"], what=f"timeout of step {step_name!r}")
+    if options.get("on_error") is not None and not isinstance(options["on_error"], str):
+        raise TypeError(f"step {step_name!r}: on_error must be a function name")
+
+
+class StepCall:
+    """What ``wf.do``, ``wf.sleep``, ``wf.suspend`` and ``wf.wait_for_event`` return.
+
+    A step starts when it is called: at the loop's next turn it becomes a task of its own
+    (so ``asyncio.gather`` runs steps side by side, and a step nobody awaits still runs and
+    is waited for). When the workflow awaits the call before that turn, which is what
+    ``await wf.do(...)`` does, the workflow's own task drives the step instead; that saves
+    a task and two turns of the loop on every sequential step and behaves the same.
+    """
+
+    __slots__ = ("_coro", "_error", "_ledger", "_result", "_task")
+
+    def __init__(self, ledger: Ledger, coro: Coroutine[Any, Any, Any]) -> None:
+        self._ledger = ledger
+        self._coro: Coroutine[Any, Any, Any] | None = coro
+        self._task: asyncio.Task[Any] | None = None
+        #: the outcome when the workflow drove the step itself, for a second ``await``
+        self._result: Any = None
+        self._error: BaseException | None = None
+        ledger.calls.append(self)
+        ledger.loop.call_soon(self.start)
+
+    def start(self) -> None:
+        if self._coro is not None:
+            coro, self._coro = self._coro, None
+            self._task = self._ledger.spawn(coro)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        coro = self._coro
+        ledger = self._ledger
+        if coro is not None and asyncio.current_task(ledger.loop) is ledger.main_task:
+            self._coro = None
+            try:
+                self._result = yield from coro.__await__()
+            except BaseException as exc:
+                self._error = exc
+                raise
+            return self._result
+        self.start()
+        if self._task is None:  # driven by the workflow already: awaited a second time
+            if self._error is not None:
+                raise self._error
+            return self._result
+        return (yield from self._task.__await__())
+
+
+class Workflow:
+    """The ``wf`` object a code workflow receives. Every method is replay-safe."""
+
+    def __init__(self, replay: Replay) -> None:
+        self._replay = replay
+        self._ledger = replay.ledger
+        run = replay.ledger.run
+        self.run_id: str = run.id
+        self.name: str = run.workflow
+        self.input: Any = replay.ledger.input
+        self.owner: str | None = run.owner
+
+    @staticmethod
+    def _check_name(name: object, what: str) -> str:
+        if not isinstance(name, str):
+            raise TypeError(f"{what} name must be a string, got {type(name).__name__} {name!r}")
+        if not name:
+            raise ValueError(f"{what} name must not be empty")
+        return name
+
+    def do(
+        self,
+        step_name: str,
+        fn: Any,
+        data: Any = None,
+        **options: Any,
+    ) -> Awaitable[Any]:
+        """Run ``fn`` (a function, its name, a closure, or a workflow name for a child run)
+        as the durable step ``step_name``. The key is taken now, in call order, so
+        ``asyncio.gather`` replays to the same keys whatever order the steps finish in."""
+        self._check_name(step_name, "step")
+        if fn is None or not (isinstance(fn, str) or callable(fn)):
+            raise TypeError(
+                f"step {step_name!r}: expected a function, a function name or a workflow name, "
+                f"got {type(fn).__name__}"
+            )
+        if options:
+            _check_options(step_name, options)
+        key = self._ledger.next_key(step_name)
+        return StepCall(self._ledger, self._replay.do(key, step_name, fn, data, options))
+
+    def sleep(self, step_name: str, duration: float | str) -> Awaitable[None]:
+        """A durable timer: the run holds nothing while it waits."""
+        self._check_name(step_name, "sleep")
+        seconds = parse_duration(duration, what=f"duration of sleep {step_name!r}")
+        key = self._ledger.next_key(step_name)
+        return StepCall(self._ledger, self._replay.sleep(key, step_name, seconds))
+
+    def suspend(self, reason: str = "suspended") -> Awaitable[None]:
+        """Pause the run until ``engine.resume(run_id)``; each call site pauses once."""
+        self._check_name(reason, "suspend reason")
+        key = self._ledger.next_key(f"__suspend:{reason}")
+        return StepCall(self._ledger, self._replay.suspend(key, reason))
+
+    def wait_for_event(self, name: str, timeout: float | str | None = None) -> Awaitable[Any]:
+        """The payload of the next ``engine.send_event(run_id, name, ...)``; an event sent
+        before the run gets here is kept for it."""
+        self._check_name(name, "event")
+        seconds = (
+            None if timeout is None else parse_duration(timeout, what=f"timeout of event {name!r}")
+        )
+        key = self._ledger.next_key(f"__event:{name}")
+        return StepCall(self._ledger, self._replay.wait_for_event(key, name, seconds))
+
+    def now(self) -> datetime:
+        """The time, recorded on first reach so every replay sees the same value."""
+        key = self._ledger.next_key("__now")
+        stamp = self._replay.value(key, lambda: datetime.now(UTC).isoformat())
+        return datetime.fromisoformat(stamp)
+
+    def uuid(self) -> str:
+        """A random UUID, recorded on first reach so every replay sees the same value."""
+        key = self._ledger.next_key("__uuid")
+        return str(self._replay.value(key, ids.random_uuid))
