@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import logging
-import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -15,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from plait import loading
 from plait.app import App
 from plait.engine import Engine
 from plait.errors import PlaitError
@@ -66,20 +65,14 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def load_app(ref: str) -> App:
-    """Import ``module:attribute`` (the current directory is importable)."""
-    module_name, _, attribute = ref.partition(":")
-    if not module_name or not attribute:
-        raise UsageError(f"APP must look like module:attribute, got {ref!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    """The user's App, with every way the reference can be wrong as a one-line error."""
     try:
-        module = importlib.import_module(module_name)
+        return loading.load_app(ref)
     except ImportError as exc:
-        raise UsageError(f"cannot import module {module_name!r}: {exc}") from None
-    app = getattr(module, attribute, None)
-    if not isinstance(app, App):
-        raise UsageError(f"{ref!r} is not a plait.App (got {type(app).__name__})")
-    return app
+        module = ref.partition(":")[0]
+        raise UsageError(f"cannot import module {module!r}: {exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
 
 
 def parse_json(text: str | None, what: str) -> Any:

@@ -1,0 +1,124 @@
+"""The dependency rule of docs/architecture.md, read from the code on every test run."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in (SRC / "plait").rglob("*.py"):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _imports() -> dict[str, set[str]]:
+    """Module -> the plait modules it imports (anywhere in the file, type-only too)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*anchor, base] if base else anchor)
+                targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if not target or target == name:
+                    continue
+                # importing a sibling through its package's __init__ is not a dependency
+                # on the whole package
+                if modules[target].name == "__init__.py" and name.startswith(target + "."):
+                    continue
+                graph[name].add(target)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+@pytest.fixture(scope="module")
+def imports() -> dict[str, set[str]]:
+    return _imports()
+
+
+def test_no_module_imports_another_in_a_loop(imports) -> None:
+    assert _cycles(imports) == []
+
+
+def test_the_runtime_and_the_worker_never_import_the_engine(imports) -> None:
+    offenders = [
+        m
+        for m, targets in imports.items()
+        if (m.startswith("plait.runtime") or m == "plait.worker") and "plait.engine" in targets
+    ]
+    assert offenders == []
+
+
+def test_graph_workflows_are_data_and_never_import_the_runtime(imports) -> None:
+    offenders = {
+        m: sorted(t for t in targets if t.startswith("plait.runtime"))
+        for m, targets in imports.items()
+        if m.startswith("plait.graph")
+    }
+    assert {m: t for m, t in offenders.items() if t} == {}
+
+
+def test_low_floors_import_nothing_above_them(imports) -> None:
+    floor_1 = ("plait.app", "plait.context", "plait.loading", "plait.store.base")
+    high = ("plait.runtime", "plait.worker", "plait.engine", "plait.cli", "plait.http")
+    offenders = {
+        m: sorted(t for t in imports[m] if t.startswith(high))
+        for m in imports
+        if m in floor_1 or m.startswith("plait.graph")
+    }
+    assert {m: t for m, t in offenders.items() if t} == {}
+
+
+def test_the_checker_sees_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
