@@ -15,6 +15,7 @@ from rich.table import Table
 
 from plait import loading
 from plait.app import App
+from plait.durations import format_duration
 from plait.engine import Engine
 from plait.errors import PlaitError
 from plait.records import Run, Step, StepAttempt
@@ -245,7 +246,7 @@ def render_run(
                 a.key,
                 str(a.attempt),
                 outcome,
-                "" if took is None else _seconds(took),
+                "" if took is None else format_duration(took),
             )
         console.print(timeline)
     for child in children:
@@ -277,18 +278,10 @@ def _short(value: Any, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _seconds(seconds: float) -> str:
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 120:
-        return f"{seconds:.2f}s"
-    return f"{seconds / 60:.1f}m"
-
-
 def _took(run: Run) -> str:
     if run.status not in ("completed", "failed", "cancelled"):
         return "-"
-    return _seconds((run.updated_at - run.created_at).total_seconds())
+    return format_duration((run.updated_at - run.created_at).total_seconds())
 
 
 # -- acting ---------------------------------------------------------------------------------
