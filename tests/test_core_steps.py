@@ -120,6 +120,37 @@ async def test_step_name_that_is_not_a_string(engine_factory) -> None:
         assert await engine.get_steps(info.value.run.id) == []
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda wf: wf.do("fetch#1", lambda: 1),
+        lambda wf: wf.do("charge:on_error", lambda: 1),
+        lambda wf: wf.do("__suspend:x", lambda: 1),
+        lambda wf: wf.sleep("nap#2", 0),
+        lambda wf: wf.suspend("review#1"),
+    ],
+    ids=["ordinal", "on_error", "reserved prefix", "sleep ordinal", "suspend ordinal"],
+)
+async def test_a_name_shaped_like_a_generated_key_is_refused(engine_factory, call) -> None:
+    """A step named like the key of another step would be handed that step's result."""
+    counter = Counter()
+    app = plait.App()
+
+    @app.workflow
+    async def clash(wf: plait.Workflow, data: None) -> int:
+        first = await wf.do("fetch", lambda: counter.hit("fetch"))
+        await call(wf)
+        return first
+
+    async with engine_factory(app) as engine:
+        with pytest.raises(plait.WorkflowFailedError) as info:
+            await engine.run("clash", timeout=10)
+        error = info.value.run.error
+        assert error["type"] == "ValueError"
+        assert "generates" in error["message"]
+        assert [s.key for s in await engine.get_steps(info.value.run.id)] == ["fetch"]
+
+
 async def test_unknown_workflow_name(engine_factory) -> None:
     app = plait.App()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -12,6 +13,8 @@ from plait.durations import parse_duration
 from plait.retry import resolve_policy
 from plait.runtime.ledger import Ledger
 
+#: the ordinal plait appends to a name reached again in one run
+_ORDINAL = re.compile(r"#\d+$")
 _STEP_OPTIONS = frozenset({"retries", "retry_delay", "timeout", "on_error"})
 
 
@@ -110,10 +113,18 @@ class Workflow:
 
     @staticmethod
     def _check_name(name: object, what: str) -> str:
+        """Names are strings, and never of the shape of a key plait makes itself: a step
+        named ``fetch#1`` would take the second ``fetch``'s result, one named
+        ``charge:on_error`` would stand in for ``charge``'s handler."""
         if not isinstance(name, str):
             raise TypeError(f"{what} name must be a string, got {type(name).__name__} {name!r}")
         if not name:
             raise ValueError(f"{what} name must not be empty")
+        if _ORDINAL.search(name) or name.endswith(":on_error") or name.startswith("__"):
+            raise ValueError(
+                f"{what} name {name!r} has the shape of a key plait generates "
+                "(a '#<number>' ending, an ':on_error' ending or a '__' start); rename it"
+            )
         return name
 
     def do(
