@@ -43,15 +43,15 @@ async def test_slow_commits_move_to_the_writer_thread_and_come_back(tmp_path: Pa
     async with plait.Engine(_app(), f"sqlite:///{tmp_path / 'a.db'}") as engine:
         store = engine.store
         assert isinstance(store, SQLiteStore)
-        store._commit_time, store._slow = 1.0, True  # as after a run of slow fsyncs
+        store._db._commit_time, store._db._slow = 1.0, True  # as after a run of slow fsyncs
         assert await _thread_of_a_write(store) == "plait-sqlite-writer"
         assert await engine.run("twice", 5, timeout=10) == 10
         # fast commits pull the moving average down again, and writes come home
         for _ in range(200):
-            if not store._slow:
+            if not store._db._slow:
                 break
             await store._write(lambda conn: conn.execute("SELECT 1").fetchone())
-        assert not store._slow
+        assert not store._db._slow
         assert await _thread_of_a_write(store) == threading.current_thread().name
 
 
@@ -108,7 +108,9 @@ async def test_a_version_1_database_keeps_its_history_and_goes_on(tmp_path: Path
     from importlib import resources
 
     path = tmp_path / "old.db"
-    script = resources.files("plait.store").joinpath("sql/sqlite_schema.sql").read_text()
+    script = (
+        resources.files("plait.store").joinpath("sql/sqlite/migrations/001_schema.sql").read_text()
+    )
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.executescript(script)

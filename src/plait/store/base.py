@@ -10,9 +10,10 @@ worker that took the run over.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Iterator, Sequence
+from typing import Any, Literal, Protocol
 
+from plait.notify import Notifier
 from plait.records import Run, Step, StepAttempt
 
 
@@ -209,6 +210,70 @@ class StepJob:
     deliveries: int
 
 
+@dataclasses.dataclass(frozen=True)
+class RunFilter:
+    """Which runs ``Store.list_runs`` returns, newest first. A field left None matches
+    every run, so one statement serves every combination of filters."""
+
+    workflow: str | None = None
+    status: str | None = None
+    version: str | None = None
+    owner: str | None = None
+    parent_run_id: str | None = None
+    #: runs this principal may see: its own and the ones without an owner
+    visible_to: str | None = None
+    limit: int = 50
+    offset: int = 0
+
+    @classmethod
+    def of(cls, where: RunFilter | None, **fields: Any) -> RunFilter:
+        """The filter of a ``list_runs`` call: the RunFilter it was given, or one made of
+        its keywords (not both: a keyword beside a RunFilter would be silently lost)."""
+        if where is None:
+            return cls(**fields)
+        given = [name for name, value in fields.items() if value != _NO_FILTER_FIELDS[name]]
+        if given:
+            raise TypeError(f"list_runs got a RunFilter and keywords: {', '.join(given)}")
+        return where
+
+
+_NO_FILTER_FIELDS = {field.name: field.default for field in dataclasses.fields(RunFilter)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Lease:
+    """A lease as read by ``Store.leases_of``: expiring it needs the exact values read,
+    so a lease its holder renewed since then is left alone.
+
+    It unpacks and indexes like the tuple ``(kind, run_id, step_key, owner, until)`` that
+    stores returned before, so callers written against that keep working.
+    """
+
+    kind: Literal["run", "job"]
+    run_id: str
+    #: the queued step's key for a job; empty for a run
+    step_key: str
+    owner: str
+    until: float
+
+    def _values(self) -> tuple[str, str, str, str, float]:
+        return (self.kind, self.run_id, self.step_key, self.owner, self.until)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._values())
+
+    def __len__(self) -> int:
+        return 5
+
+    def __getitem__(self, index: int) -> Any:
+        return self._values()[index]
+
+    @classmethod
+    def of(cls, lease: Lease | Sequence[Any]) -> Lease:
+        """A lease from a Lease or from its tuple form."""
+        return lease if isinstance(lease, Lease) else cls(*lease)
+
+
 class Store(Protocol):
     """What every store offers. See ``store.sqlite`` for the reference implementation."""
 
@@ -216,12 +281,18 @@ class Store(Protocol):
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...
+    async def attach_notifier(self, notifier: Notifier) -> None:
+        """Tell ``notifier`` of changes other processes commit (and, where the store has
+        a channel, send what this process publishes to them)."""
+        ...
 
     # runs and their records
     async def create_run(self, new: NewRun) -> tuple[Run, bool]: ...
     async def get_run(self, run_id: str) -> Run | None: ...
     async def list_runs(
         self,
+        where: RunFilter | None = None,
+        /,
         *,
         workflow: str | None = None,
         status: str | None = None,
@@ -243,8 +314,8 @@ class Store(Protocol):
     async def commit(self, batch: Batch) -> bool: ...
     async def release_run(self, run_id: str, owner: str, wakeups_seen: int) -> bool: ...
     async def renew_leases(self, owner: str, lease_seconds: float) -> set[str]: ...
-    async def leases_of(self, worker_id: str, owner: str) -> list[tuple[Any, ...]]: ...
-    async def expire_leases(self, leases: Sequence[tuple[Any, ...]]) -> int: ...
+    async def leases_of(self, worker_id: str, owner: str) -> list[Lease]: ...
+    async def expire_leases(self, leases: Sequence[Lease | tuple[Any, ...]]) -> int: ...
     async def sweep_idle(self, base: float = 30.0, cap: float = 600.0, limit: int = 100) -> int: ...
     async def next_due(self, functions: Sequence[str] | None = None) -> float | None: ...
 

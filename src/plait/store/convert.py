@@ -10,18 +10,6 @@ from plait import serde
 from plait.records import Run, RunStatus, Step, StepAttempt, StepStatus
 from plait.store.base import RunRow, StepRow
 
-RUN_COLUMNS = (
-    "id, workflow, kind, version, status, input, output, error, parent_run_id, "
-    "parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups, "
-    "lease_owner, lease_until"
-)
-STEP_COLUMNS = (
-    "run_id, key, seq, name, kind, function, status, input, output, error, attempts, "
-    "failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key, "
-    "queued, wake_at, created_at, updated_at"
-)
-ATTEMPT_COLUMNS = "run_id, key, attempt, status, output, error, started_at, finished_at"
-
 
 def ts(value: Any) -> datetime:
     if isinstance(value, datetime):
@@ -102,8 +90,9 @@ def attempt_record(row: Any) -> StepAttempt:
 
 
 def step_params(s: StepRow, *, flag: Callable[[bool], Any] = int) -> tuple[Any, ...]:
-    """A step's column values in STEP_COLUMNS order; ``flag`` encodes booleans for the
-    driver (SQLite stores integers, PostgreSQL booleans)."""
+    """A step's column values in StepRow's field order, the column order of both stores'
+    step tables and statements; ``flag`` encodes booleans for the driver (SQLite stores
+    integers, PostgreSQL booleans)."""
     return (
         s.run_id,
         s.key,

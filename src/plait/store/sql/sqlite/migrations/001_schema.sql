@@ -1,4 +1,5 @@
 -- plait schema for SQLite, version 1. Times are unix seconds (REAL); JSON is TEXT.
+-- description: runs, steps, attempts, jobs, timers, events, state, workflow versions
 
 CREATE TABLE IF NOT EXISTS plait_runs (
     id              TEXT PRIMARY KEY,

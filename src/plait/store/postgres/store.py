@@ -3,21 +3,18 @@
 Every store method is one SQL statement, so one round trip and one short transaction:
 state changes that touch several rows (a pass's batch of writes, ending a run with its
 cascade, resuming, retrying, sending an event, taking a queued step) are PL/pgSQL
-functions installed by the migration (``sql/postgres_schema.sql``); the statements
-themselves are in ``sql/postgres_queries.sql``. No transaction stays open on the client
-side, so none is ever held across user code or left behind by a dropped connection.
+functions installed by the migrations (``sql/postgres/migrations/``); the statements
+themselves are named queries in ``sql/postgres/queries.sql``. No transaction stays open on
+the client side, so none is ever held across user code or left behind by a dropped
+connection.
 
-Claims are ``UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT n)``: many
-workers poll the same queue without queueing behind each other's row locks. A batch of a
+Claims skip the rows other workers have locked (``SKIP LOCKED``): many workers poll the
+same queue without queueing behind each other's row locks. A batch of a
 pass locks its run row and checks the lease before it writes (the fence).
 
-Times cross the store boundary as unix seconds (floats), like the SQLite store, and are
-``timestamptz`` in the database: a connection codec converts them, so SQL stays plain and
-monitoring queries read real timestamps. JSON arrives as encoded text, is stored as
-``jsonb`` and comes back as text, so ``store.convert`` works unchanged.
-
-Wake-ups go over LISTEN/NOTIFY on one channel per schema: the functions NOTIFY in the
-transaction that changes or wakes a run, so listeners hear of it the moment it commits.
+JSON arrives as encoded text, is stored as ``jsonb`` and comes back as text, so
+``store.convert`` works unchanged. The pool and its codecs are in ``pool``, LISTEN/NOTIFY
+in ``listen``.
 """
 
 from __future__ import annotations
@@ -28,13 +25,9 @@ import dataclasses
 import hashlib
 import json
 import logging
-import random
 import re
 import time
-import urllib.parse
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime
-from importlib import resources
 from typing import Any
 
 import asyncpg
@@ -43,14 +36,13 @@ from plait import serde
 from plait.errors import (
     WORKFLOW_CANCELLED,
     LeaseLostError,
-    PlaitError,
     RunNotFoundError,
     RunStateError,
     StepFunctionMismatchError,
 )
 from plait.notify import Notifier
 from plait.records import Run, Step, StepAttempt
-from plait.store import convert
+from plait.store import convert, queries
 from plait.store.base import (
     Batch,
     ClearTimer,
@@ -60,10 +52,12 @@ from plait.store.base import (
     EnqueueJob,
     EventRow,
     FinishAttempt,
+    Lease,
     NewRun,
     Op,
     PassSnapshot,
     PutStep,
+    RunFilter,
     RunRow,
     SetState,
     SetTimer,
@@ -71,20 +65,23 @@ from plait.store.base import (
     StepJob,
     StepRow,
 )
-
-__all__ = ["SCHEMA_VERSION", "DatabaseUnavailableError", "PostgresStore"]
+from plait.store.migrations import migrations
+from plait.store.postgres.listen import Listener
+from plait.store.postgres.pool import (
+    DatabaseUnavailableError,
+    Pool,
+    describe,
+    is_connection_error,
+    split_url,
+)
 
 log = logging.getLogger("plait.store.postgres")
 
+_MIGRATIONS = migrations("postgres")
 #: the newest migration this code knows; the schema_version table says what a database has
-SCHEMA_VERSION = 1
-#: (version, file under store/sql, description); a new version appends a file here
-_MIGRATIONS: tuple[tuple[int, str, str], ...] = (
-    (1, "postgres_schema.sql", "runs, steps, attempts, jobs, timers, events, state"),
-)
+SCHEMA_VERSION = _MIGRATIONS.latest
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,56}\Z")
-_URL_OPTIONS = ("schema", "min_size", "max_size")
 
 # SQLSTATEs raised by the schema's functions
 _LEASE_LOST = "PLT01"
@@ -94,105 +91,15 @@ _FUNCTION_MISMATCH = "PLT04"
 
 _RUN_FIELDS = len(dataclasses.fields(RunRow))
 _STEP_FIELDS = len(dataclasses.fields(StepRow))
-_DEADLOCK_RETRIES = 5
 _WARM_STATEMENTS = ("load_pass", "commit_batch", "release_run", "claim_due_runs")
-_LISTEN_KEEPALIVE = 10.0
-_RECONNECT_MAX_DELAY = 5.0
-
-# timestamptz travels as microseconds since 2000-01-01 UTC; plait speaks unix seconds
-_PG_EPOCH_US = 946_684_800_000_000
-_PG_INFINITY = 2**63 - 1
-
-
-class DatabaseUnavailableError(PlaitError, ConnectionError):
-    """PostgreSQL could not be reached, or the connection broke during a statement.
-
-    The outcome of a write that fails this way is unknown (it may have committed). Worker
-    loops log it and try again; the pool reconnects by itself once the server is back.
-    """
-
-
-def _encode_ts(value: float | datetime) -> tuple[int]:
-    if isinstance(value, datetime):
-        value = value.timestamp()
-    return (round(value * 1_000_000) - _PG_EPOCH_US,)
-
-
-def _decode_ts(value: tuple[int]) -> float:
-    micros = value[0]
-    if micros >= _PG_INFINITY:
-        return float("inf")
-    if micros <= -_PG_INFINITY:
-        return float("-inf")
-    # one integer addition, then one rounding: the nearest float to the stored microsecond
-    return (micros + _PG_EPOCH_US) / 1_000_000
-
-
-async def _keep_session(_conn: asyncpg.Connection) -> None:
-    """The pool's reset on release. asyncpg's default runs a reset query (one more round
-    trip per statement); the store never leaves session state behind (no SET, no LISTEN,
-    no cursors, only transaction-scoped advisory locks), and an open transaction is still
-    rolled back by the pool before this is called."""
 
 
 def _now() -> float:
     return time.time()
 
 
-def _split_url(url: str) -> tuple[str, dict[str, str]]:
-    """The DSN for asyncpg and the plait options given in its query string (asyncpg would
-    send unknown query parameters to the server as settings)."""
-    parts = urllib.parse.urlsplit(url)
-    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    ours = {k: v for k, v in query if k in _URL_OPTIONS}
-    rest = [(k, v) for k, v in query if k not in _URL_OPTIONS]
-    dsn = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(rest)))
-    return dsn, ours
-
-
-def _describe(url: str) -> str:
-    """host:port/database for messages, never the password."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or "localhost"
-    port = f":{parts.port}" if parts.port else ""
-    return f"{host}{port}{parts.path or '/'}"
-
-
-def _is_connection_error(exc: BaseException) -> bool:
-    if isinstance(
-        exc,
-        OSError
-        | TimeoutError
-        | asyncpg.PostgresConnectionError
-        | asyncpg.exceptions.OperatorInterventionError
-        | asyncpg.exceptions.InsufficientResourcesError
-        # the protocol state machine of a connection the server dropped mid-statement
-        | asyncpg.exceptions.InternalClientError,
-    ):
-        return True
-    # a connection that closed, or was detached from its pool proxy as it closed
-    return isinstance(exc, asyncpg.InterfaceError) and (
-        "closed" in str(exc) or "released back to the pool" in str(exc)
-    )
-
-
-def _load_queries(schema: str) -> dict[str, str]:
-    text = resources.files("plait.store").joinpath("sql/postgres_queries.sql").read_text()
-    queries: dict[str, str] = {}
-    name: str | None = None
-    lines: list[str] = []
-    for line in [*text.splitlines(), "-- name: <end>"]:
-        if line.startswith("-- name:"):
-            if name is not None:
-                queries[name] = "\n".join(lines).strip().replace("@schema@", schema)
-            name, lines = line.split(":", 1)[1].strip(), []
-        elif name is not None and not line.startswith("--"):
-            lines.append(line)
-    return queries
-
-
 def _step_value(s: StepRow) -> tuple[Any, ...]:
-    """A step as the steps table's row type (the column order of convert.STEP_COLUMNS)."""
+    """A step as the steps table's row type (columns in StepRow's field order)."""
     return convert.step_params(s, flag=bool)
 
 
@@ -299,7 +206,7 @@ class PostgresStore:
         listen: bool = True,
     ) -> None:
         self.url = url
-        self.dsn, from_url = _split_url(url)
+        self.dsn, from_url = split_url(url)
         self.schema = schema if schema is not None else from_url.get("schema", "plait")
         if not _SCHEMA_NAME.match(self.schema):
             raise ValueError(
@@ -320,72 +227,57 @@ class PostgresStore:
         #: the NOTIFY channel of this schema
         self.channel = f"plait_{self.schema}"
         self._ident = f'"{self.schema}"'
-        self._q = _load_queries(self._ident)
-        self._where = _describe(url)
-        self._pool: asyncpg.Pool | None = None
-        self._notifier: Notifier | None = None
-        self._listener: asyncio.Task[None] | None = None
-        self._listening = asyncio.Event()
-        self._listen_conn: asyncpg.Connection | None = None
-        self._outbox: dict[str, None] = {}
-        self._flusher: asyncio.Task[None] | None = None
-        self._closing = False
+        self._q = queries.load("postgres", schema=self._ident)
+        self._where = describe(url)
+        self._pool = Pool(
+            self.dsn,
+            where=self._where,
+            min_size=self.min_size,
+            max_size=self.max_size,
+            command_timeout=command_timeout,
+            connect_timeout=connect_timeout,
+            statement_cache_size=statement_cache_size,
+        )
+        # Every statement goes through this. Bound once here rather than wrapped in a
+        # method: a wrapper would add a coroutine to every statement.
+        self._call = self._pool.call
+        self._listener = Listener(
+            self._pool,
+            self.channel,
+            notify=self._q["notify"],
+            keepalive=self._q["keepalive"],
+            enabled=listen,
+        )
         #: (run_id, lease owner) of passes whose write failed with an unknown outcome
         self._tainted: set[tuple[str, str]] = set()
         #: per run, the writes of its lease holder in this process, in the order issued
         self._run_locks: dict[str, _RunLock] = {}
-        #: write statements committed (each is one transaction), for the benchmarks
-        self.commits = 0
-        #: set once the schema exists: new connections then prepare the hot statements
-        self._ready = False
+
+    @property
+    def commits(self) -> int:
+        """Write statements committed (each is one transaction), for the benchmarks."""
+        return self._pool.commits
 
     # -- connections ---------------------------------------------------------------------
     async def open(self) -> None:
         """Create the pool and bring the schema up to date."""
-        self._closing = False
+        self._listener.open()
         try:
-            self._pool = await asyncpg.create_pool(
-                self.dsn,
-                min_size=self.min_size,
-                max_size=self.max_size,
-                init=self._init_connection,
-                reset=_keep_session,
-                command_timeout=self.command_timeout,
-                timeout=self.connect_timeout,
-                statement_cache_size=self.statement_cache_size,
-            )
+            await self._pool.open()
             await self._migrate()
-            self._ready = True
+            self._pool.warm([self._q[name] for name in _WARM_STATEMENTS])
         except BaseException as exc:
-            if self._pool is not None:
-                self._pool.terminate()
-                self._pool = None
-            if _is_connection_error(exc):
-                raise self._unavailable(exc) from exc
+            self._pool.terminate()
+            if is_connection_error(exc):
+                raise self._pool.unavailable(exc) from exc
             raise
-
-    async def _init_connection(self, conn: asyncpg.Connection) -> None:
-        # every connection, including the ones the pool opens after a server restart
-        await conn.set_type_codec(
-            "timestamptz",
-            schema="pg_catalog",
-            encoder=_encode_ts,
-            decoder=_decode_ts,
-            format="tuple",
-        )
-        if self._ready and self.statement_cache_size:
-            # The first use of a statement with the schema's composite types makes asyncpg
-            # look the types up (a few ms); do it now rather than in a pass's first commit.
-            # (Not without a statement cache: that is for poolers that forbid named ones.)
-            for name in _WARM_STATEMENTS:
-                await conn.prepare(self._q[name])
 
     async def _migrate(self) -> None:
         """Apply the migrations this database lacks, one transaction, under an advisory
         lock so that processes starting together do not race. An up-to-date schema needs
         no DDL and no lock, so workers can run with plain read/write privileges."""
-        pool = self._require_pool()
-        async with pool.acquire() as conn:
+        q = self._q
+        async with self._pool.acquire() as conn:
             if await self._schema_version(conn) == SCHEMA_VERSION:
                 return
             async with conn.transaction():
@@ -394,214 +286,40 @@ class PostgresStore:
                     "big",
                     signed=True,
                 )
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", key)
-                exists = await conn.fetchval(
-                    "SELECT 1 FROM pg_namespace WHERE nspname = $1", self.schema
-                )
-                if not exists:
-                    await conn.execute(f"CREATE SCHEMA {self._ident}")
-                await conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {self._ident}.schema_version ("
-                    " version integer PRIMARY KEY, description text NOT NULL,"
-                    " applied_at timestamptz NOT NULL DEFAULT now())"
-                )
+                await conn.execute(q["lock_schema"], key)
+                if not await conn.fetchval(q["schema_exists"], self.schema):
+                    await conn.execute(q["create_schema"])
+                await conn.execute(q["create_schema_version_table"])
                 current = await self._schema_version(conn)
-                if current > SCHEMA_VERSION:
-                    raise RuntimeError(
-                        f"schema {self.schema!r} at {self._where} has version {current}, "
-                        f"newer than this plait ({SCHEMA_VERSION}); upgrade plait"
-                    )
+                where = f"schema {self.schema!r} at {self._where}"
                 channel = "'" + self.channel + "'"
-                for version, filename, description in _MIGRATIONS:
-                    if version <= current:
-                        continue
-                    script = resources.files("plait.store").joinpath(f"sql/{filename}")
-                    sql = (
-                        script.read_text()
-                        .replace("@schema@", self._ident)
-                        .replace("@channel@", channel)
-                    )
-                    await conn.execute(sql)
+                for migration in _MIGRATIONS.pending(current, where=where):
+                    await conn.execute(migration.text(schema=self._ident, channel=channel))
                     await conn.execute(
-                        f"INSERT INTO {self._ident}.schema_version (version, description)"
-                        " VALUES ($1, $2)",
-                        version,
-                        description,
+                        q["record_schema_version"], migration.version, migration.description()
                     )
-                    log.info("schema %s: migrated to version %d", self.schema, version)
+                    log.info("schema %s: migrated to version %d", self.schema, migration.version)
 
     async def _schema_version(self, conn: asyncpg.Connection) -> int:
-        table = await conn.fetchval("SELECT to_regclass($1)", f"{self._ident}.schema_version")
-        if table is None:
+        if await conn.fetchval(self._q["schema_version_table"]) is None:
             return 0
-        return int(
-            await conn.fetchval(
-                f"SELECT coalesce(max(version), 0) FROM {self._ident}.schema_version"
-            )
-        )
+        return int(await conn.fetchval(self._q["schema_version"]))
 
     async def close(self) -> None:
-        self._closing = True
-        for task in (self._listener, self._flusher):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-        self._listener = self._flusher = None
-        if self._notifier is not None and self._notifier.remote == self._publish:
-            self._notifier.remote = None
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            try:
-                await asyncio.wait_for(pool.close(), timeout=10)
-            except (TimeoutError, Exception):
-                pool.terminate()
-
-    def _require_pool(self) -> asyncpg.Pool:
-        if self._pool is None:
-            raise RuntimeError("the PostgreSQL store is not open")
-        return self._pool
-
-    def _unavailable(self, exc: BaseException) -> DatabaseUnavailableError:
-        return DatabaseUnavailableError(
-            f"PostgreSQL at {self._where} is unavailable ({type(exc).__name__}: {exc})"
-        )
-
-    async def _call(self, method: str, query: str, *args: Any, read: bool = False) -> Any:
-        """Run one statement on a pooled connection (its own implicit transaction).
-
-        A deadlock or serialization failure rolled everything back, so the statement is
-        simply run again. A broken connection leaves a write's outcome unknown: it is
-        reported as DatabaseUnavailableError for the caller's loop to retry, except that
-        a read, or a statement that never left, is tried once more at once (the pool
-        replaces a connection the server dropped while it was idle)."""
-        pool = self._require_pool()
-        tries = 0
-        while True:
-            tries += 1
-            try:
-                async with pool.acquire() as conn:
-                    try:
-                        result = await getattr(conn, method)(query, *args)
-                        if not read:
-                            self.commits += 1
-                        return result
-                    except BaseException as exc:
-                        if _is_connection_error(exc):
-                            # never hand a connection in an unknown state back to the pool
-                            # (a lost one is already detached: nothing left to do then)
-                            with contextlib.suppress(Exception):
-                                conn.terminate()
-                        raise
-            except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError):
-                if tries >= _DEADLOCK_RETRIES:
-                    raise
-                await asyncio.sleep(random.uniform(0.001, 0.01) * tries)
-            except Exception as exc:
-                if not _is_connection_error(exc):
-                    raise
-                # A connection the server had just dropped fails before the statement is
-                # sent (asyncpg's protocol refuses to start it): safe to retry on another.
-                unsent = isinstance(exc, asyncpg.exceptions.InternalClientError)
-                if (read or unsent) and tries == 1:
-                    continue
-                raise self._unavailable(exc) from exc
+        await self._listener.close()
+        await self._pool.close()
 
     # -- wake-ups ------------------------------------------------------------------------------
     @property
     def listening(self) -> bool:
         """Whether the LISTEN connection is up right now (it reconnects by itself)."""
-        conn = self._listen_conn
-        return conn is not None and not conn.is_closed()
+        return self._listener.listening
 
     async def attach_notifier(self, notifier: Notifier) -> None:
         """LISTEN on this schema's channel and feed what arrives into ``notifier``; what
         the engine publishes is NOTIFY'd to the other processes. Returns once listening
         (or after a few seconds if the server cannot be reached: it keeps trying)."""
-        self._notifier = notifier
-        notifier.remote = self._publish
-        if not self.listen or self._listener is not None:
-            return
-        self._listening.clear()
-        self._listener = asyncio.create_task(self._listen_loop(), name="plait-pg-listen")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._listening.wait(), self.connect_timeout)
-
-    async def _listen_loop(self) -> None:
-        """One connection outside the pool, kept LISTENing; when it drops, reconnect with
-        backoff. Notifications sent while it was away are lost, so after a reconnect every
-        loop is kicked to look at the database (the slow poll covers waiting callers)."""
-        delay = 0.1
-        connected_before = False
-        while not self._closing:
-            conn: asyncpg.Connection | None = None
-            try:
-                conn = await asyncpg.connect(self.dsn, timeout=self.connect_timeout)
-                lost = asyncio.Event()
-                conn.add_termination_listener(lambda _c, lost=lost: lost.set())
-                await conn.add_listener(self.channel, self._on_notify)
-                self._listen_conn = conn
-                self._listening.set()
-                if connected_before and self._notifier is not None:
-                    log.info("listening on %s again", self._where)
-                    self._everything_changed(self._notifier)
-                connected_before, delay = True, 0.1
-                while not lost.is_set():
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(lost.wait(), _LISTEN_KEEPALIVE)
-                    if not lost.is_set():
-                        # a server that vanished without closing the socket shows up here
-                        await conn.fetchval("SELECT 1", timeout=_LISTEN_KEEPALIVE)
-                if not self._closing:
-                    log.warning("LISTEN connection to %s was closed; reconnecting", self._where)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if not self._closing:
-                    log.warning(
-                        "LISTEN connection to %s failed (%s: %s); reconnecting in %.1fs",
-                        self._where,
-                        type(exc).__name__,
-                        exc,
-                        delay,
-                    )
-            finally:
-                self._listen_conn = None
-                if conn is not None:
-                    conn.terminate()
-            if self._closing:
-                return
-            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
-            delay = min(_RECONNECT_MAX_DELAY, delay * 2)
-
-    @staticmethod
-    def _everything_changed(notifier: Notifier) -> None:
-        """After notifications may have been missed: every loop and every waiter looks."""
-        notifier.everything_changed()
-
-    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
-        notifier = self._notifier
-        if notifier is None:
-            return
-        if payload == "work":
-            notifier.local_work()
-        elif payload.startswith("run:"):
-            notifier.local_run_changed(payload[4:])
-
-    def _publish(self, kind: str, value: str) -> None:
-        """Notifier.remote: NOTIFY what this process published. Calls are gathered and
-        sent as one statement by a background task; a lost one is covered by polling."""
-        self._outbox["work" if kind == "work" else f"run:{value}"] = None
-        if self._pool is not None and (self._flusher is None or self._flusher.done()):
-            self._flusher = asyncio.get_running_loop().create_task(self._flush_outbox())
-
-    async def _flush_outbox(self) -> None:
-        while self._outbox and not self._closing:
-            payloads, self._outbox = list(self._outbox), {}
-            try:
-                await self._call("execute", self._q["notify"], self.channel, payloads)
-            except Exception as exc:
-                log.debug("NOTIFY failed (%s); listeners fall back to polling", exc)
+        await self._listener.attach(notifier)
 
     # -- runs ----------------------------------------------------------------------------------
     async def create_run(self, new: NewRun) -> tuple[Run, bool]:
@@ -614,6 +332,8 @@ class PostgresStore:
 
     async def list_runs(
         self,
+        where: RunFilter | None = None,
+        /,
         *,
         workflow: str | None = None,
         status: str | None = None,
@@ -624,33 +344,34 @@ class PostgresStore:
         limit: int = 50,
         offset: int = 0,
     ) -> tuple[list[Run], int]:
-        where: list[str] = []
-        params: list[Any] = []
-        if visible_to is not None:
-            params.append(visible_to)
-            where.append(f"(owner IS NULL OR owner = ${len(params)})")
-        for column, value in (
-            ("workflow", workflow),
-            ("status", status),
-            ("version", version),
-            ("owner", owner),
-            ("parent_run_id", parent_run_id),
-        ):
-            if value is not None:
-                params.append(value)
-                where.append(f"{column} = ${len(params)}")
-        clause = " AND ".join(where) or "true"
-        n = len(params)
-        query = (
-            f"SELECT (SELECT count(*) FROM {self._ident}.runs WHERE {clause}) AS total,"
-            f" ARRAY(SELECT r FROM {self._ident}.runs r WHERE {clause}"
-            f" ORDER BY r.created_at DESC, r.id DESC LIMIT ${n + 1} OFFSET ${n + 2}) AS runs"
+        where = RunFilter.of(
+            where,
+            workflow=workflow,
+            status=status,
+            version=version,
+            owner=owner,
+            parent_run_id=parent_run_id,
+            visible_to=visible_to,
+            limit=limit,
+            offset=offset,
         )
-        row = await self._call("fetchrow", query, *params, limit, offset, read=True)
+        row = await self._call(
+            "fetchrow",
+            self._q["list_runs"],
+            where.workflow,
+            where.status,
+            where.version,
+            where.owner,
+            where.parent_run_id,
+            where.visible_to,
+            where.limit,
+            where.offset,
+            read=True,
+        )
         return [_run(r) for r in row["runs"]], int(row["total"])
 
     async def get_children(self, run_id: str) -> list[Run]:
-        runs, _ = await self.list_runs(parent_run_id=run_id, limit=10_000)
+        runs, _ = await self.list_runs(RunFilter(parent_run_id=run_id, limit=10_000))
         return sorted(runs, key=lambda r: r.created_at)
 
     async def get_steps(self, run_id: str) -> list[Step]:
@@ -771,21 +492,27 @@ class PostgresStore:
         rows = await self._call("fetch", self._q["renew_leases"], owner, _now() + lease_seconds)
         return {r["id"] for r in rows}
 
-    async def leases_of(self, worker_id: str, owner: str) -> list[tuple[Any, ...]]:
+    async def leases_of(self, worker_id: str, owner: str) -> list[Lease]:
         """Leases held under ``worker_id`` by other processes than ``owner`` (an earlier
-        life of a restarted worker, or a twin still draining), as (kind, run_id, step_key,
-        lease_owner, lease_until) with kind ``run`` or ``job``."""
+        life of a restarted worker, or a twin still draining)."""
         rows = await self._call("fetch", self._q["leases_of"], f"{worker_id}#", owner, read=True)
-        return [tuple(r) for r in rows]
+        return [Lease(*r) for r in rows]
 
-    async def expire_leases(self, leases: Sequence[tuple[Any, ...]]) -> int:
+    async def expire_leases(self, leases: Sequence[Lease | tuple[Any, ...]]) -> int:
         """Expire the given leases if nobody renewed them since they were read: their
         holder is dead, so its runs and steps are taken over now instead of at expiry."""
         if not leases:
             return 0
-        kinds, run_ids, keys, owners, untils = (list(col) for col in zip(*leases, strict=True))
+        given = [Lease.of(lease) for lease in leases]
         expired = await self._call(
-            "fetchval", self._q["expire_leases"], kinds, run_ids, keys, owners, untils, 0.0
+            "fetchval",
+            self._q["expire_leases"],
+            [lease.kind for lease in given],
+            [lease.run_id for lease in given],
+            [lease.step_key for lease in given],
+            [lease.owner for lease in given],
+            [lease.until for lease in given],
+            0.0,
         )
         return int(expired)
 
@@ -795,7 +522,7 @@ class PostgresStore:
         sweeps back off from ``base`` seconds doubling up to ``cap``."""
         swept = int(await self._call("fetchval", self._q["sweep_idle"], _now(), cap, base, limit))
         if swept:
-            self._publish("work", "")
+            self._listener.publish("work", "")
         return swept
 
     async def next_due(self, functions: Sequence[str] | None = None) -> float | None:
@@ -952,3 +679,6 @@ class PostgresStore:
             }
             for r in rows
         ]
+
+
+__all__ = ["SCHEMA_VERSION", "DatabaseUnavailableError", "PostgresStore"]

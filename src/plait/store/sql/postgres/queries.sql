@@ -1,12 +1,60 @@
--- The statements of the PostgreSQL store, one per store method (see store/postgres.py).
--- Each block starts with "-- name: <name>"; @schema@ is the quoted schema name. Times are
--- timestamptz on the server and unix seconds in Python (a connection codec converts them).
+-- The statements of the PostgreSQL store (store/postgres/). Each block starts with
+-- "-- name: <name>"; @schema@ is the quoted schema name. Times are timestamptz on the
+-- server and unix seconds in Python (a connection codec converts them). A list of values
+-- is one array parameter (= ANY ($n::text[])), so a statement's text never depends on how
+-- many values it gets.
+
+-- == the schema and its version ==============================================================
+
+-- name: schema_version_table
+SELECT to_regclass('@schema@.schema_version')
+
+-- name: schema_version
+SELECT coalesce(max(version), 0) FROM @schema@.schema_version
+
+-- name: lock_schema
+-- Held until the migration's transaction ends: processes starting together migrate once.
+SELECT pg_advisory_xact_lock($1)
+
+-- name: schema_exists
+SELECT 1 FROM pg_namespace WHERE nspname = $1
+
+-- name: create_schema
+CREATE SCHEMA @schema@
+
+-- name: create_schema_version_table
+CREATE TABLE IF NOT EXISTS @schema@.schema_version (
+    version integer PRIMARY KEY,
+    description text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+
+-- name: record_schema_version
+INSERT INTO @schema@.schema_version (version, description) VALUES ($1, $2)
+
+-- == runs ====================================================================================
 
 -- name: select_run
 SELECT r FROM @schema@.runs r WHERE r.id = $1
 
 -- name: create_run
 SELECT created, run FROM @schema@.create_run($1::@schema@.new_run, $2)
+
+-- name: list_runs
+-- Newest first, and how many match in all; a filter left NULL matches every run ($6 is
+-- visible_to: the runs of that owner and the ones without an owner).
+SELECT
+    (SELECT count(*) FROM @schema@.runs
+     WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR status = $2)
+         AND ($3::text IS NULL OR version = $3) AND ($4::text IS NULL OR owner = $4)
+         AND ($5::text IS NULL OR parent_run_id = $5)
+         AND ($6::text IS NULL OR owner IS NULL OR owner = $6)) AS total,
+    ARRAY(SELECT r FROM @schema@.runs r
+          WHERE ($1::text IS NULL OR r.workflow = $1) AND ($2::text IS NULL OR r.status = $2)
+              AND ($3::text IS NULL OR r.version = $3) AND ($4::text IS NULL OR r.owner = $4)
+              AND ($5::text IS NULL OR r.parent_run_id = $5)
+              AND ($6::text IS NULL OR r.owner IS NULL OR r.owner = $6)
+          ORDER BY r.created_at DESC, r.id DESC LIMIT $7 OFFSET $8) AS runs
 
 -- name: get_steps
 SELECT s FROM @schema@.steps s WHERE s.run_id = $1 ORDER BY s.seq
@@ -196,5 +244,11 @@ WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR version = $2)
     AND ($3::text IS NULL OR status = $3)
 ORDER BY updated_at DESC, version
 
+-- == wake-ups ================================================================================
+
 -- name: notify
 SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload
+
+-- name: keepalive
+-- The LISTEN connection's probe of a server that may have vanished without a word.
+SELECT 1

@@ -1,4 +1,5 @@
 -- plait schema for SQLite, version 2: a step's latest attempt lives on the step row.
+-- description: a step's latest attempt on its step row
 --
 -- A step that succeeds at its first attempt (nearly all of them) is then written to one
 -- table only, so each commit touches fewer pages. plait_attempts keeps every earlier

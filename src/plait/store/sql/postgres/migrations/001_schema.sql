@@ -1,4 +1,5 @@
 -- plait schema for PostgreSQL, version 1.
+-- description: runs, steps, attempts, jobs, timers, events, state
 --
 -- @schema@ is replaced by the quoted schema name and @channel@ by the NOTIFY channel (a
 -- string literal) before this script runs, inside one transaction under an advisory lock.
@@ -43,7 +44,7 @@ CREATE INDEX runs_status ON @schema@.runs (status, created_at DESC);
 CREATE INDEX runs_owner ON @schema@.runs (owner, created_at DESC) WHERE owner IS NOT NULL;
 CREATE INDEX runs_parent ON @schema@.runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
 
--- Column order is plait.store.convert.STEP_COLUMNS: the store passes step rows as this
+-- Column order is plait.store.base.StepRow's field order: the store passes step rows as this
 -- table's row type.
 CREATE TABLE @schema@.steps (
     run_id        text NOT NULL,

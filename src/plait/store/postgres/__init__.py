@@ -1,0 +1,12 @@
+"""The shared store: PostgreSQL, for many workers on many machines.
+
+``pool`` holds the connections (the pool, its codecs, what errors mean), ``listen`` the
+LISTEN/NOTIFY wake-ups, ``store`` the ``PostgresStore`` methods; every statement is a named
+query in ``sql/postgres/queries.sql`` and the schema is built by the numbered scripts of
+``sql/postgres/migrations/``.
+"""
+
+from plait.store.postgres.pool import DatabaseUnavailableError
+from plait.store.postgres.store import SCHEMA_VERSION, PostgresStore
+
+__all__ = ["SCHEMA_VERSION", "DatabaseUnavailableError", "PostgresStore"]

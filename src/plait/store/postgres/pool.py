@@ -1,0 +1,245 @@
+"""The PostgreSQL connections: the pool, its connection set-up, and what errors mean.
+
+Times cross the store boundary as unix seconds (floats), like the SQLite store, and are
+``timestamptz`` in the database: a codec installed on every connection converts them, so
+SQL stays plain and monitoring queries read real timestamps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import urllib.parse
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from plait.errors import PlaitError
+
+#: the plait options a URL's query string may carry (asyncpg would send them to the server)
+URL_OPTIONS = ("schema", "min_size", "max_size")
+_DEADLOCK_RETRIES = 5
+
+# timestamptz travels as microseconds since 2000-01-01 UTC; plait speaks unix seconds
+_PG_EPOCH_US = 946_684_800_000_000
+_PG_INFINITY = 2**63 - 1
+
+
+class DatabaseUnavailableError(PlaitError, ConnectionError):
+    """PostgreSQL could not be reached, or the connection broke during a statement.
+
+    The outcome of a write that fails this way is unknown (it may have committed). Worker
+    loops log it and try again; the pool reconnects by itself once the server is back.
+    """
+
+
+def encode_timestamp(value: float | datetime) -> tuple[int]:
+    if isinstance(value, datetime):
+        value = value.timestamp()
+    return (round(value * 1_000_000) - _PG_EPOCH_US,)
+
+
+def decode_timestamp(value: tuple[int]) -> float:
+    micros = value[0]
+    if micros >= _PG_INFINITY:
+        return float("inf")
+    if micros <= -_PG_INFINITY:
+        return float("-inf")
+    # one integer addition, then one rounding: the nearest float to the stored microsecond
+    return (micros + _PG_EPOCH_US) / 1_000_000
+
+
+async def _keep_session(_conn: asyncpg.Connection) -> None:
+    """The pool's reset on release. asyncpg's default runs a reset query (one more round
+    trip per statement); the store never leaves session state behind (no SET, no LISTEN,
+    no cursors, only transaction-scoped advisory locks), and an open transaction is still
+    rolled back by the pool before this is called."""
+
+
+def split_url(url: str) -> tuple[str, dict[str, str]]:
+    """The DSN for asyncpg and the plait options given in its query string (asyncpg would
+    send unknown query parameters to the server as settings)."""
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    ours = {k: v for k, v in query if k in URL_OPTIONS}
+    rest = [(k, v) for k, v in query if k not in URL_OPTIONS]
+    dsn = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(rest)))
+    return dsn, ours
+
+
+def describe(url: str) -> str:
+    """host:port/database for messages, never the password."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or "localhost"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{host}{port}{parts.path or '/'}"
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """Whether ``exc`` means the server is out of reach (rather than that it refused)."""
+    if isinstance(
+        exc,
+        OSError
+        | TimeoutError
+        | asyncpg.PostgresConnectionError
+        | asyncpg.exceptions.OperatorInterventionError
+        | asyncpg.exceptions.InsufficientResourcesError
+        # the protocol state machine of a connection the server dropped mid-statement
+        | asyncpg.exceptions.InternalClientError,
+    ):
+        return True
+    # a connection that closed, or was detached from its pool proxy as it closed
+    return isinstance(exc, asyncpg.InterfaceError) and (
+        "closed" in str(exc) or "released back to the pool" in str(exc)
+    )
+
+
+class Pool:
+    """An asyncpg pool whose every statement is one implicit transaction, retried where
+    that is safe and reported as DatabaseUnavailableError where the outcome is unknown."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        where: str,
+        min_size: int,
+        max_size: int,
+        command_timeout: float | None,
+        connect_timeout: float,
+        statement_cache_size: int,
+    ) -> None:
+        self.dsn = dsn
+        #: host:port/database, for messages
+        self.where = where
+        self.min_size = min_size
+        self.max_size = max_size
+        self.command_timeout = command_timeout
+        self.connect_timeout = connect_timeout
+        self.statement_cache_size = statement_cache_size
+        #: write statements committed (each is one transaction), for the benchmarks
+        self.commits = 0
+        self._pool: asyncpg.Pool | None = None
+        #: statements each new connection prepares, once the schema exists
+        self._warm: tuple[str, ...] = ()
+
+    @property
+    def is_open(self) -> bool:
+        return self._pool is not None
+
+    async def open(self) -> None:
+        self._pool = await asyncpg.create_pool(
+            self.dsn,
+            min_size=self.min_size,
+            max_size=self.max_size,
+            init=self._init_connection,
+            reset=_keep_session,
+            command_timeout=self.command_timeout,
+            timeout=self.connect_timeout,
+            statement_cache_size=self.statement_cache_size,
+        )
+
+    def warm(self, statements: Sequence[str]) -> None:
+        """Have every connection opened from now on prepare ``statements``.
+
+        The first use of a statement with the schema's composite types makes asyncpg look
+        the types up (a few ms); a new connection does it before it is handed out rather
+        than in a pass's first commit. (Not without a statement cache: that is for poolers
+        that forbid named statements.)
+        """
+        self._warm = tuple(statements) if self.statement_cache_size else ()
+
+    async def _init_connection(self, conn: asyncpg.Connection) -> None:
+        # every connection, including the ones the pool opens after a server restart
+        await conn.set_type_codec(
+            "timestamptz",
+            schema="pg_catalog",
+            encoder=encode_timestamp,
+            decoder=decode_timestamp,
+            format="tuple",
+        )
+        for statement in self._warm:
+            await conn.prepare(statement)
+
+    def acquire(self) -> Any:
+        """A connection of the pool, as ``async with pool.acquire() as conn``."""
+        return self._require().acquire()
+
+    def terminate(self) -> None:
+        """Drop every connection at once (a failed open)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.terminate()
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), timeout=10)
+            except (TimeoutError, Exception):
+                pool.terminate()
+
+    def _require(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise RuntimeError("the PostgreSQL store is not open")
+        return self._pool
+
+    def unavailable(self, exc: BaseException) -> DatabaseUnavailableError:
+        return DatabaseUnavailableError(
+            f"PostgreSQL at {self.where} is unavailable ({type(exc).__name__}: {exc})"
+        )
+
+    async def call(self, method: str, query: str, *args: Any, read: bool = False) -> Any:
+        """Run one statement on a pooled connection (its own implicit transaction).
+
+        A deadlock or serialization failure rolled everything back, so the statement is
+        simply run again. A broken connection leaves a write's outcome unknown: it is
+        reported as DatabaseUnavailableError for the caller's loop to retry, except that
+        a read, or a statement that never left, is tried once more at once (the pool
+        replaces a connection the server dropped while it was idle)."""
+        pool = self._require()
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                async with pool.acquire() as conn:
+                    try:
+                        result = await getattr(conn, method)(query, *args)
+                        if not read:
+                            self.commits += 1
+                        return result
+                    except BaseException as exc:
+                        if is_connection_error(exc):
+                            # never hand a connection in an unknown state back to the pool
+                            # (a lost one is already detached: nothing left to do then)
+                            with contextlib.suppress(Exception):
+                                conn.terminate()
+                        raise
+            except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError):
+                if tries >= _DEADLOCK_RETRIES:
+                    raise
+                await asyncio.sleep(random.uniform(0.001, 0.01) * tries)
+            except Exception as exc:
+                if not is_connection_error(exc):
+                    raise
+                # A connection the server had just dropped fails before the statement is
+                # sent (asyncpg's protocol refuses to start it): safe to retry on another.
+                unsent = isinstance(exc, asyncpg.exceptions.InternalClientError)
+                if (read or unsent) and tries == 1:
+                    continue
+                raise self.unavailable(exc) from exc
+
+
+__all__ = [
+    "URL_OPTIONS",
+    "DatabaseUnavailableError",
+    "Pool",
+    "decode_timestamp",
+    "describe",
+    "encode_timestamp",
+    "is_connection_error",
+    "split_url",
+]

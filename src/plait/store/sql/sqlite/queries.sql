@@ -1,0 +1,424 @@
+-- The statements of the SQLite store (store/sqlite/). Each block starts with
+-- "-- name: <name>". Times are unix seconds (REAL); JSON is TEXT. Parameters are "?" in
+-- the order the store passes them, or ":name" where a statement uses a value twice. A list
+-- of values is one JSON array parameter, read with json_each, so a statement's text never
+-- depends on how many values it gets.
+--
+-- Column order: runs in plait.store.base.RunRow's field order, steps in StepRow's
+-- (convert.step_params), attempts in convert.attempt_record's.
+
+-- == connections and transactions ===========================================================
+
+-- name: foreign_keys_off
+PRAGMA foreign_keys = OFF
+
+-- name: synchronous_off
+PRAGMA synchronous = OFF
+
+-- name: synchronous_normal
+PRAGMA synchronous = NORMAL
+
+-- name: synchronous_full
+PRAGMA synchronous = FULL
+
+-- name: synchronous_extra
+PRAGMA synchronous = EXTRA
+
+-- name: journal_mode_wal
+PRAGMA journal_mode = WAL
+
+-- name: busy_timeout_off
+-- The writer waits for another process's write lock in its own loop, never inside SQLite.
+PRAGMA busy_timeout = 0
+
+-- name: data_version
+-- Changes whenever another connection commits to the file.
+PRAGMA data_version
+
+-- name: begin
+BEGIN
+
+-- name: begin_immediate
+BEGIN IMMEDIATE
+
+-- name: commit
+COMMIT
+
+-- name: rollback
+ROLLBACK
+
+-- == the schema's version ====================================================================
+
+-- name: create_schema_table
+CREATE TABLE IF NOT EXISTS plait_schema (id INTEGER PRIMARY KEY CHECK (id = 1),
+    version INTEGER NOT NULL)
+
+-- name: schema_version
+SELECT version FROM plait_schema
+
+-- name: set_schema_version
+INSERT INTO plait_schema (id, version) VALUES (1, ?)
+ON CONFLICT (id) DO UPDATE SET version = excluded.version
+
+-- == runs ====================================================================================
+
+-- name: insert_run
+INSERT INTO plait_runs (id, workflow, kind, version, status, input, parent_run_id,
+    parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
+    lease_owner, lease_until)
+VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)
+ON CONFLICT (id) DO NOTHING
+
+-- name: select_run
+SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
+    parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
+    lease_owner, lease_until
+FROM plait_runs WHERE id = ?
+
+-- name: run_status
+SELECT status FROM plait_runs WHERE id = ?
+
+-- name: count_runs
+-- A filter left NULL matches every run (see store.base.RunFilter).
+SELECT count(*) FROM plait_runs
+WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
+    AND (:workflow IS NULL OR workflow = :workflow)
+    AND (:status IS NULL OR status = :status)
+    AND (:version IS NULL OR version = :version)
+    AND (:owner IS NULL OR owner = :owner)
+    AND (:parent_run_id IS NULL OR parent_run_id = :parent_run_id)
+
+-- name: list_runs
+SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
+    parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
+    lease_owner, lease_until
+FROM plait_runs
+WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
+    AND (:workflow IS NULL OR workflow = :workflow)
+    AND (:status IS NULL OR status = :status)
+    AND (:version IS NULL OR version = :version)
+    AND (:owner IS NULL OR owner = :owner)
+    AND (:parent_run_id IS NULL OR parent_run_id = :parent_run_id)
+ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
+
+-- name: wake_run
+-- Due at once (or at the given time, if earlier than its current wake-up); the count of
+-- wake-ups tells a pass in flight that it must look again.
+UPDATE plait_runs SET wakeups = wakeups + 1, updated_at = ?, idle_sweeps = 0,
+    wake_at = CASE WHEN wake_at IS NULL OR wake_at > ? THEN ? ELSE wake_at END
+WHERE id = ? AND status = 'running'
+
+-- name: end_run
+-- The end of a running run; RETURNING tells whether it moved and whose step it settles.
+UPDATE plait_runs SET status = ?, output = ?, error = ?, updated_at = ?, wake_at = NULL
+WHERE id = ? AND status = 'running'
+RETURNING parent_run_id, parent_step_key
+
+-- name: end_live_run
+-- The same from running or suspended (a cancel, and its cascade to children).
+UPDATE plait_runs SET status = ?, output = ?, error = ?, updated_at = ?, wake_at = NULL
+WHERE id = ? AND status IN ('running', 'suspended')
+RETURNING parent_run_id, parent_step_key
+
+-- name: delete_run_timers
+DELETE FROM plait_timers WHERE run_id = ?
+
+-- name: delete_run_jobs
+DELETE FROM plait_jobs WHERE run_id = ?
+
+-- name: live_children
+SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'suspended')
+
+-- name: resume_run
+UPDATE plait_runs SET status = 'running', error = NULL, updated_at = ?, wake_at = ?,
+    wakeups = wakeups + 1
+WHERE id = ?
+
+-- name: retry_run
+UPDATE plait_runs SET status = 'running', error = NULL, output = NULL, updated_at = ?,
+    wake_at = ?, wakeups = wakeups + 1
+WHERE id = ?
+
+-- name: insert_event
+INSERT INTO plait_events (run_id, name, payload, created_at) VALUES (?, ?, ?, ?)
+
+-- == steps and attempts ======================================================================
+
+-- name: select_step
+SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
+    failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
+    queued, wake_at, created_at, updated_at
+FROM plait_steps WHERE run_id = ? AND key = ?
+
+-- name: get_steps
+SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
+    failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
+    queued, wake_at, created_at, updated_at
+FROM plait_steps WHERE run_id = ? ORDER BY seq
+
+-- name: get_history
+-- Earlier attempts from plait_attempts, the latest of each step from its step row.
+SELECT run_id, key, attempt, status, output, error, started_at, finished_at
+FROM plait_attempts WHERE run_id = ?
+UNION ALL
+SELECT run_id, key, attempts, attempt_status,
+    CASE WHEN attempt_status = 'succeeded' THEN output END, attempt_error,
+    attempt_started, attempt_finished
+FROM plait_steps WHERE run_id = ? AND attempt_status IS NOT NULL
+ORDER BY 7, 3
+
+-- name: suspended_steps
+SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
+    failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
+    queued, wake_at, created_at, updated_at
+FROM plait_steps WHERE run_id = ? AND kind = 'suspend' AND status = 'pending'
+
+-- name: reset_failed_steps
+UPDATE plait_steps SET status = 'pending', failures = 0, wake_at = NULL, updated_at = ?
+WHERE run_id = ? AND status = 'failed'
+
+-- name: upsert_step
+-- Writing a step row again changes everything but its identity and first-reach order.
+INSERT INTO plait_steps (run_id, key, seq, name, kind, function, status, input, output,
+    error, attempts, failures, retries, retry_delay, timeout, invocation_id, child_run_id,
+    branch, from_key, queued, wake_at, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id, key) DO UPDATE SET
+    kind = excluded.kind, function = excluded.function, status = excluded.status,
+    input = excluded.input, output = excluded.output, error = excluded.error,
+    attempts = excluded.attempts, failures = excluded.failures, retries = excluded.retries,
+    retry_delay = excluded.retry_delay, timeout = excluded.timeout,
+    child_run_id = excluded.child_run_id, branch = excluded.branch,
+    queued = excluded.queued, wake_at = excluded.wake_at, updated_at = excluded.updated_at
+
+-- name: start_step
+-- A step's new attempt: the step row, with the attempt on it (schema version 2).
+INSERT INTO plait_steps (run_id, key, seq, name, kind, function, status, input, output,
+    error, attempts, failures, retries, retry_delay, timeout, invocation_id, child_run_id,
+    branch, from_key, queued, wake_at, created_at, updated_at, worker, attempt_status,
+    attempt_error, attempt_started, attempt_finished)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running',
+    NULL, ?, NULL)
+ON CONFLICT (run_id, key) DO UPDATE SET
+    kind = excluded.kind, function = excluded.function, status = excluded.status,
+    input = excluded.input, output = excluded.output, error = excluded.error,
+    attempts = excluded.attempts, failures = excluded.failures, retries = excluded.retries,
+    retry_delay = excluded.retry_delay, timeout = excluded.timeout,
+    child_run_id = excluded.child_run_id, branch = excluded.branch,
+    queued = excluded.queued, wake_at = excluded.wake_at, updated_at = excluded.updated_at,
+    worker = excluded.worker, attempt_status = 'running', attempt_error = NULL,
+    attempt_started = excluded.attempt_started, attempt_finished = NULL
+
+-- name: archive_attempt
+-- The attempt on a step row moves to plait_attempts when the next one starts.
+INSERT INTO plait_attempts (run_id, key, attempt, status, output, error, worker, started_at,
+    finished_at)
+SELECT run_id, key, ?, attempt_status,
+    CASE WHEN attempt_status = 'succeeded' THEN output END, attempt_error, worker,
+    attempt_started, attempt_finished
+FROM plait_steps WHERE run_id = ? AND key = ? AND attempt_status IS NOT NULL
+ON CONFLICT (run_id, key, attempt) DO UPDATE SET status = excluded.status,
+    output = excluded.output, error = excluded.error, worker = excluded.worker,
+    started_at = excluded.started_at, finished_at = excluded.finished_at
+
+-- name: finish_step
+-- An attempt's end: the step columns it changes and the attempt on the row, in one
+-- statement (no attempt on the row: the attempt columns stay empty).
+UPDATE plait_steps SET status = ?, output = ?, error = ?, attempts = ?, failures = ?,
+    wake_at = ?, branch = ?, child_run_id = ?, updated_at = ?,
+    attempt_status = CASE WHEN attempt_status IS NULL THEN NULL ELSE ? END,
+    attempt_error = CASE WHEN attempt_status IS NULL THEN NULL ELSE ? END,
+    attempt_finished = CASE WHEN attempt_status IS NULL THEN NULL ELSE ? END
+WHERE run_id = ? AND key = ?
+
+-- name: close_attempt
+UPDATE plait_steps SET attempt_status = ?, attempt_error = ?, attempt_finished = ?
+WHERE run_id = ? AND key = ? AND attempt_status IS NOT NULL
+
+-- == timers, jobs, events, state =============================================================
+
+-- name: set_timer
+INSERT INTO plait_timers (run_id, step_key, purpose, wake_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (run_id, step_key) DO UPDATE SET purpose = excluded.purpose,
+    wake_at = excluded.wake_at
+
+-- name: clear_timer
+DELETE FROM plait_timers WHERE run_id = ? AND step_key = ?
+
+-- name: enqueue_job
+INSERT INTO plait_jobs (run_id, step_key, function, available_at, created_at)
+VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (run_id, step_key) DO UPDATE SET function = excluded.function,
+    available_at = excluded.available_at, lease_owner = NULL, lease_until = NULL
+
+-- name: requeue_job
+-- A job a queued step lost when its run stopped; one still there is left as it is.
+INSERT INTO plait_jobs (run_id, step_key, function, available_at, created_at)
+VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (run_id, step_key) DO NOTHING
+
+-- name: orphaned_steps
+-- Queued steps of a run whose jobs are gone (deleted when the run failed or was cancelled).
+SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
+    failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
+    queued, wake_at, created_at, updated_at
+FROM plait_steps s
+WHERE s.run_id = ? AND s.queued = 1 AND s.status IN ('scheduled', 'running')
+    AND NOT EXISTS (SELECT 1 FROM plait_jobs j
+                    WHERE j.run_id = s.run_id AND j.step_key = s.key)
+
+-- name: consume_event
+UPDATE plait_events SET consumed_by = ? WHERE id = ? AND consumed_by IS NULL
+
+-- name: set_state
+INSERT INTO plait_state (run_id, name, value) VALUES (?, ?, ?)
+ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value
+
+-- == orchestrator passes =====================================================================
+
+-- name: pass_steps
+SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
+    failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
+    queued, wake_at, created_at, updated_at
+FROM plait_steps WHERE run_id = ?
+
+-- name: pass_events
+SELECT id, name, payload FROM plait_events
+WHERE run_id = ? AND consumed_by IS NULL ORDER BY id
+
+-- name: pass_state
+SELECT name, value FROM plait_state WHERE run_id = ?
+
+-- name: claim_run
+UPDATE plait_runs SET lease_owner = ?, lease_until = ?
+WHERE id = ? AND status = 'running' AND (lease_owner IS NULL OR lease_until < ?)
+
+-- name: claim_due_runs
+UPDATE plait_runs SET lease_owner = ?, lease_until = ?
+WHERE id IN (
+    SELECT id FROM plait_runs
+    WHERE wake_at <= ? AND status = 'running' AND (lease_owner IS NULL OR lease_until < ?)
+    ORDER BY wake_at LIMIT ?
+)
+RETURNING id
+
+-- name: run_lease_owner
+-- The fence of a pass's batch: it writes only while its worker still holds the run.
+SELECT lease_owner FROM plait_runs WHERE id = ?
+
+-- name: release_run
+-- Give the run back: due again at once if someone woke it during the pass (its wake-up
+-- count moved from the one the pass saw), else when its earliest timer fires.
+UPDATE plait_runs SET lease_owner = NULL, lease_until = NULL, wake_at = CASE
+    WHEN status != 'running' THEN NULL
+    WHEN wakeups != ? THEN ?
+    ELSE (SELECT min(wake_at) FROM plait_timers WHERE run_id = plait_runs.id) END
+WHERE id = ? AND lease_owner = ?
+RETURNING wake_at
+
+-- name: sweep_idle
+-- Running runs that nothing will wake (no lease, no wake-up, no timer, no job); each
+-- run's sweeps back off: base seconds doubling up to cap.
+UPDATE plait_runs SET wake_at = ?, idle_sweeps = idle_sweeps + 1
+WHERE id IN (
+    SELECT r.id FROM plait_runs r
+    WHERE r.status = 'running' AND r.wake_at IS NULL AND r.lease_owner IS NULL
+        AND r.updated_at < ? - min(?, ? * (1 << min(r.idle_sweeps, 20)))
+        AND NOT EXISTS (SELECT 1 FROM plait_timers t WHERE t.run_id = r.id)
+        AND NOT EXISTS (SELECT 1 FROM plait_jobs j WHERE j.run_id = r.id)
+    LIMIT ?
+)
+RETURNING id
+
+-- name: touch_runs
+-- ? is a JSON array of run ids.
+UPDATE plait_runs SET updated_at = ? WHERE id IN (SELECT value FROM json_each(?))
+
+-- name: leases_of
+-- Leases held under a worker id (the prefix "<worker id>#") by other processes than the
+-- given owner: an earlier life of a restarted worker, or a twin still draining.
+SELECT 'run', id, '', lease_owner, lease_until FROM plait_runs
+WHERE substr(lease_owner, 1, ?) = ? AND lease_owner != ?
+UNION ALL
+SELECT 'job', run_id, step_key, lease_owner, lease_until FROM plait_jobs
+WHERE substr(lease_owner, 1, ?) = ? AND lease_owner != ?
+
+-- name: expire_run_lease
+UPDATE plait_runs SET lease_until = 0
+WHERE id = ? AND lease_owner = ? AND lease_until = ?
+
+-- name: expire_job_lease
+UPDATE plait_jobs SET lease_until = 0
+WHERE run_id = ? AND step_key = ? AND lease_owner = ? AND lease_until = ?
+
+-- name: renew_run_leases
+UPDATE plait_runs SET lease_until = ? WHERE lease_owner = ?
+
+-- name: renew_job_leases
+UPDATE plait_jobs SET lease_until = ? WHERE lease_owner = ?
+
+-- name: ended_leased_runs
+-- Runs this owner holds that ended meanwhile (cancelled from elsewhere).
+SELECT id FROM plait_runs WHERE lease_owner = ? AND status != 'running'
+
+-- name: next_due_runs
+-- When the next pass becomes due (a leased run: when its lease runs out).
+SELECT min(CASE WHEN lease_owner IS NULL THEN wake_at ELSE max(wake_at, lease_until) END)
+FROM plait_runs WHERE wake_at IS NOT NULL AND status = 'running'
+
+-- name: next_due_jobs
+-- The same for the queued steps of some functions (? is a JSON array of their names).
+SELECT min(CASE WHEN lease_owner IS NULL THEN available_at
+    ELSE max(available_at, lease_until) END)
+FROM plait_jobs
+WHERE function IN (SELECT value FROM json_each(?))
+    AND EXISTS (SELECT 1 FROM plait_runs r
+                WHERE r.id = plait_jobs.run_id AND r.status = 'running')
+
+-- == queued steps ============================================================================
+
+-- name: claim_step_jobs
+-- The last ? but one is a JSON array of function names.
+UPDATE plait_jobs SET lease_owner = ?, lease_until = ?, deliveries = deliveries + 1
+WHERE rowid IN (
+    SELECT rowid FROM plait_jobs
+    WHERE available_at <= ? AND (lease_owner IS NULL OR lease_until < ?)
+        AND function IN (SELECT value FROM json_each(?))
+        AND EXISTS (SELECT 1 FROM plait_runs r
+                    WHERE r.id = plait_jobs.run_id AND r.status = 'running')
+    ORDER BY available_at LIMIT ?
+)
+RETURNING run_id, step_key, function, deliveries
+
+-- name: job_held
+SELECT 1 FROM plait_jobs WHERE run_id = ? AND step_key = ? AND lease_owner = ?
+
+-- name: unlease_job
+UPDATE plait_jobs SET lease_owner = NULL, lease_until = NULL
+WHERE run_id = ? AND step_key = ?
+
+-- name: repoint_job
+-- A job that named another function than its step goes back under the step's own.
+UPDATE plait_jobs SET function = ?, lease_owner = NULL, lease_until = NULL
+WHERE run_id = ? AND step_key = ?
+
+-- name: delete_job
+DELETE FROM plait_jobs WHERE run_id = ? AND step_key = ?
+
+-- == workflow versions =======================================================================
+
+-- name: put_version
+INSERT INTO plait_workflow_versions (workflow, version, kind, definition, status,
+    created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (workflow, version) DO UPDATE SET status = excluded.status,
+    updated_at = excluded.updated_at
+
+-- name: list_versions
+-- A filter left NULL matches every version.
+SELECT workflow, version, kind, definition, status, created_at, updated_at
+FROM plait_workflow_versions
+WHERE (:workflow IS NULL OR workflow = :workflow)
+    AND (:version IS NULL OR version = :version)
+    AND (:status IS NULL OR status = :status)
+ORDER BY updated_at DESC, version

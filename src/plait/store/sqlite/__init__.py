@@ -1,0 +1,10 @@
+"""The embedded store: one SQLite file in WAL mode.
+
+``writer`` holds the file's connections (one write connection with group commit, and
+readers), ``apply`` the row changes of a write transaction, ``store`` the ``SQLiteStore``
+methods; every statement is a named query in ``sql/sqlite/queries.sql``.
+"""
+
+from plait.store.sqlite.store import MAX_INTERRUPTIONS, SCHEMA_VERSION, SQLiteStore
+
+__all__ = ["MAX_INTERRUPTIONS", "SCHEMA_VERSION", "SQLiteStore"]

@@ -1,0 +1,290 @@
+"""Row changes inside one write transaction: a pass's ops, and the changes that several
+store methods share (ending a run, settling the parent's step, an attempt's start and end).
+
+Every function takes the write connection of a transaction that is already open and runs
+plain statements on it; the caller commits. The statements are named queries
+(``sql/sqlite/queries.sql``); the hot ones are bound to module constants at import so a
+pass's commit looks nothing up.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+
+from plait import serde
+from plait.errors import LeaseLostError, RunNotFoundError, RunStateError
+from plait.records import Run
+from plait.store import convert
+from plait.store.base import (
+    ClearTimer,
+    ConsumeEvent,
+    CreateChildRun,
+    EndRun,
+    EnqueueJob,
+    FinishAttempt,
+    NewRun,
+    Op,
+    PutStep,
+    SetState,
+    SetTimer,
+    StartAttempt,
+    StepRow,
+)
+from plait.store.sqlite.writer import SQL
+
+_UPSERT_STEP = SQL["upsert_step"]
+_START_STEP = SQL["start_step"]
+_ARCHIVE_ATTEMPT = SQL["archive_attempt"]
+_FINISH_STEP = SQL["finish_step"]
+_CLOSE_ATTEMPT = SQL["close_attempt"]
+_SET_TIMER = SQL["set_timer"]
+_CLEAR_TIMER = SQL["clear_timer"]
+_ENQUEUE_JOB = SQL["enqueue_job"]
+_CONSUME_EVENT = SQL["consume_event"]
+_SET_STATE = SQL["set_state"]
+_INSERT_RUN = SQL["insert_run"]
+_SELECT_RUN = SQL["select_run"]
+_WAKE_RUN = SQL["wake_run"]
+_RELEASE_RUN = SQL["release_run"]
+
+
+def apply_ops(conn: sqlite3.Connection, run_id: str, ops: Iterable[Op], now: float) -> None:
+    """Write a pass's ops for ``run_id``, in order."""
+    for op in ops:
+        if isinstance(op, PutStep):
+            conn.execute(_UPSERT_STEP, convert.step_params(op.step))
+        elif isinstance(op, StartAttempt):
+            start_attempt(conn, op.step, op.attempt, op.worker, now)
+        elif isinstance(op, FinishAttempt):
+            finish_attempt(conn, op.step, op.status, op.error, now)
+        elif isinstance(op, SetTimer):
+            conn.execute(_SET_TIMER, (run_id, op.key, op.purpose, op.wake_at))
+        elif isinstance(op, ClearTimer):
+            conn.execute(_CLEAR_TIMER, (run_id, op.key))
+        elif isinstance(op, EnqueueJob):
+            conn.execute(_ENQUEUE_JOB, (run_id, op.key, op.function, op.available_at, now))
+        elif isinstance(op, ConsumeEvent):
+            cur = conn.execute(_CONSUME_EVENT, (op.key, op.event_id))
+            if cur.rowcount != 1:
+                raise LeaseLostError(f"event {op.event_id} was consumed by another pass")
+        elif isinstance(op, CreateChildRun):
+            insert_run(conn, op.run, now)
+        elif isinstance(op, SetState):
+            conn.execute(_SET_STATE, (run_id, op.name, op.value))
+        elif isinstance(op, EndRun):
+            end_run(conn, run_id, op.status, op.output, op.error, now)
+        else:  # pragma: no cover - a new op without a store implementation
+            raise TypeError(f"unknown store operation {op!r}")
+
+
+def insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> bool:
+    """Create the run unless its id exists; True if this call created it."""
+    lease_until = now + new.lease_seconds if new.lease_owner else None
+    cur = conn.execute(
+        _INSERT_RUN,
+        (
+            new.id,
+            new.workflow,
+            new.kind,
+            new.version,
+            new.input,
+            new.parent_run_id,
+            new.parent_step_key,
+            new.owner,
+            new.start_node,
+            now,
+            now,
+            now,
+            new.lease_owner,
+            lease_until,
+        ),
+    )
+    return cur.rowcount == 1
+
+
+def load_run(conn: sqlite3.Connection, run_id: str) -> Run:
+    """The record of a run that is known to exist."""
+    return convert.run_record(convert.run_row(conn.execute(_SELECT_RUN, (run_id,)).fetchone()))
+
+
+def require_status(
+    conn: sqlite3.Connection, run_id: str, allowed: tuple[str, ...], action: str
+) -> None:
+    """Refuse ``action`` on a run that does not exist or is in none of ``allowed``."""
+    row = conn.execute(SQL["run_status"], (run_id,)).fetchone()
+    if row is None:
+        raise RunNotFoundError(run_id)
+    if row[0] not in allowed:
+        raise RunStateError(run_id, row[0], action)
+
+
+def wake(conn: sqlite3.Connection, run_id: str, now: float, at: float) -> None:
+    """Make a running run due at ``at`` (or keep an earlier wake-up) and count the wake-up,
+    so a pass that is in flight looks again when it releases the run."""
+    conn.execute(_WAKE_RUN, (now, at, at, run_id))
+
+
+def release(conn: sqlite3.Connection, run_id: str, owner: str, seen: int, now: float) -> bool:
+    """Give the run back: due again at once if someone woke it during the pass (its
+    wake-up count moved from ``seen``), else when its earliest timer fires. True if it is
+    due right away."""
+    row = conn.execute(_RELEASE_RUN, (seen, now, run_id, owner)).fetchone()
+    return row is not None and row[0] is not None and row[0] <= now
+
+
+def requeue(conn: sqlite3.Connection, run_id: str, now: float) -> None:
+    """Give queued steps of a run that goes on again the jobs they lost when it stopped
+    (a failed run's jobs are deleted; a worker's result for a gone job is dropped)."""
+    orphans = conn.execute(SQL["orphaned_steps"], (run_id,)).fetchall()
+    for row in orphans:
+        step = convert.step_row(row)
+        if step.status == "running":
+            close_attempt(conn, step, "interrupted", None, now)
+            step.status, step.updated_at = "scheduled", now
+            conn.execute(_UPSERT_STEP, convert.step_params(step))
+        conn.execute(
+            SQL["requeue_job"],
+            (run_id, step.key, step.function, max(now, step.wake_at or now), now),
+        )
+
+
+def delete_job(conn: sqlite3.Connection, run_id: str, key: str) -> None:
+    conn.execute(SQL["delete_job"], (run_id, key))
+
+
+def start_attempt(
+    conn: sqlite3.Connection, step: StepRow, attempt: int, worker: str | None, now: float
+) -> None:
+    """Write the step with attempt ``attempt`` running on its row; the attempt the row
+    held until now (if any) moves to plait_attempts first."""
+    if attempt > 1:
+        conn.execute(_ARCHIVE_ATTEMPT, (attempt - 1, step.run_id, step.key))
+    conn.execute(_START_STEP, (*convert.step_params(step), worker, now))
+
+
+def finish_attempt(
+    conn: sqlite3.Connection, s: StepRow, status: str, error: str | None, now: float
+) -> None:
+    """An attempt's end: the step's columns it changes and the attempt on the row, in one
+    statement. The row exists since the attempt's start was committed (the full upsert is
+    the fallback, so nothing is lost if it does not)."""
+    cur = conn.execute(
+        _FINISH_STEP,
+        (
+            s.status,
+            s.output,
+            s.error,
+            s.attempts,
+            s.failures,
+            s.wake_at,
+            s.branch,
+            s.child_run_id,
+            s.updated_at,
+            status,
+            error,
+            now,
+            s.run_id,
+            s.key,
+        ),
+    )
+    if cur.rowcount == 0:
+        conn.execute(_UPSERT_STEP, convert.step_params(s))
+
+
+def close_attempt(
+    conn: sqlite3.Connection, step: StepRow, status: str, error: str | None, now: float
+) -> None:
+    """End the attempt on the step row. A succeeded attempt's output is the step's own
+    output, so only the status, error and end time are stored for it."""
+    conn.execute(_CLOSE_ATTEMPT, (status, error, now, step.run_id, step.key))
+
+
+def end_run(
+    conn: sqlite3.Connection,
+    run_id: str,
+    status: str,
+    output: str | None,
+    error: str | None,
+    now: float,
+    *,
+    from_suspended: bool = False,
+) -> list[str]:
+    """Move a running run (or, with ``from_suspended``, a suspended one too) to
+    ``status``; returns every run that moved (a cancel cascades to children). A terminal
+    end settles the parent's step."""
+    query = SQL["end_live_run"] if from_suspended else SQL["end_run"]
+    row = conn.execute(query, (status, output, error, now, run_id)).fetchone()
+    if row is None:
+        return []
+    moved = [run_id]
+    if status == "suspended":
+        return moved
+    conn.execute(SQL["delete_run_timers"], (run_id,))
+    conn.execute(SQL["delete_run_jobs"], (run_id,))
+    if status == "cancelled":
+        children = conn.execute(SQL["live_children"], (run_id,)).fetchall()
+        for (child,) in children:
+            moved += end_run(conn, child, status, None, error, now, from_suspended=True)
+    parent_id, parent_key = row
+    if parent_id and parent_key:
+        settle_parent_step(conn, parent_id, parent_key, run_id, status, output, error, now)
+    return moved
+
+
+def settle_parent_step(
+    conn: sqlite3.Connection,
+    parent_id: str,
+    key: str,
+    child_id: str,
+    status: str,
+    output: str | None,
+    error: str | None,
+    now: float,
+) -> None:
+    """The parent's step that waits for a child run takes the child's end as its outcome,
+    and the parent is woken to go on."""
+    row = conn.execute(SQL["select_step"], (parent_id, key)).fetchone()
+    if row is None:
+        return
+    step = convert.step_row(row)
+    if step.child_run_id != child_id or step.status != "running":
+        return
+    if status == "completed":
+        step.status, step.output, step.error = "succeeded", output, None
+        outcome = "succeeded"
+    else:
+        child_error = serde.loads(error) or {}
+        message = child_error.get("message", status)
+        step.status, step.output = "failed", None
+        step.failures += 1
+        step.error = serde.dumps(
+            {
+                "message": f"child run {child_id} {status}: {message}",
+                "type": "ChildRunError",
+                "code": child_error.get("code") or "CHILD_FAILED",
+                "child_run_id": child_id,
+            }
+        )
+        outcome = "failed"
+    step.updated_at = now
+    conn.execute(_UPSERT_STEP, convert.step_params(step))
+    close_attempt(conn, step, outcome, step.error, now)
+    wake(conn, parent_id, now, now)
+
+
+__all__ = [
+    "apply_ops",
+    "close_attempt",
+    "delete_job",
+    "end_run",
+    "finish_attempt",
+    "insert_run",
+    "load_run",
+    "release",
+    "requeue",
+    "require_status",
+    "settle_parent_step",
+    "start_attempt",
+    "wake",
+]

@@ -1,0 +1,533 @@
+"""The embedded store: one SQLite file in WAL mode.
+
+Each method is one function run in a transaction of the file's connections
+(``writer.Connections``: one write connection with group commit, and readers); the row
+changes several methods share are in ``apply``, and the statements themselves are named
+queries in ``sql/sqlite/queries.sql``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from plait import serde
+from plait.errors import (
+    STEP_INTERRUPTED,
+    WORKFLOW_CANCELLED,
+    LeaseLostError,
+    StepFunctionMismatchError,
+)
+from plait.notify import Notifier
+from plait.records import Run, Step, StepAttempt
+from plait.store import convert
+from plait.store.base import (
+    Batch,
+    EventRow,
+    Lease,
+    NewRun,
+    Op,
+    PassSnapshot,
+    RunFilter,
+    StepJob,
+    StepRow,
+)
+from plait.store.migrations import migrations
+from plait.store.sqlite import apply
+from plait.store.sqlite.writer import SQL, Connections
+
+#: queued attempts cut short by dying workers before the step is failed (as in passes)
+MAX_INTERRUPTIONS = 10
+_MIGRATIONS = migrations("sqlite")
+#: the schema version this code writes (a version-1 file is migrated when opened)
+SCHEMA_VERSION = _MIGRATIONS.latest
+
+_SELECT_RUN = SQL["select_run"]
+_RUN_LEASE_OWNER = SQL["run_lease_owner"]
+_UPSERT_STEP = SQL["upsert_step"]
+_JOB_HELD = SQL["job_held"]
+
+
+def _now() -> float:
+    return time.time()
+
+
+class SQLiteStore:
+    """A store in one SQLite file (or in memory, for tests)."""
+
+    def __init__(self, url: str, *, synchronous: str = "FULL", busy_timeout: float = 30.0):
+        self.url = url
+        self.path = _path_from_url(url)
+        self.memory = self.path == ":memory:"
+        self.synchronous = synchronous
+        self.busy_timeout = busy_timeout
+        self._db = Connections(url, self.path, synchronous=synchronous, busy_timeout=busy_timeout)
+        # The methods below run their functions through these. Bound once here rather
+        # than wrapped in methods: a wrapper would add a coroutine to every statement.
+        self._write = self._db.write
+        self._read = self._db.read
+        self._read_here = self._db.read_here
+
+    @property
+    def commits(self) -> int:
+        """Transactions committed, for the benchmark's "durable writes per step"."""
+        return self._db.commits
+
+    async def open(self) -> None:
+        await self._db.open(self._prepare)
+
+    def _prepare(self, conn: sqlite3.Connection) -> None:
+        """The first thing the write connection does: WAL, so readers never wait for the
+        writer, and the schema brought up to date."""
+        if not self.memory:
+            mode = conn.execute(SQL["journal_mode_wal"]).fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise RuntimeError(f"could not switch {self.path} to WAL (got {mode})")
+        self._migrate(conn)
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Run the scripts this file lacks in one transaction under the file's write lock,
+        so processes that open a file together migrate it once."""
+        conn.execute(SQL["begin_immediate"])
+        try:
+            conn.execute(SQL["create_schema_table"])
+            row = conn.execute(SQL["schema_version"]).fetchone()
+            pending = _MIGRATIONS.pending(row[0] if row else 0, where=f"database {self.path}")
+            for migration in pending:
+                for statement in _statements(migration.text()):
+                    conn.execute(statement)
+            if pending:
+                conn.execute(SQL["set_schema_version"], (pending[-1].version,))
+            conn.execute(SQL["commit"])
+        except BaseException:
+            conn.execute(SQL["rollback"])
+            raise
+
+    async def attach_notifier(self, notifier: Notifier, interval: float = 0.05) -> None:
+        """Wake this process when another process commits to the same file.
+
+        SQLite has no LISTEN/NOTIFY; the writer watches the file's data version instead
+        (see ``Connections.watch``), every ``interval`` seconds while idle.
+        """
+        if self.memory:
+            return
+        loop = asyncio.get_running_loop()
+        self._db.watch(lambda: loop.call_soon_threadsafe(notifier.everything_changed), interval)
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    # -- runs --------------------------------------------------------------------------------
+    async def create_run(self, new: NewRun) -> tuple[Run, bool]:
+        def go(conn: sqlite3.Connection) -> tuple[Run, bool]:
+            created = apply.insert_run(conn, new, _now())
+            row = conn.execute(_SELECT_RUN, (new.id,)).fetchone()
+            return convert.run_record(convert.run_row(row)), created
+
+        return await self._write(go)
+
+    async def get_run(self, run_id: str) -> Run | None:
+        def go(conn: sqlite3.Connection) -> Run | None:
+            row = conn.execute(_SELECT_RUN, (run_id,)).fetchone()
+            return convert.run_record(convert.run_row(row)) if row else None
+
+        return await self._read_here(go)
+
+    async def list_runs(
+        self,
+        where: RunFilter | None = None,
+        /,
+        *,
+        workflow: str | None = None,
+        status: str | None = None,
+        version: str | None = None,
+        owner: str | None = None,
+        parent_run_id: str | None = None,
+        visible_to: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> tuple[list[Run], int]:
+        where = RunFilter.of(
+            where,
+            workflow=workflow,
+            status=status,
+            version=version,
+            owner=owner,
+            parent_run_id=parent_run_id,
+            visible_to=visible_to,
+            limit=limit,
+            offset=offset,
+        )
+        # the filter's fields are the statements' named parameters
+        params = vars(where)
+
+        def go(conn: sqlite3.Connection) -> tuple[list[Run], int]:
+            total = conn.execute(SQL["count_runs"], params).fetchone()[0]
+            rows = conn.execute(SQL["list_runs"], params).fetchall()
+            return [convert.run_record(convert.run_row(r)) for r in rows], total
+
+        return await self._read(go)
+
+    async def get_children(self, run_id: str) -> list[Run]:
+        runs, _ = await self.list_runs(RunFilter(parent_run_id=run_id, limit=10_000))
+        return sorted(runs, key=lambda r: r.created_at)
+
+    async def get_steps(self, run_id: str) -> list[Step]:
+        def go(conn: sqlite3.Connection) -> list[Step]:
+            rows = conn.execute(SQL["get_steps"], (run_id,)).fetchall()
+            return [convert.step_record(convert.step_row(r)) for r in rows]
+
+        return await self._read(go)
+
+    async def get_history(self, run_id: str) -> list[StepAttempt]:
+        def go(conn: sqlite3.Connection) -> list[StepAttempt]:
+            rows = conn.execute(SQL["get_history"], (run_id, run_id)).fetchall()
+            return [convert.attempt_record(r) for r in rows]
+
+        return await self._read(go)
+
+    # -- orchestrator passes ------------------------------------------------------------------
+    async def load_pass(self, run_id: str) -> PassSnapshot | None:
+        def go(conn: sqlite3.Connection) -> PassSnapshot | None:
+            row = conn.execute(_SELECT_RUN, (run_id,)).fetchone()
+            if row is None:
+                return None
+            steps = {r[1]: convert.step_row(r) for r in conn.execute(SQL["pass_steps"], (run_id,))}
+            events = [EventRow(*r) for r in conn.execute(SQL["pass_events"], (run_id,))]
+            state = dict(conn.execute(SQL["pass_state"], (run_id,)))
+            return PassSnapshot(convert.run_row(row), steps, events, state)
+
+        return await self._read_here(go)
+
+    async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool:
+        def go(conn: sqlite3.Connection) -> bool:
+            now = _now()
+            cur = conn.execute(SQL["claim_run"], (owner, now + lease_seconds, run_id, now))
+            return cur.rowcount == 1
+
+        return await self._write(go)
+
+    async def claim_due_runs(self, owner: str, lease_seconds: float, limit: int) -> list[str]:
+        def go(conn: sqlite3.Connection) -> list[str]:
+            now = _now()
+            rows = conn.execute(
+                SQL["claim_due_runs"], (owner, now + lease_seconds, now, now, limit)
+            ).fetchall()
+            return [r[0] for r in rows]
+
+        return await self._write(go)
+
+    async def commit(self, batch: Batch) -> bool:
+        def go(conn: sqlite3.Connection) -> bool:
+            if batch.fence is not None:
+                row = conn.execute(_RUN_LEASE_OWNER, (batch.run_id,)).fetchone()
+                if row is None or row[0] != batch.fence:
+                    raise LeaseLostError(f"lost the lease on run {batch.run_id}")
+            now = _now()
+            apply.apply_ops(conn, batch.run_id, batch.ops, now)
+            if batch.release is None or batch.fence is None:
+                return False
+            return apply.release(conn, batch.run_id, batch.fence, batch.release, now)
+
+        return await self._write(go)
+
+    async def release_run(self, run_id: str, owner: str, wakeups_seen: int) -> bool:
+        return await self._write(
+            lambda conn: apply.release(conn, run_id, owner, wakeups_seen, _now())
+        )
+
+    async def sweep_idle(self, base: float = 30.0, cap: float = 600.0, limit: int = 100) -> int:
+        """Re-drive runs that are ``running`` with nothing that will ever wake them (no
+        lease, no timer, no job). A state change and the wake-up it needs are written in
+        one transaction, so this is a safety net; each run's sweeps back off (30 s
+        doubling to 10 min) so a wedged run can never flood the queue."""
+
+        def go(conn: sqlite3.Connection) -> int:
+            now = _now()
+            rows = conn.execute(SQL["sweep_idle"], (now, now, cap, base, limit)).fetchall()
+            if rows:
+                conn.execute(SQL["touch_runs"], (now, json.dumps([r[0] for r in rows])))
+            return len(rows)
+
+        return await self._write(go)
+
+    async def leases_of(self, worker_id: str, owner: str) -> list[Lease]:
+        """Leases held under ``worker_id`` by other processes than ``owner`` (an earlier
+        life of a restarted worker, or a twin still draining)."""
+        prefix = f"{worker_id}#"
+
+        def go(conn: sqlite3.Connection) -> list[Lease]:
+            rows = conn.execute(
+                SQL["leases_of"], (len(prefix), prefix, owner, len(prefix), prefix, owner)
+            ).fetchall()
+            return [Lease(*r) for r in rows]
+
+        return await self._read(go)
+
+    async def expire_leases(self, leases: Sequence[Lease | tuple[Any, ...]]) -> int:
+        """Expire the given leases if nobody renewed them since they were read: their
+        holder is dead, so its runs and steps are taken over now instead of at expiry."""
+        given = [Lease.of(lease) for lease in leases]
+
+        def go(conn: sqlite3.Connection) -> int:
+            done = 0
+            for lease in given:
+                if lease.kind == "run":
+                    cur = conn.execute(
+                        SQL["expire_run_lease"], (lease.run_id, lease.owner, lease.until)
+                    )
+                else:
+                    cur = conn.execute(
+                        SQL["expire_job_lease"],
+                        (lease.run_id, lease.step_key, lease.owner, lease.until),
+                    )
+                done += cur.rowcount
+            return done
+
+        return await self._write(go)
+
+    async def renew_leases(self, owner: str, lease_seconds: float) -> set[str]:
+        def go(conn: sqlite3.Connection) -> set[str]:
+            until = _now() + lease_seconds
+            conn.execute(SQL["renew_run_leases"], (until, owner))
+            conn.execute(SQL["renew_job_leases"], (until, owner))
+            rows = conn.execute(SQL["ended_leased_runs"], (owner,)).fetchall()
+            return {r[0] for r in rows}
+
+        return await self._write(go)
+
+    async def next_due(self, functions: Sequence[str] | None = None) -> float | None:
+        """When the next run pass (``functions`` None) or job for ``functions`` is due,
+        counting a leased one as due when its lease runs out."""
+        if functions is None:
+            sql, params = SQL["next_due_runs"], ()
+        else:
+            sql, params = SQL["next_due_jobs"], (json.dumps(list(functions)),)
+
+        def go(conn: sqlite3.Connection) -> float | None:
+            row = conn.execute(sql, params).fetchone()
+            return row[0] if row else None
+
+        return await self._read_here(go)
+
+    # -- queued steps -----------------------------------------------------------------------
+    async def claim_step_jobs(
+        self, owner: str, lease_seconds: float, limit: int, functions: Sequence[str]
+    ) -> list[StepJob]:
+        names = json.dumps(list(functions))
+
+        def go(conn: sqlite3.Connection) -> list[StepJob]:
+            now = _now()
+            rows = conn.execute(
+                SQL["claim_step_jobs"], (owner, now + lease_seconds, now, now, names, limit)
+            ).fetchall()
+            return [StepJob(*r) for r in rows]
+
+        return await self._write(go)
+
+    async def begin_queued_step(
+        self, job: StepJob, owner: str, lease_seconds: float
+    ) -> StepRow | None:
+        result = await self._write(lambda conn: _begin_queued_step(conn, job, owner))
+        if isinstance(result, StepFunctionMismatchError):
+            raise result
+        return result
+
+    async def finish_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:
+        def go(conn: sqlite3.Connection) -> bool:
+            now = _now()
+            held = conn.execute(_JOB_HELD, (job.run_id, job.step_key, owner)).fetchone()
+            if held is None:
+                return False
+            apply.delete_job(conn, job.run_id, job.step_key)
+            apply.apply_ops(conn, job.run_id, ops, now)
+            apply.wake(conn, job.run_id, now, now)
+            return True
+
+        return await self._write(go)
+
+    async def drop_job(self, job: StepJob) -> None:
+        await self._write(lambda conn: apply.delete_job(conn, job.run_id, job.step_key))
+
+    # -- actions from outside a pass ------------------------------------------------------------
+    async def wake(self, run_id: str, at: float | None = None) -> None:
+        def go(conn: sqlite3.Connection) -> None:
+            now = _now()
+            apply.wake(conn, run_id, now, now if at is None else at)
+
+        await self._write(go)
+
+    async def cancel_run(self, run_id: str, reason: str | None) -> list[str]:
+        def go(conn: sqlite3.Connection) -> list[str]:
+            apply.require_status(conn, run_id, ("running", "suspended"), "cancel")
+            error = serde.dumps(
+                {"message": reason or "cancelled", "type": "Cancel", "code": WORKFLOW_CANCELLED}
+            )
+            return apply.end_run(
+                conn, run_id, "cancelled", None, error, _now(), from_suspended=True
+            )
+
+        return await self._write(go)
+
+    async def resume_run(self, run_id: str) -> Run:
+        def go(conn: sqlite3.Connection) -> Run:
+            now = _now()
+            apply.require_status(conn, run_id, ("suspended",), "resume")
+            opened = conn.execute(SQL["suspended_steps"], (run_id,)).fetchall()
+            for r in opened:
+                step = convert.step_row(r)
+                output = serde.loads(step.input) or {}
+                output["resumed_at"] = now
+                step.status = "succeeded"
+                step.output = serde.dumps(output)
+                step.updated_at = now
+                conn.execute(_UPSERT_STEP, convert.step_params(step))
+                apply.close_attempt(conn, step, "succeeded", None, now)
+            apply.requeue(conn, run_id, now)
+            conn.execute(SQL["resume_run"], (now, now, run_id))
+            return apply.load_run(conn, run_id)
+
+        return await self._write(go)
+
+    async def retry_run(self, run_id: str) -> Run:
+        def go(conn: sqlite3.Connection) -> Run:
+            now = _now()
+            apply.require_status(conn, run_id, ("failed",), "retry")
+            conn.execute(SQL["reset_failed_steps"], (now, run_id))
+            apply.requeue(conn, run_id, now)
+            conn.execute(SQL["retry_run"], (now, now, run_id))
+            return apply.load_run(conn, run_id)
+
+        return await self._write(go)
+
+    async def send_event(self, run_id: str, name: str, payload: str | None) -> None:
+        def go(conn: sqlite3.Connection) -> None:
+            now = _now()
+            apply.require_status(conn, run_id, ("running", "suspended"), f"send event {name!r} to")
+            conn.execute(SQL["insert_event"], (run_id, name, payload, now))
+            apply.wake(conn, run_id, now, now)
+
+        await self._write(go)
+
+    # -- versions ---------------------------------------------------------------------------
+    async def put_version(
+        self, workflow: str, version: str, kind: str, definition: str | None, status: str
+    ) -> None:
+        def go(conn: sqlite3.Connection) -> None:
+            now = _now()
+            conn.execute(
+                SQL["put_version"], (workflow, version, kind, definition, status, now, now)
+            )
+
+        await self._write(go)
+
+    async def get_version(self, workflow: str, version: str) -> dict[str, Any] | None:
+        rows = await self._versions(workflow, version, None)
+        return rows[0] if rows else None
+
+    async def list_versions(
+        self, workflow: str | None = None, status: str | None = None
+    ) -> list[dict[str, Any]]:
+        return await self._versions(workflow, None, status)
+
+    async def _versions(
+        self, workflow: str | None, version: str | None, status: str | None
+    ) -> list[dict[str, Any]]:
+        params = {"workflow": workflow, "version": version, "status": status}
+
+        def go(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = conn.execute(SQL["list_versions"], params).fetchall()
+            return [
+                {
+                    "workflow": r[0],
+                    "version": r[1],
+                    "kind": r[2],
+                    "definition": json.loads(r[3]) if r[3] else None,
+                    "status": r[4],
+                    "created_at": convert.ts(r[5]),
+                    "updated_at": convert.ts(r[6]),
+                }
+                for r in rows
+            ]
+
+        return await self._read(go)
+
+
+def _begin_queued_step(
+    conn: sqlite3.Connection, job: StepJob, owner: str
+) -> StepRow | StepFunctionMismatchError | None:
+    """Start the next attempt of a queued step whose job ``owner`` holds, or say why not
+    (None: the job is gone, kept for a resume, or its step no longer waits for it)."""
+    now = _now()
+    held = conn.execute(_JOB_HELD, (job.run_id, job.step_key, owner)).fetchone()
+    if held is None:
+        return None
+    row = conn.execute(SQL["select_step"], (job.run_id, job.step_key)).fetchone()
+    status = conn.execute(SQL["run_status"], (job.run_id,)).fetchone()
+    step = convert.step_row(row) if row else None
+    if status is not None and status[0] == "suspended":
+        # keep the job for when the run is resumed; claims skip suspended runs
+        conn.execute(SQL["unlease_job"], (job.run_id, job.step_key))
+        return None
+    if step is None or status is None or status[0] != "running":
+        apply.delete_job(conn, job.run_id, job.step_key)
+        return None
+    if step.function != job.function:
+        # Rejected without running anything: the job goes back under the function the
+        # step was created with. Returning (not raising) keeps that repair committed.
+        conn.execute(SQL["repoint_job"], (step.function, job.run_id, job.step_key))
+        return StepFunctionMismatchError(
+            f"job for step {job.step_key!r} of run {job.run_id} names function "
+            f"{job.function!r}, but the step was created with {step.function!r}"
+        )
+    if step.status == "running":
+        # The previous holder's lease ran out while it ran this step: that attempt
+        # was interrupted and this delivery takes over with the next attempt.
+        apply.close_attempt(conn, step, "interrupted", None, now)
+        interrupted = step.attempts - step.failures
+        if interrupted >= MAX_INTERRUPTIONS:
+            # a body that kills its worker every time is given up, not retried forever
+            step.status, step.updated_at = "failed", now
+            step.error = serde.dumps(
+                {
+                    "message": f"step {step.key!r} was interrupted {interrupted} times "
+                    "(its worker died while running it each time)",
+                    "type": "StepInterrupted",
+                    "code": STEP_INTERRUPTED,
+                }
+            )
+            conn.execute(_UPSERT_STEP, convert.step_params(step))
+            apply.delete_job(conn, job.run_id, job.step_key)
+            apply.wake(conn, job.run_id, now, now)
+            return None
+    elif step.status != "scheduled":
+        apply.delete_job(conn, job.run_id, job.step_key)
+        return None
+    step.attempts += 1
+    step.status = "running"
+    step.wake_at = None
+    step.updated_at = now
+    apply.start_attempt(conn, step, step.attempts, owner, now)
+    return step
+
+
+def _statements(script: str) -> list[str]:
+    """A migration script's statements: SQLite runs one per call. Comments are dropped
+    first (a script's comments never hold a semicolon)."""
+    text = "\n".join(line.split("--")[0] for line in script.splitlines())
+    return [statement for statement in text.split(";") if statement.strip()]
+
+
+def _path_from_url(url: str) -> str:
+    for prefix in ("sqlite:///", "sqlite://"):
+        if url.startswith(prefix):
+            path = url[len(prefix) :]
+            return path or ":memory:"
+    raise ValueError(f"not a sqlite URL: {url!r} (expected sqlite:///path/to/file.db)")
+
+
+__all__ = ["MAX_INTERRUPTIONS", "SCHEMA_VERSION", "SQLiteStore"]

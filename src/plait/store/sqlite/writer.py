@@ -1,0 +1,393 @@
+"""The connections of one SQLite file: one write connection with group commit, and readers.
+
+One connection does every write of a process. Coroutines hand it small functions and await
+a future that resolves only after the commit containing their write. Writes made during one
+turn of the event loop share one commit (group commit), so many concurrent workflows share
+each fsync. The commit runs on the loop's own thread while that is cheap, and on a writer
+thread when commits are slow or the file is locked (see "the write connection" below).
+Reads use their own connections, which WAL lets run beside the writer. Several processes
+may share one file; SQLite's lock serialises their writers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from plait.store import queries
+
+T = TypeVar("T")
+
+SQL = queries.load("sqlite")
+_BEGIN = SQL["begin"]
+_BEGIN_IMMEDIATE = SQL["begin_immediate"]
+_COMMIT = SQL["commit"]
+_ROLLBACK = SQL["rollback"]
+_DATA_VERSION = SQL["data_version"]
+#: the synchronous pragma takes no parameter: one statement per level, by the names and
+#: numbers SQLite accepts
+_SYNCHRONOUS = {
+    level: SQL[f"synchronous_{name}"]
+    for name, levels in (
+        ("off", ("0", "OFF")),
+        ("normal", ("1", "NORMAL")),
+        ("full", ("2", "FULL")),
+        ("extra", ("3", "EXTRA")),
+    )
+    for level in levels
+}
+
+_BATCH_LIMIT = 256
+_IDLE = object()
+#: commits slower than this on average (a slow disk) leave the event loop free: the writer
+#: thread runs them
+_INLINE_LIMIT = 0.001
+_Result = tuple[asyncio.Future[Any], asyncio.AbstractEventLoop, Any, BaseException | None]
+_Settled = tuple[asyncio.Future[Any], Any, BaseException | None]
+
+
+class Connections:
+    """The write connection and the read connections of one file (or of a memory
+    database, where the write connection also serves reads)."""
+
+    def __init__(self, url: str, path: str, *, synchronous: str, busy_timeout: float) -> None:
+        self.url = url
+        self.path = path
+        self.memory = path == ":memory:"
+        self.busy_timeout = busy_timeout
+        try:
+            self._synchronous = _SYNCHRONOUS[str(synchronous).strip().upper()]
+        except KeyError:
+            raise ValueError(
+                f"invalid synchronous level {synchronous!r}: use OFF, NORMAL, FULL or EXTRA"
+            ) from None
+        self._writes: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._readers: ThreadPoolExecutor | None = None
+        self._local = threading.local()
+        self._reader_conns: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        #: commits, for the benchmark's "durable writes per step"
+        self.commits = 0
+        #: set by watch: called (in the writer thread) when another process committed to
+        #: the file
+        self._on_foreign: Callable[[], Any] | None = None
+        self._watch_interval: float | None = None
+        #: the write connection; used under _conn_lock by the loop's thread or the writer's
+        self._conn: sqlite3.Connection | None = None
+        self._conn_lock = threading.Lock()
+        #: writes gathered on each event loop for the commit that runs at its next turn
+        self._gathering: dict[asyncio.AbstractEventLoop, list[Any]] = {}
+        #: a moving average of commit times; above _INLINE_LIMIT the writer thread commits
+        self._commit_time = 0.0
+        self._slow = False
+        self._closing = False
+        #: the loop that opened the store, and its thread: asking asyncio for the running
+        #: loop costs a system call (a fork check) on every write
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+
+    @property
+    def closed(self) -> bool:
+        """No writer thread: never opened, or closed."""
+        return self._writer is None
+
+    def connect(self) -> sqlite3.Connection:
+        """A new connection to the file. Its busy timeout (``timeout``) is how long a
+        statement waits for another process's lock."""
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=self.busy_timeout
+        )
+        conn.execute(self._synchronous)
+        conn.execute(SQL["foreign_keys_off"])
+        return conn
+
+    async def open(self, start: Callable[[sqlite3.Connection], None]) -> None:
+        """Start the writer thread; ``start`` prepares the file on the write connection
+        (journal mode, migrations) before any write runs."""
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+        self._loop, self._loop_thread = loop, threading.get_ident()
+        self._closing = False
+        self._writer = threading.Thread(
+            target=self._write_loop, args=(start, loop, ready), name="plait-sqlite-writer"
+        )
+        self._writer.daemon = True
+        self._writer.start()
+        await ready
+        if not self.memory:
+            self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="plait-read")
+
+    def watch(self, on_foreign: Callable[[], Any], interval: float) -> None:
+        """Call ``on_foreign`` (in the writer thread) when another process commits.
+
+        A connection's ``data_version`` pragma changes whenever *another* connection
+        commits. The writer checks it on its own connection between batches and while
+        idle, so this process's own commits never count and an idle process costs one
+        cheap read every ``interval`` seconds.
+        """
+        self._watch_interval = interval
+        self._on_foreign = on_foreign
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._writer is not None:
+            self._writes.put(None)
+            await asyncio.to_thread(self._writer.join)
+            self._writer = None
+        if self._readers is not None:
+            self._readers.shutdown(wait=True)
+            self._readers = None
+        with self._lock:
+            for conn in self._reader_conns:
+                conn.close()
+            self._reader_conns.clear()
+
+    # -- the write connection ------------------------------------------------------------
+    #
+    # One connection does every write. A batch of writes runs on the event loop's own
+    # thread when the connection is free and commits are fast: a hop to another thread
+    # and back costs about as much as a fast commit, and a sequential workflow pays it on
+    # every step. When the connection is busy, commits are slow (a slow disk), or another
+    # process holds the file's write lock, batches go to the writer thread instead, which
+    # gathers everything queued meanwhile into its next commit (group commit).
+
+    def _write_loop(
+        self,
+        start: Callable[[sqlite3.Connection], None],
+        loop: asyncio.AbstractEventLoop,
+        ready: asyncio.Future[None],
+    ) -> None:
+        try:
+            conn = self.connect()
+            start(conn)
+            # waits for another process's write lock happen in _begin, never inline
+            conn.execute(SQL["busy_timeout_off"])
+        except BaseException as exc:
+            loop.call_soon_threadsafe(_settle, ready, None, exc)
+            return
+        version = conn.execute(_DATA_VERSION).fetchone()[0]
+        self._conn = conn
+        loop.call_soon_threadsafe(_settle, ready, None, None)
+        try:
+            while True:
+                try:
+                    item = self._writes.get(timeout=self._watch_interval)
+                except queue.Empty:
+                    item = _IDLE
+                if item is None:
+                    break
+                batch = [] if item is _IDLE else [item]
+                stop = False
+                while batch and len(batch) < _BATCH_LIMIT:
+                    try:
+                        nxt = self._writes.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None:
+                        stop = True
+                        break
+                    batch.append(nxt)
+                with self._conn_lock:
+                    if self._on_foreign is not None:
+                        seen = conn.execute(_DATA_VERSION).fetchone()[0]
+                        if seen != version:
+                            version = seen
+                            self._on_foreign()
+                    results = self._run_batch(conn, batch, wait=True) if batch else []
+                # one wake-up of each waiting event loop per batch, not one per future
+                by_loop: dict[Any, list[_Settled]] = {}
+                for fut, loop_, value, exc in results or []:
+                    by_loop.setdefault(loop_, []).append((fut, value, exc))
+                for loop_, settled in by_loop.items():
+                    loop_.call_soon_threadsafe(_settle_all, settled)
+                if stop:
+                    break
+        finally:
+            with self._conn_lock:
+                self._conn = None
+                conn.close()
+
+    def _begin(self, conn: sqlite3.Connection, wait: bool) -> bool:
+        """Take the file's write lock. Without ``wait`` give up at once when another
+        process holds it (the caller is the event loop); with it, retry with growing
+        pauses until ``busy_timeout``."""
+        delay, deadline = 0.0005, time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                conn.execute(_BEGIN_IMMEDIATE)
+                return True
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if not wait:
+                    return False
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.02)
+
+    def _run_batch(
+        self, conn: sqlite3.Connection, batch: list[Any], wait: bool
+    ) -> list[_Result] | None:
+        """Run a batch in one transaction; None if ``wait`` is off and the file is locked."""
+        writes = [b for b in batch if b[0] == "write"]
+        results: list[_Result] = []
+        for kind, fn, fut, loop in batch:
+            if kind == "read":
+                try:
+                    results.append((fut, loop, fn(conn), None))
+                except BaseException as exc:
+                    results.append((fut, loop, None, exc))
+        if not writes:
+            return results
+        try:
+            if not self._begin(conn, wait):
+                return None
+        except BaseException as exc:
+            return results + [(fut, loop, None, exc) for _, _fn, fut, loop in writes]
+        pending: list[_Result] = []
+        # Optimistic: the whole batch in one transaction without savepoints. If any item
+        # fails (rare: a lost lease, an action on a run in the wrong status), the batch is
+        # rolled back and every item runs again in its own transaction, so one item's
+        # failure never undoes another's write.
+        for _, fn, fut, loop in writes:
+            try:
+                pending.append((fut, loop, fn(conn), None))
+            except BaseException:
+                conn.execute(_ROLLBACK)
+                if not wait:
+                    return None  # the writer thread runs them one by one, waiting for locks
+                return results + [self._alone(conn, item) for item in writes]
+        try:
+            self._commit(conn)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                conn.execute(_ROLLBACK)
+            pending = [(f, lp, None, exc) for f, lp, _, _ in pending]
+        return results + pending
+
+    def _alone(self, conn: sqlite3.Connection, item: Any) -> _Result:
+        """One write in a transaction of its own (after its batch failed)."""
+        _, fn, fut, loop = item
+        try:
+            self._begin(conn, wait=True)
+            value = fn(conn)
+            self._commit(conn)
+            return (fut, loop, value, None)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                conn.execute(_ROLLBACK)
+            return (fut, loop, None, exc)
+
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        """Commit, timing it: the disk's sync time decides where the next batch runs."""
+        started = time.perf_counter()
+        conn.execute(_COMMIT)
+        self.commits += 1
+        took = time.perf_counter() - started
+        self._commit_time += (took - self._commit_time) * 0.1
+        self._slow = self._commit_time > _INLINE_LIMIT
+
+    def _submit(self, kind: str, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+        if self._writer is None or self._closing:
+            raise RuntimeError(f"the store {self.url} is closed")
+        loop = self._loop
+        if loop is None or threading.get_ident() != self._loop_thread or not loop.is_running():
+            loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        item = (kind, fn, fut, loop)
+        if self._slow:
+            self._writes.put(item)
+            return fut
+        gathering = self._gathering.get(loop)
+        if gathering is None:
+            # every write submitted before this callback runs shares its commit
+            self._gathering[loop] = [item]
+            loop.call_soon(self._run_here, loop)
+        else:
+            gathering.append(item)
+        return fut
+
+    def _run_here(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run the writes gathered on ``loop`` on its own thread, or hand them over."""
+        batch = self._gathering.pop(loop)
+        conn = self._conn
+        if conn is None or self._closing:
+            closed = RuntimeError(f"the store {self.url} is closed")
+            _settle_all([(fut, None, closed) for _, _fn, fut, _lp in batch])
+            return
+        results = None
+        if not self._slow and self._conn_lock.acquire(blocking=False):
+            try:
+                if self._conn is not None:
+                    results = self._run_batch(conn, batch, wait=False)
+            finally:
+                self._conn_lock.release()
+        if results is None:
+            for item in batch:
+                self._writes.put(item)
+            return
+        _settle_all([(fut, value, exc) for fut, _lp, value, exc in results])
+
+    # -- what the store calls ------------------------------------------------------------
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in a write transaction; returns once its commit is durable."""
+        return await self._submit("write", fn)
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in a read transaction on a reader thread."""
+        if self._readers is None:
+            return await self._submit("read", fn)
+        if self._writer is None:
+            raise RuntimeError(f"the store {self.url} is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, self._in_reader, fn)
+
+    async def read_here(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """A small read (one run, one pass's snapshot) on the caller's own thread: a hop to
+        a reader thread and back costs more than the read, and a snapshot is followed by a
+        replay that keeps the loop busy far longer than reading it did."""
+        if self._readers is None:
+            return await self._submit("read", fn)
+        if self._writer is None:
+            raise RuntimeError(f"the store {self.url} is closed")
+        return self._in_reader(fn)
+
+    def _in_reader(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self.connect()
+            self._local.conn = conn
+            with self._lock:
+                self._reader_conns.append(conn)
+        conn.execute(_BEGIN)
+        try:
+            return fn(conn)
+        finally:
+            conn.execute(_COMMIT)
+
+
+def _settle_all(settled: list[_Settled]) -> None:
+    for fut, value, exc in settled:
+        _settle(fut, value, exc)
+
+
+def _settle(fut: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(value)
+
+
+__all__ = ["SQL", "Connections"]

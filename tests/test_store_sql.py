@@ -1,0 +1,149 @@
+"""The stores' SQL lives in named queries and numbered migrations: every name the code
+runs exists, the files parse, the scripts are numbered without gaps, and the typed seams
+(RunFilter, Lease) behave the same on every store."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from plait.store import make_store, queries
+from plait.store.base import Lease, NewRun, RunFilter
+from plait.store.migrations import migrations
+
+STORE_DIR = Path(__file__).resolve().parent.parent / "src" / "plait" / "store"
+
+
+@pytest.mark.parametrize(
+    ("dialect", "package", "pattern"),
+    [
+        ("sqlite", "sqlite", r"SQL\[\s*\"([a-z_0-9]+)\"\s*\]"),
+        ("postgres", "postgres", r"(?:_q|\bq)\[\s*\"([a-z_0-9]+)\"\s*\]"),
+    ],
+    ids=["sqlite", "postgres"],
+)
+def test_every_query_the_code_names_exists(dialect: str, package: str, pattern: str) -> None:
+    values = {"schema": '"plait"'} if dialect == "postgres" else {}
+    known = queries.load(dialect, **values)
+    named: set[str] = set()
+    for path in (STORE_DIR / package).glob("*.py"):
+        named |= set(re.findall(pattern, path.read_text()))
+    if dialect == "sqlite":
+        named |= {f"synchronous_{level}" for level in ("off", "normal", "full", "extra")}
+    else:
+        named |= {"load_pass", "commit_batch", "release_run", "claim_due_runs"}
+    assert named - set(known) == set()
+    assert set(known) - named == set(), "queries no code runs"
+
+
+def test_no_sql_is_left_in_python() -> None:
+    keywords = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|PRAGMA|BEGIN|COMMIT|ROLLBACK)\b")
+    for path in STORE_DIR.rglob("*.py"):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = re.sub(r"\b_?[A-Z_]+\s*=\s*SQL\[.*", "", line)  # a query bound to a name
+            code = re.sub(r"\b_[A-Z_]+\b", "", code)  # the name of such a constant
+            assert not keywords.search(code), f"{path.name}:{number}: {line.strip()}"
+
+
+def test_the_loader_parses_name_blocks() -> None:
+    text = "-- header\n\n-- name: one\n-- a comment\nSELECT 1\n\n-- name: two\nSELECT\n  2\n"
+    assert queries.parse(text) == {"one": "SELECT 1", "two": "SELECT\n  2"}
+    with pytest.raises(ValueError, match="defined twice"):
+        queries.parse("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n")
+    with pytest.raises(ValueError, match="no statement"):
+        queries.parse("-- name: a\n-- only a comment\n-- name: b\nSELECT 2\n")
+    assert queries.substitute("SELECT * FROM @schema@.runs", {"schema": '"x"'}) == (
+        'SELECT * FROM "x".runs'
+    )
+    with pytest.raises(KeyError, match="@schema@"):
+        queries.substitute("SELECT * FROM @schema@.runs", {})
+
+
+def test_postgres_queries_are_filled_once_per_schema() -> None:
+    a = queries.load("postgres", schema='"a"')
+    assert queries.load("postgres", schema='"a"') is a
+    assert '"a".runs' in a["select_run"] and "@" not in "".join(a.values())
+
+
+def test_migrations_are_numbered_without_gaps() -> None:
+    sqlite, postgres = migrations("sqlite"), migrations("postgres")
+    assert [m.version for m in sqlite.scripts] == [1, 2]
+    assert [m.version for m in postgres.scripts] == [1]
+    assert sqlite.pending(1, where="x") == sqlite.scripts[1:]
+    assert sqlite.pending(2, where="x") == ()
+    assert postgres.scripts[0].description() == (
+        "runs, steps, attempts, jobs, timers, events, state"
+    )
+    with pytest.raises(RuntimeError, match="x has schema version 3, newer than this plait"):
+        sqlite.pending(3, where="x")
+
+
+async def test_a_newer_sqlite_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE plait_schema (id INTEGER PRIMARY KEY, version INTEGER)")
+    conn.execute("INSERT INTO plait_schema VALUES (1, 99)")
+    conn.commit()
+    conn.close()
+    store = make_store(f"sqlite:///{path}")
+    with pytest.raises(RuntimeError, match="has schema version 99, newer than this plait"):
+        await store.open()
+
+
+def test_an_unknown_synchronous_level_is_refused() -> None:
+    make_store("sqlite://", synchronous="normal")
+    make_store("sqlite://", synchronous="1")
+    with pytest.raises(ValueError, match="invalid synchronous level"):
+        make_store("sqlite://", synchronous="FAST")
+
+
+async def test_list_runs_takes_a_filter_or_keywords(database: str) -> None:
+    store = make_store(database)
+    await store.open()
+    try:
+        for n, (workflow, owner) in enumerate([("a", None), ("a", "ann"), ("b", "bob")]):
+            await store.create_run(NewRun(f"r{n}", workflow, "workflow", None, "{}", owner=owner))
+        runs, total = await store.list_runs(RunFilter(workflow="a"))
+        assert total == 2 and {r.id for r in runs} == {"r0", "r1"}
+        runs, total = await store.list_runs(workflow="a", limit=1)
+        assert total == 2 and len(runs) == 1
+        runs, total = await store.list_runs(RunFilter(visible_to="bob"))
+        assert total == 2 and {r.id for r in runs} == {"r0", "r2"}
+        runs, total = await store.list_runs(RunFilter(owner="ann", offset=1))
+        assert total == 1 and runs == []
+        runs, total = await store.list_runs()
+        assert total == 3 and [r.id for r in runs] == ["r2", "r1", "r0"]
+        with pytest.raises(TypeError, match="status"):
+            await store.list_runs(RunFilter(workflow="a"), status="running")
+    finally:
+        await store.close()
+
+
+async def test_leases_are_typed_and_tuples_still_expire(database: str) -> None:
+    store = make_store(database)
+    await store.open()
+    try:
+        for run_id in ("r1", "r2"):
+            await store.create_run(NewRun(run_id, "wf", "workflow", None, "{}"))
+            assert await store.claim_run(run_id, "host-1#old", 60.0)
+        leases = sorted(await store.leases_of("host-1", "host-1#new"), key=lambda x: x.run_id)
+        assert [type(lease) for lease in leases] == [Lease, Lease]
+        first, second = leases
+        assert (first.kind, first.run_id, first.step_key, first.owner) == (
+            "run",
+            "r1",
+            "",
+            "host-1#old",
+        )
+        assert first[3] == first.owner and tuple(first)[1] == "r1"
+        assert await store.leases_of("host-1", "host-1#old") == []
+        # a lease renewed since it was read is left alone
+        stale = Lease(second.kind, second.run_id, second.step_key, second.owner, 1.0)
+        assert await store.expire_leases([first, tuple(stale)]) == 1
+        assert await store.claim_run("r1", "host-2#1", 60.0)
+        assert not await store.claim_run("r2", "host-2#1", 60.0)
+    finally:
+        await store.close()
