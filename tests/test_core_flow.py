@@ -399,6 +399,26 @@ async def test_run_id_is_an_idempotency_key(engine_factory) -> None:
         assert len(await engine.list_runs()) == 1 and counter["once"] == 1
 
 
+async def test_a_run_id_taken_by_another_workflow_is_refused(engine_factory) -> None:
+    app = plait.App()
+
+    @app.workflow
+    async def once(wf: plait.Workflow, data: None) -> int:
+        return 1
+
+    @app.workflow
+    async def other(wf: plait.Workflow, data: None) -> int:
+        return 2
+
+    async with engine_factory(app) as engine:
+        await engine.start("once", run_id="order-7")
+        with pytest.raises(plait.RunIdTakenError, match=r"'order-7'.*'once'"):
+            await engine.start("other", run_id="order-7")
+        run = await engine.wait("order-7", timeout=10)
+        assert run.workflow == "once" and run.output == 1
+        assert len(await engine.list_runs()) == 1
+
+
 async def test_inline_runs_on_an_engine_without_workers(engine_factory) -> None:
     app = plait.App()
 

@@ -347,6 +347,10 @@ async def test_run_id_is_an_idempotency_key_per_owner(
     assert stolen.status_code == 403
     other_wf = await alice.post("/api/workflows/other/runs", json={"run_id": "order-1"})
     assert other_wf.status_code == 409
+    assert other_wf.json()["error"]["code"] == "RUN_ID_TAKEN"
+    # another user learns nothing from another workflow's name either
+    probe = await bob.post("/api/workflows/other/runs", json={"run_id": "order-1"})
+    assert probe.status_code == 403
     await settled(engine, "order-1")
 
 

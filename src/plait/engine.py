@@ -16,6 +16,7 @@ from plait import serde
 from plait.app import App
 from plait.catalog import Catalog
 from plait.errors import (
+    RunIdTakenError,
     RunNotFoundError,
     WorkflowCancelledError,
     WorkflowFailedError,
@@ -187,6 +188,8 @@ class Engine:
         )
         run, created = await self.store.create_run(new)
         if not created:
+            if run.workflow != name:
+                raise RunIdTakenError(run.id, run.workflow, name)
             return run.id
         if inline:
             worker.drive(run.id, claimed=True, follow=not self.workers)

@@ -61,6 +61,18 @@ class RunStateError(PlaitError):
         self.action = action
 
 
+class RunIdTakenError(PlaitError, ValueError):
+    """``start(run_id=...)`` with the id of a run of another workflow: the id is an
+    idempotency key, so handing back that run would silently start nothing (HTTP 409)."""
+
+    def __init__(self, run_id: str, workflow: str, wanted: str) -> None:
+        super().__init__(
+            f"run id {run_id!r} is already used by a run of workflow {workflow!r}, not {wanted!r}"
+        )
+        self.run_id = run_id
+        self.workflow = workflow
+
+
 class StepFunctionMismatchError(PlaitError):
     """A queued step job that names another function than the step was created with."""
 

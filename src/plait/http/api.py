@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from plait.engine import Engine
+from plait.errors import RunIdTakenError
 from plait.http import graphview
 from plait.http.auth import Authenticator, Principal
 from plait.http.problems import ApiError, bad_input, from_plait, invalid, validate
@@ -116,6 +117,10 @@ class Api:
                 owner=principal.user,
                 start_node=body.start_node,
             )
+        except RunIdTakenError as exc:
+            # the id answers only to the owner of the run that holds it
+            principal.require_access(await self.engine.get_run(exc.run_id))
+            raise ApiError(409, "RUN_ID_TAKEN", str(exc)) from None
         except (TypeError, ValueError) as exc:
             mapped = from_plait(exc)
             if mapped is not None:
@@ -124,15 +129,8 @@ class Api:
             raise bad_input(exc, field) from None
         run = await self.engine.get_run(run_id)
         if body.run_id is not None:
-            # run_id is an idempotency key: an existing run answers only to its owner and
-            # only for the same workflow.
+            # run_id is an idempotency key: an existing run answers only to its owner
             principal.require_access(run)
-            if run.workflow != name:
-                raise ApiError(
-                    409,
-                    "RUN_ID_TAKEN",
-                    f"run id {run_id!r} is already used by a run of workflow {run.workflow!r}",
-                )
         if not body.wait:
             return JSONResponse({"run_id": run_id}, status_code=201)
         try:
