@@ -91,6 +91,8 @@ _FUNCTION_MISMATCH = "PLT04"
 
 _RUN_FIELDS = len(dataclasses.fields(RunRow))
 _STEP_FIELDS = len(dataclasses.fields(StepRow))
+#: the most children get_children returns (the newest ones)
+_MAX_CHILDREN = 10_000
 _WARM_STATEMENTS = ("load_pass", "commit_batch", "release_run", "claim_due_runs")
 
 
@@ -371,8 +373,8 @@ class PostgresStore:
         return [_run(r) for r in row["runs"]], int(row["total"])
 
     async def get_children(self, run_id: str) -> list[Run]:
-        runs, _ = await self.list_runs(RunFilter(parent_run_id=run_id, limit=10_000))
-        return sorted(runs, key=lambda r: r.created_at)
+        rows = await self._call("fetch", self._q["get_children"], run_id, _MAX_CHILDREN, read=True)
+        return sorted((_run(r["r"]) for r in rows), key=lambda r: r.created_at)
 
     async def get_steps(self, run_id: str) -> list[Step]:
         rows = await self._call("fetch", self._q["get_steps"], run_id, read=True)

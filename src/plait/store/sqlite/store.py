@@ -42,6 +42,8 @@ from plait.store.sqlite.writer import SQL, Connections
 
 #: queued attempts cut short by dying workers before the step is failed (as in passes)
 MAX_INTERRUPTIONS = 10
+#: the most children get_children returns (the newest ones)
+MAX_CHILDREN = 10_000
 _MIGRATIONS = migrations("sqlite")
 #: the schema version this code writes (a version-1 file is migrated when opened)
 SCHEMA_VERSION = _MIGRATIONS.latest
@@ -173,8 +175,11 @@ class SQLiteStore:
         return await self._read(go)
 
     async def get_children(self, run_id: str) -> list[Run]:
-        runs, _ = await self.list_runs(RunFilter(parent_run_id=run_id, limit=10_000))
-        return sorted(runs, key=lambda r: r.created_at)
+        def go(conn: sqlite3.Connection) -> list[Run]:
+            rows = conn.execute(SQL["get_children"], (run_id, MAX_CHILDREN)).fetchall()
+            return [convert.run_record(convert.run_row(r)) for r in rows]
+
+        return sorted(await self._read(go), key=lambda r: r.created_at)
 
     async def get_steps(self, run_id: str) -> list[Step]:
         def go(conn: sqlite3.Connection) -> list[Step]:

@@ -56,6 +56,11 @@ SELECT
               AND ($6::text IS NULL OR r.owner IS NULL OR r.owner = $6)
           ORDER BY r.created_at DESC, r.id DESC LIMIT $7 OFFSET $8) AS runs
 
+-- name: get_children
+-- The newest children of a run.
+SELECT r FROM @schema@.runs r WHERE r.parent_run_id = $1
+ORDER BY r.created_at DESC, r.id DESC LIMIT $2
+
 -- name: get_steps
 SELECT s FROM @schema@.steps s WHERE s.run_id = $1 ORDER BY s.seq
 

@@ -101,6 +101,15 @@ WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
     AND (:parent_run_id IS NULL OR parent_run_id = :parent_run_id)
 ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
 
+-- name: get_children
+-- The newest children of a run (parent_run_id has its own index, which the filters of
+-- list_runs cannot use).
+SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
+    parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
+    lease_owner, lease_until
+FROM plait_runs WHERE parent_run_id = ?
+ORDER BY created_at DESC, id DESC LIMIT ?
+
 -- name: wake_run
 -- Due at once (or at the given time, if earlier than its current wake-up); the count of
 -- wake-ups tells a pass in flight that it must look again.
