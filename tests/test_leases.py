@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import pytest
@@ -172,9 +173,9 @@ async def test_a_job_naming_another_function_is_rejected(engine_factory) -> None
         run_id = await starter.start("pay", inline=True)
         await eventually(lambda: _job_ready(starter), what="the queued job")
         (job,) = await starter.store.claim_step_jobs("probe#1", 5.0, 1, ["charge_card"])
-        forged = type(job)(job.run_id, job.step_key, "delete_everything", job.deliveries)
+        forged = dataclasses.replace(job, function="delete_everything")
         with pytest.raises(plait.StepFunctionMismatchError, match="'delete_everything'"):
-            await starter.store.begin_queued_step(forged, "probe#1", 5.0)
+            await starter.worker.begin_job(forged, "probe#1")
         steps = await starter.get_steps(run_id)
         assert steps[0].status == "scheduled" and steps[0].attempts == 0
         async with engine_factory(app) as worker:
@@ -243,7 +244,7 @@ async def test_a_queued_step_that_kills_its_worker_every_time_is_failed(engine_f
                 lambda n=n: store.claim_step_jobs(f"doomed#{n}", 0.05, 1, ["deadly"]),
                 what=f"delivery {n}",
             )
-            step = await store.begin_queued_step(jobs[0], f"doomed#{n}", 0.05)
+            step = await engine.worker.begin_job(jobs[0], f"doomed#{n}")
             if n <= MAX_INTERRUPTIONS:
                 assert step is not None and step.attempts == n
             else:

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from plait.store import make_store, queries
-from plait.store.base import Lease, NewRun, RunFilter
 from plait.store.migrations import migrations
 
 STORE_DIR = Path(__file__).resolve().parent.parent / "src" / "plait" / "store"
@@ -98,52 +97,3 @@ def test_an_unknown_synchronous_level_is_refused() -> None:
     make_store("sqlite://", synchronous="1")
     with pytest.raises(ValueError, match="invalid synchronous level"):
         make_store("sqlite://", synchronous="FAST")
-
-
-async def test_list_runs_takes_a_filter_or_keywords(database: str) -> None:
-    store = make_store(database)
-    await store.open()
-    try:
-        for n, (workflow, owner) in enumerate([("a", None), ("a", "ann"), ("b", "bob")]):
-            await store.create_run(NewRun(f"r{n}", workflow, "workflow", None, "{}", owner=owner))
-        runs, total = await store.list_runs(RunFilter(workflow="a"))
-        assert total == 2 and {r.id for r in runs} == {"r0", "r1"}
-        runs, total = await store.list_runs(workflow="a", limit=1)
-        assert total == 2 and len(runs) == 1
-        runs, total = await store.list_runs(RunFilter(visible_to="bob"))
-        assert total == 2 and {r.id for r in runs} == {"r0", "r2"}
-        runs, total = await store.list_runs(RunFilter(owner="ann", offset=1))
-        assert total == 1 and runs == []
-        runs, total = await store.list_runs()
-        assert total == 3 and [r.id for r in runs] == ["r2", "r1", "r0"]
-        with pytest.raises(TypeError, match="status"):
-            await store.list_runs(RunFilter(workflow="a"), status="running")
-    finally:
-        await store.close()
-
-
-async def test_leases_are_typed_and_tuples_still_expire(database: str) -> None:
-    store = make_store(database)
-    await store.open()
-    try:
-        for run_id in ("r1", "r2"):
-            await store.create_run(NewRun(run_id, "wf", "workflow", None, "{}"))
-            assert await store.claim_run(run_id, "host-1#old", 60.0)
-        leases = sorted(await store.leases_of("host-1", "host-1#new"), key=lambda x: x.run_id)
-        assert [type(lease) for lease in leases] == [Lease, Lease]
-        first, second = leases
-        assert (first.kind, first.run_id, first.step_key, first.owner) == (
-            "run",
-            "r1",
-            "",
-            "host-1#old",
-        )
-        assert first[3] == first.owner and tuple(first)[1] == "r1"
-        assert await store.leases_of("host-1", "host-1#old") == []
-        # a lease renewed since it was read is left alone
-        stale = Lease(second.kind, second.run_id, second.step_key, second.owner, 1.0)
-        assert await store.expire_leases([first, tuple(stale)]) == 1
-        assert await store.claim_run("r1", "host-2#1", 60.0)
-        assert not await store.claim_run("r2", "host-2#1", 60.0)
-    finally:
-        await store.close()

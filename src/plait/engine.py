@@ -9,6 +9,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
 
@@ -18,6 +19,7 @@ from plait.catalog import Catalog
 from plait.errors import (
     RunIdTakenError,
     RunNotFoundError,
+    RunStateError,
     WorkflowCancelledError,
     WorkflowFailedError,
     WorkflowSuspendedError,
@@ -26,11 +28,15 @@ from plait.graph import validate_or_raise
 from plait.ids import new_run_id
 from plait.notify import Notifier
 from plait.records import SETTLED, Run, Step, StepAttempt
+from plait.runtime import steps
 from plait.store import make_store, resolve_url
-from plait.store.base import NewRun, Store
+from plait.store.base import NewRun, Op, RunFilter, StepRow, Store
 from plait.worker import Worker
 
 log = logging.getLogger("plait.engine")
+#: reads of a run that ``resume`` and ``retry`` make before giving up on one that
+#: keeps changing under them
+_REOPEN_TRIES = 20
 
 
 class Engine:
@@ -272,7 +278,7 @@ class Engine:
             raise ValueError(f"invalid limit: {limit!r}")
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ValueError(f"invalid offset: {offset!r}")
-        return await self.store.list_runs(**filters)
+        return await self.store.list_runs(RunFilter(**filters))
 
     async def get_steps(self, run_id: str) -> list[Step]:
         await self.get_run(run_id)
@@ -288,20 +294,40 @@ class Engine:
     # -- acting on runs -------------------------------------------------------------------------
     async def resume(self, run_id: str) -> Run:
         """A suspended run continues (status back to ``running``)."""
-        run = await self.store.resume_run(run_id)
-        self._poke(run_id)
-        return run
+        return await self._reopen(run_id, "suspended", "resume", steps.resume_ops)
 
     async def retry(self, run_id: str) -> Run:
         """A failed run goes on from the failed step; succeeded steps are kept."""
-        run = await self.store.retry_run(run_id)
-        self._poke(run_id)
-        return run
+        return await self._reopen(run_id, "failed", "retry", steps.retry_ops)
+
+    async def _reopen(
+        self,
+        run_id: str,
+        from_status: str,
+        action: str,
+        reopen: Callable[[Iterable[StepRow], float], list[Op]],
+    ) -> Run:
+        """Read the run, decide what reopening it writes, and write that if nothing woke
+        the run in between (a queued step finishing, an event); else read it again."""
+        for _ in range(_REOPEN_TRIES):
+            snapshot = await self.store.load_pass(run_id)
+            if snapshot is None:
+                raise RunNotFoundError(run_id)
+            if snapshot.run.status != from_status:
+                raise RunStateError(run_id, snapshot.run.status, action)
+            ops = reopen(snapshot.steps.values(), time.time())
+            run = await self.store.reopen_run(run_id, from_status, snapshot.run.wakeups, ops)
+            if run is not None:
+                self._poke(run_id)
+                return run
+        raise RuntimeError(f"cannot {action} run {run_id!r}: it kept changing while read")
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Run:
         """End the run ``cancelled`` with its children; running steps are cancelled and
         its timers never fire."""
-        moved = await self.store.cancel_run(run_id, reason)
+        error = steps.run_cancelled_error(reason)
+        parent = steps.child_step_end(None, "cancelled", None, error)
+        moved = await self.store.cancel_run(run_id, error, parent)
         self.worker.cancel_local(moved)
         # give this process's cancelled work a moment to record how it ended
         local = [t for rid in moved if (t := self.worker.driving.get(rid)) is not None]

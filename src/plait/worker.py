@@ -26,10 +26,11 @@ from plait import serde
 from plait.catalog import Catalog
 from plait.errors import LeaseLostError, StepFunctionMismatchError
 from plait.notify import Notifier
+from plait.runtime import steps
 from plait.runtime.orchestrator import execute_pass
 from plait.runtime.queued import run_queued
 from plait.runtime.signals import PassAborted
-from plait.store.base import Batch, Op, StepJob, Store
+from plait.store.base import Batch, Op, StepJob, StepRow, Store
 
 log = logging.getLogger("plait.worker")
 _HOST = socket.gethostname()
@@ -117,13 +118,10 @@ class Worker:
     async def reclaim(self) -> None:
         """Take back at once what an earlier life of this worker id held. A lease that its
         holder renews within one renewal interval belongs to a live twin and is left alone."""
-        reader = getattr(self.store, "leases_of", None)
-        if reader is None:
-            return
-        held = await reader(self.worker_id, self.owner)
+        held = await self.store.leases_of(self.worker_id, self.owner)
         # A holder on this machine whose process is gone is certainly dead: no need to
         # wait for it to miss a renewal.
-        dead = [lease for lease in held if _dead_here(lease[3])]
+        dead = [lease for lease in held if _dead_here(lease.owner)]
         if dead and await self.store.expire_leases(dead):
             self.kick()
         rest = [lease for lease in held if lease not in dead]
@@ -389,12 +387,35 @@ class Worker:
                     job.run_id,
                 )
 
+    async def begin_job(self, job: StepJob, owner: str | None = None) -> StepRow | None:
+        """Begin the attempt a claimed job delivers, or say why not (None): the job is
+        stale, the run is not running, the step gave up after too many interruptions
+        (``runtime.steps.begin`` decides), or the job is no longer ``owner``'s."""
+        owner = owner or self.owner
+        step = job.step
+        if step is not None and step.function != job.function:
+            # Rejected without running anything: the job goes back under the function the
+            # step was created with.
+            await self.store.repair_job(job, step.function or "")
+            raise StepFunctionMismatchError(
+                f"job for step {job.step_key!r} of run {job.run_id} names function "
+                f"{job.function!r}, but the step was created with {step.function!r}"
+            )
+        if step is None or step.status not in ("scheduled", "running"):
+            await self.store.drop_job(job)  # its step no longer waits for it
+            return None
+        ops, go = steps.begin(step, owner, time.time())
+        if not go:
+            await self.store.finish_queued_step(job, owner, ops)
+            return None
+        return step if await self.store.begin_queued_step(job, owner, ops) else None
+
     async def run_job(self, job: StepJob) -> None:
         """Execute one delivery of a queued step. Duplicate deliveries are harmless: the
-        step is claimed by a conditional write, so only one of them runs the body."""
+        attempt begins by a conditional write on the job, so only one of them runs it."""
         fdef = self.catalog.app.functions.get(job.function)
         try:
-            step = await self.store.begin_queued_step(job, self.owner, self.lease)
+            step = await self.begin_job(job)
         except StepFunctionMismatchError as exc:
             log.error("rejected a step job: %s", exc)
             raise

@@ -176,15 +176,13 @@ class GraphReplay:
         graph = await self.host.catalog.graph_for(run.workflow, run.version)
         if graph is None:
             version = f" version {run.version}" if run.version else ""
-            ledger.add(
-                [
-                    _end(
-                        "suspended",
-                        f"graph {run.workflow!r}{version} is not registered in this "
-                        "deployment or the database; register it and resume the run",
-                        errors.FUNCTION_NOT_FOUND,
-                    )
-                ]
+            ledger.end(
+                _end(
+                    "suspended",
+                    f"graph {run.workflow!r}{version} is not registered in this "
+                    "deployment or the database; register it and resume the run",
+                    errors.FUNCTION_NOT_FOUND,
+                )
             )
             return await ledger.finish("suspended")
         self.graph = graph
@@ -212,7 +210,7 @@ class GraphReplay:
         elif self.suspend is not None and end is None:
             end = _end("suspended", self.suspend.message, self.suspend.code)
         if end is not None:
-            p.add([end])
+            p.end(end)
         return await p.finish(end.status if end else "running")
 
     def _check_start(self) -> EndRun | None:

@@ -16,10 +16,12 @@ import time
 from typing import Any, Protocol
 
 from plait import errors, ids, serde
+from plait.records import TERMINAL
 from plait.retry import RetryPolicy
+from plait.runtime import steps
 from plait.runtime.host import Host
 from plait.runtime.signals import PassAborted, PauseSignal, SuspendSignal
-from plait.store.base import Batch, Op, PassSnapshot, PutStep, StepRow
+from plait.store.base import Batch, EndRun, Op, PassSnapshot, PutStep, StepRow
 
 
 class PendingCall(Protocol):
@@ -73,6 +75,15 @@ class Ledger:
     # -- writes -------------------------------------------------------------------------------
     def add(self, ops: list[Op]) -> None:
         self.ops.extend(ops)
+
+    def end(self, end: EndRun) -> None:
+        """End the run with the next commit; a child run's end also says how its
+        parent's waiting step ends."""
+        run = self.run
+        if end.status in TERMINAL and run.parent_run_id and end.parent is None:
+            parent = steps.child_step_end(run.id, end.status, end.output, end.error)
+            end = dataclasses.replace(end, parent=parent)
+        self.ops.append(end)
 
     def put(self, step: StepRow) -> None:
         """Write the step's current row with the next commit."""

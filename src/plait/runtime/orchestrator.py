@@ -23,8 +23,8 @@ async def execute_pass(host: Host, snapshot: PassSnapshot, owner: str) -> PassRe
             f"workflow {run.workflow!r} is not registered in this deployment; "
             "deploy it and resume the run"
         )
-        ledger.add(
-            [EndRun("suspended", error=steps.control_error(message, errors.FUNCTION_NOT_FOUND))]
+        ledger.end(
+            EndRun("suspended", error=steps.control_error(message, errors.FUNCTION_NOT_FOUND))
         )
         return await ledger.finish("suspended")
     replay = CodeReplay(host, snapshot, owner)

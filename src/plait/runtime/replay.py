@@ -239,7 +239,7 @@ class CodeReplay:
         if end is not None and ledger.paused and end.status == "completed":
             end = None  # the code swallowed a pause; the run is not finished
         if end is not None:
-            ledger.add([end])
+            ledger.end(end)
         return await ledger.finish(end.status if end else "running")
 
 

@@ -15,6 +15,7 @@ timeout) or for the step queue.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from plait import errors, ids, serde
@@ -29,6 +30,7 @@ from plait.store.base import (
     PutStep,
     SetTimer,
     StartAttempt,
+    StepEnd,
     StepRow,
 )
 
@@ -88,21 +90,25 @@ def missing_function_message(function: str, where: str) -> str:
 
 
 def child_step_end(
-    child_id: str, status: str, output: str | None, error: str | None
-) -> tuple[str, str | None, str | None]:
-    """How a parent's step ends when its child run ends ``status``: (step status, output,
-    error). A child that did not complete fails the step with the child's code."""
+    child_id: str | None, status: str, output: str | None, error: str | None
+) -> StepEnd:
+    """How a parent's step ends when its child run ends ``status``. A child that did not
+    complete fails the step with the child's code. ``child_id`` is None when one record
+    serves every run a cancel ends (the step row still names its child)."""
     if status == "completed":
-        return "succeeded", output, None
+        return StepEnd("succeeded", output, None)
     child_error = serde.loads(error) or {}
     message = child_error.get("message", status)
     record = {
-        "message": f"child run {child_id} {status}: {message}",
+        "message": f"child run {child_id} {status}: {message}"
+        if child_id
+        else f"child run {status}: {message}",
         "type": "ChildRunError",
         "code": child_error.get("code") or errors.CHILD_FAILED,
-        "child_run_id": child_id,
     }
-    return "failed", None, serde.dumps(record)
+    if child_id:
+        record["child_run_id"] = child_id
+    return StepEnd("failed", None, serde.dumps(record))
 
 
 # -- attempts -----------------------------------------------------------------------------
@@ -200,6 +206,56 @@ def open_suspend(step: StepRow, worker: str | None, now: float) -> list[Op]:
     return [StartAttempt(step, 1, worker)]
 
 
+# -- a run that goes on again ------------------------------------------------------------
+
+
+def resume_suspend(step: StepRow, now: float) -> list[Op]:
+    """An open suspend is released: its attempt succeeds with when it was resumed."""
+    opened = serde.loads(step.input)
+    output = {**(opened if isinstance(opened, dict) else {}), "resumed_at": now}
+    step.status, step.output, step.updated_at = "succeeded", serde.dumps(output), now
+    return [FinishAttempt(step, step.attempts, "succeeded", step.output)]
+
+
+def reopen_failed(step: StepRow, now: float) -> list[Op]:
+    """A step that failed for good gets a fresh retry budget when its run is retried."""
+    step.status, step.failures, step.wake_at, step.updated_at = "pending", 0, None, now
+    return [_put(step)]
+
+
+def requeue(step: StepRow, now: float) -> list[Op]:
+    """A queued step of a failed run lost its job when the run ended; retried, it goes
+    back on the queue, its cut-off attempt (if any) ending ``interrupted``."""
+    ops: list[Op] = []
+    if step.status == "running":
+        step.status, step.updated_at = "scheduled", now
+        ops.append(FinishAttempt(step, step.attempts, "interrupted"))
+    ops.append(EnqueueJob(step.key, step.function or "", max(now, step.wake_at or now)))
+    return ops
+
+
+def resume_ops(recorded: Iterable[StepRow], now: float) -> list[Op]:
+    """What ``resume`` writes: every open suspend is released."""
+    return [
+        op
+        for step in recorded
+        if step.kind == "suspend" and step.status == "pending"
+        for op in resume_suspend(step, now)
+    ]
+
+
+def retry_ops(recorded: Iterable[StepRow], now: float) -> list[Op]:
+    """What ``retry`` writes: failed steps start over, queued steps in flight get their
+    jobs back."""
+    ops: list[Op] = []
+    for step in recorded:
+        if step.status == "failed":
+            ops += reopen_failed(step, now)
+        elif step.queued and step.status in ("scheduled", "running"):
+            ops += requeue(step, now)
+    return ops
+
+
 # -- timers and events --------------------------------------------------------------------
 
 
@@ -224,11 +280,10 @@ def fire_timer(step: StepRow, now: float) -> list[Op] | None:
 def wait_event(step: StepRow, timeout: float | None, now: float) -> list[Op]:
     """A new event step, with a durable timer for its timeout."""
     step.status = "scheduled"
-    ops: list[Op] = [_put(step)]
-    if timeout is not None:
-        step.wake_at = now + timeout
-        ops.append(SetTimer(step.key, "event_timeout", step.wake_at))
-    return ops
+    if timeout is None:
+        return [_put(step)]
+    step.wake_at = now + timeout
+    return [_put(step), SetTimer(step.key, "event_timeout", step.wake_at)]
 
 
 def consume_event(step: StepRow, event_id: int, payload: str | None, now: float) -> list[Op]:

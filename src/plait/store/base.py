@@ -10,14 +10,14 @@ worker that took the run over.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
 from plait.notify import Notifier
 from plait.records import Run, Step, StepAttempt
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True, slots=True)
 class NewRun:
     id: str
     workflow: str
@@ -59,6 +59,9 @@ class RunRow:
 
 @dataclasses.dataclass
 class StepRow:
+    """A step as the runtime sees it (JSON columns still encoded). Mutable: the state
+    machine (``runtime.steps``) changes it in place and records each change as ops."""
+
     run_id: str
     key: str
     seq: int
@@ -83,6 +86,13 @@ class StepRow:
     created_at: float
     updated_at: float
 
+    def copy(self) -> StepRow:
+        """The row as it is now: an op keeps its own copy, so a later change to the step
+        never alters what an earlier op writes."""
+        new = object.__new__(StepRow)
+        new.__dict__.update(self.__dict__)
+        return new
+
 
 @dataclasses.dataclass
 class EventRow:
@@ -102,16 +112,28 @@ class PassSnapshot:
 
 
 # -- the writes of a pass ------------------------------------------------------------------
+#
+# Ops are frozen values. The ones that carry a step row carry a copy taken when the op was
+# made, so what an op writes is fixed at that moment.
+
+_OP = dataclasses.dataclass(frozen=True, slots=True)
 
 
-@dataclasses.dataclass
+def _own_copy(op: Any) -> None:
+    object.__setattr__(op, "step", op.step.copy())
+
+
+@_OP
 class PutStep:
     """Insert the step, or update every mutable column of an existing one."""
 
     step: StepRow
 
+    def __post_init__(self) -> None:
+        _own_copy(self)
 
-@dataclasses.dataclass
+
+@_OP
 class StartAttempt:
     """Record attempt ``attempt`` of a step as running (step row included)."""
 
@@ -119,8 +141,11 @@ class StartAttempt:
     attempt: int
     worker: str | None = None
 
+    def __post_init__(self) -> None:
+        _own_copy(self)
 
-@dataclasses.dataclass
+
+@_OP
 class FinishAttempt:
     """Close an attempt and write the step's new state in the same transaction."""
 
@@ -130,51 +155,66 @@ class FinishAttempt:
     output: str | None = None
     error: str | None = None
 
+    def __post_init__(self) -> None:
+        _own_copy(self)
 
-@dataclasses.dataclass
+
+@_OP
 class SetTimer:
     key: str
     purpose: str
     wake_at: float
 
 
-@dataclasses.dataclass
+@_OP
 class ClearTimer:
     key: str
 
 
-@dataclasses.dataclass
+@_OP
 class EnqueueJob:
     key: str
     function: str
     available_at: float
 
 
-@dataclasses.dataclass
+@_OP
 class ConsumeEvent:
     event_id: int
     key: str
 
 
-@dataclasses.dataclass
+@_OP
 class CreateChildRun:
     run: NewRun
 
 
-@dataclasses.dataclass
+@_OP
 class SetState:
     name: str
     value: str | None
 
 
-@dataclasses.dataclass
-class EndRun:
-    """Move the run to ``status``; only from ``running`` (the terminal guard). A terminal
-    end also settles the parent's waiting step and wakes the parent."""
+@_OP
+class StepEnd:
+    """How the parent's step of a child run ends when the child ends (decided by
+    ``runtime.steps.child_step_end``): ``status`` is ``succeeded`` or ``failed``."""
 
     status: str
     output: str | None = None
     error: str | None = None
+
+
+@_OP
+class EndRun:
+    """Move the run to ``status``; only from ``running`` (the terminal guard). A terminal
+    end of a child run also ends the parent's waiting step as ``parent`` says (only if
+    that step still waits for this child) and wakes the parent."""
+
+    status: str
+    output: str | None = None
+    error: str | None = None
+    parent: StepEnd | None = None
 
 
 Op = (
@@ -202,12 +242,15 @@ class Batch:
     release: int | None = None
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class StepJob:
+    """A claimed delivery of a queued step, with the step's row as the claim read it."""
+
     run_id: str
     step_key: str
     function: str
     deliveries: int
+    step: StepRow | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,29 +268,11 @@ class RunFilter:
     limit: int = 50
     offset: int = 0
 
-    @classmethod
-    def of(cls, where: RunFilter | None, **fields: Any) -> RunFilter:
-        """The filter of a ``list_runs`` call: the RunFilter it was given, or one made of
-        its keywords (not both: a keyword beside a RunFilter would be silently lost)."""
-        if where is None:
-            return cls(**fields)
-        given = [name for name, value in fields.items() if value != _NO_FILTER_FIELDS[name]]
-        if given:
-            raise TypeError(f"list_runs got a RunFilter and keywords: {', '.join(given)}")
-        return where
-
-
-_NO_FILTER_FIELDS = {field.name: field.default for field in dataclasses.fields(RunFilter)}
-
 
 @dataclasses.dataclass(frozen=True)
 class Lease:
     """A lease as read by ``Store.leases_of``: expiring it needs the exact values read,
-    so a lease its holder renewed since then is left alone.
-
-    It unpacks and indexes like the tuple ``(kind, run_id, step_key, owner, until)`` that
-    stores returned before, so callers written against that keep working.
-    """
+    so a lease its holder renewed since then is left alone."""
 
     kind: Literal["run", "job"]
     run_id: str
@@ -255,23 +280,6 @@ class Lease:
     step_key: str
     owner: str
     until: float
-
-    def _values(self) -> tuple[str, str, str, str, float]:
-        return (self.kind, self.run_id, self.step_key, self.owner, self.until)
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._values())
-
-    def __len__(self) -> int:
-        return 5
-
-    def __getitem__(self, index: int) -> Any:
-        return self._values()[index]
-
-    @classmethod
-    def of(cls, lease: Lease | Sequence[Any]) -> Lease:
-        """A lease from a Lease or from its tuple form."""
-        return lease if isinstance(lease, Lease) else cls(*lease)
 
 
 class Store(Protocol):
@@ -289,20 +297,10 @@ class Store(Protocol):
     # runs and their records
     async def create_run(self, new: NewRun) -> tuple[Run, bool]: ...
     async def get_run(self, run_id: str) -> Run | None: ...
-    async def list_runs(
-        self,
-        where: RunFilter | None = None,
-        /,
-        *,
-        workflow: str | None = None,
-        status: str | None = None,
-        version: str | None = None,
-        owner: str | None = None,
-        parent_run_id: str | None = None,
-        visible_to: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> tuple[list[Run], int]: ...
+    async def list_runs(self, where: RunFilter) -> tuple[list[Run], int]:
+        """The page of runs ``where`` asks for, newest first, and how many match."""
+        ...
+
     async def get_steps(self, run_id: str) -> list[Step]: ...
     async def get_history(self, run_id: str) -> list[StepAttempt]: ...
     async def get_children(self, run_id: str) -> list[Run]: ...
@@ -315,25 +313,52 @@ class Store(Protocol):
     async def release_run(self, run_id: str, owner: str, wakeups_seen: int) -> bool: ...
     async def renew_leases(self, owner: str, lease_seconds: float) -> set[str]: ...
     async def leases_of(self, worker_id: str, owner: str) -> list[Lease]: ...
-    async def expire_leases(self, leases: Sequence[Lease | tuple[Any, ...]]) -> int: ...
+    async def expire_leases(self, leases: Sequence[Lease]) -> int: ...
     async def sweep_idle(self, base: float = 30.0, cap: float = 600.0, limit: int = 100) -> int: ...
     async def next_due(self, functions: Sequence[str] | None = None) -> float | None: ...
 
     # queued steps
     async def claim_step_jobs(
         self, owner: str, lease_seconds: float, limit: int, functions: Sequence[str]
-    ) -> list[StepJob]: ...
-    async def begin_queued_step(
-        self, job: StepJob, owner: str, lease_seconds: float
-    ) -> StepRow | None: ...
-    async def finish_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool: ...
+    ) -> list[StepJob]:
+        """Lease up to ``limit`` due jobs of ``functions`` whose run is running; each
+        comes with its step's row as read in the same statement."""
+        ...
+
+    async def begin_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:
+        """Write the start of a queued attempt (``ops``) if ``owner`` still holds the job
+        and the run is running. A suspended run's job is released for its resume; the
+        job of a run that ended (or is gone) is deleted. False when nothing was written."""
+        ...
+
+    async def finish_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:
+        """If ``owner`` still holds the job: delete it, write ``ops`` and wake the run."""
+        ...
+
+    async def repair_job(self, job: StepJob, function: str) -> None:
+        """Put a job that names the wrong function back on the queue under ``function``."""
+        ...
+
     async def drop_job(self, job: StepJob) -> None: ...
 
     # actions from outside a pass
     async def wake(self, run_id: str, at: float | None = None) -> None: ...
-    async def cancel_run(self, run_id: str, reason: str | None) -> list[str]: ...
-    async def resume_run(self, run_id: str) -> Run: ...
-    async def retry_run(self, run_id: str) -> Run: ...
+    async def cancel_run(self, run_id: str, error: str, parent: StepEnd) -> list[str]:
+        """End a running or suspended run ``cancelled`` with ``error``, and its running or
+        suspended descendants with it; each ended run's waiting parent step ends as
+        ``parent`` says. Returns every run that moved. ``RunNotFoundError`` /
+        ``RunStateError`` when the run is missing or not running or suspended."""
+        ...
+
+    async def reopen_run(
+        self, run_id: str, from_status: str, wakeups_seen: int, ops: Sequence[Op]
+    ) -> Run | None:
+        """A suspended or failed run goes on (``resume``, ``retry``): write ``ops`` (the
+        steps the caller reopened) and make the run ``running`` and due now, if it is
+        still ``from_status`` with ``wakeups_seen`` wake-ups. None when it changed since
+        the caller read it; ``RunNotFoundError`` / ``RunStateError`` as for cancel."""
+        ...
+
     async def send_event(self, run_id: str, name: str, payload: str | None) -> None: ...
 
     # workflow versions and run-time graphs

@@ -5,6 +5,6 @@ readers), ``apply`` the row changes of a write transaction, ``store`` the ``SQLi
 methods; every statement is a named query in ``sql/sqlite/queries.sql``.
 """
 
-from plait.store.sqlite.store import MAX_INTERRUPTIONS, SCHEMA_VERSION, SQLiteStore
+from plait.store.sqlite.store import SCHEMA_VERSION, SQLiteStore
 
-__all__ = ["MAX_INTERRUPTIONS", "SCHEMA_VERSION", "SQLiteStore"]
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
-from plait import serde
 from plait.errors import LeaseLostError, RunNotFoundError, RunStateError
 from plait.records import Run
 from plait.store import convert
@@ -29,6 +28,7 @@ from plait.store.base import (
     SetState,
     SetTimer,
     StartAttempt,
+    StepEnd,
     StepRow,
 )
 from plait.store.sqlite.writer import SQL
@@ -37,7 +37,6 @@ _UPSERT_STEP = SQL["upsert_step"]
 _START_STEP = SQL["start_step"]
 _ARCHIVE_ATTEMPT = SQL["archive_attempt"]
 _FINISH_STEP = SQL["finish_step"]
-_CLOSE_ATTEMPT = SQL["close_attempt"]
 _SET_TIMER = SQL["set_timer"]
 _CLEAR_TIMER = SQL["clear_timer"]
 _ENQUEUE_JOB = SQL["enqueue_job"]
@@ -73,7 +72,7 @@ def apply_ops(conn: sqlite3.Connection, run_id: str, ops: Iterable[Op], now: flo
         elif isinstance(op, SetState):
             conn.execute(_SET_STATE, (run_id, op.name, op.value))
         elif isinstance(op, EndRun):
-            end_run(conn, run_id, op.status, op.output, op.error, now)
+            end_run(conn, run_id, op, now)
         else:  # pragma: no cover - a new op without a store implementation
             raise TypeError(f"unknown store operation {op!r}")
 
@@ -133,22 +132,6 @@ def release(conn: sqlite3.Connection, run_id: str, owner: str, seen: int, now: f
     return row is not None and row[0] is not None and row[0] <= now
 
 
-def requeue(conn: sqlite3.Connection, run_id: str, now: float) -> None:
-    """Give queued steps of a run that goes on again the jobs they lost when it stopped
-    (a failed run's jobs are deleted; a worker's result for a gone job is dropped)."""
-    orphans = conn.execute(SQL["orphaned_steps"], (run_id,)).fetchall()
-    for row in orphans:
-        step = convert.step_row(row)
-        if step.status == "running":
-            close_attempt(conn, step, "interrupted", None, now)
-            step.status, step.updated_at = "scheduled", now
-            conn.execute(_UPSERT_STEP, convert.step_params(step))
-        conn.execute(
-            SQL["requeue_job"],
-            (run_id, step.key, step.function, max(now, step.wake_at or now), now),
-        )
-
-
 def delete_job(conn: sqlite3.Connection, run_id: str, key: str) -> None:
     conn.execute(SQL["delete_job"], (run_id, key))
 
@@ -192,43 +175,34 @@ def finish_attempt(
         conn.execute(_UPSERT_STEP, convert.step_params(s))
 
 
-def close_attempt(
-    conn: sqlite3.Connection, step: StepRow, status: str, error: str | None, now: float
-) -> None:
-    """End the attempt on the step row. A succeeded attempt's output is the step's own
-    output, so only the status, error and end time are stored for it."""
-    conn.execute(_CLOSE_ATTEMPT, (status, error, now, step.run_id, step.key))
-
-
 def end_run(
     conn: sqlite3.Connection,
     run_id: str,
-    status: str,
-    output: str | None,
-    error: str | None,
+    end: EndRun,
     now: float,
     *,
     from_suspended: bool = False,
 ) -> list[str]:
     """Move a running run (or, with ``from_suspended``, a suspended one too) to
-    ``status``; returns every run that moved (a cancel cascades to children). A terminal
-    end settles the parent's step."""
+    ``end.status``; returns every run that moved (a cancel cascades to children, each
+    ended the same way). A terminal end settles the parent's step as ``end.parent`` says."""
     query = SQL["end_live_run"] if from_suspended else SQL["end_run"]
-    row = conn.execute(query, (status, output, error, now, run_id)).fetchone()
+    row = conn.execute(query, (end.status, end.output, end.error, now, run_id)).fetchone()
     if row is None:
         return []
     moved = [run_id]
-    if status == "suspended":
+    if end.status == "suspended":
         return moved
     conn.execute(SQL["delete_run_timers"], (run_id,))
     conn.execute(SQL["delete_run_jobs"], (run_id,))
-    if status == "cancelled":
+    if end.status == "cancelled":
+        cascade = EndRun(end.status, None, end.error, end.parent)
         children = conn.execute(SQL["live_children"], (run_id,)).fetchall()
         for (child,) in children:
-            moved += end_run(conn, child, status, None, error, now, from_suspended=True)
+            moved += end_run(conn, child, cascade, now, from_suspended=True)
     parent_id, parent_key = row
-    if parent_id and parent_key:
-        settle_parent_step(conn, parent_id, parent_key, run_id, status, output, error, now)
+    if parent_id and parent_key and end.parent is not None:
+        settle_parent_step(conn, parent_id, parent_key, run_id, end.parent, now)
     return moved
 
 
@@ -237,52 +211,40 @@ def settle_parent_step(
     parent_id: str,
     key: str,
     child_id: str,
-    status: str,
-    output: str | None,
-    error: str | None,
+    settled: StepEnd,
     now: float,
 ) -> None:
-    """The parent's step that waits for a child run takes the child's end as its outcome,
-    and the parent is woken to go on."""
-    row = conn.execute(SQL["select_step"], (parent_id, key)).fetchone()
-    if row is None:
-        return
-    step = convert.step_row(row)
-    if step.child_run_id != child_id or step.status != "running":
-        return
-    if status == "completed":
-        step.status, step.output, step.error = "succeeded", output, None
-        outcome = "succeeded"
-    else:
-        child_error = serde.loads(error) or {}
-        message = child_error.get("message", status)
-        step.status, step.output = "failed", None
-        step.failures += 1
-        step.error = serde.dumps(
-            {
-                "message": f"child run {child_id} {status}: {message}",
-                "type": "ChildRunError",
-                "code": child_error.get("code") or "CHILD_FAILED",
-                "child_run_id": child_id,
-            }
-        )
-        outcome = "failed"
-    step.updated_at = now
-    conn.execute(_UPSERT_STEP, convert.step_params(step))
-    close_attempt(conn, step, outcome, step.error, now)
-    wake(conn, parent_id, now, now)
+    """The parent's step that waits for a child run ends as the runtime decided, and the
+    parent is woken to go on."""
+    failed = settled.status == "failed"
+    cur = conn.execute(
+        SQL["settle_parent_step"],
+        (
+            settled.status,
+            settled.output,
+            settled.error,
+            1 if failed else 0,
+            now,
+            settled.status,
+            settled.error if failed else None,
+            now,
+            parent_id,
+            key,
+            child_id,
+        ),
+    )
+    if cur.rowcount:
+        wake(conn, parent_id, now, now)
 
 
 __all__ = [
     "apply_ops",
-    "close_attempt",
     "delete_job",
     "end_run",
     "finish_attempt",
     "insert_run",
     "load_run",
     "release",
-    "requeue",
     "require_status",
     "settle_parent_step",
     "start_attempt",

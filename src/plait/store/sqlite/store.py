@@ -15,33 +15,28 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from plait import serde
 from plait.errors import (
-    STEP_INTERRUPTED,
-    WORKFLOW_CANCELLED,
     LeaseLostError,
-    StepFunctionMismatchError,
 )
 from plait.notify import Notifier
 from plait.records import Run, Step, StepAttempt
 from plait.store import convert
 from plait.store.base import (
     Batch,
+    EndRun,
     EventRow,
     Lease,
     NewRun,
     Op,
     PassSnapshot,
     RunFilter,
+    StepEnd,
     StepJob,
-    StepRow,
 )
 from plait.store.migrations import migrations
 from plait.store.sqlite import apply
 from plait.store.sqlite.writer import SQL, Connections
 
-#: queued attempts cut short by dying workers before the step is failed (as in passes)
-MAX_INTERRUPTIONS = 10
 #: the most children get_children returns (the newest ones)
 MAX_CHILDREN = 10_000
 _MIGRATIONS = migrations("sqlite")
@@ -50,8 +45,8 @@ SCHEMA_VERSION = _MIGRATIONS.latest
 
 _SELECT_RUN = SQL["select_run"]
 _RUN_LEASE_OWNER = SQL["run_lease_owner"]
-_UPSERT_STEP = SQL["upsert_step"]
 _JOB_HELD = SQL["job_held"]
+_SELECT_STEP = SQL["select_step"]
 
 
 def _now() -> float:
@@ -139,31 +134,7 @@ class SQLiteStore:
 
         return await self._read_here(go)
 
-    async def list_runs(
-        self,
-        where: RunFilter | None = None,
-        /,
-        *,
-        workflow: str | None = None,
-        status: str | None = None,
-        version: str | None = None,
-        owner: str | None = None,
-        parent_run_id: str | None = None,
-        visible_to: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> tuple[list[Run], int]:
-        where = RunFilter.of(
-            where,
-            workflow=workflow,
-            status=status,
-            version=version,
-            owner=owner,
-            parent_run_id=parent_run_id,
-            visible_to=visible_to,
-            limit=limit,
-            offset=offset,
-        )
+    async def list_runs(self, where: RunFilter) -> tuple[list[Run], int]:
         # the filter's fields are the statements' named parameters
         params = vars(where)
 
@@ -273,10 +244,10 @@ class SQLiteStore:
 
         return await self._read(go)
 
-    async def expire_leases(self, leases: Sequence[Lease | tuple[Any, ...]]) -> int:
+    async def expire_leases(self, leases: Sequence[Lease]) -> int:
         """Expire the given leases if nobody renewed them since they were read: their
         holder is dead, so its runs and steps are taken over now instead of at expiry."""
-        given = [Lease.of(lease) for lease in leases]
+        given = list(leases)
 
         def go(conn: sqlite3.Connection) -> int:
             done = 0
@@ -330,17 +301,35 @@ class SQLiteStore:
             rows = conn.execute(
                 SQL["claim_step_jobs"], (owner, now + lease_seconds, now, now, names, limit)
             ).fetchall()
-            return [StepJob(*r) for r in rows]
+            jobs = []
+            for run_id, key, function, deliveries in rows:
+                step = conn.execute(_SELECT_STEP, (run_id, key)).fetchone()
+                jobs.append(
+                    StepJob(
+                        run_id, key, function, deliveries, convert.step_row(step) if step else None
+                    )
+                )
+            return jobs
 
         return await self._write(go)
 
-    async def begin_queued_step(
-        self, job: StepJob, owner: str, lease_seconds: float
-    ) -> StepRow | None:
-        result = await self._write(lambda conn: _begin_queued_step(conn, job, owner))
-        if isinstance(result, StepFunctionMismatchError):
-            raise result
-        return result
+    async def begin_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:
+        def go(conn: sqlite3.Connection) -> bool:
+            held = conn.execute(_JOB_HELD, (job.run_id, job.step_key, owner)).fetchone()
+            if held is None:
+                return False
+            status = conn.execute(SQL["run_status"], (job.run_id,)).fetchone()
+            if status is not None and status[0] == "suspended":
+                # keep the job for when the run is resumed; claims skip suspended runs
+                conn.execute(SQL["unlease_job"], (job.run_id, job.step_key))
+                return False
+            if status is None or status[0] != "running":
+                apply.delete_job(conn, job.run_id, job.step_key)
+                return False
+            apply.apply_ops(conn, job.run_id, ops, _now())
+            return True
+
+        return await self._write(go)
 
     async def finish_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:
         def go(conn: sqlite3.Connection) -> bool:
@@ -355,6 +344,11 @@ class SQLiteStore:
 
         return await self._write(go)
 
+    async def repair_job(self, job: StepJob, function: str) -> None:
+        await self._write(
+            lambda conn: conn.execute(SQL["repoint_job"], (function, job.run_id, job.step_key))
+        )
+
     async def drop_job(self, job: StepJob) -> None:
         await self._write(lambda conn: apply.delete_job(conn, job.run_id, job.step_key))
 
@@ -366,45 +360,27 @@ class SQLiteStore:
 
         await self._write(go)
 
-    async def cancel_run(self, run_id: str, reason: str | None) -> list[str]:
+    async def cancel_run(self, run_id: str, error: str, parent: StepEnd) -> list[str]:
+        end = EndRun("cancelled", None, error, parent)
+
         def go(conn: sqlite3.Connection) -> list[str]:
             apply.require_status(conn, run_id, ("running", "suspended"), "cancel")
-            error = serde.dumps(
-                {"message": reason or "cancelled", "type": "Cancel", "code": WORKFLOW_CANCELLED}
-            )
-            return apply.end_run(
-                conn, run_id, "cancelled", None, error, _now(), from_suspended=True
-            )
+            return apply.end_run(conn, run_id, end, _now(), from_suspended=True)
 
         return await self._write(go)
 
-    async def resume_run(self, run_id: str) -> Run:
-        def go(conn: sqlite3.Connection) -> Run:
-            now = _now()
-            apply.require_status(conn, run_id, ("suspended",), "resume")
-            opened = conn.execute(SQL["suspended_steps"], (run_id,)).fetchall()
-            for r in opened:
-                step = convert.step_row(r)
-                output = serde.loads(step.input) or {}
-                output["resumed_at"] = now
-                step.status = "succeeded"
-                step.output = serde.dumps(output)
-                step.updated_at = now
-                conn.execute(_UPSERT_STEP, convert.step_params(step))
-                apply.close_attempt(conn, step, "succeeded", None, now)
-            apply.requeue(conn, run_id, now)
-            conn.execute(SQL["resume_run"], (now, now, run_id))
-            return apply.load_run(conn, run_id)
+    async def reopen_run(
+        self, run_id: str, from_status: str, wakeups_seen: int, ops: Sequence[Op]
+    ) -> Run | None:
+        action = "resume" if from_status == "suspended" else "retry"
 
-        return await self._write(go)
-
-    async def retry_run(self, run_id: str) -> Run:
-        def go(conn: sqlite3.Connection) -> Run:
+        def go(conn: sqlite3.Connection) -> Run | None:
             now = _now()
-            apply.require_status(conn, run_id, ("failed",), "retry")
-            conn.execute(SQL["reset_failed_steps"], (now, run_id))
-            apply.requeue(conn, run_id, now)
-            conn.execute(SQL["retry_run"], (now, now, run_id))
+            apply.require_status(conn, run_id, (from_status,), action)
+            cur = conn.execute(SQL["reopen_run"], (now, now, run_id, from_status, wakeups_seen))
+            if cur.rowcount == 0:
+                return None  # woken since it was read: the caller reads it again
+            apply.apply_ops(conn, run_id, ops, now)
             return apply.load_run(conn, run_id)
 
         return await self._write(go)
@@ -462,64 +438,6 @@ class SQLiteStore:
         return await self._read(go)
 
 
-def _begin_queued_step(
-    conn: sqlite3.Connection, job: StepJob, owner: str
-) -> StepRow | StepFunctionMismatchError | None:
-    """Start the next attempt of a queued step whose job ``owner`` holds, or say why not
-    (None: the job is gone, kept for a resume, or its step no longer waits for it)."""
-    now = _now()
-    held = conn.execute(_JOB_HELD, (job.run_id, job.step_key, owner)).fetchone()
-    if held is None:
-        return None
-    row = conn.execute(SQL["select_step"], (job.run_id, job.step_key)).fetchone()
-    status = conn.execute(SQL["run_status"], (job.run_id,)).fetchone()
-    step = convert.step_row(row) if row else None
-    if status is not None and status[0] == "suspended":
-        # keep the job for when the run is resumed; claims skip suspended runs
-        conn.execute(SQL["unlease_job"], (job.run_id, job.step_key))
-        return None
-    if step is None or status is None or status[0] != "running":
-        apply.delete_job(conn, job.run_id, job.step_key)
-        return None
-    if step.function != job.function:
-        # Rejected without running anything: the job goes back under the function the
-        # step was created with. Returning (not raising) keeps that repair committed.
-        conn.execute(SQL["repoint_job"], (step.function, job.run_id, job.step_key))
-        return StepFunctionMismatchError(
-            f"job for step {job.step_key!r} of run {job.run_id} names function "
-            f"{job.function!r}, but the step was created with {step.function!r}"
-        )
-    if step.status == "running":
-        # The previous holder's lease ran out while it ran this step: that attempt
-        # was interrupted and this delivery takes over with the next attempt.
-        apply.close_attempt(conn, step, "interrupted", None, now)
-        interrupted = step.attempts - step.failures
-        if interrupted >= MAX_INTERRUPTIONS:
-            # a body that kills its worker every time is given up, not retried forever
-            step.status, step.updated_at = "failed", now
-            step.error = serde.dumps(
-                {
-                    "message": f"step {step.key!r} was interrupted {interrupted} times "
-                    "(its worker died while running it each time)",
-                    "type": "StepInterrupted",
-                    "code": STEP_INTERRUPTED,
-                }
-            )
-            conn.execute(_UPSERT_STEP, convert.step_params(step))
-            apply.delete_job(conn, job.run_id, job.step_key)
-            apply.wake(conn, job.run_id, now, now)
-            return None
-    elif step.status != "scheduled":
-        apply.delete_job(conn, job.run_id, job.step_key)
-        return None
-    step.attempts += 1
-    step.status = "running"
-    step.wake_at = None
-    step.updated_at = now
-    apply.start_attempt(conn, step, step.attempts, owner, now)
-    return step
-
-
 def _statements(script: str) -> list[str]:
     """A migration script's statements: SQLite runs one per call. Comments are dropped
     first (a script's comments never hold a semicolon)."""
@@ -535,4 +453,4 @@ def _path_from_url(url: str) -> str:
     raise ValueError(f"not a sqlite URL: {url!r} (expected sqlite:///path/to/file.db)")
 
 
-__all__ = ["MAX_INTERRUPTIONS", "SCHEMA_VERSION", "SQLiteStore"]
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]

@@ -138,16 +138,6 @@ DELETE FROM plait_jobs WHERE run_id = ?
 -- name: live_children
 SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'suspended')
 
--- name: resume_run
-UPDATE plait_runs SET status = 'running', error = NULL, updated_at = ?, wake_at = ?,
-    wakeups = wakeups + 1
-WHERE id = ?
-
--- name: retry_run
-UPDATE plait_runs SET status = 'running', error = NULL, output = NULL, updated_at = ?,
-    wake_at = ?, wakeups = wakeups + 1
-WHERE id = ?
-
 -- name: insert_event
 INSERT INTO plait_events (run_id, name, payload, created_at) VALUES (?, ?, ?, ?)
 
@@ -175,16 +165,6 @@ SELECT run_id, key, attempts, attempt_status,
     attempt_started, attempt_finished
 FROM plait_steps WHERE run_id = ? AND attempt_status IS NOT NULL
 ORDER BY 7, 3
-
--- name: suspended_steps
-SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
-    failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
-    queued, wake_at, created_at, updated_at
-FROM plait_steps WHERE run_id = ? AND kind = 'suspend' AND status = 'pending'
-
--- name: reset_failed_steps
-UPDATE plait_steps SET status = 'pending', failures = 0, wake_at = NULL, updated_at = ?
-WHERE run_id = ? AND status = 'failed'
 
 -- name: upsert_step
 -- Writing a step row again changes everything but its identity and first-reach order.
@@ -240,10 +220,6 @@ UPDATE plait_steps SET status = ?, output = ?, error = ?, attempts = ?, failures
     attempt_finished = CASE WHEN attempt_status IS NULL THEN NULL ELSE ? END
 WHERE run_id = ? AND key = ?
 
--- name: close_attempt
-UPDATE plait_steps SET attempt_status = ?, attempt_error = ?, attempt_finished = ?
-WHERE run_id = ? AND key = ? AND attempt_status IS NOT NULL
-
 -- == timers, jobs, events, state =============================================================
 
 -- name: set_timer
@@ -259,22 +235,6 @@ INSERT INTO plait_jobs (run_id, step_key, function, available_at, created_at)
 VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (run_id, step_key) DO UPDATE SET function = excluded.function,
     available_at = excluded.available_at, lease_owner = NULL, lease_until = NULL
-
--- name: requeue_job
--- A job a queued step lost when its run stopped; one still there is left as it is.
-INSERT INTO plait_jobs (run_id, step_key, function, available_at, created_at)
-VALUES (?, ?, ?, ?, ?)
-ON CONFLICT (run_id, step_key) DO NOTHING
-
--- name: orphaned_steps
--- Queued steps of a run whose jobs are gone (deleted when the run failed or was cancelled).
-SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
-    failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
-    queued, wake_at, created_at, updated_at
-FROM plait_steps s
-WHERE s.run_id = ? AND s.queued = 1 AND s.status IN ('scheduled', 'running')
-    AND NOT EXISTS (SELECT 1 FROM plait_jobs j
-                    WHERE j.run_id = s.run_id AND j.step_key = s.key)
 
 -- name: consume_event
 UPDATE plait_events SET consumed_by = ? WHERE id = ? AND consumed_by IS NULL
@@ -431,3 +391,19 @@ WHERE (:workflow IS NULL OR workflow = :workflow)
     AND (:version IS NULL OR version = :version)
     AND (:status IS NULL OR status = :status)
 ORDER BY updated_at DESC, version
+
+-- name: reopen_run
+-- A suspended or failed run goes on, if nothing changed it since the caller read it.
+UPDATE plait_runs SET status = 'running', error = NULL, output = NULL, updated_at = ?,
+    wake_at = ?, wakeups = wakeups + 1
+WHERE id = ? AND status = ? AND wakeups = ?
+
+-- name: settle_parent_step
+-- A child run ended: the parent's step that waits for it takes the end the runtime
+-- decided (status, output, error), and its attempt on the row ends with it.
+UPDATE plait_steps SET status = ?, output = ?, error = ?, failures = failures + ?,
+    updated_at = ?,
+    attempt_status = CASE WHEN attempt_status IS NULL THEN NULL ELSE ? END,
+    attempt_error = CASE WHEN attempt_status IS NULL THEN NULL ELSE ? END,
+    attempt_finished = CASE WHEN attempt_status IS NULL THEN NULL ELSE ? END
+WHERE run_id = ? AND key = ? AND child_run_id = ? AND status = 'running'

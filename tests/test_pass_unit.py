@@ -1,0 +1,183 @@
+"""A pass tested on its own: a snapshot in, batches of ops out, no database anywhere.
+
+The runtime gets everything through its ``Host``; here the host is a list that keeps
+every batch the pass commits.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import plait
+from plait import ids, serde
+from plait.catalog import Catalog
+from plait.runtime.orchestrator import execute_pass
+from plait.store.base import (
+    Batch,
+    ClearTimer,
+    EndRun,
+    FinishAttempt,
+    PassSnapshot,
+    PutStep,
+    RunRow,
+    SetTimer,
+    StartAttempt,
+    StepRow,
+)
+
+
+class ListHost:
+    """A host whose commits land in a list."""
+
+    def __init__(self, app: plait.App) -> None:
+        self.catalog = Catalog(app, store=None)  # type: ignore[arg-type]
+        self.batches: list[Batch] = []
+        self.stopping = False
+
+    def cancelling(self, run_id: str) -> bool:
+        return False
+
+    async def commit(self, batch: Batch) -> bool:
+        self.batches.append(batch)
+        return False
+
+    async def read_state(self, run_id: str) -> dict[str, Any]:
+        return {}
+
+    @property
+    def ops(self) -> list[Any]:
+        return [op for b in self.batches for op in b.ops]
+
+
+def snapshot(workflow: str, data: Any, steps: list[StepRow] = ()) -> PassSnapshot:
+    now = time.time()
+    run = RunRow(
+        id="run-1",
+        workflow=workflow,
+        kind="workflow",
+        version=None,
+        status="running",
+        input=serde.dumps(data),
+        output=None,
+        error=None,
+        parent_run_id=None,
+        parent_step_key=None,
+        owner=None,
+        start_node=None,
+        created_at=now,
+        updated_at=now,
+        wake_at=None,
+        wakeups=3,
+        lease_owner="me",
+        lease_until=now + 10,
+    )
+    return PassSnapshot(run, {s.key: s for s in steps}, [], {})
+
+
+def recorded(key: str, seq: int, kind: str, function: str | None, **values: Any) -> StepRow:
+    row = dict(
+        run_id="run-1",
+        key=key,
+        seq=seq,
+        name=key,
+        kind=kind,
+        function=function,
+        status="succeeded",
+        input=None,
+        output=None,
+        error=None,
+        attempts=1,
+        failures=0,
+        retries=0,
+        retry_delay=None,
+        timeout=None,
+        invocation_id=ids.invocation_id("run-1", key),
+        child_run_id=None,
+        branch=None,
+        from_key=None,
+        queued=False,
+        wake_at=None,
+        created_at=0.0,
+        updated_at=0.0,
+    )
+    row.update(values)
+    return StepRow(**row)
+
+
+def make_app(ran: list[Any]) -> plait.App:
+    app = plait.App()
+
+    @app.function(retries=0)
+    def add(data: dict[str, int]) -> int:
+        ran.append(data)
+        return data["a"] + data["b"]
+
+    @app.workflow
+    async def nap(wf: plait.Workflow, data: dict[str, int]) -> dict[str, int]:
+        total = await wf.do("add", add, data)
+        await wf.sleep("nap", 60)
+        return {"total": total}
+
+    return app
+
+
+async def test_a_first_pass_commits_the_attempt_before_the_body_and_pauses_on_the_timer() -> None:
+    ran: list[Any] = []
+    host = ListHost(make_app(ran))
+    result = await execute_pass(host, snapshot("nap", {"a": 1, "b": 2}), "me")
+
+    assert result.status == "running" and ran == [{"a": 1, "b": 2}]
+    first, last = host.batches
+    # the attempt's start is committed on its own, before the body ran
+    assert [type(op) for op in first.ops] == [StartAttempt]
+    assert first.fence == "me" and first.release is None
+    # the result, the sleep and the release of the lease share the last commit
+    assert last.release == 3
+    finish, put, timer = last.ops
+    assert isinstance(finish, FinishAttempt) and finish.status == "succeeded"
+    assert finish.output == "3"
+    assert isinstance(put, PutStep) and put.step.key == "nap" and put.step.status == "scheduled"
+    assert isinstance(timer, SetTimer) and timer.purpose == "sleep"
+    assert timer.wake_at >= time.time() + 59
+
+
+async def test_a_replay_runs_no_recorded_step_and_completes_once_the_timer_fired() -> None:
+    ran: list[Any] = []
+    host = ListHost(make_app(ran))
+    steps = [
+        recorded("add", 0, "do", "add", output="3", input=serde.dumps({"a": 1, "b": 2})),
+        recorded("nap", 1, "sleep", None, status="scheduled", wake_at=time.time() - 1),
+    ]
+    result = await execute_pass(host, snapshot("nap", {"a": 1, "b": 2}, steps), "me")
+
+    assert ran == []
+    assert result.status == "completed"
+    put, clear, end = host.ops
+    assert isinstance(put, PutStep) and put.step.status == "succeeded"
+    assert isinstance(clear, ClearTimer) and clear.key == "nap"
+    assert isinstance(end, EndRun) and serde.loads(end.output) == {"total": 3}
+
+
+async def test_a_recorded_step_of_another_function_is_a_version_conflict() -> None:
+    ran: list[Any] = []
+    host = ListHost(make_app(ran))
+    steps = [recorded("add", 0, "do", "multiply", output="3")]
+    result = await execute_pass(host, snapshot("nap", {"a": 1, "b": 2}, steps), "me")
+
+    assert ran == [] and result.status == "failed"
+    (end,) = host.ops
+    assert isinstance(end, EndRun)
+    error = serde.loads(end.error)
+    assert error["code"] == "VERSION_CONFLICT" and "'add'" in error["message"]
+
+
+async def test_an_op_keeps_the_row_as_it_was_when_the_op_was_made() -> None:
+    """A later change to a step must not alter what an earlier op writes."""
+    ran: list[Any] = []
+    host = ListHost(make_app(ran))
+    await execute_pass(host, snapshot("nap", {"a": 1, "b": 2}), "me")
+    (start,) = host.batches[0].ops
+    assert start.step.status == "running" and start.step.output is None
+    finish = host.batches[1].ops[0]
+    assert finish.step.status == "succeeded" and finish.step.output == "3"
