@@ -1,4 +1,4 @@
-"""Stores: where runs live. ``open_store`` picks one from a database URL."""
+"""Stores: where runs live. ``make_store`` picks one from a database URL."""
 
 from __future__ import annotations
 
