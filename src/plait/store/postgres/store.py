@@ -2,11 +2,13 @@
 
 Every store method is one SQL statement, so one round trip and one short transaction:
 state changes that touch several rows (a pass's batch of writes, ending a run with its
-cascade, resuming, retrying, sending an event, taking a queued step) are PL/pgSQL
+cascade, reopening a run, sending an event, starting a queued attempt) are PL/pgSQL
 functions installed by the migrations (``sql/postgres/migrations/``); the statements
 themselves are named queries in ``sql/postgres/queries.sql``. No transaction stays open on
 the client side, so none is ever held across user code or left behind by a dropped
-connection.
+connection. The functions decide nothing: a step's new status and every error record come
+in as ops and ``StepEnd`` values from the runtime, so each rule is written once, in Python,
+for every store.
 
 Claims skip the rows other workers have locked (``SKIP LOCKED``): many workers poll the
 same queue without queueing behind each other's row locks. A batch of a
@@ -32,14 +34,7 @@ from typing import Any
 
 import asyncpg
 
-from plait import serde
-from plait.errors import (
-    WORKFLOW_CANCELLED,
-    LeaseLostError,
-    RunNotFoundError,
-    RunStateError,
-    StepFunctionMismatchError,
-)
+from plait.errors import LeaseLostError, RunNotFoundError, RunStateError
 from plait.notify import Notifier
 from plait.records import Run, Step, StepAttempt
 from plait.store import convert, queries
@@ -62,6 +57,7 @@ from plait.store.base import (
     SetState,
     SetTimer,
     StartAttempt,
+    StepEnd,
     StepJob,
     StepRow,
 )
@@ -87,7 +83,8 @@ _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,56}\Z")
 _LEASE_LOST = "PLT01"
 _RUN_NOT_FOUND = "PLT02"
 _RUN_STATE = "PLT03"
-_FUNCTION_MISMATCH = "PLT04"
+#: what reopen_run does, by the status it reopens from, for RunStateError
+_REOPEN_ACTIONS = {"suspended": "resume", "failed": "retry"}
 
 _RUN_FIELDS = len(dataclasses.fields(RunRow))
 _STEP_FIELDS = len(dataclasses.fields(StepRow))
@@ -121,13 +118,17 @@ def _new_run_value(n: NewRun) -> tuple[Any, ...]:
     )
 
 
+def _step_end_value(end: StepEnd | None) -> tuple[Any, ...] | None:
+    return None if end is None else (end.status, end.output, end.error)
+
+
 def _op_value(op: Op) -> tuple[Any, ...]:
     """An op as the schema's ``op`` type: (kind, step, attempt, worker, status, output,
-    error, key, purpose, at, function, event_id, run, name)."""
+    error, key, purpose, at, function, event_id, run, name, parent)."""
     if isinstance(op, PutStep):
-        return ("put_step", _step_value(op.step), *(None,) * 12)
+        return ("put_step", _step_value(op.step), *(None,) * 13)
     if isinstance(op, StartAttempt):
-        return ("start_attempt", _step_value(op.step), op.attempt, op.worker, *(None,) * 10)
+        return ("start_attempt", _step_value(op.step), op.attempt, op.worker, *(None,) * 11)
     if isinstance(op, FinishAttempt):
         return (
             "finish_attempt",
@@ -137,12 +138,12 @@ def _op_value(op: Op) -> tuple[Any, ...]:
             op.status,
             op.output,
             op.error,
-            *(None,) * 7,
+            *(None,) * 8,
         )
     if isinstance(op, SetTimer):
-        return ("set_timer", *(None,) * 6, op.key, op.purpose, op.wake_at, *(None,) * 4)
+        return ("set_timer", *(None,) * 6, op.key, op.purpose, op.wake_at, *(None,) * 5)
     if isinstance(op, ClearTimer):
-        return ("clear_timer", *(None,) * 6, op.key, *(None,) * 6)
+        return ("clear_timer", *(None,) * 6, op.key, *(None,) * 7)
     if isinstance(op, EnqueueJob):
         return (
             "enqueue_job",
@@ -151,19 +152,27 @@ def _op_value(op: Op) -> tuple[Any, ...]:
             None,
             op.available_at,
             op.function,
-            None,
-            None,
-            None,
+            *(None,) * 4,
         )
     if isinstance(op, ConsumeEvent):
-        return ("consume_event", *(None,) * 6, op.key, *(None,) * 3, op.event_id, None, None)
+        return ("consume_event", *(None,) * 6, op.key, *(None,) * 3, op.event_id, *(None,) * 3)
     if isinstance(op, CreateChildRun):
-        return ("create_child_run", *(None,) * 11, _new_run_value(op.run), None)
+        return ("create_child_run", *(None,) * 11, _new_run_value(op.run), None, None)
     if isinstance(op, SetState):
         # the value rides in the output column (both are jsonb)
-        return ("set_state", *(None,) * 4, op.value, *(None,) * 7, op.name)
+        return ("set_state", *(None,) * 4, op.value, *(None,) * 7, op.name, None)
     if isinstance(op, EndRun):
-        return ("end_run", None, None, None, op.status, op.output, op.error, *(None,) * 7)
+        return (
+            "end_run",
+            None,
+            None,
+            None,
+            op.status,
+            op.output,
+            op.error,
+            *(None,) * 7,
+            _step_end_value(op.parent),
+        )
     raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
 
 
@@ -332,31 +341,7 @@ class PostgresStore:
         rec = await self._call("fetchval", self._q["select_run"], run_id, read=True)
         return _run(rec) if rec is not None else None
 
-    async def list_runs(
-        self,
-        where: RunFilter | None = None,
-        /,
-        *,
-        workflow: str | None = None,
-        status: str | None = None,
-        version: str | None = None,
-        owner: str | None = None,
-        parent_run_id: str | None = None,
-        visible_to: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> tuple[list[Run], int]:
-        where = RunFilter.of(
-            where,
-            workflow=workflow,
-            status=status,
-            version=version,
-            owner=owner,
-            parent_run_id=parent_run_id,
-            visible_to=visible_to,
-            limit=limit,
-            offset=offset,
-        )
+    async def list_runs(self, where: RunFilter) -> tuple[list[Run], int]:
         row = await self._call(
             "fetchrow",
             self._q["list_runs"],
@@ -500,12 +485,12 @@ class PostgresStore:
         rows = await self._call("fetch", self._q["leases_of"], f"{worker_id}#", owner, read=True)
         return [Lease(*r) for r in rows]
 
-    async def expire_leases(self, leases: Sequence[Lease | tuple[Any, ...]]) -> int:
+    async def expire_leases(self, leases: Sequence[Lease]) -> int:
         """Expire the given leases if nobody renewed them since they were read: their
         holder is dead, so its runs and steps are taken over now instead of at expiry."""
         if not leases:
             return 0
-        given = [Lease.of(lease) for lease in leases]
+        given = list(leases)
         expired = await self._call(
             "fetchval",
             self._q["expire_leases"],
@@ -552,30 +537,29 @@ class PostgresStore:
             limit,
             list(functions),
         )
-        return [StepJob(r["run_id"], r["step_key"], r["function"], r["deliveries"]) for r in rows]
-
-    async def begin_queued_step(
-        self, job: StepJob, owner: str, lease_seconds: float
-    ) -> StepRow | None:
-        try:
-            row = await self._call(
-                "fetchrow",
-                self._q["begin_queued_step"],
-                job.run_id,
-                job.step_key,
-                job.function,
-                owner,
-                _now(),
+        return [
+            StepJob(
+                r["run_id"],
+                r["step_key"],
+                r["function"],
+                r["deliveries"],
+                None if r["s"] is None else _step_row(r["s"]),
             )
-        except asyncpg.PostgresError as exc:
-            if exc.sqlstate == _FUNCTION_MISMATCH:
-                # rejected: the job goes back under the step's own function
-                await self._call("execute", self._q["repair_job"], job.run_id, job.step_key)
-                raise StepFunctionMismatchError(exc.args[0] if exc.args else str(exc)) from None
-            raise
-        if row is None or row["run_id"] is None:
-            return None
-        return _step_row(row)
+            for r in rows
+        ]
+
+    async def begin_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:
+        values = [_op_value(op) for op in ops]
+        began = await self._call(
+            "fetchval",
+            self._q["begin_queued_step"],
+            job.run_id,
+            job.step_key,
+            owner,
+            values,
+            _now(),
+        )
+        return bool(began)
 
     async def finish_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:
         values = [_op_value(op) for op in ops]
@@ -590,6 +574,9 @@ class PostgresStore:
                 _now(),
             )
         return bool(done)
+
+    async def repair_job(self, job: StepJob, function: str) -> None:
+        await self._call("execute", self._q["repair_job"], job.run_id, job.step_key, function)
 
     async def drop_job(self, job: StepJob) -> None:
         await self._call("execute", self._q["drop_job"], job.run_id, job.step_key)
@@ -611,22 +598,32 @@ class PostgresStore:
                 raise RunStateError(run_id, exc.detail or "unknown", action) from None
             raise
 
-    async def cancel_run(self, run_id: str, reason: str | None) -> list[str]:
-        error = serde.dumps(
-            {"message": reason or "cancelled", "type": "Cancel", "code": WORKFLOW_CANCELLED}
-        )
+    async def cancel_run(self, run_id: str, error: str, parent: StepEnd) -> list[str]:
         moved = await self._action(
-            "cancel", run_id, "fetchval", self._q["cancel_run"], error, _now()
+            "cancel",
+            run_id,
+            "fetchval",
+            self._q["cancel_run"],
+            error,
+            _step_end_value(parent),
+            _now(),
         )
         return list(moved or [])
 
-    async def resume_run(self, run_id: str) -> Run:
-        rec = await self._action("resume", run_id, "fetchval", self._q["resume_run"], _now())
-        return _run(rec)
-
-    async def retry_run(self, run_id: str) -> Run:
-        rec = await self._action("retry", run_id, "fetchval", self._q["retry_run"], _now())
-        return _run(rec)
+    async def reopen_run(
+        self, run_id: str, from_status: str, wakeups_seen: int, ops: Sequence[Op]
+    ) -> Run | None:
+        rec = await self._action(
+            _REOPEN_ACTIONS.get(from_status, "reopen"),
+            run_id,
+            "fetchval",
+            self._q["reopen_run"],
+            from_status,
+            wakeups_seen,
+            [_op_value(op) for op in ops],
+            _now(),
+        )
+        return None if rec is None else _run(rec)
 
     async def send_event(self, run_id: str, name: str, payload: str | None) -> None:
         await self._action(

@@ -191,20 +191,27 @@ SELECT least(
 )
 
 -- name: claim_step_jobs
-UPDATE @schema@.jobs SET lease_owner = $1, lease_until = $2, deliveries = deliveries + 1
-WHERE (run_id, step_key) IN (
-    SELECT j.run_id, j.step_key FROM @schema@.jobs j
-    WHERE j.available_at <= $3 AND (j.lease_owner IS NULL OR j.lease_until < $3)
-        AND j.function = ANY ($5::text[])
-        AND EXISTS (SELECT 1 FROM @schema@.runs r
-                    WHERE r.id = j.run_id AND r.status = 'running')
-    ORDER BY j.available_at LIMIT $4
-    FOR UPDATE SKIP LOCKED
+-- Lease due jobs of these functions whose run is running; each comes with its step's row
+-- (NULL if the step is gone), read in the same statement.
+WITH claimed AS (
+    UPDATE @schema@.jobs SET lease_owner = $1, lease_until = $2, deliveries = deliveries + 1
+    WHERE (run_id, step_key) IN (
+        SELECT j.run_id, j.step_key FROM @schema@.jobs j
+        WHERE j.available_at <= $3 AND (j.lease_owner IS NULL OR j.lease_until < $3)
+            AND j.function = ANY ($5::text[])
+            AND EXISTS (SELECT 1 FROM @schema@.runs r
+                        WHERE r.id = j.run_id AND r.status = 'running')
+        ORDER BY j.available_at LIMIT $4
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING run_id, step_key, function, deliveries, available_at
 )
-RETURNING run_id, step_key, function, deliveries
+SELECT c.run_id, c.step_key, c.function, c.deliveries, s
+FROM claimed c LEFT JOIN @schema@.steps s ON s.run_id = c.run_id AND s.key = c.step_key
+ORDER BY c.available_at
 
 -- name: begin_queued_step
-SELECT * FROM @schema@.begin_queued_step($1, $2, $3, $4, $5)
+SELECT @schema@.begin_queued_step($1, $2, $3, $4::@schema@.op[], $5)
 
 -- name: finish_queued_step
 SELECT @schema@.finish_queued_step($1, $2, $3, $4::@schema@.op[], $5)
@@ -213,21 +220,18 @@ SELECT @schema@.finish_queued_step($1, $2, $3, $4::@schema@.op[], $5)
 DELETE FROM @schema@.jobs WHERE run_id = $1 AND step_key = $2
 
 -- name: repair_job
-UPDATE @schema@.jobs j SET function = s.function, lease_owner = NULL, lease_until = NULL
-FROM @schema@.steps s
-WHERE j.run_id = $1 AND j.step_key = $2 AND s.run_id = j.run_id AND s.key = j.step_key
+-- A job that names the wrong function goes back on the queue under the right one.
+UPDATE @schema@.jobs SET function = $3, lease_owner = NULL, lease_until = NULL
+WHERE run_id = $1 AND step_key = $2
 
 -- name: wake
 SELECT @schema@.wake_run($1, $2, $3)
 
 -- name: cancel_run
-SELECT @schema@.cancel_run($1, $2, $3)
+SELECT @schema@.cancel_run($1, $2, $3::@schema@.step_end, $4)
 
--- name: resume_run
-SELECT r FROM @schema@.resume_run($1, $2) r
-
--- name: retry_run
-SELECT r FROM @schema@.retry_run($1, $2) r
+-- name: reopen_run
+SELECT r FROM @schema@.reopen_run($1, $2, $3, $4::@schema@.op[], $5) r
 
 -- name: send_event
 SELECT @schema@.send_event($1, $2, $3, $4)

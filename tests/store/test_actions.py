@@ -1,0 +1,335 @@
+"""Actions from outside a pass: wake, cancel, reopen (resume, retry), events, versions."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from plait.errors import RunNotFoundError, RunStateError
+from plait.store import Store
+from plait.store.base import (
+    CreateChildRun,
+    EndRun,
+    EnqueueJob,
+    FinishAttempt,
+    NewRun,
+    PutStep,
+    StartAttempt,
+    StepEnd,
+)
+
+from .rows import T0, error, idle, new_run, step, wake_at, wakeups, write
+
+CANCELLED = error("stop it", "WORKFLOW_CANCELLED")
+CHILD_CANCELLED = StepEnd(
+    "failed", None, error("child run cancelled: stop it", "WORKFLOW_CANCELLED")
+)
+
+
+# -- wake ------------------------------------------------------------------------------------
+
+
+async def test_wake_makes_a_running_run_due_and_counts_the_wake_up(store: Store) -> None:
+    await new_run(store, "r1")
+    await idle(store, "r1")
+    seen = await wakeups(store, "r1")
+    await store.wake("r1")
+    assert await wakeups(store, "r1") == seen + 1
+    assert await store.claim_due_runs("w1", 60.0, 10) == ["r1"]
+
+
+async def test_wake_at_a_time_keeps_an_earlier_wake_up(store: Store) -> None:
+    await new_run(store, "r1")
+    await idle(store, "r1")
+    at = time.time() + 100
+    await store.wake("r1", at)
+    assert await wake_at(store, "r1") == pytest.approx(at, abs=1e-5)
+    await store.wake("r1", at + 50)
+    assert await wake_at(store, "r1") == pytest.approx(at, abs=1e-5)
+    await store.wake("r1", at - 50)
+    assert await wake_at(store, "r1") == pytest.approx(at - 50, abs=1e-5)
+
+
+async def test_wake_leaves_a_run_that_is_not_running(store: Store) -> None:
+    await new_run(store, "r1")
+    await write(store, "r1", EndRun("completed"))
+    seen = await wakeups(store, "r1")
+    await store.wake("r1")
+    await store.wake("nope")
+    assert await wakeups(store, "r1") == seen and await wake_at(store, "r1") is None
+
+
+# -- cancel ----------------------------------------------------------------------------------
+
+
+async def test_cancel_run_ends_a_running_run(store: Store) -> None:
+    await new_run(store, "r1")
+    await write(store, "r1", EnqueueJob("q", "fn", T0))
+    assert await store.cancel_run("r1", CANCELLED, CHILD_CANCELLED) == ["r1"]
+    run = await store.get_run("r1")
+    assert run is not None and (run.status, run.output) == ("cancelled", None)
+    assert run.error == json.loads(CANCELLED)
+    assert await store.claim_step_jobs("w1", 60.0, 10, ["fn"]) == []
+    assert not await store.claim_run("r1", "w1", 60.0)
+
+
+async def test_cancel_run_ends_a_suspended_run(store: Store) -> None:
+    await new_run(store, "r1")
+    await write(store, "r1", EndRun("suspended", None, error("paused")))
+    assert await store.cancel_run("r1", CANCELLED, CHILD_CANCELLED) == ["r1"]
+    run = await store.get_run("r1")
+    assert run is not None and run.status == "cancelled"
+
+
+async def _family(store: Store) -> None:
+    """p -> a (running) -> a1 (running); p -> b (suspended); p -> c (completed); each
+    parent's step waits for its child."""
+
+    async def child(parent: str, child_id: str) -> None:
+        waiting = step(parent, child_id, kind="child", function=None, status="running")
+        waiting.attempts, waiting.child_run_id = 1, child_id
+        new = NewRun(
+            child_id,
+            "child",
+            "workflow",
+            None,
+            "{}",
+            parent_run_id=parent,
+            parent_step_key=child_id,
+        )
+        await write(store, parent, StartAttempt(waiting, 1, "w1"), CreateChildRun(new))
+
+    await new_run(store, "p")
+    await child("p", "a")
+    await child("a", "a1")
+    await child("p", "b")
+    await child("p", "c")
+    await write(store, "b", EndRun("suspended", None, error("paused")))
+    await write(store, "c", EndRun("completed", '"done"', None, StepEnd("succeeded", '"done"')))
+
+
+async def test_cancel_run_cascades_to_live_descendants(store: Store) -> None:
+    await _family(store)
+    moved = await store.cancel_run("p", CANCELLED, CHILD_CANCELLED)
+    assert moved[0] == "p" and sorted(moved) == ["a", "a1", "b", "p"]
+    assert moved.index("a") < moved.index("a1")
+    for run_id in ("p", "a", "a1", "b"):
+        run = await store.get_run(run_id)
+        assert run is not None and run.status == "cancelled"
+        assert run.error == json.loads(CANCELLED)
+    done = await store.get_run("c")
+    assert done is not None and (done.status, done.output) == ("completed", "done")
+
+
+async def test_cancel_run_settles_each_waiting_parent_step(store: Store) -> None:
+    await _family(store)
+    await store.cancel_run("p", CANCELLED, CHILD_CANCELLED)
+    expected = json.loads(CHILD_CANCELLED.error or "")
+    steps = {s.key: s for s in await store.get_steps("p")}
+    assert {k: (s.status, s.error) for k, s in steps.items()} == {
+        "a": ("failed", expected),
+        "b": ("failed", expected),
+        "c": ("succeeded", None),
+    }
+    (a1,) = await store.get_steps("a")
+    assert (a1.status, a1.error) == ("failed", expected)
+    attempts = {(a.key, a.status) for a in await store.get_history("p")}
+    assert attempts == {("a", "failed"), ("b", "failed"), ("c", "succeeded")}
+
+
+async def test_cancelling_a_child_settles_and_wakes_its_running_parent(store: Store) -> None:
+    await _family(store)
+    await idle(store, "p")
+    seen = await wakeups(store, "p")
+    assert await store.cancel_run("a", CANCELLED, CHILD_CANCELLED) == ["a", "a1"]
+    parent = await store.get_run("p")
+    assert parent is not None and parent.status == "running"
+    steps = {s.key: s.status for s in await store.get_steps("p")}
+    assert steps == {"a": "failed", "b": "running", "c": "succeeded"}
+    assert await wakeups(store, "p") == seen + 1
+    assert await store.claim_due_runs("w2", 60.0, 10) == ["p"]
+
+
+async def test_cancel_run_of_an_unknown_run_raises_not_found(store: Store) -> None:
+    with pytest.raises(RunNotFoundError):
+        await store.cancel_run("nope", CANCELLED, CHILD_CANCELLED)
+
+
+async def test_cancel_run_of_an_ended_run_raises_state_error(store: Store) -> None:
+    await new_run(store, "r1")
+    await write(store, "r1", EndRun("completed", '"x"'))
+    with pytest.raises(RunStateError) as caught:
+        await store.cancel_run("r1", CANCELLED, CHILD_CANCELLED)
+    assert (caught.value.status, caught.value.action) == ("completed", "cancel")
+    run = await store.get_run("r1")
+    assert run is not None and (run.status, run.output) == ("completed", "x")
+
+
+# -- reopen ----------------------------------------------------------------------------------
+
+
+async def _suspended(store: Store) -> None:
+    """r1 suspended at its open suspend step 'pause'."""
+    await new_run(store, "r1")
+    pause = step("r1", "pause", kind="suspend", function=None, input='{"why": "check"}')
+    pause.attempts = 1
+    await write(
+        store,
+        "r1",
+        StartAttempt(pause, 1, "w1"),
+        EndRun("suspended", None, error("paused", "WORKFLOW_SUSPENDED")),
+    )
+
+
+def _resumed_pause() -> FinishAttempt:
+    pause = step("r1", "pause", kind="suspend", function=None, input='{"why": "check"}')
+    pause.attempts, pause.status = 1, "succeeded"
+    pause.output = '{"why": "check", "resumed_at": 1}'
+    return FinishAttempt(pause, 1, "succeeded", pause.output)
+
+
+async def test_reopen_run_resumes_a_suspended_run(store: Store) -> None:
+    await _suspended(store)
+    seen = await wakeups(store, "r1")
+    run = await store.reopen_run("r1", "suspended", seen, [_resumed_pause()])
+    assert run is not None and (run.id, run.status, run.error, run.output) == (
+        "r1",
+        "running",
+        None,
+        None,
+    )
+    assert await store.get_run("r1") == run
+    (pause,) = await store.get_steps("r1")
+    assert (pause.status, pause.output) == ("succeeded", {"why": "check", "resumed_at": 1})
+    (attempt,) = await store.get_history("r1")
+    assert attempt.status == "succeeded" and attempt.finished_at is not None
+    assert await wakeups(store, "r1") == seen + 1
+    assert await store.claim_due_runs("w1", 60.0, 10) == ["r1"]
+
+
+async def test_reopen_run_retries_a_failed_run(store: Store) -> None:
+    await new_run(store, "r1")
+    broken = step("r1", "q", queued=True, status="failed", attempts=2, failures=2)
+    broken.error = error("boom")
+    await write(store, "r1", PutStep(broken), EndRun("failed", None, error("run failed")))
+    again = broken.copy()
+    again.status, again.failures, again.updated_at = "scheduled", 0, T0 + 1
+    ops = [PutStep(again), EnqueueJob("q", "fn", T0)]
+    run = await store.reopen_run("r1", "failed", await wakeups(store, "r1"), ops)
+    assert run is not None and (run.status, run.error, run.output) == ("running", None, None)
+    (reopened,) = await store.get_steps("r1")
+    assert (reopened.status, reopened.attempts) == ("scheduled", 2)
+    (job,) = await store.claim_step_jobs("w1", 60.0, 10, ["fn"])
+    assert job.step is not None and job.step.failures == 0
+    assert await store.claim_due_runs("w1", 60.0, 10) == ["r1"]
+
+
+async def test_reopen_run_with_stale_wakeups_writes_nothing(store: Store) -> None:
+    await _suspended(store)
+    stale = await wakeups(store, "r1") - 1
+    assert await store.reopen_run("r1", "suspended", stale, [_resumed_pause()]) is None
+    run = await store.get_run("r1")
+    assert run is not None and run.status == "suspended"
+    (pause,) = await store.get_steps("r1")
+    assert (pause.status, pause.output) == ("pending", None)
+
+
+async def test_reopen_run_from_the_wrong_status_raises_state_error(store: Store) -> None:
+    await _suspended(store)
+    seen = await wakeups(store, "r1")
+    with pytest.raises(RunStateError) as caught:
+        await store.reopen_run("r1", "failed", seen, [_resumed_pause()])
+    assert (caught.value.status, caught.value.action) == ("suspended", "retry")
+    (pause,) = await store.get_steps("r1")
+    assert pause.status == "pending"
+    await new_run(store, "r2")
+    with pytest.raises(RunStateError) as caught:
+        await store.reopen_run("r2", "suspended", await wakeups(store, "r2"), [])
+    assert (caught.value.status, caught.value.action) == ("running", "resume")
+
+
+async def test_reopen_run_of_an_unknown_run_raises_not_found(store: Store) -> None:
+    with pytest.raises(RunNotFoundError):
+        await store.reopen_run("nope", "suspended", 0, [])
+
+
+# -- events ----------------------------------------------------------------------------------
+
+
+async def test_send_event_stores_it_and_wakes_a_running_run(store: Store) -> None:
+    await new_run(store, "r1")
+    await idle(store, "r1")
+    seen = await wakeups(store, "r1")
+    await store.send_event("r1", "paid", '{"amount": 5}')
+    snapshot = await store.load_pass("r1")
+    assert snapshot is not None
+    assert [(e.name, json.loads(e.payload or "")) for e in snapshot.events] == [
+        ("paid", {"amount": 5})
+    ]
+    assert snapshot.run.wakeups == seen + 1
+    assert await store.claim_due_runs("w1", 60.0, 10) == ["r1"]
+
+
+async def test_send_event_to_a_suspended_run_keeps_it_for_later(store: Store) -> None:
+    await _suspended(store)
+    await store.send_event("r1", "go", None)
+    snapshot = await store.load_pass("r1")
+    assert snapshot is not None and snapshot.run.status == "suspended"
+    assert [(e.name, e.payload) for e in snapshot.events] == [("go", None)]
+
+
+async def test_send_event_to_an_ended_or_unknown_run_raises(store: Store) -> None:
+    await new_run(store, "r1")
+    await write(store, "r1", EndRun("completed"))
+    with pytest.raises(RunStateError) as caught:
+        await store.send_event("r1", "late", None)
+    assert caught.value.status == "completed"
+    with pytest.raises(RunNotFoundError):
+        await store.send_event("nope", "late", None)
+    snapshot = await store.load_pass("r1")
+    assert snapshot is not None and snapshot.events == []
+
+
+# -- versions --------------------------------------------------------------------------------
+
+
+async def test_put_version_then_get_version(store: Store) -> None:
+    definition = json.dumps({"nodes": {"a": {"function": "fn"}}})
+    await store.put_version("flow", "v1", "graph", definition, "active")
+    got = await store.get_version("flow", "v1")
+    assert got is not None
+    assert {k: got[k] for k in ("workflow", "version", "kind", "definition", "status")} == {
+        "workflow": "flow",
+        "version": "v1",
+        "kind": "graph",
+        "definition": {"nodes": {"a": {"function": "fn"}}},
+        "status": "active",
+    }
+    assert got["created_at"] <= got["updated_at"]
+    assert await store.get_version("flow", "v2") is None
+    assert await store.get_version("other", "v1") is None
+
+
+async def test_put_version_again_changes_only_its_status(store: Store) -> None:
+    await store.put_version("code", "v1", "workflow", None, "active")
+    await store.put_version("code", "v1", "graph", '{"x": 1}', "retired")
+    got = await store.get_version("code", "v1")
+    assert got is not None
+    assert (got["kind"], got["definition"], got["status"]) == ("workflow", None, "retired")
+
+
+async def test_list_versions_filters_and_puts_the_latest_first(store: Store) -> None:
+    await store.put_version("a", "v1", "workflow", None, "active")
+    await store.put_version("a", "v2", "workflow", None, "retired")
+    await store.put_version("b", "v1", "workflow", None, "active")
+    assert [(v["workflow"], v["version"]) for v in await store.list_versions()] == [
+        ("b", "v1"),
+        ("a", "v2"),
+        ("a", "v1"),
+    ]
+    assert [v["version"] for v in await store.list_versions("a")] == ["v2", "v1"]
+    assert [v["workflow"] for v in await store.list_versions(status="active")] == ["b", "a"]
+    assert [v["version"] for v in await store.list_versions("a", "retired")] == ["v2"]
+    assert await store.list_versions("nope") == []

@@ -1,0 +1,119 @@
+"""A child run's end settles the parent's step that waits for it, as the runtime decided
+(``EndRun.parent``), and wakes the parent."""
+
+from __future__ import annotations
+
+import json
+
+from plait.store import Store
+from plait.store.base import CreateChildRun, EndRun, NewRun, PutStep, StartAttempt, StepEnd
+
+from .rows import error, idle, new_run, step, wake_at, wakeups, write
+
+CHILD_ERROR = error("child run c1 failed: no", "CHILD_FAILED")
+
+
+async def _parent_waiting(store: Store, child_id: str = "c1") -> None:
+    """Run p whose step 'spawn' runs child ``child_id``; p is idle (not due)."""
+    await new_run(store, "p")
+    waiting = step("p", "spawn", kind="child", function=None, status="running", attempts=1)
+    waiting.child_run_id = child_id
+    child = NewRun(
+        child_id, "child", "workflow", None, "{}", parent_run_id="p", parent_step_key="spawn"
+    )
+    await write(store, "p", StartAttempt(waiting, 1, "w1"), CreateChildRun(child))
+    await idle(store, "p")
+
+
+async def test_a_completed_child_settles_the_waiting_step(store: Store) -> None:
+    await _parent_waiting(store)
+    seen = await wakeups(store, "p")
+    await write(store, "c1", EndRun("completed", '{"v": 5}', None, StepEnd("succeeded", "5")))
+    (settled,) = await store.get_steps("p")
+    assert (settled.status, settled.output, settled.error, settled.attempts) == (
+        "succeeded",
+        5,
+        None,
+        1,
+    )
+    (attempt,) = await store.get_history("p")
+    assert (attempt.status, attempt.output, attempt.error) == ("succeeded", 5, None)
+    assert attempt.finished_at is not None
+    child = await store.get_run("c1")
+    assert child is not None and (child.status, child.output) == ("completed", {"v": 5})
+    assert await wakeups(store, "p") == seen + 1
+    assert await store.claim_due_runs("w2", 60.0, 10) == ["p"]
+
+
+async def test_a_failed_child_fails_the_waiting_step_with_the_given_error(store: Store) -> None:
+    await _parent_waiting(store)
+    seen = await wakeups(store, "p")
+    end = StepEnd("failed", None, CHILD_ERROR)
+    await write(store, "c1", EndRun("failed", None, error("no"), end))
+    snapshot = await store.load_pass("p")
+    assert snapshot is not None
+    settled = snapshot.steps["spawn"]
+    assert (settled.status, settled.output, settled.failures) == ("failed", None, 1)
+    assert settled.error is not None and json.loads(settled.error) == json.loads(CHILD_ERROR)
+    (attempt,) = await store.get_history("p")
+    assert (attempt.status, attempt.output) == ("failed", None)
+    assert attempt.error == json.loads(CHILD_ERROR)
+    assert snapshot.run.wakeups == seen + 1 and snapshot.run.wake_at is not None
+
+
+async def test_an_end_without_parent_settles_nothing(store: Store) -> None:
+    await _parent_waiting(store)
+    seen = await wakeups(store, "p")
+    await write(store, "c1", EndRun("completed", '"x"'))
+    (waiting,) = await store.get_steps("p")
+    assert (waiting.status, waiting.output) == ("running", None)
+    (attempt,) = await store.get_history("p")
+    assert attempt.status == "running"
+    assert await wakeups(store, "p") == seen and await wake_at(store, "p") is None
+
+
+async def test_a_step_that_waits_for_another_child_is_left_alone(store: Store) -> None:
+    await _parent_waiting(store, child_id="c2")
+    await new_run(store, "c1", parent_run_id="p", parent_step_key="spawn")
+    seen = await wakeups(store, "p")
+    await write(store, "c1", EndRun("completed", '"x"', None, StepEnd("succeeded", '"x"')))
+    (waiting,) = await store.get_steps("p")
+    assert (waiting.status, waiting.child_run_id) == ("running", "c2")
+    assert await wakeups(store, "p") == seen
+
+
+async def test_a_step_that_no_longer_runs_is_left_alone(store: Store) -> None:
+    await _parent_waiting(store)
+    given_up = step("p", "spawn", kind="child", function=None, status="failed", attempts=1)
+    given_up.child_run_id, given_up.error = "c1", error("cancelled", "WORKFLOW_CANCELLED")
+    await write(store, "p", PutStep(given_up))
+    seen = await wakeups(store, "p")
+    await write(store, "c1", EndRun("completed", '"x"', None, StepEnd("succeeded", '"x"')))
+    (settled,) = await store.get_steps("p")
+    assert (settled.status, settled.output, settled.error) == (
+        "failed",
+        None,
+        json.loads(given_up.error),
+    )
+    assert await wakeups(store, "p") == seen
+
+
+async def test_a_suspended_child_settles_nothing(store: Store) -> None:
+    await _parent_waiting(store)
+    seen = await wakeups(store, "p")
+    end = StepEnd("failed", None, CHILD_ERROR)
+    await write(store, "c1", EndRun("suspended", None, error("paused"), end))
+    (waiting,) = await store.get_steps("p")
+    assert waiting.status == "running"
+    assert await wakeups(store, "p") == seen
+
+
+async def test_a_parent_that_ended_is_settled_but_not_woken(store: Store) -> None:
+    await _parent_waiting(store)
+    await write(store, "p", EndRun("failed", None, error("gave up")))
+    await write(store, "c1", EndRun("completed", '"x"', None, StepEnd("succeeded", '"x"')))
+    (settled,) = await store.get_steps("p")
+    assert settled.status == "succeeded"
+    parent = await store.get_run("p")
+    assert parent is not None and parent.status == "failed"
+    assert await wake_at(store, "p") is None

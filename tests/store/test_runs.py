@@ -1,0 +1,155 @@
+"""Runs and their records: creating, reading, listing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from plait.store import Store
+from plait.store.base import (
+    CreateChildRun,
+    EndRun,
+    FinishAttempt,
+    NewRun,
+    PutStep,
+    RunFilter,
+    StartAttempt,
+)
+
+from .rows import new_run, step, write
+
+
+async def test_create_run_creates_a_running_run(store: Store) -> None:
+    before = time.time()
+    run, created = await store.create_run(
+        NewRun("r1", "wf", "workflow", "v1", '{"n": 1}', owner="ann")
+    )
+    assert created
+    assert (run.id, run.workflow, run.kind, run.version, run.status) == (
+        "r1",
+        "wf",
+        "workflow",
+        "v1",
+        "running",
+    )
+    assert (run.input, run.output, run.error, run.owner, run.parent_run_id) == (
+        {"n": 1},
+        None,
+        None,
+        "ann",
+        None,
+    )
+    assert before - 1 <= run.created_at.timestamp() <= time.time() + 1
+    assert await store.get_run("r1") == run
+
+
+async def test_create_run_is_idempotent_on_its_id(store: Store) -> None:
+    first, _ = await store.create_run(NewRun("r1", "wf", "workflow", None, '{"n": 1}'))
+    again, created = await store.create_run(NewRun("r1", "wf", "workflow", None, '{"n": 2}'))
+    assert not created
+    assert again == first and again.input == {"n": 1}
+
+
+async def test_a_run_created_with_a_lease_is_held(store: Store) -> None:
+    await new_run(store, "r1", lease_owner="w1", lease_seconds=60.0)
+    assert not await store.claim_run("r1", "w2", 60.0)
+    assert await store.claim_due_runs("w2", 60.0, 10) == []
+
+
+async def test_get_run_of_an_unknown_id_is_none(store: Store) -> None:
+    assert await store.get_run("nope") is None
+
+
+async def _some_runs(store: Store) -> None:
+    await new_run(store, "r0", "a", version="v1")
+    await new_run(store, "r1", "a", version="v2", owner="ann")
+    await new_run(store, "r2", "b", version="v1", owner="bob")
+    await new_run(store, "r3", "b", version="v1", parent_run_id="r2", parent_step_key="k")
+    await write(store, "r3", EndRun("completed", '"done"'))
+
+
+async def test_list_runs_without_a_filter_pages_newest_first(store: Store) -> None:
+    await _some_runs(store)
+    runs, total = await store.list_runs(RunFilter())
+    assert total == 4 and [r.id for r in runs] == ["r3", "r2", "r1", "r0"]
+    runs, total = await store.list_runs(RunFilter(limit=2))
+    assert total == 4 and [r.id for r in runs] == ["r3", "r2"]
+    runs, total = await store.list_runs(RunFilter(limit=2, offset=2))
+    assert total == 4 and [r.id for r in runs] == ["r1", "r0"]
+    runs, total = await store.list_runs(RunFilter(offset=4))
+    assert total == 4 and runs == []
+
+
+async def test_list_runs_filters_on_each_field(store: Store) -> None:
+    await _some_runs(store)
+
+    async def ids(where: RunFilter) -> tuple[list[str], int]:
+        runs, total = await store.list_runs(where)
+        return [r.id for r in runs], total
+
+    assert await ids(RunFilter(workflow="a")) == (["r1", "r0"], 2)
+    assert await ids(RunFilter(status="completed")) == (["r3"], 1)
+    assert await ids(RunFilter(version="v1")) == (["r3", "r2", "r0"], 3)
+    assert await ids(RunFilter(owner="ann")) == (["r1"], 1)
+    assert await ids(RunFilter(parent_run_id="r2")) == (["r3"], 1)
+    assert await ids(RunFilter(workflow="b", status="running")) == (["r2"], 1)
+    assert await ids(RunFilter(workflow="nope")) == ([], 0)
+
+
+async def test_list_runs_visible_to_shows_own_and_unowned_runs(store: Store) -> None:
+    await _some_runs(store)
+    runs, total = await store.list_runs(RunFilter(visible_to="bob"))
+    assert total == 3 and [r.id for r in runs] == ["r3", "r2", "r0"]
+    runs, total = await store.list_runs(RunFilter(visible_to="bob", limit=1, offset=1))
+    assert total == 3 and [r.id for r in runs] == ["r2"]
+
+
+async def test_get_children_lists_child_runs_oldest_first(store: Store) -> None:
+    await new_run(store, "p")
+    await new_run(store, "other")
+    for key in ("a", "b"):
+        child = NewRun(
+            f"p:{key}", "child", "workflow", None, "{}", parent_run_id="p", parent_step_key=key
+        )
+        await write(store, "p", CreateChildRun(child))
+    children = await store.get_children("p")
+    assert [(c.id, c.parent_run_id, c.status) for c in children] == [
+        ("p:a", "p", "running"),
+        ("p:b", "p", "running"),
+    ]
+    assert await store.get_children("other") == []
+
+
+async def test_get_steps_orders_steps_by_seq(store: Store) -> None:
+    await new_run(store, "r1")
+    await write(
+        store,
+        "r1",
+        PutStep(step("r1", "c", seq=2)),
+        PutStep(step("r1", "a", seq=0)),
+        PutStep(step("r1", "b", seq=1)),
+    )
+    steps = await store.get_steps("r1")
+    assert [s.key for s in steps] == ["a", "b", "c"]
+    assert steps[0].input == {"n": 1} and steps[0].invocation_id == "inv:r1:a"
+    assert await store.get_steps("nope") == []
+
+
+async def test_get_history_orders_attempts_by_start(store: Store) -> None:
+    await new_run(store, "r1")
+    late, early = step("r1", "late", seq=0), step("r1", "early", seq=1)
+    early.attempts, early.status = 1, "running"
+    await write(store, "r1", StartAttempt(early, 1, "w1"))
+    await asyncio.sleep(0.002)
+    late.attempts, late.status = 1, "running"
+    await write(store, "r1", StartAttempt(late, 1, "w1"))
+    late.status, late.output = "succeeded", '"ok"'
+    await write(store, "r1", FinishAttempt(late, 1, "succeeded", '"ok"'))
+    history = await store.get_history("r1")
+    assert [(a.key, a.attempt, a.status) for a in history] == [
+        ("early", 1, "running"),
+        ("late", 1, "succeeded"),
+    ]
+    assert history[0].finished_at is None and history[1].finished_at is not None
+    assert history[1].output == "ok"
+    assert await store.get_history("nope") == []
