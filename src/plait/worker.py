@@ -396,13 +396,13 @@ class Worker:
         if step is not None and step.function != job.function:
             # Rejected without running anything: the job goes back under the function the
             # step was created with.
-            await self.store.repair_job(job, step.function or "")
+            await self.store.repair_job(job, owner, step.function or "")
             raise StepFunctionMismatchError(
                 f"job for step {job.step_key!r} of run {job.run_id} names function "
                 f"{job.function!r}, but the step was created with {step.function!r}"
             )
         if step is None or step.status not in ("scheduled", "running"):
-            await self.store.drop_job(job)  # its step no longer waits for it
+            await self.store.drop_job(job, owner)  # its step no longer waits for it
             return None
         ops, go = steps.begin(step, owner, time.time())
         if not go:

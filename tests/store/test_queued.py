@@ -188,17 +188,31 @@ async def test_finish_queued_step_of_a_job_not_held_writes_nothing(store: Store)
 async def test_repair_job_requeues_the_job_under_another_function(store: Store) -> None:
     await _queued(store)
     job = await _claim(store)
-    await store.repair_job(job, "fn2")
+    await store.repair_job(job, W1, "fn2")
     assert await store.claim_step_jobs(W2, 60.0, 10, ["fn"]) == []
     (repaired,) = await store.claim_step_jobs(W2, 60.0, 10, ["fn2"])
     assert (repaired.step_key, repaired.function) == ("q", "fn2")
     assert repaired.step is not None and repaired.step.function == "fn"
 
 
+async def test_a_job_another_worker_holds_is_neither_repaired_nor_dropped(
+    store: Store,
+) -> None:
+    await _queued(store)
+    job = await _claim(store, lease=-1.0)
+    taken = await _claim(store, owner=W2)  # the first lease ran out; another took it
+    await store.repair_job(job, W1, "fn2")
+    await store.drop_job(job, W1)
+    assert taken.function == "fn"
+    leases = await store.leases_of("host", "host#other")
+    assert [(lease.kind, lease.owner) for lease in leases] == [("job", W2)]
+    assert await store.claim_step_jobs(W1, 60.0, 10, ["fn2"]) == []
+
+
 async def test_drop_job_removes_the_job(store: Store) -> None:
     await _queued(store)
     job = await _claim(store)
-    await store.drop_job(job)
+    await store.drop_job(job, W1)
     assert await store.next_due(["fn"]) is None
     assert await store.leases_of("host", "host#other") == []
     (still,) = await store.get_steps("r1")

@@ -283,7 +283,8 @@ class Lease:
 
 
 class Store(Protocol):
-    """What every store offers. See ``store.sqlite`` for the reference implementation."""
+    """What every store offers. The contract suite (``tests/store/``) is what this
+    protocol means in practice: a store that passes it is a store."""
 
     url: str
 
@@ -335,11 +336,15 @@ class Store(Protocol):
         """If ``owner`` still holds the job: delete it, write ``ops`` and wake the run."""
         ...
 
-    async def repair_job(self, job: StepJob, function: str) -> None:
-        """Put a job that names the wrong function back on the queue under ``function``."""
+    async def repair_job(self, job: StepJob, owner: str, function: str) -> None:
+        """Put a job that names the wrong function back on the queue under ``function``
+        (if ``owner`` still holds it)."""
         ...
 
-    async def drop_job(self, job: StepJob) -> None: ...
+    async def drop_job(self, job: StepJob, owner: str) -> None:
+        """Delete a job whose step no longer waits for it, if ``owner`` still holds it (a
+        job enqueued again since is someone else's business)."""
+        ...
 
     # actions from outside a pass
     async def wake(self, run_id: str, at: float | None = None) -> None: ...

@@ -575,11 +575,13 @@ class PostgresStore:
             )
         return bool(done)
 
-    async def repair_job(self, job: StepJob, function: str) -> None:
-        await self._call("execute", self._q["repair_job"], job.run_id, job.step_key, function)
+    async def repair_job(self, job: StepJob, owner: str, function: str) -> None:
+        await self._call(
+            "execute", self._q["repair_job"], job.run_id, job.step_key, function, owner
+        )
 
-    async def drop_job(self, job: StepJob) -> None:
-        await self._call("execute", self._q["drop_job"], job.run_id, job.step_key)
+    async def drop_job(self, job: StepJob, owner: str) -> None:
+        await self._call("execute", self._q["drop_job"], job.run_id, job.step_key, owner)
 
     # -- actions from outside a pass -------------------------------------------------------------
     async def wake(self, run_id: str, at: float | None = None) -> None:

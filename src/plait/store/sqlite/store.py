@@ -344,13 +344,13 @@ class SQLiteStore:
 
         return await self._write(go)
 
-    async def repair_job(self, job: StepJob, function: str) -> None:
-        await self._write(
-            lambda conn: conn.execute(SQL["repoint_job"], (function, job.run_id, job.step_key))
-        )
+    async def repair_job(self, job: StepJob, owner: str, function: str) -> None:
+        params = (function, job.run_id, job.step_key, owner)
+        await self._write(lambda conn: conn.execute(SQL["repoint_job"], params))
 
-    async def drop_job(self, job: StepJob) -> None:
-        await self._write(lambda conn: apply.delete_job(conn, job.run_id, job.step_key))
+    async def drop_job(self, job: StepJob, owner: str) -> None:
+        params = (job.run_id, job.step_key, owner)
+        await self._write(lambda conn: conn.execute(SQL["drop_held_job"], params))
 
     # -- actions from outside a pass ------------------------------------------------------------
     async def wake(self, run_id: str, at: float | None = None) -> None:

@@ -135,6 +135,9 @@ class Connections:
         """
         self._watch_interval = interval
         self._on_foreign = on_foreign
+        # the writer thread may be blocked waiting for a write with no timeout: wake it
+        # so it starts watching now, not after the first write that reaches it
+        self._writes.put(_IDLE)
 
     async def close(self) -> None:
         self._closing = True

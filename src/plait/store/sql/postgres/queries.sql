@@ -217,12 +217,13 @@ SELECT @schema@.begin_queued_step($1, $2, $3, $4::@schema@.op[], $5)
 SELECT @schema@.finish_queued_step($1, $2, $3, $4::@schema@.op[], $5)
 
 -- name: drop_job
-DELETE FROM @schema@.jobs WHERE run_id = $1 AND step_key = $2
+-- Only while the job is still the caller's: a job enqueued again since is left alone.
+DELETE FROM @schema@.jobs WHERE run_id = $1 AND step_key = $2 AND lease_owner = $3
 
 -- name: repair_job
 -- A job that names the wrong function goes back on the queue under the right one.
 UPDATE @schema@.jobs SET function = $3, lease_owner = NULL, lease_until = NULL
-WHERE run_id = $1 AND step_key = $2
+WHERE run_id = $1 AND step_key = $2 AND lease_owner = $4
 
 -- name: wake
 SELECT @schema@.wake_run($1, $2, $3)

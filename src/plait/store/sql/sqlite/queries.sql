@@ -369,7 +369,11 @@ WHERE run_id = ? AND step_key = ?
 -- name: repoint_job
 -- A job that named another function than its step goes back under the step's own.
 UPDATE plait_jobs SET function = ?, lease_owner = NULL, lease_until = NULL
-WHERE run_id = ? AND step_key = ?
+WHERE run_id = ? AND step_key = ? AND lease_owner = ?
+
+-- name: drop_held_job
+-- Only while the job is still the caller's: a job enqueued again since is left alone.
+DELETE FROM plait_jobs WHERE run_id = ? AND step_key = ? AND lease_owner = ?
 
 -- name: delete_job
 DELETE FROM plait_jobs WHERE run_id = ? AND step_key = ?
