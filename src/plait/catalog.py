@@ -64,9 +64,9 @@ class Catalog:
 
     async def stored_graph(self, name: str) -> str | None:
         """The active version of a graph registered at run time under ``name``, if any."""
-        for version in await self.store.list_versions(workflow=name, status="active"):
-            if version["kind"] == "graph":
-                return str(version["version"])
+        for stored in await self.store.list_versions(workflow=name, status="active"):
+            if stored.kind == "graph":
+                return stored.version
         return None
 
     async def register_graph(self, name: str, definition: Any, status: str) -> str:
@@ -91,8 +91,8 @@ class Catalog:
         if version is None:
             return None
         stored = await self.store.get_version(name, version)
-        if stored is None or stored["definition"] is None:
+        if stored is None or stored.definition is None:
             return None
-        graph = load_graph(name, stored["definition"])
+        graph = load_graph(name, stored.definition)
         self._graphs[(name, version)] = graph
         return graph

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -148,7 +149,7 @@ class Engine:
     async def list_graphs(self, status: str | None = None) -> list[dict[str, Any]]:
         """Graphs registered at run time (newest first), with their status and hash."""
         versions = await self.store.list_versions(status=status)
-        return [v for v in versions if v["kind"] == "graph"]
+        return [dataclasses.asdict(v) for v in versions if v.kind == "graph"]
 
     async def graph_for(self, name: str, version: str | None) -> Any:
         """The graph definition a run started on, even if the graph changed since."""

@@ -300,14 +300,16 @@ async def test_put_version_then_get_version(store: Store) -> None:
     await store.put_version("flow", "v1", "graph", definition, "active")
     got = await store.get_version("flow", "v1")
     assert got is not None
-    assert {k: got[k] for k in ("workflow", "version", "kind", "definition", "status")} == {
+    assert {
+        k: getattr(got, k) for k in ("workflow", "version", "kind", "definition", "status")
+    } == {
         "workflow": "flow",
         "version": "v1",
         "kind": "graph",
         "definition": {"nodes": {"a": {"function": "fn"}}},
         "status": "active",
     }
-    assert got["created_at"] <= got["updated_at"]
+    assert got.created_at <= got.updated_at
     assert await store.get_version("flow", "v2") is None
     assert await store.get_version("other", "v1") is None
 
@@ -317,19 +319,19 @@ async def test_put_version_again_changes_only_its_status(store: Store) -> None:
     await store.put_version("code", "v1", "graph", '{"x": 1}', "retired")
     got = await store.get_version("code", "v1")
     assert got is not None
-    assert (got["kind"], got["definition"], got["status"]) == ("workflow", None, "retired")
+    assert (got.kind, got.definition, got.status) == ("workflow", None, "retired")
 
 
 async def test_list_versions_filters_and_puts_the_latest_first(store: Store) -> None:
     await store.put_version("a", "v1", "workflow", None, "active")
     await store.put_version("a", "v2", "workflow", None, "retired")
     await store.put_version("b", "v1", "workflow", None, "active")
-    assert [(v["workflow"], v["version"]) for v in await store.list_versions()] == [
+    assert [(v.workflow, v.version) for v in await store.list_versions()] == [
         ("b", "v1"),
         ("a", "v2"),
         ("a", "v1"),
     ]
-    assert [v["version"] for v in await store.list_versions("a")] == ["v2", "v1"]
-    assert [v["workflow"] for v in await store.list_versions(status="active")] == ["b", "a"]
-    assert [v["version"] for v in await store.list_versions("a", "retired")] == ["v2"]
+    assert [v.version for v in await store.list_versions("a")] == ["v2", "v1"]
+    assert [v.workflow for v in await store.list_versions(status="active")] == ["b", "a"]
+    assert [v.version for v in await store.list_versions("a", "retired")] == ["v2"]
     assert await store.list_versions("nope") == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from plait.notify import Notifier
@@ -270,6 +271,20 @@ class RunFilter:
 
 
 @dataclasses.dataclass(frozen=True)
+class Version:
+    """A stored version of a workflow: code versions are recorded as deployed, graphs
+    registered at run time keep their definition (parsed JSON) with it."""
+
+    workflow: str
+    version: str
+    kind: str
+    definition: Any
+    status: str
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclasses.dataclass(frozen=True)
 class Lease:
     """A lease as read by ``Store.leases_of``: expiring it needs the exact values read,
     so a lease its holder renewed since then is left alone."""
@@ -370,7 +385,9 @@ class Store(Protocol):
     async def put_version(
         self, workflow: str, version: str, kind: str, definition: str | None, status: str
     ) -> None: ...
-    async def get_version(self, workflow: str, version: str) -> dict[str, Any] | None: ...
+    async def get_version(self, workflow: str, version: str) -> Version | None: ...
     async def list_versions(
         self, workflow: str | None = None, status: str | None = None
-    ) -> list[dict[str, Any]]: ...
+    ) -> list[Version]:
+        """Newest first."""
+        ...

@@ -8,7 +8,7 @@ from typing import Any
 
 from plait import serde
 from plait.records import Run, RunStatus, Step, StepAttempt, StepStatus
-from plait.store.base import RunRow, StepRow
+from plait.store.base import RunRow, StepRow, Version
 
 
 def ts(value: Any) -> datetime:
@@ -117,4 +117,13 @@ def step_params(s: StepRow, *, flag: Callable[[bool], Any] = int) -> tuple[Any, 
         s.wake_at,
         s.created_at,
         s.updated_at,
+    )
+
+
+def version_record(row: Any) -> Version:
+    """A stored version from its columns (workflow, version, kind, definition, status,
+    created_at, updated_at)."""
+    workflow, version, kind, definition, status, created_at, updated_at = row
+    return Version(
+        workflow, version, kind, _json(definition), status, ts(created_at), ts(updated_at)
     )

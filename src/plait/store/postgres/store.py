@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
-import json
 import logging
 import re
 import time
@@ -60,6 +59,7 @@ from plait.store.base import (
     StepEnd,
     StepJob,
     StepRow,
+    Version,
 )
 from plait.store.migrations import migrations
 from plait.store.postgres.listen import Listener
@@ -653,33 +653,22 @@ class PostgresStore:
             _now(),
         )
 
-    async def get_version(self, workflow: str, version: str) -> dict[str, Any] | None:
+    async def get_version(self, workflow: str, version: str) -> Version | None:
         rows = await self._versions(workflow, version, None)
         return rows[0] if rows else None
 
     async def list_versions(
         self, workflow: str | None = None, status: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[Version]:
         return await self._versions(workflow, None, status)
 
     async def _versions(
         self, workflow: str | None, version: str | None, status: str | None
-    ) -> list[dict[str, Any]]:
+    ) -> list[Version]:
         rows = await self._call(
             "fetch", self._q["list_versions"], workflow, version, status, read=True
         )
-        return [
-            {
-                "workflow": r["workflow"],
-                "version": r["version"],
-                "kind": r["kind"],
-                "definition": json.loads(r["definition"]) if r["definition"] else None,
-                "status": r["status"],
-                "created_at": convert.ts(r["created_at"]),
-                "updated_at": convert.ts(r["updated_at"]),
-            }
-            for r in rows
-        ]
+        return [convert.version_record(tuple(r)) for r in rows]
 
 
 __all__ = ["SCHEMA_VERSION", "DatabaseUnavailableError", "PostgresStore"]

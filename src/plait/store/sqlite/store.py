@@ -13,7 +13,6 @@ import json
 import sqlite3
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from plait.errors import (
     LeaseLostError,
@@ -32,6 +31,7 @@ from plait.store.base import (
     RunFilter,
     StepEnd,
     StepJob,
+    Version,
 )
 from plait.store.migrations import migrations
 from plait.store.sqlite import apply
@@ -406,34 +406,23 @@ class SQLiteStore:
 
         await self._write(go)
 
-    async def get_version(self, workflow: str, version: str) -> dict[str, Any] | None:
+    async def get_version(self, workflow: str, version: str) -> Version | None:
         rows = await self._versions(workflow, version, None)
         return rows[0] if rows else None
 
     async def list_versions(
         self, workflow: str | None = None, status: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[Version]:
         return await self._versions(workflow, None, status)
 
     async def _versions(
         self, workflow: str | None, version: str | None, status: str | None
-    ) -> list[dict[str, Any]]:
+    ) -> list[Version]:
         params = {"workflow": workflow, "version": version, "status": status}
 
-        def go(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        def go(conn: sqlite3.Connection) -> list[Version]:
             rows = conn.execute(SQL["list_versions"], params).fetchall()
-            return [
-                {
-                    "workflow": r[0],
-                    "version": r[1],
-                    "kind": r[2],
-                    "definition": json.loads(r[3]) if r[3] else None,
-                    "status": r[4],
-                    "created_at": convert.ts(r[5]),
-                    "updated_at": convert.ts(r[6]),
-                }
-                for r in rows
-            ]
+            return [convert.version_record(r) for r in rows]
 
         return await self._read(go)
 
