@@ -86,7 +86,10 @@ class Worker:
         self.wake_passes = asyncio.Event()
         self.wake_steps = asyncio.Event()
         self.slots = asyncio.Semaphore(concurrency)
-        self.closing = False
+        #: set once the worker is stopping: passes start no new attempt
+        self.stopping = False
+        #: the store's commit itself (the host's ``commit``): a pass commits twice a step
+        self.commit: Callable[[Batch], Awaitable[bool]] = store.commit
         #: runs being cancelled by a user, as opposed to work stopped by a shutdown
         self.cancelled: set[str] = set()
         self.loops: list[asyncio.Task[Any]] = []
@@ -94,15 +97,8 @@ class Worker:
         self.steps_run = 0
 
     # -- the host of passes and queued attempts -------------------------------------------
-    @property
-    def stopping(self) -> bool:
-        return self.closing
-
     def cancelling(self, run_id: str) -> bool:
         return run_id in self.cancelled
-
-    async def commit(self, batch: Batch) -> bool:
-        return await self.store.commit(batch)
 
     async def read_state(self, run_id: str) -> dict[str, Any]:
         snapshot = await self.store.load_pass(run_id)
@@ -172,7 +168,7 @@ class Worker:
     async def stop(self, *, drain: float = 0.0) -> None:
         """Stop taking work; give what is held ``drain`` seconds, then cancel it. Leases of
         cancelled work are released so another worker can take it at once."""
-        self.closing = True
+        self.stopping = True
         self.kick()
         # Leases keep being renewed while work in hand drains; only then do they stop.
         taking = [t for t in self.loops if t is not self._lease_task]
@@ -205,7 +201,7 @@ class Worker:
     def drive(self, run_id: str, *, claimed: bool = False, follow: bool = False) -> None:
         """Run passes of ``run_id`` in this process until it pauses (or ends, if
         ``follow``: an inline run on an engine without worker loops keeps its driver)."""
-        if self.closing:
+        if self.stopping:
             return
         existing = self.driving.get(run_id)
         if existing is not None:
@@ -231,7 +227,7 @@ class Worker:
 
     async def _drive(self, run_id: str, claimed: bool, follow: bool) -> None:
         async with self.slots:
-            while not self.closing:
+            while not self.stopping:
                 try:
                     got = claimed or await self.store.claim_run(run_id, self.owner, self.lease)
                 except Exception:
@@ -282,7 +278,7 @@ class Worker:
             result = await execute_pass(self, snapshot, self.owner)
             again = result.again
             if again is None:
-                seen = -1 if self.closing else snapshot.run.wakeups
+                seen = -1 if self.stopping else snapshot.run.wakeups
                 again = await self.store.release_run(run_id, self.owner, seen)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
@@ -309,7 +305,7 @@ class Worker:
         return again
 
     async def _pass_loop(self) -> None:
-        while not self.closing:
+        while not self.stopping:
             self.wake_passes.clear()
             free = max(0, self.concurrency - len(self.driving))
             claimed: list[str] = []
@@ -349,7 +345,7 @@ class Worker:
 
     # -- queued steps -------------------------------------------------------------------------
     async def _step_loop(self) -> None:
-        while not self.closing:
+        while not self.stopping:
             self.wake_steps.clear()
             # read each time: a function registered after start-up is worked too
             functions = [name for name, f in self.catalog.app.functions.items() if f.queued]
@@ -443,7 +439,7 @@ class Worker:
         next_sweep = time.monotonic() + 5.0
         while True:
             await asyncio.sleep(every)
-            if self.take_work and not self.closing and time.monotonic() >= next_sweep:
+            if self.take_work and not self.stopping and time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + 5.0
                 try:
                     if await self.store.sweep_idle():

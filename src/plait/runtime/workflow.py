@@ -120,7 +120,11 @@ class Workflow:
             raise TypeError(f"{what} name must be a string, got {type(name).__name__} {name!r}")
         if not name:
             raise ValueError(f"{what} name must not be empty")
-        if _ORDINAL.search(name) or name.endswith(":on_error") or name.startswith("__"):
+        if (
+            ("#" in name and _ORDINAL.search(name))
+            or name.endswith(":on_error")
+            or name.startswith("__")
+        ):
             raise ValueError(
                 f"{what} name {name!r} has the shape of a key plait generates "
                 "(a '#<number>' ending, an ':on_error' ending or a '__' start); rename it"

@@ -91,7 +91,7 @@ class StepRow:
         """The row as it is now: an op keeps its own copy, so a later change to the step
         never alters what an earlier op writes."""
         new = object.__new__(StepRow)
-        new.__dict__.update(self.__dict__)
+        new.__dict__ = self.__dict__.copy()
         return new
 
 
@@ -115,26 +115,25 @@ class PassSnapshot:
 # -- the writes of a pass ------------------------------------------------------------------
 #
 # Ops are frozen values. The ones that carry a step row carry a copy taken when the op was
-# made, so what an op writes is fixed at that moment.
+# made, so what an op writes is fixed at that moment. Their ``__init__`` fills the
+# instance dict directly: a frozen dataclass's generated one costs twice as much, and a
+# step makes two of these ops.
 
 _OP = dataclasses.dataclass(frozen=True, slots=True)
+_STEP_OP = dataclasses.dataclass(frozen=True, init=False)
 
 
-def _own_copy(op: Any) -> None:
-    object.__setattr__(op, "step", op.step.copy())
-
-
-@_OP
+@_STEP_OP
 class PutStep:
     """Insert the step, or update every mutable column of an existing one."""
 
     step: StepRow
 
-    def __post_init__(self) -> None:
-        _own_copy(self)
+    def __init__(self, step: StepRow) -> None:
+        self.__dict__["step"] = step.copy()
 
 
-@_OP
+@_STEP_OP
 class StartAttempt:
     """Record attempt ``attempt`` of a step as running (step row included)."""
 
@@ -142,11 +141,11 @@ class StartAttempt:
     attempt: int
     worker: str | None = None
 
-    def __post_init__(self) -> None:
-        _own_copy(self)
+    def __init__(self, step: StepRow, attempt: int, worker: str | None = None) -> None:
+        self.__dict__.update(step=step.copy(), attempt=attempt, worker=worker)
 
 
-@_OP
+@_STEP_OP
 class FinishAttempt:
     """Close an attempt and write the step's new state in the same transaction."""
 
@@ -156,8 +155,17 @@ class FinishAttempt:
     output: str | None = None
     error: str | None = None
 
-    def __post_init__(self) -> None:
-        _own_copy(self)
+    def __init__(
+        self,
+        step: StepRow,
+        attempt: int,
+        status: str,
+        output: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        self.__dict__.update(
+            step=step.copy(), attempt=attempt, status=status, output=output, error=error
+        )
 
 
 @_OP

@@ -80,6 +80,9 @@ class Connections:
         #: the file
         self._on_foreign: Callable[[], Any] | None = None
         self._watch_interval: float | None = None
+        #: the write connection's data_version at the last look, and when that was
+        self._data_version = 0
+        self._looked = 0.0
         #: the write connection; used under _conn_lock by the loop's thread or the writer's
         self._conn: sqlite3.Connection | None = None
         self._conn_lock = threading.Lock()
@@ -176,7 +179,7 @@ class Connections:
         except BaseException as exc:
             loop.call_soon_threadsafe(_settle, ready, None, exc)
             return
-        version = conn.execute(_DATA_VERSION).fetchone()[0]
+        self._data_version = conn.execute(_DATA_VERSION).fetchone()[0]
         self._conn = conn
         loop.call_soon_threadsafe(_settle, ready, None, None)
         try:
@@ -198,13 +201,18 @@ class Connections:
                         stop = True
                         break
                     batch.append(nxt)
+                if not batch:
+                    # Idle: look for other processes' commits, unless a commit of this
+                    # process looked a moment ago. Under load the commits look (see
+                    # _commit); the lock is left to them, since holding it here across
+                    # the statement would push their batches onto this thread.
+                    if time.monotonic() - self._looked < (self._watch_interval or 0.0):
+                        continue
+                    with self._conn_lock:
+                        self._look_for_foreign(conn)
+                    continue
                 with self._conn_lock:
-                    if self._on_foreign is not None:
-                        seen = conn.execute(_DATA_VERSION).fetchone()[0]
-                        if seen != version:
-                            version = seen
-                            self._on_foreign()
-                    results = self._run_batch(conn, batch, wait=True) if batch else []
+                    results = self._run_batch(conn, batch, wait=True)
                 # one wake-up of each waiting event loop per batch, not one per future
                 by_loop: dict[Any, list[_Settled]] = {}
                 for fut, loop_, value, exc in results or []:
@@ -298,6 +306,19 @@ class Connections:
         took = time.perf_counter() - started
         self._commit_time += (took - self._commit_time) * 0.1
         self._slow = self._commit_time > _INLINE_LIMIT
+        self._look_for_foreign(conn)
+
+    def _look_for_foreign(self, conn: sqlite3.Connection) -> None:
+        """Tell the notifier if another process committed since the last look (the
+        caller holds the write connection). ``data_version`` changes only with other
+        connections' commits, so this process's own never count."""
+        if self._on_foreign is None:
+            return
+        self._looked = time.monotonic()
+        seen = conn.execute(_DATA_VERSION).fetchone()[0]
+        if seen != self._data_version:
+            self._data_version = seen
+            self._on_foreign()
 
     def _submit(self, kind: str, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         if self._writer is None or self._closing:
