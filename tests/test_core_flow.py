@@ -102,6 +102,30 @@ async def test_event_delivered_to_a_waiting_run_and_timeout(engine_factory) -> N
             await engine.send_event("no-such-run", "ping")
 
 
+async def test_send_event_says_whether_the_run_was_waiting(engine_factory) -> None:
+    """An event sent after its wait timed out is kept, but the sender is told that
+    nobody was waiting for it."""
+    app = plait.App()
+
+    @app.workflow
+    async def waits(wf: plait.Workflow, timeout: float) -> object:
+        try:
+            return await wf.wait_for_event("ping", timeout=timeout)
+        except plait.EventTimeout:
+            await wf.wait_for_event("never")
+            return "unreachable"
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("waits", 30)
+        await eventually(lambda: _step(engine, run_id, "__event:ping"), what="the wait")
+        assert await engine.send_event(run_id, "ping", 1) is True
+        assert (await engine.wait(run_id, timeout=10)).output == 1
+
+        late = await engine.start("waits", 0.05)
+        await eventually(lambda: _step(engine, late, "__event:never"), what="the timeout")
+        assert await engine.send_event(late, "ping", 2) is False
+
+
 async def test_now_and_uuid_are_stable_across_replays(engine_factory) -> None:
     app = plait.App()
     seen: list[tuple[str, str]] = []
@@ -311,6 +335,58 @@ async def test_cancel_from_inside(engine_factory) -> None:
         assert info.value.run.error["code"] == "WORKFLOW_CANCELLED"
 
 
+async def test_resume_with_a_reason_releases_only_that_suspend(engine_factory) -> None:
+    """A deploy that fixes a missing function must not also pass a human's gate."""
+    counter = Counter()
+    app = plait.App()
+
+    @app.workflow
+    async def gated(wf: plait.Workflow, data: None) -> str:
+        await asyncio.gather(wf.suspend("manager approval"), wf.do("x", "late_function"))
+        return "done"
+
+    @app.workflow
+    async def two_gates(wf: plait.Workflow, data: None) -> str:
+        await asyncio.gather(wf.suspend("manager approval"), wf.suspend("legal"))
+        return "done"
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("gated")
+        assert (await engine.wait(run_id, timeout=10)).status == "suspended"
+
+        @app.function(name="late_function")
+        def late(data: None) -> str:
+            counter.hit("late")
+            return "late"
+
+        with pytest.raises(ValueError, match=r"'deploy'.*'manager approval'"):
+            await engine.resume(run_id, "deploy")
+        await engine.resume(run_id, "manager approval")
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed" and counter["late"] == 1
+
+        second = await engine.start("two_gates")
+        assert (await engine.wait(second, timeout=10)).status == "suspended"
+        with pytest.raises(TypeError, match="reason"):
+            await engine.resume(second, 7)  # type: ignore[arg-type]
+        await engine.resume(second, "legal")
+        run = await eventually(
+            lambda: _settled_again(engine, second), what="the run to suspend again"
+        )
+        assert run.status == "suspended" and run.error["message"] == "manager approval"
+        legal = await _step(engine, second, "__suspend:legal")
+        manager = await _step(engine, second, "__suspend:manager approval")
+        assert (legal.status, manager.status) == ("succeeded", "pending")
+
+
+async def _settled_again(engine: plait.Engine, run_id: str) -> plait.Run | None:
+    """The run once it stopped again after a resume made it running."""
+    steps = await engine.get_steps(run_id)
+    run = await engine.get_run(run_id)
+    released = any(s.kind == "suspend" and s.status == "succeeded" for s in steps)
+    return run if released and run.status != "running" else None
+
+
 async def test_missing_function_suspends_then_resumes(engine_factory) -> None:
     counter = Counter()
     app = plait.App()
@@ -344,6 +420,55 @@ async def test_missing_function_suspends_then_resumes(engine_factory) -> None:
         run = await engine.wait(run_id, timeout=10)
         assert run.status == "completed" and run.output == 3
         assert counter["first"] == 1 and counter["late"] == 1
+
+
+@pytest.mark.parametrize("queued", [False, True])
+async def test_a_function_deployed_after_it_was_missing_runs_with_its_own_options(
+    engine_factory, queued: bool
+) -> None:
+    """Registered with retries=0, it runs once, not with the defaults the step got while
+    the function was missing; registered queued, it goes through the step queue."""
+    counter = Counter()
+    app = plait.App()
+
+    @app.workflow
+    async def needs(wf: plait.Workflow, data: None) -> int:
+        return await wf.do("late", "late_function")
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("needs")
+        assert (await engine.wait(run_id, timeout=10)).status == "suspended"
+
+        @app.function(name="late_function", queued=queued, retries=0)
+        def late(data: None, ctx: plait.StepContext) -> int:
+            counter.hit("late", ctx.workflow)
+            raise RuntimeError("fails once, for good")
+
+        await engine.resume(run_id)
+        run = await engine.wait(run_id, timeout=10)
+        step = await _step(engine, run_id, "late")
+    assert run.status == "failed"
+    assert counter["late"] == 1
+    assert step.retries == 0 and step.attempts == 1
+
+
+async def test_inline_children_nested_deeper_than_the_concurrency_finish(
+    engine_factory,
+) -> None:
+    """Without worker loops an inline run drives its children itself; a parent waiting
+    for its child must not hold the slot the child needs."""
+    app = plait.App()
+
+    @app.workflow
+    async def nest(wf: plait.Workflow, depth: int) -> int:
+        if depth == 0:
+            return await wf.do("leaf", lambda: 0)
+        return 1 + await wf.do("child", "nest", depth - 1)
+
+    async with engine_factory(app, workers=False, concurrency=2) as engine:
+        run_id = await engine.start("nest", 4, inline=True)
+        run = await engine.wait(run_id, timeout=20)
+    assert run.status == "completed" and run.output == 4
 
 
 async def test_retry_a_failed_run_keeps_succeeded_steps(engine_factory) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import pytest
@@ -309,6 +310,79 @@ async def test_timeout_fails_the_attempt(engine_factory) -> None:
         assert [a.status for a in history] == ["failed", "succeeded"]
         assert history[0].error["code"] == "STEP_TIMEOUT"
         assert "timed out after 0.1s" in history[0].error["message"]
+
+
+async def test_a_timeout_error_of_the_body_itself_is_not_a_step_timeout(engine_factory) -> None:
+    app = plait.App()
+
+    @app.function(timeout="10s", retries=0)
+    async def calls_out(data: None) -> None:
+        raise TimeoutError("the payment provider did not answer")
+
+    @app.workflow
+    async def w(wf: plait.Workflow, data: None) -> None:
+        await wf.do("call", calls_out)
+
+    async with engine_factory(app) as engine:
+        with pytest.raises(plait.WorkflowFailedError) as info:
+            await engine.run("w", timeout=10)
+        (attempt,) = await engine.get_history(info.value.run.id)
+    assert attempt.error["type"] == "TimeoutError"
+    assert attempt.error.get("code") != "STEP_TIMEOUT"
+    assert "did not answer" in attempt.error["message"]
+
+
+async def test_a_sync_body_past_its_timeout_ends_before_the_next_attempt_starts(
+    engine_factory,
+) -> None:
+    """A thread cannot be stopped: the attempt times out once the body returns, its
+    result is discarded, and the next attempt never runs beside it."""
+    spans: list[tuple[int, float, float]] = []
+    app = plait.App()
+
+    @app.function(timeout="100ms", retries=1, retry_delay=0)
+    def blocking(data: None, ctx: plait.StepContext) -> str:
+        started = time.monotonic()
+        if ctx.attempt == 1:
+            time.sleep(0.4)
+        spans.append((ctx.attempt, started, time.monotonic()))
+        return f"attempt {ctx.attempt}"
+
+    @app.workflow
+    async def w(wf: plait.Workflow, data: None) -> str:
+        return await wf.do("block", blocking)
+
+    async with engine_factory(app) as engine:
+        assert await engine.run("w", timeout=10) == "attempt 2"
+        run = (await engine.list_runs())[0]
+        history = await engine.get_history(run.id)
+    assert [a.status for a in history] == ["failed", "succeeded"]
+    assert history[0].error["code"] == "STEP_TIMEOUT" and history[0].output is None
+    (first, one_start, one_end), (second, two_start, _) = spans
+    assert (first, second) == (1, 2) and one_end - one_start >= 0.4
+    assert two_start >= one_end
+
+
+async def test_the_step_context_names_the_workflow_on_every_path(engine_factory) -> None:
+    seen: dict[str, str] = {}
+    app = plait.App()
+
+    @app.function
+    def inline(data: None, ctx: plait.StepContext) -> None:
+        seen["inline"] = ctx.workflow
+
+    @app.function(queued=True)
+    def queued(data: None, ctx: plait.StepContext) -> None:
+        seen["queued"] = ctx.workflow
+
+    @app.workflow
+    async def named(wf: plait.Workflow, data: None) -> None:
+        await wf.do("a", inline)
+        await wf.do("b", queued)
+
+    async with engine_factory(app) as engine:
+        await engine.run("named", timeout=10)
+    assert seen == {"inline": "named", "queued": "named"}
 
 
 async def test_on_error_compensates_once(engine_factory) -> None:

@@ -293,9 +293,17 @@ class Engine:
         return await self.store.get_children(run_id)
 
     # -- acting on runs -------------------------------------------------------------------------
-    async def resume(self, run_id: str) -> Run:
-        """A suspended run continues (status back to ``running``)."""
-        return await self._reopen(run_id, "suspended", "resume", steps.resume_ops)
+    async def resume(self, run_id: str, reason: str | None = None) -> Run:
+        """A suspended run continues (status back to ``running``). With ``reason`` only
+        ``wf.suspend(reason)`` is released; without, every open suspend. A run suspended
+        for a missing function tries it again either way."""
+        if reason is not None and not isinstance(reason, str):
+            raise TypeError(f"reason must be a string, got {type(reason).__name__}")
+
+        def reopen(recorded: Iterable[StepRow], now: float) -> list[Op]:
+            return steps.resume_ops(recorded, now, reason)
+
+        return await self._reopen(run_id, "suspended", "resume", reopen)
 
     async def retry(self, run_id: str) -> Run:
         """A failed run goes on from the failed step; succeeded steps are kept."""
@@ -338,12 +346,16 @@ class Engine:
             self.notifier.run_changed(rid)
         return await self.get_run(run_id)
 
-    async def send_event(self, run_id: str, name: str, payload: Any = None) -> None:
-        """Deliver to ``wf.wait_for_event(name)``; kept until the run waits for it."""
+    async def send_event(self, run_id: str, name: str, payload: Any = None) -> bool:
+        """Deliver to ``wf.wait_for_event(name)``; kept until the run waits for it.
+        Returns whether the run was waiting for it: False means the event is held for a
+        wait the run has not reached, or may never reach (its wait timed out already)."""
         if not isinstance(name, str) or not name:
             raise TypeError(f"event name must be a non-empty string, got {name!r}")
-        await self.store.send_event(run_id, name, serde.dumps(payload, what=f"event {name!r}"))
+        payload_text = serde.dumps(payload, what=f"event {name!r}")
+        waiting = await self.store.send_event(run_id, name, payload_text)
         self._poke(run_id)
+        return waiting
 
     def _poke(self, run_id: str) -> None:
         self.notifier.run_changed(run_id)

@@ -226,23 +226,24 @@ class Worker:
         self.cancelled.discard(run_id)
 
     async def _drive(self, run_id: str, claimed: bool, follow: bool) -> None:
-        async with self.slots:
-            while not self.stopping:
+        """Passes of ``run_id`` while it is due. A slot is held for each pass only, not
+        while a followed run waits: a parent waiting for its child must not hold the slot
+        the child needs."""
+        while not self.stopping:
+            again = False
+            async with self.slots:
                 try:
                     got = claimed or await self.store.claim_run(run_id, self.owner, self.lease)
                 except Exception:
                     log.warning("run %s: claiming failed; retrying", run_id)
                     got = False
-                if not got:
-                    if not follow:
-                        return
-                    if not await self._wait_for_due(run_id):
-                        return
-                    continue
-                claimed = False
-                again = await self._one_pass(run_id)
-                if not again and (not follow or not await self._wait_for_due(run_id)):
-                    return
+                if got:
+                    claimed = False
+                    again = await self._one_pass(run_id)
+            if again:
+                continue
+            if not follow or not await self._wait_for_due(run_id):
+                return
 
     async def _release_after_error(self, run_id: str) -> None:
         with contextlib.suppress(Exception):
@@ -423,7 +424,7 @@ class Worker:
         async def finish(ops: list[Op]) -> bool:
             return await self.store.finish_queued_step(job, self.owner, ops)
 
-        finished = await run_queued(self, step, fdef, finish)
+        finished = await run_queued(self, step, fdef, finish, job.workflow)
         self.steps_run += 1
         if not finished:
             log.warning(

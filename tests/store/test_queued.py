@@ -50,6 +50,7 @@ async def test_claim_step_jobs_carries_the_step_row(store: Store) -> None:
     job = await _claim(store)
     assert (job.run_id, job.step_key, job.function, job.deliveries) == ("r1", "q", "fn", 1)
     assert job.step is not None and plain(job.step) == plain(row)
+    assert job.workflow == "wf"
 
 
 async def test_claim_step_jobs_of_a_job_without_step_has_no_row(store: Store) -> None:

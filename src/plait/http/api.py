@@ -211,13 +211,15 @@ class Api:
         name = request.path_params["name"]
         payload = await json_body(request)
         try:
-            await self.engine.send_event(run.id, name, payload)
+            waiting = await self.engine.send_event(run.id, name, payload)
         except (TypeError, ValueError) as exc:
             mapped = from_plait(exc)
             if mapped is not None:
                 raise mapped from None
             raise bad_input(exc, "body") from None
-        return JSONResponse({"run_id": run.id, "event": name}, status_code=202)
+        # "waiting": false tells the sender the event is only held (the run has not
+        # reached its wait, or its wait already timed out)
+        return JSONResponse({"run_id": run.id, "event": name, "waiting": waiting}, status_code=202)
 
     async def list_graphs(self, request: Request, principal: Principal) -> Response:
         """Graphs this app declares plus every version registered at run time."""

@@ -271,6 +271,12 @@ def openapi_document() -> dict[str, Any]:
                                 "properties": {
                                     "run_id": {"type": "string"},
                                     "event": {"type": "string"},
+                                    "waiting": {
+                                        "type": "boolean",
+                                        "description": "the run waits for this event now;"
+                                        " false: it is held for a later wait, which may"
+                                        " never come (a wait that timed out)",
+                                    },
                                 },
                             },
                             "stored for the run",

@@ -30,17 +30,26 @@ async def run_attempt(
     ctx: StepContext,
     timeout: float | None,
 ) -> Outcome:
-    """Call the body once; never raises except for cancellation."""
+    """Call the body once; never raises except for cancellation.
+
+    At ``timeout`` the body is cancelled and the attempt fails with ``STEP_TIMEOUT``. A
+    sync body runs in a thread, which cannot be stopped: its attempt ends (timed out, its
+    result discarded) only when the thread returns, so that no next attempt ever runs
+    beside it."""
 
     call = body.invoke(data, ctx) if isinstance(body, FunctionDef) else _call_closure(body, data)
     try:
-        if timeout is not None:
-            try:
-                result = await asyncio.wait_for(call, timeout)
-            except TimeoutError:
-                raise StepTimeoutError(ctx.step_key, timeout) from None
-        else:
+        if timeout is None:
             result = await call
+        else:
+            deadline = asyncio.timeout(timeout)
+            try:
+                async with deadline:
+                    result = await call
+            except TimeoutError:
+                if not deadline.expired():
+                    raise  # the body's own TimeoutError: an ordinary failure
+                raise StepTimeoutError(ctx.step_key, timeout) from None
         output = serde.dumps(result, what=f"the result of step {ctx.step_key!r}")
     except (PauseSignal, SuspendSignal):
         raise RuntimeError(

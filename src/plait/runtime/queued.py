@@ -28,6 +28,7 @@ async def run_queued(
     step: StepRow,
     fdef: FunctionDef,
     finish: Callable[[list[Op]], Awaitable[bool]],
+    workflow: str = "",
 ) -> bool:
     """Run the attempt the store began on ``step`` and hand its end to ``finish`` (which
     commits it if the job is still ours). Cut short, the attempt ends ``interrupted`` and
@@ -37,7 +38,7 @@ async def run_queued(
         step_key=step.key,
         invocation_id=step.invocation_id,
         attempt=step.attempts,
-        workflow="",
+        workflow=workflow,
     )
     hook = await queued_node_hook(host, step)
     if hook is not None:

@@ -62,12 +62,11 @@ class CodeReplay:
         )
         ledger = self.ledger
         step = ledger.steps.get(key)
+        if merged is not None:
+            policy, timeout = resolve_policy(merged), _timeout(merged, key)
+        else:
+            policy, timeout = fdef.policy, fdef.timeout
         if step is None:
-            if merged is not None:
-                policy = resolve_policy(merged)
-                timeout = _timeout(merged, key)
-            else:
-                policy, timeout = fdef.policy, fdef.timeout
             step = ledger.new_step(
                 key,
                 name,
@@ -80,6 +79,11 @@ class CodeReplay:
             )
         else:
             ledger.check_same(step, "do", fdef.name)
+            if step.status == "pending" and step.attempts == 0:
+                # nothing ran yet (the function was missing when the step was reached):
+                # it runs with the options of the function as deployed now
+                step.retries, step.retry_delay = policy.retries, policy.delay
+                step.timeout, step.queued = timeout, fdef.queued
         on_error = fdef.on_error if merged is None else merged.get("on_error")
         return await self.driver.drive(step, fdef, on_error)
 

@@ -234,14 +234,20 @@ def requeue(step: StepRow, now: float) -> list[Op]:
     return ops
 
 
-def resume_ops(recorded: Iterable[StepRow], now: float) -> list[Op]:
-    """What ``resume`` writes: every open suspend is released."""
-    return [
-        op
-        for step in recorded
-        if step.kind == "suspend" and step.status == "pending"
-        for op in resume_suspend(step, now)
-    ]
+def resume_ops(recorded: Iterable[StepRow], now: float, reason: str | None = None) -> list[Op]:
+    """What ``resume`` writes: every open suspend is released, or with ``reason`` only
+    the suspends of that reason (``ValueError`` naming the open ones if there is none)."""
+    opened = [s for s in recorded if s.kind == "suspend" and s.status == "pending"]
+    chosen = opened if reason is None else [s for s in opened if _reason(s) == reason]
+    if reason is not None and not chosen:
+        names = ", ".join(repr(_reason(s)) for s in opened) or "none"
+        raise ValueError(f"no open suspend {reason!r} (open suspends: {names})")
+    return [op for step in chosen for op in resume_suspend(step, now)]
+
+
+def _reason(step: StepRow) -> str | None:
+    opened = serde.loads(step.input)
+    return opened.get("reason") if isinstance(opened, dict) else None
 
 
 def retry_ops(recorded: Iterable[StepRow], now: float) -> list[Op]:

@@ -260,6 +260,8 @@ class StepJob:
     function: str
     deliveries: int
     step: StepRow | None = None
+    #: the workflow of the step's run (what ``ctx.workflow`` tells the body)
+    workflow: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,7 +348,7 @@ class Store(Protocol):
         self, owner: str, lease_seconds: float, limit: int, functions: Sequence[str]
     ) -> list[StepJob]:
         """Lease up to ``limit`` due jobs of ``functions`` whose run is running; each
-        comes with its step's row as read in the same statement."""
+        comes with its step's row and its run's workflow, read in the same statement."""
         ...
 
     async def begin_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:
@@ -387,7 +389,10 @@ class Store(Protocol):
         the caller read it; ``RunNotFoundError`` / ``RunStateError`` as for cancel."""
         ...
 
-    async def send_event(self, run_id: str, name: str, payload: str | None) -> None: ...
+    async def send_event(self, run_id: str, name: str, payload: str | None) -> bool:
+        """Store the event for the run; True if the run waits for ``name`` right now
+        (else it is kept for a later wait, which may never come)."""
+        ...
 
     # workflow versions and run-time graphs
     async def put_version(

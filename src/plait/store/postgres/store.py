@@ -544,6 +544,7 @@ class PostgresStore:
                 r["function"],
                 r["deliveries"],
                 None if r["s"] is None else _step_row(r["s"]),
+                r["workflow"] or "",
             )
             for r in rows
         ]
@@ -627,11 +628,11 @@ class PostgresStore:
         )
         return None if rec is None else _run(rec)
 
-    async def send_event(self, run_id: str, name: str, payload: str | None) -> None:
-        await self._action(
+    async def send_event(self, run_id: str, name: str, payload: str | None) -> bool:
+        return await self._action(
             f"send event {name!r} to",
             run_id,
-            "execute",
+            "fetchval",
             self._q["send_event"],
             name,
             payload,

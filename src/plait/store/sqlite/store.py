@@ -46,7 +46,7 @@ SCHEMA_VERSION = _MIGRATIONS.latest
 _SELECT_RUN = SQL["select_run"]
 _RUN_LEASE_OWNER = SQL["run_lease_owner"]
 _JOB_HELD = SQL["job_held"]
-_SELECT_STEP = SQL["select_step"]
+_CLAIMED_STEP = SQL["claimed_step"]
 
 
 def _now() -> float:
@@ -303,12 +303,10 @@ class SQLiteStore:
             ).fetchall()
             jobs = []
             for run_id, key, function, deliveries in rows:
-                step = conn.execute(_SELECT_STEP, (run_id, key)).fetchone()
-                jobs.append(
-                    StepJob(
-                        run_id, key, function, deliveries, convert.step_row(step) if step else None
-                    )
-                )
+                found = conn.execute(_CLAIMED_STEP, (run_id, key)).fetchone()
+                step = convert.step_row(found[:-1]) if found else None
+                workflow = found[-1] if found else ""
+                jobs.append(StepJob(run_id, key, function, deliveries, step, workflow))
             return jobs
 
         return await self._write(go)
@@ -385,14 +383,15 @@ class SQLiteStore:
 
         return await self._write(go)
 
-    async def send_event(self, run_id: str, name: str, payload: str | None) -> None:
-        def go(conn: sqlite3.Connection) -> None:
+    async def send_event(self, run_id: str, name: str, payload: str | None) -> bool:
+        def go(conn: sqlite3.Connection) -> bool:
             now = _now()
             apply.require_status(conn, run_id, ("running", "suspended"), f"send event {name!r} to")
             conn.execute(SQL["insert_event"], (run_id, name, payload, now))
             apply.wake(conn, run_id, now, now)
+            return bool(conn.execute(SQL["waits_for_event"], (run_id, name)).fetchone()[0])
 
-        await self._write(go)
+        return await self._write(go)
 
     # -- versions ---------------------------------------------------------------------------
     async def put_version(

@@ -192,7 +192,7 @@ SELECT least(
 
 -- name: claim_step_jobs
 -- Lease due jobs of these functions whose run is running; each comes with its step's row
--- (NULL if the step is gone), read in the same statement.
+-- (NULL if the step is gone) and its run's workflow, read in the same statement.
 WITH claimed AS (
     UPDATE @schema@.jobs SET lease_owner = $1, lease_until = $2, deliveries = deliveries + 1
     WHERE (run_id, step_key) IN (
@@ -206,8 +206,9 @@ WITH claimed AS (
     )
     RETURNING run_id, step_key, function, deliveries, available_at
 )
-SELECT c.run_id, c.step_key, c.function, c.deliveries, s
+SELECT c.run_id, c.step_key, c.function, c.deliveries, s, r.workflow
 FROM claimed c LEFT JOIN @schema@.steps s ON s.run_id = c.run_id AND s.key = c.step_key
+    LEFT JOIN @schema@.runs r ON r.id = c.run_id
 ORDER BY c.available_at
 
 -- name: begin_queued_step
@@ -235,7 +236,10 @@ SELECT @schema@.cancel_run($1, $2, $3::@schema@.step_end, $4)
 SELECT r FROM @schema@.reopen_run($1, $2, $3, $4::@schema@.op[], $5) r
 
 -- name: send_event
-SELECT @schema@.send_event($1, $2, $3, $4)
+-- The event is stored, and the answer says whether the run waits for it right now.
+SELECT @schema@.send_event($1, $2, $3, $4) IS NULL
+    AND EXISTS (SELECT 1 FROM @schema@.steps s WHERE s.run_id = $1 AND s.kind = 'event'
+                AND s.status = 'scheduled' AND s.input ->> 'event' = $2)
 
 -- name: count_timers
 SELECT count(*) FROM @schema@.timers WHERE run_id = $1

@@ -141,13 +141,11 @@ SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'sus
 -- name: insert_event
 INSERT INTO plait_events (run_id, name, payload, created_at) VALUES (?, ?, ?, ?)
 
--- == steps and attempts ======================================================================
+-- name: waits_for_event
+SELECT EXISTS (SELECT 1 FROM plait_steps WHERE run_id = ? AND kind = 'event'
+               AND status = 'scheduled' AND json_extract(input, '$.event') = ?)
 
--- name: select_step
-SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
-    failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
-    queued, wake_at, created_at, updated_at
-FROM plait_steps WHERE run_id = ? AND key = ?
+-- == steps and attempts ======================================================================
 
 -- name: get_steps
 SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
@@ -411,3 +409,12 @@ UPDATE plait_steps SET status = ?, output = ?, error = ?, failures = failures + 
     attempt_error = CASE WHEN attempt_status IS NULL THEN NULL ELSE ? END,
     attempt_finished = CASE WHEN attempt_status IS NULL THEN NULL ELSE ? END
 WHERE run_id = ? AND key = ? AND child_run_id = ? AND status = 'running'
+
+-- name: claimed_step
+-- The step a claimed job delivers, and its run's workflow.
+SELECT s.run_id, s.key, s.seq, s.name, s.kind, s.function, s.status, s.input, s.output,
+    s.error, s.attempts, s.failures, s.retries, s.retry_delay, s.timeout, s.invocation_id,
+    s.child_run_id, s.branch, s.from_key, s.queued, s.wake_at, s.created_at, s.updated_at,
+    r.workflow
+FROM plait_steps s JOIN plait_runs r ON r.id = s.run_id
+WHERE s.run_id = ? AND s.key = ?
