@@ -272,6 +272,18 @@ async def test_send_event_stores_it_and_wakes_a_running_run(store: Store) -> Non
     assert await store.claim_due_runs("w1", 60.0, 10) == ["r1"]
 
 
+async def test_send_event_says_whether_the_run_waits_for_it(store: Store) -> None:
+    await new_run(store, "r1")
+    wait = step("r1", "__event:paid", kind="event", function=None, status="scheduled")
+    wait.input = '{"event": "paid"}'
+    await write(store, "r1", PutStep(wait))
+    assert await store.send_event("r1", "paid", None) is True
+    assert await store.send_event("r1", "refunded", None) is False
+    wait.status = "failed"  # timed out
+    await write(store, "r1", PutStep(wait))
+    assert await store.send_event("r1", "paid", None) is False
+
+
 async def test_send_event_to_a_suspended_run_keeps_it_for_later(store: Store) -> None:
     await _suspended(store)
     await store.send_event("r1", "go", None)

@@ -237,9 +237,9 @@ SELECT r FROM @schema@.reopen_run($1, $2, $3, $4::@schema@.op[], $5) r
 
 -- name: send_event
 -- The event is stored, and the answer says whether the run waits for it right now.
-SELECT @schema@.send_event($1, $2, $3, $4) IS NULL
-    AND EXISTS (SELECT 1 FROM @schema@.steps s WHERE s.run_id = $1 AND s.kind = 'event'
-                AND s.status = 'scheduled' AND s.input ->> 'event' = $2)
+SELECT EXISTS (SELECT 1 FROM @schema@.steps s WHERE s.run_id = $1 AND s.kind = 'event'
+               AND s.status = 'scheduled' AND s.input ->> 'event' = $2)
+FROM @schema@.send_event($1, $2, $3, $4)
 
 -- name: count_timers
 SELECT count(*) FROM @schema@.timers WHERE run_id = $1
