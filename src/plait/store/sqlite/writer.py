@@ -306,7 +306,12 @@ class Connections:
         took = time.perf_counter() - started
         self._commit_time += (took - self._commit_time) * 0.1
         self._slow = self._commit_time > _INLINE_LIMIT
-        self._look_for_foreign(conn)
+        if self._on_foreign is not None and (
+            time.monotonic() - self._looked >= (self._watch_interval or 0.0)
+        ):
+            # at most one look per interval: a statement per commit would cost a busy
+            # process a few per cent of its steps
+            self._look_for_foreign(conn)
 
     def _look_for_foreign(self, conn: sqlite3.Connection) -> None:
         """Tell the notifier if another process committed since the last look (the
