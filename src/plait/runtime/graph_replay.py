@@ -529,8 +529,11 @@ class GraphReplay:
 
 
 def _end(status: str, message: str, code: str | None, kind: str | None = None) -> EndRun:
-    error_type = kind or (code.title().replace("_", "") if code else "Error")
-    return _end_record(status, {"message": message, "type": error_type, "code": code})
+    """The run's end with an error record: typed after its code (as every control error
+    is, ``steps.control_error``) unless ``kind`` names the type."""
+    if code is not None and kind is None:
+        return EndRun(status, error=steps.control_error(message, code))
+    return _end_record(status, {"message": message, "type": kind or "Error", "code": code})
 
 
 def _end_record(status: str, record: dict[str, Any]) -> EndRun:
