@@ -100,6 +100,8 @@ def recorded(key: str, seq: int, kind: str, function: str | None, **values: Any)
         wake_at=None,
         created_at=0.0,
         updated_at=0.0,
+        # a finished step was seen by the workflow in first-reach order
+        delivered=seq if values.get("status", "succeeded") in ("succeeded", "failed") else None,
     )
     row.update(values)
     return StepRow(**row)

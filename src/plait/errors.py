@@ -22,6 +22,8 @@ STEP_FAILED = "STEP_FAILED"
 NOT_JSON = "NOT_JSON"
 EVENT_TIMEOUT = "EVENT_TIMEOUT"
 CHILD_FAILED = "CHILD_FAILED"
+#: the workflow waits on something that is not a step and can never be woken
+WORKFLOW_BLOCKED = "WORKFLOW_BLOCKED"
 
 
 class PlaitError(Exception):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from typing import Any, Protocol
+from typing import Any
 
 from plait import errors, ids, serde
 from plait.records import TERMINAL
@@ -22,12 +22,6 @@ from plait.runtime import steps
 from plait.runtime.host import Host
 from plait.runtime.signals import PassAborted, PauseSignal, SuspendSignal
 from plait.store.base import Batch, EndRun, Op, PassSnapshot, PutStep, StepRow
-
-
-class PendingCall(Protocol):
-    """A step called but not started yet (``runtime.workflow.StepCall``)."""
-
-    def start(self) -> None: ...
 
 
 @dataclasses.dataclass
@@ -61,11 +55,11 @@ class Ledger:
         self.queued = False
         #: every step started in this pass; the pass ends only when all have settled
         self.tasks: list[asyncio.Task[Any]] = []
-        #: steps called through ``wf`` that may not have started yet (see ``StepCall``)
-        self.calls: list[PendingCall] = []
-        #: the task running the workflow function; it may drive its steps itself
-        self.main_task: asyncio.Task[Any] | None = None
-        self.loop = asyncio.get_running_loop()
+        #: the next ordinal of a step outcome handed to the workflow (``mark_delivered``)
+        self.next_delivered = (
+            max((s.delivered for s in self.steps.values() if s.delivered is not None), default=-1)
+            + 1
+        )
         self.conflict: str | None = None
         #: replaying on code that is not the version the run started on
         self.foreign_version = False
@@ -89,6 +83,21 @@ class Ledger:
         """Write the step's current row with the next commit."""
         step.updated_at = time.time()
         self.ops.append(PutStep(step))
+
+    def mark_delivered(self, step: StepRow) -> None:
+        """Record that the workflow saw this step's outcome now, after every outcome
+        marked before it. The ordinal rides on the step's last write of this pass when
+        that is not committed yet (an attempt's end), so it costs no statement of its
+        own; an outcome that arrived from elsewhere (a worker, a child run, a resume)
+        gets its own write."""
+        step.delivered = self.next_delivered
+        self.next_delivered += 1
+        for op in reversed(self.ops):
+            row = getattr(op, "step", None)
+            if row is not None and row.key == step.key:
+                row.delivered = step.delivered
+                return
+        self.put(step)
 
     async def flush(self) -> None:
         if not self.ops:
@@ -120,15 +129,8 @@ class Ledger:
         self.tasks.append(task)
         return task
 
-    def start_calls(self) -> None:
-        """Give every step called but neither awaited nor started yet its own task."""
-        calls, self.calls = self.calls, []
-        for call in calls:
-            call.start()
-
     async def settle(self) -> None:
         """Wait until every step this pass started has settled."""
-        self.start_calls()
         while True:
             pending = [t for t in self.tasks if not t.done()]
             if not pending:
@@ -141,7 +143,6 @@ class Ledger:
     async def cancel_and_flush(self) -> None:
         """The pass's task was cancelled: stop its steps, let them record how they ended,
         and commit that."""
-        self.start_calls()
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -204,11 +205,22 @@ class Ledger:
         self.steps[key] = step
         return step
 
-    def check_same(self, step: StepRow, kind: str, function: str | None) -> None:
-        """A recorded step must be what the code asks for now, or the replay has diverged."""
+    def check_same(
+        self, step: StepRow, kind: str, function: str | None, input: str | bool | None = False
+    ) -> None:
+        """A recorded step must be what the code asks for now, with the same input when
+        ``input`` is given, or the replay has diverged: the code is not deterministic, or
+        it is another version. Never hand a step another call's result."""
         self.visited.add(step.key)
         if step.kind == kind and step.function == function:
-            return
+            if input is False or input == step.input or _same_json(input, step.input):
+                return
+            self.conflict = (
+                f"step {step.key!r} was recorded with input {_clip(step.input)} but the "
+                f"workflow code now passes {_clip(input)}; the code took another path "
+                "than the one recorded (is it deterministic?)"
+            )
+            raise SuspendSignal(self.conflict, errors.VERSION_CONFLICT)
         was = f"{step.kind} {step.function!r}" if step.function else step.kind
         now = f"{kind} {function!r}" if function else kind
         self.conflict = (
@@ -229,3 +241,15 @@ class Ledger:
                 f"recorded step {first!r} that the new code has not reached at that point"
             )
             raise SuspendSignal(self.conflict, errors.VERSION_CONFLICT)
+
+
+def _clip(text: object, limit: int = 200) -> str:
+    shown = str(text)
+    return shown if len(shown) <= limit else shown[:limit] + "..."
+
+
+def _same_json(a: object, b: str | None) -> bool:
+    """Equal as JSON values (a database may store JSON in its own spelling)."""
+    if not isinstance(a, str) or b is None:
+        return False
+    return bool(serde.loads(a) == serde.loads(b))

@@ -1,14 +1,20 @@
 """Code replay: one orchestrator pass of a code workflow, replayed from the top.
 
-The workflow function runs again on every pass. Every ``wf.do`` either returns a stored
-result, runs a new attempt, or raises a pause signal; sleeps, suspends and event waits
-are steps too. When the function returns (or a pause stops it) the pass waits for every
-step it started, decides how the run ends, and commits that with the lease's release.
+The workflow function runs again on every pass, on a loop of its own
+(``runtime.workflow_loop``). A step it calls is resolved here, on the process's loop:
+a stored outcome is read back, a new attempt runs, or the step pauses (a timer, the
+queue, a child run) and simply never resolves in this pass. Outcomes are handed to the
+workflow one at a time, each once its loop has nothing left to run, in the order the run
+first saw them; that order is stored with each step (``delivered``), so concurrent
+branches take the same keys and the same results on every replay. When the workflow
+can go no further, the pass decides how the run ends, unwinds the workflow's code
+without letting it take new steps, and commits with the lease's release.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
 from collections.abc import Callable
@@ -23,8 +29,9 @@ from plait.runtime import steps
 from plait.runtime.drive import Driver, dump_input
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger, PassResult
-from plait.runtime.signals import PassAborted, PauseSignal, SuspendSignal
-from plait.runtime.workflow import Workflow
+from plait.runtime.signals import PassAborted, PauseSignal, SuspendSignal, Unwind
+from plait.runtime.workflow import StepCall, Workflow
+from plait.runtime.workflow_loop import WorkflowLoop
 from plait.store.base import EndRun, PassSnapshot
 
 
@@ -36,6 +43,17 @@ class CodeReplay:
         self.app = host.catalog.app
         self.ledger = Ledger(host, snapshot, owner)
         self.driver = Driver(self.ledger, host)
+        self.wloop = WorkflowLoop()
+        self.main: asyncio.Task[Any] | None = None
+        #: steps called and not yet started, in call order
+        self.new_calls: collections.deque[StepCall] = collections.deque()
+        #: every step started in this pass, and those whose pass side is still running
+        self.started: list[StepCall] = []
+        self.inflight: dict[asyncio.Task[None], StepCall] = {}
+        #: steps whose outcome is known and not yet handed to the workflow
+        self.finished: list[StepCall] = []
+        #: the pass is ending; the workflow's code is being unwound
+        self.closing = False
 
     # -- wf.do --------------------------------------------------------------------------------
     async def do(self, key: str, name: str, target: Any, data: Any, options: dict[str, Any]) -> Any:
@@ -78,7 +96,7 @@ class CodeReplay:
                 queued=fdef.queued,
             )
         else:
-            ledger.check_same(step, "do", fdef.name)
+            ledger.check_same(step, "do", fdef.name, dump_input(data, key))
             if step.status == "pending" and step.attempts == 0:
                 # nothing ran yet (the function was missing when the step was reached):
                 # it runs with the options of the function as deployed now
@@ -107,7 +125,7 @@ class CodeReplay:
                 timeout=_timeout(options, key),
             )
         else:
-            ledger.check_same(step, "do", None)
+            ledger.check_same(step, "do", None, dump_input(data, key))
         return await self.driver.drive(step, fn, options.get("on_error"))
 
     # -- sleeps, suspends, events, values -----------------------------------------------------
@@ -181,70 +199,214 @@ class CodeReplay:
         return serde.loads(step.output)
 
     # -- the whole pass -----------------------------------------------------------------------
+    def check_open(self) -> None:
+        """New steps may be taken only while the workflow runs, not while a pass that
+        is ending unwinds its code (a ``finally`` reached because of that is no exit)."""
+        if self.closing:
+            raise Unwind()
+
+    def called(self, call: StepCall) -> None:
+        call.late = self.main is not None and self.main.done()
+        self.new_calls.append(call)
+
     async def execute(self, wdef: WorkflowDef) -> PassResult:
         try:
             return await self._execute(wdef)
         except asyncio.CancelledError:
             # record how the steps of a cancelled pass ended, whatever else is cancelled
+            self._unwind()
             with contextlib.suppress(BaseException):
                 await asyncio.shield(self.ledger.cancel_and_flush())
             raise
 
     async def _execute(self, wdef: WorkflowDef) -> PassResult:
         ledger = self.ledger
-        ledger.main_task = asyncio.current_task()
         wf = Workflow(self)
-        end: EndRun | None = None
-        try:
-            if wdef.takes_data:
-                result = await wdef.fn(wf, ledger.input)
-            else:
-                result = await wdef.fn(wf)
-            if not ledger.paused:
-                try:
-                    output = serde.dumps(
-                        result, what=f"the output of workflow {ledger.run.workflow!r}"
-                    )
-                    end = EndRun("completed", output=output)
-                except errors.NotJSONError as exc:
-                    end = EndRun("failed", error=serde.dumps(serde.error_record(exc)))
-        except PauseSignal:
-            pass
-        except PassAborted:
-            pass
-        except SuspendSignal as sig:
-            if sig.code == errors.VERSION_CONFLICT:
-                end = EndRun("failed", error=steps.control_error(sig.message, sig.code))
-            else:
-                end = EndRun("suspended", error=steps.control_error(sig.message, sig.code))
-        except Cancel as exc:
-            end = EndRun(
-                "cancelled", error=steps.control_error(exc.reason, errors.WORKFLOW_CANCELLED)
-            )
-        except StepError as exc:
-            end = EndRun("failed", error=serde.dumps({**exc.error, "step": exc.step_key}))
-        except Exception as exc:
-            end = EndRun("failed", error=serde.dumps(serde.error_record(exc)))
-        await ledger.settle()
+        body = wdef.fn(wf, ledger.input) if wdef.takes_data else wdef.fn(wf)
+        self.main = self.wloop.create_task(body)
+        await self._pump()
+        end = self._decide()
+        self._unwind()
         if ledger.aborted is not None:
             raise ledger.aborted
-        if end is None:
-            # A branch of a gather may need a suspension while a sibling paused first;
-            # the pause must not hide it, or the run would wait for nobody.
-            for task in ledger.tasks:
-                exc = None if task.cancelled() else task.exception()
-                if isinstance(exc, SuspendSignal) and exc.code != errors.VERSION_CONFLICT:
-                    end = EndRun("suspended", error=steps.control_error(exc.message, exc.code))
-                    break
-        if ledger.conflict and (end is None or end.status != "failed"):
-            end = EndRun(
-                "failed", error=steps.control_error(ledger.conflict, errors.VERSION_CONFLICT)
-            )
-        if end is not None and ledger.paused and end.status == "completed":
-            end = None  # the code swallowed a pause; the run is not finished
         if end is not None:
             ledger.end(end)
         return await ledger.finish(end.status if end else "running")
+
+    async def _pump(self) -> None:
+        """Turn the workflow's loop and hand it step outcomes, one at a time, until it
+        can go no further in this pass. See ``deliverable`` for the order."""
+        ledger, wloop = self.ledger, self.wloop
+        inflight = self.inflight
+        while True:
+            wloop.run_ready()
+            if ledger.conflict or ledger.aborted:
+                break
+            new = self.new_calls
+            while new:
+                call = new.popleft()
+                if call.late:
+                    continue
+                self.started.append(call)
+                if not inflight and not new and not self.finished:
+                    # the only thing going on: resolve it here, with no task of its own
+                    await self._resolve(call)
+                else:
+                    task = ledger.spawn(self._resolve(call))
+                    inflight[task] = call
+            call = self._deliverable()
+            if call is not None:
+                self._deliver(call)
+                continue
+            if not inflight:
+                break
+            done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                inflight.pop(task)
+        # whatever was still in flight when the pump stopped early has settled
+        await ledger.settle()
+
+    async def _resolve(self, call: StepCall) -> None:
+        """Run the pass side of one step; its outcome waits in ``finished`` for delivery."""
+        try:
+            call.result = await call.make()
+            call.outcome = "ok"
+        except PauseSignal:
+            call.outcome = "paused"
+            return
+        except SuspendSignal as sig:
+            call.outcome, call.error = "suspended", sig
+            return
+        except PassAborted:
+            call.outcome = "aborted"
+            return
+        except Exception as exc:
+            call.outcome, call.error = "error", exc
+        self.finished.append(call)
+
+    def _deliverable(self) -> StepCall | None:
+        """The next outcome the workflow sees. Outcomes it saw on an earlier pass come in
+        the order it saw them then (their ``delivered`` ordinal), so every branch of a
+        gather sees the same results in the same order and takes the same keys; an
+        outcome still being resolved that comes earlier in that order is waited for.
+        New outcomes come after, in the order they settled, and get the next ordinals."""
+        finished = self.finished
+        if not finished:
+            return None
+        steps_ = self.ledger.steps
+        first: StepCall | None = None
+        first_at = -1
+        for call in (*finished, *self.inflight.values()):
+            step = steps_.get(call.key)
+            at = step.delivered if step is not None else None
+            if at is not None and (first is None or at < first_at):
+                first, first_at = call, at
+        if first is None:
+            return finished[0]
+        return first if first.outcome is not None else None
+
+    def _deliver(self, call: StepCall) -> None:
+        self.finished.remove(call)
+        step = self.ledger.steps.get(call.key)
+        if step is not None and step.delivered is None:
+            self.ledger.mark_delivered(step)
+        if call.future.done():  # the workflow cancelled its wait; the step still counts
+            return
+        if call.outcome == "ok":
+            call.future.set_result(call.result)
+        else:
+            assert call.error is not None
+            call.future.set_exception(call.error)
+
+    def _decide(self) -> EndRun | None:
+        """How the run ends after this pass, or None while it waits."""
+        ledger, main = self.ledger, self.main
+        assert main is not None
+        if ledger.aborted is not None:
+            return None
+        if ledger.conflict:
+            return EndRun(
+                "failed", error=steps.control_error(ledger.conflict, errors.VERSION_CONFLICT)
+            )
+        waiting = [c for c in self.started if c.outcome in ("paused", "suspended")]
+        suspended = next((c for c in waiting if c.outcome == "suspended"), None)
+        if main.done():
+            exc = None if main.cancelled() else main.exception()
+            if main.cancelled():
+                exc = RuntimeError("the workflow's own task was cancelled")
+            if exc is None:
+                if waiting:  # a step nobody awaited has yet to end
+                    return _suspended(suspended) if suspended else None
+                try:
+                    output = serde.dumps(
+                        main.result(), what=f"the output of workflow {ledger.run.workflow!r}"
+                    )
+                except errors.NotJSONError as err:
+                    return EndRun("failed", error=serde.dumps(serde.error_record(err)))
+                return EndRun("completed", output=output)
+            exc = _principal(exc)
+            if isinstance(exc, Cancel):
+                return EndRun(
+                    "cancelled",
+                    error=steps.control_error(exc.reason, errors.WORKFLOW_CANCELLED),
+                )
+            if isinstance(exc, StepError):
+                return EndRun("failed", error=serde.dumps({**exc.error, "step": exc.step_key}))
+            if isinstance(exc, SuspendSignal | PauseSignal | Unwind):
+                exc = RuntimeError(f"workflow code raised plait's internal {exc!r}")
+            return EndRun("failed", error=serde.dumps(serde.error_record(exc)))
+        if suspended is not None:
+            return _suspended(suspended)
+        if not waiting:
+            message = (
+                f"workflow {ledger.run.workflow!r} is waiting on something that is not a "
+                "step (an asyncio.Event, a Future, a lock held by itself...); only steps, "
+                "sleeps, suspends and events can be waited on across passes"
+            )
+            return EndRun("failed", error=steps.control_error(message, errors.WORKFLOW_BLOCKED))
+        return None
+
+    def _unwind(self) -> None:
+        """Stop the workflow's code without letting it take new steps: every task still
+        blocked on a step is cancelled, so ``finally`` blocks and ``async with`` exits
+        unwind (and any step they call raises ``Unwind`` rather than run early)."""
+        if self.closing:
+            return
+        self.closing = True
+        wloop = self.wloop
+        for _ in range(_UNWIND_ROUNDS):
+            pending = asyncio.all_tasks(wloop)
+            if not pending:
+                break
+            for task in pending:
+                task.cancel()
+            with contextlib.suppress(Exception):
+                wloop.run_ready()
+        wloop.close()
+
+
+_UNWIND_ROUNDS = 5
+
+
+def _principal(exc: BaseException) -> BaseException:
+    """A task group fails with a group of errors; the run fails with the first of them
+    that plait knows (a step's failure, a cancel), so its record names the step."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return exc
+    stack: list[BaseException] = [exc]
+    while stack:
+        current = stack.pop(0)
+        if isinstance(current, BaseExceptionGroup):
+            stack[:0] = current.exceptions
+        elif isinstance(current, Cancel | StepError):
+            return current
+    return exc
+
+
+def _suspended(call: StepCall) -> EndRun:
+    sig = call.error
+    assert isinstance(sig, SuspendSignal)
+    return EndRun("suspended", error=steps.control_error(sig.message, sig.code))
 
 
 def _timeout(options: dict[str, Any], key: str) -> float | None:

@@ -31,3 +31,12 @@ class PassAborted(BaseException):
     def __init__(self, cause: BaseException) -> None:
         super().__init__(f"orchestrator pass aborted: {cause}")
         self.cause = cause
+
+
+class Unwind(BaseException):
+    """Raised by a step taken while a pass unwinds the workflow's code (a ``finally`` or
+    ``async with`` exit reached because the pass is ending, not because the code got
+    there). Nothing is recorded; the step is taken for real when the run gets there."""
+
+    def __init__(self) -> None:
+        super().__init__("the pass is ending; this step is taken when the run gets here")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -22,6 +22,11 @@ class Replay(Protocol):
     """What ``wf`` needs of the pass that replays it (``runtime.replay.CodeReplay``)."""
 
     ledger: Ledger
+    wloop: asyncio.AbstractEventLoop
+
+    def check_open(self) -> None: ...
+
+    def called(self, call: StepCall) -> None: ...
 
     def do(
         self, key: str, name: str, target: Any, data: Any, options: dict[str, Any]
@@ -53,50 +58,55 @@ def _check_options(step_name: str, options: dict[str, Any]) -> None:
         raise TypeError(f"step {step_name!r}: on_error must be a function name")
 
 
-class StepCall:
+class StepCall(Coroutine[Any, Any, Any]):
     """What ``wf.do``, ``wf.sleep``, ``wf.suspend`` and ``wf.wait_for_event`` return.
 
-    A step starts when it is called: at the loop's next turn it becomes a task of its own
-    (so ``asyncio.gather`` runs steps side by side, and a step nobody awaits still runs and
-    is waited for). When the workflow awaits the call before that turn, which is what
-    ``await wf.do(...)`` does, the workflow's own task drives the step instead; that saves
-    a task and two turns of the loop on every sequential step and behaves the same.
+    The step is taken (its key fixed, its work handed to the pass) when it is called, not
+    when it is awaited: a step nobody awaits still runs, and ``asyncio.gather`` of steps
+    keys them in call order. The call resolves when the pass delivers the step's outcome
+    (see ``runtime.replay``). It is a coroutine, so ``asyncio.create_task`` and
+    ``TaskGroup.create_task`` take it like any other, and it may be awaited more than once.
     """
 
-    __slots__ = ("_coro", "_error", "_ledger", "_result", "_task")
+    __slots__ = ("_iter", "error", "future", "key", "late", "make", "outcome", "result")
 
-    def __init__(self, ledger: Ledger, coro: Coroutine[Any, Any, Any]) -> None:
-        self._ledger = ledger
-        self._coro: Coroutine[Any, Any, Any] | None = coro
-        self._task: asyncio.Task[Any] | None = None
-        #: the outcome when the workflow drove the step itself, for a second ``await``
-        self._result: Any = None
-        self._error: BaseException | None = None
-        ledger.calls.append(self)
-        ledger.loop.call_soon(self.start)
-
-    def start(self) -> None:
-        if self._coro is not None:
-            coro, self._coro = self._coro, None
-            self._task = self._ledger.spawn(coro)
+    def __init__(
+        self,
+        replay: Replay,
+        key: str,
+        make: Callable[[], Coroutine[Any, Any, Any]],
+    ) -> None:
+        self.key = key
+        #: builds the pass-side coroutine that resolves the step, when the pass starts it
+        self.make = make
+        self.future: asyncio.Future[Any] = replay.wloop.create_future()
+        #: how the pass-side work ended: None (not yet), "ok", "error", "paused", "suspended"
+        self.outcome: str | None = None
+        self.result: Any = None
+        self.error: BaseException | None = None
+        #: called after the workflow function returned: never started
+        self.late = False
+        self._iter: Generator[Any, None, Any] | None = None
+        replay.called(self)
 
     def __await__(self) -> Generator[Any, None, Any]:
-        coro = self._coro
-        ledger = self._ledger
-        if coro is not None and asyncio.current_task(ledger.loop) is ledger.main_task:
-            self._coro = None
-            try:
-                self._result = yield from coro.__await__()
-            except BaseException as exc:
-                self._error = exc
-                raise
-            return self._result
-        self.start()
-        if self._task is None:  # driven by the workflow already: awaited a second time
-            if self._error is not None:
-                raise self._error
-            return self._result
-        return (yield from self._task.__await__())
+        return self.future.__await__()
+
+    def send(self, value: Any) -> Any:
+        if self._iter is None:
+            self._iter = self.future.__await__()
+        return self._iter.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        if self._iter is None:
+            self._iter = self.future.__await__()
+        if val is None:
+            return self._iter.throw(typ)
+        return self._iter.throw(val)
+
+    def close(self) -> None:
+        if self._iter is not None:
+            self._iter.close()
 
 
 class Workflow:
@@ -131,13 +141,17 @@ class Workflow:
             )
         return name
 
+    def _next_key(self, name: str) -> str:
+        self._replay.check_open()
+        return self._ledger.next_key(name)
+
     def do(
         self,
         step_name: str,
         fn: Any,
         data: Any = None,
         **options: Any,
-    ) -> Awaitable[Any]:
+    ) -> StepCall:
         """Run ``fn`` (a function, its name, a closure, or a workflow name for a child run)
         as the durable step ``step_name``. The key is taken now, in call order, so
         ``asyncio.gather`` replays to the same keys whatever order the steps finish in."""
@@ -149,39 +163,43 @@ class Workflow:
             )
         if options:
             _check_options(step_name, options)
-        key = self._ledger.next_key(step_name)
-        return StepCall(self._ledger, self._replay.do(key, step_name, fn, data, options))
+        key = self._next_key(step_name)
+        replay = self._replay
+        return StepCall(replay, key, lambda: replay.do(key, step_name, fn, data, options))
 
-    def sleep(self, step_name: str, duration: float | str) -> Awaitable[None]:
+    def sleep(self, step_name: str, duration: float | str) -> StepCall:
         """A durable timer: the run holds nothing while it waits."""
         self._check_name(step_name, "sleep")
         seconds = parse_duration(duration, what=f"duration of sleep {step_name!r}")
-        key = self._ledger.next_key(step_name)
-        return StepCall(self._ledger, self._replay.sleep(key, step_name, seconds))
+        key = self._next_key(step_name)
+        replay = self._replay
+        return StepCall(replay, key, lambda: replay.sleep(key, step_name, seconds))
 
-    def suspend(self, reason: str = "suspended") -> Awaitable[None]:
+    def suspend(self, reason: str = "suspended") -> StepCall:
         """Pause the run until ``engine.resume(run_id)``; each call site pauses once."""
         self._check_name(reason, "suspend reason")
-        key = self._ledger.next_key(f"__suspend:{reason}")
-        return StepCall(self._ledger, self._replay.suspend(key, reason))
+        key = self._next_key(f"__suspend:{reason}")
+        replay = self._replay
+        return StepCall(replay, key, lambda: replay.suspend(key, reason))
 
-    def wait_for_event(self, name: str, timeout: float | str | None = None) -> Awaitable[Any]:
+    def wait_for_event(self, name: str, timeout: float | str | None = None) -> StepCall:
         """The payload of the next ``engine.send_event(run_id, name, ...)``; an event sent
         before the run gets here is kept for it."""
         self._check_name(name, "event")
         seconds = (
             None if timeout is None else parse_duration(timeout, what=f"timeout of event {name!r}")
         )
-        key = self._ledger.next_key(f"__event:{name}")
-        return StepCall(self._ledger, self._replay.wait_for_event(key, name, seconds))
+        key = self._next_key(f"__event:{name}")
+        replay = self._replay
+        return StepCall(replay, key, lambda: replay.wait_for_event(key, name, seconds))
 
     def now(self) -> datetime:
         """The time, recorded on first reach so every replay sees the same value."""
-        key = self._ledger.next_key("__now")
+        key = self._next_key("__now")
         stamp = self._replay.value(key, lambda: datetime.now(UTC).isoformat())
         return datetime.fromisoformat(stamp)
 
     def uuid(self) -> str:
         """A random UUID, recorded on first reach so every replay sees the same value."""
-        key = self._ledger.next_key("__uuid")
+        key = self._next_key("__uuid")
         return str(self._replay.value(key, ids.random_uuid))

@@ -86,6 +86,9 @@ class StepRow:
     wake_at: float | None
     created_at: float
     updated_at: float
+    #: when the workflow saw this step's outcome, counted per run; replay hands outcomes
+    #: back in this order (``runtime.replay``)
+    delivered: int | None = None
 
     def copy(self) -> StepRow:
         """The row as it is now: an op keeps its own copy, so a later change to the step

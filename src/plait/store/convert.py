@@ -117,6 +117,7 @@ def step_params(s: StepRow, *, flag: Callable[[bool], Any] = int) -> tuple[Any, 
         s.wake_at,
         s.created_at,
         s.updated_at,
+        s.delivered,
     )
 
 

@@ -164,6 +164,7 @@ def finish_attempt(
             s.branch,
             s.child_run_id,
             s.updated_at,
+            s.delivered,
             status,
             error,
             now,

@@ -150,7 +150,7 @@ SELECT EXISTS (SELECT 1 FROM plait_steps WHERE run_id = ? AND kind = 'event'
 -- name: get_steps
 SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
     failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
-    queued, wake_at, created_at, updated_at
+    queued, wake_at, created_at, updated_at, delivered
 FROM plait_steps WHERE run_id = ? ORDER BY seq
 
 -- name: get_history
@@ -168,23 +168,24 @@ ORDER BY 7, 3
 -- Writing a step row again changes everything but its identity and first-reach order.
 INSERT INTO plait_steps (run_id, key, seq, name, kind, function, status, input, output,
     error, attempts, failures, retries, retry_delay, timeout, invocation_id, child_run_id,
-    branch, from_key, queued, wake_at, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    branch, from_key, queued, wake_at, created_at, updated_at, delivered)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, key) DO UPDATE SET
     kind = excluded.kind, function = excluded.function, status = excluded.status,
     input = excluded.input, output = excluded.output, error = excluded.error,
     attempts = excluded.attempts, failures = excluded.failures, retries = excluded.retries,
     retry_delay = excluded.retry_delay, timeout = excluded.timeout,
     child_run_id = excluded.child_run_id, branch = excluded.branch,
-    queued = excluded.queued, wake_at = excluded.wake_at, updated_at = excluded.updated_at
+    queued = excluded.queued, wake_at = excluded.wake_at, updated_at = excluded.updated_at,
+    delivered = excluded.delivered
 
 -- name: start_step
 -- A step's new attempt: the step row, with the attempt on it (schema version 2).
 INSERT INTO plait_steps (run_id, key, seq, name, kind, function, status, input, output,
     error, attempts, failures, retries, retry_delay, timeout, invocation_id, child_run_id,
-    branch, from_key, queued, wake_at, created_at, updated_at, worker, attempt_status,
-    attempt_error, attempt_started, attempt_finished)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running',
+    branch, from_key, queued, wake_at, created_at, updated_at, delivered, worker,
+    attempt_status, attempt_error, attempt_started, attempt_finished)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running',
     NULL, ?, NULL)
 ON CONFLICT (run_id, key) DO UPDATE SET
     kind = excluded.kind, function = excluded.function, status = excluded.status,
@@ -193,7 +194,7 @@ ON CONFLICT (run_id, key) DO UPDATE SET
     retry_delay = excluded.retry_delay, timeout = excluded.timeout,
     child_run_id = excluded.child_run_id, branch = excluded.branch,
     queued = excluded.queued, wake_at = excluded.wake_at, updated_at = excluded.updated_at,
-    worker = excluded.worker, attempt_status = 'running', attempt_error = NULL,
+    delivered = excluded.delivered, worker = excluded.worker, attempt_status = 'running', attempt_error = NULL,
     attempt_started = excluded.attempt_started, attempt_finished = NULL
 
 -- name: archive_attempt
@@ -212,7 +213,7 @@ ON CONFLICT (run_id, key, attempt) DO UPDATE SET status = excluded.status,
 -- An attempt's end: the step columns it changes and the attempt on the row, in one
 -- statement (no attempt on the row: the attempt columns stay empty).
 UPDATE plait_steps SET status = ?, output = ?, error = ?, attempts = ?, failures = ?,
-    wake_at = ?, branch = ?, child_run_id = ?, updated_at = ?,
+    wake_at = ?, branch = ?, child_run_id = ?, updated_at = ?, delivered = ?,
     attempt_status = CASE WHEN attempt_status IS NULL THEN NULL ELSE ? END,
     attempt_error = CASE WHEN attempt_status IS NULL THEN NULL ELSE ? END,
     attempt_finished = CASE WHEN attempt_status IS NULL THEN NULL ELSE ? END
@@ -246,7 +247,7 @@ ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value
 -- name: pass_steps
 SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
     failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
-    queued, wake_at, created_at, updated_at
+    queued, wake_at, created_at, updated_at, delivered
 FROM plait_steps WHERE run_id = ?
 
 -- name: pass_events
@@ -415,6 +416,6 @@ WHERE run_id = ? AND key = ? AND child_run_id = ? AND status = 'running'
 SELECT s.run_id, s.key, s.seq, s.name, s.kind, s.function, s.status, s.input, s.output,
     s.error, s.attempts, s.failures, s.retries, s.retry_delay, s.timeout, s.invocation_id,
     s.child_run_id, s.branch, s.from_key, s.queued, s.wake_at, s.created_at, s.updated_at,
-    r.workflow
+    s.delivered, r.workflow
 FROM plait_steps s JOIN plait_runs r ON r.id = s.run_id
 WHERE s.run_id = ? AND s.key = ?

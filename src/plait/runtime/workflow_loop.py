@@ -1,0 +1,144 @@
+"""The event loop a code workflow's own tasks run on during one pass.
+
+A workflow body is ordinary asyncio code: it gathers steps, opens task groups, waits in
+``finally`` blocks. Replay is only deterministic if that code sees the outcomes of its
+steps in the same order on every pass, whatever order real attempts, timers and queued
+workers produced them in. So the body never runs on the process's loop. It runs here,
+on a loop with nothing on it but the body's own callbacks, which the pass turns until
+no callback is ready (the body is blocked on its steps). Only then does the pass hand
+the body one step outcome and turn the loop again. Step bodies, database writes and
+timers stay on the real loop, driven by the pass.
+
+Time does not pass on this loop: a workflow that wants to wait uses ``wf.sleep``; an
+``asyncio.sleep`` with a delay, ``asyncio.timeout`` and the like are refused with an
+error that says so, rather than silently measured in wall-clock time on one pass only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextvars
+from asyncio import events
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+_CLOCK_REFUSED = (
+    "workflow code cannot wait on the clock (asyncio.sleep with a delay, asyncio.timeout, "
+    "asyncio.wait_for, a timeout= on asyncio.wait): its time is not replayed. Use "
+    "wf.sleep(...) for a durable wait, or a step's timeout= option"
+)
+
+
+class ClockRefused(RuntimeError):
+    """Workflow code asked the loop for a timer."""
+
+
+class WorkflowLoop(asyncio.AbstractEventLoop):
+    """A loop that runs only when told to and only what is ready; see the module."""
+
+    def __init__(self) -> None:
+        self._ready: collections.deque[asyncio.Handle] = collections.deque()
+        self._closed = False
+        #: exceptions of tasks nobody retrieved; kept, not printed (the pass decides)
+        self.unhandled: list[dict[str, Any]] = []
+
+    # -- what the pass calls ----------------------------------------------------------------
+    def run_ready(self) -> None:
+        """Run callbacks until none is ready. The workflow is then blocked on steps (or
+        finished): nothing it does next can depend on anything but a step outcome."""
+        ready = self._ready
+        if not ready:
+            return
+        outer = events._get_running_loop()
+        events._set_running_loop(self)
+        try:
+            while ready:
+                handle = ready.popleft()
+                if not handle._cancelled:
+                    handle._run()
+        finally:
+            events._set_running_loop(outer)
+
+    # -- what asyncio calls -----------------------------------------------------------------
+    def call_soon(
+        self,
+        callback: Callable[..., Any],
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Handle:
+        handle = asyncio.Handle(callback, args, self, context)
+        self._ready.append(handle)
+        return handle
+
+    def call_soon_threadsafe(
+        self,
+        callback: Callable[..., Any],
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Handle:
+        raise RuntimeError("workflow code cannot be called from another thread")
+
+    def call_later(
+        self,
+        delay: float,
+        callback: Callable[..., Any],
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
+        raise ClockRefused(_CLOCK_REFUSED)
+
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[..., Any],
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
+        raise ClockRefused(_CLOCK_REFUSED)
+
+    def time(self) -> float:
+        return 0.0
+
+    def create_future(self) -> asyncio.Future[Any]:
+        return asyncio.Future(loop=self)
+
+    def create_task(
+        self,
+        coro: Coroutine[Any, Any, Any] | Any,
+        *,
+        name: str | None = None,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Task[Any]:
+        return asyncio.Task(coro, loop=self, name=name, context=context)
+
+    def get_task_factory(self) -> None:
+        return None
+
+    def get_debug(self) -> bool:
+        return False
+
+    def is_running(self) -> bool:
+        return True
+
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        self._closed = True
+        self._ready.clear()
+
+    def call_exception_handler(self, context: dict[str, Any]) -> None:
+        self.unhandled.append(context)
+
+    def default_exception_handler(self, context: dict[str, Any]) -> None:
+        self.unhandled.append(context)
+
+    def get_exception_handler(self) -> None:
+        return None
+
+    def run_in_executor(self, executor: Any, func: Callable[..., Any], *args: Any) -> Any:
+        raise RuntimeError("workflow code cannot run work in an executor; put it in a step (wf.do)")
+
+    def _timer_handle_cancelled(self, handle: asyncio.TimerHandle) -> None:
+        pass

@@ -1,0 +1,296 @@
+"""Replay keeps ordinary async Python: blocks, gathers, task groups and branches give the
+same steps, results and side effects whether a run goes straight through or pauses."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import plait
+from plait.errors import StepError
+
+
+def _order(log: list[str], name: str, value: Any = None) -> Any:
+    log.append(name)
+    return value
+
+
+async def test_finally_runs_its_step_once_the_block_ends_not_at_a_pause(engine_factory) -> None:
+    app = plait.App()
+    log: list[str] = []
+
+    @app.workflow
+    async def locked(wf: plait.Workflow) -> str:
+        await wf.do("acquire", lambda: _order(log, "acquire", 1))
+        try:
+            await wf.sleep("hold", 0.2)
+            await wf.do("work", lambda: _order(log, "work", 2))
+        finally:
+            await wf.do("release", lambda: _order(log, "release", 3))
+        return "done"
+
+    async with engine_factory(app) as engine:
+        assert await engine.run("locked", timeout=10) == "done"
+    assert log == ["acquire", "work", "release"]
+
+
+async def test_async_with_exits_once_when_its_body_ends(engine_factory) -> None:
+    app = plait.App()
+    log: list[str] = []
+
+    class Lease:
+        def __init__(self, wf: plait.Workflow) -> None:
+            self.wf = wf
+
+        async def __aenter__(self) -> Lease:
+            await self.wf.do("take", lambda: _order(log, "take"))
+            return self
+
+        async def __aexit__(self, *exc: object) -> None:
+            await self.wf.do("give back", lambda: _order(log, "give back"))
+
+    @app.workflow
+    async def leased(wf: plait.Workflow) -> str:
+        async with Lease(wf):
+            await wf.sleep("wait", 0.1)
+            await wf.do("use", lambda: _order(log, "use"))
+        return "ok"
+
+    async with engine_factory(app) as engine:
+        assert await engine.run("leased", timeout=10) == "ok"
+    assert log == ["take", "use", "give back"]
+
+
+async def test_except_base_exception_never_sees_a_pause(engine_factory) -> None:
+    app = plait.App()
+    log: list[str] = []
+
+    @app.workflow
+    async def guarded(wf: plait.Workflow) -> str:
+        try:
+            await wf.sleep("nap", 0.1)
+        except BaseException:
+            await wf.do("cleanup", lambda: _order(log, "cleanup"))
+            raise
+        await wf.do("after", lambda: _order(log, "after"))
+        return "ok"
+
+    async with engine_factory(app) as engine:
+        assert await engine.run("guarded", timeout=10) == "ok"
+        run_id = (await engine.list_runs(workflow="guarded"))[0].id
+        keys = [s.key for s in await engine.get_steps(run_id)]
+    assert log == ["after"]
+    assert "cleanup" not in keys
+
+
+async def test_return_exceptions_hands_results_not_pauses(engine_factory) -> None:
+    app = plait.App()
+
+    @app.function(retries=0)
+    def boom() -> None:
+        raise ValueError("boom")
+
+    @app.workflow
+    async def mixed(wf: plait.Workflow) -> list[Any]:
+        got = await asyncio.gather(
+            wf.sleep("nap", 0.2), wf.do("ok", lambda: 7), wf.do("bad", "boom"),
+            return_exceptions=True,
+        )  # fmt: skip
+        out = [type(x).__name__ if isinstance(x, BaseException) else x for x in got]
+        await wf.do("record", lambda data: data, out)
+        return out
+
+    async with engine_factory(app) as engine:
+        assert await engine.run("mixed", timeout=10) == [None, 7, "StepError"]
+        run_id = (await engine.list_runs(workflow="mixed"))[0].id
+        steps = {s.key: s for s in await engine.get_steps(run_id)}
+    assert steps["record"].input == [None, 7, "StepError"]
+
+
+async def test_branches_that_reuse_names_keep_their_own_results(engine_factory) -> None:
+    """Branch 1 finishes its fetch first, so its process step takes the first key. Every
+    replay after the pause must hand each branch its own outcomes again."""
+    app = plait.App()
+    second_done = asyncio.Event()
+
+    @app.function
+    async def fetch(i: int) -> str:
+        if i == 0:
+            await asyncio.wait_for(second_done.wait(), 5)
+        else:
+            second_done.set()
+        return f"item{i}"
+
+    @app.function
+    def process(item: str) -> str:
+        return item.upper()
+
+    @app.workflow
+    async def fan(wf: plait.Workflow) -> list[str]:
+        async def branch(i: int) -> str:
+            item = await wf.do("fetch", "fetch", i)
+            return await wf.do("process", "process", item)
+
+        both = await asyncio.gather(branch(0), branch(1))
+        await wf.sleep("pause", 0.1)
+        await wf.sleep("pause again", 0.1)
+        return list(both)
+
+    async with engine_factory(app) as engine:
+        assert await engine.run("fan", timeout=10) == ["ITEM0", "ITEM1"]
+        run_id = (await engine.list_runs(workflow="fan"))[0].id
+        steps = {s.key: s for s in await engine.get_steps(run_id)}
+    # branch 1 reached process first, so it holds the first key
+    assert steps["process"].input == "item1" and steps["process"].output == "ITEM1"
+    assert steps["process#1"].input == "item0" and steps["process#1"].output == "ITEM0"
+
+
+async def test_a_step_reached_again_with_other_input_is_a_version_conflict(
+    engine_factory,
+) -> None:
+    app = plait.App()
+    inputs = iter([1, 2, 3, 4])
+
+    @app.workflow
+    async def drifting(wf: plait.Workflow) -> int:
+        value = next(inputs)  # not deterministic: differs on the replay
+        got = await wf.do("use", lambda n: n, value)
+        await wf.sleep("nap", 0.1)
+        return int(got)
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("drifting")
+        run = await engine.wait(run_id, timeout=10)
+    assert run.status == "failed"
+    assert run.error is not None and run.error["code"] == "VERSION_CONFLICT"
+    assert "'use'" in run.error["message"] and "input" in run.error["message"]
+
+
+async def test_a_failed_step_in_a_gather_fails_the_run_while_a_sibling_waits(
+    engine_factory,
+) -> None:
+    app = plait.App()
+
+    @app.function(retries=0)
+    def broken() -> None:
+        raise RuntimeError("broken for good")
+
+    @app.workflow
+    async def stuck(wf: plait.Workflow) -> Any:
+        return await asyncio.gather(wf.wait_for_event("never"), wf.do("bad", "broken"))
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("stuck")
+        run = await engine.wait(run_id, timeout=10)
+    assert run.status == "failed"
+    assert run.error is not None and run.error["step"] == "bad"
+
+
+async def test_task_groups_create_task_and_wait_over_steps(engine_factory) -> None:
+    app = plait.App()
+    log: list[str] = []
+
+    @app.workflow
+    async def grouped(wf: plait.Workflow) -> dict[str, Any]:
+        async with asyncio.TaskGroup() as group:
+            a = group.create_task(wf.do("a", lambda: _order(log, "a", 1)))
+            b = group.create_task(wf.sleep("b", 0.1))
+        c = asyncio.create_task(wf.do("c", lambda: _order(log, "c", 3)))
+        done, _ = await asyncio.wait([c, asyncio.ensure_future(wf.do("d", lambda: 4))])
+        firsts = [await f for f in asyncio.as_completed([wf.do("e", lambda: 5)])]
+        return {"a": a.result(), "b": b.result(), "waited": sorted(t.result() for t in done),
+                "firsts": firsts}  # fmt: skip
+
+    async with engine_factory(app) as engine:
+        out = await engine.run("grouped", timeout=10)
+    assert out == {"a": 1, "b": None, "waited": [3, 4], "firsts": [5]}
+    assert log == ["a", "c"]
+
+
+async def test_a_failing_step_in_a_task_group_fails_the_run(engine_factory) -> None:
+    app = plait.App()
+
+    @app.function(retries=0)
+    def broken() -> None:
+        raise RuntimeError("no")
+
+    @app.workflow
+    async def group_fails(wf: plait.Workflow) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(wf.sleep("long", 30))
+            group.create_task(wf.do("bad", "broken"))
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("group_fails")
+        run = await engine.wait(run_id, timeout=10)
+    assert run.status == "failed"
+    assert run.error is not None and "no" in run.error["message"]
+
+
+async def test_a_workflow_waiting_on_a_non_step_fails_with_a_clear_error(engine_factory) -> None:
+    app = plait.App()
+
+    @app.workflow
+    async def blocked(wf: plait.Workflow) -> None:
+        await asyncio.Event().wait()
+
+    @app.workflow
+    async def clocked(wf: plait.Workflow) -> None:
+        await asyncio.sleep(0)  # a yield is fine
+        await asyncio.sleep(1)
+
+    async with engine_factory(app) as engine:
+        run = await engine.wait(await engine.start("blocked"), timeout=10)
+        assert run.status == "failed" and run.error is not None
+        assert run.error["code"] == "WORKFLOW_BLOCKED"
+        run = await engine.wait(await engine.start("clocked"), timeout=10)
+        assert run.status == "failed" and run.error is not None
+        assert "wf.sleep" in run.error["message"]
+
+
+async def test_step_errors_reach_the_code_in_the_order_the_run_first_saw_them(
+    engine_factory,
+) -> None:
+    """Two failures in a gather: the one the run saw first is the one the code gets,
+    on the first pass and on every replay."""
+    app = plait.App()
+    first_failed = asyncio.Event()
+
+    @app.function(retries=0)
+    async def fails(i: int) -> None:
+        if i == 0:
+            await asyncio.wait_for(first_failed.wait(), 5)
+        else:
+            first_failed.set()
+        raise ValueError(f"failure {i}")
+
+    @app.workflow
+    async def two_failures(wf: plait.Workflow) -> str:
+        try:
+            await asyncio.gather(wf.do("f0", "fails", 0), wf.do("f1", "fails", 1))
+        except StepError as exc:
+            seen = exc.step_key
+        await wf.sleep("pause", 0.1)
+        return seen
+
+    async with engine_factory(app) as engine:
+        assert await engine.run("two_failures", timeout=10) == "f1"
+
+
+@pytest.mark.parametrize("fire_and_forget", [True])
+async def test_a_step_nobody_awaits_still_runs_before_the_run_ends(
+    engine_factory, fire_and_forget: bool
+) -> None:
+    app = plait.App()
+    log: list[str] = []
+
+    @app.workflow
+    async def forgetful(wf: plait.Workflow) -> str:
+        wf.do("background", lambda: _order(log, "background"))
+        return "returned"
+
+    async with engine_factory(app) as engine:
+        assert await engine.run("forgetful", timeout=10) == "returned"
+    assert log == ["background"]
