@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -505,6 +506,28 @@ async def test_retry_a_failed_run_keeps_succeeded_steps(engine_factory) -> None:
         step = await _step(engine, run_id, "fragile")
         assert step.attempts == 2
         assert [a.status for a in await engine.get_history(run_id)][-2:] == ["failed", "succeeded"]
+
+
+async def test_retry_after_an_event_timeout_waits_again_with_its_timeout(engine_factory) -> None:
+    app = plait.App()
+
+    @app.workflow
+    async def waits(wf: plait.Workflow) -> Any:
+        return await wf.wait_for_event("go", timeout=0.2)
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("waits")
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "failed" and run.error and run.error["code"] == "EVENT_TIMEOUT"
+        # retried and left alone, it times out again rather than wait for ever
+        assert (await engine.retry(run_id)).status == "running"
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "failed" and run.error and run.error["code"] == "EVENT_TIMEOUT"
+        # retried and sent the event, it goes on
+        await engine.retry(run_id)
+        await engine.send_event(run_id, "go", {"ok": 1})
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed" and run.output == {"ok": 1}
 
 
 async def test_run_id_is_an_idempotency_key(engine_factory) -> None:

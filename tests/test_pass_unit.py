@@ -12,6 +12,8 @@ from typing import Any
 import plait
 from plait import ids, serde
 from plait.catalog import Catalog
+from plait.runtime import steps
+from plait.runtime.attempt import Outcome
 from plait.runtime.orchestrator import execute_pass
 from plait.store.base import (
     Batch,
@@ -183,3 +185,23 @@ async def test_an_op_keeps_the_row_as_it_was_when_the_op_was_made() -> None:
     assert start.step.status == "running" and start.step.output is None
     finish = host.batches[1].ops[0]
     assert finish.step.status == "succeeded" and finish.step.output == "3"
+
+
+def test_a_retried_step_counts_its_earlier_failures_as_failures_not_interruptions() -> None:
+    """Ten failed attempts, then a retry of the run, then one crash: the step must run
+    again (one interruption), not give up as interrupted eleven times."""
+    step = recorded("s", 0, "do", "f", status="failed", attempts=10, failures=10, retries=9)
+    steps.reopen_failed(step, 1.0)
+    ops, go = steps.begin(step, "w1", 2.0)
+    assert go and step.attempts == 11
+    # the process dies; the next pass finds the attempt still running
+    ops, go = steps.begin(step, "w2", 3.0)
+    assert go and step.attempts == 12 and step.status == "running"
+    assert [type(op).__name__ for op in ops] == ["FinishAttempt", "StartAttempt"]
+    # and the retry budget is fresh: nine more failures are retried, the tenth is not
+    for _ in range(9):
+        steps.settle(step, Outcome(False, None, {"message": "x"}, True), 4.0)
+        assert step.status == "scheduled"
+        steps.begin(step, "w2", 5.0)
+    steps.settle(step, Outcome(False, None, {"message": "x"}, True), 6.0)
+    assert step.status == "failed"

@@ -450,7 +450,8 @@ class Worker:
             if not self.driving and not self.stepping:
                 continue
             try:
-                gone = await self.store.renew_leases(self.owner, self.lease)
+                stepping = sorted({run_id for run_id, _key in self.stepping})
+                gone = await self.store.renew_leases(self.owner, self.lease, stepping)
             except Exception:
                 log.exception("renewing leases failed")
                 continue

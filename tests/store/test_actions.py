@@ -10,12 +10,14 @@ import pytest
 from plait.errors import RunNotFoundError, RunStateError
 from plait.store import Store
 from plait.store.base import (
+    Batch,
     CreateChildRun,
     EndRun,
     EnqueueJob,
     FinishAttempt,
     NewRun,
     PutStep,
+    SetTimer,
     StartAttempt,
     StepEnd,
 )
@@ -347,3 +349,25 @@ async def test_list_versions_filters_and_puts_the_latest_first(store: Store) -> 
     assert [v.workflow for v in await store.list_versions(status="active")] == ["b", "a"]
     assert [v.version for v in await store.list_versions("a", "retired")] == ["v2"]
     assert await store.list_versions("nope") == []
+
+
+async def test_a_pass_that_commits_after_its_run_was_cancelled_starts_nothing(
+    store: Store,
+) -> None:
+    """The pass still holds the lease when another process cancels the run: its steps'
+    records land, but no child run, timer or job outlives the cancel."""
+    await new_run(store, "r1", lease_owner="w1", lease_seconds=60.0)
+    assert await store.cancel_run("r1", CANCELLED, CHILD_CANCELLED) == ["r1"]
+    child = NewRun("kid", "wf", "workflow", None, "{}", parent_run_id="r1", parent_step_key="k")
+    ops = [
+        PutStep(step("r1", "k", status="running")),
+        CreateChildRun(child),
+        SetTimer("t", "sleep", time.time() + 100),
+        EnqueueJob("q", "fn", T0),
+    ]
+    await store.commit(Batch("r1", ops, fence="w1", release=0))
+    assert await store.get_children("r1") == []
+    assert await store.get_run("kid") is None
+    assert await store.next_due() is None and await store.next_due(["fn"]) is None
+    assert await store.claim_step_jobs("w1", 60.0, 10, ["fn"]) == []
+    assert [s.key for s in await store.get_steps("r1")] == ["k"]

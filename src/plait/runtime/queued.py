@@ -20,7 +20,7 @@ from plait.runtime import steps
 from plait.runtime.attempt import run_attempt
 from plait.runtime.graph_replay import queued_node_hook
 from plait.runtime.host import Host
-from plait.store.base import Op, StepRow
+from plait.store.base import Batch, Op, StepRow
 
 
 async def run_queued(
@@ -31,8 +31,9 @@ async def run_queued(
     workflow: str = "",
 ) -> bool:
     """Run the attempt the store began on ``step`` and hand its end to ``finish`` (which
-    commits it if the job is still ours). Cut short, the attempt ends ``interrupted`` and
-    the step goes back on the queue."""
+    commits it if the job is still ours). Cut short by a shutdown, the attempt ends
+    ``interrupted`` and the step goes back on the queue; by a cancel of its run, it ends
+    ``cancelled``."""
     ctx = StepContext(
         run_id=step.run_id,
         step_key=step.key,
@@ -46,9 +47,15 @@ async def run_queued(
     try:
         outcome = await run_attempt(fdef, serde.loads(step.input), ctx, step.timeout)
     except asyncio.CancelledError:
-        ops = steps.interrupt(step, time.time(), cancelled=False)
+        cancelled = host.cancelling(step.run_id)
+        ops = steps.interrupt(step, time.time(), cancelled=cancelled)
         with contextlib.suppress(Exception):
-            await asyncio.shield(finish(ops))
+            if cancelled:
+                # the cancel dropped the job with the run; the attempt's end is still
+                # recorded, and nothing else can run this step any more
+                await asyncio.shield(host.commit(Batch(step.run_id, ops)))
+            else:
+                await asyncio.shield(finish(ops))
         raise
     if hook is not None:
         outcome = hook.finish(step, ctx, outcome)

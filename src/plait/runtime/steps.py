@@ -150,8 +150,9 @@ def settle(step: StepRow, outcome: Outcome, now: float) -> list[Op]:
     error = serde.dumps(outcome.error)
     step.failures += 1
     step.error = error
-    if outcome.retryable and step.failures <= step.retries:
-        delay = RetryPolicy(step.retries, step.retry_delay).delay_after(step.failures)
+    spent = step.failures - step.retried_failures
+    if outcome.retryable and spent <= step.retries:
+        delay = RetryPolicy(step.retries, step.retry_delay).delay_after(spent)
         step.status, step.wake_at = "scheduled", now + delay
         ops: list[Op] = [FinishAttempt(step, attempt, "failed", None, error)]
         if step.queued:
@@ -218,8 +219,15 @@ def resume_suspend(step: StepRow, now: float) -> list[Op]:
 
 
 def reopen_failed(step: StepRow, now: float) -> list[Op]:
-    """A step that failed for good gets a fresh retry budget when its run is retried."""
-    step.status, step.failures, step.wake_at, step.updated_at = "pending", 0, None, now
+    """A step that failed for good gets a fresh retry budget when its run is retried (its
+    earlier failures still count as failures, not as interruptions). Its new outcome is
+    one the workflow has not seen. An event wait that timed out waits again, with its
+    timeout."""
+    step.retried_failures = step.failures
+    step.error, step.delivered, step.updated_at = None, None, now
+    if step.kind == "event":
+        return wait_event(step, step.timeout, now)
+    step.status, step.wake_at = "pending", None
     return [_put(step)]
 
 
@@ -284,8 +292,9 @@ def fire_timer(step: StepRow, now: float) -> list[Op] | None:
 
 
 def wait_event(step: StepRow, timeout: float | None, now: float) -> list[Op]:
-    """A new event step, with a durable timer for its timeout."""
-    step.status = "scheduled"
+    """A new event step, with a durable timer for its timeout (kept on the step, so a
+    retried run waits again as long)."""
+    step.status, step.timeout = "scheduled", timeout
     if timeout is None:
         return [_put(step)]
     step.wake_at = now + timeout

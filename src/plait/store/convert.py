@@ -118,6 +118,7 @@ def step_params(s: StepRow, *, flag: Callable[[bool], Any] = int) -> tuple[Any, 
         s.created_at,
         s.updated_at,
         s.delivered,
+        s.retried_failures,
     )
 
 

@@ -475,8 +475,11 @@ class PostgresStore:
             if not entry.users:
                 del self._run_locks[run_id]
 
-    async def renew_leases(self, owner: str, lease_seconds: float) -> set[str]:
-        rows = await self._call("fetch", self._q["renew_leases"], owner, _now() + lease_seconds)
+    async def renew_leases(
+        self, owner: str, lease_seconds: float, stepping: Sequence[str] = ()
+    ) -> set[str]:
+        until = _now() + lease_seconds
+        rows = await self._call("fetch", self._q["renew_leases"], owner, until, list(stepping))
         return {r["id"] for r in rows}
 
     async def leases_of(self, worker_id: str, owner: str) -> list[Lease]:

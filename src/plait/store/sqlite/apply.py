@@ -77,6 +77,12 @@ def apply_ops(conn: sqlite3.Connection, run_id: str, ops: Iterable[Op], now: flo
             raise TypeError(f"unknown store operation {op!r}")
 
 
+def records_only(ops: Iterable[Op]) -> list[Op]:
+    """The ops of a pass whose run ended under it: how its steps ended is kept, nothing
+    that would start work (a child run, a timer, a job) is."""
+    return [op for op in ops if not isinstance(op, CreateChildRun | SetTimer | EnqueueJob)]
+
+
 def insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> bool:
     """Create the run unless its id exists; True if this call created it."""
     lease_until = now + new.lease_seconds if new.lease_owner else None

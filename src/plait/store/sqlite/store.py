@@ -18,7 +18,7 @@ from plait.errors import (
     LeaseLostError,
 )
 from plait.notify import Notifier
-from plait.records import Run, Step, StepAttempt
+from plait.records import TERMINAL, Run, Step, StepAttempt
 from plait.store import convert
 from plait.store.base import (
     Batch,
@@ -203,8 +203,11 @@ class SQLiteStore:
                 row = conn.execute(_RUN_LEASE_OWNER, (batch.run_id,)).fetchone()
                 if row is None or row[0] != batch.fence:
                     raise LeaseLostError(f"lost the lease on run {batch.run_id}")
+                ops = batch.ops if row[1] not in TERMINAL else apply.records_only(batch.ops)
+            else:
+                ops = batch.ops
             now = _now()
-            apply.apply_ops(conn, batch.run_id, batch.ops, now)
+            apply.apply_ops(conn, batch.run_id, ops, now)
             if batch.release is None or batch.fence is None:
                 return False
             return apply.release(conn, batch.run_id, batch.fence, batch.release, now)
@@ -266,12 +269,15 @@ class SQLiteStore:
 
         return await self._write(go)
 
-    async def renew_leases(self, owner: str, lease_seconds: float) -> set[str]:
+    async def renew_leases(
+        self, owner: str, lease_seconds: float, stepping: Sequence[str] = ()
+    ) -> set[str]:
         def go(conn: sqlite3.Connection) -> set[str]:
             until = _now() + lease_seconds
             conn.execute(SQL["renew_run_leases"], (until, owner))
             conn.execute(SQL["renew_job_leases"], (until, owner))
-            rows = conn.execute(SQL["ended_leased_runs"], (owner,)).fetchall()
+            ids = json.dumps(list(stepping))
+            rows = conn.execute(SQL["ended_leased_runs"], (owner, ids)).fetchall()
             return {r[0] for r in rows}
 
         return await self._write(go)

@@ -117,6 +117,9 @@ WITH runs_renewed AS (
     UPDATE @schema@.jobs SET lease_until = $2 WHERE lease_owner = $1 RETURNING run_id
 )
 SELECT id FROM @schema@.runs WHERE lease_owner = $1 AND status <> 'running'
+UNION
+SELECT id FROM @schema@.runs WHERE id = ANY($3::text[])
+    AND status IN ('completed', 'failed', 'cancelled')
 
 -- name: leases_of
 -- Leases held under a worker id ($1 is "<worker id>#") by other processes than $2: an

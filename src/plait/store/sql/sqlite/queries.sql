@@ -150,7 +150,7 @@ SELECT EXISTS (SELECT 1 FROM plait_steps WHERE run_id = ? AND kind = 'event'
 -- name: get_steps
 SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
     failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
-    queued, wake_at, created_at, updated_at, delivered
+    queued, wake_at, created_at, updated_at, delivered, retried_failures
 FROM plait_steps WHERE run_id = ? ORDER BY seq
 
 -- name: get_history
@@ -168,8 +168,8 @@ ORDER BY 7, 3
 -- Writing a step row again changes everything but its identity and first-reach order.
 INSERT INTO plait_steps (run_id, key, seq, name, kind, function, status, input, output,
     error, attempts, failures, retries, retry_delay, timeout, invocation_id, child_run_id,
-    branch, from_key, queued, wake_at, created_at, updated_at, delivered)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    branch, from_key, queued, wake_at, created_at, updated_at, delivered, retried_failures)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, key) DO UPDATE SET
     kind = excluded.kind, function = excluded.function, status = excluded.status,
     input = excluded.input, output = excluded.output, error = excluded.error,
@@ -177,16 +177,16 @@ ON CONFLICT (run_id, key) DO UPDATE SET
     retry_delay = excluded.retry_delay, timeout = excluded.timeout,
     child_run_id = excluded.child_run_id, branch = excluded.branch,
     queued = excluded.queued, wake_at = excluded.wake_at, updated_at = excluded.updated_at,
-    delivered = excluded.delivered
+    delivered = excluded.delivered, retried_failures = excluded.retried_failures
 
 -- name: start_step
 -- A step's new attempt: the step row, with the attempt on it (schema version 2).
 INSERT INTO plait_steps (run_id, key, seq, name, kind, function, status, input, output,
     error, attempts, failures, retries, retry_delay, timeout, invocation_id, child_run_id,
-    branch, from_key, queued, wake_at, created_at, updated_at, delivered, worker,
-    attempt_status, attempt_error, attempt_started, attempt_finished)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running',
-    NULL, ?, NULL)
+    branch, from_key, queued, wake_at, created_at, updated_at, delivered, retried_failures,
+    worker, attempt_status, attempt_error, attempt_started, attempt_finished)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+    'running', NULL, ?, NULL)
 ON CONFLICT (run_id, key) DO UPDATE SET
     kind = excluded.kind, function = excluded.function, status = excluded.status,
     input = excluded.input, output = excluded.output, error = excluded.error,
@@ -194,7 +194,8 @@ ON CONFLICT (run_id, key) DO UPDATE SET
     retry_delay = excluded.retry_delay, timeout = excluded.timeout,
     child_run_id = excluded.child_run_id, branch = excluded.branch,
     queued = excluded.queued, wake_at = excluded.wake_at, updated_at = excluded.updated_at,
-    delivered = excluded.delivered, worker = excluded.worker, attempt_status = 'running', attempt_error = NULL,
+    delivered = excluded.delivered, retried_failures = excluded.retried_failures,
+    worker = excluded.worker, attempt_status = 'running', attempt_error = NULL,
     attempt_started = excluded.attempt_started, attempt_finished = NULL
 
 -- name: archive_attempt
@@ -247,7 +248,7 @@ ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value
 -- name: pass_steps
 SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
     failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
-    queued, wake_at, created_at, updated_at, delivered
+    queued, wake_at, created_at, updated_at, delivered, retried_failures
 FROM plait_steps WHERE run_id = ?
 
 -- name: pass_events
@@ -271,8 +272,9 @@ WHERE id IN (
 RETURNING id
 
 -- name: run_lease_owner
--- The fence of a pass's batch: it writes only while its worker still holds the run.
-SELECT lease_owner FROM plait_runs WHERE id = ?
+-- The fence of a pass's batch: it writes only while its worker still holds the run, and
+-- starts nothing new once the run has ended (a cancel from another process).
+SELECT lease_owner, status FROM plait_runs WHERE id = ?
 
 -- name: release_run
 -- Give the run back: due again at once if someone woke it during the pass (its wake-up
@@ -326,8 +328,12 @@ UPDATE plait_runs SET lease_until = ? WHERE lease_owner = ?
 UPDATE plait_jobs SET lease_until = ? WHERE lease_owner = ?
 
 -- name: ended_leased_runs
--- Runs this owner holds that ended meanwhile (cancelled from elsewhere).
+-- Runs this owner holds that ended meanwhile (cancelled from elsewhere), and runs ended
+-- among those whose queued steps it is running (a JSON array of ids).
 SELECT id FROM plait_runs WHERE lease_owner = ? AND status != 'running'
+UNION
+SELECT id FROM plait_runs WHERE id IN (SELECT value FROM json_each(?))
+    AND status IN ('completed', 'failed', 'cancelled')
 
 -- name: next_due_runs
 -- When the next pass becomes due (a leased run: when its lease runs out).
@@ -416,6 +422,6 @@ WHERE run_id = ? AND key = ? AND child_run_id = ? AND status = 'running'
 SELECT s.run_id, s.key, s.seq, s.name, s.kind, s.function, s.status, s.input, s.output,
     s.error, s.attempts, s.failures, s.retries, s.retry_delay, s.timeout, s.invocation_id,
     s.child_run_id, s.branch, s.from_key, s.queued, s.wake_at, s.created_at, s.updated_at,
-    s.delivered, r.workflow
+    s.delivered, s.retried_failures, r.workflow
 FROM plait_steps s JOIN plait_runs r ON r.id = s.run_id
 WHERE s.run_id = ? AND s.key = ?

@@ -1,0 +1,104 @@
+"""A cancel from another process races the work in hand: nothing the cancelled run's
+pass or worker started may outlive it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import plait
+
+
+async def _until(check: Callable[[], Awaitable[bool]], what: str, deadline: float = 10.0) -> None:
+    end = time.monotonic() + deadline
+    while not await check():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def test_a_pass_cancelled_from_elsewhere_leaves_no_child_or_timer(engine_factory) -> None:
+    """The run is cancelled by another engine while its pass runs a step; the pass then
+    reaches a child run and a sleep. Neither may be started."""
+    app = plait.App()
+    started, release = asyncio.Event(), asyncio.Event()
+    kid_ran: list[str] = []
+
+    @app.function
+    async def slow() -> str:
+        started.set()
+        await asyncio.wait_for(release.wait(), 10)
+        return "slow done"
+
+    @app.workflow
+    async def kid(wf: plait.Workflow) -> str:
+        return await wf.do("side effect", lambda: kid_ran.append("ran") or "kid")
+
+    @app.workflow
+    async def parent(wf: plait.Workflow) -> list[str]:
+        await wf.do("slow", "slow")
+        return await asyncio.gather(wf.do("kid", "kid"), wf.sleep("nap", 3600))
+
+    async with (
+        engine_factory(app, worker_id="runner") as runner,
+        engine_factory(app, worker_id="canceller", workers=False) as other,
+    ):
+        run_id = await runner.start("parent")
+        await asyncio.wait_for(started.wait(), 10)
+        run = await other.cancel(run_id, "stop")
+        assert run.status == "cancelled"
+        release.set()
+
+        async def pass_ended() -> bool:
+            keys = {s.key for s in await runner.get_steps(run_id)}
+            return "kid" in keys and "nap" in keys
+
+        await _until(pass_ended, "the cancelled pass to commit its last writes")
+        assert await runner.get_children(run_id) == []
+        assert await runner.store.next_due() is None
+        assert (await runner.get_run(run_id)).status == "cancelled"
+    assert kid_ran == []
+
+
+async def test_cancel_from_elsewhere_interrupts_a_queued_step_in_a_worker(engine_factory) -> None:
+    app = plait.App()
+    started = asyncio.Event()
+    stopped: list[str] = []
+
+    @app.function(queued=True)
+    async def long_job() -> str:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            stopped.append("cancelled")
+            raise
+        return "finished"
+
+    @app.workflow
+    async def holder(wf: plait.Workflow) -> str:
+        return await wf.do("long", "long_job")
+
+    async with (
+        engine_factory(app, worker_id="worker", lease_seconds=1.0) as worker,
+        engine_factory(app, worker_id="canceller", workers=False) as other,
+    ):
+        run_id = await other.start("holder")
+        await asyncio.wait_for(started.wait(), 10)
+        t0 = time.monotonic()
+        await other.cancel(run_id)
+
+        async def body_stopped() -> bool:
+            return bool(stopped)
+
+        await _until(body_stopped, "the queued step's body to be cancelled")
+        assert time.monotonic() - t0 < 1.0 + 0.5  # within one lease interval
+
+        async def attempt_recorded() -> bool:
+            (step,) = await worker.get_steps(run_id)
+            return step.status == "failed"
+
+        await _until(attempt_recorded, "the step to record its cancelled attempt")
+        history = await worker.get_history(run_id)
+        assert [a.status for a in history] == ["cancelled"]
