@@ -125,7 +125,7 @@ async def slow_queued(data: dict[str, Any], ctx: plait.StepContext) -> dict:
 def slow_sync(data: dict[str, Any], ctx: plait.StepContext) -> dict:
     """The sync twin of ``slow``: its body runs in a thread, which cannot be cancelled."""
     record("start", ctx)
-    time.sleep(data["seconds"])
+    time.sleep(data["seconds"])  # noqa: ASYNC251 - the point of this step
     record("end", ctx, ok=True)
     return {"v": data["v"] + 1}
 
@@ -214,3 +214,18 @@ async def term_flow(wf: plait.Workflow, data: dict[str, Any]) -> dict:
 
 
 TERM_FLOW_KEYS = ("long", "after")
+
+
+@app.function(retries=0)
+async def blocks_loop(data: dict[str, Any], ctx: plait.StepContext) -> int:
+    """Blocks the worker's event loop on purpose, as a blocking client inside async code
+    would: no coroutine, lease renewal included, runs until it returns."""
+    record("start", ctx)
+    time.sleep(data["seconds"])  # noqa: ASYNC251 - the point of this step
+    record("end", ctx, ok=True)
+    return ctx.attempt
+
+
+@app.workflow
+async def blocking_flow(wf: plait.Workflow, data: dict[str, Any]) -> int:
+    return await wf.do("block", blocks_loop, data)

@@ -125,3 +125,33 @@ async def test_two_workers_share_one_sqlite_file(tmp_path: Path) -> None:
     assert report.executions == report.steps + report.planned_failures, "a step ran twice"
     assert report.planned_failures == RUNS * len(crash_app.FLAKY_KEYS)
     assert not retried, "steps with more than one attempt:\n" + "\n".join(retried[:20])
+
+
+async def test_a_step_that_blocks_the_loop_is_not_taken_for_a_dead_worker(
+    tmp_path: Path, database: str
+) -> None:
+    """The body blocks its worker's loop for six leases while a second worker waits for
+    work. The stall guard keeps the leases, so the step runs once, in one attempt."""
+    url = database
+    ledger = tmp_path / "ledger.jsonl"
+    lease = 0.5
+    async with plait.Engine(crash_app.app, url, workers=False) as engine:
+        workers = [
+            WorkerProcess(url, ledger, tmp_path / f"w{n}.log", worker_id=f"w{n}", lease=lease)
+            for n in range(2)
+        ]
+        try:
+            for w in workers:
+                await eventually(_ready(w), timeout=15, what=f"{w.worker_id} to be ready")
+            run_id = await engine.start("blocking_flow", {"seconds": 6 * lease})
+            run = await engine.wait(run_id, timeout=60)
+            history = await engine.get_history(run_id)
+        finally:
+            for w in workers:
+                w.stop()
+    starts = [line for line in read_ledger(ledger) if line["event"] == "start"]
+    assert run.status == "completed" and run.output == 1, run.error
+    assert [(a.attempt, a.status) for a in history] == [(1, "succeeded")]
+    assert len(starts) == 1
+    logs = "".join(w.log.read_text() for w in workers)
+    assert "has been blocked for" in logs

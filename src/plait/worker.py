@@ -25,6 +25,7 @@ from typing import Any
 from plait import serde
 from plait.catalog import Catalog
 from plait.errors import LeaseLostError, StepFunctionMismatchError
+from plait.lease_keeper import StallGuard
 from plait.notify import Notifier
 from plait.runtime import steps
 from plait.runtime.orchestrator import execute_pass
@@ -95,6 +96,8 @@ class Worker:
         self.loops: list[asyncio.Task[Any]] = []
         self._lease_task: asyncio.Task[Any] | None = None
         self.steps_run = 0
+        #: keeps the leases while a step blocks the event loop
+        self.stall_guard = StallGuard(store, self.owner, lease_seconds)
 
     # -- the host of passes and queued attempts -------------------------------------------
     def cancelling(self, run_id: str) -> bool:
@@ -157,6 +160,7 @@ class Worker:
         if steps:
             self.loops.append(asyncio.create_task(self._step_loop(), name="plait-steps"))
         self._lease_task = asyncio.create_task(self._lease_loop(), name="plait-leases")
+        self.stall_guard.start()
         self.spawn(self.reclaim(), name="plait-reclaim")
         self.loops.append(self._lease_task)
 
@@ -189,6 +193,7 @@ class Worker:
             self._lease_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._lease_task
+        await asyncio.to_thread(self.stall_guard.stop)
         self.loops.clear()
 
     def spawn(self, coro: Any, name: str | None = None) -> asyncio.Task[Any]:
@@ -440,6 +445,7 @@ class Worker:
         next_sweep = time.monotonic() + 5.0
         while True:
             await asyncio.sleep(every)
+            self.stall_guard.beat()
             if self.take_work and not self.stopping and time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + 5.0
                 try:

@@ -313,6 +313,15 @@ class Lease:
     until: float
 
 
+class LeaseKeeper(Protocol):
+    """Renews a worker's leases from a thread of its own, with a connection of its own,
+    while the worker's event loop is blocked (``worker.Worker``). Made and used in one
+    thread."""
+
+    def renew(self, owner: str, lease_seconds: float) -> None: ...
+    def close(self) -> None: ...
+
+
 class Store(Protocol):
     """What every store offers. The contract suite (``tests/store/``) is what this
     protocol means in practice: a store that passes it is a store."""
@@ -349,6 +358,11 @@ class Store(Protocol):
         """Extend every lease ``owner`` holds. Returns the runs that ended meanwhile among
         those it holds and those whose queued steps it is running (``stepping``): their
         work in this process must stop."""
+        ...
+
+    def lease_keeper(self) -> LeaseKeeper | None:
+        """A keeper for the calling thread, or None where no other process can see the
+        leases (a memory database)."""
         ...
 
     async def leases_of(self, worker_id: str, owner: str) -> list[Lease]: ...

@@ -97,6 +97,18 @@ def is_connection_error(exc: BaseException) -> bool:
     )
 
 
+async def set_codecs(conn: asyncpg.Connection) -> None:
+    """Timestamps as float seconds, as the rest of plait counts them; for every
+    connection, the pool's and any opened beside it."""
+    await conn.set_type_codec(
+        "timestamptz",
+        schema="pg_catalog",
+        encoder=encode_timestamp,
+        decoder=decode_timestamp,
+        format="tuple",
+    )
+
+
 class Pool:
     """An asyncpg pool whose every statement is one implicit transaction, retried where
     that is safe and reported as DatabaseUnavailableError where the outcome is unknown."""
@@ -154,13 +166,7 @@ class Pool:
 
     async def _init_connection(self, conn: asyncpg.Connection) -> None:
         # every connection, including the ones the pool opens after a server restart
-        await conn.set_type_codec(
-            "timestamptz",
-            schema="pg_catalog",
-            encoder=encode_timestamp,
-            decoder=decode_timestamp,
-            format="tuple",
-        )
+        await set_codecs(conn)
         for statement in self._warm:
             await conn.prepare(statement)
 

@@ -47,6 +47,7 @@ from plait.store.base import (
     EventRow,
     FinishAttempt,
     Lease,
+    LeaseKeeper,
     NewRun,
     Op,
     PassSnapshot,
@@ -68,6 +69,7 @@ from plait.store.postgres.pool import (
     Pool,
     describe,
     is_connection_error,
+    set_codecs,
     split_url,
 )
 
@@ -482,6 +484,9 @@ class PostgresStore:
         rows = await self._call("fetch", self._q["renew_leases"], owner, until, list(stepping))
         return {r["id"] for r in rows}
 
+    def lease_keeper(self) -> LeaseKeeper | None:
+        return _LeaseKeeper(self.dsn, self._q["renew_leases"], self._pool.connect_timeout)
+
     async def leases_of(self, worker_id: str, owner: str) -> list[Lease]:
         """Leases held under ``worker_id`` by other processes than ``owner`` (an earlier
         life of a restarted worker, or a twin still draining)."""
@@ -673,6 +678,31 @@ class PostgresStore:
             "fetch", self._q["list_versions"], workflow, version, status, read=True
         )
         return [convert.version_record(tuple(r)) for r in rows]
+
+
+class _LeaseKeeper:
+    """Lease renewal on a connection and an event loop of its own, for a thread beside
+    a blocked loop (asyncpg connections belong to the loop that opened them)."""
+
+    def __init__(self, dsn: str, statement: str, connect_timeout: float) -> None:
+        self._dsn, self._statement, self._timeout = dsn, statement, connect_timeout
+        self._loop = asyncio.new_event_loop()
+        self._conn: asyncpg.Connection | None = None
+
+    def renew(self, owner: str, lease_seconds: float) -> None:
+        self._loop.run_until_complete(self._renew(owner, lease_seconds))
+
+    async def _renew(self, owner: str, lease_seconds: float) -> None:
+        if self._conn is None or self._conn.is_closed():
+            self._conn = await asyncpg.connect(self._dsn, timeout=self._timeout)
+            await set_codecs(self._conn)
+        await self._conn.execute(self._statement, owner, _now() + lease_seconds, [])
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._loop.run_until_complete(self._conn.close(timeout=2))
+        self._loop.close()
 
 
 __all__ = ["SCHEMA_VERSION", "DatabaseUnavailableError", "PostgresStore"]

@@ -25,6 +25,7 @@ from plait.store.base import (
     EndRun,
     EventRow,
     Lease,
+    LeaseKeeper,
     NewRun,
     Op,
     PassSnapshot,
@@ -282,6 +283,11 @@ class SQLiteStore:
 
         return await self._write(go)
 
+    def lease_keeper(self) -> LeaseKeeper | None:
+        if self.memory:
+            return None
+        return _LeaseKeeper(self.path, self.busy_timeout)
+
     async def next_due(self, functions: Sequence[str] | None = None) -> float | None:
         """When the next run pass (``functions`` None) or job for ``functions`` is due,
         counting a leased one as due when its lease runs out."""
@@ -445,6 +451,28 @@ def _path_from_url(url: str) -> str:
             path = url[len(prefix) :]
             return path or ":memory:"
     raise ValueError(f"not a sqlite URL: {url!r} (expected sqlite:///path/to/file.db)")
+
+
+class _LeaseKeeper:
+    """Lease renewal on a connection of its own, for a thread beside a blocked loop."""
+
+    def __init__(self, path: str, busy_timeout: float) -> None:
+        self._conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
+
+    def renew(self, owner: str, lease_seconds: float) -> None:
+        conn = self._conn
+        conn.execute(SQL["begin_immediate"])
+        try:
+            until = _now() + lease_seconds
+            conn.execute(SQL["renew_run_leases"], (until, owner))
+            conn.execute(SQL["renew_job_leases"], (until, owner))
+        except BaseException:
+            conn.execute(SQL["rollback"])
+            raise
+        conn.execute(SQL["commit"])
+
+    def close(self) -> None:
+        self._conn.close()
 
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
