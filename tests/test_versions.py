@@ -140,3 +140,47 @@ def test_version_must_be_a_string(bad: object) -> None:
 
         @app.workflow(version=bad)  # type: ignore[arg-type]
         async def w(wf: plait.Workflow, data: None) -> None: ...
+
+
+def _graph_app(second: str) -> plait.App:
+    """A graph ``pipeline``: ``first`` (queued, so a run waits for a worker) then
+    ``second``; a deploy changes which function the second node calls."""
+    app = plait.App("pipes")
+
+    @app.function(queued=True)
+    def first(data: None) -> str:
+        return "first"
+
+    @app.function
+    def old_second(data: None) -> str:
+        return "old second"
+
+    @app.function
+    def new_second(data: None) -> str:
+        return "new second"
+
+    app.graph(
+        "pipeline",
+        {
+            "nodes": {
+                "a": {"function": "first", "next": ["b"]},
+                "b": {"function": second},
+            },
+            "output": {"b": {"$ref": "b"}},
+        },
+    )
+    return app
+
+
+async def test_a_changed_app_graph_leaves_its_in_flight_runs_on_their_definition(
+    engine_factory,
+) -> None:
+    async with engine_factory(_graph_app("old_second"), workers=False) as engine:
+        run_id = await engine.start("pipeline")
+        started_on = (await engine.get_run(run_id)).version
+    async with engine_factory(_graph_app("new_second")) as engine:
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed", run.error
+        assert run.output == {"b": "old second"} and run.version == started_on
+        fresh = await engine.run("pipeline", timeout=10)
+        assert fresh == {"b": "new second"}

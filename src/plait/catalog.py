@@ -15,6 +15,9 @@ from plait.app import App, WorkflowDef
 from plait.graph import Graph, load_graph, validate_or_raise
 from plait.store.base import Store
 
+#: the status of a graph definition recorded from an App's registrations
+DEPLOYED = "deployed"
+
 
 class Catalog:
     """The definitions one process knows: its App's, plus graphs read from the store."""
@@ -26,10 +29,19 @@ class Catalog:
 
     async def record_versions(self) -> None:
         """Store the versions of this deployment's code workflows (for ``runs list`` and
-        for the graphs' version history)."""
+        for the graphs' version history), and the definition of every graph it
+        registers: a run started on a graph the next deploy changes goes on with the
+        definition it started on. Those are stored as ``deployed``, not ``active``: a
+        graph dropped from the code cannot be started by name from the database."""
         for name, versions in self.app.workflow_versions.items():
             for version in versions:
                 await self.store.put_version(name, version, "workflow", None, "active")
+        for name, graph in self.app.graphs.items():
+            version = graph.content_hash()
+            if await self.store.get_version(name, version) is None:
+                await self.store.put_version(
+                    name, version, "graph", graph.canonical_json(), DEPLOYED
+                )
 
     def describe(self, name: str) -> tuple[str, str | None]:
         """(kind, version) a new run of registered code ``name`` records."""
