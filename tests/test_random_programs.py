@@ -440,6 +440,7 @@ def _report(figures: Figures, title: str, began: float) -> None:
 
 
 @pytest.mark.parametrize("store", STORES)
+@pytest.mark.timeout(60 + PROGRAMS * 0.5)  # a long run (PLAIT_PROGRAMS=3000) takes its time
 async def test_random_programs_in_process(
     store: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
