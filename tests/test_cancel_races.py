@@ -102,3 +102,50 @@ async def test_cancel_from_elsewhere_interrupts_a_queued_step_in_a_worker(engine
         await _until(attempt_recorded, "the step to record its cancelled attempt")
         history = await worker.get_history(run_id)
         assert [a.status for a in history] == ["cancelled"]
+
+
+async def test_a_clean_stop_never_loses_a_finished_step(engine_factory, database: str) -> None:
+    """Engines closed and reopened while gathers of steps run: a step whose body ran to
+    its end keeps its result (a commit cut short by the stop would lose it, and the step
+    would run again)."""
+    app = plait.App()
+    ended: dict[tuple[str, str], int] = {}
+
+    @app.function(retries=0)
+    async def work(i: int, ctx: plait.StepContext) -> int:
+        await asyncio.sleep(0.005 * (i % 7))
+        key = (ctx.run_id, ctx.step_key)
+        ended[key] = ended.get(key, 0) + 1
+        return i
+
+    @app.workflow
+    async def flow(wf: plait.Workflow, n: int) -> int:
+        total = 0
+        for i in range(n):
+            got = await asyncio.gather(*(wf.do("step", "work", i * 3 + j) for j in range(3)))
+            total += sum(got)
+        return total
+
+    engine = plait.Engine(app, database, poll_interval=0.05)
+    await engine.open()
+    run_ids = [await engine.start("flow", 8) for _ in range(40)]
+    for _ in range(4):
+        await _until(_more_ended(ended, sum(ended.values())), "more steps to end")
+        await engine.close()
+        engine = plait.Engine(app, database, poll_interval=0.05)
+        await engine.open()
+    try:
+        for run_id in run_ids:
+            run = await engine.wait(run_id, timeout=60)
+            assert run.status == "completed" and run.output == sum(range(24)), run.error
+    finally:
+        await engine.close()
+    twice = {key: n for key, n in ended.items() if n > 1}
+    assert len(ended) == 40 * 24 and twice == {}
+
+
+def _more_ended(ended: dict[tuple[str, str], int], before: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return sum(ended.values()) > before + 30
+
+    return check

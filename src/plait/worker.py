@@ -433,7 +433,10 @@ class Worker:
         self.steps_run += 1
         if not finished:
             log.warning(
-                "step %s of run %s: job lease lost; result dropped", job.step_key, job.run_id
+                "step %s of run %s: its job is no longer held (the run ended, or the job's "
+                "lease ran out and another worker took it); result dropped",
+                job.step_key,
+                job.run_id,
             )
             return
         self.notifier.publish_work()

@@ -19,7 +19,7 @@ from plait.context import StepContext
 from plait.runtime import steps
 from plait.runtime.attempt import run_attempt
 from plait.runtime.graph_replay import queued_node_hook
-from plait.runtime.host import Host
+from plait.runtime.host import Host, commit_whole
 from plait.store.base import Batch, Op, StepRow
 
 
@@ -60,4 +60,4 @@ async def run_queued(
     if hook is not None:
         outcome = hook.finish(step, ctx, outcome)
     written = hook.ops if hook is not None else []
-    return await finish([*written, *steps.settle(step, outcome, time.time())])
+    return await commit_whole(finish([*written, *steps.settle(step, outcome, time.time())]))

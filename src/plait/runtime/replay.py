@@ -32,7 +32,7 @@ from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.signals import PassAborted, PauseSignal, SuspendSignal, Unwind
 from plait.runtime.workflow import StepCall, Workflow
 from plait.runtime.workflow_loop import WorkflowLoop
-from plait.store.base import EndRun, PassSnapshot
+from plait.store.base import EndRun, PassSnapshot, StepRow
 
 
 class CodeReplay:
@@ -293,17 +293,14 @@ class CodeReplay:
         finished = self.finished
         if not finished:
             return None
-        steps_ = self.ledger.steps
-        first: StepCall | None = None
-        first_at = -1
-        for call in (*finished, *self.inflight.values()):
-            step = steps_.get(call.key)
-            at = step.delivered if step is not None else None
-            if at is not None and (first is None or at < first_at):
-                first, first_at = call, at
-        if first is None:
-            return finished[0]
-        return first if first.outcome is not None else None
+        recorded = self.ledger.steps
+        first, first_at = _earliest(finished, recorded)
+        if self.inflight:
+            running = [c for c in self.inflight.values() if c.outcome is None]
+            _, running_at = _earliest(running, recorded)
+            if running_at is not None and (first_at is None or running_at < first_at):
+                return None
+        return first if first is not None else finished[0]
 
     def _deliver(self, call: StepCall) -> None:
         self.finished.remove(call)
@@ -375,7 +372,7 @@ class CodeReplay:
         self.closing = True
         wloop = self.wloop
         for _ in range(_UNWIND_ROUNDS):
-            pending = asyncio.all_tasks(wloop)
+            pending = wloop.pending_tasks()
             if not pending:
                 break
             for task in pending:
@@ -386,6 +383,20 @@ class CodeReplay:
 
 
 _UNWIND_ROUNDS = 5
+
+
+def _earliest(
+    calls: list[StepCall], recorded: dict[str, StepRow]
+) -> tuple[StepCall | None, int | None]:
+    """The call whose outcome the run saw first on an earlier pass, and when."""
+    first: StepCall | None = None
+    first_at: int | None = None
+    for call in calls:
+        step = recorded.get(call.key)
+        at = step.delivered if step is not None else None
+        if at is not None and (first_at is None or at < first_at):
+            first, first_at = call, at
+    return first, first_at
 
 
 def _principal(exc: BaseException) -> BaseException:

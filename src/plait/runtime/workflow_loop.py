@@ -40,6 +40,8 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     def __init__(self) -> None:
         self._ready: collections.deque[asyncio.Handle] = collections.deque()
         self._closed = False
+        #: every task made on this loop (``asyncio.all_tasks`` would scan the process's)
+        self.tasks: list[asyncio.Task[Any]] = []
         #: exceptions of tasks nobody retrieved; kept, not printed (the pass decides)
         self.unhandled: list[dict[str, Any]] = []
 
@@ -110,7 +112,12 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         name: str | None = None,
         context: contextvars.Context | None = None,
     ) -> asyncio.Task[Any]:
-        return asyncio.Task(coro, loop=self, name=name, context=context)
+        task = asyncio.Task(coro, loop=self, name=name, context=context)
+        self.tasks.append(task)
+        return task
+
+    def pending_tasks(self) -> list[asyncio.Task[Any]]:
+        return [task for task in self.tasks if not task.done()]
 
     def get_task_factory(self) -> None:
         return None
