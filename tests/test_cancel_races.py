@@ -4,6 +4,7 @@ pass or worker started may outlive it."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Awaitable, Callable
 
@@ -149,3 +150,36 @@ def _more_ended(ended: dict[tuple[str, str], int], before: int) -> Callable[[], 
         return sum(ended.values()) > before + 30
 
     return check
+
+
+async def test_a_sync_body_that_ends_during_a_stop_keeps_its_result(
+    engine_factory, database: str
+) -> None:
+    """A thread cannot be stopped, so a stop waits for it; when it returns, what it did is
+    recorded rather than thrown away and done again."""
+    app = plait.App()
+    started = threading.Event()
+    finished: list[str] = []
+
+    @app.function(retries=0)
+    def sync_step() -> str:
+        started.set()
+        time.sleep(0.2)
+        finished.append("done")
+        return "done"
+
+    @app.workflow
+    async def flow(wf: plait.Workflow) -> str:
+        return await wf.do("s", "sync_step")
+
+    engine = plait.Engine(app, database)
+    await engine.open()
+    run_id = await engine.start("flow")
+    await asyncio.to_thread(started.wait, 10)
+    await engine.close()
+    async with engine_factory(app) as again:
+        run = await again.wait(run_id, timeout=10)
+        history = await again.get_history(run_id)
+    assert run.status == "completed" and run.output == "done"
+    assert finished == ["done"]
+    assert [(a.attempt, a.status) for a in history] == [(1, "succeeded")]

@@ -72,14 +72,6 @@ POLL = 0.02
 #: kills in the slow test; after the last one the worker finishes every run
 MAX_KILLS = int(os.environ.get("PLAIT_PROGRAMS_KILLS", "25"))
 _ORDINAL = re.compile(r"#\d+$")
-#: ``PLAIT_PROGRAMS_STRICT=1`` fails on the known bug below instead of counting it
-_KNOWN_STRICT = os.environ.get("PLAIT_PROGRAMS_STRICT") == "1"
-#: Known bug, left out of the default run (counted, not failed): ``Engine.close()`` (any
-#: clean stop) while a *sync* step body runs in its thread cancels the attempt; plait
-#: waits for the thread, which then returns a result, and throws that result away: the
-#: attempt is recorded as interrupted and the body runs to success a second time in a
-#: live process. Only a killed process may lose a finished body's result.
-SYNC_RERUN = "sync body re-run after a clean engine stop"
 
 
 @dataclasses.dataclass
@@ -245,7 +237,7 @@ async def compare(engine: plait.Engine, case: Case) -> list[str]:
 
 def check_ledger(
     case: Case, lines: list[dict[str, Any]], *, killed: set[int], interrupted_ok: bool
-) -> tuple[list[str], list[str]]:
+) -> list[str]:
     """Every step body against the promise (compare ``ledger.check_ledger``).
 
     Per site of the program (a run tag and a path in the program, unique within a run):
@@ -255,9 +247,7 @@ def check_ledger(
     as planned when nothing was killed); a site the reference never reached never ran;
     a registered function's site always got one step key, and a key one site."""
     problems: list[str] = []
-    known: list[str] = []
     branch_ids = in_branches(case.program["body"])
-    by_id = statements(case.program["body"])
     tags = {case.tag}
     sites: dict[tuple[str, str], programs.Reached] = {}
     for r in case.expected.reached:
@@ -283,12 +273,7 @@ def check_ledger(
         fails = [ln for ln in group if ln["event"] == "end" and not ln["ok"]]
         starts = [ln for ln in group if ln["event"] == "start"]
         live_wins = [ln for ln in wins if ln["pid"] not in killed]
-        kind = by_id[_static_id(site)].get("kind")
-        if len(live_wins) > 1 and kind == "sync" and interrupted_ok and not _KNOWN_STRICT:
-            # known bug (see SYNC_RERUN): a clean engine stop discards the result of a
-            # sync body that finished while the stop waited for its thread
-            known.append(f"{where}: sync body succeeded {len(wins)} times")  # SYNC_RERUN
-        elif len(live_wins) > 1 or (len(wins) > 1 and len(wins) - len(live_wins) < len(wins) - 1):
+        if len(live_wins) > 1 or (len(wins) > 1 and len(wins) - len(live_wins) < len(wins) - 1):
             problems.append(
                 f"{where}: succeeded {len(wins)} times (pids {[ln['pid'] for ln in wins]}, "
                 f"keys {[ln['key'] for ln in wins]}, attempts {[ln['attempt'] for ln in wins]})"
@@ -305,11 +290,7 @@ def check_ledger(
         if fail >= 0 and not wins:
             problems.append(f"{where}: never succeeded")
         if not killed and len(fails) != planned:
-            message = f"{where}: failed {len(fails)} times, expected {planned}"
-            if len(fails) > planned and kind == "sync" and interrupted_ok and not _KNOWN_STRICT:
-                known.append(message)  # the same known bug: a failed attempt re-run
-            else:
-                problems.append(message)
+            problems.append(f"{where}: failed {len(fails)} times, expected {planned}")
     for (tag, site), keys in keys_of.items():
         if len(keys) > 1:
             problems.append(f"run {tag} site {site} ran under several keys {sorted(keys)}")
@@ -319,7 +300,7 @@ def check_ledger(
     for (tag, site), r in sites.items():
         if r.definite and r.stmt.get("op") == "do" and (tag, site) not in by_site:
             problems.append(f"run {tag} site {site}: reached for sure, never ran")
-    return problems, known
+    return problems
 
 
 def _static_id(site: str) -> int:
@@ -367,11 +348,8 @@ async def check_all(
     lines = programs.ledger_lines()
     for case in cases:
         problems = await compare(engine, case)
-        broken, known = check_ledger(case, lines, killed=killed, interrupted_ok=interrupted_ok)
-        problems += broken
+        problems += check_ledger(case, lines, killed=killed, interrupted_ok=interrupted_ok)
         figures.programs += 1
-        if known:
-            figures.faults[f"known bug seen: {SYNC_RERUN}"] += len(known)
         if problems:
             figures.mismatches.append(case.describe() + "\n" + "\n".join(problems))
 

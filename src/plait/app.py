@@ -86,6 +86,20 @@ class FunctionDef:
         return _is_async_callable(self.fn)
 
 
+class FinishedAfterCancel(asyncio.CancelledError):
+    """A sync body's thread ended after its task was cancelled (a stop, a cancel of the
+    run, a timeout). Still a cancellation, carrying what the body returned or raised so
+    the attempt can record it rather than run the body again."""
+
+    def __init__(self, result: Any, error: Exception | None = None) -> None:
+        super().__init__("the body finished after its task was cancelled")
+        self.result = result
+        #: what the body raised, if it failed
+        self.error = error
+        #: the attempt's outcome, filled in by ``runtime.attempt``
+        self.outcome: Any = None
+
+
 async def call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:
     if inspect.iscoroutinefunction(fn):
         return await fn(*args)
@@ -97,10 +111,15 @@ async def call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:
         result = await asyncio.shield(thread)
     except asyncio.CancelledError:
         # A thread cannot be stopped. Wait for it before giving the step up, or another
-        # worker could start the next attempt while this one is still running.
-        with contextlib.suppress(BaseException):
-            await thread
-        raise
+        # worker could start the next attempt while this one is still running; if it
+        # returns, its result is not thrown away (the body did run to its end).
+        while not thread.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(thread)
+        error = None if thread.cancelled() else thread.exception()
+        if thread.cancelled() or (error is not None and not isinstance(error, Exception)):
+            raise
+        raise FinishedAfterCancel(None if error else thread.result(), error) from None
     if inspect.isawaitable(result):
         return await result
     return result

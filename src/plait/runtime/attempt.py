@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from plait import serde
-from plait.app import FunctionDef, call_maybe_async
+from plait.app import FinishedAfterCancel, FunctionDef, call_maybe_async
 from plait.context import StepContext
 from plait.errors import NotJSONError, StepTimeoutError
 from plait.runtime.signals import PauseSignal, SuspendSignal
@@ -38,28 +38,50 @@ async def run_attempt(
     beside it."""
 
     call = body.invoke(data, ctx) if isinstance(body, FunctionDef) else _call_closure(body, data)
+    deadline = None if timeout is None else asyncio.timeout(timeout)
     try:
-        if timeout is None:
-            result = await call
-        else:
-            deadline = asyncio.timeout(timeout)
-            try:
-                async with deadline:
-                    result = await call
-            except TimeoutError:
-                if not deadline.expired():
-                    raise  # the body's own TimeoutError: an ordinary failure
-                raise StepTimeoutError(ctx.step_key, timeout) from None
-        output = serde.dumps(result, what=f"the result of step {ctx.step_key!r}")
+        try:
+            if deadline is None:
+                result = await call
+            else:
+                try:
+                    async with deadline:
+                        result = await call
+                except TimeoutError:
+                    if not deadline.expired():
+                        raise  # the body's own TimeoutError: an ordinary failure
+                    raise StepTimeoutError(ctx.step_key, timeout) from None
+        except FinishedAfterCancel as finished:
+            if deadline is not None and deadline.expired():
+                raise StepTimeoutError(ctx.step_key, timeout or 0.0) from None
+            # cancelled from outside after all: the caller records what the body did
+            if finished.error is not None:
+                finished.outcome = _failed(finished.error)
+            else:
+                finished.outcome = _finished(finished.result, ctx)
+            raise
     except (PauseSignal, SuspendSignal):
         raise RuntimeError(
             f"step {ctx.step_key!r} called a workflow method inside a step body; "
             "call wf.do/wf.sleep from the workflow, not from inside a step"
         ) from None
     except Exception as exc:
-        retryable = getattr(exc, "retryable", True) and not isinstance(exc, NotJSONError)
-        return Outcome(ok=False, error=serde.error_record(exc), retryable=bool(retryable))
-    return Outcome(ok=True, output=output)
+        return _failed(exc)
+    return _finished(result, ctx)
+
+
+def _finished(result: Any, ctx: StepContext) -> Outcome:
+    try:
+        return Outcome(
+            ok=True, output=serde.dumps(result, what=f"the result of step {ctx.step_key!r}")
+        )
+    except Exception as exc:
+        return _failed(exc)
+
+
+def _failed(exc: Exception) -> Outcome:
+    retryable = getattr(exc, "retryable", True) and not isinstance(exc, NotJSONError)
+    return Outcome(ok=False, error=serde.error_record(exc), retryable=bool(retryable))
 
 
 async def _call_closure(fn: Callable[..., Any], data: Any) -> Any:
@@ -74,3 +96,11 @@ async def _call_closure(fn: Callable[..., Any], data: Any) -> Any:
     if params:
         return await call_maybe_async(fn, data)
     return await call_maybe_async(fn)
+
+
+def finished_on_stop(exc: BaseException, cancelled: bool) -> Outcome | None:
+    """What a sync body did when its thread returned after a stop (not a cancel of its
+    run) cut its task short: recorded, so a body that ran to its end never runs again."""
+    if isinstance(exc, FinishedAfterCancel) and not cancelled:
+        return exc.outcome if isinstance(exc.outcome, Outcome) else None
+    return None

@@ -20,7 +20,7 @@ from plait.context import StepContext
 from plait.errors import StepError
 from plait.retry import RetryPolicy
 from plait.runtime import steps
-from plait.runtime.attempt import Outcome, run_attempt
+from plait.runtime.attempt import Outcome, finished_on_stop, run_attempt
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger
 from plait.runtime.signals import SuspendSignal
@@ -94,9 +94,13 @@ class Driver:
             self.hook.prepare(step, ctx)
         try:
             outcome = await run_attempt(body, serde.loads(step.input), ctx, step.timeout)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             cancelled = self.host.cancelling(ledger.run.id)
-            ledger.add(steps.interrupt(step, time.time(), cancelled=cancelled))
+            finished = finished_on_stop(exc, cancelled)
+            if finished is not None:
+                ledger.add(steps.settle(step, finished, time.time()))  # it did run to its end
+            else:
+                ledger.add(steps.interrupt(step, time.time(), cancelled=cancelled))
             raise
         if self.hook is not None:
             outcome = self.hook.finish(step, ctx, outcome)

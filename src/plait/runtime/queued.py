@@ -17,7 +17,7 @@ from plait import serde
 from plait.app import FunctionDef
 from plait.context import StepContext
 from plait.runtime import steps
-from plait.runtime.attempt import run_attempt
+from plait.runtime.attempt import finished_on_stop, run_attempt
 from plait.runtime.graph_replay import queued_node_hook
 from plait.runtime.host import Host, commit_whole
 from plait.store.base import Batch, Op, StepRow
@@ -46,9 +46,13 @@ async def run_queued(
         hook.prepare(step, ctx)
     try:
         outcome = await run_attempt(fdef, serde.loads(step.input), ctx, step.timeout)
-    except asyncio.CancelledError:
+    except asyncio.CancelledError as exc:
         cancelled = host.cancelling(step.run_id)
-        ops = steps.interrupt(step, time.time(), cancelled=cancelled)
+        finished = finished_on_stop(exc, cancelled)
+        if finished is not None:
+            ops = steps.settle(step, finished, time.time())  # it did run to its end
+        else:
+            ops = steps.interrupt(step, time.time(), cancelled=cancelled)
         with contextlib.suppress(Exception):
             if cancelled:
                 # the cancel dropped the job with the run; the attempt's end is still
