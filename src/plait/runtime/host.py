@@ -8,14 +8,10 @@ Worker, so a pass can be driven by a test with a stand-in host and no database.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from plait.catalog import Catalog
 from plait.store.base import Batch
-
-T = TypeVar("T")
 
 
 class Host(Protocol):
@@ -44,24 +40,3 @@ class Host(Protocol):
         """The run-state variables of ``run_id`` (graph nodes read them in queued
         attempts)."""
         ...
-
-
-async def commit_whole(commit: Awaitable[T]) -> T:
-    """Await a commit to its end even when the caller is cancelled meanwhile, then pass
-    the cancel on. A commit cut in half loses writes that already happened elsewhere: a
-    PostgreSQL client that stops waiting cancels the statement, and with it the result of
-    a step whose body has finished, which would then run again."""
-    task = asyncio.ensure_future(commit)
-    interrupted = False
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if task.cancelled():
-                raise
-            interrupted = True  # the caller was cancelled: the commit still finishes
-        except BaseException:
-            break
-    if interrupted:
-        raise asyncio.CancelledError()
-    return task.result()

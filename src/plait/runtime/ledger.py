@@ -19,7 +19,7 @@ from plait import errors, ids, serde
 from plait.records import TERMINAL
 from plait.retry import RetryPolicy
 from plait.runtime import steps
-from plait.runtime.host import Host, commit_whole
+from plait.runtime.host import Host
 from plait.runtime.signals import PassAborted, PauseSignal, SuspendSignal
 from plait.store.base import Batch, EndRun, Op, PassSnapshot, PutStep, StepRow
 
@@ -104,7 +104,7 @@ class Ledger:
             return
         ops, self.ops = self.ops, []
         try:
-            await commit_whole(self.host.commit(Batch(self.run.id, ops, fence=self.owner)))
+            await self.host.commit(Batch(self.run.id, ops, fence=self.owner))
         except Exception as exc:
             self.aborted = PassAborted(exc)
             raise self.aborted from exc
@@ -116,7 +116,7 @@ class Ledger:
         ops, self.ops = self.ops, []
         try:
             batch = Batch(self.run.id, ops, fence=self.owner, release=seen)
-            again = await commit_whole(self.host.commit(batch))
+            again = await self.host.commit(batch)
         except Exception as exc:
             raise PassAborted(exc) from exc
         return PassResult(status, self.children, self.queued, again)

@@ -19,7 +19,7 @@ from plait.context import StepContext
 from plait.runtime import steps
 from plait.runtime.attempt import finished_on_stop, run_attempt
 from plait.runtime.graph_replay import queued_node_hook
-from plait.runtime.host import Host, commit_whole
+from plait.runtime.host import Host
 from plait.store.base import Batch, Op, StepRow
 
 
@@ -64,4 +64,4 @@ async def run_queued(
     if hook is not None:
         outcome = hook.finish(step, ctx, outcome)
     written = hook.ops if hook is not None else []
-    return await commit_whole(finish([*written, *steps.settle(step, outcome, time.time())]))
+    return await finish([*written, *steps.settle(step, outcome, time.time())])

@@ -269,7 +269,7 @@ class CodeReplay:
     async def _resolve(self, call: StepCall) -> None:
         """Run the pass side of one step; its outcome waits in ``finished`` for delivery."""
         try:
-            call.result = await call.make()
+            call.result = await call.resolve()
             call.outcome = "ok"
         except PauseSignal:
             call.outcome = "paused"
@@ -293,6 +293,8 @@ class CodeReplay:
         finished = self.finished
         if not finished:
             return None
+        if not self.inflight and len(finished) == 1:
+            return finished[0]
         recorded = self.ledger.steps
         first, first_at = _earliest(finished, recorded)
         if self.inflight:

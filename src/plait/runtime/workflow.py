@@ -74,11 +74,12 @@ class StepCall(Coroutine[Any, Any, Any]):
         self,
         replay: Replay,
         key: str,
-        make: Callable[[], Coroutine[Any, Any, Any]],
+        resolve: Callable[..., Coroutine[Any, Any, Any]],
+        *args: Any,
     ) -> None:
         self.key = key
-        #: builds the pass-side coroutine that resolves the step, when the pass starts it
-        self.make = make
+        #: the pass-side coroutine function that resolves the step, and its arguments
+        self.make = (resolve, args)
         self.future: asyncio.Future[Any] = replay.wloop.create_future()
         #: how the pass-side work ended: None (not yet), "ok", "error", "paused", "suspended"
         self.outcome: str | None = None
@@ -88,6 +89,11 @@ class StepCall(Coroutine[Any, Any, Any]):
         self.late = False
         self._iter: Generator[Any, None, Any] | None = None
         replay.called(self)
+
+    def resolve(self) -> Coroutine[Any, Any, Any]:
+        """The pass-side work of the step, started by the pass."""
+        fn, args = self.make
+        return fn(*args)
 
     def __await__(self) -> Generator[Any, None, Any]:
         return self.future.__await__()
@@ -165,7 +171,7 @@ class Workflow:
             _check_options(step_name, options)
         key = self._next_key(step_name)
         replay = self._replay
-        return StepCall(replay, key, lambda: replay.do(key, step_name, fn, data, options))
+        return StepCall(replay, key, replay.do, key, step_name, fn, data, options)
 
     def sleep(self, step_name: str, duration: float | str) -> StepCall:
         """A durable timer: the run holds nothing while it waits."""
@@ -173,14 +179,14 @@ class Workflow:
         seconds = parse_duration(duration, what=f"duration of sleep {step_name!r}")
         key = self._next_key(step_name)
         replay = self._replay
-        return StepCall(replay, key, lambda: replay.sleep(key, step_name, seconds))
+        return StepCall(replay, key, replay.sleep, key, step_name, seconds)
 
     def suspend(self, reason: str = "suspended") -> StepCall:
         """Pause the run until ``engine.resume(run_id)``; each call site pauses once."""
         self._check_name(reason, "suspend reason")
         key = self._next_key(f"__suspend:{reason}")
         replay = self._replay
-        return StepCall(replay, key, lambda: replay.suspend(key, reason))
+        return StepCall(replay, key, replay.suspend, key, reason)
 
     def wait_for_event(self, name: str, timeout: float | str | None = None) -> StepCall:
         """The payload of the next ``engine.send_event(run_id, name, ...)``; an event sent
@@ -191,7 +197,7 @@ class Workflow:
         )
         key = self._next_key(f"__event:{name}")
         replay = self._replay
-        return StepCall(replay, key, lambda: replay.wait_for_event(key, name, seconds))
+        return StepCall(replay, key, replay.wait_for_event, key, name, seconds)
 
     def now(self) -> datetime:
         """The time, recorded on first reach so every replay sees the same value."""

@@ -71,6 +71,7 @@ from plait.store.postgres.pool import (
     is_connection_error,
     set_codecs,
     split_url,
+    uncancelled,
 )
 
 log = logging.getLogger("plait.store.postgres")
@@ -406,6 +407,9 @@ class PostgresStore:
         return [r["id"] for r in rows]
 
     async def commit(self, batch: Batch) -> bool:
+        return await uncancelled(self._commit(batch))
+
+    async def _commit(self, batch: Batch) -> bool:
         """All ops of the batch in one transaction, fenced by the run lease.
 
         If a fenced write fails with an unknown outcome (the connection broke), the pass
@@ -571,6 +575,9 @@ class PostgresStore:
         return bool(began)
 
     async def finish_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:
+        return await uncancelled(self._finish_queued_step(job, owner, ops))
+
+    async def _finish_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:
         values = [_op_value(op) for op in ops]
         async with self._in_order(job.run_id):
             done = await self._call(
