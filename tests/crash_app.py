@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import os
 import time
 from typing import Any
 
 import plait
+from ledger import append_line
 
 app = plait.App("crash")
 
@@ -48,13 +48,7 @@ def record(event: str, ctx: plait.StepContext, **extra: Any) -> None:
         "t": time.time(),
         **extra,
     }
-    data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_line(path, line)
 
 
 def step_seconds(run_id: str, key: str) -> float:

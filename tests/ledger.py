@@ -131,6 +131,19 @@ class WorkerProcess:
 # -- the ledger -------------------------------------------------------------------------------
 
 
+def append_line(path: str, line: dict[str, Any]) -> None:
+    """Append one ledger line atomically and durably: one ``os.write`` on an ``O_APPEND``
+    descriptor, so lines of concurrent processes never interleave, then ``fsync``, so a
+    line that was written survives the SIGKILL that follows it."""
+    data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def read_ledger(path: Path) -> list[dict[str, Any]]:
     """Every complete line of the ledger (a torn last line cannot happen: one write each)."""
     if not path.exists():

@@ -41,6 +41,7 @@ from collections.abc import Awaitable
 from typing import Any, Protocol
 
 import plait
+from ledger import append_line
 from plait.errors import EventTimeout, StepError
 
 Stmt = dict[str, Any]
@@ -89,13 +90,7 @@ def record(event: str, data: dict[str, Any], ctx: plait.StepContext | None, **ex
         with _ledger_lock:
             MEMORY_LEDGER.append(line)
         return
-    raw = (json.dumps(line, separators=(",", ":")) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, raw)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_line(path, line)
 
 
 def ledger_lines() -> list[dict[str, Any]]:

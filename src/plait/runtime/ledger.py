@@ -49,8 +49,6 @@ class Ledger:
         self.ops: list[Op] = []
         self.counters: dict[str, int] = {}
         self.seq = max((s.seq for s in self.steps.values()), default=-1) + 1
-        #: some step could go no further in this pass (a timer, the queue, a child)
-        self.paused = False
         self.children: list[str] = []
         self.queued = False
         #: every step started in this pass; the pass ends only when all have settled
@@ -123,9 +121,9 @@ class Ledger:
 
     # -- tasks --------------------------------------------------------------------------------
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
-        """Start a step now. Steps are tasks from the moment they are called, so a pass
-        can wait for every one of them (even inside a ``gather`` that already raised)
-        before it records its outcome and gives up the lease."""
+        """Start a step's work as a task the pass keeps, so it can wait for every one of
+        them (even after the workflow stopped waiting) before it records its outcome and
+        gives up the lease."""
         task = asyncio.ensure_future(coro)
         self.tasks.append(task)
         return task
@@ -157,7 +155,7 @@ class Ledger:
         return name if n == 0 else f"{name}#{n}"
 
     def pause(self, key: str, until: float | None = None) -> PauseSignal:
-        self.paused = True
+        """The signal of a step that can go no further in this pass."""
         return PauseSignal(key, until)
 
     def new_step(

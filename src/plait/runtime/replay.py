@@ -330,9 +330,10 @@ class CodeReplay:
         waiting = [c for c in self.started if c.outcome in ("paused", "suspended")]
         suspended = next((c for c in waiting if c.outcome == "suspended"), None)
         if main.done():
-            exc = None if main.cancelled() else main.exception()
             if main.cancelled():
-                exc = RuntimeError("the workflow's own task was cancelled")
+                exc: BaseException | None = RuntimeError("the workflow's own task was cancelled")
+            else:
+                exc = main.exception()
             if exc is None:
                 if waiting:  # a step nobody awaited has yet to end
                     return _suspended(suspended) if suspended else None

@@ -77,6 +77,12 @@ def apply_ops(conn: sqlite3.Connection, run_id: str, ops: Iterable[Op], now: flo
             raise TypeError(f"unknown store operation {op!r}")
 
 
+def renew_leases(conn: sqlite3.Connection, owner: str, until: float) -> None:
+    """Extend every run and job lease ``owner`` holds to ``until``."""
+    conn.execute(SQL["renew_run_leases"], (until, owner))
+    conn.execute(SQL["renew_job_leases"], (until, owner))
+
+
 def records_only(ops: Iterable[Op]) -> list[Op]:
     """The ops of a pass whose run ended under it: how its steps ended is kept, nothing
     that would start work (a child run, a timer, a job) is."""

@@ -274,9 +274,7 @@ class SQLiteStore:
         self, owner: str, lease_seconds: float, stepping: Sequence[str] = ()
     ) -> set[str]:
         def go(conn: sqlite3.Connection) -> set[str]:
-            until = _now() + lease_seconds
-            conn.execute(SQL["renew_run_leases"], (until, owner))
-            conn.execute(SQL["renew_job_leases"], (until, owner))
+            apply.renew_leases(conn, owner, _now() + lease_seconds)
             ids = json.dumps(list(stepping))
             rows = conn.execute(SQL["ended_leased_runs"], (owner, ids)).fetchall()
             return {r[0] for r in rows}
@@ -463,9 +461,7 @@ class _LeaseKeeper:
         conn = self._conn
         conn.execute(SQL["begin_immediate"])
         try:
-            until = _now() + lease_seconds
-            conn.execute(SQL["renew_run_leases"], (until, owner))
-            conn.execute(SQL["renew_job_leases"], (until, owner))
+            apply.renew_leases(conn, owner, _now() + lease_seconds)
         except BaseException:
             conn.execute(SQL["rollback"])
             raise
