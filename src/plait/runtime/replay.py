@@ -47,8 +47,10 @@ class CodeReplay:
         self.main: asyncio.Task[Any] | None = None
         #: steps called and not yet started, in call order
         self.new_calls: collections.deque[StepCall] = collections.deque()
-        #: every step started in this pass, and those whose pass side is still running
-        self.started: list[StepCall] = []
+        #: steps started in this pass that wait (a timer, the queue, a suspend): the run
+        #: waits on them. Only those are kept, so a long pass holds no garbage for the GC
+        self.waiting: list[StepCall] = []
+        #: steps whose pass side is still running
         self.inflight: dict[asyncio.Task[None], StepCall] = {}
         #: steps whose outcome is known and not yet handed to the workflow
         self.finished: list[StepCall] = []
@@ -199,11 +201,13 @@ class CodeReplay:
         return serde.loads(step.output)
 
     # -- the whole pass -----------------------------------------------------------------------
-    def check_open(self) -> None:
-        """New steps may be taken only while the workflow runs, not while a pass that
-        is ending unwinds its code (a ``finally`` reached because of that is no exit)."""
+    def key(self, name: str) -> str:
+        """The key of the step the workflow takes now. New steps may be taken only while
+        the workflow runs, not while a pass that is ending unwinds its code (a
+        ``finally`` reached because of that is no exit)."""
         if self.closing:
             raise Unwind()
+        return self.ledger.next_key(name)
 
     def called(self, call: StepCall) -> None:
         call.late = self.main is not None and self.main.done()
@@ -247,7 +251,6 @@ class CodeReplay:
                 call = new.popleft()
                 if call.late:
                     continue
-                self.started.append(call)
                 if not inflight and not new and not self.finished:
                     # the only thing going on: resolve it here, with no task of its own
                     await self._resolve(call)
@@ -269,13 +272,16 @@ class CodeReplay:
     async def _resolve(self, call: StepCall) -> None:
         """Run the pass side of one step; its outcome waits in ``finished`` for delivery."""
         try:
-            call.result = await call.resolve()
+            fn, args = call.make
+            call.result = await fn(*args)
             call.outcome = "ok"
         except PauseSignal:
             call.outcome = "paused"
+            self.waiting.append(call)
             return
         except SuspendSignal as sig:
             call.outcome, call.error = "suspended", sig
+            self.waiting.append(call)
             return
         except PassAborted:
             call.outcome = "aborted"
@@ -327,7 +333,7 @@ class CodeReplay:
             return EndRun(
                 "failed", error=steps.control_error(ledger.conflict, errors.VERSION_CONFLICT)
             )
-        waiting = [c for c in self.started if c.outcome in ("paused", "suspended")]
+        waiting = self.waiting
         suspended = next((c for c in waiting if c.outcome == "suspended"), None)
         if main.done():
             if main.cancelled():

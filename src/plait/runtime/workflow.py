@@ -24,7 +24,7 @@ class Replay(Protocol):
     ledger: Ledger
     wloop: asyncio.AbstractEventLoop
 
-    def check_open(self) -> None: ...
+    def key(self, name: str) -> str: ...
 
     def called(self, call: StepCall) -> None: ...
 
@@ -80,7 +80,7 @@ class StepCall(Coroutine[Any, Any, Any]):
         self.key = key
         #: the pass-side coroutine function that resolves the step, and its arguments
         self.make = (resolve, args)
-        self.future: asyncio.Future[Any] = replay.wloop.create_future()
+        self.future: asyncio.Future[Any] = asyncio.Future(loop=replay.wloop)
         #: how the pass-side work ended: None (not yet), "ok", "error", "paused", "suspended"
         self.outcome: str | None = None
         self.result: Any = None
@@ -89,11 +89,6 @@ class StepCall(Coroutine[Any, Any, Any]):
         self.late = False
         self._iter: Generator[Any, None, Any] | None = None
         replay.called(self)
-
-    def resolve(self) -> Coroutine[Any, Any, Any]:
-        """The pass-side work of the step, started by the pass."""
-        fn, args = self.make
-        return fn(*args)
 
     def __await__(self) -> Generator[Any, None, Any]:
         return self.future.__await__()
@@ -120,7 +115,6 @@ class Workflow:
 
     def __init__(self, replay: Replay) -> None:
         self._replay = replay
-        self._ledger = replay.ledger
         run = replay.ledger.run
         self.run_id: str = run.id
         self.name: str = run.workflow
@@ -147,10 +141,6 @@ class Workflow:
             )
         return name
 
-    def _next_key(self, name: str) -> str:
-        self._replay.check_open()
-        return self._ledger.next_key(name)
-
     def do(
         self,
         step_name: str,
@@ -169,23 +159,23 @@ class Workflow:
             )
         if options:
             _check_options(step_name, options)
-        key = self._next_key(step_name)
         replay = self._replay
+        key = replay.key(step_name)
         return StepCall(replay, key, replay.do, key, step_name, fn, data, options)
 
     def sleep(self, step_name: str, duration: float | str) -> StepCall:
         """A durable timer: the run holds nothing while it waits."""
         self._check_name(step_name, "sleep")
         seconds = parse_duration(duration, what=f"duration of sleep {step_name!r}")
-        key = self._next_key(step_name)
         replay = self._replay
+        key = replay.key(step_name)
         return StepCall(replay, key, replay.sleep, key, step_name, seconds)
 
     def suspend(self, reason: str = "suspended") -> StepCall:
         """Pause the run until ``engine.resume(run_id)``; each call site pauses once."""
         self._check_name(reason, "suspend reason")
-        key = self._next_key(f"__suspend:{reason}")
         replay = self._replay
+        key = replay.key(f"__suspend:{reason}")
         return StepCall(replay, key, replay.suspend, key, reason)
 
     def wait_for_event(self, name: str, timeout: float | str | None = None) -> StepCall:
@@ -195,17 +185,17 @@ class Workflow:
         seconds = (
             None if timeout is None else parse_duration(timeout, what=f"timeout of event {name!r}")
         )
-        key = self._next_key(f"__event:{name}")
         replay = self._replay
+        key = replay.key(f"__event:{name}")
         return StepCall(replay, key, replay.wait_for_event, key, name, seconds)
 
     def now(self) -> datetime:
         """The time, recorded on first reach so every replay sees the same value."""
-        key = self._next_key("__now")
+        key = self._replay.key("__now")
         stamp = self._replay.value(key, lambda: datetime.now(UTC).isoformat())
         return datetime.fromisoformat(stamp)
 
     def uuid(self) -> str:
         """A random UUID, recorded on first reach so every replay sees the same value."""
-        key = self._next_key("__uuid")
+        key = self._replay.key("__uuid")
         return str(self._replay.value(key, ids.random_uuid))

@@ -34,11 +34,35 @@ class ClockRefused(RuntimeError):
     """Workflow code asked the loop for a timer."""
 
 
+class _Handle:
+    """A ready callback: what ``asyncio.Handle`` is, less what only a debugging loop needs
+    (a step's outcome reaches the workflow through one of these)."""
+
+    __slots__ = ("_args", "_callback", "_cancelled", "_context")
+
+    def __init__(
+        self,
+        callback: Callable[..., Any],
+        args: tuple[Any, ...],
+        context: contextvars.Context | None,
+    ) -> None:
+        self._callback = callback
+        self._args = args
+        self._context = context if context is not None else contextvars.copy_context()
+        self._cancelled = False
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+
 class WorkflowLoop(asyncio.AbstractEventLoop):
     """A loop that runs only when told to and only what is ready; see the module."""
 
     def __init__(self) -> None:
-        self._ready: collections.deque[asyncio.Handle] = collections.deque()
+        self._ready: collections.deque[_Handle] = collections.deque()
         self._closed = False
         #: every task made on this loop (``asyncio.all_tasks`` would scan the process's)
         self.tasks: list[asyncio.Task[Any]] = []
@@ -57,8 +81,14 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         try:
             while ready:
                 handle = ready.popleft()
-                if not handle._cancelled:
-                    handle._run()
+                if handle._cancelled:
+                    continue
+                try:
+                    handle._context.run(handle._callback, *handle._args)
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:  # what asyncio's loop does: report, go on
+                    self.unhandled.append({"message": "exception in a callback", "exception": exc})
         finally:
             events._set_running_loop(outer)
 
@@ -69,9 +99,9 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         *args: Any,
         context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
-        handle = asyncio.Handle(callback, args, self, context)
+        handle = _Handle(callback, args, context)
         self._ready.append(handle)
-        return handle
+        return handle  # type: ignore[return-value]
 
     def call_soon_threadsafe(
         self,
@@ -122,8 +152,8 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     def get_task_factory(self) -> None:
         return None
 
-    def get_debug(self) -> bool:
-        return False
+    #: asked by every future and handle made on the loop; a C-level callable, not a method
+    get_debug = False.__bool__
 
     def is_running(self) -> bool:
         return True
