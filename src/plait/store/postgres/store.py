@@ -63,6 +63,7 @@ from plait.store.base import (
     Version,
 )
 from plait.store.migrations import migrations
+from plait.store.postgres.group import GroupCommit
 from plait.store.postgres.listen import Listener
 from plait.store.postgres.pool import (
     DatabaseUnavailableError,
@@ -93,7 +94,14 @@ _RUN_FIELDS = len(dataclasses.fields(RunRow))
 _STEP_FIELDS = len(dataclasses.fields(StepRow))
 #: the most children get_children returns (the newest ones)
 _MAX_CHILDREN = 10_000
-_WARM_STATEMENTS = ("load_pass", "commit_batch", "release_run", "claim_due_runs")
+_WARM_STATEMENTS = (
+    "load_pass",
+    "commit_batch",
+    "commit_and_release",
+    "commit_group",
+    "release_run",
+    "claim_due_runs",
+)
 
 
 def _now() -> float:
@@ -266,6 +274,8 @@ class PostgresStore:
         self._tainted: set[tuple[str, str]] = set()
         #: per run, the writes of its lease holder in this process, in the order issued
         self._run_locks: dict[str, _RunLock] = {}
+        #: the batches of concurrent passes, committed together
+        self._group = GroupCommit(self._pool, self._q["commit_group"], self._commit_alone, _now)
 
     @property
     def commits(self) -> int:
@@ -320,6 +330,7 @@ class PostgresStore:
         return int(await conn.fetchval(self._q["schema_version"]))
 
     async def close(self) -> None:
+        await self._group.close()
         await self._listener.close()
         await self._pool.close()
 
@@ -428,32 +439,32 @@ class PostgresStore:
                     "the run will be replayed"
                 )
             try:
-                if batch.release is None:
-                    await self._call(
-                        "execute", self._q["commit_batch"], batch.run_id, batch.fence, ops, _now()
-                    )
-                    return False
-                return bool(
-                    await self._call(
-                        "fetchval",
-                        self._q["commit_and_release"],
-                        batch.run_id,
-                        batch.fence,
-                        ops,
-                        _now(),
-                        batch.release,
-                    )
-                )
+                return await self._group.commit(batch.run_id, batch.fence, ops, batch.release)
             except asyncpg.PostgresError as exc:
                 # the server answered: the transaction was rolled back, nothing is unknown
                 if exc.sqlstate == _LEASE_LOST:
                     raise LeaseLostError(exc.args[0] if exc.args else str(exc)) from None
+                raise
+            except LeaseLostError:
                 raise
             except BaseException:
                 # no answer (connection lost, timeout, cancelled in flight): unknown outcome
                 if batch.fence is not None:
                     self._tainted.add((batch.run_id, batch.fence))
                 raise
+
+    async def _commit_alone(
+        self, run_id: str, fence: str | None, ops: list[Any], release: int | None
+    ) -> bool:
+        """One batch in its own transaction (a group of one, or a group's fallback)."""
+        if release is None:
+            await self._call("execute", self._q["commit_batch"], run_id, fence, ops, _now())
+            return False
+        return bool(
+            await self._call(
+                "fetchval", self._q["commit_and_release"], run_id, fence, ops, _now(), release
+            )
+        )
 
     async def release_run(self, run_id: str, owner: str, wakeups_seen: int) -> bool:
         async with self._in_order(run_id):

@@ -98,6 +98,9 @@ SELECT @schema@.commit_batch($1, $2, $3::@schema@.op[], $4)
 -- name: commit_and_release
 SELECT @schema@.commit_and_release($1, $2, $3::@schema@.op[], $4, $5)
 
+-- name: commit_group
+SELECT @schema@.commit_group($1, $2, $3, $4, $5::@schema@.op[], $6)
+
 -- name: release_run
 -- Give the run back. It is due again at once if someone woke it during the pass
 -- (wakeups moved), else when its earliest timer fires; the last column says "due now".

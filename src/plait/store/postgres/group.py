@@ -1,0 +1,173 @@
+"""Group commit: the batches of a process's concurrent passes share one transaction.
+
+Every pass commits at least twice per step (an attempt's start before its body runs, its
+end with the next), and each commit on PostgreSQL is a round trip and a WAL flush. A
+hundred runs in flight would pay a hundred of each. Instead, batches handed in while a
+group is on its way to the server wait and go together in the next one: one statement
+(``commit_group``), one transaction, one flush. A batch handed in while nothing is on its
+way goes at once, alone, so a process with one run in flight waits for nobody.
+
+Each caller hears its own outcome only once the transaction that holds its batch has
+committed. A group never waits on a lock: a batch whose run row another transaction
+holds is left out and committed alone afterwards, so groups of different processes can
+never deadlock, nor keep a row locked for long. A batch whose pass lost its lease is left
+out too (nothing of it is written) and its caller alone gets ``LeaseLostError``. Any
+other error rolled the whole group back, so the batches are then committed one by one,
+each with its own outcome, exactly as if they had never been grouped. A group whose
+outcome is unknown (the connection broke) is reported to every one of its callers as
+unavailable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+
+from plait.errors import LeaseLostError
+from plait.store.postgres.pool import Pool, is_connection_error
+
+#: the most batches in one group (a bound on one transaction's size and lock count)
+GROUP_LIMIT = 200
+
+#: commit one batch on its own: (run_id, fence, ops, release) -> due again at once
+CommitOne = Callable[[str, "str | None", list[Any], "int | None"], Awaitable[bool]]
+
+
+@dataclasses.dataclass(slots=True)
+class _Batch:
+    run_id: str
+    fence: str | None
+    ops: list[Any]
+    release: int | None
+    done: asyncio.Future[bool]
+
+
+class GroupCommit:
+    """Collects batches and commits them in groups, one group in flight at a time."""
+
+    def __init__(self, pool: Pool, query: str, commit_one: CommitOne, now: Callable[[], float]):
+        self._pool = pool
+        self._query = query
+        self._commit_one = commit_one
+        self._now = now
+        #: a batch or a group is on its way to the server
+        self._busy = False
+        self._waiting: list[_Batch] = []
+        self._sender: asyncio.Task[None] | None = None
+
+    async def commit(
+        self, run_id: str, fence: str | None, ops: list[Any], release: int | None
+    ) -> bool:
+        """Commit one batch with whatever else is waiting; True if the released run is due
+        again at once. Raises what committing it alone would raise."""
+        if fence is None:
+            # an action from outside a pass takes no lease and locks nothing first: it
+            # goes alone, beside whatever is in flight
+            return await self._commit_one(run_id, fence, ops, release)
+        if self._busy:
+            done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            self._waiting.append(_Batch(run_id, fence, ops, release, done))
+            return await done
+        # nothing in flight: this batch goes at once, alone, and whatever is handed in
+        # meanwhile follows as one group when it is answered
+        self._busy = True
+        try:
+            return await self._commit_one(run_id, fence, ops, release)
+        finally:
+            self._next()
+
+    async def close(self) -> None:
+        """Wait for the batches already handed in (their callers are owed an answer)."""
+        while self._sender is not None:
+            await asyncio.shield(self._sender)
+
+    def _next(self) -> None:
+        """Send what waits, or go idle."""
+        if self._waiting:
+            self._sender = asyncio.create_task(self._send())
+        else:
+            self._busy = False
+            self._sender = None
+
+    async def _send(self) -> None:
+        group = self._waiting[:GROUP_LIMIT]
+        del self._waiting[:GROUP_LIMIT]
+        try:
+            if len(group) == 1:
+                await self._alone(group[0])
+            else:
+                await self._together(group)
+        finally:
+            self._next()
+
+    async def _alone(self, batch: _Batch) -> None:
+        try:
+            due = await self._commit_one(batch.run_id, batch.fence, batch.ops, batch.release)
+        except BaseException as exc:  # the caller's to handle, whatever it is
+            _settle(batch.done, exc=exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            _settle(batch.done, due)
+
+    async def _together(self, group: list[_Batch]) -> None:
+        runs, fences, ends, seen, ops = [], [], [], [], []
+        for batch in group:
+            runs.append(batch.run_id)
+            fences.append(batch.fence)
+            ops.extend(batch.ops)
+            ends.append(len(ops))
+            seen.append(batch.release)
+        try:
+            outcome = await self._pool.call(
+                "fetchval", self._query, runs, fences, ends, seen, ops, self._now()
+            )
+        except Exception as exc:
+            if _refused(exc):
+                # the group was rolled back (or never sent): commit each batch on its
+                # own, so each gets its own outcome, as if never grouped
+                for batch in group:
+                    await self._alone(batch)
+            else:  # unknown outcome: the connection broke
+                for batch in group:
+                    _settle(batch.done, exc=exc)
+            return
+        except BaseException as exc:  # the process is stopping
+            for batch in group:
+                _settle(batch.done, exc=exc)
+            raise
+        busy = []
+        for batch, result in zip(group, outcome, strict=True):
+            if result == "lost":
+                _settle(batch.done, exc=LeaseLostError(f"lost the lease on run {batch.run_id}"))
+            elif result == "busy":
+                busy.append(batch)
+            else:
+                _settle(batch.done, result == "due")
+        for batch in busy:  # a row it needs is held elsewhere: it waits for it alone
+            await self._alone(batch)
+
+
+def _refused(exc: Exception) -> bool:
+    """The server (or the driver, before sending) refused the statement: nothing of it
+    was written."""
+    return isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError) and not (
+        is_connection_error(exc)
+    )
+
+
+def _settle(
+    done: asyncio.Future[bool], value: bool = False, *, exc: BaseException | None = None
+) -> None:
+    if done.done():
+        return
+    if isinstance(exc, asyncio.CancelledError):
+        done.cancel()
+    elif exc is not None:
+        done.set_exception(exc)
+    else:
+        done.set_result(value)

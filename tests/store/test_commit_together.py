@@ -1,0 +1,156 @@
+"""Batches of many passes committed at once: each caller gets its own outcome.
+
+Both stores share commits between concurrent passes (SQLite per loop turn, PostgreSQL one
+group per round trip). Sharing must never let one pass's failure touch another's writes,
+nor let a batch whose lease is gone land."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from conftest import eventually
+from plait.errors import LeaseLostError
+from plait.store import Store
+from plait.store.base import Batch, ConsumeEvent, SetState, SetTimer
+
+from .rows import new_run, wakeups
+
+
+async def _claimed(store: Store, n: int, owner: str = "w1") -> list[str]:
+    ids = [f"r{i}" for i in range(n)]
+    for run_id in ids:
+        await new_run(store, run_id)
+        assert await store.claim_run(run_id, owner, 60.0)
+    return ids
+
+
+async def _state(store: Store, run_id: str) -> dict[str, str | None]:
+    snapshot = await store.load_pass(run_id)
+    assert snapshot is not None
+    return snapshot.state
+
+
+async def test_concurrent_batches_all_land(store: Store) -> None:
+    ids = await _claimed(store, 30)
+    await asyncio.gather(
+        *(store.commit(Batch(r, [SetState("n", f'"{r}"')], fence="w1")) for r in ids)
+    )
+    for run_id in ids:
+        assert await _state(store, run_id) == {"n": f'"{run_id}"'}
+
+
+async def test_a_lost_lease_fails_only_its_own_batch(store: Store) -> None:
+    ids = await _claimed(store, 6)
+    assert not await store.claim_run("r3", "thief", 60.0)  # still ours...
+    await store.renew_leases("w1", -1.0)  # ...until our leases run out
+    assert await store.claim_run("r3", "thief", 60.0)  # and another worker takes it
+    outcomes = await asyncio.gather(
+        *(store.commit(Batch(r, [SetState("n", '"x"')], fence="w1")) for r in ids),
+        return_exceptions=True,
+    )
+    for run_id, outcome in zip(ids, outcomes, strict=True):
+        if run_id == "r3":
+            assert isinstance(outcome, LeaseLostError), outcome
+            assert await _state(store, run_id) == {}
+        else:
+            assert outcome is False, outcome
+            assert await _state(store, run_id) == {"n": '"x"'}
+
+
+async def test_a_refused_batch_fails_alone_and_the_others_land(store: Store) -> None:
+    ids = await _claimed(store, 6)
+    await store.send_event("r2", "go", '"payload"')
+    snapshot = await store.load_pass("r2")
+    assert snapshot is not None
+    (event,) = snapshot.events
+    await store.commit(Batch("r2", [ConsumeEvent(event.id, "first")], fence="w1"))
+    outcomes = await asyncio.gather(
+        *(
+            store.commit(
+                Batch(
+                    r,
+                    [SetState("n", '"y"')]
+                    + ([ConsumeEvent(event.id, "second")] if r == "r2" else []),
+                    fence="w1",
+                )
+            )
+            for r in ids
+        ),
+        return_exceptions=True,
+    )
+    for run_id, outcome in zip(ids, outcomes, strict=True):
+        if run_id == "r2":
+            assert isinstance(outcome, LeaseLostError), outcome
+            assert await _state(store, run_id) == {}  # nothing of it was written
+        else:
+            assert outcome is False, outcome
+            assert await _state(store, run_id) == {"n": '"y"'}
+
+
+async def test_releases_committed_together_each_say_whether_their_run_is_due(
+    store: Store,
+) -> None:
+    ids = await _claimed(store, 8)
+    seen = {r: await wakeups(store, r) for r in ids}
+    woken = {"r1", "r5"}
+    for run_id in woken:
+        await store.wake(run_id)  # woken during the pass: due again once released
+    far = 2_000_000_000.0
+    outcomes = await asyncio.gather(
+        *(
+            store.commit(Batch(r, [SetTimer("nap", "sleep", far)], fence="w1", release=seen[r]))
+            for r in ids
+        )
+    )
+    assert {r for r, due in zip(ids, outcomes, strict=True) if due} == woken
+    for run_id in ids:
+        snapshot = await store.load_pass(run_id)
+        assert snapshot is not None and snapshot.run.lease_owner is None
+
+
+async def test_postgres_sends_concurrent_batches_in_few_transactions(
+    store: Store, database: str
+) -> None:
+    if not database.startswith("postgresql"):
+        pytest.skip("the SQLite writer's group commit is tested in test_sqlite_writes")
+    ids = await _claimed(store, 50)
+    before = store.commits  # type: ignore[attr-defined]
+    await asyncio.gather(*(store.commit(Batch(r, [SetState("n", '"z"')], fence="w1")) for r in ids))
+    transactions = store.commits - before  # type: ignore[attr-defined]
+    # the first batch goes alone; the rest wait for it and go together
+    assert transactions <= 3, transactions
+    for run_id in ids:
+        assert await _state(store, run_id) == {"n": '"z"'}
+
+
+async def test_postgres_group_never_waits_on_a_row_another_transaction_holds(
+    store: Store, database: str
+) -> None:
+    if not database.startswith("postgresql"):
+        pytest.skip("SQLite has one writer: no row is ever held by another transaction")
+    asyncpg = pytest.importorskip("asyncpg")
+    ids = await _claimed(store, 6)
+    holder = await asyncpg.connect(database)
+    try:
+        tx = holder.transaction()
+        await tx.start()
+        await holder.execute("SELECT 1 FROM plait.runs WHERE id = 'r2' FOR UPDATE")
+        commits = asyncio.gather(
+            *(store.commit(Batch(r, [SetState("n", '"w"')], fence="w1")) for r in ids)
+        )
+
+        async def others_landed() -> bool:
+            states = [await _state(store, r) for r in ids if r != "r2"]
+            return all(state == {"n": '"w"'} for state in states)
+
+        # every other batch commits while r2's row is held: no group waits for it
+        await eventually(others_landed, what="the batches of the other runs to land")
+        assert await _state(store, "r2") == {}
+        assert not commits.done()
+        await tx.commit()  # once the row is free, r2's batch lands too, on its own
+        assert await asyncio.wait_for(commits, timeout=10) == [False] * len(ids)
+        assert await _state(store, "r2") == {"n": '"w"'}
+    finally:
+        await holder.close()
