@@ -12,6 +12,7 @@ from typing import Any
 import plait
 from plait import ids, serde
 from plait.catalog import Catalog
+from plait.retry import RetryPolicy
 from plait.runtime import steps
 from plait.runtime.attempt import Outcome
 from plait.runtime.orchestrator import execute_pass
@@ -205,3 +206,21 @@ def test_a_retried_step_counts_its_earlier_failures_as_failures_not_interruption
         steps.begin(step, "w2", 5.0)
     steps.settle(step, Outcome(False, None, {"message": "x"}, True), 6.0)
     assert step.status == "failed"
+
+
+def test_exponential_retry_delays_are_jittered_and_a_fixed_delay_is_exact() -> None:
+    """A thousand runs failing at once must not retry in lockstep; a delay the user fixed
+    stays exactly what they chose."""
+    exponential = RetryPolicy(retries=5)
+    for failures, nominal in ((1, 1.0), (3, 4.0), (20, 300.0)):
+        assert exponential.delay_after(failures, draw=0.0) == nominal * 0.75
+        assert exponential.delay_after(failures, draw=1.0) == nominal * 1.25
+        drawn = {exponential.delay_after(failures) for _ in range(200)}
+        assert len(drawn) > 150 and all(nominal * 0.75 <= d <= nominal * 1.25 for d in drawn)
+    fixed = RetryPolicy(retries=5, delay=2.0)
+    assert {fixed.delay_after(n) for n in range(1, 6)} == {2.0}
+    # the delay drawn is the step's timer: stored once, never drawn again on replay
+    step = recorded("s", 0, "do", "f", status="running", attempts=1, retries=3)
+    ops = steps.settle(step, Outcome(False, None, {"message": "x"}, True), 100.0)
+    (timer,) = [op for op in ops if isinstance(op, SetTimer)]
+    assert step.wake_at == timer.wake_at and 100.75 <= timer.wake_at <= 101.25

@@ -4,11 +4,18 @@ The default is 3 retries (4 attempts) with exponential back-off starting at 1 s,
 capped at 5 minutes. A step that fails for a transient reason usually recovers within a few
 seconds, while a deterministic bug fails the run within about 7 s instead of hammering a
 dependency. ``retries=0`` means exactly one attempt, on every path.
+
+Exponential delays are jittered (each is drawn between 75% and 125% of its nominal
+value): a dependency that failed a thousand runs at once would otherwise see all their
+retries arrive together, again and again. A fixed ``retry_delay`` is kept exact, since the
+user chose it. The delay drawn is stored with the step's timer, so a replay never draws
+again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
 from typing import Any
 
 from plait.durations import parse_duration
@@ -16,6 +23,8 @@ from plait.durations import parse_duration
 DEFAULT_RETRIES = 3
 EXPONENTIAL_BASE = 1.0
 EXPONENTIAL_CAP = 300.0
+#: exponential delays are drawn from [1 - JITTER, 1 + JITTER] times their nominal value
+JITTER = 0.25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,11 +33,15 @@ class RetryPolicy:
     #: seconds between attempts, or None for exponential back-off
     delay: float | None = None
 
-    def delay_after(self, failures: int) -> float:
-        """Seconds to wait after the ``failures``-th failed attempt (1-based)."""
+    def delay_after(self, failures: int, *, draw: float | None = None) -> float:
+        """Seconds to wait after the ``failures``-th failed attempt (1-based). ``draw``
+        (0 to 1) places an exponential delay in its jitter range; random if not given."""
         if self.delay is not None:
             return self.delay
-        return min(EXPONENTIAL_CAP, EXPONENTIAL_BASE * (2 ** max(0, failures - 1)))
+        nominal = min(EXPONENTIAL_CAP, EXPONENTIAL_BASE * (2 ** max(0, failures - 1)))
+        if draw is None:
+            draw = random.random()
+        return nominal * (1 - JITTER + 2 * JITTER * draw)
 
     @property
     def delay_spec(self) -> str | float:
