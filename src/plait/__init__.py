@@ -16,6 +16,7 @@ from plait.errors import (
     RunIdTakenError,
     RunNotFoundError,
     RunStateError,
+    ScheduleNotFoundError,
     StepError,
     StepFunctionMismatchError,
     StepTimeoutError,
@@ -25,8 +26,10 @@ from plait.errors import (
     WorkflowSuspendedError,
 )
 from plait.graph.errors import GraphValidationError
-from plait.records import Run, RunStatus, Step, StepAttempt, StepStatus
+from plait.queues import Queue
+from plait.records import Run, RunStatus, Schedule, Step, StepAttempt, StepStatus
 from plait.runtime.workflow import Workflow
+from plait.schedules import ScheduleSpec
 
 __version__ = "0.1.0"
 
@@ -40,11 +43,15 @@ __all__ = [
     "GraphValidationError",
     "NotJSONError",
     "PlaitError",
+    "Queue",
     "Run",
     "RunIdTakenError",
     "RunNotFoundError",
     "RunStateError",
     "RunStatus",
+    "Schedule",
+    "ScheduleNotFoundError",
+    "ScheduleSpec",
     "Step",
     "StepAttempt",
     "StepContext",

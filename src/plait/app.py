@@ -19,7 +19,9 @@ from pydantic import TypeAdapter, ValidationError
 from plait.context import StepContext
 from plait.durations import parse_duration
 from plait.errors import WorkflowNotFoundError
+from plait.queues import Queue, check_queue_name, make_queue
 from plait.retry import RetryPolicy, parse_retries, parse_retry_delay, resolve_policy
+from plait.schedules import ScheduleSpec, make_spec
 
 _PLAIN = (inspect.Parameter.empty, Any, dict, object, "dict", "Any", "object")
 
@@ -46,6 +48,8 @@ class FunctionDef:
     takes_data: bool = True
     takes_ctx: bool = False
     adapter: TypeAdapter[Any] | None = None
+    #: the queue its steps are admitted through (a queued function)
+    queue: str | None = None
 
     @property
     def options(self) -> dict[str, Any]:
@@ -141,6 +145,8 @@ class WorkflowDef:
     fn: Callable[..., Any]
     version: str
     takes_data: bool = True
+    #: the queue its runs are admitted through, unless ``start(queue=...)`` says otherwise
+    queue: str | None = None
 
 
 def _inspect_function(fn: Callable[..., Any], name: str) -> tuple[bool, bool, Any]:
@@ -201,6 +207,54 @@ class App:
         #: older versions kept so in-flight runs can finish on the code they started with
         self.workflow_versions: dict[str, dict[str, WorkflowDef]] = {}
         self.graphs: dict[str, Any] = {}
+        self.queues: dict[str, Queue] = {}
+        self.schedules: dict[str, ScheduleSpec] = {}
+
+    # -- queues and schedules --------------------------------------------------------
+    def queue(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        per_key: int | None = None,
+        rate: str | None = None,
+    ) -> Queue:
+        """Declare a queue's limits (see ``plait.queues.Queue``). Every process that
+        admits work from the queue should declare the same limits: they travel with each
+        claim, the database does not store them."""
+        queue = make_queue(name, concurrency=concurrency, per_key=per_key, rate=rate)
+        self.queues[queue.name] = queue
+        return queue
+
+    def schedule(
+        self,
+        name: str,
+        *,
+        workflow: str,
+        cron: str | None = None,
+        every: float | str | None = None,
+        input: Any = None,
+        timezone: str = "UTC",
+        overlap: str = "skip",
+        catchup: float | str = "0s",
+    ) -> ScheduleSpec:
+        """Start ``workflow`` on a clock (see ``plait.schedules``). Stored when an engine
+        opens, so every worker on the database fires it; once per tick, whatever the
+        number of workers."""
+        if not isinstance(workflow, str):
+            workflow = getattr(workflow, "__plait_workflow__", workflow)
+        spec = make_spec(
+            name,
+            workflow=workflow,
+            input=input,
+            cron=cron,
+            every=every,
+            timezone=timezone,
+            overlap=overlap,
+            catchup=catchup,
+        )
+        self.schedules[spec.name] = spec
+        return spec
 
     # -- functions -------------------------------------------------------------------
     @overload
@@ -215,6 +269,7 @@ class App:
         retry_delay: float | str | None = None,
         timeout: float | str | None = None,
         on_error: str | None = None,
+        queue: str | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
 
     def function(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
@@ -233,10 +288,15 @@ class App:
         retry_delay: float | str | None = None,
         timeout: float | str | None = None,
         on_error: str | None = None,
+        queue: str | None = None,
     ) -> Callable[..., Any]:
         fname = name or getattr(fn, "__name__", None)
         if not isinstance(fname, str) or not fname:
             raise TypeError("a function needs a name: pass name=...")
+        if queue is not None:
+            # a step admitted through a queue is a queued step
+            check_queue_name(queue, f"queue of function {fname!r}")
+            queued = True
         if retries is not None:
             parse_retries(retries, what=f"retries of function {fname!r}")
         if retry_delay is not None:
@@ -261,6 +321,7 @@ class App:
             takes_data=takes_data,
             takes_ctx=takes_ctx,
             adapter=adapter,
+            queue=queue,
         )
         fn.__plait_function__ = fname  # type: ignore[attr-defined]
         return fn
@@ -270,7 +331,7 @@ class App:
     def workflow(self, fn: Callable[..., Any], /) -> Callable[..., Any]: ...
     @overload
     def workflow(
-        self, *, name: str | None = None, version: str | None = None
+        self, *, name: str | None = None, version: str | None = None, queue: str | None = None
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
 
     def workflow(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
@@ -280,9 +341,16 @@ class App:
         return lambda f: self._add_workflow(f, **options)
 
     def _add_workflow(
-        self, fn: Callable[..., Any], *, name: str | None = None, version: str | None = None
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        version: str | None = None,
+        queue: str | None = None,
     ) -> Callable[..., Any]:
         wname = name or fn.__name__
+        if queue is not None:
+            check_queue_name(queue, f"queue of workflow {wname!r}")
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"workflow {wname!r} must be an async function (async def)")
         if version is not None and (not isinstance(version, str) or not version):
@@ -293,6 +361,7 @@ class App:
             fn=fn,
             version=version if version is not None else _source_version(fn),
             takes_data=len(params) >= 2,
+            queue=queue,
         )
         self.workflows[wname] = wdef
         self.workflow_versions.setdefault(wname, {})[wdef.version] = wdef

@@ -11,16 +11,18 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
-from plait import serde
+from plait import queues, schedules, serde
 from plait.app import App
 from plait.catalog import Catalog
 from plait.errors import (
     RunIdTakenError,
     RunNotFoundError,
     RunStateError,
+    ScheduleNotFoundError,
     WorkflowCancelledError,
     WorkflowFailedError,
     WorkflowSuspendedError,
@@ -28,10 +30,10 @@ from plait.errors import (
 from plait.graph import validate_or_raise
 from plait.ids import new_run_id
 from plait.notify import Notifier
-from plait.records import SETTLED, Run, Step, StepAttempt
+from plait.records import SETTLED, Run, Schedule, Step, StepAttempt
 from plait.runtime import steps
-from plait.store import make_store, resolve_url
-from plait.store.base import NewRun, Op, RunFilter, StepRow, Store
+from plait.store import convert, make_store, resolve_url
+from plait.store.base import NewRun, Op, RunFilter, ScheduleRow, StepRow, Store
 from plait.worker import Worker
 
 log = logging.getLogger("plait.engine")
@@ -112,6 +114,7 @@ class Engine:
             log_runs=self.log_runs,
         )
         self.notifier.on_work(self._worker.kick)
+        await self._store_app_schedules()
         await self.store.attach_notifier(self.notifier)
         self._worker.start_loops(passes=self.workers, steps=self.workers)
         self._opened = True
@@ -165,9 +168,22 @@ class Engine:
         inline: bool = False,
         owner: str | None = None,
         start_node: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
+        priority: int = 0,
+        dedup: str | None = None,
+        delay: float | str | timedelta | None = None,
+        start_at: datetime | None = None,
     ) -> str:
         """Create a durable run and return its id. ``run_id`` is an idempotency key: the
-        same id again returns the existing run without a second one."""
+        same id again returns the existing run without a second one.
+
+        Flow control: ``queue`` (default: the workflow's own) admits the run through that
+        queue's limits, ``key`` is its key for ``per_key``, higher ``priority`` is admitted
+        first, ``dedup`` returns the id of a live run holding the same key instead of
+        starting another, ``delay`` / ``start_at`` hold the start until then. Such a run
+        is ``queued`` until a worker admits it.
+        """
         kind, version = await self.catalog.resolve(name)
         if run_id is not None and (not isinstance(run_id, str) or not run_id):
             raise TypeError(f"run_id must be a non-empty string, got {run_id!r}")
@@ -175,6 +191,12 @@ class Engine:
             raise TypeError(f"owner must be a string, got {type(owner).__name__}")
         if start_node is not None and kind != "graph":
             raise ValueError(f"start_node applies to graph workflows; {name!r} is code")
+        flow = self._flow_options(name, queue, key, priority, dedup, delay, start_at)
+        if inline and flow.status == "queued":
+            raise ValueError(
+                "inline=True cannot start a queued run (a queue, delay or start_at): "
+                "a worker admits it"
+            )
         if kind == "graph":
             graph = await self.graph_for(name, version)
             validate_or_raise(graph, start_node=start_node)
@@ -182,9 +204,9 @@ class Engine:
         if not self._opened:
             raise RuntimeError("the engine is closed: use `async with Engine(...)`")
         worker = self.worker
-        new = NewRun(
+        new = dataclasses.replace(
+            flow,
             id=run_id or new_run_id(),
-            workflow=name,
             kind=kind,
             version=version,
             input=payload,
@@ -195,6 +217,8 @@ class Engine:
         )
         run, created = await self.store.create_run(new)
         if not created:
+            if run.id != new.id:
+                return run.id  # the live run that holds the de-duplication key
             if run.workflow != name:
                 raise RunIdTakenError(run.id, run.workflow, name)
             return run.id
@@ -203,6 +227,40 @@ class Engine:
         else:
             self.notifier.publish_work()
         return run.id
+
+    def _flow_options(
+        self,
+        name: str,
+        queue: object,
+        key: object,
+        priority: object,
+        dedup: object,
+        delay: object,
+        start_at: object,
+    ) -> NewRun:
+        """The queue fields of a new run, each checked and named when wrong."""
+        wdef = self.app.workflows.get(name)
+        if queue is None and wdef is not None:
+            queue = wdef.queue
+        qname = None if queue is None else queues.check_queue_name(queue)
+        qkey = None if key is None else queues.check_text(key, "key")
+        if qkey is not None and qname is None:
+            raise ValueError(f"key={qkey!r} needs a queue: the key counts against per_key")
+        not_before = queues.start_time(delay, start_at, time.time())
+        queued = qname is not None or not_before is not None
+        return NewRun(
+            id="",
+            workflow=name,
+            kind="",
+            version=None,
+            input=None,
+            status="queued" if queued else "running",
+            queue=qname,
+            queue_key=qkey,
+            priority=queues.check_priority(priority),
+            dedup=None if dedup is None else queues.check_text(dedup, "dedup"),
+            not_before=not_before,
+        )
 
     async def run(
         self, name: str, data: Any = None, *, timeout: float | None = None, **start_kw: Any
@@ -267,6 +325,7 @@ class Engine:
         """Runs newest first plus the total that match the filters (for paging)."""
         status = filters.get("status")
         if status is not None and status not in {
+            "queued",
             "running",
             "suspended",
             "completed",
@@ -338,6 +397,8 @@ class Engine:
         parent = steps.child_step_end(None, "cancelled", None, error)
         moved = await self.store.cancel_run(run_id, error, parent)
         self.worker.cancel_local(moved)
+        # a cancelled run of a queue frees its slot (or its place in the line)
+        self.notifier.publish_work()
         # give this process's cancelled work a moment to record how it ended
         local = [t for rid in moved if (t := self.worker.driving.get(rid)) is not None]
         if local:
@@ -356,6 +417,159 @@ class Engine:
         waiting = await self.store.send_event(run_id, name, payload_text)
         self._poke(run_id)
         return waiting
+
+    # -- queues ---------------------------------------------------------------------------------
+    async def queue_depths(self) -> list[dict[str, Any]]:
+        """Per queue: runs waiting (``queued``), runs holding a slot (``active``) and the
+        limits this app declares for it. ``queue`` None counts runs only delayed."""
+        depths = {d.queue: d for d in await self.store.queue_depths()}
+        names = sorted({*(q for q in depths if q is not None), *self.app.queues})
+        items: list[dict[str, Any]] = []
+        for qname in [*names, *([None] if None in depths else [])]:
+            depth = depths.get(qname)
+            declared = self.app.queues.get(qname) if qname is not None else None
+            items.append(
+                {
+                    "queue": qname,
+                    "queued": depth.queued if depth else 0,
+                    "active": depth.active if depth else 0,
+                    "limits": declared.to_dict() if declared else None,
+                }
+            )
+        return items
+
+    # -- schedules ------------------------------------------------------------------------------
+    async def _store_app_schedules(self) -> None:
+        """Store the schedules this app declares; an unchanged one is left as it is (its
+        status, next tick and last run), a changed one gets its new definition."""
+        for spec in self.app.schedules.values():
+            self.catalog.describe(spec.workflow)  # an unknown workflow fails the open
+            await self._put_schedule(spec, "app", None)
+
+    async def _put_schedule(
+        self, spec: schedules.ScheduleSpec, source: str, owner: str | None
+    ) -> bool:
+        now = time.time()
+        row = ScheduleRow(
+            name=spec.name,
+            workflow=spec.workflow,
+            definition=spec.definition(),
+            status="active",
+            source=source,
+            owner=owner,
+            next_tick=spec.next_tick(now),
+            last_tick=None,
+            last_run_id=None,
+            created_at=now,
+            updated_at=now,
+        )
+        changed = await self.store.put_schedule(row)
+        if changed:
+            self.notifier.publish_work()
+        return changed
+
+    async def create_schedule(
+        self,
+        name: str,
+        *,
+        workflow: str,
+        cron: str | None = None,
+        every: float | str | timedelta | None = None,
+        input: Any = None,
+        timezone: str = "UTC",
+        overlap: str = "skip",
+        catchup: float | str | timedelta = "0s",
+        owner: str | None = None,
+    ) -> Schedule:
+        """Store a schedule at run time; every worker on the database fires it. A schedule
+        of that name gets the new definition (its paused or active status is kept)."""
+        spec = schedules.make_spec(
+            name,
+            workflow=workflow,
+            input=input,
+            cron=cron,
+            every=every,
+            timezone=timezone,
+            overlap=overlap,
+            catchup=catchup,
+        )
+        await self.catalog.resolve(spec.workflow)
+        if owner is not None and not isinstance(owner, str):
+            raise TypeError(f"owner must be a string, got {type(owner).__name__}")
+        await self._put_schedule(spec, "api", owner)
+        return await self.get_schedule(spec.name)
+
+    async def list_schedules(self) -> list[Schedule]:
+        """Every stored schedule, by name, with its next tick and its last run."""
+        return [convert.schedule_record(r) for r in await self.store.get_schedules()]
+
+    async def get_schedule(self, name: str) -> Schedule:
+        rows = await self.store.get_schedules(self._schedule_name(name))
+        if not rows:
+            raise ScheduleNotFoundError(name)
+        return convert.schedule_record(rows[0])
+
+    async def pause_schedule(self, name: str) -> Schedule:
+        """No tick starts until ``resume_schedule``; ticks that pass meanwhile never do."""
+        await self.get_schedule(name)
+        row = await self.store.set_schedule_status(name, "paused", None)
+        if row is None:
+            raise ScheduleNotFoundError(name)
+        return convert.schedule_record(row)
+
+    async def resume_schedule(self, name: str) -> Schedule:
+        """Fire again from the next tick after now (ticks missed while paused are not
+        caught up)."""
+        current = await self.get_schedule(name)
+        spec = schedules.make_spec(
+            current.name,
+            workflow=current.workflow,
+            input=current.input,
+            cron=current.cron,
+            every=current.every,
+            timezone=current.timezone,
+            overlap=current.overlap,
+            catchup=current.catchup,
+        )
+        row = await self.store.set_schedule_status(name, "active", spec.next_tick(time.time()))
+        if row is None:
+            raise ScheduleNotFoundError(name)
+        self.notifier.publish_work()
+        return convert.schedule_record(row)
+
+    async def trigger_schedule(self, name: str) -> str:
+        """Start the schedule's workflow now, whatever its status and overlap policy; the
+        run counts as its last run. Returns the run id."""
+        current = await self.get_schedule(name)
+        kind, version = await self.catalog.resolve(current.workflow)
+        run = self.worker.scheduled_run(
+            current.name,
+            current.workflow,
+            current.input,
+            kind,
+            version,
+            time.time(),
+            current.owner,
+        )
+        started = await self.store.fire_schedule(name, None, None, [run], False)
+        if started is None:
+            raise ScheduleNotFoundError(name)
+        if not started:
+            raise RuntimeError(f"schedule {name!r}: run {run.id} exists already")
+        self.notifier.publish_work()
+        return started[0]
+
+    async def delete_schedule(self, name: str) -> None:
+        """Remove the schedule; its runs are left alone. A schedule declared with
+        ``app.schedule`` is stored again when a process that declares it opens."""
+        if not await self.store.delete_schedule(self._schedule_name(name)):
+            raise ScheduleNotFoundError(name)
+
+    @staticmethod
+    def _schedule_name(name: object) -> str:
+        if not isinstance(name, str):
+            raise TypeError(f"schedule name must be a string, got {type(name).__name__}")
+        return name
 
     def _poke(self, run_id: str) -> None:
         self.notifier.run_changed(run_id)

@@ -53,6 +53,12 @@ class RunNotFoundError(PlaitError, LookupError):
         self.run_id = run_id
 
 
+class ScheduleNotFoundError(PlaitError, LookupError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no schedule named {name!r}")
+        self.name = name
+
+
 class RunStateError(PlaitError):
     """An action that the run's current status does not allow (HTTP 409)."""
 

@@ -9,6 +9,8 @@ from typing import Any
 
 
 class RunStatus(enum.StrEnum):
+    #: waiting for admission by its queue, or for its start time
+    QUEUED = "queued"
     RUNNING = "running"
     SUSPENDED = "suspended"
     COMPLETED = "completed"
@@ -61,6 +63,16 @@ class Run(_Record):
     owner: str | None
     version: str | None
     kind: str = "workflow"
+    queue: str | None = None
+    key: str | None = None
+    priority: int = 0
+    dedup: str | None = None
+    #: the schedule tick the run was started for
+    scheduled_at: datetime | None = None
+    #: when its queue admitted it
+    admitted_at: datetime | None = None
+    #: a queued run's earliest start
+    start_at: datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,3 +105,27 @@ class StepAttempt(_Record):
     error: dict[str, Any] | None
     started_at: datetime
     finished_at: datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule(_Record):
+    """A stored schedule and where it stands."""
+
+    name: str
+    workflow: str
+    input: Any
+    cron: str | None
+    every: float | None
+    timezone: str
+    overlap: str
+    catchup: float
+    status: str
+    #: ``app`` (declared with ``app.schedule``) or ``api`` (made at run time)
+    source: str
+    owner: str | None
+    next_tick: datetime | None
+    last_tick: datetime | None
+    last_run_id: str | None
+    last_run_status: str | None
+    created_at: datetime
+    updated_at: datetime

@@ -22,16 +22,26 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from plait import serde
+from plait import schedules, serde
 from plait.catalog import Catalog
 from plait.errors import LeaseLostError, StepFunctionMismatchError
 from plait.lease_keeper import StallGuard
 from plait.notify import Notifier
+from plait.records import TERMINAL
 from plait.runtime import steps
 from plait.runtime.orchestrator import execute_pass
 from plait.runtime.queued import run_queued
 from plait.runtime.signals import PassAborted
-from plait.store.base import Batch, Op, StepJob, StepRow, Store
+from plait.store.base import (
+    Batch,
+    NewRun,
+    Op,
+    QueueLimits,
+    ScheduleRow,
+    StepJob,
+    StepRow,
+    Store,
+)
 
 log = logging.getLogger("plait.worker")
 _HOST = socket.gethostname()
@@ -50,6 +60,25 @@ def _dead_here(owner: str) -> bool:
     except (ValueError, IndexError, PermissionError, OSError):
         return False
     return False
+
+
+def spec_of(row: ScheduleRow) -> schedules.ScheduleSpec:
+    """A stored schedule's definition as a ``ScheduleSpec``."""
+    data = serde.loads(row.definition) if isinstance(row.definition, str) else row.definition
+    return schedules.ScheduleSpec(
+        name=row.name,
+        workflow=row.workflow,
+        input=data.get("input"),
+        cron=data.get("cron"),
+        every=data.get("every"),
+        timezone=data.get("timezone", "UTC"),
+        overlap=data.get("overlap", "skip"),
+        catchup=float(data.get("catchup", 0.0)),
+    )
+
+
+def held_of(limited: list[QueueLimits]) -> set[str]:
+    return {fn for q in limited for fn in q.functions}
 
 
 class Worker:
@@ -86,6 +115,10 @@ class Worker:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.wake_passes = asyncio.Event()
         self.wake_steps = asyncio.Event()
+        self.wake_admissions = asyncio.Event()
+        self.wake_schedules = asyncio.Event()
+        #: schedules whose workflow this process cannot start (another process may)
+        self._unknown_schedules: set[str] = set()
         self.slots = asyncio.Semaphore(concurrency)
         #: set once the worker is stopping: passes start no new attempt
         self.stopping = False
@@ -157,6 +190,8 @@ class Worker:
     def start_loops(self, *, passes: bool = True, steps: bool = True) -> None:
         if passes:
             self.loops.append(asyncio.create_task(self._pass_loop(), name="plait-passes"))
+            self.loops.append(asyncio.create_task(self._admit_loop(), name="plait-admissions"))
+            self.loops.append(asyncio.create_task(self._schedule_loop(), name="plait-schedules"))
         if steps:
             self.loops.append(asyncio.create_task(self._step_loop(), name="plait-steps"))
         self._lease_task = asyncio.create_task(self._lease_loop(), name="plait-leases")
@@ -168,6 +203,8 @@ class Worker:
         """Something new may be due: wake the loops now instead of at their next poll."""
         self.wake_passes.set()
         self.wake_steps.set()
+        self.wake_admissions.set()
+        self.wake_schedules.set()
 
     async def stop(self, *, drain: float = 0.0) -> None:
         """Stop taking work; give what is held ``drain`` seconds, then cancel it. Leases of
@@ -306,8 +343,13 @@ class Worker:
         for child in result.children:
             self.run_changed(child, "running", f"child of {run_id}")
             self.drive(child, follow=not self.take_work)
-        if not again:
-            self.kick()  # let the loops see new timers, children and woken parents
+        if snapshot.run.queue is not None and result.status in TERMINAL:
+            # a queue slot is free: every process may admit the next run
+            self.notifier.publish_work()
+        elif not again:
+            # let the loops see new timers, children and woken parents
+            self.wake_passes.set()
+            self.wake_steps.set()
         return again
 
     async def _pass_loop(self) -> None:
@@ -349,9 +391,157 @@ class Worker:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(wake.wait(), 0.05 if self.driving else 0.01)
 
+    # -- queues -------------------------------------------------------------------------------
+    def queue_limits(self) -> list[QueueLimits]:
+        """The limits of the app's queues that have any, with the queued functions each
+        admits; read each time, like the functions."""
+        app = self.catalog.app
+        limits = []
+        for queue in sorted(app.queues.values(), key=lambda q: q.name):
+            if not queue.limited:
+                continue
+            functions = tuple(
+                sorted(n for n, f in app.functions.items() if f.queued and f.queue == queue.name)
+            )
+            limits.append(
+                QueueLimits(
+                    queue.name,
+                    queue.concurrency,
+                    queue.per_key,
+                    None if queue.rate is None else queue.rate.count,
+                    None if queue.rate is None else queue.rate.window,
+                    functions,
+                )
+            )
+        return limits
+
+    async def _admit_loop(self) -> None:
+        """Admit queued runs whose start time has come, as the queues' limits allow. The
+        admission leases each run to this worker in the same write, so an admitted run
+        costs no more writes than a run started without a queue."""
+        while not self.stopping:
+            self.wake_admissions.clear()
+            wait = self.poll_interval
+            admitted: list[str] = []
+            free = max(0, self.concurrency - len(self.driving))
+            try:
+                due = await self.store.next_queued()
+                now = time.time()
+                if due is not None and due <= now and free:
+                    admitted = await self.store.admit_runs(
+                        self.owner, self.lease, free, self.queue_limits()
+                    )
+                elif due is not None:
+                    wait = max(0.001, min(wait, due - now + 0.001))
+            except Exception:
+                log.exception("admitting queued runs failed; retrying")
+            for run_id in admitted:
+                self.notifier.run_changed(run_id)
+                self.drive(run_id, claimed=True)
+            if admitted and len(admitted) == free:
+                await asyncio.sleep(0)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake_admissions.wait(), wait)
+
+    # -- schedules ----------------------------------------------------------------------------
+    async def _schedule_loop(self) -> None:
+        """Start the runs of due schedule ticks. Every worker runs this loop; a tick's run
+        id is the same in all of them and the schedule's next tick moves by a compare and
+        set, so each tick starts one run however many workers look at it."""
+        batch = 100
+        while not self.stopping:
+            self.wake_schedules.clear()
+            wait = self.poll_interval
+            try:
+                now = time.time()
+                due = await self.store.due_schedules(now, batch)
+                fired = 0
+                for row in due:
+                    fired += await self._fire(row, now)
+                upcoming = await self.store.next_schedule_tick()
+                if upcoming is not None:
+                    wait = max(0.0, min(wait, upcoming - time.time() + 0.001))
+                if fired and len(due) == batch:
+                    wait = 0.0
+                elif due and not fired:
+                    # due, but not startable here: leave it to a process that can
+                    wait = self.poll_interval
+            except Exception:
+                log.exception("starting scheduled runs failed; retrying")
+            if wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake_schedules.wait(), wait)
+            else:
+                await asyncio.sleep(0)
+
+    async def _fire(self, row: ScheduleRow, now: float) -> int:
+        """Start the due ticks of one schedule; how many looks it took (0: none here)."""
+        if row.next_tick is None:
+            return 0
+        spec = spec_of(row)
+        try:
+            kind, version = self.catalog.describe(spec.workflow)
+        except Exception:
+            if row.name not in self._unknown_schedules:
+                self._unknown_schedules.add(row.name)
+                log.warning(
+                    "schedule %s: workflow %r is not in this app; another worker may start it",
+                    row.name,
+                    spec.workflow,
+                )
+            return 0
+        ticks, next_tick = schedules.due_ticks(spec, row.next_tick, now)
+        runs = [
+            self.scheduled_run(spec.name, spec.workflow, spec.input, kind, version, tick, row.owner)
+            for tick in ticks
+        ]
+        started = await self.store.fire_schedule(
+            row.name, row.next_tick, next_tick, runs, spec.overlap == "skip"
+        )
+        for run_id in started or ():
+            if self.log_runs:
+                log.info("schedule %s started run %s", row.name, run_id)
+            self.notifier.run_changed(run_id)
+        if started:
+            self.kick()
+        return 1
+
+    def scheduled_run(
+        self,
+        name: str,
+        workflow: str,
+        data: Any,
+        kind: str,
+        version: str | None,
+        tick: float,
+        owner: str | None,
+    ) -> NewRun:
+        """The run of one tick of schedule ``name``: its id names the schedule and the
+        tick; a workflow declared with a queue is admitted through it."""
+        wdef = self.catalog.app.workflows.get(workflow)
+        queue = wdef.queue if wdef is not None else None
+        return NewRun(
+            id=schedules.run_id_for(name, tick),
+            workflow=workflow,
+            kind=kind,
+            version=version,
+            input=serde.dumps(data, what=f"the input of schedule {name!r}"),
+            owner=owner,
+            status="queued" if queue is not None else "running",
+            queue=queue,
+            scheduled_at=tick,
+        )
+
     # -- queued steps -------------------------------------------------------------------------
     async def _step_loop(self) -> None:
+        #: a limited queue came back with fewer jobs than asked: its functions are left
+        #: out of the look for due work until something changes (a kick) or a poll passes,
+        #: so a full queue is not claimed from in a loop
+        full_until = 0.0
         while not self.stopping:
+            if self.wake_steps.is_set():
+                full_until = 0.0
             self.wake_steps.clear()
             # read each time: a function registered after start-up is worked too
             functions = [name for name, f in self.catalog.app.functions.items() if f.queued]
@@ -359,11 +549,27 @@ class Worker:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake_steps.wait(), self.poll_interval)
                 continue
+            limited = [q for q in self.queue_limits() if q.functions]
+            held = held_of(limited)
+            functions = [name for name in functions if name not in held]
+            try_limited = bool(limited) and time.monotonic() >= full_until
             free = max(0, self.concurrency - len(self.stepping))
             jobs: list[StepJob] = []
-            if free and await self._due(self.wake_steps, functions):
+            looking = functions + (sorted(held) if try_limited else [])
+            if free and looking and await self._due(self.wake_steps, looking):
                 try:
-                    jobs = await self.store.claim_step_jobs(self.owner, self.lease, free, functions)
+                    if functions:
+                        jobs = await self.store.claim_step_jobs(
+                            self.owner, self.lease, free, functions
+                        )
+                    if try_limited and len(jobs) < free:
+                        wanted = free - len(jobs)
+                        got = await self.store.claim_queue_jobs(
+                            self.owner, self.lease, wanted, limited
+                        )
+                        if len(got) < wanted:
+                            full_until = time.monotonic() + self.poll_interval
+                        jobs += got
                 except Exception:
                     log.exception("claiming step jobs failed; retrying")
                 for job in jobs:
@@ -371,6 +577,10 @@ class Worker:
                     task = self.spawn(self._run_job(job), name=f"plait-step-{job.step_key}")
                     self.stepping[key] = task
                     task.add_done_callback(lambda _t, k=key: self.stepping.pop(k, None))
+            elif free and not looking:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake_steps.wait(), self.poll_interval)
+                continue
             if not (jobs and len(jobs) == free):
                 await self._idle(self.wake_steps)
 

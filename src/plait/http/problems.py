@@ -19,6 +19,7 @@ from plait.errors import (
     NotJSONError,
     RunNotFoundError,
     RunStateError,
+    ScheduleNotFoundError,
     WorkflowNotFoundError,
 )
 from plait.graph.errors import GraphValidationError
@@ -86,6 +87,8 @@ def from_plait(exc: Exception) -> ApiError | None:
         return ApiError(404, "RUN_NOT_FOUND", str(exc))
     if isinstance(exc, WorkflowNotFoundError):
         return ApiError(404, "WORKFLOW_NOT_FOUND", str(exc))
+    if isinstance(exc, ScheduleNotFoundError):
+        return ApiError(404, "SCHEDULE_NOT_FOUND", str(exc))
     if isinstance(exc, RunStateError):
         return ApiError(409, "RUN_STATE_CONFLICT", str(exc), extra={"run_status": exc.status})
     if isinstance(exc, GraphValidationError):

@@ -120,6 +120,10 @@ class Workflow:
         self.name: str = run.workflow
         self.input: Any = replay.ledger.input
         self.owner: str | None = run.owner
+        #: the schedule tick that started this run (None: not started by a schedule)
+        self.scheduled_at: datetime | None = (
+            None if run.scheduled_at is None else datetime.fromtimestamp(run.scheduled_at, UTC)
+        )
 
     @staticmethod
     def _check_name(name: object, what: str) -> str:

@@ -32,6 +32,17 @@ class NewRun:
     #: set for inline starts: the run is created already leased to this process
     lease_owner: str | None = None
     lease_seconds: float = 0.0
+    #: ``queued`` for a run that waits for admission or for its start time
+    status: str = "running"
+    queue: str | None = None
+    queue_key: str | None = None
+    priority: int = 0
+    #: a live run with this key is returned instead of creating another
+    dedup: str | None = None
+    #: the earliest start (unix seconds) of a queued run; None: now
+    not_before: float | None = None
+    #: the schedule tick this run was started for
+    scheduled_at: float | None = None
 
 
 @dataclasses.dataclass
@@ -56,6 +67,12 @@ class RunRow:
     wakeups: int
     lease_owner: str | None
     lease_until: float | None
+    queue: str | None = None
+    queue_key: str | None = None
+    priority: int = 0
+    dedup: str | None = None
+    scheduled_at: float | None = None
+    admitted_at: float | None = None
 
 
 @dataclasses.dataclass
@@ -271,6 +288,50 @@ class StepJob:
 
 
 @dataclasses.dataclass(frozen=True)
+class QueueLimits:
+    """The limits of one queue as a claim receives them (``plait.queues.Queue``, flat):
+    the database stores rows, the process that claims says what the limits are.
+    ``functions`` are the queued functions whose steps are admitted through the queue."""
+
+    name: str
+    concurrency: int | None = None
+    per_key: int | None = None
+    rate: int | None = None
+    #: the rate's sliding window in seconds
+    window: float | None = None
+    functions: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueDepth:
+    """How many runs of a queue wait and how many hold a slot (``queue`` None: runs
+    delayed without a queue)."""
+
+    queue: str | None
+    queued: int
+    active: int
+
+
+@dataclasses.dataclass
+class ScheduleRow:
+    """A stored schedule; ``definition`` is ``ScheduleSpec.definition()`` (JSON text)."""
+
+    name: str
+    workflow: str
+    definition: str
+    status: str
+    source: str
+    owner: str | None
+    next_tick: float | None
+    last_tick: float | None
+    last_run_id: str | None
+    created_at: float
+    updated_at: float
+    #: the status of the last run, read with the schedule (None: no run, or pruned)
+    last_run_status: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class RunFilter:
     """Which runs ``Store.list_runs`` returns, newest first. A field left None matches
     every run, so one statement serves every combination of filters."""
@@ -420,6 +481,57 @@ class Store(Protocol):
         """Store the event for the run; True if the run waits for ``name`` right now
         (else it is kept for a later wait, which may never come)."""
         ...
+
+    # queues
+    async def admit_runs(
+        self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
+    ) -> list[str]:
+        """Admit up to ``limit`` due ``queued`` runs, highest priority first, within the
+        limits of ``queues`` (a queue not given has none), and lease them to ``owner``,
+        in one conditional write: they are ``running`` and this worker's to drive."""
+        ...
+
+    async def next_queued(self) -> float | None:
+        """When the earliest queued run may start (it may still wait for a slot)."""
+        ...
+
+    async def claim_queue_jobs(
+        self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
+    ) -> list[StepJob]:
+        """``claim_step_jobs`` for the functions of limited ``queues``: a job holds a slot
+        of its function's queue while its lease runs."""
+        ...
+
+    async def queue_depths(self) -> list[QueueDepth]: ...
+
+    # schedules
+    async def put_schedule(self, row: ScheduleRow) -> bool:
+        """Insert the schedule, or replace its workflow, definition and next tick if its
+        definition changed (its status and last run are kept). True if anything changed."""
+        ...
+
+    async def get_schedules(self, name: str | None = None) -> list[ScheduleRow]: ...
+    async def due_schedules(self, now: float, limit: int) -> list[ScheduleRow]: ...
+    async def next_schedule_tick(self) -> float | None: ...
+    async def fire_schedule(
+        self,
+        name: str,
+        expected: float | None,
+        next_tick: float | None,
+        runs: Sequence[NewRun],
+        skip_if_live: bool,
+    ) -> list[str] | None:
+        """Start ``runs`` (a schedule's due ticks, oldest first) and move its next tick
+        to ``next_tick``, if it is still active with next tick ``expected``; with
+        ``skip_if_live``, none starts while its last run is queued or running, and at
+        most one starts. ``expected`` None: a manual trigger (no tick moves, overlap is
+        ignored). None when another process changed the schedule first."""
+        ...
+
+    async def set_schedule_status(
+        self, name: str, status: str, next_tick: float | None
+    ) -> ScheduleRow | None: ...
+    async def delete_schedule(self, name: str) -> bool: ...
 
     # workflow versions and run-time graphs
     async def put_version(

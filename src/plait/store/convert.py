@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from plait import serde
-from plait.records import Run, RunStatus, Step, StepAttempt, StepStatus
-from plait.store.base import RunRow, StepRow, Version
+from plait.records import Run, RunStatus, Schedule, Step, StepAttempt, StepStatus
+from plait.store.base import RunRow, ScheduleRow, StepRow, Version
 
 
 def ts(value: Any) -> datetime:
@@ -51,6 +51,13 @@ def run_record(row: RunRow) -> Run:
         owner=row.owner,
         version=row.version,
         kind=row.kind,
+        queue=row.queue,
+        key=row.queue_key,
+        priority=row.priority or 0,
+        dedup=row.dedup,
+        scheduled_at=ts_or_none(row.scheduled_at),
+        admitted_at=ts_or_none(row.admitted_at),
+        start_at=ts_or_none(row.wake_at) if row.status == "queued" else None,
     )
 
 
@@ -119,6 +126,29 @@ def step_params(s: StepRow, *, flag: Callable[[bool], Any] = int) -> tuple[Any, 
         s.updated_at,
         s.delivered,
         s.retried_failures,
+    )
+
+
+def schedule_record(row: ScheduleRow) -> Schedule:
+    spec = serde.loads(row.definition) if isinstance(row.definition, str) else row.definition
+    return Schedule(
+        name=row.name,
+        workflow=row.workflow,
+        input=spec.get("input"),
+        cron=spec.get("cron"),
+        every=spec.get("every"),
+        timezone=spec.get("timezone", "UTC"),
+        overlap=spec.get("overlap", "skip"),
+        catchup=float(spec.get("catchup", 0.0)),
+        status=row.status,
+        source=row.source,
+        owner=row.owner,
+        next_tick=ts_or_none(row.next_tick) if row.status == "active" else None,
+        last_tick=ts_or_none(row.last_tick),
+        last_run_id=row.last_run_id,
+        last_run_status=row.last_run_status,
+        created_at=ts(row.created_at),
+        updated_at=ts(row.updated_at),
     )
 
 

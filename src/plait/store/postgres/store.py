@@ -52,8 +52,11 @@ from plait.store.base import (
     Op,
     PassSnapshot,
     PutStep,
+    QueueDepth,
+    QueueLimits,
     RunFilter,
     RunRow,
+    ScheduleRow,
     SetState,
     SetTimer,
     StartAttempt,
@@ -90,7 +93,8 @@ _RUN_STATE = "PLT03"
 #: what reopen_run does, by the status it reopens from, for RunStateError
 _REOPEN_ACTIONS = {"suspended": "resume", "failed": "retry"}
 
-_RUN_FIELDS = len(dataclasses.fields(RunRow))
+#: the columns of RunRow read by position (those of schema version 1, idle_sweeps aside)
+_RUN_BASE_FIELDS = 18
 _STEP_FIELDS = len(dataclasses.fields(StepRow))
 #: the most children get_children returns (the newest ones)
 _MAX_CHILDREN = 10_000
@@ -126,6 +130,13 @@ def _new_run_value(n: NewRun) -> tuple[Any, ...]:
         n.start_node,
         n.lease_owner,
         float(n.lease_seconds),
+        n.status,
+        n.queue,
+        n.queue_key,
+        n.priority,
+        n.dedup,
+        n.not_before,
+        n.scheduled_at,
     )
 
 
@@ -188,7 +199,45 @@ def _op_value(op: Op) -> tuple[Any, ...]:
 
 
 def _run_row(rec: Any) -> RunRow:
-    return RunRow(*tuple(rec)[:_RUN_FIELDS])
+    """A runs row (a composite record) as a RunRow: the columns every version had by
+    position, the ones added later by name (migrations append columns in their order)."""
+    values = tuple(rec)
+    return RunRow(
+        *values[:_RUN_BASE_FIELDS],
+        rec["queue"],
+        rec["queue_key"],
+        rec["priority"],
+        rec["dedup"],
+        rec["scheduled_at"],
+        rec["admitted_at"],
+    )
+
+
+def _schedule_row(rec: Any) -> ScheduleRow:
+    return ScheduleRow(
+        rec["name"],
+        rec["workflow"],
+        rec["definition"],
+        rec["status"],
+        rec["source"],
+        rec["owner"],
+        rec["next_tick"],
+        rec["last_tick"],
+        rec["last_run_id"],
+        rec["created_at"],
+        rec["updated_at"],
+        rec["last_run_status"],
+    )
+
+
+def _queue_arrays(queues: Sequence[QueueLimits]) -> tuple[list[Any], ...]:
+    return (
+        [q.name for q in queues],
+        [q.concurrency for q in queues],
+        [q.per_key for q in queues],
+        [q.rate for q in queues],
+        [q.window for q in queues],
+    )
 
 
 def _step_row(rec: Any) -> StepRow:
@@ -560,17 +609,7 @@ class PostgresStore:
             limit,
             list(functions),
         )
-        return [
-            StepJob(
-                r["run_id"],
-                r["step_key"],
-                r["function"],
-                r["deliveries"],
-                None if r["s"] is None else _step_row(r["s"]),
-                r["workflow"] or "",
-            )
-            for r in rows
-        ]
+        return [self._step_job(r) for r in rows]
 
     async def begin_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:
         values = [_op_value(op) for op in ops]
@@ -664,6 +703,127 @@ class PostgresStore:
             payload,
             _now(),
         )
+
+    # -- queues ----------------------------------------------------------------------------------
+    async def admit_runs(
+        self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
+    ) -> list[str]:
+        now = _now()
+        rows = await self._call(
+            "fetch",
+            self._q["admit_runs"],
+            owner,
+            now + lease_seconds,
+            now,
+            limit,
+            *_queue_arrays(queues),
+        )
+        return [r[0] for r in rows]
+
+    async def next_queued(self) -> float | None:
+        due = await self._call("fetchval", self._q["next_queued"], read=True)
+        return float(due) if due is not None else None
+
+    async def claim_queue_jobs(
+        self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
+    ) -> list[StepJob]:
+        names, concurrency, _per_key, rate, window = _queue_arrays(queues)
+        functions = [fn for q in queues for fn in q.functions]
+        function_queues = [q.name for q in queues for _fn in q.functions]
+        now = _now()
+        rows = await self._call(
+            "fetch",
+            self._q["claim_queue_jobs"],
+            owner,
+            now + lease_seconds,
+            now,
+            limit,
+            names,
+            concurrency,
+            rate,
+            window,
+            functions,
+            function_queues,
+        )
+        return [self._step_job(r) for r in rows]
+
+    @staticmethod
+    def _step_job(r: Any) -> StepJob:
+        return StepJob(
+            r["run_id"],
+            r["step_key"],
+            r["function"],
+            r["deliveries"],
+            None if r["s"] is None else _step_row(r["s"]),
+            r["workflow"] or "",
+        )
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        rows = await self._call("fetch", self._q["queue_depths"], read=True)
+        return [QueueDepth(r[0], int(r[1]), int(r[2])) for r in rows]
+
+    # -- schedules ---------------------------------------------------------------------------------
+    async def put_schedule(self, row: ScheduleRow) -> bool:
+        changed = await self._call(
+            "fetchval",
+            self._q["put_schedule"],
+            row.name,
+            row.workflow,
+            row.definition,
+            row.status,
+            row.source,
+            row.owner,
+            row.next_tick,
+            _now(),
+        )
+        return changed is not None
+
+    async def get_schedules(self, name: str | None = None) -> list[ScheduleRow]:
+        rows = await self._call("fetch", self._q["get_schedules"], name, read=True)
+        return [_schedule_row(r) for r in rows]
+
+    async def due_schedules(self, now: float, limit: int) -> list[ScheduleRow]:
+        rows = await self._call("fetch", self._q["due_schedules"], now, limit, read=True)
+        return [_schedule_row(r) for r in rows]
+
+    async def next_schedule_tick(self) -> float | None:
+        due = await self._call("fetchval", self._q["next_schedule_tick"], read=True)
+        return float(due) if due is not None else None
+
+    async def fire_schedule(
+        self,
+        name: str,
+        expected: float | None,
+        next_tick: float | None,
+        runs: Sequence[NewRun],
+        skip_if_live: bool,
+    ) -> list[str] | None:
+        started = await self._call(
+            "fetchval",
+            self._q["fire_schedule"],
+            name,
+            expected,
+            next_tick,
+            [_new_run_value(n) for n in runs],
+            skip_if_live,
+            _now(),
+        )
+        if started is None:
+            return None
+        if started:
+            self._listener.publish("work", "")
+        return list(started)
+
+    async def set_schedule_status(
+        self, name: str, status: str, next_tick: float | None
+    ) -> ScheduleRow | None:
+        rec = await self._call(
+            "fetchrow", self._q["set_schedule_status"], name, status, next_tick, _now()
+        )
+        return None if rec is None else _schedule_row(rec)
+
+    async def delete_schedule(self, name: str) -> bool:
+        return await self._call("fetchval", self._q["delete_schedule"], name) is not None
 
     # -- versions --------------------------------------------------------------------------------
     async def put_version(

@@ -90,7 +90,8 @@ def records_only(ops: Iterable[Op]) -> list[Op]:
 
 
 def insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> bool:
-    """Create the run unless its id exists; True if this call created it."""
+    """Create the run unless its id exists (or its de-duplication key belongs to a live
+    run); True if this call created it."""
     lease_until = now + new.lease_seconds if new.lease_owner else None
     cur = conn.execute(
         _INSERT_RUN,
@@ -99,6 +100,7 @@ def insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> bool:
             new.workflow,
             new.kind,
             new.version,
+            new.status,
             new.input,
             new.parent_run_id,
             new.parent_step_key,
@@ -106,9 +108,14 @@ def insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> bool:
             new.start_node,
             now,
             now,
-            now,
+            max(now, new.not_before or now),
             new.lease_owner,
             lease_until,
+            new.queue,
+            new.queue_key,
+            new.priority,
+            new.dedup,
+            new.scheduled_at,
         ),
     )
     return cur.rowcount == 1

@@ -29,7 +29,10 @@ from plait.store.base import (
     NewRun,
     Op,
     PassSnapshot,
+    QueueDepth,
+    QueueLimits,
     RunFilter,
+    ScheduleRow,
     StepEnd,
     StepJob,
     Version,
@@ -124,6 +127,10 @@ class SQLiteStore:
         def go(conn: sqlite3.Connection) -> tuple[Run, bool]:
             created = apply.insert_run(conn, new, _now())
             row = conn.execute(_SELECT_RUN, (new.id,)).fetchone()
+            if row is None:
+                # the de-duplication key belongs to a live run: that run is the answer
+                live = conn.execute(SQL["live_dedup_run"], (new.dedup,)).fetchone()
+                row = conn.execute(_SELECT_RUN, (live[0],)).fetchone()
             return convert.run_record(convert.run_row(row)), created
 
         return await self._write(go)
@@ -311,15 +318,20 @@ class SQLiteStore:
             rows = conn.execute(
                 SQL["claim_step_jobs"], (owner, now + lease_seconds, now, now, names, limit)
             ).fetchall()
-            jobs = []
-            for run_id, key, function, deliveries in rows:
-                found = conn.execute(_CLAIMED_STEP, (run_id, key)).fetchone()
-                step = convert.step_row(found[:-1]) if found else None
-                workflow = found[-1] if found else ""
-                jobs.append(StepJob(run_id, key, function, deliveries, step, workflow))
-            return jobs
+            return [self._claimed(conn, *row) for row in rows]
 
         return await self._write(go)
+
+    @staticmethod
+    def _claimed(
+        conn: sqlite3.Connection, run_id: str, key: str, function: str, deliveries: int
+    ) -> StepJob:
+        """A claimed job with its step's row and its run's workflow, read in the claim's
+        transaction."""
+        found = conn.execute(_CLAIMED_STEP, (run_id, key)).fetchone()
+        step = convert.step_row(found[:-1]) if found else None
+        workflow = found[-1] if found else ""
+        return StepJob(run_id, key, function, deliveries, step, workflow)
 
     async def begin_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:
         def go(conn: sqlite3.Connection) -> bool:
@@ -372,7 +384,7 @@ class SQLiteStore:
         end = EndRun("cancelled", None, error, parent)
 
         def go(conn: sqlite3.Connection) -> list[str]:
-            apply.require_status(conn, run_id, ("running", "suspended"), "cancel")
+            apply.require_status(conn, run_id, ("running", "suspended", "queued"), "cancel")
             return apply.end_run(conn, run_id, end, _now(), from_suspended=True)
 
         return await self._write(go)
@@ -396,10 +408,147 @@ class SQLiteStore:
     async def send_event(self, run_id: str, name: str, payload: str | None) -> bool:
         def go(conn: sqlite3.Connection) -> bool:
             now = _now()
-            apply.require_status(conn, run_id, ("running", "suspended"), f"send event {name!r} to")
+            apply.require_status(
+                conn, run_id, ("running", "suspended", "queued"), f"send event {name!r} to"
+            )
             conn.execute(SQL["insert_event"], (run_id, name, payload, now))
             apply.wake(conn, run_id, now, now)
             return bool(conn.execute(SQL["waits_for_event"], (run_id, name)).fetchone()[0])
+
+        return await self._write(go)
+
+    # -- queues ---------------------------------------------------------------------------
+    async def admit_runs(
+        self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
+    ) -> list[str]:
+        conf = json.dumps([_queue_conf(q) for q in queues])
+        rated = {q.name: q.window for q in queues if q.rate is not None}
+
+        def go(conn: sqlite3.Connection) -> list[str]:
+            now = _now()
+            params = {
+                "queues": conf,
+                "now": now,
+                "limit": limit,
+                "owner": owner,
+                "until": now + lease_seconds,
+            }
+            rows = conn.execute(SQL["admit_runs"], params).fetchall()
+            _log_admissions(conn, [queue for _id, queue in rows], rated, now)
+            return [run_id for run_id, _queue in rows]
+
+        return await self._write(go)
+
+    async def next_queued(self) -> float | None:
+        def go(conn: sqlite3.Connection) -> float | None:
+            return conn.execute(SQL["next_queued"]).fetchone()[0]
+
+        return await self._read_here(go)
+
+    async def claim_queue_jobs(
+        self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
+    ) -> list[StepJob]:
+        conf = json.dumps([{**_queue_conf(q), "functions": list(q.functions)} for q in queues])
+        queue_of = {fn: q.name for q in queues for fn in q.functions}
+        rated = {q.name: q.window for q in queues if q.rate is not None}
+
+        def go(conn: sqlite3.Connection) -> list[StepJob]:
+            now = _now()
+            params = {
+                "queues": conf,
+                "now": now,
+                "limit": limit,
+                "owner": owner,
+                "until": now + lease_seconds,
+            }
+            rows = conn.execute(SQL["claim_queue_jobs"], params).fetchall()
+            _log_admissions(conn, [queue_of[r[2]] for r in rows], rated, now)
+            return [self._claimed(conn, *row) for row in rows]
+
+        return await self._write(go)
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        def go(conn: sqlite3.Connection) -> list[QueueDepth]:
+            rows = conn.execute(SQL["queue_depths"]).fetchall()
+            return [QueueDepth(q, int(queued or 0), int(active or 0)) for q, queued, active in rows]
+
+        return await self._read(go)
+
+    # -- schedules ------------------------------------------------------------------------
+    async def put_schedule(self, row: ScheduleRow) -> bool:
+        def go(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(SQL["put_schedule"], _schedule_params(row))
+            return cur.rowcount > 0
+
+        return await self._write(go)
+
+    async def get_schedules(self, name: str | None = None) -> list[ScheduleRow]:
+        def go(conn: sqlite3.Connection) -> list[ScheduleRow]:
+            return [ScheduleRow(*r) for r in conn.execute(SQL["get_schedules"], (name, name))]
+
+        return await self._read(go)
+
+    async def due_schedules(self, now: float, limit: int) -> list[ScheduleRow]:
+        def go(conn: sqlite3.Connection) -> list[ScheduleRow]:
+            return [ScheduleRow(*r) for r in conn.execute(SQL["due_schedules"], (now, limit))]
+
+        return await self._read_here(go)
+
+    async def next_schedule_tick(self) -> float | None:
+        def go(conn: sqlite3.Connection) -> float | None:
+            return conn.execute(SQL["next_schedule_tick"]).fetchone()[0]
+
+        return await self._read_here(go)
+
+    async def fire_schedule(
+        self,
+        name: str,
+        expected: float | None,
+        next_tick: float | None,
+        runs: Sequence[NewRun],
+        skip_if_live: bool,
+    ) -> list[str] | None:
+        def go(conn: sqlite3.Connection) -> list[str] | None:
+            now = _now()
+            found = conn.execute(SQL["schedule_for_fire"], (name,)).fetchone()
+            if found is None:
+                return None
+            status, current, last_status = found
+            live = False
+            if expected is not None:
+                if status != "active" or current != expected:
+                    return None
+                live = skip_if_live and last_status in ("queued", "running")
+            started: list[str] = []
+            last_tick = None
+            for new in runs:
+                if live:
+                    break
+                if apply.insert_run(conn, new, now):
+                    started.append(new.id)
+                    last_tick = new.scheduled_at
+                    live = skip_if_live and expected is not None
+            moved = current if expected is None else next_tick
+            last = started[-1] if started else None
+            conn.execute(SQL["fired_schedule"], (moved, last_tick, last, now, name))
+            return started
+
+        return await self._write(go)
+
+    async def set_schedule_status(
+        self, name: str, status: str, next_tick: float | None
+    ) -> ScheduleRow | None:
+        def go(conn: sqlite3.Connection) -> ScheduleRow | None:
+            cur = conn.execute(SQL["set_schedule_status"], (status, next_tick, _now(), name))
+            if cur.rowcount == 0:
+                return None
+            return ScheduleRow(*conn.execute(SQL["get_schedules"], (name, name)).fetchone())
+
+        return await self._write(go)
+
+    async def delete_schedule(self, name: str) -> bool:
+        def go(conn: sqlite3.Connection) -> bool:
+            return conn.execute(SQL["delete_schedule"], (name,)).rowcount > 0
 
         return await self._write(go)
 
@@ -434,6 +583,43 @@ class SQLiteStore:
             return [convert.version_record(r) for r in rows]
 
         return await self._read(go)
+
+
+def _queue_conf(q: QueueLimits) -> dict[str, object]:
+    return {
+        "name": q.name,
+        "concurrency": q.concurrency,
+        "per_key": q.per_key,
+        "rate": q.rate,
+        "window": q.window,
+    }
+
+
+def _log_admissions(
+    conn: sqlite3.Connection, queues: list[str | None], rated: dict[str, float | None], now: float
+) -> None:
+    """Record the admissions of queues with a rate, and forget those out of their window."""
+    counted = [q for q in queues if q is not None and q in rated]
+    for queue in counted:
+        conn.execute(SQL["log_admission"], (queue, now))
+    for queue in set(counted):
+        conn.execute(SQL["prune_admissions"], (queue, now - (rated[queue] or 0.0)))
+
+
+def _schedule_params(row: ScheduleRow) -> tuple[object, ...]:
+    return (
+        row.name,
+        row.workflow,
+        row.definition,
+        row.status,
+        row.source,
+        row.owner,
+        row.next_tick,
+        row.last_tick,
+        row.last_run_id,
+        row.created_at,
+        row.updated_at,
+    )
 
 
 def _statements(script: str) -> list[str]:

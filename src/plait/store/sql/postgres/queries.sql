@@ -247,6 +247,76 @@ SELECT EXISTS (SELECT 1 FROM @schema@.steps s WHERE s.run_id = $1 AND s.kind = '
                AND s.status = 'scheduled' AND s.input ->> 'event' = $2)
 FROM @schema@.send_event($1, $2, $3, $4)
 
+-- == queues ==================================================================================
+
+-- name: admit_runs
+SELECT id FROM @schema@.admit_runs($1, $2, $3, $4, $5::text[], $6::integer[],
+    $7::integer[], $8::integer[], $9::float8[]) AS id
+
+-- name: next_queued
+SELECT min(wake_at) FROM @schema@.runs WHERE status = 'queued'
+
+-- name: claim_queue_jobs
+-- Each claimed job comes with its step's row and its run's workflow.
+WITH claimed AS (
+    SELECT * FROM @schema@.claim_queue_jobs($1, $2, $3, $4, $5::text[], $6::integer[],
+        $7::integer[], $8::float8[], $9::text[], $10::text[])
+)
+SELECT c.run_id, c.step_key, c.function, c.deliveries, s, r.workflow
+FROM claimed c LEFT JOIN @schema@.steps s ON s.run_id = c.run_id AND s.key = c.step_key
+    LEFT JOIN @schema@.runs r ON r.id = c.run_id
+ORDER BY c.available_at
+
+-- name: queue_depths
+SELECT queue, count(*) FILTER (WHERE status = 'queued'),
+    count(*) FILTER (WHERE status IN ('running', 'suspended'))
+FROM @schema@.runs
+WHERE status = 'queued' OR (queue IS NOT NULL AND status IN ('running', 'suspended'))
+GROUP BY queue ORDER BY queue
+
+-- == schedules ===============================================================================
+
+-- name: put_schedule
+-- Insert, or replace what changed in the definition (status and last run are kept); a
+-- row comes back only if something was written.
+INSERT INTO @schema@.schedules (name, workflow, definition, status, source, owner, next_tick,
+    created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
+ON CONFLICT (name) DO UPDATE SET workflow = excluded.workflow,
+    definition = excluded.definition, source = excluded.source, owner = excluded.owner,
+    next_tick = excluded.next_tick, updated_at = excluded.updated_at
+WHERE schedules.definition IS DISTINCT FROM excluded.definition
+    OR schedules.owner IS DISTINCT FROM excluded.owner
+RETURNING name
+
+-- name: get_schedules
+SELECT s.*, r.status AS last_run_status
+FROM @schema@.schedules s LEFT JOIN @schema@.runs r ON r.id = s.last_run_id
+WHERE $1::text IS NULL OR s.name = $1
+ORDER BY s.name
+
+-- name: due_schedules
+SELECT s.*, NULL::text AS last_run_status FROM @schema@.schedules s
+WHERE s.status = 'active' AND s.next_tick <= $1
+ORDER BY s.next_tick LIMIT $2
+
+-- name: next_schedule_tick
+SELECT min(next_tick) FROM @schema@.schedules WHERE status = 'active'
+
+-- name: fire_schedule
+SELECT @schema@.fire_schedule($1, $2, $3, $4::@schema@.new_run[], $5, $6)
+
+-- name: set_schedule_status
+WITH moved AS (
+    UPDATE @schema@.schedules SET status = $2, next_tick = $3, updated_at = $4
+    WHERE name = $1 RETURNING *
+)
+SELECT m.*, r.status AS last_run_status
+FROM moved m LEFT JOIN @schema@.runs r ON r.id = m.last_run_id
+
+-- name: delete_schedule
+DELETE FROM @schema@.schedules WHERE name = $1 RETURNING name
+
 -- name: count_timers
 SELECT count(*) FROM @schema@.timers WHERE run_id = $1
 

@@ -63,16 +63,21 @@ ON CONFLICT (id) DO UPDATE SET version = excluded.version
 -- == runs ====================================================================================
 
 -- name: insert_run
+-- A run, unless its id (or its de-duplication key, among live runs) is taken.
 INSERT INTO plait_runs (id, workflow, kind, version, status, input, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
-    lease_owner, lease_until)
-VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)
-ON CONFLICT (id) DO NOTHING
+    lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT DO NOTHING
+
+-- name: live_dedup_run
+SELECT id FROM plait_runs
+WHERE dedup = ? AND status IN ('queued', 'running', 'suspended')
 
 -- name: select_run
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
-    lease_owner, lease_until
+    lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at
 FROM plait_runs WHERE id = ?
 
 -- name: run_status
@@ -91,7 +96,7 @@ WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
 -- name: list_runs
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
-    lease_owner, lease_until
+    lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at
 FROM plait_runs
 WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
     AND (:workflow IS NULL OR workflow = :workflow)
@@ -106,7 +111,7 @@ ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
 -- list_runs cannot use).
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
-    lease_owner, lease_until
+    lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at
 FROM plait_runs WHERE parent_run_id = ?
 ORDER BY created_at DESC, id DESC LIMIT ?
 
@@ -124,9 +129,9 @@ WHERE id = ? AND status = 'running'
 RETURNING parent_run_id, parent_step_key
 
 -- name: end_live_run
--- The same from running or suspended (a cancel, and its cascade to children).
+-- The same from running, suspended or queued (a cancel, and its cascade to children).
 UPDATE plait_runs SET status = ?, output = ?, error = ?, updated_at = ?, wake_at = NULL
-WHERE id = ? AND status IN ('running', 'suspended')
+WHERE id = ? AND status IN ('running', 'suspended', 'queued')
 RETURNING parent_run_id, parent_step_key
 
 -- name: delete_run_timers
@@ -425,3 +430,161 @@ SELECT s.run_id, s.key, s.seq, s.name, s.kind, s.function, s.status, s.input, s.
     s.delivered, s.retried_failures, r.workflow
 FROM plait_steps s JOIN plait_runs r ON r.id = s.run_id
 WHERE s.run_id = ? AND s.key = ?
+
+-- == queues ==================================================================================
+
+-- name: next_queued
+SELECT min(wake_at) FROM plait_runs WHERE status = 'queued'
+
+-- name: admit_runs
+-- Admit up to :limit due queued runs, highest priority first (then the oldest start
+-- time), within the limits in :queues (a JSON array of objects: name, concurrency,
+-- per_key, rate, window; a queue not among them has no limits), and lease them. A run
+-- holds its queue slot from admission until it ends; per_key applies to runs with a key.
+WITH conf AS (
+    SELECT json_extract(value, '$.name') AS name,
+        json_extract(value, '$.concurrency') AS concurrency,
+        json_extract(value, '$.per_key') AS per_key,
+        json_extract(value, '$.rate') AS rate,
+        json_extract(value, '$.window') AS rate_window
+    FROM json_each(:queues)
+), active AS (
+    SELECT a.queue, count(*) AS n FROM plait_runs a JOIN conf c ON c.name = a.queue
+    WHERE a.status IN ('running', 'suspended')
+    GROUP BY a.queue
+), active_keys AS (
+    SELECT a.queue, a.queue_key, count(*) AS n FROM plait_runs a
+    JOIN conf c ON c.name = a.queue AND c.per_key IS NOT NULL
+    WHERE a.status IN ('running', 'suspended') AND a.queue_key IS NOT NULL
+    GROUP BY a.queue, a.queue_key
+), recent AS (
+    SELECT q.queue, count(*) AS n FROM plait_queue_admissions q
+    JOIN conf c ON c.name = q.queue AND c.rate IS NOT NULL
+    WHERE q.at > :now - c.rate_window
+    GROUP BY q.queue
+), due AS (
+    SELECT r.id, r.queue, r.queue_key, r.priority, r.wake_at, r.created_at,
+        c.concurrency, c.per_key, c.rate,
+        row_number() OVER (PARTITION BY r.queue, r.queue_key
+            ORDER BY r.priority DESC, r.wake_at, r.created_at, r.id) AS nth_key
+    FROM plait_runs r LEFT JOIN conf c ON c.name = r.queue
+    WHERE r.status = 'queued' AND r.wake_at <= :now
+), key_fits AS (
+    SELECT d.*, row_number() OVER (PARTITION BY d.queue
+            ORDER BY d.priority DESC, d.wake_at, d.created_at, d.id) AS nth
+    FROM due d LEFT JOIN active_keys k ON k.queue = d.queue AND k.queue_key = d.queue_key
+    WHERE d.per_key IS NULL OR d.queue_key IS NULL
+        OR d.nth_key <= d.per_key - coalesce(k.n, 0)
+), fits AS (
+    SELECT f.id FROM key_fits f
+    LEFT JOIN active a ON a.queue = f.queue
+    LEFT JOIN recent rc ON rc.queue = f.queue
+    WHERE (f.concurrency IS NULL OR f.nth <= f.concurrency - coalesce(a.n, 0))
+        AND (f.rate IS NULL OR f.nth <= f.rate - coalesce(rc.n, 0))
+    ORDER BY f.priority DESC, f.wake_at, f.created_at, f.id
+    LIMIT :limit
+)
+UPDATE plait_runs SET status = 'running', lease_owner = :owner, lease_until = :until,
+    wake_at = :now, admitted_at = :now, updated_at = :now
+WHERE id IN (SELECT id FROM fits) AND status = 'queued'
+RETURNING id, queue
+
+-- name: log_admission
+INSERT INTO plait_queue_admissions (queue, at) VALUES (?, ?)
+
+-- name: prune_admissions
+DELETE FROM plait_queue_admissions WHERE queue = ? AND at <= ?
+
+-- name: claim_queue_jobs
+-- claim_step_jobs for functions admitted through limited queues: :queues is a JSON array
+-- of objects (name, concurrency, rate, window, functions); a job holds its queue's slot
+-- while its lease runs.
+WITH conf AS (
+    SELECT json_extract(value, '$.name') AS name,
+        json_extract(value, '$.concurrency') AS concurrency,
+        json_extract(value, '$.rate') AS rate,
+        json_extract(value, '$.window') AS rate_window,
+        json_extract(value, '$.functions') AS functions
+    FROM json_each(:queues)
+), fmap AS (
+    SELECT f.value AS fn, c.name AS queue FROM conf c, json_each(c.functions) f
+), held AS (
+    SELECT m.queue, count(*) AS n FROM plait_jobs j JOIN fmap m ON m.fn = j.function
+    WHERE j.lease_owner IS NOT NULL AND j.lease_until >= :now
+    GROUP BY m.queue
+), recent AS (
+    SELECT q.queue, count(*) AS n FROM plait_queue_admissions q
+    JOIN conf c ON c.name = q.queue AND c.rate IS NOT NULL
+    WHERE q.at > :now - c.rate_window
+    GROUP BY q.queue
+), due AS (
+    SELECT j.rowid AS rid, j.available_at, m.queue, c.concurrency, c.rate,
+        row_number() OVER (PARTITION BY m.queue
+            ORDER BY j.available_at, j.run_id, j.step_key) AS nth
+    FROM plait_jobs j JOIN fmap m ON m.fn = j.function JOIN conf c ON c.name = m.queue
+    WHERE j.available_at <= :now AND (j.lease_owner IS NULL OR j.lease_until < :now)
+        AND EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = j.run_id AND r.status = 'running')
+), fits AS (
+    SELECT d.rid FROM due d
+    LEFT JOIN held h ON h.queue = d.queue
+    LEFT JOIN recent rc ON rc.queue = d.queue
+    WHERE (d.concurrency IS NULL OR d.nth <= d.concurrency - coalesce(h.n, 0))
+        AND (d.rate IS NULL OR d.nth <= d.rate - coalesce(rc.n, 0))
+    ORDER BY d.available_at
+    LIMIT :limit
+)
+UPDATE plait_jobs SET lease_owner = :owner, lease_until = :until,
+    deliveries = deliveries + 1
+WHERE rowid IN (SELECT rid FROM fits)
+RETURNING run_id, step_key, function, deliveries
+
+-- name: queue_depths
+SELECT queue, sum(status = 'queued'), sum(status IN ('running', 'suspended'))
+FROM plait_runs
+WHERE status = 'queued' OR (queue IS NOT NULL AND status IN ('running', 'suspended'))
+GROUP BY queue ORDER BY queue
+
+-- == schedules ===============================================================================
+
+-- name: put_schedule
+INSERT INTO plait_schedules (name, workflow, definition, status, source, owner, next_tick,
+    last_tick, last_run_id, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (name) DO UPDATE SET workflow = excluded.workflow,
+    definition = excluded.definition, source = excluded.source, owner = excluded.owner,
+    next_tick = excluded.next_tick, updated_at = excluded.updated_at
+WHERE plait_schedules.definition IS NOT excluded.definition
+    OR plait_schedules.owner IS NOT excluded.owner
+
+-- name: get_schedules
+SELECT s.name, s.workflow, s.definition, s.status, s.source, s.owner, s.next_tick,
+    s.last_tick, s.last_run_id, s.created_at, s.updated_at, r.status
+FROM plait_schedules s LEFT JOIN plait_runs r ON r.id = s.last_run_id
+WHERE ? IS NULL OR s.name = ?
+ORDER BY s.name
+
+-- name: due_schedules
+SELECT s.name, s.workflow, s.definition, s.status, s.source, s.owner, s.next_tick,
+    s.last_tick, s.last_run_id, s.created_at, s.updated_at, NULL
+FROM plait_schedules s
+WHERE s.status = 'active' AND s.next_tick <= ?
+ORDER BY s.next_tick LIMIT ?
+
+-- name: next_schedule_tick
+SELECT min(next_tick) FROM plait_schedules WHERE status = 'active'
+
+-- name: schedule_for_fire
+SELECT s.status, s.next_tick, r.status FROM plait_schedules s
+LEFT JOIN plait_runs r ON r.id = s.last_run_id
+WHERE s.name = ?
+
+-- name: fired_schedule
+UPDATE plait_schedules SET next_tick = ?, last_tick = coalesce(?, last_tick),
+    last_run_id = coalesce(?, last_run_id), updated_at = ?
+WHERE name = ?
+
+-- name: set_schedule_status
+UPDATE plait_schedules SET status = ?, next_tick = ?, updated_at = ? WHERE name = ?
+
+-- name: delete_schedule
+DELETE FROM plait_schedules WHERE name = ?

@@ -1,0 +1,177 @@
+"""Queues: how much of a kind of work may run at once, and how fast it may start.
+
+A queue is a name with limits. Runs started with ``queue=`` (or of a workflow declared
+with one) wait as ``queued`` until a worker admits them; queued steps of a function
+declared with ``queue=`` wait as jobs until a worker claims them. Admission is the claim
+itself: one conditional write that counts what the queue has active and takes only what
+fits, so the limits hold across every process on the database with no coordinator. This
+module only describes queues and checks what users write; the stores do the counting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+from plait.durations import parse_duration
+
+#: the window of each rate unit, in seconds
+_RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([smhd])\s*$")
+#: priorities are stored as 32-bit integers on both stores
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+_NAME = re.compile(r"^[^\x00-\x1f]{1,200}$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Rate:
+    """At most ``count`` admissions in any ``window`` seconds (a sliding window)."""
+
+    count: int
+    window: float
+
+    def __str__(self) -> str:
+        for unit, seconds in _RATE_UNITS.items():
+            if self.window == seconds:
+                return f"{self.count}/{unit}"
+        return f"{self.count}/{self.window:g}s"
+
+
+@dataclasses.dataclass(frozen=True)
+class Queue:
+    """A named queue and its limits; a limit left None does not apply.
+
+    * ``concurrency``: at most this many runs (from admission until they end) and steps
+      (while an attempt holds the job) of the queue at once, across every process.
+    * ``per_key``: at most this many runs of one ``key`` at once (steps have no key).
+    * ``rate``: at most this many admissions in any sliding window.
+    """
+
+    name: str
+    concurrency: int | None = None
+    per_key: int | None = None
+    rate: Rate | None = None
+
+    @property
+    def limited(self) -> bool:
+        return self.concurrency is not None or self.per_key is not None or self.rate is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "concurrency": self.concurrency,
+            "per_key": self.per_key,
+            "rate": None if self.rate is None else str(self.rate),
+        }
+
+
+def check_queue_name(name: object, what: str = "queue") -> str:
+    """A queue name: a non-empty string without control characters."""
+    if not isinstance(name, str):
+        raise TypeError(f"{what} must be a string, got {type(name).__name__} {name!r}")
+    if not _NAME.match(name):
+        raise ValueError(f"invalid {what} {name!r}: 1 to 200 characters, no control characters")
+    return name
+
+
+def parse_rate(value: object, *, what: str = "rate") -> Rate:
+    """``"10/s"``, ``"100/m"``, ``"5/h"``, ``"1000/d"`` or ``"20/10s"`` (N per window)."""
+    if isinstance(value, Rate):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"invalid {what}: {value!r} (write it like '10/s', '100/m' or '5/h')")
+    match = _RATE.match(value)
+    if match is None:
+        raise ValueError(f"invalid {what}: {value!r} (write it like '10/s', '100/m' or '5/h')")
+    count = int(match[1])
+    window = float(match[2] or 1) * _RATE_UNITS[match[3]]
+    if count < 1 or window <= 0:
+        raise ValueError(f"invalid {what}: {value!r} (the count and the window must be >= 1)")
+    return Rate(count, window)
+
+
+def _positive(value: object, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"invalid {what}: {value!r} (a whole number >= 1, or None)")
+    return value
+
+
+def make_queue(
+    name: object, *, concurrency: object = None, per_key: object = None, rate: object = None
+) -> Queue:
+    """A ``Queue`` from what a user wrote, or an error naming the bad field."""
+    qname = check_queue_name(name)
+    return Queue(
+        qname,
+        _positive(concurrency, f"concurrency of queue {qname!r}"),
+        _positive(per_key, f"per_key of queue {qname!r}"),
+        None if rate is None else parse_rate(rate, what=f"rate of queue {qname!r}"),
+    )
+
+
+def check_priority(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"priority must be a whole number, got {type(value).__name__} {value!r}")
+    low, high = PRIORITY_RANGE
+    if not low <= value <= high:
+        raise ValueError(f"invalid priority {value!r}: between {low} and {high}")
+    return value
+
+
+def check_text(value: object, what: str) -> str:
+    """A key or de-duplication key: a non-empty string."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, got {type(value).__name__} {value!r}")
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+    return value
+
+
+def start_time(delay: object, start_at: object, now: float) -> float | None:
+    """When a run may start (unix seconds), from ``delay`` or ``start_at``; None for now.
+
+    ``start_at`` must be an aware datetime: a naive one means a different instant on
+    every machine, so it is refused rather than guessed.
+    """
+    if delay is not None and start_at is not None:
+        raise ValueError("give delay or start_at, not both")
+    if delay is not None:
+        seconds = (
+            delay.total_seconds()
+            if isinstance(delay, timedelta)
+            else parse_duration(delay, what="delay")
+        )
+        if seconds < 0 or math.isnan(seconds):
+            raise ValueError(f"invalid delay: {delay!r} (must not be negative)")
+        return now + seconds if seconds > 0 else None
+    if start_at is not None:
+        if not isinstance(start_at, datetime):
+            raise TypeError(
+                f"start_at must be a datetime, got {type(start_at).__name__} {start_at!r}"
+            )
+        if start_at.tzinfo is None or start_at.utcoffset() is None:
+            raise ValueError(
+                f"start_at {start_at.isoformat()} has no time zone: pass an aware datetime "
+                "(e.g. datetime(..., tzinfo=UTC))"
+            )
+        at = start_at.timestamp()
+        return at if at > now else None
+    return None
+
+
+__all__ = [
+    "PRIORITY_RANGE",
+    "Queue",
+    "Rate",
+    "check_priority",
+    "check_queue_name",
+    "check_text",
+    "make_queue",
+    "parse_rate",
+    "start_time",
+]
