@@ -1,0 +1,271 @@
+"""Queues through the Engine, on every store: limits, priorities, de-duplication, delayed
+starts, queued steps, and every bad input named."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+import plait
+from conftest import eventually
+
+
+class Gauge:
+    """How many bodies run at once, overall and per key, and the most ever."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.most = 0
+        self.keys: dict[str, int] = {}
+        self.most_per_key = 0
+        self.order: list[Any] = []
+
+    async def hold(self, data: Any, key: str | None = None, seconds: float = 0.03) -> Any:
+        self.now += 1
+        self.most = max(self.most, self.now)
+        self.order.append(data)
+        if key is not None:
+            self.keys[key] = self.keys.get(key, 0) + 1
+            self.most_per_key = max(self.most_per_key, self.keys[key])
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self.now -= 1
+            if key is not None:
+                self.keys[key] -= 1
+        return data
+
+
+def queue_app(gauge: Gauge, **limits: Any) -> plait.App:
+    app = plait.App("queues")
+    app.queue("work", **limits)
+
+    @app.function
+    async def body(data: dict[str, Any]) -> Any:
+        return await gauge.hold(data["n"], data.get("key"))
+
+    @app.workflow(queue="work")
+    async def limited(wf: plait.Workflow, data: dict[str, Any]) -> Any:
+        return await wf.do("body", body, data)
+
+    @app.workflow
+    async def free(wf: plait.Workflow, data: Any) -> Any:
+        return {"data": data, "scheduled_at": wf.scheduled_at}
+
+    return app
+
+
+async def test_concurrency_holds_and_every_run_completes(engine_factory: Any) -> None:
+    gauge = Gauge()
+    async with engine_factory(queue_app(gauge, concurrency=2)) as engine:
+        ids = [await engine.start("limited", {"n": n}) for n in range(12)]
+        for run_id in ids:
+            run = await engine.wait(run_id, timeout=30)
+            assert run.status == "completed" and run.queue == "work"
+            assert run.admitted_at is not None
+    assert gauge.most == 2
+
+
+async def test_per_key_never_runs_two_of_one_key(engine_factory: Any) -> None:
+    gauge = Gauge()
+    async with engine_factory(queue_app(gauge, concurrency=4, per_key=1)) as engine:
+        ids = []
+        for n in range(16):
+            key = f"k{n % 4}"
+            ids.append(await engine.start("limited", {"n": n, "key": key}, key=key))
+        for run_id in ids:
+            assert (await engine.wait(run_id, timeout=30)).status == "completed"
+    assert gauge.most_per_key == 1
+    assert gauge.most >= 2  # other keys went past a busy one
+
+
+async def test_priorities_are_admitted_highest_first(engine_factory: Any) -> None:
+    gauge = Gauge()
+    app = queue_app(gauge, concurrency=1)
+    async with engine_factory(app) as engine:
+        # hold the only slot while the others queue up
+        blocker = await engine.start("limited", {"n": "blocker"}, delay=0)
+        await eventually(lambda: _status(engine, blocker, "running"), what="blocker admitted")
+        ids = {p: await engine.start("limited", {"n": p}, priority=p) for p in (1, 5, -3, 9, 5)}
+        for run_id in ids.values():
+            await engine.wait(run_id, timeout=30)
+    assert gauge.order[0] == "blocker"
+    assert gauge.order[1:] == [9, 5, 5, 1, -3]
+
+
+async def _status(engine: plait.Engine, run_id: str, status: str) -> bool:
+    return (await engine.get_run(run_id)).status == status
+
+
+async def test_dedup_returns_the_live_run_then_frees(engine_factory: Any) -> None:
+    gauge = Gauge()
+    async with engine_factory(queue_app(gauge)) as engine:
+        first = await engine.start("limited", {"n": 1}, dedup="import:42", delay="200ms")
+        second = await engine.start("limited", {"n": 2}, dedup="import:42")
+        assert second == first
+        assert (await engine.get_run(first)).status == "queued"
+        await engine.wait(first, timeout=30)
+        third = await engine.start("limited", {"n": 3}, dedup="import:42")
+        assert third != first
+        assert (await engine.wait(third, timeout=30)).output == 3
+    assert gauge.order == [1, 3]
+
+
+async def test_a_delayed_start_does_not_run_early(engine_factory: Any) -> None:
+    gauge = Gauge()
+    async with engine_factory(queue_app(gauge)) as engine:
+        before = time.time()
+        run_id = await engine.start("free", 1, delay=timedelta(milliseconds=600))
+        run = await engine.get_run(run_id)
+        assert run.status == "queued" and run.start_at is not None
+        listed = await engine.list_runs(status="queued")
+        assert [r.id for r in listed] == [run_id]
+        done = await engine.wait(run_id, timeout=30)
+        assert done.admitted_at is not None
+        assert done.admitted_at.timestamp() >= before + 0.6
+        at = datetime.now(UTC) + timedelta(milliseconds=300)
+        later = await engine.start("free", 2, start_at=at)
+        done = await engine.wait(later, timeout=30)
+        assert done.admitted_at is not None and done.admitted_at >= at
+
+
+async def test_a_delayed_start_survives_a_restart(engine_factory: Any) -> None:
+    gauge = Gauge()
+    app = queue_app(gauge)
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("free", 7, delay="700ms")
+    async with engine_factory(app) as engine:
+        assert (await engine.get_run(run_id)).status == "queued"
+        assert (await engine.wait(run_id, timeout=30)).output["data"] == 7
+
+
+async def test_a_queued_run_can_be_cancelled_and_take_events(engine_factory: Any) -> None:
+    gauge = Gauge()
+    async with engine_factory(queue_app(gauge)) as engine:
+        run_id = await engine.start("free", 1, delay="1h")
+        assert await engine.send_event(run_id, "hello", {"x": 1}) is False
+        cancelled = await engine.cancel(run_id, "not needed")
+        assert cancelled.status == "cancelled"
+
+
+async def test_queued_steps_hold_their_queue_limit(engine_factory: Any) -> None:
+    gauge = Gauge()
+    app = plait.App("steps")
+    app.queue("emails", concurrency=2)
+
+    @app.function(queue="emails")
+    async def send(n: int) -> int:
+        return await gauge.hold(n)
+
+    @app.workflow
+    async def fan_out(wf: plait.Workflow, count: int) -> list[int]:
+        return list(await asyncio.gather(*(wf.do(f"send {n}", send, n) for n in range(count))))
+
+    assert app.functions["send"].queued
+    async with engine_factory(app) as engine:
+        assert await engine.run("fan_out", 8, timeout=30) == list(range(8))
+    assert gauge.most == 2
+
+
+async def test_rate_admits_at_most_n_per_second(engine_factory: Any) -> None:
+    gauge = Gauge()
+    async with engine_factory(queue_app(gauge, rate="4/s")) as engine:
+        ids = [await engine.start("limited", {"n": n}) for n in range(10)]
+        runs = [await engine.wait(run_id, timeout=30) for run_id in ids]
+    admitted = sorted(r.admitted_at.timestamp() for r in runs if r.admitted_at)
+    assert len(admitted) == 10
+    for i, start in enumerate(admitted):
+        window = [t for t in admitted[i:] if t < start + 1.0]
+        assert len(window) <= 4, admitted
+
+
+async def test_queue_depths(engine_factory: Any) -> None:
+    gauge = Gauge()
+    async with engine_factory(queue_app(gauge, concurrency=1)) as engine:
+        await engine.start("limited", {"n": 1}, delay="1h")
+        await engine.start("free", 1, delay="1h")
+        depths = {d["queue"]: d for d in await engine.queue_depths()}
+        assert depths["work"]["queued"] == 1
+        assert depths["work"]["limits"]["concurrency"] == 1
+        assert depths[None]["queued"] == 1
+
+
+# -- bad input: every field named, nothing stored -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "names"),
+    [
+        ({"queue": 5}, TypeError, "queue"),
+        ({"queue": ""}, ValueError, "queue"),
+        ({"priority": "high"}, TypeError, "priority"),
+        ({"priority": 2**40}, ValueError, "priority"),
+        ({"priority": True}, TypeError, "priority"),
+        ({"key": "k"}, ValueError, "key"),
+        ({"queue": "work", "key": 3}, TypeError, "key"),
+        ({"dedup": ""}, ValueError, "dedup"),
+        ({"delay": "soon"}, ValueError, "delay"),
+        ({"delay": -1}, ValueError, "delay"),
+        ({"start_at": datetime(2030, 1, 1)}, ValueError, "start_at"),
+        ({"start_at": "2030-01-01"}, TypeError, "start_at"),
+        ({"delay": 1, "start_at": datetime(2030, 1, 1, tzinfo=UTC)}, ValueError, "start_at"),
+        ({"queue": "work", "inline": True}, ValueError, "inline"),
+    ],
+)
+async def test_bad_start_options_are_refused(
+    engine_factory: Any, options: dict[str, Any], error: type[Exception], names: str
+) -> None:
+    async with engine_factory(queue_app(Gauge()), workers=False) as engine:
+        with pytest.raises(error, match=names):
+            await engine.start("free", 1, **options)
+        assert await engine.list_runs() == []
+
+
+@pytest.mark.parametrize(
+    ("limits", "names"),
+    [
+        ({"concurrency": 0}, "concurrency"),
+        ({"concurrency": "2"}, "concurrency"),
+        ({"per_key": -1}, "per_key"),
+        ({"rate": "10"}, "rate"),
+        ({"rate": "10/y"}, "rate"),
+        ({"rate": "0/s"}, "rate"),
+        ({"rate": 10}, "rate"),
+    ],
+)
+def test_bad_queue_limits_are_refused(limits: dict[str, Any], names: str) -> None:
+    app = plait.App()
+    with pytest.raises(ValueError, match=names):
+        app.queue("q", **limits)
+    assert app.queues == {}
+
+
+def test_a_queue_name_must_be_a_string() -> None:
+    app = plait.App()
+    with pytest.raises(TypeError, match="queue"):
+        app.queue(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="queue of workflow"):
+
+        @app.workflow(queue=["q"])  # type: ignore[arg-type]
+        async def wf(wf: plait.Workflow, data: Any) -> None: ...
+
+    with pytest.raises(TypeError, match="queue of function"):
+
+        @app.function(queue=1)  # type: ignore[arg-type]
+        def fn(data: Any) -> None: ...
+
+    assert app.workflows == {} and app.functions == {}
+
+
+def test_rates_are_read_as_written() -> None:
+    from plait.queues import parse_rate
+
+    assert (parse_rate("10/s").count, parse_rate("10/s").window) == (10, 1.0)
+    assert parse_rate("100/m").window == 60.0
+    assert parse_rate("5 / h").window == 3600.0
+    assert parse_rate("20/10s").window == 10.0
+    assert str(parse_rate("100/m")) == "100/m"
