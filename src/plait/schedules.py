@@ -119,7 +119,7 @@ def local_to_instant(wall: datetime, tz: ZoneInfo) -> float:
     # before it), fold=0 with the offset before (an instant after it). The jump lies
     # between; find it to the second.
     low, high = second.timestamp(), first.timestamp()
-    after = first.utcoffset()
+    after = second.utcoffset()
     while high - low > 0.5:
         mid = (low + high) / 2
         if datetime.fromtimestamp(mid, tz).utcoffset() == after:

@@ -96,7 +96,7 @@ async def test_a_delayed_run_is_not_admitted_early(store: Store) -> None:
 
 
 async def test_dedup_returns_the_live_run_and_frees_when_it_ends(store: Store) -> None:
-    first, created = await store.create_run(queued("r1", dedup="k"))
+    _, created = await store.create_run(queued("r1", dedup="k"))
     assert created
     again, created = await store.create_run(queued("r2", dedup="k"))
     assert not created and again.id == "r1"
@@ -169,9 +169,7 @@ async def test_overlap_skip_starts_nothing_while_the_last_run_lives(
     await store.put_schedule(schedule_row("s", 1.0))
     first = [NewRun("s1", "wf", "workflow", None, "null", scheduled_at=1.0)]
     assert await store.fire_schedule("s", 1.0, 2.0, first, skip) == ["s1"]
-    more = [
-        NewRun(f"s{n}", "wf", "workflow", None, "null", scheduled_at=float(n)) for n in (2, 3)
-    ]
+    more = [NewRun(f"s{n}", "wf", "workflow", None, "null", scheduled_at=float(n)) for n in (2, 3)]
     started = await store.fire_schedule("s", 2.0, 4.0, more, skip)
     assert started == ([] if skip else ["s2", "s3"])
     (row,) = await store.get_schedules("s")

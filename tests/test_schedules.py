@@ -1,0 +1,231 @@
+"""Schedules: ticks across daylight-saving changes, catch-up after downtime, and the
+schedule API through the Engine on every store (real waiting only where a worker must
+fire a tick, polled with a deadline)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+
+import plait
+from conftest import eventually
+from plait.schedules import ON_TIME, due_ticks, iso_tick, make_spec, run_id_for
+
+HEL = ZoneInfo("Europe/Helsinki")
+
+
+def instant(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def ticks(spec: Any, start: str, count: int) -> list[str]:
+    at, found = instant(start), []
+    for _ in range(count):
+        at = spec.next_tick(at)
+        found.append(utc(at))
+    return found
+
+
+# -- daylight saving, explicitly ------------------------------------------------------------
+# Helsinki: 2024-03-31 03:00 EET jumps to 04:00 EEST; 2024-10-27 04:00 EEST falls back to 03:00.
+
+
+def test_a_daily_tick_in_the_spring_gap_fires_once_at_the_jump() -> None:
+    spec = make_spec("d", workflow="w", cron="30 3 * * *", timezone="Europe/Helsinki")
+    assert ticks(spec, "2024-03-30T00:00:00+00:00", 3) == [
+        "2024-03-30 01:30:00",  # 03:30 EET
+        "2024-03-31 01:00:00",  # 03:30 does not exist: at the jump, 04:00 EEST
+        "2024-04-01 00:30:00",  # 03:30 EEST
+    ]
+
+
+def test_ticks_in_the_gap_become_one() -> None:
+    spec = make_spec("d", workflow="w", cron="*/20 3 * * *", timezone="Europe/Helsinki")
+    assert ticks(spec, "2024-03-31T00:30:00+00:00", 2) == [
+        "2024-03-31 01:00:00",  # 03:00, 03:20 and 03:40 all fire once at 04:00 EEST
+        "2024-04-01 00:00:00",  # 03:00 EEST the next day
+    ]
+
+
+def test_a_repeated_tick_in_the_autumn_fires_once_at_its_first_occurrence() -> None:
+    spec = make_spec("d", workflow="w", cron="30 3 * * *", timezone="Europe/Helsinki")
+    assert ticks(spec, "2024-10-26T00:00:00+00:00", 3) == [
+        "2024-10-26 00:30:00",  # 03:30 EEST
+        "2024-10-27 00:30:00",  # 03:30 happens twice: the first (EEST) only
+        "2024-10-28 01:30:00",  # 03:30 EET
+    ]
+
+
+def test_an_hourly_schedule_across_the_fall_back() -> None:
+    spec = make_spec("h", workflow="w", cron="0 * * * *", timezone="Europe/Helsinki")
+    assert ticks(spec, "2024-10-26T23:30:00+00:00", 4) == [
+        "2024-10-27 00:00:00",  # 03:00 EEST
+        # 03:00 EET (01:00 UTC) is the repeat of 03:00: skipped
+        "2024-10-27 02:00:00",  # 04:00 EET
+        "2024-10-27 03:00:00",
+        "2024-10-27 04:00:00",
+    ]
+
+
+def test_six_fields_with_seconds_and_every() -> None:
+    spec = make_spec("s", workflow="w", cron="*/10 * * * * *")
+    assert ticks(spec, "2024-01-01T00:00:01+00:00", 2) == [
+        "2024-01-01 00:00:10",
+        "2024-01-01 00:00:20",
+    ]
+    every = make_spec("e", workflow="w", every="90s")
+    assert ticks(every, "2024-01-01T00:00:00+00:00", 2) == [
+        "2024-01-01 00:01:30",
+        "2024-01-01 00:03:00",
+    ]
+
+
+def test_run_ids_name_the_schedule_and_the_tick() -> None:
+    assert run_id_for("nightly", instant("2024-01-01T03:00:00+00:00")) == (
+        "schedule:nightly:2024-01-01T03:00:00Z"
+    )
+    assert iso_tick(1.5) == "1970-01-01T00:00:01.500Z"
+
+
+# -- catch-up: which missed ticks start ---------------------------------------------------
+
+
+def test_catchup_starts_missed_ticks_within_the_window_and_skips_older() -> None:
+    spec = make_spec("c", workflow="w", every="1s", catchup="3s")
+    # the last tick handled was at 100; nothing looked until 110 (a 10-second stop)
+    started, following = due_ticks(spec, 101.0, 110.0)
+    assert started == [107.0, 108.0, 109.0, 110.0]
+    assert following == 111.0
+
+
+def test_without_catchup_only_ticks_on_time_start() -> None:
+    spec = make_spec("c", workflow="w", every="1s")
+    started, following = due_ticks(spec, 101.0, 110.0)
+    assert started == [t for t in (108.0, 109.0, 110.0) if t >= 110.0 - ON_TIME]
+    assert following == 111.0
+    assert due_ticks(spec, 110.0, 110.2) == ([110.0], 111.0)
+
+
+# -- bad input ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "names"),
+    [
+        ({"cron": "61 * * * *"}, ValueError, "cron"),
+        ({"cron": "* * *"}, ValueError, "cron"),
+        ({"cron": 5}, TypeError, "cron"),
+        ({"cron": "0 3 31 2 *"}, ValueError, "cron"),
+        ({"cron": "0 * * * *", "timezone": "Mars/Olympus"}, ValueError, "timezone"),
+        ({"cron": "0 * * * *", "timezone": 3}, TypeError, "timezone"),
+        ({"cron": "0 * * * *", "overlap": "queue"}, ValueError, "overlap"),
+        ({"cron": "0 * * * *", "catchup": "forever"}, ValueError, "catchup"),
+        ({"every": "0.5s"}, ValueError, "every"),
+        ({}, ValueError, "cron or every"),
+        ({"cron": "0 * * * *", "every": "1m"}, ValueError, "cron or every"),
+    ],
+)
+def test_bad_schedules_are_refused(
+    options: dict[str, Any], error: type[Exception], names: str
+) -> None:
+    app = plait.App()
+    with pytest.raises(error, match=names):
+        app.schedule("s", workflow="w", **options)
+    assert app.schedules == {}
+
+
+def test_a_schedule_name_may_not_hold_a_colon() -> None:
+    with pytest.raises(ValueError, match="schedule name"):
+        make_spec("a:b", workflow="w", every="1m")
+
+
+# -- through the engine -------------------------------------------------------------------
+
+
+def schedule_app() -> plait.App:
+    app = plait.App("sched")
+
+    @app.workflow
+    async def report(wf: plait.Workflow, data: Any) -> Any:
+        return {
+            "data": data,
+            "scheduled_at": wf.scheduled_at.isoformat() if wf.scheduled_at else None,
+        }
+
+    app.schedule("yearly", workflow="report", cron="0 0 1 1 *", input={"kind": "year"})
+    return app
+
+
+async def test_schedules_are_stored_listed_paused_resumed_triggered_deleted(
+    engine_factory: Any,
+) -> None:
+    async with engine_factory(schedule_app()) as engine:
+        (yearly,) = await engine.list_schedules()
+        assert (yearly.name, yearly.source, yearly.status) == ("yearly", "app", "active")
+        assert yearly.next_tick is not None and yearly.next_tick.month == 1
+
+        created = await engine.create_schedule(
+            "tick", workflow="report", every="1s", input={"n": 1}, overlap="allow"
+        )
+        assert created.source == "api" and created.every == 1.0
+
+        async def tick_runs() -> list[plait.Run]:
+            runs = await engine.list_runs(workflow="report", limit=1000)
+            return [r for r in runs if r.id.startswith("schedule:tick:")]
+
+        await eventually(lambda: _at_least(tick_runs, 2), timeout=15, what="two ticks")
+        run = await engine.wait((await tick_runs())[-1].id, timeout=15)
+        assert run.output["data"] == {"n": 1}
+        assert run.scheduled_at is not None
+        assert run.output["scheduled_at"] == run.scheduled_at.isoformat()
+        assert run.id == run_id_for("tick", run.scheduled_at.timestamp())
+
+        paused = await engine.pause_schedule("tick")
+        assert paused.status == "paused" and paused.next_tick is None
+        count = len(await tick_runs())
+        manual = await engine.trigger_schedule("tick")
+        assert (await engine.wait(manual, timeout=15)).status == "completed"
+        listed = {s.name: s for s in await engine.list_schedules()}
+        assert listed["tick"].last_run_id == manual
+        assert len(await tick_runs()) == count + 1  # the trigger only: paused starts nothing
+
+        resumed = await engine.resume_schedule("tick")
+        assert resumed.status == "active" and resumed.next_tick is not None
+        await eventually(lambda: _at_least(tick_runs, count + 2), timeout=15, what="resumed")
+
+        await engine.delete_schedule("tick")
+        with pytest.raises(plait.ScheduleNotFoundError):
+            await engine.get_schedule("tick")
+        with pytest.raises(plait.ScheduleNotFoundError):
+            await engine.pause_schedule("tick")
+
+
+async def _at_least(read: Any, n: int) -> bool:
+    return len(await read()) >= n
+
+
+async def test_run_time_schedules_are_seen_by_another_engine(engine_factory: Any) -> None:
+    app = schedule_app()
+    async with engine_factory(app, workers=False) as maker, engine_factory(app) as worker:
+        await maker.create_schedule("every", workflow="report", every="1s")
+
+        async def started() -> list[plait.Run]:
+            return [r for r in await worker.list_runs() if r.id.startswith("schedule:every:")]
+
+        await eventually(started, timeout=15, what="a run started by the other engine")
+
+
+async def test_a_schedule_of_an_unknown_workflow_is_refused(engine_factory: Any) -> None:
+    async with engine_factory(schedule_app(), workers=False) as engine:
+        with pytest.raises(plait.WorkflowNotFoundError):
+            await engine.create_schedule("x", workflow="nope", every="1m")
+        with pytest.raises(ValueError, match="cron"):
+            await engine.create_schedule("x", workflow="report", cron="bad")
+        assert [s.name for s in await engine.list_schedules()] == ["yearly"]
