@@ -30,7 +30,8 @@ TESTS_DIR = Path(__file__).resolve().parent
 
 
 class WorkerProcess:
-    """One ``plait worker crash_app:app`` subprocess with its stderr in a log file.
+    """One ``plait worker APP`` subprocess (``crash_app:app`` unless told) with its stderr
+    in a log file.
 
     Process control is synchronous on purpose: a SIGKILL must land at the moment the test
     chose, not when an event loop gets round to it.
@@ -46,6 +47,7 @@ class WorkerProcess:
         lease: float = 1.0,
         drain: float = 10.0,
         concurrency: int = 64,
+        app: str = "crash_app:app",
     ) -> None:
         self.worker_id = worker_id
         self.log = log
@@ -58,7 +60,7 @@ class WorkerProcess:
             "-m",
             "plait.cli",
             "worker",
-            "crash_app:app",
+            app,
             "--database",
             database,
             "--lease",
