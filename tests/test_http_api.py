@@ -166,6 +166,13 @@ ROUTES = [
     ("POST", "/api/runs/RID/events/go"),
     ("GET", "/api/graphs"),
     ("POST", "/api/graphs"),
+    ("GET", "/api/schedules"),
+    ("POST", "/api/schedules"),
+    ("GET", "/api/schedules/{name}"),
+    ("POST", "/api/schedules/{name}/pause"),
+    ("POST", "/api/schedules/{name}/resume"),
+    ("POST", "/api/schedules/{name}/trigger"),
+    ("GET", "/api/queues"),
 ]
 
 

@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 import typer
@@ -32,6 +33,8 @@ cli = typer.Typer(
 )
 runs_cli = typer.Typer(help="List and inspect runs.", no_args_is_help=True)
 cli.add_typer(runs_cli, name="runs")
+schedules_cli = typer.Typer(help="List and operate schedules.", no_args_is_help=True)
+cli.add_typer(schedules_cli, name="schedules")
 # Piped output (logs, CI, less) gets a fixed width that fits a run id and a timeline row.
 console = Console(width=None if sys.stdout.isatty() else 120)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
@@ -49,6 +52,9 @@ STATUS_STYLE = {
     "failed": "red",
     "cancelled": "magenta",
     "interrupted": "yellow",
+    "queued": "cyan",
+    "active": "blue",
+    "paused": "yellow",
 }
 
 
@@ -85,6 +91,19 @@ def parse_json(text: str | None, what: str) -> Any:
         raise UsageError(f"{what} is not valid JSON: {exc.msg} at position {exc.pos}") from None
 
 
+def parse_time(text: str | None, what: str) -> datetime | None:
+    """An aware datetime from ISO 8601 text; a time without a zone is refused."""
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"{what} is not an ISO 8601 time: {text!r}") from None
+    if moment.tzinfo is None:
+        raise UsageError(f"{what} {text!r} has no time zone (add Z or +02:00)")
+    return moment
+
+
 def run_async(make: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine and turn plait's own errors into one-line messages."""
     try:
@@ -113,15 +132,41 @@ def start(
         False, "--wait", "-w", help="Run it in this process and wait for the output."
     ),
     run_id: str | None = typer.Option(None, "--run-id", help="Idempotency key for the run."),
+    queue: str | None = typer.Option(None, "--queue", help="Admit the run through this queue."),
+    key: str | None = typer.Option(None, "--key", help="The run's key (for per_key limits)."),
+    priority: int = typer.Option(0, "--priority", help="Higher is admitted first."),
+    dedup: str | None = typer.Option(
+        None, "--dedup", help="Return the live run with this de-duplication key instead."
+    ),
+    delay: str | None = typer.Option(None, "--delay", help="Start later, e.g. 10m."),
+    start_at: str | None = typer.Option(
+        None, "--start-at", help="Start at this ISO 8601 time (with a time zone)."
+    ),
     database: str | None = DatabaseOption,
 ) -> None:
-    """Start a run. Without --wait it is queued for `plait worker` processes."""
+    """Start a run. Without --wait it is queued for `plait worker` processes; with a queue,
+    a delay or a start time it waits (status queued) until a worker admits it."""
 
     async def go() -> None:
         app = load_app(app_ref)
         data = parse_json(input, "--input")
+        when = parse_time(start_at, "--start-at")
+        flow = {
+            "queue": queue,
+            "key": key,
+            "priority": priority,
+            "dedup": dedup,
+            "delay": delay,
+            "start_at": when,
+        }
+        wdef = app.workflows.get(workflow)
+        queued = queue is not None or delay is not None or when is not None
+        queued = queued or (wdef is not None and wdef.queue is not None)
         async with _engine(app, database) as engine:
-            rid = await engine.start(workflow, data, run_id=run_id, inline=wait)
+            # a queued run is admitted by a worker; --wait then waits for it there
+            rid = await engine.start(
+                workflow, data, run_id=run_id, inline=wait and not queued, **flow
+            )
             if not wait:
                 console.print(rid)
                 return
@@ -325,6 +370,124 @@ def retry(
 ) -> None:
     """Retry a failed run from the failed step (workers continue it)."""
     _act("retry", run_id, database)
+
+
+# -- schedules and queues -------------------------------------------------------------------
+
+
+@schedules_cli.command("list")
+def schedules_list(
+    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    database: str | None = DatabaseOption,
+) -> None:
+    """Every schedule with its next tick and its last run."""
+
+    async def go() -> None:
+        async with _engine(None, database) as engine:
+            found = await engine.list_schedules()
+        if as_json:
+            print(json.dumps({"schedules": [s.to_dict() for s in found]}))
+            return
+        table = Table(title=f"{len(found)} schedules", title_justify="left")
+        for column in ("schedule", "workflow", "when", "status", "next tick", "last run"):
+            table.add_column(column)
+        for item in found:
+            when = item.cron or f"every {format_duration(item.every or 0)}"
+            if item.timezone != "UTC":
+                when += f" ({item.timezone})"
+            last = "-"
+            if item.last_run_id:
+                last = f"{item.last_run_id} {_status(item.last_run_status or 'pruned')}"
+            table.add_row(
+                item.name,
+                item.workflow,
+                when,
+                _status(item.status),
+                f"{item.next_tick:%Y-%m-%d %H:%M:%S} UTC" if item.next_tick else "-",
+                last,
+            )
+        console.print(table)
+
+    run_async(go)
+
+
+def _schedule_action(action: str, name: str, database: str | None) -> None:
+    async def go() -> None:
+        async with _engine(None, database) as engine:
+            if action == "pause":
+                item = await engine.pause_schedule(name)
+            elif action == "resume":
+                item = await engine.resume_schedule(name)
+            elif action == "trigger":
+                console.print(await engine.trigger_schedule(name))
+                return
+            else:
+                await engine.delete_schedule(name)
+                console.print(f"schedule {name} deleted")
+                return
+        console.print(f"schedule {item.name} {_status(item.status)}")
+
+    run_async(go)
+
+
+@schedules_cli.command("pause")
+def schedules_pause(
+    name: str = typer.Argument(..., help="The schedule's name."),
+    database: str | None = DatabaseOption,
+) -> None:
+    """Start nothing until resumed."""
+    _schedule_action("pause", name, database)
+
+
+@schedules_cli.command("resume")
+def schedules_resume(
+    name: str = typer.Argument(..., help="The schedule's name."),
+    database: str | None = DatabaseOption,
+) -> None:
+    """Fire again from the next tick (ticks missed while paused are not caught up)."""
+    _schedule_action("resume", name, database)
+
+
+@schedules_cli.command("trigger")
+def schedules_trigger(
+    name: str = typer.Argument(..., help="The schedule's name."),
+    database: str | None = DatabaseOption,
+) -> None:
+    """Start the schedule's workflow now; prints the run id."""
+    _schedule_action("trigger", name, database)
+
+
+@schedules_cli.command("delete")
+def schedules_delete(
+    name: str = typer.Argument(..., help="The schedule's name."),
+    database: str | None = DatabaseOption,
+) -> None:
+    """Remove the schedule (its runs stay)."""
+    _schedule_action("delete", name, database)
+
+
+@cli.command()
+def queues(
+    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    database: str | None = DatabaseOption,
+) -> None:
+    """Runs waiting in each queue and runs holding its slots."""
+
+    async def go() -> None:
+        async with _engine(None, database) as engine:
+            depths = await engine.queue_depths()
+        if as_json:
+            print(json.dumps({"queues": depths}))
+            return
+        table = Table(title="Queues", title_justify="left")
+        for column in ("queue", "queued", "active"):
+            table.add_column(column)
+        for depth in depths:
+            name = depth["queue"] if depth["queue"] is not None else "(delayed, no queue)"
+            table.add_row(name, str(depth["queued"]), str(depth["active"]))
+        console.print(table)
+
+    run_async(go)
 
 
 # -- long-running processes -----------------------------------------------------------------

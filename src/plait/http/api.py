@@ -26,6 +26,9 @@ from plait.records import Run
 
 Handler = Callable[[Request], Awaitable[Response]]
 
+#: the fields of a start an engine error may name, most specific first
+START_FIELDS = ("start_node", "start_at", "queue", "priority", "dedup", "delay", "key")
+
 #: ``wait`` without a ``timeout`` still gives up (202, run still going) after this long, so
 #: an abandoned request cannot hold a server task for ever
 MAX_WAIT_SECONDS = 300.0
@@ -116,6 +119,12 @@ class Api:
                 run_id=body.run_id,
                 owner=principal.user,
                 start_node=body.start_node,
+                queue=body.queue,
+                key=body.key,
+                priority=body.priority,
+                dedup=body.dedup,
+                delay=body.delay,
+                start_at=body.start_at,
             )
         except RunIdTakenError as exc:
             # the id answers only to the owner of the run that holds it
@@ -125,8 +134,7 @@ class Api:
             mapped = from_plait(exc)
             if mapped is not None:
                 raise mapped from None
-            field = "start_node" if body.start_node and "start_node" in str(exc) else "input"
-            raise bad_input(exc, field) from None
+            raise bad_input(exc, field_named(exc, START_FIELDS, "input")) from None
         run = await self.engine.get_run(run_id)
         if body.run_id is not None:
             # run_id is an idempotency key: an existing run answers only to its owner
@@ -257,6 +265,15 @@ class Api:
         return JSONResponse(
             {"name": body.name, "status": body.status, "version": version}, status_code=201
         )
+
+
+def field_named(exc: Exception, fields: tuple[str, ...], default: str) -> str:
+    """The request field an engine error names (its message starts with or mentions it)."""
+    text = str(exc)
+    for name in fields:
+        if text.startswith((name, f"invalid {name}", f"{name}=")) or f" {name} " in text:
+            return name
+    return default
 
 
 def _summary(run: Run) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from plait.engine import Engine
 from plait.http.api import Api
 from plait.http.auth import Authenticate, Authenticator
 from plait.http.dashboard import dashboard_routes
+from plait.http.flow import FlowApi
 from plait.http.openapi import openapi_document
 from plait.http.problems import ApiError, handle_api_error, handle_http_exception
 
@@ -58,7 +59,7 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/openapi.json", openapi, methods=["GET"]),
-            Mount("/api", routes=api.routes()),
+            Mount("/api", routes=[*api.routes(), *FlowApi(engine, api._wrap).routes()]),
             *dashboard_routes(),
         ],
         exception_handlers={ApiError: handle_api_error, HTTPException: handle_http_exception},

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from plait import __version__
-from plait.http.schemas import MAX_PAGE, RUN_STATUSES, RegisterGraph, StartRun
+from plait.http.schemas import MAX_PAGE, RUN_STATUSES, CreateSchedule, RegisterGraph, StartRun
 
 _REF = "#/components/schemas/"
 
@@ -320,6 +320,8 @@ def openapi_document() -> dict[str, Any]:
             "schemas": _schemas(),
         },
     }
+    doc["paths"].update(_flow_paths())
+    doc["components"]["schemas"]["CreateSchedule"] = CreateSchedule.model_json_schema()
     return doc
 
 
@@ -420,4 +422,77 @@ def _schemas() -> dict[str, Any]:
         "Error": problem_error,
         "StartRun": StartRun.model_json_schema(),
         "RegisterGraph": RegisterGraph.model_json_schema(),
+    }
+
+
+_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _flow_paths() -> dict[str, Any]:
+    """Schedules and queues (``http/flow.py``). A schedule made over HTTP is its
+    creator's: 403 for anyone else."""
+    schedule = {"type": "object", "description": "plait.Schedule as JSON"}
+
+    def action(summary: str, answer: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "post": {
+                "summary": summary,
+                "parameters": [_NAME],
+                "responses": {"202": answer, **_errors(401, 403, 404)},
+            }
+        }
+
+    return {
+        "/api/schedules": {
+            "get": {
+                "summary": "Schedules the caller may see, with next tick and last run",
+                "responses": {
+                    "200": _json(
+                        {"type": "object", "properties": {"schedules": {"type": "array"}}},
+                        "the schedules",
+                    ),
+                    **_errors(401),
+                },
+            },
+            "post": {
+                "summary": "Store a schedule owned by the caller",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("CreateSchedule")}},
+                },
+                "responses": {
+                    "201": _json(schedule, "the schedule"),
+                    **_errors(401, 403, 404, 422),
+                },
+            },
+        },
+        "/api/schedules/{name}": {
+            "get": {
+                "summary": "One schedule",
+                "parameters": [_NAME],
+                "responses": {"200": _json(schedule, "the schedule"), **_errors(401, 403, 404)},
+            }
+        },
+        "/api/schedules/{name}/pause": action(
+            "Start nothing until resumed", _json(schedule, "the schedule")
+        ),
+        "/api/schedules/{name}/resume": action(
+            "Fire again from the next tick", _json(schedule, "the schedule")
+        ),
+        "/api/schedules/{name}/trigger": action(
+            "Start the schedule's workflow now",
+            _json({"type": "object", "properties": {"run_id": {"type": "string"}}}, "the run"),
+        ),
+        "/api/queues": {
+            "get": {
+                "summary": "Runs waiting and runs holding a slot, per queue",
+                "responses": {
+                    "200": _json(
+                        {"type": "object", "properties": {"queues": {"type": "array"}}},
+                        "queue depths",
+                    ),
+                    **_errors(401),
+                },
+            }
+        },
     }

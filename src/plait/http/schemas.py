@@ -4,6 +4,7 @@ client may send, so validation errors (422) and the OpenAPI document agree."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
@@ -11,7 +12,7 @@ from starlette.requests import Request
 
 from plait.http.problems import invalid, validate
 
-RUN_STATUSES = ("running", "suspended", "completed", "failed", "cancelled")
+RUN_STATUSES = ("queued", "running", "suspended", "completed", "failed", "cancelled")
 MAX_PAGE = 500
 
 
@@ -27,6 +28,28 @@ class StartRun(BaseModel):
     #: unfinished run
     timeout: float | None = Field(default=None, gt=0, le=3600)
     start_node: str | None = Field(default=None, min_length=1)
+    #: flow control (see ``Engine.start``); checked by the engine, which names the field
+    queue: Any = None
+    key: Any = None
+    priority: Any = 0
+    dedup: Any = None
+    delay: Any = None
+    start_at: datetime | None = None
+
+
+class CreateSchedule(BaseModel):
+    """Body of ``POST /api/schedules``: a schedule made at run time, owned by the caller."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    workflow: str = Field(min_length=1)
+    cron: str | None = None
+    every: str | float | None = None
+    input: Any = None
+    timezone: str = "UTC"
+    overlap: str = "skip"
+    catchup: str | float = "0s"
 
 
 class RegisterGraph(BaseModel):
@@ -45,7 +68,9 @@ class RunsQuery(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     workflow: str | None = Field(default=None, min_length=1)
-    status: Literal["running", "suspended", "completed", "failed", "cancelled"] | None = None
+    status: Literal["queued", "running", "suspended", "completed", "failed", "cancelled"] | None = (
+        None
+    )
     limit: int = Field(default=50, ge=1, le=MAX_PAGE)
     offset: int = Field(default=0, ge=0)
 
