@@ -25,6 +25,7 @@ from plait.errors import (
     ScheduleNotFoundError,
     WorkflowCancelledError,
     WorkflowFailedError,
+    WorkflowNotFoundError,
     WorkflowSuspendedError,
 )
 from plait.graph import validate_or_raise
@@ -541,7 +542,7 @@ class Engine:
         """Start the schedule's workflow now, whatever its status and overlap policy; the
         run counts as its last run. Returns the run id."""
         current = await self.get_schedule(name)
-        kind, version = await self.catalog.resolve(current.workflow)
+        kind, version = await self._describe_stored(current.workflow)
         run = self.worker.scheduled_run(
             current.name,
             current.workflow,
@@ -558,6 +559,18 @@ class Engine:
             raise RuntimeError(f"schedule {name!r}: run {run.id} exists already")
         self.notifier.publish_work()
         return started[0]
+
+    async def _describe_stored(self, workflow: str) -> tuple[str, str | None]:
+        """(kind, version) of a new run of ``workflow``: this app's, or, for a process
+        that does not load the app (the command line), the version its deployment
+        recorded last."""
+        try:
+            return await self.catalog.resolve(workflow)
+        except WorkflowNotFoundError:
+            recorded = await self.store.list_versions(workflow=workflow)
+            if not recorded:
+                raise
+            return recorded[0].kind, recorded[0].version
 
     async def delete_schedule(self, name: str) -> None:
         """Remove the schedule; its runs are left alone. A schedule declared with

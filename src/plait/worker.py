@@ -481,7 +481,7 @@ class Worker:
             return 0
         spec = spec_of(row)
         try:
-            kind, version = self.catalog.describe(spec.workflow)
+            kind, version = await self.catalog.resolve(spec.workflow)
         except Exception:
             if row.name not in self._unknown_schedules:
                 self._unknown_schedules.add(row.name)

@@ -1,0 +1,98 @@
+"""The command line of flow control: queue options on ``plait start``, ``runs list
+--status queued``, ``plait schedules ...`` and ``plait queues``; bad input is one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from plait.cli import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = "examples.flow_control:app"
+
+
+@pytest.fixture
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.chdir(ROOT)
+    return f"sqlite:///{tmp_path / 'cli.db'}"
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+def test_start_with_queue_options_and_list_queued(db: str) -> None:
+    code, out = run(
+        "start",
+        APP,
+        "import_user",
+        "--input",
+        '{"user": 7}',
+        "--key",
+        "user-7",
+        "--priority",
+        "5",
+        "--dedup",
+        "import:7",
+        "--delay",
+        "1h",
+        "--database",
+        db,
+    )
+    assert code == 0, out
+    run_id = out.strip()
+    code, again = run(
+        "start",
+        APP,
+        "import_user",
+        "--input",
+        '{"user": 7}',
+        "--dedup",
+        "import:7",
+        "--database",
+        db,
+    )
+    assert code == 0 and again.strip() == run_id
+    code, out = run("runs", "list", "--status", "queued", "--database", db)
+    assert code == 0 and run_id in out
+    code, out = run("queues", "--json", "--database", db)
+    depths = {q["queue"]: q for q in json.loads(out)["queues"]}
+    assert depths["imports"]["queued"] == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "names"),
+    [
+        (["--start-at", "2030-01-01T00:00:00"], "time zone"),
+        (["--start-at", "tomorrow"], "--start-at"),
+        (["--delay", "soon"], "delay"),
+        (["--queue", ""], "queue"),
+    ],
+)
+def test_bad_start_options_are_one_line(db: str, options: list[str], names: str) -> None:
+    code, out = run("start", APP, "report", *options, "--database", db)
+    assert code != 0
+    assert names in out and len(out.strip().splitlines()) == 1
+
+
+def test_schedules_commands(db: str) -> None:
+    # the worker-less engine of `plait start` stores the app's schedules when it opens
+    assert run("start", APP, "report", "--delay", "1h", "--database", db)[0] == 0
+    code, out = run("schedules", "list", "--json", "--database", db)
+    assert code == 0, out
+    (nightly,) = json.loads(out)["schedules"]
+    assert nightly["name"] == "nightly" and nightly["timezone"] == "Europe/Helsinki"
+    code, out = run("schedules", "list", "--database", db)
+    assert "nightly" in out and "0 3 * * *" in out
+    assert "paused" in run("schedules", "pause", "nightly", "--database", db)[1]
+    assert "active" in run("schedules", "resume", "nightly", "--database", db)[1]
+    code, out = run("schedules", "trigger", "nightly", "--database", db)
+    assert code == 0 and out.strip().startswith("schedule:nightly:")
+    assert run("schedules", "delete", "nightly", "--database", db)[0] == 0
+    code, out = run("schedules", "pause", "nightly", "--database", db)
+    assert code != 0 and "no schedule named 'nightly'" in out
