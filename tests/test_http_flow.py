@@ -163,3 +163,13 @@ async def test_bad_queue_options_are_422_naming_the_field(
     assert answer.status_code == 422, answer.text
     assert answer.json()["error"]["problems"][0]["field"] == field
     assert (await clients["alice"].get("/api/runs")).json()["total"] == 0
+
+
+async def test_the_schedules_page_is_served(clients: dict[str, httpx.AsyncClient]) -> None:
+    page = await clients["anonymous"].get("/schedules")
+    assert page.status_code == 200
+    assert 'data-page="schedules"' in page.text and "schedules.js" in page.text
+    script = await clients["anonymous"].get("/static/schedules.js")
+    assert script.status_code == 200 and "plaitDashboard" in script.text
+    runs = await clients["anonymous"].get("/")
+    assert '<option value="queued">queued</option>' in runs.text

@@ -34,7 +34,7 @@ def _template(name: str) -> Template:
 def asset_version() -> str:
     """Changes whenever the shipped CSS or JavaScript changes, so browsers refetch them."""
     digest = hashlib.sha256()
-    for name in ("dashboard.css", "dashboard.js"):
+    for name in ("dashboard.css", "dashboard.js", "schedules.js"):
         digest.update(resources.files(_PACKAGE).joinpath("static", name).read_bytes())
     return digest.hexdigest()[:10]
 
@@ -83,10 +83,20 @@ async def run_page(request: Request) -> Response:
     return render_page(request, "run", f"Run {run_id[:8]}", body)
 
 
+async def schedules_page(request: Request) -> Response:
+    """Schedules (next tick, last run, pause/resume/trigger) and queue depths."""
+    root = escape(_root(request))
+    body = _template("schedules.html").substitute(
+        root=root, static=escape(f"{_root(request)}/static"), asset_version=asset_version()
+    )
+    return render_page(request, "schedules", "Schedules", body)
+
+
 def dashboard_routes() -> list[BaseRoute]:
     static_dir = resources.files(_PACKAGE).joinpath("static")
     return [
         Route("/", runs_page, methods=["GET"]),
         Route("/runs/{run_id}", run_page, methods=["GET"]),
+        Route("/schedules", schedules_page, methods=["GET"]),
         Mount("/static", StaticFiles(directory=str(static_dir)), name="static"),
     ]

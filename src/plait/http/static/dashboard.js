@@ -558,6 +558,9 @@
     });
   }
 
+  // the helpers other page scripts (schedules.js) build on
+  window.plaitDashboard = { api, h, badge, when, notice, $ };
+
   showUser();
   if (document.body.dataset.page === "runs") runsPage();
   if (document.body.dataset.page === "run") runPage();
