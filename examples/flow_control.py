@@ -3,7 +3,8 @@ start once, and start on a clock.
 
 Run it:  python examples/flow_control.py
 Or with workers:  plait worker examples.flow_control:app
-                  plait start examples.flow_control:app import_user --input '{"user": 42}' --key user-42
+                  plait start examples.flow_control:app import_user \
+                      --input '{"user": 42}' --key user-42
                   plait schedules list
 """
 

@@ -229,3 +229,11 @@ async def test_a_schedule_of_an_unknown_workflow_is_refused(engine_factory: Any)
         with pytest.raises(ValueError, match="cron"):
             await engine.create_schedule("x", workflow="report", cron="bad")
         assert [s.name for s in await engine.list_schedules()] == ["yearly"]
+
+
+async def test_an_app_schedule_of_an_unknown_workflow_fails_the_open(database: str) -> None:
+    app = plait.App()
+    app.schedule("orphan", workflow="missing", every="1m")
+    with pytest.raises(plait.WorkflowNotFoundError):
+        async with plait.Engine(app, database):
+            pass

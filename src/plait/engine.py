@@ -101,6 +101,8 @@ class Engine:
         """Connect, create or migrate the schema, and start the worker loops."""
         if self._opened:
             return
+        for spec in self.app.schedules.values():
+            self.catalog.describe(spec.workflow)  # a schedule of an unknown workflow
         await self.store.open()
         await self.catalog.record_versions()
         self._worker = Worker(
@@ -444,7 +446,6 @@ class Engine:
         """Store the schedules this app declares; an unchanged one is left as it is (its
         status, next tick and last run), a changed one gets its new definition."""
         for spec in self.app.schedules.values():
-            self.catalog.describe(spec.workflow)  # an unknown workflow fails the open
             await self._put_schedule(spec, "app", None)
 
     async def _put_schedule(
@@ -465,8 +466,8 @@ class Engine:
             updated_at=now,
         )
         changed = await self.store.put_schedule(row)
-        if changed:
-            self.notifier.publish_work()
+        if changed and self._worker is not None:
+            self._worker.wake_schedules.set()
         return changed
 
     async def create_schedule(
@@ -535,7 +536,7 @@ class Engine:
         row = await self.store.set_schedule_status(name, "active", spec.next_tick(time.time()))
         if row is None:
             raise ScheduleNotFoundError(name)
-        self.notifier.publish_work()
+        self.worker.wake_schedules.set()
         return convert.schedule_record(row)
 
     async def trigger_schedule(self, name: str) -> str:

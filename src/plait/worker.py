@@ -116,6 +116,8 @@ class Worker:
         self.wake_passes = asyncio.Event()
         self.wake_steps = asyncio.Event()
         self.wake_admissions = asyncio.Event()
+        #: set when this process changes a schedule; other processes' changes are read at
+        #: the next poll (a kick for every start would cost each start two reads here)
         self.wake_schedules = asyncio.Event()
         #: schedules whose workflow this process cannot start (another process may)
         self._unknown_schedules: set[str] = set()
@@ -204,7 +206,6 @@ class Worker:
         self.wake_passes.set()
         self.wake_steps.set()
         self.wake_admissions.set()
-        self.wake_schedules.set()
 
     async def stop(self, *, drain: float = 0.0) -> None:
         """Stop taking work; give what is held ``drain`` seconds, then cancel it. Leases of
