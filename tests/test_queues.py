@@ -269,3 +269,32 @@ def test_rates_are_read_as_written() -> None:
     assert parse_rate("5 / h").window == 3600.0
     assert parse_rate("20/10s").window == 10.0
     assert str(parse_rate("100/m")) == "100/m"
+
+
+async def test_a_retried_run_of_a_queue_is_admitted_again(engine_factory: Any) -> None:
+    app = plait.App("retry")
+    app.queue("work", concurrency=1)
+    attempts = {"n": 0}
+
+    @app.function(retries=0)
+    async def shaky(data: Any) -> str:
+        attempts["n"] += 1
+        if attempts["n"] == 1:
+            raise RuntimeError("first time fails")
+        return "ok"
+
+    @app.workflow(queue="work")
+    async def flow(wf: plait.Workflow, data: Any) -> str:
+        return await wf.do("shaky", shaky, data)
+
+    async with engine_factory(app) as engine:
+        first = await engine.start("flow", 1, dedup="job")
+        assert (await engine.wait(first, timeout=30)).status == "failed"
+        # the key is free once the run failed: another run takes it
+        second = await engine.start("flow", 2, dedup="job", delay="1h")
+        assert second != first
+        retried = await engine.retry(first)
+        assert retried.status == "queued"  # admitted again through its queue
+        assert retried.dedup is None  # the key stays with the live run that took it
+        done = await engine.wait(first, timeout=30)
+        assert done.status == "completed" and done.admitted_at is not None

@@ -407,9 +407,16 @@ WHERE (:workflow IS NULL OR workflow = :workflow)
 ORDER BY updated_at DESC, version
 
 -- name: reopen_run
--- A suspended or failed run goes on, if nothing changed it since the caller read it.
-UPDATE plait_runs SET status = 'running', error = NULL, output = NULL, updated_at = ?,
-    wake_at = ?, wakeups = wakeups + 1
+-- A suspended or failed run goes on, if nothing changed it since the caller read it. A
+-- retried run of a queue is admitted again (it gave its slot back when it failed); a
+-- de-duplication key another live run took meanwhile stays with that run.
+UPDATE plait_runs SET
+    status = CASE WHEN status = 'failed' AND queue IS NOT NULL THEN 'queued' ELSE 'running' END,
+    error = NULL, output = NULL, updated_at = ?, wake_at = ?, wakeups = wakeups + 1,
+    dedup = CASE WHEN EXISTS (SELECT 1 FROM plait_runs o
+                              WHERE o.dedup = plait_runs.dedup AND o.id != plait_runs.id
+                                  AND o.status IN ('queued', 'running', 'suspended'))
+                 THEN NULL ELSE dedup END
 WHERE id = ? AND status = ? AND wakeups = ?
 
 -- name: settle_parent_step

@@ -125,6 +125,34 @@ BEGIN
     PERFORM @schema@.wake_run(p_run, p_now, p_now);
 END $$;
 
+-- A suspended or failed run goes on (resume, retry), as in version 2; a retried run of a
+-- queue is admitted again (it gave its slot back when it failed), and a de-duplication key
+-- another live run took meanwhile stays with that run.
+CREATE OR REPLACE FUNCTION @schema@.reopen_run(
+    p_run text, p_from text, p_seen bigint, p_ops @schema@.op[], p_now timestamptz
+) RETURNS SETOF @schema@.runs LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM @schema@.lock_for_action(p_run, ARRAY[p_from]);
+    PERFORM 1 FROM @schema@.runs WHERE id = p_run AND wakeups = p_seen;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM @schema@.apply_ops(p_run, p_ops, p_now);
+    UPDATE @schema@.runs r SET
+        status = CASE WHEN r.status = 'failed' AND r.queue IS NOT NULL THEN 'queued'
+                      ELSE 'running' END,
+        error = NULL, output = NULL, updated_at = p_now, wake_at = p_now,
+        wakeups = r.wakeups + 1,
+        dedup = CASE WHEN EXISTS (SELECT 1 FROM @schema@.runs o
+                                  WHERE o.dedup = r.dedup AND o.id <> r.id
+                                      AND o.status IN ('queued', 'running', 'suspended'))
+                     THEN NULL ELSE r.dedup END
+    WHERE r.id = p_run;
+    PERFORM pg_notify(@channel@, 'run:' || p_run);
+    PERFORM pg_notify(@channel@, 'work');
+    RETURN QUERY SELECT * FROM @schema@.runs WHERE id = p_run;
+END $$;
+
 -- Take the advisory locks of the given queues, in name order (every caller uses the same
 -- order, so two admissions never wait for each other in a circle).
 CREATE FUNCTION @schema@.lock_queues(p_names text[]) RETURNS void LANGUAGE plpgsql AS $$
