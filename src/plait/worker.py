@@ -45,6 +45,8 @@ from plait.store.base import (
 
 log = logging.getLogger("plait.worker")
 _HOST = socket.gethostname()
+#: the least time between two looks of the admission loop for queued runs to admit
+ADMIT_GAP = 0.05
 
 
 def _dead_here(owner: str) -> bool:
@@ -78,6 +80,7 @@ def spec_of(row: ScheduleRow) -> schedules.ScheduleSpec:
 
 
 def held_of(limited: list[QueueLimits]) -> set[str]:
+    """The queued functions whose jobs are claimed through limited queues."""
     return {fn for q in limited for fn in q.functions}
 
 
@@ -442,8 +445,12 @@ class Worker:
             if admitted and len(admitted) == free:
                 await asyncio.sleep(0)
                 continue
+            looked = time.monotonic()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake_admissions.wait(), wait)
+            # wake-ups come with every start and every finished job of the database; one
+            # look per ADMIT_GAP is enough, and keeps the pool free for passes and leases
+            await asyncio.sleep(max(0.0, looked + ADMIT_GAP - time.monotonic()))
 
     # -- schedules ----------------------------------------------------------------------------
     async def _schedule_loop(self) -> None:
