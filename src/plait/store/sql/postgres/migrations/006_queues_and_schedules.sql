@@ -1,4 +1,4 @@
--- plait schema for PostgreSQL, version 5: queues with limits, delayed starts, schedules.
+-- plait schema for PostgreSQL, version 6: queues with limits, delayed starts, schedules.
 -- description: queued runs, queue admissions, de-duplication keys and schedules
 --
 -- A run started through a queue, or to start later, is inserted 'queued' with wake_at set
