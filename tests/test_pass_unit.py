@@ -37,6 +37,7 @@ class ListHost:
         self.catalog = Catalog(app, store=None)  # type: ignore[arg-type]
         self.batches: list[Batch] = []
         self.stopping = False
+        self.limits = serde.Limits()
 
     def cancelling(self, run_id: str) -> bool:
         return False

@@ -77,6 +77,7 @@ async def test_schema_option_keeps_tenants_apart(pg_url: str) -> None:
     assert tables == [
         "attempts",
         "events",
+        "graph_owners",
         "jobs",
         "queue_admissions",
         "runs",

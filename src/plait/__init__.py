@@ -11,7 +11,10 @@ from plait.errors import (
     Cancel,
     EventTimeout,
     FunctionNotFoundError,
+    GraphOwnerError,
     NotJSONError,
+    PayloadTooDeepError,
+    PayloadTooLargeError,
     PlaitError,
     RunIdTakenError,
     RunNotFoundError,
@@ -27,7 +30,7 @@ from plait.errors import (
 )
 from plait.graph.errors import GraphValidationError
 from plait.queues import Queue
-from plait.records import Run, RunStatus, Schedule, Step, StepAttempt, StepStatus
+from plait.records import Run, RunStatus, RunSummary, Schedule, Step, StepAttempt, StepStatus
 from plait.runtime.workflow import Workflow
 from plait.schedules import ScheduleSpec
 
@@ -40,8 +43,11 @@ __all__ = [
     "EventTimeout",
     "FunctionDef",
     "FunctionNotFoundError",
+    "GraphOwnerError",
     "GraphValidationError",
     "NotJSONError",
+    "PayloadTooDeepError",
+    "PayloadTooLargeError",
     "PlaitError",
     "Queue",
     "Run",
@@ -49,6 +55,7 @@ __all__ = [
     "RunNotFoundError",
     "RunStateError",
     "RunStatus",
+    "RunSummary",
     "Schedule",
     "ScheduleNotFoundError",
     "ScheduleSpec",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from plait import errors
+from plait import errors, serde
 from plait.app import App, WorkflowDef
 from plait.graph import Graph, load_graph, validate_or_raise
 from plait.store.base import Store
@@ -38,6 +38,9 @@ class Catalog:
                 await self.store.put_version(name, version, "workflow", None, "active")
         for name, graph in self.app.graphs.items():
             version = graph.content_hash()
+            # a name the code ever defined stays trusted code's: no user can take it over
+            # once a deploy drops it
+            await self.store.claim_graph(name, None)
             if await self.store.get_version(name, version) is None:
                 await self.store.put_version(
                     name, version, "graph", graph.canonical_json(), DEPLOYED
@@ -56,6 +59,8 @@ class Catalog:
         """(kind, version) for a new run: registered code first, then active stored graphs."""
         if not isinstance(name, str):
             raise TypeError(f"workflow name must be a string, got {type(name).__name__}")
+        if "\x00" in name:
+            raise self.not_found(name)
         if self.app.is_runnable(name):
             return self.describe(name)
         version = await self.stored_graph(name)
@@ -81,14 +86,32 @@ class Catalog:
                 return stored.version
         return None
 
-    async def register_graph(self, name: str, definition: Any, status: str) -> str:
-        """Validate and store a graph definition; returns its content hash."""
+    async def register_graph(
+        self, name: str, definition: Any, status: str, registered_by: str | None = None
+    ) -> str:
+        """Validate and store a graph definition; returns its content hash.
+
+        For a user (``registered_by``), a name the app's code defines is refused, and so
+        is a name another user registered first: the first registration claims the name
+        (one conditional write, so two users racing for a new name cannot both win).
+        Trusted code (``registered_by=None``) may register any name."""
         if status not in ("draft", "active"):
             raise ValueError(f"invalid graph status: {status!r} (use 'draft' or 'active')")
+        if not isinstance(name, str) or not name or "\x00" in name:
+            raise ValueError(f"invalid graph name: {name!r}")
         graph = load_graph(name, definition)
         validate_or_raise(graph)
         version = graph.content_hash()
-        await self.store.put_version(name, version, "graph", graph.canonical_json(), status)
+        text = graph.canonical_json()
+        problem = serde.unstorable(text)
+        if problem is not None:
+            raise ValueError(f"the definition of graph {name!r} cannot be stored: {problem}")
+        if registered_by is not None and name in (*self.app.workflows, *self.app.graphs):
+            raise errors.GraphOwnerError(name, "is defined by the app's code")
+        holder = await self.store.claim_graph(name, registered_by)
+        if registered_by is not None and holder != registered_by:
+            raise errors.GraphOwnerError(name, "was registered by another user")
+        await self.store.put_version(name, version, "graph", text, status, registered_by)
         self._graphs[(name, version)] = graph
         return version
 

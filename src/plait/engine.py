@@ -29,9 +29,9 @@ from plait.errors import (
     WorkflowSuspendedError,
 )
 from plait.graph import validate_or_raise
-from plait.ids import new_run_id
+from plait.ids import check_run_id, new_run_id
 from plait.notify import Notifier
-from plait.records import SETTLED, Run, Schedule, Step, StepAttempt
+from plait.records import SETTLED, Run, RunSummary, Schedule, Step, StepAttempt
 from plait.runtime import steps
 from plait.store import convert, make_store, resolve_url
 from plait.store.base import NewRun, Op, RunFilter, ScheduleRow, StepRow, Store
@@ -62,6 +62,7 @@ class Engine:
         worker_id: str | None = None,
         store: Store | None = None,
         log_runs: bool = False,
+        max_payload: int = serde.DEFAULT_MAX_PAYLOAD,
         **store_options: Any,
     ) -> None:
         if not isinstance(app, App):
@@ -70,6 +71,9 @@ class Engine:
             raise ValueError(f"invalid concurrency: {concurrency!r} (a whole number >= 1)")
         if lease_seconds <= 0:
             raise ValueError(f"invalid lease_seconds: {lease_seconds!r} (must be > 0)")
+        #: how large and deep a stored value may be: run inputs, step inputs and results,
+        #: run outputs, events and state values (``max_payload`` bytes, 64 levels)
+        self.limits = serde.Limits(max_payload=max_payload)
         self.app = app
         self.url = store.url if store is not None else resolve_url(database)
         self.store: Store = store if store is not None else make_store(self.url, **store_options)
@@ -115,6 +119,7 @@ class Engine:
             poll_interval=self.poll_interval,
             take_work=self.workers,
             log_runs=self.log_runs,
+            limits=self.limits,
         )
         self.notifier.on_work(self._worker.kick)
         await self._store_app_schedules()
@@ -147,10 +152,22 @@ class Engine:
         """(kind, version) a new run of ``name`` records."""
         return self.catalog.describe(name)
 
-    async def register_graph(self, name: str, definition: Any, *, status: str = "active") -> str:
+    async def register_graph(
+        self,
+        name: str,
+        definition: Any,
+        *,
+        status: str = "active",
+        registered_by: str | None = None,
+    ) -> str:
         """Store a graph definition at run time; every process on this database can start
-        it once it is ``active``. Returns its content hash (the version runs record)."""
-        return await self.catalog.register_graph(name, definition, status)
+        it once it is ``active``. Returns its content hash (the version runs record).
+
+        ``registered_by`` names the user it is registered for (the HTTP API passes the
+        caller): a graph name then belongs to the first user who registered it, and
+        nobody else may register versions of it, nor of a name the app's code defines
+        (``plait.GraphOwnerError``). Without it the caller is trusted code."""
+        return await self.catalog.register_graph(name, definition, status, registered_by)
 
     async def list_graphs(self, status: str | None = None) -> list[dict[str, Any]]:
         """Graphs registered at run time (newest first), with their status and hash."""
@@ -188,8 +205,8 @@ class Engine:
         is ``queued`` until a worker admits it.
         """
         kind, version = await self.catalog.resolve(name)
-        if run_id is not None and (not isinstance(run_id, str) or not run_id):
-            raise TypeError(f"run_id must be a non-empty string, got {run_id!r}")
+        if run_id is not None:
+            check_run_id(run_id)
         if owner is not None and not isinstance(owner, str):
             raise TypeError(f"owner must be a string, got {type(owner).__name__}")
         if start_node is not None and kind != "graph":
@@ -203,7 +220,7 @@ class Engine:
         if kind == "graph":
             graph = await self.graph_for(name, version)
             validate_or_raise(graph, start_node=start_node)
-        payload = serde.dumps(data, what=f"the input of workflow {name!r}")
+        payload = serde.dumps(data, what=f"the input of workflow {name!r}", limits=self.limits)
         if not self._opened:
             raise RuntimeError("the engine is closed: use `async with Engine(...)`")
         worker = self.worker
@@ -297,7 +314,7 @@ class Engine:
 
     # -- reading --------------------------------------------------------------------------------
     async def get_run(self, run_id: str) -> Run:
-        run = await self.store.get_run(run_id)
+        run = await self.store.get_run(_existing_id(run_id))
         if run is None:
             raise RunNotFoundError(run_id)
         return run
@@ -326,22 +343,12 @@ class Engine:
 
     async def count_runs(self, **filters: Any) -> tuple[list[Run], int]:
         """Runs newest first plus the total that match the filters (for paging)."""
-        status = filters.get("status")
-        if status is not None and status not in {
-            "queued",
-            "running",
-            "suspended",
-            "completed",
-            "failed",
-            "cancelled",
-        }:
-            raise ValueError(f"invalid status filter: {status!r}")
-        limit, offset = filters.get("limit", 50), filters.get("offset", 0)
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise ValueError(f"invalid limit: {limit!r}")
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"invalid offset: {offset!r}")
-        return await self.store.list_runs(RunFilter(**filters))
+        return await self.store.list_runs(_run_filter(filters))
+
+    async def run_summaries(self, **filters: Any) -> tuple[list[RunSummary], int]:
+        """Like ``count_runs``, but each run without its input, output and error: a page
+        of these costs the same whatever the runs carry (lists, dashboards)."""
+        return await self.store.list_run_summaries(_run_filter(filters))
 
     async def get_steps(self, run_id: str) -> list[Step]:
         await self.get_run(run_id)
@@ -380,6 +387,7 @@ class Engine:
     ) -> Run:
         """Read the run, decide what reopening it writes, and write that if nothing woke
         the run in between (a queued step finishing, an event); else read it again."""
+        _existing_id(run_id)
         for _ in range(_REOPEN_TRIES):
             snapshot = await self.store.load_pass(run_id)
             if snapshot is None:
@@ -398,7 +406,7 @@ class Engine:
         its timers never fire."""
         error = steps.run_cancelled_error(reason)
         parent = steps.child_step_end(None, "cancelled", None, error)
-        moved = await self.store.cancel_run(run_id, error, parent)
+        moved = await self.store.cancel_run(_existing_id(run_id), error, parent)
         self.worker.cancel_local(moved)
         # a cancelled run of a queue frees its slot (or its place in the line)
         self.notifier.publish_work()
@@ -414,9 +422,10 @@ class Engine:
         """Deliver to ``wf.wait_for_event(name)``; kept until the run waits for it.
         Returns whether the run was waiting for it: False means the event is held for a
         wait the run has not reached, or may never reach (its wait timed out already)."""
-        if not isinstance(name, str) or not name:
+        if not isinstance(name, str) or not name or "\x00" in name:
             raise TypeError(f"event name must be a non-empty string, got {name!r}")
-        payload_text = serde.dumps(payload, what=f"event {name!r}")
+        _existing_id(run_id)
+        payload_text = serde.dumps(payload, what=f"event {name!r}", limits=self.limits)
         waiting = await self.store.send_event(run_id, name, payload_text)
         self._poke(run_id)
         return waiting
@@ -588,6 +597,43 @@ class Engine:
     def _poke(self, run_id: str) -> None:
         self.notifier.run_changed(run_id)
         self.notifier.publish_work()
+
+
+def _existing_id(run_id: str) -> str:
+    """``run_id`` if a run could have it, else ``RunNotFoundError``: no store even takes a
+    NUL as part of a key, and an id that is not a string names no run."""
+    if not isinstance(run_id, str) or "\x00" in run_id:
+        raise RunNotFoundError(repr(run_id) if not isinstance(run_id, str) else run_id)
+    return run_id
+
+
+#: the largest ``offset`` and ``limit`` a store is asked for (both stores count in 64 bits)
+_MAX_PAGE_NUMBER = 2**62
+
+
+def _run_filter(filters: dict[str, Any]) -> RunFilter:
+    """The store's filter for ``filters``, or ``ValueError`` naming a bad one."""
+    status = filters.get("status")
+    if status is not None and status not in {
+        "queued",
+        "running",
+        "suspended",
+        "completed",
+        "failed",
+        "cancelled",
+    }:
+        raise ValueError(f"invalid status filter: {status!r}")
+    for name, default in (("limit", 50), ("offset", 0)):
+        value = filters.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"invalid {name}: {value!r}")
+        if value > _MAX_PAGE_NUMBER:
+            raise ValueError(f"invalid {name}: {value!r} (at most {_MAX_PAGE_NUMBER})")
+    for name in ("workflow", "version", "owner", "visible_to", "parent_run_id"):
+        value = filters.get(name)
+        if value is not None and (not isinstance(value, str) or "\x00" in value):
+            raise ValueError(f"invalid {name} filter: {value!r}")
+    return RunFilter(**filters)
 
 
 def _output_or_raise(run: Run) -> Any:

@@ -24,6 +24,8 @@ EVENT_TIMEOUT = "EVENT_TIMEOUT"
 CHILD_FAILED = "CHILD_FAILED"
 #: the workflow waits on something that is not a step and can never be woken
 WORKFLOW_BLOCKED = "WORKFLOW_BLOCKED"
+PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+PAYLOAD_TOO_DEEP = "PAYLOAD_TOO_DEEP"
 
 
 class PlaitError(Exception):
@@ -139,6 +141,47 @@ class NotJSONError(PlaitError, TypeError):
         self.code = NOT_JSON
 
 
+class PayloadTooLargeError(PlaitError, ValueError):
+    """A JSON value plait would store is bigger than the engine's ``max_payload``.
+
+    Inputs, outputs, events and state values all count against the one limit, so no
+    single value can take a server's memory or a reader's bandwidth. A step whose result
+    is too large fails at once: another attempt would only produce it again."""
+
+    retryable = False
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"{what} is {_size(size)}, over the limit max_payload ({_size(limit)} = {limit} bytes)"
+        )
+        self.what = what
+        self.size = size
+        self.limit = limit
+        self.code = PAYLOAD_TOO_LARGE
+
+
+class PayloadTooDeepError(PlaitError, ValueError):
+    """A JSON value nested deeper than plait stores (64 levels of arrays and objects):
+    deeper values break JSON readers and writers far from where they came in."""
+
+    retryable = False
+
+    def __init__(self, what: str, limit: int) -> None:
+        super().__init__(f"{what} is nested deeper than {limit} levels of arrays and objects")
+        self.what = what
+        self.limit = limit
+        self.code = PAYLOAD_TOO_DEEP
+
+
+class GraphOwnerError(PlaitError, PermissionError):
+    """A graph name that the registering user may not change: it belongs to the app's
+    code, or another user registered it first."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"graph {name!r} {reason}")
+        self.name = name
+
+
 class EventTimeout(PlaitError, TimeoutError):
     """``wf.wait_for_event`` saw no event before its timeout."""
 
@@ -158,3 +201,11 @@ class Cancel(Exception):
 
 class LeaseLostError(PlaitError):
     """This process no longer holds the lease it needs; another worker took over."""
+
+
+def _size(n: int) -> str:
+    """``1048576`` -> ``1 MiB``: sizes in messages people read."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} bytes"

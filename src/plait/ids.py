@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 import uuid
 
@@ -28,6 +29,25 @@ def invocation_id(run_id: str, step_key: str) -> str:
 def child_run_id(invocation: str, attempt: int) -> str:
     """One child run per attempt of a parent step, so starting it again is a no-op."""
     return str(uuid.uuid5(NAMESPACE, f"child:{invocation}:{attempt}"))
+
+
+#: what a run id given by a caller may look like: it travels in URL paths, file names and
+#: logs, so no ``/``, ``?``, ``#``, ``%``, spaces or control characters. Ids plait makes
+#: itself (UUIDs) fit it too.
+RUN_ID_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9._:@+=~-]{0,199}"
+_RUN_ID = re.compile(RUN_ID_PATTERN)
+
+
+def check_run_id(run_id: object) -> str:
+    """``run_id`` if it is a valid run id; else ``TypeError`` / ``ValueError`` naming it."""
+    if not isinstance(run_id, str) or not run_id:
+        raise TypeError(f"run_id must be a non-empty string, got {run_id!r}")
+    if _RUN_ID.fullmatch(run_id) is None:
+        raise ValueError(
+            f"invalid run_id {run_id!r}: use at most 200 letters, digits and . _ : @ + = ~ -"
+            " (starting with a letter, a digit or _)"
+        )
+    return run_id
 
 
 def new_run_id() -> str:

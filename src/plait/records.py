@@ -76,6 +76,22 @@ class Run(_Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class RunSummary(_Record):
+    """A run without its input, output and error: what a list of runs shows. A page of
+    summaries costs the same however large the runs' values are."""
+
+    id: str
+    workflow: str
+    kind: str
+    status: RunStatus
+    version: str | None
+    owner: str | None
+    parent_run_id: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclasses.dataclass(frozen=True)
 class Step(_Record):
     run_id: str
     key: str

@@ -100,6 +100,7 @@ class Worker:
         poll_interval: float,
         take_work: bool = True,
         log_runs: bool = False,
+        limits: serde.Limits | None = None,
     ) -> None:
         self.store = store
         self.catalog = catalog
@@ -109,6 +110,7 @@ class Worker:
         self.poll_interval = poll_interval
         self.take_work = take_work
         self.log_runs = log_runs
+        self.limits = limits or serde.Limits()
         #: the lease name: the worker id plus a token of this process, so two processes
         #: started with one --worker-id never pass each other's lease checks
         self.owner = f"{worker_id}#{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"

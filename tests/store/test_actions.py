@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -334,6 +335,27 @@ async def test_put_version_again_changes_only_its_status(store: Store) -> None:
     got = await store.get_version("code", "v1")
     assert got is not None
     assert (got.kind, got.definition, got.status) == ("workflow", None, "retired")
+
+
+async def test_a_version_records_who_registered_it_and_keeps_it(store: Store) -> None:
+    await store.put_version("g", "v1", "graph", '{"a": 1}', "active", "ann")
+    await store.put_version("g", "v1", "graph", '{"a": 1}', "draft", None)
+    got = await store.get_version("g", "v1")
+    assert got is not None and (got.status, got.registered_by) == ("draft", "ann")
+    await store.put_version("g", "v2", "graph", '{"a": 2}', "draft", "ann")
+    first = await store.get_version("g", "v1")
+    assert first is not None and first.status == "draft"  # another version never moves it
+    assert (await store.list_versions("g"))[0].registered_by == "ann"
+
+
+async def test_the_first_claim_of_a_graph_name_wins(store: Store) -> None:
+    assert await store.claim_graph("g", "ann") == "ann"
+    assert await store.claim_graph("g", "bob") == "ann"
+    assert await store.claim_graph("g", None) == "ann"
+    assert await store.claim_graph("trusted", None) is None
+    assert await store.claim_graph("trusted", "bob") is None
+    claims = await asyncio.gather(*(store.claim_graph("raced", f"u{i}") for i in range(8)))
+    assert len(set(claims)) == 1 and claims[0] in {f"u{i}" for i in range(8)}
 
 
 async def test_list_versions_filters_and_puts_the_latest_first(store: Store) -> None:

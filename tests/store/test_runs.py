@@ -104,6 +104,27 @@ async def test_list_runs_visible_to_shows_own_and_unowned_runs(store: Store) -> 
     assert total == 3 and [r.id for r in runs] == ["r2"]
 
 
+async def test_run_summaries_page_and_filter_like_list_runs(store: Store) -> None:
+    await _some_runs(store)
+    for where in (
+        RunFilter(),
+        RunFilter(limit=2, offset=1),
+        RunFilter(workflow="b"),
+        RunFilter(status="completed"),
+        RunFilter(visible_to="bob"),
+        RunFilter(parent_run_id="r2"),
+    ):
+        runs, total = await store.list_runs(where)
+        summaries, count = await store.list_run_summaries(where)
+        assert count == total
+        assert [s.id for s in summaries] == [r.id for r in runs]
+        for summary, run in zip(summaries, runs, strict=True):
+            fields = ("workflow", "kind", "status", "version", "owner", "parent_run_id")
+            assert [getattr(summary, f) for f in fields] == [getattr(run, f) for f in fields]
+            assert (summary.created_at, summary.updated_at) == (run.created_at, run.updated_at)
+            assert not hasattr(summary, "input") and not hasattr(summary, "output")
+
+
 async def test_get_children_lists_child_runs_oldest_first(store: Store) -> None:
     await new_run(store, "p")
     await new_run(store, "other")

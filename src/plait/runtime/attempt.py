@@ -29,6 +29,7 @@ async def run_attempt(
     data: Any,
     ctx: StepContext,
     timeout: float | None,
+    limits: serde.Limits | None = None,
 ) -> Outcome:
     """Call the body once; never raises except for cancellation.
 
@@ -58,7 +59,7 @@ async def run_attempt(
             if finished.error is not None:
                 finished.outcome = _failed(finished.error)
             else:
-                finished.outcome = _finished(finished.result, ctx)
+                finished.outcome = _finished(finished.result, ctx, limits)
             raise
     except (PauseSignal, SuspendSignal):
         raise RuntimeError(
@@ -67,14 +68,13 @@ async def run_attempt(
         ) from None
     except Exception as exc:
         return _failed(exc)
-    return _finished(result, ctx)
+    return _finished(result, ctx, limits)
 
 
-def _finished(result: Any, ctx: StepContext) -> Outcome:
+def _finished(result: Any, ctx: StepContext, limits: serde.Limits | None) -> Outcome:
     try:
-        return Outcome(
-            ok=True, output=serde.dumps(result, what=f"the result of step {ctx.step_key!r}")
-        )
+        what = f"the result of step {ctx.step_key!r}"
+        return Outcome(ok=True, output=serde.dumps(result, what=what, limits=limits))
     except Exception as exc:
         return _failed(exc)
 

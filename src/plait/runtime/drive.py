@@ -38,8 +38,10 @@ class AttemptHook(Protocol):
     def finish(self, step: StepRow, ctx: StepContext, outcome: Outcome) -> Outcome: ...
 
 
-def dump_input(data: Any, key: str) -> str | None:
-    return serde.dumps(data, what=f"the input of step {key!r}")
+def dump_input(data: Any, key: str, limits: serde.Limits | None = None) -> str | None:
+    """A step's input as stored; a step reached for the first time is held to ``limits``
+    (on replay the stored input is only compared, whatever limits apply now)."""
+    return serde.dumps(data, what=f"the input of step {key!r}", limits=limits)
 
 
 class Driver:
@@ -93,7 +95,9 @@ class Driver:
         if self.hook is not None:
             self.hook.prepare(step, ctx)
         try:
-            outcome = await run_attempt(body, serde.loads(step.input), ctx, step.timeout)
+            outcome = await run_attempt(
+                body, serde.loads(step.input), ctx, step.timeout, self.host.limits
+            )
         except asyncio.CancelledError as exc:
             cancelled = self.host.cancelling(ledger.run.id)
             finished = finished_on_stop(exc, cancelled)
@@ -186,7 +190,7 @@ class Driver:
                 name,
                 step_kind,
                 function=workflow,
-                input=dump_input(data, key),
+                input=dump_input(data, key, self.host.limits),
                 policy=RetryPolicy(0, None),
             )
         else:

@@ -111,8 +111,14 @@ class NodeAttemptHook:
     (``queued_node_hook``, for the step worker), so both record the same thing.
     """
 
-    def __init__(self, state: dict[str, Any], emit: Callable[[Op], None] | None = None) -> None:
+    def __init__(
+        self,
+        state: dict[str, Any],
+        emit: Callable[[Op], None] | None = None,
+        limits: serde.Limits | None = None,
+    ) -> None:
         self.state = state
+        self.limits = limits
         #: the writes of the last attempt when no ``emit`` was given (the step worker)
         self.ops: list[Op] = []
         self._emit = emit or self.ops.append
@@ -129,8 +135,13 @@ class NodeAttemptHook:
         writes: list[tuple[str, str | None]] = []
         try:
             for name, value in ctx._state_writes.items():
-                writes.append((name, serde.dumps(value, what=f"state variable {name!r}")))
-        except errors.NotJSONError as exc:
+                what = f"state variable {name!r}"
+                writes.append((name, serde.dumps(value, what=what, limits=self.limits)))
+        except (
+            errors.NotJSONError,
+            errors.PayloadTooLargeError,
+            errors.PayloadTooDeepError,
+        ) as exc:
             return Outcome(ok=False, error=serde.error_record(exc), retryable=False)
         step.branch = ctx._branch
         for name, text in writes:
@@ -147,7 +158,7 @@ async def queued_node_hook(host: Host, step: StepRow) -> NodeAttemptHook | None:
     node chooses branches and writes state exactly like an inline one."""
     if step.kind not in GRAPH_STEP_KINDS:
         return None
-    return NodeAttemptHook(await host.read_state(step.run_id))
+    return NodeAttemptHook(await host.read_state(step.run_id), limits=host.limits)
 
 
 # -- one pass ---------------------------------------------------------------------------
@@ -167,7 +178,7 @@ class GraphReplay:
         self.crash: BaseException | None = None
         self._decoded: dict[str, tuple[str, Any, Any]] = {}
         self._stored_graphs: dict[str, str | None] = {}
-        hook = NodeAttemptHook(ledger.state, lambda op: ledger.add([op]))
+        hook = NodeAttemptHook(ledger.state, lambda op: ledger.add([op]), host.limits)
         self.driver = Driver(ledger, host, hook)
 
     async def execute(self) -> PassResult:
@@ -237,9 +248,15 @@ class GraphReplay:
             if current.complete:
                 try:
                     output = serde.dumps(
-                        current.output, what=f"the output of graph {self.graph.name!r}"
+                        current.output,
+                        what=f"the output of graph {self.graph.name!r}",
+                        limits=self.host.limits,
                     )
-                except errors.NotJSONError as exc:
+                except (
+                    errors.NotJSONError,
+                    errors.PayloadTooLargeError,
+                    errors.PayloadTooDeepError,
+                ) as exc:
                     return _end_record("failed", serde.error_record(exc))
                 return EndRun("completed", output=output)
             for start in current.start:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from plait.catalog import Catalog
+from plait.serde import Limits
 from plait.store.base import Batch
 
 
@@ -20,6 +21,12 @@ class Host(Protocol):
     @property
     def catalog(self) -> Catalog:
         """Which workflows, graphs and functions this deployment has."""
+        ...
+
+    @property
+    def limits(self) -> Limits:
+        """How large and deep the values a pass stores may be (step inputs and results,
+        run outputs, state values)."""
         ...
 
     @property

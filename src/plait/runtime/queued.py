@@ -45,7 +45,7 @@ async def run_queued(
     if hook is not None:
         hook.prepare(step, ctx)
     try:
-        outcome = await run_attempt(fdef, serde.loads(step.input), ctx, step.timeout)
+        outcome = await run_attempt(fdef, serde.loads(step.input), ctx, step.timeout, host.limits)
     except asyncio.CancelledError as exc:
         cancelled = host.cancelling(step.run_id)
         finished = finished_on_stop(exc, cancelled)

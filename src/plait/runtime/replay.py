@@ -92,7 +92,7 @@ class CodeReplay:
                 name,
                 "do",
                 function=fdef.name,
-                input=dump_input(data, key),
+                input=dump_input(data, key, self.host.limits),
                 policy=policy,
                 timeout=timeout,
                 queued=fdef.queued,
@@ -122,7 +122,7 @@ class CodeReplay:
                 key,
                 name,
                 "do",
-                input=dump_input(data, key),
+                input=dump_input(data, key, self.host.limits),
                 policy=resolve_policy(options),
                 timeout=_timeout(options, key),
             )
@@ -345,9 +345,15 @@ class CodeReplay:
                     return _suspended(suspended) if suspended else None
                 try:
                     output = serde.dumps(
-                        main.result(), what=f"the output of workflow {ledger.run.workflow!r}"
+                        main.result(),
+                        what=f"the output of workflow {ledger.run.workflow!r}",
+                        limits=self.host.limits,
                     )
-                except errors.NotJSONError as err:
+                except (
+                    errors.NotJSONError,
+                    errors.PayloadTooLargeError,
+                    errors.PayloadTooDeepError,
+                ) as err:
                     return EndRun("failed", error=serde.dumps(serde.error_record(err)))
                 return EndRun("completed", output=output)
             exc = _principal(exc)

@@ -17,15 +17,40 @@ def resolve_url(database: str | None) -> str:
     return url
 
 
+#: query parameters of a database URL whose values are secrets (libpq's and asyncpg's
+#: names, and the obvious others)
+SECRET_PARAMETERS = frozenset(
+    {"password", "passwd", "pwd", "pass", "sslpassword", "token", "secret", "key", "sslkey"}
+)
+
+
 def redact(url: str) -> str:
-    """The URL without its password, for logs."""
+    """The URL without its secrets, for messages and logs: the password of its user part
+    and the value of every secret query parameter (``?password=``) become ``***``."""
     from urllib.parse import urlsplit, urlunsplit
 
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # not even a URL: show only its scheme
+        scheme = url.partition(":")[0]
+        return f"{scheme}:***" if ":" in url else "***"
+    netloc = parts.netloc
+    if password is not None:
+        user, _, host = netloc.rpartition("@")
+        name = user.partition(":")[0]
+        netloc = f"{name}:***@{host}"
+    query = "&".join(_redact_parameter(item) for item in parts.query.split("&"))
+    if netloc == parts.netloc and query == parts.query:
+        return url  # nothing secret (and urlunsplit would drop "//" of sqlite:///x.db)
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _redact_parameter(item: str) -> str:
+    name, sep, _value = item.partition("=")
+    if sep and name.strip().lower() in SECRET_PARAMETERS:
+        return f"{name}=***"
+    return item
 
 
 def make_store(database: str | None = None, **options: object) -> Store:
@@ -39,7 +64,8 @@ def make_store(database: str | None = None, **options: object) -> Store:
 
         return PostgresStore(url, **options)
     raise ValueError(
-        f"unsupported database URL {url!r}: use sqlite:///path/to/file.db or postgresql://..."
+        f"unsupported database URL {redact(url)!r}:"
+        " use sqlite:///path/to/file.db or postgresql://..."
     )
 
 

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from plait.notify import Notifier
-from plait.records import Run, Step, StepAttempt
+from plait.records import Run, RunSummary, Step, StepAttempt
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -359,6 +359,8 @@ class Version:
     status: str
     created_at: datetime
     updated_at: datetime
+    #: the user who registered it (None: the app's code or trusted code)
+    registered_by: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -401,6 +403,10 @@ class Store(Protocol):
     async def get_run(self, run_id: str) -> Run | None: ...
     async def list_runs(self, where: RunFilter) -> tuple[list[Run], int]:
         """The page of runs ``where`` asks for, newest first, and how many match."""
+        ...
+
+    async def list_run_summaries(self, where: RunFilter) -> tuple[list[RunSummary], int]:
+        """As ``list_runs``, without reading any run's input, output or error."""
         ...
 
     async def get_steps(self, run_id: str) -> list[Step]: ...
@@ -535,8 +541,23 @@ class Store(Protocol):
 
     # workflow versions and run-time graphs
     async def put_version(
-        self, workflow: str, version: str, kind: str, definition: str | None, status: str
-    ) -> None: ...
+        self,
+        workflow: str,
+        version: str,
+        kind: str,
+        definition: str | None,
+        status: str,
+        registered_by: str | None = None,
+    ) -> None:
+        """Insert a version, or set the status of the stored one (never anything else of
+        it, and never another version's)."""
+        ...
+
+    async def claim_graph(self, workflow: str, owner: str | None) -> str | None:
+        """Record ``owner`` as the owner of graph name ``workflow`` unless the name has
+        one already (one conditional write); returns the owner on record after it."""
+        ...
+
     async def get_version(self, workflow: str, version: str) -> Version | None: ...
     async def list_versions(
         self, workflow: str | None = None, status: str | None = None

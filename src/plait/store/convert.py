@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from plait import serde
-from plait.records import Run, RunStatus, Schedule, Step, StepAttempt, StepStatus
+from plait.records import Run, RunStatus, RunSummary, Schedule, Step, StepAttempt, StepStatus
 from plait.store.base import RunRow, ScheduleRow, StepRow, Version
 
 
@@ -154,8 +154,31 @@ def schedule_record(row: ScheduleRow) -> Schedule:
 
 def version_record(row: Any) -> Version:
     """A stored version from its columns (workflow, version, kind, definition, status,
-    created_at, updated_at)."""
-    workflow, version, kind, definition, status, created_at, updated_at = row
+    created_at, updated_at, registered_by)."""
+    workflow, version, kind, definition, status, created_at, updated_at, registered_by = row
     return Version(
-        workflow, version, kind, _json(definition), status, ts(created_at), ts(updated_at)
+        workflow,
+        version,
+        kind,
+        _json(definition),
+        status,
+        ts(created_at),
+        ts(updated_at),
+        registered_by,
+    )
+
+
+def run_summary(row: Any) -> RunSummary:
+    """A run summary from its columns, in ``RunSummary``'s field order."""
+    run_id, workflow, kind, status, version, owner, parent, created_at, updated_at = row
+    return RunSummary(
+        id=run_id,
+        workflow=workflow,
+        kind=kind,
+        status=RunStatus(status),
+        version=version,
+        owner=owner,
+        parent_run_id=parent,
+        created_at=ts(created_at),
+        updated_at=ts(updated_at),
     )

@@ -35,7 +35,7 @@ import asyncpg
 
 from plait.errors import LeaseLostError, RunNotFoundError, RunStateError
 from plait.notify import Notifier
-from plait.records import Run, Step, StepAttempt
+from plait.records import Run, RunSummary, Step, StepAttempt
 from plait.store import convert, queries
 from plait.store.base import (
     Batch,
@@ -419,6 +419,22 @@ class PostgresStore:
             read=True,
         )
         return [_run(r) for r in row["runs"]], int(row["total"])
+
+    async def list_run_summaries(self, where: RunFilter) -> tuple[list[RunSummary], int]:
+        row = await self._call(
+            "fetchrow",
+            self._q["list_run_summaries"],
+            where.workflow,
+            where.status,
+            where.version,
+            where.owner,
+            where.parent_run_id,
+            where.visible_to,
+            where.limit,
+            where.offset,
+            read=True,
+        )
+        return [convert.run_summary(tuple(r)) for r in row["runs"]], int(row["total"])
 
     async def get_children(self, run_id: str) -> list[Run]:
         rows = await self._call("fetch", self._q["get_children"], run_id, _MAX_CHILDREN, read=True)
@@ -827,7 +843,13 @@ class PostgresStore:
 
     # -- versions --------------------------------------------------------------------------------
     async def put_version(
-        self, workflow: str, version: str, kind: str, definition: str | None, status: str
+        self,
+        workflow: str,
+        version: str,
+        kind: str,
+        definition: str | None,
+        status: str,
+        registered_by: str | None = None,
     ) -> None:
         await self._call(
             "execute",
@@ -838,7 +860,17 @@ class PostgresStore:
             definition,
             status,
             _now(),
+            registered_by,
         )
+
+    async def claim_graph(self, workflow: str, owner: str | None) -> str | None:
+        # two statements, each committed: the second one's fresh snapshot sees a claim
+        # that a racing process committed while the first one waited for it
+        await self._call("execute", self._q["claim_graph"], workflow, owner, _now())
+        holder: str | None = await self._call(
+            "fetchval", self._q["graph_owner"], workflow, read=True
+        )
+        return holder
 
     async def get_version(self, workflow: str, version: str) -> Version | None:
         rows = await self._versions(workflow, version, None)

@@ -18,8 +18,8 @@ from plait.errors import (
     LeaseLostError,
 )
 from plait.notify import Notifier
-from plait.records import TERMINAL, Run, Step, StepAttempt
-from plait.store import convert
+from plait.records import TERMINAL, Run, RunSummary, Step, StepAttempt
+from plait.store import convert, redact
 from plait.store.base import (
     Batch,
     EndRun,
@@ -150,6 +150,16 @@ class SQLiteStore:
             total = conn.execute(SQL["count_runs"], params).fetchone()[0]
             rows = conn.execute(SQL["list_runs"], params).fetchall()
             return [convert.run_record(convert.run_row(r)) for r in rows], total
+
+        return await self._read(go)
+
+    async def list_run_summaries(self, where: RunFilter) -> tuple[list[RunSummary], int]:
+        params = vars(where)
+
+        def go(conn: sqlite3.Connection) -> tuple[list[RunSummary], int]:
+            total = conn.execute(SQL["count_runs"], params).fetchone()[0]
+            rows = conn.execute(SQL["list_run_summaries"], params).fetchall()
+            return [convert.run_summary(r) for r in rows], total
 
         return await self._read(go)
 
@@ -554,15 +564,30 @@ class SQLiteStore:
 
     # -- versions ---------------------------------------------------------------------------
     async def put_version(
-        self, workflow: str, version: str, kind: str, definition: str | None, status: str
+        self,
+        workflow: str,
+        version: str,
+        kind: str,
+        definition: str | None,
+        status: str,
+        registered_by: str | None = None,
     ) -> None:
         def go(conn: sqlite3.Connection) -> None:
             now = _now()
             conn.execute(
-                SQL["put_version"], (workflow, version, kind, definition, status, now, now)
+                SQL["put_version"],
+                (workflow, version, kind, definition, status, now, now, registered_by),
             )
 
         await self._write(go)
+
+    async def claim_graph(self, workflow: str, owner: str | None) -> str | None:
+        def go(conn: sqlite3.Connection) -> str | None:
+            conn.execute(SQL["claim_graph"], (workflow, owner, _now()))
+            holder: str | None = conn.execute(SQL["graph_owner"], (workflow,)).fetchone()[0]
+            return holder
+
+        return await self._write(go)
 
     async def get_version(self, workflow: str, version: str) -> Version | None:
         rows = await self._versions(workflow, version, None)
@@ -634,7 +659,7 @@ def _path_from_url(url: str) -> str:
         if url.startswith(prefix):
             path = url[len(prefix) :]
             return path or ":memory:"
-    raise ValueError(f"not a sqlite URL: {url!r} (expected sqlite:///path/to/file.db)")
+    raise ValueError(f"not a sqlite URL: {redact(url)!r} (expected sqlite:///path/to/file.db)")
 
 
 class _LeaseKeeper:

@@ -56,6 +56,23 @@ SELECT
               AND ($6::text IS NULL OR r.owner IS NULL OR r.owner = $6)
           ORDER BY r.created_at DESC, r.id DESC LIMIT $7 OFFSET $8) AS runs
 
+-- name: list_run_summaries
+-- As list_runs, without the JSON columns (the order of records.RunSummary's fields).
+SELECT
+    (SELECT count(*) FROM @schema@.runs
+     WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR status = $2)
+         AND ($3::text IS NULL OR version = $3) AND ($4::text IS NULL OR owner = $4)
+         AND ($5::text IS NULL OR parent_run_id = $5)
+         AND ($6::text IS NULL OR owner IS NULL OR owner = $6)) AS total,
+    ARRAY(SELECT ROW(r.id, r.workflow, r.kind, r.status, r.version, r.owner,
+                     r.parent_run_id, r.created_at, r.updated_at)
+          FROM @schema@.runs r
+          WHERE ($1::text IS NULL OR r.workflow = $1) AND ($2::text IS NULL OR r.status = $2)
+              AND ($3::text IS NULL OR r.version = $3) AND ($4::text IS NULL OR r.owner = $4)
+              AND ($5::text IS NULL OR r.parent_run_id = $5)
+              AND ($6::text IS NULL OR r.owner IS NULL OR r.owner = $6)
+          ORDER BY r.created_at DESC, r.id DESC LIMIT $7 OFFSET $8) AS runs
+
 -- name: get_children
 -- The newest children of a run.
 SELECT r FROM @schema@.runs r WHERE r.parent_run_id = $1
@@ -321,14 +338,25 @@ DELETE FROM @schema@.schedules WHERE name = $1 RETURNING name
 SELECT count(*) FROM @schema@.timers WHERE run_id = $1
 
 -- name: put_version
+-- A version registered again keeps its definition and who registered it; only its status
+-- moves.
 INSERT INTO @schema@.workflow_versions (workflow, version, kind, definition, status,
-    created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $6)
+    created_at, updated_at, registered_by)
+VALUES ($1, $2, $3, $4, $5, $6, $6, $7)
 ON CONFLICT (workflow, version) DO UPDATE SET status = excluded.status,
     updated_at = excluded.updated_at
 
+-- name: claim_graph
+-- A name's first registration claims it. ON CONFLICT waits for a racing claim to commit,
+-- so the SELECT after it (a statement of its own, with a fresh snapshot) sees the winner.
+INSERT INTO @schema@.graph_owners (workflow, owner, created_at) VALUES ($1, $2, $3)
+ON CONFLICT (workflow) DO NOTHING
+
+-- name: graph_owner
+SELECT owner FROM @schema@.graph_owners WHERE workflow = $1
+
 -- name: list_versions
-SELECT workflow, version, kind, definition, status, created_at, updated_at
+SELECT workflow, version, kind, definition, status, created_at, updated_at, registered_by
 FROM @schema@.workflow_versions
 WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR version = $2)
     AND ($3::text IS NULL OR status = $3)

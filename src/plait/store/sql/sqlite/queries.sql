@@ -106,6 +106,18 @@ WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
     AND (:parent_run_id IS NULL OR parent_run_id = :parent_run_id)
 ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
 
+-- name: list_run_summaries
+-- As list_runs, without the JSON columns (the order of records.RunSummary's fields).
+SELECT id, workflow, kind, status, version, owner, parent_run_id, created_at, updated_at
+FROM plait_runs
+WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
+    AND (:workflow IS NULL OR workflow = :workflow)
+    AND (:status IS NULL OR status = :status)
+    AND (:version IS NULL OR version = :version)
+    AND (:owner IS NULL OR owner = :owner)
+    AND (:parent_run_id IS NULL OR parent_run_id = :parent_run_id)
+ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
+
 -- name: get_children
 -- The newest children of a run (parent_run_id has its own index, which the filters of
 -- list_runs cannot use).
@@ -391,20 +403,29 @@ DELETE FROM plait_jobs WHERE run_id = ? AND step_key = ?
 -- == workflow versions =======================================================================
 
 -- name: put_version
+-- A version registered again keeps its definition and who registered it; only its status
+-- moves.
 INSERT INTO plait_workflow_versions (workflow, version, kind, definition, status,
-    created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?)
+    created_at, updated_at, registered_by)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (workflow, version) DO UPDATE SET status = excluded.status,
     updated_at = excluded.updated_at
 
 -- name: list_versions
 -- A filter left NULL matches every version.
-SELECT workflow, version, kind, definition, status, created_at, updated_at
+SELECT workflow, version, kind, definition, status, created_at, updated_at, registered_by
 FROM plait_workflow_versions
 WHERE (:workflow IS NULL OR workflow = :workflow)
     AND (:version IS NULL OR version = :version)
     AND (:status IS NULL OR status = :status)
 ORDER BY updated_at DESC, version
+
+-- name: claim_graph
+INSERT INTO plait_graph_owners (workflow, owner, created_at) VALUES (?, ?, ?)
+ON CONFLICT (workflow) DO NOTHING
+
+-- name: graph_owner
+SELECT owner FROM plait_graph_owners WHERE workflow = ?
 
 -- name: reopen_run
 -- A suspended or failed run goes on, if nothing changed it since the caller read it. A
