@@ -19,9 +19,9 @@ pytest.importorskip("starlette", reason="the http extra (starlette) is not insta
 
 from starlette.routing import Mount, Route  # noqa: E402
 
-from plait.http import create_app, load_app, parse_tokens  # noqa: E402
+from plait.http import Principal, create_app, load_app, parse_tokens  # noqa: E402
 
-TOKENS = {"t-alice": "alice", "t-bob": "bob"}
+TOKENS = {"t-alice": Principal("alice", frozenset({"graphs"})), "t-bob": "bob"}
 ALICE = {"Authorization": "Bearer t-alice"}
 BOB = {"Authorization": "Bearer t-bob"}
 
@@ -101,8 +101,11 @@ async def client_for(engine: plait.Engine) -> AsyncIterator[Client]:
     def make(headers: dict[str, str] | None = None, **options: Any) -> httpx.AsyncClient:
         options.setdefault("tokens", TOKENS)
         web = create_app(engine, **options)
+        # every request that changes something says it is JSON, even without a body
         client = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=web), base_url="http://test", headers=headers
+            transport=httpx.ASGITransport(app=web),
+            base_url="http://test",
+            headers={"Content-Type": "application/json", **(headers or {})},
         )
         made.append(client)
         return client
@@ -198,13 +201,14 @@ def test_every_api_route_is_in_the_route_list_above(engine: plait.Engine) -> Non
     }
     listed = {(m, p.replace("RID", "{run_id}").replace("simple", "{name}")) for m, p in ROUTES}
     listed = {(m, p.replace("events/go", "events/{name}")) for m, p in listed}
+    listed |= {(m, "/api/session") for m in ("GET", "POST", "DELETE")}  # the sign-in
     assert {(m, p) for m, p in declared if m != "HEAD"} == listed
 
 
 async def test_me_and_workflows(alice: httpx.AsyncClient) -> None:
     me = await alice.get("/api/me")
     assert me.status_code == 200
-    assert me.json() == {"user": "alice", "auth": True}
+    assert me.json() == {"user": "alice", "auth": True, "scopes": ["graphs"]}
     names = (await alice.get("/api/workflows")).json()["workflows"]
     assert {"name": "simple", "kind": "workflow"} in names
 
@@ -221,10 +225,13 @@ async def test_tokens_come_from_the_environment(
 
 
 def test_parse_tokens() -> None:
-    assert parse_tokens("alice:token1,bob:token2") == {"token1": "alice", "token2": "bob"}
-    assert parse_tokens(" a:x:y , ") == {"x:y": "a"}
+    assert parse_tokens("alice:token1,bob:token2") == {
+        "token1": Principal("alice"),
+        "token2": Principal("bob"),
+    }
+    assert parse_tokens(" a:x:graphs , ") == {"x": Principal("a", frozenset({"graphs"}))}
     assert parse_tokens("") == {}
-    for bad in ("alice", "alice:", ":tok", "a:t,b:t"):
+    for bad in ("alice", "alice:", ":tok", "a:t,b:t", "a:x:y", "a:x:graphs:z"):
         with pytest.raises(ValueError):
             parse_tokens(bad)
 
@@ -254,7 +261,8 @@ async def test_no_auth_needs_no_token_and_sees_every_run(
 ) -> None:
     owned = (await start(alice, "simple", 1))["run_id"]
     local = client_for(None, no_auth=True)
-    assert (await local.get("/api/me")).json() == {"user": None, "auth": False}
+    me = (await local.get("/api/me")).json()
+    assert (me["user"], me["auth"], "graphs" in me["scopes"]) == (None, False, True)
     created = await start(local, "simple", 2)
     run = await settled(engine, created["run_id"])
     assert run.owner is None
@@ -409,7 +417,7 @@ async def test_list_runs_pages_newest_first_and_filters(
         assert (page["limit"], page["offset"]) == (3, offset)
         seen += [r["id"] for r in page["runs"]]
     assert seen == newest_first
-    assert "steps" not in page["runs"][0]
+    assert not {"steps", "input", "output", "error"} & set(page["runs"][0])
 
     simple = (await alice.get("/api/runs", params={"workflow": "simple"})).json()
     assert simple["total"] == 5

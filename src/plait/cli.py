@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -80,6 +81,18 @@ def load_app(ref: str) -> App:
         raise UsageError(f"cannot import module {module!r}: {exc}") from None
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
+
+
+_SIZE = re.compile(r"\s*(\d+)\s*([kmg]?)(i?b?)\s*", re.IGNORECASE)
+
+
+def parse_size(text: str, what: str) -> int:
+    """``"1048576"``, ``"512KiB"``, ``"1MiB"``, ``"2MB"`` or ``"64k"`` as bytes (K, M and G
+    count in 1024s either way: these are limits, not disk sizes)."""
+    match = _SIZE.fullmatch(text)
+    if match is None or int(match[1]) < 1:
+        raise UsageError(f"{what} must be a size such as 1048576, 512KiB or 1MiB, got {text!r}")
+    return int(match[1]) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[match[2].lower()]
 
 
 def parse_json(text: str | None, what: str) -> Any:
@@ -504,6 +517,9 @@ def worker(
         None, "--worker-id", help="Stable name: a restarted worker takes back its runs at once."
     ),
     drain: float = typer.Option(10.0, "--drain", min=0.0, help="Seconds to finish work on stop."),
+    max_payload: str = typer.Option(
+        "1MiB", "--max-payload", help="Largest step result or state value to store."
+    ),
     database: str | None = DatabaseOption,
 ) -> None:
     """Work the queues of a database until SIGTERM or SIGINT."""
@@ -521,6 +537,7 @@ def worker(
             lease_seconds=lease,
             worker_id=worker_id,
             log_runs=True,
+            max_payload=parse_size(max_payload, "--max-payload"),
         )
         await engine.open()
         logging.getLogger("plait.worker").info(
@@ -561,9 +578,19 @@ def serve(
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8000, "--port", min=1, max=65535),
     no_auth: bool = typer.Option(False, "--no-auth", help="Serve without tokens (local use)."),
+    max_body: str = typer.Option(
+        "1MiB", "--max-body", help="Largest request body (and stored value), e.g. 512KiB."
+    ),
+    allowed_host: list[str] = typer.Option(
+        [],
+        "--allowed-host",
+        help="A host name clients use to reach this server (behind a proxy); repeatable.",
+    ),
+    log_level: str = typer.Option("info", "--log-level", help="debug, info, warning, error."),
     database: str | None = DatabaseOption,
 ) -> None:
-    """Serve the JSON API and the dashboard."""
+    """Serve the JSON API and the dashboard. Tokens come from PLAIT_TOKENS
+    ("user:token" or "user:token:scope+scope", comma-separated)."""
     try:
         from plait.http import serve as serve_http
     except ImportError as exc:
@@ -571,9 +598,28 @@ def serve(
         return
     try:
         load_app(app_ref)
+        size = parse_size(max_body, "--max-body")
+        if log_level.lower() not in ("critical", "error", "warning", "info", "debug", "trace"):
+            raise UsageError(
+                f"--log-level must be debug, info, warning or error, not {log_level!r}"
+            )
     except UsageError as exc:
         fail(str(exc))
-    serve_http(app_ref, host=host, port=port, database=database, no_auth=no_auth)
+        return
+    try:
+        serve_http(
+            app_ref,
+            host=host,
+            port=port,
+            database=database,
+            no_auth=no_auth,
+            log_level=log_level.lower(),
+            max_body=size,
+            allowed_hosts=allowed_host,
+        )
+    except (PlaitError, ValueError, TypeError) as exc:
+        # a bad database URL or PLAIT_TOKENS entry: one line (its messages hide secrets)
+        fail(str(exc), 1)
 
 
 def main() -> None:

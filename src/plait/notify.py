@@ -33,6 +33,10 @@ class Notifier:
             if not events:
                 del self._watchers[run_id]
 
+    def watched_runs(self) -> int:
+        """How many runs someone waits on right now (for shutdown checks and tests)."""
+        return len(self._watchers)
+
     def local_run_changed(self, run_id: str) -> None:
         for event in self._watchers.get(run_id, ()):
             event.set()

@@ -6,12 +6,23 @@ Mount it in your own app, or run it with ``plait serve APP``::
 
     web = create_app(engine, tokens={"s3cret": "alice"})
 
-Needs the ``http`` extra (Starlette and uvicorn).
+Needs the ``http`` extra (Starlette and uvicorn). ``docs/security.md`` says who may do
+what, and what to put in front of a server on a network.
 """
 
 from plait.http.app import create_app
-from plait.http.auth import Principal, parse_tokens
-from plait.http.server import serve
+from plait.http.auth import parse_tokens
+from plait.http.principal import SCOPES, Principal
+from plait.http.server import Server, make_server, serve
 from plait.loading import load_app
 
-__all__ = ["Principal", "create_app", "load_app", "parse_tokens", "serve"]
+__all__ = [
+    "SCOPES",
+    "Principal",
+    "Server",
+    "create_app",
+    "load_app",
+    "make_server",
+    "parse_tokens",
+    "serve",
+]

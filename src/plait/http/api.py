@@ -7,6 +7,7 @@ apps with different engines can live in one process, e.g. in tests.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
@@ -19,8 +20,9 @@ from plait.engine import Engine
 from plait.errors import RunIdTakenError
 from plait.http import graphview
 from plait.http.auth import Authenticator, Principal
+from plait.http.lifecycle import Ended, Lifecycle
 from plait.http.problems import ApiError, bad_input, from_plait, invalid, validate
-from plait.http.schemas import RegisterGraph, StartRun, json_body, runs_query
+from plait.http.schemas import NAME_PATTERN, RegisterGraph, StartRun, json_body, runs_query
 from plait.http.sse import stream_run
 from plait.records import Run
 
@@ -38,9 +40,10 @@ class Api:
     """The ``/api`` routes for one engine; every route authenticates before anything else,
     so an anonymous caller learns nothing (not even whether a run exists)."""
 
-    def __init__(self, engine: Engine, auth: Authenticator) -> None:
+    def __init__(self, engine: Engine, auth: Authenticator, lifecycle: Lifecycle) -> None:
         self.engine = engine
         self.auth = auth
+        self.lifecycle = lifecycle
 
     def routes(self) -> list[Route]:
         return [
@@ -95,8 +98,8 @@ class Api:
 
     # -- routes ---------------------------------------------------------------------------
     async def me(self, request: Request, principal: Principal) -> Response:
-        """Who the token belongs to; the dashboard uses it to check a pasted token."""
-        return JSONResponse({"user": principal.user, "auth": not principal.unrestricted})
+        """Who the caller is and which scopes it holds."""
+        return JSONResponse(principal.to_dict())
 
     async def list_workflows(self, request: Request, principal: Principal) -> Response:
         """Names a run can be started with: code workflows, the app's graphs and graphs
@@ -141,18 +144,25 @@ class Api:
             principal.require_access(run)
         if not body.wait:
             return JSONResponse({"run_id": run_id}, status_code=201)
+        wait = self.engine.wait(run_id, timeout=body.timeout or MAX_WAIT_SECONDS)
         try:
-            run = await self.engine.wait(run_id, timeout=body.timeout or MAX_WAIT_SECONDS)
+            settled = await self.lifecycle.watch(wait, request.receive, "waits")
         except TimeoutError:
+            settled = Ended.SHUTDOWN  # answered the same way: the run as it is now
+        if settled is Ended.DISCONNECTED:
+            return Response(status_code=202)  # nobody is left to read it
+        if isinstance(settled, Ended):
+            # the wait ran out or the server is stopping: the run goes on, 202 says so
             run = await self.engine.get_run(run_id)
             return JSONResponse(await self._run_with_steps(run, principal), status_code=202)
-        return JSONResponse(await self._run_with_steps(run, principal), status_code=200)
+        return JSONResponse(await self._run_with_steps(settled, principal), status_code=200)
 
     async def list_runs(self, request: Request, principal: Principal) -> Response:
-        """Newest first, only runs the caller may read, with the total for paging."""
+        """Newest first, only runs the caller may read, with the total for paging. Each
+        run is a summary: a page costs the same whatever the runs' inputs and outputs."""
         query = runs_query(request)
         try:
-            runs, total = await self.engine.count_runs(
+            runs, total = await self.engine.run_summaries(
                 workflow=query.workflow,
                 status=query.status,
                 visible_to=principal.visible_to,
@@ -193,7 +203,9 @@ class Api:
     async def stream(self, request: Request, principal: Principal) -> Response:
         """Server-sent events with the run and its steps until it ends or suspends."""
         run = await self._readable_run(request, principal)
-        return stream_run(self.engine, run.id, lambda r: self._run_with_steps(r, principal))
+        return stream_run(
+            self.engine, run.id, lambda r: self._run_with_steps(r, principal), self.lifecycle
+        )
 
     async def cancel(self, request: Request, principal: Principal) -> Response:
         run = await self._readable_run(request, principal)
@@ -217,6 +229,17 @@ class Api:
         """Deliver an event; the body (any JSON, or nothing) is its payload."""
         run = await self._readable_run(request, principal)
         name = request.path_params["name"]
+        if not _NAME.match(name):
+            raise invalid(
+                [
+                    {
+                        "field": "name",
+                        "message": "an event name has 1 to 200 characters, no /"
+                        " and no control characters",
+                    }
+                ],
+                "path",
+            )
         payload = await json_body(request)
         try:
             waiting = await self.engine.send_event(run.id, name, payload)
@@ -230,7 +253,10 @@ class Api:
         return JSONResponse({"run_id": run.id, "event": name, "waiting": waiting}, status_code=202)
 
     async def list_graphs(self, request: Request, principal: Principal) -> Response:
-        """Graphs this app declares plus every version registered at run time."""
+        """Graphs this app declares plus the versions the caller registered at run time
+        (every version, with authentication off). Needs the ``graphs`` scope: a
+        definition says which functions a graph calls with what."""
+        principal.require_scope("graphs", "reading graph definitions")
         items: dict[tuple[str, str | None], dict[str, Any]] = {}
         for name, graph in self.engine.app.graphs.items():
             version = graph.content_hash()
@@ -242,6 +268,10 @@ class Api:
                 "definition": graph.to_dict(),
             }
         for entry in await self.engine.list_graphs():
+            app_graph = (entry["workflow"], entry["version"]) in items
+            mine = principal.unrestricted or entry.get("registered_by") == principal.user
+            if not (app_graph or mine):
+                continue  # another user's definitions are theirs to read
             data = _jsonable(entry)
             name = data.pop("workflow")
             data.pop("kind", None)
@@ -251,11 +281,14 @@ class Api:
         return JSONResponse({"graphs": list(items.values())})
 
     async def register_graph(self, request: Request, principal: Principal) -> Response:
-        """Register (or update) a graph from JSON."""
+        """Register (or update) a graph from JSON. Needs the ``graphs`` scope; a graph
+        name belongs to the user who registered it first, and the app's own names to
+        nobody (403 for everyone else)."""
+        principal.require_scope("graphs", "registering graphs")
         body: RegisterGraph = validate(RegisterGraph, await json_body(request, empty={}))
         try:
             version = await self.engine.register_graph(
-                body.name, body.definition, status=body.status
+                body.name, body.definition, status=body.status, registered_by=principal.user
             )
         except (TypeError, ValueError) as exc:
             mapped = from_plait(exc)
@@ -274,6 +307,9 @@ def field_named(exc: Exception, fields: tuple[str, ...], default: str) -> str:
         if text.startswith((name, f"invalid {name}", f"{name}=")) or f" {name} " in text:
             return name
     return default
+
+
+_NAME = re.compile(NAME_PATTERN)
 
 
 def _summary(run: Run) -> dict[str, Any]:

@@ -2,45 +2,74 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+import logging
+from collections.abc import AsyncIterator, Iterable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
 from plait.engine import Engine
 from plait.http.api import Api
-from plait.http.auth import Authenticate, Authenticator
+from plait.http.auth import Authenticate, Authenticator, Tokens
 from plait.http.dashboard import dashboard_routes
 from plait.http.flow import FlowApi
+from plait.http.guard import MAX_BODY, Guard
+from plait.http.lifecycle import Lifecycle
 from plait.http.openapi import openapi_document
-from plait.http.problems import ApiError, handle_api_error, handle_http_exception
+from plait.http.problems import (
+    ApiError,
+    handle_api_error,
+    handle_http_exception,
+    handle_unexpected,
+)
+from plait.http.sessions import SESSION_SECONDS, Sessions
+from plait.http.signin import SignInRoutes
+
+log = logging.getLogger("plait.http")
 
 
 def create_app(
     engine: Engine,
     *,
-    tokens: Mapping[str, str] | None = None,
+    tokens: Tokens | None = None,
     authenticate: Authenticate | None = None,
     no_auth: bool = False,
+    max_body: int = MAX_BODY,
+    allowed_hosts: Iterable[str] = (),
+    session_seconds: float = SESSION_SECONDS,
 ) -> Starlette:
     """The plait web app for ``engine``: ``/api``, ``/openapi.json`` and the dashboard at ``/``.
 
-    Access: ``tokens`` maps bearer token to user id (default: ``PLAIT_TOKENS``, written
-    ``"alice:token1,bob:token2"``); or ``authenticate(request)`` returns the user id (sync
-    or async, None for "not authenticated") for apps with their own sign-in. ``no_auth``
-    turns checks off for a server on one's own machine; it has to be asked for.
+    Access: ``tokens`` maps bearer token to user id or ``Principal`` (default:
+    ``PLAIT_TOKENS``, written ``"alice:token1,admin:token2:graphs"``: user, token and
+    optional scopes joined by ``+``); or ``authenticate(request)`` returns the user id or
+    ``Principal`` (sync or async, None for "not authenticated") for apps with their own
+    sign-in. The dashboard's sign-in form turns a token into a session cookie that lasts
+    ``session_seconds``. ``no_auth`` turns checks off for a server on one's own machine;
+    it has to be asked for, and then only requests that name this server in ``Host``
+    (its own address, a loopback name, or one of ``allowed_hosts``) and come from no
+    other site's page are served.
 
-    When run by an ASGI server, the app opens ``engine`` on start-up if it is not open yet
-    and closes it again on shut-down. Mounted inside another app (whose lifespan does not
-    reach mounted apps), open the engine yourself.
+    Request bodies over ``max_body`` bytes get 413. When run by an ASGI server, the app
+    opens ``engine`` on start-up if it is not open yet and closes it again on shut-down;
+    the server should call ``app.state.lifecycle.begin_shutdown()`` as it starts to shut
+    down (``plait serve`` does), so open streams and waits end at once. Mounted inside
+    another app (whose lifespan does not reach mounted apps), open the engine yourself.
     """
-    auth = Authenticator(tokens=tokens, authenticate=authenticate, no_auth=no_auth)
-    api = Api(engine, auth)
-    document = openapi_document()
+    sessions = Sessions(session_seconds)
+    auth = Authenticator(
+        tokens=tokens, authenticate=authenticate, no_auth=no_auth, sessions=sessions
+    )
+    lifecycle = Lifecycle()
+    api = Api(engine, auth, lifecycle)
+    signin = SignInRoutes(auth, sessions)
+    document = openapi_document([*engine.app.workflows, *engine.app.graphs])
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(document)
@@ -53,17 +82,51 @@ def create_app(
         try:
             yield
         finally:
+            lifecycle.begin_shutdown()
             if opened_here:
                 await engine.close()
+            _report_leftovers(lifecycle, engine)
 
     app = Starlette(
         routes=[
             Route("/openapi.json", openapi, methods=["GET"]),
-            Mount("/api", routes=[*api.routes(), *FlowApi(engine, api._wrap).routes()]),
+            Mount(
+                "/api",
+                routes=[*signin.routes(), *api.routes(), *FlowApi(engine, api._wrap).routes()],
+            ),
             *dashboard_routes(),
         ],
-        exception_handlers={ApiError: handle_api_error, HTTPException: handle_http_exception},
+        middleware=[
+            Middleware(Guard, max_body=max_body, no_auth=no_auth, allowed_hosts=allowed_hosts)
+        ],
+        exception_handlers={
+            ApiError: handle_api_error,
+            HTTPException: handle_http_exception,
+            Exception: handle_unexpected,
+        },
         lifespan=lifespan,
     )
     app.state.engine = engine
+    app.state.lifecycle = lifecycle
+    app.state.sessions = sessions
     return app
+
+
+def _report_leftovers(lifecycle: Lifecycle, engine: Engine) -> None:
+    """After shut-down nothing of ours may still run: say so loudly if something does."""
+    open_requests = lifecycle.leftovers()
+    watched = engine.notifier.watched_runs()
+    ours = [
+        t.get_name()
+        for t in asyncio.all_tasks()
+        if not t.done() and t.get_name().startswith("plait") and t is not asyncio.current_task()
+    ]
+    if open_requests or watched or ours:
+        log.warning(
+            "shutdown left work behind: requests %s, watchers on %d runs, tasks %s",
+            open_requests,
+            watched,
+            ours,
+        )
+    else:
+        log.info("shutdown complete: no stream, wait, watcher or task left")

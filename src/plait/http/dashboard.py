@@ -1,9 +1,11 @@
 """The dashboard: HTML pages rendered on the server, data fetched by a little JavaScript.
 
-Pages carry no run data themselves: the browser holds the bearer token (from ``?token=``
-once, then localStorage) and only the JSON API checks it, so the same owner rules apply
-to the dashboard as to any other client. Everything it needs ships inside the package and
-works offline.
+Pages carry no run data themselves: the browser signs in through the JSON API
+(``/api/session``, a form on every page) and only the API checks who it is, so the same
+owner rules apply to the dashboard as to any other client. A token never goes in a URL: a
+page asked for with ``?token=`` is sent back to itself without it, and the token is not
+used. Everything the pages need ships inside the package and works offline; the
+Content-Security-Policy allows nothing else.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from functools import cache
 from html import escape
 from importlib import resources
 from string import Template
+from urllib.parse import quote
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -57,7 +60,21 @@ def render_page(request: Request, page: str, title: str, body: str) -> HTMLRespo
     return HTMLResponse(html, headers={"Cache-Control": "no-store"})
 
 
+def _without_token(request: Request) -> Response | None:
+    """A page asked for with ``?token=``: the same page without it (303), so the token
+    leaves the address bar and history. Signing in is the form's job, never a link's: a
+    link would sign its visitor in as whoever made it."""
+    if "token" not in request.query_params:
+        return None
+    kept = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+    query = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in kept)
+    target = request.url.path + (f"?{query}" if query else "")
+    return RedirectResponse(target, status_code=303, headers={"Cache-Control": "no-store"})
+
+
 async def runs_page(request: Request) -> Response:
+    if (redirect := _without_token(request)) is not None:
+        return redirect
     status = request.query_params.get("status", "")
     options = "\n".join(
         f'        <option value="{s}"{" selected" if s == status else ""}>{s}</option>'
@@ -74,6 +91,8 @@ async def runs_page(request: Request) -> Response:
 
 
 async def run_page(request: Request) -> Response:
+    if (redirect := _without_token(request)) is not None:
+        return redirect
     run_id = request.path_params["run_id"]
     body = _template("run.html").substitute(
         root=escape(_root(request)),

@@ -1,15 +1,28 @@
 """The OpenAPI 3.1 document served at ``/openapi.json``.
 
 Written by hand (routes are few and stable) except for request bodies, whose schemas come
-from the same pydantic models that validate them, so the two cannot drift apart.
+from the same pydantic models that validate them, so the two cannot drift apart. Every
+status a route can answer with is listed, with the problem document it carries: the
+fuzz test holds the server to this document.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from plait import __version__
-from plait.http.schemas import MAX_PAGE, RUN_STATUSES, CreateSchedule, RegisterGraph, StartRun
+from plait.http.problems import PROBLEM_JSON
+from plait.http.schemas import (
+    MAX_OFFSET,
+    MAX_PAGE,
+    NAME_PATTERN,
+    RUN_STATUSES,
+    CreateSchedule,
+    RegisterGraph,
+    StartRun,
+)
+from plait.http.signin import SignIn
 
 _REF = "#/components/schemas/"
 
@@ -24,62 +37,117 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 #: every error status the API answers with, and what it means
 _ERROR_TEXT = {
-    401: "no valid bearer token",
-    403: "the run belongs to another user",
+    400: "the server does not answer to this Host, or the request cannot apply here",
+    401: "no valid bearer token or sign-in session",
+    403: "not allowed: another user's run or graph, a missing scope, a foreign Origin,"
+    " or a missing CSRF token",
     404: "unknown workflow or run",
     409: "the run's status does not allow this action",
+    413: "the request body (or a value in it) is over the size limit",
+    415: "a request that changes something must be Content-Type: application/json",
     422: "malformed request; `problems` lists every problem",
 }
+#: what every route may answer whatever it does
+_ALWAYS = (400, 401, 403)
+#: and every route that changes something
+_CHANGES = (*_ALWAYS, 413, 415)
 
 
 def _errors(*codes: int) -> dict[str, Any]:
-    return {str(c): {"$ref": f"#/components/responses/E{c}"} for c in codes if c in _ERROR_TEXT}
+    return {str(c): {"$ref": f"#/components/responses/E{c}"} for c in sorted(set(codes))}
 
 
 _RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
 
 
-def _run_action(summary: str, extra: tuple[int, ...] = ()) -> dict[str, Any]:
+def _run_action(summary: str) -> dict[str, Any]:
     return {
         "post": {
             "summary": summary,
             "parameters": [_RUN_ID],
             "responses": {
                 "202": _json(_ref("Run"), "the run after the action"),
-                **_errors(401, 403, 404, 409, *extra),
+                **_errors(*_CHANGES, 404, 409),
             },
         }
     }
 
 
-def openapi_document() -> dict[str, Any]:
-    """The API description served at /openapi.json."""
+def _object(**properties: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": sorted(properties)}
+
+
+def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
+    """The API description served at /openapi.json; ``workflows`` (names a run can be
+    started with) are given as examples of the start route's ``name``."""
+    name_param: dict[str, Any] = {
+        "name": "name",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string"},
+    }
+    if workflows:
+        name_param["examples"] = {name: {"value": name} for name in workflows}
+    session = _object(
+        user={"type": ["string", "null"]},
+        auth={"type": "boolean"},
+        scopes={"type": "array", "items": {"type": "string"}},
+        session={"type": "boolean", "description": "signed in by a session cookie"},
+    )
+    session["properties"]["csrf_token"] = {
+        "type": "string",
+        "description": "send it as X-CSRF-Token with every request that changes something",
+    }
+    session["properties"]["expires_at"] = {"type": "number", "description": "unix seconds"}
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
             "title": "plait",
             "version": __version__,
             "description": "Start, watch and steer durable workflow runs. Send "
-            "`Authorization: Bearer <token>` unless the server runs with --no-auth.",
+            "`Authorization: Bearer <token>` unless the server runs with --no-auth. Requests "
+            "that change something need `Content-Type: application/json`; errors are "
+            "`application/problem+json`.",
         },
         "servers": [{"url": "/"}],
         "security": [{"bearer": []}],
         "paths": {
+            "/api/session": {
+                "get": {
+                    "summary": "Who this browser (or token) is signed in as",
+                    "responses": {"200": _json(session, "signed in"), **_errors(*_ALWAYS)},
+                },
+                "post": {
+                    "summary": "Sign in with a token: sets an HttpOnly session cookie",
+                    "security": [],
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _ref("SignIn")}},
+                    },
+                    "responses": {
+                        "201": _json(session, "signed in; the cookie is set"),
+                        **_errors(*_CHANGES, 422),
+                    },
+                },
+                "delete": {
+                    "summary": "Sign out: the session ends and its cookie is cleared",
+                    "security": [],
+                    "responses": {"204": {"description": "signed out"}, **_errors(*_CHANGES)},
+                },
+            },
             "/api/me": {
                 "get": {
-                    "summary": "The caller's user id",
+                    "summary": "The caller's user id and scopes",
                     "responses": {
                         "200": _json(
-                            {
-                                "type": "object",
-                                "properties": {
-                                    "user": {"type": ["string", "null"]},
-                                    "auth": {"type": "boolean"},
-                                },
-                            },
+                            _object(
+                                user={"type": ["string", "null"]},
+                                auth={"type": "boolean"},
+                                scopes={"type": "array", "items": {"type": "string"}},
+                            ),
                             "who you are",
                         ),
-                        **_errors(401),
+                        **_errors(*_ALWAYS),
                     },
                 }
             },
@@ -88,61 +156,53 @@ def openapi_document() -> dict[str, Any]:
                     "summary": "Workflows and graphs a run can be started with",
                     "responses": {
                         "200": _json(
-                            {
-                                "type": "object",
-                                "properties": {
-                                    "workflows": {
-                                        "type": "array",
-                                        "items": {
-                                            "type": "object",
-                                            "properties": {
-                                                "name": {"type": "string"},
-                                                "kind": {"enum": ["workflow", "graph"]},
-                                            },
-                                        },
-                                    }
-                                },
-                            },
+                            _object(
+                                workflows={
+                                    "type": "array",
+                                    "items": _object(
+                                        name={"type": "string"},
+                                        kind={"enum": ["workflow", "graph"]},
+                                    ),
+                                }
+                            ),
                             "registered names",
                         ),
-                        **_errors(401),
+                        **_errors(*_ALWAYS),
                     },
                 }
             },
             "/api/workflows/{name}/runs": {
                 "post": {
                     "summary": "Start a run (optionally wait for it to settle)",
-                    "parameters": [
-                        {
-                            "name": "name",
-                            "in": "path",
-                            "required": True,
-                            "schema": {"type": "string"},
-                        }
-                    ],
+                    "parameters": [name_param],
                     "requestBody": {
                         "required": False,
                         "content": {"application/json": {"schema": _ref("StartRun")}},
                     },
                     "responses": {
                         "201": _json(
-                            {"type": "object", "properties": {"run_id": {"type": "string"}}},
+                            _object(run_id={"type": "string"}),
                             "the run was created (or already existed with this run_id)",
                         ),
                         "200": _json(_ref("RunWithSteps"), "with `wait`: the settled run"),
                         "202": _json(
                             _ref("RunWithSteps"),
-                            "with `wait`: still going after `timeout` (default 300 s)",
+                            "with `wait`: still going after `timeout` (default 300 s), or"
+                            " the server is shutting down",
                         ),
-                        **_errors(401, 403, 404, 409, 422),
+                        **_errors(*_CHANGES, 404, 409, 422),
                     },
                 }
             },
             "/api/runs": {
                 "get": {
-                    "summary": "Runs the caller may read, newest first",
+                    "summary": "Runs the caller may read, newest first, as summaries",
                     "parameters": [
-                        {"name": "workflow", "in": "query", "schema": {"type": "string"}},
+                        {
+                            "name": "workflow",
+                            "in": "query",
+                            "schema": {"type": "string", "pattern": NAME_PATTERN},
+                        },
                         {"name": "status", "in": "query", "schema": {"enum": list(RUN_STATUSES)}},
                         {
                             "name": "limit",
@@ -157,23 +217,25 @@ def openapi_document() -> dict[str, Any]:
                         {
                             "name": "offset",
                             "in": "query",
-                            "schema": {"type": "integer", "minimum": 0, "default": 0},
+                            "schema": {
+                                "type": "integer",
+                                "minimum": 0,
+                                "maximum": MAX_OFFSET,
+                                "default": 0,
+                            },
                         },
                     ],
                     "responses": {
                         "200": _json(
-                            {
-                                "type": "object",
-                                "properties": {
-                                    "runs": {"type": "array", "items": _ref("Run")},
-                                    "total": {"type": "integer"},
-                                    "limit": {"type": "integer"},
-                                    "offset": {"type": "integer"},
-                                },
-                            },
+                            _object(
+                                runs={"type": "array", "items": _ref("RunSummary")},
+                                total={"type": "integer"},
+                                limit={"type": "integer"},
+                                offset={"type": "integer"},
+                            ),
                             "one page of runs and the total that match",
                         ),
-                        **_errors(401, 422),
+                        **_errors(*_ALWAYS, 422),
                     },
                 }
             },
@@ -183,7 +245,7 @@ def openapi_document() -> dict[str, Any]:
                     "parameters": [_RUN_ID],
                     "responses": {
                         "200": _json(_ref("RunWithSteps"), "the run"),
-                        **_errors(401, 403, 404),
+                        **_errors(*_ALWAYS, 404),
                     },
                 }
             },
@@ -193,16 +255,13 @@ def openapi_document() -> dict[str, Any]:
                     "parameters": [_RUN_ID],
                     "responses": {
                         "200": _json(
-                            {
-                                "type": "object",
-                                "properties": {
-                                    "run_id": {"type": "string"},
-                                    "attempts": {"type": "array", "items": _ref("StepAttempt")},
-                                },
-                            },
+                            _object(
+                                run_id={"type": "string"},
+                                attempts={"type": "array", "items": _ref("StepAttempt")},
+                            ),
                             "the attempts",
                         ),
-                        **_errors(401, 403, 404),
+                        **_errors(*_ALWAYS, 404),
                     },
                 }
             },
@@ -212,20 +271,17 @@ def openapi_document() -> dict[str, Any]:
                     "parameters": [_RUN_ID],
                     "responses": {
                         "200": _json(
-                            {
-                                "type": "object",
-                                "properties": {
-                                    "kind": {"enum": ["graph", "steps"]},
-                                    "svg": {"type": "string"},
-                                    "width": {"type": "integer"},
-                                    "height": {"type": "integer"},
-                                    "nodes": {"type": "array", "items": {"type": "object"}},
-                                    "edges": {"type": "array", "items": {"type": "object"}},
-                                },
-                            },
+                            _object(
+                                kind={"enum": ["graph", "steps"]},
+                                svg={"type": "string"},
+                                width={"type": "integer"},
+                                height={"type": "integer"},
+                                nodes={"type": "array", "items": {"type": "object"}},
+                                edges={"type": "array", "items": {"type": "object"}},
+                            ),
                             "the drawing",
                         ),
-                        **_errors(401, 403, 404),
+                        **_errors(*_ALWAYS, 404),
                     },
                 }
             },
@@ -234,14 +290,15 @@ def openapi_document() -> dict[str, Any]:
                     "summary": "Server-sent events until the run ends or suspends",
                     "description": "`event: run` carries the run with its steps (as GET "
                     "/api/runs/{run_id}) whenever it changes; `event: end` carries "
-                    "`{run_id, status}` and closes the stream.",
+                    "`{run_id, status}` and closes the stream. When the server shuts down, "
+                    "`event: close` carries `{run_id, reason}` and closes it too.",
                     "parameters": [_RUN_ID],
                     "responses": {
                         "200": {
                             "description": "an event stream",
                             "content": {"text/event-stream": {"schema": {"type": "string"}}},
                         },
-                        **_errors(401, 403, 404),
+                        **_errors(*_ALWAYS, 404),
                     },
                 }
             },
@@ -266,57 +323,64 @@ def openapi_document() -> dict[str, Any]:
                     },
                     "responses": {
                         "202": _json(
-                            {
-                                "type": "object",
-                                "properties": {
-                                    "run_id": {"type": "string"},
-                                    "event": {"type": "string"},
-                                    "waiting": {
-                                        "type": "boolean",
-                                        "description": "the run waits for this event now;"
-                                        " false: it is held for a later wait, which may"
-                                        " never come (a wait that timed out)",
-                                    },
+                            _object(
+                                run_id={"type": "string"},
+                                event={"type": "string"},
+                                waiting={
+                                    "type": "boolean",
+                                    "description": "the run waits for this event now;"
+                                    " false: it is held for a later wait, which may"
+                                    " never come (a wait that timed out)",
                                 },
-                            },
+                            ),
                             "stored for the run",
                         ),
-                        **_errors(401, 403, 404, 409, 422),
+                        **_errors(*_CHANGES, 404, 409, 422),
                     },
                 }
             },
             "/api/graphs": {
                 "get": {
-                    "summary": "Graphs of the app and graphs registered at run time",
+                    "summary": "Graphs of the app and the graphs the caller registered"
+                    " (needs the `graphs` scope)",
                     "responses": {
                         "200": _json(
-                            {
-                                "type": "object",
-                                "properties": {
-                                    "graphs": {"type": "array", "items": {"type": "object"}}
-                                },
-                            },
+                            _object(graphs={"type": "array", "items": _ref("GraphVersion")}),
                             "the graphs",
                         ),
-                        **_errors(401),
+                        **_errors(*_ALWAYS),
                     },
                 },
                 "post": {
-                    "summary": "Register a graph from its JSON definition",
+                    "summary": "Register a graph from its JSON definition (needs the `graphs`"
+                    " scope; a name belongs to the user who registered it first)",
                     "requestBody": {
                         "required": True,
                         "content": {"application/json": {"schema": _ref("RegisterGraph")}},
                     },
                     "responses": {
-                        "201": _json({"type": "object"}, "registered"),
-                        **_errors(401, 422),
+                        "201": _json(
+                            _object(
+                                name={"type": "string"},
+                                status={"enum": ["draft", "active"]},
+                                version={"type": "string"},
+                            ),
+                            "registered",
+                        ),
+                        **_errors(*_CHANGES, 422),
                     },
                 },
             },
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "responses": {f"E{c}": _json(_ref("Error"), desc) for c, desc in _ERROR_TEXT.items()},
+            "responses": {
+                f"E{c}": {
+                    "description": desc,
+                    "content": {PROBLEM_JSON: {"schema": _ref("Problem")}},
+                }
+                for c, desc in _ERROR_TEXT.items()
+            },
             "schemas": _schemas(),
         },
     }
@@ -327,99 +391,110 @@ def openapi_document() -> dict[str, Any]:
 
 def _schemas() -> dict[str, Any]:
     timestamp = {"type": "string", "format": "date-time"}
+    maybe_timestamp = {"type": ["string", "null"], "format": "date-time"}
     error = {"type": ["object", "null"]}
-    run = {
-        "type": "object",
-        "properties": {
-            "id": {"type": "string"},
-            "workflow": {"type": "string"},
-            "kind": {"enum": ["workflow", "graph"]},
-            "status": {"enum": list(RUN_STATUSES)},
-            "input": {},
-            "output": {},
-            "error": error,
-            "created_at": timestamp,
-            "updated_at": timestamp,
-            "parent_run_id": {"type": ["string", "null"]},
-            "owner": {"type": ["string", "null"]},
-            "version": {"type": ["string", "null"]},
-        },
-    }
-    step = {
-        "type": "object",
-        "properties": {
-            "run_id": {"type": "string"},
-            "key": {"type": "string"},
-            "name": {"type": "string"},
-            "kind": {"type": "string"},
-            "function": {"type": ["string", "null"]},
-            "status": {"enum": ["pending", "scheduled", "running", "succeeded", "failed"]},
-            "input": {},
-            "output": {},
-            "error": error,
-            "attempts": {"type": "integer"},
-            "retries": {"type": "integer"},
-            "invocation_id": {"type": "string"},
-            "child_run_id": {"type": ["string", "null"]},
-            "created_at": timestamp,
-            "updated_at": timestamp,
-        },
-    }
-    attempt = {
-        "type": "object",
-        "properties": {
-            "run_id": {"type": "string"},
-            "key": {"type": "string"},
-            "attempt": {"type": "integer"},
-            "status": {"type": "string"},
-            "output": {},
-            "error": error,
-            "started_at": timestamp,
-            "finished_at": {"type": ["string", "null"], "format": "date-time"},
-        },
-    }
+    text_or_null = {"type": ["string", "null"]}
+    summary = _object(
+        id={"type": "string"},
+        workflow={"type": "string"},
+        kind={"enum": ["workflow", "graph"]},
+        status={"enum": list(RUN_STATUSES)},
+        version=text_or_null,
+        owner=text_or_null,
+        parent_run_id=text_or_null,
+        created_at=timestamp,
+        updated_at=timestamp,
+    )
+    run = _object(
+        **summary["properties"],
+        input={},
+        output={},
+        error=error,
+    )
+    step = _object(
+        run_id={"type": "string"},
+        key={"type": "string"},
+        name={"type": "string"},
+        kind={"type": "string"},
+        function=text_or_null,
+        status={"enum": ["pending", "scheduled", "running", "succeeded", "failed"]},
+        input={},
+        output={},
+        error=error,
+        attempts={"type": "integer"},
+        retries={"type": "integer"},
+        invocation_id={"type": "string"},
+        child_run_id=text_or_null,
+        created_at=timestamp,
+        updated_at=timestamp,
+        wake_at=maybe_timestamp,
+    )
+    attempt = _object(
+        run_id={"type": "string"},
+        key={"type": "string"},
+        attempt={"type": "integer"},
+        status={"type": "string"},
+        output={},
+        error=error,
+        started_at=timestamp,
+        finished_at=maybe_timestamp,
+    )
     with_steps = {
         "allOf": [
             {"$ref": _REF + "Run"},
-            {
-                "type": "object",
-                "properties": {
-                    "steps": {"type": "array", "items": {"$ref": _REF + "Step"}},
-                    "children": {"type": "array", "items": {"type": "object"}},
-                },
-            },
+            _object(
+                steps={"type": "array", "items": {"$ref": _REF + "Step"}},
+                children={"type": "array", "items": {"type": "object"}},
+            ),
         ]
     }
-    problem_error = {
+    graph_version = {
         "type": "object",
         "properties": {
-            "error": {
-                "type": "object",
-                "properties": {
-                    "status": {"type": "integer"},
-                    "code": {"type": "string"},
-                    "message": {"type": "string"},
-                    "problems": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "field": {"type": "string"},
-                                "message": {"type": "string"},
-                            },
-                        },
-                    },
-                },
-                "required": ["status", "code", "message"],
-            }
+            "name": {"type": "string"},
+            "version": {"type": "string"},
+            "status": {"type": "string"},
+            "source": {"enum": ["app", "registered"]},
+            "definition": {"type": "object"},
+            "registered_by": text_or_null,
         },
+        "required": ["name", "version", "status", "source"],
+    }
+    problem_item = _object(field={"type": "string"}, message={"type": "string"})
+    legacy = {
+        "type": "object",
+        "properties": {
+            "status": {"type": "integer"},
+            "code": {"type": "string"},
+            "message": {"type": "string"},
+            "problems": {"type": "array", "items": problem_item},
+        },
+        "required": ["status", "code", "message"],
+    }
+    problem = {
+        "type": "object",
+        "description": "An RFC 9457 problem; `code` is plait's name for it, `error` the same "
+        "fields in the shape of earlier versions",
+        "properties": {
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+            "code": {"type": "string"},
+            "problems": {"type": "array", "items": problem_item},
+            "error": legacy,
+        },
+        "required": ["type", "title", "status", "detail", "code", "error"],
     }
     return {
         "Run": run,
+        "RunSummary": summary,
         "RunWithSteps": with_steps,
         "Step": step,
         "StepAttempt": attempt,
-        "Error": problem_error,
+        "GraphVersion": graph_version,
+        "Problem": problem,
+        "SignIn": SignIn.model_json_schema(),
         "StartRun": StartRun.model_json_schema(),
         "RegisterGraph": RegisterGraph.model_json_schema(),
     }
@@ -438,7 +513,7 @@ def _flow_paths() -> dict[str, Any]:
             "post": {
                 "summary": summary,
                 "parameters": [_NAME],
-                "responses": {"202": answer, **_errors(401, 403, 404)},
+                "responses": {"202": answer, **_errors(*_CHANGES, 404)},
             }
         }
 
@@ -448,10 +523,10 @@ def _flow_paths() -> dict[str, Any]:
                 "summary": "Schedules the caller may see, with next tick and last run",
                 "responses": {
                     "200": _json(
-                        {"type": "object", "properties": {"schedules": {"type": "array"}}},
+                        _object(schedules={"type": "array", "items": schedule}),
                         "the schedules",
                     ),
-                    **_errors(401),
+                    **_errors(*_ALWAYS),
                 },
             },
             "post": {
@@ -462,7 +537,7 @@ def _flow_paths() -> dict[str, Any]:
                 },
                 "responses": {
                     "201": _json(schedule, "the schedule"),
-                    **_errors(401, 403, 404, 422),
+                    **_errors(*_CHANGES, 404, 422),
                 },
             },
         },
@@ -470,7 +545,10 @@ def _flow_paths() -> dict[str, Any]:
             "get": {
                 "summary": "One schedule",
                 "parameters": [_NAME],
-                "responses": {"200": _json(schedule, "the schedule"), **_errors(401, 403, 404)},
+                "responses": {
+                    "200": _json(schedule, "the schedule"),
+                    **_errors(*_ALWAYS, 404),
+                },
             }
         },
         "/api/schedules/{name}/pause": action(
@@ -481,17 +559,20 @@ def _flow_paths() -> dict[str, Any]:
         ),
         "/api/schedules/{name}/trigger": action(
             "Start the schedule's workflow now",
-            _json({"type": "object", "properties": {"run_id": {"type": "string"}}}, "the run"),
+            _json(
+                _object(schedule={"type": "string"}, run_id={"type": "string"}),
+                "the schedule and the run it started",
+            ),
         ),
         "/api/queues": {
             "get": {
                 "summary": "Runs waiting and runs holding a slot, per queue",
                 "responses": {
                     "200": _json(
-                        {"type": "object", "properties": {"queues": {"type": "array"}}},
+                        _object(queues={"type": "array"}),
                         "queue depths",
                     ),
-                    **_errors(401),
+                    **_errors(*_ALWAYS),
                 },
             }
         },

@@ -1,13 +1,17 @@
 """Errors as HTTP answers: one JSON shape for every failure, and the plait exceptions that
 map onto each status code.
 
-Every error body is ``{"error": {"status", "code", "message", "problems"?}}`` so clients
-(and the dashboard) can show ``message`` without knowing which route failed, and 422s list
-every problem at once so one edit can fix a request.
+Every error is an RFC 9457 problem (``application/problem+json``: ``type``, ``title``,
+``status``, ``detail``) that also carries plait's own ``code`` and, for a malformed request,
+``problems`` (every problem at once, so one edit can fix a request). The same fields are
+kept under ``error`` (``{"error": {"status", "code", "message", "problems"?}}``), the shape
+clients of earlier versions read, so the dashboard and scripts can show ``message``
+without knowing which route failed.
 """
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -16,13 +20,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from plait.errors import (
+    GraphOwnerError,
     NotJSONError,
+    PayloadTooDeepError,
+    PayloadTooLargeError,
     RunNotFoundError,
     RunStateError,
     ScheduleNotFoundError,
     WorkflowNotFoundError,
 )
 from plait.graph.errors import GraphValidationError
+
+#: the media type of every error answer
+PROBLEM_JSON = "application/problem+json"
 
 
 class ApiError(Exception):
@@ -51,10 +61,28 @@ class ApiError(Exception):
         if self.problems is not None:
             error["problems"] = self.problems
         error.update(self.extra)
-        return {"error": error}
+        problem: dict[str, Any] = {
+            "type": "about:blank",
+            "title": _title(self.status),
+            "status": self.status,
+            "detail": self.message,
+            "code": self.code,
+        }
+        if self.problems is not None:
+            problem["problems"] = self.problems
+        return {**problem, "error": error}
 
     def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+        return JSONResponse(
+            self.body(), status_code=self.status, headers=self.headers, media_type=PROBLEM_JSON
+        )
+
+
+def _title(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
 
 
 def invalid(problems: list[dict[str, str]], what: str = "request") -> ApiError:
@@ -94,6 +122,12 @@ def from_plait(exc: Exception) -> ApiError | None:
     if isinstance(exc, GraphValidationError):
         problems = [{"field": "definition", "message": p} for p in exc.problems]
         return ApiError(422, "INVALID_GRAPH", str(exc).splitlines()[0], problems=problems)
+    if isinstance(exc, GraphOwnerError):
+        return ApiError(403, "GRAPH_FORBIDDEN", str(exc))
+    if isinstance(exc, PayloadTooLargeError):
+        return ApiError(413, "PAYLOAD_TOO_LARGE", str(exc), extra={"limit": exc.limit})
+    if isinstance(exc, PayloadTooDeepError):
+        return ApiError(422, "PAYLOAD_TOO_DEEP", str(exc), extra={"limit": exc.limit})
     return None
 
 
@@ -106,6 +140,13 @@ def bad_input(exc: Exception, field: str = "input") -> ApiError:
 async def handle_api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
     return exc.response()
+
+
+async def handle_unexpected(request: Request, exc: Exception) -> Response:
+    """The last resort: a bug answers as a problem like every other error, never as a
+    bare text page (Starlette raises the exception on afterwards, so the server logs it
+    with its traceback)."""
+    return ApiError(500, "INTERNAL_ERROR", "the server failed to answer; see its log").response()
 
 
 async def handle_http_exception(request: Request, exc: Exception) -> Response:

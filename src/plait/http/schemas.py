@@ -10,10 +10,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.requests import Request
 
-from plait.http.problems import invalid, validate
+from plait import serde
+from plait.http.problems import ApiError, invalid, validate
+from plait.ids import RUN_ID_PATTERN
 
 RUN_STATUSES = ("queued", "running", "suspended", "completed", "failed", "cancelled")
 MAX_PAGE = 500
+#: the largest ``offset`` of a page of runs
+MAX_OFFSET = 2**31 - 1
+#: a workflow, graph or event name sent by a client: it travels in URL paths and logs, so
+#: no ``/`` and no control characters
+NAME_PATTERN = r"^[^\x00-\x1f\x7f/]{1,200}$"
 
 
 class StartRun(BaseModel):
@@ -22,12 +29,14 @@ class StartRun(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     input: Any = None
-    run_id: str | None = Field(default=None, min_length=1, max_length=200)
+    run_id: str | None = Field(
+        default=None, min_length=1, max_length=200, pattern=f"^{RUN_ID_PATTERN}$"
+    )
     wait: StrictBool = False
     #: seconds to wait with ``wait`` (default 300); past it the answer is 202 with the
     #: unfinished run
     timeout: float | None = Field(default=None, gt=0, le=3600)
-    start_node: str | None = Field(default=None, min_length=1)
+    start_node: str | None = Field(default=None, min_length=1, max_length=200)
     #: flow control (see ``Engine.start``); checked by the engine, which names the field
     queue: Any = None
     key: Any = None
@@ -57,7 +66,7 @@ class RegisterGraph(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
     definition: dict[str, Any]
     status: Literal["draft", "active"] = "active"
 
@@ -67,25 +76,48 @@ class RunsQuery(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    workflow: str | None = Field(default=None, min_length=1)
+    workflow: str | None = Field(default=None, max_length=200, pattern=NAME_PATTERN)
     status: Literal["queued", "running", "suspended", "completed", "failed", "cancelled"] | None = (
         None
     )
     limit: int = Field(default=50, ge=1, le=MAX_PAGE)
-    offset: int = Field(default=0, ge=0)
+    offset: int = Field(default=0, ge=0, le=MAX_OFFSET)
 
 
 async def json_body(request: Request, *, empty: Any = None) -> Any:
-    """The parsed JSON body; ``empty`` when there is none; 422 when it is not JSON."""
+    """The parsed JSON body; ``empty`` when there is none; 422 naming what is wrong when
+    it is not UTF-8 JSON, or nests deeper than plait stores (checked on the text first,
+    so no depth can exhaust the parser)."""
     raw = await request.body()
     if not raw.strip():
         return empty
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise invalid(
-            [{"field": "body", "message": f"not valid JSON: {exc}"}], "request body"
-        ) from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _not_json(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if serde.too_deep(text, serde.MAX_DEPTH):
+        raise ApiError(
+            422,
+            "PAYLOAD_TOO_DEEP",
+            f"the request body nests arrays and objects deeper than {serde.MAX_DEPTH} levels",
+            problems=[{"field": "body", "message": f"deeper than {serde.MAX_DEPTH} levels"}],
+            extra={"limit": serde.MAX_DEPTH},
+        )
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise _not_json(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except (ValueError, RecursionError) as exc:
+        # integers longer than Python converts (4300 digits), NaN and Infinity
+        raise _not_json(str(exc)) from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _not_json(reason: str) -> ApiError:
+    return invalid([{"field": "body", "message": f"not valid JSON: {reason}"}], "request body")
 
 
 def runs_query(request: Request) -> RunsQuery:

@@ -4,6 +4,9 @@ change, and a final ``end`` event once the run is completed, failed, cancelled o
 Wake-ups come from ``engine.notifier`` (set when the run changes status in this process);
 a short poll covers what it does not see: step progress inside a pass and changes made by
 other processes.
+
+A stream also ends when its client goes away (at once, not at the next write) and when
+the server shuts down: then a last ``close`` event tells the client to come back later.
 """
 
 from __future__ import annotations
@@ -12,12 +15,14 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from starlette.responses import StreamingResponse
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from plait.engine import Engine
+from plait.http.lifecycle import Ended, Lifecycle
 from plait.records import SETTLED, Run
 
 Snapshot = Callable[[Run], Awaitable[dict[str, Any]]]
@@ -74,9 +79,44 @@ async def run_events(
         engine.notifier.unwatch(run_id, watcher)
 
 
-def stream_run(engine: Engine, run_id: str, snapshot: Snapshot) -> StreamingResponse:
-    return StreamingResponse(
-        run_events(engine, run_id, snapshot),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+class EventStream(Response):
+    """An ``text/event-stream`` answer whose messages come from ``events``, watched by
+    ``lifecycle``: the client's disconnect or the server's shutdown ends it."""
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self, events: AsyncGenerator[str, None], lifecycle: Lifecycle, run_id: str
+    ) -> None:
+        self.events = events
+        self.lifecycle = lifecycle
+        self.run_id = run_id
+        self.status_code = 200
+        self.background = None
+        self.init_headers({"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+
+        async def pump() -> None:
+            async for message in self.events:
+                await send(
+                    {"type": "http.response.body", "body": message.encode(), "more_body": True}
+                )
+
+        try:
+            ended = await self.lifecycle.watch(pump(), receive, "streams")
+        finally:
+            await self.events.aclose()
+        if ended is Ended.DISCONNECTED:
+            return
+        if ended is Ended.SHUTDOWN:
+            last = format_event("close", {"run_id": self.run_id, "reason": "shutdown"})
+            await send({"type": "http.response.body", "body": last.encode(), "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def stream_run(
+    engine: Engine, run_id: str, snapshot: Snapshot, lifecycle: Lifecycle
+) -> EventStream:
+    return EventStream(run_events(engine, run_id, snapshot), lifecycle, run_id)

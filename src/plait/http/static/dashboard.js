@@ -1,28 +1,30 @@
 // plait dashboard: plain JavaScript over the JSON API (no libraries, works offline).
-// The bearer token arrives once as ?token=..., is kept in localStorage and sent as a header.
+// Signing in posts the token once to /api/session; from then on an HttpOnly cookie that
+// this script cannot read identifies the browser, and requests that change something
+// carry the session's CSRF token. The token itself is never stored by the browser.
 "use strict";
 
 (function () {
   const ROOT = document.body.dataset.root || "";
-  const TOKEN_KEY = "plait.token";
   const SETTLED = ["completed", "failed", "cancelled", "suspended"];
   // steps that wait rather than work: drawn hatched on the timeline
   const WAITING_KINDS = ["sleep", "suspend", "event"];
+  // the session's CSRF token, from GET /api/session (kept in memory only)
+  let csrfToken = null;
 
-  // -- token ------------------------------------------------------------------------------
-  (function takeTokenFromUrl() {
-    const params = new URLSearchParams(location.search);
-    if (!params.has("token")) return;
-    localStorage.setItem(TOKEN_KEY, params.get("token"));
-    params.delete("token");
-    const query = params.toString();
-    history.replaceState(null, "", location.pathname + (query ? "?" + query : "") + location.hash);
-  })();
+  // Earlier versions kept a token here: it must not outlive this version.
+  try {
+    localStorage.removeItem("plait.token");
+  } catch (_) {
+    /* storage may be off */
+  }
 
-  function authHeaders(extra) {
+  function headersFor(method, extra) {
     const headers = Object.assign({ Accept: "application/json" }, extra || {});
-    const token = localStorage.getItem(TOKEN_KEY);
-    if (token) headers.Authorization = "Bearer " + token;
+    if (method !== "GET") {
+      headers["Content-Type"] = "application/json";
+      if (csrfToken) headers["X-CSRF-Token"] = csrfToken;
+    }
     return headers;
   }
 
@@ -30,14 +32,48 @@
     const box = document.getElementById("signin");
     if (!box || !box.hidden) return;
     box.hidden = false;
-    document.getElementById("signin-form").addEventListener("submit", (event) => {
-      event.preventDefault();
-      const value = document.getElementById("signin-token").value.trim();
-      if (value) {
-        localStorage.setItem(TOKEN_KEY, value);
-        location.reload();
-      }
+    document.getElementById("signin-token").focus();
+  }
+
+  async function signIn(event) {
+    event.preventDefault();
+    const field = document.getElementById("signin-token");
+    const error = document.getElementById("signin-error");
+    error.textContent = "";
+    const token = field.value.trim();
+    if (!token) return;
+    const response = await fetch(ROOT + "/api/session", {
+      method: "POST",
+      headers: headersFor("POST"),
+      body: JSON.stringify({ token: token }),
+      cache: "no-store",
     });
+    field.value = "";
+    if (response.ok) {
+      location.reload();
+      return;
+    }
+    error.textContent = response.status === 401 ? "Unknown token." : "Sign-in failed (HTTP " + response.status + ").";
+  }
+
+  async function signOut() {
+    await fetch(ROOT + "/api/session", { method: "DELETE", headers: headersFor("DELETE"), cache: "no-store" });
+    location.reload();
+  }
+
+  // Who this browser is: null (and the sign-in form) when nobody is signed in.
+  async function whoAmI() {
+    const response = await fetch(ROOT + "/api/session", { headers: headersFor("GET"), cache: "no-store" });
+    if (response.status === 401) {
+      askForToken();
+      return null;
+    }
+    if (!response.ok) return null;
+    const me = await response.json();
+    csrfToken = me.csrf_token || null;
+    document.getElementById("whoami").textContent = me.auth ? me.user : "no auth";
+    document.getElementById("signout").hidden = !me.session;
+    return me;
   }
 
   class ApiError extends Error {
@@ -50,10 +86,10 @@
 
   async function api(path, options) {
     const opts = options || {};
-    const headers = authHeaders(opts.body !== undefined ? { "Content-Type": "application/json" } : {});
+    const method = opts.method || "GET";
     const response = await fetch(ROOT + "/api" + path, {
-      method: opts.method || "GET",
-      headers: headers,
+      method: method,
+      headers: headersFor(method),
       body: opts.body !== undefined ? JSON.stringify(opts.body) : undefined,
       cache: "no-store",
     });
@@ -70,10 +106,10 @@
     return data;
   }
 
-  // Server-sent events over fetch, because EventSource cannot send an Authorization header.
+  // Server-sent events over fetch, so a stream can be aborted like any request.
   async function stream(path, onEvent, signal) {
     const response = await fetch(ROOT + "/api" + path, {
-      headers: authHeaders({ Accept: "text/event-stream" }),
+      headers: { Accept: "text/event-stream" },
       cache: "no-store",
       signal: signal,
     });
@@ -108,7 +144,8 @@
       if (key === "class") el.className = value;
       else if (key === "text") el.textContent = value;
       else if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
-      else if (key === "style") el.setAttribute("style", value);
+      // through the CSSOM: the Content-Security-Policy allows no inline style attributes
+      else if (key === "style") Object.assign(el.style, value);
       else el.setAttribute(key, value === true ? "" : value);
     }
     for (const child of children.flat()) {
@@ -166,15 +203,6 @@
     notice.kind = message ? kind : null;
     clearTimeout(notice.timer);
     if (message && kind === "ok") notice.timer = setTimeout(() => notice(""), 4000);
-  }
-
-  async function showUser() {
-    try {
-      const me = await api("/me");
-      $("whoami").textContent = me.auth ? me.user : "no auth";
-    } catch (_) {
-      /* 401 already asked for a token */
-    }
   }
 
   // -- runs list --------------------------------------------------------------------------
@@ -399,14 +427,14 @@
               const e = ms(a.finished_at) || Math.min(now, t1);
               return h("span", {
                 class: "seg s-" + a.status,
-                style: "left:" + pct(s).toFixed(2) + "%;width:max(3px," + (pct(e) - pct(s)).toFixed(2) + "%)",
+                style: { left: pct(s).toFixed(2) + "%", width: "max(3px," + (pct(e) - pct(s)).toFixed(2) + "%)" },
                 title: "attempt " + a.attempt + ": " + a.status + " " + duration(e - s),
               });
             })
           : [
               h("span", {
                 class: "seg " + (end && !WAITING_KINDS.includes(step.kind) ? "s-" + step.status : "s-wait"),
-                style: "left:" + pct(start).toFixed(2) + "%;width:max(3px," + (pct(end || Math.min(now, t1)) - pct(start)).toFixed(2) + "%)",
+                style: { left: pct(start).toFixed(2) + "%", width: "max(3px," + (pct(end || Math.min(now, t1)) - pct(start)).toFixed(2) + "%)" },
                 title: step.kind + ": " + step.status,
               }),
             ];
@@ -469,12 +497,19 @@
       }
     }
 
+    // History and drawing are refetched after changes, at most once per interval that
+    // grows with the run: a run of many steps changes often, and each fetch is larger.
+    let extrasAt = 0;
     function scheduleExtras() {
       if (extrasTimer) return;
+      const steps = run && run.steps ? run.steps.length : 0;
+      const gap = Math.min(5000, 250 + 10 * steps);
+      const wait = Math.max(120, extrasAt + gap - Date.now());
       extrasTimer = setTimeout(() => {
         extrasTimer = null;
+        extrasAt = Date.now();
         loadExtras();
-      }, 120);
+      }, wait);
     }
 
     async function load() {
@@ -558,10 +593,15 @@
     });
   }
 
-  // the helpers other page scripts (schedules.js) build on
-  window.plaitDashboard = { api, h, badge, when, notice, $ };
-
-  showUser();
-  if (document.body.dataset.page === "runs") runsPage();
-  if (document.body.dataset.page === "run") runPage();
+  document.getElementById("signin-form").addEventListener("submit", signIn);
+  document.getElementById("signout").addEventListener("click", signOut);
+  const signedIn = whoAmI();
+  // the helpers other page scripts (schedules.js) build on; they start once signedIn
+  // resolves to who is signed in (null: nobody, and the page asks for a token)
+  window.plaitDashboard = { api, h, badge, when, notice, $, signedIn };
+  signedIn.then((me) => {
+    if (!me) return;
+    if (document.body.dataset.page === "runs") runsPage();
+    if (document.body.dataset.page === "run") runPage();
+  });
 })();

@@ -70,6 +70,9 @@
     }
   }
 
-  load();
-  setInterval(() => { if (!document.hidden) load(); }, 2000);
+  d.signedIn.then((me) => {
+    if (!me) return;
+    load();
+    setInterval(() => { if (!document.hidden) load(); }, 2000);
+  });
 })();

@@ -1,0 +1,218 @@
+"""Checks every request passes before any route sees it, and headers every answer gets.
+
+* ``Host`` must name this server when it runs without authentication (a page that
+  rebinds its own domain name to 127.0.0.1 cannot reach it), or when ``allowed_hosts``
+  is given.
+* A request that changes something must come from this server's own pages, if from a
+  browser at all: its ``Origin`` (when sent) is this server's. Without authentication
+  every request is held to that.
+* A request that changes something must say ``Content-Type: application/json``. HTML
+  forms and ``no-cors`` fetches cannot send that header, and a cross-site page that sets
+  it needs a CORS preflight this server never grants.
+* A body larger than ``max_body`` bytes is refused with 413, from its ``Content-Length``
+  before a byte is read, or as soon as a chunked body goes past it.
+* Every answer says ``nosniff``, may not be framed, sends no ``Referer`` and carries a
+  ``Content-Security-Policy`` that allows this server's own scripts and styles only.
+
+A pure ASGI middleware (not Starlette's ``BaseHTTPMiddleware``), so streamed answers
+pass through untouched and a client's disconnect still reaches the route.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from plait.http.problems import ApiError
+
+#: default largest request body, in bytes
+MAX_BODY = 1 << 20
+
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+        "base-uri 'none'",
+    ]
+)
+SECURITY_HEADERS: list[tuple[bytes, bytes]] = [
+    (b"x-content-type-options", b"nosniff"),
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+]
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
+class Guard:
+    """The checks and headers above, around ``app``."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body: int = MAX_BODY,
+        no_auth: bool = False,
+        allowed_hosts: Iterable[str] = (),
+    ) -> None:
+        if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
+            raise ValueError(f"invalid max_body: {max_body!r} (bytes, >= 1)")
+        self.app = app
+        self.max_body = max_body
+        self.allowed_hosts = frozenset(_host_name(h) for h in allowed_hosts)
+        self.check_host = no_auth or bool(self.allowed_hosts)
+        #: without authentication the Origin of every request is checked, not only of
+        #: those that change something (a foreign page must not even read)
+        self.strict_origin = no_auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        send = _with_security_headers(send, api=scope["path"].startswith("/api"))
+        refusal = self.refusal(scope)
+        if refusal is not None:
+            await refusal.response()(scope, receive, send)
+            return
+        await self.app(scope, self._limited(receive), send)
+
+    def refusal(self, scope: Scope) -> ApiError | None:
+        """Why ``scope`` is refused before it reaches a route, if it is."""
+        headers = Headers(scope=scope)
+        method = scope["method"]
+        host = headers.get("host", "")
+        if self.check_host and not self._host_allowed(host, scope):
+            return ApiError(
+                400,
+                "HOST_NOT_ALLOWED",
+                f"this server does not answer to Host {host!r}; start it with"
+                " --allowed-host NAME to serve under that name",
+            )
+        origin = headers.get("origin")
+        changes = method not in _SAFE_METHODS
+        checked = origin is not None and (changes or self.strict_origin)
+        if checked and not self._origin_allowed(str(origin), host, scope):
+            return ApiError(
+                403,
+                "ORIGIN_NOT_ALLOWED",
+                f"requests from pages of {origin!r} are refused: only this server's"
+                " own pages may call it from a browser",
+            )
+        if changes:
+            media_type = headers.get("content-type", "").partition(";")[0].strip().lower()
+            if media_type != "application/json":
+                shown = repr(headers["content-type"]) if "content-type" in headers else "none"
+                return ApiError(
+                    415,
+                    "UNSUPPORTED_MEDIA_TYPE",
+                    f"a {method} request needs Content-Type: application/json (got {shown}),"
+                    " even without a body",
+                )
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body:
+            return self._too_large()
+        return None
+
+    def _too_large(self) -> ApiError:
+        return ApiError(
+            413,
+            "BODY_TOO_LARGE",
+            f"the request body is over the limit --max-body ({self.max_body} bytes)",
+            extra={"limit": self.max_body},
+            headers={"Connection": "close"},
+        )
+
+    def _limited(self, receive: Receive) -> Receive:
+        """``receive`` that raises 413 once the body read so far is over the limit."""
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body:
+                    raise self._too_large()
+            return message
+
+        return limited
+
+    def _host_allowed(self, host: str, scope: Scope) -> bool:
+        name = _host_name(host)
+        if not name:
+            return False
+        return name in self.allowed_hosts or name in _own_names(scope)
+
+    def _origin_allowed(self, origin: str, host: str, scope: Scope) -> bool:
+        try:
+            parts = urlsplit(origin)
+            port = parts.port
+        except ValueError:
+            return False
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return False  # "null" (sandboxed frames, files) and anything odd
+        name = _host_name(parts.netloc)
+        if name in self.allowed_hosts:
+            return True
+        given = (name, port or _DEFAULT_PORTS[parts.scheme])
+        return given == _host_and_port(host, scope)
+
+
+def _own_names(scope: Scope) -> frozenset[str]:
+    """The names a request to this socket may use: its own address, and every loopback
+    name when it listens on loopback."""
+    server = scope.get("server")
+    if not server:
+        return _LOOPBACK_NAMES
+    address = str(server[0])
+    name = _host_name(address if ":" not in address else f"[{address}]")
+    try:
+        loopback = ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        loopback = address == "localhost"
+    return frozenset({name} | (_LOOPBACK_NAMES if loopback else set()))
+
+
+def _host_name(host: str) -> str:
+    """``"Example.com:8000"`` -> ``"example.com"``; ``"[::1]:80"`` -> ``"[::1]"``."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host.partition("]")[0] + "]"
+    return host.partition(":")[0]
+
+
+def _host_and_port(host: str, scope: Scope) -> tuple[str, int]:
+    scheme = str(scope.get("scheme", "http"))
+    name = _host_name(host)
+    rest = host.strip()[len(name) :] if not host.startswith("[") else host.partition("]")[2]
+    port_text = rest.removeprefix(":")
+    port = int(port_text) if port_text.isdigit() else _DEFAULT_PORTS.get(scheme, 80)
+    return name, port
+
+
+def _with_security_headers(send: Send, *, api: bool) -> Send:
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers: list[Any] = list(message.get("headers", []))
+            present = {name.lower() for name, _ in headers}
+            headers += [h for h in SECURITY_HEADERS if h[0] not in present]
+            if api and b"cache-control" not in present:
+                headers.append((b"cache-control", b"no-store"))
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending

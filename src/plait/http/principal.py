@@ -1,0 +1,83 @@
+"""The caller of the API as the routes see it: a user id and the scopes it holds.
+
+A ``Principal`` answers the questions route code asks (may this caller read that run?
+does it hold the ``graphs`` scope?), whichever way the caller proved who it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+from plait.http.problems import ApiError
+
+#: what each scope lets a token do beyond starting and reading its own runs
+SCOPES: dict[str, str] = {
+    "graphs": "register and replace graphs over HTTP, and read their definitions",
+}
+
+
+class Owned(Protocol):
+    """A run or a run summary: anything with an owner."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def owner(self) -> str | None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Principal:
+    """The caller. ``user`` is None only when authentication is switched off, and then
+    the caller is ``unrestricted``: a local, single-user server sees every run and holds
+    every scope."""
+
+    user: str | None
+    scopes: frozenset[str] = frozenset()
+    unrestricted: bool = False
+
+    def may_access(self, run: Owned) -> bool:
+        """Runs without an owner are shared; an owned run belongs to its owner alone."""
+        return self.unrestricted or run.owner is None or run.owner == self.user
+
+    def require_access(self, run: Owned) -> None:
+        if not self.may_access(run):
+            raise ApiError(403, "FORBIDDEN", f"run {run.id!r} belongs to another user")
+
+    def has_scope(self, scope: str) -> bool:
+        return self.unrestricted or scope in self.scopes
+
+    def require_scope(self, scope: str, doing: str) -> None:
+        """403 naming the missing scope, so an operator knows what to grant."""
+        if not self.has_scope(scope):
+            raise ApiError(
+                403,
+                "MISSING_SCOPE",
+                f"{doing} needs the {scope!r} scope, which this token does not have",
+                extra={"scope": scope},
+            )
+
+    @property
+    def visible_to(self) -> str | None:
+        """The ``visible_to`` filter for listing runs (None: no filter)."""
+        return None if self.unrestricted else self.user
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "user": self.user,
+            "auth": not self.unrestricted,
+            "scopes": sorted(SCOPES if self.unrestricted else self.scopes),
+        }
+
+
+def parse_scopes(text: str, where: str) -> frozenset[str]:
+    """``"graphs+other"`` -> the scopes; an unknown one is an error naming ``where``."""
+    scopes = frozenset(part.strip() for part in text.split("+") if part.strip())
+    unknown = sorted(scopes - set(SCOPES))
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown scope {', '.join(map(repr, unknown))}"
+            f" (known: {', '.join(sorted(SCOPES))})"
+        )
+    return scopes
