@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import os
@@ -30,7 +29,7 @@ from plait.errors import (
 )
 from plait.graph import validate_or_raise
 from plait.ids import check_run_id, new_run_id
-from plait.notify import Notifier
+from plait.notify import Notifier, wait_event
 from plait.records import SETTLED, Run, RunSummary, Schedule, Step, StepAttempt
 from plait.runtime import steps
 from plait.store import convert, make_store, resolve_url
@@ -306,8 +305,7 @@ class Engine:
                     if left <= 0:
                         raise TimeoutError(f"run {run_id} still {run.status} after {timeout}s")
                     wait_for = min(wait_for, left)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), wait_for)
+                await wait_event(event, wait_for)
                 safety = min(1.0, safety * 2)
             finally:
                 self.notifier.unwatch(run_id, event)

@@ -9,8 +9,21 @@ poll remains only as a safety net.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
+
+
+async def wait_event(event: asyncio.Event, timeout: float) -> bool:
+    """Wait until ``event`` is set (True) or ``timeout`` seconds pass (False).
+
+    A cancel of the caller always goes through. ``asyncio.wait_for`` on Python 3.11 can
+    swallow a cancel that arrives just as the event is set, and a loop around it (such as
+    ``Engine.wait``) then never ends: a request whose client went away would wait on."""
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
 
 
 class Notifier:
@@ -55,8 +68,7 @@ class Notifier:
     async def wait_run(self, run_id: str, timeout: float) -> None:
         event = self.watch(run_id)
         try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), timeout)
+            await wait_event(event, timeout)
         finally:
             self.unwatch(run_id, event)
 

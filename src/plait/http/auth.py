@@ -60,7 +60,9 @@ def parse_tokens(text: str) -> dict[str, Principal]:
             continue
         parts = [part.strip() for part in entry.split(":")]
         user = parts[0]
-        where = f"{TOKENS_ENV} entry {number}" + (f" (user {user!r})" if user else "")
+        # an entry without ":" may be a bare token: then it has no user to name
+        named = user and len(parts) > 1
+        where = f"{TOKENS_ENV} entry {number}" + (f" (user {user!r})" if named else "")
         if len(parts) not in (2, 3) or not user or not parts[1]:
             raise ValueError(
                 f"invalid {where}: expected 'user:token' or 'user:token:scope+scope',"

@@ -10,7 +10,9 @@
   forms and ``no-cors`` fetches cannot send that header, and a cross-site page that sets
   it needs a CORS preflight this server never grants.
 * A body larger than ``max_body`` bytes is refused with 413, from its ``Content-Length``
-  before a byte is read, or as soon as a chunked body goes past it.
+  before a byte of it is kept, or as soon as a chunked body goes past it. The rest of the
+  body is read and dropped (up to ``DRAIN_LIMIT`` bytes) before the answer goes out: a
+  client that is still sending when the server closes the connection never sees the 413.
 * Every answer says ``nosniff``, may not be framed, sends no ``Referer`` and carries a
   ``Content-Security-Policy`` that allows this server's own scripts and styles only.
 
@@ -32,6 +34,9 @@ from plait.http.problems import ApiError
 
 #: default largest request body, in bytes
 MAX_BODY = 1 << 20
+#: bytes of a refused body read (and dropped) so its client gets the answer; past it the
+#: connection is simply closed
+DRAIN_LIMIT = 16 << 20
 
 CONTENT_SECURITY_POLICY = "; ".join(
     [
@@ -86,6 +91,8 @@ class Guard:
         send = _with_security_headers(send, api=scope["path"].startswith("/api"))
         refusal = self.refusal(scope)
         if refusal is not None:
+            if refusal.status == 413:
+                await _drain(receive)
             await refusal.response()(scope, receive, send)
             return
         await self.app(scope, self._limited(receive), send)
@@ -133,7 +140,6 @@ class Guard:
             "BODY_TOO_LARGE",
             f"the request body is over the limit --max-body ({self.max_body} bytes)",
             extra={"limit": self.max_body},
-            headers={"Connection": "close"},
         )
 
     def _limited(self, receive: Receive) -> Receive:
@@ -146,6 +152,8 @@ class Guard:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_body:
+                    if message.get("more_body"):
+                        await _drain(receive)
                     raise self._too_large()
             return message
 
@@ -170,6 +178,18 @@ class Guard:
             return True
         given = (name, port or _DEFAULT_PORTS[parts.scheme])
         return given == _host_and_port(host, scope)
+
+
+async def _drain(receive: Receive) -> None:
+    """Read what is left of a request body, dropping it, up to ``DRAIN_LIMIT`` bytes."""
+    seen = 0
+    while seen <= DRAIN_LIMIT:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        seen += len(message.get("body", b""))
+        if not message.get("more_body"):
+            return
 
 
 def _own_names(scope: Scope) -> frozenset[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import secrets
 import time
 from typing import Any
@@ -100,7 +101,7 @@ def set_cookie(response: Response, request: Request, cookie: str, lifetime: floa
     response.set_cookie(
         COOKIE,
         cookie,
-        max_age=int(lifetime),
+        max_age=max(1, math.ceil(lifetime)),
         path=_path(request),
         secure=request.url.scheme == "https",
         httponly=True,

@@ -11,8 +11,6 @@ the server shuts down: then a last ``close`` event tells the client to come back
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
@@ -23,6 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from plait.engine import Engine
 from plait.http.lifecycle import Ended, Lifecycle
+from plait.notify import wait_event
 from plait.records import SETTLED, Run
 
 Snapshot = Callable[[Run], Awaitable[dict[str, Any]]]
@@ -70,8 +69,7 @@ async def run_events(
             if run.status in SETTLED:
                 yield format_event("end", {"run_id": run_id, "status": str(run.status)})
                 return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(watcher.wait(), poll)
+            await wait_event(watcher, poll)
             if time.monotonic() - quiet_since >= heartbeat:
                 quiet_since = time.monotonic()
                 yield ": keep-alive\n\n"
