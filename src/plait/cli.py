@@ -68,7 +68,8 @@ class UsageError(Exception):
 
 
 def fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    # soft_wrap: a one-line message stays one line in a log, however narrow the console
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

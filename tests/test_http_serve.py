@@ -1,0 +1,259 @@
+"""``plait serve`` (and ``plait worker``) as real processes: what they print, what they
+never print, and how fast they stop on SIGTERM with streams and waits open (the soak)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+httpx = pytest.importorskip("httpx", reason="httpx is needed to call the server")
+pytest.importorskip("uvicorn", reason="the http extra (uvicorn) is not installed")
+
+TESTS_DIR = Path(__file__).resolve().parent
+TOKEN = "soak-token-1"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+#: exit codes of a server that stopped cleanly on SIGTERM
+CLEAN_STOP = (0, -signal.SIGTERM)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Process:
+    """A ``plait`` command run from the tests directory (so ``http_app`` imports), its
+    output in a file."""
+
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.log = log
+        self._out = log.open("ab")
+        environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "plait.cli", *args],
+            cwd=TESTS_DIR,
+            env=environ,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for_text(self, needle: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while needle not in self.text():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"exited with {self.proc.returncode}:\n{self.text()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {needle!r} after {timeout}s:\n{self.text()}")
+            time.sleep(0.02)
+
+    def sigterm(self, timeout: float = 30.0) -> tuple[int, float]:
+        """SIGTERM; (exit code, seconds until the process was gone). uvicorn raises the
+        signal again once it has shut down cleanly, so a clean stop of ``plait serve``
+        ends with -SIGTERM, like any process the signal ended; ``plait worker`` with 0."""
+        began = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout)
+        return code, time.monotonic() - began
+
+    def finish(self, timeout: float = 30.0) -> int:
+        return self.proc.wait(timeout)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._out.close()
+
+
+@contextlib.contextmanager
+def plait_serve(
+    tmp_path: Path, database: str, *extra: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[Process, str]]:
+    """``plait serve http_app:app`` on a free port, ready to answer."""
+    port = _free_port()
+    process = Process(
+        ["serve", "http_app:app", "--port", str(port), "--database", database, *extra],
+        tmp_path / f"serve-{port}.log",
+        env={"PLAIT_TOKENS": f"soaker:{TOKEN}", **(env or {})},
+    )
+    try:
+        process.wait_for_text("Application startup complete")
+        yield process, f"http://127.0.0.1:{port}"
+    finally:
+        process.close()
+
+
+# -- what the processes print --------------------------------------------------------------------
+def test_the_access_log_never_shows_a_token(tmp_path: Path) -> None:
+    with plait_serve(tmp_path, f"sqlite:///{tmp_path / 'p.db'}") as (server, url):
+        with httpx.Client(base_url=url) as web:
+            assert web.get("/?token=visible-secret-1&status=failed").status_code == 303
+            assert web.get("/api/runs", params={"token": "visible-secret-2"}).status_code == 401
+        code, _took = server.sigterm()
+    assert code in CLEAN_STOP
+    log = server.text()
+    assert "token=***" in log and "status=failed" in log
+    assert "visible-secret" not in log
+
+
+@pytest.mark.parametrize("where", ["option", "environment"])
+def test_a_bad_database_url_is_one_line_without_its_password(tmp_path: Path, where: str) -> None:
+    url = "mysql://root:topsecret@db.example/app?password=other-secret"
+    args = ["serve", "http_app:app", "--port", str(_free_port())]
+    env = {"PLAIT_TOKENS": f"a:{TOKEN}"}
+    if where == "option":
+        args += ["--database", url]
+    else:
+        env["PLAIT_DATABASE_URL"] = url
+    process = Process(args, tmp_path / "bad-url.log", env)
+    try:
+        assert process.finish() == 1
+    finally:
+        process.close()
+    output = process.text()
+    assert "Traceback" not in output
+    assert "topsecret" not in output and "other-secret" not in output
+    assert output.strip().splitlines() == [
+        "error: unsupported database URL 'mysql://root:***@db.example/app?password=***': use"
+        " sqlite:///path/to/file.db or postgresql://..."
+    ]
+
+
+def test_a_malformed_tokens_entry_is_one_line_without_its_token(tmp_path: Path) -> None:
+    process = Process(
+        ["serve", "http_app:app", "--port", str(_free_port()), "--database", "sqlite:///x.db"],
+        tmp_path / "bad-tokens.log",
+        {"PLAIT_TOKENS": "alice:very-secret-token:nosuchscope"},
+    )
+    try:
+        assert process.finish() == 1
+    finally:
+        process.close()
+    output = process.text()
+    assert "very-secret-token" not in output and "Traceback" not in output
+    assert "PLAIT_TOKENS entry 1 (user 'alice'): unknown scope 'nosuchscope'" in output
+    assert not (TESTS_DIR / "x.db").exists()
+
+
+def test_the_worker_log_masks_a_password_in_the_query_string(
+    tmp_path: Path, pg_cluster: Any
+) -> None:
+    url = pg_cluster.create_database(f"w{os.getpid()}_pw")
+    separator = "&" if "?" in url else "?"
+    worker = Process(
+        ["worker", "http_app:app", "--database", f"{url}{separator}password=hunter2-secret"],
+        tmp_path / "worker.log",
+    )
+    try:
+        worker.wait_for_text(" working ")
+        code, _took = worker.sigterm()
+    finally:
+        worker.close()
+    assert code == 0
+    log = worker.text()
+    assert "password=***" in log and "hunter2" not in log
+
+
+# -- the soak ------------------------------------------------------------------------------------
+async def _raw(port: int, request: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    return reader, writer
+
+
+def _get(path: str) -> bytes:
+    lines = [f"GET {path} HTTP/1.1", "Host: 127.0.0.1", f"Authorization: Bearer {TOKEN}"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def _post(path: str, body: Any) -> bytes:
+    data = json.dumps(body)
+    lines = [
+        f"POST {path} HTTP/1.1",
+        "Host: 127.0.0.1",
+        f"Authorization: Bearer {TOKEN}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(data)}",
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n" + data).encode()
+
+
+@pytest.mark.slow
+async def test_soak_200_streams_and_200_abandoned_waits_then_sigterm(
+    tmp_path: Path, database: str
+) -> None:
+    """200 clients stream a run and disconnect; 200 start a run with ``wait`` and walk
+    away; then, with a few of each still open, SIGTERM: the server is gone within 2 s,
+    the open ones were ended cleanly, and nothing was left behind."""
+    with plait_serve(tmp_path, database) as (server, url):
+        port = int(url.rsplit(":", 1)[1])
+        async with httpx.AsyncClient(base_url=url, headers=AUTH, timeout=30) as api:
+            started = await api.post("/api/workflows/waiter/runs", json={})
+            run_id = started.json()["run_id"]
+            gate = asyncio.Semaphore(50)
+
+            async def stream_and_leave() -> None:
+                async with gate:
+                    reader, writer = await _raw(port, _get(f"/api/runs/{run_id}/stream"))
+                    await asyncio.wait_for(reader.readuntil(b"event: run"), 30)
+                    writer.close()
+
+            await asyncio.gather(*(stream_and_leave() for _ in range(200)))
+
+            abandoned = [
+                (await _raw(port, _post("/api/workflows/waiter/runs", {"wait": True})))[1]
+                for _ in range(200)
+            ]
+            deadline = time.monotonic() + 60
+            while (await api.get("/api/runs", params={"limit": 1})).json()["total"] < 201:
+                assert time.monotonic() < deadline, "the waits did not all start their runs"
+                await asyncio.sleep(0.05)
+            for writer in abandoned:
+                writer.close()
+
+            kept_streams = []
+            for _ in range(5):
+                reader, writer = await _raw(port, _get(f"/api/runs/{run_id}/stream"))
+                await asyncio.wait_for(reader.readuntil(b"event: run"), 30)
+                kept_streams.append((reader, writer))
+            kept_waits = [
+                await _raw(port, _post("/api/workflows/waiter/runs", {"wait": True}))
+                for _ in range(5)
+            ]
+            while (await api.get("/api/runs", params={"limit": 1})).json()["total"] < 206:
+                assert time.monotonic() < deadline, "the kept waits did not start their runs"
+                await asyncio.sleep(0.05)
+
+        code, took = await asyncio.to_thread(server.sigterm)
+        for reader, _writer in kept_streams:
+            tail = await asyncio.wait_for(reader.read(), 5)
+            assert b"event: close" in tail
+        for reader, _writer in kept_waits:
+            answer = await asyncio.wait_for(reader.read(), 5)
+            assert answer.startswith(b"HTTP/1.1 202"), answer[:200]
+    log = server.text()
+    assert code in CLEAN_STOP, log[-3000:]
+    assert took < 2.0, f"the server took {took:.2f}s to exit after SIGTERM"
+    # the 400 that left had ended already: only the ones still connected were open
+    assert "shutting down: ending 5 open streams and 5 waits" in log, log[-3000:]
+    assert "shutdown complete: no stream, wait, watcher or task left" in log, log[-3000:]
+    assert "shutdown left work behind" not in log
+    assert "timeout graceful shutdown exceeded" not in log
