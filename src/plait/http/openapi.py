@@ -295,8 +295,21 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
                     "parameters": [_RUN_ID],
                     "responses": {
                         "200": {
-                            "description": "an event stream",
-                            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                            "description": "an event stream; the schema is that of one event,"
+                            " whose `data` is JSON text",
+                            "content": {
+                                "text/event-stream": {
+                                    "schema": {
+                                        "type": "object",
+                                        "properties": {
+                                            "event": {"enum": ["run", "end", "close"]},
+                                            "id": {"type": "string"},
+                                            "data": {"type": "string"},
+                                        },
+                                        "required": ["event", "data"],
+                                    }
+                                }
+                            },
                         },
                         **_errors(*_ALWAYS, 404),
                     },

@@ -121,6 +121,7 @@ def _not_json(reason: str) -> ApiError:
 
 
 def runs_query(request: Request) -> RunsQuery:
-    params = {k: v for k, v in request.query_params.items() if v != ""}
-    result: RunsQuery = validate(RunsQuery, params, "query string")
+    """The query of ``GET /api/runs``; an empty value (``?status=``) is a bad value, not
+    a missing one, as the OpenAPI document says."""
+    result: RunsQuery = validate(RunsQuery, dict(request.query_params), "query string")
     return result
