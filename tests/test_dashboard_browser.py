@@ -1,5 +1,6 @@
 """The dashboard in a real browser: headless Chromium driven by Playwright against a live
-uvicorn server on 127.0.0.1.
+uvicorn server on 127.0.0.1: following runs, the sign-in flow, and pages of another
+origin that try to use the server (cross-site requests, framing) and fail.
 
 Uses Debian's chromium (``apt-get install chromium``) rather than a browser build that
 Playwright would download; skipped with the reason when either is missing.
@@ -8,7 +9,8 @@ Playwright would download; skipped with the reason when either is missing.
 from __future__ import annotations
 
 import asyncio
-import socket
+import functools
+import http.server
 import threading
 import time
 from collections.abc import Iterator
@@ -43,6 +45,7 @@ pytestmark = pytest.mark.skipif(
     reason=f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium)",
 )
 
+from live_server import LiveServer  # noqa: E402
 from plait.http import create_app  # noqa: E402
 
 expect = playwright_api.expect
@@ -92,34 +95,8 @@ async def checkout(wf: plait.Workflow, data: Any) -> Any:
     return {"receipt": receipt, "total": total}
 
 
-# -- the server and the browser -----------------------------------------------------------
-class Server:
-    """uvicorn in a background thread on a socket bound to a free loopback port."""
-
-    def __init__(self, web: Any) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(web, log_level="warning", lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(20)
-        self.sock.close()
+# -- the servers and the browser ----------------------------------------------------------
+Server = LiveServer
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +106,33 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     engine = plait.Engine(app, f"sqlite:///{database}", poll_interval=0.2)
     with Server(create_app(engine, tokens={TOKEN: "alice"})) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server run with --no-auth, as on a developer's machine."""
+    database = tmp_path_factory.mktemp("browser-local") / "plait.db"
+    engine = plait.Engine(app, f"sqlite:///{database}", poll_interval=0.2)
+    with Server(create_app(engine, no_auth=True)) as running:
+        yield running
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def evil_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """Another origin (127.0.0.1 on another port): (its URL, the folder it serves)."""
+    folder = tmp_path_factory.mktemp("evil")
+    handler = functools.partial(_Quiet, directory=str(folder))
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=site.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{site.server_address[1]}", folder
+    site.shutdown()
+    site.server_close()
 
 
 @pytest.fixture(scope="module")
@@ -153,9 +157,28 @@ def page(browser: Any) -> Iterator[Any]:
     opened = context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda exc: errors.append(str(exc)))
+
+    def console(message: Any) -> None:
+        # the Content-Security-Policy refused something of the dashboard's own (a page
+        # that frames the dashboard is told so too: that one is the policy working)
+        if "Content Security Policy" in message.text and not message.text.startswith("Framing"):
+            errors.append(message.text)
+
+    opened.on("console", console)
     yield opened
     context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
+    assert not errors, f"JavaScript or CSP errors on the page: {errors}"
+
+
+def sign_in(page: Any, url: str, token: str = TOKEN, then: str = "/") -> None:
+    """Sign in through the dashboard's form, then open ``then``."""
+    page.goto(url + "/")
+    expect(page.locator("#signin")).to_be_visible()
+    page.fill("#signin-token", token)
+    page.click("#signin button")
+    expect(page.locator("#whoami")).to_have_text("alice")
+    if then != "/":
+        page.goto(url + then)
 
 
 @pytest.fixture(autouse=True)
@@ -192,10 +215,9 @@ def test_run_page_follows_a_run_to_completed_without_a_reload(
         return any(s["kind"] == "event" for s in steps)
 
     wait_for(waiting_for_approval)
-    page.goto(f"{server.url}/runs/{run_id}?token={TOKEN}")
+    sign_in(page, server.url, then=f"/runs/{run_id}")
     status = page.locator("#run-status")
     expect(status).to_have_text("running")
-    assert "token=" not in page.url  # taken into localStorage, out of the address bar
     expect(page.locator('details.step[data-key="fraud check"]')).to_be_visible()
     expect(page.locator('#graph [data-node="price"]')).to_have_attribute("data-state", "succeeded")
     expect(page.locator("#btn-cancel")).to_be_enabled()
@@ -218,7 +240,7 @@ def test_failed_run_is_retried_from_the_run_page(
     run = start(api, "checkout", {"amount": 20, "flag": str(flag)}, wait=True)
     assert run["status"] == "failed"
 
-    page.goto(f"{server.url}/runs/{run['id']}?token={TOKEN}")
+    sign_in(page, server.url, then=f"/runs/{run['id']}")
     status = page.locator("#run-status")
     expect(status).to_have_text("failed")
     expect(page.locator("#run-error-message")).to_contain_text("flag file missing")
@@ -247,7 +269,7 @@ def test_failed_run_is_retried_from_the_run_page(
 
 def test_runs_list_updates_and_filters(server: Server, api: Any, page: Any) -> None:
     first = start(api, "notify", 1, wait=True)
-    page.goto(f"{server.url}/?token={TOKEN}")
+    sign_in(page, server.url)
     expect(page.locator(f'tr[data-run-id="{first["id"]}"]')).to_be_visible()
 
     later = start(api, "notify", 2, wait=True)  # appears without a reload
@@ -268,10 +290,120 @@ def test_runs_list_updates_and_filters(server: Server, api: Any, page: Any) -> N
     expect(page.locator("#run-status")).to_have_text("completed")
 
 
-def test_without_a_token_the_page_asks_for_one(server: Server, page: Any) -> None:
-    page.goto(f"{server.url}/")
+def test_sign_in_sign_out_and_a_token_in_a_link(server: Server, api: Any, page: Any) -> None:
+    run_id = start(api, "notify", 7, wait=True)["id"]
+    # a link with a token (someone else's, say) signs nobody in and leaves the address bar
+    page.goto(f"{server.url}/?token={TOKEN}")
+    assert "token" not in page.url
     expect(page.locator("#signin")).to_be_visible()
+    expect(page.locator("#whoami")).to_have_text("")
+
+    page.fill("#signin-token", "not-a-token")
+    page.click("#signin button")
+    expect(page.locator("#signin-error")).to_have_text("Unknown token.")
     page.fill("#signin-token", TOKEN)
     page.click("#signin button")
     expect(page.locator("#whoami")).to_have_text("alice")
     expect(page.locator("#signin")).to_be_hidden()
+    expect(page.locator(f'tr[data-run-id="{run_id}"]')).to_be_visible()
+
+    # the session is an HttpOnly, SameSite=Strict cookie: no script can read it, and the
+    # token is kept nowhere in the browser
+    (cookie,) = page.context.cookies()
+    assert (cookie["name"], cookie["httpOnly"], cookie["sameSite"]) == (
+        "plait_session",
+        True,
+        "Strict",
+    )
+    assert "plait_session" not in page.evaluate("document.cookie")
+    stored = page.evaluate("JSON.stringify([localStorage, sessionStorage])")
+    assert TOKEN not in stored and TOKEN not in cookie["value"]
+
+    # actions work through the session (with its CSRF token)
+    page.goto(f"{server.url}/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_text("completed")
+
+    page.click("#signout")
+    expect(page.locator("#signin")).to_be_visible()
+    expect(page.locator("#signout")).to_be_hidden()
+    assert page.context.cookies() == []
+    answer = page.evaluate("fetch('/api/runs').then((r) => r.status)")
+    assert answer == 401
+
+
+ATTACK = """<!doctype html>
+<html><body>
+<iframe name="sink" id="sink"></iframe>
+<form id="form" method="post" target="sink" action="TARGET/api/workflows/notify/runs">
+  <input type="hidden" name="input" value="1">
+</form>
+<iframe id="framed" src="TARGET/"></iframe>
+<script>
+  window.attempts = [];
+  const note = (ok, failed) => [() => window.attempts.push(ok), () => window.attempts.push(failed)];
+  async function attack() {
+    const target = "TARGET";
+    const body = JSON.stringify({ input: 1 });
+    // "simple" requests: no preflight, the browser sends them as they are
+    await fetch(target + "/api/workflows/notify/runs", {
+      method: "POST", mode: "no-cors", credentials: "include",
+      headers: { "Content-Type": "text/plain" }, body: body,
+    }).then(...note("no-cors text", "no-cors text failed"));
+    await fetch(target + "/api/graphs", {
+      method: "POST", mode: "no-cors", credentials: "include", body: body,
+    }).then(...note("no-cors graph", "no-cors graph failed"));
+    // JSON needs a preflight, which the server never grants
+    await fetch(target + "/api/workflows/notify/runs", {
+      method: "POST", credentials: "include",
+      headers: { "Content-Type": "application/json" }, body: body,
+    }).then(...note("cors json went through", "cors json refused"));
+    // reading the runs across origins
+    await fetch(target + "/api/runs", { credentials: "include" })
+      .then((r) => r.text())
+      .then((t) => window.attempts.push("read: " + t), () => window.attempts.push("read refused"));
+    // an HTML form, the oldest way
+    await new Promise((resolve) => {
+      document.getElementById("sink").addEventListener("load", resolve, { once: true });
+      document.getElementById("form").submit();
+    });
+    window.attempts.push("form");
+    window.done = true;
+  }
+  attack();
+</script>
+</body></html>
+"""
+
+
+def run_total(base_url: str) -> int:
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as c:
+        total: int = c.get("/api/runs").json()["total"]
+        return total
+
+
+@pytest.mark.parametrize("target", ["local_server", "server"])
+def test_a_page_of_another_origin_cannot_use_the_server(
+    request: pytest.FixtureRequest, evil_site: tuple[str, Path], page: Any, target: str
+) -> None:
+    """The CSRF of a --no-auth server (and of a signed-in browser): a page on another
+    origin posts to the API with a no-cors fetch, an HTML form and a JSON fetch, reads
+    the runs, and frames the dashboard. Nothing is created, nothing is read, nothing is
+    framed."""
+    victim: Server = request.getfixturevalue(target)
+    if target == "server":  # the victim's browser is signed in to the server
+        sign_in(page, victim.url)
+    before = run_total(victim.url)
+    refused: list[str] = []
+    page.on("console", lambda message: refused.append(message.text))
+    evil_url, folder = evil_site
+    (folder / f"attack-{target}.html").write_text(ATTACK.replace("TARGET", victim.url))
+    page.goto(f"{evil_url}/attack-{target}.html")
+    page.wait_for_function("window.done === true")
+    attempts = page.evaluate("window.attempts")
+    assert "cors json refused" in attempts, attempts
+    assert "read refused" in attempts, attempts
+    assert not [a for a in attempts if a.startswith("read: ")], attempts
+    assert run_total(victim.url) == before  # not one run was started
+    framed = next(f for f in page.frames if f.name != "sink" and f != page.main_frame)
+    assert 'data-page="runs"' not in framed.content()  # no dashboard inside the frame
+    assert any("frame-ancestors 'none'" in text for text in refused), refused
