@@ -148,10 +148,10 @@ class Api:
         try:
             settled = await self.lifecycle.watch(wait, request.receive, "waits")
         except TimeoutError:
-            settled = Ended.SHUTDOWN  # answered the same way: the run as it is now
+            settled = None  # the wait ran out
         if settled is Ended.DISCONNECTED:
             return Response(status_code=202)  # nobody is left to read it
-        if isinstance(settled, Ended):
+        if settled is None or settled is Ended.SHUTDOWN:
             # the wait ran out or the server is stopping: the run goes on, 202 says so
             run = await self.engine.get_run(run_id)
             return JSONResponse(await self._run_with_steps(run, principal), status_code=202)

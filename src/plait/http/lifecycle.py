@@ -13,7 +13,7 @@ import asyncio
 import enum
 import logging
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from starlette.types import Receive
 
@@ -55,14 +55,13 @@ class Lifecycle:
         """``work``'s result, unless the client disconnects or the server shuts down
         first (then ``work`` is cancelled and awaited, and the reason is returned)."""
         self.open[kind] += 1
-        tasks: list[asyncio.Future[object]] = []
+        job: asyncio.Future[T] = asyncio.ensure_future(work)
+        enders = [
+            asyncio.ensure_future(_disconnected(receive)),
+            asyncio.ensure_future(self._closing.wait()),
+        ]
+        tasks: list[asyncio.Future[Any]] = [job, *enders]
         try:
-            job: asyncio.Future[T] = asyncio.ensure_future(work)
-            tasks = [
-                job,
-                asyncio.ensure_future(_disconnected(receive)),
-                asyncio.ensure_future(self._closing.wait()),
-            ]  # type: ignore[list-item]
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             if job.done():
                 return job.result()
@@ -70,8 +69,7 @@ class Lifecycle:
         finally:
             for task in tasks:
                 task.cancel()
-            if tasks:
-                await asyncio.wait(tasks)
+            await asyncio.wait(tasks)  # nothing of this request outlives it
             self.open[kind] -= 1
 
     def leftovers(self) -> dict[str, int]:
