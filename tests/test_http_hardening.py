@@ -561,6 +561,17 @@ async def test_odd_values_are_4xx_never_500(serve: Serve) -> None:
             assert (await alice.get("/api/runs")).json()["total"] == 1
 
 
+async def test_even_a_bug_answers_as_a_problem_not_as_plain_text(serve: Serve) -> None:
+    def broken(request: Any) -> str:
+        raise RuntimeError("a bug in the app's own sign-in")
+
+    with serve(tokens=None, authenticate=broken) as server:
+        async with client(server) as anyone:
+            answer = await anyone.get("/api/runs")
+    body = problem(answer, 500, "INTERNAL_ERROR")
+    assert "bug" not in body["detail"]  # the details go to the server's log, not out
+
+
 @pytest.mark.parametrize("run_id", ["a/b", "a b", "../x", "a?b", "x" * 201, "a\u0000b", "ü"])
 async def test_a_run_id_outside_the_pattern_is_refused(serve: Serve, run_id: str) -> None:
     with serve() as server:
