@@ -28,18 +28,6 @@ TOKENS_ENV = "PLAIT_TOKENS"
 #: methods that change nothing: they need no CSRF token with a sign-in session
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
-__all__ = [
-    "SAFE_METHODS",
-    "SCOPES",
-    "TOKENS_ENV",
-    "Authenticate",
-    "Authenticator",
-    "Principal",
-    "Tokens",
-    "bearer_token",
-    "parse_tokens",
-]
-
 #: maps a request to a user id or a Principal (None: not authenticated); sync or async
 Authenticate = Callable[[Request], "str | Principal | Awaitable[str | Principal | None] | None"]
 #: ``create_app(tokens=...)``: the ``PLAIT_TOKENS`` text, or token -> user id or Principal
@@ -197,3 +185,16 @@ def bearer_token(request: Request) -> str | None:
     if scheme.lower() != "bearer" or not token.strip():
         return None
     return token.strip()
+
+
+__all__ = [
+    "SAFE_METHODS",
+    "SCOPES",
+    "TOKENS_ENV",
+    "Authenticate",
+    "Authenticator",
+    "Principal",
+    "Tokens",
+    "bearer_token",
+    "parse_tokens",
+]
