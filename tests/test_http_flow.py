@@ -41,11 +41,14 @@ async def engine(tmp_path: Path) -> AsyncIterator[plait.Engine]:
 @pytest.fixture
 async def clients(engine: plait.Engine) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
     web = create_app(engine, tokens=TOKENS)
+    # every request that changes something says it is JSON, even without a body
     made = {
         name: httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=web), base_url="http://test", headers=headers
+            transport=httpx.ASGITransport(app=web),
+            base_url="http://test",
+            headers={"Content-Type": "application/json", **headers},
         )
-        for name, headers in (("alice", ALICE), ("bob", BOB), ("anonymous", None))
+        for name, headers in (("alice", ALICE), ("bob", BOB), ("anonymous", {}))
     }
     yield made
     for client in made.values():
@@ -106,6 +109,9 @@ async def test_a_schedule_belongs_to_its_creator(
         ({"name": "x", "workflow": "job", "every": 60, "catchup": "-1s"}, "catchup"),
         ({"name": "x", "workflow": "job"}, "cron"),
         ({"name": "a:b", "workflow": "job", "every": 60}, "name"),
+        # a schedule's name is part of its runs' ids, which travel in URLs
+        ({"name": "a/b", "workflow": "job", "every": 60}, "name"),
+        ({"name": "a b", "workflow": "job", "every": 60}, "name"),
         ({"workflow": "job", "every": 60}, "name"),
     ],
 )

@@ -3,7 +3,7 @@ operation, requests that fit the document and requests that break it, on each st
 answer may be a 5xx, and every answer must be one the document lists, with its media type
 and its schema (``/openapi.json`` is the contract clients build on).
 
-Bounded: a fixed number of examples per operation (about 300 requests per store), drawn
+Bounded: a fixed number of examples per operation (about 130 requests per store), drawn
 deterministically (the same requests on every run, so a failure reproduces).
 """
 
@@ -32,7 +32,7 @@ from plait.http.openapi import openapi_document  # noqa: E402
 
 #: examples per operation that fit the document, and that break it; and per run that
 #: exists, for the operations on one run (random run ids only ever find no run)
-POSITIVE, NEGATIVE, PER_RUN = 8, 5, 2
+POSITIVE, NEGATIVE, PER_RUN = 5, 3, 1
 #: runs made before fuzzing, one per settled status: a stream of each ends at once
 KNOWN_RUNS = {"fuzz-completed": "echo", "fuzz-suspended": "pauser", "fuzz-failed": "failer"}
 

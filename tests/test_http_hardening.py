@@ -434,6 +434,12 @@ async def test_run_lists_are_summaries(serve: Serve) -> None:
                     "parent_run_id",
                     "created_at",
                     "updated_at",
+                    "queue",
+                    "key",
+                    "priority",
+                    "scheduled_at",
+                    "admitted_at",
+                    "start_at",
                 }
 
 

@@ -89,6 +89,12 @@ class RunSummary(_Record):
     parent_run_id: str | None
     created_at: datetime
     updated_at: datetime
+    queue: str | None = None
+    key: str | None = None
+    priority: int = 0
+    scheduled_at: datetime | None = None
+    admitted_at: datetime | None = None
+    start_at: datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,6 +34,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from plait.durations import parse_duration
+from plait.ids import check_run_id
 from plait.queues import check_queue_name
 
 OVERLAP_POLICIES = ("skip", "allow")
@@ -180,6 +181,13 @@ def make_spec(
         raise ValueError(
             f"invalid schedule name {sname!r}: no ':' (it separates the parts of a run id)"
         )
+    try:  # the ids of its runs must be run ids like any other (they travel in URLs)
+        check_run_id(run_id_for(sname, 0.5))
+    except ValueError:
+        raise ValueError(
+            f"invalid schedule name {sname!r}: use at most 166 letters, digits and"
+            " . _ @ + = ~ - (it is part of the ids of the schedule's runs)"
+        ) from None
     if not isinstance(workflow, str) or not workflow:
         raise TypeError(f"schedule {sname!r}: workflow must be a workflow name, got {workflow!r}")
     if (cron is None) == (every is None):

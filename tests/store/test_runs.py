@@ -106,6 +106,18 @@ async def test_list_runs_visible_to_shows_own_and_unowned_runs(store: Store) -> 
 
 async def test_run_summaries_page_and_filter_like_list_runs(store: Store) -> None:
     await _some_runs(store)
+    later = time.time() + 3600
+    await new_run(
+        store,
+        "q1",
+        "a",
+        status="queued",
+        queue="work",
+        queue_key="k",
+        priority=3,
+        not_before=later,
+        scheduled_at=later - 60,
+    )
     for where in (
         RunFilter(),
         RunFilter(limit=2, offset=1),
@@ -113,13 +125,27 @@ async def test_run_summaries_page_and_filter_like_list_runs(store: Store) -> Non
         RunFilter(status="completed"),
         RunFilter(visible_to="bob"),
         RunFilter(parent_run_id="r2"),
+        RunFilter(status="queued"),
     ):
         runs, total = await store.list_runs(where)
         summaries, count = await store.list_run_summaries(where)
         assert count == total
         assert [s.id for s in summaries] == [r.id for r in runs]
         for summary, run in zip(summaries, runs, strict=True):
-            fields = ("workflow", "kind", "status", "version", "owner", "parent_run_id")
+            fields = (
+                "workflow",
+                "kind",
+                "status",
+                "version",
+                "owner",
+                "parent_run_id",
+                "queue",
+                "key",
+                "priority",
+                "scheduled_at",
+                "admitted_at",
+                "start_at",
+            )
             assert [getattr(summary, f) for f in fields] == [getattr(run, f) for f in fields]
             assert (summary.created_at, summary.updated_at) == (run.created_at, run.updated_at)
             assert not hasattr(summary, "input") and not hasattr(summary, "output")

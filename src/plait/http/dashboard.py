@@ -104,6 +104,8 @@ async def run_page(request: Request) -> Response:
 
 async def schedules_page(request: Request) -> Response:
     """Schedules (next tick, last run, pause/resume/trigger) and queue depths."""
+    if (redirect := _without_token(request)) is not None:
+        return redirect
     root = escape(_root(request))
     body = _template("schedules.html").substitute(
         root=root, static=escape(f"{_root(request)}/static"), asset_version=asset_version()

@@ -417,6 +417,12 @@ def _schemas() -> dict[str, Any]:
         parent_run_id=text_or_null,
         created_at=timestamp,
         updated_at=timestamp,
+        queue=text_or_null,
+        key=text_or_null,
+        priority={"type": "integer"},
+        scheduled_at=maybe_timestamp,
+        admitted_at=maybe_timestamp,
+        start_at=maybe_timestamp,
     )
     run = _object(
         **summary["properties"],

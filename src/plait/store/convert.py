@@ -169,8 +169,10 @@ def version_record(row: Any) -> Version:
 
 
 def run_summary(row: Any) -> RunSummary:
-    """A run summary from its columns, in ``RunSummary``'s field order."""
-    run_id, workflow, kind, status, version, owner, parent, created_at, updated_at = row
+    """A run summary from its columns: ``RunSummary``'s fields up to ``updated_at``, then
+    queue, queue key, priority, scheduled_at, admitted_at and wake_at."""
+    (run_id, workflow, kind, status, version, owner, parent, created_at, updated_at) = row[:9]
+    queue, key, priority, scheduled_at, admitted_at, wake_at = row[9:]
     return RunSummary(
         id=run_id,
         workflow=workflow,
@@ -181,4 +183,10 @@ def run_summary(row: Any) -> RunSummary:
         parent_run_id=parent,
         created_at=ts(created_at),
         updated_at=ts(updated_at),
+        queue=queue,
+        key=key,
+        priority=priority or 0,
+        scheduled_at=ts_or_none(scheduled_at),
+        admitted_at=ts_or_none(admitted_at),
+        start_at=ts_or_none(wake_at) if status == "queued" else None,
     )

@@ -57,7 +57,7 @@ SELECT
           ORDER BY r.created_at DESC, r.id DESC LIMIT $7 OFFSET $8) AS runs
 
 -- name: list_run_summaries
--- As list_runs, without the JSON columns (the order of records.RunSummary's fields).
+-- As list_runs, without the JSON columns (convert.run_summary's column order).
 SELECT
     (SELECT count(*) FROM @schema@.runs
      WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR status = $2)
@@ -65,7 +65,8 @@ SELECT
          AND ($5::text IS NULL OR parent_run_id = $5)
          AND ($6::text IS NULL OR owner IS NULL OR owner = $6)) AS total,
     ARRAY(SELECT ROW(r.id, r.workflow, r.kind, r.status, r.version, r.owner,
-                     r.parent_run_id, r.created_at, r.updated_at)
+                     r.parent_run_id, r.created_at, r.updated_at, r.queue, r.queue_key,
+                     r.priority, r.scheduled_at, r.admitted_at, r.wake_at)
           FROM @schema@.runs r
           WHERE ($1::text IS NULL OR r.workflow = $1) AND ($2::text IS NULL OR r.status = $2)
               AND ($3::text IS NULL OR r.version = $3) AND ($4::text IS NULL OR r.owner = $4)

@@ -107,8 +107,9 @@ WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
 ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
 
 -- name: list_run_summaries
--- As list_runs, without the JSON columns (the order of records.RunSummary's fields).
-SELECT id, workflow, kind, status, version, owner, parent_run_id, created_at, updated_at
+-- As list_runs, without the JSON columns (convert.run_summary's column order).
+SELECT id, workflow, kind, status, version, owner, parent_run_id, created_at, updated_at,
+    queue, queue_key, priority, scheduled_at, admitted_at, wake_at
 FROM plait_runs
 WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
     AND (:workflow IS NULL OR workflow = :workflow)
