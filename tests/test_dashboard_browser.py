@@ -322,6 +322,9 @@ def test_sign_in_sign_out_and_a_token_in_a_link(server: Server, api: Any, page: 
     # actions work through the session (with its CSRF token)
     page.goto(f"{server.url}/runs/{run_id}")
     expect(page.locator("#run-status")).to_have_text("completed")
+    page.goto(f"{server.url}/schedules")  # a page of its own script, signed in alike
+    expect(page.locator("#schedules-body")).to_contain_text("No schedules.")
+    expect(page.locator("#queues-body")).to_contain_text("No queued work.")
 
     page.click("#signout")
     expect(page.locator("#signin")).to_be_visible()
