@@ -194,7 +194,9 @@ async def test_an_invalid_decision_keeps_the_gate_open_and_is_reported(engine_fa
         await engine.approve(run_id, "refund", {"approved": False}, decided_by="bob")
         run = await engine.wait(run_id, timeout=10)
         assert run.output["data"] == {"approved": False, "note": ""}
-        outcomes = [(d.outcome, (d.reason or {}).get("code")) for d in await engine.get_decisions(run_id)]
+        outcomes = [
+            (d.outcome, (d.reason or {}).get("code")) for d in await engine.get_decisions(run_id)
+        ]
         assert outcomes == [
             ("refused", "APPROVAL_INVALID"),
             ("refused", "APPROVAL_INVALID"),
@@ -216,7 +218,9 @@ async def test_the_workflows_own_validators_judge_when_the_run_reads_it(engine_f
         await eventually(refused, what="the run to refuse the decision")
         await open_gate(engine, run_id)
         assert (await engine.get_run(run_id)).status == "running"
-        await engine.approve(run_id, "refund", {"approved": True, "note": "thanks"}, decided_by="bob")
+        await engine.approve(
+            run_id, "refund", {"approved": True, "note": "thanks"}, decided_by="bob"
+        )
         run = await engine.wait(run_id, timeout=10)
         assert run.output["data"]["note"] == "thanks"
         decisions = await engine.get_decisions(run_id)
@@ -234,7 +238,11 @@ async def test_a_decision_sent_before_the_gate_is_held_and_judged_there(engine_f
         assert second.outcome == "held"
         await engine.send_event(run_id, "go")
         run = await engine.wait(run_id, timeout=10)
-        assert run.output == {"expired": False, "data": {"approved": False, "note": ""}, "by": "bob"}
+        assert run.output == {
+            "expired": False,
+            "data": {"approved": False, "note": ""},
+            "by": "bob",
+        }
         decisions = await engine.get_decisions(run_id)
         assert [(d.decided_by, d.outcome) for d in decisions] == [
             ("alice", "refused"),
@@ -276,9 +284,7 @@ async def test_a_decision_after_the_deadline_loses_even_before_the_timer_fired(
     async with engine_factory(app) as engine:
         run_id = await engine.start("expiring", {"expires": "1s"})
         await open_gate(engine, run_id)
-    deadline = next(
-        s.wake_at for s in await _steps(engine_factory, run_id) if s.kind == "approval"
-    )
+    deadline = next(s.wake_at for s in await _steps(engine_factory, run_id) if s.kind == "approval")
     async with engine_factory(app, workers=False) as outside:
         await eventually(_after(deadline.timestamp()), what="the deadline to pass")
         with pytest.raises(plait.ApprovalResolvedError) as caught:
@@ -336,6 +342,7 @@ async def test_resume_never_opens_an_approval(engine_factory) -> None:
         assert run.status == "suspended"
         await engine.resume(run_id)
         await open_gate(engine, run_id)
+
         # the run is running again and waits for a person: resume has nothing to release
         async def running() -> bool:
             return (await engine.get_run(run_id)).status == "running"
