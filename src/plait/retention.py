@@ -17,9 +17,9 @@ from plait.store.base import Store
 
 #: what a prune deletes unless told otherwise
 ENDED = ("completed", "cancelled", "failed")
-#: runs looked at per transaction: small enough that one batch holds SQLite's write lock
+#: top-level runs looked at per transaction: small enough that one batch holds SQLite's write lock
 #: for a few milliseconds
-BATCH = 200
+BATCH = 100
 
 
 def check_statuses(statuses: Sequence[str]) -> tuple[str, ...]:
@@ -37,15 +37,16 @@ def check_statuses(statuses: Sequence[str]) -> tuple[str, ...]:
 
 
 async def prune(
-    store: Store, *, cutoff: float, statuses: Sequence[str] = ENDED, batch: int = BATCH
+    store: Store, *, cutoff: float, statuses: Sequence[str] = ENDED, batch: int | None = None
 ) -> int:
     """Delete the ended runs last updated before ``cutoff`` (unix seconds), batch by
     batch; returns how many runs went, child runs included."""
     chosen = check_statuses(statuses)
+    size = BATCH if batch is None else batch
     total = 0
     after: tuple[float, str] | None = None
     while True:
-        done = await store.prune_batch(chosen, cutoff, after, batch)
+        done = await store.prune_batch(chosen, cutoff, after, size)
         total += done.deleted
         if done.cursor is None:
             return total

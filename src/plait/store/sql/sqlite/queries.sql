@@ -648,9 +648,10 @@ ORDER BY s.created_at LIMIT :limit
 UPDATE plait_runs SET forked_from = ? WHERE id = ?
 
 -- name: prune_roots
--- The next ended top-level runs to prune, oldest first after the cursor (the index
--- plait_runs_ended serves it: its predicate is repeated word for word).
-SELECT id, updated_at FROM plait_runs
+-- The next ended top-level runs to prune, oldest first after the cursor, read from the
+-- index plait_runs_ended (its predicate is repeated word for word): the status index
+-- would sort every ended run for each batch.
+SELECT id, updated_at FROM plait_runs INDEXED BY plait_runs_ended
 WHERE status IN ('completed', 'failed', 'cancelled') AND parent_run_id IS NULL
     AND status IN (SELECT value FROM json_each(:statuses)) AND updated_at < :cutoff
     AND (updated_at > :after_at OR (updated_at = :after_at AND id > :after_id))
