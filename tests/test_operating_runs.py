@@ -184,7 +184,7 @@ async def test_fork_refuses_what_it_cannot_do(engine_factory, tmp_path: Path) ->
         with pytest.raises(ValueError, match=r"has no step 'nope' \(its steps: 'child', 'after'\)"):
             await engine.fork(done, from_step="nope")
         with pytest.raises(
-            ValueError, match="is a step of child run .* fork run .* from step 'child'"
+            ValueError, match=r"is a step of child run .* fork run .* from step 'child'"
         ):
             await engine.fork(done, from_step="leaf step")
         live = await engine.start("waits")
