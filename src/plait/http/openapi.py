@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from plait import __version__
+from plait.http import operating
 from plait.http.schemas import MAX_PAGE, RUN_STATUSES, CreateSchedule, RegisterGraph, StartRun
 
 _REF = "#/components/schemas/"
@@ -322,6 +323,8 @@ def openapi_document() -> dict[str, Any]:
     }
     doc["paths"].update(_flow_paths())
     doc["components"]["schemas"]["CreateSchedule"] = CreateSchedule.model_json_schema()
+    doc["paths"].update(operating.openapi_paths(_json, _errors, _RUN_ID, _ref))
+    doc["components"]["schemas"]["ForkRun"] = operating.ForkRun.model_json_schema()
     return doc
 
 
