@@ -294,6 +294,18 @@ async def test_a_worker_with_retain_prunes_in_the_background(engine_factory) -> 
         plait.Engine(app, "sqlite:///:memory:", retain="-1s")
 
 
+async def test_the_refunds_example_runs(database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent))
+    from examples import refunds
+
+    output = await refunds.main(database)
+    assert output == {
+        "refunded": True,
+        "receipt": "refunded 30 on order A-17",
+        "approved_by": "bob",
+    }
+
+
 # -- helpers --------------------------------------------------------------------------------
 async def _equals(value: Any, expected: Any) -> bool:
     return (await value) == expected
