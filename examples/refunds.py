@@ -37,6 +37,7 @@ async def refund(wf: plait.Workflow, data: dict) -> dict:
     await wf.set_value("progress", {"done": 0, "total": 3})
     order = await wf.do("look up", look_up_order, data)
     await wf.set_value("progress", {"done": 1, "total": 3})
+    await wf.set_value("stage", "waiting for approval")  # committed with the gate's opening
     # four eyes: anyone but the run's owner decides, within two days
     decision = await wf.approval("refund", schema=Refund, approvers="not_owner", expires="2d")
     await wf.set_value("progress", {"done": 2, "total": 3})
@@ -52,8 +53,8 @@ async def main(database: str = "sqlite:///refunds.db") -> dict:
         run_id = await engine.start("refund", {"order": "A-17", "amount": 30}, owner="alice")
         # the progress as it changes; no polling: the commit that publishes it wakes us
         print("progress", await engine.get_value(run_id, "progress", wait=True, timeout=10))
-        while not await engine.list_approvals(user="bob"):  # what bob's dashboard lists
-            await asyncio.sleep(0.05)
+        await engine.get_value(run_id, "stage", wait=True, timeout=10)
+        print("bob may decide", [a.name for a in await engine.list_approvals(user="bob")])
         try:
             await engine.approve(run_id, "refund", {"approved": True}, decided_by="alice")
         except plait.ApprovalForbiddenError as refused:

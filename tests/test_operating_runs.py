@@ -14,6 +14,7 @@ import plait
 from conftest import eventually
 
 app = plait.App("operating-tests")
+ROOT = Path(__file__).resolve().parent.parent
 
 #: set by a test to change what step "s4" does, as a deploy of a fix would
 BEHAVIOUR = {"s4": "old"}
@@ -295,7 +296,7 @@ async def test_a_worker_with_retain_prunes_in_the_background(engine_factory) -> 
 
 
 async def test_the_refunds_example_runs(database: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent))
+    monkeypatch.syspath_prepend(str(ROOT))
     from examples import refunds
 
     output = await refunds.main(database)
