@@ -65,7 +65,16 @@ _DECISION_FIELDS = (
     "key",
 )
 #: what a pruned run leaves in each table, the run row itself last
-_PRUNED = ("attempts", "steps", "events", "timers", "jobs", "state", "values", "runs")
+_PRUNED = (
+    SQL["prune_attempts"],
+    SQL["prune_steps"],
+    SQL["prune_events"],
+    SQL["prune_timers"],
+    SQL["prune_jobs"],
+    SQL["prune_state"],
+    SQL["prune_values"],
+    SQL["prune_runs"],
+)
 _RUN_LEASE_OWNER = SQL["run_lease_owner"]
 _JOB_HELD = SQL["job_held"]
 _CLAIMED_STEP = SQL["claimed_step"]
@@ -669,8 +678,8 @@ class SQLiteStore:
             ]
             if doomed:
                 ids = json.dumps(doomed)
-                for table in _PRUNED:
-                    conn.execute(SQL[f"prune_{table}"], (ids,))
+                for statement in _PRUNED:
+                    conn.execute(statement, (ids,))
             return PruneBatch(len(doomed), cursor)
 
         # off the event loop's thread: a batch must never block the loop, only take its
