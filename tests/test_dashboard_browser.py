@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 
 import plait
@@ -93,6 +94,24 @@ async def checkout(wf: plait.Workflow, data: Any) -> Any:
     receipt = await wf.do("charge card", charge, {"flag": data["flag"], "amount": total})
     await wf.do("notify", "notify", total)
     return {"receipt": receipt, "total": total}
+
+
+class Refund(pydantic.BaseModel):
+    approved: bool
+    amount: int = pydantic.Field(default=1, ge=1)
+    note: str = ""
+
+
+@app.workflow
+async def refund(wf: plait.Workflow, data: Any) -> Any:
+    await wf.set_value("progress", 0.5)
+    decision = await wf.approval("refund", schema=Refund)
+    await wf.set_value("progress", 1.0)
+    return {
+        "approved": decision.data.approved,
+        "note": decision.data.note,
+        "by": decision.decided_by,
+    }
 
 
 # -- the servers and the browser ----------------------------------------------------------
@@ -410,3 +429,82 @@ def test_a_page_of_another_origin_cannot_use_the_server(
     framed = next(f for f in page.frames if f.name != "sink" and f != page.main_frame)
     assert 'data-page="runs"' not in framed.content()  # no dashboard inside the frame
     assert any("frame-ancestors 'none'" in text for text in refused), refused
+
+
+def gate_open(api: Any, run_id: str) -> None:
+    def listed() -> bool:
+        gates = api.get("/api/approvals").json()["approvals"]
+        return any(g["run_id"] == run_id for g in gates)
+
+    wait_for(listed)
+
+
+def test_a_user_decides_an_approval_and_the_run_completes_without_a_reload(
+    server: Server, api: Any, page: Any
+) -> None:
+    run_id = start(api, "refund")["run_id"]
+    gate_open(api, run_id)
+    sign_in(page, server.url)
+    page.goto(f"{server.url}/runs/{run_id}")
+    status = page.locator("#run-status")
+    expect(status).to_have_text("running")
+    expect(page.locator("#progress-text")).to_have_text("50%")
+    form = page.locator('#approvals form.approval[data-gate="refund"]')
+    expect(form).to_be_visible()
+    page.evaluate("window.__sameDocument = 'yes'")
+
+    form.get_by_label("Approved").check()
+    form.get_by_label("Amount").fill("0")  # the schema wants at least 1: refused, kept open
+    form.get_by_role("button", name="Decide").click()
+    expect(form.locator(".form-error")).to_contain_text("amount")
+    assert api.get(f"/api/runs/{run_id}").json()["status"] == "running"
+
+    form.get_by_label("Amount").fill("25")
+    form.get_by_label("Note").fill("refund the shipping")
+    form.get_by_role("button", name="Decide").click()
+
+    expect(status).to_have_text("completed")
+    expect(page.locator("#run-output")).to_contain_text('"note": "refund the shipping"')
+    expect(page.locator("#progress-text")).to_have_text("100%")
+    expect(page.locator('#decisions li[data-outcome="accepted"]')).to_contain_text("alice")
+    expect(page.locator('#decisions li[data-outcome="refused"]')).to_have_count(1)
+    expect(page.locator("#approvals-card")).to_be_hidden()
+    assert page.evaluate("window.__sameDocument") == "yes", "the page was reloaded"
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "run-page-approval.png"), full_page=True)
+
+
+def test_the_runs_page_lists_approvals_to_decide(server: Server, api: Any, page: Any) -> None:
+    run_id = start(api, "refund")["run_id"]
+    gate_open(api, run_id)
+    page.goto(f"{server.url}/?token={TOKEN}")
+    form = page.locator(f'#approvals form.approval[data-run-id="{run_id}"]')
+    expect(form).to_be_visible()
+    form.get_by_label("Approved").check()
+    form.get_by_role("button", name="Decide").click()
+    expect(form).to_have_count(0)
+    wait_for(lambda: api.get(f"/api/runs/{run_id}").json()["status"] == "completed")
+    assert api.get(f"/api/runs/{run_id}").json()["output"]["approved"] is True
+
+
+def test_rerun_from_a_step(server: Server, api: Any, page: Any) -> None:
+    run = start(api, "approval")
+    run_id = run["run_id"]
+    wait_for(
+        lambda: any(s["kind"] == "event" for s in api.get(f"/api/runs/{run_id}").json()["steps"])
+    )
+    api.post(f"/api/runs/{run_id}/events/approve", json="ok")
+    wait_for(lambda: api.get(f"/api/runs/{run_id}").json()["status"] == "completed")
+    sign_in(page, server.url)
+    page.goto(f"{server.url}/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_text("completed")
+    row = page.locator('details.step[data-key="record"]')
+    row.locator("summary").click()
+    row.get_by_role("button", name="Rerun from this step").click()
+    page.wait_for_url(lambda url: run_id not in url)
+    expect(page.locator("#run-status")).to_have_text("completed")
+    expect(page.locator("#run-meta")).to_contain_text("Forked from")
+    forked_id = page.locator("#run").get_attribute("data-run-id")
+    forked = api.get(f"/api/runs/{forked_id}").json()
+    assert forked["forked_from"] == run_id
+    assert forked["output"] == api.get(f"/api/runs/{run_id}").json()["output"]

@@ -176,6 +176,9 @@ ROUTES = [
     ("POST", "/api/schedules/{name}/resume"),
     ("POST", "/api/schedules/{name}/trigger"),
     ("GET", "/api/queues"),
+    ("GET", "/api/approvals"),
+    ("POST", "/api/runs/RID/approvals/gate"),
+    ("POST", "/api/runs/RID/fork"),
 ]
 
 
@@ -202,6 +205,7 @@ def test_every_api_route_is_in_the_route_list_above(engine: plait.Engine) -> Non
     listed = {(m, p.replace("RID", "{run_id}").replace("simple", "{name}")) for m, p in ROUTES}
     listed = {(m, p.replace("events/go", "events/{name}")) for m, p in listed}
     listed |= {(m, "/api/session") for m in ("GET", "POST", "DELETE")}  # the sign-in
+    listed = {(m, p.replace("approvals/gate", "approvals/{name}")) for m, p in listed}
     assert {(m, p) for m, p in declared if m != "HEAD"} == listed
 
 

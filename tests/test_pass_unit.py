@@ -46,6 +46,9 @@ class ListHost:
         self.batches.append(batch)
         return False
 
+    def published(self, run_id: str) -> None:
+        pass
+
     async def read_state(self, run_id: str) -> dict[str, Any]:
         return {}
 

@@ -80,6 +80,7 @@ async def test_schema_option_keeps_tenants_apart(pg_url: str) -> None:
         "graph_owners",
         "jobs",
         "queue_admissions",
+        "run_values",
         "runs",
         "schedules",
         "schema_version",

@@ -8,6 +8,8 @@ from plait.app import App, FunctionDef, WorkflowDef
 from plait.context import StepContext
 from plait.engine import Engine
 from plait.errors import (
+    ApprovalForbiddenError,
+    ApprovalResolvedError,
     Cancel,
     EventTimeout,
     FunctionNotFoundError,
@@ -23,6 +25,8 @@ from plait.errors import (
     StepError,
     StepFunctionMismatchError,
     StepTimeoutError,
+    ValidationError,
+    ValueNotSetError,
     WorkflowCancelledError,
     WorkflowFailedError,
     WorkflowNotFoundError,
@@ -30,7 +34,18 @@ from plait.errors import (
 )
 from plait.graph.errors import GraphValidationError
 from plait.queues import Queue
-from plait.records import Run, RunStatus, RunSummary, Schedule, Step, StepAttempt, StepStatus
+from plait.records import (
+    Approval,
+    ApprovalDecision,
+    Decision,
+    Run,
+    RunStatus,
+    RunSummary,
+    Schedule,
+    Step,
+    StepAttempt,
+    StepStatus,
+)
 from plait.runtime.workflow import Workflow
 from plait.schedules import ScheduleSpec
 
@@ -38,7 +53,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "Approval",
+    "ApprovalDecision",
+    "ApprovalForbiddenError",
+    "ApprovalResolvedError",
     "Cancel",
+    "Decision",
     "Engine",
     "EventTimeout",
     "FunctionDef",
@@ -66,6 +86,8 @@ __all__ = [
     "StepFunctionMismatchError",
     "StepStatus",
     "StepTimeoutError",
+    "ValidationError",
+    "ValueNotSetError",
     "Workflow",
     "WorkflowCancelledError",
     "WorkflowDef",

@@ -17,10 +17,10 @@ from rich.table import Table
 
 from plait import loading
 from plait.app import App
-from plait.durations import format_duration
+from plait.durations import format_duration, parse_duration
 from plait.engine import Engine
 from plait.errors import PlaitError
-from plait.records import Run, Step, StepAttempt
+from plait.records import ApprovalDecision, Run, Step, StepAttempt
 from plait.store import redact
 
 T = TypeVar("T")
@@ -32,10 +32,12 @@ cli = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-runs_cli = typer.Typer(help="List and inspect runs.", no_args_is_help=True)
+runs_cli = typer.Typer(help="List, inspect and prune runs.", no_args_is_help=True)
 cli.add_typer(runs_cli, name="runs")
 schedules_cli = typer.Typer(help="List and operate schedules.", no_args_is_help=True)
 cli.add_typer(schedules_cli, name="schedules")
+approvals_cli = typer.Typer(help="Approval gates waiting for a person.", no_args_is_help=True)
+cli.add_typer(approvals_cli, name="approvals")
 # Piped output (logs, CI, less) gets a fixed width that fits a run id and a timeline row.
 console = Console(width=None if sys.stdout.isatty() else 120)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
@@ -244,13 +246,20 @@ def runs_show(
             steps = await engine.get_steps(run_id)
             history = await engine.get_history(run_id)
             children = await engine.get_children(run_id)
-        render_run(run, steps, history, children)
+            values = await engine.get_values(run_id)
+            decisions = await engine.get_decisions(run_id)
+        render_run(run, steps, history, children, values, decisions)
 
     run_async(go)
 
 
 def render_run(
-    run: Run, steps: list[Step], history: list[StepAttempt], children: list[Run]
+    run: Run,
+    steps: list[Step],
+    history: list[StepAttempt],
+    children: list[Run],
+    values: dict[str, Any] | None = None,
+    decisions: list[ApprovalDecision] | None = None,
 ) -> None:
     """Print a run so that someone who never saw plait can follow what happened."""
     console.rule(f"[bold]{run.workflow}[/bold]  run {run.id}")
@@ -258,6 +267,8 @@ def render_run(
     console.print(f"started  {run.created_at:%Y-%m-%d %H:%M:%S} UTC   took {_took(run)}")
     if run.parent_run_id:
         console.print(f"parent   {run.parent_run_id}")
+    if run.forked_from:
+        console.print(f"forked   from run {run.forked_from}")
     console.print(f"input    {_short(run.input, 100)}")
     if run.status == "completed":
         console.print(f"output   {_short(run.output, 100)}")
@@ -310,9 +321,37 @@ def render_run(
         console.print(timeline)
     for child in children:
         console.print(f"child run {child.id} ({child.workflow}) {_status(child.status)}")
+    if values:
+        table = Table(title="Published values", title_justify="left")
+        table.add_column("key")
+        table.add_column("value", overflow="fold")
+        for key, value in values.items():
+            table.add_row(key, _short(value, 100))
+        console.print(table)
+    if decisions:
+        table = Table(title="Approval decisions", title_justify="left")
+        for column in ("at", "approval", "by", "outcome", "data"):
+            table.add_column(column, overflow="fold")
+        for d in decisions:
+            style = {"accepted": "green", "refused": "red"}.get(d.outcome, "yellow")
+            outcome = f"[{style}]{d.outcome}[/{style}]"
+            if d.reason:
+                outcome += f": {_short(d.reason.get('message'), 60)}"
+            table.add_row(
+                f"{d.decided_at:%Y-%m-%d %H:%M:%S}",
+                d.name,
+                d.decided_by or "-",
+                outcome,
+                _short(d.data, 60),
+            )
+        console.print(table)
 
 
 def _label(step: Step) -> str:
+    if step.kind == "approval":
+        return f"approval: {step.key.removeprefix('__approval:')}"
+    if step.kind == "set_value":
+        return f"set value: {step.key.removeprefix('__value:')}"
     if step.kind == "suspend":
         return f"suspend: {step.key.removeprefix('__suspend:')}"
     if step.kind == "event":
@@ -521,9 +560,15 @@ def worker(
     max_payload: str = typer.Option(
         "1MiB", "--max-payload", help="Largest step result or state value to store."
     ),
+    retain: str | None = typer.Option(
+        None,
+        "--retain",
+        help="Prune ended runs older than this (e.g. 30d) in the background.",
+    ),
     database: str | None = DatabaseOption,
 ) -> None:
     """Work the queues of a database until SIGTERM or SIGINT."""
+    retain_seconds = _duration(retain, "--retain") if retain is not None else None
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -539,6 +584,7 @@ def worker(
             worker_id=worker_id,
             log_runs=True,
             max_payload=parse_size(max_payload, "--max-payload"),
+            retain=retain_seconds,
         )
         await engine.open()
         logging.getLogger("plait.worker").info(
@@ -550,6 +596,113 @@ def worker(
         await engine.worker.run_until_signal(
             lambda seconds: engine.close(drain=seconds), drain=drain, grace=STOP_GRACE
         )
+
+    run_async(go)
+
+
+def _duration(text: str, option: str) -> float:
+    try:
+        seconds = parse_duration(text, what=option)
+    except (TypeError, ValueError) as exc:
+        fail(str(exc))
+        raise
+    if seconds <= 0:
+        fail(f"{option} must be more than 0, got {text!r}")
+    return seconds
+
+
+# -- approvals, fork, retention -------------------------------------------------------------
+
+
+@cli.command()
+def approve(
+    run_id: str = typer.Argument(..., help="The run id."),
+    name: str = typer.Argument(..., help="The approval's name (wf.approval(name, ...))."),
+    data: str | None = typer.Option(None, "--data", help="The decision's data as JSON."),
+    by: str | None = typer.Option(None, "--by", help="Who decides (the user id recorded)."),
+    database: str | None = DatabaseOption,
+) -> None:
+    """Decide an approval gate of a run (held if the run has not reached it yet)."""
+
+    async def go() -> None:
+        payload = parse_json(data, "--data")
+        async with _engine(None, database) as engine:
+            decision = await engine.approve(run_id, name, payload, decided_by=by)
+        console.print(f"approval {name!r} of run {run_id}: {decision.outcome}")
+
+    run_async(go)
+
+
+@approvals_cli.command("list")
+def approvals_list(
+    user: str | None = typer.Option(None, "--user", help="Only gates this user may decide."),
+    status: str = typer.Option("open", "--status", help="open, decided or expired."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    database: str | None = DatabaseOption,
+) -> None:
+    """Approval gates of live runs, oldest first."""
+
+    async def go() -> None:
+        async with _engine(None, database) as engine:
+            gates = await engine.list_approvals(status=status, user=user)
+        if as_json:
+            print(json.dumps([g.to_dict() for g in gates]))
+            return
+        table = Table(title=f"{len(gates)} {status} approvals", title_justify="left")
+        for column in ("run", "workflow", "approval", "approvers", "owner", "expires"):
+            table.add_column(column, overflow="fold")
+        for g in gates:
+            table.add_row(
+                g.run_id,
+                g.workflow,
+                g.name,
+                g.approvers if isinstance(g.approvers, str) else ", ".join(g.approvers),
+                g.owner or "-",
+                f"{g.expires_at:%Y-%m-%d %H:%M:%S}" if g.expires_at else "-",
+            )
+        console.print(table)
+
+    run_async(go)
+
+
+@cli.command()
+def fork(
+    run_id: str = typer.Argument(..., help="The run to fork."),
+    from_step: str = typer.Option(..., "--from", help="The step key to run again from."),
+    new_id: str | None = typer.Option(None, "--run-id", help="The new run's id."),
+    database: str | None = DatabaseOption,
+) -> None:
+    """A new run that keeps the results of the steps before --from and runs the rest
+    again on the code deployed now (workers run it)."""
+
+    async def go() -> None:
+        async with _engine(None, database) as engine:
+            forked = await engine.fork(run_id, from_step=from_step, run_id=new_id)
+        console.print(forked)
+
+    run_async(go)
+
+
+@runs_cli.command("prune")
+def runs_prune(
+    older_than: str = typer.Option(
+        ..., "--older-than", help="Age of the runs to delete, e.g. 30d."
+    ),
+    status: list[str] = typer.Option(
+        ["completed", "cancelled", "failed"],
+        "--status",
+        help="Ended statuses to prune (repeat the option).",
+    ),
+    database: str | None = DatabaseOption,
+) -> None:
+    """Delete ended runs (with their steps, events, values and child runs) last updated
+    longer ago than --older-than, in short batches."""
+    seconds = _duration(older_than, "--older-than")
+
+    async def go() -> None:
+        async with _engine(None, database) as engine:
+            pruned = await engine.prune(older_than=seconds, statuses=status)
+        console.print(f"pruned {pruned} runs")
 
     run_async(go)
 

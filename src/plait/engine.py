@@ -14,14 +14,19 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
-from plait import queues, schedules, serde
+from plait import approval, errors, ids, queues, retention, schedules, serde
 from plait.app import App
 from plait.catalog import Catalog
+from plait.durations import parse_duration
 from plait.errors import (
+    ApprovalForbiddenError,
+    ApprovalResolvedError,
     RunIdTakenError,
     RunNotFoundError,
     RunStateError,
     ScheduleNotFoundError,
+    ValidationError,
+    ValueNotSetError,
     WorkflowCancelledError,
     WorkflowFailedError,
     WorkflowNotFoundError,
@@ -30,10 +35,30 @@ from plait.errors import (
 from plait.graph import validate_or_raise
 from plait.ids import check_run_id, new_run_id
 from plait.notify import Notifier, wait_event
-from plait.records import SETTLED, Run, RunSummary, Schedule, Step, StepAttempt
+from plait.records import (
+    SETTLED,
+    TERMINAL,
+    Approval,
+    ApprovalDecision,
+    Run,
+    RunSummary,
+    Schedule,
+    Step,
+    StepAttempt,
+)
 from plait.runtime import steps
 from plait.store import convert, make_store, resolve_url
-from plait.store.base import NewRun, Op, RunFilter, ScheduleRow, StepRow, Store
+from plait.store.base import (
+    DecisionRow,
+    NewRun,
+    Op,
+    PutStep,
+    RunFilter,
+    ScheduleRow,
+    StepRow,
+    Store,
+)
+from plait.store.convert import ts, ts_or_none
 from plait.worker import Worker
 
 log = logging.getLogger("plait.engine")
@@ -62,6 +87,7 @@ class Engine:
         store: Store | None = None,
         log_runs: bool = False,
         max_payload: int = serde.DEFAULT_MAX_PAYLOAD,
+        retain: float | str | timedelta | None = None,
         **store_options: Any,
     ) -> None:
         if not isinstance(app, App):
@@ -84,6 +110,10 @@ class Engine:
         self.notifier = Notifier()
         self.catalog = Catalog(app, self.store)
         self.log_runs = log_runs
+        #: with workers: ended runs older than this many seconds are pruned in the background
+        self.retain = None if retain is None else parse_duration(retain, what="retain")
+        if self.retain is not None and self.retain <= 0:
+            raise ValueError(f"invalid retain: {retain!r} (must be more than 0)")
         self._worker: Worker | None = None
         self._opened = False
 
@@ -119,6 +149,7 @@ class Engine:
             take_work=self.workers,
             log_runs=self.log_runs,
             limits=self.limits,
+            retain=self.retain if self.workers else None,
         )
         self.notifier.on_work(self._worker.kick)
         await self._store_app_schedules()
@@ -423,6 +454,11 @@ class Engine:
         if not isinstance(name, str) or not name or "\x00" in name:
             raise TypeError(f"event name must be a non-empty string, got {name!r}")
         _existing_id(run_id)
+        if name.startswith("__"):
+            raise ValueError(
+                f"event name {name!r} starts with '__', which plait keeps for its own "
+                "messages (an approval is decided with engine.approve)"
+            )
         payload_text = serde.dumps(payload, what=f"event {name!r}", limits=self.limits)
         waiting = await self.store.send_event(run_id, name, payload_text)
         self._poke(run_id)
@@ -592,6 +628,275 @@ class Engine:
             raise TypeError(f"schedule name must be a string, got {type(name).__name__}")
         return name
 
+    # -- approvals ------------------------------------------------------------------------------
+    async def approve(
+        self, run_id: str, name: str, data: Any = None, *, decided_by: str | None = None
+    ) -> ApprovalDecision:
+        """Decide approval gate ``name`` of the run with ``data``, as ``decided_by``.
+
+        An open gate takes the decision at once if its policy admits ``decided_by`` and
+        ``data`` fits its schema (else ``ApprovalForbiddenError`` /
+        ``plait.ValidationError``, and the gate stays open); a gate already decided or
+        past its deadline refuses it (``ApprovalResolvedError``): the decision that
+        commits first wins. A decision for a gate the run has not reached is held and
+        judged when it gets there (outcome ``held``). Every decision is kept, accepted
+        or refused, with who sent it and when (``get_decisions``)."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"approval name must be a non-empty string, got {name!r}")
+        if decided_by is not None and (not isinstance(decided_by, str) or not decided_by):
+            raise TypeError(
+                f"decided_by must be a user id (a non-empty string), got {decided_by!r}"
+            )
+        now = time.time()
+        payload = approval.envelope(data, decided_by, now)
+        snapshot = await self.store.load_pass(run_id)
+        if snapshot is None:
+            raise RunNotFoundError(run_id)
+        run = snapshot.run
+        gates = sorted(
+            (
+                s
+                for s in snapshot.steps.values()
+                if s.kind == "approval" and approval.gate_info(s.input).get("name") == name
+            ),
+            key=lambda s: s.seq,
+        )
+        gate = next((g for g in gates if g.status == "pending"), None)
+
+        def row(outcome: str, reason: str | None = None, **more: Any) -> DecisionRow:
+            return DecisionRow(name, payload, decided_by, now, outcome, reason, **more)
+
+        async def refuse(code: str, message: str, found: Any = None) -> None:
+            why = approval.reason(code, message, found)
+            key = gate.key if gate is not None else (gates[-1].key if gates else None)
+            await self.store.submit_decision(run_id, row("refused", why, key=key), ())
+
+        if run.status in TERMINAL and (gate is not None or not gates):
+            raise RunStateError(run_id, run.status, f"decide approval {name!r} of")
+        if gate is None and gates:
+            outcome = _gate_outcome(gates[-1])
+            await refuse(errors.APPROVAL_RESOLVED, f"the approval was already {outcome}")
+            raise ApprovalResolvedError(run_id, name, outcome)
+        if gate is None:
+            await self.store.submit_decision(run_id, row("held"), ())
+            self._poke(run_id)
+            return _decision_record(run_id, name, data, decided_by, now, "held", None, None)
+        info = approval.gate_info(gate.input)
+        policy = info.get("approvers", "any")
+        if not approval.may_decide(policy, run.owner, decided_by):
+            forbidden = ApprovalForbiddenError(run_id, name, decided_by, policy)
+            await refuse(errors.APPROVAL_FORBIDDEN, str(forbidden))
+            raise forbidden
+        found = approval.problems(info.get("schema"), data)
+        if found:
+            invalid = ValidationError(f"the decision on approval {name!r}", found)
+            await refuse(errors.APPROVAL_INVALID, "the data is invalid", found)
+            raise invalid
+        closed = approval.reason(errors.APPROVAL_RESOLVED, "the approval was already decided")
+        expired = approval.reason(errors.APPROVAL_RESOLVED, "the approval was already expired")
+        result = await self.store.submit_decision(
+            run_id,
+            row("accepted", key=gate.key, if_closed=closed, if_expired=expired),
+            steps.decide_gate(gate, payload, now),
+        )
+        if result in ("closed", "expired"):
+            outcome = "expired" if result == "expired" else await self._closed_how(run_id, gate)
+            raise ApprovalResolvedError(run_id, name, outcome)
+        self._poke(run_id)
+        return _decision_record(run_id, name, data, decided_by, now, "accepted", None, now)
+
+    async def _closed_how(self, run_id: str, gate: StepRow) -> str:
+        for step in await self.store.get_steps(run_id):
+            if step.key == gate.key:
+                output = step.output if isinstance(step.output, dict) else {}
+                return "expired" if output.get("expired") else "decided"
+        return "decided"
+
+    async def list_approvals(
+        self, *, status: str | None = "open", user: str | None = None, limit: int = 100
+    ) -> list[Approval]:
+        """Approval gates of live runs, oldest first: ``open`` ones (default),
+        ``decided``, ``expired`` or all (None); with ``user``, only those that user may
+        decide. Each carries the JSON Schema its decision must fit."""
+        if status not in (None, "open", "decided", "expired"):
+            raise ValueError(f"invalid approval status {status!r}: use open, decided or expired")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"invalid limit: {limit!r}")
+        step_status = {"open": "pending", None: None}.get(status, "succeeded")
+        found = []
+        for gate in await self.store.list_gates(step_status, limit):
+            info = approval.gate_info(gate.step.input)
+            state = "open" if gate.step.status == "pending" else _gate_outcome(gate.step)
+            if status is not None and state != status:
+                continue
+            policy = info.get("approvers", "any")
+            if user is not None and not approval.may_decide(policy, gate.owner, user):
+                continue
+            expires = info.get("expires_at")
+            found.append(
+                Approval(
+                    run_id=gate.step.run_id,
+                    workflow=gate.workflow,
+                    name=info.get("name", gate.step.key.removeprefix(approval.PREFIX)),
+                    key=gate.step.key,
+                    status=state,
+                    schema=info.get("schema"),
+                    approvers=policy,
+                    owner=gate.owner,
+                    opened_at=ts(gate.step.created_at),
+                    expires_at=ts_or_none(expires),
+                )
+            )
+        return found
+
+    async def get_decisions(self, run_id: str) -> list[ApprovalDecision]:
+        """Every decision sent to the run's approval gates, oldest first: accepted,
+        refused (with why) or still held, with who sent it and when."""
+        await self.get_run(run_id)
+        found = []
+        for item in await self.store.get_decisions(run_id):
+            payload = serde.loads(item["payload"]) or {}
+            found.append(
+                _decision_record(
+                    run_id,
+                    item["name"].removeprefix(approval.PREFIX),
+                    payload.get("data"),
+                    item["decided_by"],
+                    item["decided_at"],
+                    item["outcome"],
+                    serde.loads(item["reason"]),
+                    item["judged_at"],
+                )
+            )
+        return found
+
+    # -- values ---------------------------------------------------------------------------------
+    async def get_values(self, run_id: str) -> dict[str, Any]:
+        """Every value the run published (``wf.set_value``), by key."""
+        await self.get_run(run_id)
+        return {k: serde.loads(v) for k, v in (await self.store.get_values(run_id)).items()}
+
+    async def get_value(
+        self, run_id: str, key: str, *, wait: bool = False, timeout: float | None = None
+    ) -> Any:
+        """The value the run published under ``key`` (None while there is none). With
+        ``wait``, waits until it is published: woken by the commit that publishes it,
+        not by polling. ``TimeoutError`` after ``timeout`` seconds;
+        ``ValueNotSetError`` if the run ends without publishing it."""
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"value key must be a non-empty string, got {key!r}")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        safety = _VALUE_SAFETY
+        while True:
+            event = self.notifier.watch(run_id)
+            try:
+                run = await self.get_run(run_id)
+                values = await self.store.get_values(run_id)
+                if key in values:
+                    return serde.loads(values[key])
+                if not wait:
+                    return None
+                if run.status in TERMINAL:
+                    raise ValueNotSetError(run_id, key, str(run.status))
+                wait_for = safety
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(f"run {run_id} published no value {key!r} in {timeout}s")
+                    wait_for = min(wait_for, left)
+                await wait_event(event, wait_for)
+                safety = min(_VALUE_SAFETY_MAX, safety * 2)
+            finally:
+                self.notifier.unwatch(run_id, event)
+
+    # -- fork and retention ---------------------------------------------------------------------
+    async def fork(
+        self, source_run_id: str, /, *, from_step: str, run_id: str | None = None
+    ) -> str:
+        """A new run of the same workflow and input that keeps the results of the steps
+        the source reached before ``from_step`` (first-reached order) and runs
+        ``from_step`` and everything after again, on the code deployed now. Its
+        ``forked_from`` names the source. The source must not be running (cancel it
+        first); ``from_step`` must be one of its own steps, not a step of a child run."""
+        if not isinstance(from_step, str) or not from_step:
+            raise TypeError(f"from_step must be a step key (a non-empty string), got {from_step!r}")
+        if run_id is not None and (not isinstance(run_id, str) or not run_id):
+            raise TypeError(f"run_id must be a non-empty string, got {run_id!r}")
+        snapshot = await self.store.load_pass(source_run_id)
+        if snapshot is None:
+            raise RunNotFoundError(source_run_id)
+        source = snapshot.run
+        if source.status in ("running", "queued"):
+            raise RunStateError(source_run_id, source.status, "fork (cancel it first)")
+        if source.kind == "graph":
+            raise ValueError(
+                f"run {source_run_id!r} is a graph run; fork reruns code workflows "
+                "(start a graph run again with start_node=...)"
+            )
+        start = snapshot.steps.get(from_step)
+        if start is None:
+            raise ValueError(await self._no_such_step(source_run_id, from_step, snapshot.steps))
+        new_id = run_id or new_run_id()
+        if self.app.is_runnable(source.workflow):
+            kind, version = self.catalog.describe(source.workflow)
+        else:  # this process lacks the code: the run goes on what the workers have
+            kind, version = source.kind, source.version
+        now = time.time()
+        ops: list[Op] = []
+        for step in sorted(snapshot.steps.values(), key=lambda s: s.seq):
+            if step.seq >= start.seq or step.status not in ("succeeded", "failed"):
+                continue
+            kept = step.copy()
+            kept.run_id, kept.wake_at, kept.updated_at = new_id, None, now
+            kept.invocation_id = ids.invocation_id(new_id, step.key)
+            ops.append(PutStep(kept))
+        new = NewRun(
+            id=new_id,
+            workflow=source.workflow,
+            kind=kind,
+            version=version,
+            input=source.input,
+            owner=source.owner,
+        )
+        await self.store.fork_run(new, source_run_id, ops)
+        self.notifier.publish_work()
+        return new_id
+
+    async def _no_such_step(self, run_id: str, key: str, recorded: dict[str, StepRow]) -> str:
+        """Why ``key`` is no step to fork from: a step of a child run, or none at all."""
+        queue = [(run_id, child) for child in await self.store.get_children(run_id)]
+        while queue:
+            top, child = queue.pop(0)
+            if any(s.key == key for s in await self.store.get_steps(child.id)):
+                via = next((s.key for s in recorded.values() if s.child_run_id == child.id), None)
+                hint = f"; fork run {run_id!r} from step {via!r}" if via else ""
+                return (
+                    f"step {key!r} is a step of child run {child.id!r} "
+                    f"(workflow {child.workflow!r}), not of run {run_id!r}{hint}"
+                )
+            queue += [(top, grandchild) for grandchild in await self.store.get_children(child.id)]
+        known = ", ".join(repr(k) for k in sorted(recorded, key=lambda k: recorded[k].seq))
+        return f"run {run_id!r} has no step {key!r} (its steps: {known or 'none'})"
+
+    async def prune(
+        self,
+        *,
+        older_than: float | str | timedelta | datetime,
+        statuses: Iterable[str] = retention.ENDED,
+    ) -> int:
+        """Delete ended runs (with their steps, attempts, events, values and child runs)
+        last updated before ``older_than`` (a duration back from now, or an aware
+        datetime), in short batches; returns how many runs went. Running and suspended
+        runs, and runs whose child runs have not all ended, are kept."""
+        if isinstance(older_than, datetime):
+            if older_than.tzinfo is None:
+                raise ValueError("older_than must be an aware datetime (with a time zone)")
+            cutoff = older_than.timestamp()
+        else:
+            cutoff = time.time() - parse_duration(older_than, what="older_than")
+        chosen = retention.check_statuses(tuple(statuses))
+        return await retention.prune(self.store, cutoff=cutoff, statuses=chosen)
+
     def _poke(self, run_id: str) -> None:
         self.notifier.run_changed(run_id)
         self.notifier.publish_work()
@@ -632,6 +937,38 @@ def _run_filter(filters: dict[str, Any]) -> RunFilter:
         if value is not None and (not isinstance(value, str) or "\x00" in value):
             raise ValueError(f"invalid {name} filter: {value!r}")
     return RunFilter(**filters)
+
+
+#: the slow look a waiting ``get_value`` takes in case a wake-up was lost (it doubles)
+_VALUE_SAFETY = 1.0
+_VALUE_SAFETY_MAX = 5.0
+
+
+def _gate_outcome(step: StepRow) -> str:
+    output = serde.loads(step.output)
+    return "expired" if isinstance(output, dict) and output.get("expired") else "decided"
+
+
+def _decision_record(
+    run_id: str,
+    name: str,
+    data: Any,
+    decided_by: str | None,
+    decided_at: float,
+    outcome: str,
+    reason: Any,
+    judged_at: float | None,
+) -> ApprovalDecision:
+    return ApprovalDecision(
+        run_id=run_id,
+        name=name,
+        data=data,
+        decided_by=decided_by,
+        decided_at=ts(decided_at),
+        outcome=outcome,
+        reason=reason,
+        judged_at=ts_or_none(judged_at),
+    )
 
 
 def _output_or_raise(run: Run) -> Any:

@@ -209,3 +209,59 @@ def _size(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.3g} {unit}"
     return f"{n} bytes"
+
+
+APPROVAL_FORBIDDEN = "APPROVAL_FORBIDDEN"
+APPROVAL_RESOLVED = "APPROVAL_RESOLVED"
+APPROVAL_INVALID = "APPROVAL_INVALID"
+
+
+class ValidationError(PlaitError, ValueError):
+    """Data that does not fit the schema it was sent for (an approval's decision).
+    ``problems`` lists every problem as ``{"field": "a.b", "message": ...}``."""
+
+    def __init__(self, what: str, problems: list[dict[str, str]]) -> None:
+        listed = "; ".join(f"{p['field'] or '(root)'}: {p['message']}" for p in problems)
+        super().__init__(f"{what} is invalid: {listed}")
+        self.problems = problems
+        self.code = APPROVAL_INVALID
+
+
+class ApprovalForbiddenError(PlaitError, PermissionError):
+    """The gate's approver policy does not let this user decide it (HTTP 403)."""
+
+    def __init__(self, run_id: str, name: str, user: str | None, policy: Any) -> None:
+        who = f"user {user!r}" if user is not None else "an anonymous decider"
+        super().__init__(
+            f"{who} may not decide approval {name!r} of run {run_id!r} (approvers: {policy!r})"
+        )
+        self.run_id = run_id
+        self.name = name
+        self.user = user
+        self.code = APPROVAL_FORBIDDEN
+
+
+class ApprovalResolvedError(PlaitError):
+    """The gate was already decided or expired; the decision was not taken (HTTP 409).
+    ``outcome`` is what the gate ended with: ``decided`` or ``expired``."""
+
+    def __init__(self, run_id: str, name: str, outcome: str) -> None:
+        super().__init__(f"approval {name!r} of run {run_id!r} is already {outcome}")
+        self.run_id = run_id
+        self.name = name
+        self.outcome = outcome
+        self.code = APPROVAL_RESOLVED
+
+
+class GateClosedError(PlaitError):
+    """A pass's write met an approval gate (or a held decision) that changed since the
+    pass read it: the batch is not written and the run is replayed from what is stored."""
+
+
+class ValueNotSetError(PlaitError, LookupError):
+    """``engine.get_value(..., wait=True)`` on a run that ended without publishing it."""
+
+    def __init__(self, run_id: str, key: str, status: str) -> None:
+        super().__init__(f"run {run_id!r} is {status} and never published a value {key!r}")
+        self.run_id = run_id
+        self.key = key

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
 
 
 class RunStatus(enum.StrEnum):
@@ -73,6 +75,8 @@ class Run(_Record):
     admitted_at: datetime | None = None
     #: a queued run's earliest start
     start_at: datetime | None = None
+    #: the run this one was forked from (``Engine.fork``), else None
+    forked_from: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,3 +155,49 @@ class Schedule(_Record):
     last_run_status: str | None
     created_at: datetime
     updated_at: datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision(Generic[T]):
+    """What ``await wf.approval(...)`` returns: the decision's data (an instance of the
+    gate's schema, or the JSON sent when it has none), who decided and when; or, for a
+    gate whose deadline passed first, ``expired`` with no data."""
+
+    name: str
+    expired: bool
+    data: T | None = None
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Approval(_Record):
+    """An approval gate a run reached (``Engine.list_approvals``)."""
+
+    run_id: str
+    workflow: str
+    name: str
+    key: str
+    #: open, decided or expired
+    status: str
+    #: the JSON Schema of the decision's data (None: any JSON)
+    schema: dict[str, Any] | None
+    approvers: str | list[str]
+    owner: str | None
+    opened_at: datetime
+    expires_at: datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ApprovalDecision(_Record):
+    """One decision sent to a run's gate, kept whatever became of it: ``held`` (the
+    gate was not reached yet), ``accepted`` or ``refused`` (``reason`` says why)."""
+
+    run_id: str
+    name: str
+    data: Any
+    decided_by: str | None
+    decided_at: datetime
+    outcome: str
+    reason: dict[str, Any] | None
+    judged_at: datetime | None

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from plait import schedules, serde
+from plait import retention, schedules, serde
 from plait.catalog import Catalog
 from plait.errors import LeaseLostError, StepFunctionMismatchError
 from plait.lease_keeper import StallGuard
@@ -101,6 +101,7 @@ class Worker:
         take_work: bool = True,
         log_runs: bool = False,
         limits: serde.Limits | None = None,
+        retain: float | None = None,
     ) -> None:
         self.store = store
         self.catalog = catalog
@@ -111,6 +112,10 @@ class Worker:
         self.take_work = take_work
         self.log_runs = log_runs
         self.limits = limits or serde.Limits()
+        #: ended runs older than this many seconds are pruned in the background
+        self.retain = retain
+        #: runs the retention loop deleted so far
+        self.pruned = 0
         #: the lease name: the worker id plus a token of this process, so two processes
         #: started with one --worker-id never pass each other's lease checks
         self.owner = f"{worker_id}#{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -142,6 +147,9 @@ class Worker:
     # -- the host of passes and queued attempts -------------------------------------------
     def cancelling(self, run_id: str) -> bool:
         return run_id in self.cancelled
+
+    def published(self, run_id: str) -> None:
+        self.notifier.local_run_changed(run_id)
 
     async def read_state(self, run_id: str) -> dict[str, Any]:
         snapshot = await self.store.load_pass(run_id)
@@ -201,6 +209,8 @@ class Worker:
             self.loops.append(asyncio.create_task(self._schedule_loop(), name="plait-schedules"))
         if steps:
             self.loops.append(asyncio.create_task(self._step_loop(), name="plait-steps"))
+        if self.retain is not None:
+            self.loops.append(asyncio.create_task(self._retention_loop(), name="plait-retain"))
         self._lease_task = asyncio.create_task(self._lease_loop(), name="plait-leases")
         self.stall_guard.start()
         self.spawn(self.reclaim(), name="plait-reclaim")
@@ -663,6 +673,22 @@ class Worker:
         self.kick()
 
     # -- leases -------------------------------------------------------------------------------
+    async def _retention_loop(self) -> None:
+        """Prune ended runs older than ``retain`` now and then: at start, then every tenth
+        of the retention (at least a second, at most an hour). Batches are short, so live
+        runs never wait for a prune; with several workers, each prunes what it finds."""
+        assert self.retain is not None
+        every = min(3600.0, max(1.0, self.retain / 10))
+        while not self.stopping:
+            try:
+                pruned = await retention.prune(self.store, cutoff=time.time() - self.retain)
+                self.pruned += pruned
+                if pruned:
+                    log.info("pruned %d ended runs older than %gs", pruned, self.retain)
+            except Exception:
+                log.exception("pruning ended runs failed; trying again later")
+            await asyncio.sleep(every)
+
     async def _lease_loop(self) -> None:
         every = max(0.05, self.lease / 4)
         next_sweep = time.monotonic() + 5.0

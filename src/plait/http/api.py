@@ -21,6 +21,7 @@ from plait.errors import RunIdTakenError
 from plait.http import graphview
 from plait.http.auth import Authenticator, Principal
 from plait.http.lifecycle import Ended, Lifecycle
+from plait.http.operating import Operating
 from plait.http.problems import ApiError, bad_input, from_plait, invalid, validate
 from plait.http.schemas import NAME_PATTERN, RegisterGraph, StartRun, json_body, runs_query
 from plait.http.sse import stream_run
@@ -61,6 +62,7 @@ class Api:
             Route("/runs/{run_id}/events/{name}", self._wrap(self.send_event), methods=["POST"]),
             Route("/graphs", self._wrap(self.list_graphs), methods=["GET"]),
             Route("/graphs", self._wrap(self.register_graph), methods=["POST"]),
+            *Operating(self.engine).routes(self._wrap),
         ]
 
     def _wrap(self, handler: Callable[[Request, Principal], Awaitable[Response]]) -> Handler:
@@ -94,6 +96,8 @@ class Api:
         data = run.to_dict()
         data["steps"] = [s.to_dict() for s in steps]
         data["children"] = [_summary(child) for child in children if principal.may_access(child)]
+        data["values"] = await self.engine.get_values(run.id)
+        data["decisions"] = [d.to_dict() for d in await self.engine.get_decisions(run.id)]
         return data
 
     # -- routes ---------------------------------------------------------------------------

@@ -20,6 +20,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from plait.errors import (
+    ApprovalForbiddenError,
+    ApprovalResolvedError,
     GraphOwnerError,
     NotJSONError,
     PayloadTooDeepError,
@@ -29,6 +31,7 @@ from plait.errors import (
     ScheduleNotFoundError,
     WorkflowNotFoundError,
 )
+from plait.errors import ValidationError as DataInvalidError
 from plait.graph.errors import GraphValidationError
 
 #: the media type of every error answer
@@ -119,6 +122,12 @@ def from_plait(exc: Exception) -> ApiError | None:
         return ApiError(404, "SCHEDULE_NOT_FOUND", str(exc))
     if isinstance(exc, RunStateError):
         return ApiError(409, "RUN_STATE_CONFLICT", str(exc), extra={"run_status": exc.status})
+    if isinstance(exc, ApprovalForbiddenError):
+        return ApiError(403, exc.code, str(exc))
+    if isinstance(exc, ApprovalResolvedError):
+        return ApiError(409, exc.code, str(exc), extra={"outcome": exc.outcome})
+    if isinstance(exc, DataInvalidError):
+        return ApiError(422, exc.code, str(exc), problems=exc.problems)
     if isinstance(exc, GraphValidationError):
         problems = [{"field": "definition", "message": p} for p in exc.problems]
         return ApiError(422, "INVALID_GRAPH", str(exc).splitlines()[0], problems=problems)

@@ -1,7 +1,8 @@
 """The seam between one pass (or one queued attempt) and the process that runs it.
 
-A pass needs four things from outside: which definitions exist (the catalog), a way to
-commit its writes, whether its process is stopping, and whether a user cancelled its run.
+A pass needs a few things from outside: which definitions exist (the catalog), a way to
+commit its writes, whether its process is stopping, whether a user cancelled its run, and
+someone to tell when it published a value.
 It gets them as a ``Host`` when it is built and never reaches for the Engine or the
 Worker, so a pass can be driven by a test with a stand-in host and no database.
 """
@@ -41,6 +42,11 @@ class Host(Protocol):
 
     async def commit(self, batch: Batch) -> bool:
         """Commit a pass's writes (see ``Store.commit``)."""
+        ...
+
+    def published(self, run_id: str) -> None:
+        """``run_id`` published a value (``wf.set_value``) in a commit that just ended:
+        tell whoever watches the run."""
         ...
 
     async def read_state(self, run_id: str) -> dict[str, Any]:

@@ -63,6 +63,8 @@ class Ledger:
         self.foreign_version = False
         self.visited: set[str] = set()
         self.aborted: PassAborted | None = None
+        #: the pass published a value (``wf.set_value``) not yet told to its watchers
+        self.published = False
 
     # -- writes -------------------------------------------------------------------------------
     def add(self, ops: list[Op]) -> None:
@@ -106,6 +108,8 @@ class Ledger:
         except Exception as exc:
             self.aborted = PassAborted(exc)
             raise self.aborted from exc
+        if self.published:
+            self._tell_published()
 
     async def finish(self, status: str) -> PassResult:
         """The last writes of the pass and the release of its lease, in one commit. A
@@ -117,7 +121,15 @@ class Ledger:
             again = await self.host.commit(batch)
         except Exception as exc:
             raise PassAborted(exc) from exc
+        if self.published:
+            self._tell_published()
         return PassResult(status, self.children, self.queued, again)
+
+    def _tell_published(self) -> None:
+        """Watchers of the run's values hear of a committed ``wf.set_value`` at once,
+        not when the pass ends."""
+        self.published = False
+        self.host.published(self.run.id)
 
     # -- tasks --------------------------------------------------------------------------------
     def spawn(self, coro: Any) -> asyncio.Task[Any]:

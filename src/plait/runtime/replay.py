@@ -18,12 +18,16 @@ import collections
 import contextlib
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
-from plait import errors, serde
+import pydantic
+
+from plait import approval, errors, serde
 from plait.app import FunctionDef, WorkflowDef
 from plait.durations import parse_duration
 from plait.errors import Cancel, EventTimeout, StepError
+from plait.records import Decision
 from plait.retry import resolve_policy
 from plait.runtime import steps
 from plait.runtime.drive import Driver, dump_input
@@ -32,7 +36,7 @@ from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.signals import PassAborted, PauseSignal, SuspendSignal, Unwind
 from plait.runtime.workflow import StepCall, Workflow
 from plait.runtime.workflow_loop import WorkflowLoop
-from plait.store.base import EndRun, PassSnapshot, StepRow
+from plait.store.base import EndRun, EventRow, PassSnapshot, StepRow, TakeDecision
 
 
 class CodeReplay:
@@ -188,6 +192,107 @@ class CodeReplay:
             ledger.add(timed_out)
             raise EventTimeout(name, key)
         raise ledger.pause(key, step.wake_at)
+
+    async def approval(
+        self,
+        key: str,
+        name: str,
+        schema: type[pydantic.BaseModel] | None,
+        expires: float | None,
+        approvers: approval.Policy,
+    ) -> Decision[Any]:
+        """A gate: closed until a decision the policy and the schema accept, or until
+        its deadline. A decision held for it (sent before the run got here) is judged
+        now; one accepted on arrival is checked against the workflow's own schema."""
+        ledger = self.ledger
+        step = ledger.steps.get(key)
+        now = time.time()
+        if step is None:
+            info = {
+                "name": name,
+                "schema": schema.model_json_schema() if schema is not None else None,
+                "approvers": approvers,
+                "expires_at": None if expires is None else now + expires,
+            }
+            step = ledger.new_step(key, key, "approval", input=serde.dumps(info))
+            ledger.add(steps.open_gate(step, ledger.owner, info["expires_at"], now))
+        else:
+            ledger.check_same(step, "approval", None)
+        if step.status == "succeeded":
+            decided = serde.loads(step.output) or {}
+            if decided.get("expired"):
+                self._refuse_held(key, name, "expired")
+                return Decision(name, True)
+            try:
+                decision = _decision(name, schema, decided)
+            except pydantic.ValidationError as exc:
+                why = _invalid(exc)
+                ledger.add([TakeDecision(key, "refused", why)])
+                ledger.add(steps.reopen_gate(step, ledger.owner, now))
+            else:
+                self._refuse_held(key, name, "decided")
+                return decision
+        for event in self._held(name):
+            payload = serde.loads(event.payload) or {}
+            why = self._judge(step, schema, payload)
+            if why is not None:
+                ledger.add([TakeDecision(key, "refused", why, event.id)])
+                continue
+            output = serde.dumps(payload)
+            ledger.add(steps.decide_gate(step, output, now))
+            ledger.add([TakeDecision(key, "accepted", None, event.id)])
+            return _decision(name, schema, payload)
+        expired = steps.expire_gate(step, now)
+        if expired is not None:
+            ledger.add(expired)
+            return Decision(name, True)
+        raise ledger.pause(key, step.wake_at)
+
+    def _held(self, name: str) -> list[EventRow]:
+        """The decisions held for gate ``name``, oldest first, taken off the snapshot."""
+        wanted = approval.PREFIX + name
+        found = [e for e in self.ledger.events if e.name == wanted]
+        for event in found:
+            self.ledger.events.remove(event)
+        return found
+
+    def _refuse_held(self, key: str, name: str, outcome: str) -> None:
+        """Decisions still held for a gate that closed meanwhile are refused, not kept."""
+        why = approval.reason(errors.APPROVAL_RESOLVED, f"the approval was already {outcome}")
+        self.ledger.add([TakeDecision(key, "refused", why, e.id) for e in self._held(name)])
+
+    def _judge(
+        self, step: StepRow, schema: type[pydantic.BaseModel] | None, payload: dict[str, Any]
+    ) -> str | None:
+        """Why a held decision is refused (its reason record), or None to accept it."""
+        info = approval.gate_info(step.input)
+        policy = info.get("approvers", "any")
+        user = payload.get("decided_by")
+        if not approval.may_decide(policy, self.ledger.run.owner, user):
+            who = f"user {user!r}" if user is not None else "an anonymous decider"
+            return approval.reason(
+                errors.APPROVAL_FORBIDDEN, f"{who} may not decide it (approvers: {policy!r})"
+            )
+        found = approval.problems(info.get("schema"), payload.get("data"))
+        if found:
+            return approval.reason(errors.APPROVAL_INVALID, "the data is invalid", found)
+        if schema is not None:
+            try:
+                schema.model_validate(payload.get("data"))
+            except pydantic.ValidationError as exc:
+                return _invalid(exc)
+        return None
+
+    def set_value(self, key: str, name: str, value: str | None) -> None:
+        """Publish a value once, when the run first gets here (``wf.set_value``)."""
+        ledger = self.ledger
+        step = ledger.steps.get(key)
+        if step is not None:
+            ledger.check_same(step, "set_value", None)
+            return
+        step = ledger.new_step(key, key, "set_value", input=serde.dumps({"key": name}))
+        ledger.add(steps.publish_value(step, name, value, time.time()))
+        ledger.published = True
 
     def value(self, key: str, make: Callable[[], Any]) -> Any:
         """A value recorded once and replayed ever after (``wf.now()``, ``wf.uuid()``)."""
@@ -433,6 +538,32 @@ def _suspended(call: StepCall) -> EndRun:
     sig = call.error
     assert isinstance(sig, SuspendSignal)
     return EndRun("suspended", error=steps.control_error(sig.message, sig.code))
+
+
+def _decision(
+    name: str, schema: type[pydantic.BaseModel] | None, decided: dict[str, Any]
+) -> Decision[Any]:
+    """The decision the workflow sees; ``pydantic.ValidationError`` if its data does not
+    fit the workflow's schema."""
+    data = decided.get("data")
+    if schema is not None:
+        data = schema.model_validate(data)
+    at = decided.get("decided_at")
+    return Decision(
+        name,
+        False,
+        data,
+        decided.get("decided_by"),
+        None if at is None else datetime.fromtimestamp(float(at), tz=UTC),
+    )
+
+
+def _invalid(exc: pydantic.ValidationError) -> str:
+    found = [
+        {"field": ".".join(str(p) for p in err.get("loc", ())), "message": err.get("msg", "")}
+        for err in exc.errors(include_url=False)
+    ]
+    return approval.reason(errors.APPROVAL_INVALID, "the data is invalid", found)
 
 
 def _timeout(options: dict[str, Any], key: str) -> float | None:

@@ -26,9 +26,11 @@ from plait.store.base import (
     ConsumeEvent,
     EnqueueJob,
     FinishAttempt,
+    GuardStep,
     Op,
     PutStep,
     SetTimer,
+    SetValue,
     StartAttempt,
     StepEnd,
     StepRow,
@@ -322,6 +324,63 @@ def record_value(step: StepRow, value: Any, now: float) -> list[Op]:
     """A value recorded once (``wf.now()``, ``wf.uuid()``) and replayed ever after."""
     step.status, step.output, step.updated_at = "succeeded", serde.dumps(value), now
     return [_put(step)]
+
+
+def publish_value(step: StepRow, key: str, value: str | None, now: float) -> list[Op]:
+    """``wf.set_value``: recorded as a step on first reach (so a replay publishes
+    nothing again, and never puts an older value back), and published with it."""
+    step.status, step.output, step.updated_at = "succeeded", value, now
+    return [_put(step), SetValue(key, value)]
+
+
+# -- approval gates -----------------------------------------------------------------------
+#
+# A gate's one attempt stays open (the step ``pending``) until a decision or its deadline
+# closes it; the deadline is the step's ``wake_at`` and a durable timer. Every close is
+# guarded: it is written only if the gate is still open in the database, so a decision
+# and an expiry racing each other end with exactly one of them.
+
+
+def open_gate(step: StepRow, worker: str | None, expires_at: float | None, now: float) -> list[Op]:
+    """A gate reached for the first time: its attempt opens, its deadline is a timer."""
+    step.attempts, step.wake_at, step.updated_at = 1, expires_at, now
+    ops: list[Op] = [StartAttempt(step, 1, worker)]
+    if expires_at is not None:
+        ops.append(SetTimer(step.key, "approval", expires_at))
+    return ops
+
+
+def decide_gate(step: StepRow, output: str, now: float) -> list[Op]:
+    """The gate closes with a decision (``output``: its data, who, when)."""
+    ops: list[Op] = [GuardStep(step.key, "pending")]
+    step.status, step.output, step.error, step.updated_at = "succeeded", output, None, now
+    ops.append(FinishAttempt(step, step.attempts, "succeeded", output))
+    if step.wake_at is not None:
+        ops.append(ClearTimer(step.key))
+    return ops
+
+
+def expire_gate(step: StepRow, now: float) -> list[Op] | None:
+    """The writes of a gate whose deadline passed with no decision, or None while it
+    has not."""
+    if step.wake_at is None or step.wake_at > now:
+        return None
+    output = serde.dumps({"expired": True, "expired_at": now})
+    ops: list[Op] = [GuardStep(step.key, "pending")]
+    step.status, step.output, step.updated_at = "succeeded", output, now
+    ops += [FinishAttempt(step, step.attempts, "succeeded", output), ClearTimer(step.key)]
+    return ops
+
+
+def reopen_gate(step: StepRow, worker: str | None, now: float) -> list[Op]:
+    """A decision accepted on arrival failed the workflow's own schema when the run read
+    it: the gate opens again (a new attempt), with its deadline if that is still ahead."""
+    step.attempts += 1
+    step.status, step.output, step.updated_at = "pending", None, now
+    ops: list[Op] = [StartAttempt(step, step.attempts, worker)]
+    if step.wake_at is not None and step.wake_at > now:
+        ops.append(SetTimer(step.key, "approval", step.wake_at))
+    return ops
 
 
 def _put(step: StepRow) -> Op:

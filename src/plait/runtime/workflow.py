@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, overload
 
-from plait import ids
+import pydantic
+
+from plait import approval, ids, serde
 from plait.durations import parse_duration
+from plait.records import Decision
 from plait.retry import resolve_policy
 from plait.runtime.ledger import Ledger
 
 #: the ordinal plait appends to a name reached again in one run
 _ORDINAL = re.compile(r"#\d+$")
 _STEP_OPTIONS = frozenset({"retries", "retry_delay", "timeout", "on_error"})
+M = TypeVar("M", bound=pydantic.BaseModel)
 
 
 class Replay(Protocol):
@@ -41,6 +45,17 @@ class Replay(Protocol):
     ) -> Coroutine[Any, Any, Any]: ...
 
     def value(self, key: str, make: Callable[[], Any]) -> Any: ...
+
+    def approval(
+        self,
+        key: str,
+        name: str,
+        schema: type[pydantic.BaseModel] | None,
+        expires: float | None,
+        approvers: approval.Policy,
+    ) -> Coroutine[Any, Any, Decision[Any]]: ...
+
+    def set_value(self, key: str, name: str, value: str | None) -> None: ...
 
 
 def _check_options(step_name: str, options: dict[str, Any]) -> None:
@@ -193,6 +208,70 @@ class Workflow:
         key = replay.key(f"__event:{name}")
         return StepCall(replay, key, replay.wait_for_event, key, name, seconds)
 
+    @overload
+    def approval(
+        self,
+        name: str,
+        *,
+        schema: type[M],
+        expires: float | str | None = None,
+        approvers: str | Sequence[str] = "any",
+    ) -> Awaitable[Decision[M]]: ...
+
+    @overload
+    def approval(
+        self,
+        name: str,
+        *,
+        schema: None = None,
+        expires: float | str | None = None,
+        approvers: str | Sequence[str] = "any",
+    ) -> Awaitable[Decision[Any]]: ...
+
+    def approval(
+        self,
+        name: str,
+        *,
+        schema: type[pydantic.BaseModel] | None = None,
+        expires: float | str | None = None,
+        approvers: str | Sequence[str] = "any",
+    ) -> Awaitable[Decision[Any]]:
+        """A gate a person opens: waits for ``engine.approve(run_id, name, data)`` from
+        a user ``approvers`` admits (``"any"``, ``"owner"``, ``"not_owner"`` for four
+        eyes, or a list of user ids), with data that ``schema`` (a pydantic model)
+        accepts; or, with ``expires``, until that deadline passes (a durable timer), then
+        returns an expired decision. A decision sent before the run gets here is judged
+        when it does. ``resume`` never opens a gate."""
+        self._check_name(name, "approval")
+        if schema is not None and not (
+            isinstance(schema, type) and issubclass(schema, pydantic.BaseModel)
+        ):
+            raise TypeError(
+                f"approval {name!r}: schema must be a pydantic model class, "
+                f"got {type(schema).__name__} {schema!r}"
+            )
+        policy = approval.check_policy(approvers, name)
+        seconds = (
+            None
+            if expires is None
+            else parse_duration(expires, what=f"expiry of approval {name!r}")
+        )
+        replay = self._replay
+        key = replay.key(approval.PREFIX + name)
+        return StepCall(replay, key, replay.approval, key, name, schema, seconds, policy)
+
+    def set_value(self, key: str, value: Any) -> Awaitable[None]:
+        """Publish ``value`` (JSON) under ``key`` for anyone watching the run
+        (``engine.get_value``, the run page, ``plait runs show``): progress, partial
+        results. Durable and replay-safe: recorded once where the run first gets here,
+        so a replay never publishes an older value again. The last write wins."""
+        self._check_name(key, "value")
+        text = serde.dumps(value, what=f"value {key!r}")
+        replay = self._replay
+        step_key = replay.key(f"__value:{key}")
+        replay.set_value(step_key, key, text)
+        return _published()
+
     def now(self) -> datetime:
         """The time, recorded on first reach so every replay sees the same value."""
         key = self._replay.key("__now")
@@ -203,3 +282,7 @@ class Workflow:
         """A random UUID, recorded on first reach so every replay sees the same value."""
         key = self._replay.key("__uuid")
         return str(self._replay.value(key, ids.random_uuid))
+
+
+async def _published() -> None:
+    """What ``wf.set_value`` returns: the value is recorded when it is called."""

@@ -73,6 +73,8 @@ class RunRow:
     dedup: str | None = None
     scheduled_at: float | None = None
     admitted_at: float | None = None
+    #: the run this one was forked from (``Engine.fork``)
+    forked_from: str | None = None
 
 
 @dataclasses.dataclass
@@ -228,6 +230,36 @@ class SetState:
 
 
 @_OP
+class SetValue:
+    """Publish a value of the run (``wf.set_value``): the last write of a key wins."""
+
+    key: str
+    value: str | None
+
+
+@_OP
+class GuardStep:
+    """Refuse the whole batch (``GateClosedError``) unless the step's stored status is
+    still ``status``: a pass closing an approval gate must not overwrite a decision that
+    committed since its snapshot was read."""
+
+    key: str
+    status: str
+
+
+@_OP
+class TakeDecision:
+    """Record what became of a decision on approval gate ``key``. With ``event_id`` a
+    held decision is taken (``GateClosedError`` if another pass took it first); without,
+    the gate's accepted decision is changed (its data failed the workflow's schema)."""
+
+    key: str
+    outcome: str  # accepted | refused
+    reason: str | None = None
+    event_id: int | None = None
+
+
+@_OP
 class StepEnd:
     """How the parent's step of a child run ends when the child ends (decided by
     ``runtime.steps.child_step_end``): ``status`` is ``succeeded`` or ``failed``."""
@@ -260,6 +292,9 @@ Op = (
     | CreateChildRun
     | SetState
     | EndRun
+    | SetValue
+    | GuardStep
+    | TakeDecision
 )
 
 
@@ -345,6 +380,48 @@ class RunFilter:
     visible_to: str | None = None
     limit: int = 50
     offset: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DecisionRow:
+    """A decision on approval gate ``name`` sent from outside a pass (``Engine.approve``),
+    and what the caller decided of it: ``held`` (no gate of that name is open yet: the
+    pass judges it when the run reaches one), ``refused`` (``reason`` says why), or
+    ``accepted`` for the open gate ``key`` (``Store.submit_decision`` writes it only
+    while that gate is open and before its deadline)."""
+
+    name: str
+    #: the JSON envelope the pass reads: data, decided_by, decided_at
+    payload: str
+    decided_by: str | None
+    decided_at: float
+    outcome: str  # held | accepted | refused
+    reason: str | None = None
+    key: str | None = None
+    #: the reasons stored when an accepted decision finds its gate closed or past its
+    #: deadline (the store only tells which)
+    if_closed: str | None = None
+    if_expired: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class GateRow:
+    """An approval gate as ``Store.list_gates`` reads it: the step and its run."""
+
+    step: StepRow
+    workflow: str
+    owner: str | None
+    run_status: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PruneBatch:
+    """What one batch of a prune did: the runs it deleted (children included), and the
+    cursor (updated_at, id) of the last top-level run it looked at, or None when there
+    is nothing left to look at."""
+
+    deleted: int
+    cursor: tuple[float, str] | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -538,6 +615,48 @@ class Store(Protocol):
         self, name: str, status: str, next_tick: float | None
     ) -> ScheduleRow | None: ...
     async def delete_schedule(self, name: str) -> bool: ...
+
+    # approvals, values, forks, retention
+    async def submit_decision(self, run_id: str, decision: DecisionRow, ops: Sequence[Op]) -> str:
+        """Store a decision and, when it is ``accepted``, write ``ops`` (the gate's
+        close) if gate ``decision.key`` is still ``pending`` and ``decided_at`` is before
+        its deadline (the step's ``wake_at``); else it is stored refused. A held or
+        accepted decision wakes the run. Returns ``accepted``, ``held``, ``refused``,
+        ``closed`` or ``expired``. ``RunNotFoundError``; ``RunStateError`` when a held
+        decision finds the run ended."""
+        ...
+
+    async def get_decisions(self, run_id: str) -> list[dict[str, Any]]:
+        """Every decision sent to the run's gates, oldest first, as plain dicts (id,
+        name, payload, decided_by, decided_at, outcome, reason, judged_at, key)."""
+        ...
+
+    async def list_gates(self, status: str | None, limit: int) -> list[GateRow]:
+        """Approval gates of runs that are running or suspended (``status``: the step's
+        status, ``pending`` for open gates; None: any), oldest first."""
+        ...
+
+    async def get_values(self, run_id: str) -> dict[str, str | None]:
+        """The run's published values (JSON text) by key."""
+        ...
+
+    async def fork_run(self, new: NewRun, forked_from: str, ops: Sequence[Op]) -> Run:
+        """Create run ``new`` recording ``forked_from``, with ``ops`` (the steps it
+        keeps) written in the same transaction. ``RunIdTakenError`` if the id exists."""
+        ...
+
+    async def prune_batch(
+        self,
+        statuses: Sequence[str],
+        cutoff: float,
+        after: tuple[float, str] | None,
+        limit: int,
+    ) -> PruneBatch:
+        """Delete up to ``limit`` ended top-level runs in ``statuses`` last updated
+        before ``cutoff`` (after the ``after`` cursor), each with its child runs and
+        every row of theirs, in one short transaction. A run with a child that has not
+        ended is skipped."""
+        ...
 
     # workflow versions and run-time graphs
     async def put_version(

@@ -58,6 +58,7 @@ def run_record(row: RunRow) -> Run:
         scheduled_at=ts_or_none(row.scheduled_at),
         admitted_at=ts_or_none(row.admitted_at),
         start_at=ts_or_none(row.wake_at) if row.status == "queued" else None,
+        forked_from=row.forked_from,
     )
 
 

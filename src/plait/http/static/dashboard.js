@@ -205,6 +205,155 @@
     if (message && kind === "ok") notice.timer = setTimeout(() => notice(""), 4000);
   }
 
+  // -- approval forms, built from each gate's JSON Schema -------------------------------------
+  function resolveRef(schema, node) {
+    let current = node || {};
+    for (let hops = 0; current && current.$ref && hops < 10; hops++) {
+      const name = current.$ref.split("/").pop();
+      current = ((schema && schema.$defs) || {})[name] || {};
+    }
+    if (current && current.anyOf) {
+      const real = current.anyOf.filter((part) => part.type !== "null");
+      if (real.length === 1) return Object.assign({}, resolveRef(schema, real[0]), { title: current.title, default: current.default });
+    }
+    return current || {};
+  }
+
+  function field(schema, name, spec, required) {
+    const prop = resolveRef(schema, spec);
+    const label = (prop.title || spec.title || name) + (required ? " *" : "");
+    const id = "f-" + Math.random().toString(36).slice(2);
+    if (prop.type === "boolean") {
+      const input = h("input", { type: "checkbox", id: id, name: name, "data-kind": "boolean", checked: prop.default === true });
+      return h("label", { class: "check", for: id }, input, label);
+    }
+    let input;
+    if (Array.isArray(prop.enum)) {
+      input = h("select", { id: id, name: name, "data-kind": "enum" }, required ? null : h("option", { value: "", text: "" }), prop.enum.map((v) => h("option", { value: JSON.stringify(v), text: String(v), selected: prop.default === v })));
+    } else if (prop.type === "integer" || prop.type === "number") {
+      input = h("input", { type: "number", id: id, name: name, "data-kind": "number", step: prop.type === "integer" ? "1" : "any", value: prop.default !== undefined ? String(prop.default) : null });
+    } else if (prop.type === "string") {
+      input = h("input", { type: "text", id: id, name: name, "data-kind": "string", value: prop.default !== undefined ? String(prop.default) : null });
+    } else {
+      input = h("textarea", { id: id, name: name, rows: "2", spellcheck: "false", "data-kind": "json" }, prop.default !== undefined ? JSON.stringify(prop.default) : "");
+    }
+    if (required) input.required = true;
+    return h("label", { for: id }, label, input);
+  }
+
+  function formData(form, schema) {
+    if (!schema || !schema.properties) {
+      const text = form.querySelector("textarea[name='__data']").value.trim();
+      return text ? JSON.parse(text) : null;
+    }
+    const data = {};
+    const required = schema.required || [];
+    for (const el of form.querySelectorAll("[data-kind]")) {
+      const name = el.name;
+      const kind = el.dataset.kind;
+      if (kind === "boolean") data[name] = el.checked;
+      else if (el.value === "" && !required.includes(name)) continue;
+      else if (kind === "number") data[name] = Number(el.value);
+      else if (kind === "string") data[name] = el.value;
+      else if (kind === "enum") data[name] = JSON.parse(el.value);
+      else data[name] = JSON.parse(el.value);
+    }
+    return data;
+  }
+
+  function approvalForm(gate, onDone) {
+    const schema = gate.schema;
+    const fields = schema && schema.properties
+      ? Object.entries(schema.properties).map(([name, spec]) => field(schema, name, spec, (schema.required || []).includes(name)))
+      : [h("label", {}, "Decision (JSON)", h("textarea", { name: "__data", rows: "3", spellcheck: "false" }, "null"))];
+    const error = h("span", { class: "form-error" });
+    const submit = h("button", { type: "submit", class: "primary", text: "Decide" });
+    const who = Array.isArray(gate.approvers) ? gate.approvers.join(", ") : gate.approvers.replace("_", " ");
+    const form = h(
+      "form",
+      { class: "approval", "data-run-id": gate.run_id, "data-gate": gate.name },
+      h("div", { class: "approval-head" }, h("strong", { text: gate.name }), h("a", { class: "mono", href: ROOT + "/runs/" + enc(gate.run_id), text: gate.workflow + " " + gate.run_id.slice(0, 8) }), h("span", { class: "muted", text: "approvers: " + who + (gate.expires_at ? " · expires " + when(gate.expires_at) : "") })),
+      fields,
+      h("div", { class: "form-actions" }, submit, error)
+    );
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      error.textContent = "";
+      let data;
+      try {
+        data = formData(form, schema);
+      } catch (err) {
+        error.textContent = "Not JSON: " + err.message;
+        return;
+      }
+      submit.disabled = true;
+      try {
+        await api("/runs/" + enc(gate.run_id) + "/approvals/" + enc(gate.name), { method: "POST", body: data });
+        notice("Decision recorded for " + gate.name + ".", "ok");
+        onDone();
+      } catch (err) {
+        const problems = (err.body && err.body.error && err.body.error.problems) || [];
+        error.textContent = err.message + problems.map((p) => " · " + (p.field || "data") + ": " + p.message).join("");
+        submit.disabled = false;
+      }
+    });
+    return form;
+  }
+
+  // Lists the open gates the signed-in user may decide (of one run, or of every run) and
+  // keeps their forms; forms are rebuilt only when the set of gates changes, so nothing
+  // typed is lost on a refresh.
+  function approvalsPanel(runId) {
+    let shown = null;
+    async function refresh() {
+      let gates;
+      try {
+        gates = (await api("/approvals")).approvals;
+      } catch (_) {
+        return;
+      }
+      if (runId) gates = gates.filter((g) => g.run_id === runId);
+      const keys = gates.map((g) => g.run_id + "/" + g.key).join(",");
+      if (keys === shown) return;
+      shown = keys;
+      $("approvals-card").hidden = !gates.length;
+      $("approvals").replaceChildren(...gates.map((g) => approvalForm(g, refresh)));
+    }
+    return refresh;
+  }
+
+  function renderValues(values) {
+    const entries = Object.entries(values || {});
+    $("values-card").hidden = !entries.length;
+    let progress = values ? values.progress : undefined;
+    if (progress && typeof progress === "object" && progress.total) progress = progress.done / progress.total;
+    const showBar = typeof progress === "number" && progress >= 0 && progress <= 1;
+    $("progress-row").hidden = !showBar;
+    if (showBar) {
+      $("run-progress").value = progress;
+      $("progress-text").textContent = Math.round(progress * 100) + "%";
+    }
+    $("values").replaceChildren(...entries.map(([k, v]) => h("div", {}, h("dt", { text: k }), h("dd", { class: "mono", text: JSON.stringify(v) }))));
+  }
+
+  function renderDecisions(decisions) {
+    const list = decisions || [];
+    $("decisions-card").hidden = !list.length;
+    $("decisions").replaceChildren(
+      ...list.map((d) =>
+        h(
+          "li",
+          { "data-outcome": d.outcome },
+          when(d.decided_at) + " · " + d.name + " · " + (d.decided_by || "anonymous") + " · ",
+          badge(d.outcome),
+          " ",
+          h("span", { class: "mono", text: JSON.stringify(d.data) }),
+          d.reason ? h("span", { class: "reason", text: " — " + (d.reason.message || "") }) : null
+        )
+      )
+    );
+  }
+
   // -- runs list --------------------------------------------------------------------------
   function runsPage() {
     const PAGE = 25;
@@ -324,9 +473,14 @@
       }
     });
 
+    const approvals = approvalsPanel(null);
     loadWorkflows().then(load);
+    approvals();
     setInterval(() => {
-      if (!document.hidden) load();
+      if (!document.hidden) {
+        load();
+        approvals();
+      }
     }, 2000);
   }
 
@@ -339,6 +493,7 @@
     let following = null; // AbortController of the open stream
     let extrasTimer = null;
     const openSteps = new Set();
+    const approvals = approvalsPanel(runId);
 
     function renderRun(data) {
       run = data;
@@ -373,6 +528,18 @@
         $("error-card").dataset.kind = data.status;
         $("run-error-message").textContent = (err.type ? err.type + ": " : "") + (err.message || "");
         $("run-error").textContent = err.traceback || pretty(err);
+      }
+      renderValues(data.values);
+      renderDecisions(data.decisions);
+      if (data.forked_from) {
+        meta.push(["Forked from", h("a", { class: "mono", href: "./" + enc(data.forked_from), text: data.forked_from.slice(0, 8) })]);
+        $("run-meta").replaceChildren(...meta.map(([k, v]) => h("div", {}, h("dt", { text: k }), h("dd", {}, v))));
+      }
+      // the gates may have changed only when the run did
+      const seen = data.status + "|" + data.updated_at + "|" + (data.steps || []).map((st) => st.status).join("") + "|" + (data.decisions || []).length;
+      if (seen !== renderRun.seen) {
+        renderRun.seen = seen;
+        approvals();
       }
       const children = data.children || [];
       $("children-card").hidden = !children.length;
@@ -476,6 +643,9 @@
           );
         }
         body.append(h("div", { class: "io" }, h("div", {}, h("h3", { text: "Input" }), h("pre", { text: pretty(step.input) })), h("div", {}, h("h3", { text: step.error ? "Error" : "Output" }), h("pre", { text: step.error ? pretty(step.error.message || step.error) : pretty(step.output) }))));
+        if (run.kind !== "graph") {
+          body.append(h("div", { class: "step-tools" }, h("button", { type: "button", class: "rerun", "data-key": step.key, disabled: run.status === "running", title: "A new run that keeps the steps before this one and runs this one and the rest again", onclick: () => rerunFrom(step.key) }, "Rerun from this step")));
+        }
         const details = h("details", { class: "step", id: "step-" + enc(step.key), "data-key": step.key, "data-status": step.status, open: openSteps.has(step.key) }, summary, body);
         return details;
       });
@@ -543,6 +713,15 @@
           if (notice.kind === "ok") notice(""); // the action it reported has played out
           load();
         });
+    }
+
+    async function rerunFrom(key) {
+      try {
+        const made = await api(path + "/fork", { method: "POST", body: { from_step: key } });
+        location.href = ROOT + "/runs/" + enc(made.run_id);
+      } catch (err) {
+        notice(err.message, "error");
+      }
     }
 
     async function act(action) {

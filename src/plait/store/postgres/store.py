@@ -33,7 +33,13 @@ from typing import Any
 
 import asyncpg
 
-from plait.errors import LeaseLostError, RunNotFoundError, RunStateError
+from plait.errors import (
+    GateClosedError,
+    LeaseLostError,
+    RunIdTakenError,
+    RunNotFoundError,
+    RunStateError,
+)
 from plait.notify import Notifier
 from plait.records import Run, RunSummary, Step, StepAttempt
 from plait.store import convert, queries
@@ -42,15 +48,19 @@ from plait.store.base import (
     ClearTimer,
     ConsumeEvent,
     CreateChildRun,
+    DecisionRow,
     EndRun,
     EnqueueJob,
     EventRow,
     FinishAttempt,
+    GateRow,
+    GuardStep,
     Lease,
     LeaseKeeper,
     NewRun,
     Op,
     PassSnapshot,
+    PruneBatch,
     PutStep,
     QueueDepth,
     QueueLimits,
@@ -59,10 +69,12 @@ from plait.store.base import (
     ScheduleRow,
     SetState,
     SetTimer,
+    SetValue,
     StartAttempt,
     StepEnd,
     StepJob,
     StepRow,
+    TakeDecision,
     Version,
 )
 from plait.store.migrations import migrations
@@ -90,6 +102,8 @@ _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,56}\Z")
 _LEASE_LOST = "PLT01"
 _RUN_NOT_FOUND = "PLT02"
 _RUN_STATE = "PLT03"
+_GATE_CLOSED = "PLT05"
+_RUN_EXISTS = "PLT06"
 #: what reopen_run does, by the status it reopens from, for RunStateError
 _REOPEN_ACTIONS = {"suspended": "resume", "failed": "retry"}
 
@@ -183,6 +197,29 @@ def _op_value(op: Op) -> tuple[Any, ...]:
     if isinstance(op, SetState):
         # the value rides in the output column (both are jsonb)
         return ("set_state", *(None,) * 4, op.value, *(None,) * 7, op.name, None)
+    if isinstance(op, SetValue):
+        return ("set_value", *(None,) * 4, op.value, *(None,) * 7, op.key, None)
+    if isinstance(op, GuardStep):
+        return ("guard_step", None, None, None, op.status, None, None, op.key, *(None,) * 7)
+    if isinstance(op, TakeDecision):
+        purpose = "take" if op.event_id is not None else "refuse"
+        return (
+            "take_decision",
+            None,
+            None,
+            None,
+            op.outcome,
+            None,
+            op.reason,
+            op.key,
+            purpose,
+            None,
+            None,
+            op.event_id,
+            None,
+            None,
+            None,
+        )
     if isinstance(op, EndRun):
         return (
             "end_run",
@@ -210,6 +247,7 @@ def _run_row(rec: Any) -> RunRow:
         rec["dedup"],
         rec["scheduled_at"],
         rec["admitted_at"],
+        rec["forked_from"],
     )
 
 
@@ -509,6 +547,8 @@ class PostgresStore:
                 # the server answered: the transaction was rolled back, nothing is unknown
                 if exc.sqlstate == _LEASE_LOST:
                     raise LeaseLostError(exc.args[0] if exc.args else str(exc)) from None
+                if exc.sqlstate == _GATE_CLOSED:
+                    raise GateClosedError(exc.args[0] if exc.args else str(exc)) from None
                 raise
             except LeaseLostError:
                 raise
@@ -840,6 +880,78 @@ class PostgresStore:
 
     async def delete_schedule(self, name: str) -> bool:
         return await self._call("fetchval", self._q["delete_schedule"], name) is not None
+
+    # -- approvals, values, forks, retention -----------------------------------------------------
+    async def submit_decision(self, run_id: str, decision: DecisionRow, ops: Sequence[Op]) -> str:
+        result = await self._action(
+            "send a decision to",
+            run_id,
+            "fetchval",
+            self._q["submit_decision"],
+            decision.name,
+            decision.payload,
+            decision.decided_by,
+            decision.outcome,
+            decision.reason,
+            decision.key,
+            [_op_value(op) for op in ops],
+            decision.if_closed,
+            decision.if_expired,
+            decision.decided_at,
+        )
+        return str(result)
+
+    async def get_decisions(self, run_id: str) -> list[dict[str, Any]]:
+        rows = await self._call("fetch", self._q["get_decisions"], run_id, read=True)
+        return [dict(r) for r in rows]
+
+    async def list_gates(self, status: str | None, limit: int) -> list[GateRow]:
+        rows = await self._call("fetch", self._q["list_gates"], status, limit, read=True)
+        return [
+            GateRow(_step_row(r["s"]), r["workflow"], r["owner"], r["run_status"]) for r in rows
+        ]
+
+    async def get_values(self, run_id: str) -> dict[str, str | None]:
+        rows = await self._call("fetch", self._q["get_values"], run_id, read=True)
+        return {r["key"]: r["value"] for r in rows}
+
+    async def fork_run(self, new: NewRun, forked_from: str, ops: Sequence[Op]) -> Run:
+        try:
+            rec = await self._call(
+                "fetchval",
+                self._q["fork_run"],
+                _new_run_value(new),
+                forked_from,
+                [_op_value(op) for op in ops],
+                _now(),
+            )
+        except asyncpg.PostgresError as exc:
+            if exc.sqlstate == _RUN_EXISTS:
+                existing = await self.get_run(new.id)
+                raise RunIdTakenError(
+                    new.id, existing.workflow if existing else "?", new.workflow
+                ) from None
+            raise
+        return _run(rec)
+
+    async def prune_batch(
+        self,
+        statuses: Sequence[str],
+        cutoff: float,
+        after: tuple[float, str] | None,
+        limit: int,
+    ) -> PruneBatch:
+        row = await self._call(
+            "fetchrow",
+            self._q["prune_runs"],
+            list(statuses),
+            cutoff,
+            after[0] if after else None,
+            after[1] if after else None,
+            limit,
+        )
+        cursor = None if row["last_id"] is None else (float(row["last_at"]), row["last_id"])
+        return PruneBatch(int(row["deleted"] or 0), cursor)
 
     # -- versions --------------------------------------------------------------------------------
     async def put_version(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
-from plait.errors import LeaseLostError, RunNotFoundError, RunStateError
+from plait.errors import GateClosedError, LeaseLostError, RunNotFoundError, RunStateError
 from plait.records import Run
 from plait.store import convert
 from plait.store.base import (
@@ -22,14 +22,17 @@ from plait.store.base import (
     EndRun,
     EnqueueJob,
     FinishAttempt,
+    GuardStep,
     NewRun,
     Op,
     PutStep,
     SetState,
     SetTimer,
+    SetValue,
     StartAttempt,
     StepEnd,
     StepRow,
+    TakeDecision,
 )
 from plait.store.sqlite.writer import SQL
 
@@ -73,8 +76,32 @@ def apply_ops(conn: sqlite3.Connection, run_id: str, ops: Iterable[Op], now: flo
             conn.execute(_SET_STATE, (run_id, op.name, op.value))
         elif isinstance(op, EndRun):
             end_run(conn, run_id, op, now)
-        else:  # pragma: no cover - a new op without a store implementation
-            raise TypeError(f"unknown store operation {op!r}")
+        else:
+            _apply_rare(conn, run_id, op, now)
+
+
+def _apply_rare(conn: sqlite3.Connection, run_id: str, op: Op, now: float) -> None:
+    """The ops of approvals and published values: after the ones every step writes, so
+    those are found first."""
+    if isinstance(op, SetValue):
+        conn.execute(SQL["set_value"], (run_id, op.key, op.value, now))
+    elif isinstance(op, GuardStep):
+        row = conn.execute(SQL["step_status"], (run_id, op.key)).fetchone()
+        if row is None or row[0] != op.status:
+            raise GateClosedError(f"step {op.key!r} of run {run_id} changed under the pass")
+    elif isinstance(op, TakeDecision):
+        if op.event_id is not None:
+            cur = conn.execute(
+                SQL["take_decision"], (op.key, op.outcome, op.reason, now, op.event_id)
+            )
+            if cur.rowcount != 1:
+                raise GateClosedError(f"decision {op.event_id} was taken by another pass")
+        else:
+            conn.execute(
+                SQL["refuse_accepted_decision"], (op.outcome, op.reason, now, run_id, op.key)
+            )
+    else:  # pragma: no cover - a new op without a store implementation
+        raise TypeError(f"unknown store operation {op!r}")
 
 
 def renew_leases(conn: sqlite3.Connection, owner: str, until: float) -> None:

@@ -13,22 +13,24 @@ import json
 import sqlite3
 import time
 from collections.abc import Sequence
+from typing import Any
 
-from plait.errors import (
-    LeaseLostError,
-)
+from plait.errors import LeaseLostError, RunIdTakenError
 from plait.notify import Notifier
 from plait.records import TERMINAL, Run, RunSummary, Step, StepAttempt
 from plait.store import convert, redact
 from plait.store.base import (
     Batch,
+    DecisionRow,
     EndRun,
     EventRow,
+    GateRow,
     Lease,
     LeaseKeeper,
     NewRun,
     Op,
     PassSnapshot,
+    PruneBatch,
     QueueDepth,
     QueueLimits,
     RunFilter,
@@ -48,6 +50,31 @@ _MIGRATIONS = migrations("sqlite")
 SCHEMA_VERSION = _MIGRATIONS.latest
 
 _SELECT_RUN = SQL["select_run"]
+#: a held decision waits in a run that has not ended; any other is kept for every run
+_LIVE = ("queued", "running", "suspended")
+_ANY_STATUS = (*_LIVE, "completed", "failed", "cancelled")
+_DECISION_FIELDS = (
+    "id",
+    "name",
+    "payload",
+    "decided_by",
+    "decided_at",
+    "outcome",
+    "reason",
+    "judged_at",
+    "key",
+)
+#: what a pruned run leaves in each table, the run row itself last
+_PRUNED = (
+    SQL["prune_attempts"],
+    SQL["prune_steps"],
+    SQL["prune_events"],
+    SQL["prune_timers"],
+    SQL["prune_jobs"],
+    SQL["prune_state"],
+    SQL["prune_values"],
+    SQL["prune_runs"],
+)
 _RUN_LEASE_OWNER = SQL["run_lease_owner"]
 _JOB_HELD = SQL["job_held"]
 _CLAIMED_STEP = SQL["claimed_step"]
@@ -561,6 +588,113 @@ class SQLiteStore:
             return conn.execute(SQL["delete_schedule"], (name,)).rowcount > 0
 
         return await self._write(go)
+
+    # -- approvals, values, forks, retention ---------------------------------------------------
+    async def submit_decision(self, run_id: str, decision: DecisionRow, ops: Sequence[Op]) -> str:
+        def go(conn: sqlite3.Connection) -> str:
+            now = decision.decided_at
+            result, reason, consumed = decision.outcome, decision.reason, decision.key
+            if result == "held":
+                apply.require_status(conn, run_id, _LIVE, "send a decision to")
+                consumed = None
+            else:
+                apply.require_status(conn, run_id, _ANY_STATUS, "send a decision to")
+                consumed = consumed or ""
+            if result == "accepted":
+                row = conn.execute(SQL["step_status"], (run_id, decision.key)).fetchone()
+                if row is None or row[0] != "pending":
+                    result, reason = "closed", decision.if_closed
+                elif row[1] is not None and now >= row[1]:
+                    result, reason = "expired", decision.if_expired
+                else:
+                    apply.apply_ops(conn, run_id, ops, now)
+            outcome = "refused" if result in ("closed", "expired") else result
+            conn.execute(
+                SQL["insert_decision"],
+                (
+                    run_id,
+                    "__approval:" + decision.name,
+                    decision.payload,
+                    now,
+                    consumed,
+                    decision.decided_by,
+                    outcome,
+                    reason,
+                    None if result == "held" else now,
+                ),
+            )
+            if result in ("accepted", "held"):
+                apply.wake(conn, run_id, now, now)
+            return result
+
+        return await self._write(go)
+
+    async def get_decisions(self, run_id: str) -> list[dict[str, Any]]:
+        def go(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = conn.execute(SQL["get_decisions"], (run_id,)).fetchall()
+            return [dict(zip(_DECISION_FIELDS, r, strict=True)) for r in rows]
+
+        return await self._read(go)
+
+    async def list_gates(self, status: str | None, limit: int) -> list[GateRow]:
+        params = {"status": status, "limit": limit}
+
+        def go(conn: sqlite3.Connection) -> list[GateRow]:
+            rows = conn.execute(SQL["list_gates"], params).fetchall()
+            return [GateRow(convert.step_row(r[:-3]), r[-3], r[-2], r[-1]) for r in rows]
+
+        return await self._read(go)
+
+    async def get_values(self, run_id: str) -> dict[str, str | None]:
+        def go(conn: sqlite3.Connection) -> dict[str, str | None]:
+            return dict(conn.execute(SQL["get_values"], (run_id,)).fetchall())
+
+        return await self._read_here(go)
+
+    async def fork_run(self, new: NewRun, forked_from: str, ops: Sequence[Op]) -> Run:
+        def go(conn: sqlite3.Connection) -> Run:
+            now = _now()
+            if not apply.insert_run(conn, new, now):
+                existing = apply.load_run(conn, new.id)
+                raise RunIdTakenError(new.id, existing.workflow, new.workflow)
+            conn.execute(SQL["set_forked_from"], (forked_from, new.id))
+            apply.apply_ops(conn, new.id, ops, now)
+            return apply.load_run(conn, new.id)
+
+        return await self._write(go)
+
+    async def prune_batch(
+        self,
+        statuses: Sequence[str],
+        cutoff: float,
+        after: tuple[float, str] | None,
+        limit: int,
+    ) -> PruneBatch:
+        params = {
+            "statuses": json.dumps(list(statuses)),
+            "cutoff": cutoff,
+            "after_at": after[0] if after else float("-inf"),
+            "after_id": after[1] if after else "",
+            "limit": limit,
+        }
+
+        def go(conn: sqlite3.Connection) -> PruneBatch:
+            roots = conn.execute(SQL["prune_roots"], params).fetchall()
+            if not roots:
+                return PruneBatch(0, None)
+            cursor = (roots[-1][1], roots[-1][0])
+            doomed = [
+                r[0] for r in conn.execute(SQL["prune_trees"], (json.dumps([r[0] for r in roots]),))
+            ]
+            if doomed:
+                ids = json.dumps(doomed)
+                for statement in _PRUNED:
+                    conn.execute(statement, (ids,))
+            return PruneBatch(len(doomed), cursor)
+
+        # off the event loop's thread: a batch must never block the loop, only take its
+        # turn at the write lock
+        return await self._db.write(go, background=True)
 
     # -- versions ---------------------------------------------------------------------------
     async def put_version(

@@ -375,8 +375,16 @@ class Connections:
 
     # -- what the store calls ------------------------------------------------------------
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` in a write transaction; returns once its commit is durable."""
+    async def write(self, fn: Callable[[sqlite3.Connection], T], *, background: bool = False) -> T:
+        """Run ``fn`` in a write transaction; returns once its commit is durable. A
+        ``background`` write (a long one, such as a batch of a prune) always runs on the
+        writer thread, so it never holds up the event loop, only the next commit."""
+        if background:
+            if self._writer is None or self._closing:
+                raise RuntimeError(f"the store {self.url} is closed")
+            fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+            self._writes.put(("write", fn, fut, fut.get_loop()))
+            return await fut
         return await self._submit("write", fn)
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:

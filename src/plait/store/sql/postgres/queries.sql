@@ -363,6 +363,33 @@ WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR version = $2)
     AND ($3::text IS NULL OR status = $3)
 ORDER BY updated_at DESC, version
 
+-- == approvals, values, forks, retention ===================================================
+
+-- name: submit_decision
+SELECT @schema@.submit_decision($1, $2, $3, $4, $5, $6, $7, $8::@schema@.op[], $9, $10, $11)
+
+-- name: get_decisions
+SELECT id, name, payload, decided_by, created_at AS decided_at, outcome, reason, judged_at,
+    consumed_by AS key
+FROM @schema@.events WHERE run_id = $1 AND outcome IS NOT NULL ORDER BY id
+
+-- name: list_gates
+-- Gates of live runs; a NULL status matches every gate.
+SELECT s, r.workflow, r.owner, r.status AS run_status
+FROM @schema@.steps s JOIN @schema@.runs r ON r.id = s.run_id
+WHERE s.kind = 'approval' AND ($1::text IS NULL OR s.status = $1)
+    AND r.status IN ('running', 'suspended')
+ORDER BY s.created_at LIMIT $2
+
+-- name: get_values
+SELECT key, value FROM @schema@.run_values WHERE run_id = $1 ORDER BY key
+
+-- name: fork_run
+SELECT r FROM @schema@.fork_run($1::@schema@.new_run, $2, $3::@schema@.op[], $4) r
+
+-- name: prune_runs
+SELECT deleted, last_at, last_id FROM @schema@.prune_runs($1::text[], $2, $3, $4, $5)
+
 -- == wake-ups ================================================================================
 
 -- name: notify

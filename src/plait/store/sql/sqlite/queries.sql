@@ -77,7 +77,8 @@ WHERE dedup = ? AND status IN ('queued', 'running', 'suspended')
 -- name: select_run
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
-    lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at
+    lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
+    forked_from
 FROM plait_runs WHERE id = ?
 
 -- name: run_status
@@ -96,7 +97,8 @@ WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
 -- name: list_runs
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
-    lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at
+    lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
+    forked_from
 FROM plait_runs
 WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
     AND (:workflow IS NULL OR workflow = :workflow)
@@ -124,7 +126,8 @@ ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
 -- list_runs cannot use).
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
-    lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at
+    lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
+    forked_from
 FROM plait_runs WHERE parent_run_id = ?
 ORDER BY created_at DESC, id DESC LIMIT ?
 
@@ -460,7 +463,7 @@ SELECT s.run_id, s.key, s.seq, s.name, s.kind, s.function, s.status, s.input, s.
 FROM plait_steps s JOIN plait_runs r ON r.id = s.run_id
 WHERE s.run_id = ? AND s.key = ?
 
--- == queues ==================================================================================
+-- == queues ===========================================================================
 
 -- name: next_queued
 SELECT min(wake_at) FROM plait_runs WHERE status = 'queued'
@@ -617,3 +620,97 @@ UPDATE plait_schedules SET status = ?, next_tick = ?, updated_at = ? WHERE name 
 
 -- name: delete_schedule
 DELETE FROM plait_schedules WHERE name = ?
+
+-- == approvals, values, forks, retention ====================================================
+
+-- name: set_value
+INSERT INTO plait_values (run_id, key, value, updated_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value,
+    updated_at = excluded.updated_at
+
+-- name: get_values
+SELECT key, value FROM plait_values WHERE run_id = ? ORDER BY key
+
+-- name: step_status
+SELECT status, wake_at FROM plait_steps WHERE run_id = ? AND key = ?
+
+-- name: take_decision
+-- A held decision taken by a pass (only if no other pass took it first).
+UPDATE plait_events SET consumed_by = ?, outcome = ?, reason = ?, judged_at = ?
+WHERE id = ? AND consumed_by IS NULL
+
+-- name: refuse_accepted_decision
+-- The accepted decision of a gate is refused after all (the workflow's schema failed it).
+UPDATE plait_events SET outcome = ?, reason = ?, judged_at = ?
+WHERE run_id = ? AND consumed_by = ? AND outcome = 'accepted'
+
+-- name: insert_decision
+-- consumed_by: the gate's key for a judged decision, '' for one refused before any gate
+-- was reached, NULL for one held for its gate.
+INSERT INTO plait_events (run_id, name, payload, created_at, consumed_by, decided_by,
+    outcome, reason, judged_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: get_decisions
+SELECT id, name, payload, decided_by, created_at, outcome, reason, judged_at, consumed_by
+FROM plait_events WHERE run_id = ? AND outcome IS NOT NULL ORDER BY id
+
+-- name: list_gates
+-- Gates of live runs; a NULL status matches every gate.
+SELECT s.run_id, s.key, s.seq, s.name, s.kind, s.function, s.status, s.input, s.output,
+    s.error, s.attempts, s.failures, s.retries, s.retry_delay, s.timeout, s.invocation_id,
+    s.child_run_id, s.branch, s.from_key, s.queued, s.wake_at, s.created_at, s.updated_at,
+    s.delivered, s.retried_failures, r.workflow, r.owner, r.status
+FROM plait_steps s JOIN plait_runs r ON r.id = s.run_id
+WHERE s.kind = 'approval' AND (:status IS NULL OR s.status = :status)
+    AND r.status IN ('running', 'suspended')
+ORDER BY s.created_at LIMIT :limit
+
+-- name: set_forked_from
+UPDATE plait_runs SET forked_from = ? WHERE id = ?
+
+-- name: prune_roots
+-- The next ended top-level runs to prune, oldest first after the cursor, read from the
+-- index plait_runs_ended (its predicate is repeated word for word): the status index
+-- would sort every ended run for each batch.
+SELECT id, updated_at FROM plait_runs INDEXED BY plait_runs_ended
+WHERE status IN ('completed', 'failed', 'cancelled') AND parent_run_id IS NULL
+    AND status IN (SELECT value FROM json_each(:statuses)) AND updated_at < :cutoff
+    AND (updated_at > :after_at OR (updated_at = :after_at AND id > :after_id))
+ORDER BY updated_at, id LIMIT :limit
+
+-- name: prune_trees
+-- Every run of the given trees (a JSON array of root ids) whose runs have all ended.
+WITH RECURSIVE tree(root, id, status) AS (
+    SELECT id, id, status FROM plait_runs WHERE id IN (SELECT value FROM json_each(?))
+    UNION ALL
+    SELECT t.root, c.id, c.status FROM plait_runs c JOIN tree t ON c.parent_run_id = t.id
+), whole AS (
+    SELECT root FROM tree GROUP BY root
+    HAVING min(status IN ('completed', 'failed', 'cancelled')) = 1
+)
+SELECT t.id FROM tree t JOIN whole w ON w.root = t.root
+
+-- name: prune_attempts
+DELETE FROM plait_attempts WHERE run_id IN (SELECT value FROM json_each(?))
+
+-- name: prune_steps
+DELETE FROM plait_steps WHERE run_id IN (SELECT value FROM json_each(?))
+
+-- name: prune_events
+DELETE FROM plait_events WHERE run_id IN (SELECT value FROM json_each(?))
+
+-- name: prune_timers
+DELETE FROM plait_timers WHERE run_id IN (SELECT value FROM json_each(?))
+
+-- name: prune_jobs
+DELETE FROM plait_jobs WHERE run_id IN (SELECT value FROM json_each(?))
+
+-- name: prune_state
+DELETE FROM plait_state WHERE run_id IN (SELECT value FROM json_each(?))
+
+-- name: prune_values
+DELETE FROM plait_values WHERE run_id IN (SELECT value FROM json_each(?))
+
+-- name: prune_runs
+DELETE FROM plait_runs WHERE id IN (SELECT value FROM json_each(?))

@@ -1,0 +1,103 @@
+"""Approval gates as data: who may decide one, whether a decision's data fits, and the
+records a decision leaves behind.
+
+A gate (``wf.approval``) stores what it needs to judge a decision on its step row when
+it is first reached: its name, the JSON Schema of its schema, its approver policy and its
+deadline. So a decision can be judged wherever it arrives (the engine, the HTTP server,
+the CLI), without the workflow's code, and the pass judges a decision that arrived before
+the gate with the same rules. Nothing here touches a database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jsonschema
+
+from plait import serde
+
+#: approver policies by name; a list of user ids is the fourth kind
+POLICIES = ("any", "owner", "not_owner")
+#: the prefix of a gate's step key, and of the name its decisions are stored under
+PREFIX = "__approval:"
+
+Policy = str | list[str]
+
+
+def check_policy(approvers: object, name: str) -> Policy:
+    """The policy as stored, or ``ValueError`` naming the gate."""
+    if isinstance(approvers, str):
+        if approvers in POLICIES:
+            return approvers
+        raise ValueError(
+            f"approval {name!r}: approvers must be one of {', '.join(POLICIES)} "
+            f"or a list of user ids, got {approvers!r}"
+        )
+    if isinstance(approvers, Sequence) and approvers:
+        users = list(approvers)
+        if all(isinstance(u, str) and u for u in users):
+            return users
+    raise ValueError(
+        f"approval {name!r}: approvers must be one of {', '.join(POLICIES)} "
+        f"or a non-empty list of user ids, got {approvers!r}"
+    )
+
+
+def may_decide(approvers: Policy, owner: str | None, user: str | None) -> bool:
+    """Whether ``user`` may decide a gate of a run owned by ``owner``. ``owner`` and
+    ``not_owner`` need a known decider: four eyes mean two named people."""
+    if approvers == "any":
+        return True
+    if approvers == "owner":
+        return user is not None and owner is not None and user == owner
+    if approvers == "not_owner":
+        return user is not None and user != owner
+    return user is not None and user in approvers
+
+
+def problems(schema: dict[str, Any] | None, data: Any) -> list[dict[str, str]]:
+    """Every way ``data`` fails the gate's JSON Schema (none when it has no schema)."""
+    if schema is None:
+        return []
+    validator = jsonschema.Draft202012Validator(schema)
+    found = []
+    for error in sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path)):
+        field = ".".join(str(part) for part in error.absolute_path)
+        found.append({"field": field, "message": error.message})
+    return found
+
+
+def gate_info(step_input: str | None) -> dict[str, Any]:
+    """What a gate stored when reached: name, schema, approvers, expires_at."""
+    info = serde.loads(step_input)
+    return info if isinstance(info, dict) else {}
+
+
+def envelope(data: Any, decided_by: str | None, decided_at: float) -> str:
+    """A decision as its stored message, which the pass reads back."""
+    return serde.dumps(
+        {"data": data, "decided_by": decided_by, "decided_at": decided_at},
+        what="the data of the decision",
+    )
+
+
+def reason(code: str, message: str, found: list[dict[str, str]] | None = None) -> str:
+    """Why a decision was refused, as stored with it."""
+    record: dict[str, Any] = {"code": code, "message": message}
+    if found:
+        record["problems"] = found
+    return serde.dumps(record)
+
+
+__all__ = [
+    "POLICIES",
+    "PREFIX",
+    "Policy",
+    "check_policy",
+    "envelope",
+    "gate_info",
+    "may_decide",
+    "problems",
+    "reason",
+]

@@ -1,0 +1,164 @@
+"""Routes for operating runs: deciding approval gates, forking a run from a step.
+
+Who may decide a gate is the gate's approver policy, not the run's owner: four eyes
+means someone other than the owner decides, so a decider need not be able to read the
+run. A decision for a gate the run has not reached yet is held, and sending one needs
+access to the run (nobody learns of others' runs by guessing gate names). Forking needs
+access to the run, and the fork keeps its owner.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from plait.engine import Engine
+from plait.errors import RunIdTakenError
+from plait.http.auth import Principal
+from plait.http.problems import ApiError, bad_input, invalid, validate
+from plait.http.schemas import json_body
+
+#: the statuses ``GET /api/approvals`` takes
+APPROVAL_STATUSES = ("open", "decided", "expired")
+
+
+class ForkRun(BaseModel):
+    """Body of ``POST /api/runs/{run_id}/fork``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    from_step: str = Field(min_length=1)
+    run_id: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class Operating:
+    """Handlers; ``Api`` authenticates and maps engine errors around each of them."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def routes(self, wrap: Any) -> list[Route]:
+        return [
+            Route("/approvals", wrap(self.list_approvals), methods=["GET"]),
+            Route("/runs/{run_id}/approvals/{name}", wrap(self.decide), methods=["POST"]),
+            Route("/runs/{run_id}/fork", wrap(self.fork), methods=["POST"]),
+        ]
+
+    async def list_approvals(self, request: Request, principal: Principal) -> Response:
+        """Open gates (or ``?status=decided|expired``) the caller may decide."""
+        status = request.query_params.get("status") or "open"
+        if status not in APPROVAL_STATUSES:
+            raise invalid(
+                [{"field": "status", "message": f"must be one of {', '.join(APPROVAL_STATUSES)}"}],
+                "query string",
+            )
+        user = None if principal.unrestricted else principal.user
+        gates = await self.engine.list_approvals(status=status, user=user)
+        return JSONResponse({"approvals": [g.to_dict() for g in gates]})
+
+    async def decide(self, request: Request, principal: Principal) -> Response:
+        """Decide gate ``name``; the body (any JSON) is the decision's data."""
+        run_id, name = request.path_params["run_id"], request.path_params["name"]
+        data = await json_body(request)
+        run = await self.engine.get_run(run_id)
+        steps = await self.engine.get_steps(run_id)
+        reached = any(
+            s.kind == "approval" and isinstance(s.input, dict) and s.input.get("name") == name
+            for s in steps
+        )
+        if not reached:
+            principal.require_access(run)
+        try:
+            decision = await self.engine.approve(run_id, name, data, decided_by=principal.user)
+        except TypeError as exc:
+            raise bad_input(exc, "body") from None
+        return JSONResponse(decision.to_dict(), status_code=200)
+
+    async def fork(self, request: Request, principal: Principal) -> Response:
+        """A new run from a step of this one (201 with its id)."""
+        run = await self.engine.get_run(request.path_params["run_id"])
+        principal.require_access(run)
+        body: ForkRun = validate(ForkRun, await json_body(request, empty={}))
+        try:
+            new_id = await self.engine.fork(run.id, from_step=body.from_step, run_id=body.run_id)
+        except RunIdTakenError as exc:
+            raise ApiError(409, "RUN_ID_TAKEN", str(exc)) from None
+        except ValueError as exc:
+            raise bad_input(exc, "from_step") from None
+        return JSONResponse({"run_id": new_id, "forked_from": run.id}, status_code=201)
+
+
+def openapi_paths(
+    json: Any, errors: Any, run_id: dict[str, Any], ref: Any
+) -> dict[str, dict[str, Any]]:
+    """These routes in the OpenAPI document (given the document's own helpers)."""
+    name = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+    decision = {"type": "object", "description": "the decision as recorded"}
+    return {
+        "/api/approvals": {
+            "get": {
+                "summary": "Approval gates of live runs the caller may decide",
+                "parameters": [
+                    {
+                        "name": "status",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"enum": list(APPROVAL_STATUSES)},
+                    }
+                ],
+                "responses": {
+                    "200": json(
+                        {
+                            "type": "object",
+                            "properties": {"approvals": {"type": "array", "items": {}}},
+                        },
+                        "each with its JSON Schema and approver policy",
+                    ),
+                    **errors(401, 422),
+                },
+            }
+        },
+        "/api/runs/{run_id}/approvals/{name}": {
+            "post": {
+                "summary": "Decide an approval gate; the body (any JSON) is the data",
+                "parameters": [run_id, name],
+                "requestBody": {
+                    "required": False,
+                    "content": {"application/json": {"schema": {}}},
+                },
+                "responses": {
+                    "200": json(decision, "accepted, or held until the run reaches the gate"),
+                    "403": {
+                        "description": "the gate's approver policy refuses the caller",
+                        "content": {"application/json": {"schema": ref("Error")}},
+                    },
+                    "409": {
+                        "description": "the gate was already decided or expired, or the run ended",
+                        "content": {"application/json": {"schema": ref("Error")}},
+                    },
+                    **errors(401, 404, 422),
+                },
+            }
+        },
+        "/api/runs/{run_id}/fork": {
+            "post": {
+                "summary": "A new run that reruns this one from a step",
+                "parameters": [run_id],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": ref("ForkRun")}},
+                },
+                "responses": {
+                    "201": json({"type": "object"}, "the new run's id"),
+                    **errors(401, 403, 404, 409, 422),
+                },
+            }
+        },
+    }
+
+
+__all__ = ["APPROVAL_STATUSES", "ForkRun", "Operating", "openapi_paths"]

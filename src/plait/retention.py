@@ -1,0 +1,57 @@
+"""Retention: deleting ended runs, in batches short enough that live work never waits.
+
+A prune walks the ended top-level runs oldest first, a batch at a time; each batch is one
+short transaction that deletes the runs it picked with their child runs and every row of
+theirs. A run with a child that has not ended is left alone (its tree is not over), and
+so is everything running or suspended. Between batches the store's write lock is free,
+so the passes of live runs commit in between: the longest a live commit waits is one
+batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from plait.store.base import Store
+
+#: what a prune deletes unless told otherwise
+ENDED = ("completed", "cancelled", "failed")
+#: top-level runs looked at per transaction: small enough that one batch holds SQLite's write lock
+#: for a few milliseconds
+BATCH = 100
+
+
+def check_statuses(statuses: Sequence[str]) -> tuple[str, ...]:
+    """Only ended runs can be pruned: ``ValueError`` naming any other status."""
+    if isinstance(statuses, str):
+        statuses = (statuses,)
+    chosen = tuple(statuses)
+    wrong = [s for s in chosen if s not in ENDED]
+    if wrong or not chosen:
+        raise ValueError(
+            f"prune deletes ended runs only: statuses must be among {', '.join(ENDED)}, "
+            f"got {', '.join(map(repr, wrong or chosen)) or 'none'}"
+        )
+    return chosen
+
+
+async def prune(
+    store: Store, *, cutoff: float, statuses: Sequence[str] = ENDED, batch: int | None = None
+) -> int:
+    """Delete the ended runs last updated before ``cutoff`` (unix seconds), batch by
+    batch; returns how many runs went, child runs included."""
+    chosen = check_statuses(statuses)
+    size = BATCH if batch is None else batch
+    total = 0
+    after: tuple[float, str] | None = None
+    while True:
+        done = await store.prune_batch(chosen, cutoff, after, size)
+        total += done.deleted
+        if done.cursor is None:
+            return total
+        after = done.cursor
+        await asyncio.sleep(0)  # let the loop's own work in between batches
+
+
+__all__ = ["BATCH", "ENDED", "check_statuses", "prune"]

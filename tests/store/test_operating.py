@@ -1,0 +1,171 @@
+"""The store's part in operating runs, on every store: published values, the guard and
+decision ops, decisions from outside a pass, gates across runs, forks and prune batches."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from plait.errors import GateClosedError, RunIdTakenError, RunNotFoundError, RunStateError
+from plait.store import Store
+from plait.store.base import (
+    CreateChildRun,
+    DecisionRow,
+    EndRun,
+    FinishAttempt,
+    GuardStep,
+    NewRun,
+    PutStep,
+    SetValue,
+    StartAttempt,
+    TakeDecision,
+)
+
+from .rows import new_run, step, wakeups, write
+
+GATE = "__approval:ok"
+
+
+def gate_step(run_id: str, deadline: float | None = None) -> object:
+    info = {"name": "ok", "schema": None, "approvers": "any", "expires_at": deadline}
+    return step(
+        run_id,
+        GATE,
+        kind="approval",
+        function=None,
+        input=json.dumps(info),
+        attempts=1,
+        wake_at=deadline,
+    )
+
+
+def decision(outcome: str, at: float, key: str | None = None, **more: object) -> DecisionRow:
+    payload = json.dumps({"data": {"yes": True}, "decided_by": "bob", "decided_at": at})
+    return DecisionRow("ok", payload, "bob", at, outcome, key=key, **more)  # type: ignore[arg-type]
+
+
+async def test_set_value_publishes_and_the_last_write_wins(store: Store) -> None:
+    await new_run(store, "r1")
+    await write(store, "r1", SetValue("p", "0.5"), SetValue("q", '"x"'))
+    await write(store, "r1", SetValue("p", "1.0"))
+    assert {k: json.loads(v) for k, v in (await store.get_values("r1")).items()} == {
+        "p": 1.0,
+        "q": "x",
+    }
+
+
+async def test_guard_step_refuses_the_whole_batch_when_the_status_moved(store: Store) -> None:
+    await new_run(store, "r1")
+    gate = gate_step("r1")
+    await write(store, "r1", StartAttempt(gate, 1))  # type: ignore[arg-type]
+    await write(store, "r1", GuardStep(GATE, "pending"), SetValue("ok", "1"))
+    with pytest.raises(GateClosedError):
+        await write(store, "r1", GuardStep(GATE, "succeeded"), SetValue("nope", "1"))
+    assert set(await store.get_values("r1")) == {"ok"}
+
+
+async def test_submit_decision_outcomes(store: Store) -> None:
+    await new_run(store, "r1")
+    now = time.time()
+    gate = gate_step("r1", deadline=now + 60)
+    await write(store, "r1", StartAttempt(gate, 1))  # type: ignore[arg-type]
+    before = await wakeups(store, "r1")
+
+    assert await store.submit_decision("r1", decision("held", now), ()) == "held"
+    assert (
+        await store.submit_decision(
+            "r1", decision("refused", now, GATE, reason='{"code": "X"}'), ()
+        )
+        == "refused"
+    )
+    late = decision("accepted", now + 61, GATE, if_closed='{"c": 1}', if_expired='{"e": 1}')
+    assert await store.submit_decision("r1", late, ()) == "expired"
+    closed = gate.copy()  # type: ignore[attr-defined]
+    closed.status, closed.output = "succeeded", '{"data": 1}'
+    ops = [GuardStep(GATE, "pending"), FinishAttempt(closed, 1, "succeeded", closed.output)]
+    on_time = decision("accepted", now, GATE, if_closed='{"c": 1}', if_expired='{"e": 1}')
+    assert await store.submit_decision("r1", on_time, ops) == "accepted"
+    assert await store.submit_decision("r1", on_time, ops) == "closed"
+    assert await wakeups(store, "r1") == before + 2  # the held and the accepted one
+
+    found = await store.get_decisions("r1")
+    assert [(d["outcome"], json.loads(d["reason"]) if d["reason"] else None) for d in found] == [
+        ("held", None),
+        ("refused", {"code": "X"}),
+        ("refused", {"e": 1}),
+        ("accepted", None),
+        ("refused", {"c": 1}),
+    ]
+    snapshot = await store.load_pass("r1")
+    assert snapshot is not None
+    assert snapshot.steps[GATE].status == "succeeded"
+    assert [e.name for e in snapshot.events] == [GATE]  # only the held one reaches a pass
+
+    held = snapshot.events[0].id
+    await write(store, "r1", TakeDecision(GATE, "refused", '{"why": 1}', held))
+    with pytest.raises(GateClosedError):
+        await write(store, "r1", TakeDecision(GATE, "accepted", None, held))
+    await write(store, "r1", TakeDecision(GATE, "refused", '{"schema": 1}'))
+    assert [d["outcome"] for d in await store.get_decisions("r1")] == [
+        "refused",
+        "refused",
+        "refused",
+        "refused",
+        "refused",
+    ]
+
+    with pytest.raises(RunNotFoundError):
+        await store.submit_decision("nope", decision("held", now), ())
+    await write(store, "r1", EndRun("completed", "1"))
+    with pytest.raises(RunStateError):
+        await store.submit_decision("r1", decision("held", now), ())
+
+
+async def test_list_gates_reads_gates_of_live_runs(store: Store) -> None:
+    await new_run(store, "r1", owner="alice")
+    await new_run(store, "r2")
+    await write(store, "r1", StartAttempt(gate_step("r1"), 1))  # type: ignore[arg-type]
+    await write(store, "r2", StartAttempt(gate_step("r2"), 1))  # type: ignore[arg-type]
+    await write(store, "r2", EndRun("cancelled"))
+    gates = await store.list_gates("pending", 10)
+    assert [(g.step.run_id, g.owner, g.workflow, g.run_status) for g in gates] == [
+        ("r1", "alice", "wf", "running")
+    ]
+    assert await store.list_gates("succeeded", 10) == []
+
+
+async def test_fork_run_creates_the_run_with_its_kept_steps(store: Store) -> None:
+    await new_run(store, "src")
+    kept = step("copy", "a", status="succeeded", output="1")
+    run = await store.fork_run(NewRun("copy", "wf", "workflow", None, "{}"), "src", [PutStep(kept)])
+    assert run.forked_from == "src" and run.status == "running"
+    assert [s.key for s in await store.get_steps("copy")] == ["a"]
+    with pytest.raises(RunIdTakenError):
+        await store.fork_run(NewRun("copy", "wf", "workflow", None, "{}"), "src", [])
+
+
+async def test_prune_batch_walks_ended_trees_with_a_cursor(store: Store) -> None:
+    for n in range(3):
+        await new_run(store, f"old{n}")
+        await write(store, f"old{n}", SetValue("v", "1"), EndRun("completed", "1"))
+    await new_run(store, "parent")
+    child = NewRun("kid", "wf", "workflow", None, "{}", parent_run_id="parent", parent_step_key="c")
+    await write(store, "parent", CreateChildRun(child), EndRun("failed", None, '{"message": "x"}'))
+    await new_run(store, "live")
+    cutoff = time.time() + 1
+    first = await store.prune_batch(("completed",), cutoff, None, 2)
+    assert first.deleted == 2 and first.cursor is not None
+    second = await store.prune_batch(("completed",), cutoff, first.cursor, 2)
+    assert second.deleted == 1
+    assert (await store.prune_batch(("completed",), cutoff, second.cursor, 2)).cursor is None
+    # a failed parent whose child still runs is kept, then pruned with it once it ended
+    kept = await store.prune_batch(("failed",), cutoff, None, 10)
+    assert kept.deleted == 0 and await store.get_run("kid") is not None
+    await write(store, "kid", EndRun("completed", "1"))
+    assert (await store.prune_batch(("failed",), time.time() + 1, None, 10)).deleted == 2
+    for gone in ("old0", "old1", "old2", "parent", "kid"):
+        assert await store.get_run(gone) is None
+        assert await store.get_values(gone) == {}
+    assert (await store.get_run("live")) is not None
