@@ -477,7 +477,7 @@ def test_a_user_decides_an_approval_and_the_run_completes_without_a_reload(
 def test_the_runs_page_lists_approvals_to_decide(server: Server, api: Any, page: Any) -> None:
     run_id = start(api, "refund")["run_id"]
     gate_open(api, run_id)
-    page.goto(f"{server.url}/?token={TOKEN}")
+    sign_in(page, server.url)
     form = page.locator(f'#approvals form.approval[data-run-id="{run_id}"]')
     expect(form).to_be_visible()
     form.get_by_label("Approved").check()
