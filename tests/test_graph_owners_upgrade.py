@@ -25,8 +25,15 @@ async def add(data: dict) -> int:
     return int(data["a"]) + int(data["b"])
 
 
+def _before_owners(dialect: str) -> list[Any]:
+    """The migrations a database had when graph owners came (every script before theirs)."""
+    scripts = migrations(dialect).scripts
+    owners = next(m.version for m in scripts if m.name == "graph_owners")
+    return [m for m in scripts if m.version < owners]
+
+
 def _sqlite_before_owners(path: Path) -> None:
-    scripts = [m for m in migrations("sqlite").scripts if m.name != "graph_owners"]
+    scripts = _before_owners("sqlite")
     conn = sqlite3.connect(path, isolation_level=None)
     for script in scripts:
         conn.executescript(script.text())
@@ -47,7 +54,7 @@ async def _postgres_before_owners(url: str) -> None:
 
     schema = '"plait"'
     q = queries.load("postgres", schema=schema)
-    scripts = [m for m in migrations("postgres").scripts if m.name != "graph_owners"]
+    scripts = _before_owners("postgres")
     conn = await asyncpg.connect(url)
     try:
         async with conn.transaction():

@@ -118,7 +118,7 @@ def openapi_paths(
                         },
                         "each with its JSON Schema and approver policy",
                     ),
-                    **errors(401, 422),
+                    **errors(400, 401, 403, 422),
                 },
             }
         },
@@ -132,15 +132,9 @@ def openapi_paths(
                 },
                 "responses": {
                     "200": json(decision, "accepted, or held until the run reaches the gate"),
-                    "403": {
-                        "description": "the gate's approver policy refuses the caller",
-                        "content": {"application/json": {"schema": ref("Error")}},
-                    },
-                    "409": {
-                        "description": "the gate was already decided or expired, or the run ended",
-                        "content": {"application/json": {"schema": ref("Error")}},
-                    },
-                    **errors(401, 404, 422),
+                    # 403: the gate's approver policy refuses the caller; 409: the gate was
+                    # already decided or expired, or the run ended
+                    **errors(400, 401, 403, 404, 409, 413, 415, 422),
                 },
             }
         },
@@ -154,7 +148,7 @@ def openapi_paths(
                 },
                 "responses": {
                     "201": json({"type": "object"}, "the new run's id"),
-                    **errors(401, 403, 404, 409, 422),
+                    **errors(400, 401, 403, 404, 409, 413, 415, 422),
                 },
             }
         },
