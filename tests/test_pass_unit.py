@@ -12,6 +12,7 @@ from typing import Any
 import plait
 from plait import ids, serde
 from plait.catalog import Catalog
+from plait.clock import SYSTEM_CLOCK
 from plait.retry import RetryPolicy
 from plait.runtime import steps
 from plait.runtime.attempt import Outcome
@@ -38,6 +39,7 @@ class ListHost:
         self.batches: list[Batch] = []
         self.stopping = False
         self.limits = serde.Limits()
+        self.clock = SYSTEM_CLOCK
 
     def cancelling(self, run_id: str) -> bool:
         return False

@@ -17,6 +17,7 @@ from typing import Any
 from plait import approval, errors, ids, queues, retention, schedules, serde
 from plait.app import App
 from plait.catalog import Catalog
+from plait.clock import SYSTEM_CLOCK, Clock
 from plait.durations import parse_duration
 from plait.errors import (
     ApprovalForbiddenError,
@@ -88,6 +89,7 @@ class Engine:
         log_runs: bool = False,
         max_payload: int = serde.DEFAULT_MAX_PAYLOAD,
         retain: float | str | timedelta | None = None,
+        clock: Clock | None = None,
         **store_options: Any,
     ) -> None:
         if not isinstance(app, App):
@@ -100,8 +102,16 @@ class Engine:
         #: run outputs, events and state values (``max_payload`` bytes, 64 levels)
         self.limits = serde.Limits(max_payload=max_payload)
         self.app = app
-        self.url = store.url if store is not None else resolve_url(database)
-        self.store: Store = store if store is not None else make_store(self.url, **store_options)
+        if store is not None:
+            if clock is not None:
+                store.clock = clock
+            self.store: Store = store
+            self.url = store.url
+        else:
+            self.url = resolve_url(database)
+            self.store = make_store(self.url, clock=clock or SYSTEM_CLOCK, **store_options)
+        #: where every stored time comes from; a test engine's clock is virtual
+        self.clock: Clock = self.store.clock
         self.workers = workers
         self.concurrency = concurrency
         self.lease_seconds = float(lease_seconds)
@@ -150,6 +160,7 @@ class Engine:
             log_runs=self.log_runs,
             limits=self.limits,
             retain=self.retain if self.workers else None,
+            clock=self.clock,
         )
         self.notifier.on_work(self._worker.kick)
         await self._store_app_schedules()
@@ -423,7 +434,7 @@ class Engine:
                 raise RunNotFoundError(run_id)
             if snapshot.run.status != from_status:
                 raise RunStateError(run_id, snapshot.run.status, action)
-            ops = reopen(snapshot.steps.values(), time.time())
+            ops = reopen(snapshot.steps.values(), self.clock.now())
             run = await self.store.reopen_run(run_id, from_status, snapshot.run.wakeups, ops)
             if run is not None:
                 self._poke(run_id)
@@ -647,7 +658,7 @@ class Engine:
             raise TypeError(
                 f"decided_by must be a user id (a non-empty string), got {decided_by!r}"
             )
-        now = time.time()
+        now = self.clock.now()
         payload = approval.envelope(data, decided_by, now)
         snapshot = await self.store.load_pass(run_id)
         if snapshot is None:
@@ -841,7 +852,7 @@ class Engine:
             kind, version = self.catalog.describe(source.workflow)
         else:  # this process lacks the code: the run goes on what the workers have
             kind, version = source.kind, source.version
-        now = time.time()
+        now = self.clock.now()
         ops: list[Op] = []
         for step in sorted(snapshot.steps.values(), key=lambda s: s.seq):
             if step.seq >= start.seq or step.status not in ("succeeded", "failed"):
@@ -893,7 +904,7 @@ class Engine:
                 raise ValueError("older_than must be an aware datetime (with a time zone)")
             cutoff = older_than.timestamp()
         else:
-            cutoff = time.time() - parse_duration(older_than, what="older_than")
+            cutoff = self.clock.now() - parse_duration(older_than, what="older_than")
         chosen = retention.check_statuses(tuple(statuses))
         return await retention.prune(self.store, cutoff=cutoff, statuses=chosen)
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from plait import retention, schedules, serde
 from plait.catalog import Catalog
+from plait.clock import SYSTEM_CLOCK, Clock
 from plait.errors import LeaseLostError, StepFunctionMismatchError
 from plait.lease_keeper import StallGuard
 from plait.notify import Notifier
@@ -102,8 +103,11 @@ class Worker:
         log_runs: bool = False,
         limits: serde.Limits | None = None,
         retain: float | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.store = store
+        #: the time of timers and leases (the store's clock: they compare with its rows)
+        self.clock = clock
         self.catalog = catalog
         self.notifier = notifier
         self.worker_id = worker_id
@@ -160,6 +164,12 @@ class Worker:
         if self.log_runs and status != "running":
             log.info("run %s (%s) is now %s", run_id, workflow or "?", status)
         self.notifier.run_changed(run_id)
+
+    @property
+    def busy(self) -> bool:
+        """Whether this process has work in hand or a wake-up its loops have not seen
+        yet: a pass, a queued step, a claim about to be made."""
+        return bool(self.tasks) or self.wake_passes.is_set() or self.wake_steps.is_set()
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def reclaim(self) -> None:
@@ -321,8 +331,12 @@ class Worker:
         wake_at = snapshot.run.wake_at
         if snapshot.run.lease_owner and snapshot.run.lease_until:
             wake_at = max(wake_at or 0.0, snapshot.run.lease_until)
-        delay = 1.0 if wake_at is None else max(0.0, min(1.0, wake_at - time.time()))
-        await self.notifier.wait_run(run_id, delay)
+        delay = 1.0 if wake_at is None else max(0.0, min(1.0, wake_at - self.clock.now()))
+        event = self.notifier.watch(run_id)
+        try:
+            await self.clock.wait(event, delay)
+        finally:
+            self.notifier.unwatch(run_id, event)
         return True
 
     async def _one_pass(self, run_id: str) -> bool:
@@ -391,13 +405,13 @@ class Worker:
         except Exception:
             log.exception("reading the queue failed; retrying")
             return False
-        if due is not None and due <= time.time():
+        now = self.clock.now()
+        if due is not None and due <= now:
             return True
         timeout = self.poll_interval
         if due is not None:
-            timeout = max(0.001, min(timeout, due - time.time() + 0.001))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), timeout)
+            timeout = max(0.001, min(timeout, due - now + 0.001))
+        await self.clock.wait(wake, timeout)
         return False
 
     async def _idle(self, wake: asyncio.Event) -> None:
@@ -636,7 +650,7 @@ class Worker:
         if step is None or step.status not in ("scheduled", "running"):
             await self.store.drop_job(job, owner)  # its step no longer waits for it
             return None
-        ops, go = steps.begin(step, owner, time.time())
+        ops, go = steps.begin(step, owner, self.clock.now())
         if not go:
             await self.store.finish_queued_step(job, owner, ops)
             return None
@@ -681,7 +695,7 @@ class Worker:
         every = min(3600.0, max(1.0, self.retain / 10))
         while not self.stopping:
             try:
-                pruned = await retention.prune(self.store, cutoff=time.time() - self.retain)
+                pruned = await retention.prune(self.store, cutoff=self.clock.now() - self.retain)
                 self.pruned += pruned
                 if pruned:
                     log.info("pruned %d ended runs older than %gs", pruned, self.retain)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -67,10 +66,10 @@ class Driver:
                 raise StepError(step.key, serde.loads(step.error) or {})
             if step.queued:
                 if step.status == "pending":
-                    ledger.add(steps.enqueue(step, time.time()))
+                    ledger.add(steps.enqueue(step, ledger.now()))
                     ledger.queued = True
                 raise ledger.pause(step.key)
-            if step.status == "scheduled" and step.wake_at and step.wake_at > time.time():
+            if step.status == "scheduled" and step.wake_at and step.wake_at > ledger.now():
                 raise ledger.pause(step.key, step.wake_at)
             if self.host.stopping:
                 raise ledger.pause(step.key)  # shutting down: start no new attempt here
@@ -80,7 +79,7 @@ class Driver:
         """One attempt: its start is committed before the body runs, its end rides with
         the next commit."""
         ledger = self.ledger
-        ops, go = steps.begin(step, ledger.owner, time.time())
+        ops, go = steps.begin(step, ledger.owner, ledger.now())
         ledger.add(ops)
         if not go:
             return
@@ -102,13 +101,13 @@ class Driver:
             cancelled = self.host.cancelling(ledger.run.id)
             finished = finished_on_stop(exc, cancelled)
             if finished is not None:
-                ledger.add(steps.settle(step, finished, time.time()))  # it did run to its end
+                ledger.add(steps.settle(step, finished, ledger.now()))  # it did run to its end
             else:
-                ledger.add(steps.interrupt(step, time.time(), cancelled=cancelled))
+                ledger.add(steps.interrupt(step, ledger.now(), cancelled=cancelled))
             raise
         if self.hook is not None:
             outcome = self.hook.finish(step, ctx, outcome)
-        ledger.add(steps.settle(step, outcome, time.time()))
+        ledger.add(steps.settle(step, outcome, ledger.now()))
 
     async def missing_function(
         self, key: str, name: str, function: str, data: Any, policy: RetryPolicy
@@ -203,7 +202,7 @@ class Driver:
             raise StepError(key, serde.loads(step.error) or {})
         if step.status == "pending":
             kind, version = target or self.host.catalog.describe(workflow)
-            ledger.add(steps.begin_child(step, ledger.owner, time.time()))
+            ledger.add(steps.begin_child(step, ledger.owner, ledger.now()))
             child_id = step.child_run_id or ""
             ledger.add(
                 [

@@ -1,8 +1,8 @@
 """The seam between one pass (or one queued attempt) and the process that runs it.
 
 A pass needs a few things from outside: which definitions exist (the catalog), a way to
-commit its writes, whether its process is stopping, whether a user cancelled its run, and
-someone to tell when it published a value.
+commit its writes, the clock its times come from, whether its process is stopping,
+whether a user cancelled its run, and someone to tell when it published a value.
 It gets them as a ``Host`` when it is built and never reaches for the Engine or the
 Worker, so a pass can be driven by a test with a stand-in host and no database.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from plait.catalog import Catalog
+from plait.clock import Clock
 from plait.serde import Limits
 from plait.store.base import Batch
 
@@ -28,6 +29,11 @@ class Host(Protocol):
     def limits(self) -> Limits:
         """How large and deep the values a pass stores may be (step inputs and results,
         run outputs, state values)."""
+        ...
+
+    @property
+    def clock(self) -> Clock:
+        """Where every time a pass records comes from (virtual in a test engine)."""
         ...
 
     @property

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 from typing import Any
 
 from plait import errors, ids, serde
@@ -40,6 +39,8 @@ class Ledger:
 
     def __init__(self, host: Host, snapshot: PassSnapshot, owner: str) -> None:
         self.host = host
+        #: the host clock's ``now``: every time this pass records
+        self.now = host.clock.now
         self.owner = owner
         self.run = snapshot.run
         self.steps: dict[str, StepRow] = snapshot.steps
@@ -81,7 +82,7 @@ class Ledger:
 
     def put(self, step: StepRow) -> None:
         """Write the step's current row with the next commit."""
-        step.updated_at = time.time()
+        step.updated_at = self.now()
         self.ops.append(PutStep(step))
 
     def mark_delivered(self, step: StepRow) -> None:
@@ -186,7 +187,7 @@ class Ledger:
         """A step reached for the first time (not written yet: the caller decides how)."""
         self._check_prefix(key)
         self.visited.add(key)
-        now = time.time()
+        now = self.now()
         step = StepRow(
             run_id=self.run.id,
             key=key,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable
 
 from plait import serde
@@ -50,9 +49,9 @@ async def run_queued(
         cancelled = host.cancelling(step.run_id)
         finished = finished_on_stop(exc, cancelled)
         if finished is not None:
-            ops = steps.settle(step, finished, time.time())  # it did run to its end
+            ops = steps.settle(step, finished, host.clock.now())  # it did run to its end
         else:
-            ops = steps.interrupt(step, time.time(), cancelled=cancelled)
+            ops = steps.interrupt(step, host.clock.now(), cancelled=cancelled)
         with contextlib.suppress(Exception):
             if cancelled:
                 # the cancel dropped the job with the run; the attempt's end is still
@@ -64,4 +63,4 @@ async def run_queued(
     if hook is not None:
         outcome = hook.finish(step, ctx, outcome)
     written = hook.ops if hook is not None else []
-    return await finish([*written, *steps.settle(step, outcome, time.time())])
+    return await finish([*written, *steps.settle(step, outcome, host.clock.now())])

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -138,7 +137,7 @@ class CodeReplay:
     async def sleep(self, key: str, name: str, seconds: float) -> None:
         ledger = self.ledger
         step = ledger.steps.get(key)
-        now = time.time()
+        now = ledger.now()
         if step is None:
             step = ledger.new_step(key, name, "sleep", input=serde.dumps({"seconds": seconds}))
             ledger.add(steps.schedule_sleep(step, seconds, now))
@@ -160,9 +159,9 @@ class CodeReplay:
                 key,
                 key,
                 "suspend",
-                input=serde.dumps({"reason": reason, "suspended_at": time.time()}),
+                input=serde.dumps({"reason": reason, "suspended_at": ledger.now()}),
             )
-            ledger.add(steps.open_suspend(step, ledger.owner, time.time()))
+            ledger.add(steps.open_suspend(step, ledger.owner, ledger.now()))
         else:
             ledger.check_same(step, "suspend", None)
         if step.status == "succeeded":
@@ -172,7 +171,7 @@ class CodeReplay:
     async def wait_for_event(self, key: str, name: str, timeout: float | None) -> Any:
         ledger = self.ledger
         step = ledger.steps.get(key)
-        now = time.time()
+        now = ledger.now()
         if step is None:
             step = ledger.new_step(key, key, "event", input=serde.dumps({"event": name}))
             ledger.add(steps.wait_event(step, timeout, now))
@@ -206,7 +205,7 @@ class CodeReplay:
         now; one accepted on arrival is checked against the workflow's own schema."""
         ledger = self.ledger
         step = ledger.steps.get(key)
-        now = time.time()
+        now = ledger.now()
         if step is None:
             info = {
                 "name": name,
@@ -291,7 +290,7 @@ class CodeReplay:
             ledger.check_same(step, "set_value", None)
             return
         step = ledger.new_step(key, key, "set_value", input=serde.dumps({"key": name}))
-        ledger.add(steps.publish_value(step, name, value, time.time()))
+        ledger.add(steps.publish_value(step, name, value, ledger.now()))
         ledger.published = True
 
     def value(self, key: str, make: Callable[[], Any]) -> Any:
@@ -302,7 +301,7 @@ class CodeReplay:
             ledger.visited.add(key)
             return serde.loads(step.output)
         step = ledger.new_step(key, key, "value")
-        ledger.add(steps.record_value(step, make(), time.time()))
+        ledger.add(steps.record_value(step, make(), ledger.now()))
         return serde.loads(step.output)
 
     # -- the whole pass -----------------------------------------------------------------------

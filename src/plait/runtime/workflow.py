@@ -275,7 +275,8 @@ class Workflow:
     def now(self) -> datetime:
         """The time, recorded on first reach so every replay sees the same value."""
         key = self._replay.key("__now")
-        stamp = self._replay.value(key, lambda: datetime.now(UTC).isoformat())
+        now = self._replay.ledger.now
+        stamp = self._replay.value(key, lambda: datetime.fromtimestamp(now(), UTC).isoformat())
         return datetime.fromisoformat(stamp)
 
     def uuid(self) -> str:

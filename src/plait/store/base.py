@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
+from plait.clock import Clock
 from plait.notify import Notifier
 from plait.records import Run, RunSummary, Step, StepAttempt
 
@@ -441,6 +442,19 @@ class Version:
 
 
 @dataclasses.dataclass(frozen=True)
+class Pending:
+    """What a database holds for its workers, as ``Store.pending`` reads it in one
+    statement: a virtual clock may jump only when nothing is held (``leases`` 0) and
+    nothing is due before ``next_due``."""
+
+    #: runs and queued steps under a lease right now (work in flight)
+    leases: int
+    #: the earliest time a running run's wake-up or a job of the given functions is due;
+    #: None when nothing waits on a time
+    next_due: float | None
+
+
+@dataclasses.dataclass(frozen=True)
 class Lease:
     """A lease as read by ``Store.leases_of``: expiring it needs the exact values read,
     so a lease its holder renewed since then is left alone."""
@@ -467,6 +481,8 @@ class Store(Protocol):
     protocol means in practice: a store that passes it is a store."""
 
     url: str
+    #: where the store reads the time it writes and compares (``plait.clock``)
+    clock: Clock
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...
@@ -513,6 +529,10 @@ class Store(Protocol):
     async def expire_leases(self, leases: Sequence[Lease]) -> int: ...
     async def sweep_idle(self, base: float = 30.0, cap: float = 600.0, limit: int = 100) -> int: ...
     async def next_due(self, functions: Sequence[str] | None = None) -> float | None: ...
+    async def pending(self, functions: Sequence[str]) -> Pending:
+        """Leases held on running runs and their jobs, and when the next run or job of
+        ``functions`` falls due, in one read (a test engine's virtual clock jumps by it)."""
+        ...
 
     # queued steps
     async def claim_step_jobs(

@@ -27,12 +27,12 @@ import dataclasses
 import hashlib
 import logging
 import re
-import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import asyncpg
 
+from plait.clock import SYSTEM_CLOCK, Clock
 from plait.errors import (
     GateClosedError,
     LeaseLostError,
@@ -60,6 +60,7 @@ from plait.store.base import (
     NewRun,
     Op,
     PassSnapshot,
+    Pending,
     PruneBatch,
     PutStep,
     QueueDepth,
@@ -120,10 +121,6 @@ _WARM_STATEMENTS = (
     "release_run",
     "claim_due_runs",
 )
-
-
-def _now() -> float:
-    return time.time()
 
 
 def _step_value(s: StepRow) -> tuple[Any, ...]:
@@ -313,8 +310,10 @@ class PostgresStore:
         connect_timeout: float = 10.0,
         statement_cache_size: int = 100,
         listen: bool = True,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.url = url
+        self.clock = clock
         self.dsn, from_url = split_url(url)
         self.schema = schema if schema is not None else from_url.get("schema", "plait")
         if not _SCHEMA_NAME.match(self.schema):
@@ -362,7 +361,9 @@ class PostgresStore:
         #: per run, the writes of its lease holder in this process, in the order issued
         self._run_locks: dict[str, _RunLock] = {}
         #: the batches of concurrent passes, committed together
-        self._group = GroupCommit(self._pool, self._q["commit_group"], self._commit_alone, _now)
+        self._group = GroupCommit(
+            self._pool, self._q["commit_group"], self._commit_alone, self._read_clock
+        )
 
     @property
     def commits(self) -> int:
@@ -370,6 +371,20 @@ class PostgresStore:
         return self._pool.commits
 
     # -- connections ---------------------------------------------------------------------
+    def _read_clock(self) -> float:
+        """The clock's time, for parts built once that must follow a clock set later."""
+        return self._now()
+
+    @property
+    def clock(self) -> Clock:
+        """Where every time this store writes or compares with a stored one comes from."""
+        return self._clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self._clock = clock
+        self._now = clock.now
+
     async def open(self) -> None:
         """Create the pool and bring the schema up to date."""
         self._listener.open()
@@ -435,7 +450,7 @@ class PostgresStore:
 
     # -- runs ----------------------------------------------------------------------------------
     async def create_run(self, new: NewRun) -> tuple[Run, bool]:
-        row = await self._call("fetchrow", self._q["create_run"], _new_run_value(new), _now())
+        row = await self._call("fetchrow", self._q["create_run"], _new_run_value(new), self._now())
         return _run(row["run"]), bool(row["created"])
 
     async def get_run(self, run_id: str) -> Run | None:
@@ -507,14 +522,14 @@ class PostgresStore:
         return PassSnapshot(_run_row(row["r"]), steps, events, state)
 
     async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool:
-        now = _now()
+        now = self._now()
         got = await self._call(
             "fetchval", self._q["claim_run"], run_id, owner, now + lease_seconds, now
         )
         return got is not None
 
     async def claim_due_runs(self, owner: str, lease_seconds: float, limit: int) -> list[str]:
-        now = _now()
+        now = self._now()
         rows = await self._call(
             "fetch", self._q["claim_due_runs"], owner, now + lease_seconds, now, limit
         )
@@ -563,18 +578,18 @@ class PostgresStore:
     ) -> bool:
         """One batch in its own transaction (a group of one, or a group's fallback)."""
         if release is None:
-            await self._call("execute", self._q["commit_batch"], run_id, fence, ops, _now())
+            await self._call("execute", self._q["commit_batch"], run_id, fence, ops, self._now())
             return False
         return bool(
             await self._call(
-                "fetchval", self._q["commit_and_release"], run_id, fence, ops, _now(), release
+                "fetchval", self._q["commit_and_release"], run_id, fence, ops, self._now(), release
             )
         )
 
     async def release_run(self, run_id: str, owner: str, wakeups_seen: int) -> bool:
         async with self._in_order(run_id):
             due = await self._call(
-                "fetchval", self._q["release_run"], run_id, owner, wakeups_seen, _now()
+                "fetchval", self._q["release_run"], run_id, owner, wakeups_seen, self._now()
             )
         return bool(due)
 
@@ -600,12 +615,14 @@ class PostgresStore:
     async def renew_leases(
         self, owner: str, lease_seconds: float, stepping: Sequence[str] = ()
     ) -> set[str]:
-        until = _now() + lease_seconds
+        until = self._now() + lease_seconds
         rows = await self._call("fetch", self._q["renew_leases"], owner, until, list(stepping))
         return {r["id"] for r in rows}
 
     def lease_keeper(self) -> LeaseKeeper | None:
-        return _LeaseKeeper(self.dsn, self._q["renew_leases"], self._pool.connect_timeout)
+        return _LeaseKeeper(
+            self.dsn, self._q["renew_leases"], self._pool.connect_timeout, self.clock
+        )
 
     async def leases_of(self, worker_id: str, owner: str) -> list[Lease]:
         """Leases held under ``worker_id`` by other processes than ``owner`` (an earlier
@@ -635,7 +652,9 @@ class PostgresStore:
         """Re-drive runs that are ``running`` with nothing that will ever wake them (a
         safety net: state changes and their wake-ups are committed together); each run's
         sweeps back off from ``base`` seconds doubling up to ``cap``."""
-        swept = int(await self._call("fetchval", self._q["sweep_idle"], _now(), cap, base, limit))
+        swept = int(
+            await self._call("fetchval", self._q["sweep_idle"], self._now(), cap, base, limit)
+        )
         if swept:
             self._listener.publish("work", "")
         return swept
@@ -649,13 +668,18 @@ class PostgresStore:
             due = await self._call("fetchval", self._q["next_due_jobs"], list(functions), read=True)
         return float(due) if due is not None else None
 
+    async def pending(self, functions: Sequence[str]) -> Pending:
+        row = await self._call("fetchrow", self._q["pending_work"], list(functions), read=True)
+        due = row[1]
+        return Pending(int(row[0]), float(due) if due is not None else None)
+
     # -- queued steps ----------------------------------------------------------------------------
     async def claim_step_jobs(
         self, owner: str, lease_seconds: float, limit: int, functions: Sequence[str]
     ) -> list[StepJob]:
         if not functions:
             return []
-        now = _now()
+        now = self._now()
         rows = await self._call(
             "fetch",
             self._q["claim_step_jobs"],
@@ -676,7 +700,7 @@ class PostgresStore:
             job.step_key,
             owner,
             values,
-            _now(),
+            self._now(),
         )
         return bool(began)
 
@@ -693,7 +717,7 @@ class PostgresStore:
                 job.step_key,
                 owner,
                 values,
-                _now(),
+                self._now(),
             )
         return bool(done)
 
@@ -707,7 +731,7 @@ class PostgresStore:
 
     # -- actions from outside a pass -------------------------------------------------------------
     async def wake(self, run_id: str, at: float | None = None) -> None:
-        now = _now()
+        now = self._now()
         async with self._in_order(run_id):
             await self._call("execute", self._q["wake"], run_id, now, now if at is None else at)
 
@@ -730,7 +754,7 @@ class PostgresStore:
             self._q["cancel_run"],
             error,
             _step_end_value(parent),
-            _now(),
+            self._now(),
         )
         return list(moved or [])
 
@@ -745,7 +769,7 @@ class PostgresStore:
             from_status,
             wakeups_seen,
             [_op_value(op) for op in ops],
-            _now(),
+            self._now(),
         )
         return None if rec is None else _run(rec)
 
@@ -757,14 +781,14 @@ class PostgresStore:
             self._q["send_event"],
             name,
             payload,
-            _now(),
+            self._now(),
         )
 
     # -- queues ----------------------------------------------------------------------------------
     async def admit_runs(
         self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
     ) -> list[str]:
-        now = _now()
+        now = self._now()
         rows = await self._call(
             "fetch",
             self._q["admit_runs"],
@@ -786,7 +810,7 @@ class PostgresStore:
         names, concurrency, _per_key, rate, window = _queue_arrays(queues)
         functions = [fn for q in queues for fn in q.functions]
         function_queues = [q.name for q in queues for _fn in q.functions]
-        now = _now()
+        now = self._now()
         rows = await self._call(
             "fetch",
             self._q["claim_queue_jobs"],
@@ -830,7 +854,7 @@ class PostgresStore:
             row.source,
             row.owner,
             row.next_tick,
-            _now(),
+            self._now(),
         )
         return changed is not None
 
@@ -862,7 +886,7 @@ class PostgresStore:
             next_tick,
             [_new_run_value(n) for n in runs],
             skip_if_live,
-            _now(),
+            self._now(),
         )
         if started is None:
             return None
@@ -874,7 +898,7 @@ class PostgresStore:
         self, name: str, status: str, next_tick: float | None
     ) -> ScheduleRow | None:
         rec = await self._call(
-            "fetchrow", self._q["set_schedule_status"], name, status, next_tick, _now()
+            "fetchrow", self._q["set_schedule_status"], name, status, next_tick, self._now()
         )
         return None if rec is None else _schedule_row(rec)
 
@@ -923,7 +947,7 @@ class PostgresStore:
                 _new_run_value(new),
                 forked_from,
                 [_op_value(op) for op in ops],
-                _now(),
+                self._now(),
             )
         except asyncpg.PostgresError as exc:
             if exc.sqlstate == _RUN_EXISTS:
@@ -971,14 +995,14 @@ class PostgresStore:
             kind,
             definition,
             status,
-            _now(),
+            self._now(),
             registered_by,
         )
 
     async def claim_graph(self, workflow: str, owner: str | None) -> str | None:
         # two statements, each committed: the second one's fresh snapshot sees a claim
         # that a racing process committed while the first one waited for it
-        await self._call("execute", self._q["claim_graph"], workflow, owner, _now())
+        await self._call("execute", self._q["claim_graph"], workflow, owner, self._now())
         holder: str | None = await self._call(
             "fetchval", self._q["graph_owner"], workflow, read=True
         )
@@ -1006,8 +1030,9 @@ class _LeaseKeeper:
     """Lease renewal on a connection and an event loop of its own, for a thread beside
     a blocked loop (asyncpg connections belong to the loop that opened them)."""
 
-    def __init__(self, dsn: str, statement: str, connect_timeout: float) -> None:
+    def __init__(self, dsn: str, statement: str, connect_timeout: float, clock: Clock) -> None:
         self._dsn, self._statement, self._timeout = dsn, statement, connect_timeout
+        self._now = clock.now
         self._loop = asyncio.new_event_loop()
         self._conn: asyncpg.Connection | None = None
 
@@ -1018,7 +1043,7 @@ class _LeaseKeeper:
         if self._conn is None or self._conn.is_closed():
             self._conn = await asyncpg.connect(self._dsn, timeout=self._timeout)
             await set_codecs(self._conn)
-        await self._conn.execute(self._statement, owner, _now() + lease_seconds, [])
+        await self._conn.execute(self._statement, owner, self._now() + lease_seconds, [])
 
     def close(self) -> None:
         if self._conn is not None:

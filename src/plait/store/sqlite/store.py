@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import time
 from collections.abc import Sequence
 from typing import Any
 
+from plait.clock import SYSTEM_CLOCK, Clock
 from plait.errors import LeaseLostError, RunIdTakenError
 from plait.notify import Notifier
 from plait.records import TERMINAL, Run, RunSummary, Step, StepAttempt
@@ -30,6 +30,7 @@ from plait.store.base import (
     NewRun,
     Op,
     PassSnapshot,
+    Pending,
     PruneBatch,
     QueueDepth,
     QueueLimits,
@@ -80,15 +81,19 @@ _JOB_HELD = SQL["job_held"]
 _CLAIMED_STEP = SQL["claimed_step"]
 
 
-def _now() -> float:
-    return time.time()
-
-
 class SQLiteStore:
     """A store in one SQLite file (or in memory, for tests)."""
 
-    def __init__(self, url: str, *, synchronous: str = "FULL", busy_timeout: float = 30.0):
+    def __init__(
+        self,
+        url: str,
+        *,
+        synchronous: str = "FULL",
+        busy_timeout: float = 30.0,
+        clock: Clock = SYSTEM_CLOCK,
+    ):
         self.url = url
+        self.clock = clock
         self.path = _path_from_url(url)
         self.memory = self.path == ":memory:"
         self.synchronous = synchronous
@@ -99,6 +104,16 @@ class SQLiteStore:
         self._write = self._db.write
         self._read = self._db.read
         self._read_here = self._db.read_here
+
+    @property
+    def clock(self) -> Clock:
+        """Where every time this store writes or compares with a stored one comes from."""
+        return self._clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self._clock = clock
+        self._now = clock.now
 
     @property
     def commits(self) -> int:
@@ -152,7 +167,7 @@ class SQLiteStore:
     # -- runs --------------------------------------------------------------------------------
     async def create_run(self, new: NewRun) -> tuple[Run, bool]:
         def go(conn: sqlite3.Connection) -> tuple[Run, bool]:
-            created = apply.insert_run(conn, new, _now())
+            created = apply.insert_run(conn, new, self._now())
             row = conn.execute(_SELECT_RUN, (new.id,)).fetchone()
             if row is None:
                 # the de-duplication key belongs to a live run: that run is the answer
@@ -226,7 +241,7 @@ class SQLiteStore:
 
     async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool:
         def go(conn: sqlite3.Connection) -> bool:
-            now = _now()
+            now = self._now()
             cur = conn.execute(SQL["claim_run"], (owner, now + lease_seconds, run_id, now))
             return cur.rowcount == 1
 
@@ -234,7 +249,7 @@ class SQLiteStore:
 
     async def claim_due_runs(self, owner: str, lease_seconds: float, limit: int) -> list[str]:
         def go(conn: sqlite3.Connection) -> list[str]:
-            now = _now()
+            now = self._now()
             rows = conn.execute(
                 SQL["claim_due_runs"], (owner, now + lease_seconds, now, now, limit)
             ).fetchall()
@@ -251,7 +266,7 @@ class SQLiteStore:
                 ops = batch.ops if row[1] not in TERMINAL else apply.records_only(batch.ops)
             else:
                 ops = batch.ops
-            now = _now()
+            now = self._now()
             apply.apply_ops(conn, batch.run_id, ops, now)
             if batch.release is None or batch.fence is None:
                 return False
@@ -261,7 +276,7 @@ class SQLiteStore:
 
     async def release_run(self, run_id: str, owner: str, wakeups_seen: int) -> bool:
         return await self._write(
-            lambda conn: apply.release(conn, run_id, owner, wakeups_seen, _now())
+            lambda conn: apply.release(conn, run_id, owner, wakeups_seen, self._now())
         )
 
     async def sweep_idle(self, base: float = 30.0, cap: float = 600.0, limit: int = 100) -> int:
@@ -271,7 +286,7 @@ class SQLiteStore:
         doubling to 10 min) so a wedged run can never flood the queue."""
 
         def go(conn: sqlite3.Connection) -> int:
-            now = _now()
+            now = self._now()
             rows = conn.execute(SQL["sweep_idle"], (now, now, cap, base, limit)).fetchall()
             if rows:
                 conn.execute(SQL["touch_runs"], (now, json.dumps([r[0] for r in rows])))
@@ -318,7 +333,7 @@ class SQLiteStore:
         self, owner: str, lease_seconds: float, stepping: Sequence[str] = ()
     ) -> set[str]:
         def go(conn: sqlite3.Connection) -> set[str]:
-            apply.renew_leases(conn, owner, _now() + lease_seconds)
+            apply.renew_leases(conn, owner, self._now() + lease_seconds)
             ids = json.dumps(list(stepping))
             rows = conn.execute(SQL["ended_leased_runs"], (owner, ids)).fetchall()
             return {r[0] for r in rows}
@@ -328,7 +343,7 @@ class SQLiteStore:
     def lease_keeper(self) -> LeaseKeeper | None:
         if self.memory:
             return None
-        return _LeaseKeeper(self.path, self.busy_timeout)
+        return _LeaseKeeper(self.path, self.busy_timeout, self.clock)
 
     async def next_due(self, functions: Sequence[str] | None = None) -> float | None:
         """When the next run pass (``functions`` None) or job for ``functions`` is due,
@@ -344,6 +359,16 @@ class SQLiteStore:
 
         return await self._read_here(go)
 
+    async def pending(self, functions: Sequence[str]) -> Pending:
+        params = (json.dumps(list(functions)),)
+
+        def go(conn: sqlite3.Connection) -> Pending:
+            leases, runs_due, jobs_due = conn.execute(SQL["pending_work"], params).fetchone()
+            due = [t for t in (runs_due, jobs_due) if t is not None]
+            return Pending(int(leases), min(due) if due else None)
+
+        return await self._read_here(go)
+
     # -- queued steps -----------------------------------------------------------------------
     async def claim_step_jobs(
         self, owner: str, lease_seconds: float, limit: int, functions: Sequence[str]
@@ -351,7 +376,7 @@ class SQLiteStore:
         names = json.dumps(list(functions))
 
         def go(conn: sqlite3.Connection) -> list[StepJob]:
-            now = _now()
+            now = self._now()
             rows = conn.execute(
                 SQL["claim_step_jobs"], (owner, now + lease_seconds, now, now, names, limit)
             ).fetchall()
@@ -383,14 +408,14 @@ class SQLiteStore:
             if status is None or status[0] != "running":
                 apply.delete_job(conn, job.run_id, job.step_key)
                 return False
-            apply.apply_ops(conn, job.run_id, ops, _now())
+            apply.apply_ops(conn, job.run_id, ops, self._now())
             return True
 
         return await self._write(go)
 
     async def finish_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:
         def go(conn: sqlite3.Connection) -> bool:
-            now = _now()
+            now = self._now()
             held = conn.execute(_JOB_HELD, (job.run_id, job.step_key, owner)).fetchone()
             if held is None:
                 return False
@@ -412,7 +437,7 @@ class SQLiteStore:
     # -- actions from outside a pass ------------------------------------------------------------
     async def wake(self, run_id: str, at: float | None = None) -> None:
         def go(conn: sqlite3.Connection) -> None:
-            now = _now()
+            now = self._now()
             apply.wake(conn, run_id, now, now if at is None else at)
 
         await self._write(go)
@@ -422,7 +447,7 @@ class SQLiteStore:
 
         def go(conn: sqlite3.Connection) -> list[str]:
             apply.require_status(conn, run_id, ("running", "suspended", "queued"), "cancel")
-            return apply.end_run(conn, run_id, end, _now(), from_suspended=True)
+            return apply.end_run(conn, run_id, end, self._now(), from_suspended=True)
 
         return await self._write(go)
 
@@ -432,7 +457,7 @@ class SQLiteStore:
         action = "resume" if from_status == "suspended" else "retry"
 
         def go(conn: sqlite3.Connection) -> Run | None:
-            now = _now()
+            now = self._now()
             apply.require_status(conn, run_id, (from_status,), action)
             cur = conn.execute(SQL["reopen_run"], (now, now, run_id, from_status, wakeups_seen))
             if cur.rowcount == 0:
@@ -444,7 +469,7 @@ class SQLiteStore:
 
     async def send_event(self, run_id: str, name: str, payload: str | None) -> bool:
         def go(conn: sqlite3.Connection) -> bool:
-            now = _now()
+            now = self._now()
             apply.require_status(
                 conn, run_id, ("running", "suspended", "queued"), f"send event {name!r} to"
             )
@@ -462,7 +487,7 @@ class SQLiteStore:
         rated = {q.name: q.window for q in queues if q.rate is not None}
 
         def go(conn: sqlite3.Connection) -> list[str]:
-            now = _now()
+            now = self._now()
             params = {
                 "queues": conf,
                 "now": now,
@@ -490,7 +515,7 @@ class SQLiteStore:
         rated = {q.name: q.window for q in queues if q.rate is not None}
 
         def go(conn: sqlite3.Connection) -> list[StepJob]:
-            now = _now()
+            now = self._now()
             params = {
                 "queues": conf,
                 "now": now,
@@ -546,7 +571,7 @@ class SQLiteStore:
         skip_if_live: bool,
     ) -> list[str] | None:
         def go(conn: sqlite3.Connection) -> list[str] | None:
-            now = _now()
+            now = self._now()
             found = conn.execute(SQL["schedule_for_fire"], (name,)).fetchone()
             if found is None:
                 return None
@@ -576,7 +601,7 @@ class SQLiteStore:
         self, name: str, status: str, next_tick: float | None
     ) -> ScheduleRow | None:
         def go(conn: sqlite3.Connection) -> ScheduleRow | None:
-            cur = conn.execute(SQL["set_schedule_status"], (status, next_tick, _now(), name))
+            cur = conn.execute(SQL["set_schedule_status"], (status, next_tick, self._now(), name))
             if cur.rowcount == 0:
                 return None
             return ScheduleRow(*conn.execute(SQL["get_schedules"], (name, name)).fetchone())
@@ -653,7 +678,7 @@ class SQLiteStore:
 
     async def fork_run(self, new: NewRun, forked_from: str, ops: Sequence[Op]) -> Run:
         def go(conn: sqlite3.Connection) -> Run:
-            now = _now()
+            now = self._now()
             if not apply.insert_run(conn, new, now):
                 existing = apply.load_run(conn, new.id)
                 raise RunIdTakenError(new.id, existing.workflow, new.workflow)
@@ -707,7 +732,7 @@ class SQLiteStore:
         registered_by: str | None = None,
     ) -> None:
         def go(conn: sqlite3.Connection) -> None:
-            now = _now()
+            now = self._now()
             conn.execute(
                 SQL["put_version"],
                 (workflow, version, kind, definition, status, now, now, registered_by),
@@ -717,7 +742,7 @@ class SQLiteStore:
 
     async def claim_graph(self, workflow: str, owner: str | None) -> str | None:
         def go(conn: sqlite3.Connection) -> str | None:
-            conn.execute(SQL["claim_graph"], (workflow, owner, _now()))
+            conn.execute(SQL["claim_graph"], (workflow, owner, self._now()))
             holder: str | None = conn.execute(SQL["graph_owner"], (workflow,)).fetchone()[0]
             return holder
 
@@ -799,14 +824,15 @@ def _path_from_url(url: str) -> str:
 class _LeaseKeeper:
     """Lease renewal on a connection of its own, for a thread beside a blocked loop."""
 
-    def __init__(self, path: str, busy_timeout: float) -> None:
+    def __init__(self, path: str, busy_timeout: float, clock: Clock) -> None:
         self._conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
+        self._now = clock.now
 
     def renew(self, owner: str, lease_seconds: float) -> None:
         conn = self._conn
         conn.execute(SQL["begin_immediate"])
         try:
-            apply.renew_leases(conn, owner, _now() + lease_seconds)
+            apply.renew_leases(conn, owner, self._now() + lease_seconds)
         except BaseException:
             conn.execute(SQL["rollback"])
             raise

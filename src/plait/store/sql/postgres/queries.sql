@@ -200,6 +200,21 @@ SELECT least(
      WHERE wake_at IS NOT NULL AND status = 'running' AND lease_owner IS NOT NULL)
 )
 
+-- name: pending_work
+-- Leases held on running runs and their jobs, and when the next wake-up of a running run or
+-- job of these functions is due: what a virtual clock looks at before it jumps.
+SELECT
+    (SELECT count(*) FROM @schema@.runs WHERE lease_owner IS NOT NULL AND status = 'running')
+    + (SELECT count(*) FROM @schema@.jobs j WHERE j.lease_owner IS NOT NULL
+       AND EXISTS (SELECT 1 FROM @schema@.runs r WHERE r.id = j.run_id AND r.status = 'running')),
+    least(
+        (SELECT min(wake_at) FROM @schema@.runs WHERE wake_at IS NOT NULL AND status = 'running'),
+        (SELECT min(j.available_at) FROM @schema@.jobs j
+         WHERE j.function = ANY ($1::text[])
+             AND EXISTS (SELECT 1 FROM @schema@.runs r
+                         WHERE r.id = j.run_id AND r.status = 'running'))
+    )
+
 -- name: next_due_jobs
 -- When the next queued step of these functions becomes due (held: when its lease runs out);
 -- jobs of runs that are not running (suspended) wait for a resume.
