@@ -3,9 +3,9 @@
 The runtime, the worker and the stores never call ``time.time()`` for a time they store
 or compare with a stored one; they ask the ``Clock`` they were given. A real engine gets
 ``SYSTEM_CLOCK``, whose ``now`` *is* ``time.time`` (no extra call on the hot path) and
-whose ``wait`` is a plain ``asyncio.wait_for``. A test engine gets a ``VirtualClock``:
-wall time plus an offset that only grows, which ``plait.testing.TestEngine`` moves to
-the next timer when nothing else is going on. A worker that waits for a time to come
+whose ``wait`` is a plain ``asyncio.wait_for``. A test engine gets a ``VirtualClock``,
+which stands still until ``plait.testing.TestEngine`` moves it to the next timer (when
+nothing else is going on) or by hand. A worker that waits for a time to come
 waits through ``Clock.wait``, so a jump of the virtual clock wakes it at once.
 
 Pacing (lease renewal every quarter lease, poll intervals, a step's own ``timeout``) is
@@ -48,43 +48,52 @@ class Clock:
 SYSTEM_CLOCK = Clock()
 
 
-class VirtualClock(Clock):
-    """Wall time plus an offset that only moves forward.
+def micros(when: float) -> int:
+    """A time in whole microseconds: the precision PostgreSQL keeps, so two times are the
+    same to a store exactly when they are the same here."""
+    return round(when * 1_000_000)
 
-    Between jumps it runs at the speed of the wall clock, so leases, retries of a few
-    milliseconds and timestamps behave as they do for real. ``move_to`` moves it forward
-    and wakes every ``wait`` at once, which then looks again at its own deadline.
+
+class VirtualClock(Clock):
+    """A clock that stands still until it is moved.
+
+    Every time read between two moves is the same, so a test sees exact times: a sleep
+    of an hour that starts when the clock is moved to a timer ends exactly an hour later,
+    however long the work in between took in real time. ``move_to`` moves it forward and
+    wakes every ``wait`` at once, which then looks at its deadline again. Pacing stays
+    real: ``wait`` also returns after ``timeout`` real seconds, so a loop that polls
+    through it still polls.
     """
 
     virtual = True
 
     def __init__(self, start: float | None = None) -> None:
-        self._offset = 0.0 if start is None else start - time.time()
+        self._time = micros(time.time() if start is None else start) / 1_000_000
         self.now = self._now
         self._moved = asyncio.Event()
-        #: how many times the clock was moved (jumps and advances), for tests and logs
+        #: how many times the clock was moved, for tests and logs
         self.moves = 0
 
     def _now(self) -> float:
-        return time.time() + self._offset
+        return self._time
 
     def move_to(self, when: float) -> bool:
         """Move the clock forward to ``when``; False if it is there already (a clock never
         goes back)."""
-        ahead = when - self._now()
-        if ahead <= 0:
+        if micros(when) <= micros(self._time):
             return False
-        self._offset += ahead
+        self._time = micros(when) / 1_000_000
         self.moves += 1
         moved, self._moved = self._moved, asyncio.Event()
         moved.set()
         return True
 
     async def wait(self, event: asyncio.Event, timeout: float) -> bool:
-        deadline = self._now() + timeout
+        deadline = self._time + timeout
+        give_up = time.monotonic() + timeout
         while not event.is_set():
-            left = deadline - self._now()
-            if left <= 0:
+            left = give_up - time.monotonic()
+            if self._time >= deadline or left <= 0:
                 return False
             watched = {
                 asyncio.ensure_future(event.wait()),
@@ -98,4 +107,4 @@ class VirtualClock(Clock):
         return True
 
 
-__all__ = ["SYSTEM_CLOCK", "Clock", "VirtualClock"]
+__all__ = ["SYSTEM_CLOCK", "Clock", "VirtualClock", "micros"]

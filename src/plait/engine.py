@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from plait import approval, errors, ids, queues, retention, schedules, serde
 from plait.app import App
@@ -128,7 +128,7 @@ class Engine:
         self._opened = False
 
     # -- lifecycle -----------------------------------------------------------------------------
-    async def __aenter__(self) -> Engine:
+    async def __aenter__(self) -> Self:
         await self.open()
         return self
 

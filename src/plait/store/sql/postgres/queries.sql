@@ -83,8 +83,11 @@ ORDER BY r.created_at DESC, r.id DESC LIMIT $2
 SELECT s FROM @schema@.steps s WHERE s.run_id = $1 ORDER BY s.seq
 
 -- name: get_history
-SELECT run_id, key, attempt, status, output, error, started_at, finished_at
-FROM @schema@.attempts WHERE run_id = $1 ORDER BY started_at, attempt
+-- Oldest first; attempts that started at one instant (a clock that stands still) in step
+-- order.
+SELECT a.run_id, a.key, a.attempt, a.status, a.output, a.error, a.started_at, a.finished_at
+FROM @schema@.attempts a JOIN @schema@.steps s ON s.run_id = a.run_id AND s.key = a.key
+WHERE a.run_id = $1 ORDER BY a.started_at, s.seq, a.attempt
 
 -- name: load_pass
 -- Everything a pass reads, in one round trip and one snapshot.

@@ -175,15 +175,20 @@ SELECT run_id, key, seq, name, kind, function, status, input, output, error, att
 FROM plait_steps WHERE run_id = ? ORDER BY seq
 
 -- name: get_history
--- Earlier attempts from plait_attempts, the latest of each step from its step row.
-SELECT run_id, key, attempt, status, output, error, started_at, finished_at
-FROM plait_attempts WHERE run_id = ?
-UNION ALL
-SELECT run_id, key, attempts, attempt_status,
-    CASE WHEN attempt_status = 'succeeded' THEN output END, attempt_error,
-    attempt_started, attempt_finished
-FROM plait_steps WHERE run_id = ? AND attempt_status IS NOT NULL
-ORDER BY 7, 3
+-- Earlier attempts from plait_attempts, the latest of each step from its step row; oldest
+-- first, attempts that started at one instant (a clock that stands still) in step order.
+SELECT run_id, key, attempt, status, output, error, started_at, finished_at FROM (
+    SELECT a.run_id, a.key, a.attempt, a.status, a.output, a.error, a.started_at,
+        a.finished_at, s.seq
+    FROM plait_attempts a JOIN plait_steps s ON s.run_id = a.run_id AND s.key = a.key
+    WHERE a.run_id = ?
+    UNION ALL
+    SELECT run_id, key, attempts, attempt_status,
+        CASE WHEN attempt_status = 'succeeded' THEN output END, attempt_error,
+        attempt_started, attempt_finished, seq
+    FROM plait_steps WHERE run_id = ? AND attempt_status IS NOT NULL
+)
+ORDER BY started_at, seq, attempt
 
 -- name: upsert_step
 -- Writing a step row again changes everything but its identity and first-reach order.
