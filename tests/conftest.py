@@ -50,6 +50,18 @@ def pg_cluster() -> Any:
 
 _db_counter = 0
 
+pytest_plugins = ["pytester"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """plait's pytest plugin comes through its entry point where plait is installed with
+    it; running from a source tree whose install lacks the entry point, register it here,
+    so the example tests and docs/testing.md hold either way."""
+    from plait.testing import pytest_plugin
+
+    if not config.pluginmanager.is_registered(pytest_plugin):
+        config.pluginmanager.register(pytest_plugin, "plait")
+
 
 @pytest.fixture(params=STORES)
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
