@@ -44,6 +44,8 @@ class NewRun:
     not_before: float | None = None
     #: the schedule tick this run was started for
     scheduled_at: float | None = None
+    #: the starter's trace context (JSON), with tracing on (``plait.tracing``)
+    trace: str | None = None
 
 
 @dataclasses.dataclass
@@ -76,6 +78,8 @@ class RunRow:
     admitted_at: float | None = None
     #: the run this one was forked from (``Engine.fork``)
     forked_from: str | None = None
+    #: the trace context the run was started in (JSON), or None when not traced
+    trace: str | None = None
 
 
 @dataclasses.dataclass

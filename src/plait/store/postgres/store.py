@@ -148,6 +148,7 @@ def _new_run_value(n: NewRun) -> tuple[Any, ...]:
         n.dedup,
         n.not_before,
         n.scheduled_at,
+        n.trace,
     )
 
 
@@ -245,6 +246,7 @@ def _run_row(rec: Any) -> RunRow:
         rec["scheduled_at"],
         rec["admitted_at"],
         rec["forked_from"],
+        trace=rec["trace"],
     )
 
 

@@ -143,6 +143,7 @@ def insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> bool:
             new.priority,
             new.dedup,
             new.scheduled_at,
+            new.trace,
         ),
     )
     return cur.rowcount == 1
