@@ -40,6 +40,7 @@ class ListHost:
         self.stopping = False
         self.limits = serde.Limits()
         self.clock = SYSTEM_CLOCK
+        self.telemetry = None
 
     def cancelling(self, run_id: str) -> bool:
         return False

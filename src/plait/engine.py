@@ -36,6 +36,7 @@ from plait.errors import (
 from plait.graph import validate_or_raise
 from plait.ids import check_run_id, new_run_id
 from plait.notify import Notifier, wait_event
+from plait.observe import Telemetry, make_telemetry
 from plait.records import (
     SETTLED,
     TERMINAL,
@@ -90,6 +91,9 @@ class Engine:
         max_payload: int = serde.DEFAULT_MAX_PAYLOAD,
         retain: float | str | timedelta | None = None,
         clock: Clock | None = None,
+        tracing: bool = False,
+        metrics: bool = False,
+        log_work: bool = False,
         **store_options: Any,
     ) -> None:
         if not isinstance(app, App):
@@ -124,6 +128,12 @@ class Engine:
         self.retain = None if retain is None else parse_duration(retain, what="retain")
         if self.retain is not None and self.retain <= 0:
             raise ValueError(f"invalid retain: {retain!r} (must be more than 0)")
+        #: spans (``tracing``, extra ``otel``), Prometheus metrics (``metrics``, extra
+        #: ``metrics``) and INFO lines per attempt (``log_work``); None when all are off,
+        #: and then neither library is imported
+        self.telemetry: Telemetry | None = make_telemetry(
+            tracing=tracing, metrics=metrics, log_work=log_work
+        )
         self._worker: Worker | None = None
         self._opened = False
 
@@ -161,7 +171,11 @@ class Engine:
             limits=self.limits,
             retain=self.retain if self.workers else None,
             clock=self.clock,
+            telemetry=self.telemetry,
         )
+        if self.telemetry is not None and self.telemetry.metrics is not None:
+            worker = self._worker
+            self.telemetry.metrics.watch_active(lambda: len(worker.driving))
         self.notifier.on_work(self._worker.kick)
         await self._store_app_schedules()
         await self.store.attach_notifier(self.notifier)
@@ -265,9 +279,11 @@ class Engine:
         if not self._opened:
             raise RuntimeError("the engine is closed: use `async with Engine(...)`")
         worker = self.worker
+        run_id = run_id or new_run_id()
+        telemetry = self.telemetry
         new = dataclasses.replace(
             flow,
-            id=run_id or new_run_id(),
+            id=run_id,
             kind=kind,
             version=version,
             input=payload,
@@ -275,6 +291,7 @@ class Engine:
             start_node=start_node,
             lease_owner=worker.owner if inline else None,
             lease_seconds=self.lease_seconds,
+            trace=None if telemetry is None else telemetry.run_created(run_id, name),
         )
         run, created = await self.store.create_run(new)
         if not created:
@@ -450,6 +467,10 @@ class Engine:
         self.worker.cancel_local(moved)
         # a cancelled run of a queue frees its slot (or its place in the line)
         self.notifier.publish_work()
+        if self.telemetry is not None:
+            for rid in moved:
+                ended = await self.store.get_run(rid)
+                self.telemetry.run_ended(rid, ended.workflow if ended else "?", "cancelled")
         # give this process's cancelled work a moment to record how it ended
         local = [t for rid in moved if (t := self.worker.driving.get(rid)) is not None]
         if local:
@@ -868,6 +889,9 @@ class Engine:
             version=version,
             input=source.input,
             owner=source.owner,
+            trace=None
+            if self.telemetry is None
+            else self.telemetry.run_created(new_id, source.workflow),
         )
         await self.store.fork_run(new, source_run_id, ops)
         self.notifier.publish_work()
@@ -907,6 +931,15 @@ class Engine:
             cutoff = self.clock.now() - parse_duration(older_than, what="older_than")
         chosen = retention.check_statuses(tuple(statuses))
         return await retention.prune(self.store, cutoff=cutoff, statuses=chosen)
+
+    async def metrics_text(self) -> bytes | None:
+        """This process's metrics in the Prometheus text format (the queue depths read
+        now), or None when the engine was opened without ``metrics=True``."""
+        metrics = None if self.telemetry is None else self.telemetry.metrics
+        if metrics is None:
+            return None
+        await metrics.refresh(self.store)
+        return metrics.render()
 
     def _poke(self, run_id: str) -> None:
         self.notifier.run_changed(run_id)

@@ -28,6 +28,7 @@ from plait.clock import SYSTEM_CLOCK, Clock
 from plait.errors import LeaseLostError, StepFunctionMismatchError
 from plait.lease_keeper import StallGuard
 from plait.notify import Notifier
+from plait.observe import Telemetry
 from plait.records import TERMINAL
 from plait.runtime import steps
 from plait.runtime.orchestrator import execute_pass
@@ -104,10 +105,13 @@ class Worker:
         limits: serde.Limits | None = None,
         retain: float | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.store = store
         #: the time of timers and leases (the store's clock: they compare with its rows)
         self.clock = clock
+        #: where passes and attempts are reported (None: nowhere, at no cost)
+        self.telemetry = telemetry
         self.catalog = catalog
         self.notifier = notifier
         self.worker_id = worker_id
@@ -348,7 +352,11 @@ class Worker:
             if snapshot.run.status != "running" or snapshot.run.lease_owner != self.owner:
                 await self.store.release_run(run_id, self.owner, snapshot.run.wakeups)
                 return False
-            result = await execute_pass(self, snapshot, self.owner)
+            if self.telemetry is None:
+                result = await execute_pass(self, snapshot, self.owner)
+            else:
+                with self.telemetry.passing(snapshot.run):
+                    result = await execute_pass(self, snapshot, self.owner)
             again = result.again
             if again is None:
                 seen = -1 if self.stopping else snapshot.run.wakeups
@@ -370,6 +378,8 @@ class Worker:
             await self._release_after_error(run_id)
             return False
         self.run_changed(run_id, result.status, snapshot.run.workflow)
+        if self.telemetry is not None and result.status != "running":
+            self.telemetry.run_ended(run_id, snapshot.run.workflow, result.status)
         for child in result.children:
             self.run_changed(child, "running", f"child of {run_id}")
             self.drive(child, follow=not self.take_work)
@@ -650,6 +660,8 @@ class Worker:
         if step is None or step.status not in ("scheduled", "running"):
             await self.store.drop_job(job, owner)  # its step no longer waits for it
             return None
+        if self.telemetry is not None and step.status == "running":
+            self.telemetry.taken_over(job.run_id, step)
         ops, go = steps.begin(step, owner, self.clock.now())
         if not go:
             await self.store.finish_queued_step(job, owner, ops)
@@ -673,7 +685,7 @@ class Worker:
         async def finish(ops: list[Op]) -> bool:
             return await self.store.finish_queued_step(job, self.owner, ops)
 
-        finished = await run_queued(self, step, fdef, finish, job.workflow)
+        finished = await run_queued(self, step, fdef, finish, job.workflow, job.trace)
         self.steps_run += 1
         if not finished:
             log.warning(

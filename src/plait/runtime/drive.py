@@ -17,6 +17,7 @@ from plait import errors, serde
 from plait.app import FunctionDef
 from plait.context import StepContext
 from plait.errors import StepError
+from plait.observe import NO_REPORT
 from plait.retry import RetryPolicy
 from plait.runtime import steps
 from plait.runtime.attempt import Outcome, finished_on_stop, run_attempt
@@ -79,6 +80,9 @@ class Driver:
         """One attempt: its start is committed before the body runs, its end rides with
         the next commit."""
         ledger = self.ledger
+        telemetry = self.host.telemetry
+        if telemetry is not None and step.status == "running":
+            telemetry.taken_over(ledger.run.id, step)
         ops, go = steps.begin(step, ledger.owner, ledger.now())
         ledger.add(ops)
         if not go:
@@ -93,21 +97,36 @@ class Driver:
         )
         if self.hook is not None:
             self.hook.prepare(step, ctx)
-        try:
-            outcome = await run_attempt(
-                body, serde.loads(step.input), ctx, step.timeout, self.host.limits
-            )
-        except asyncio.CancelledError as exc:
-            cancelled = self.host.cancelling(ledger.run.id)
-            finished = finished_on_stop(exc, cancelled)
-            if finished is not None:
-                ledger.add(steps.settle(step, finished, ledger.now()))  # it did run to its end
-            else:
-                ledger.add(steps.interrupt(step, ledger.now(), cancelled=cancelled))
-            raise
-        if self.hook is not None:
-            outcome = self.hook.finish(step, ctx, outcome)
-        ledger.add(steps.settle(step, outcome, ledger.now()))
+        run = ledger.run
+        with (
+            NO_REPORT
+            if telemetry is None
+            else telemetry.attempting(run.id, run.workflow, run.trace, step)
+        ) as report:
+            try:
+                outcome = await run_attempt(
+                    body, serde.loads(step.input), ctx, step.timeout, self.host.limits
+                )
+            except asyncio.CancelledError as exc:
+                cancelled = self.host.cancelling(run.id)
+                finished = finished_on_stop(exc, cancelled)
+                if finished is not None:
+                    report.outcome = finished
+                    ledger.add(steps.settle(step, finished, ledger.now()))  # it ran to its end
+                else:
+                    ledger.add(steps.interrupt(step, ledger.now(), cancelled=cancelled))
+                raise
+            if self.hook is not None:
+                outcome = self.hook.finish(step, ctx, outcome)
+            report.outcome = outcome
+            ledger.add(steps.settle(step, outcome, ledger.now()))
+
+    def _child_trace(self) -> str | None:
+        """A child run joins its parent's trace (at the pass that starts it, when traced
+        here)."""
+        telemetry = self.host.telemetry
+        inherited = self.ledger.run.trace
+        return inherited if telemetry is None else telemetry.child_trace(inherited)
 
     async def missing_function(
         self, key: str, name: str, function: str, data: Any, policy: RetryPolicy
@@ -216,6 +235,7 @@ class Driver:
                             owner=ledger.run.owner,
                             parent_run_id=ledger.run.id,
                             parent_step_key=key,
+                            trace=self._child_trace(),
                         )
                     )
                 ]

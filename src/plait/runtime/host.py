@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from plait.catalog import Catalog
 from plait.clock import Clock
+from plait.observe import Telemetry
 from plait.serde import Limits
 from plait.store.base import Batch
 
@@ -34,6 +35,12 @@ class Host(Protocol):
     @property
     def clock(self) -> Clock:
         """Where every time a pass records comes from (virtual in a test engine)."""
+        ...
+
+    @property
+    def telemetry(self) -> Telemetry | None:
+        """Where attempts, timers and takeovers are reported; None when nothing listens
+        (then the runtime reports nothing and pays nothing)."""
         ...
 
     @property

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from plait import serde
 from plait.app import FunctionDef
 from plait.context import StepContext
+from plait.observe import NO_REPORT
 from plait.runtime import steps
 from plait.runtime.attempt import finished_on_stop, run_attempt
 from plait.runtime.graph_replay import queued_node_hook
@@ -28,6 +29,7 @@ async def run_queued(
     fdef: FunctionDef,
     finish: Callable[[list[Op]], Awaitable[bool]],
     workflow: str = "",
+    trace: str | None = None,
 ) -> bool:
     """Run the attempt the store began on ``step`` and hand its end to ``finish`` (which
     commits it if the job is still ours). Cut short by a shutdown, the attempt ends
@@ -43,24 +45,32 @@ async def run_queued(
     hook = await queued_node_hook(host, step)
     if hook is not None:
         hook.prepare(step, ctx)
-    try:
-        outcome = await run_attempt(fdef, serde.loads(step.input), ctx, step.timeout, host.limits)
-    except asyncio.CancelledError as exc:
-        cancelled = host.cancelling(step.run_id)
-        finished = finished_on_stop(exc, cancelled)
-        if finished is not None:
-            ops = steps.settle(step, finished, host.clock.now())  # it did run to its end
-        else:
-            ops = steps.interrupt(step, host.clock.now(), cancelled=cancelled)
-        with contextlib.suppress(Exception):
-            if cancelled:
-                # the cancel dropped the job with the run; the attempt's end is still
-                # recorded, and nothing else can run this step any more
-                await asyncio.shield(host.commit(Batch(step.run_id, ops)))
+    telemetry = host.telemetry
+    with (
+        NO_REPORT if telemetry is None else telemetry.attempting(step.run_id, workflow, trace, step)
+    ) as report:
+        try:
+            outcome = await run_attempt(
+                fdef, serde.loads(step.input), ctx, step.timeout, host.limits
+            )
+        except asyncio.CancelledError as exc:
+            cancelled = host.cancelling(step.run_id)
+            finished = finished_on_stop(exc, cancelled)
+            if finished is not None:
+                report.outcome = finished
+                ops = steps.settle(step, finished, host.clock.now())  # it did run to its end
             else:
-                await asyncio.shield(finish(ops))
-        raise
-    if hook is not None:
-        outcome = hook.finish(step, ctx, outcome)
-    written = hook.ops if hook is not None else []
-    return await finish([*written, *steps.settle(step, outcome, host.clock.now())])
+                ops = steps.interrupt(step, host.clock.now(), cancelled=cancelled)
+            with contextlib.suppress(Exception):
+                if cancelled:
+                    # the cancel dropped the job with the run; the attempt's end is still
+                    # recorded, and nothing else can run this step any more
+                    await asyncio.shield(host.commit(Batch(step.run_id, ops)))
+                else:
+                    await asyncio.shield(finish(ops))
+            raise
+        if hook is not None:
+            outcome = hook.finish(step, ctx, outcome)
+        report.outcome = outcome
+        written = hook.ops if hook is not None else []
+        return await finish([*written, *steps.settle(step, outcome, host.clock.now())])

@@ -148,6 +148,8 @@ class CodeReplay:
         fired = steps.fire_timer(step, now)
         if fired is not None:
             ledger.add(fired)
+            if self.host.telemetry is not None:
+                self.host.telemetry.timer_fired(ledger.run.id, key, "sleep")
             return
         raise ledger.pause(key, step.wake_at)
 
@@ -189,6 +191,8 @@ class CodeReplay:
         timed_out = steps.time_out_event(step, name, now)
         if timed_out is not None:
             ledger.add(timed_out)
+            if self.host.telemetry is not None:
+                self.host.telemetry.timer_fired(ledger.run.id, key, "event timeout of")
             raise EventTimeout(name, key)
         raise ledger.pause(key, step.wake_at)
 

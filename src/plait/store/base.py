@@ -325,6 +325,8 @@ class StepJob:
     step: StepRow | None = None
     #: the workflow of the step's run (what ``ctx.workflow`` tells the body)
     workflow: str = ""
+    #: the trace context stored with the step's run (``plait.tracing``)
+    trace: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -533,6 +535,10 @@ class Store(Protocol):
     async def expire_leases(self, leases: Sequence[Lease]) -> int: ...
     async def sweep_idle(self, base: float = 30.0, cap: float = 600.0, limit: int = 100) -> int: ...
     async def next_due(self, functions: Sequence[str] | None = None) -> float | None: ...
+    async def job_depths(self) -> dict[str, int]:
+        """Queued steps of running runs that no worker holds, per function."""
+        ...
+
     async def pending(self, functions: Sequence[str]) -> Pending:
         """Leases held on running runs and their jobs, and when the next run or job of
         ``functions`` falls due, in one read (a test engine's virtual clock jumps by it)."""

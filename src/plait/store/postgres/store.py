@@ -670,6 +670,10 @@ class PostgresStore:
             due = await self._call("fetchval", self._q["next_due_jobs"], list(functions), read=True)
         return float(due) if due is not None else None
 
+    async def job_depths(self) -> dict[str, int]:
+        rows = await self._call("fetch", self._q["job_depths"], read=True)
+        return {r[0]: int(r[1]) for r in rows}
+
     async def pending(self, functions: Sequence[str]) -> Pending:
         row = await self._call("fetchrow", self._q["pending_work"], list(functions), read=True)
         due = row[1]
@@ -838,6 +842,7 @@ class PostgresStore:
             r["deliveries"],
             None if r["s"] is None else _step_row(r["s"]),
             r["workflow"] or "",
+            r["trace"],
         )
 
     async def queue_depths(self) -> list[QueueDepth]:

@@ -359,6 +359,12 @@ class SQLiteStore:
 
         return await self._read_here(go)
 
+    async def job_depths(self) -> dict[str, int]:
+        def go(conn: sqlite3.Connection) -> dict[str, int]:
+            return {f: int(n) for f, n in conn.execute(SQL["job_depths"])}
+
+        return await self._read(go)
+
     async def pending(self, functions: Sequence[str]) -> Pending:
         params = (json.dumps(list(functions)),)
 
@@ -388,12 +394,12 @@ class SQLiteStore:
     def _claimed(
         conn: sqlite3.Connection, run_id: str, key: str, function: str, deliveries: int
     ) -> StepJob:
-        """A claimed job with its step's row and its run's workflow, read in the claim's
-        transaction."""
+        """A claimed job with its step's row and its run's workflow and trace, read in the
+        claim's transaction."""
         found = conn.execute(_CLAIMED_STEP, (run_id, key)).fetchone()
-        step = convert.step_row(found[:-1]) if found else None
-        workflow = found[-1] if found else ""
-        return StepJob(run_id, key, function, deliveries, step, workflow)
+        step = convert.step_row(found[:-2]) if found else None
+        workflow, trace = (found[-2], found[-1]) if found else ("", None)
+        return StepJob(run_id, key, function, deliveries, step, workflow, trace)
 
     async def begin_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:
         def go(conn: sqlite3.Connection) -> bool:

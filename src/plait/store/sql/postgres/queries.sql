@@ -203,6 +203,13 @@ SELECT least(
      WHERE wake_at IS NOT NULL AND status = 'running' AND lease_owner IS NOT NULL)
 )
 
+-- name: job_depths
+-- Jobs of running runs that no worker holds, per function.
+SELECT j.function, count(*) FROM @schema@.jobs j
+WHERE j.lease_owner IS NULL
+    AND EXISTS (SELECT 1 FROM @schema@.runs r WHERE r.id = j.run_id AND r.status = 'running')
+GROUP BY j.function
+
 -- name: pending_work
 -- Leases held on running runs and their jobs, and when the next wake-up of a running run or
 -- job of these functions is due: what a virtual clock looks at before it jumps.
@@ -234,7 +241,7 @@ SELECT least(
 
 -- name: claim_step_jobs
 -- Lease due jobs of these functions whose run is running; each comes with its step's row
--- (NULL if the step is gone) and its run's workflow, read in the same statement.
+-- (NULL if the step is gone) and its run's workflow and trace, read in the same statement.
 WITH claimed AS (
     UPDATE @schema@.jobs SET lease_owner = $1, lease_until = $2, deliveries = deliveries + 1
     WHERE (run_id, step_key) IN (
@@ -248,7 +255,7 @@ WITH claimed AS (
     )
     RETURNING run_id, step_key, function, deliveries, available_at
 )
-SELECT c.run_id, c.step_key, c.function, c.deliveries, s, r.workflow
+SELECT c.run_id, c.step_key, c.function, c.deliveries, s, r.workflow, r.trace
 FROM claimed c LEFT JOIN @schema@.steps s ON s.run_id = c.run_id AND s.key = c.step_key
     LEFT JOIN @schema@.runs r ON r.id = c.run_id
 ORDER BY c.available_at
@@ -293,12 +300,12 @@ SELECT id FROM @schema@.admit_runs($1, $2, $3, $4, $5::text[], $6::integer[],
 SELECT min(wake_at) FROM @schema@.runs WHERE status = 'queued'
 
 -- name: claim_queue_jobs
--- Each claimed job comes with its step's row and its run's workflow.
+-- Each claimed job comes with its step's row and its run's workflow and trace.
 WITH claimed AS (
     SELECT * FROM @schema@.claim_queue_jobs($1, $2, $3, $4, $5::text[], $6::integer[],
         $7::integer[], $8::float8[], $9::text[], $10::text[])
 )
-SELECT c.run_id, c.step_key, c.function, c.deliveries, s, r.workflow
+SELECT c.run_id, c.step_key, c.function, c.deliveries, s, r.workflow, r.trace
 FROM claimed c LEFT JOIN @schema@.steps s ON s.run_id = c.run_id AND s.key = c.step_key
     LEFT JOIN @schema@.runs r ON r.id = c.run_id
 ORDER BY c.available_at

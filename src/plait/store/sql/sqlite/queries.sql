@@ -375,6 +375,13 @@ WHERE function IN (SELECT value FROM json_each(?))
     AND EXISTS (SELECT 1 FROM plait_runs r
                 WHERE r.id = plait_jobs.run_id AND r.status = 'running')
 
+-- name: job_depths
+-- Jobs of running runs that no worker holds, per function.
+SELECT j.function, count(*) FROM plait_jobs j
+WHERE j.lease_owner IS NULL
+    AND EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = j.run_id AND r.status = 'running')
+GROUP BY j.function
+
 -- name: pending_work
 -- Leases held on running runs and their jobs, the next wake-up of a running run, and the
 -- next job of some functions (? is a JSON array of their names): what a virtual clock
@@ -473,11 +480,11 @@ UPDATE plait_steps SET status = ?, output = ?, error = ?, failures = failures + 
 WHERE run_id = ? AND key = ? AND child_run_id = ? AND status = 'running'
 
 -- name: claimed_step
--- The step a claimed job delivers, and its run's workflow.
+-- The step a claimed job delivers, and its run's workflow and trace context.
 SELECT s.run_id, s.key, s.seq, s.name, s.kind, s.function, s.status, s.input, s.output,
     s.error, s.attempts, s.failures, s.retries, s.retry_delay, s.timeout, s.invocation_id,
     s.child_run_id, s.branch, s.from_key, s.queued, s.wake_at, s.created_at, s.updated_at,
-    s.delivered, s.retried_failures, r.workflow
+    s.delivered, s.retried_failures, r.workflow, r.trace
 FROM plait_steps s JOIN plait_runs r ON r.id = s.run_id
 WHERE s.run_id = ? AND s.key = ?
 

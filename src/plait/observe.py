@@ -1,0 +1,207 @@
+"""What a run does, told to traces, metrics and logs: the seam the runtime reports through.
+
+A pass, an attempt and a worker report the moments of a run's life to one ``Telemetry``
+object: a run started, a pass began, an attempt began and how it ended, a run ended, a
+timer fired, a step was taken over from a worker that died. ``Telemetry`` fans them out to
+what is switched on: OpenTelemetry spans (``plait.tracing``, extra ``otel``), Prometheus
+metrics (``plait.metrics``, extra ``metrics``) and INFO lines on the ``plait.worker``
+logger. With none of them on, an engine has no ``Telemetry`` at all (``None``), the
+runtime skips every report with one ``is None`` test, and neither library is imported.
+
+Counts come from what this process did, never from what a replay read back: an attempt is
+counted when its body ran here, a run when a pass here ended it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from plait.store.base import RunRow, StepRow
+
+if TYPE_CHECKING:
+    from plait.metrics import Metrics
+    from plait.runtime.attempt import Outcome
+    from plait.tracing import Tracing
+
+log = logging.getLogger("plait.worker")
+
+#: the run, step and attempt the current task works on, for every log line it writes
+#: (``plait.logs``): set around passes and attempts whenever telemetry is on
+WORKING_ON: contextvars.ContextVar[tuple[str, str | None, int | None] | None] = (
+    contextvars.ContextVar("plait_working_on", default=None)
+)
+
+
+class Telemetry:
+    """The reports of one engine or worker process; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        tracing: Tracing | None = None,
+        metrics: Metrics | None = None,
+        log_work: bool = False,
+    ) -> None:
+        self.tracing = tracing
+        self.metrics = metrics
+        #: log attempts, retries, timer fires and takeovers at INFO (``plait worker``)
+        self.log_work = log_work
+
+    # -- runs ---------------------------------------------------------------------------------
+    def run_created(self, run_id: str, workflow: str) -> str | None:
+        """A run is being started: the trace context to store with it (None: untraced)."""
+        if self.tracing is None:
+            return None
+        return self.tracing.run_created(run_id, workflow)
+
+    def child_trace(self, inherited: str | None) -> str | None:
+        """The trace context a child run started now stores: the current span's (the
+        parent's pass), else the parent's own."""
+        if self.tracing is None:
+            return inherited
+        return self.tracing.current() or inherited
+
+    def run_ended(self, run_id: str, workflow: str, status: str) -> None:
+        """A pass (or a cancel) of this process moved the run to ``status``."""
+        if self.metrics is not None:
+            self.metrics.run_ended(workflow, status)
+        if self.log_work:
+            log.info("run %s (%s) is now %s", run_id, workflow, status)
+
+    @contextlib.contextmanager
+    def passing(self, run: RunRow) -> Iterator[None]:
+        """Around one orchestrator pass of ``run``."""
+        token = WORKING_ON.set((run.id, None, None))
+        try:
+            if self.tracing is None:
+                yield
+            else:
+                with self.tracing.pass_span(run):
+                    yield
+        finally:
+            WORKING_ON.reset(token)
+
+    # -- attempts -----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def attempting(
+        self, run_id: str, workflow: str, trace: str | None, step: StepRow
+    ) -> Iterator[AttemptReport]:
+        """Around one attempt's body; the caller hands its outcome to the report."""
+        report = AttemptReport(step)
+        token = WORKING_ON.set((run_id, step.key, step.attempts))
+        if self.log_work:
+            log.info("step %s attempt %d started", step.key, step.attempts)
+        began = time.perf_counter()
+        try:
+            if self.tracing is None:
+                yield report
+            else:
+                with self.tracing.step_span(run_id, workflow, trace, step) as span:
+                    report.span = span
+                    yield report
+                    self.tracing.step_outcome(span, report.outcome)
+        finally:
+            took = time.perf_counter() - began
+            status = report.status()
+            if self.metrics is not None:
+                self.metrics.attempt_ended(step.function or "(inline)", status, took)
+            if self.log_work:
+                self._log_attempt(step, status, took)
+            WORKING_ON.reset(token)
+
+    def _log_attempt(self, step: StepRow, status: str, took: float) -> None:
+        if status == "failed" and step.status == "scheduled":
+            log.info(
+                "step %s attempt %d failed after %.3fs; retry %d of %d at %s",
+                step.key,
+                step.attempts,
+                took,
+                step.failures - step.retried_failures,
+                step.retries,
+                _when(step.wake_at),
+            )
+        else:
+            log.info("step %s attempt %d %s after %.3fs", step.key, step.attempts, status, took)
+
+    def taken_over(self, run_id: str, step: StepRow) -> None:
+        """An attempt of ``step`` was in flight in a worker that lost its lease (it died,
+        or stalled past it); this process runs the next one."""
+        if self.metrics is not None:
+            self.metrics.takeover()
+        if self.log_work:
+            log.info(
+                "run %s: took over step %s after attempt %d was lost with its worker",
+                run_id,
+                step.key,
+                step.attempts,
+            )
+
+    def timer_fired(self, run_id: str, key: str, what: str) -> None:
+        """A sleep ended or an event wait timed out, seen by a pass of this process."""
+        if self.log_work:
+            log.info("run %s: %s %s fired", run_id, what, key)
+
+
+class AttemptReport:
+    """How an attempt ended, filled in by the code that ran it."""
+
+    __slots__ = ("outcome", "span", "step")
+
+    def __init__(self, step: StepRow) -> None:
+        self.step = step
+        self.outcome: Outcome | None = None
+        self.span: Any = None
+
+    def status(self) -> str:
+        if self.outcome is None:
+            return "interrupted"
+        return "succeeded" if self.outcome.ok else "failed"
+
+
+class _NoReport:
+    """The report of an attempt nobody listens to: a context manager that does nothing
+    (cheaper than a branch around the attempt's code)."""
+
+    __slots__ = ("outcome",)
+
+    def __enter__(self) -> _NoReport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+#: used in place of ``Telemetry.attempting`` when telemetry is off
+NO_REPORT = _NoReport()
+
+
+def _when(at: float | None) -> str:
+    if at is None:
+        return "once due"
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+
+def make_telemetry(*, tracing: bool, metrics: bool, log_work: bool) -> Telemetry | None:
+    """The telemetry an engine asked for, or None when nothing is on. The libraries are
+    imported here, only when their part is switched on."""
+    if not (tracing or metrics or log_work):
+        return None
+    tracer = None
+    if tracing:
+        from plait.tracing import Tracing
+
+        tracer = Tracing()
+    meter = None
+    if metrics:
+        from plait.metrics import Metrics
+
+        meter = Metrics()
+    return Telemetry(tracing=tracer, metrics=meter, log_work=log_work)
+
+
+__all__ = ["NO_REPORT", "WORKING_ON", "AttemptReport", "Telemetry", "make_telemetry"]

@@ -1,0 +1,110 @@
+"""OpenTelemetry spans for runs, passes and attempts (the ``otel`` extra).
+
+Only ``opentelemetry-api`` is needed: spans go to whatever tracer provider the
+application configured (none: the API's no-op). Imported only by an engine started with
+``tracing=True``.
+
+A run lives longer than any process, so it cannot be one open span. Instead:
+
+* ``plait.run``: made by ``engine.start`` inside the caller's current span. Its context
+  is stored with the run (the W3C ``traceparent`` carrier, as JSON).
+* ``plait.pass``: each orchestrator pass, in whichever process and after however many
+  restarts, is a child of the stored context.
+* ``plait.step``: each attempt: inside its pass, or, for a queued step run by a step
+  worker, a child of the stored context. A child run stores the context of the pass
+  that started it, so its spans join the same trace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context, propagate, trace
+from opentelemetry.trace import Status, StatusCode
+
+from plait.store.base import RunRow, StepRow
+
+if TYPE_CHECKING:
+    from plait.runtime.attempt import Outcome
+
+_TRACER_NAME = "plait"
+
+
+class Tracing:
+    """Spans through the global tracer provider (read when each span starts, so a
+    provider configured after the engine opened is used too)."""
+
+    def _tracer(self) -> trace.Tracer:
+        return trace.get_tracer(_TRACER_NAME)
+
+    def run_created(self, run_id: str, workflow: str) -> str | None:
+        attributes = {"plait.run_id": run_id, "plait.workflow": workflow}
+        with self._tracer().start_as_current_span("plait.run", attributes=attributes):
+            return self.current()
+
+    def current(self) -> str | None:
+        """The current context as a stored carrier, or None outside any span."""
+        if not trace.get_current_span().get_span_context().is_valid:
+            return None
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        return json.dumps(carrier, separators=(",", ":"), sort_keys=True)
+
+    @contextlib.contextmanager
+    def pass_span(self, run: RunRow) -> Iterator[Any]:
+        attributes = {"plait.run_id": run.id, "plait.workflow": run.workflow}
+        with self._tracer().start_as_current_span(
+            "plait.pass", context=_restore(run.trace), attributes=attributes
+        ) as span:
+            yield span
+
+    @contextlib.contextmanager
+    def step_span(
+        self, run_id: str, workflow: str, trace_context: str | None, step: StepRow
+    ) -> Iterator[Any]:
+        """The attempt's span: a child of the current span inside a pass, else of the
+        run's stored context (a queued step in a step worker)."""
+        parent = None if trace.get_current_span().get_span_context().is_valid else trace_context
+        attributes = {
+            "plait.run_id": run_id,
+            "plait.workflow": workflow,
+            "plait.step_key": step.key,
+            "plait.attempt": step.attempts,
+            "plait.invocation_id": step.invocation_id,
+        }
+        if step.function:
+            attributes["plait.function"] = step.function
+        with self._tracer().start_as_current_span(
+            "plait.step",
+            context=_restore(parent) if parent else None,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            yield span
+
+    def step_outcome(self, span: Any, outcome: Outcome | None) -> None:
+        if outcome is None:
+            span.set_status(Status(StatusCode.ERROR, "interrupted"))
+        elif not outcome.ok:
+            error = outcome.error or {}
+            span.set_status(Status(StatusCode.ERROR, str(error.get("message", "failed"))))
+            span.set_attribute("plait.error_type", str(error.get("type", "")))
+        else:
+            span.set_status(Status(StatusCode.OK))
+
+
+def _restore(carrier: str | None) -> context.Context | None:
+    """The context stored with a run, or None (a new trace) when there is none."""
+    if not carrier:
+        return None
+    try:
+        return propagate.extract(json.loads(carrier))
+    except (ValueError, TypeError):
+        return None
+
+
+__all__ = ["Tracing"]
