@@ -20,6 +20,8 @@ from plait.app import App
 from plait.durations import format_duration, parse_duration
 from plait.engine import Engine
 from plait.errors import PlaitError
+from plait.logs import LOG_FORMATS
+from plait.logs import configure as configure_logs
 from plait.records import ApprovalDecision, Run, Step, StepAttempt
 from plait.store import redact
 
@@ -565,13 +567,33 @@ def worker(
         "--retain",
         help="Prune ended runs older than this (e.g. 30d) in the background.",
     ),
+    log_format: str = typer.Option(
+        "text",
+        "--log-format",
+        help="text, or json: one object per line with run_id, step and attempt.",
+    ),
+    metrics_port: int | None = typer.Option(
+        None,
+        "--metrics-port",
+        min=1,
+        max=65535,
+        help="Serve Prometheus metrics at http://HOST:PORT/metrics (extra 'metrics').",
+    ),
+    metrics_host: str = typer.Option("127.0.0.1", "--metrics-host", help="Address to bind."),
+    tracing: bool = typer.Option(
+        False, "--tracing", help="OpenTelemetry spans for passes and attempts (extra 'otel')."
+    ),
     database: str | None = DatabaseOption,
 ) -> None:
     """Work the queues of a database until SIGTERM or SIGINT."""
     retain_seconds = _duration(retain, "--retain") if retain is not None else None
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    if log_format not in LOG_FORMATS:
+        fail(f"invalid --log-format {log_format!r}: use one of {', '.join(LOG_FORMATS)}")
+    if metrics_port is not None and not _installed("prometheus_client"):
+        fail("--metrics-port needs the 'metrics' extra: pip install 'plait[metrics]'")
+    if tracing and not _installed("opentelemetry"):
+        fail("--tracing needs the 'otel' extra: pip install 'plait[otel]'")
+    configure_logs(log_format)
 
     async def go() -> None:
         app = load_app(app_ref)
@@ -582,10 +604,22 @@ def worker(
             concurrency=concurrency,
             lease_seconds=lease,
             worker_id=worker_id,
-            log_runs=True,
             max_payload=parse_size(max_payload, "--max-payload"),
             retain=retain_seconds,
+            tracing=tracing,
+            metrics=metrics_port is not None,
+            log_work=True,
         )
+        server = None
+        if metrics_port is not None:
+            from plait.metrics_server import serve_metrics
+
+            try:
+                server = await serve_metrics(engine, metrics_host, metrics_port)
+            except OSError as exc:
+                raise UsageError(
+                    f"cannot serve metrics on --metrics-port {metrics_port}: {exc.strerror}"
+                ) from None
         await engine.open()
         logging.getLogger("plait.worker").info(
             "worker %s working %s (concurrency %d)",
@@ -593,9 +627,13 @@ def worker(
             redact(engine.url),
             concurrency,
         )
-        await engine.worker.run_until_signal(
-            lambda seconds: engine.close(drain=seconds), drain=drain, grace=STOP_GRACE
-        )
+
+        async def close(seconds: float) -> None:
+            await engine.close(drain=seconds)
+            if server is not None:
+                server.close()
+
+        await engine.worker.run_until_signal(close, drain=drain, grace=STOP_GRACE)
 
     run_async(go)
 
@@ -707,6 +745,13 @@ def runs_prune(
     run_async(go)
 
 
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported, without importing it."""
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
 @cli.command()
 def graph(
     app_ref: str = typer.Argument(..., metavar="APP", help="module:attribute of your plait.App"),
@@ -741,6 +786,14 @@ def serve(
         help="A host name clients use to reach this server (behind a proxy); repeatable.",
     ),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning, error."),
+    metrics: bool | None = typer.Option(
+        None,
+        "--metrics/--no-metrics",
+        help="Prometheus metrics at /metrics (default: on when prometheus-client is installed).",
+    ),
+    tracing: bool = typer.Option(
+        False, "--tracing", help="OpenTelemetry spans for passes and attempts (extra 'otel')."
+    ),
     database: str | None = DatabaseOption,
 ) -> None:
     """Serve the JSON API and the dashboard. Tokens come from PLAIT_TOKENS
@@ -760,6 +813,12 @@ def serve(
     except UsageError as exc:
         fail(str(exc))
         return
+    if metrics is None:
+        metrics = _installed("prometheus_client")
+    elif metrics and not _installed("prometheus_client"):
+        fail("--metrics needs the 'metrics' extra: pip install 'plait[metrics]'")
+    if tracing and not _installed("opentelemetry"):
+        fail("--tracing needs the 'otel' extra: pip install 'plait[otel]'")
     try:
         serve_http(
             app_ref,
@@ -770,6 +829,8 @@ def serve(
             log_level=log_level.lower(),
             max_body=size,
             allowed_hosts=allowed_host,
+            metrics=metrics,
+            tracing=tracing,
         )
     except (PlaitError, ValueError, TypeError) as exc:
         # a bad database URL or PLAIT_TOKENS entry: one line (its messages hide secrets)

@@ -71,7 +71,7 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.run_ended(workflow, status)
         if self.log_work:
-            log.info("run %s (%s) is now %s", run_id, workflow, status)
+            log.info("run %s (%s) is now %s", run_id, workflow, status, extra={"run_id": run_id})
 
     @contextlib.contextmanager
     def passing(self, run: RunRow) -> Iterator[None]:
@@ -139,12 +139,15 @@ class Telemetry:
                 run_id,
                 step.key,
                 step.attempts,
+                extra={"run_id": run_id, "step": step.key, "attempt": step.attempts},
             )
 
     def timer_fired(self, run_id: str, key: str, what: str) -> None:
         """A sleep ended or an event wait timed out, seen by a pass of this process."""
         if self.log_work:
-            log.info("run %s: %s %s fired", run_id, what, key)
+            log.info(
+                "run %s: %s %s fired", run_id, what, key, extra={"run_id": run_id, "step": key}
+            )
 
 
 class AttemptReport:

@@ -33,6 +33,9 @@ from plait.http.signin import SignInRoutes
 
 log = logging.getLogger("plait.http")
 
+#: the Prometheus text format (as prometheus-client names it; not imported for it)
+METRICS_MEDIA_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
 
 def create_app(
     engine: Engine,
@@ -74,6 +77,14 @@ def create_app(
     async def openapi(request: Request) -> Response:
         return JSONResponse(document)
 
+    async def metrics(request: Request) -> Response:
+        # Prometheus scrapes without a token, like /openapi.json: the counts name
+        # workflows and functions, never inputs, outputs or users.
+        text = await engine.metrics_text()
+        if text is None:
+            raise HTTPException(404, "metrics are off: open the engine with metrics=True")
+        return Response(text, media_type=METRICS_MEDIA_TYPE)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         opened_here = not engine.is_open
@@ -90,6 +101,7 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/openapi.json", openapi, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
             Mount(
                 "/api",
                 routes=[*signin.routes(), *api.routes(), *FlowApi(engine, api._wrap).routes()],

@@ -84,6 +84,8 @@ def serve(
     log_level: str = "info",
     max_body: int = MAX_BODY,
     allowed_hosts: Iterable[str] = (),
+    metrics: bool = False,
+    tracing: bool = False,
 ) -> None:
     """Serve the API, ``/openapi.json`` and the dashboard until interrupted.
 
@@ -91,7 +93,8 @@ def serve(
     and executes runs; more ``plait worker`` processes may share the database. Its
     ``max_payload`` is ``max_body``: one size for what the server takes in and what it
     stores. Bad settings (a database URL, ``PLAIT_TOKENS``) raise ``ValueError`` before
-    anything is served.
+    anything is served. With
+    ``metrics``, ``/metrics`` serves the engine's Prometheus metrics.
     """
     from plait.http.app import create_app
 
@@ -99,7 +102,9 @@ def serve(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     user_app = load_app(app_ref)
-    engine = Engine(user_app, database, workers=True, max_payload=max_body)
+    engine = Engine(
+        user_app, database, workers=True, max_payload=max_body, metrics=metrics, tracing=tracing
+    )
     if no_auth and not _is_loopback(host):
         log.warning("serving %s without authentication: anyone who reaches it can act", host)
     asgi = create_app(engine, no_auth=no_auth, max_body=max_body, allowed_hosts=allowed_hosts)

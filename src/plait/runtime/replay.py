@@ -33,7 +33,7 @@ from plait.runtime.drive import Driver, dump_input
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.signals import PassAborted, PauseSignal, SuspendSignal, Unwind
-from plait.runtime.workflow import StepCall, Workflow
+from plait.runtime.workflow import CURRENT_REPLAY, StepCall, Workflow
 from plait.runtime.workflow_loop import WorkflowLoop
 from plait.store.base import EndRun, EventRow, PassSnapshot, StepRow, TakeDecision
 
@@ -59,6 +59,9 @@ class CodeReplay:
         self.finished: list[StepCall] = []
         #: the pass is ending; the workflow's code is being unwound
         self.closing = False
+        #: the workflow is being handed outcomes an earlier pass handed it already: what
+        #: it does now it did before (``wf.logger`` stays silent)
+        self.replaying = self.ledger.next_delivered > 0
 
     # -- wf.do --------------------------------------------------------------------------------
     async def do(self, key: str, name: str, target: Any, data: Any, options: dict[str, Any]) -> Any:
@@ -335,7 +338,11 @@ class CodeReplay:
         ledger = self.ledger
         wf = Workflow(self)
         body = wdef.fn(wf, ledger.input) if wdef.takes_data else wdef.fn(wf)
-        self.main = self.wloop.create_task(body)
+        token = CURRENT_REPLAY.set(self)  # the workflow's tasks copy it
+        try:
+            self.main = self.wloop.create_task(body)
+        finally:
+            CURRENT_REPLAY.reset(token)
         await self._pump()
         end = self._decide()
         self._unwind()
@@ -421,8 +428,10 @@ class CodeReplay:
     def _deliver(self, call: StepCall) -> None:
         self.finished.remove(call)
         step = self.ledger.steps.get(call.key)
-        if step is not None and step.delivered is None:
-            self.ledger.mark_delivered(step)
+        if step is None or step.delivered is None:
+            self.replaying = False  # an outcome the workflow has not seen: new ground
+            if step is not None:
+                self.ledger.mark_delivered(step)
         if call.future.done():  # the workflow cancelled its wait; the step still counts
             return
         if call.outcome == "ok":

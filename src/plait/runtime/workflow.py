@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import logging
 import re
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from datetime import UTC, datetime
@@ -27,6 +29,8 @@ class Replay(Protocol):
 
     ledger: Ledger
     wloop: asyncio.AbstractEventLoop
+    #: the workflow is still being handed outcomes an earlier pass already handed it
+    replaying: bool
 
     def key(self, name: str) -> str: ...
 
@@ -56,6 +60,33 @@ class Replay(Protocol):
     ) -> Coroutine[Any, Any, Decision[Any]]: ...
 
     def set_value(self, key: str, name: str, value: str | None) -> None: ...
+
+
+#: the pass whose workflow code runs in this context (set for the workflow's own tasks)
+CURRENT_REPLAY: contextvars.ContextVar[Replay | None] = contextvars.ContextVar(
+    "plait_current_replay", default=None
+)
+
+
+class _SilentOnReplay(logging.Filter):
+    """Drops the lines a workflow logs while its pass replays what an earlier pass
+    already did (and logged)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        replay = CURRENT_REPLAY.get()
+        return replay is None or not replay.replaying
+
+
+_SILENT_ON_REPLAY = _SilentOnReplay()
+
+
+def workflow_logger(name: str) -> logging.Logger:
+    """The logger of workflow ``name`` (``plait.workflow.<name>``): silent while a pass
+    replays recorded steps, so each line is logged once per run."""
+    logger = logging.getLogger(f"plait.workflow.{name}")
+    if _SILENT_ON_REPLAY not in logger.filters:
+        logger.addFilter(_SILENT_ON_REPLAY)
+    return logger
 
 
 def _check_options(step_name: str, options: dict[str, Any]) -> None:
@@ -139,6 +170,13 @@ class Workflow:
         self.scheduled_at: datetime | None = (
             None if run.scheduled_at is None else datetime.fromtimestamp(run.scheduled_at, UTC)
         )
+
+    @property
+    def logger(self) -> logging.Logger:
+        """A ``logging.Logger`` (``plait.workflow.<name>``) that stays silent while the
+        pass replays steps it already recorded: each line is logged once per run, not
+        once per pass."""
+        return workflow_logger(self.name)
 
     @staticmethod
     def _check_name(name: object, what: str) -> str:
