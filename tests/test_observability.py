@@ -62,7 +62,8 @@ async def main():
     from plait.testing import TestEngine
     async with TestEngine(app) as env:
         assert await env.run("flow", timeout=10) == "ok"
-    loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("opentelemetry", "prometheus_client"))
+    roots = ("opentelemetry", "prometheus_client")
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] in roots)
     assert not loaded, loaded
     assert "plait.tracing" not in sys.modules and "plait.metrics" not in sys.modules
     print("clean")
@@ -321,12 +322,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def test_worker_logs_json_lines_and_serves_metrics(database: str, tmp_path: Path) -> None:
-    (tmp_path / "logged_app.py").write_text(WORKER_APP)
-    port = _free_port()
-    log_path = tmp_path / "worker.log"
+def _start_worker(database: str, where: Path, port: int, log_path: Path) -> subprocess.Popen:
+    """``plait worker`` for ``logged_app`` with JSON lines and metrics, logging to a file."""
     with log_path.open("w") as log_file:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -340,11 +339,18 @@ async def test_worker_logs_json_lines_and_serves_metrics(database: str, tmp_path
                 "--metrics-port",
                 str(port),
             ],
-            env=_env(PYTHONPATH=os.pathsep.join([SRC, str(tmp_path)])),
+            env=_env(PYTHONPATH=os.pathsep.join([SRC, str(where)])),
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            cwd=tmp_path,
+            cwd=where,
         )
+
+
+async def test_worker_logs_json_lines_and_serves_metrics(database: str, tmp_path: Path) -> None:
+    (tmp_path / "logged_app.py").write_text(WORKER_APP)
+    port = _free_port()
+    log_path = tmp_path / "worker.log"
+    proc = _start_worker(database, tmp_path, port, log_path)
     try:
         import importlib
 
