@@ -1,0 +1,133 @@
+"""One trace from ``engine.start`` through a queued step worked in another process, with
+that process SIGKILLed in the middle of the step and a new worker process finishing it.
+
+The starting process traces into the SDK's in-memory exporter; each worker process
+(``plait worker --tracing``) appends its finished spans to a file (``trace_app``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import plait
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+LEASE = "0.5"
+
+
+def _worker(database: str, tmp_path: Path, name: str) -> subprocess.Popen:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "src"), str(ROOT / "tests"), env.get("PYTHONPATH", "")]
+    )
+    env["TRACE_SPANS"] = str(tmp_path / f"spans-{name}.jsonl")
+    env["TRACE_FLAG"] = str(tmp_path / "pack-started")
+    log = (tmp_path / f"worker-{name}.log").open("w")
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "plait.cli",
+            "worker",
+            "trace_app:app",
+            "--database",
+            database,
+            "--lease",
+            LEASE,
+            "--tracing",
+            "--worker-id",
+            name,
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _read_spans(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def _until(check, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def test_one_trace_across_a_sigkilled_worker_and_its_replacement(
+    database: str, tmp_path: Path
+) -> None:
+    from opentelemetry import trace
+
+    from otel_setup import memory_exporter
+    from trace_app import app
+
+    exporter = memory_exporter()
+    flag = tmp_path / "pack-started"
+    first = _worker(database, tmp_path, "first")
+    second = None
+    try:
+        async with plait.Engine(app, database, workers=False, tracing=True) as engine:
+            with trace.get_tracer("test").start_as_current_span("checkout request") as root:
+                run_id = await engine.start("order", {"item": "book"})
+            await _until(flag.exists, "the queued step to start in the first worker")
+            assert int(flag.read_text()) == first.pid
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=10)
+            second = _worker(database, tmp_path, "second")
+            run = await engine.wait(run_id, timeout=60)
+            assert run.status == "completed", run.error
+            assert run.output == ["in stock", "packed book on attempt 2", "label book"]
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=20)
+
+    here = [
+        {
+            "name": s.name,
+            "trace_id": s.context.trace_id,
+            "span_id": s.context.span_id,
+            "parent_id": s.parent.span_id if s.parent else None,
+            "attributes": dict(s.attributes or {}),
+            "status": s.status.status_code.name,
+            "pid": os.getpid(),
+        }
+        for s in exporter.get_finished_spans()
+    ]
+    first_spans = _read_spans(tmp_path / "spans-first.jsonl")
+    second_spans = _read_spans(tmp_path / "spans-second.jsonl")
+    spans = here + first_spans + second_spans
+    trace_id = root.get_span_context().trace_id
+    assert {s["trace_id"] for s in spans} == {trace_id}, "more than one trace"
+    ids = {s["span_id"] for s in spans}
+    orphans = [s for s in spans if s["name"] != "checkout request" and s["parent_id"] not in ids]
+    assert not orphans, orphans
+
+    assert [s["name"] for s in here] == ["plait.run", "checkout request"]
+    assert any(s["name"] == "plait.pass" for s in first_spans), "no pass in the first worker"
+    steps = [s for s in spans if s["name"] == "plait.step"]
+    packs = [s for s in steps if s["attributes"]["plait.step_key"] == "pack"]
+    # the killed attempt never ended, so its span was never exported; the second worker's is
+    assert [(s["pid"], s["attributes"]["plait.attempt"]) for s in packs] == [(second.pid, 2)]
+    assert packs[0]["attributes"]["plait.run_id"] == run_id
+    passes_after = [s for s in second_spans if s["name"] == "plait.pass"]
+    assert passes_after, "no pass in the worker that took over"
+    child = [s for s in steps if s["attributes"]["plait.workflow"] == "ship"]
+    assert [s["attributes"]["plait.step_key"] for s in child] == ["label"]
