@@ -100,6 +100,10 @@ def traced_app() -> plait.App:
         return await wf.do("label", lambda: f"label {data['item']}")
 
     @app.workflow
+    async def doomed(wf: plait.Workflow, data: None) -> None:
+        raise ValueError("no stock")
+
+    @app.workflow
     async def order(wf: plait.Workflow, data: dict) -> list[str]:
         return [
             await wf.do("flaky", flaky),
@@ -121,7 +125,17 @@ async def test_one_trace_from_start_through_passes_steps_and_a_child(database: s
             run_id = await env.start("order", {"item": "book"})
         run = await env.wait(run_id, timeout=10)
         assert run.output == ["ok", "packed book", "label book"]
-    spans = exporter.get_finished_spans()
+        spans = list(exporter.get_finished_spans())
+        exporter.clear()
+        failed_run = await env.start("doomed")
+        assert (await env.wait(failed_run, timeout=10)).status == "failed"
+    doomed = [s for s in exporter.get_finished_spans() if s.name == "plait.pass"]
+    assert [s.attributes["plait.run_status"] for s in doomed] == ["failed"]
+    assert doomed[0].status.status_code.name == "ERROR"
+    finals = [
+        s for s in spans if s.name == "plait.pass" and s.attributes["plait.workflow"] == "order"
+    ]
+    assert finals[-1].attributes["plait.run_status"] == "completed"
     trace_id = root.get_span_context().trace_id
     assert {s.context.trace_id for s in spans} == {trace_id}
     ids = {s.context.span_id for s in spans}

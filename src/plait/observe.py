@@ -74,15 +74,18 @@ class Telemetry:
             log.info("run %s (%s) is now %s", run_id, workflow, status, extra={"run_id": run_id})
 
     @contextlib.contextmanager
-    def passing(self, run: RunRow) -> Iterator[None]:
-        """Around one orchestrator pass of ``run``."""
+    def passing(self, run: RunRow) -> Iterator[PassReport]:
+        """Around one orchestrator pass of ``run``; the worker tells the report how the
+        run stands after it."""
+        report = PassReport()
         token = WORKING_ON.set((run.id, None, None))
         try:
             if self.tracing is None:
-                yield
+                yield report
             else:
-                with self.tracing.pass_span(run):
-                    yield
+                with self.tracing.pass_span(run) as span:
+                    yield report
+                    self.tracing.pass_outcome(span, report.status)
         finally:
             WORKING_ON.reset(token)
 
@@ -150,6 +153,15 @@ class Telemetry:
             )
 
 
+class PassReport:
+    """How the run stands after a pass (``running`` while it waits)."""
+
+    __slots__ = ("status",)
+
+    def __init__(self) -> None:
+        self.status: str | None = None
+
+
 class AttemptReport:
     """How an attempt ended, filled in by the code that ran it."""
 
@@ -207,4 +219,11 @@ def make_telemetry(*, tracing: bool, metrics: bool, log_work: bool) -> Telemetry
     return Telemetry(tracing=tracer, metrics=meter, log_work=log_work)
 
 
-__all__ = ["NO_REPORT", "WORKING_ON", "AttemptReport", "Telemetry", "make_telemetry"]
+__all__ = [
+    "NO_REPORT",
+    "WORKING_ON",
+    "AttemptReport",
+    "PassReport",
+    "Telemetry",
+    "make_telemetry",
+]

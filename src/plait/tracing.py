@@ -86,6 +86,12 @@ class Tracing:
         ) as span:
             yield span
 
+    def pass_outcome(self, span: Any, status: str | None) -> None:
+        """A pass that failed its run (or was cut short) has error status."""
+        span.set_attribute("plait.run_status", status or "interrupted")
+        if status is None or status == "failed":
+            span.set_status(Status(StatusCode.ERROR, f"run {status or 'pass interrupted'}"))
+
     def step_outcome(self, span: Any, outcome: Outcome | None) -> None:
         if outcome is None:
             span.set_status(Status(StatusCode.ERROR, "interrupted"))

@@ -355,8 +355,9 @@ class Worker:
             if self.telemetry is None:
                 result = await execute_pass(self, snapshot, self.owner)
             else:
-                with self.telemetry.passing(snapshot.run):
+                with self.telemetry.passing(snapshot.run) as report:
                     result = await execute_pass(self, snapshot, self.owner)
+                    report.status = result.status
             again = result.again
             if again is None:
                 seen = -1 if self.stopping else snapshot.run.wakeups
