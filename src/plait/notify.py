@@ -65,13 +65,6 @@ class Notifier:
         if self.remote is not None:
             self.remote("run", run_id)
 
-    async def wait_run(self, run_id: str, timeout: float) -> None:
-        event = self.watch(run_id)
-        try:
-            await wait_event(event, timeout)
-        finally:
-            self.unwatch(run_id, event)
-
     # -- work -------------------------------------------------------------------------------
     def on_work(self, callback: Callable[[], None]) -> None:
         self._work_callbacks.append(callback)
