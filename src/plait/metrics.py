@@ -19,6 +19,7 @@ registry, so two engines in one process (tests) never mix their counts:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -59,13 +60,29 @@ class Metrics:
             registry=r,
         )
         self._queues: set[str] = set()
+        #: per function, its labelled series (``labels()`` looks them up under a lock)
+        self._series: dict[str, tuple[Any, Any, Any, Any]] = {}
 
     def run_ended(self, workflow: str, status: str) -> None:
         self.runs.labels(workflow, status).inc()
 
     def attempt_ended(self, function: str, status: str, seconds: float) -> None:
-        self.steps.labels(function, status).inc()
-        self.step_seconds.labels(function).observe(seconds)
+        series = self._series.get(function)
+        if series is None:
+            series = self._series[function] = (
+                self.steps.labels(function, "succeeded"),
+                self.steps.labels(function, "failed"),
+                self.steps.labels(function, "interrupted"),
+                self.step_seconds.labels(function),
+            )
+        succeeded, failed, interrupted, seconds_of = series
+        if status == "succeeded":
+            succeeded.inc()
+        elif status == "failed":
+            failed.inc()
+        else:
+            interrupted.inc()
+        seconds_of.observe(seconds)
 
     def takeover(self) -> None:
         self.takeovers.inc()

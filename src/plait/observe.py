@@ -90,32 +90,12 @@ class Telemetry:
             WORKING_ON.reset(token)
 
     # -- attempts -----------------------------------------------------------------------------
-    @contextlib.contextmanager
     def attempting(
         self, run_id: str, workflow: str, trace: str | None, step: StepRow
-    ) -> Iterator[AttemptReport]:
-        """Around one attempt's body; the caller hands its outcome to the report."""
-        report = AttemptReport(step)
-        token = WORKING_ON.set((run_id, step.key, step.attempts))
-        if self.log_work:
-            log.info("step %s attempt %d started", step.key, step.attempts)
-        began = time.perf_counter()
-        try:
-            if self.tracing is None:
-                yield report
-            else:
-                with self.tracing.step_span(run_id, workflow, trace, step) as span:
-                    report.span = span
-                    yield report
-                    self.tracing.step_outcome(span, report.outcome)
-        finally:
-            took = time.perf_counter() - began
-            status = report.status()
-            if self.metrics is not None:
-                self.metrics.attempt_ended(step.function or "(inline)", status, took)
-            if self.log_work:
-                self._log_attempt(step, status, took)
-            WORKING_ON.reset(token)
+    ) -> AttemptReport:
+        """Around one attempt's body (``with telemetry.attempting(...) as report``); the
+        caller hands the attempt's outcome to the report."""
+        return AttemptReport(self, run_id, workflow, trace, step)
 
     def _log_attempt(self, step: StepRow, status: str, took: float) -> None:
         if status == "failed" and step.status == "scheduled":
@@ -163,14 +143,54 @@ class PassReport:
 
 
 class AttemptReport:
-    """How an attempt ended, filled in by the code that ran it."""
+    """One attempt's report, a context manager around its body (a class rather than a
+    generator: it runs once per attempt)."""
 
-    __slots__ = ("outcome", "span", "step")
+    __slots__ = (
+        "_began",
+        "_span",
+        "_token",
+        "outcome",
+        "run_id",
+        "step",
+        "telemetry",
+        "trace",
+        "workflow",
+    )
 
-    def __init__(self, step: StepRow) -> None:
+    def __init__(
+        self, telemetry: Telemetry, run_id: str, workflow: str, trace: str | None, step: StepRow
+    ) -> None:
+        self.telemetry = telemetry
+        self.run_id = run_id
+        self.workflow = workflow
+        self.trace = trace
         self.step = step
+        #: how the attempt ended; None if it was cut short
         self.outcome: Outcome | None = None
-        self.span: Any = None
+        self._span: Any = None
+
+    def __enter__(self) -> AttemptReport:
+        telemetry, step = self.telemetry, self.step
+        self._token = WORKING_ON.set((self.run_id, step.key, step.attempts))
+        if telemetry.log_work:
+            log.info("step %s attempt %d started", step.key, step.attempts)
+        if telemetry.tracing is not None:
+            self._span = telemetry.tracing.begin_step(self.run_id, self.workflow, self.trace, step)
+        self._began = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        took = time.perf_counter() - self._began
+        telemetry, step = self.telemetry, self.step
+        if self._span is not None:
+            telemetry.tracing.end_step(self._span, self.outcome)  # type: ignore[union-attr]
+        status = self.status()
+        if telemetry.metrics is not None:
+            telemetry.metrics.attempt_ended(step.function or "(inline)", status, took)
+        if telemetry.log_work:
+            telemetry._log_attempt(step, status, took)
+        WORKING_ON.reset(self._token)
 
     def status(self) -> str:
         if self.outcome is None:

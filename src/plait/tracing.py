@@ -61,14 +61,20 @@ class Tracing:
         ) as span:
             yield span
 
-    @contextlib.contextmanager
-    def step_span(
+    def pass_outcome(self, span: Any, status: str | None) -> None:
+        """A pass that failed its run (or was cut short) has error status."""
+        span.set_attribute("plait.run_status", status or "interrupted")
+        if status is None or status == "failed":
+            span.set_status(Status(StatusCode.ERROR, f"run {status or 'pass interrupted'}"))
+
+    def begin_step(
         self, run_id: str, workflow: str, trace_context: str | None, step: StepRow
-    ) -> Iterator[Any]:
-        """The attempt's span: a child of the current span inside a pass, else of the
-        run's stored context (a queued step in a step worker)."""
-        parent = None if trace.get_current_span().get_span_context().is_valid else trace_context
-        attributes = {
+    ) -> _StepSpan:
+        """Start the attempt's span and make it current: a child of the current span
+        inside a pass, else of the run's stored context (a queued step in a step worker).
+        Started and attached by hand: it runs once per attempt."""
+        current = trace.get_current_span().get_span_context().is_valid
+        attributes: dict[str, Any] = {
             "plait.run_id": run_id,
             "plait.workflow": workflow,
             "plait.step_key": step.key,
@@ -77,30 +83,32 @@ class Tracing:
         }
         if step.function:
             attributes["plait.function"] = step.function
-        with self._tracer().start_as_current_span(
+        span = self._tracer().start_span(
             "plait.step",
-            context=_restore(parent) if parent else None,
+            context=None if current else _restore(trace_context),
             attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            yield span
+        )
+        token = context.attach(trace.set_span_in_context(span))
+        return _StepSpan(span, token)
 
-    def pass_outcome(self, span: Any, status: str | None) -> None:
-        """A pass that failed its run (or was cut short) has error status."""
-        span.set_attribute("plait.run_status", status or "interrupted")
-        if status is None or status == "failed":
-            span.set_status(Status(StatusCode.ERROR, f"run {status or 'pass interrupted'}"))
-
-    def step_outcome(self, span: Any, outcome: Outcome | None) -> None:
+    def end_step(self, started: _StepSpan, outcome: Outcome | None) -> None:
+        span = started.span
         if outcome is None:
             span.set_status(Status(StatusCode.ERROR, "interrupted"))
         elif not outcome.ok:
             error = outcome.error or {}
             span.set_status(Status(StatusCode.ERROR, str(error.get("message", "failed"))))
             span.set_attribute("plait.error_type", str(error.get("type", "")))
-        else:
-            span.set_status(Status(StatusCode.OK))
+        context.detach(started.token)
+        span.end()
+
+
+class _StepSpan:
+    __slots__ = ("span", "token")
+
+    def __init__(self, span: Any, token: object) -> None:
+        self.span = span
+        self.token = token
 
 
 def _restore(carrier: str | None) -> context.Context | None:
