@@ -74,6 +74,12 @@ class Engine:
 
     Use it as ``async with plait.Engine(app, url) as engine:``. Several engines and
     ``plait worker`` processes may share one database; the database is the only truth.
+
+    ``tracing=True`` emits OpenTelemetry spans (extra ``otel``), ``metrics=True`` keeps
+    Prometheus metrics (extra ``metrics``, ``metrics_text()``), ``log_work=True`` logs
+    every attempt, retry, takeover and timer fire at INFO; all off by default, and then
+    free (docs/observability.md). ``clock`` is where stored times come from (the system
+    clock; ``plait.testing.TestEngine`` passes a virtual one).
     """
 
     def __init__(
