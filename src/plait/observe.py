@@ -94,7 +94,9 @@ class Telemetry:
         self, run_id: str, workflow: str, trace: str | None, step: StepRow
     ) -> AttemptReport:
         """Around one attempt's body (``with telemetry.attempting(...) as report``); the
-        caller hands the attempt's outcome to the report."""
+        caller hands the attempt's outcome to the report. ``trace`` is the run's stored
+        context for an attempt outside any pass (a queued step); None inside a pass, whose
+        span is the parent."""
         return AttemptReport(self, run_id, workflow, trace, step)
 
     def _log_attempt(self, step: StepRow, status: str, took: float) -> None:

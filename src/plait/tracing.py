@@ -34,15 +34,15 @@ _TRACER_NAME = "plait"
 
 
 class Tracing:
-    """Spans through the global tracer provider (read when each span starts, so a
-    provider configured after the engine opened is used too)."""
+    """Spans through the global tracer provider. The API's tracer follows the provider
+    set later (a proxy until then), so one configured after the engine opened is used."""
 
-    def _tracer(self) -> trace.Tracer:
-        return trace.get_tracer(_TRACER_NAME)
+    def __init__(self) -> None:
+        self._tracer = trace.get_tracer(_TRACER_NAME)
 
     def run_created(self, run_id: str, workflow: str) -> str | None:
         attributes = {"plait.run_id": run_id, "plait.workflow": workflow}
-        with self._tracer().start_as_current_span("plait.run", attributes=attributes):
+        with self._tracer.start_as_current_span("plait.run", attributes=attributes):
             return self.current()
 
     def current(self) -> str | None:
@@ -56,7 +56,7 @@ class Tracing:
     @contextlib.contextmanager
     def pass_span(self, run: RunRow) -> Iterator[Any]:
         attributes = {"plait.run_id": run.id, "plait.workflow": run.workflow}
-        with self._tracer().start_as_current_span(
+        with self._tracer.start_as_current_span(
             "plait.pass", context=_restore(run.trace), attributes=attributes
         ) as span:
             yield span
@@ -71,9 +71,9 @@ class Tracing:
         self, run_id: str, workflow: str, trace_context: str | None, step: StepRow
     ) -> _StepSpan:
         """Start the attempt's span and make it current: a child of the current span
-        inside a pass, else of the run's stored context (a queued step in a step worker).
-        Started and attached by hand: it runs once per attempt."""
-        current = trace.get_current_span().get_span_context().is_valid
+        (its pass), or with ``trace_context`` (a queued step in a step worker, outside
+        any pass) of the run's stored context. Started and attached by hand: it runs
+        once per attempt."""
         attributes: dict[str, Any] = {
             "plait.run_id": run_id,
             "plait.workflow": workflow,
@@ -83,9 +83,9 @@ class Tracing:
         }
         if step.function:
             attributes["plait.function"] = step.function
-        span = self._tracer().start_span(
+        span = self._tracer.start_span(
             "plait.step",
-            context=None if current else _restore(trace_context),
+            context=_restore(trace_context),
             attributes=attributes,
         )
         token = context.attach(trace.set_span_in_context(span))

@@ -101,7 +101,7 @@ class Driver:
         with (
             NO_REPORT
             if telemetry is None
-            else telemetry.attempting(run.id, run.workflow, run.trace, step)
+            else telemetry.attempting(run.id, run.workflow, None, step)  # inside its pass
         ) as report:
             try:
                 outcome = await run_attempt(
