@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 import plait
+from conftest import eventually
 from plait.cli import cli
 from plait.http import create_app
 from plait.testing import TestEngine
@@ -60,6 +61,7 @@ async def main():
         assert engine.telemetry is None
         assert await engine.run("flow", timeout=10) == "ok"
     from plait.testing import TestEngine
+from conftest import eventually
     async with TestEngine(app) as env:
         assert await env.run("flow", timeout=10) == "ok"
     roots = ("opentelemetry", "prometheus_client")
@@ -128,7 +130,10 @@ async def test_one_trace_from_start_through_passes_steps_and_a_child(database: s
         with trace.get_tracer("test").start_as_current_span("another request"):
             failed_run = await env.start("doomed")
         assert (await env.wait(failed_run, timeout=10)).status == "failed"
-    # read once the engine is closed: every pass has ended its span by then
+        # the run's record can be read before its pass has finished in this process (a
+        # commit is visible before the pass hears back): let the passes end before close
+        await eventually(lambda: _idle(env), what="the engine's passes to end")
+    # read once the engine is closed: every span has ended by then
     everything = exporter.get_finished_spans()
     doomed = [s for s in everything if s.attributes.get("plait.workflow") == "doomed"]
     spans = [s for s in everything if s not in doomed and s.name != "another request"]
@@ -160,6 +165,10 @@ async def test_one_trace_from_start_through_passes_steps_and_a_child(database: s
     assert pack.attributes["plait.invocation_id"]
     label = next(s for s in steps if s.attributes["plait.step_key"] == "label")
     assert label.attributes["plait.workflow"] == "ship"  # the child run's step, same trace
+
+
+async def _idle(env: TestEngine) -> bool:
+    return not env.worker.busy
 
 
 # -- metrics -------------------------------------------------------------------------------
@@ -211,6 +220,7 @@ async def test_metrics_match_the_records_after_a_mixed_load(database: str) -> No
         for run_id in ids:
             await env.wait(run_id, timeout=10)
         await env.cancel(ids[-1])
+        await eventually(lambda: _idle(env), what="the engine's passes to end")
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=create_app(env, no_auth=True)),
             base_url="http://127.0.0.1",

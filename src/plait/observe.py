@@ -84,8 +84,10 @@ class Telemetry:
                 yield report
             else:
                 with self.tracing.pass_span(run) as span:
-                    yield report
-                    self.tracing.pass_outcome(span, report.status)
+                    try:
+                        yield report
+                    finally:
+                        self.tracing.pass_outcome(span, report.status)
         finally:
             WORKING_ON.reset(token)
 
