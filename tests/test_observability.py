@@ -61,7 +61,6 @@ async def main():
         assert engine.telemetry is None
         assert await engine.run("flow", timeout=10) == "ok"
     from plait.testing import TestEngine
-from conftest import eventually
     async with TestEngine(app) as env:
         assert await env.run("flow", timeout=10) == "ok"
     roots = ("opentelemetry", "prometheus_client")
