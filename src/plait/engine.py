@@ -330,7 +330,7 @@ class Engine:
         qkey = None if key is None else queues.check_text(key, "key")
         if qkey is not None and qname is None:
             raise ValueError(f"key={qkey!r} needs a queue: the key counts against per_key")
-        not_before = queues.start_time(delay, start_at, time.time())
+        not_before = queues.start_time(delay, start_at, self.clock.now())
         queued = qname is not None or not_before is not None
         return NewRun(
             id="",
@@ -532,7 +532,7 @@ class Engine:
     async def _put_schedule(
         self, spec: schedules.ScheduleSpec, source: str, owner: str | None
     ) -> bool:
-        now = time.time()
+        now = self.clock.now()
         row = ScheduleRow(
             name=spec.name,
             workflow=spec.workflow,
@@ -614,7 +614,7 @@ class Engine:
             overlap=current.overlap,
             catchup=current.catchup,
         )
-        row = await self.store.set_schedule_status(name, "active", spec.next_tick(time.time()))
+        row = await self.store.set_schedule_status(name, "active", spec.next_tick(self.clock.now()))
         if row is None:
             raise ScheduleNotFoundError(name)
         self.worker.wake_schedules.set()
@@ -631,7 +631,7 @@ class Engine:
             current.input,
             kind,
             version,
-            time.time(),
+            self.clock.now(),
             current.owner,
         )
         started = await self.store.fire_schedule(name, None, None, [run], False)

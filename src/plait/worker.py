@@ -137,6 +137,11 @@ class Worker:
         #: set when this process changes a schedule; other processes' changes are read at
         #: the next poll (a kick for every start would cost each start two reads here)
         self.wake_schedules = asyncio.Event()
+        #: the clock's time of the admission loop's last look when queued runs were due
+        #: that the queues' limits kept out (None: its last look left nothing due behind);
+        #: a test engine's clock may jump past such runs, since only a finished run or a
+        #: later time lets them in
+        self.admission_blocked_at: float | None = None
         #: schedules whose workflow this process cannot start (another process may)
         self._unknown_schedules: set[str] = set()
         self.slots = asyncio.Semaphore(concurrency)
@@ -465,17 +470,22 @@ class Worker:
             wait = self.poll_interval
             admitted: list[str] = []
             free = max(0, self.concurrency - len(self.driving))
+            blocked = None
             try:
                 due = await self.store.next_queued()
-                now = time.time()
+                now = self.clock.now()
                 if due is not None and due <= now and free:
                     admitted = await self.store.admit_runs(
                         self.owner, self.lease, free, self.queue_limits()
                     )
+                    if len(admitted) < free:
+                        # what is still due waits for a slot or the rate window
+                        blocked = now
                 elif due is not None:
                     wait = max(0.001, min(wait, due - now + 0.001))
             except Exception:
                 log.exception("admitting queued runs failed; retrying")
+            self.admission_blocked_at = blocked
             for run_id in admitted:
                 self.notifier.run_changed(run_id)
                 self.drive(run_id, claimed=True)
@@ -483,8 +493,7 @@ class Worker:
                 await asyncio.sleep(0)
                 continue
             looked = time.monotonic()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake_admissions.wait(), wait)
+            await self.clock.wait(self.wake_admissions, wait)
             # wake-ups come with every start and every finished job of the database; one
             # look per ADMIT_GAP is enough, and keeps the pool free for passes and leases
             await asyncio.sleep(max(0.0, looked + ADMIT_GAP - time.monotonic()))
@@ -499,14 +508,14 @@ class Worker:
             self.wake_schedules.clear()
             wait = self.poll_interval
             try:
-                now = time.time()
+                now = self.clock.now()
                 due = await self.store.due_schedules(now, batch)
                 fired = 0
                 for row in due:
                     fired += await self._fire(row, now)
                 upcoming = await self.store.next_schedule_tick()
                 if upcoming is not None:
-                    wait = max(0.0, min(wait, upcoming - time.time() + 0.001))
+                    wait = max(0.0, min(wait, upcoming - self.clock.now() + 0.001))
                 if fired and len(due) == batch:
                     wait = 0.0
                 elif due and not fired:
@@ -515,8 +524,7 @@ class Worker:
             except Exception:
                 log.exception("starting scheduled runs failed; retrying")
             if wait > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake_schedules.wait(), wait)
+                await self.clock.wait(self.wake_schedules, wait)
             else:
                 await asyncio.sleep(0)
 
@@ -544,8 +552,9 @@ class Worker:
         started = await self.store.fire_schedule(
             row.name, row.next_tick, next_tick, runs, spec.overlap == "skip"
         )
+        log_starts = self.log_runs or (self.telemetry is not None and self.telemetry.log_work)
         for run_id in started or ():
-            if self.log_runs:
+            if log_starts:
                 log.info("schedule %s started run %s", row.name, run_id)
             self.notifier.run_changed(run_id)
         if started:

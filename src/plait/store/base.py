@@ -458,6 +458,11 @@ class Pending:
     #: the earliest time a running run's wake-up or a job of the given functions is due;
     #: None when nothing waits on a time
     next_due: float | None
+    #: the earliest start time of a queued run (a delay, ``start_at``, or a run waiting
+    #: for admission since then); None when no run is queued
+    next_start: float | None = None
+    #: the next tick of an active schedule; None when no schedule is active
+    next_tick: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -540,8 +545,9 @@ class Store(Protocol):
         ...
 
     async def pending(self, functions: Sequence[str]) -> Pending:
-        """Leases held on running runs and their jobs, and when the next run or job of
-        ``functions`` falls due, in one read (a test engine's virtual clock jumps by it)."""
+        """Leases held on running runs and their jobs, when the next run or job of
+        ``functions`` falls due, the earliest start of a queued run and the next tick of an
+        active schedule, in one read (a test engine's virtual clock jumps by it)."""
         ...
 
     # queued steps

@@ -3,9 +3,11 @@ for a month takes milliseconds.
 
 The engine's clock (``plait.clock.VirtualClock``) runs at wall speed and jumps forward.
 It jumps only when the database shows nothing in flight: no run or queued step under a
-lease, no run and no queued step due now, and this process has no pass or step in hand.
-Then every live run waits on the outside world or on a timer (a sleep, a retry back-off,
-an event timeout), and the clock moves to the earliest of those timers. Because a jump
+lease, no run and no queued step due now, no schedule tick due now, no queued run due now
+that a free slot would admit, and this process has no pass or step in hand. Then every
+live run waits on the outside world or on a timer (a sleep, a retry back-off, an event
+timeout, a delayed start), and the clock moves to the earliest of those timers or to the
+next tick of a schedule. Because a jump
 happens only when nobody holds a lease, no lease ever looks expired because of one.
 
 Jumps happen while the test awaits the engine for an outcome (``wait``, ``run``) and
@@ -107,7 +109,7 @@ class TestEngine(Engine):
         pending = await self._settle(deadline)
         target = self.virtual_clock.now() + seconds
         while True:
-            due = pending.next_due
+            due = self._next_time(pending)
             if due is None or micros(due) > micros(target):
                 break
             self._jump(due)
@@ -132,8 +134,9 @@ class TestEngine(Engine):
         """Jump to the next timer each time the engine is quiet, until cancelled."""
         while True:
             pending = await self._settle(None)
-            if pending.next_due is not None:
-                self._jump(pending.next_due)
+            due = self._next_time(pending)
+            if due is not None:
+                self._jump(due)
             else:
                 # nothing waits on a time: only the outside world (an event, a resume)
                 # can move a run now; look again in a moment
@@ -171,11 +174,27 @@ class TestEngine(Engine):
         pending = await self.store.pending(functions)
         if worker.busy or pending.leases:
             return None
-        if pending.next_due is not None and micros(pending.next_due) <= micros(
-            self.virtual_clock.now()
-        ):
+        now = micros(self.virtual_clock.now())
+        if pending.next_due is not None and micros(pending.next_due) <= now:
             return None  # due now: a pass or a step is about to start
+        if pending.next_tick is not None and micros(pending.next_tick) <= now:
+            return None  # a schedule's tick: the schedule loop is about to start its run
+        if pending.next_start is not None and micros(pending.next_start) <= now:
+            # a queued run may start: quiet only once the admission loop has looked at
+            # this time, with nothing changed since, and left it to a slot or the window
+            blocked = worker.admission_blocked_at
+            if worker.wake_admissions.is_set() or blocked is None or micros(blocked) != now:
+                return None
         return pending
+
+    def _next_time(self, pending: Pending) -> float | None:
+        """The next time the clock may jump to: a run's or a job's wake-up, a queued run's
+        start, a schedule's tick (a queued run already due waits for a slot, not a time)."""
+        now = micros(self.virtual_clock.now())
+        times = [t for t in (pending.next_due, pending.next_tick) if t is not None]
+        if pending.next_start is not None and micros(pending.next_start) > now:
+            times.append(pending.next_start)
+        return min(times) if times else None
 
 
 __all__ = ["TestEngine"]

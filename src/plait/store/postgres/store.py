@@ -676,8 +676,13 @@ class PostgresStore:
 
     async def pending(self, functions: Sequence[str]) -> Pending:
         row = await self._call("fetchrow", self._q["pending_work"], list(functions), read=True)
-        due = row[1]
-        return Pending(int(row[0]), float(due) if due is not None else None)
+        due, start, tick = row[1], row[2], row[3]
+        return Pending(
+            int(row[0]),
+            float(due) if due is not None else None,
+            float(start) if start is not None else None,
+            float(tick) if tick is not None else None,
+        )
 
     # -- queued steps ----------------------------------------------------------------------------
     async def claim_step_jobs(

@@ -369,9 +369,10 @@ class SQLiteStore:
         params = (json.dumps(list(functions)),)
 
         def go(conn: sqlite3.Connection) -> Pending:
-            leases, runs_due, jobs_due = conn.execute(SQL["pending_work"], params).fetchone()
+            row = conn.execute(SQL["pending_work"], params).fetchone()
+            leases, runs_due, jobs_due, next_start, next_tick = row
             due = [t for t in (runs_due, jobs_due) if t is not None]
-            return Pending(int(leases), min(due) if due else None)
+            return Pending(int(leases), min(due) if due else None, next_start, next_tick)
 
         return await self._read_here(go)
 

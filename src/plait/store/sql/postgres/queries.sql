@@ -211,8 +211,9 @@ WHERE j.lease_owner IS NULL
 GROUP BY j.function
 
 -- name: pending_work
--- Leases held on running runs and their jobs, and when the next wake-up of a running run or
--- job of these functions is due: what a virtual clock looks at before it jumps.
+-- Leases held on running runs and their jobs; when the next wake-up of a running run or
+-- job of these functions is due; the earliest start of a queued run and the next tick of
+-- an active schedule: what a virtual clock looks at before it jumps.
 SELECT
     (SELECT count(*) FROM @schema@.runs WHERE lease_owner IS NOT NULL AND status = 'running')
     + (SELECT count(*) FROM @schema@.jobs j WHERE j.lease_owner IS NOT NULL
@@ -223,7 +224,9 @@ SELECT
          WHERE j.function = ANY ($1::text[])
              AND EXISTS (SELECT 1 FROM @schema@.runs r
                          WHERE r.id = j.run_id AND r.status = 'running'))
-    )
+    ),
+    (SELECT min(wake_at) FROM @schema@.runs WHERE status = 'queued'),
+    (SELECT min(next_tick) FROM @schema@.schedules WHERE status = 'active')
 
 -- name: next_due_jobs
 -- When the next queued step of these functions becomes due (held: when its lease runs out);

@@ -383,9 +383,10 @@ WHERE j.lease_owner IS NULL
 GROUP BY j.function
 
 -- name: pending_work
--- Leases held on running runs and their jobs, the next wake-up of a running run, and the
--- next job of some functions (? is a JSON array of their names): what a virtual clock
--- looks at before it jumps.
+-- Leases held on running runs and their jobs, the next wake-up of a running run, the
+-- next job of some functions (? is a JSON array of their names), the earliest start of a
+-- queued run and the next tick of an active schedule: what a virtual clock looks at
+-- before it jumps.
 SELECT
     (SELECT count(*) FROM plait_runs WHERE lease_owner IS NOT NULL AND status = 'running')
     + (SELECT count(*) FROM plait_jobs j WHERE j.lease_owner IS NOT NULL
@@ -393,7 +394,9 @@ SELECT
     (SELECT min(wake_at) FROM plait_runs WHERE wake_at IS NOT NULL AND status = 'running'),
     (SELECT min(available_at) FROM plait_jobs j
      WHERE j.function IN (SELECT value FROM json_each(?))
-         AND EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = j.run_id AND r.status = 'running'))
+         AND EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = j.run_id AND r.status = 'running')),
+    (SELECT min(wake_at) FROM plait_runs WHERE status = 'queued'),
+    (SELECT min(next_tick) FROM plait_schedules WHERE status = 'active')
 
 -- == queued steps ============================================================================
 
