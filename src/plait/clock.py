@@ -39,8 +39,11 @@ class Clock:
         whether the event was set."""
         if event.is_set():
             return True
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that
+        # arrives just as the event is set (see plait.notify.wait_event)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await event.wait()
         return event.is_set()
 
 

@@ -93,8 +93,8 @@ def serve(
     and executes runs; more ``plait worker`` processes may share the database. Its
     ``max_payload`` is ``max_body``: one size for what the server takes in and what it
     stores. Bad settings (a database URL, ``PLAIT_TOKENS``) raise ``ValueError`` before
-    anything is served. With
-    ``metrics``, ``/metrics`` serves the engine's Prometheus metrics.
+    anything is served. With ``metrics``, ``/metrics`` serves the engine's Prometheus
+    metrics.
     """
     from plait.http.app import create_app
 
