@@ -14,6 +14,7 @@ from shop import app
 
 import plait
 from plait.cli import render_run
+from plait.notify import wait_event
 
 DATABASE = os.environ.get("PLAIT_DATABASE_URL", "sqlite:///demo.db")
 console = Console()
@@ -40,7 +41,7 @@ async def follow(engine: plait.Engine, run_id: str) -> None:
             run = await engine.get_run(run_id)
             if run.status in plait.records.SETTLED:
                 return
-            await engine.notifier.wait_run(run_id, 0.1)
+            await wait_event(event, 0.1)  # woken by the run's next change
         finally:
             engine.notifier.unwatch(run_id, event)
 

@@ -1,0 +1,25 @@
+"""The README's first command runs the order demo; it must keep working."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_order_demo_runs_to_its_end(tmp_path: Path) -> None:
+    env = {**os.environ, "PLAIT_DATABASE_URL": f"sqlite:///{tmp_path / 'demo.db'}"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "order_demo.py")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "manager approves the order" in done.stdout
+    assert "(ship_order) completed" in done.stdout
