@@ -22,6 +22,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/telemetry.py
 
 lint: $(STAMP)
 	$(BIN)/ruff format src tests examples benchmarks

@@ -59,7 +59,28 @@ async def nap(wf: plait.Workflow, data: dict[str, float]) -> None:
 
 
 def _engine(p: dict[str, Any], **options: Any) -> plait.Engine:
+    telemetry = p.get("telemetry", "off")
+    if telemetry != "off":
+        options.update(tracing=True, metrics=True)
+    if telemetry == "sdk":
+        _otel_sdk()
     return plait.Engine(app, p["db"], **options)
+
+
+def _otel_sdk() -> None:
+    """The OpenTelemetry SDK as an application would set it up: a batch processor in
+    front of an exporter (one that drops the spans, so no network is measured)."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Drop(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Drop()))
+    trace.set_tracer_provider(provider)
 
 
 def _settings(engine: plait.Engine, p: dict[str, Any]) -> dict[str, Any]:

@@ -258,6 +258,48 @@ async def test_metrics_match_the_records_after_a_mixed_load(database: str) -> No
         assert samples[("plait_lease_takeovers_total", ())] == 0
 
 
+def test_step_counts_and_histogram_read_as_prometheus_own_would() -> None:
+    """plait counts attempts into plain numbers and builds the families when scraped; what
+    a scrape reads must be what ``prometheus_client``'s own Counter and Histogram give."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+    from plait.metrics import _STEP_BUCKETS, Metrics
+
+    ours = Metrics()
+    registry = CollectorRegistry()
+    steps = Counter("plait_steps", "", ["function", "status"], registry=registry)
+    seconds = Histogram(
+        "plait_step_seconds", "", ["function"], buckets=_STEP_BUCKETS, registry=registry
+    )
+    observations = [
+        ("charge", "succeeded", 0.0004),
+        ("charge", "succeeded", 0.001),  # on a bound: counted in it, as Prometheus does
+        ("charge", "failed", 0.2),
+        ("charge", "interrupted", 7.5),
+        ("ship", "succeeded", 301.0),  # past the last bound: only +Inf
+        ("ship", "succeeded", 0.05),
+    ]
+    for function, status, took in observations:
+        ours.attempt_ended(function, status, took)
+        steps.labels(function, status).inc()
+        seconds.labels(function).observe(took)
+    for function in ("charge", "ship"):
+        for status in ("succeeded", "failed", "interrupted"):
+            steps.labels(function, status)  # every status of a seen function is a series
+
+    def wanted(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {
+            key: value
+            for key, value in _samples(text).items()
+            if key[0].startswith(("plait_steps_total", "plait_step_seconds"))
+            and not key[0].endswith("_created")  # a timestamp, not a count
+        }
+
+    reference = wanted(generate_latest(registry).decode())
+    assert reference  # the comparison compares something
+    assert wanted(ours.render().decode()) == reference
+
+
 async def test_metrics_are_404_when_off(tmp_path: Path) -> None:
     async with TestEngine(plait.App()) as env:
         assert await env.metrics_text() is None

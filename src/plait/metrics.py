@@ -18,10 +18,12 @@ registry, so two engines in one process (tests) never mix their counts:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import threading
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from plait.store.base import Store
@@ -29,6 +31,8 @@ from plait.store.base import Store
 #: the media type of ``Metrics.render``
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _STEP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0)
+_BUCKET_LABELS = [*(repr(float(b)) for b in _STEP_BUCKETS), "+Inf"]
+_ATTEMPT_STATUSES = ("succeeded", "failed", "interrupted")
 
 
 class Metrics:
@@ -40,16 +44,11 @@ class Metrics:
         self.runs = Counter(
             "plait_runs", "Runs moved to an end state here", ["workflow", "status"], registry=r
         )
-        self.steps = Counter(
-            "plait_steps", "Attempts run here, by outcome", ["function", "status"], registry=r
-        )
-        self.step_seconds = Histogram(
-            "plait_step_seconds",
-            "Seconds a step body ran",
-            ["function"],
-            buckets=_STEP_BUCKETS,
-            registry=r,
-        )
+        #: per function: attempts by status (as ``_ATTEMPT_STATUSES``), then the
+        #: histogram's counts per bucket (not cumulative; the last is +Inf), then its sum
+        self._attempts: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+        r.register(_AttemptCollector(self))
         self.active = Gauge("plait_runs_active", "Runs this process drives now", registry=r)
         self.queue_depth = Gauge(
             "plait_queue_depth", "Queued steps waiting for a worker", ["queue"], registry=r
@@ -60,29 +59,22 @@ class Metrics:
             registry=r,
         )
         self._queues: set[str] = set()
-        #: per function, its labelled series (``labels()`` looks them up under a lock)
-        self._series: dict[str, tuple[Any, Any, Any, Any]] = {}
+
+    def attempt_ended(self, function: str, status: str, seconds: float) -> None:
+        """Count one attempt. It runs once per step, so it counts into plain numbers under
+        one lock; the Prometheus families are built from them only when scraped."""
+        bucket = 3 + bisect_left(_STEP_BUCKETS, seconds)
+        index = 0 if status == "succeeded" else 1 if status == "failed" else 2
+        with self._lock:
+            counts = self._attempts.get(function)
+            if counts is None:
+                counts = self._attempts[function] = [0] * (4 + len(_STEP_BUCKETS)) + [0.0]
+            counts[index] += 1
+            counts[bucket] += 1
+            counts[-1] += seconds
 
     def run_ended(self, workflow: str, status: str) -> None:
         self.runs.labels(workflow, status).inc()
-
-    def attempt_ended(self, function: str, status: str, seconds: float) -> None:
-        series = self._series.get(function)
-        if series is None:
-            series = self._series[function] = (
-                self.steps.labels(function, "succeeded"),
-                self.steps.labels(function, "failed"),
-                self.steps.labels(function, "interrupted"),
-                self.step_seconds.labels(function),
-            )
-        succeeded, failed, interrupted, seconds_of = series
-        if status == "succeeded":
-            succeeded.inc()
-        elif status == "failed":
-            failed.inc()
-        else:
-            interrupted.inc()
-        seconds_of.observe(seconds)
 
     def takeover(self) -> None:
         self.takeovers.inc()
@@ -103,6 +95,34 @@ class Metrics:
     def render(self) -> bytes:
         """The Prometheus text format."""
         return generate_latest(self.registry)
+
+
+class _AttemptCollector:
+    """``plait_steps_total`` and ``plait_step_seconds``, read from ``Metrics``' counts."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        metrics = self._metrics
+        with metrics._lock:
+            counts = {function: list(c) for function, c in metrics._attempts.items()}
+        steps = CounterMetricFamily(
+            "plait_steps", "Attempts run here, by outcome", labels=["function", "status"]
+        )
+        seconds = HistogramMetricFamily(
+            "plait_step_seconds", "Seconds a step body ran", labels=["function"]
+        )
+        for function, c in sorted(counts.items()):
+            for index, status in enumerate(_ATTEMPT_STATUSES):
+                steps.add_metric([function, status], c[index])
+            cumulative, buckets = 0.0, []
+            for label, count in zip(_BUCKET_LABELS, c[3:-1], strict=True):
+                cumulative += count
+                buckets.append((label, cumulative))
+            seconds.add_metric([function], buckets, sum_value=c[-1])
+        yield steps
+        yield seconds
 
 
 __all__ = ["CONTENT_TYPE", "Metrics"]

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from plait.runtime.attempt import Outcome
 
 _TRACER_NAME = "plait"
+#: the API's stand-ins while the application has configured no tracer provider
+_NO_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
 class Tracing:
@@ -39,6 +41,9 @@ class Tracing:
 
     def __init__(self) -> None:
         self._tracer = trace.get_tracer(_TRACER_NAME)
+        #: whether the application has configured a tracer provider, as the last pass
+        #: found it (asking the API reads the environment: too slow for every step)
+        self._configured = False
 
     def run_created(self, run_id: str, workflow: str) -> str | None:
         attributes = {"plait.run_id": run_id, "plait.workflow": workflow}
@@ -56,6 +61,7 @@ class Tracing:
     @contextlib.contextmanager
     def pass_span(self, run: RunRow) -> Iterator[Any]:
         attributes = {"plait.run_id": run.id, "plait.workflow": run.workflow}
+        self._configured = not isinstance(trace.get_tracer_provider(), _NO_PROVIDERS)
         with self._tracer.start_as_current_span(
             "plait.pass", context=_restore(run.trace), attributes=attributes
         ) as span:
@@ -69,11 +75,16 @@ class Tracing:
 
     def begin_step(
         self, run_id: str, workflow: str, trace_context: str | None, step: StepRow
-    ) -> _StepSpan:
+    ) -> _StepSpan | None:
         """Start the attempt's span and make it current: a child of the current span
         (its pass), or with ``trace_context`` (a queued step in a step worker, outside
         any pass) of the run's stored context. Started and attached by hand: it runs
-        once per attempt."""
+        once per attempt.
+
+        None when no tracer provider was configured at the start of the pass the step runs
+        in: the API's span would only repeat the pass's context, which is current already."""
+        if trace_context is None and not self._configured:
+            return None
         attributes: dict[str, Any] = {
             "plait.run_id": run_id,
             "plait.workflow": workflow,
