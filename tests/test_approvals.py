@@ -451,3 +451,31 @@ def _after(moment: float) -> Any:
 async def _steps(engine_factory: Any, run_id: str) -> list[plait.Step]:
     async with engine_factory(app, workers=False) as reader:
         return await reader.get_steps(run_id)
+
+
+@app.workflow
+async def publishes(wf: plait.Workflow, size: int) -> str:
+    await wf.set_value("progress", "x" * size)
+    return "published"
+
+
+async def test_decisions_and_values_are_held_to_max_payload(engine_factory) -> None:
+    """A decision or a published value is data from outside like an input or an event:
+    over the engine's ``max_payload`` it is refused with the limit named, and nothing of
+    it is stored (the gate stays open for a decision that fits)."""
+    async with engine_factory(app, max_payload=1000) as engine:
+        run_id = await engine.start("owner_only", owner="alice")
+        await open_gate(engine, run_id, "ok")
+        with pytest.raises(plait.PayloadTooLargeError, match=r"decision.*1000"):
+            await engine.approve(run_id, "ok", "y" * 2000, decided_by="alice")
+        assert await engine.get_decisions(run_id) == []
+        await engine.approve(run_id, "ok", "fits", decided_by="alice")
+        assert (await engine.wait(run_id, timeout=10)).output["data"] == "fits"
+
+        small = await engine.run("publishes", 10, timeout=10)
+        assert small == "published"
+        big = await engine.start("publishes", 2000)
+        run = await engine.wait(big, timeout=10)
+        assert run.status == "failed"
+        assert "value 'progress'" in run.error["message"] and "1000" in run.error["message"]
+        assert await engine.get_value(big, "progress") is None

@@ -74,8 +74,12 @@ def gate_info(step_input: str | None) -> dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
-def envelope(data: Any, decided_by: str | None, decided_at: float) -> str:
-    """A decision as its stored message, which the pass reads back."""
+def envelope(
+    data: Any, decided_by: str | None, decided_at: float, limits: serde.Limits | None = None
+) -> str:
+    """A decision as its stored message, which the pass reads back. Its data comes from
+    outside, like an event's payload, so it is held to ``limits``."""
+    serde.dumps(data, what="the data of the decision", limits=limits)
     return serde.dumps(
         {"data": data, "decided_by": decided_by, "decided_at": decided_at},
         what="the data of the decision",

@@ -686,7 +686,7 @@ class Engine:
                 f"decided_by must be a user id (a non-empty string), got {decided_by!r}"
             )
         now = self.clock.now()
-        payload = approval.envelope(data, decided_by, now)
+        payload = approval.envelope(data, decided_by, now, self.limits)
         snapshot = await self.store.load_pass(run_id)
         if snapshot is None:
             raise RunNotFoundError(run_id)

@@ -290,12 +290,15 @@ class CodeReplay:
         return None
 
     def set_value(self, key: str, name: str, value: str | None) -> None:
-        """Publish a value once, when the run first gets here (``wf.set_value``)."""
+        """Publish a value once, when the run first gets here (``wf.set_value``). It is
+        held to the engine's limits then; a replay never judges a recorded value again."""
         ledger = self.ledger
         step = ledger.steps.get(key)
         if step is not None:
             ledger.check_same(step, "set_value", None)
             return
+        if value is not None:
+            self.host.limits.check(value, f"value {name!r}")
         step = ledger.new_step(key, key, "set_value", input=serde.dumps({"key": name}))
         ledger.add(steps.publish_value(step, name, value, ledger.now()))
         ledger.published = True
