@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import jsonschema
-
 from plait import serde
 
 #: approver policies by name; a list of user ids is the fourth kind
@@ -60,6 +58,8 @@ def problems(schema: dict[str, Any] | None, data: Any) -> list[dict[str, str]]:
     """Every way ``data`` fails the gate's JSON Schema (none when it has no schema)."""
     if schema is None:
         return []
+    import jsonschema  # only here: it costs ~40 ms to import, and most engines never decide
+
     validator = jsonschema.Draft202012Validator(schema)
     found = []
     for error in sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path)):
