@@ -7,13 +7,14 @@ nor let a batch whose lease is gone land."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
 from conftest import eventually
 from plait.errors import LeaseLostError
 from plait.store import Store
-from plait.store.base import Batch, ConsumeEvent, SetState, SetTimer
+from plait.store.base import Batch, ConsumeEvent, NewRun, SetState, SetTimer
 
 from .rows import new_run, wakeups
 
@@ -154,3 +155,44 @@ async def test_postgres_group_never_waits_on_a_row_another_transaction_holds(
         assert await _state(store, "r2") == {"n": '"w"'}
     finally:
         await holder.close()
+
+
+async def test_runs_started_at_once_are_each_created_once(store: Store) -> None:
+    """Concurrent starts (PostgreSQL sends them together): each caller hears its own run,
+    and a run id given twice in one group is created once."""
+    news = [NewRun(f"s{i}", "wf", "workflow", None, input=f'{{"i": {i}}}') for i in range(40)]
+    twice = NewRun("s7", "wf", "workflow", None, input='{"i": "again"}')
+    starts = [*news[:20], twice, *news[20:]]
+    outcomes = await asyncio.gather(*(store.create_run(n) for n in starts))
+    for n, (run, created) in zip(starts, outcomes, strict=True):
+        assert run.id == n.id
+        assert run.input == ({"i": 7} if n.id == "s7" else json.loads(n.input))
+        assert created == (n is not twice), n.id  # the second start of s7 finds the first
+    assert len({run.id for run, _ in outcomes}) == 40
+
+
+async def test_a_start_the_database_refuses_fails_alone(store: Store) -> None:
+    news = [NewRun(f"s{i}", "wf", "workflow", None, input="{}") for i in range(10)]
+    broken = NewRun("bad", None, "workflow", None, input="{}")  # type: ignore[arg-type]
+    outcomes = await asyncio.gather(
+        *(store.create_run(n) for n in [*news[:5], broken, *news[5:]]), return_exceptions=True
+    )
+    assert isinstance(outcomes.pop(5), Exception)  # the run without a workflow
+    assert await store.get_run("bad") is None
+    assert [(run.id, created) for run, created in outcomes] == [  # type: ignore[misc]
+        (n.id, True) for n in news
+    ]
+
+
+async def test_postgres_creates_runs_started_at_once_in_few_transactions(
+    store: Store, database: str
+) -> None:
+    if not database.startswith("postgresql"):
+        pytest.skip("SQLite's writer shares its commits per loop turn (test_sqlite_writes)")
+    before = store.commits  # type: ignore[attr-defined]
+    await asyncio.gather(*(new_run(store, f"t{i}") for i in range(100)))
+    transactions = store.commits - before  # type: ignore[attr-defined]
+    # the first start goes alone; the rest wait for it and go together
+    assert transactions <= 3, transactions
+    for i in range(100):
+        assert (await store.get_run(f"t{i}")) is not None

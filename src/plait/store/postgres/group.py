@@ -1,4 +1,7 @@
-"""Group commit: the batches of a process's concurrent passes share one transaction.
+"""Group commit: the writes of a process's concurrent callers share one transaction.
+
+``GroupCommit`` groups the batches of passes; ``Together`` groups calls of one other kind
+(run starts) the same way, without leases.
 
 Every pass commits at least twice per step (an attempt's start before its body runs, its
 end with the next), and each commit on PostgreSQL is a round trip and a WAL flush. A
@@ -23,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import asyncpg
 
@@ -152,6 +155,91 @@ class GroupCommit:
             await self._alone(batch)
 
 
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Together(Generic[T, R]):
+    """Calls handed in while one is on the server go together in the next statement.
+
+    A call handed in while nothing is on its way goes at once, alone (``one``), so a lone
+    caller waits for nobody; those handed in meanwhile go as one statement and one
+    transaction (``many``, which answers each in order). If the server refused the group,
+    it wrote nothing, so each call is then made alone and gets its own outcome; a group
+    whose outcome is unknown (the connection broke) reports that to all of its callers.
+    """
+
+    def __init__(
+        self,
+        one: Callable[[T], Awaitable[R]],
+        many: Callable[[list[T]], Awaitable[list[R]]],
+    ) -> None:
+        self._one = one
+        self._many = many
+        self._busy = False
+        self._waiting: list[tuple[T, asyncio.Future[R]]] = []
+        self._sender: asyncio.Task[None] | None = None
+
+    async def __call__(self, item: T) -> R:
+        if self._busy:
+            done: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+            self._waiting.append((item, done))
+            return await done
+        self._busy = True
+        try:
+            return await self._one(item)
+        finally:
+            self._next()
+
+    async def close(self) -> None:
+        """Wait for the calls already handed in (their callers are owed an answer)."""
+        while self._sender is not None:
+            await asyncio.shield(self._sender)
+
+    def _next(self) -> None:
+        if self._waiting:
+            self._sender = asyncio.create_task(self._send())
+        else:
+            self._busy = False
+            self._sender = None
+
+    async def _send(self) -> None:
+        group = self._waiting[:GROUP_LIMIT]
+        del self._waiting[:GROUP_LIMIT]
+        try:
+            if len(group) == 1:
+                await self._alone(*group[0])
+                return
+            try:
+                answers = await self._many([item for item, _ in group])
+            except Exception as exc:
+                if not _refused(exc):
+                    for _, done in group:
+                        _settle(done, exc=exc)
+                    return
+                for item, done in group:  # rolled back: each on its own
+                    await self._alone(item, done)
+            except BaseException as exc:  # the process is stopping
+                for _, done in group:
+                    _settle(done, exc=exc)
+                raise
+            else:
+                for (_, done), answer in zip(group, answers, strict=True):
+                    _settle(done, answer)
+        finally:
+            self._next()
+
+    async def _alone(self, item: T, done: asyncio.Future[R]) -> None:
+        try:
+            answer = await self._one(item)
+        except BaseException as exc:  # the caller's to handle, whatever it is
+            _settle(done, exc=exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            _settle(done, answer)
+
+
 def _refused(exc: Exception) -> bool:
     """The server (or the driver, before sending) refused the statement: nothing of it
     was written."""
@@ -161,7 +249,7 @@ def _refused(exc: Exception) -> bool:
 
 
 def _settle(
-    done: asyncio.Future[bool], value: bool = False, *, exc: BaseException | None = None
+    done: asyncio.Future[Any], value: Any = False, *, exc: BaseException | None = None
 ) -> None:
     if done.done():
         return

@@ -79,7 +79,7 @@ from plait.store.base import (
     Version,
 )
 from plait.store.migrations import migrations
-from plait.store.postgres.group import GroupCommit
+from plait.store.postgres.group import GroupCommit, Together
 from plait.store.postgres.listen import Listener
 from plait.store.postgres.pool import (
     DatabaseUnavailableError,
@@ -366,6 +366,10 @@ class PostgresStore:
         self._group = GroupCommit(
             self._pool, self._q["commit_group"], self._commit_alone, self._read_clock
         )
+        #: runs started at once, created together
+        self._starts: Together[NewRun, tuple[Run, bool]] = Together(
+            self._create_one, self._create_many
+        )
 
     @property
     def commits(self) -> int:
@@ -434,6 +438,7 @@ class PostgresStore:
         return int(await conn.fetchval(self._q["schema_version"]))
 
     async def close(self) -> None:
+        await self._starts.close()
         await self._group.close()
         await self._listener.close()
         await self._pool.close()
@@ -452,8 +457,17 @@ class PostgresStore:
 
     # -- runs ----------------------------------------------------------------------------------
     async def create_run(self, new: NewRun) -> tuple[Run, bool]:
+        return await self._starts(new)
+
+    async def _create_one(self, new: NewRun) -> tuple[Run, bool]:
         row = await self._call("fetchrow", self._q["create_run"], _new_run_value(new), self._now())
         return _run(row["run"]), bool(row["created"])
+
+    async def _create_many(self, news: list[NewRun]) -> list[tuple[Run, bool]]:
+        rows = await self._call(
+            "fetch", self._q["create_runs"], [_new_run_value(n) for n in news], self._now()
+        )
+        return [(_run(r["run"]), bool(r["created"])) for r in rows]
 
     async def get_run(self, run_id: str) -> Run | None:
         rec = await self._call("fetchval", self._q["select_run"], run_id, read=True)

@@ -40,6 +40,10 @@ SELECT r FROM @schema@.runs r WHERE r.id = $1
 -- name: create_run
 SELECT created, run FROM @schema@.create_run($1::@schema@.new_run, $2)
 
+-- name: create_runs
+-- Runs started together, in the order given (a row each).
+SELECT created, run FROM @schema@.create_runs($1::@schema@.new_run[], $2)
+
 -- name: list_runs
 -- Newest first, and how many match in all; a filter left NULL matches every run ($6 is
 -- visible_to: the runs of that owner and the ones without an owner).
