@@ -2,8 +2,11 @@
 ``benchmarks/.venv-dbos`` so that DBOS and its dependencies stay out of plait's environment.
 
 The workflows mirror ``bench_plait.py`` one for one, written the way DBOS documents them:
-``@DBOS.step`` functions called from a ``@DBOS.workflow``, started with
-``DBOS.start_workflow_async`` and awaited through the returned handle.
+``@DBOS.step`` functions called from a ``@DBOS.workflow``. DBOS has two APIs, and either
+may be its faster on a workload, so both are measured (``mode``): ``async`` starts
+``async def`` workflows with ``DBOS.start_workflow_async`` and awaits the handle; ``sync``
+calls plain ``def`` workflows directly (the workflow runs in the calling thread), or, for
+many at once, starts them with ``DBOS.start_workflow`` and waits on each handle.
 """
 
 from __future__ import annotations
@@ -40,6 +43,19 @@ async def slow(step: int) -> int:
 async def chain(n: int) -> int:
     for i in range(n):
         await noop(i)
+    return n
+
+
+@DBOS.step()
+def noop_sync(data: Any) -> Any:
+    """``noop`` for the synchronous API."""
+    return data
+
+
+@DBOS.workflow()
+def chain_sync(n: int) -> int:
+    for i in range(n):
+        noop_sync(i)
     return n
 
 
@@ -184,6 +200,54 @@ async def idle(p: dict[str, Any]) -> dict[str, Any]:
     return {"settings": _settings(p)}
 
 
+def sequential_sync(p: dict[str, Any]) -> dict[str, Any]:
+    steps = int(p["steps"])
+    _launch(p)
+    chain_sync(steps)  # warm-up, as for the async form
+    t0 = time.perf_counter()
+    out = chain_sync(steps)
+    elapsed = time.perf_counter() - t0
+    assert out == steps, out
+    return {"us_per_step": elapsed / steps * 1e6, "seconds": elapsed, "settings": _settings(p)}
+
+
+def throughput_sync(p: dict[str, Any]) -> dict[str, Any]:
+    """``_common.back_to_back``'s loop, without an event loop."""
+    steps, seconds = int(p["steps"]), float(p["seconds"])
+    _launch(p)
+    chain_sync(steps)
+    done = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        assert chain_sync(steps) == steps
+        done += 1
+    elapsed = time.perf_counter() - t0
+    return {
+        "workflows_per_s": done / elapsed,
+        "steps_per_s": done * steps / elapsed,
+        "workflows": done,
+    }
+
+
+def concurrency_sync(p: dict[str, Any]) -> dict[str, Any]:
+    n, steps = int(p["workflows"]), int(p["steps"])
+    _launch(p)
+    chain_sync(2)
+    t0 = time.perf_counter()
+    handles = [DBOS.start_workflow(chain_sync, steps) for _ in range(n)]
+    started = time.perf_counter() - t0
+    outs = [h.get_result() for h in handles]
+    elapsed = time.perf_counter() - t0
+    assert all(o == steps for o in outs)
+    return {"seconds": elapsed, "start_seconds": started, "steps_per_s": n * steps / elapsed}
+
+
+SYNC_WORKLOADS = {
+    "sequential": sequential_sync,
+    "throughput": throughput_sync,
+    "concurrency": concurrency_sync,
+}
+
 WORKLOADS = {
     "sequential": sequential,
     "throughput": throughput,
@@ -195,7 +259,10 @@ WORKLOADS = {
 
 def main() -> None:
     p = _common.params()
-    result = asyncio.run(WORKLOADS[p["workload"]](p))
+    if p.get("mode") == "sync":
+        result = SYNC_WORKLOADS[p["workload"]](p)
+    else:
+        result = asyncio.run(WORKLOADS[p["workload"]](p))
     result["pid"] = os.getpid()
     _common.emit(result)
     # DBOS.destroy() waits on background threads and, in the idle workload, on 10,000
