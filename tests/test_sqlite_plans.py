@@ -1,0 +1,73 @@
+"""The statements a worker runs all the time stay cheap however many runs a database holds.
+
+SQLite's planner has no statistics unless ``ANALYZE`` ran, and without them it guesses
+that ``status = 'running'`` narrows a search better than a range on ``wake_at``: on a
+database of 100,000 sleeping runs that turned each claim into a scan and a sort of every
+running run (40 ms, several times a second). The hot statements name the index they must
+use; these tests read their plans on a database full of sleeping runs and an empty one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+import plait
+from plait.store.sqlite.store import SQL
+
+RUNS = 20_000
+app = plait.App("plans")
+
+
+async def _schema(path: Path) -> None:
+    async with plait.Engine(app, f"sqlite:///{path}", workers=False):
+        pass
+
+
+def _fill(path: Path) -> None:
+    """Sleeping runs as a worker leaves them: running, unleased, due in an hour."""
+    later = time.time() + 3600
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN")
+    conn.executemany(
+        "INSERT INTO plait_runs (id, workflow, kind, status, input, created_at, updated_at,"
+        " wake_at, wakeups) VALUES (?, 'nap', 'workflow', 'running', '1', ?, ?, ?, 1)",
+        [(f"r{n:06d}", later - 3600, later - 3600, later + n) for n in range(RUNS)],
+    )
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def _plan(conn: sqlite3.Connection, name: str, params: tuple[object, ...]) -> str:
+    rows = conn.execute("EXPLAIN QUERY PLAN " + SQL[name], params).fetchall()
+    return " | ".join(str(row[3]) for row in rows)
+
+
+@pytest.mark.parametrize("filled", [True, False], ids=["100k-like", "empty"])
+async def test_claims_and_the_next_wake_up_search_an_index(tmp_path: Path, filled: bool) -> None:
+    path = tmp_path / "plans.db"
+    await _schema(path)
+    if filled:
+        _fill(path)
+    conn = sqlite3.connect(path)
+    now = time.time()
+    plans = {
+        "claim_due_runs": _plan(conn, "claim_due_runs", ("w", now + 60, now, now, 64)),
+        "next_due_runs": _plan(conn, "next_due_runs", ()),
+        "sweep_idle": _plan(conn, "sweep_idle", (now, now, 600.0, 30.0, 100)),
+    }
+    conn.close()
+    for name, plan in plans.items():
+        assert "TEMP B-TREE" not in plan, f"{name} sorts: {plan}"
+        bare = [
+            part
+            for part in plan.split(" | ")
+            if part.startswith(("SCAN plait_", "SCAN r ")) and "INDEX" not in part
+        ]
+        assert not bare, f"{name} reads a whole table: {plan}"
+        assert "plait_runs_status" not in plan, f"{name} walks every running run: {plan}"
+    assert "plait_runs_due" in plans["claim_due_runs"], plans["claim_due_runs"]
+    assert "plait_runs_idle" in plans["sweep_idle"], plans["sweep_idle"]
