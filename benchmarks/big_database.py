@@ -1,0 +1,170 @@
+"""What a database of many ended runs costs live work: start, claim and list latencies.
+
+    .venv/bin/python benchmarks/big_database.py              # SQLite and PostgreSQL
+    .venv/bin/python benchmarks/big_database.py --runs 100000 --sqlite-only
+
+For each store: a fresh database, empty, and the same with ``--runs`` (1,000,000) ended
+runs already in it (each with one step, as old as a retention window would keep them).
+On each, three latencies, medians of ``--samples`` (200) calls:
+
+* **start**: ``engine.start`` of a one-step workflow (no worker: the write of the run);
+* **claim**: ``store.claim_due_runs`` taking one due run, as a worker's loop does;
+* **list**: the first page (50) of ``engine.list_runs`` with a workflow and a status
+  filter (the running runs of one workflow, as the dashboard asks).
+
+The figure that matters is the ratio of the full database to the empty one: indexes
+must keep each of them where it was, whatever the history behind it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sqlite3
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import plait
+from plait.testing.postgres import TemporaryCluster
+
+app = plait.App("bench-big")
+
+
+@app.function
+async def one(data: int) -> int:
+    return data
+
+
+@app.workflow
+async def tiny(wf: plait.Workflow, data: int) -> int:
+    return await wf.do("one", one, data)
+
+
+def fill_sqlite(path: Path, runs: int) -> None:
+    old = time.time() - 20 * 86400
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN")
+    for start in range(0, runs, 50_000):
+        ids = [f"old-{n:08d}" for n in range(start, min(runs, start + 50_000))]
+        conn.executemany(
+            "INSERT INTO plait_runs (id, workflow, kind, status, input, output, created_at,"
+            " updated_at, wakeups) VALUES (?, ?, 'workflow', 'completed', '1', '1', ?, ?, 1)",
+            [(i, "tiny" if n % 2 else "other", old + n, old + n) for n, i in enumerate(ids)],
+        )
+        conn.executemany(
+            "INSERT INTO plait_steps (run_id, key, seq, name, kind, function, status, input,"
+            " output, attempts, invocation_id, created_at, updated_at) VALUES"
+            " (?, 'one', 0, 'one', 'do', 'one', 'succeeded', '1', '1', 1, ?, ?, ?)",
+            [(i, f"{i}:one", old, old) for i in ids],
+        )
+    conn.execute("COMMIT")
+    conn.close()
+
+
+async def fill_postgres(url: str, runs: int) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(
+            """
+            INSERT INTO plait.runs (id, workflow, kind, status, input, output, created_at,
+                updated_at, wakeups)
+            SELECT 'old-' || lpad(g::text, 8, '0'),
+                   CASE WHEN g % 2 = 1 THEN 'tiny' ELSE 'other' END, 'workflow',
+                   'completed', '1', '1', now() - interval '20 days' + g * interval '1 ms',
+                   now() - interval '20 days' + g * interval '1 ms', 1
+            FROM generate_series(0, $1 - 1) AS g""",
+            runs,
+        )
+        await conn.execute(
+            """
+            INSERT INTO plait.steps (run_id, key, seq, name, kind, function, status, input,
+                output, attempts, invocation_id, created_at, updated_at)
+            SELECT id, 'one', 0, 'one', 'do', 'one', 'succeeded', '1', '1', 1, id || ':one',
+                   created_at, created_at
+            FROM plait.runs WHERE id LIKE 'old-%'"""
+        )
+        await conn.execute("VACUUM ANALYZE")
+    finally:
+        await conn.close()
+
+
+async def _median_ms(samples: int, call: Callable[[int], Awaitable[Any]]) -> float:
+    took = []
+    for n in range(samples):
+        t0 = time.perf_counter()
+        await call(n)
+        took.append(time.perf_counter() - t0)
+    return statistics.median(took) * 1000
+
+
+async def latencies(url: str, samples: int) -> dict[str, float]:
+    async with plait.Engine(app, url, workers=False) as engine:
+        for n in range(20):  # warm the statements and the caches
+            await engine.start("tiny", n)
+        start = await _median_ms(samples, lambda n: engine.start("tiny", n))
+        claim = await _median_ms(
+            samples, lambda n: engine.store.claim_due_runs(f"bench-{n}", 60.0, 1)
+        )
+        listing = await _median_ms(
+            samples, lambda n: engine.list_runs(workflow="tiny", status="running")
+        )
+    return {"start": start, "claim": claim, "list": listing}
+
+
+async def measure(
+    store: str, runs: int, samples: int, where: Path, pg: TemporaryCluster | None
+) -> dict[str, dict[str, float]]:
+    out = {}
+    for label, count in (("empty", 0), ("full", runs)):
+        if store == "sqlite":
+            path = where / f"{label}.db"
+            url = f"sqlite:///{path}"
+            async with plait.Engine(app, url, workers=False):
+                pass  # the schema
+            if count:
+                fill_sqlite(path, count)
+        else:
+            assert pg is not None
+            url = str(pg.create_database(f"big_{label}"))
+            async with plait.Engine(app, url, workers=False):
+                pass
+            if count:
+                await fill_postgres(url, count)
+        out[label] = await latencies(url, samples)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=1_000_000, help="ended runs (1,000,000)")
+    parser.add_argument("--samples", type=int, default=200, help="calls per latency (200)")
+    parser.add_argument("--sqlite-only", action="store_true", help="skip PostgreSQL")
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.samples < 1:
+        parser.error("--runs and --samples must be at least 1")
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="plait-big-") as tmp:
+        where = Path(tmp)
+        results["SQLite"] = asyncio.run(measure("sqlite", args.runs, args.samples, where, None))
+        if not args.sqlite_only:
+            with TemporaryCluster(fsync=True) as pg:
+                results["PostgreSQL"] = asyncio.run(
+                    measure("postgres", args.runs, args.samples, where, pg)
+                )
+    print(f"{args.runs:,} ended runs against an empty database; median ms of {args.samples}")
+    print(f"{'store':<11} {'latency':<8} {'empty':>8} {'full':>8} {'full/empty':>11}")
+    for store, got in results.items():
+        for what in ("start", "claim", "list"):
+            empty, full = got["empty"][what], got["full"][what]
+            print(f"{store:<11} {what:<8} {empty:>8.3f} {full:>8.3f} {full / empty:>10.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
