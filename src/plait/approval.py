@@ -11,7 +11,7 @@ the gate with the same rules. Nothing here touches a database.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 
@@ -76,10 +76,11 @@ def gate_info(step_input: str | None) -> dict[str, Any]:
 
 def envelope(data: Any, decided_by: str | None, decided_at: float) -> str:
     """A decision as its stored message, which the pass reads back."""
-    return serde.dumps(
+    text = serde.dumps(
         {"data": data, "decided_by": decided_by, "decided_at": decided_at},
         what="the data of the decision",
     )
+    return cast(str, text)  # None only for None, never for a dict
 
 
 def reason(code: str, message: str, found: list[dict[str, str]] | None = None) -> str:
@@ -87,7 +88,7 @@ def reason(code: str, message: str, found: list[dict[str, str]] | None = None) -
     record: dict[str, Any] = {"code": code, "message": message}
     if found:
         record["problems"] = found
-    return serde.dumps(record)
+    return cast(str, serde.dumps(record))  # None only for None, never for a dict
 
 
 __all__ = [

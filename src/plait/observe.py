@@ -207,6 +207,8 @@ class _NoReport:
     (cheaper than a branch around the attempt's code)."""
 
     __slots__ = ("outcome",)
+    #: set by the attempt like ``AttemptReport.outcome``, and never read
+    outcome: Outcome | None
 
     def __enter__(self) -> _NoReport:
         return self

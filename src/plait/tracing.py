@@ -20,9 +20,11 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
+from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context, propagate, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Status, StatusCode
 
 from plait.store.base import RunRow, StepRow
@@ -106,7 +108,7 @@ class Tracing:
 class _StepSpan:
     __slots__ = ("span", "token")
 
-    def __init__(self, span: Any, token: object) -> None:
+    def __init__(self, span: Any, token: Token[Context]) -> None:
         self.span = span
         self.token = token
 

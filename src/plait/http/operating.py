@@ -9,7 +9,7 @@ access to the run, and the fork keeps its owner.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
@@ -21,6 +21,7 @@ from plait.errors import RunIdTakenError
 from plait.http.auth import Principal
 from plait.http.problems import ApiError, bad_input, invalid, validate
 from plait.http.schemas import json_body
+from plait.records import ApprovalStatus
 
 #: the statuses ``GET /api/approvals`` takes
 APPROVAL_STATUSES = ("open", "decided", "expired")
@@ -57,7 +58,7 @@ class Operating:
                 "query string",
             )
         user = None if principal.unrestricted else principal.user
-        gates = await self.engine.list_approvals(status=status, user=user)
+        gates = await self.engine.list_approvals(status=cast(ApprovalStatus, status), user=user)
         return JSONResponse({"approvals": [g.to_dict() for g in gates]})
 
     async def decide(self, request: Request, principal: Principal) -> Response:

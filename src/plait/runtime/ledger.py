@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Coroutine
 from typing import Any
 
 from plait import errors, ids, serde
@@ -133,7 +134,7 @@ class Ledger:
         self.host.published(self.run.id)
 
     # -- tasks --------------------------------------------------------------------------------
-    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Start a step's work as a task the pass keeps, so it can wait for every one of
         them (even after the workflow stopped waiting) before it records its outcome and
         gives up the lease."""

@@ -21,7 +21,12 @@ import collections
 import contextvars
 from asyncio import events
 from collections.abc import Callable, Coroutine
-from typing import Any
+from concurrent.futures import Executor
+from typing import Any, TypeVar, TypeVarTuple, Unpack
+
+#: a callback's arguments, as asyncio's own signatures type them
+Ts = TypeVarTuple("Ts")
+T = TypeVar("T")
 
 _CLOCK_REFUSED = (
     "workflow code cannot wait on the clock (asyncio.sleep with a delay, asyncio.timeout, "
@@ -95,8 +100,8 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     # -- what asyncio calls -----------------------------------------------------------------
     def call_soon(
         self,
-        callback: Callable[..., Any],
-        *args: Any,
+        callback: Callable[[Unpack[Ts]], object],
+        *args: *Ts,
         context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
         handle = _Handle(callback, args, context)
@@ -105,8 +110,8 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
 
     def call_soon_threadsafe(
         self,
-        callback: Callable[..., Any],
-        *args: Any,
+        callback: Callable[[Unpack[Ts]], object],
+        *args: *Ts,
         context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
         raise RuntimeError("workflow code cannot be called from another thread")
@@ -114,8 +119,8 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     def call_later(
         self,
         delay: float,
-        callback: Callable[..., Any],
-        *args: Any,
+        callback: Callable[[Unpack[Ts]], object],
+        *args: *Ts,
         context: contextvars.Context | None = None,
     ) -> asyncio.TimerHandle:
         raise ClockRefused(_CLOCK_REFUSED)
@@ -123,8 +128,8 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     def call_at(
         self,
         when: float,
-        callback: Callable[..., Any],
-        *args: Any,
+        callback: Callable[[Unpack[Ts]], object],
+        *args: *Ts,
         context: contextvars.Context | None = None,
     ) -> asyncio.TimerHandle:
         raise ClockRefused(_CLOCK_REFUSED)
@@ -174,7 +179,9 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     def get_exception_handler(self) -> None:
         return None
 
-    def run_in_executor(self, executor: Any, func: Callable[..., Any], *args: Any) -> Any:
+    def run_in_executor(
+        self, executor: Executor | None, func: Callable[[Unpack[Ts]], T], *args: *Ts
+    ) -> asyncio.Future[T]:
         raise RuntimeError("workflow code cannot run work in an executor; put it in a step (wf.do)")
 
     def _timer_handle_cancelled(self, handle: asyncio.TimerHandle) -> None:

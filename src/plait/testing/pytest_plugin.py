@@ -34,7 +34,8 @@ DATABASE_ENV = "PLAIT_TEST_DATABASE_URL"
 try:
     import pytest_asyncio
 except ImportError:  # pragma: no cover - the dev extra installs it
-    pytest_asyncio = None
+    # the plugin still loads, and its async fixture says what to install
+    pytest_asyncio = None  # type: ignore[assignment]
 
 
 @pytest.fixture

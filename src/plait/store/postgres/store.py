@@ -110,6 +110,17 @@ _REOPEN_ACTIONS = {"suspended": "resume", "failed": "retry"}
 
 #: the columns of RunRow read by position (those of schema version 1, idle_sweeps aside)
 _RUN_BASE_FIELDS = 18
+#: the columns migrations added to runs since, in RunRow's order
+_RUN_ADDED_FIELDS = (
+    "queue",
+    "queue_key",
+    "priority",
+    "dedup",
+    "scheduled_at",
+    "admitted_at",
+    "forked_from",
+    "trace",
+)
 _STEP_FIELDS = len(dataclasses.fields(StepRow))
 #: the most children get_children returns (the newest ones)
 _MAX_CHILDREN = 10_000
@@ -237,17 +248,7 @@ def _run_row(rec: Any) -> RunRow:
     """A runs row (a composite record) as a RunRow: the columns every version had by
     position, the ones added later by name (migrations append columns in their order)."""
     values = tuple(rec)
-    return RunRow(
-        *values[:_RUN_BASE_FIELDS],
-        rec["queue"],
-        rec["queue_key"],
-        rec["priority"],
-        rec["dedup"],
-        rec["scheduled_at"],
-        rec["admitted_at"],
-        rec["forked_from"],
-        trace=rec["trace"],
-    )
+    return RunRow(*values[:_RUN_BASE_FIELDS], *[rec[name] for name in _RUN_ADDED_FIELDS])
 
 
 def _schedule_row(rec: Any) -> ScheduleRow:
@@ -785,7 +786,7 @@ class PostgresStore:
         return None if rec is None else _run(rec)
 
     async def send_event(self, run_id: str, name: str, payload: str | None) -> bool:
-        return await self._action(
+        sent: bool = await self._action(
             f"send event {name!r} to",
             run_id,
             "fetchval",
@@ -794,6 +795,7 @@ class PostgresStore:
             payload,
             self._now(),
         )
+        return sent
 
     # -- queues ----------------------------------------------------------------------------------
     async def admit_runs(
