@@ -35,9 +35,9 @@ def check_policy(approvers: object, name: str) -> Policy:
             f"or a list of user ids, got {approvers!r}"
         )
     if isinstance(approvers, Sequence) and approvers:
-        users = list(approvers)
+        users: list[object] = list(cast(Sequence[object], approvers))
         if all(isinstance(u, str) and u for u in users):
-            return users
+            return cast(list[str], users)
     raise ValueError(
         f"approval {name!r}: approvers must be one of {', '.join(POLICIES)} "
         f"or a non-empty list of user ids, got {approvers!r}"
@@ -61,8 +61,12 @@ def problems(schema: dict[str, Any] | None, data: Any) -> list[dict[str, str]]:
     if schema is None:
         return []
     validator = jsonschema.Draft202012Validator(schema)
-    found = []
-    for error in sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path)):
+    found: list[dict[str, str]] = []
+    # the stubs type a deprecated second form of ``iter_errors`` with an untyped parameter
+    errors: list[jsonschema.ValidationError] = list(
+        validator.iter_errors(data)  # pyright: ignore[reportUnknownMemberType]
+    )
+    for error in sorted(errors, key=lambda e: list(e.absolute_path)):
         field = ".".join(str(part) for part in error.absolute_path)
         found.append({"field": field, "message": error.message})
     return found
@@ -71,7 +75,7 @@ def problems(schema: dict[str, Any] | None, data: Any) -> list[dict[str, str]]:
 def gate_info(step_input: str | None) -> dict[str, Any]:
     """What a gate stored when reached: name, schema, approvers, expires_at."""
     info = serde.loads(step_input)
-    return info if isinstance(info, dict) else {}
+    return cast(dict[str, Any], info) if isinstance(info, dict) else {}
 
 
 def envelope(data: Any, decided_by: str | None, decided_at: float) -> str:

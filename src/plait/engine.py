@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Literal, Self, TypedDict, TypeVar, Unpack, overload
+from typing import Any, Literal, Self, TypedDict, TypeVar, Unpack, cast, overload
 
 from plait import approval, errors, ids, queues, retention, schedules, serde
 from plait.app import App
@@ -858,7 +858,8 @@ class Engine:
     async def _closed_how(self, run_id: str, gate: StepRow) -> str:
         for step in await self.store.get_steps(run_id):
             if step.key == gate.key:
-                output = step.output if isinstance(step.output, dict) else {}
+                recorded = step.output
+                output = cast(dict[str, Any], recorded) if isinstance(recorded, dict) else {}
                 return "expired" if output.get("expired") else "decided"
         return "decided"
 
@@ -877,7 +878,7 @@ class Engine:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"invalid limit: {limit!r}")
         step_status = {"open": "pending", None: None}.get(status, "succeeded")
-        found = []
+        found: list[Approval] = []
         for gate in await self.store.list_gates(step_status, limit):
             info = approval.gate_info(gate.step.input)
             state = "open" if gate.step.status == "pending" else _gate_outcome(gate.step)
@@ -907,9 +908,9 @@ class Engine:
         """Every decision sent to the run's approval gates, oldest first: accepted,
         refused (with why) or still held, with who sent it and when."""
         await self.get_run(run_id)
-        found = []
+        found: list[ApprovalDecision] = []
         for item in await self.store.get_decisions(run_id):
-            payload = serde.loads(item["payload"]) or {}
+            payload: dict[str, Any] = serde.loads(item["payload"]) or {}
             found.append(
                 _decision_record(
                     run_id,
@@ -1109,7 +1110,8 @@ _VALUE_SAFETY_MAX = 5.0
 
 def _gate_outcome(step: StepRow) -> str:
     output = serde.loads(step.output)
-    return "expired" if isinstance(output, dict) and output.get("expired") else "decided"
+    expired = isinstance(output, dict) and cast(dict[str, Any], output).get("expired")
+    return "expired" if expired else "decided"
 
 
 def _decision_record(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +56,7 @@ class Tracing:
         return json.dumps(carrier, separators=(",", ":"), sort_keys=True)
 
     @contextlib.contextmanager
-    def pass_span(self, run: RunRow) -> Iterator[Any]:
+    def pass_span(self, run: RunRow) -> Generator[Any, None, None]:
         attributes = {"plait.run_id": run.id, "plait.workflow": run.workflow}
         with self._tracer.start_as_current_span(
             "plait.pass", context=_restore(run.trace), attributes=attributes

@@ -442,7 +442,7 @@ class Worker:
         """The limits of the app's queues that have any, with the queued functions each
         admits; read each time, like the functions."""
         app = self.catalog.app
-        limits = []
+        limits: list[QueueLimits] = []
         for queue in sorted(app.queues.values(), key=lambda q: q.name):
             if not queue.limited:
                 continue

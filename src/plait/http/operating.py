@@ -24,7 +24,7 @@ from plait.http.schemas import json_body
 from plait.records import ApprovalStatus
 
 #: the statuses ``GET /api/approvals`` takes
-APPROVAL_STATUSES = ("open", "decided", "expired")
+APPROVAL_STATUSES: tuple[ApprovalStatus, ...] = ("open", "decided", "expired")
 
 
 class ForkRun(BaseModel):
@@ -58,7 +58,7 @@ class Operating:
                 "query string",
             )
         user = None if principal.unrestricted else principal.user
-        gates = await self.engine.list_approvals(status=cast(ApprovalStatus, status), user=user)
+        gates = await self.engine.list_approvals(status=status, user=user)
         return JSONResponse({"approvals": [g.to_dict() for g in gates]})
 
     async def decide(self, request: Request, principal: Principal) -> Response:
@@ -67,10 +67,7 @@ class Operating:
         data = await json_body(request)
         run = await self.engine.get_run(run_id)
         steps = await self.engine.get_steps(run_id)
-        reached = any(
-            s.kind == "approval" and isinstance(s.input, dict) and s.input.get("name") == name
-            for s in steps
-        )
+        reached = any(s.kind == "approval" and _gate_name(s.input) == name for s in steps)
         if not reached:
             principal.require_access(run)
         try:
@@ -154,6 +151,11 @@ def openapi_paths(
             }
         },
     }
+
+
+def _gate_name(recorded: Any) -> Any:
+    """The name an approval step recorded as its input (None for anything else)."""
+    return cast(dict[str, Any], recorded).get("name") if isinstance(recorded, dict) else None
 
 
 __all__ = ["APPROVAL_STATUSES", "ForkRun", "Operating", "openapi_paths"]

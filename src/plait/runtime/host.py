@@ -54,7 +54,7 @@ class Host(Protocol):
         interrupted."""
         ...
 
-    def commit(self, batch: Batch) -> Awaitable[bool]:
+    def commit(self, batch: Batch, /) -> Awaitable[bool]:
         """Commit a pass's writes (see ``Store.commit``)."""
         ...
 

@@ -29,7 +29,7 @@ class PassResult:
     """How a pass ended, for the worker that drove it."""
 
     status: str  # running (paused), completed, failed, cancelled, suspended
-    children: list[str] = dataclasses.field(default_factory=list)
+    children: list[str] = dataclasses.field(default_factory=list)  # pyright: ignore[reportUnknownVariableType]
     queued: bool = False
     #: set once the pass gave its lease back with its last writes: due again at once?
     again: bool | None = None
@@ -246,7 +246,7 @@ class Ledger:
         reached again; otherwise the code took another path than the recorded one."""
         if not self.foreign_version:
             return
-        unreached = [k for k, s in self.steps.items() if k not in self.visited]
+        unreached = [k for k in self.steps if k not in self.visited]
         if unreached:
             first = min(unreached, key=lambda k: self.steps[k].seq)
             self.conflict = (

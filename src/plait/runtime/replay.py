@@ -18,7 +18,7 @@ import collections
 import contextlib
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import pydantic
 
@@ -227,7 +227,7 @@ class CodeReplay:
         else:
             ledger.check_same(step, "approval", None)
         if step.status == "succeeded":
-            decided = serde.loads(step.output) or {}
+            decided: dict[str, Any] = serde.loads(step.output) or {}
             if decided.get("expired"):
                 self._refuse_held(key, name, "expired")
                 return Decision(name, True)
@@ -241,7 +241,7 @@ class CodeReplay:
                 self._refuse_held(key, name, "decided")
                 return decision
         for event in self._held(name):
-            payload = serde.loads(event.payload) or {}
+            payload: dict[str, Any] = serde.loads(event.payload) or {}
             refusal = self._judge(step, schema, payload)
             if refusal is not None:
                 ledger.add([TakeDecision(key, "refused", refusal, event.id)])
@@ -541,10 +541,10 @@ def _principal(exc: BaseException) -> BaseException:
     while stack:
         current = stack.pop(0)
         if isinstance(current, BaseExceptionGroup):
-            stack[:0] = current.exceptions
+            stack[:0] = cast(BaseExceptionGroup[BaseException], current).exceptions
         elif isinstance(current, Cancel | StepError):
             return current
-    return exc
+    return cast(BaseException, exc)
 
 
 def _suspended(call: StepCall[Any]) -> EndRun:

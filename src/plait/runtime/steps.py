@@ -104,7 +104,7 @@ def child_step_end(
     serves every run a cancel ends (the step row still names its child)."""
     if status == "completed":
         return StepEnd("succeeded", output, None)
-    child_error = serde.loads(error) or {}
+    child_error: dict[str, Any] = serde.loads(error) or {}
     message = child_error.get("message", status)
     record = {
         "message": f"child run {child_id} {status}: {message}"
@@ -220,7 +220,8 @@ def open_suspend(step: StepRow, worker: str | None, now: float) -> list[Op]:
 def resume_suspend(step: StepRow, now: float) -> list[Op]:
     """An open suspend is released: its attempt succeeds with when it was resumed."""
     opened = serde.loads(step.input)
-    output = {**(opened if isinstance(opened, dict) else {}), "resumed_at": now}
+    fields = cast(dict[str, Any], opened) if isinstance(opened, dict) else {}
+    output = {**fields, "resumed_at": now}
     step.status, step.output, step.updated_at = "succeeded", serde.dumps(output), now
     return [FinishAttempt(step, step.attempts, "succeeded", step.output)]
 
@@ -262,7 +263,7 @@ def resume_ops(recorded: Iterable[StepRow], now: float, reason: str | None = Non
 
 def _reason(step: StepRow) -> str | None:
     opened = serde.loads(step.input)
-    return opened.get("reason") if isinstance(opened, dict) else None
+    return cast(dict[str, Any], opened).get("reason") if isinstance(opened, dict) else None
 
 
 def retry_ops(recorded: Iterable[StepRow], now: float) -> list[Op]:

@@ -86,10 +86,11 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         try:
             while ready:
                 handle = ready.popleft()
-                if handle._cancelled:
+                # the loop reads the fields of its own handle class
+                if handle._cancelled:  # pyright: ignore[reportPrivateUsage]
                     continue
                 try:
-                    handle._context.run(handle._callback, *handle._args)
+                    handle._context.run(handle._callback, *handle._args)  # pyright: ignore[reportPrivateUsage]
                 except (SystemExit, KeyboardInterrupt):
                     raise
                 except BaseException as exc:  # what asyncio's loop does: report, go on
@@ -158,7 +159,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         return None
 
     #: asked by every future and handle made on the loop; a C-level callable, not a method
-    get_debug = False.__bool__
+    get_debug = False.__bool__  # pyright: ignore[reportAssignmentType]
 
     def is_running(self) -> bool:
         return True

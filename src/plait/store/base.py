@@ -489,8 +489,14 @@ class Store(Protocol):
     protocol means in practice: a store that passes it is a store."""
 
     url: str
-    #: where the store reads the time it writes and compares (``plait.clock``)
-    clock: Clock
+
+    @property
+    def clock(self) -> Clock:
+        """Where the store reads the time it writes and compares (``plait.clock``)."""
+        ...
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None: ...
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...

@@ -67,7 +67,9 @@ def plait_database_url(tmp_path: Path) -> Iterator[str]:
 if pytest_asyncio is not None:
 
     @pytest_asyncio.fixture
-    async def plait_engine(plait_app: Any, plait_database_url: str) -> AsyncIterator[TestEngine]:
+    async def plait_engine(  # pyright: ignore[reportRedeclaration]
+        plait_app: Any, plait_database_url: str
+    ) -> AsyncIterator[TestEngine]:
         """A ``TestEngine`` for ``plait_app`` on ``plait_database_url``, in virtual time."""
         from plait.testing.engine import TestEngine
 

@@ -27,7 +27,7 @@ import dataclasses
 import hashlib
 import logging
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import asyncpg
@@ -516,7 +516,7 @@ class PostgresStore:
         # a new pass of this run starts: an earlier pass's failed write no longer matters
         if self._tainted:
             self._tainted = {t for t in self._tainted if t[0] != run_id}
-        steps = {}
+        steps: dict[str, StepRow] = {}
         for rec in row["steps"]:
             step = _step_row(rec)
             steps[step.key] = step
@@ -597,7 +597,7 @@ class PostgresStore:
         return bool(due)
 
     @contextlib.asynccontextmanager
-    async def _in_order(self, run_id: str) -> AsyncIterator[None]:
+    async def _in_order(self, run_id: str) -> AsyncGenerator[None, None]:
         """Apply this process's writes to one run in the order they were issued, as the
         SQLite store's single writer does. Pool connections would otherwise let a later
         write overtake one still in flight: a pass cancelled twice releases its lease while

@@ -32,7 +32,8 @@ SQL = queries.load("sqlite")
 # about half a microsecond for each NULL, and a step's writes bind a dozen of them. An
 # adapter that hands ``None`` back makes the lookup a hit, and the value still binds as
 # NULL. It changes nothing for any other user of sqlite3 in the process.
-sqlite3.register_adapter(type(None), cast("Callable[[None], None]", {}.get))
+_NONE: dict[None, None] = {}
+sqlite3.register_adapter(type(None), cast("Callable[[None], None]", _NONE.get))
 _BEGIN = SQL["begin"]
 _BEGIN_IMMEDIATE = SQL["begin_immediate"]
 _COMMIT = SQL["commit"]
