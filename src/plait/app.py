@@ -333,6 +333,7 @@ class App:
             adapter=adapter,
             queue=queue,
         )
+        # a marker on the user's function: ``wf.do`` finds its name without a search
         fn.__plait_function__ = fname  # type: ignore[attr-defined]
         return fn
 
@@ -376,6 +377,7 @@ class App:
         )
         self.workflows[wname] = wdef
         self.workflow_versions.setdefault(wname, {})[wdef.version] = wdef
+        # a marker on the user's function: ``engine.run(fn)`` finds its name by it
         fn.__plait_workflow__ = wname  # type: ignore[attr-defined]
         return fn
 

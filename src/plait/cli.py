@@ -7,7 +7,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
@@ -123,10 +123,10 @@ def parse_time(text: str | None, what: str) -> datetime | None:
     return moment
 
 
-def run_async(make: Callable[[], Awaitable[T]]) -> T:
+def run_async(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run a coroutine and turn plait's own errors into one-line messages."""
     try:
-        return asyncio.run(make())  # type: ignore[arg-type]
+        return asyncio.run(make())
     except UsageError as exc:
         fail(str(exc))
     except (PlaitError, ValueError, TypeError) as exc:

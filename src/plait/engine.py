@@ -855,7 +855,7 @@ class Engine:
         self._poke(run_id)
         return _decision_record(run_id, name, data, decided_by, now, "accepted", None, now)
 
-    async def _closed_how(self, run_id: str, gate: StepRow) -> str:
+    async def _closed_how(self, run_id: str, gate: StepRow) -> Literal["expired", "decided"]:
         for step in await self.store.get_steps(run_id):
             if step.key == gate.key:
                 recorded = step.output
@@ -1108,7 +1108,7 @@ _VALUE_SAFETY = 1.0
 _VALUE_SAFETY_MAX = 5.0
 
 
-def _gate_outcome(step: StepRow) -> str:
+def _gate_outcome(step: StepRow) -> Literal["expired", "decided"]:
     output = serde.loads(step.output)
     expired = isinstance(output, dict) and cast(dict[str, Any], output).get("expired")
     return "expired" if expired else "decided"

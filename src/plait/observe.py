@@ -188,6 +188,7 @@ class AttemptReport:
         took = time.perf_counter() - self._began
         telemetry, step = self.telemetry, self.step
         if self._span is not None:
+            # a span is begun only when tracing is on
             telemetry.tracing.end_step(self._span, self.outcome)  # type: ignore[union-attr]
         status = self.status()
         if telemetry.metrics is not None:

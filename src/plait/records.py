@@ -61,7 +61,9 @@ def _jsonable(value: Any) -> Any:
 class _Record:
     def to_dict(self) -> dict[str, Any]:
         """A plain dict with datetimes as ISO strings, ready for ``json.dumps``."""
-        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        # every record class is a dataclass; this base is not one
+        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        return {f.name: _jsonable(getattr(self, f.name)) for f in fields}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,8 +196,7 @@ class Approval(_Record):
     workflow: str
     name: str
     key: str
-    #: open, decided or expired
-    status: str
+    status: ApprovalStatus
     #: the JSON Schema of the decision's data (None: any JSON)
     schema: dict[str, Any] | None
     approvers: str | list[str]

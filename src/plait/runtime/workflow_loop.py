@@ -107,7 +107,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     ) -> asyncio.Handle:
         handle = _Handle(callback, args, context)
         self._ready.append(handle)
-        return handle  # type: ignore[return-value]
+        return handle  # type: ignore[return-value]  # has every method asyncio calls on one
 
     def call_soon_threadsafe(
         self,
