@@ -18,6 +18,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff format --no-cache --check src tests examples benchmarks
 	$(BIN)/ruff check --no-cache src tests examples benchmarks
+	$(BIN)/python -m mypy
+	$(BIN)/pyright --pythonpath $(BIN)/python
 	$(BIN)/python -m pytest -q -rs
 
 bench: $(STAMP)
@@ -29,4 +31,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check --fix src tests examples benchmarks
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache

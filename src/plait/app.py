@@ -11,8 +11,9 @@ import hashlib
 import inspect
 import logging
 import textwrap
-from collections.abc import Callable
-from typing import Any, overload
+from collections.abc import Callable, Coroutine
+from datetime import timedelta
+from typing import Any, TypeVar, overload
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -22,6 +23,11 @@ from plait.errors import WorkflowNotFoundError
 from plait.queues import Queue, check_queue_name, make_queue
 from plait.retry import RetryPolicy, parse_retries, parse_retry_delay, resolve_policy
 from plait.schedules import ScheduleSpec, make_spec
+
+#: a registered function: any callable, handed back unchanged by ``@app.function``
+F = TypeVar("F", bound=Callable[..., Any])
+#: a registered workflow: an async function, handed back unchanged by ``@app.workflow``
+W = TypeVar("W", bound=Callable[..., Coroutine[Any, Any, Any]])
 
 _PLAIN = (inspect.Parameter.empty, Any, dict, object, "dict", "Any", "object")
 
@@ -42,7 +48,7 @@ class FunctionDef:
     fn: Callable[..., Any]
     queued: bool = False
     retries: int | None = None
-    retry_delay: float | str | None = None
+    retry_delay: float | str | timedelta | None = None
     timeout: float | None = None
     on_error: str | None = None
     takes_data: bool = True
@@ -230,7 +236,7 @@ class App:
         self,
         name: str,
         *,
-        workflow: str,
+        workflow: str | Callable[..., Coroutine[Any, Any, Any]],
         cron: str | None = None,
         every: float | str | None = None,
         input: Any = None,
@@ -258,38 +264,42 @@ class App:
 
     # -- functions -------------------------------------------------------------------
     @overload
-    def function(self, fn: Callable[..., Any], /) -> Callable[..., Any]: ...
+    def function(self, fn: F, /) -> F: ...
     @overload
     def function(
         self,
+        /,
         *,
         name: str | None = None,
         queued: bool = False,
         retries: int | None = None,
-        retry_delay: float | str | None = None,
-        timeout: float | str | None = None,
+        retry_delay: float | str | timedelta | None = None,
+        timeout: float | str | timedelta | None = None,
         on_error: str | None = None,
         queue: str | None = None,
-    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
+    ) -> Callable[[F], F]: ...
 
-    def function(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
-        """Register a function (sync or async) that workflows call by name or object."""
+    def function(self, fn: F | None = None, /, **options: Any) -> F | Callable[[F], F]:
+        """Register a function (sync or async) that workflows call by name or object.
+
+        The function comes back unchanged, so it stays callable as plain Python and keeps
+        its signature for type checkers (``wf.do`` types a step by it)."""
         if fn is not None:
             return self._add_function(fn, **options)
         return lambda f: self._add_function(f, **options)
 
     def _add_function(
         self,
-        fn: Callable[..., Any],
+        fn: F,
         *,
         name: str | None = None,
         queued: bool = False,
         retries: int | None = None,
-        retry_delay: float | str | None = None,
-        timeout: float | str | None = None,
+        retry_delay: float | str | timedelta | None = None,
+        timeout: float | str | timedelta | None = None,
         on_error: str | None = None,
         queue: str | None = None,
-    ) -> Callable[..., Any]:
+    ) -> F:
         fname = name or getattr(fn, "__name__", None)
         if not isinstance(fname, str) or not fname:
             raise TypeError("a function needs a name: pass name=...")
@@ -323,31 +333,33 @@ class App:
             adapter=adapter,
             queue=queue,
         )
+        # a marker on the user's function: ``wf.do`` finds its name without a search
         fn.__plait_function__ = fname  # type: ignore[attr-defined]
         return fn
 
     # -- workflows -------------------------------------------------------------------
     @overload
-    def workflow(self, fn: Callable[..., Any], /) -> Callable[..., Any]: ...
+    def workflow(self, fn: W, /) -> W: ...
     @overload
     def workflow(
-        self, *, name: str | None = None, version: str | None = None, queue: str | None = None
-    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
+        self, /, *, name: str | None = None, version: str | None = None, queue: str | None = None
+    ) -> Callable[[W], W]: ...
 
-    def workflow(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
-        """Register an async workflow ``(wf, data) -> output``."""
+    def workflow(self, fn: W | None = None, /, **options: Any) -> W | Callable[[W], W]:
+        """Register an async workflow ``(wf, data) -> output``. The function comes back
+        unchanged: ``engine.run(fn, data)`` is typed by its output annotation."""
         if fn is not None:
             return self._add_workflow(fn, **options)
         return lambda f: self._add_workflow(f, **options)
 
     def _add_workflow(
         self,
-        fn: Callable[..., Any],
+        fn: W,
         *,
         name: str | None = None,
         version: str | None = None,
         queue: str | None = None,
-    ) -> Callable[..., Any]:
+    ) -> W:
         wname = name or fn.__name__
         if queue is not None:
             check_queue_name(queue, f"queue of workflow {wname!r}")
@@ -365,6 +377,7 @@ class App:
         )
         self.workflows[wname] = wdef
         self.workflow_versions.setdefault(wname, {})[wdef.version] = wdef
+        # a marker on the user's function: ``engine.run(fn)`` finds its name by it
         fn.__plait_workflow__ = wname  # type: ignore[attr-defined]
         return fn
 
@@ -396,7 +409,7 @@ class App:
 
     def function_name_of(self, obj: Any) -> str | None:
         """The registered name of a function object passed to ``wf.do``."""
-        name = getattr(obj, "__plait_function__", None)
+        name: str | None = getattr(obj, "__plait_function__", None)
         if name is not None and name in self.functions and self.functions[name].fn is obj:
             return name
         for fdef in self.functions.values():

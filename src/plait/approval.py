@@ -11,7 +11,7 @@ the gate with the same rules. Nothing here touches a database.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from plait import serde
 
@@ -33,9 +33,9 @@ def check_policy(approvers: object, name: str) -> Policy:
             f"or a list of user ids, got {approvers!r}"
         )
     if isinstance(approvers, Sequence) and approvers:
-        users = list(approvers)
+        users: list[object] = list(cast(Sequence[object], approvers))
         if all(isinstance(u, str) and u for u in users):
-            return users
+            return cast(list[str], users)
     raise ValueError(
         f"approval {name!r}: approvers must be one of {', '.join(POLICIES)} "
         f"or a non-empty list of user ids, got {approvers!r}"
@@ -61,8 +61,12 @@ def problems(schema: dict[str, Any] | None, data: Any) -> list[dict[str, str]]:
     import jsonschema  # only here: it costs ~40 ms to import, and most engines never decide
 
     validator = jsonschema.Draft202012Validator(schema)
-    found = []
-    for error in sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path)):
+    found: list[dict[str, str]] = []
+    # the stubs type a deprecated second form of ``iter_errors`` with an untyped parameter
+    errors: list[jsonschema.ValidationError] = list(
+        validator.iter_errors(data)  # pyright: ignore[reportUnknownMemberType]
+    )
+    for error in sorted(errors, key=lambda e: list(e.absolute_path)):
         field = ".".join(str(part) for part in error.absolute_path)
         found.append({"field": field, "message": error.message})
     return found
@@ -71,7 +75,7 @@ def problems(schema: dict[str, Any] | None, data: Any) -> list[dict[str, str]]:
 def gate_info(step_input: str | None) -> dict[str, Any]:
     """What a gate stored when reached: name, schema, approvers, expires_at."""
     info = serde.loads(step_input)
-    return info if isinstance(info, dict) else {}
+    return cast(dict[str, Any], info) if isinstance(info, dict) else {}
 
 
 def envelope(
@@ -80,10 +84,11 @@ def envelope(
     """A decision as its stored message, which the pass reads back. Its data comes from
     outside, like an event's payload, so it is held to ``limits``."""
     serde.dumps(data, what="the data of the decision", limits=limits)
-    return serde.dumps(
+    text = serde.dumps(
         {"data": data, "decided_by": decided_by, "decided_at": decided_at},
         what="the data of the decision",
     )
+    return cast(str, text)  # None only for None, never for a dict
 
 
 def reason(code: str, message: str, found: list[dict[str, str]] | None = None) -> str:
@@ -91,7 +96,7 @@ def reason(code: str, message: str, found: list[dict[str, str]] | None = None) -
     record: dict[str, Any] = {"code": code, "message": message}
     if found:
         record["problems"] = found
-    return serde.dumps(record)
+    return cast(str, serde.dumps(record))  # None only for None, never for a dict
 
 
 __all__ = [

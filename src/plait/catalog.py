@@ -117,7 +117,7 @@ class Catalog:
 
     async def graph_for(self, name: str, version: str | None) -> Graph | None:
         """The graph definition a run started on, even if the graph changed since."""
-        graph = self.app.graphs.get(name)
+        graph: Graph | None = self.app.graphs.get(name)
         if graph is not None and (version is None or graph.content_hash() == version):
             return graph
         cached = self._graphs.get((name, version or ""))

@@ -7,9 +7,9 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -22,7 +22,8 @@ from plait.engine import Engine
 from plait.errors import PlaitError
 from plait.logs import LOG_FORMATS
 from plait.logs import configure as configure_logs
-from plait.records import ApprovalDecision, Run, Step, StepAttempt
+from plait.records import ApprovalDecision, ApprovalStatus, Run, Step, StepAttempt
+from plait.retention import EndedStatus
 from plait.store import redact
 
 T = TypeVar("T")
@@ -122,10 +123,10 @@ def parse_time(text: str | None, what: str) -> datetime | None:
     return moment
 
 
-def run_async(make: Callable[[], Awaitable[T]]) -> T:
+def run_async(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run a coroutine and turn plait's own errors into one-line messages."""
     try:
-        return asyncio.run(make())  # type: ignore[arg-type]
+        return asyncio.run(make())
     except UsageError as exc:
         fail(str(exc))
     except (PlaitError, ValueError, TypeError) as exc:
@@ -169,7 +170,7 @@ def start(
         app = load_app(app_ref)
         data = parse_json(input, "--input")
         when = parse_time(start_at, "--start-at")
-        flow = {
+        flow: dict[str, Any] = {
             "queue": queue,
             "key": key,
             "priority": priority,
@@ -682,7 +683,8 @@ def approvals_list(
 
     async def go() -> None:
         async with _engine(None, database) as engine:
-            gates = await engine.list_approvals(status=status, user=user)
+            # the engine refuses any status but these, with a message naming them
+            gates = await engine.list_approvals(status=cast(ApprovalStatus, status), user=user)
         if as_json:
             print(json.dumps([g.to_dict() for g in gates]))
             return
@@ -739,7 +741,10 @@ def runs_prune(
 
     async def go() -> None:
         async with _engine(None, database) as engine:
-            pruned = await engine.prune(older_than=seconds, statuses=status)
+            # the engine refuses any status but these, with a message naming them
+            pruned = await engine.prune(
+                older_than=seconds, statuses=cast(list[EndedStatus], status)
+            )
         console.print(f"pruned {pruned} runs")
 
     run_async(go)

@@ -22,8 +22,9 @@ class StepContext:
     workflow: str
     node_id: str | None = None
     _branch: str | None = dataclasses.field(default=None, repr=False)
-    _state_writes: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
-    _state: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    # ``dict`` itself, not a typed factory: a context is made for every attempt
+    _state_writes: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)  # pyright: ignore[reportUnknownVariableType]
+    _state: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)  # pyright: ignore[reportUnknownVariableType]
     _on_state: Callable[[str, Any], None] | None = dataclasses.field(default=None, repr=False)
 
     def branch(self, key: str) -> None:

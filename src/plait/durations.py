@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import timedelta
 
 _UNITS = {
     "ms": 0.001,
@@ -73,3 +74,16 @@ def format_duration(seconds: float) -> str:
     if seconds < 3600:
         return f"{int(seconds // 60)} m {int(seconds % 60)} s"
     return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} m"
+
+
+def timeout_seconds(
+    value: float | str | timedelta | None, *, what: str = "timeout"
+) -> float | None:
+    """Seconds for a ``timeout=`` given as a number, a string like ``"30s"`` or a
+    ``timedelta`` (None: no limit). A number or a ``timedelta`` is taken as it is, zero or
+    negative included (the wait then times out at once), as ``timeout=`` always took it."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, str):
+        return parse_duration(value, what=what)
+    return None if value is None else float(value)

@@ -9,16 +9,16 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self, TypedDict, TypeVar, Unpack, cast, overload
 
 from plait import approval, errors, ids, queues, retention, schedules, serde
 from plait.app import App
 from plait.catalog import Catalog
 from plait.clock import SYSTEM_CLOCK, Clock
-from plait.durations import parse_duration
+from plait.durations import parse_duration, timeout_seconds
 from plait.errors import (
     ApprovalForbiddenError,
     ApprovalResolvedError,
@@ -42,13 +42,18 @@ from plait.records import (
     TERMINAL,
     Approval,
     ApprovalDecision,
+    ApprovalStatus,
+    GraphStatus,
     Run,
+    RunStatus,
+    RunStatusName,
     RunSummary,
     Schedule,
     Step,
     StepAttempt,
 )
 from plait.runtime import steps
+from plait.runtime.workflow import Workflow
 from plait.store import convert, make_store, resolve_url
 from plait.store.base import (
     DecisionRow,
@@ -67,6 +72,42 @@ log = logging.getLogger("plait.engine")
 #: reads of a run that ``resume`` and ``retry`` make before giving up on one that
 #: keeps changing under them
 _REOPEN_TRIES = 20
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+#: a workflow by name, or as the function ``@app.workflow`` registered
+WorkflowRef = str | Callable[..., Awaitable[Any]]
+#: a duration: seconds, a string such as ``"30s"``, or a ``timedelta``
+Duration = float | str | timedelta
+
+
+class StartOptions(TypedDict, total=False):
+    """The keyword arguments of ``Engine.start`` that ``Engine.run`` passes on."""
+
+    run_id: str | None
+    inline: bool
+    owner: str | None
+    start_node: str | None
+    queue: str | None
+    key: str | None
+    priority: int
+    dedup: str | None
+    delay: Duration | None
+    start_at: datetime | None
+
+
+def workflow_name(workflow: WorkflowRef) -> str:
+    """The name ``workflow`` is registered under: a name is itself, a function is the
+    name ``@app.workflow`` gave it (``TypeError`` for one it never registered)."""
+    if isinstance(workflow, str):
+        return workflow
+    name = getattr(workflow, "__plait_workflow__", None)
+    if not isinstance(name, str):
+        raise TypeError(
+            f"workflow name must be a string or a function registered with @app.workflow, "
+            f"got {type(workflow).__name__} {workflow!r}"
+        )
+    return name
 
 
 class Engine:
@@ -218,7 +259,7 @@ class Engine:
         name: str,
         definition: Any,
         *,
-        status: str = "active",
+        status: GraphStatus = "active",
         registered_by: str | None = None,
     ) -> str:
         """Store a graph definition at run time; every process on this database can start
@@ -230,8 +271,12 @@ class Engine:
         (``plait.GraphOwnerError``). Without it the caller is trusted code."""
         return await self.catalog.register_graph(name, definition, status, registered_by)
 
-    async def list_graphs(self, status: str | None = None) -> list[dict[str, Any]]:
+    async def list_graphs(
+        self, status: GraphStatus | Literal["deployed"] | None = None
+    ) -> list[dict[str, Any]]:
         """Graphs registered at run time (newest first), with their status and hash."""
+        if status not in (None, "draft", "active", "deployed"):
+            raise ValueError(f"invalid graph status: {status!r} (use draft, active or deployed)")
         versions = await self.store.list_versions(status=status)
         return [dataclasses.asdict(v) for v in versions if v.kind == "graph"]
 
@@ -242,7 +287,7 @@ class Engine:
     # -- starting runs --------------------------------------------------------------------------
     async def start(
         self,
-        name: str,
+        name: WorkflowRef,
         data: Any = None,
         *,
         run_id: str | None = None,
@@ -263,8 +308,9 @@ class Engine:
         queue's limits, ``key`` is its key for ``per_key``, higher ``priority`` is admitted
         first, ``dedup`` returns the id of a live run holding the same key instead of
         starting another, ``delay`` / ``start_at`` hold the start until then. Such a run
-        is ``queued`` until a worker admits it.
+        is ``queued`` until a worker admits it. ``name`` may be the workflow's function.
         """
+        name = workflow_name(name)
         kind, version = await self.catalog.resolve(name)
         if run_id is not None:
             check_run_id(run_id)
@@ -346,29 +392,95 @@ class Engine:
             not_before=not_before,
         )
 
+    # Given the workflow's function, ``run`` is typed by it: its data must be what the
+    # workflow takes, and the output is what it returns. By name, both are ``Any``.
+    @overload
     async def run(
-        self, name: str, data: Any = None, *, timeout: float | None = None, **start_kw: Any
+        self,
+        name: Callable[[Workflow, In], Awaitable[Out]],
+        data: In,
+        *,
+        timeout: Duration | None = None,
+        **start_kw: Unpack[StartOptions],
+    ) -> Out: ...
+    @overload
+    async def run(
+        self,
+        name: Callable[[Workflow], Awaitable[Out]],
+        data: None = None,
+        *,
+        timeout: Duration | None = None,
+        **start_kw: Unpack[StartOptions],
+    ) -> Out: ...
+    @overload
+    async def run(
+        self,
+        name: str,
+        data: Any = None,
+        *,
+        timeout: Duration | None = None,
+        **start_kw: Unpack[StartOptions],
+    ) -> Any: ...
+
+    async def run(
+        self,
+        name: WorkflowRef,
+        data: Any = None,
+        *,
+        timeout: Duration | None = None,
+        **start_kw: Any,
     ) -> Any:
         """Start a run and wait for its output."""
         run_id = await self.start(name, data, **start_kw)
         run = await self.wait(run_id, timeout=timeout)
         return _output_or_raise(run)
 
-    async def wait(self, run_id: str, *, timeout: float | None = None) -> Run:
-        """Wait until the run is completed, failed, cancelled or suspended."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+    @overload
+    async def wait(self, run_id: str, *, timeout: Duration | None = None) -> Run: ...
+    @overload
+    async def wait(
+        self,
+        run_id: str,
+        *,
+        timeout: Duration | None = None,
+        workflow: Callable[..., Awaitable[Out]],
+    ) -> Run[Out]: ...
+
+    async def wait(
+        self,
+        run_id: str,
+        *,
+        timeout: Duration | None = None,
+        workflow: WorkflowRef | None = None,
+    ) -> Run[Any]:
+        """Wait until the run is completed, failed, cancelled or suspended. ``timeout``
+        is seconds, a string such as ``"30s"`` or a ``timedelta``.
+
+        With ``workflow`` (the function ``@app.workflow`` registered), the ``Run`` is
+        typed by what that workflow returns, and a run of another workflow is a
+        ``ValueError`` rather than a wrongly typed output."""
+        expected = None if workflow is None else workflow_name(workflow)
+        return await self._wait(run_id, timeout_seconds(timeout), expected)
+
+    async def _wait(self, run_id: str, seconds: float | None, workflow: str | None) -> Run:
+        """``wait`` with its arguments checked: ``TestEngine`` moves its clock here."""
+        deadline = None if seconds is None else time.monotonic() + seconds
         safety = 0.05
         while True:
             event = self.notifier.watch(run_id)
             try:
                 run = await self.get_run(run_id)
+                if workflow is not None and run.workflow != workflow:
+                    raise ValueError(
+                        f"run {run_id} is a run of workflow {run.workflow!r}, not {workflow!r}"
+                    )
                 if run.status in SETTLED:
                     return run
                 wait_for = safety
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        raise TimeoutError(f"run {run_id} still {run.status} after {timeout}s")
+                        raise TimeoutError(f"run {run_id} still {run.status} after {seconds}s")
                     wait_for = min(wait_for, left)
                 await wait_event(event, wait_for)
                 safety = min(1.0, safety * 2)
@@ -386,7 +498,7 @@ class Engine:
         self,
         *,
         workflow: str | None = None,
-        status: str | None = None,
+        status: RunStatus | RunStatusName | None = None,
         version: str | None = None,
         owner: str | None = None,
         visible_to: str | None = None,
@@ -743,15 +855,20 @@ class Engine:
         self._poke(run_id)
         return _decision_record(run_id, name, data, decided_by, now, "accepted", None, now)
 
-    async def _closed_how(self, run_id: str, gate: StepRow) -> str:
+    async def _closed_how(self, run_id: str, gate: StepRow) -> Literal["expired", "decided"]:
         for step in await self.store.get_steps(run_id):
             if step.key == gate.key:
-                output = step.output if isinstance(step.output, dict) else {}
+                recorded = step.output
+                output = cast(dict[str, Any], recorded) if isinstance(recorded, dict) else {}
                 return "expired" if output.get("expired") else "decided"
         return "decided"
 
     async def list_approvals(
-        self, *, status: str | None = "open", user: str | None = None, limit: int = 100
+        self,
+        *,
+        status: ApprovalStatus | None = "open",
+        user: str | None = None,
+        limit: int = 100,
     ) -> list[Approval]:
         """Approval gates of live runs, oldest first: ``open`` ones (default),
         ``decided``, ``expired`` or all (None); with ``user``, only those that user may
@@ -761,7 +878,7 @@ class Engine:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"invalid limit: {limit!r}")
         step_status = {"open": "pending", None: None}.get(status, "succeeded")
-        found = []
+        found: list[Approval] = []
         for gate in await self.store.list_gates(step_status, limit):
             info = approval.gate_info(gate.step.input)
             state = "open" if gate.step.status == "pending" else _gate_outcome(gate.step)
@@ -791,9 +908,9 @@ class Engine:
         """Every decision sent to the run's approval gates, oldest first: accepted,
         refused (with why) or still held, with who sent it and when."""
         await self.get_run(run_id)
-        found = []
+        found: list[ApprovalDecision] = []
         for item in await self.store.get_decisions(run_id):
-            payload = serde.loads(item["payload"]) or {}
+            payload: dict[str, Any] = serde.loads(item["payload"]) or {}
             found.append(
                 _decision_record(
                     run_id,
@@ -815,7 +932,7 @@ class Engine:
         return {k: serde.loads(v) for k, v in (await self.store.get_values(run_id)).items()}
 
     async def get_value(
-        self, run_id: str, key: str, *, wait: bool = False, timeout: float | None = None
+        self, run_id: str, key: str, *, wait: bool = False, timeout: Duration | None = None
     ) -> Any:
         """The value the run published under ``key`` (None while there is none). With
         ``wait``, waits until it is published: woken by the commit that publishes it,
@@ -823,7 +940,8 @@ class Engine:
         ``ValueNotSetError`` if the run ends without publishing it."""
         if not isinstance(key, str) or not key:
             raise TypeError(f"value key must be a non-empty string, got {key!r}")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        seconds = timeout_seconds(timeout)
+        deadline = None if seconds is None else time.monotonic() + seconds
         safety = _VALUE_SAFETY
         while True:
             event = self.notifier.watch(run_id)
@@ -840,7 +958,7 @@ class Engine:
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        raise TimeoutError(f"run {run_id} published no value {key!r} in {timeout}s")
+                        raise TimeoutError(f"run {run_id} published no value {key!r} in {seconds}s")
                     wait_for = min(wait_for, left)
                 await wait_event(event, wait_for)
                 safety = min(_VALUE_SAFETY_MAX, safety * 2)
@@ -923,7 +1041,7 @@ class Engine:
         self,
         *,
         older_than: float | str | timedelta | datetime,
-        statuses: Iterable[str] = retention.ENDED,
+        statuses: Iterable[retention.EndedStatus] = retention.ENDED,
     ) -> int:
         """Delete ended runs (with their steps, attempts, events, values and child runs)
         last updated before ``older_than`` (a duration back from now, or an aware
@@ -960,6 +1078,7 @@ def _existing_id(run_id: str) -> str:
     return run_id
 
 
+_RUN_STATUSES = tuple(RunStatus)
 #: the largest ``offset`` and ``limit`` a store is asked for (both stores count in 64 bits)
 _MAX_PAGE_NUMBER = 2**62
 
@@ -967,15 +1086,10 @@ _MAX_PAGE_NUMBER = 2**62
 def _run_filter(filters: dict[str, Any]) -> RunFilter:
     """The store's filter for ``filters``, or ``ValueError`` naming a bad one."""
     status = filters.get("status")
-    if status is not None and status not in {
-        "queued",
-        "running",
-        "suspended",
-        "completed",
-        "failed",
-        "cancelled",
-    }:
-        raise ValueError(f"invalid status filter: {status!r}")
+    if status is not None and status not in _RUN_STATUSES:
+        raise ValueError(
+            f"invalid status filter: {status!r} (use one of {', '.join(_RUN_STATUSES)})"
+        )
     for name, default in (("limit", 50), ("offset", 0)):
         value = filters.get(name, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -994,9 +1108,10 @@ _VALUE_SAFETY = 1.0
 _VALUE_SAFETY_MAX = 5.0
 
 
-def _gate_outcome(step: StepRow) -> str:
+def _gate_outcome(step: StepRow) -> Literal["expired", "decided"]:
     output = serde.loads(step.output)
-    return "expired" if isinstance(output, dict) and output.get("expired") else "decided"
+    expired = isinstance(output, dict) and cast(dict[str, Any], output).get("expired")
+    return "expired" if expired else "decided"
 
 
 def _decision_record(

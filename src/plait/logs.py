@@ -23,18 +23,13 @@ class WorkContext(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         working = WORKING_ON.get()
         run_id, step, attempt = working if working is not None else (None, None, None)
-        if not hasattr(record, "run_id"):
-            record.run_id = run_id
-        if not hasattr(record, "step"):
-            record.step = step
-        if not hasattr(record, "attempt"):
-            record.attempt = attempt
+        fields = record.__dict__  # where ``extra`` puts its values
         where = [
             f"{name}={value}"
             for name, value in (
-                ("run", record.run_id),
-                ("step", record.step),
-                ("attempt", record.attempt),
+                ("run", fields.setdefault("run_id", run_id)),
+                ("step", fields.setdefault("step", step)),
+                ("attempt", fields.setdefault("attempt", attempt)),
             )
             if value is not None
         ]

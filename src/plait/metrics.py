@@ -73,6 +73,11 @@ class Metrics:
             counts[bucket] += 1
             counts[-1] += seconds
 
+    def attempt_counts(self) -> dict[str, list[float]]:
+        """A copy of the attempt counts (see ``__init__``), for a scrape."""
+        with self._lock:
+            return {function: list(c) for function, c in self._attempts.items()}
+
     def run_ended(self, workflow: str, status: str) -> None:
         self.runs.labels(workflow, status).inc()
 
@@ -104,9 +109,7 @@ class _AttemptCollector:
         self._metrics = metrics
 
     def collect(self) -> Iterator[Metric]:
-        metrics = self._metrics
-        with metrics._lock:
-            counts = {function: list(c) for function, c in metrics._attempts.items()}
+        counts = self._metrics.attempt_counts()
         steps = CounterMetricFamily(
             "plait_steps", "Attempts run here, by outcome", labels=["function", "status"]
         )
@@ -116,7 +119,8 @@ class _AttemptCollector:
         for function, c in sorted(counts.items()):
             for index, status in enumerate(_ATTEMPT_STATUSES):
                 steps.add_metric([function, status], c[index])
-            cumulative, buckets = 0.0, []
+            cumulative = 0.0
+            buckets: list[tuple[str, float]] = []
             for label, count in zip(_BUCKET_LABELS, c[3:-1], strict=True):
                 cumulative += count
                 buckets.append((label, cumulative))

@@ -18,7 +18,7 @@ import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 from plait.store.base import RunRow, StepRow
@@ -74,7 +74,7 @@ class Telemetry:
             log.info("run %s (%s) is now %s", run_id, workflow, status, extra={"run_id": run_id})
 
     @contextlib.contextmanager
-    def passing(self, run: RunRow) -> Iterator[PassReport]:
+    def passing(self, run: RunRow) -> Generator[PassReport, None, None]:
         """Around one orchestrator pass of ``run``; the worker tells the report how the
         run stands after it."""
         report = PassReport()
@@ -101,7 +101,7 @@ class Telemetry:
         span is the parent."""
         return AttemptReport(self, run_id, workflow, trace, step)
 
-    def _log_attempt(self, step: StepRow, status: str, took: float) -> None:
+    def log_attempt(self, step: StepRow, status: str, took: float) -> None:
         if status == "failed" and step.status == "scheduled":
             log.info(
                 "step %s attempt %d failed after %.3fs; retry %d of %d at %s",
@@ -188,12 +188,13 @@ class AttemptReport:
         took = time.perf_counter() - self._began
         telemetry, step = self.telemetry, self.step
         if self._span is not None:
+            # a span is begun only when tracing is on
             telemetry.tracing.end_step(self._span, self.outcome)  # type: ignore[union-attr]
         status = self.status()
         if telemetry.metrics is not None:
             telemetry.metrics.attempt_ended(step.function or "(inline)", status, took)
         if telemetry.log_work:
-            telemetry._log_attempt(step, status, took)
+            telemetry.log_attempt(step, status, took)
         WORKING_ON.reset(self._token)
 
     def status(self) -> str:
@@ -207,6 +208,8 @@ class _NoReport:
     (cheaper than a branch around the attempt's code)."""
 
     __slots__ = ("outcome",)
+    #: set by the attempt like ``AttemptReport.outcome``, and never read
+    outcome: Outcome | None
 
     def __enter__(self) -> _NoReport:
         return self

@@ -5,9 +5,22 @@ from __future__ import annotations
 import dataclasses
 import enum
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal
+
+from typing_extensions import TypeVar
 
 T = TypeVar("T")
+#: a run's output: what its workflow returns where that is known (``Engine.run`` and
+#: ``Engine.wait(..., workflow=fn)``), else ``Any``
+Output = TypeVar("Output", default=Any)
+
+#: the statuses a run filter takes as plain strings (``RunStatus`` members work too)
+RunStatusName = Literal["queued", "running", "suspended", "completed", "failed", "cancelled"]
+StepStatusName = Literal["pending", "scheduled", "running", "succeeded", "failed"]
+#: where an approval gate stands (``Engine.list_approvals(status=...)``)
+ApprovalStatus = Literal["open", "decided", "expired"]
+#: a graph registered at run time: ``draft`` is stored but not started by name
+GraphStatus = Literal["draft", "active"]
 
 
 class RunStatus(enum.StrEnum):
@@ -48,16 +61,21 @@ def _jsonable(value: Any) -> Any:
 class _Record:
     def to_dict(self) -> dict[str, Any]:
         """A plain dict with datetimes as ISO strings, ready for ``json.dumps``."""
-        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        # every record class is a dataclass; this base is not one
+        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        return {f.name: _jsonable(getattr(self, f.name)) for f in fields}
 
 
 @dataclasses.dataclass(frozen=True)
-class Run(_Record):
+class Run(_Record, Generic[Output]):
+    """A run. ``Run[Out]`` is one whose workflow is known to return ``Out``; its
+    ``output`` is that value once the run completed (None before)."""
+
     id: str
     workflow: str
     status: RunStatus
     input: Any
-    output: Any
+    output: Output
     error: dict[str, Any] | None
     created_at: datetime
     updated_at: datetime
@@ -178,8 +196,7 @@ class Approval(_Record):
     workflow: str
     name: str
     key: str
-    #: open, decided or expired
-    status: str
+    status: ApprovalStatus
     #: the JSON Schema of the decision's data (None: any JSON)
     schema: dict[str, Any] | None
     approvers: str | list[str]

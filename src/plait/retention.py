@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Literal
 
 from plait.store.base import Store
 
 #: what a prune deletes unless told otherwise
-ENDED = ("completed", "cancelled", "failed")
+EndedStatus = Literal["completed", "cancelled", "failed"]
+ENDED: tuple[EndedStatus, ...] = ("completed", "cancelled", "failed")
 #: top-level runs looked at per transaction: small enough that one batch holds SQLite's write lock
 #: for a few milliseconds
 BATCH = 100

@@ -41,7 +41,7 @@ class RetryPolicy:
         nominal = min(EXPONENTIAL_CAP, EXPONENTIAL_BASE * (2 ** max(0, failures - 1)))
         if draw is None:
             draw = random.random()
-        return nominal * (1 - JITTER + 2 * JITTER * draw)
+        return float(nominal * (1 - JITTER + 2 * JITTER * draw))
 
     @property
     def delay_spec(self) -> str | float:

@@ -15,7 +15,7 @@ import dataclasses
 import json
 import re
 import traceback
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel
 
@@ -172,7 +172,7 @@ def error_record(exc: BaseException, *, code: str | None = None) -> dict[str, An
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=8)
     record["traceback"] = _storable_text("".join(tb)[-4000:])
     extra = getattr(exc, "error", None)
-    if isinstance(extra, dict) and extra.get("code") and not record["code"]:
+    if isinstance(extra, dict) and cast(dict[str, Any], extra).get("code") and not record["code"]:
         record["code"] = extra["code"]
     if not isinstance(record["code"], str):
         record["code"] = None

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Generator
+from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context, propagate, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Status, StatusCode
 
 from plait.store.base import RunRow, StepRow
@@ -59,7 +61,7 @@ class Tracing:
         return json.dumps(carrier, separators=(",", ":"), sort_keys=True)
 
     @contextlib.contextmanager
-    def pass_span(self, run: RunRow) -> Iterator[Any]:
+    def pass_span(self, run: RunRow) -> Generator[Any, None, None]:
         attributes = {"plait.run_id": run.id, "plait.workflow": run.workflow}
         self._configured = not isinstance(trace.get_tracer_provider(), _NO_PROVIDERS)
         with self._tracer.start_as_current_span(
@@ -117,7 +119,7 @@ class Tracing:
 class _StepSpan:
     __slots__ = ("span", "token")
 
-    def __init__(self, span: Any, token: object) -> None:
+    def __init__(self, span: Any, token: Token[Context]) -> None:
         self.span = span
         self.token = token
 

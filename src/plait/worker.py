@@ -442,7 +442,7 @@ class Worker:
         """The limits of the app's queues that have any, with the queued functions each
         admits; read each time, like the functions."""
         app = self.catalog.app
-        limits = []
+        limits: list[QueueLimits] = []
         for queue in sorted(app.queues.values(), key=lambda q: q.name):
             if not queue.limited:
                 continue
@@ -630,7 +630,11 @@ class Worker:
                     key = (job.run_id, job.step_key)
                     task = self.spawn(self._run_job(job), name=f"plait-step-{job.step_key}")
                     self.stepping[key] = task
-                    task.add_done_callback(lambda _t, k=key: self.stepping.pop(k, None))
+
+                    def forget(_task: asyncio.Task[Any], key: tuple[str, str] = key) -> None:
+                        self.stepping.pop(key, None)
+
+                    task.add_done_callback(forget)
             elif free and not looking:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake_steps.wait(), self.poll_interval)

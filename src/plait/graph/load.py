@@ -10,6 +10,12 @@ there is anything of the first kind, the error also carries what ``validate`` fi
 rest, so one round of edits fixes a definition.
 """
 
+# This module walks JSON and YAML definitions whose every part is ``Any`` by nature: what
+# each part is, it checks at run time, so pyright's rules about unknown types (not its
+# other strict rules) are off here.
+# pyright: reportUnknownVariableType=false, reportUnknownMemberType=false
+# pyright: reportUnknownArgumentType=false
+
 from __future__ import annotations
 
 import json

@@ -115,7 +115,7 @@ def _status_lines(graph: Graph, ids: dict[str, str], states: Sequence[NodeState]
 def _escape(text: str) -> str:
     """Text safe inside a quoted Mermaid label (entity codes for the characters that end
     or confuse one)."""
-    out = []
+    out: list[str] = []
     for char in text:
         if char in '"#<>&`':
             out.append(f"#{ord(char)};")

@@ -311,13 +311,13 @@ def for_each_items(
         state=state_vars or {},
         node=node_id,
     )
-    items = resolve(node.for_each, scope)
-    if not isinstance(items, list):
+    resolved = resolve(node.for_each, scope)
+    if not isinstance(resolved, list):
         raise GraphValueError(
-            f"node {node_id!r}: for_each must give a list, got {type(items).__name__}",
+            f"node {node_id!r}: for_each must give a list, got {type(resolved).__name__}",
             node=node_id,
         )
-    return items
+    return resolved  # pyright: ignore[reportUnknownVariableType]  # JSON: any list
 
 
 def _run_output(

@@ -15,6 +15,12 @@ Paths are dot-separated; a segment of digits indexes a list; ``\\.`` is a litera
 a silent ``None`` from an untaken branch is how the original engine lost data.
 """
 
+# This module walks JSON and YAML values whose every part is ``Any`` by nature: what
+# each part is, it checks at run time, so pyright's rules about unknown types (not its
+# other strict rules) are off here.
+# pyright: reportUnknownVariableType=false, reportUnknownMemberType=false
+# pyright: reportUnknownArgumentType=false
+
 from __future__ import annotations
 
 import json

@@ -224,7 +224,7 @@ class Api:
         return await self._act(run, "retry")
 
     async def _act(self, run: Run, action: str) -> Response:
-        method = getattr(self.engine, action)
+        method: Callable[[str], Awaitable[Run | None]] = getattr(self.engine, action)
         moved = await method(run.id)
         current = moved if isinstance(moved, Run) else await self.engine.get_run(run.id)
         return JSONResponse(current.to_dict(), status_code=202)

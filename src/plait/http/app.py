@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -86,7 +86,7 @@ def create_app(
         return Response(text, media_type=METRICS_MEDIA_TYPE)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncGenerator[None, None]:
         opened_here = not engine.is_open
         if opened_here:
             await engine.open()
@@ -104,7 +104,12 @@ def create_app(
             Route("/metrics", metrics, methods=["GET"]),
             Mount(
                 "/api",
-                routes=[*signin.routes(), *api.routes(), *FlowApi(engine, api._wrap).routes()],
+                routes=[
+                    *signin.routes(),
+                    *api.routes(),
+                    # the flow routes share the API's request handling
+                    *FlowApi(engine, api._wrap).routes(),  # pyright: ignore[reportPrivateUsage]
+                ],
             ),
             *dashboard_routes(),
         ],

@@ -344,6 +344,7 @@ def layout(nodes: Sequence[ViewNode], edges: Sequence[ViewEdge]) -> tuple[int, i
                 n.id: (_barycentre(n, rank, parents, centre, layer_of), i)
                 for i, n in enumerate(row)
             }
+            # the default binds this row's keys (mypy cannot type a lambda's default)
             row.sort(key=lambda n, keys=keys: keys[n.id])  # type: ignore[misc]
         row_width = len(row) * NODE_W + (len(row) - 1) * GAP_X
         x0 = PAD + (inner - row_width) / 2

@@ -9,7 +9,7 @@ access to the run, and the fork keeps its owner.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
@@ -21,9 +21,10 @@ from plait.errors import RunIdTakenError
 from plait.http.auth import Principal
 from plait.http.problems import ApiError, bad_input, invalid, validate
 from plait.http.schemas import json_body
+from plait.records import ApprovalStatus
 
 #: the statuses ``GET /api/approvals`` takes
-APPROVAL_STATUSES = ("open", "decided", "expired")
+APPROVAL_STATUSES: tuple[ApprovalStatus, ...] = ("open", "decided", "expired")
 
 
 class ForkRun(BaseModel):
@@ -66,10 +67,7 @@ class Operating:
         data = await json_body(request)
         run = await self.engine.get_run(run_id)
         steps = await self.engine.get_steps(run_id)
-        reached = any(
-            s.kind == "approval" and isinstance(s.input, dict) and s.input.get("name") == name
-            for s in steps
-        )
+        reached = any(s.kind == "approval" and _gate_name(s.input) == name for s in steps)
         if not reached:
             principal.require_access(run)
         try:
@@ -153,6 +151,11 @@ def openapi_paths(
             }
         },
     }
+
+
+def _gate_name(recorded: Any) -> Any:
+    """The name an approval step recorded as its input (None for anything else)."""
+    return cast(dict[str, Any], recorded).get("name") if isinstance(recorded, dict) else None
 
 
 __all__ = ["APPROVAL_STATUSES", "ForkRun", "Operating", "openapi_paths"]

@@ -96,7 +96,7 @@ def invalid(problems: list[dict[str, str]], what: str = "request") -> ApiError:
 
 def problems_of(exc: ValidationError, prefix: str = "") -> list[dict[str, str]]:
     """Pydantic's errors as ``{"field": "a.b", "message": ...}`` items."""
-    out = []
+    out: list[dict[str, str]] = []
     for err in exc.errors(include_url=False):
         loc = ".".join(str(part) for part in err.get("loc", ()))
         field = f"{prefix}.{loc}" if prefix and loc else (loc or prefix)

@@ -81,7 +81,7 @@ class Sessions:
     def close(self, request: Request) -> bool:
         """End the session of ``request``'s cookie; whether there was one."""
         cookie = request.cookies.get(COOKIE)
-        return bool(cookie) and self._open.pop(_key(cookie), None) is not None
+        return cookie is not None and self._open.pop(_key(cookie), None) is not None
 
     def _make_room(self) -> None:
         now = time.time()

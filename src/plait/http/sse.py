@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 from starlette.responses import Response
@@ -48,7 +48,7 @@ async def run_events(
     *,
     poll: float = POLL_SECONDS,
     heartbeat: float = HEARTBEAT_SECONDS,
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     """The stream's messages; returns after the ``end`` event."""
     watcher = engine.notifier.watch(run_id)
     try:

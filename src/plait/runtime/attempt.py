@@ -51,7 +51,7 @@ async def run_attempt(
                 except TimeoutError:
                     if not deadline.expired():
                         raise  # the body's own TimeoutError: an ordinary failure
-                    raise StepTimeoutError(ctx.step_key, timeout) from None
+                    raise StepTimeoutError(ctx.step_key, timeout or 0.0) from None
         except FinishedAfterCancel as finished:
             if deadline is not None and deadline.expired():
                 raise StepTimeoutError(ctx.step_key, timeout or 0.0) from None

@@ -127,14 +127,15 @@ class NodeAttemptHook:
         if step.kind not in GRAPH_STEP_KINDS:
             return
         ctx.node_id = node_id_of(step)
-        ctx._state = dict(self.state)
+        # the runtime fills the context's private fields, which user code never sees
+        ctx._state = dict(self.state)  # pyright: ignore[reportPrivateUsage]
 
     def finish(self, step: StepRow, ctx: StepContext, outcome: Outcome) -> Outcome:
         if not outcome.ok or step.kind not in GRAPH_STEP_KINDS:
             return outcome
         writes: list[tuple[str, str | None]] = []
         try:
-            for name, value in ctx._state_writes.items():
+            for name, value in ctx._state_writes.items():  # pyright: ignore[reportPrivateUsage]
                 what = f"state variable {name!r}"
                 writes.append((name, serde.dumps(value, what=what, limits=self.limits)))
         except (
@@ -143,7 +144,7 @@ class NodeAttemptHook:
             errors.PayloadTooDeepError,
         ) as exc:
             return Outcome(ok=False, error=serde.error_record(exc), retryable=False)
-        step.branch = ctx._branch
+        step.branch = ctx._branch  # pyright: ignore[reportPrivateUsage]
         for name, text in writes:
             self.state[name] = serde.loads(text)
             self._emit(SetState(name, text))
@@ -281,7 +282,7 @@ class GraphReplay:
 
     def _states(self) -> list[NodeState]:
         """The planner's view of the stored node steps (items are not nodes)."""
-        views = []
+        views: list[SimpleNamespace] = []
         for step in self.ledger.steps.values():
             if step.kind != NODE_KIND:
                 continue
@@ -517,7 +518,7 @@ class GraphReplay:
         failed = next((i for i, s in enumerate(items) if s.status == "failed"), None)
         busy = any(s.status in IN_FLIGHT for s in items)
         if failed is not None and (node.mode == "sequential" or not busy):
-            cause = serde.loads(items[failed].error) or {}
+            cause: dict[str, Any] = serde.loads(items[failed].error) or {}
             step.status = "failed"
             step.failures += 1
             step.error = serde.dumps(

@@ -9,6 +9,7 @@ Worker, so a pass can be driven by a test with a stand-in host and no database.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
 from plait.catalog import Catalog
@@ -53,7 +54,7 @@ class Host(Protocol):
         interrupted."""
         ...
 
-    async def commit(self, batch: Batch) -> bool:
+    def commit(self, batch: Batch, /) -> Awaitable[bool]:
         """Commit a pass's writes (see ``Store.commit``)."""
         ...
 

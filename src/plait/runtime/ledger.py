@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Coroutine
 from typing import Any
 
 from plait import errors, ids, serde
@@ -28,7 +29,7 @@ class PassResult:
     """How a pass ended, for the worker that drove it."""
 
     status: str  # running (paused), completed, failed, cancelled, suspended
-    children: list[str] = dataclasses.field(default_factory=list)
+    children: list[str] = dataclasses.field(default_factory=list)  # pyright: ignore[reportUnknownVariableType]
     queued: bool = False
     #: set once the pass gave its lease back with its last writes: due again at once?
     again: bool | None = None
@@ -133,7 +134,7 @@ class Ledger:
         self.host.published(self.run.id)
 
     # -- tasks --------------------------------------------------------------------------------
-    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Start a step's work as a task the pass keeps, so it can wait for every one of
         them (even after the workflow stopped waiting) before it records its outcome and
         gives up the lease."""
@@ -245,7 +246,7 @@ class Ledger:
         reached again; otherwise the code took another path than the recorded one."""
         if not self.foreign_version:
             return
-        unreached = [k for k, s in self.steps.items() if k not in self.visited]
+        unreached = [k for k in self.steps if k not in self.visited]
         if unreached:
             first = min(unreached, key=lambda k: self.steps[k].seq)
             self.conflict = (

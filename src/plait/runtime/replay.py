@@ -18,7 +18,7 @@ import collections
 import contextlib
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import pydantic
 
@@ -46,17 +46,18 @@ class CodeReplay:
         self.app = host.catalog.app
         self.ledger = Ledger(host, snapshot, owner)
         self.driver = Driver(self.ledger, host)
-        self.wloop = WorkflowLoop()
+        # a loop for workflow code implements only what asyncio's tasks and futures call
+        self.wloop = WorkflowLoop()  # type: ignore[abstract]
         self.main: asyncio.Task[Any] | None = None
         #: steps called and not yet started, in call order
-        self.new_calls: collections.deque[StepCall] = collections.deque()
+        self.new_calls: collections.deque[StepCall[Any]] = collections.deque()
         #: steps started in this pass that wait (a timer, the queue, a suspend): the run
         #: waits on them. Only those are kept, so a long pass holds no garbage for the GC
-        self.waiting: list[StepCall] = []
+        self.waiting: list[StepCall[Any]] = []
         #: steps whose pass side is still running
-        self.inflight: dict[asyncio.Task[None], StepCall] = {}
+        self.inflight: dict[asyncio.Task[None], StepCall[Any]] = {}
         #: steps whose outcome is known and not yet handed to the workflow
-        self.finished: list[StepCall] = []
+        self.finished: list[StepCall[Any]] = []
         #: the pass is ending; the workflow's code is being unwound
         self.closing = False
         #: the workflow is being handed outcomes an earlier pass handed it already: what
@@ -214,18 +215,19 @@ class CodeReplay:
         step = ledger.steps.get(key)
         now = ledger.now()
         if step is None:
+            expires_at = None if expires is None else now + expires
             info = {
                 "name": name,
                 "schema": schema.model_json_schema() if schema is not None else None,
                 "approvers": approvers,
-                "expires_at": None if expires is None else now + expires,
+                "expires_at": expires_at,
             }
             step = ledger.new_step(key, key, "approval", input=serde.dumps(info))
-            ledger.add(steps.open_gate(step, ledger.owner, info["expires_at"], now))
+            ledger.add(steps.open_gate(step, ledger.owner, expires_at, now))
         else:
             ledger.check_same(step, "approval", None)
         if step.status == "succeeded":
-            decided = serde.loads(step.output) or {}
+            decided: dict[str, Any] = serde.loads(step.output) or {}
             if decided.get("expired"):
                 self._refuse_held(key, name, "expired")
                 return Decision(name, True)
@@ -239,13 +241,12 @@ class CodeReplay:
                 self._refuse_held(key, name, "decided")
                 return decision
         for event in self._held(name):
-            payload = serde.loads(event.payload) or {}
-            why = self._judge(step, schema, payload)
-            if why is not None:
-                ledger.add([TakeDecision(key, "refused", why, event.id)])
+            payload: dict[str, Any] = serde.loads(event.payload) or {}
+            refusal = self._judge(step, schema, payload)
+            if refusal is not None:
+                ledger.add([TakeDecision(key, "refused", refusal, event.id)])
                 continue
-            output = serde.dumps(payload)
-            ledger.add(steps.decide_gate(step, output, now))
+            ledger.add(steps.decide_gate(step, serde.dumps(payload), now))
             ledger.add([TakeDecision(key, "accepted", None, event.id)])
             return _decision(name, schema, payload)
         expired = steps.expire_gate(step, now)
@@ -323,7 +324,7 @@ class CodeReplay:
             raise Unwind()
         return self.ledger.next_key(name)
 
-    def called(self, call: StepCall) -> None:
+    def called(self, call: StepCall[Any]) -> None:
         call.late = self.main is not None and self.main.done()
         self.new_calls.append(call)
 
@@ -375,9 +376,9 @@ class CodeReplay:
                 else:
                     task = ledger.spawn(self._resolve(call))
                     inflight[task] = call
-            call = self._deliverable()
-            if call is not None:
-                self._deliver(call)
+            ready = self._deliverable()
+            if ready is not None:
+                self._deliver(ready)
                 continue
             if not inflight:
                 break
@@ -387,7 +388,7 @@ class CodeReplay:
         # whatever was still in flight when the pump stopped early has settled
         await ledger.settle()
 
-    async def _resolve(self, call: StepCall) -> None:
+    async def _resolve(self, call: StepCall[Any]) -> None:
         """Run the pass side of one step; its outcome waits in ``finished`` for delivery."""
         try:
             fn, args = call.make
@@ -408,7 +409,7 @@ class CodeReplay:
             call.outcome, call.error = "error", exc
         self.finished.append(call)
 
-    def _deliverable(self) -> StepCall | None:
+    def _deliverable(self) -> StepCall[Any] | None:
         """The next outcome the workflow sees. Outcomes it saw on an earlier pass come in
         the order it saw them then (their ``delivered`` ordinal), so every branch of a
         gather sees the same results in the same order and takes the same keys; an
@@ -428,7 +429,7 @@ class CodeReplay:
                 return None
         return first if first is not None else finished[0]
 
-    def _deliver(self, call: StepCall) -> None:
+    def _deliver(self, call: StepCall[Any]) -> None:
         self.finished.remove(call)
         step = self.ledger.steps.get(call.key)
         if step is None or step.delivered is None:
@@ -521,10 +522,10 @@ _UNWIND_ROUNDS = 5
 
 
 def _earliest(
-    calls: list[StepCall], recorded: dict[str, StepRow]
-) -> tuple[StepCall | None, int | None]:
+    calls: list[StepCall[Any]], recorded: dict[str, StepRow]
+) -> tuple[StepCall[Any] | None, int | None]:
     """The call whose outcome the run saw first on an earlier pass, and when."""
-    first: StepCall | None = None
+    first: StepCall[Any] | None = None
     first_at: int | None = None
     for call in calls:
         step = recorded.get(call.key)
@@ -543,13 +544,13 @@ def _principal(exc: BaseException) -> BaseException:
     while stack:
         current = stack.pop(0)
         if isinstance(current, BaseExceptionGroup):
-            stack[:0] = current.exceptions
+            stack[:0] = cast(BaseExceptionGroup[BaseException], current).exceptions
         elif isinstance(current, Cancel | StepError):
             return current
-    return exc
+    return cast(BaseException, exc)
 
 
-def _suspended(call: StepCall) -> EndRun:
+def _suspended(call: StepCall[Any]) -> EndRun:
     sig = call.error
     assert isinstance(sig, SuspendSignal)
     return EndRun("suspended", error=steps.control_error(sig.message, sig.code))

@@ -16,7 +16,7 @@ timeout) or for the step queue.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from plait import errors, ids, serde
 from plait.retry import RetryPolicy
@@ -44,14 +44,19 @@ MAX_INTERRUPTIONS = 10
 # -- error records ------------------------------------------------------------------------
 
 
+def _text(record: dict[str, Any]) -> str:
+    """A record as stored: ``serde.dumps`` is None only for None, never for a dict."""
+    return cast(str, serde.dumps(record))
+
+
 def control_error(message: str, code: str) -> str:
     """The stored error of a run that plait stopped on purpose (suspend, cancel, a
     version conflict), typed after its code."""
-    return serde.dumps({"message": message, "type": code.title().replace("_", ""), "code": code})
+    return _text({"message": message, "type": code.title().replace("_", ""), "code": code})
 
 
 def interrupted_error(key: str, times: int = MAX_INTERRUPTIONS) -> str:
-    return serde.dumps(
+    return _text(
         {
             "message": f"step {key!r} was interrupted {times} times "
             "(its worker died while running it each time)",
@@ -62,20 +67,20 @@ def interrupted_error(key: str, times: int = MAX_INTERRUPTIONS) -> str:
 
 
 def cancelled_error() -> str:
-    return serde.dumps(
+    return _text(
         {"message": "cancelled", "type": "CancelledError", "code": errors.WORKFLOW_CANCELLED}
     )
 
 
 def run_cancelled_error(reason: str | None) -> str:
     """The error of a run cancelled by a user (and of its cancelled children)."""
-    return serde.dumps(
+    return _text(
         {"message": reason or "cancelled", "type": "Cancel", "code": errors.WORKFLOW_CANCELLED}
     )
 
 
 def event_timeout_error(name: str) -> str:
-    return serde.dumps(
+    return _text(
         {
             "message": f"no event {name!r} before the timeout",
             "type": "EventTimeout",
@@ -99,7 +104,7 @@ def child_step_end(
     serves every run a cancel ends (the step row still names its child)."""
     if status == "completed":
         return StepEnd("succeeded", output, None)
-    child_error = serde.loads(error) or {}
+    child_error: dict[str, Any] = serde.loads(error) or {}
     message = child_error.get("message", status)
     record = {
         "message": f"child run {child_id} {status}: {message}"
@@ -215,7 +220,8 @@ def open_suspend(step: StepRow, worker: str | None, now: float) -> list[Op]:
 def resume_suspend(step: StepRow, now: float) -> list[Op]:
     """An open suspend is released: its attempt succeeds with when it was resumed."""
     opened = serde.loads(step.input)
-    output = {**(opened if isinstance(opened, dict) else {}), "resumed_at": now}
+    fields = cast(dict[str, Any], opened) if isinstance(opened, dict) else {}
+    output = {**fields, "resumed_at": now}
     step.status, step.output, step.updated_at = "succeeded", serde.dumps(output), now
     return [FinishAttempt(step, step.attempts, "succeeded", step.output)]
 
@@ -257,7 +263,7 @@ def resume_ops(recorded: Iterable[StepRow], now: float, reason: str | None = Non
 
 def _reason(step: StepRow) -> str | None:
     opened = serde.loads(step.input)
-    return opened.get("reason") if isinstance(opened, dict) else None
+    return cast(dict[str, Any], opened).get("reason") if isinstance(opened, dict) else None
 
 
 def retry_ops(recorded: Iterable[StepRow], now: float) -> list[Op]:
@@ -350,7 +356,7 @@ def open_gate(step: StepRow, worker: str | None, expires_at: float | None, now: 
     return ops
 
 
-def decide_gate(step: StepRow, output: str, now: float) -> list[Op]:
+def decide_gate(step: StepRow, output: str | None, now: float) -> list[Op]:
     """The gate closes with a decision (``output``: its data, who, when)."""
     ops: list[Op] = [GuardStep(step.key, "pending")]
     step.status, step.output, step.error, step.updated_at = "succeeded", output, None, now

@@ -7,12 +7,13 @@ import contextvars
 import logging
 import re
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
-from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar, overload
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, Protocol, TypedDict, TypeVar, Unpack, overload
 
 import pydantic
 
 from plait import approval, ids, serde
+from plait.context import StepContext
 from plait.durations import parse_duration
 from plait.records import Decision
 from plait.retry import resolve_policy
@@ -22,19 +23,36 @@ from plait.runtime.ledger import Ledger
 _ORDINAL = re.compile(r"#\d+$")
 _STEP_OPTIONS = frozenset({"retries", "retry_delay", "timeout", "on_error"})
 M = TypeVar("M", bound=pydantic.BaseModel)
+#: what a step's awaitable resolves to
+T = TypeVar("T")
+#: the data a step's function takes, and what it returns
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+
+class StepOptions(TypedDict, total=False):
+    """The options of one ``wf.do`` call; each wins over the function's own."""
+
+    retries: int | None
+    retry_delay: float | str | timedelta | None
+    timeout: float | str | timedelta | None
+    on_error: str | None
 
 
 class Replay(Protocol):
     """What ``wf`` needs of the pass that replays it (``runtime.replay.CodeReplay``)."""
 
     ledger: Ledger
-    wloop: asyncio.AbstractEventLoop
+
+    @property
+    def wloop(self) -> asyncio.AbstractEventLoop: ...
+
     #: the workflow is still being handed outcomes an earlier pass already handed it
     replaying: bool
 
     def key(self, name: str) -> str: ...
 
-    def called(self, call: StepCall) -> None: ...
+    def called(self, call: StepCall[Any]) -> None: ...
 
     def do(
         self, key: str, name: str, target: Any, data: Any, options: dict[str, Any]
@@ -104,7 +122,7 @@ def _check_options(step_name: str, options: dict[str, Any]) -> None:
         raise TypeError(f"step {step_name!r}: on_error must be a function name")
 
 
-class StepCall(Coroutine[Any, Any, Any]):
+class StepCall(Coroutine[Any, Any, T], Generic[T]):
     """What ``wf.do``, ``wf.sleep``, ``wf.suspend`` and ``wf.wait_for_event`` return.
 
     The step is taken (its key fixed, its work handed to the pass) when it is called, not
@@ -136,7 +154,7 @@ class StepCall(Coroutine[Any, Any, Any]):
         self._iter: Generator[Any, None, Any] | None = None
         replay.called(self)
 
-    def __await__(self) -> Generator[Any, None, Any]:
+    def __await__(self) -> Generator[Any, None, T]:
         return self.future.__await__()
 
     def send(self, value: Any) -> Any:
@@ -198,16 +216,77 @@ class Workflow:
             )
         return name
 
+    # Overloads type a step by its function: ``await wf.do("s", f, x)`` is what ``f``
+    # returns, and ``x`` must be what ``f`` takes. Coroutine functions come first, so an
+    # async ``f`` is typed by what its coroutine returns, not by the coroutine.
+    @overload
     def do(
         self,
         step_name: str,
-        fn: Any,
+        fn: Callable[[In, StepContext], Awaitable[Out]],
+        data: In,
+        **options: Unpack[StepOptions],
+    ) -> StepCall[Out]: ...
+    @overload
+    def do(
+        self,
+        step_name: str,
+        fn: Callable[[In], Awaitable[Out]],
+        data: In,
+        **options: Unpack[StepOptions],
+    ) -> StepCall[Out]: ...
+    @overload
+    def do(
+        self,
+        step_name: str,
+        fn: Callable[[], Awaitable[Out]],
+        data: None = None,
+        **options: Unpack[StepOptions],
+    ) -> StepCall[Out]: ...
+    @overload
+    def do(
+        self,
+        step_name: str,
+        fn: Callable[[In, StepContext], Out],
+        data: In,
+        **options: Unpack[StepOptions],
+    ) -> StepCall[Out]: ...
+    @overload
+    def do(
+        self,
+        step_name: str,
+        fn: Callable[[In], Out],
+        data: In,
+        **options: Unpack[StepOptions],
+    ) -> StepCall[Out]: ...
+    @overload
+    def do(
+        self,
+        step_name: str,
+        fn: Callable[[], Out],
+        data: None = None,
+        **options: Unpack[StepOptions],
+    ) -> StepCall[Out]: ...
+    @overload
+    def do(
+        self,
+        step_name: str,
+        fn: str,
+        data: Any = None,
+        **options: Unpack[StepOptions],
+    ) -> StepCall[Any]: ...
+
+    def do(
+        self,
+        step_name: str,
+        fn: Callable[..., Any] | str,
         data: Any = None,
         **options: Any,
-    ) -> StepCall:
+    ) -> StepCall[Any]:
         """Run ``fn`` (a function, its name, a closure, or a workflow name for a child run)
         as the durable step ``step_name``. The key is taken now, in call order, so
-        ``asyncio.gather`` replays to the same keys whatever order the steps finish in."""
+        ``asyncio.gather`` replays to the same keys whatever order the steps finish in.
+        A name is typed ``Any``: what it runs is known only when the step runs."""
         self._check_name(step_name, "step")
         if fn is None or not (isinstance(fn, str) or callable(fn)):
             raise TypeError(
@@ -220,7 +299,7 @@ class Workflow:
         key = replay.key(step_name)
         return StepCall(replay, key, replay.do, key, step_name, fn, data, options)
 
-    def sleep(self, step_name: str, duration: float | str) -> StepCall:
+    def sleep(self, step_name: str, duration: float | str | timedelta) -> StepCall[None]:
         """A durable timer: the run holds nothing while it waits."""
         self._check_name(step_name, "sleep")
         seconds = parse_duration(duration, what=f"duration of sleep {step_name!r}")
@@ -228,16 +307,20 @@ class Workflow:
         key = replay.key(step_name)
         return StepCall(replay, key, replay.sleep, key, step_name, seconds)
 
-    def suspend(self, reason: str = "suspended") -> StepCall:
+    def suspend(self, reason: str = "suspended") -> StepCall[None]:
         """Pause the run until ``engine.resume(run_id)``; each call site pauses once."""
         self._check_name(reason, "suspend reason")
         replay = self._replay
         key = replay.key(f"__suspend:{reason}")
         return StepCall(replay, key, replay.suspend, key, reason)
 
-    def wait_for_event(self, name: str, timeout: float | str | None = None) -> StepCall:
+    def wait_for_event(
+        self, name: str, timeout: float | str | timedelta | None = None
+    ) -> StepCall[Any]:
         """The payload of the next ``engine.send_event(run_id, name, ...)``; an event sent
-        before the run gets here is kept for it."""
+        before the run gets here is kept for it. Typed ``Any``: the payload is JSON that
+        another process sent, and nothing here checks its shape (validate it with a
+        pydantic model where its shape matters)."""
         self._check_name(name, "event")
         seconds = (
             None if timeout is None else parse_duration(timeout, what=f"timeout of event {name!r}")

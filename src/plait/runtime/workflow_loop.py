@@ -21,7 +21,12 @@ import collections
 import contextvars
 from asyncio import events
 from collections.abc import Callable, Coroutine
-from typing import Any
+from concurrent.futures import Executor
+from typing import Any, TypeVar, TypeVarTuple, Unpack
+
+#: a callback's arguments, as asyncio's own signatures type them
+Ts = TypeVarTuple("Ts")
+T = TypeVar("T")
 
 _CLOCK_REFUSED = (
     "workflow code cannot wait on the clock (asyncio.sleep with a delay, asyncio.timeout, "
@@ -81,10 +86,11 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         try:
             while ready:
                 handle = ready.popleft()
-                if handle._cancelled:
+                # the loop reads the fields of its own handle class
+                if handle._cancelled:  # pyright: ignore[reportPrivateUsage]
                     continue
                 try:
-                    handle._context.run(handle._callback, *handle._args)
+                    handle._context.run(handle._callback, *handle._args)  # pyright: ignore[reportPrivateUsage]
                 except (SystemExit, KeyboardInterrupt):
                     raise
                 except BaseException as exc:  # what asyncio's loop does: report, go on
@@ -95,18 +101,18 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     # -- what asyncio calls -----------------------------------------------------------------
     def call_soon(
         self,
-        callback: Callable[..., Any],
-        *args: Any,
+        callback: Callable[[Unpack[Ts]], object],
+        *args: *Ts,
         context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
         handle = _Handle(callback, args, context)
         self._ready.append(handle)
-        return handle  # type: ignore[return-value]
+        return handle  # type: ignore[return-value]  # has every method asyncio calls on one
 
     def call_soon_threadsafe(
         self,
-        callback: Callable[..., Any],
-        *args: Any,
+        callback: Callable[[Unpack[Ts]], object],
+        *args: *Ts,
         context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
         raise RuntimeError("workflow code cannot be called from another thread")
@@ -114,8 +120,8 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     def call_later(
         self,
         delay: float,
-        callback: Callable[..., Any],
-        *args: Any,
+        callback: Callable[[Unpack[Ts]], object],
+        *args: *Ts,
         context: contextvars.Context | None = None,
     ) -> asyncio.TimerHandle:
         raise ClockRefused(_CLOCK_REFUSED)
@@ -123,8 +129,8 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     def call_at(
         self,
         when: float,
-        callback: Callable[..., Any],
-        *args: Any,
+        callback: Callable[[Unpack[Ts]], object],
+        *args: *Ts,
         context: contextvars.Context | None = None,
     ) -> asyncio.TimerHandle:
         raise ClockRefused(_CLOCK_REFUSED)
@@ -153,7 +159,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         return None
 
     #: asked by every future and handle made on the loop; a C-level callable, not a method
-    get_debug = False.__bool__
+    get_debug = False.__bool__  # pyright: ignore[reportAssignmentType]
 
     def is_running(self) -> bool:
         return True
@@ -174,7 +180,9 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     def get_exception_handler(self) -> None:
         return None
 
-    def run_in_executor(self, executor: Any, func: Callable[..., Any], *args: Any) -> Any:
+    def run_in_executor(
+        self, executor: Executor | None, func: Callable[[Unpack[Ts]], T], *args: *Ts
+    ) -> asyncio.Future[T]:
         raise RuntimeError("workflow code cannot run work in an executor; put it in a step (wf.do)")
 
     def _timer_handle_cancelled(self, handle: asyncio.TimerHandle) -> None:

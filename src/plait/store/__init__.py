@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from plait.store.base import Store
 
@@ -53,12 +54,12 @@ def _redact_parameter(item: str) -> str:
     return item
 
 
-def make_store(database: str | None = None, **options: object) -> Store:
+def make_store(database: str | None = None, **options: Any) -> Store:
     url = resolve_url(database)
     if url.startswith("sqlite:"):
         from plait.store.sqlite import SQLiteStore
 
-        return SQLiteStore(url, **options)  # type: ignore[arg-type]
+        return SQLiteStore(url, **options)
     if url.startswith(("postgresql:", "postgres:")):
         from plait.store.postgres import PostgresStore
 

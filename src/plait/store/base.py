@@ -149,11 +149,8 @@ class PassSnapshot:
 # instance dict directly: a frozen dataclass's generated one costs twice as much, and a
 # step makes two of these ops.
 
-_OP = dataclasses.dataclass(frozen=True, slots=True)
-_STEP_OP = dataclasses.dataclass(frozen=True, init=False)
 
-
-@_STEP_OP
+@dataclasses.dataclass(frozen=True, init=False)
 class PutStep:
     """Insert the step, or update every mutable column of an existing one."""
 
@@ -163,7 +160,7 @@ class PutStep:
         self.__dict__["step"] = step.copy()
 
 
-@_STEP_OP
+@dataclasses.dataclass(frozen=True, init=False)
 class StartAttempt:
     """Record attempt ``attempt`` of a step as running (step row included)."""
 
@@ -175,7 +172,7 @@ class StartAttempt:
         self.__dict__.update(step=step.copy(), attempt=attempt, worker=worker)
 
 
-@_STEP_OP
+@dataclasses.dataclass(frozen=True, init=False)
 class FinishAttempt:
     """Close an attempt and write the step's new state in the same transaction."""
 
@@ -198,43 +195,43 @@ class FinishAttempt:
         )
 
 
-@_OP
+@dataclasses.dataclass(frozen=True, slots=True)
 class SetTimer:
     key: str
     purpose: str
     wake_at: float
 
 
-@_OP
+@dataclasses.dataclass(frozen=True, slots=True)
 class ClearTimer:
     key: str
 
 
-@_OP
+@dataclasses.dataclass(frozen=True, slots=True)
 class EnqueueJob:
     key: str
     function: str
     available_at: float
 
 
-@_OP
+@dataclasses.dataclass(frozen=True, slots=True)
 class ConsumeEvent:
     event_id: int
     key: str
 
 
-@_OP
+@dataclasses.dataclass(frozen=True, slots=True)
 class CreateChildRun:
     run: NewRun
 
 
-@_OP
+@dataclasses.dataclass(frozen=True, slots=True)
 class SetState:
     name: str
     value: str | None
 
 
-@_OP
+@dataclasses.dataclass(frozen=True, slots=True)
 class SetValue:
     """Publish a value of the run (``wf.set_value``): the last write of a key wins."""
 
@@ -242,7 +239,7 @@ class SetValue:
     value: str | None
 
 
-@_OP
+@dataclasses.dataclass(frozen=True, slots=True)
 class GuardStep:
     """Refuse the whole batch (``GateClosedError``) unless the step's stored status is
     still ``status``: a pass closing an approval gate must not overwrite a decision that
@@ -252,7 +249,7 @@ class GuardStep:
     status: str
 
 
-@_OP
+@dataclasses.dataclass(frozen=True, slots=True)
 class TakeDecision:
     """Record what became of a decision on approval gate ``key``. With ``event_id`` a
     held decision is taken (``GateClosedError`` if another pass took it first); without,
@@ -264,7 +261,7 @@ class TakeDecision:
     event_id: int | None = None
 
 
-@_OP
+@dataclasses.dataclass(frozen=True, slots=True)
 class StepEnd:
     """How the parent's step of a child run ends when the child ends (decided by
     ``runtime.steps.child_step_end``): ``status`` is ``succeeded`` or ``failed``."""
@@ -274,7 +271,7 @@ class StepEnd:
     error: str | None = None
 
 
-@_OP
+@dataclasses.dataclass(frozen=True, slots=True)
 class EndRun:
     """Move the run to ``status``; only from ``running`` (the terminal guard). A terminal
     end of a child run also ends the parent's waiting step as ``parent`` says (only if
@@ -492,8 +489,14 @@ class Store(Protocol):
     protocol means in practice: a store that passes it is a store."""
 
     url: str
-    #: where the store reads the time it writes and compares (``plait.clock``)
-    clock: Clock
+
+    @property
+    def clock(self) -> Clock:
+        """Where the store reads the time it writes and compares (``plait.clock``)."""
+        ...
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None: ...
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...

@@ -50,7 +50,7 @@ def parse(text: str) -> dict[str, str]:
                 raise ValueError(f"query {name!r} is defined twice")
             queries[name] = body
         name, lines = block["name"], []
-        if name != "<end>" and not _QUERY_NAME.match(name):
+        if name != "<end>" and not _QUERY_NAME.match(name or ""):
             raise ValueError(f"invalid query name {name!r}: use lowercase letters, digits, _")
     return queries
 

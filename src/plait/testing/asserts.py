@@ -64,7 +64,7 @@ def _timeline(steps: list[Step]) -> str:
     """The run's steps as lines a failing test prints."""
     if not steps:
         return "  (the run has no steps)"
-    lines = []
+    lines: list[str] = []
     for step in steps:
         detail = f"error {step.error.get('message')!r}" if step.error else ""
         lines.append(

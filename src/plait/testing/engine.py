@@ -117,14 +117,14 @@ class TestEngine(Engine):
         self._jump(target)
         await self._settle(deadline)
 
-    async def wait(self, run_id: str, *, timeout: float | None = None) -> Run:
-        """As ``Engine.wait`` (``timeout`` is in real seconds); with time skipping on, the
+    async def _wait(self, run_id: str, seconds: float | None, workflow: str | None) -> Run:
+        """As ``Engine.wait`` (``timeout`` is in real time); with time skipping on, the
         clock jumps to the next timer whenever every live run waits only on timers."""
         if not self.time_skipping:
-            return await super().wait(run_id, timeout=timeout)
+            return await super()._wait(run_id, seconds, workflow)
         skipper = asyncio.create_task(self._skip(), name="plait-time-skipping")
         try:
-            return await super().wait(run_id, timeout=timeout)
+            return await super()._wait(run_id, seconds, workflow)
         finally:
             skipper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -569,7 +569,7 @@ def _free_port() -> int:
 
 
 def _child_pids(parent: int) -> list[int]:
-    children = []
+    children: list[int] = []
     with contextlib.suppress(OSError):
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
@@ -666,7 +666,7 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes:
 
 
 def _error_text(payload: bytes) -> str:
-    fields = {}
+    fields: dict[bytes, str] = {}
     for part in payload.split(b"\0"):
         if part:
             fields[part[:1]] = part[1:].decode("utf-8", "replace")

@@ -34,7 +34,8 @@ DATABASE_ENV = "PLAIT_TEST_DATABASE_URL"
 try:
     import pytest_asyncio
 except ImportError:  # pragma: no cover - the dev extra installs it
-    pytest_asyncio = None
+    # the plugin still loads, and its async fixture says what to install
+    pytest_asyncio = None  # type: ignore[assignment]
 
 
 @pytest.fixture
@@ -66,7 +67,9 @@ def plait_database_url(tmp_path: Path) -> Iterator[str]:
 if pytest_asyncio is not None:
 
     @pytest_asyncio.fixture
-    async def plait_engine(plait_app: Any, plait_database_url: str) -> AsyncIterator[TestEngine]:
+    async def plait_engine(  # pyright: ignore[reportRedeclaration]
+        plait_app: Any, plait_database_url: str
+    ) -> AsyncIterator[TestEngine]:
         """A ``TestEngine`` for ``plait_app`` on ``plait_database_url``, in virtual time."""
         from plait.testing.engine import TestEngine
 

@@ -118,7 +118,11 @@ class GroupCommit:
             _settle(batch.done, due)
 
     async def _together(self, group: list[_Batch]) -> None:
-        runs, fences, ends, seen, ops = [], [], [], [], []
+        runs: list[str] = []
+        fences: list[str | None] = []
+        ends: list[int] = []
+        seen: list[int | None] = []
+        ops: list[Any] = []
         for batch in group:
             runs.append(batch.run_id)
             fences.append(batch.fence)
@@ -143,7 +147,7 @@ class GroupCommit:
             for batch in group:
                 _settle(batch.done, exc=exc)
             raise
-        busy = []
+        busy: list[_Batch] = []
         for batch, result in zip(group, outcome, strict=True):
             if result == "lost":
                 _settle(batch.done, exc=LeaseLostError(f"lost the lease on run {batch.run_id}"))

@@ -134,9 +134,9 @@ class Listener:
             await asyncio.sleep(delay * random.uniform(0.8, 1.2))
             delay = min(_RECONNECT_MAX_DELAY, delay * 2)
 
-    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
         notifier = self._notifier
-        if notifier is None:
+        if notifier is None or not isinstance(payload, str):
             return
         if payload == "work":
             notifier.local_work()

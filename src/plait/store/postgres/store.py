@@ -27,7 +27,7 @@ import dataclasses
 import hashlib
 import logging
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import asyncpg
@@ -110,6 +110,17 @@ _REOPEN_ACTIONS = {"suspended": "resume", "failed": "retry"}
 
 #: the columns of RunRow read by position (those of schema version 1, idle_sweeps aside)
 _RUN_BASE_FIELDS = 18
+#: the columns migrations added to runs since, in RunRow's order
+_RUN_ADDED_FIELDS = (
+    "queue",
+    "queue_key",
+    "priority",
+    "dedup",
+    "scheduled_at",
+    "admitted_at",
+    "forked_from",
+    "trace",
+)
 _STEP_FIELDS = len(dataclasses.fields(StepRow))
 #: the most children get_children returns (the newest ones)
 _MAX_CHILDREN = 10_000
@@ -237,17 +248,7 @@ def _run_row(rec: Any) -> RunRow:
     """A runs row (a composite record) as a RunRow: the columns every version had by
     position, the ones added later by name (migrations append columns in their order)."""
     values = tuple(rec)
-    return RunRow(
-        *values[:_RUN_BASE_FIELDS],
-        rec["queue"],
-        rec["queue_key"],
-        rec["priority"],
-        rec["dedup"],
-        rec["scheduled_at"],
-        rec["admitted_at"],
-        rec["forked_from"],
-        trace=rec["trace"],
-    )
+    return RunRow(*values[:_RUN_BASE_FIELDS], *[rec[name] for name in _RUN_ADDED_FIELDS])
 
 
 def _schedule_row(rec: Any) -> ScheduleRow:
@@ -529,7 +530,7 @@ class PostgresStore:
         # a new pass of this run starts: an earlier pass's failed write no longer matters
         if self._tainted:
             self._tainted = {t for t in self._tainted if t[0] != run_id}
-        steps = {}
+        steps: dict[str, StepRow] = {}
         for rec in row["steps"]:
             step = _step_row(rec)
             steps[step.key] = step
@@ -610,7 +611,7 @@ class PostgresStore:
         return bool(due)
 
     @contextlib.asynccontextmanager
-    async def _in_order(self, run_id: str) -> AsyncIterator[None]:
+    async def _in_order(self, run_id: str) -> AsyncGenerator[None, None]:
         """Apply this process's writes to one run in the order they were issued, as the
         SQLite store's single writer does. Pool connections would otherwise let a later
         write overtake one still in flight: a pass cancelled twice releases its lease while
@@ -799,7 +800,7 @@ class PostgresStore:
         return None if rec is None else _run(rec)
 
     async def send_event(self, run_id: str, name: str, payload: str | None) -> bool:
-        return await self._action(
+        sent: bool = await self._action(
             f"send event {name!r} to",
             run_id,
             "fetchval",
@@ -808,6 +809,7 @@ class PostgresStore:
             payload,
             self._now(),
         )
+        return sent
 
     # -- queues ----------------------------------------------------------------------------------
     async def admit_runs(

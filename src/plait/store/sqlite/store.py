@@ -348,6 +348,7 @@ class SQLiteStore:
     async def next_due(self, functions: Sequence[str] | None = None) -> float | None:
         """When the next run pass (``functions`` None) or job for ``functions`` is due,
         counting a leased one as due when its lease runs out."""
+        params: tuple[str, ...]
         if functions is None:
             sql, params = SQL["next_due_runs"], ()
         else:
@@ -510,7 +511,8 @@ class SQLiteStore:
 
     async def next_queued(self) -> float | None:
         def go(conn: sqlite3.Connection) -> float | None:
-            return conn.execute(SQL["next_queued"]).fetchone()[0]
+            due: float | None = conn.execute(SQL["next_queued"]).fetchone()[0]
+            return due
 
         return await self._read_here(go)
 
@@ -565,7 +567,8 @@ class SQLiteStore:
 
     async def next_schedule_tick(self) -> float | None:
         def go(conn: sqlite3.Connection) -> float | None:
-            return conn.execute(SQL["next_schedule_tick"]).fetchone()[0]
+            tick: float | None = conn.execute(SQL["next_schedule_tick"]).fetchone()[0]
+            return tick
 
         return await self._read_here(go)
 

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from plait.store import queries
 
@@ -32,7 +32,8 @@ SQL = queries.load("sqlite")
 # about half a microsecond for each NULL, and a step's writes bind a dozen of them. An
 # adapter that hands ``None`` back makes the lookup a hit, and the value still binds as
 # NULL. It changes nothing for any other user of sqlite3 in the process.
-sqlite3.register_adapter(type(None), {}.get)
+_NONE: dict[None, None] = {}
+sqlite3.register_adapter(type(None), cast("Callable[[None], None]", _NONE.get))
 _BEGIN = SQL["begin"]
 _BEGIN_IMMEDIATE = SQL["begin_immediate"]
 _COMMIT = SQL["commit"]
@@ -222,8 +223,8 @@ class Connections:
                     results = self._run_batch(conn, batch, wait=True)
                 # one wake-up of each waiting event loop per batch, not one per future
                 by_loop: dict[Any, list[_Settled]] = {}
-                for fut, loop_, value, exc in results or []:
-                    by_loop.setdefault(loop_, []).append((fut, value, exc))
+                for fut, loop_, value, error in results or []:
+                    by_loop.setdefault(loop_, []).append((fut, value, error))
                 for loop_, settled in by_loop.items():
                     loop_.call_soon_threadsafe(_settle_all, settled)
                 if stop:
