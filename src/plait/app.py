@@ -17,7 +17,7 @@ from typing import Any, overload
 from pydantic import TypeAdapter, ValidationError
 
 from plait.context import StepContext
-from plait.durations import parse_duration
+from plait.durations import Duration, parse_duration
 from plait.errors import WorkflowNotFoundError
 from plait.queues import Queue, check_queue_name, make_queue
 from plait.retry import RetryPolicy, parse_retries, parse_retry_delay, resolve_policy
@@ -42,7 +42,7 @@ class FunctionDef:
     fn: Callable[..., Any]
     queued: bool = False
     retries: int | None = None
-    retry_delay: float | str | None = None
+    retry_delay: Duration | None = None
     timeout: float | None = None
     on_error: str | None = None
     takes_data: bool = True
@@ -232,11 +232,11 @@ class App:
         *,
         workflow: str,
         cron: str | None = None,
-        every: float | str | None = None,
+        every: Duration | None = None,
         input: Any = None,
         timezone: str = "UTC",
         overlap: str = "skip",
-        catchup: float | str = "0s",
+        catchup: Duration = "0s",
     ) -> ScheduleSpec:
         """Start ``workflow`` on a clock (see ``plait.schedules``). Stored when an engine
         opens, so every worker on the database fires it; once per tick, whatever the
@@ -266,8 +266,8 @@ class App:
         name: str | None = None,
         queued: bool = False,
         retries: int | None = None,
-        retry_delay: float | str | None = None,
-        timeout: float | str | None = None,
+        retry_delay: Duration | None = None,
+        timeout: Duration | None = None,
         on_error: str | None = None,
         queue: str | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
@@ -285,8 +285,8 @@ class App:
         name: str | None = None,
         queued: bool = False,
         retries: int | None = None,
-        retry_delay: float | str | None = None,
-        timeout: float | str | None = None,
+        retry_delay: Duration | None = None,
+        timeout: Duration | None = None,
         on_error: str | None = None,
         queue: str | None = None,
     ) -> Callable[..., Any]:

@@ -815,7 +815,12 @@ class Engine:
         return {k: serde.loads(v) for k, v in (await self.store.get_values(run_id)).items()}
 
     async def get_value(
-        self, run_id: str, key: str, *, wait: bool = False, timeout: float | None = None
+        self,
+        run_id: str,
+        key: str,
+        *,
+        wait: bool = False,
+        timeout: float | str | timedelta | None = None,
     ) -> Any:
         """The value the run published under ``key`` (None while there is none). With
         ``wait``, waits until it is published: woken by the commit that publishes it,
@@ -823,7 +828,8 @@ class Engine:
         ``ValueNotSetError`` if the run ends without publishing it."""
         if not isinstance(key, str) or not key:
             raise TypeError(f"value key must be a non-empty string, got {key!r}")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        seconds = None if timeout is None else parse_duration(timeout, what="timeout")
+        deadline = None if seconds is None else time.monotonic() + seconds
         safety = _VALUE_SAFETY
         while True:
             event = self.notifier.watch(run_id)
@@ -840,7 +846,9 @@ class Engine:
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        raise TimeoutError(f"run {run_id} published no value {key!r} in {timeout}s")
+                        raise TimeoutError(
+                            f"run {run_id} published no value {key!r} in {seconds:g}s"
+                        )
                     wait_for = min(wait_for, left)
                 await wait_event(event, wait_for)
                 safety = min(_VALUE_SAFETY_MAX, safety * 2)

@@ -195,11 +195,7 @@ def make_spec(
     expression = None if cron is None else check_cron(cron)
     interval = None
     if every is not None:
-        interval = (
-            every.total_seconds()
-            if isinstance(every, timedelta)
-            else parse_duration(every, what=f"every of schedule {sname!r}")
-        )
+        interval = parse_duration(every, what=f"every of schedule {sname!r}")
         if interval < 1:
             raise ValueError(f"invalid every of schedule {sname!r}: {every!r} (at least 1s)")
     if not isinstance(timezone, str):
@@ -209,11 +205,7 @@ def make_spec(
         raise ValueError(
             f"invalid overlap of schedule {sname!r}: {overlap!r} (use 'skip' or 'allow')"
         )
-    window = (
-        catchup.total_seconds()
-        if isinstance(catchup, timedelta)
-        else parse_duration(catchup, what=f"catchup of schedule {sname!r}")
-    )
+    window = parse_duration(catchup, what=f"catchup of schedule {sname!r}")
     json.dumps(input)  # input is stored as JSON: fail here, naming nothing stored
     return ScheduleSpec(
         sname, workflow, input, expression, interval, timezone, str(overlap), window
