@@ -58,7 +58,7 @@ async def silent(wf: plait.Workflow, data: Any) -> Any:
 
 @app.workflow
 async def bad_value(wf: plait.Workflow, data: Any) -> Any:
-    await wf.set_value("v", {1, 2})
+    await wf.set_value("v", object())
 
 
 @app.workflow

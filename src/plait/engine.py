@@ -282,6 +282,9 @@ class Engine:
             graph = await self.graph_for(name, version)
             validate_or_raise(graph, start_node=start_node)
         payload = serde.dumps(data, what=f"the input of workflow {name!r}", limits=self.limits)
+        wdef = self.app.workflows.get(name) if kind == "workflow" else None
+        if wdef is not None and wdef.input_codec is not None:
+            wdef.decode_input(payload)  # bad input is refused here, not by a failed run
         if not self._opened:
             raise RuntimeError("the engine is closed: use `async with Engine(...)`")
         worker = self.worker
@@ -352,7 +355,12 @@ class Engine:
         """Start a run and wait for its output."""
         run_id = await self.start(name, data, **start_kw)
         run = await self.wait(run_id, timeout=timeout)
-        return _output_or_raise(run)
+        output = _output_or_raise(run)
+        wdef = self.app.workflows.get(name)
+        codec = None if wdef is None else wdef.output_codec
+        if codec is None or output is None:
+            return output
+        return codec.check(output, f"the output of workflow {name!r}")
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> Run:
         """Wait until the run is completed, failed, cancelled or suspended."""

@@ -26,6 +26,9 @@ CHILD_FAILED = "CHILD_FAILED"
 WORKFLOW_BLOCKED = "WORKFLOW_BLOCKED"
 PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
 PAYLOAD_TOO_DEEP = "PAYLOAD_TOO_DEEP"
+#: a value that does not fit the annotation it is decoded as
+TYPE_MISMATCH = "TYPE_MISMATCH"
+INVALID_INPUT = "INVALID_INPUT"
 
 
 class PlaitError(Exception):
@@ -139,6 +142,29 @@ class NotJSONError(PlaitError, TypeError):
     def __init__(self, what: str, detail: str) -> None:
         super().__init__(f"{what} is not JSON-serialisable: {detail}")
         self.code = NOT_JSON
+
+
+class TypeMismatchError(PlaitError, TypeError):
+    """A value does not fit the annotation it comes back as (a step result and the
+    function's return annotation, a run's output and the workflow's). Checked before the
+    value is stored, so a replay never meets a value that cannot be decoded; never
+    retried, since the same body would return the same kind of value."""
+
+    retryable = False
+
+    def __init__(self, what: str, expected: str, problems: str) -> None:
+        super().__init__(f"{what} does not fit its annotation {expected}: {problems}")
+        self.what = what
+        self.expected = expected
+        self.code = TYPE_MISMATCH
+
+
+class InputValidationError(PlaitError, ValueError):
+    """The data given to a function or a workflow does not fit its annotation. Never
+    retried: the same input would fail the same way."""
+
+    code = INVALID_INPUT
+    retryable = False
 
 
 class PayloadTooLargeError(PlaitError, ValueError):
