@@ -6,6 +6,8 @@ Control-flow signals that stop a replay live in ``runtime.signals`` and derive f
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -33,6 +35,42 @@ INVALID_INPUT = "INVALID_INPUT"
 
 class PlaitError(Exception):
     """Base of every error plait raises on purpose."""
+
+
+#: the modules each optional extra of the distribution brings
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "postgres": ("asyncpg",),
+    "http": ("starlette", "uvicorn"),
+    "otel": ("opentelemetry",),
+    "metrics": ("prometheus_client",),
+}
+
+
+class MissingExtraError(PlaitError, ImportError):
+    """A part of plait that needs an optional extra which is not installed. An
+    ``ImportError``, so code that tries an import and falls back still works; its message
+    is the one line to act on."""
+
+    def __init__(self, extra: str, what: str, module: str) -> None:
+        super().__init__(
+            f"{what} needs the '{extra}' extra ({module} is not installed): "
+            f"pip install 'plait[{extra}]'",
+            name=module,
+        )
+        self.extra = extra
+
+
+@contextlib.contextmanager
+def extra_needed(extra: str, what: str) -> Iterator[None]:
+    """Turn the import error of a module of ``extra`` into a ``MissingExtraError`` naming
+    the install; any other import error stays as it is (a real bug must show)."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").partition(".")[0]
+        if top not in EXTRAS[extra]:
+            raise
+        raise MissingExtraError(extra, what, top) from None
 
 
 class WorkflowNotFoundError(PlaitError, LookupError):

@@ -21,10 +21,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-
+from plait.errors import extra_needed
 from plait.store.base import Store
+
+with extra_needed("metrics", "Prometheus metrics"):
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+    from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 #: the media type of ``Metrics.render``
 CONTENT_TYPE = CONTENT_TYPE_LATEST

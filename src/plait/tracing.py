@@ -22,10 +22,12 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import context, propagate, trace
-from opentelemetry.trace import Status, StatusCode
-
+from plait.errors import extra_needed
 from plait.store.base import RunRow, StepRow
+
+with extra_needed("otel", "tracing (OpenTelemetry spans)"):
+    from opentelemetry import context, propagate, trace
+    from opentelemetry.trace import Status, StatusCode
 
 if TYPE_CHECKING:
     from plait.runtime.attempt import Outcome
