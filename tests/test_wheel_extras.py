@@ -45,6 +45,12 @@ except plait.MissingExtraError as exc:
 """
 
 
+def _clean_env() -> dict[str, str]:
+    """This process's environment without what points Python at the source tree (a
+    ``PYTHONPATH`` would make pip think plait is installed already)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PLAIT_"))}
+
+
 @pytest.fixture(scope="module")
 def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtual environment with the wheel and its core dependencies only."""
@@ -55,9 +61,12 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         text=True,
         timeout=600,
+        env=_clean_env(),
     )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (wheel,) = dist.glob("plait-*.whl")
+    # built from this tree, so it must hold what the tree holds (not a stale build)
+    assert installed_files(wheel) >= {"plait/errors.py", "plait/cli.py"}
     env_dir = where / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
@@ -66,6 +75,7 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         text=True,
         timeout=600,
+        env=_clean_env(),
     )
     assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
     work = where / "work"
@@ -75,8 +85,15 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return env_dir
 
 
+def installed_files(wheel: Path) -> set[str]:
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as archive:
+        return set(archive.namelist())
+
+
 def _run(bare: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PLAIT_"))}
+    env = _clean_env()
     return subprocess.run(
         list(args),
         cwd=bare.parent / "work",
