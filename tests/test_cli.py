@@ -13,7 +13,6 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -150,6 +149,8 @@ def test_send_event_and_json_documents(shop: Path) -> None:
     assert set(shown) == {"run", "steps", "attempts", "children", "values", "decisions"}
     code, out = run("cancel", run_id, "-d", db, "--json")
     assert code == 0 and json.loads(out)["run"]["status"] == "cancelled"
+    code, out = run("runs", "prune", "--older-than", "30d", "-d", db, "--json")
+    assert code == 0 and json.loads(out) == {"pruned": 0}
     for command in (["queues"], ["schedules", "list"], ["approvals", "list"]):
         code, out = run(*command, "-d", db, "--json")
         assert code == 0, out
@@ -250,7 +251,3 @@ def test_other_errors_are_one_line(shop: Path) -> None:
         code, out = run(*args)
         assert code in (1, 2), (args, out)
         assert out.startswith("error: ") and out.count("\n") == 1, (args, out)
-
-
-def _lines(out: str) -> list[Any]:
-    return [line for line in out.splitlines() if line.strip()]

@@ -907,6 +907,7 @@ def approve(
     name: str = typer.Argument(..., help="The approval's name (wf.approval(name, ...))."),
     data: str | None = typer.Option(None, "--data", help="The decision's data as JSON."),
     by: str | None = typer.Option(None, "--by", help="Who decides (the user id recorded)."),
+    as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
     """Decide an approval gate of a run (held if the run has not reached it yet)."""
@@ -915,6 +916,9 @@ def approve(
         payload = parse_json(data, "--data")
         async with _engine(None, database) as engine:
             decision = await engine.approve(run_id, name, payload, decided_by=by)
+        if as_json:
+            emit_json({"decision": decision.to_dict()})
+            return
         console.print(
             f"approval {esc(repr(name))} of run {esc(run_id)}: {esc(decision.outcome)}",
             highlight=False,
@@ -960,6 +964,7 @@ def fork(
     run_id: str = typer.Argument(..., help="The run to fork."),
     from_step: str = typer.Option(..., "--from", help="The step key to run again from."),
     new_id: str | None = typer.Option(None, "--run-id", help="The new run's id."),
+    as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
     """A new run that keeps the results of the steps before --from and runs the rest
@@ -968,6 +973,9 @@ def fork(
     async def go() -> None:
         async with _engine(None, database) as engine:
             forked = await engine.fork(run_id, from_step=from_step, run_id=new_id)
+        if as_json:
+            emit_json({"run_id": forked, "forked_from": run_id})
+            return
         console.print(esc(forked), highlight=False)
 
     run_async(go)
@@ -983,6 +991,7 @@ def runs_prune(
         "--status",
         help="Ended statuses to prune (repeat the option).",
     ),
+    as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
     """Delete ended runs (with their steps, events, values and child runs) last updated
@@ -992,6 +1001,9 @@ def runs_prune(
     async def go() -> None:
         async with _engine(None, database) as engine:
             pruned = await engine.prune(older_than=seconds, statuses=status)
+        if as_json:
+            emit_json({"pruned": pruned})
+            return
         console.print(f"pruned {pruned} runs")
 
     run_async(go)
