@@ -344,3 +344,11 @@ async def test_events_and_values_encode_models_and_dataclasses(engine_factory) -
         other = await engine.start("w")
         await engine.send_event(other, "parcel", Order(id=1, amount=Decimal("1.0")))
         assert (await engine.wait(other, timeout=10)).output == {"id": 1, "amount": "1.0"}
+
+
+def test_a_schedule_input_is_stored_as_its_json_form() -> None:
+    app = plait.App()
+    spec = app.schedule("tick", workflow="w", every="1h", input={"at": WHEN, "id": ID})
+    assert spec.input == {"at": "2030-01-02T03:04:05.678000Z", "id": str(ID)}
+    with pytest.raises(plait.NotJSONError, match="input of schedule 'tock'"):
+        app.schedule("tock", workflow="w", every="1h", input={"x": object()})

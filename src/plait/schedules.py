@@ -33,6 +33,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from plait import serde
 from plait.durations import parse_duration
 from plait.ids import check_run_id
 from plait.queues import check_queue_name
@@ -206,9 +207,10 @@ def make_spec(
             f"invalid overlap of schedule {sname!r}: {overlap!r} (use 'skip' or 'allow')"
         )
     window = parse_duration(catchup, what=f"catchup of schedule {sname!r}")
-    json.dumps(input)  # input is stored as JSON: fail here, naming nothing stored
+    # stored as JSON (a model or a dataclass as its JSON form): fail here, naming it
+    stored = serde.roundtrip(input, what=f"the input of schedule {sname!r}")
     return ScheduleSpec(
-        sname, workflow, input, expression, interval, timezone, str(overlap), window
+        sname, workflow, stored, expression, interval, timezone, str(overlap), window
     )
 
 
