@@ -16,6 +16,7 @@ import pydantic
 import pytest
 
 import plait
+from plait import serde
 
 
 class Color(enum.Enum):
@@ -352,3 +353,27 @@ def test_a_schedule_input_is_stored_as_its_json_form() -> None:
     assert spec.input == {"at": "2030-01-02T03:04:05.678000Z", "id": str(ID)}
     with pytest.raises(plait.NotJSONError, match="input of schedule 'tock'"):
         app.schedule("tock", workflow="w", every="1h", input={"x": object()})
+
+
+def test_a_set_is_stored_in_one_order_whatever_the_hash_seed() -> None:
+    """A step's input is compared with the recorded one on replay, and a replay may run
+    in another process, where strings hash (and sets iterate) differently."""
+    import subprocess
+    import sys
+
+    script = (
+        "from plait import serde; "
+        "print(serde.dumps({'tags': {'apple', 'pear', 'fig', 'kiwi', 'plum', 'lime'}}))"
+    )
+    texts = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**__import__("os").environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in range(6)
+    }
+    assert len(texts) == 1, texts
+    assert serde.dumps({1, "a", (2, 3)}) == serde.dumps({(2, 3), "a", 1})

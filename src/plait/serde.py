@@ -139,6 +139,11 @@ def _default(value: Any) -> Any:
     (a model, a dataclass, a datetime, a set...)."""
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
+    if isinstance(value, set | frozenset):
+        # in one order whatever the hash seed: a replay in another process compares a
+        # step's input with the recorded text
+        items = [to_jsonable_python(item) for item in value]
+        return sorted(items, key=_ENCODER.encode)
     try:
         return to_jsonable_python(value)
     except Exception:
