@@ -69,9 +69,11 @@ class _OneLineErrors(TyperGroup):
         try:
             code = super().main(args, prog_name, complete_var, False, **extra)
         except _ClickException as exc:
-            ctx = getattr(exc, "ctx", None)
-            where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
-            _print_error(exc.format_message() + where)  # type: ignore[attr-defined]
+            message = exc.format_message()  # type: ignore[attr-defined]
+            if message:  # (none: the help was asked for by giving no command, and shown)
+                ctx = getattr(exc, "ctx", None)
+                where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+                _print_error(message + where)
             sys.exit(exc.exit_code)  # type: ignore[attr-defined]
         except typer.Abort:
             _print_error("aborted")
@@ -312,10 +314,12 @@ def start(
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
-    """Start a run and print its id. Without --wait it is queued for `plait worker`
-    processes; with a queue, a delay or a start time it waits (status queued) until a
-    worker admits it. With --wait it runs here and its steps are shown as they happen;
-    a run that waits for an event or an approval says so, and how to send it."""
+    """Start a run and print its id; with --wait, run it here and show its steps.
+
+    Without --wait the run is queued for `plait worker` processes; with a queue, a delay
+    or a start time it waits (status queued) until a worker admits it. With --wait its
+    steps are shown as they happen, and a run that waits for an event or an approval says
+    so, and how to send it."""
 
     async def go() -> None:
         app = load_app(app_ref)
@@ -438,8 +442,9 @@ def runs_show(
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
-    """A run's steps and every attempt, as a timeline; results in full and the
-    traceback of what failed."""
+    """A run's steps and every attempt, as a timeline.
+
+    Results are shown in full, and so is the traceback of what failed."""
 
     async def go() -> None:
         async with _engine(None, database) as engine:
@@ -654,8 +659,9 @@ def send_event(
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
-    """Send an event to a run: delivered to its wf.wait_for_event(NAME), or held for it
-    until the run gets there."""
+    """Send an event to a run (for its wf.wait_for_event(NAME)).
+
+    A run that is not waiting for it yet gets it when it does."""
 
     async def go() -> None:
         payload = parse_json(data, "--data")
