@@ -1,9 +1,14 @@
-"""A small shop: an order workflow with a flaky payment provider, a cooling-off sleep,
+r"""A small shop: an order workflow with a flaky payment provider, a cooling-off sleep,
 a manager's approval for large orders, and shipping as a child workflow.
 
-Run it with ``make demo`` (see order_demo.py), or with the CLI::
+Run it with ``make demo`` (see order_demo.py), or with the CLI from the repository's root::
 
-    plait start shop:app place_order --input '{"order_id": "A-1", "amount": 120}' --wait
+    plait start examples.shop:app place_order --wait \
+        --input '{"order_id": "A-1", "amount": 40, "items": ["mug"]}'
+
+An order of 100 or more waits for a manager's approval; ``--wait`` then says so, with the
+command that sends it (``plait send-event RUN_ID "manager approval" --data '{"approved":
+true, "by": "dana"}'``).
 """
 
 from __future__ import annotations

@@ -410,7 +410,7 @@ async def test_bad_approval_input_is_named(engine_factory) -> None:
         with pytest.raises(TypeError, match="decided_by"):
             await engine.approve(run_id, "refund", {}, decided_by=3)  # type: ignore[arg-type]
         with pytest.raises(plait.NotJSONError):
-            await engine.approve(run_id, "refund", {1, 2})
+            await engine.approve(run_id, "refund", {"x": object()})
         with pytest.raises(ValueError, match="starts with '__'"):
             await engine.send_event(run_id, "__approval:refund", {"approved": True})
         with pytest.raises(ValueError, match="invalid approval status"):

@@ -17,10 +17,17 @@ async def _step(engine: plait.Engine, run_id: str, key: str) -> plait.Step | Non
 
 async def test_two_suspends_each_pause_once(engine_factory) -> None:
     app = plait.App()
+    between = asyncio.Event()  # holds the run between its gates, so the duplicate
+    # resume below always finds it running (not already at the second gate)
+
+    @app.function
+    async def hold(data: None) -> None:
+        await between.wait()
 
     @app.workflow
     async def gates(wf: plait.Workflow, data: None) -> dict:
         await wf.suspend("Building")
+        await wf.do("hold", hold, None)
         await wf.suspend("Awaiting approval")
         return {"ok": True}
 
@@ -38,6 +45,7 @@ async def test_two_suspends_each_pause_once(engine_factory) -> None:
         await engine.resume(run_id)
         with pytest.raises(plait.RunStateError, match="cannot resume"):
             await engine.resume(run_id)  # a duplicate wake-up does not pass the next gate
+        between.set()
         run = await eventually(
             lambda: _status(engine, run_id, "suspended"), what="the second suspend"
         )
@@ -46,7 +54,7 @@ async def test_two_suspends_each_pause_once(engine_factory) -> None:
         run = await engine.wait(run_id, timeout=10)
         assert run.status == "completed" and run.output == {"ok": True} and run.error is None
         keys = [s.key for s in await engine.get_steps(run_id)]
-        assert keys == ["__suspend:Building", "__suspend:Awaiting approval"]
+        assert keys == ["__suspend:Building", "hold", "__suspend:Awaiting approval"]
 
 
 async def _status(engine: plait.Engine, run_id: str, status: str) -> plait.Run | None:

@@ -165,27 +165,30 @@ async def test_unknown_workflow_name(engine_factory) -> None:
         assert await engine.list_runs() == []
 
 
-async def test_closure_returning_a_set_fails_clearly(engine_factory) -> None:
+async def test_closure_returning_an_unencodable_value_fails_clearly(engine_factory) -> None:
     counter = Counter()
     app = plait.App()
 
-    @app.workflow
-    async def sets(wf: plait.Workflow, data: None) -> None:
-        def make() -> set[int]:
-            counter.hit("make")
-            return {1, 2}
+    class Handle:
+        pass
 
-        await wf.do("make set", make, retries=3)
+    @app.workflow
+    async def opaque(wf: plait.Workflow, data: None) -> None:
+        def make() -> object:
+            counter.hit("make")
+            return Handle()
+
+        await wf.do("make handle", make, retries=3)
 
     async with engine_factory(app) as engine:
         with pytest.raises(plait.WorkflowFailedError) as info:
-            await engine.run("sets", timeout=10)
+            await engine.run("opaque", timeout=10)
         run = info.value.run
         assert run.error["code"] == "NOT_JSON"
-        assert "step 'make set'" in run.error["message"] and "set" in run.error["message"]
+        assert "step 'make handle'" in run.error["message"] and "Handle" in run.error["message"]
         (step,) = await engine.get_steps(run.id)
         assert step.status == "failed" and step.attempts == 1
-        assert counter["make"] == 1  # not retried: the same body would return a set again
+        assert counter["make"] == 1  # not retried: the same body would return one again
 
 
 async def test_non_json_input_and_output_are_refused(engine_factory) -> None:
@@ -197,7 +200,7 @@ async def test_non_json_input_and_output_are_refused(engine_factory) -> None:
 
     async with engine_factory(app) as engine:
         with pytest.raises(plait.NotJSONError, match="input of workflow 'out'"):
-            await engine.start("out", {1, 2})
+            await engine.start("out", {"handle": object()})
         with pytest.raises(plait.WorkflowFailedError, match="output of workflow 'out'"):
             await engine.run("out", timeout=10)
 

@@ -12,14 +12,14 @@ import inspect
 import logging
 import textwrap
 from collections.abc import Callable, Coroutine
-from datetime import timedelta
 from typing import Any, TypeVar, overload
 
 from pydantic import TypeAdapter, ValidationError
 
+from plait import serde
 from plait.context import StepContext
-from plait.durations import parse_duration
-from plait.errors import WorkflowNotFoundError
+from plait.durations import Duration, parse_duration
+from plait.errors import InputValidationError, TypeMismatchError, WorkflowNotFoundError
 from plait.queues import Queue, check_queue_name, make_queue
 from plait.retry import RetryPolicy, parse_retries, parse_retry_delay, resolve_policy
 from plait.schedules import ScheduleSpec, make_spec
@@ -32,14 +32,6 @@ W = TypeVar("W", bound=Callable[..., Coroutine[Any, Any, Any]])
 _PLAIN = (inspect.Parameter.empty, Any, dict, object, "dict", "Any", "object")
 
 
-class InputValidationError(ValueError):
-    """The data given to a function does not match its annotation. Never retried: the
-    same input would fail the same way."""
-
-    code = "INVALID_INPUT"
-    retryable = False
-
-
 @dataclasses.dataclass(frozen=True)
 class FunctionDef:
     """A registered function: callable by name from workflows, graphs and the queue."""
@@ -48,7 +40,7 @@ class FunctionDef:
     fn: Callable[..., Any]
     queued: bool = False
     retries: int | None = None
-    retry_delay: float | str | timedelta | None = None
+    retry_delay: Duration | None = None
     timeout: float | None = None
     on_error: str | None = None
     takes_data: bool = True
@@ -94,6 +86,12 @@ class FunctionDef:
     def is_async(self) -> bool:
         """Asked once, not on every call: the inspection costs more than a trivial step."""
         return _is_async_callable(self.fn)
+
+    @functools.cached_property
+    def result_codec(self) -> serde.Codec | None:
+        """How its results come back (None: as JSON). Built on first use, not at
+        registration, so an annotation naming a class defined further down resolves."""
+        return serde.result_codec(self.fn, f"function {self.name!r}")
 
 
 class FinishedAfterCancel(asyncio.CancelledError):
@@ -153,6 +151,34 @@ class WorkflowDef:
     takes_data: bool = True
     #: the queue its runs are admitted through, unless ``start(queue=...)`` says otherwise
     queue: str | None = None
+
+    @functools.cached_property
+    def input_codec(self) -> serde.Codec | None:
+        """How its input comes to it: as the type its data parameter names (None: JSON)."""
+        if not self.takes_data:
+            return None
+        try:
+            param = list(inspect.signature(self.fn).parameters.values())[1]
+        except (TypeError, ValueError, IndexError):
+            return None
+        owner = f"workflow {self.name!r}"
+        annotation = serde.resolve_annotation(self.fn, param.name, param.annotation, owner)
+        return serde.codec_for(annotation, owner)
+
+    @functools.cached_property
+    def output_codec(self) -> serde.Codec | None:
+        """How its output comes back, to ``engine.run`` and to a parent run (None: JSON)."""
+        return serde.result_codec(self.fn, f"workflow {self.name!r}")
+
+    def decode_input(self, text: str | None) -> Any:
+        """The run's stored input as the workflow receives it."""
+        codec = self.input_codec
+        if codec is None:
+            return serde.loads(text)
+        try:
+            return codec.decode(text, f"the input of workflow {self.name!r}")
+        except TypeMismatchError as exc:
+            raise InputValidationError(str(exc)) from None
 
 
 def _inspect_function(fn: Callable[..., Any], name: str) -> tuple[bool, bool, Any]:
@@ -238,11 +264,11 @@ class App:
         *,
         workflow: str | Callable[..., Coroutine[Any, Any, Any]],
         cron: str | None = None,
-        every: float | str | None = None,
+        every: Duration | None = None,
         input: Any = None,
         timezone: str = "UTC",
         overlap: str = "skip",
-        catchup: float | str = "0s",
+        catchup: Duration = "0s",
     ) -> ScheduleSpec:
         """Start ``workflow`` on a clock (see ``plait.schedules``). Stored when an engine
         opens, so every worker on the database fires it; once per tick, whatever the
@@ -273,8 +299,8 @@ class App:
         name: str | None = None,
         queued: bool = False,
         retries: int | None = None,
-        retry_delay: float | str | timedelta | None = None,
-        timeout: float | str | timedelta | None = None,
+        retry_delay: Duration | None = None,
+        timeout: Duration | None = None,
         on_error: str | None = None,
         queue: str | None = None,
     ) -> Callable[[F], F]: ...
@@ -295,8 +321,8 @@ class App:
         name: str | None = None,
         queued: bool = False,
         retries: int | None = None,
-        retry_delay: float | str | timedelta | None = None,
-        timeout: float | str | timedelta | None = None,
+        retry_delay: Duration | None = None,
+        timeout: Duration | None = None,
         on_error: str | None = None,
         queue: str | None = None,
     ) -> F:

@@ -1,35 +1,91 @@
-"""The ``plait`` command: start, inspect and act on runs; run workers and the server."""
+"""The ``plait`` command: start, inspect and act on runs; run workers and the server.
+
+Every error is one line on stderr (``--debug`` shows tracebacks), every command that
+reads runs has ``--json`` for scripts, and everything a run carries (names, results,
+errors) is escaped before it reaches the terminal (``plait.terminal``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import os
 import re
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+from typer.core import TyperGroup
 
-from plait import loading
+from plait import __version__, loading
 from plait.app import App
 from plait.durations import format_duration, parse_duration
 from plait.engine import Engine
 from plait.errors import PlaitError
+from plait.follow import LineReporter, LiveReporter, Reporter, detail, follow, label
 from plait.logs import LOG_FORMATS
 from plait.logs import configure as configure_logs
 from plait.records import ApprovalDecision, ApprovalStatus, Run, Step, StepAttempt
 from plait.retention import EndedStatus
-from plait.store import redact
+from plait.store import redact, resolve_url
+from plait.terminal import clean, esc, one_line, pretty
 
 T = TypeVar("T")
 
+
+def _debug_from_environment() -> bool:
+    return os.environ.get("PLAIT_DEBUG", "") not in ("", "0")
+
+
+#: set by ``--debug``: errors show their traceback instead of one line
+_DEBUG = {"on": _debug_from_environment()}
+#: the base of the command-line parser's usage errors (Typer's own copy of click's, or
+#: click's, depending on the Typer release)
+_ClickException: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+)
+
+
+class _OneLineErrors(TyperGroup):
+    """Usage errors (a missing argument, an unknown option) as one line, like every
+    other error of the command."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except _ClickException as exc:
+            # click's exceptions come untyped through typer's re-export
+            message = str(exc.format_message())  # type: ignore[attr-defined]  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+            if message:  # (none: the help was asked for by giving no command, and shown)
+                ctx: Any = getattr(exc, "ctx", None)
+                where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+                _print_error(message + where)
+            sys.exit(exc.exit_code)  # type: ignore[attr-defined]
+        except typer.Abort:
+            _print_error("aborted")
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 cli = typer.Typer(
     name="plait",
+    cls=_OneLineErrors,
     help="Durable workflows: start runs, read their timelines, run workers.",
     no_args_is_help=True,
     add_completion=False,
@@ -48,6 +104,7 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
 DatabaseOption = typer.Option(
     None, "--database", "-d", help="Database URL (default: $PLAIT_DATABASE_URL or plait.db)."
 )
+JsonOption = typer.Option(False, "--json", help="One JSON document on stdout, for scripts.")
 STATUS_STYLE = {
     "completed": "green",
     "succeeded": "green",
@@ -68,25 +125,65 @@ STATUS_STYLE = {
 STOP_GRACE = 2.0
 
 
+def _version(value: bool) -> None:
+    if value:
+        print(f"plait {__version__}")
+        raise typer.Exit()
+
+
+@cli.callback()
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
+    debug: bool = typer.Option(
+        False, "--debug", help="Show the traceback of an error (also: PLAIT_DEBUG=1)."
+    ),
+) -> None:
+    """Durable workflows: start runs, read their timelines, run workers."""
+    _DEBUG["on"] = debug or _debug_from_environment()
+
+
 class UsageError(Exception):
     """A bad argument: reported as one line, exit code 2."""
 
 
-def fail(message: str, code: int = 2) -> None:
+def _print_error(message: str) -> None:
     # soft_wrap: a one-line message stays one line in a log, however narrow the console
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[red]error:[/red] {esc(one_line(message))}", highlight=False, soft_wrap=True)
+
+
+def fail(message: str, code: int = 2) -> None:
+    _print_error(message)
     raise typer.Exit(code)
 
 
 def load_app(ref: str) -> App:
-    """The user's App, with every way the reference can be wrong as a one-line error."""
+    """The user's App, with every way the reference can be wrong as a one-line error,
+    including the user's module failing as it is imported."""
+    module = ref.partition(":")[0]
     try:
         return loading.load_app(ref)
+    except loading.AppImportError as exc:
+        if _DEBUG["on"]:
+            raise
+        raise UsageError(f"cannot import module {module!r}: {_import_failure(exc.error)}") from None
     except ImportError as exc:
-        module = ref.partition(":")[0]
         raise UsageError(f"cannot import module {module!r}: {exc}") from None
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
+
+
+def _import_failure(error: BaseException) -> str:
+    """What went wrong in a user's module as it was imported, with the fix for the
+    usual case: code meant for ``python shop.py`` that runs at import."""
+    text = f"{type(error).__name__}: {error}"
+    if isinstance(error, RuntimeError) and "asyncio.run()" in str(error):
+        return (
+            f"{text} (the module runs asyncio.run(...) when imported: put it under "
+            'if __name__ == "__main__":)'
+        )
+    return f"{text} (--debug shows the traceback)"
 
 
 _SIZE = re.compile(r"\s*(\d+)\s*([kmg]?)(i?b?)\s*", re.IGNORECASE)
@@ -124,19 +221,74 @@ def parse_time(text: str | None, what: str) -> datetime | None:
 
 
 def run_async(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run a coroutine and turn plait's own errors into one-line messages."""
+    """Run a coroutine and turn every error into a one-line message (``--debug``: the
+    traceback). plait's own errors are worded for people; anything else is named by its
+    type."""
     try:
         return asyncio.run(make())
     except UsageError as exc:
         fail(str(exc))
+    except typer.Exit:
+        raise
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
     except (PlaitError, ValueError, TypeError) as exc:
+        if _DEBUG["on"]:
+            raise
         fail(str(exc), 1)
+    except Exception as exc:
+        if _DEBUG["on"]:
+            raise
+        fail(f"{type(exc).__name__}: {exc} (--debug shows the traceback)", 1)
     raise AssertionError("unreachable")
 
 
-def _engine(app: App | None, database: str | None, **options: Any) -> Engine:
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL (None: another database, or one in memory)."""
+    for prefix in ("sqlite:///", "sqlite://"):
+        if url.startswith(prefix):
+            path = url[len(prefix) :]
+            return None if path in ("", ":memory:") else Path(path)
+    return None
+
+
+def check_database(url: str, *, create: bool) -> None:
+    """A command that only reads or acts on existing runs never creates a database: a
+    missing SQLite file is an error naming it. One that may create it (start, worker,
+    serve) needs the folder it goes in."""
+    path = sqlite_path(url)
+    if path is None:
+        return
+    if path.is_dir():
+        raise UsageError(f"the database {clean(str(path))} is a folder, not a SQLite file")
+    if path.exists():
+        return
+    if not create:
+        raise UsageError(
+            f"no database at {clean(str(path))} (commands that only read never create one; "
+            "check --database or $PLAIT_DATABASE_URL)"
+        )
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise UsageError(
+            f"cannot create the database {clean(str(path))}: "
+            f"the folder {clean(str(folder))} does not exist"
+        )
+
+
+def _engine(
+    app: App | None, database: str | None, *, create: bool = False, **options: Any
+) -> Engine:
+    url = resolve_url(database)
+    check_database(url, create=create)
     options.setdefault("workers", False)
-    return Engine(app or App("cli"), database, **options)
+    return Engine(app or App("cli"), url, **options)
+
+
+def emit_json(document: Any) -> None:
+    """One JSON document on stdout (ASCII-escaped: nothing in it can reach a terminal as
+    a control character)."""
+    print(json.dumps(document, default=str))
 
 
 # -- starting -------------------------------------------------------------------------------
@@ -161,10 +313,15 @@ def start(
     start_at: str | None = typer.Option(
         None, "--start-at", help="Start at this ISO 8601 time (with a time zone)."
     ),
+    as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
-    """Start a run. Without --wait it is queued for `plait worker` processes; with a queue,
-    a delay or a start time it waits (status queued) until a worker admits it."""
+    """Start a run and print its id; with --wait, run it here and show its steps.
+
+    Without --wait the run is queued for `plait worker` processes; with a queue, a delay
+    or a start time it waits (status queued) until a worker admits it. With --wait its
+    steps are shown as they happen, and a run that waits for an event or an approval says
+    so, and how to send it."""
 
     async def go() -> None:
         app = load_app(app_ref)
@@ -181,23 +338,64 @@ def start(
         wdef = app.workflows.get(workflow)
         queued = queue is not None or delay is not None or when is not None
         queued = queued or (wdef is not None and wdef.queue is not None)
-        async with _engine(app, database) as engine:
+        async with _engine(app, database, create=True) as engine:
             # a queued run is admitted by a worker; --wait then waits for it there
             rid = await engine.start(
                 workflow, data, run_id=run_id, inline=wait and not queued, **flow
             )
             if not wait:
-                console.print(rid)
+                if as_json:
+                    emit_json({"run_id": rid})
+                else:
+                    console.print(esc(rid), highlight=False)
                 return
-            run = await engine.wait(rid)
-            console.print(f"run {rid} {run.status}")
-            if run.status == "completed":
-                console.print_json(json.dumps(run.output))
+            if as_json:
+                run = await engine.wait(rid)
+                emit_json({"run": run.to_dict(), "steps": _dicts(await engine.get_steps(rid))})
             else:
-                console.print_json(json.dumps(run.error))
+                console.print(esc(rid), highlight=False)  # first, so it can be used at once
+                run = await _follow(engine, app, rid)
+                _print_ending(run)
+            if run.status != "completed":
                 raise typer.Exit(1)
 
     run_async(go)
+
+
+async def _follow(engine: Engine, app: App, run_id: str) -> Run:
+    """Show the run's steps until it settles: a live table on a terminal, one line per
+    change elsewhere."""
+    reporter: Reporter = LiveReporter(console) if console.is_terminal else LineReporter(console)
+
+    def queued(name: str) -> bool:
+        fdef = app.functions.get(name)
+        return fdef is not None and fdef.queued
+
+    try:
+        return await follow(engine, run_id, reporter, queued=queued)
+    except asyncio.CancelledError:
+        err.print(
+            f"stopped following run {esc(run_id)}; it goes on (plait runs show {esc(run_id)})",
+            highlight=False,
+        )
+        raise
+
+
+def _print_ending(run: Run) -> None:
+    console.print(f"run {esc(run.id)} {_status(run.status)}", highlight=False)
+    if run.status == "completed":
+        console.print(Text(pretty(run.output)))
+    elif run.error:
+        code = f" [{run.error.get('code')}]" if run.error.get("code") else ""
+        where = f"step {run.error['step']!r}: " if run.error.get("step") else ""
+        message = clean(str(run.error.get("message", "")))
+        console.print(Text(f"{where}{message}{code}", style="red"))
+        if run.status == "failed":
+            console.print(f"the whole story: plait runs show {esc(run.id)}", highlight=False)
+
+
+def _dicts(records: Sequence[Any]) -> list[dict[str, Any]]:
+    return [r.to_dict() for r in records]
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -210,6 +408,7 @@ def runs_list(
     version: str | None = typer.Option(None, "--version", help="Filter by workflow version."),
     limit: int = typer.Option(50, "--limit", min=1, max=10_000),
     offset: int = typer.Option(0, "--offset", min=0),
+    as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
     """List runs, newest first."""
@@ -219,14 +418,17 @@ def runs_list(
             runs, total = await engine.count_runs(
                 status=status, workflow=workflow, version=version, limit=limit, offset=offset
             )
+        if as_json:
+            emit_json({"runs": _dicts(runs), "total": total})
+            return
         table = Table(title=f"{len(runs)} of {total} runs", title_justify="left")
         for column in ("run", "workflow", "version", "status", "started", "took"):
             table.add_column(column)
         for run in runs:
             table.add_row(
-                run.id,
-                run.workflow,
-                run.version or "",
+                esc(run.id),
+                esc(run.workflow),
+                esc(run.version or ""),
                 _status(run.status),
                 f"{run.created_at:%m-%d %H:%M:%S}",
                 _took(run),
@@ -239,9 +441,12 @@ def runs_list(
 @runs_cli.command("show")
 def runs_show(
     run_id: str = typer.Argument(..., help="The run id."),
+    as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
-    """A run's steps and every attempt, as a timeline."""
+    """A run's steps and every attempt, as a timeline.
+
+    Results are shown in full, and so is the traceback of what failed."""
 
     async def go() -> None:
         async with _engine(None, database) as engine:
@@ -251,6 +456,18 @@ def runs_show(
             children = await engine.get_children(run_id)
             values = await engine.get_values(run_id)
             decisions = await engine.get_decisions(run_id)
+        if as_json:
+            emit_json(
+                {
+                    "run": run.to_dict(),
+                    "steps": _dicts(steps),
+                    "attempts": _dicts(history),
+                    "children": _dicts(children),
+                    "values": values,
+                    "decisions": _dicts(decisions),
+                }
+            )
+            return
         render_run(run, steps, history, children, values, decisions)
 
     run_async(go)
@@ -264,40 +481,41 @@ def render_run(
     values: dict[str, Any] | None = None,
     decisions: list[ApprovalDecision] | None = None,
 ) -> None:
-    """Print a run so that someone who never saw plait can follow what happened."""
-    console.rule(f"[bold]{run.workflow}[/bold]  run {run.id}")
-    console.print(f"status   {_status(run.status)}   version {run.version or '-'}")
+    """Print a run so that someone who never saw plait can follow what happened: every
+    value in full, and the traceback of what failed."""
+    console.rule(f"[bold]{esc(run.workflow)}[/bold]  run {esc(run.id)}")
+    console.print(f"status   {_status(run.status)}   version {esc(run.version or '-')}")
     console.print(f"started  {run.created_at:%Y-%m-%d %H:%M:%S} UTC   took {_took(run)}")
     if run.parent_run_id:
-        console.print(f"parent   {run.parent_run_id}")
+        console.print(f"parent   {esc(run.parent_run_id)}")
     if run.forked_from:
-        console.print(f"forked   from run {run.forked_from}")
-    console.print(f"input    {_short(run.input, 100)}")
+        console.print(f"forked   from run {esc(run.forked_from)}")
+    fields = Table.grid(padding=(0, 3))
+    fields.add_column(style="bold")
+    fields.add_column(overflow="fold")
+    fields.add_row("input", Text(pretty(run.input)))
     if run.status == "completed":
-        console.print(f"output   {_short(run.output, 100)}")
+        fields.add_row("output", Text(pretty(run.output)))
     if run.error:
         code = f" [{run.error.get('code')}]" if run.error.get("code") else ""
-        console.print(f"[red]error[/red]    {run.error.get('message')}{code}")
+        fields.add_row("error", Text(f"{clean(str(run.error.get('message')))}{code}", "red"))
+    console.print(fields)
 
     table = Table(title="Steps (in the order the workflow reached them)", title_justify="left")
     for column in ("#", "step", "function", "status", "result"):
-        table.add_column(column, justify="right" if column == "#" else "left")
+        table.add_column(column, justify="right" if column == "#" else "left", overflow="fold")
     for n, step in enumerate(steps, 1):
         if step.status == "failed" and step.error:
-            result = f"[red]{_short(step.error.get('message'), 40)}[/red]"
-        elif step.kind == "sleep" and step.status != "succeeded" and step.wake_at:
-            result = f"sleeping until {step.wake_at:%H:%M:%S}"
-        elif step.kind == "child":
-            result = f"child run {step.child_run_id or '-'}"
-            if step.status == "succeeded":
-                result += f" -> {_short(step.output, 30)}"
+            result = Text(clean(str(step.error.get("message"))), style="red")
+        elif step.status == "succeeded" and step.kind in ("do", "on_error", "value", "event"):
+            result = Text(pretty(step.output))
         else:
-            result = _short(step.output, 40) if step.status == "succeeded" else ""
+            result = Text(detail(step, width=None))
         tries = f" x{step.attempts}" if step.attempts > 1 else ""
         table.add_row(
             str(n),
-            _label(step),
-            step.function or ("(inline code)" if step.kind == "do" else ""),
+            Text(clean(label(step))),
+            Text(clean(step.function or ("(inline code)" if step.kind == "do" else ""))),
             _status(step.status) + tries,
             result,
         )
@@ -313,23 +531,24 @@ def render_run(
             took = (a.finished_at - a.started_at).total_seconds() if a.finished_at else None
             outcome = _status(a.status)
             if a.error:
-                outcome += f": {_short(a.error.get('message'), 50)}"
+                outcome += f": {esc(a.error.get('message'))}"
             timeline.add_row(
                 f"+{offset:.3f}s",
-                a.key,
+                Text(clean(a.key)),
                 str(a.attempt),
                 outcome,
                 "" if took is None else format_duration(took),
             )
         console.print(timeline)
+    _print_tracebacks(run, steps)
     for child in children:
-        console.print(f"child run {child.id} ({child.workflow}) {_status(child.status)}")
+        console.print(f"child run {esc(child.id)} ({esc(child.workflow)}) {_status(child.status)}")
     if values:
         table = Table(title="Published values", title_justify="left")
         table.add_column("key")
         table.add_column("value", overflow="fold")
         for key, value in values.items():
-            table.add_row(key, _short(value, 100))
+            table.add_row(Text(clean(key)), Text(pretty(value)))
         console.print(table)
     if decisions:
         table = Table(title="Approval decisions", title_justify="left")
@@ -337,46 +556,38 @@ def render_run(
             table.add_column(column, overflow="fold")
         for d in decisions:
             style = {"accepted": "green", "refused": "red"}.get(d.outcome, "yellow")
-            outcome = f"[{style}]{d.outcome}[/{style}]"
+            outcome = f"[{style}]{esc(d.outcome)}[/{style}]"
             if d.reason:
-                outcome += f": {_short(d.reason.get('message'), 60)}"
+                outcome += f": {esc(d.reason.get('message'))}"
             table.add_row(
                 f"{d.decided_at:%Y-%m-%d %H:%M:%S}",
-                d.name,
-                d.decided_by or "-",
+                Text(clean(d.name)),
+                Text(clean(d.decided_by or "-")),
                 outcome,
-                _short(d.data, 60),
+                Text(pretty(d.data)),
             )
         console.print(table)
 
 
-def _label(step: Step) -> str:
-    if step.kind == "approval":
-        return f"approval: {step.key.removeprefix('__approval:')}"
-    if step.kind == "set_value":
-        return f"set value: {step.key.removeprefix('__value:')}"
-    if step.kind == "suspend":
-        return f"suspend: {step.key.removeprefix('__suspend:')}"
-    if step.kind == "event":
-        return f"wait for event: {step.key.removeprefix('__event:')}"
-    if step.kind == "value":
-        return step.key.removeprefix("__")
-    if step.kind == "sleep":
-        return f"sleep: {step.key}"
-    if step.kind == "child":
-        return f"{step.key} (child run)"
-    return step.key
+def _print_tracebacks(run: Run, steps: list[Step]) -> None:
+    """Where each failure came from: the traceback stored with a failed step's error,
+    and with the run's own error when no step's failure explains it."""
+    shown: list[tuple[str, dict[str, Any]]] = [
+        (f"step {step.key!r} failed", step.error)
+        for step in steps
+        if step.status == "failed" and step.error and step.error.get("traceback")
+    ]
+    if run.error and run.error.get("traceback") and not run.error.get("step"):
+        shown.append((f"run {run.id} failed", run.error))
+    for title, error in shown:
+        console.rule(f"[red]{esc(title)}[/red]", align="left")
+        console.print(Text(clean(str(error["traceback"]).rstrip())), highlight=False)
 
 
 def _status(status: str) -> str:
     style = STATUS_STYLE.get(str(status), "")
-    return f"[{style}]{status}[/{style}]" if style else str(status)
-
-
-def _short(value: Any, width: int) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    text = text.replace("[", "\\[")
-    return text if len(text) <= width else text[: width - 1] + "…"
+    text = esc(status)
+    return f"[{style}]{text}[/{style}]" if style else text
 
 
 def _took(run: Run) -> str:
@@ -388,7 +599,13 @@ def _took(run: Run) -> str:
 # -- acting ---------------------------------------------------------------------------------
 
 
-def _act(action: str, run_id: str, database: str | None, reason: str | None = None) -> None:
+def _act(
+    action: str,
+    run_id: str,
+    database: str | None,
+    as_json: bool,
+    reason: str | None = None,
+) -> None:
     async def go() -> None:
         async with _engine(None, database) as engine:
             if action == "cancel":
@@ -397,7 +614,10 @@ def _act(action: str, run_id: str, database: str | None, reason: str | None = No
                 run = await engine.resume(run_id)
             else:
                 run = await engine.retry(run_id)
-        console.print(f"run {run.id} {_status(run.status)}")
+        if as_json:
+            emit_json({"run": run.to_dict()})
+        else:
+            console.print(f"run {esc(run.id)} {_status(run.status)}", highlight=False)
 
     run_async(go)
 
@@ -406,26 +626,60 @@ def _act(action: str, run_id: str, database: str | None, reason: str | None = No
 def cancel(
     run_id: str = typer.Argument(..., help="The run id."),
     reason: str | None = typer.Option(None, "--reason", help="Stored as the run's error."),
+    as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
     """Cancel a run and its child runs."""
-    _act("cancel", run_id, database, reason)
+    _act("cancel", run_id, database, as_json, reason)
 
 
 @cli.command()
 def resume(
-    run_id: str = typer.Argument(..., help="The run id."), database: str | None = DatabaseOption
+    run_id: str = typer.Argument(..., help="The run id."),
+    as_json: bool = JsonOption,
+    database: str | None = DatabaseOption,
 ) -> None:
     """Resume a suspended run (workers continue it)."""
-    _act("resume", run_id, database)
+    _act("resume", run_id, database, as_json)
 
 
 @cli.command()
 def retry(
-    run_id: str = typer.Argument(..., help="The run id."), database: str | None = DatabaseOption
+    run_id: str = typer.Argument(..., help="The run id."),
+    as_json: bool = JsonOption,
+    database: str | None = DatabaseOption,
 ) -> None:
     """Retry a failed run from the failed step (workers continue it)."""
-    _act("retry", run_id, database)
+    _act("retry", run_id, database, as_json)
+
+
+@cli.command("send-event")
+def send_event(
+    run_id: str = typer.Argument(..., help="The run id."),
+    name: str = typer.Argument(..., help="The event's name (wf.wait_for_event(name))."),
+    data: str | None = typer.Option(None, "--data", help="The event's payload as JSON."),
+    as_json: bool = JsonOption,
+    database: str | None = DatabaseOption,
+) -> None:
+    """Send an event to a run (for its wf.wait_for_event(NAME)).
+
+    A run that is not waiting for it yet gets it when it does."""
+
+    async def go() -> None:
+        payload = parse_json(data, "--data")
+        async with _engine(None, database) as engine:
+            waiting = await engine.send_event(run_id, name, payload)
+        if as_json:
+            emit_json({"run_id": run_id, "event": name, "waiting": waiting})
+        elif waiting:
+            console.print(f"event {esc(repr(name))} delivered to run {esc(run_id)}")
+        else:
+            console.print(
+                f"event {esc(repr(name))} held for run {esc(run_id)}: it is not waiting for "
+                "it now (it gets it when it does)"
+            )
+
+    run_async(go)
 
 
 # -- schedules and queues -------------------------------------------------------------------
@@ -433,7 +687,7 @@ def retry(
 
 @schedules_cli.command("list")
 def schedules_list(
-    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
     """Every schedule with its next tick and its last run."""
@@ -442,7 +696,7 @@ def schedules_list(
         async with _engine(None, database) as engine:
             found = await engine.list_schedules()
         if as_json:
-            print(json.dumps({"schedules": [s.to_dict() for s in found]}))
+            emit_json({"schedules": _dicts(found)})
             return
         table = Table(title=f"{len(found)} schedules", title_justify="left")
         for column in ("schedule", "workflow", "when", "status", "next tick", "last run"):
@@ -453,11 +707,11 @@ def schedules_list(
                 when += f" ({item.timezone})"
             last = "-"
             if item.last_run_id:
-                last = f"{item.last_run_id} {_status(item.last_run_status or 'pruned')}"
+                last = f"{esc(item.last_run_id)} {_status(item.last_run_status or 'pruned')}"
             table.add_row(
-                item.name,
-                item.workflow,
-                when,
+                esc(item.name),
+                esc(item.workflow),
+                esc(when),
                 _status(item.status),
                 f"{item.next_tick:%Y-%m-%d %H:%M:%S} UTC" if item.next_tick else "-",
                 last,
@@ -475,13 +729,13 @@ def _schedule_action(action: str, name: str, database: str | None) -> None:
             elif action == "resume":
                 item = await engine.resume_schedule(name)
             elif action == "trigger":
-                console.print(await engine.trigger_schedule(name))
+                console.print(esc(await engine.trigger_schedule(name)), highlight=False)
                 return
             else:
                 await engine.delete_schedule(name)
-                console.print(f"schedule {name} deleted")
+                console.print(f"schedule {esc(name)} deleted", highlight=False)
                 return
-        console.print(f"schedule {item.name} {_status(item.status)}")
+        console.print(f"schedule {esc(item.name)} {_status(item.status)}", highlight=False)
 
     run_async(go)
 
@@ -524,7 +778,7 @@ def schedules_delete(
 
 @cli.command()
 def queues(
-    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
     """Runs waiting in each queue and runs holding its slots."""
@@ -533,14 +787,14 @@ def queues(
         async with _engine(None, database) as engine:
             depths = await engine.queue_depths()
         if as_json:
-            print(json.dumps({"queues": depths}))
+            emit_json({"queues": depths})
             return
         table = Table(title="Queues", title_justify="left")
         for column in ("queue", "queued", "active"):
             table.add_column(column)
         for depth in depths:
             name = depth["queue"] if depth["queue"] is not None else "(delayed, no queue)"
-            table.add_row(name, str(depth["queued"]), str(depth["active"]))
+            table.add_row(esc(name), str(depth["queued"]), str(depth["active"]))
         console.print(table)
 
     run_async(go)
@@ -598,9 +852,11 @@ def worker(
 
     async def go() -> None:
         app = load_app(app_ref)
+        url = resolve_url(database)
+        check_database(url, create=True)
         engine = Engine(
             app,
-            database,
+            url,
             workers=True,
             concurrency=concurrency,
             lease_seconds=lease,
@@ -659,6 +915,7 @@ def approve(
     name: str = typer.Argument(..., help="The approval's name (wf.approval(name, ...))."),
     data: str | None = typer.Option(None, "--data", help="The decision's data as JSON."),
     by: str | None = typer.Option(None, "--by", help="Who decides (the user id recorded)."),
+    as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
     """Decide an approval gate of a run (held if the run has not reached it yet)."""
@@ -667,7 +924,13 @@ def approve(
         payload = parse_json(data, "--data")
         async with _engine(None, database) as engine:
             decision = await engine.approve(run_id, name, payload, decided_by=by)
-        console.print(f"approval {name!r} of run {run_id}: {decision.outcome}")
+        if as_json:
+            emit_json({"decision": decision.to_dict()})
+            return
+        console.print(
+            f"approval {esc(repr(name))} of run {esc(run_id)}: {esc(decision.outcome)}",
+            highlight=False,
+        )
 
     run_async(go)
 
@@ -676,7 +939,7 @@ def approve(
 def approvals_list(
     user: str | None = typer.Option(None, "--user", help="Only gates this user may decide."),
     status: str = typer.Option("open", "--status", help="open, decided or expired."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
     """Approval gates of live runs, oldest first."""
@@ -686,18 +949,18 @@ def approvals_list(
             # the engine refuses any status but these, with a message naming them
             gates = await engine.list_approvals(status=cast(ApprovalStatus, status), user=user)
         if as_json:
-            print(json.dumps([g.to_dict() for g in gates]))
+            emit_json(_dicts(gates))
             return
         table = Table(title=f"{len(gates)} {status} approvals", title_justify="left")
         for column in ("run", "workflow", "approval", "approvers", "owner", "expires"):
             table.add_column(column, overflow="fold")
         for g in gates:
             table.add_row(
-                g.run_id,
-                g.workflow,
-                g.name,
-                g.approvers if isinstance(g.approvers, str) else ", ".join(g.approvers),
-                g.owner or "-",
+                esc(g.run_id),
+                esc(g.workflow),
+                esc(g.name),
+                esc(g.approvers if isinstance(g.approvers, str) else ", ".join(g.approvers)),
+                esc(g.owner or "-"),
                 f"{g.expires_at:%Y-%m-%d %H:%M:%S}" if g.expires_at else "-",
             )
         console.print(table)
@@ -710,6 +973,7 @@ def fork(
     run_id: str = typer.Argument(..., help="The run to fork."),
     from_step: str = typer.Option(..., "--from", help="The step key to run again from."),
     new_id: str | None = typer.Option(None, "--run-id", help="The new run's id."),
+    as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
     """A new run that keeps the results of the steps before --from and runs the rest
@@ -718,7 +982,10 @@ def fork(
     async def go() -> None:
         async with _engine(None, database) as engine:
             forked = await engine.fork(run_id, from_step=from_step, run_id=new_id)
-        console.print(forked)
+        if as_json:
+            emit_json({"run_id": forked, "forked_from": run_id})
+            return
+        console.print(esc(forked), highlight=False)
 
     run_async(go)
 
@@ -733,6 +1000,7 @@ def runs_prune(
         "--status",
         help="Ended statuses to prune (repeat the option).",
     ),
+    as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
     """Delete ended runs (with their steps, events, values and child runs) last updated
@@ -745,6 +1013,9 @@ def runs_prune(
             pruned = await engine.prune(
                 older_than=seconds, statuses=cast(list[EndedStatus], status)
             )
+        if as_json:
+            emit_json({"pruned": pruned})
+            return
         console.print(f"pruned {pruned} runs")
 
     run_async(go)
@@ -770,8 +1041,13 @@ def graph(
         from plait.diagram import diagram_for
 
         app = load_app(app_ref)
-        async with _engine(app, database) as engine:
-            console.print(await diagram_for(engine, name, run_id), markup=False, highlight=False)
+        url = resolve_url(database)
+        path = sqlite_path(url)
+        if run_id is None and path is not None and not path.exists():
+            url = "sqlite:///:memory:"  # the app's own graphs need no database file
+        async with _engine(app, url) as engine:
+            text = await diagram_for(engine, name, run_id)
+        console.print(clean(text), markup=False, highlight=False)
 
     run_async(go)
 
@@ -806,10 +1082,19 @@ def serve(
     try:
         from plait.http import serve as serve_http
     except ImportError as exc:
-        fail(f"the HTTP server needs the 'http' extra (pip install 'plait[http]'): {exc}")
+        if _DEBUG["on"]:
+            raise
+        fail(str(exc) if "pip install" in str(exc) else f"plait.http cannot be imported: {exc}")
         return
-    try:
+
+    async def check() -> None:
+        # imported inside a running loop, as every command does: a module that runs
+        # asyncio.run(...) at import is refused instead of running its whole program
         load_app(app_ref)
+        check_database(resolve_url(database), create=True)
+
+    run_async(check)
+    try:
         size = parse_size(max_body, "--max-body")
         if log_level.lower() not in ("critical", "error", "warning", "info", "debug", "trace"):
             raise UsageError(

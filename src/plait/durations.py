@@ -1,11 +1,16 @@
-"""Durations as users write them: seconds as a number, or strings like "500ms", "2s", "1h";
-and durations as people read them, one formatter for every place that shows a time taken."""
+"""Durations as users write them: seconds as a number, strings like "500ms", "2s", "1h",
+or a ``datetime.timedelta``; and durations as people read them, one formatter for every
+place that shows a time taken."""
 
 from __future__ import annotations
 
 import math
 import re
 from datetime import timedelta
+from typing import TypeAlias
+
+#: what every duration parameter of plait accepts
+Duration: TypeAlias = float | str | timedelta
 
 _UNITS = {
     "ms": 0.001,
@@ -43,6 +48,8 @@ def parse_duration(value: object, *, what: str = "duration") -> float:
         raise ValueError(f"invalid {what}: {value!r} (use seconds or a string like '2s')")
     if isinstance(value, int | float):
         seconds = float(value)
+    elif isinstance(value, timedelta):
+        seconds = value.total_seconds()
     elif isinstance(value, str):
         text = value.strip().lower()
         if not _WHOLE.match(text):
@@ -55,7 +62,9 @@ def parse_duration(value: object, *, what: str = "duration") -> float:
                 raise ValueError(f"invalid {what}: {value!r} (unknown unit {unit!r})")
             seconds += float(number) * _UNITS[unit]
     else:
-        raise ValueError(f"invalid {what}: {value!r} (use seconds or a string like '2s')")
+        raise ValueError(
+            f"invalid {what}: {value!r} (use seconds, a string like '2s' or a timedelta)"
+        )
     if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
         raise ValueError(f"invalid {what}: {value!r} (must be a finite, non-negative time)")
     return seconds

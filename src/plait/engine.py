@@ -328,6 +328,9 @@ class Engine:
             graph = await self.graph_for(name, version)
             validate_or_raise(graph, start_node=start_node)
         payload = serde.dumps(data, what=f"the input of workflow {name!r}", limits=self.limits)
+        wdef = self.app.workflows.get(name) if kind == "workflow" else None
+        if wdef is not None and wdef.input_codec is not None:
+            wdef.decode_input(payload)  # bad input is refused here, not by a failed run
         if not self._opened:
             raise RuntimeError("the engine is closed: use `async with Engine(...)`")
         worker = self.worker
@@ -433,7 +436,12 @@ class Engine:
         """Start a run and wait for its output."""
         run_id = await self.start(name, data, **start_kw)
         run = await self.wait(run_id, timeout=timeout)
-        return _output_or_raise(run)
+        output = _output_or_raise(run)
+        wdef = self.app.workflows.get(workflow_name(name))
+        codec = None if wdef is None else wdef.output_codec
+        if codec is None or output is None:
+            return output
+        return codec.check(output, f"the output of workflow {run.workflow!r}")
 
     @overload
     async def wait(self, run_id: str, *, timeout: Duration | None = None) -> Run: ...
@@ -958,7 +966,9 @@ class Engine:
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        raise TimeoutError(f"run {run_id} published no value {key!r} in {seconds}s")
+                        raise TimeoutError(
+                            f"run {run_id} published no value {key!r} in {seconds:g}s"
+                        )
                     wait_for = min(wait_for, left)
                 await wait_event(event, wait_for)
                 safety = min(_VALUE_SAFETY_MAX, safety * 2)

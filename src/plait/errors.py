@@ -6,6 +6,8 @@ Control-flow signals that stop a replay live in ``runtime.signals`` and derive f
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -26,10 +28,49 @@ CHILD_FAILED = "CHILD_FAILED"
 WORKFLOW_BLOCKED = "WORKFLOW_BLOCKED"
 PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
 PAYLOAD_TOO_DEEP = "PAYLOAD_TOO_DEEP"
+#: a value that does not fit the annotation it is decoded as
+TYPE_MISMATCH = "TYPE_MISMATCH"
+INVALID_INPUT = "INVALID_INPUT"
 
 
 class PlaitError(Exception):
     """Base of every error plait raises on purpose."""
+
+
+#: the modules each optional extra of the distribution brings
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "postgres": ("asyncpg",),
+    "http": ("starlette", "uvicorn"),
+    "otel": ("opentelemetry",),
+    "metrics": ("prometheus_client",),
+}
+
+
+class MissingExtraError(PlaitError, ImportError):
+    """A part of plait that needs an optional extra which is not installed. An
+    ``ImportError``, so code that tries an import and falls back still works; its message
+    is the one line to act on."""
+
+    def __init__(self, extra: str, what: str, module: str) -> None:
+        super().__init__(
+            f"{what} needs the '{extra}' extra ({module} is not installed): "
+            f"pip install 'plait[{extra}]'",
+            name=module,
+        )
+        self.extra = extra
+
+
+@contextlib.contextmanager
+def extra_needed(extra: str, what: str) -> Generator[None]:
+    """Turn the import error of a module of ``extra`` into a ``MissingExtraError`` naming
+    the install; any other import error stays as it is (a real bug must show)."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").partition(".")[0]
+        if top not in EXTRAS[extra]:
+            raise
+        raise MissingExtraError(extra, what, top) from None
 
 
 class WorkflowNotFoundError(PlaitError, LookupError):
@@ -139,6 +180,29 @@ class NotJSONError(PlaitError, TypeError):
     def __init__(self, what: str, detail: str) -> None:
         super().__init__(f"{what} is not JSON-serialisable: {detail}")
         self.code = NOT_JSON
+
+
+class TypeMismatchError(PlaitError, TypeError):
+    """A value does not fit the annotation it comes back as (a step result and the
+    function's return annotation, a run's output and the workflow's). Checked before the
+    value is stored, so a replay never meets a value that cannot be decoded; never
+    retried, since the same body would return the same kind of value."""
+
+    retryable = False
+
+    def __init__(self, what: str, expected: str, problems: str) -> None:
+        super().__init__(f"{what} does not fit its annotation {expected}: {problems}")
+        self.what = what
+        self.expected = expected
+        self.code = TYPE_MISMATCH
+
+
+class InputValidationError(PlaitError, ValueError):
+    """The data given to a function or a workflow does not fit its annotation. Never
+    retried: the same input would fail the same way."""
+
+    code = INVALID_INPUT
+    retryable = False
 
 
 class PayloadTooLargeError(PlaitError, ValueError):

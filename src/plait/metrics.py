@@ -22,11 +22,13 @@ import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-
+from plait.errors import extra_needed
 from plait.store.base import Store
+
+with extra_needed("metrics", "Prometheus metrics"):
+    from prometheus_client import CollectorRegistry, Counter, Gauge
+    from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+    from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 #: the media type of ``Metrics.render``
 CONTENT_TYPE = CONTENT_TYPE_LATEST

@@ -11,9 +11,8 @@ module only describes queues and checks what users write; the stores do the coun
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from plait.durations import parse_duration
@@ -141,13 +140,7 @@ def start_time(delay: object, start_at: object, now: float) -> float | None:
     if delay is not None and start_at is not None:
         raise ValueError("give delay or start_at, not both")
     if delay is not None:
-        seconds = (
-            delay.total_seconds()
-            if isinstance(delay, timedelta)
-            else parse_duration(delay, what="delay")
-        )
-        if seconds < 0 or math.isnan(seconds):
-            raise ValueError(f"invalid delay: {delay!r} (must not be negative)")
+        seconds = parse_duration(delay, what="delay")
         return now + seconds if seconds > 0 else None
     if start_at is not None:
         if not isinstance(start_at, datetime):

@@ -33,6 +33,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from plait import serde
 from plait.durations import parse_duration
 from plait.ids import check_run_id
 from plait.queues import check_queue_name
@@ -195,11 +196,7 @@ def make_spec(
     expression = None if cron is None else check_cron(cron)
     interval = None
     if every is not None:
-        interval = (
-            every.total_seconds()
-            if isinstance(every, timedelta)
-            else parse_duration(every, what=f"every of schedule {sname!r}")
-        )
+        interval = parse_duration(every, what=f"every of schedule {sname!r}")
         if interval < 1:
             raise ValueError(f"invalid every of schedule {sname!r}: {every!r} (at least 1s)")
     if not isinstance(timezone, str):
@@ -209,14 +206,11 @@ def make_spec(
         raise ValueError(
             f"invalid overlap of schedule {sname!r}: {overlap!r} (use 'skip' or 'allow')"
         )
-    window = (
-        catchup.total_seconds()
-        if isinstance(catchup, timedelta)
-        else parse_duration(catchup, what=f"catchup of schedule {sname!r}")
-    )
-    json.dumps(input)  # input is stored as JSON: fail here, naming nothing stored
+    window = parse_duration(catchup, what=f"catchup of schedule {sname!r}")
+    # stored as JSON (a model or a dataclass as its JSON form): fail here, naming it
+    stored = serde.roundtrip(input, what=f"the input of schedule {sname!r}")
     return ScheduleSpec(
-        sname, workflow, input, expression, interval, timezone, str(overlap), window
+        sname, workflow, stored, expression, interval, timezone, str(overlap), window
     )
 
 

@@ -1,9 +1,16 @@
 """JSON in and out of the store. Nothing is ever pickled.
 
-Pydantic models are dumped to JSON-mode dicts at the edge so users may return them;
-anything else that ``json`` refuses (sets, bytes, arbitrary objects, NaN) is an error
-naming the offending thing. So is text that one of the stores cannot hold (a NUL
-character, half of a surrogate pair): every store refuses the same values.
+Values are encoded with pydantic: models, dataclasses, ``datetime``, ``date``,
+``Decimal``, ``UUID``, enums, sets and tuples are written as their JSON form. Only what
+``json`` cannot write itself goes through pydantic, so plain JSON values cost what they
+always did. Anything pydantic cannot encode either (an arbitrary object, bytes that are
+not text, NaN) is an error naming the offending type. So is text that one of the stores
+cannot hold (a NUL character, half of a surrogate pair): every store refuses the same
+values.
+
+Values come back as JSON unless an annotation says otherwise: ``Codec`` decodes the
+stored text as the type a function's return annotation (or a workflow's data parameter)
+names, with one ``pydantic.TypeAdapter`` per annotation, built once.
 
 Values that come from outside (run inputs, step results, events, state values) are also
 held to ``Limits``: a size and a depth, checked on the encoded text.
@@ -12,14 +19,26 @@ held to ``Limits``: a size and a depth, checked on the encoded text.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
+import logging
 import re
 import traceback
+import types
+import typing
+from collections.abc import Callable
 from typing import Any, cast
 
+import pydantic
 from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
-from plait.errors import NotJSONError, PayloadTooDeepError, PayloadTooLargeError
+from plait.errors import (
+    NotJSONError,
+    PayloadTooDeepError,
+    PayloadTooLargeError,
+    TypeMismatchError,
+)
 
 #: levels of nested arrays and objects a stored value may have
 MAX_DEPTH = 64
@@ -60,7 +79,7 @@ def dumps(value: Any, *, what: str = "value", limits: Limits | None = None) -> s
     except RecursionError:
         raise PayloadTooDeepError(what, (limits or Limits()).max_depth) from None
     except (TypeError, ValueError) as exc:
-        raise NotJSONError(what, _describe(value, exc)) from None
+        text = _encode_converted(value, what, exc)
     problem = unstorable(text)
     if problem is not None:
         raise NotJSONError(what, problem)
@@ -116,11 +135,38 @@ def unstorable(text: str) -> str | None:
 
 
 def _default(value: Any) -> Any:
-    """Pydantic models (at any depth) are written as their JSON form; nothing else is
-    guessed at."""
+    """What ``json`` cannot write, at any depth, is written as pydantic's JSON form of it
+    (a model, a dataclass, a datetime, a set...)."""
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+    if isinstance(value, set | frozenset):
+        # in one order whatever the hash seed: a replay in another process compares a
+        # step's input with the recorded text
+        items: list[Any] = [to_jsonable_python(item) for item in cast(set[Any], value)]
+        return sorted(items, key=_ENCODER.encode)
+    try:
+        return to_jsonable_python(value)
+    except Exception:
+        if isinstance(value, bytes | bytearray):
+            raise TypeError(
+                f"got {type(value).__name__} that are not UTF-8 text; "
+                "encode them (base64, say) first"
+            ) from None
+        raise TypeError(
+            f"a value of type {type(value).__qualname__} is neither JSON nor something "
+            "pydantic can encode (a model, a dataclass, datetime, Decimal, UUID, an enum...)"
+        ) from None
+
+
+def _encode_converted(value: Any, what: str, first: Exception) -> str:
+    """Second chance for a value ``json`` refused even with ``_default`` (dict keys that
+    are not strings, such as UUIDs or enums): pydantic converts the whole value first."""
+    try:
+        return _ENCODER.encode(to_jsonable_python(value))
+    except RecursionError:
+        raise PayloadTooDeepError(what, Limits().max_depth) from None
+    except Exception:
+        raise NotJSONError(what, _describe(value, first)) from None
 
 
 _ENCODER = json.JSONEncoder(
@@ -141,12 +187,150 @@ def roundtrip(value: Any, *, what: str = "value") -> Any:
 
 
 def _describe(value: Any, exc: Exception) -> str:
-    kind = type(value).__name__
-    if isinstance(value, set | frozenset):
-        return f"got a {kind}; return a list instead"
-    if isinstance(value, bytes | bytearray):
-        return f"got {kind}; encode it (base64 or text) first"
-    return f"{exc} (got {kind})"
+    kind = type(value).__qualname__
+    text = str(exc)
+    return text if text.startswith("got ") else f"{text} (got {kind})"
+
+
+# -- decoding as an annotation names -----------------------------------------------------------
+
+_log = logging.getLogger("plait")
+_EMPTY = inspect.Parameter.empty
+#: annotations whose values JSON gives back as they are: no adapter, no cost
+_PLAIN: frozenset[Any] = frozenset(
+    {_EMPTY, Any, object, dict, list, str, int, float, bool, None, type(None)}
+)
+_PLAIN_ORIGINS: frozenset[Any] = frozenset({dict, list, typing.Union, types.UnionType})
+
+
+def is_plain(annotation: Any) -> bool:
+    """Whether values of ``annotation`` are JSON as they are (``dict``, ``list[Any]``,
+    ``str | None``...): such values are decoded by ``json`` alone."""
+    try:
+        if annotation in _PLAIN:
+            return True
+    except TypeError:  # an unhashable annotation
+        return False
+    if typing.get_origin(annotation) in _PLAIN_ORIGINS:
+        return all(is_plain(arg) for arg in typing.get_args(annotation))
+    return False
+
+
+class Codec:
+    """Decodes stored JSON text as the type one annotation names. A value that does not
+    fit is a ``TypeMismatchError`` naming ``what`` and the type."""
+
+    __slots__ = ("adapter", "annotation")
+
+    def __init__(self, annotation: Any, adapter: pydantic.TypeAdapter[Any]) -> None:
+        self.annotation = annotation
+        self.adapter = adapter
+
+    def decode(self, text: str | bytes | None, what: str) -> Any:
+        try:
+            return self.adapter.validate_json("null" if text is None else text)
+        except pydantic.ValidationError as exc:
+            raise TypeMismatchError(what, _type_name(self.annotation), _problems(exc)) from None
+        except pydantic.PydanticUserError as exc:  # the type itself is unusable: fail, once
+            raise TypeMismatchError(what, _type_name(self.annotation), str(exc)) from None
+
+    def check(self, value: Any, what: str) -> Any:
+        """``value`` (JSON data already parsed) as the annotated type."""
+        return self.decode(json.dumps(value), what)
+
+
+#: codecs by annotation: one ``TypeAdapter`` per annotation for the life of the process
+_CODECS: dict[Any, Codec | None] = {}
+
+
+def codec_for(annotation: Any, owner: str) -> Codec | None:
+    """The codec of ``annotation``, or None when JSON gives its values back as they are.
+    An annotation pydantic has no schema for is logged once and read as JSON."""
+    try:
+        return _CODECS[annotation]
+    except KeyError:
+        pass
+    except TypeError:  # unhashable: built every time, never cached
+        return _make_codec(annotation, owner)
+    codec = _CODECS[annotation] = _make_codec(annotation, owner)
+    return codec
+
+
+def _make_codec(annotation: Any, owner: str) -> Codec | None:
+    if is_plain(annotation):
+        return None
+    try:
+        adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(annotation)
+        if not getattr(adapter, "pydantic_complete", True):
+            # a name the annotation refers to is not resolvable (its module is not in
+            # sys.modules, say): pydantic would only raise on first use, inside a step
+            adapter.rebuild(raise_errors=True)
+        return Codec(annotation, adapter)
+    except Exception as exc:
+        _log.warning(
+            "%s: pydantic cannot decode the annotation %r (%s); its values are read as JSON",
+            owner,
+            annotation,
+            exc,
+        )
+        return None
+
+
+#: return codecs of closures, by code object and annotation: a closure made anew on every
+#: pass is the same code with the same annotation
+_RETURN_CODECS: dict[tuple[Any, Any], Codec | None] = {}
+
+
+def result_codec(fn: Callable[..., Any], owner: str) -> Codec | None:
+    """The codec of ``fn``'s return annotation (None: no annotation, or a plain one).
+    Cheap on the path of every step: a lambda or an unannotated function is one attribute
+    read, an annotated one a dictionary hit after its first call."""
+    annotations = getattr(fn, "__annotations__", None)
+    if not annotations:
+        return None
+    raw = annotations.get("return", _EMPTY)
+    if raw is _EMPTY:
+        return None
+    key = (getattr(fn, "__code__", None), raw)
+    try:
+        return _RETURN_CODECS[key]
+    except KeyError:
+        pass
+    except TypeError:
+        return codec_for(resolve_annotation(fn, "return", raw, owner), owner)
+    codec = _RETURN_CODECS[key] = codec_for(resolve_annotation(fn, "return", raw, owner), owner)
+    return codec
+
+
+def resolve_annotation(fn: Callable[..., Any], name: str, raw: Any, owner: str) -> Any:
+    """``raw`` evaluated where ``fn`` was written when it is a string (postponed
+    annotations); one that cannot be evaluated is logged and read as no annotation."""
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return typing.get_type_hints(fn).get(name, _EMPTY)
+    except Exception as exc:
+        _log.warning(
+            "%s: cannot resolve the annotation %r (%s); its values are read as JSON",
+            owner,
+            raw,
+            exc,
+        )
+        return _EMPTY
+
+
+def _type_name(annotation: Any) -> str:
+    if isinstance(annotation, type):
+        return annotation.__qualname__
+    return repr(annotation).replace("typing.", "")
+
+
+def _problems(exc: pydantic.ValidationError) -> str:
+    found: list[str] = []
+    for err in exc.errors(include_url=False)[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ()))
+        found.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
+    return "; ".join(found)
 
 
 #: characters of an exception's message kept in its error record

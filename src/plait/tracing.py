@@ -23,11 +23,13 @@ from collections.abc import Generator
 from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import context, propagate, trace
-from opentelemetry.context import Context
-from opentelemetry.trace import Status, StatusCode
-
+from plait.errors import extra_needed
 from plait.store.base import RunRow, StepRow
+
+with extra_needed("otel", "tracing (OpenTelemetry spans)"):
+    from opentelemetry import context, propagate, trace
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Status, StatusCode
 
 if TYPE_CHECKING:
     from plait.runtime.attempt import Outcome

@@ -7,8 +7,10 @@ equivalent dict, JSON or YAML definition are equal and hash alike.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any, Literal
 
+from plait.durations import Duration
 from plait.graph.errors import GraphValidationError
 from plait.graph.load import graph_from_dict
 from plait.graph.model import Graph
@@ -71,8 +73,8 @@ class GraphBuilder:
         next: NextSpec = None,
         on_error: str | Sequence[str] | None = None,
         retries: int | None = None,
-        retry_delay: float | str | None = None,
-        timeout: float | str | None = None,
+        retry_delay: Duration | None = None,
+        timeout: Duration | None = None,
         for_each: Mapping[str, Any] | None = None,
         mode: Literal["parallel", "sequential"] | None = None,
     ) -> GraphBuilder:
@@ -84,8 +86,8 @@ class GraphBuilder:
             "next": _ids(next) if isinstance(next, str | list | tuple) else next,
             "on_error": _ids(on_error) if on_error is not None else None,
             "retries": retries,
-            "retry_delay": retry_delay,
-            "timeout": timeout,
+            "retry_delay": _seconds(retry_delay),
+            "timeout": _seconds(timeout),
             "for_each": for_each,
             "mode": mode,
         }
@@ -128,3 +130,8 @@ class GraphBuilder:
 
 def _ids(value: str | Sequence[str]) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
+
+
+def _seconds(value: Duration | None) -> float | str | None:
+    """A graph definition is JSON: a ``timedelta`` goes in as its seconds."""
+    return value.total_seconds() if isinstance(value, timedelta) else value

@@ -22,6 +22,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
+from datetime import timedelta
 from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -230,6 +231,8 @@ def _parse_node(node_id: str, raw: Any, problems: list[str], no_function: set[st
     timing: dict[str, float | str | None] = {}
     for key in ("retry_delay", "timeout"):
         value = raw.get(key)
+        if isinstance(value, timedelta):
+            value = value.total_seconds()  # a definition is JSON: stored as seconds
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int | float | str)
         ):

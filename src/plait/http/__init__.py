@@ -10,6 +10,12 @@ Needs the ``http`` extra (Starlette and uvicorn). ``docs/security.md`` says who 
 what, and what to put in front of a server on a network.
 """
 
+from plait.errors import extra_needed
+
+with extra_needed("http", "plait.http (the API and dashboard)"):
+    import starlette  # noqa: F401  # pyright: ignore[reportUnusedImport]
+    import uvicorn  # noqa: F401  # pyright: ignore[reportUnusedImport]
+
 from plait.http.app import create_app
 from plait.http.auth import parse_tokens
 from plait.http.principal import SCOPES, Principal

@@ -11,8 +11,11 @@ from typing import Any
 from plait import serde
 from plait.app import FinishedAfterCancel, FunctionDef, call_maybe_async
 from plait.context import StepContext
-from plait.errors import NotJSONError, StepTimeoutError
+from plait.errors import NotJSONError, StepTimeoutError, TypeMismatchError
 from plait.runtime.signals import PauseSignal, SuspendSignal
+
+#: ``Outcome.value`` of an outcome whose value was not decoded (no annotation to decode by)
+NOT_DECODED: Any = object()
 
 
 @dataclasses.dataclass
@@ -22,6 +25,8 @@ class Outcome:
     error: dict[str, Any] | None = None
     #: False for failures that would only repeat (bad input, a result that is not JSON)
     retryable: bool = True
+    #: a success's result decoded from ``output`` as the body's annotation names
+    value: Any = NOT_DECODED
 
 
 async def run_attempt(
@@ -59,7 +64,7 @@ async def run_attempt(
             if finished.error is not None:
                 finished.outcome = _failed(finished.error)
             else:
-                finished.outcome = _finished(finished.result, ctx, limits)
+                finished.outcome = _finished(finished.result, ctx, limits, result_codec(body))
             raise
     except (PauseSignal, SuspendSignal):
         raise RuntimeError(
@@ -68,19 +73,37 @@ async def run_attempt(
         ) from None
     except Exception as exc:
         return _failed(exc)
-    return _finished(result, ctx, limits)
+    return _finished(result, ctx, limits, result_codec(body))
 
 
-def _finished(result: Any, ctx: StepContext, limits: serde.Limits | None) -> Outcome:
+def _finished(
+    result: Any, ctx: StepContext, limits: serde.Limits | None, codec: serde.Codec | None
+) -> Outcome:
+    """A success, stored as JSON. With an annotation the stored text is decoded here,
+    before it is stored, so the workflow sees on this first run exactly what every
+    replay will decode, and a result that breaks the annotation fails the step now
+    rather than every replay after it."""
     try:
         what = f"the result of step {ctx.step_key!r}"
-        return Outcome(ok=True, output=serde.dumps(result, what=what, limits=limits))
+        output = serde.dumps(result, what=what, limits=limits)
+        if codec is None:
+            return Outcome(ok=True, output=output)
+        return Outcome(ok=True, output=output, value=codec.decode(output, what))
     except Exception as exc:
         return _failed(exc)
 
 
+def result_codec(body: FunctionDef | Callable[..., Any]) -> serde.Codec | None:
+    """How the body's results come back: its return annotation, or JSON (None)."""
+    if isinstance(body, FunctionDef):
+        return body.result_codec
+    return serde.result_codec(body, "a step closure")
+
+
 def _failed(exc: Exception) -> Outcome:
-    retryable = getattr(exc, "retryable", True) and not isinstance(exc, NotJSONError)
+    retryable = getattr(exc, "retryable", True) and not isinstance(
+        exc, NotJSONError | TypeMismatchError
+    )
     return Outcome(ok=False, error=serde.error_record(exc), retryable=bool(retryable))
 
 

@@ -20,7 +20,7 @@ from plait.errors import StepError
 from plait.observe import NO_REPORT
 from plait.retry import RetryPolicy
 from plait.runtime import steps
-from plait.runtime.attempt import Outcome, finished_on_stop, run_attempt
+from plait.runtime.attempt import NOT_DECODED, Outcome, finished_on_stop, result_codec, run_attempt
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger
 from plait.runtime.signals import SuspendSignal
@@ -52,15 +52,23 @@ class Driver:
         self.host = host
         self.hook = hook
         self.functions = host.catalog.app.functions
+        self.app = host.catalog.app
 
     async def drive(
         self, step: StepRow, body: FunctionDef | Callable[..., Any], on_error: str | None
     ) -> Any:
         """The step's result, running attempts until it has one; raises ``StepError``
-        once it failed for good, or a pause while it waits (queue, back-off)."""
+        once it failed for good, or a pause while it waits (queue, back-off).
+
+        A code workflow gets the result as the body's return annotation names (the
+        attempt decoded it already on the first run); a graph gets JSON."""
         ledger = self.ledger
         while True:
             if step.status == "succeeded":
+                if self.hook is None:
+                    codec = result_codec(body)
+                    if codec is not None:
+                        return codec.decode(step.output, f"the result of step {step.key!r}")
                 return serde.loads(step.output)
             if step.status == "failed":
                 await self.compensate(step, on_error)
@@ -74,11 +82,14 @@ class Driver:
                 raise ledger.pause(step.key, step.wake_at)
             if self.host.stopping:
                 raise ledger.pause(step.key)  # shutting down: start no new attempt here
-            await self.attempt(step, body)
+            value = await self.attempt(step, body)
+            if value is not NOT_DECODED and step.status == "succeeded" and self.hook is None:
+                return value
 
-    async def attempt(self, step: StepRow, body: FunctionDef | Callable[..., Any]) -> None:
+    async def attempt(self, step: StepRow, body: FunctionDef | Callable[..., Any]) -> Any:
         """One attempt: its start is committed before the body runs, its end rides with
-        the next commit."""
+        the next commit. Returns the decoded result of a success (``NOT_DECODED`` when
+        there is nothing decoded to hand on)."""
         ledger = self.ledger
         telemetry = self.host.telemetry
         if telemetry is not None and step.status == "running":
@@ -86,7 +97,7 @@ class Driver:
         ops, go = steps.begin(step, ledger.owner, ledger.now())
         ledger.add(ops)
         if not go:
-            return
+            return NOT_DECODED
         await ledger.flush()
         ctx = StepContext(
             run_id=ledger.run.id,
@@ -120,6 +131,7 @@ class Driver:
                 outcome = self.hook.finish(step, ctx, outcome)
             report.outcome = outcome
             ledger.add(steps.settle(step, outcome, ledger.now()))
+            return outcome.value
 
     def _child_trace(self) -> str | None:
         """A child run joins its parent's trace (at the pass that starts it, when traced
@@ -216,6 +228,9 @@ class Driver:
             given = dump_input(data, key) if step_kind == "child" else False
             ledger.check_same(step, step_kind, workflow, given)
         if step.status == "succeeded":
+            wdef = self.app.workflows.get(workflow) if self.hook is None else None
+            if wdef is not None and wdef.output_codec is not None:
+                return wdef.output_codec.decode(step.output, f"the result of step {key!r}")
             return serde.loads(step.output)
         if step.status == "failed":
             raise StepError(key, serde.loads(step.error) or {})

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -49,6 +49,7 @@ class CodeReplay:
         # a loop for workflow code implements only what asyncio's tasks and futures call
         self.wloop = WorkflowLoop()  # type: ignore[abstract]
         self.main: asyncio.Task[Any] | None = None
+        self.wdef: WorkflowDef | None = None
         #: steps called and not yet started, in call order
         self.new_calls: collections.deque[StepCall[Any]] = collections.deque()
         #: steps started in this pass that wait (a timer, the queue, a suspend): the run
@@ -340,8 +341,16 @@ class CodeReplay:
 
     async def _execute(self, wdef: WorkflowDef) -> PassResult:
         ledger = self.ledger
-        wf = Workflow(self)
-        body = wdef.fn(wf, ledger.input) if wdef.takes_data else wdef.fn(wf)
+        self.wdef = wdef
+        body: Coroutine[Any, Any, Any]
+        try:
+            if wdef.input_codec is not None:
+                ledger.input = wdef.decode_input(ledger.run.input)
+        except errors.InputValidationError as exc:
+            body = _raise(exc)  # the run fails with it, as with any error of its code
+        else:
+            wf = Workflow(self)
+            body = wdef.fn(wf, ledger.input) if wdef.takes_data else wdef.fn(wf)
         token = CURRENT_REPLAY.set(self)  # the workflow's tasks copy it
         try:
             self.main = self.wloop.create_task(body)
@@ -464,16 +473,17 @@ class CodeReplay:
             if exc is None:
                 if waiting:  # a step nobody awaited has yet to end
                     return _suspended(suspended) if suspended else None
+                what = f"the output of workflow {ledger.run.workflow!r}"
                 try:
-                    output = serde.dumps(
-                        main.result(),
-                        what=f"the output of workflow {ledger.run.workflow!r}",
-                        limits=self.host.limits,
-                    )
+                    output = serde.dumps(main.result(), what=what, limits=self.host.limits)
+                    codec = self.wdef.output_codec if self.wdef is not None else None
+                    if codec is not None:
+                        codec.decode(output, what)  # what engine.run and a parent will read
                 except (
                     errors.NotJSONError,
                     errors.PayloadTooLargeError,
                     errors.PayloadTooDeepError,
+                    errors.TypeMismatchError,
                 ) as err:
                     return EndRun("failed", error=serde.dumps(serde.error_record(err)))
                 return EndRun("completed", output=output)
@@ -519,6 +529,10 @@ class CodeReplay:
 
 
 _UNWIND_ROUNDS = 5
+
+
+async def _raise(exc: Exception) -> Any:
+    raise exc
 
 
 def _earliest(

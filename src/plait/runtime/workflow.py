@@ -14,7 +14,7 @@ import pydantic
 
 from plait import approval, ids, serde
 from plait.context import StepContext
-from plait.durations import parse_duration
+from plait.durations import Duration, parse_duration
 from plait.records import Decision
 from plait.retry import resolve_policy
 from plait.runtime.ledger import Ledger
@@ -299,7 +299,7 @@ class Workflow:
         key = replay.key(step_name)
         return StepCall(replay, key, replay.do, key, step_name, fn, data, options)
 
-    def sleep(self, step_name: str, duration: float | str | timedelta) -> StepCall[None]:
+    def sleep(self, step_name: str, duration: Duration) -> StepCall[None]:
         """A durable timer: the run holds nothing while it waits."""
         self._check_name(step_name, "sleep")
         seconds = parse_duration(duration, what=f"duration of sleep {step_name!r}")
@@ -314,9 +314,7 @@ class Workflow:
         key = replay.key(f"__suspend:{reason}")
         return StepCall(replay, key, replay.suspend, key, reason)
 
-    def wait_for_event(
-        self, name: str, timeout: float | str | timedelta | None = None
-    ) -> StepCall[Any]:
+    def wait_for_event(self, name: str, timeout: Duration | None = None) -> StepCall[Any]:
         """The payload of the next ``engine.send_event(run_id, name, ...)``; an event sent
         before the run gets here is kept for it. Typed ``Any``: the payload is JSON that
         another process sent, and nothing here checks its shape (validate it with a
@@ -335,7 +333,7 @@ class Workflow:
         name: str,
         *,
         schema: type[M],
-        expires: float | str | None = None,
+        expires: Duration | None = None,
         approvers: str | Sequence[str] = "any",
     ) -> Awaitable[Decision[M]]: ...
 
@@ -345,7 +343,7 @@ class Workflow:
         name: str,
         *,
         schema: None = None,
-        expires: float | str | None = None,
+        expires: Duration | None = None,
         approvers: str | Sequence[str] = "any",
     ) -> Awaitable[Decision[Any]]: ...
 
@@ -354,7 +352,7 @@ class Workflow:
         name: str,
         *,
         schema: type[pydantic.BaseModel] | None = None,
-        expires: float | str | None = None,
+        expires: Duration | None = None,
         approvers: str | Sequence[str] = "any",
     ) -> Awaitable[Decision[Any]]:
         """A gate a person opens: waits for ``engine.approve(run_id, name, data)`` from

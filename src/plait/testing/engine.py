@@ -97,8 +97,6 @@ class TestEngine(Engine):
         """Move the clock forward by ``duration``, firing on the way every timer that
         falls due, in order, each once the work before it has finished; then let the
         work due at the end finish too."""
-        if isinstance(duration, timedelta):
-            duration = duration.total_seconds()
         try:
             seconds = parse_duration(duration, what="advance duration")
         except ValueError as exc:

@@ -6,6 +6,11 @@ query in ``sql/postgres/queries.sql`` and the schema is built by the numbered sc
 ``sql/postgres/migrations/``.
 """
 
+from plait.errors import extra_needed
+
+with extra_needed("postgres", "a PostgreSQL database"):
+    import asyncpg  # noqa: F401  # pyright: ignore[reportUnusedImport]
+
 from plait.store.postgres.pool import DatabaseUnavailableError
 from plait.store.postgres.store import SCHEMA_VERSION, PostgresStore
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -121,6 +122,8 @@ class SQLiteStore:
         return self._db.commits
 
     async def open(self) -> None:
+        if not self.memory:
+            _check_folder(self.path)
         await self._db.open(self._prepare)
 
     def _prepare(self, conn: sqlite3.Connection) -> None:
@@ -821,6 +824,16 @@ def _statements(script: str) -> list[str]:
     first (a script's comments never hold a semicolon)."""
     text = "\n".join(line.split("--")[0] for line in script.splitlines())
     return [statement for statement in text.split(";") if statement.strip()]
+
+
+def _check_folder(path: str) -> None:
+    """A file in a folder that does not exist is an error naming both: sqlite3 would say
+    only "unable to open database file"."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(
+            f"cannot open the SQLite database {path}: the folder {folder} does not exist"
+        )
 
 
 def _path_from_url(url: str) -> str:

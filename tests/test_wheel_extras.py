@@ -1,0 +1,161 @@
+"""The built wheel, installed into a fresh virtual environment without any extra: every
+part that needs an extra says which one, in one line, from the command line and from
+Python alike.
+
+The development environment has every extra installed, so only a clean install can show
+what a user who ran ``pip install plait`` sees.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+APP = """
+import plait
+
+app = plait.App("shop")
+
+
+@app.workflow
+async def checkout(wf: plait.Workflow, data: dict) -> dict:
+    return data
+"""
+
+ENGINE = """
+import asyncio, sys
+import plait
+from shop import app
+
+options = dict(arg.split("=", 1) for arg in sys.argv[2:])
+flags = {k: v == "1" for k, v in options.items()}
+try:
+    plait.Engine(app, sys.argv[1], **flags)
+except plait.MissingExtraError as exc:
+    assert isinstance(exc, ImportError)
+    print(type(exc).__name__, exc, exc.extra)
+"""
+
+
+def _clean_env() -> dict[str, str]:
+    """This process's environment without what points Python at the source tree (a
+    ``PYTHONPATH`` would make pip think plait is installed already)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PLAIT_"))}
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A virtual environment with the wheel and its core dependencies only."""
+    where = tmp_path_factory.mktemp("wheel")
+    dist = where / "dist"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_clean_env(),
+    )
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    (wheel,) = dist.glob("plait-*.whl")
+    # built from this tree, so it must hold what the tree holds (not a stale build)
+    assert installed_files(wheel) >= {"plait/errors.py", "plait/cli.py"}
+    env_dir = where / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    installed = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_clean_env(),
+    )
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+    work = where / "work"
+    work.mkdir()
+    (work / "shop.py").write_text(APP)
+    (work / "engine_check.py").write_text(ENGINE)
+    return env_dir
+
+
+def installed_files(wheel: Path) -> set[str]:
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as archive:
+        return set(archive.namelist())
+
+
+def _run(bare: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = _clean_env()
+    return subprocess.run(
+        list(args),
+        cwd=bare.parent / "work",
+        env={**env, "PATH": f"{bare / 'bin'}:{env.get('PATH', '')}"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _one_line_error(done: subprocess.CompletedProcess[str], install: str) -> str:
+    assert done.returncode != 0, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert f"pip install 'plait[{install}]'" in lines[0], lines[0]
+    assert "Traceback" not in done.stderr
+    return lines[0]
+
+
+def test_the_bare_install_has_no_extra(bare: Path) -> None:
+    done = _run(
+        bare,
+        "python",
+        "-c",
+        "import importlib.util as u; "
+        "print([m for m in ('asyncpg', 'starlette', 'uvicorn', 'opentelemetry', "
+        "'prometheus_client') if u.find_spec(m)])",
+    )
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+    version = _run(bare, "plait", "--version")
+    assert version.returncode == 0 and version.stdout.startswith("plait "), version
+
+
+def test_the_command_line_names_each_missing_extra(bare: Path) -> None:
+    pg = "postgresql://plait@127.0.0.1:1/plait"
+    _one_line_error(_run(bare, "plait", "serve", "shop:app"), "http")
+    _one_line_error(_run(bare, "plait", "runs", "list", "-d", pg), "postgres")
+    _one_line_error(_run(bare, "plait", "start", "shop:app", "checkout", "-d", pg), "postgres")
+    _one_line_error(_run(bare, "plait", "worker", "shop:app", "--tracing"), "otel")
+    _one_line_error(_run(bare, "plait", "worker", "shop:app", "--metrics-port", "9464"), "metrics")
+
+
+def test_python_gets_a_missing_extra_error_naming_the_install(bare: Path) -> None:
+    cases = [
+        (["postgresql://plait@127.0.0.1:1/plait"], "postgres"),
+        (["sqlite:///x.db", "tracing=1"], "otel"),
+        (["sqlite:///x.db", "metrics=1"], "metrics"),
+    ]
+    for args, extra in cases:
+        done = _run(bare, "python", "engine_check.py", *args)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("MissingExtraError "), done.stdout
+        assert f"pip install 'plait[{extra}]'" in done.stdout
+        assert done.stdout.strip().endswith(f" {extra}")
+    for module, extra in [
+        ("plait.http", "http"),
+        ("plait.store.postgres", "postgres"),
+        ("plait.tracing", "otel"),
+        ("plait.metrics", "metrics"),
+    ]:
+        done = _run(bare, "python", "-c", f"import {module}")
+        assert done.returncode == 1
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith("plait.errors.MissingExtraError: "), last
+        assert f"pip install 'plait[{extra}]'" in last
