@@ -119,6 +119,9 @@ class Step(_Record):
     updated_at: datetime
     kind: str = "do"
     wake_at: datetime | None = None
+    #: keys of the steps whose outcomes the workflow had received, in the task that
+    #: reached this step, when it did: what this step came after (None: not recorded)
+    reached_after: list[str] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from typing import Any
 
 from plait import errors, ids, serde
@@ -66,6 +67,9 @@ class Ledger:
         self.aborted: PassAborted | None = None
         #: the pass published a value (``wf.set_value``) not yet told to its watchers
         self.published = False
+        #: per step key reached in this pass, the keys of the steps it was reached after
+        #: (a code replay fills it in; ``new_step`` records it with the step's first write)
+        self.reached: dict[str, tuple[str, ...]] = {}
 
     # -- writes -------------------------------------------------------------------------------
     def add(self, ops: list[Op]) -> None:
@@ -188,6 +192,7 @@ class Ledger:
         self._check_prefix(key)
         self.visited.add(key)
         now = self.now()
+        after = self.reached.get(key)
         step = StepRow(
             run_id=self.run.id,
             key=key,
@@ -212,6 +217,7 @@ class Ledger:
             wake_at=None,
             created_at=now,
             updated_at=now,
+            reached_after=None if after is None else json.dumps(after),
         )
         self.seq += 1
         self.steps[key] = step

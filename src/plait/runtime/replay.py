@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
+from asyncio import current_task
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -47,6 +49,12 @@ class CodeReplay:
         self.ledger = Ledger(host, snapshot, owner)
         self.driver = Driver(self.ledger, host)
         self.wloop = WorkflowLoop()
+        self.wloop.on_task = self._task_made
+        #: per task of the workflow, the keys of the step outcomes it has received that
+        #: no later outcome it received came after: what its next step comes after
+        self.known: dict[asyncio.Task[Any] | None, list[str]] = {}
+        #: per task of the workflow, what it knew when it was made
+        self.inherited: dict[asyncio.Task[Any], tuple[str, ...]] = {}
         self.main: asyncio.Task[Any] | None = None
         #: steps called and not yet started, in call order
         self.new_calls: collections.deque[StepCall] = collections.deque()
@@ -292,6 +300,7 @@ class CodeReplay:
     def set_value(self, key: str, name: str, value: str | None) -> None:
         """Publish a value once, when the run first gets here (``wf.set_value``)."""
         ledger = self.ledger
+        self._reached_now(key)
         step = ledger.steps.get(key)
         if step is not None:
             ledger.check_same(step, "set_value", None)
@@ -303,6 +312,7 @@ class CodeReplay:
     def value(self, key: str, make: Callable[[], Any]) -> Any:
         """A value recorded once and replayed ever after (``wf.now()``, ``wf.uuid()``)."""
         ledger = self.ledger
+        self._reached_now(key)
         step = ledger.steps.get(key)
         if step is not None:
             ledger.visited.add(key)
@@ -322,7 +332,62 @@ class CodeReplay:
 
     def called(self, call: StepCall) -> None:
         call.late = self.main is not None and self.main.done()
+        known = self.known.get(current_task(self.wloop))
+        if known:
+            call.after = tuple(known)
+        self.ledger.reached[call.key] = call.after
         self.new_calls.append(call)
+
+    # -- what each step was reached after -------------------------------------------------
+    # Sequential steps come one after another; steps started together (a gather, a task
+    # group) come after the same step, and whatever follows the gather after all of them.
+    # Knowledge flows as outcomes do: a step's outcome to the task that awaits it, a
+    # task's knowledge to the task that made it when it ends. Taken from the order the
+    # workflow's loop runs in, it is the same on every replay.
+    def received(self, call: StepCall) -> None:
+        """The running task of the workflow got ``call``'s outcome."""
+        self._learn(current_task(self.wloop), call.key, call.after)
+
+    def _learn(self, task: asyncio.Task[Any] | None, key: str, after: tuple[str, ...]) -> None:
+        known = self.known.get(task)
+        if known is None:
+            self.known[task] = [key]
+            return
+        if after:
+            known[:] = [k for k in known if k not in after]
+        if key not in known:
+            known.append(key)
+
+    def _reached_now(self, key: str) -> None:
+        """A step that resolves where it is reached (a recorded or published value): it
+        comes after what its task knew, and what the task does next comes after it."""
+        task = current_task(self.wloop)
+        known = self.known.get(task)
+        self.ledger.reached[key] = tuple(known) if known else ()
+        self.known[task] = [key]
+
+    def _task_made(self, task: asyncio.Task[Any]) -> None:
+        """A task of the workflow starts out knowing what the task that made it knew,
+        and hands back what it learnt when it ends."""
+        parent = current_task(self.wloop)
+        known = self.known.get(parent)
+        if known:
+            self.known[task] = list(known)
+            self.inherited[task] = tuple(known)
+        task.add_done_callback(functools.partial(self._task_ended, parent))
+
+    def _task_ended(self, parent: asyncio.Task[Any] | None, task: asyncio.Task[Any]) -> None:
+        learnt = self.known.pop(task, None)
+        inherited = self.inherited.pop(task, ())
+        if not learnt or tuple(learnt) == inherited:
+            return
+        # what it learnt came after what it started from
+        known = self.known.setdefault(parent, [])
+        if inherited:
+            known[:] = [k for k in known if k not in inherited]
+        reached = self.ledger.reached
+        for key in learnt:
+            self._learn(parent, key, reached.get(key, ()))
 
     async def execute(self, wdef: WorkflowDef) -> PassResult:
         try:

@@ -36,6 +36,8 @@ class Replay(Protocol):
 
     def called(self, call: StepCall) -> None: ...
 
+    def received(self, call: StepCall) -> None: ...
+
     def do(
         self, key: str, name: str, target: Any, data: Any, options: dict[str, Any]
     ) -> Coroutine[Any, Any, Any]: ...
@@ -114,7 +116,18 @@ class StepCall(Coroutine[Any, Any, Any]):
     ``TaskGroup.create_task`` take it like any other, and it may be awaited more than once.
     """
 
-    __slots__ = ("_iter", "error", "future", "key", "late", "make", "outcome", "result")
+    __slots__ = (
+        "_iter",
+        "_replay",
+        "after",
+        "error",
+        "future",
+        "key",
+        "late",
+        "make",
+        "outcome",
+        "result",
+    )
 
     def __init__(
         self,
@@ -124,6 +137,10 @@ class StepCall(Coroutine[Any, Any, Any]):
         *args: Any,
     ) -> None:
         self.key = key
+        self._replay = replay
+        #: the keys of the steps the calling task had received the outcomes of (set by
+        #: ``replay.called``): what this step was reached after
+        self.after: tuple[str, ...] = ()
         #: the pass-side coroutine function that resolves the step, and its arguments
         self.make = (resolve, args)
         self.future: asyncio.Future[Any] = asyncio.Future(loop=replay.wloop)
@@ -137,16 +154,26 @@ class StepCall(Coroutine[Any, Any, Any]):
         replay.called(self)
 
     def __await__(self) -> Generator[Any, None, Any]:
-        return self.future.__await__()
+        # the task that awaits the outcome is told it, so its next step is known to
+        # come after this one (a cancelled wait received nothing)
+        future = self.future
+        try:
+            result = yield from future.__await__()
+        except BaseException:
+            if future.done() and not future.cancelled():
+                self._replay.received(self)
+            raise
+        self._replay.received(self)
+        return result
 
     def send(self, value: Any) -> Any:
         if self._iter is None:
-            self._iter = self.future.__await__()
+            self._iter = self.__await__()
         return self._iter.send(value)
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         if self._iter is None:
-            self._iter = self.future.__await__()
+            self._iter = self.__await__()
         if val is None:
             return self._iter.throw(typ)
         return self._iter.throw(val)

@@ -68,6 +68,9 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         self.tasks: list[asyncio.Task[Any]] = []
         #: exceptions of tasks nobody retrieved; kept, not printed (the pass decides)
         self.unhandled: list[dict[str, Any]] = []
+        #: told of every task made on this loop, right after it is made (the pass
+        #: follows which task reached which step; see ``runtime.replay``)
+        self.on_task: Callable[[asyncio.Task[Any]], None] | None = None
 
     # -- what the pass calls ----------------------------------------------------------------
     def run_ready(self) -> None:
@@ -144,6 +147,8 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     ) -> asyncio.Task[Any]:
         task = asyncio.Task(coro, loop=self, name=name, context=context)
         self.tasks.append(task)
+        if self.on_task is not None:
+            self.on_task(task)
         return task
 
     def pending_tasks(self) -> list[asyncio.Task[Any]]:

@@ -80,6 +80,7 @@ def step_record(row: StepRow) -> Step:
         updated_at=ts(row.updated_at),
         kind=row.kind,
         wake_at=ts_or_none(row.wake_at),
+        reached_after=_json(row.reached_after),
     )
 
 
@@ -127,6 +128,7 @@ def step_params(s: StepRow, *, flag: Callable[[bool], Any] = int) -> tuple[Any, 
         s.updated_at,
         s.delivered,
         s.retried_failures,
+        s.reached_after,
     )
 
 

@@ -171,7 +171,7 @@ SELECT EXISTS (SELECT 1 FROM plait_steps WHERE run_id = ? AND kind = 'event'
 -- name: get_steps
 SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
     failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
-    queued, wake_at, created_at, updated_at, delivered, retried_failures
+    queued, wake_at, created_at, updated_at, delivered, retried_failures, reached_after
 FROM plait_steps WHERE run_id = ? ORDER BY seq
 
 -- name: get_history
@@ -191,11 +191,13 @@ SELECT run_id, key, attempt, status, output, error, started_at, finished_at FROM
 ORDER BY started_at, seq, attempt
 
 -- name: upsert_step
--- Writing a step row again changes everything but its identity and first-reach order.
+-- Writing a step row again changes everything but its identity, its first-reach order
+-- and what it was reached after.
 INSERT INTO plait_steps (run_id, key, seq, name, kind, function, status, input, output,
     error, attempts, failures, retries, retry_delay, timeout, invocation_id, child_run_id,
-    branch, from_key, queued, wake_at, created_at, updated_at, delivered, retried_failures)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    branch, from_key, queued, wake_at, created_at, updated_at, delivered, retried_failures,
+    reached_after)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, key) DO UPDATE SET
     kind = excluded.kind, function = excluded.function, status = excluded.status,
     input = excluded.input, output = excluded.output, error = excluded.error,
@@ -210,8 +212,8 @@ ON CONFLICT (run_id, key) DO UPDATE SET
 INSERT INTO plait_steps (run_id, key, seq, name, kind, function, status, input, output,
     error, attempts, failures, retries, retry_delay, timeout, invocation_id, child_run_id,
     branch, from_key, queued, wake_at, created_at, updated_at, delivered, retried_failures,
-    worker, attempt_status, attempt_error, attempt_started, attempt_finished)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+    reached_after, worker, attempt_status, attempt_error, attempt_started, attempt_finished)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
     'running', NULL, ?, NULL)
 ON CONFLICT (run_id, key) DO UPDATE SET
     kind = excluded.kind, function = excluded.function, status = excluded.status,
@@ -274,7 +276,7 @@ ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value
 -- name: pass_steps
 SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
     failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
-    queued, wake_at, created_at, updated_at, delivered, retried_failures
+    queued, wake_at, created_at, updated_at, delivered, retried_failures, reached_after
 FROM plait_steps WHERE run_id = ?
 
 -- name: pass_events
