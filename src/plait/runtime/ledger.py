@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
+from json.encoder import encode_basestring as _json_text
 from typing import Any
 
 from plait import errors, ids, serde
@@ -217,7 +217,7 @@ class Ledger:
             wake_at=None,
             created_at=now,
             updated_at=now,
-            reached_after=None if after is None else json.dumps(after),
+            reached_after=None if after is None else f"[{','.join(map(_json_text, after))}]",
         )
         self.seq += 1
         self.steps[key] = step

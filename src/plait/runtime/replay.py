@@ -332,7 +332,8 @@ class CodeReplay:
 
     def called(self, call: StepCall) -> None:
         call.late = self.main is not None and self.main.done()
-        known = self.known.get(current_task(self.wloop))
+        call.task = task = current_task(self.wloop)
+        known = self.known.get(task)
         if known:
             call.after = tuple(known)
         self.ledger.reached[call.key] = call.after
@@ -341,16 +342,14 @@ class CodeReplay:
     # -- what each step was reached after -------------------------------------------------
     # Sequential steps come one after another; steps started together (a gather, a task
     # group) come after the same step, and whatever follows the gather after all of them.
-    # Knowledge flows as outcomes do: a step's outcome to the task that awaits it, a
-    # task's knowledge to the task that made it when it ends. Taken from the order the
-    # workflow's loop runs in, it is the same on every replay.
-    def received(self, call: StepCall) -> None:
-        """The running task of the workflow got ``call``'s outcome."""
-        self._learn(current_task(self.wloop), call.key, call.after)
-
+    # A step's outcome is known to the task that called it once it is handed over; what a
+    # task made by another learnt goes to that one when it ends. Taken from the order
+    # the workflow's loop runs in and outcomes are handed over in, it is the same on
+    # every replay.
     def _learn(self, task: asyncio.Task[Any] | None, key: str, after: tuple[str, ...]) -> None:
+        """``task`` received ``key``'s outcome: it replaces what ``key`` came after."""
         known = self.known.get(task)
-        if known is None:
+        if known is None or (len(known) == 1 and known[0] in after):
             self.known[task] = [key]
             return
         if after:
@@ -499,6 +498,7 @@ class CodeReplay:
                 self.ledger.mark_delivered(step)
         if call.future.done():  # the workflow cancelled its wait; the step still counts
             return
+        self._learn(call.task, call.key, call.after)
         if call.outcome == "ok":
             call.future.set_result(call.result)
         else:

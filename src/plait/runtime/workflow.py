@@ -36,8 +36,6 @@ class Replay(Protocol):
 
     def called(self, call: StepCall) -> None: ...
 
-    def received(self, call: StepCall) -> None: ...
-
     def do(
         self, key: str, name: str, target: Any, data: Any, options: dict[str, Any]
     ) -> Coroutine[Any, Any, Any]: ...
@@ -118,7 +116,6 @@ class StepCall(Coroutine[Any, Any, Any]):
 
     __slots__ = (
         "_iter",
-        "_replay",
         "after",
         "error",
         "future",
@@ -127,6 +124,7 @@ class StepCall(Coroutine[Any, Any, Any]):
         "make",
         "outcome",
         "result",
+        "task",
     )
 
     def __init__(
@@ -137,9 +135,10 @@ class StepCall(Coroutine[Any, Any, Any]):
         *args: Any,
     ) -> None:
         self.key = key
-        self._replay = replay
-        #: the keys of the steps the calling task had received the outcomes of (set by
-        #: ``replay.called``): what this step was reached after
+        #: the workflow's task that called the step, and the keys of the steps whose
+        #: outcomes it had received by then: what this step was reached after (both set
+        #: by ``replay.called``)
+        self.task: asyncio.Task[Any] | None = None
         self.after: tuple[str, ...] = ()
         #: the pass-side coroutine function that resolves the step, and its arguments
         self.make = (resolve, args)
@@ -154,26 +153,16 @@ class StepCall(Coroutine[Any, Any, Any]):
         replay.called(self)
 
     def __await__(self) -> Generator[Any, None, Any]:
-        # the task that awaits the outcome is told it, so its next step is known to
-        # come after this one (a cancelled wait received nothing)
-        future = self.future
-        try:
-            result = yield from future.__await__()
-        except BaseException:
-            if future.done() and not future.cancelled():
-                self._replay.received(self)
-            raise
-        self._replay.received(self)
-        return result
+        return self.future.__await__()
 
     def send(self, value: Any) -> Any:
         if self._iter is None:
-            self._iter = self.__await__()
+            self._iter = self.future.__await__()
         return self._iter.send(value)
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         if self._iter is None:
-            self._iter = self.__await__()
+            self._iter = self.future.__await__()
         if val is None:
             return self._iter.throw(typ)
         return self._iter.throw(val)
