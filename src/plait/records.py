@@ -99,6 +99,8 @@ class RunSummary(_Record):
     scheduled_at: datetime | None = None
     admitted_at: datetime | None = None
     start_at: datetime | None = None
+    #: how many child runs it has (that the reader may see)
+    children: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

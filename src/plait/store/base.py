@@ -389,6 +389,13 @@ class RunFilter:
     parent_run_id: str | None = None
     #: runs this principal may see: its own and the ones without an owner
     visible_to: str | None = None
+    #: runs whose id holds this text (any case)
+    id_contains: str | None = None
+    #: runs created at or after / before this time (seconds since the epoch)
+    created_after: float | None = None
+    created_before: float | None = None
+    #: only runs that are no other run's child
+    top_level: bool = False
     limit: int = 50
     offset: int = 0
 

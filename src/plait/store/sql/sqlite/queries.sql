@@ -85,7 +85,7 @@ FROM plait_runs WHERE id = ?
 SELECT status FROM plait_runs WHERE id = ?
 
 -- name: count_runs
--- A filter left NULL matches every run (see store.base.RunFilter).
+-- A filter left NULL (or top_level 0) matches every run (see store.base.RunFilter).
 SELECT count(*) FROM plait_runs
 WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
     AND (:workflow IS NULL OR workflow = :workflow)
@@ -93,6 +93,10 @@ WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
     AND (:version IS NULL OR version = :version)
     AND (:owner IS NULL OR owner = :owner)
     AND (:parent_run_id IS NULL OR parent_run_id = :parent_run_id)
+    AND (:id_contains IS NULL OR instr(lower(id), lower(:id_contains)) > 0)
+    AND (:created_after IS NULL OR created_at >= :created_after)
+    AND (:created_before IS NULL OR created_at < :created_before)
+    AND (:top_level = 0 OR parent_run_id IS NULL)
 
 -- name: list_runs
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
@@ -106,12 +110,19 @@ WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
     AND (:version IS NULL OR version = :version)
     AND (:owner IS NULL OR owner = :owner)
     AND (:parent_run_id IS NULL OR parent_run_id = :parent_run_id)
+    AND (:id_contains IS NULL OR instr(lower(id), lower(:id_contains)) > 0)
+    AND (:created_after IS NULL OR created_at >= :created_after)
+    AND (:created_before IS NULL OR created_at < :created_before)
+    AND (:top_level = 0 OR parent_run_id IS NULL)
 ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
 
 -- name: list_run_summaries
--- As list_runs, without the JSON columns (convert.run_summary's column order).
+-- As list_runs, without the JSON columns (convert.run_summary's column order), with how
+-- many children of each run the caller may see.
 SELECT id, workflow, kind, status, version, owner, parent_run_id, created_at, updated_at,
-    queue, queue_key, priority, scheduled_at, admitted_at, wake_at
+    queue, queue_key, priority, scheduled_at, admitted_at, wake_at,
+    (SELECT count(*) FROM plait_runs c WHERE c.parent_run_id = plait_runs.id
+        AND (:visible_to IS NULL OR c.owner IS NULL OR c.owner = :visible_to)) AS children
 FROM plait_runs
 WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
     AND (:workflow IS NULL OR workflow = :workflow)
@@ -119,6 +130,10 @@ WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
     AND (:version IS NULL OR version = :version)
     AND (:owner IS NULL OR owner = :owner)
     AND (:parent_run_id IS NULL OR parent_run_id = :parent_run_id)
+    AND (:id_contains IS NULL OR instr(lower(id), lower(:id_contains)) > 0)
+    AND (:created_after IS NULL OR created_at >= :created_after)
+    AND (:created_before IS NULL OR created_at < :created_before)
+    AND (:top_level = 0 OR parent_run_id IS NULL)
 ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
 
 -- name: get_children
