@@ -17,7 +17,6 @@ import asyncio
 import collections
 import contextlib
 import functools
-from asyncio import current_task
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -36,7 +35,7 @@ from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.signals import PassAborted, PauseSignal, SuspendSignal, Unwind
 from plait.runtime.workflow import CURRENT_REPLAY, StepCall, Workflow
-from plait.runtime.workflow_loop import WorkflowLoop
+from plait.runtime.workflow_loop import WorkflowLoop, current_task
 from plait.store.base import EndRun, EventRow, PassSnapshot, StepRow, TakeDecision
 
 
@@ -52,7 +51,7 @@ class CodeReplay:
         self.wloop.on_task = self._task_made
         #: per task of the workflow, the keys of the step outcomes it has received that
         #: no later outcome it received came after: what its next step comes after
-        self.known: dict[asyncio.Task[Any] | None, list[str]] = {}
+        self.known: dict[asyncio.Task[Any] | None, tuple[str, ...]] = {}
         #: per task of the workflow, what it knew when it was made
         self.inherited: dict[asyncio.Task[Any], tuple[str, ...]] = {}
         self.main: asyncio.Task[Any] | None = None
@@ -333,10 +332,8 @@ class CodeReplay:
     def called(self, call: StepCall) -> None:
         call.late = self.main is not None and self.main.done()
         call.task = task = current_task(self.wloop)
-        known = self.known.get(task)
-        if known:
-            call.after = tuple(known)
-        self.ledger.reached[call.key] = call.after
+        call.after = after = self.known.get(task, ())
+        self.ledger.reached[call.key] = after
         self.new_calls.append(call)
 
     # -- what each step was reached after -------------------------------------------------
@@ -348,22 +345,19 @@ class CodeReplay:
     # every replay.
     def _learn(self, task: asyncio.Task[Any] | None, key: str, after: tuple[str, ...]) -> None:
         """``task`` received ``key``'s outcome: it replaces what ``key`` came after."""
-        known = self.known.get(task)
-        if known is None or (len(known) == 1 and known[0] in after):
-            self.known[task] = [key]
-            return
+        known = self.known.get(task, ())
         if after:
-            known[:] = [k for k in known if k not in after]
+            known = tuple(k for k in known if k not in after)
         if key not in known:
-            known.append(key)
+            known += (key,)
+        self.known[task] = known
 
     def _reached_now(self, key: str) -> None:
         """A step that resolves where it is reached (a recorded or published value): it
         comes after what its task knew, and what the task does next comes after it."""
         task = current_task(self.wloop)
-        known = self.known.get(task)
-        self.ledger.reached[key] = tuple(known) if known else ()
-        self.known[task] = [key]
+        self.ledger.reached[key] = self.known.get(task, ())
+        self.known[task] = (key,)
 
     def _task_made(self, task: asyncio.Task[Any]) -> None:
         """A task of the workflow starts out knowing what the task that made it knew,
@@ -371,19 +365,18 @@ class CodeReplay:
         parent = current_task(self.wloop)
         known = self.known.get(parent)
         if known:
-            self.known[task] = list(known)
-            self.inherited[task] = tuple(known)
+            self.known[task] = self.inherited[task] = known
         task.add_done_callback(functools.partial(self._task_ended, parent))
 
     def _task_ended(self, parent: asyncio.Task[Any] | None, task: asyncio.Task[Any]) -> None:
         learnt = self.known.pop(task, None)
         inherited = self.inherited.pop(task, ())
-        if not learnt or tuple(learnt) == inherited:
+        if not learnt or learnt == inherited:
             return
         # what it learnt came after what it started from
-        known = self.known.setdefault(parent, [])
         if inherited:
-            known[:] = [k for k in known if k not in inherited]
+            kept = self.known.get(parent, ())
+            self.known[parent] = tuple(k for k in kept if k not in inherited)
         reached = self.ledger.reached
         for key in learnt:
             self._learn(parent, key, reached.get(key, ()))
@@ -498,7 +491,11 @@ class CodeReplay:
                 self.ledger.mark_delivered(step)
         if call.future.done():  # the workflow cancelled its wait; the step still counts
             return
-        self._learn(call.task, call.key, call.after)
+        known = self.known.get(call.task)
+        if known is not None and len(known) == 1 and known[0] in call.after:
+            self.known[call.task] = (call.key,)  # the next step of a chain, made cheap
+        else:
+            self._learn(call.task, call.key, call.after)
         if call.outcome == "ok":
             call.future.set_result(call.result)
         else:

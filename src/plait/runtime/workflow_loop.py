@@ -30,6 +30,20 @@ _CLOCK_REFUSED = (
 )
 
 
+def _current_task_reader() -> Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None]:
+    """The task running on a loop, read at the cost of one dict look-up where the
+    interpreter keeps them in a dict (``asyncio.current_task`` is a Python function
+    there, and every step asks it)."""
+    running = getattr(asyncio.tasks, "_current_tasks", None)
+    if isinstance(running, dict) and asyncio.current_task.__module__ == "asyncio.tasks":
+        return running.get
+    return asyncio.current_task
+
+
+#: the task running on a loop (None: none)
+current_task = _current_task_reader()
+
+
 class ClockRefused(RuntimeError):
     """Workflow code asked the loop for a timer."""
 
