@@ -7,7 +7,10 @@ is what the run's drawing is made from."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from typing import Any
+
+import pytest
 
 import plait
 from conftest import eventually
@@ -142,3 +145,63 @@ async def test_an_error_handler_comes_after_its_step(engine_factory) -> None:
         await engine.wait(run_id, timeout=10)
         after = await after_of(engine, run_id)
     assert after == {"first": [], "boom": ["first"], "boom:on_error": ["boom"]}
+
+
+async def test_a_run_is_drawn_from_the_record_and_an_older_run_from_its_times(
+    engine_factory, database: str
+) -> None:
+    graphview = pytest.importorskip("plait.http.graphview")
+    app = plait.App()
+
+    @app.workflow
+    async def shop(wf: plait.Workflow) -> None:
+        await wf.do("price", noop)
+        await asyncio.gather(wf.do("reserve", noop), wf.do("fraud", noop))
+        for name in ("charge", "mail", "done"):
+            await wf.do(name, noop)
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("shop")
+        run = await engine.wait(run_id, timeout=10)
+
+        async def layers() -> dict[str, int]:
+            steps = await engine.get_steps(run_id)
+            drawn = graphview.draw_run(run, steps, await engine.get_history(run_id))
+            return {n["id"]: n["layer"] for n in drawn["nodes"]}
+
+        assert await layers() == {
+            "price": 0,
+            "reserve": 1,
+            "fraud": 1,
+            "charge": 2,
+            "mail": 3,
+            "done": 4,
+        }
+        # the same run as a database upgraded from before the record holds it (NULL)
+        await _forget_reached_after(database, run_id)
+        steps = await engine.get_steps(run_id)
+        assert {s.reached_after for s in steps} == {None}
+        history = await engine.get_history(run_id)
+        timed, _ = graphview._timed_view(steps, _by_key(history))
+        assert await layers() == {n.id: n.layer for n in timed}
+
+
+def _by_key(history: list[Any]) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for attempt in history:
+        out.setdefault(attempt.key, []).append(attempt)
+    return out
+
+
+async def _forget_reached_after(database: str, run_id: str) -> None:
+    if database.startswith("sqlite:///"):
+        with sqlite3.connect(database.removeprefix("sqlite:///")) as conn:
+            conn.execute("UPDATE plait_steps SET reached_after = NULL WHERE run_id = ?", (run_id,))
+        return
+    import asyncpg
+
+    conn = await asyncpg.connect(database)
+    try:
+        await conn.execute("UPDATE plait.steps SET reached_after = NULL WHERE run_id = $1", run_id)
+    finally:
+        await conn.close()
