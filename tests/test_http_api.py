@@ -852,6 +852,13 @@ async def test_dashboard_pages_and_assets_are_served(anonymous: httpx.AsyncClien
     filtered = await anonymous.get("/", params={"status": "failed", "workflow": '"x'})
     assert '<option value="failed" selected>' in filtered.text
     assert 'data-selected="&quot;x"' in filtered.text
+    # the filters a page is given back are escaped, and a time that is not one is for the
+    # page's script to report (from the API's 422), not a reason to fail the page
+    searched = await anonymous.get("/", params={"id": '"><script>x', "since": "garbage"})
+    assert searched.status_code == 200
+    assert "<script>x" not in searched.text and 'value="&quot;&gt;&lt;script&gt;x"' in searched.text
+    uuid_run = await anonymous.get("/runs/01968f2a-3b4c-7d5e-8f60-7182a3b4c5d6")
+    assert ">a3b4c5d6</span>" in uuid_run.text  # the random end of a UUIDv7
     for asset, kind in (("dashboard.js", "javascript"), ("dashboard.css", "text/css")):
         response = await anonymous.get(f"/static/{asset}")
         assert response.status_code == 200

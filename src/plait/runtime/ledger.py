@@ -217,7 +217,7 @@ class Ledger:
             wake_at=None,
             created_at=now,
             updated_at=now,
-            reached_after=None if after is None else f"[{','.join(map(_json_text, after))}]",
+            reached_after=_keys_json(after),
         )
         self.seq += 1
         self.steps[key] = step
@@ -259,6 +259,16 @@ class Ledger:
                 f"recorded step {first!r} that the new code has not reached at that point"
             )
             raise SuspendSignal(self.conflict, errors.VERSION_CONFLICT)
+
+
+def _keys_json(keys: tuple[str, ...] | None) -> str | None:
+    """Step keys as a JSON list, built without the json module's Python layers (every
+    new step pays for it)."""
+    if keys is None:
+        return None
+    if len(keys) == 1:
+        return f"[{_json_text(keys[0])}]"
+    return f"[{','.join(map(_json_text, keys))}]"
 
 
 def _clip(text: object, limit: int = 200) -> str:
