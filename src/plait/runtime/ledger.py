@@ -192,7 +192,10 @@ class Ledger:
         self._check_prefix(key)
         self.visited.add(key)
         now = self.now()
-        after = self.reached.get(key)
+        reached = self.reached.get(key)
+        after = None
+        if reached is not None:
+            after = f"[{_json_text(reached[0])}]" if len(reached) == 1 else _keys_json(reached)
         step = StepRow(
             run_id=self.run.id,
             key=key,
@@ -217,7 +220,7 @@ class Ledger:
             wake_at=None,
             created_at=now,
             updated_at=now,
-            reached_after=_keys_json(after),
+            reached_after=after,
         )
         self.seq += 1
         self.steps[key] = step
@@ -261,13 +264,9 @@ class Ledger:
             raise SuspendSignal(self.conflict, errors.VERSION_CONFLICT)
 
 
-def _keys_json(keys: tuple[str, ...] | None) -> str | None:
+def _keys_json(keys: tuple[str, ...]) -> str:
     """Step keys as a JSON list, built without the json module's Python layers (every
-    new step pays for it)."""
-    if keys is None:
-        return None
-    if len(keys) == 1:
-        return f"[{_json_text(keys[0])}]"
+    new step pays for it; one key, the usual case, is written out in ``new_step``)."""
     return f"[{','.join(map(_json_text, keys))}]"
 
 

@@ -332,8 +332,7 @@ class CodeReplay:
     def called(self, call: StepCall) -> None:
         call.late = self.main is not None and self.main.done()
         call.task = task = current_task(self.wloop)
-        call.after = after = self.known.get(task, ())
-        self.ledger.reached[call.key] = after
+        call.after = self.ledger.reached[call.key] = self.known.get(task, ())
         self.new_calls.append(call)
 
     # -- what each step was reached after -------------------------------------------------
@@ -491,9 +490,10 @@ class CodeReplay:
                 self.ledger.mark_delivered(step)
         if call.future.done():  # the workflow cancelled its wait; the step still counts
             return
-        known = self.known.get(call.task)
-        if known is not None and len(known) == 1 and known[0] in call.after:
-            self.known[call.task] = (call.key,)  # the next step of a chain, made cheap
+        if self.known.get(call.task) is call.after:
+            # the task learnt nothing since it called the step (a chain): the step's
+            # outcome replaces all it knew
+            self.known[call.task] = (call.key,)
         else:
             self._learn(call.task, call.key, call.after)
         if call.outcome == "ok":

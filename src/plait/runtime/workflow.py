@@ -135,11 +135,11 @@ class StepCall(Coroutine[Any, Any, Any]):
         *args: Any,
     ) -> None:
         self.key = key
-        #: the workflow's task that called the step, and the keys of the steps whose
-        #: outcomes it had received by then: what this step was reached after (both set
-        #: by ``replay.called``)
-        self.task: asyncio.Task[Any] | None = None
-        self.after: tuple[str, ...] = ()
+        #: ``task``: the workflow's task that called the step; ``after``: the keys of the
+        #: steps whose outcomes it had received by then, what this step was reached after
+        #: (both set by ``replay.called``, below)
+        self.task: asyncio.Task[Any] | None
+        self.after: tuple[str, ...]
         #: the pass-side coroutine function that resolves the step, and its arguments
         self.make = (resolve, args)
         self.future: asyncio.Future[Any] = asyncio.Future(loop=replay.wloop)
