@@ -195,7 +195,11 @@ class Ledger:
         reached = self.reached.get(key)
         after = None
         if reached is not None:
-            after = f"[{_json_text(reached[0])}]" if len(reached) == 1 else _keys_json(reached)
+            try:
+                (one,) = reached  # the usual case: a chain
+                after = f"[{_json_text(one)}]"
+            except ValueError:
+                after = _keys_json(reached)
         step = StepRow(
             run_id=self.run.id,
             key=key,

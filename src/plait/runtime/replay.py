@@ -46,6 +46,7 @@ class CodeReplay:
         self.host = host
         self.app = host.catalog.app
         self.ledger = Ledger(host, snapshot, owner)
+        self.reached = self.ledger.reached
         self.driver = Driver(self.ledger, host)
         self.wloop = WorkflowLoop()
         self.wloop.on_task = self._task_made
@@ -332,7 +333,7 @@ class CodeReplay:
     def called(self, call: StepCall) -> None:
         call.late = self.main is not None and self.main.done()
         call.task = task = current_task(self.wloop)
-        call.after = self.ledger.reached[call.key] = self.known.get(task, ())
+        call.after = self.reached[call.key] = self.known.get(task, ())
         self.new_calls.append(call)
 
     # -- what each step was reached after -------------------------------------------------
