@@ -35,6 +35,7 @@ CHROMIUM_ARGS = [
 ]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 TOKEN = "tok-alice"
+BOB_TOKEN = "tok-bob"
 
 playwright_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright (pip package) is not installed"
@@ -96,6 +97,21 @@ async def checkout(wf: plait.Workflow, data: Any) -> Any:
     return {"receipt": receipt, "total": total}
 
 
+@app.workflow
+async def family(wf: plait.Workflow, data: Any) -> Any:
+    return await wf.do("kid", "nested_kid", data)
+
+
+@app.workflow
+async def nested_kid(wf: plait.Workflow, data: Any) -> Any:
+    return await wf.do("grandkid", "notify", data)
+
+
+@app.workflow
+async def a_workflow_with_a_rather_long_name_for_a_phone(wf: plait.Workflow, data: Any) -> Any:
+    return await wf.do("send", add, {"a": 1, "b": 2})
+
+
 class Refund(pydantic.BaseModel):
     approved: bool
     amount: int = pydantic.Field(default=1, ge=1)
@@ -123,7 +139,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     database = tmp_path_factory.mktemp("browser") / "plait.db"
     # Not opened here: the app's lifespan opens it inside uvicorn's event loop.
     engine = plait.Engine(app, f"sqlite:///{database}", poll_interval=0.2)
-    with Server(create_app(engine, tokens={TOKEN: "alice"})) as running:
+    with Server(create_app(engine, tokens={TOKEN: "alice", BOB_TOKEN: "bob"})) as running:
         yield running
 
 
@@ -299,7 +315,9 @@ def test_runs_list_updates_and_filters(server: Server, api: Any, page: Any) -> N
     assert "status=failed" in page.url
     page.select_option("#f-status", "")
     page.select_option("#f-workflow", "notify")
-    notify_runs = api.get("/api/runs", params={"workflow": "notify"}).json()["total"]
+    # child runs (a checkout's notify) are folded under their parents
+    query = {"workflow": "notify", "top_level": "true"}
+    notify_runs = api.get("/api/runs", params=query).json()["total"]
     expect(page.locator("#runs-body tr[data-run-id]")).to_have_count(notify_runs)
     expect(page.locator("#page-info")).to_have_text(f"1\u2013{notify_runs} of {notify_runs}")
     ARTIFACTS.mkdir(exist_ok=True)
@@ -508,3 +526,192 @@ def test_rerun_from_a_step(server: Server, api: Any, page: Any) -> None:
     forked = api.get(f"/api/runs/{forked_id}").json()
     assert forked["forked_from"] == run_id
     assert forked["output"] == api.get(f"/api/runs/{run_id}").json()["output"]
+
+
+# -- finding runs, their families, events, copying, phones -----------------------------------
+def test_short_ids_differ_and_a_run_is_found_by_its_id(server: Server, api: Any, page: Any) -> None:
+    ids = [start(api, "notify", i, wait=True)["id"] for i in range(4)]
+    sign_in(page, server.url)
+    for run_id in ids:
+        expect(page.locator(f'tr[data-run-id="{run_id}"]')).to_be_visible()
+    shown = [page.locator(f'tr[data-run-id="{r}"] td a').first.inner_text() for r in ids]
+    # runs started within the same minute still read differently (UUIDv7: the random end)
+    assert shown == [r[-8:] for r in ids] and len(set(shown)) == len(ids)
+    title = page.locator(f'tr[data-run-id="{ids[0]}"] td a').first.get_attribute("title")
+    assert title == ids[0]
+
+    page.fill("#f-id", ids[2][-8:].upper())  # typed as read, in any case
+    expect(page.locator("#runs-body tr[data-run-id]")).to_have_count(1)
+    expect(page.locator(f'tr[data-run-id="{ids[2]}"]')).to_be_visible()
+    assert f"id={ids[2][-8:].upper()}" in page.url
+    page.reload()  # the address keeps the search
+    expect(page.locator("#f-id")).to_have_value(ids[2][-8:].upper())
+    expect(page.locator("#runs-body tr[data-run-id]")).to_have_count(1)
+    page.fill("#f-id", "no-such-run")
+    expect(page.locator("#runs-body")).to_contain_text("No runs match.")
+
+
+def test_the_time_filter_and_a_malformed_time(server: Server, api: Any, page: Any) -> None:
+    run_id = start(api, "notify", 5, wait=True)["id"]
+    sign_in(page, server.url)
+    row = page.locator(f'tr[data-run-id="{run_id}"]')
+    page.select_option("#f-when", "1h")
+    expect(row).to_be_visible()
+    assert "when=1h" in page.url
+    page.select_option("#f-when", "range")
+    expect(page.locator("#f-since")).to_be_visible()
+    page.fill("#f-since", "2000-01-01T00:00:00")
+    page.fill("#f-until", "2000-01-02T00:00:00")
+    page.locator("#f-until").dispatch_event("change")
+    expect(page.locator("#runs-body")).to_contain_text("No runs match.")
+    assert "since=2000-01-0" in page.url
+    page.fill("#f-until", "")
+    page.locator("#f-until").dispatch_event("change")
+    expect(row).to_be_visible()  # since 2000, no end
+
+    # a time that is not one, from a hand-edited link: a message, not an error page
+    response = page.goto(f"{server.url}/?since=last-tuesday")
+    assert response is not None and response.status == 200
+    expect(page.locator("#notice")).to_contain_text("is not a date and time")
+    expect(page.locator("#notice")).to_contain_text("ISO 8601")
+    expect(page.locator("#runs-body")).to_contain_text("Fix the filters")
+    api_answer = api.get("/api/runs", params={"since": "last-tuesday"})
+    assert api_answer.status_code == 422
+
+
+def test_child_runs_fold_under_their_parents(server: Server, api: Any, page: Any) -> None:
+    top = start(api, "family", 3, wait=True)
+    assert top["status"] == "completed"
+    kid = top["children"][0]["id"]
+    grandkid = api.get(f"/api/runs/{kid}").json()["children"][0]["id"]
+    sign_in(page, server.url)
+    parent_row = page.locator(f'tr[data-run-id="{top["id"]}"]')
+    expect(parent_row).to_be_visible()
+    expect(page.locator(f'tr[data-run-id="{kid}"]')).to_have_count(0)  # folded
+    parent_row.locator("button.fold").click()
+    kid_row = page.locator(f'tr[data-run-id="{kid}"]')
+    expect(kid_row).to_have_attribute("data-depth", "1")
+    kid_row.locator("button.fold").click()
+    expect(page.locator(f'tr[data-run-id="{grandkid}"]')).to_have_attribute("data-depth", "2")
+    # the rows stay open across the list's refreshes
+    page.wait_for_timeout(2500)
+    expect(page.locator(f'tr[data-run-id="{grandkid}"]')).to_be_visible()
+    # unfolded, every run is a row of its own that names its parent
+    page.uncheck("#f-fold")
+    expect(page.locator(f'tr[data-run-id="{kid}"] .parent-link a')).to_have_text(top["id"][-8:])
+
+    # the run page shows the whole family as a tree
+    page.goto(f"{server.url}/runs/{top['id']}")
+    expect(page.locator(f'#children li[data-run-id="{kid}"]')).to_be_visible()
+    nested = page.locator(f'#children li[data-run-id="{kid}"] ul.tree li[data-run-id="{grandkid}"]')
+    expect(nested).to_be_visible()
+    nested.locator("a").click()
+    expect(page.locator("#run-status")).to_have_text("completed")
+    expect(page.locator("#crumb-parent a")).to_have_text(kid[-8:])
+
+
+def test_an_event_is_sent_from_the_run_page(server: Server, api: Any, page: Any) -> None:
+    run_id = start(api, "approval")["run_id"]
+    wait_for(
+        lambda: any(s["kind"] == "event" for s in api.get(f"/api/runs/{run_id}").json()["steps"])
+    )
+    sign_in(page, server.url, then=f"/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_text("running")
+    expect(page.locator("#event-waits")).to_contain_text("approve")
+    expect(page.locator("#event-name")).to_have_value("approve")
+    send = page.locator("#event-send")
+
+    page.fill("#event-payload", "{not json")
+    send.click()
+    expect(page.locator("#event-error")).to_contain_text("not JSON")
+    page.fill("#event-name", "a/b")
+    page.fill("#event-payload", '"ok"')
+    send.click()
+    expect(page.locator("#event-error")).to_contain_text('no "/"')
+    assert api.get(f"/api/runs/{run_id}").json()["status"] == "running"
+
+    page.fill("#event-name", "approve")
+    send.click()
+    expect(page.locator("#notice")).to_contain_text("the run was waiting for it")
+    expect(page.locator("#run-status")).to_have_text("completed")
+    expect(page.locator("#run-output")).to_contain_text('"decision": "ok"')
+    # a finished run takes no events: the button says so by its looks
+    expect(send).to_be_disabled()
+    looks = page.evaluate(
+        "(() => { const s = getComputedStyle(document.getElementById('event-send'));"
+        " return [s.cursor, s.borderStyle, Number(s.opacity)]; })()"
+    )
+    assert looks[0] == "not-allowed" and looks[1] == "dashed" and looks[2] < 1
+
+
+def test_another_users_run_takes_no_event_from_the_page(server: Server, page: Any) -> None:
+    with httpx.Client(
+        base_url=server.url, headers={"Authorization": f"Bearer {BOB_TOKEN}"}, timeout=30
+    ) as bob:
+        theirs = start(bob, "approval")["run_id"]
+        sign_in(page, server.url, then=f"/runs/{theirs}")
+        expect(page.locator("#notice")).to_contain_text("belongs to another user")
+        page.fill("#event-name", "approve")
+        page.fill("#event-payload", '"from alice"')
+        page.locator("#event-send").click()
+        expect(page.locator("#event-error")).to_contain_text("may not send events")
+        steps = bob.get(f"/api/runs/{theirs}").json()["steps"]
+        assert not [s for s in steps if s["kind"] == "event" and s["status"] == "succeeded"]
+        bob.post(f"/api/runs/{theirs}/cancel")
+
+
+def test_copy_buttons_copy_the_run_id_and_the_output(server: Server, api: Any, page: Any) -> None:
+    run = start(api, "notify", 9, wait=True)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+    sign_in(page, server.url, then=f"/runs/{run['id']}")
+    expect(page.locator("#run-status")).to_have_text("completed")
+    page.locator("#run-meta button.copy").click()
+    expect(page.locator("#run-meta button.copy")).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == run["id"]
+    page.locator("#output-tools button.copy").click()
+    assert page.evaluate("navigator.clipboard.readText()") == "9"
+    page.goto(server.url + "/")
+    page.locator(f'tr[data-run-id="{run["id"]}"] button.copy').click()
+    assert page.evaluate("navigator.clipboard.readText()") == run["id"]
+
+
+CLIPPED = """() => {
+  const out = [];
+  for (const el of document.querySelectorAll('#runs-table td, #runs-table th, .filters label')) {
+    if (el.offsetParent === null) continue;  // not shown
+    if (el.scrollWidth > el.clientWidth + 1) out.push(el.outerHTML.slice(0, 120));
+  }
+  const table = document.getElementById('runs-table').getBoundingClientRect();
+  return {
+    clipped: out,
+    table: [table.left, table.right],
+    page: document.documentElement.scrollWidth,
+    viewport: window.innerWidth,
+  };
+}"""
+
+
+def test_the_runs_list_on_a_phone_clips_no_column(
+    server: Server, api: Any, page: Any, tmp_path: Path
+) -> None:
+    start(api, "a_workflow_with_a_rather_long_name_for_a_phone", wait=True)
+    top = start(api, "family", 4, wait=True)
+    start(api, "checkout", {"amount": 1, "flag": str(tmp_path / "never")}, wait=True)
+    page.set_viewport_size({"width": 390, "height": 844})
+    sign_in(page, server.url)
+    expect(page.locator(f'tr[data-run-id="{top["id"]}"]')).to_be_visible()
+    page.locator(f'tr[data-run-id="{top["id"]}"] button.fold').click()
+    expect(page.locator('tr[data-depth="1"]').first).to_be_visible()
+    measured = page.evaluate(CLIPPED)
+    shot = tmp_path / "runs-phone.png"
+    page.screenshot(path=str(shot), full_page=True)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "runs-page-phone.png"), full_page=True)
+    assert shot.stat().st_size > 0
+    assert measured["clipped"] == [], measured["clipped"]
+    assert measured["table"][0] >= 0 and measured["table"][1] <= measured["viewport"]
+    assert measured["page"] <= measured["viewport"], "the page scrolls sideways"
+    # every column's value is on the card, with its label where the header is gone
+    card = page.locator(f'tr[data-run-id="{top["id"]}"]')
+    for label in ("Run", "Workflow", "Status", "Started", "Duration", "Owner"):
+        expect(card.locator(f'td[data-label="{label}"]')).to_be_visible()

@@ -124,7 +124,12 @@ def test_states_colour_nodes_by_status() -> None:
 
 def test_step_diagrams_colour_statuses_like_graph_diagrams() -> None:
     step = SimpleNamespace(
-        key="a", kind="do", function="f", status="scheduled", created_at=datetime.now(UTC)
+        key="a",
+        kind="do",
+        function="f",
+        status="scheduled",
+        created_at=datetime.now(UTC),
+        reached_after=None,
     )
     step_lines = steps_mermaid([step]).splitlines()  # type: ignore[list-item]
     graph_lines = to_mermaid(ONBOARD, [NodeState("create", "create", "running")]).splitlines()
@@ -132,3 +137,23 @@ def test_step_diagrams_colour_statuses_like_graph_diagrams() -> None:
     assert class_defs == [line for line in step_lines if line.startswith("    classDef ")]
     assert any(line.startswith("    classDef scheduled ") for line in class_defs)
     assert "    class s0_a scheduled" in step_lines
+
+
+def test_step_diagrams_follow_what_each_step_was_reached_after() -> None:
+    at = datetime.now(UTC)  # every step at one instant: times would say "side by side"
+
+    def step(key: str, after: list[str], kind: str = "do") -> SimpleNamespace:
+        return SimpleNamespace(
+            key=key, kind=kind, function="f", status="succeeded", created_at=at, reached_after=after
+        )
+
+    steps = [
+        step("a", []),
+        step("b", ["a"]),
+        step("c", ["a"]),
+        step("__now", ["b", "c"], kind="value"),
+        step("d", ["__now"]),
+    ]
+    lines = steps_mermaid(steps).splitlines()  # type: ignore[arg-type]
+    edges = {line.strip() for line in lines if "-->" in line}
+    assert edges == {"s0_a --> s1_b", "s0_a --> s2_c", "s1_b --> s4_d", "s2_c --> s4_d"}

@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -434,6 +435,59 @@ async def test_list_runs_pages_newest_first_and_filters(
     assert empty.json() == {"runs": [], "total": 7, "limit": 50, "offset": 100}
 
 
+async def test_list_runs_by_id_time_and_parent(
+    engine: plait.Engine, alice: httpx.AsyncClient, bob: httpx.AsyncClient
+) -> None:
+    first = (await start(alice, "simple", 1, wait=True))["id"]
+    family = await start(alice, "parent", wait=True)
+    child = family["children"][0]["id"]
+    theirs = (await start(bob, "parent", wait=True))["id"]
+
+    async def ids(client: httpx.AsyncClient, **params: Any) -> list[str]:
+        response = await client.get("/api/runs", params=params)
+        assert response.status_code == 200, response.text
+        return [r["id"] for r in response.json()["runs"]]
+
+    # a short id as the dashboard shows it (the end of the id), in any case
+    assert await ids(alice, id=first[-8:].upper()) == [first]
+    assert await ids(bob, id=first[-8:]) == []  # another user's run stays hidden
+    assert await ids(bob, id=theirs[-8:]) == [theirs]
+    # children fold under their parents; the parent counts the ones its reader may see
+    top = (await alice.get("/api/runs", params={"top_level": "true"})).json()["runs"]
+    assert [r["id"] for r in top] == [family["id"], first]
+    assert [r["children"] for r in top] == [1, 0]
+    assert await ids(alice, parent=family["id"]) == [child]
+    assert await ids(alice, parent=theirs) == []
+    # a time range; a time without a zone is UTC
+    made = datetime.fromisoformat((await alice.get(f"/api/runs/{child}")).json()["created_at"])
+    cut = (made - timedelta(microseconds=500)).isoformat()  # below the rounding of times
+    assert child in await ids(alice, since=cut)
+    assert first not in await ids(alice, since=cut)
+    assert await ids(alice, until=cut, id=first) == [first]
+    assert await ids(alice, since="2000-01-01T00:00", until="2000-01-02T00:00") == []
+
+
+@pytest.mark.parametrize(
+    ("params", "field", "says"),
+    [
+        ({"since": "yesterday"}, "since", "is not a date and time; give ISO 8601"),
+        ({"until": "2026-13-45T99:00"}, "until", "is not a date and time"),
+        ({"since": "2026-02-01", "until": "2026-01-01"}, "since", "not be later than until"),
+        ({"top_level": "maybe"}, "top_level", ""),
+        ({"parent": "a/b"}, "parent", ""),
+        ({"id": ""}, "id", ""),
+    ],
+)
+async def test_a_malformed_time_or_filter_is_a_422_that_says_why(
+    alice: httpx.AsyncClient, params: dict[str, str], field: str, says: str
+) -> None:
+    response = await alice.get("/api/runs", params=params)
+    assert response.status_code == 422, response.text
+    (problem,) = response.json()["error"]["problems"]
+    assert problem["field"] == field
+    assert says in problem["message"]
+
+
 @pytest.mark.parametrize(
     "params",
     [{"limit": 0}, {"limit": "many"}, {"limit": 100000}, {"offset": -1}, {"status": "done"}],
@@ -798,6 +852,13 @@ async def test_dashboard_pages_and_assets_are_served(anonymous: httpx.AsyncClien
     filtered = await anonymous.get("/", params={"status": "failed", "workflow": '"x'})
     assert '<option value="failed" selected>' in filtered.text
     assert 'data-selected="&quot;x"' in filtered.text
+    # the filters a page is given back are escaped, and a time that is not one is for the
+    # page's script to report (from the API's 422), not a reason to fail the page
+    searched = await anonymous.get("/", params={"id": '"><script>x', "since": "garbage"})
+    assert searched.status_code == 200
+    assert "<script>x" not in searched.text and 'value="&quot;&gt;&lt;script&gt;x"' in searched.text
+    uuid_run = await anonymous.get("/runs/01968f2a-3b4c-7d5e-8f60-7182a3b4c5d6")
+    assert ">a3b4c5d6</span>" in uuid_run.text  # the random end of a UUIDv7
     for asset, kind in (("dashboard.js", "javascript"), ("dashboard.css", "text/css")):
         response = await anonymous.get(f"/static/{asset}")
         assert response.status_code == 200

@@ -180,3 +180,61 @@ def test_durations_read_like_the_dashboard_timeline() -> None:
     ]
     nodes, _ = graphview.steps_view([step("a", updated_at=at(4200))], [])
     assert nodes[0].detail == "fn · 4.2 s"
+
+
+# -- code runs drawn from what each step was reached after ------------------------------------
+def test_sequential_steps_are_drawn_one_below_the_other_even_when_their_times_overlap() -> None:
+    # quick steps whose attempts overlap in time (a clock's granularity, a busy machine):
+    # the timestamps would put them side by side, the record says one came after the other
+    steps = [
+        step("a", reached_after=[]),
+        step("b", reached_after=["a"]),
+        step("c", reached_after=["b"]),
+    ]
+    history = [attempt("a", 0, 5), attempt("b", 1, 6), attempt("c", 2, 7)]
+    nodes, edges = graphview.steps_view(steps, history)
+    assert [(n.id, n.layer) for n in nodes] == [("a", 0), ("b", 1), ("c", 2)]
+    assert {(e.source, e.target) for e in edges} == {("a", "b"), ("b", "c")}
+
+
+def test_gathered_steps_are_drawn_side_by_side_even_when_they_ran_one_after_another() -> None:
+    steps = [
+        step("price", reached_after=[]),
+        step("reserve", reached_after=["price"]),
+        step("fraud", reached_after=["price"]),
+        step("record", reached_after=["reserve", "fraud"]),
+        step("record:on_error", kind="on_error", reached_after=["record"]),
+    ]
+    # the gathered steps ran one after the other (a queue of one): still a gather
+    history = [attempt("price", 0, 1), attempt("reserve", 2, 3), attempt("fraud", 4, 5)]
+    nodes, edges = graphview.steps_view(steps, history)
+    layers = {n.id: n.layer for n in nodes}
+    assert layers == {"price": 0, "reserve": 1, "fraud": 1, "record": 2, "record:on_error": 3}
+    pairs = {(e.source, e.target, e.kind) for e in edges}
+    assert pairs == {
+        ("price", "reserve", "next"),
+        ("price", "fraud", "next"),
+        ("reserve", "record", "next"),
+        ("fraud", "record", "next"),
+        ("record", "record:on_error", "on_error"),
+    }
+
+
+def test_two_gathers_in_a_row_meet_at_one_junction() -> None:
+    first = [step(f"a{i}", reached_after=[]) for i in range(3)]
+    second = [step(f"b{i}", reached_after=["a0", "a1", "a2"]) for i in range(3)]
+    nodes, edges = graphview.steps_view(first + second, [])
+    hubs = [n for n in nodes if n.state == graphview.JUNCTION]
+    assert len(hubs) == 1 and len(edges) == 6  # 3 + 3, not 3 * 3
+    layers = {n.id: n.layer for n in nodes}
+    assert {layers[f"a{i}"] for i in range(3)} == {0}
+    assert layers[hubs[0].id] == 1
+    assert {layers[f"b{i}"] for i in range(3)} == {2}
+
+
+def test_a_run_recorded_before_steps_kept_what_they_came_after_is_drawn_from_its_times() -> None:
+    # one step without the record (NULL: written before the migration) is enough
+    steps = [step("a", reached_after=None), step("b", reached_after=["a"]), step("c")]
+    history = [attempt("a", 0, 10), attempt("b", 10, 30), attempt("c", 12, 20)]
+    nodes, _ = graphview.steps_view(steps, history)
+    assert [(n.id, n.layer) for n in nodes] == [("a", 0), ("b", 1), ("c", 1)]

@@ -440,6 +440,7 @@ async def test_run_lists_are_summaries(serve: Serve) -> None:
                     "scheduled_at",
                     "admitted_at",
                     "start_at",
+                    "children",
                 }
 
 

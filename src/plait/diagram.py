@@ -18,8 +18,9 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 
 
 def steps_mermaid(steps: list[Step]) -> str:
-    """The steps a run reached, in order; steps started together (a ``gather``) side by
-    side; error handlers hang off their step with a dashed edge."""
+    """The steps a run reached, each after the steps it was reached after: sequential
+    code one after another, steps started together (a ``gather``) side by side; error
+    handlers hang off their step with a dashed edge."""
     lines = ["graph TD"]
     ids: dict[str, str] = {}
     main = [s for s in steps if s.kind not in ("value", "on_error")]
@@ -43,10 +44,13 @@ def steps_mermaid(steps: list[Step]) -> str:
             lines.append(f'    {ids[step.key]}(["{label}"])')
         else:
             lines.append(f'    {ids[step.key]}["{label}"]')
-    for before, after in itertools.pairwise(layers):
-        for a in before:
-            for b in after:
-                lines.append(f"    {ids[a.key]} --> {ids[b.key]}")
+    if all(s.reached_after is not None for s in main):
+        lines += _reached_edges(steps, ids)
+    else:  # recorded before steps kept what they came after: rows from their times
+        for before, after in itertools.pairwise(layers):
+            for a in before:
+                for b in after:
+                    lines.append(f"    {ids[a.key]} --> {ids[b.key]}")
     for step in steps:
         if step.kind == "on_error":
             origin = step.key.removesuffix(":on_error")
@@ -57,6 +61,28 @@ def steps_mermaid(steps: list[Step]) -> str:
         if step.kind != "value":
             lines.append(f"    class {ids[step.key]} {step.status}")
     return "\n".join(lines)
+
+
+def _reached_edges(steps: list[Step], ids: dict[str, str]) -> list[str]:
+    """An edge from each step a step was reached after (through recorded values, which
+    are not drawn)."""
+    by_key = {s.key: s for s in steps}
+
+    def drawn(key: str, seen: frozenset[str] = frozenset()) -> list[str]:
+        found = by_key.get(key)
+        if found is None or key in seen:
+            return []
+        if found.kind != "value":
+            return [key]
+        return [k for p in found.reached_after or () for k in drawn(p, seen | {key})]
+
+    lines: list[str] = []
+    for step in steps:
+        if step.kind in ("value", "on_error"):
+            continue
+        before = dict.fromkeys(k for p in step.reached_after or () for k in drawn(p))
+        lines += [f"    {ids[k]} --> {ids[step.key]}" for k in before]
+    return lines
 
 
 def _together(first: Step, step: Step) -> bool:

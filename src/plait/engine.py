@@ -10,7 +10,7 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal, Self, TypedDict, TypeVar, Unpack, cast, overload
 
@@ -1106,10 +1106,25 @@ def _run_filter(filters: dict[str, Any]) -> RunFilter:
             raise ValueError(f"invalid {name}: {value!r}")
         if value > _MAX_PAGE_NUMBER:
             raise ValueError(f"invalid {name}: {value!r} (at most {_MAX_PAGE_NUMBER})")
-    for name in ("workflow", "version", "owner", "visible_to", "parent_run_id"):
+    for name in ("workflow", "version", "owner", "visible_to", "parent_run_id", "id_contains"):
         value = filters.get(name)
         if value is not None and (not isinstance(value, str) or "\x00" in value):
             raise ValueError(f"invalid {name} filter: {value!r}")
+    for name in ("created_after", "created_before"):
+        value = filters.get(name)
+        if isinstance(value, datetime):
+            # a time without a zone is UTC, as every time plait stores
+            stamp = value if value.tzinfo else value.replace(tzinfo=UTC)
+            try:
+                filters[name] = stamp.timestamp()
+            except (OverflowError, ValueError):
+                raise ValueError(f"invalid {name} filter: {value!r} (out of range)") from None
+        elif value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or value != value
+        ):
+            raise ValueError(f"invalid {name} filter: {value!r} (a datetime or epoch seconds)")
+    if not isinstance(filters.get("top_level", False), bool):
+        raise ValueError(f"invalid top_level filter: {filters['top_level']!r}")
     return RunFilter(**filters)
 
 

@@ -117,6 +117,8 @@ class RunSummary(_Record):
     scheduled_at: datetime | None = None
     admitted_at: datetime | None = None
     start_at: datetime | None = None
+    #: how many child runs it has (that the reader may see)
+    children: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +139,9 @@ class Step(_Record):
     updated_at: datetime
     kind: str = "do"
     wake_at: datetime | None = None
+    #: keys of the steps whose outcomes the workflow had received, in the task that
+    #: reached this step, when it did: what this step came after (None: not recorded)
+    reached_after: list[str] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

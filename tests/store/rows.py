@@ -13,7 +13,7 @@ from plait.store.base import Batch, NewRun, Op, StepRow
 #: time encoding exactly
 T0 = 1_700_000_000.0
 
-_JSON_FIELDS = ("input", "output", "error")
+_JSON_FIELDS = ("input", "output", "error", "reached_after")
 
 
 def step(run_id: str, key: str, **changes: Any) -> StepRow:

@@ -200,6 +200,22 @@ async def test_put_step_inserts_then_updates_every_mutable_column(store: Store) 
     assert plain(snapshot.steps["a"]) == {**plain(changed), "seq": 3}
 
 
+async def test_what_a_step_was_reached_after_is_kept_from_its_first_write(store: Store) -> None:
+    await new_run(store, "r1")
+    await write(store, "r1", PutStep(step("r1", "a", reached_after="[]")))
+    await write(store, "r1", StartAttempt(step("r1", "b", reached_after='["a"]'), 1, "w1"))
+    await write(store, "r1", PutStep(step("r1", "old")))  # recorded before: NULL
+    # later writes of a row read back without it (a claimed job's, say) leave it alone
+    await write(store, "r1", PutStep(step("r1", "a", status="succeeded", reached_after=None)))
+    await write(store, "r1", StartAttempt(step("r1", "b", attempts=2), 2, "w1"))
+    snapshot = await store.load_pass("r1")
+    assert snapshot is not None
+    kept = {k: plain(s)["reached_after"] for k, s in snapshot.steps.items()}
+    assert kept == {"a": [], "b": ["a"], "old": None}
+    read = {s.key: s.reached_after for s in await store.get_steps("r1")}
+    assert read == {"a": [], "b": ["a"], "old": None}
+
+
 async def test_start_attempt_writes_the_step_and_a_running_attempt(store: Store) -> None:
     await new_run(store, "r1")
     row = step("r1", "a", status="running", attempts=1)

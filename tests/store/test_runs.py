@@ -96,6 +96,48 @@ async def test_list_runs_filters_on_each_field(store: Store) -> None:
     assert await ids(RunFilter(workflow="nope")) == ([], 0)
 
 
+async def test_list_runs_by_part_of_the_id_by_time_and_top_level(store: Store) -> None:
+    await new_run(store, "0190aaaa-0000-7000-8000-00000000beef", "a")
+    await new_run(store, "Order-42", "a", owner="ann")
+    await new_run(store, "kid", "a", parent_run_id="Order-42", parent_step_key="k")
+    await new_run(store, "bobs-kid", "a", owner="bob", parent_run_id="Order-42")
+    await new_run(store, "grandkid", "a", parent_run_id="kid", parent_step_key="k")
+    runs, _ = await store.list_runs(RunFilter())
+    created = {r.id: r.created_at.timestamp() for r in runs}
+
+    async def ids(where: RunFilter) -> tuple[list[str], int]:
+        found, total = await store.list_runs(where)
+        summaries, count = await store.list_run_summaries(where)
+        assert ([s.id for s in summaries], count) == ([r.id for r in found], total)
+        return [r.id for r in found], total
+
+    assert await ids(RunFilter(id_contains="BEEF")) == (
+        ["0190aaaa-0000-7000-8000-00000000beef"],
+        1,
+    )
+    assert await ids(RunFilter(id_contains="order-")) == (["Order-42"], 1)
+    assert await ids(RunFilter(id_contains="%")) == ([], 0)  # no wildcards
+    assert await ids(RunFilter(id_contains="kid", top_level=True)) == ([], 0)
+    assert await ids(RunFilter(top_level=True)) == (
+        ["Order-42", "0190aaaa-0000-7000-8000-00000000beef"],
+        2,
+    )
+    cut = created["kid"]
+    after, total = await ids(RunFilter(created_after=cut))
+    assert set(after) == {"kid", "bobs-kid", "grandkid"} and total == 3
+    before, total = await ids(RunFilter(created_before=cut))
+    assert set(before) == {"Order-42", "0190aaaa-0000-7000-8000-00000000beef"} and total == 2
+    assert await ids(RunFilter(created_after=cut + 3600)) == ([], 0)
+    # a summary counts the children its reader may see
+    summaries, _ = await store.list_run_summaries(RunFilter(top_level=True))
+    assert {s.id: s.children for s in summaries} == {
+        "Order-42": 2,
+        "0190aaaa-0000-7000-8000-00000000beef": 0,
+    }
+    summaries, _ = await store.list_run_summaries(RunFilter(visible_to="ann", top_level=True))
+    assert {s.id: s.children for s in summaries}["Order-42"] == 1
+
+
 async def test_list_runs_visible_to_shows_own_and_unowned_runs(store: Store) -> None:
     await _some_runs(store)
     runs, total = await store.list_runs(RunFilter(visible_to="bob"))

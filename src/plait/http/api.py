@@ -163,7 +163,9 @@ class Api:
 
     async def list_runs(self, request: Request, principal: Principal) -> Response:
         """Newest first, only runs the caller may read, with the total for paging. Each
-        run is a summary: a page costs the same whatever the runs' inputs and outputs."""
+        run is a summary: a page costs the same whatever the runs' inputs and outputs.
+        Filters: workflow, status, a part of the id, a time range, top-level runs only or
+        the children of one run."""
         query = runs_query(request)
         try:
             runs, total = await self.engine.run_summaries(
@@ -172,6 +174,11 @@ class Api:
                 visible_to=principal.visible_to,
                 limit=query.limit,
                 offset=query.offset,
+                id_contains=query.id,
+                created_after=query.since,
+                created_before=query.until,
+                top_level=bool(query.top_level),
+                parent_run_id=query.parent,
             )
         except ValueError as exc:
             raise invalid([{"field": "query", "message": str(exc)}], "query string") from None

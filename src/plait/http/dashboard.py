@@ -11,6 +11,7 @@ Content-Security-Policy allows nothing else.
 from __future__ import annotations
 
 import hashlib
+import re
 from functools import cache
 from html import escape
 from importlib import resources
@@ -83,6 +84,7 @@ async def runs_page(request: Request) -> Response:
     offset = request.query_params.get("offset", "0")
     body = _template("runs.html").substitute(
         root=escape(_root(request)),
+        id=escape(request.query_params.get("id", "")[:200]),
         workflow=escape(request.query_params.get("workflow", "")),
         status_options=options,
         offset=escape(offset if offset.isdigit() else "0"),
@@ -97,9 +99,24 @@ async def run_page(request: Request) -> Response:
     body = _template("run.html").substitute(
         root=escape(_root(request)),
         run_id=escape(run_id),
-        run_id_short=escape(run_id[:8] if len(run_id) > 12 else run_id),
+        run_id_short=escape(short_id(run_id)),
     )
-    return render_page(request, "run", f"Run {run_id[:8]}", body)
+    return render_page(request, "run", f"Run {short_id(run_id)}", body)
+
+
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
+
+
+def short_id(run_id: str) -> str:
+    """What a page shows of a run id: a UUIDv7 starts with its time, which changes only
+    every minute or so (runs of one minute would all read alike), so its random end;
+    any other id whole, or its start and end when long. Keep in step with ``shortId``
+    in dashboard.js."""
+    if _UUID.match(run_id):
+        return run_id[-8:]
+    if len(run_id) <= 16:
+        return run_id
+    return f"{run_id[:6]}…{run_id[-6:]}"
 
 
 async def schedules_page(request: Request) -> Response:

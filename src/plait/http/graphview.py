@@ -1,11 +1,13 @@
 """Every run drawn as a graph, as inline SVG with a small layered layout.
 
 A graph workflow is drawn from its definition, each node coloured by its state in the run.
-A code workflow has no definition to draw, so its recorded steps are drawn in the order they
-were reached; steps whose executions overlapped (``asyncio.gather``) share a row, because
-none of them can have waited for another. Two rows of several steps each are joined
-through one junction point rather than every step to every step, so a drawing grows
-linearly with the steps (two gathers of 300 would otherwise draw 90,000 edges).
+A code workflow has no definition to draw, so its steps are drawn from what each was
+reached after (``Step.reached_after``): sequential steps one below the other, steps
+started together (``asyncio.gather``) side by side below the step they followed. Steps
+that came after the same several steps are joined to them through one junction point
+rather than every step to every step, so a drawing grows linearly with the steps (two
+gathers of 300 would otherwise draw 90,000 edges). Runs recorded before steps kept that
+are drawn as before, from when each step ran.
 
 The layout is computed here in Python rather than in the browser so it is tested like the
 rest of the server, and the page stays free of JavaScript libraries.
@@ -141,6 +143,50 @@ def steps_view(
     by_key: dict[str, list[StepAttempt]] = {}
     for attempt in history:
         by_key.setdefault(attempt.key, []).append(attempt)
+    if steps and all(s.reached_after is not None for s in steps):
+        return _reached_view(steps, by_key)
+    return _timed_view(steps, by_key)
+
+
+def _reached_view(
+    steps: Sequence[Step], by_key: dict[str, list[StepAttempt]]
+) -> tuple[list[ViewNode], list[ViewEdge]]:
+    """Each step below the steps it was reached after (as the run recorded them): a
+    chain for sequential code, one row for a gather. Steps that came after the same
+    several steps are joined to them through one junction point (``a + b`` edges)."""
+    keys = {s.key for s in steps}
+    nodes: list[ViewNode] = []
+    edges: list[ViewEdge] = []
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for step in steps:
+        start, end = step_times(step, by_key.get(step.key, []))
+        nodes.append(_step_node(step, start, end, 0))
+        before = tuple(k for k in step.reached_after or () if k in keys and k != step.key)
+        if step.kind == "on_error":
+            edges += [ViewEdge(k, step.key, "on_error") for k in before]
+        elif len(before) > 1:
+            groups.setdefault(before, []).append(step.key)
+        else:
+            edges += [ViewEdge(k, step.key, "next") for k in before]
+    for n, (before, after) in enumerate(groups.items()):
+        if len(after) == 1:
+            edges += [ViewEdge(k, after[0], "next") for k in before]
+            continue
+        hub = ViewNode(id=f"~join-{n}", label="", detail="", state=JUNCTION)
+        nodes.append(hub)
+        edges += [ViewEdge(k, hub.id, "next") for k in before]
+        edges += [ViewEdge(hub.id, k, "next") for k in after]
+    layers = longest_path_layers([n.id for n in nodes], [(e.source, e.target) for e in edges])
+    for node in nodes:
+        node.layer = layers[node.id]
+    return nodes, edges
+
+
+def _timed_view(
+    steps: Sequence[Step], by_key: dict[str, list[StepAttempt]]
+) -> tuple[list[ViewNode], list[ViewEdge]]:
+    """Runs recorded before steps kept what they were reached after: rows guessed from
+    when each step ran."""
     nodes: list[ViewNode] = []
     layer = -1
     row_end: datetime | None = None  # earliest end in the current row; None = still going

@@ -24,6 +24,7 @@ from plait.http.schemas import (
     StartRun,
 )
 from plait.http.signin import SignIn
+from plait.ids import RUN_ID_PATTERN
 
 _REF = "#/components/schemas/"
 
@@ -224,6 +225,37 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
                                 "maximum": MAX_OFFSET,
                                 "default": 0,
                             },
+                        },
+                        {
+                            "name": "id",
+                            "in": "query",
+                            "description": "runs whose id holds this text, in any case",
+                            "schema": {"type": "string", "pattern": NAME_PATTERN},
+                        },
+                        {
+                            "name": "since",
+                            "in": "query",
+                            "description": "runs started at or after this time (ISO 8601;"
+                            " without a zone, UTC)",
+                            "schema": {"type": "string", "format": "date-time"},
+                        },
+                        {
+                            "name": "until",
+                            "in": "query",
+                            "description": "runs started before this time (ISO 8601)",
+                            "schema": {"type": "string", "format": "date-time"},
+                        },
+                        {
+                            "name": "top_level",
+                            "in": "query",
+                            "description": "only runs that are no other run's child",
+                            "schema": {"type": "boolean"},
+                        },
+                        {
+                            "name": "parent",
+                            "in": "query",
+                            "description": "only the children of this run",
+                            "schema": {"type": "string", "pattern": f"^{RUN_ID_PATTERN}$"},
                         },
                     ],
                     "responses": {
@@ -433,6 +465,9 @@ def _schemas() -> dict[str, Any]:
         output={},
         error=error,
     )
+    # a summary counts the children the caller may see; a run lists them
+    summary["properties"]["children"] = {"type": "integer"}
+    summary["required"] = sorted(summary["properties"])
     step = _object(
         run_id={"type": "string"},
         key={"type": "string"},
@@ -450,6 +485,7 @@ def _schemas() -> dict[str, Any]:
         created_at=timestamp,
         updated_at=timestamp,
         wake_at=maybe_timestamp,
+        reached_after={"type": ["array", "null"], "items": {"type": "string"}},
     )
     attempt = _object(
         run_id={"type": "string"},

@@ -4,10 +4,11 @@ client may send, so validation errors (422) and the OpenAPI document agree."""
 from __future__ import annotations
 
 import json
-from datetime import datetime
+import re
+from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from starlette.requests import Request
 
 from plait import serde
@@ -82,6 +83,48 @@ class RunsQuery(BaseModel):
     )
     limit: int = Field(default=50, ge=1, le=MAX_PAGE)
     offset: int = Field(default=0, ge=0, le=MAX_OFFSET)
+    #: runs whose id holds this text, in any case (a short id, a part of one)
+    id: str | None = Field(default=None, min_length=1, max_length=200, pattern=NAME_PATTERN)
+    #: runs started at or after ``since`` and before ``until``: ISO 8601 date-times (a
+    #: time without a zone is UTC)
+    since: datetime | None = None
+    until: datetime | None = None
+    #: only runs that are no other run's child (children fold under their parents)
+    top_level: StrictBool | None = None
+    #: only the children of this run
+    parent: str | None = Field(
+        default=None, min_length=1, max_length=200, pattern=f"^{RUN_ID_PATTERN}$"
+    )
+
+    @field_validator("top_level", mode="before")
+    @classmethod
+    def _flag(cls, value: Any) -> Any:
+        """``true``/``false`` (and ``1``/``0``) as a query string spells them."""
+        flags = {"true": True, "1": True, "false": False, "0": False}
+        return flags.get(value, value) if isinstance(value, str) else value
+
+    @field_validator("since", "until", mode="before")
+    @classmethod
+    def _time(cls, value: Any) -> Any:
+        """A time that is not one is refused with what a time looks like."""
+        if isinstance(value, str):
+            try:
+                # a "+" of a zone left unescaped in a query string arrives as a space
+                return datetime.fromisoformat(_ZONE_AS_SPACE.sub(r"\1+\2", value.strip()))
+            except ValueError:
+                raise ValueError(
+                    f"{value[:40]!r} is not a date and time; give ISO 8601, "
+                    "e.g. 2026-05-01T09:30:00Z or 2026-05-01T09:30+02:00"
+                ) from None
+        return value
+
+
+_ZONE_AS_SPACE = re.compile(r"(\d\d:\d\d(?::\d\d(?:\.\d+)?)?) (\d\d:?\d\d)$")
+
+
+def _utc(value: datetime) -> datetime:
+    """A time without a zone is UTC, as every time plait stores."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 async def json_body(request: Request, *, empty: Any = None) -> Any:
@@ -122,6 +165,11 @@ def _not_json(reason: str) -> ApiError:
 
 def runs_query(request: Request) -> RunsQuery:
     """The query of ``GET /api/runs``; an empty value (``?status=``) is a bad value, not
-    a missing one, as the OpenAPI document says."""
+    a missing one, as the OpenAPI document says. A time that is not one gets a 422 that
+    says what a time looks like."""
     result: RunsQuery = validate(RunsQuery, dict(request.query_params), "query string")
+    since, until = result.since, result.until
+    if since is not None and until is not None and _utc(since) > _utc(until):
+        message = "since must not be later than until"
+        raise invalid([{"field": "since", "message": message}], "query string")
     return result

@@ -178,6 +178,7 @@ class Driver:
                 "invocation_id": step.invocation_id,
                 "step_key": step.key,
             }
+            ledger.reached[key] = (step.key,)  # drawn hanging off its step
             if fdef is None:
                 await self.missing_function(key, key, on_error, data, RetryPolicy(0, None))
                 return

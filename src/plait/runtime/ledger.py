@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Coroutine
+from json.encoder import encode_basestring as _json_text
 from typing import Any
 
 from plait import errors, ids, serde
@@ -67,6 +68,9 @@ class Ledger:
         self.aborted: PassAborted | None = None
         #: the pass published a value (``wf.set_value``) not yet told to its watchers
         self.published = False
+        #: per step key reached in this pass, the keys of the steps it was reached after
+        #: (a code replay fills it in; ``new_step`` records it with the step's first write)
+        self.reached: dict[str, tuple[str, ...]] = {}
 
     # -- writes -------------------------------------------------------------------------------
     def add(self, ops: list[Op]) -> None:
@@ -189,6 +193,14 @@ class Ledger:
         self._check_prefix(key)
         self.visited.add(key)
         now = self.now()
+        reached = self.reached.get(key)
+        after = None
+        if reached is not None:
+            try:
+                (one,) = reached  # the usual case: a chain
+                after = f"[{_json_text(one)}]"
+            except ValueError:
+                after = _keys_json(reached)
         step = StepRow(
             run_id=self.run.id,
             key=key,
@@ -213,6 +225,7 @@ class Ledger:
             wake_at=None,
             created_at=now,
             updated_at=now,
+            reached_after=after,
         )
         self.seq += 1
         self.steps[key] = step
@@ -254,6 +267,12 @@ class Ledger:
                 f"recorded step {first!r} that the new code has not reached at that point"
             )
             raise SuspendSignal(self.conflict, errors.VERSION_CONFLICT)
+
+
+def _keys_json(keys: tuple[str, ...]) -> str:
+    """Step keys as a JSON list, built without the json module's Python layers (every
+    new step pays for it; one key, the usual case, is written out in ``new_step``)."""
+    return f"[{','.join(map(_json_text, keys))}]"
 
 
 def _clip(text: object, limit: int = 200) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -34,8 +35,11 @@ from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.signals import PassAborted, PauseSignal, SuspendSignal, Unwind
 from plait.runtime.workflow import CURRENT_REPLAY, StepCall, Workflow
-from plait.runtime.workflow_loop import WorkflowLoop
+from plait.runtime.workflow_loop import WorkflowLoop, current_task
 from plait.store.base import EndRun, EventRow, PassSnapshot, StepRow, TakeDecision
+
+#: the most steps a step records it was reached after (the last ones of a wider gather)
+MAX_AFTER = 32
 
 
 class CodeReplay:
@@ -45,9 +49,16 @@ class CodeReplay:
         self.host = host
         self.app = host.catalog.app
         self.ledger = Ledger(host, snapshot, owner)
+        self.reached = self.ledger.reached
         self.driver = Driver(self.ledger, host)
         # a loop for workflow code implements only what asyncio's tasks and futures call
         self.wloop = WorkflowLoop()  # type: ignore[abstract]
+        self.wloop.on_task = self._task_made
+        #: per task of the workflow, the keys of the step outcomes it has received that
+        #: no later outcome it received came after: what its next step comes after
+        self.known: dict[asyncio.Task[Any] | None, tuple[str, ...]] = {}
+        #: per task of the workflow, what it knew when it was made
+        self.inherited: dict[asyncio.Task[Any], tuple[str, ...]] = {}
         self.main: asyncio.Task[Any] | None = None
         self.wdef: WorkflowDef | None = None
         #: steps called and not yet started, in call order
@@ -295,6 +306,7 @@ class CodeReplay:
         """Publish a value once, when the run first gets here (``wf.set_value``). It is
         held to the engine's limits then; a replay never judges a recorded value again."""
         ledger = self.ledger
+        self._reached_now(key)
         step = ledger.steps.get(key)
         if step is not None:
             ledger.check_same(step, "set_value", None)
@@ -308,6 +320,7 @@ class CodeReplay:
     def value(self, key: str, make: Callable[[], Any]) -> Any:
         """A value recorded once and replayed ever after (``wf.now()``, ``wf.uuid()``)."""
         ledger = self.ledger
+        self._reached_now(key)
         step = ledger.steps.get(key)
         if step is not None:
             ledger.visited.add(key)
@@ -327,7 +340,58 @@ class CodeReplay:
 
     def called(self, call: StepCall[Any]) -> None:
         call.late = self.main is not None and self.main.done()
+        call.task = task = current_task(self.wloop)
+        call.after = self.reached[call.key] = self.known.get(task, ())
         self.new_calls.append(call)
+
+    # -- what each step was reached after -------------------------------------------------
+    # Sequential steps come one after another; steps started together (a gather, a task
+    # group) come after the same step, and whatever follows the gather after all of them.
+    # A step's outcome is known to the task that called it once it is handed over; what a
+    # task made by another learnt goes to that one when it ends. Taken from the order
+    # the workflow's loop runs in and outcomes are handed over in, it is the same on
+    # every replay.
+    def _learn(self, task: asyncio.Task[Any] | None, key: str, after: tuple[str, ...]) -> None:
+        """``task`` received ``key``'s outcome: it replaces what ``key`` came after. A task
+        keeps at most the last ``MAX_AFTER`` keys: after a gather of thousands, every step
+        would otherwise record thousands, and keeping them would cost the square."""
+        known = self.known.get(task, ())
+        if after:
+            known = tuple(k for k in known if k not in after)
+        if key not in known:
+            known += (key,)
+            if len(known) > MAX_AFTER:
+                known = known[-MAX_AFTER:]
+        self.known[task] = known
+
+    def _reached_now(self, key: str) -> None:
+        """A step that resolves where it is reached (a recorded or published value): it
+        comes after what its task knew, and what the task does next comes after it."""
+        task = current_task(self.wloop)
+        self.ledger.reached[key] = self.known.get(task, ())
+        self.known[task] = (key,)
+
+    def _task_made(self, task: asyncio.Task[Any]) -> None:
+        """A task of the workflow starts out knowing what the task that made it knew,
+        and hands back what it learnt when it ends."""
+        parent = current_task(self.wloop)
+        known = self.known.get(parent)
+        if known:
+            self.known[task] = self.inherited[task] = known
+        task.add_done_callback(functools.partial(self._task_ended, parent))
+
+    def _task_ended(self, parent: asyncio.Task[Any] | None, task: asyncio.Task[Any]) -> None:
+        learnt = self.known.pop(task, None)
+        inherited = self.inherited.pop(task, ())
+        if not learnt or learnt == inherited:
+            return
+        # what it learnt came after what it started from
+        if inherited:
+            kept = self.known.get(parent, ())
+            self.known[parent] = tuple(k for k in kept if k not in inherited)
+        reached = self.ledger.reached
+        for key in learnt:
+            self._learn(parent, key, reached.get(key, ()))
 
     async def execute(self, wdef: WorkflowDef) -> PassResult:
         try:
@@ -447,6 +511,12 @@ class CodeReplay:
                 self.ledger.mark_delivered(step)
         if call.future.done():  # the workflow cancelled its wait; the step still counts
             return
+        if self.known.get(call.task) is call.after:
+            # the task learnt nothing since it called the step (a chain): the step's
+            # outcome replaces all it knew
+            self.known[call.task] = (call.key,)
+        else:
+            self._learn(call.task, call.key, call.after)
         if call.outcome == "ok":
             call.future.set_result(call.result)
         else:

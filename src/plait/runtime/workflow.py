@@ -132,7 +132,18 @@ class StepCall(Coroutine[Any, Any, T], Generic[T]):
     ``TaskGroup.create_task`` take it like any other, and it may be awaited more than once.
     """
 
-    __slots__ = ("_iter", "error", "future", "key", "late", "make", "outcome", "result")
+    __slots__ = (
+        "_iter",
+        "after",
+        "error",
+        "future",
+        "key",
+        "late",
+        "make",
+        "outcome",
+        "result",
+        "task",
+    )
 
     def __init__(
         self,
@@ -142,6 +153,11 @@ class StepCall(Coroutine[Any, Any, T], Generic[T]):
         *args: Any,
     ) -> None:
         self.key = key
+        #: ``task``: the workflow's task that called the step; ``after``: the keys of the
+        #: steps whose outcomes it had received by then, what this step was reached after
+        #: (both set by ``replay.called``, below)
+        self.task: asyncio.Task[Any] | None
+        self.after: tuple[str, ...]
         #: the pass-side coroutine function that resolves the step, and its arguments
         self.make = (resolve, args)
         self.future: asyncio.Future[Any] = asyncio.Future(loop=replay.wloop)

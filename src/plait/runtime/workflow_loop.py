@@ -22,7 +22,7 @@ import contextvars
 from asyncio import events
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
-from typing import Any, TypeVar, TypeVarTuple, Unpack
+from typing import Any, TypeVar, TypeVarTuple, Unpack, cast
 
 #: a callback's arguments, as asyncio's own signatures type them
 Ts = TypeVarTuple("Ts")
@@ -33,6 +33,21 @@ _CLOCK_REFUSED = (
     "asyncio.wait_for, a timeout= on asyncio.wait): its time is not replayed. Use "
     "wf.sleep(...) for a durable wait, or a step's timeout= option"
 )
+
+
+def _current_task_reader() -> Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None]:
+    """The task running on a loop, read at the cost of one dict look-up where the
+    interpreter keeps them in a dict (``asyncio.current_task`` is a Python function
+    there, and every step asks it)."""
+    running: object = getattr(asyncio.tasks, "_current_tasks", None)
+    if isinstance(running, dict) and asyncio.current_task.__module__ == "asyncio.tasks":
+        tasks = cast(dict[asyncio.AbstractEventLoop, asyncio.Task[Any]], running)
+        return tasks.get
+    return asyncio.current_task
+
+
+#: the task running on a loop (None: none)
+current_task = _current_task_reader()
 
 
 class ClockRefused(RuntimeError):
@@ -73,6 +88,9 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         self.tasks: list[asyncio.Task[Any]] = []
         #: exceptions of tasks nobody retrieved; kept, not printed (the pass decides)
         self.unhandled: list[dict[str, Any]] = []
+        #: told of every task made on this loop, right after it is made (the pass
+        #: follows which task reached which step; see ``runtime.replay``)
+        self.on_task: Callable[[asyncio.Task[Any]], None] | None = None
 
     # -- what the pass calls ----------------------------------------------------------------
     def run_ready(self) -> None:
@@ -150,6 +168,8 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     ) -> asyncio.Task[Any]:
         task = asyncio.Task(coro, loop=self, name=name, context=context)
         self.tasks.append(task)
+        if self.on_task is not None:
+            self.on_task(task)
         return task
 
     def pending_tasks(self) -> list[asyncio.Task[Any]]:

@@ -116,6 +116,10 @@ class StepRow:
     #: failures spent before the run's last ``retry``: the retry budget counts the ones
     #: after it, the interruption count (attempts that neither failed nor succeeded) all
     retried_failures: int = 0
+    #: the steps whose outcomes the calling task of the workflow had received when it
+    #: reached this one (JSON list of keys): what it came after, for drawing the run.
+    #: None: recorded before schema version 8 (SQLite) / 10 (PostgreSQL), or a graph step
+    reached_after: str | None = None
 
     def copy(self) -> StepRow:
         """The row as it is now: an op keeps its own copy, so a later change to the step
@@ -382,6 +386,13 @@ class RunFilter:
     parent_run_id: str | None = None
     #: runs this principal may see: its own and the ones without an owner
     visible_to: str | None = None
+    #: runs whose id holds this text (any case)
+    id_contains: str | None = None
+    #: runs created at or after / before this time (seconds since the epoch)
+    created_after: float | None = None
+    created_before: float | None = None
+    #: only runs that are no other run's child
+    top_level: bool = False
     limit: int = 50
     offset: int = 0
 

@@ -80,6 +80,7 @@ def step_record(row: StepRow) -> Step:
         updated_at=ts(row.updated_at),
         kind=row.kind,
         wake_at=ts_or_none(row.wake_at),
+        reached_after=_json(row.reached_after),
     )
 
 
@@ -127,6 +128,7 @@ def step_params(s: StepRow, *, flag: Callable[[bool], Any] = int) -> tuple[Any, 
         s.updated_at,
         s.delivered,
         s.retried_failures,
+        s.reached_after,
     )
 
 
@@ -171,9 +173,10 @@ def version_record(row: Any) -> Version:
 
 def run_summary(row: Any) -> RunSummary:
     """A run summary from its columns: ``RunSummary``'s fields up to ``updated_at``, then
-    queue, queue key, priority, scheduled_at, admitted_at and wake_at."""
+    queue, queue key, priority, scheduled_at, admitted_at, wake_at and the number of
+    children."""
     (run_id, workflow, kind, status, version, owner, parent, created_at, updated_at) = row[:9]
-    queue, key, priority, scheduled_at, admitted_at, wake_at = row[9:]
+    queue, key, priority, scheduled_at, admitted_at, wake_at = row[9:15]
     return RunSummary(
         id=run_id,
         workflow=workflow,
@@ -190,4 +193,5 @@ def run_summary(row: Any) -> RunSummary:
         scheduled_at=ts_or_none(scheduled_at),
         admitted_at=ts_or_none(admitted_at),
         start_at=ts_or_none(wake_at) if status == "queued" else None,
+        children=int(row[15]) if len(row) > 15 else 0,
     )

@@ -205,6 +205,55 @@
     if (message && kind === "ok") notice.timer = setTimeout(() => notice(""), 4000);
   }
 
+  // What a page shows of a run id: a UUIDv7 starts with its time, which changes only every
+  // minute or so, so its random end; any other id whole, or its start and end when long.
+  // Keep in step with short_id in dashboard.py.
+  const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+  function shortId(id) {
+    if (UUID.test(id)) return id.slice(-8);
+    if (id.length <= 16) return id;
+    return id.slice(0, 6) + "…" + id.slice(-6);
+  }
+
+  async function copyText(text) {
+    try {
+      await navigator.clipboard.writeText(text);
+      return true;
+    } catch (_) {
+      // no clipboard API (a page over plain HTTP on another host): the old way
+      const area = h("textarea", { class: "offscreen", readonly: true }, text);
+      document.body.append(area);
+      area.select();
+      let done = false;
+      try {
+        done = document.execCommand("copy");
+      } catch (_) {
+        done = false;
+      }
+      area.remove();
+      return done;
+    }
+  }
+
+  // A small button that copies ``value()`` (or a fixed text) and says so.
+  function copyButton(value, what) {
+    const button = h("button", { type: "button", class: "copy", title: "Copy " + what, "aria-label": "Copy " + what, text: "Copy" });
+    button.addEventListener("click", async (event) => {
+      event.preventDefault();
+      event.stopPropagation();
+      const text = typeof value === "function" ? value() : value;
+      const done = await copyText(text);
+      button.textContent = done ? "Copied" : "Copy failed";
+      button.classList.toggle("copied", done);
+      clearTimeout(button.timer);
+      button.timer = setTimeout(() => {
+        button.textContent = "Copy";
+        button.classList.remove("copied");
+      }, 1500);
+    });
+    return button;
+  }
+
   // -- approval forms, built from each gate's JSON Schema -------------------------------------
   function resolveRef(schema, node) {
     let current = node || {};
@@ -272,7 +321,7 @@
     const form = h(
       "form",
       { class: "approval", "data-run-id": gate.run_id, "data-gate": gate.name },
-      h("div", { class: "approval-head" }, h("strong", { text: gate.name }), h("a", { class: "mono", href: ROOT + "/runs/" + enc(gate.run_id), text: gate.workflow + " " + gate.run_id.slice(0, 8) }), h("span", { class: "muted", text: "approvers: " + who + (gate.expires_at ? " · expires " + when(gate.expires_at) : "") })),
+      h("div", { class: "approval-head" }, h("strong", { text: gate.name }), h("a", { class: "mono", href: ROOT + "/runs/" + enc(gate.run_id), title: gate.run_id, text: gate.workflow + " " + shortId(gate.run_id) }), h("span", { class: "muted", text: "approvers: " + who + (gate.expires_at ? " · expires " + when(gate.expires_at) : "") })),
       fields,
       h("div", { class: "form-actions" }, submit, error)
     );
@@ -355,21 +404,94 @@
   }
 
   // -- runs list --------------------------------------------------------------------------
+  const RELATIVE = { "1h": 3600e3, "24h": 86400e3, "7d": 7 * 86400e3 };
+
+  // "2026-05-01T09:30:00.000Z" as the value of a datetime-local input (local time)
+  function localInput(iso) {
+    const d = new Date(iso);
+    if (isNaN(d.getTime())) return "";
+    const pad = (n) => String(n).padStart(2, "0");
+    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + "T" + pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
+  }
+
   function runsPage() {
     const PAGE = 25;
     const filters = $("filters");
     const workflowSelect = $("f-workflow");
     const statusSelect = $("f-status");
+    const idField = $("f-id");
+    const whenSelect = $("f-when");
+    const sinceField = $("f-since");
+    const untilField = $("f-until");
+    const foldBox = $("f-fold");
     let offset = parseInt($("page-offset").value, 10) || 0;
     let total = 0;
     let inFlight = false;
+    // the parents whose children are shown under them, kept across refreshes
+    const unfolded = new Set();
+    // a time range taken from the address as it was written (shown as the server reads it)
+    const given = new URLSearchParams(location.search);
+    let rawSince = given.get("since") || "";
+    let rawUntil = given.get("until") || "";
 
+    if (given.get("fold") === "0") foldBox.checked = false;
+    if (RELATIVE[given.get("when")]) whenSelect.value = given.get("when");
+    else if (rawSince || rawUntil) whenSelect.value = "range";
+    sinceField.value = rawSince ? localInput(rawSince) : "";
+    untilField.value = rawUntil ? localInput(rawUntil) : "";
+    showRange();
+
+    function showRange() {
+      const range = whenSelect.value === "range";
+      $("f-range").hidden = !range;
+      $("f-range-to").hidden = !range;
+    }
+
+    function fromInput(field) {
+      // a datetime-local value is local time; the API is given it with its zone
+      if (!field.value) return "";
+      const d = new Date(field.value);
+      return isNaN(d.getTime()) ? field.value : d.toISOString();
+    }
+
+    // what the address keeps (so a link or a reload shows the same list)
     function query() {
       const params = new URLSearchParams();
       if (workflowSelect.value) params.set("workflow", workflowSelect.value);
       if (statusSelect.value) params.set("status", statusSelect.value);
+      const id = idField.value.trim();
+      if (id) params.set("id", id);
+      if (RELATIVE[whenSelect.value]) params.set("when", whenSelect.value);
+      if (whenSelect.value === "range") {
+        if (rawSince) params.set("since", rawSince);
+        if (rawUntil) params.set("until", rawUntil);
+      }
+      if (!foldBox.checked) params.set("fold", "0");
       if (offset) params.set("offset", String(offset));
       return params;
+    }
+
+    // what the API is asked
+    function apiQuery() {
+      const params = new URLSearchParams();
+      if (workflowSelect.value) params.set("workflow", workflowSelect.value);
+      if (statusSelect.value) params.set("status", statusSelect.value);
+      const id = idField.value.trim();
+      if (id) params.set("id", id);
+      if (RELATIVE[whenSelect.value]) params.set("since", new Date(Date.now() - RELATIVE[whenSelect.value]).toISOString());
+      if (whenSelect.value === "range") {
+        if (rawSince) params.set("since", rawSince);
+        if (rawUntil) params.set("until", rawUntil);
+      }
+      // a search by id finds a child run too
+      if (folding()) params.set("top_level", "true");
+      if (offset) params.set("offset", String(offset));
+      params.set("limit", String(PAGE));
+      return params;
+    }
+
+    function folding() {
+      return foldBox.checked && !idField.value.trim();
     }
 
     function remember() {
@@ -397,12 +519,37 @@
       }
     }
 
-    function row(run) {
+    function row(run, depth) {
       const href = ROOT + "/runs/" + enc(run.id);
+      const open = unfolded.has(run.id);
+      const toggle =
+        folding() && run.children
+          ? h("button", {
+              type: "button",
+              class: "fold",
+              "aria-expanded": open ? "true" : "false",
+              title: (open ? "Hide " : "Show ") + run.children + (run.children === 1 ? " child run" : " child runs"),
+              text: (open ? "▾ " : "▸ ") + run.children,
+              onclick: () => {
+                if (unfolded.has(run.id)) unfolded.delete(run.id);
+                else unfolded.add(run.id);
+                load();
+              },
+            })
+          : null;
+      const parent =
+        !folding() && run.parent_run_id
+          ? h("span", { class: "parent-link" }, "child of ", h("a", { class: "mono", href: ROOT + "/runs/" + enc(run.parent_run_id), title: run.parent_run_id, text: shortId(run.parent_run_id) }))
+          : null;
       return h(
         "tr",
-        { "data-run-id": run.id, "data-status": run.status },
-        h("td", { class: "mono", "data-label": "Run" }, h("a", { href: href, title: run.id, text: run.id.slice(0, 8) })),
+        { "data-run-id": run.id, "data-status": run.status, "data-depth": depth ? String(depth) : null, class: depth ? "child-run" : null },
+        h(
+          "td",
+          { class: "mono run-cell", "data-label": "Run" },
+          h("span", { class: "run-id", style: depth ? { paddingLeft: Math.min(depth, 6) * 14 + "px" } : null }, depth ? h("span", { class: "branch", "aria-hidden": "true", text: "↳ " }) : null, h("a", { href: href, title: run.id, text: shortId(run.id) }), copyButton(run.id, "run id"), toggle),
+          parent
+        ),
         h("td", { "data-label": "Workflow" }, h("a", { href: href, text: run.workflow }), run.kind === "graph" ? h("span", { class: "tag", text: "graph" }) : null),
         h("td", { "data-label": "Status" }, badge(run.status)),
         h("td", { "data-label": "Started", title: when(run.created_at), text: ago(run.created_at) }),
@@ -411,16 +558,32 @@
       );
     }
 
+    // the rows of runs and, under each unfolded parent, its children (depth first)
+    async function rowsOf(runs, depth) {
+      const rows = [];
+      for (const run of runs) {
+        rows.push(row(run, depth));
+        if (folding() && run.children && unfolded.has(run.id) && depth < 8) {
+          try {
+            const kids = await api("/runs?parent=" + enc(run.id) + "&limit=100");
+            rows.push(...(await rowsOf(kids.runs, depth + 1)));
+          } catch (err) {
+            rows.push(h("tr", { class: "empty" }, h("td", { colspan: "6", text: err.message })));
+          }
+        }
+      }
+      return rows;
+    }
+
     async function load() {
       if (inFlight) return;
       inFlight = true;
       try {
-        const params = query();
-        params.set("limit", String(PAGE));
-        const data = await api("/runs?" + params.toString());
+        const data = await api("/runs?" + apiQuery().toString());
         total = data.total;
+        const rows = await rowsOf(data.runs, 0);
         const body = $("runs-body");
-        body.replaceChildren(...data.runs.map(row));
+        body.replaceChildren(...rows);
         if (!data.runs.length) {
           body.append(h("tr", { class: "empty" }, h("td", { colspan: "6", text: "No runs match." })));
         }
@@ -428,20 +591,46 @@
         $("page-info").textContent = first + "–" + (offset + data.runs.length) + " of " + total;
         $("page-prev").disabled = offset === 0;
         $("page-next").disabled = offset + PAGE >= total;
-        notice("");
+        if (notice.kind !== "ok") notice("");
         $("live").classList.remove("stale");
       } catch (err) {
-        notice(err.message, "error");
+        const problems = (err.body && err.body.error && err.body.error.problems) || [];
+        notice(err.message + problems.map((p) => " · " + (p.field || "query") + ": " + p.message).join(""), "error");
         $("live").classList.add("stale");
+        if (err.status === 422) {
+          $("runs-body").replaceChildren(h("tr", { class: "empty" }, h("td", { colspan: "6", text: "Fix the filters above to see runs." })));
+          $("page-info").textContent = "";
+        }
       } finally {
         inFlight = false;
       }
     }
 
-    filters.addEventListener("change", () => {
+    function changed() {
       offset = 0;
+      showRange();
+      if (whenSelect.value === "range") {
+        rawSince = fromInput(sinceField);
+        rawUntil = fromInput(untilField);
+        if (rawSince && rawUntil && rawSince > rawUntil) {
+          notice("The start of the time range is after its end.", "error");
+          return;
+        }
+      }
       remember();
       load();
+    }
+
+    filters.addEventListener("change", changed);
+    filters.addEventListener("submit", (event) => {
+      event.preventDefault();
+      changed();
+    });
+    // searching as one types, once typing pauses
+    let typing = null;
+    idField.addEventListener("input", () => {
+      clearTimeout(typing);
+      typing = setTimeout(changed, 300);
     });
     $("page-prev").addEventListener("click", () => {
       offset = Math.max(0, offset - PAGE);
@@ -494,10 +683,71 @@
     let extrasTimer = null;
     const openSteps = new Set();
     const approvals = approvalsPanel(runId);
+    // made once, so a refresh of the page's data keeps what they show ("Copied")
+    const copyId = copyButton(runId, "run id");
+    const copyOutput = copyButton(() => pretty(run && run.output), "output");
+    $("output-tools").append(copyOutput);
+    let childrenSeen = null;
+
+    function shortLink(id) {
+      return h("a", { class: "mono", href: "./" + enc(id), title: id, text: shortId(id) });
+    }
+
+    // The run's children, and theirs, as a tree (each level as the runs list gives it:
+    // only runs the signed-in user may see).
+    async function childTree(parentId, depth) {
+      const data = await api("/runs?parent=" + enc(parentId) + "&limit=100");
+      const items = [];
+      for (const c of data.runs.slice().reverse()) {
+        const below = c.children && depth < 5 ? await childTree(c.id, depth + 1) : null;
+        items.push(
+          h(
+            "li",
+            { "data-run-id": c.id },
+            h("span", { class: "tree-row" }, shortLink(c.id), h("span", { text: c.workflow }), badge(c.status)),
+            below && below.length ? h("ul", { class: "tree" }, below) : null
+          )
+        );
+      }
+      if (data.total > data.runs.length) items.push(h("li", { class: "muted", text: "… and " + (data.total - data.runs.length) + " more" }));
+      return items;
+    }
+
+    async function renderChildren(data) {
+      const children = data.children || [];
+      const seen = children.map((c) => c.id + ":" + c.status).join(",");
+      if (seen === childrenSeen) return;
+      childrenSeen = seen;
+      $("children-card").hidden = !children.length;
+      if (!children.length) return;
+      try {
+        $("children").replaceChildren(...(await childTree(runId, 0)));
+      } catch (err) {
+        childrenSeen = null;
+        $("children").replaceChildren(h("li", { class: "form-error", text: err.message }));
+      }
+    }
+
+    function renderEventForm(data) {
+      const open = ["running", "suspended", "queued"].includes(data.status);
+      $("event-send").disabled = !open;
+      $("event-send").title = open ? "" : "A " + data.status + " run takes no events";
+      const waits = [];
+      for (const st of data.steps || []) {
+        if (st.kind === "event" && st.status === "scheduled" && st.input && typeof st.input.event === "string") waits.push(st.input.event);
+      }
+      const list = $("event-names");
+      if (list.dataset.seen !== waits.join("\n")) {
+        list.dataset.seen = waits.join("\n");
+        list.replaceChildren(...waits.map((name) => h("option", { value: name })));
+        if (waits.length && !$("event-name").value) $("event-name").value = waits[0];
+      }
+      $("event-waits").textContent = waits.length ? "The run waits for: " + waits.join(", ") : "";
+    }
 
     function renderRun(data) {
       run = data;
-      document.title = data.workflow + " " + data.id.slice(0, 8) + " · plait";
+      document.title = data.workflow + " " + shortId(data.id) + " · plait";
       $("run-workflow").textContent = data.workflow;
       const status = $("run-status");
       status.textContent = data.status;
@@ -507,7 +757,7 @@
       $("btn-retry").disabled = data.status !== "failed";
 
       const meta = [
-        ["Run id", h("span", { class: "mono", text: data.id })],
+        ["Run id", h("span", { class: "id-line" }, h("span", { class: "mono", title: data.id, text: data.id }), copyId)],
         ["Kind", data.kind === "graph" ? "graph workflow" : "code workflow"],
         ["Owner", data.owner || "—"],
         ["Started", h("span", { title: data.created_at, text: when(data.created_at) })],
@@ -515,12 +765,18 @@
         ["Version", h("span", { class: "mono", text: data.version || "—" })],
       ];
       if (data.parent_run_id) {
-        meta.push(["Parent", h("a", { class: "mono", href: "./" + enc(data.parent_run_id), text: data.parent_run_id.slice(0, 8) })]);
+        meta.push(["Parent", shortLink(data.parent_run_id)]);
+        const crumb = $("crumb-parent");
+        if (crumb.hidden) {
+          crumb.hidden = false;
+          crumb.replaceChildren(shortLink(data.parent_run_id), h("span", { "aria-hidden": "true", text: " / " }));
+        }
       }
       $("run-meta").replaceChildren(...meta.map(([k, v]) => h("div", {}, h("dt", { text: k }), h("dd", {}, v))));
 
       $("run-input").textContent = pretty(data.input);
       $("run-output").textContent = data.status === "completed" ? pretty(data.output) : "—";
+      copyOutput.disabled = data.status !== "completed";
       const err = data.error;
       const showError = err && data.status !== "completed";
       $("error-card").hidden = !showError;
@@ -532,7 +788,7 @@
       renderValues(data.values);
       renderDecisions(data.decisions);
       if (data.forked_from) {
-        meta.push(["Forked from", h("a", { class: "mono", href: "./" + enc(data.forked_from), text: data.forked_from.slice(0, 8) })]);
+        meta.push(["Forked from", shortLink(data.forked_from)]);
         $("run-meta").replaceChildren(...meta.map(([k, v]) => h("div", {}, h("dt", { text: k }), h("dd", {}, v))));
       }
       // the gates may have changed only when the run did
@@ -541,13 +797,8 @@
         renderRun.seen = seen;
         approvals();
       }
-      const children = data.children || [];
-      $("children-card").hidden = !children.length;
-      $("children").replaceChildren(
-        ...children.map((c) =>
-          h("li", {}, h("a", { class: "mono", href: "./" + enc(c.id), text: c.id.slice(0, 8) }), " ", c.workflow, " ", badge(c.status))
-        )
-      );
+      renderChildren(data);
+      renderEventForm(data);
       renderSteps();
     }
 
@@ -741,6 +992,40 @@
     for (const action of ["cancel", "resume", "retry"]) {
       $("btn-" + action).addEventListener("click", () => act(action));
     }
+
+    // An event name as the API takes it: 1 to 200 characters, no "/" and no control ones.
+    const EVENT_NAME = /^[^\u0000-\u001f\u007f/]{1,200}$/;
+    $("event-form").addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const error = $("event-error");
+      error.textContent = "";
+      const name = $("event-name").value.trim();
+      if (!EVENT_NAME.test(name)) {
+        error.textContent = name ? "An event name has no \"/\" and no control characters (at most 200 characters)." : "Name the event.";
+        return;
+      }
+      let payload;
+      try {
+        const text = $("event-payload").value.trim();
+        payload = text ? JSON.parse(text) : null;
+      } catch (err) {
+        error.textContent = "The payload is not JSON: " + err.message;
+        return;
+      }
+      const button = $("event-send");
+      button.disabled = true;
+      try {
+        const sent = await api(path + "/events/" + enc(name), { method: "POST", body: payload });
+        notice(sent.waiting ? "Event " + name + " sent: the run was waiting for it." : "Event " + name + " sent: it is held until the run waits for it.", "ok");
+        await load();
+        follow();
+      } catch (err) {
+        const problems = (err.body && err.body.error && err.body.error.problems) || [];
+        error.textContent = (err.status === 403 ? "You may not send events to this run." : err.message) + problems.map((p) => " · " + (p.field || "body") + ": " + p.message).join("");
+      } finally {
+        if (run) renderEventForm(run);
+      }
+    });
 
     // A slow check catches changes that no open stream reports: another client resuming
     // or retrying this run, or a stream that broke.

@@ -486,6 +486,10 @@ class PostgresStore:
             where.visible_to,
             where.limit,
             where.offset,
+            where.id_contains,
+            where.created_after,
+            where.created_before,
+            where.top_level,
             read=True,
         )
         return [_run(r) for r in row["runs"]], int(row["total"])
@@ -502,6 +506,10 @@ class PostgresStore:
             where.visible_to,
             where.limit,
             where.offset,
+            where.id_contains,
+            where.created_after,
+            where.created_before,
+            where.top_level,
             read=True,
         )
         return [convert.run_summary(tuple(r)) for r in row["runs"]], int(row["total"])

@@ -45,37 +45,57 @@ SELECT created, run FROM @schema@.create_run($1::@schema@.new_run, $2)
 SELECT created, run FROM @schema@.create_runs($1::@schema@.new_run[], $2)
 
 -- name: list_runs
--- Newest first, and how many match in all; a filter left NULL matches every run ($6 is
--- visible_to: the runs of that owner and the ones without an owner).
+-- Newest first, and how many match in all; a filter left NULL (or $12, top_level, false)
+-- matches every run ($6 is visible_to: the runs of that owner and the ones without an
+-- owner; $9 a text the id holds, any case; $10 and $11 bound created_at).
 SELECT
     (SELECT count(*) FROM @schema@.runs
      WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR status = $2)
          AND ($3::text IS NULL OR version = $3) AND ($4::text IS NULL OR owner = $4)
          AND ($5::text IS NULL OR parent_run_id = $5)
-         AND ($6::text IS NULL OR owner IS NULL OR owner = $6)) AS total,
+         AND ($6::text IS NULL OR owner IS NULL OR owner = $6)
+         AND ($9::text IS NULL OR strpos(lower(id), lower($9)) > 0)
+         AND ($10::timestamptz IS NULL OR created_at >= $10)
+         AND ($11::timestamptz IS NULL OR created_at < $11)
+         AND (NOT $12::boolean OR parent_run_id IS NULL)) AS total,
     ARRAY(SELECT r FROM @schema@.runs r
           WHERE ($1::text IS NULL OR r.workflow = $1) AND ($2::text IS NULL OR r.status = $2)
               AND ($3::text IS NULL OR r.version = $3) AND ($4::text IS NULL OR r.owner = $4)
               AND ($5::text IS NULL OR r.parent_run_id = $5)
               AND ($6::text IS NULL OR r.owner IS NULL OR r.owner = $6)
+              AND ($9::text IS NULL OR strpos(lower(r.id), lower($9)) > 0)
+              AND ($10::timestamptz IS NULL OR r.created_at >= $10)
+              AND ($11::timestamptz IS NULL OR r.created_at < $11)
+              AND (NOT $12::boolean OR r.parent_run_id IS NULL)
           ORDER BY r.created_at DESC, r.id DESC LIMIT $7 OFFSET $8) AS runs
 
 -- name: list_run_summaries
--- As list_runs, without the JSON columns (convert.run_summary's column order).
+-- As list_runs, without the JSON columns (convert.run_summary's column order), with how
+-- many children of each run the caller may see.
 SELECT
     (SELECT count(*) FROM @schema@.runs
      WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR status = $2)
          AND ($3::text IS NULL OR version = $3) AND ($4::text IS NULL OR owner = $4)
          AND ($5::text IS NULL OR parent_run_id = $5)
-         AND ($6::text IS NULL OR owner IS NULL OR owner = $6)) AS total,
+         AND ($6::text IS NULL OR owner IS NULL OR owner = $6)
+         AND ($9::text IS NULL OR strpos(lower(id), lower($9)) > 0)
+         AND ($10::timestamptz IS NULL OR created_at >= $10)
+         AND ($11::timestamptz IS NULL OR created_at < $11)
+         AND (NOT $12::boolean OR parent_run_id IS NULL)) AS total,
     ARRAY(SELECT ROW(r.id, r.workflow, r.kind, r.status, r.version, r.owner,
                      r.parent_run_id, r.created_at, r.updated_at, r.queue, r.queue_key,
-                     r.priority, r.scheduled_at, r.admitted_at, r.wake_at)
+                     r.priority, r.scheduled_at, r.admitted_at, r.wake_at,
+                     (SELECT count(*) FROM @schema@.runs c WHERE c.parent_run_id = r.id
+                          AND ($6::text IS NULL OR c.owner IS NULL OR c.owner = $6)))
           FROM @schema@.runs r
           WHERE ($1::text IS NULL OR r.workflow = $1) AND ($2::text IS NULL OR r.status = $2)
               AND ($3::text IS NULL OR r.version = $3) AND ($4::text IS NULL OR r.owner = $4)
               AND ($5::text IS NULL OR r.parent_run_id = $5)
               AND ($6::text IS NULL OR r.owner IS NULL OR r.owner = $6)
+              AND ($9::text IS NULL OR strpos(lower(r.id), lower($9)) > 0)
+              AND ($10::timestamptz IS NULL OR r.created_at >= $10)
+              AND ($11::timestamptz IS NULL OR r.created_at < $11)
+              AND (NOT $12::boolean OR r.parent_run_id IS NULL)
           ORDER BY r.created_at DESC, r.id DESC LIMIT $7 OFFSET $8) AS runs
 
 -- name: get_children

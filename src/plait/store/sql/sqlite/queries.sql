@@ -85,7 +85,7 @@ FROM plait_runs WHERE id = ?
 SELECT status FROM plait_runs WHERE id = ?
 
 -- name: count_runs
--- A filter left NULL matches every run (see store.base.RunFilter).
+-- A filter left NULL (or top_level 0) matches every run (see store.base.RunFilter).
 SELECT count(*) FROM plait_runs
 WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
     AND (:workflow IS NULL OR workflow = :workflow)
@@ -93,6 +93,10 @@ WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
     AND (:version IS NULL OR version = :version)
     AND (:owner IS NULL OR owner = :owner)
     AND (:parent_run_id IS NULL OR parent_run_id = :parent_run_id)
+    AND (:id_contains IS NULL OR instr(lower(id), lower(:id_contains)) > 0)
+    AND (:created_after IS NULL OR created_at >= :created_after)
+    AND (:created_before IS NULL OR created_at < :created_before)
+    AND (:top_level = 0 OR parent_run_id IS NULL)
 
 -- name: list_runs
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
@@ -106,12 +110,19 @@ WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
     AND (:version IS NULL OR version = :version)
     AND (:owner IS NULL OR owner = :owner)
     AND (:parent_run_id IS NULL OR parent_run_id = :parent_run_id)
+    AND (:id_contains IS NULL OR instr(lower(id), lower(:id_contains)) > 0)
+    AND (:created_after IS NULL OR created_at >= :created_after)
+    AND (:created_before IS NULL OR created_at < :created_before)
+    AND (:top_level = 0 OR parent_run_id IS NULL)
 ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
 
 -- name: list_run_summaries
--- As list_runs, without the JSON columns (convert.run_summary's column order).
+-- As list_runs, without the JSON columns (convert.run_summary's column order), with how
+-- many children of each run the caller may see.
 SELECT id, workflow, kind, status, version, owner, parent_run_id, created_at, updated_at,
-    queue, queue_key, priority, scheduled_at, admitted_at, wake_at
+    queue, queue_key, priority, scheduled_at, admitted_at, wake_at,
+    (SELECT count(*) FROM plait_runs c WHERE c.parent_run_id = plait_runs.id
+        AND (:visible_to IS NULL OR c.owner IS NULL OR c.owner = :visible_to)) AS children
 FROM plait_runs
 WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
     AND (:workflow IS NULL OR workflow = :workflow)
@@ -119,6 +130,10 @@ WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
     AND (:version IS NULL OR version = :version)
     AND (:owner IS NULL OR owner = :owner)
     AND (:parent_run_id IS NULL OR parent_run_id = :parent_run_id)
+    AND (:id_contains IS NULL OR instr(lower(id), lower(:id_contains)) > 0)
+    AND (:created_after IS NULL OR created_at >= :created_after)
+    AND (:created_before IS NULL OR created_at < :created_before)
+    AND (:top_level = 0 OR parent_run_id IS NULL)
 ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
 
 -- name: get_children
@@ -171,7 +186,7 @@ SELECT EXISTS (SELECT 1 FROM plait_steps WHERE run_id = ? AND kind = 'event'
 -- name: get_steps
 SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
     failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
-    queued, wake_at, created_at, updated_at, delivered, retried_failures
+    queued, wake_at, created_at, updated_at, delivered, retried_failures, reached_after
 FROM plait_steps WHERE run_id = ? ORDER BY seq
 
 -- name: get_history
@@ -191,11 +206,13 @@ SELECT run_id, key, attempt, status, output, error, started_at, finished_at FROM
 ORDER BY started_at, seq, attempt
 
 -- name: upsert_step
--- Writing a step row again changes everything but its identity and first-reach order.
+-- Writing a step row again changes everything but its identity, its first-reach order
+-- and what it was reached after.
 INSERT INTO plait_steps (run_id, key, seq, name, kind, function, status, input, output,
     error, attempts, failures, retries, retry_delay, timeout, invocation_id, child_run_id,
-    branch, from_key, queued, wake_at, created_at, updated_at, delivered, retried_failures)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    branch, from_key, queued, wake_at, created_at, updated_at, delivered, retried_failures,
+    reached_after)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, key) DO UPDATE SET
     kind = excluded.kind, function = excluded.function, status = excluded.status,
     input = excluded.input, output = excluded.output, error = excluded.error,
@@ -210,8 +227,8 @@ ON CONFLICT (run_id, key) DO UPDATE SET
 INSERT INTO plait_steps (run_id, key, seq, name, kind, function, status, input, output,
     error, attempts, failures, retries, retry_delay, timeout, invocation_id, child_run_id,
     branch, from_key, queued, wake_at, created_at, updated_at, delivered, retried_failures,
-    worker, attempt_status, attempt_error, attempt_started, attempt_finished)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+    reached_after, worker, attempt_status, attempt_error, attempt_started, attempt_finished)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
     'running', NULL, ?, NULL)
 ON CONFLICT (run_id, key) DO UPDATE SET
     kind = excluded.kind, function = excluded.function, status = excluded.status,
@@ -274,7 +291,7 @@ ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value
 -- name: pass_steps
 SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
     failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
-    queued, wake_at, created_at, updated_at, delivered, retried_failures
+    queued, wake_at, created_at, updated_at, delivered, retried_failures, reached_after
 FROM plait_steps WHERE run_id = ?
 
 -- name: pass_events
