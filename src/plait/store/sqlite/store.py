@@ -52,6 +52,29 @@ _MIGRATIONS = migrations("sqlite")
 SCHEMA_VERSION = _MIGRATIONS.latest
 
 _SELECT_RUN = SQL["select_run"]
+#: each filter's condition (a field of RunFilter: a condition on its named parameter)
+_RUN_FILTERS = dict(line.split(": ", 1) for line in SQL["run_filters"].splitlines() if ": " in line)
+_LISTING = {
+    "count_runs": SQL["count_runs"],
+    "list_runs": SQL["list_runs"],
+    "list_run_summaries": SQL["list_run_summaries"],
+}
+#: listing statements by name and the filters they hold, made once per combination
+_LISTINGS: dict[tuple[str, tuple[str, ...]], str] = {}
+
+
+def listing(name: str, where: RunFilter) -> tuple[str, dict[str, Any]]:
+    """A listing statement (``count_runs``, ``list_runs``, ``list_run_summaries``) holding
+    the conditions of the filters ``where`` gives, and its parameters."""
+    params = vars(where)
+    given = tuple(f for f in _RUN_FILTERS if params[f] not in (None, False))
+    sql = _LISTINGS.get((name, given))
+    if sql is None:
+        conditions = "".join(f"{_RUN_FILTERS[f]} AND " for f in given)
+        sql = _LISTINGS[(name, given)] = _LISTING[name].replace("/*filters*/ ", conditions)
+    return sql, params
+
+
 #: a held decision waits in a run that has not ended; any other is kept for every run
 _LIVE = ("queued", "running", "suspended")
 _ANY_STATUS = (*_LIVE, "completed", "failed", "cancelled")
@@ -188,22 +211,17 @@ class SQLiteStore:
         return await self._read_here(go)
 
     async def list_runs(self, where: RunFilter) -> tuple[list[Run], int]:
-        # the filter's fields are the statements' named parameters
-        params = vars(where)
-
         def go(conn: sqlite3.Connection) -> tuple[list[Run], int]:
-            total = conn.execute(SQL["count_runs"], params).fetchone()[0]
-            rows = conn.execute(SQL["list_runs"], params).fetchall()
+            total = conn.execute(*listing("count_runs", where)).fetchone()[0]
+            rows = conn.execute(*listing("list_runs", where)).fetchall()
             return [convert.run_record(convert.run_row(r)) for r in rows], total
 
         return await self._read(go)
 
     async def list_run_summaries(self, where: RunFilter) -> tuple[list[RunSummary], int]:
-        params = vars(where)
-
         def go(conn: sqlite3.Connection) -> tuple[list[RunSummary], int]:
-            total = conn.execute(SQL["count_runs"], params).fetchone()[0]
-            rows = conn.execute(SQL["list_run_summaries"], params).fetchall()
+            total = conn.execute(*listing("count_runs", where)).fetchone()[0]
+            rows = conn.execute(*listing("list_run_summaries", where)).fetchall()
             return [convert.run_summary(r) for r in rows], total
 
         return await self._read(go)

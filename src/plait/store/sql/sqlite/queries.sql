@@ -84,19 +84,26 @@ FROM plait_runs WHERE id = ?
 -- name: run_status
 SELECT status FROM plait_runs WHERE id = ?
 
+-- name: run_filters
+-- The condition of each filter of store.base.RunFilter. The listing statements below hold
+-- only the conditions of the filters given (in place of /*filters*/): SQLite's planner
+-- cannot use an index for a term like (:x IS NULL OR column = :x), and would walk every
+-- run newest first to fill a page.
+visible_to: (owner IS NULL OR owner = :visible_to)
+workflow: workflow = :workflow
+status: status = :status
+version: version = :version
+owner: owner = :owner
+parent_run_id: parent_run_id = :parent_run_id
+id_contains: instr(lower(id), lower(:id_contains)) > 0
+created_after: created_at >= :created_after
+created_before: created_at < :created_before
+top_level: parent_run_id IS NULL
+
 -- name: count_runs
--- A filter left NULL (or top_level 0) matches every run (see store.base.RunFilter).
+-- The filters given go in place of /*filters*/ (run_filters).
 SELECT count(*) FROM plait_runs
-WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
-    AND (:workflow IS NULL OR workflow = :workflow)
-    AND (:status IS NULL OR status = :status)
-    AND (:version IS NULL OR version = :version)
-    AND (:owner IS NULL OR owner = :owner)
-    AND (:parent_run_id IS NULL OR parent_run_id = :parent_run_id)
-    AND (:id_contains IS NULL OR instr(lower(id), lower(:id_contains)) > 0)
-    AND (:created_after IS NULL OR created_at >= :created_after)
-    AND (:created_before IS NULL OR created_at < :created_before)
-    AND (:top_level = 0 OR parent_run_id IS NULL)
+WHERE /*filters*/ 1
 
 -- name: list_runs
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
@@ -104,16 +111,7 @@ SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
     forked_from, trace
 FROM plait_runs
-WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
-    AND (:workflow IS NULL OR workflow = :workflow)
-    AND (:status IS NULL OR status = :status)
-    AND (:version IS NULL OR version = :version)
-    AND (:owner IS NULL OR owner = :owner)
-    AND (:parent_run_id IS NULL OR parent_run_id = :parent_run_id)
-    AND (:id_contains IS NULL OR instr(lower(id), lower(:id_contains)) > 0)
-    AND (:created_after IS NULL OR created_at >= :created_after)
-    AND (:created_before IS NULL OR created_at < :created_before)
-    AND (:top_level = 0 OR parent_run_id IS NULL)
+WHERE /*filters*/ 1
 ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
 
 -- name: list_run_summaries
@@ -124,16 +122,7 @@ SELECT id, workflow, kind, status, version, owner, parent_run_id, created_at, up
     (SELECT count(*) FROM plait_runs c WHERE c.parent_run_id = plait_runs.id
         AND (:visible_to IS NULL OR c.owner IS NULL OR c.owner = :visible_to)) AS children
 FROM plait_runs
-WHERE (:visible_to IS NULL OR owner IS NULL OR owner = :visible_to)
-    AND (:workflow IS NULL OR workflow = :workflow)
-    AND (:status IS NULL OR status = :status)
-    AND (:version IS NULL OR version = :version)
-    AND (:owner IS NULL OR owner = :owner)
-    AND (:parent_run_id IS NULL OR parent_run_id = :parent_run_id)
-    AND (:id_contains IS NULL OR instr(lower(id), lower(:id_contains)) > 0)
-    AND (:created_after IS NULL OR created_at >= :created_after)
-    AND (:created_before IS NULL OR created_at < :created_before)
-    AND (:top_level = 0 OR parent_run_id IS NULL)
+WHERE /*filters*/ 1
 ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
 
 -- name: get_children
