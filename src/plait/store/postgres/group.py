@@ -49,42 +49,37 @@ class _Batch:
     done: asyncio.Future[bool]
 
 
-class GroupCommit:
-    """Collects batches and commits them in groups, one group in flight at a time."""
+W = TypeVar("W")
+R = TypeVar("R")
 
-    def __init__(self, pool: Pool, query: str, commit_one: CommitOne, now: Callable[[], float]):
-        self._pool = pool
-        self._query = query
-        self._commit_one = commit_one
-        self._now = now
-        #: a batch or a group is on its way to the server
+
+class _OneInFlight(Generic[W]):
+    """One send on its way at a time. A call handed in while nothing is on its way goes
+    at once, alone, so a lone caller waits for nobody; the calls handed in meanwhile wait
+    (as ``W``, each with the future its caller awaits) and go as one group when it is
+    answered, then the next group, until none waits."""
+
+    def __init__(self) -> None:
+        #: a call or a group is on its way to the server
         self._busy = False
-        self._waiting: list[_Batch] = []
+        self._waiting: list[W] = []
         self._sender: asyncio.Task[None] | None = None
 
-    async def commit(
-        self, run_id: str, fence: str | None, ops: list[Any], release: int | None
-    ) -> bool:
-        """Commit one batch with whatever else is waiting; True if the released run is due
-        again at once. Raises what committing it alone would raise."""
-        if fence is None:
-            # an action from outside a pass takes no lease and locks nothing first: it
-            # goes alone, beside whatever is in flight
-            return await self._commit_one(run_id, fence, ops, release)
+    async def _call(
+        self, alone: Callable[[], Awaitable[R]], waiting: Callable[[asyncio.Future[R]], W]
+    ) -> R:
         if self._busy:
-            done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-            self._waiting.append(_Batch(run_id, fence, ops, release, done))
+            done: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+            self._waiting.append(waiting(done))
             return await done
-        # nothing in flight: this batch goes at once, alone, and whatever is handed in
-        # meanwhile follows as one group when it is answered
         self._busy = True
         try:
-            return await self._commit_one(run_id, fence, ops, release)
+            return await alone()
         finally:
             self._next()
 
     async def close(self) -> None:
-        """Wait for the batches already handed in (their callers are owed an answer)."""
+        """Wait for the calls already handed in (their callers are owed an answer)."""
         while self._sender is not None:
             await asyncio.shield(self._sender)
 
@@ -100,12 +95,43 @@ class GroupCommit:
         group = self._waiting[:GROUP_LIMIT]
         del self._waiting[:GROUP_LIMIT]
         try:
-            if len(group) == 1:
-                await self._alone(group[0])
-            else:
-                await self._together(group)
+            await self._send_group(group)
         finally:
             self._next()
+
+    async def _send_group(self, group: list[W]) -> None:
+        raise NotImplementedError
+
+
+class GroupCommit(_OneInFlight[_Batch]):
+    """Collects batches and commits them in groups, one group in flight at a time."""
+
+    def __init__(self, pool: Pool, query: str, commit_one: CommitOne, now: Callable[[], float]):
+        super().__init__()
+        self._pool = pool
+        self._query = query
+        self._commit_one = commit_one
+        self._now = now
+
+    async def commit(
+        self, run_id: str, fence: str | None, ops: list[Any], release: int | None
+    ) -> bool:
+        """Commit one batch with whatever else is waiting; True if the released run is due
+        again at once. Raises what committing it alone would raise."""
+        if fence is None:
+            # an action from outside a pass takes no lease and locks nothing first: it
+            # goes alone, beside whatever is in flight
+            return await self._commit_one(run_id, fence, ops, release)
+        return await self._call(
+            lambda: self._commit_one(run_id, fence, ops, release),
+            lambda done: _Batch(run_id, fence, ops, release, done),
+        )
+
+    async def _send_group(self, group: list[_Batch]) -> None:
+        if len(group) == 1:
+            await self._alone(group[0])
+        else:
+            await self._together(group)
 
     async def _alone(self, batch: _Batch) -> None:
         try:
@@ -160,78 +186,47 @@ class GroupCommit:
 
 
 T = TypeVar("T")
-R = TypeVar("R")
 
 
-class Together(Generic[T, R]):
-    """Calls handed in while one is on the server go together in the next statement.
-
-    A call handed in while nothing is on its way goes at once, alone (``one``), so a lone
-    caller waits for nobody; those handed in meanwhile go as one statement and one
-    transaction (``many``, which answers each in order). If the server refused the group,
-    it wrote nothing, so each call is then made alone and gets its own outcome; a group
-    whose outcome is unknown (the connection broke) reports that to all of its callers.
-    """
+class Together(_OneInFlight[tuple[T, "asyncio.Future[R]"]], Generic[T, R]):
+    """Calls of one kind sent as one statement and one transaction while another is on
+    its way (``one`` sends a call alone, ``many`` a group, answering each in order). If
+    the server refused a group, it wrote nothing, so each call is then made alone and gets
+    its own outcome; a group whose outcome is unknown (the connection broke) reports that
+    to all of its callers."""
 
     def __init__(
         self,
         one: Callable[[T], Awaitable[R]],
         many: Callable[[list[T]], Awaitable[list[R]]],
     ) -> None:
+        super().__init__()
         self._one = one
         self._many = many
-        self._busy = False
-        self._waiting: list[tuple[T, asyncio.Future[R]]] = []
-        self._sender: asyncio.Task[None] | None = None
 
     async def __call__(self, item: T) -> R:
-        if self._busy:
-            done: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-            self._waiting.append((item, done))
-            return await done
-        self._busy = True
+        return await self._call(lambda: self._one(item), lambda done: (item, done))
+
+    async def _send_group(self, group: list[tuple[T, asyncio.Future[R]]]) -> None:
+        if len(group) == 1:
+            await self._alone(*group[0])
+            return
         try:
-            return await self._one(item)
-        finally:
-            self._next()
-
-    async def close(self) -> None:
-        """Wait for the calls already handed in (their callers are owed an answer)."""
-        while self._sender is not None:
-            await asyncio.shield(self._sender)
-
-    def _next(self) -> None:
-        if self._waiting:
-            self._sender = asyncio.create_task(self._send())
-        else:
-            self._busy = False
-            self._sender = None
-
-    async def _send(self) -> None:
-        group = self._waiting[:GROUP_LIMIT]
-        del self._waiting[:GROUP_LIMIT]
-        try:
-            if len(group) == 1:
-                await self._alone(*group[0])
-                return
-            try:
-                answers = await self._many([item for item, _ in group])
-            except Exception as exc:
-                if not _refused(exc):
-                    for _, done in group:
-                        _settle(done, exc=exc)
-                    return
-                for item, done in group:  # rolled back: each on its own
-                    await self._alone(item, done)
-            except BaseException as exc:  # the process is stopping
+            answers = await self._many([item for item, _ in group])
+        except Exception as exc:
+            if not _refused(exc):
                 for _, done in group:
                     _settle(done, exc=exc)
-                raise
-            else:
-                for (_, done), answer in zip(group, answers, strict=True):
-                    _settle(done, answer)
-        finally:
-            self._next()
+                return
+            for item, done in group:  # rolled back: each on its own
+                await self._alone(item, done)
+        except BaseException as exc:  # the process is stopping
+            for _, done in group:
+                _settle(done, exc=exc)
+            raise
+        else:
+            for (_, done), answer in zip(group, answers, strict=True):
+                _settle(done, answer)
 
     async def _alone(self, item: T, done: asyncio.Future[R]) -> None:
         try:
