@@ -19,7 +19,7 @@ test: $(STAMP)
 	$(BIN)/ruff format --no-cache --check src tests examples benchmarks
 	$(BIN)/ruff check --no-cache src tests examples benchmarks
 	$(BIN)/python -m mypy
-	$(BIN)/pyright --pythonpath $(BIN)/python
+	$(BIN)/pyright --pythonpath $(BIN)/python -p pyproject.toml
 	$(BIN)/python -m pytest -q -rs
 
 bench: $(STAMP)
