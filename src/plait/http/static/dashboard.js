@@ -960,8 +960,9 @@
       )
         .catch(() => null)
         .finally(() => {
+          // (a notice of what the user did stays its few seconds: the run may end
+          // before they have read that their action was taken)
           following = null;
-          if (notice.kind === "ok") notice(""); // the action it reported has played out
           load();
         });
     }
