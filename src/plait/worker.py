@@ -48,7 +48,7 @@ from plait.store.base import (
 log = logging.getLogger("plait.worker")
 _HOST = socket.gethostname()
 #: the least time between two looks of the admission loop for queued runs to admit
-ADMIT_GAP = 0.02
+ADMIT_GAP = 0.05
 
 
 def _dead_here(owner: str) -> bool:
