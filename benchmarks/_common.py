@@ -36,7 +36,20 @@ async def back_to_back(
     while time.perf_counter() - t0 < seconds:
         await run_once()
         done += 1
-    elapsed = time.perf_counter() - t0
+    return _rates(done, steps, time.perf_counter() - t0)
+
+
+def back_to_back_sync(seconds: float, steps: int, run_once: Callable[[], Any]) -> dict[str, Any]:
+    """``back_to_back`` for a contender's synchronous API (no event loop)."""
+    done = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        run_once()
+        done += 1
+    return _rates(done, steps, time.perf_counter() - t0)
+
+
+def _rates(done: int, steps: int, elapsed: float) -> dict[str, Any]:
     return {
         "workflows_per_s": done / elapsed,
         "steps_per_s": done * steps / elapsed,

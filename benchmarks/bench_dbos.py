@@ -212,21 +212,14 @@ def sequential_sync(p: dict[str, Any]) -> dict[str, Any]:
 
 
 def throughput_sync(p: dict[str, Any]) -> dict[str, Any]:
-    """``_common.back_to_back``'s loop, without an event loop."""
     steps, seconds = int(p["steps"]), float(p["seconds"])
     _launch(p)
     chain_sync(steps)
-    done = 0
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
+
+    def once() -> None:
         assert chain_sync(steps) == steps
-        done += 1
-    elapsed = time.perf_counter() - t0
-    return {
-        "workflows_per_s": done / elapsed,
-        "steps_per_s": done * steps / elapsed,
-        "workflows": done,
-    }
+
+    return _common.back_to_back_sync(seconds, steps, once)
 
 
 def concurrency_sync(p: dict[str, Any]) -> dict[str, Any]:
