@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from plait.clock import VirtualClock
 from plait.store import Store
 from plait.store.base import (
     CreateChildRun,
@@ -136,6 +137,20 @@ async def test_list_runs_by_part_of_the_id_by_time_and_top_level(store: Store) -
     }
     summaries, _ = await store.list_run_summaries(RunFilter(visible_to="ann", top_level=True))
     assert {s.id: s.children for s in summaries}["Order-42"] == 1
+
+
+async def test_a_time_bound_taken_from_a_runs_created_at_holds_that_run(store: Store) -> None:
+    """A run shows its time rounded to the microsecond; a bound read from it must put the
+    run after it and not before it, whichever way the clock's float was rounded."""
+    for n, at in enumerate((1733029919.1234567, 1733029919.1234564, 1733029919.0000005)):
+        store.clock = VirtualClock(0)
+        store.clock.now = lambda at=at: at  # type: ignore[method-assign]
+        run, _ = await store.create_run(NewRun(f"r{n}", "wf", "workflow", "v1", "{}"))
+        cut = run.created_at.timestamp()
+        after, _ = await store.list_runs(RunFilter(created_after=cut))
+        before, _ = await store.list_runs(RunFilter(created_before=cut))
+        assert f"r{n}" in {r.id for r in after}, at
+        assert f"r{n}" not in {r.id for r in before}, at
 
 
 async def test_list_runs_visible_to_shows_own_and_unowned_runs(store: Store) -> None:

@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from plait.clock import SYSTEM_CLOCK, Clock
+from plait.clock import SYSTEM_CLOCK, Clock, micros
 from plait.errors import LeaseLostError, RunIdTakenError
 from plait.notify import Notifier
 from plait.records import TERMINAL, Run, RunSummary, Step, StepAttempt
@@ -66,13 +66,27 @@ _LISTINGS: dict[tuple[str, tuple[str, ...]], str] = {}
 def listing(name: str, where: RunFilter) -> tuple[str, dict[str, Any]]:
     """A listing statement (``count_runs``, ``list_runs``, ``list_run_summaries``) holding
     the conditions of the filters ``where`` gives, and its parameters."""
-    params = vars(where)
+    params = dict(vars(where))
+    for bound in ("created_after", "created_before"):
+        if params[bound] is not None:
+            params[bound] = _microsecond_edge(params[bound])
     given = tuple(f for f in _RUN_FILTERS if params[f] not in (None, False))
     sql = _LISTINGS.get((name, given))
     if sql is None:
         conditions = "".join(f"{_RUN_FILTERS[f]} AND " for f in given)
         sql = _LISTINGS[(name, given)] = _LISTING[name].replace("/*filters*/ ", conditions)
     return sql, params
+
+
+def _microsecond_edge(when: float) -> float:
+    """The stored time at which ``when``'s microsecond begins.
+
+    SQLite keeps a time as the clock's float, a run shows it as a datetime rounded to the
+    microsecond (PostgreSQL keeps only microseconds). A bound taken from a run's own
+    ``created_at`` must hold that run on the side the user meant, so the store compares
+    as PostgreSQL does: at microsecond precision, times that round alike are equal.
+    """
+    return (micros(when) - 0.5) / 1_000_000
 
 
 #: a held decision waits in a run that has not ended; any other is kept for every run
