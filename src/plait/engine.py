@@ -35,7 +35,7 @@ from plait.errors import (
 )
 from plait.graph import validate_or_raise
 from plait.ids import check_run_id, new_run_id
-from plait.notify import Notifier, wait_event
+from plait.notify import EndLook, Notifier, wait_event
 from plait.observe import Telemetry, make_telemetry
 from plait.records import (
     SETTLED,
@@ -169,6 +169,8 @@ class Engine:
         self.poll_interval = float(poll_interval)
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.notifier = Notifier()
+        #: one read a look for every caller of ``wait``, under the notifications
+        self._end_look = EndLook(self.notifier, lambda ids: self.store.run_statuses(ids), SETTLED)
         self.catalog = Catalog(app, self.store)
         self.log_runs = log_runs
         #: with workers: ended runs older than this many seconds are pruned in the background
@@ -236,6 +238,7 @@ class Engine:
         self._opened = False
         if self._worker is not None:
             await self._worker.stop(drain=drain)
+        await self._end_look.stop()
         await self.store.close()
 
     @property
@@ -473,9 +476,8 @@ class Engine:
     async def _wait(self, run_id: str, seconds: float | None, workflow: str | None) -> Run:
         """``wait`` with its arguments checked: ``TestEngine`` moves its clock here."""
         deadline = None if seconds is None else time.monotonic() + seconds
-        safety = 0.05
         while True:
-            event = self.notifier.watch(run_id)
+            event = self.notifier.watch(run_id, end_only=True)
             try:
                 run = await self.get_run(run_id)
                 if workflow is not None and run.workflow != workflow:
@@ -484,14 +486,14 @@ class Engine:
                     )
                 if run.status in SETTLED:
                     return run
-                wait_for = safety
+                wait_for = EndLook.MOST * 60  # the end look wakes it sooner if it ended
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise TimeoutError(f"run {run_id} still {run.status} after {seconds}s")
                     wait_for = min(wait_for, left)
+                self._end_look.watching()
                 await wait_event(event, wait_for)
-                safety = min(1.0, safety * 2)
             finally:
                 self.notifier.unwatch(run_id, event)
 
@@ -1076,7 +1078,8 @@ class Engine:
         return metrics.render()
 
     def _poke(self, run_id: str) -> None:
-        self.notifier.run_changed(run_id)
+        """Work for a run arrived (an event, a decision, a reopen): it did not end it."""
+        self.notifier.run_changed(run_id, settled=False)
         self.notifier.publish_work()
 
 

@@ -9,7 +9,9 @@ poll remains only as a safety net.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+import math
+from collections.abc import Awaitable, Callable, Sequence
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:
@@ -27,43 +29,69 @@ async def wait_event(event: asyncio.Event, timeout: float) -> bool:
 
 
 class Notifier:
+    """Who waits on which run, and on what.
+
+    A watcher of every change (a stream, a value being waited for) wakes at each commit
+    of its run; a watcher of the run's end (``Engine.wait``) wakes only when a change may
+    have settled it. A run of ten steps commits twenty times, and a thousand callers of
+    ``wait`` that each read their run again at every commit would cost the store more
+    reads than the runs cost it writes.
+    """
+
     def __init__(self) -> None:
         self._watchers: dict[str, set[asyncio.Event]] = {}
+        self._end_watchers: dict[str, set[asyncio.Event]] = {}
         self._work_callbacks: list[Callable[[], None]] = []
-        #: set by cross-process channels: called with ("run", run_id) or ("work", "")
+        #: set by cross-process channels: called with ("run", run_id) for a change that
+        #: may have settled the run, ("busy", run_id) for one that did not, ("work", "")
         self.remote: Callable[[str, str], None] | None = None
 
     # -- runs -------------------------------------------------------------------------------
-    def watch(self, run_id: str) -> asyncio.Event:
+    def watch(self, run_id: str, *, end_only: bool = False) -> asyncio.Event:
+        """An event set when ``run_id`` changes; with ``end_only``, only by a change that
+        may have settled it (and by any change this process cannot name)."""
         event = asyncio.Event()
-        self._watchers.setdefault(run_id, set()).add(event)
+        watchers = self._end_watchers if end_only else self._watchers
+        watchers.setdefault(run_id, set()).add(event)
         return event
 
     def unwatch(self, run_id: str, event: asyncio.Event) -> None:
-        events = self._watchers.get(run_id)
-        if events is not None:
-            events.discard(event)
-            if not events:
-                del self._watchers[run_id]
+        for watchers in (self._watchers, self._end_watchers):
+            events = watchers.get(run_id)
+            if events is not None:
+                events.discard(event)
+                if not events:
+                    del watchers[run_id]
 
     def watched_runs(self) -> int:
         """How many runs someone waits on right now (for shutdown checks and tests)."""
-        return len(self._watchers)
+        return len(self._watchers.keys() | self._end_watchers.keys())
 
-    def local_run_changed(self, run_id: str) -> None:
+    def end_watched(self) -> list[str]:
+        """The runs someone waits to see end."""
+        return list(self._end_watchers)
+
+    def local_run_changed(self, run_id: str, *, settled: bool | None = None) -> None:
+        """Wake the watchers of ``run_id``; ``settled=False`` says the run has certainly
+        not settled, so those who wait for its end sleep on."""
         for event in self._watchers.get(run_id, ()):
             event.set()
+        if settled is not False:
+            for event in self._end_watchers.get(run_id, ()):
+                event.set()
 
     def everything_changed(self) -> None:
         """Another process changed something we cannot name: every waiter looks again."""
-        for run_id in list(self._watchers):
+        for run_id in list(self._watchers.keys() | self._end_watchers.keys()):
             self.local_run_changed(run_id)
         self.local_work()
 
-    def run_changed(self, run_id: str) -> None:
-        self.local_run_changed(run_id)
+    def run_changed(self, run_id: str, *, settled: bool | None = None) -> None:
+        """``run_id`` changed here: tell this process and the others. ``settled`` is
+        whether the change settled it, None when the caller does not know."""
+        self.local_run_changed(run_id, settled=settled)
         if self.remote is not None:
-            self.remote("run", run_id)
+            self.remote("busy" if settled is False else "run", run_id)
 
     # -- work -------------------------------------------------------------------------------
     def on_work(self, callback: Callable[[], None]) -> None:
@@ -77,3 +105,79 @@ class Notifier:
         self.local_work()
         if self.remote is not None:
             self.remote("work", "")
+
+
+class EndLook:
+    """The safety net under the watchers of runs' ends: one read of the status of every
+    watched run per look, however many callers wait.
+
+    A wake-up can be missed (a notification lost while a LISTEN connection reconnected, a
+    change made by a tool that tells nobody), so a waiter cannot trust notifications
+    alone. Each waiter reading its own run on a timer made a thousand waiting callers a
+    thousand reads per look; this makes them one. The looks come quickly after a new run
+    is watched and then slow down to one a second, as each waiter's did.
+    """
+
+    FIRST = 0.05
+    MOST = 1.0
+
+    def __init__(
+        self,
+        notifier: Notifier,
+        statuses: Callable[[Sequence[str]], Awaitable[dict[str, str]]],
+        settled: frozenset[str],
+    ) -> None:
+        self._notifier = notifier
+        self._statuses = statuses
+        self._settled = settled
+        self._task: asyncio.Task[None] | None = None
+        self._interval = self.FIRST
+        #: when the next look is due (loop time)
+        self._due = math.inf
+        self._sooner = asyncio.Event()
+
+    def watching(self) -> None:
+        """A run was just watched: look at it soon, and keep looking while anyone waits."""
+        loop = asyncio.get_running_loop()
+        soon = loop.time() + self.FIRST
+        if soon < self._due:
+            self._due, self._interval = soon, self.FIRST
+            self._sooner.set()
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._look())
+
+    async def _look(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self._sooner.clear()
+            wait = self._due - loop.time()
+            if wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await self._sooner.wait()
+                continue
+            watched = self._notifier.end_watched()
+            if not watched:
+                self._due = math.inf
+                return
+            self._interval = min(self.MOST, self._interval * 2)
+            self._due = loop.time() + self._interval
+            try:
+                statuses = await self._statuses(watched)
+            except Exception:
+                # the store is unreachable: each waiter reads it and hears why
+                statuses = {}
+            for run_id in watched:
+                if statuses.get(run_id, "") in self._settled or run_id not in statuses:
+                    self._notifier.local_run_changed(run_id)
+
+    async def stop(self) -> None:
+        """Stop looking, and wake every waiter so that each reads its run once more."""
+        task, self._task = self._task, None
+        self._due = math.inf
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for run_id in self._notifier.end_watched():
+            self._notifier.local_run_changed(run_id)

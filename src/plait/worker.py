@@ -29,7 +29,7 @@ from plait.errors import LeaseLostError, StepFunctionMismatchError
 from plait.lease_keeper import StallGuard
 from plait.notify import Notifier
 from plait.observe import Telemetry
-from plait.records import TERMINAL
+from plait.records import SETTLED, TERMINAL
 from plait.runtime import steps
 from plait.runtime.orchestrator import execute_pass
 from plait.runtime.queued import run_queued
@@ -162,7 +162,8 @@ class Worker:
         return run_id in self.cancelled
 
     def published(self, run_id: str) -> None:
-        self.notifier.local_run_changed(run_id)
+        # a value committed mid-pass: the run goes on, so waiters for its end sleep on
+        self.notifier.local_run_changed(run_id, settled=False)
 
     async def read_state(self, run_id: str) -> dict[str, Any]:
         snapshot = await self.store.load_pass(run_id)
@@ -172,7 +173,7 @@ class Worker:
     def run_changed(self, run_id: str, status: str, workflow: str = "") -> None:
         if self.log_runs and status != "running":
             log.info("run %s (%s) is now %s", run_id, workflow or "?", status)
-        self.notifier.run_changed(run_id)
+        self.notifier.run_changed(run_id, settled=status in SETTLED)
 
     @property
     def busy(self) -> bool:
@@ -487,7 +488,7 @@ class Worker:
                 log.exception("admitting queued runs failed; retrying")
             self.admission_blocked_at = blocked
             for run_id in admitted:
-                self.notifier.run_changed(run_id)
+                self.notifier.run_changed(run_id, settled=False)
                 self.drive(run_id, claimed=True)
             if admitted and len(admitted) == free:
                 await asyncio.sleep(0)
@@ -556,7 +557,7 @@ class Worker:
         for run_id in started or ():
             if log_starts:
                 log.info("schedule %s started run %s", row.name, run_id)
-            self.notifier.run_changed(run_id)
+            self.notifier.run_changed(run_id, settled=False)
         if started:
             self.kick()
         return 1

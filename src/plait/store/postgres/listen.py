@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import uuid
 from typing import Any
 
 import asyncpg
@@ -49,6 +50,9 @@ class Listener:
         self._listening = asyncio.Event()
         self._listen_conn: asyncpg.Connection | None = None
         self._outbox: dict[str, None] = {}
+        #: signs this process's notifications: the server sends them back to their
+        #: sender too, which has told its own watchers already
+        self._me = uuid.uuid4().hex[:12]
         self._flusher: asyncio.Task[None] | None = None
         self._closing = False
 
@@ -138,15 +142,22 @@ class Listener:
         notifier = self._notifier
         if notifier is None or not isinstance(payload, str):
             return
+        sender, signed, rest = payload.partition("|")
+        if signed:
+            if sender == self._me:
+                return
+            payload = rest
         if payload == "work":
             notifier.local_work()
         elif payload.startswith("run:"):
             notifier.local_run_changed(payload[4:])
+        elif payload.startswith("busy:"):
+            notifier.local_run_changed(payload[5:], settled=False)
 
     def publish(self, kind: str, value: str) -> None:
         """Notifier.remote: NOTIFY what this process published. Calls are gathered and
         sent as one statement by a background task; a lost one is covered by polling."""
-        self._outbox["work" if kind == "work" else f"run:{value}"] = None
+        self._outbox[f"{self._me}|work" if kind == "work" else f"{self._me}|{kind}:{value}"] = None
         if self.pool.is_open and (self._flusher is None or self._flusher.done()):
             self._flusher = asyncio.get_running_loop().create_task(self._flush_outbox())
 

@@ -474,6 +474,10 @@ class PostgresStore:
         rec = await self._call("fetchval", self._q["select_run"], run_id, read=True)
         return _run(rec) if rec is not None else None
 
+    async def run_statuses(self, run_ids: Sequence[str]) -> dict[str, str]:
+        rows = await self._call("fetch", self._q["run_statuses"], list(run_ids), read=True)
+        return {row[0]: row[1] for row in rows}
+
     async def list_runs(self, where: RunFilter) -> tuple[list[Run], int]:
         row = await self._call(
             "fetchrow",

@@ -224,6 +224,14 @@ class SQLiteStore:
 
         return await self._read_here(go)
 
+    async def run_statuses(self, run_ids: Sequence[str]) -> dict[str, str]:
+        ids = json.dumps(list(run_ids))
+
+        def go(conn: sqlite3.Connection) -> dict[str, str]:
+            return dict(conn.execute(SQL["run_statuses"], (ids,)).fetchall())
+
+        return await self._read_here(go)
+
     async def list_runs(self, where: RunFilter) -> tuple[list[Run], int]:
         def go(conn: sqlite3.Connection) -> tuple[list[Run], int]:
             total = conn.execute(*listing("count_runs", where)).fetchone()[0]

@@ -37,6 +37,10 @@ INSERT INTO @schema@.schema_version (version, description) VALUES ($1, $2)
 -- name: select_run
 SELECT r FROM @schema@.runs r WHERE r.id = $1
 
+-- name: run_statuses
+-- The runs that exist among many, with their status (for the end-watch poll).
+SELECT id, status FROM @schema@.runs WHERE id = ANY($1::text[])
+
 -- name: create_run
 SELECT created, run FROM @schema@.create_run($1::@schema@.new_run, $2)
 

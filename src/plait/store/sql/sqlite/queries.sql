@@ -81,6 +81,10 @@ SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     forked_from, trace
 FROM plait_runs WHERE id = ?
 
+-- name: run_statuses
+-- The runs that exist among many, with their status (for the end-watch poll).
+SELECT id, status FROM plait_runs WHERE id IN (SELECT value FROM json_each(?))
+
 -- name: run_status
 SELECT status FROM plait_runs WHERE id = ?
 
