@@ -8,10 +8,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import plait
+from conftest import eventually
 from plait.notify import Notifier
 from plait.records import Run
-
-from conftest import eventually
 
 app = plait.App("waiting")
 
