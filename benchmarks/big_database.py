@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sqlite3
 import statistics
 import tempfile
@@ -94,33 +95,43 @@ async def fill_postgres(url: str, runs: int) -> None:
         await conn.close()
 
 
-async def _median_ms(samples: int, call: Callable[[int], Awaitable[Any]]) -> float:
-    took = []
-    for n in range(samples):
-        t0 = time.perf_counter()
-        await call(n)
-        took.append(time.perf_counter() - t0)
-    return statistics.median(took) * 1000
+async def _timed(call: Awaitable[Any]) -> float:
+    t0 = time.perf_counter()
+    await call
+    return time.perf_counter() - t0
 
 
-async def latencies(url: str, samples: int) -> dict[str, float]:
-    async with plait.Engine(app, url, workers=False) as engine:
-        for n in range(20):  # warm the statements and the caches
-            await engine.start("tiny", n)
-        start = await _median_ms(samples, lambda n: engine.start("tiny", n))
-        claim = await _median_ms(
-            samples, lambda n: engine.store.claim_due_runs(f"bench-{n}", 60.0, 1)
-        )
-        listing = await _median_ms(
-            samples, lambda n: engine.list_runs(workflow="tiny", status="running")
-        )
-    return {"start": start, "claim": claim, "list": listing}
+async def latencies(urls: dict[str, str], samples: int) -> dict[str, dict[str, float]]:
+    """Median milliseconds of each latency on each database. The databases take turns
+    call by call, so a noisy moment of the machine lands on both alike."""
+    async with contextlib.AsyncExitStack() as stack:
+        engines = {
+            label: await stack.enter_async_context(plait.Engine(app, url, workers=False))
+            for label, url in urls.items()
+        }
+        for engine in engines.values():
+            for n in range(20):  # warm the statements and the caches
+                await engine.start("tiny", n)
+        calls: dict[str, Callable[[plait.Engine, int], Awaitable[Any]]] = {
+            "start": lambda e, n: e.start("tiny", n),
+            "claim": lambda e, n: e.store.claim_due_runs(f"bench-{n}", 60.0, 1),
+            "list": lambda e, n: e.list_runs(workflow="tiny", status="running"),
+        }
+        took: dict[str, dict[str, list[float]]] = {label: {} for label in engines}
+        for what, call in calls.items():
+            for n in range(samples):
+                for label, engine in engines.items():
+                    took[label].setdefault(what, []).append(await _timed(call(engine, n)))
+    return {
+        label: {what: statistics.median(t) * 1000 for what, t in got.items()}
+        for label, got in took.items()
+    }
 
 
 async def measure(
     store: str, runs: int, samples: int, where: Path, pg: TemporaryCluster | None
 ) -> dict[str, dict[str, float]]:
-    out = {}
+    urls = {}
     for label, count in (("empty", 0), ("full", runs)):
         if store == "sqlite":
             path = where / f"{label}.db"
@@ -136,8 +147,8 @@ async def measure(
                 pass
             if count:
                 await fill_postgres(url, count)
-        out[label] = await latencies(url, samples)
-    return out
+        urls[label] = url
+    return await latencies(urls, samples)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -186,19 +186,20 @@ async def test_notify_wakes_a_waiter_in_another_engine(pg_url: str) -> None:
     ):
         assert waiter.store.listening
         run_id = await worker.start("gated")
-        reads = 0
-        get_run = waiter.store.get_run
+        looks = 0
+        statuses = waiter.store.run_statuses
 
-        async def counted(rid: str) -> Any:
-            nonlocal reads
-            reads += 1
-            return await get_run(rid)
+        async def counted(rids: Any) -> Any:
+            nonlocal looks
+            looks += 1
+            return await statuses(rids)
 
-        waiter.store.get_run = counted  # type: ignore[method-assign]
+        waiter.store.run_statuses = counted  # type: ignore[method-assign]
         waiting = asyncio.create_task(waiter.wait(run_id, timeout=30))
-        # Engine.wait's safety poll backs off 0.05, 0.1, ... 0.8, then 1 s. Once it has read
-        # six times the next poll is about a second away, so a quick return is the NOTIFY.
-        await eventually(_at_least(lambda: reads, 6), what="the waiter's poll to back off")
+        # The end look under Engine.wait backs off 0.05, 0.1, ... 0.8, then 1 s. Once it
+        # has looked six times the next look is about a second away, so a quick return
+        # is the NOTIFY.
+        await eventually(_at_least(lambda: looks, 6), what="the waiter's look to back off")
         gate.set()
         opened = time.monotonic()
         run = await waiting

@@ -31,7 +31,7 @@ from plait.app import App
 from plait.clock import VirtualClock, micros
 from plait.durations import format_duration, parse_duration
 from plait.engine import Engine
-from plait.records import Run
+from plait.records import SETTLED, Run
 from plait.store.base import Pending
 
 log = logging.getLogger("plait.testing")
@@ -120,7 +120,7 @@ class TestEngine(Engine):
         clock jumps to the next timer whenever every live run waits only on timers."""
         if not self.time_skipping:
             return await super()._wait(run_id, seconds, workflow)
-        skipper = asyncio.create_task(self._skip(), name="plait-time-skipping")
+        skipper = asyncio.create_task(self._skip(run_id), name="plait-time-skipping")
         try:
             return await super()._wait(run_id, seconds, workflow)
         finally:
@@ -128,10 +128,15 @@ class TestEngine(Engine):
             with contextlib.suppress(asyncio.CancelledError):
                 await skipper
 
-    async def _skip(self) -> None:
-        """Jump to the next timer each time the engine is quiet, until cancelled."""
+    async def _skip(self, run_id: str) -> None:
+        """Jump to the next timer each time the engine is quiet, until ``run_id`` has
+        settled (a jump after it ended would run what its waiter never asked for: the
+        next tick of a schedule, say) or this is cancelled."""
         while True:
             pending = await self._settle(None)
+            run = await self.store.get_run(run_id)
+            if run is None or run.status in SETTLED:
+                return
             due = self._next_time(pending)
             if due is not None:
                 self._jump(due)
