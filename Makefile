@@ -22,8 +22,11 @@ test: $(STAMP)
 	$(BIN)/pyright --pythonpath $(BIN)/python -p pyproject.toml
 	$(BIN)/python -m pytest -q -rs
 
+# BENCH_ARGS go after --plot, so a --plot in them wins; BENCH_PLOT= draws no plot.
+BENCH_PLOT ?= docs/benchmarks.png
+
 bench: $(STAMP)
-	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/run.py $(if $(BENCH_PLOT),--plot $(BENCH_PLOT)) $(BENCH_ARGS)
 	$(BIN)/python benchmarks/telemetry.py
 
 lint: $(STAMP)

