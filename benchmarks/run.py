@@ -81,6 +81,8 @@ class Config:
     concurrency_sizes: tuple[int, ...]
     floor_seconds: float
     idle_runs: int
+    #: plait alone holding this many sleeping runs (0: not measured)
+    idle_large: int
     idle_window: float
     idle_sleep: float
     workloads: tuple[str, ...]
@@ -112,6 +114,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Confi
     )
     ap.add_argument("--throughput-seconds", type=float, help="window of the throughput workload")
     ap.add_argument("--idle-runs", type=int, help="sleeping runs held by the idle worker")
+    ap.add_argument(
+        "--idle-large",
+        type=int,
+        help="sleeping runs held by a plait worker alone (default 100,000; 0: skip)",
+    )
     ap.add_argument("--idle-window", type=float, help="seconds the idle cost is measured over")
     ap.add_argument(
         "--dbos-journal",
@@ -156,6 +163,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Confi
         concurrency_sizes=(100,) if quick else (100, 1000),
         floor_seconds=1.0 if quick else 2.0,
         idle_runs=args.idle_runs or (1000 if quick else 10_000),
+        idle_large=(0 if quick else 100_000) if args.idle_large is None else args.idle_large,
         idle_window=args.idle_window or (3.0 if quick else 10.0),
         idle_sleep=3600.0,
         workloads=chosen,
@@ -557,14 +565,14 @@ def measure_recovery(env: Env, cfg: Config, contender: str, variant: str) -> dic
             _kill(proc)
 
 
-def measure_idle(env: Env, cfg: Config, contender: str) -> dict[str, Any]:
-    """Load a worker with sleeping runs, then read its CPU time and memory from /proc
-    over a fixed window; the window is the measurement itself, sampled every 0.5 s."""
+def measure_idle(env: Env, cfg: Config, contender: str, runs: int) -> dict[str, Any]:
+    """Load a worker with ``runs`` sleeping runs, then read its CPU time and memory from
+    /proc over a fixed window; the window is the measurement itself, sampled every 0.5 s."""
     where = env.fresh_dir(f"idle-{contender}")
     params: dict[str, Any] = {
         "workload": "idle",
         "db": env.database("sqlite", where),
-        "runs": cfg.idle_runs,
+        "runs": runs,
         "sleep_seconds": cfg.idle_sleep,
         "journal": cfg.dbos_journal,
     }
@@ -694,7 +702,21 @@ def plan(env: Env, cfg: Config) -> list[Job]:
             Job("sqlite/recovery-peer", ("plait",), lambda c: measure_recovery(env, cfg, c, "peer"))
         )
     if "idle" in cfg.workloads and cfg.sqlite:
-        jobs.append(Job("sqlite/idle", ("plait", "dbos"), lambda c: measure_idle(env, cfg, c)))
+        jobs.append(
+            Job(
+                "sqlite/idle", ("plait", "dbos"), lambda c: measure_idle(env, cfg, c, cfg.idle_runs)
+            )
+        )
+        if cfg.idle_large:
+            # DBOS holds each sleeping workflow as a task of its own: a hundred thousand
+            # of them is plait's figure alone
+            jobs.append(
+                Job(
+                    "sqlite/idle-large",
+                    ("plait",),
+                    lambda c: measure_idle(env, cfg, c, cfg.idle_large),
+                )
+            )
     return jobs
 
 
@@ -990,6 +1012,21 @@ def build_rows(samples: Samples, cfg: Config, skipped: dict[str, str]) -> list[R
                 st(k, "dbos", "setup_seconds"),
             )
         )
+    k = "sqlite/idle-large"
+    if k in samples:
+        sec = (
+            f"SQLite: plait worker alone holding {cfg.idle_large:,} sleeping runs,"
+            f" measured over {cfg.idle_window:g} s"
+        )
+        note = "DBOS not measured at this size: it holds each sleeping workflow as a task"
+        for metric, field, lower in (
+            ("resident memory, MiB (lower is better)", "rss_mib", True),
+            ("resident memory before loading, MiB", "base_rss_mib", None),
+            ("CPU, % of one core (lower is better)", "cpu_percent", True),
+            ("threads", "threads", None),
+            ("set-up: start all and settle, s", "setup_seconds", None),
+        ):
+            rows.append(Row(sec, metric, lower, st(k, "plait", field), note=note))
     for row in rows:
         for key, why in skipped.items():
             if key.startswith("postgres") and row.section.startswith("PostgreSQL"):
