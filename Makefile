@@ -25,6 +25,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 	$(BIN)/python benchmarks/telemetry.py
+	$(BIN)/python benchmarks/distance.py
 
 lint: $(STAMP)
 	$(BIN)/ruff format src tests examples benchmarks
