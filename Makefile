@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py $(if $(BENCH_PLOT),--plot $(BENCH_PLOT)) $(BENCH_ARGS)
 	$(BIN)/python benchmarks/telemetry.py
 	$(BIN)/python benchmarks/big_database.py
+	$(BIN)/python benchmarks/distance.py
 
 lint: $(STAMP)
 	$(BIN)/ruff format src tests examples benchmarks
