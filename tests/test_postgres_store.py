@@ -249,15 +249,16 @@ async def test_a_pass_that_lost_a_write_cannot_write_again(pg_url: str) -> None:
         await store.create_run(
             NewRun("r1", "wf", "workflow", None, "{}", lease_owner="w1", lease_seconds=60)
         )
-        real_call = store._call
+        pool = store._pool
 
         async def broken(*args: Any, **kw: Any) -> Any:
             raise DatabaseUnavailableError("connection lost in the middle of the commit")
 
-        store._call = broken  # type: ignore[method-assign]
+        # a pass's commits go on the group commit's own connection (call_held)
+        pool.call_held = broken  # type: ignore[method-assign]
         with pytest.raises(DatabaseUnavailableError):
             await store.commit(Batch("r1", [SetState("a", "1")], fence="w1"))
-        store._call = real_call  # type: ignore[method-assign]
+        del pool.call_held  # the class's again
         # the server is back, but this pass may not record anything (such as "failed")
         with pytest.raises(DatabaseUnavailableError, match="will be replayed"):
             await store.commit(Batch("r1", [SetState("a", "2")], fence="w1"))
@@ -266,6 +267,42 @@ async def test_a_pass_that_lost_a_write_cannot_write_again(pg_url: str) -> None:
         await store.commit(Batch("r1", [SetState("a", "3")], fence="w1"))
         snapshot = await store.load_pass("r1")
         assert snapshot is not None and snapshot.state == {"a": "3"}
+    finally:
+        await store.close()
+
+
+async def test_a_passs_commits_keep_one_connection_and_replace_a_lost_one(pg_url: str) -> None:
+    """The group commit sends one batch or group at a time, so its statements keep one
+    connection instead of taking one from the pool and giving it back each time; one the
+    server dropped is replaced, and no write is lost or doubled."""
+    store = PostgresStore(pg_url)
+    await store.open()
+    try:
+        await store.create_run(
+            NewRun("r1", "wf", "workflow", None, "{}", lease_owner="w1", lease_seconds=60)
+        )
+        await store.commit(Batch("r1", [SetState("a", "1")], fence="w1"))
+        held = store._pool._held
+        assert held is not None
+        await store.commit(Batch("r1", [SetState("b", "2")], fence="w1"))
+        assert store._pool._held is held
+        # the server ends that connection while it is idle
+        async with store._pool.acquire() as other:
+            pid = held.get_server_pid()
+            assert await other.fetchval("SELECT pg_terminate_backend($1)", pid)
+
+        async def gone() -> bool:
+            try:
+                return held.is_closed()
+            except asyncpg.InterfaceError:  # closed, and taken back by the pool
+                return True
+
+        await eventually(gone, what="the held connection to notice its end")
+        # a statement that never left is sent again on a fresh connection
+        await store.commit(Batch("r1", [SetState("c", "3")], fence="w1"))
+        assert store._pool._held is not None and store._pool._held is not held
+        snapshot = await store.load_pass("r1")
+        assert snapshot is not None and snapshot.state == {"a": "1", "b": "2", "c": "3"}
     finally:
         await store.close()
 

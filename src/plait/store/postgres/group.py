@@ -106,11 +106,21 @@ class _OneInFlight(Generic[W]):
 class GroupCommit(_OneInFlight[_Batch]):
     """Collects batches and commits them in groups, one group in flight at a time."""
 
-    def __init__(self, pool: Pool, query: str, commit_one: CommitOne, now: Callable[[], float]):
+    def __init__(
+        self,
+        pool: Pool,
+        query: str,
+        commit_one: CommitOne,
+        now: Callable[[], float],
+        commit_beside: CommitOne | None = None,
+    ):
         super().__init__()
         self._pool = pool
         self._query = query
+        #: commits a batch alone on the connection the groups use (one send in flight)
         self._commit_one = commit_one
+        #: commits a batch alone beside whatever is in flight (on another connection)
+        self._commit_beside = commit_beside or commit_one
         self._now = now
 
     async def commit(
@@ -121,7 +131,7 @@ class GroupCommit(_OneInFlight[_Batch]):
         if fence is None:
             # an action from outside a pass takes no lease and locks nothing first: it
             # goes alone, beside whatever is in flight
-            return await self._commit_one(run_id, fence, ops, release)
+            return await self._commit_beside(run_id, fence, ops, release)
         return await self._call(
             lambda: self._commit_one(run_id, fence, ops, release),
             lambda done: _Batch(run_id, fence, ops, release, done),
@@ -156,7 +166,7 @@ class GroupCommit(_OneInFlight[_Batch]):
             ends.append(len(ops))
             seen.append(batch.release)
         try:
-            outcome = await self._pool.call(
+            outcome = await self._pool.call_held(
                 "fetchval", self._query, runs, fences, ends, seen, ops, self._now()
             )
         except Exception as exc:

@@ -133,6 +133,15 @@ async def set_codecs(conn: asyncpg.Connection) -> None:
     )
 
 
+def _usable(conn: Any) -> bool:
+    """Whether a kept pool connection is still open and still lent to us: asyncpg takes
+    back a pooled connection that closed, and its proxy then refuses every call."""
+    try:
+        return not conn.is_closed()
+    except asyncpg.InterfaceError:
+        return False
+
+
 class Pool:
     """An asyncpg pool whose every statement is one implicit transaction, retried where
     that is safe and reported as DatabaseUnavailableError where the outcome is unknown."""
@@ -158,6 +167,9 @@ class Pool:
         self.statement_cache_size = statement_cache_size
         #: write statements committed (each is one transaction), for the benchmarks
         self.commits = 0
+        #: the connection ``call_held`` keeps between calls (a proxy of the pool's)
+        self._held: Any = None
+        self._dropping: asyncio.Future[Any] | None = None
         self._pool: asyncpg.Pool | None = None
         #: statements each new connection prepares, once the schema exists
         self._warm: tuple[str, ...] = ()
@@ -200,11 +212,16 @@ class Pool:
 
     def terminate(self) -> None:
         """Drop every connection at once (a failed open)."""
+        self._held = None
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.terminate()
 
     async def close(self) -> None:
+        held, self._held = self._held, None
+        if held is not None and self._pool is not None:
+            with contextlib.suppress(Exception):
+                await self._pool.release(held)
         pool, self._pool = self._pool, None
         if pool is not None:
             try:
@@ -248,19 +265,70 @@ class Pool:
                             with contextlib.suppress(Exception):
                                 conn.terminate()
                         raise
-            except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError):
-                if tries >= _DEADLOCK_RETRIES:
-                    raise
-                await asyncio.sleep(random.uniform(0.001, 0.01) * tries)
             except Exception as exc:
-                if not is_connection_error(exc):
+                await self._again_or_raise(exc, tries, read)
+
+    async def call_held(self, method: str, query: str, *args: Any) -> Any:
+        """As ``call`` for a write, on a connection kept from one call to the next.
+
+        For a caller that makes one call at a time (the group commit has one send in
+        flight): taking a connection from the pool and giving it back costs more Python
+        and more turns of the event loop than the statement's own work (asyncpg hands a
+        connection back through a task of its own), and a sequential workflow paid it on
+        every step. A connection whose state is unknown after a call (cut off, cancelled
+        mid-statement) is not kept; the next call takes a fresh one.
+        """
+        if self.max_size < 2:  # the pool's only connection stays the pool's
+            return await self.call(method, query, *args)
+        tries = 0
+        while True:
+            tries += 1
+            conn = self._held
+            if conn is not None and not _usable(conn):
+                # the server ended it while it sat here (the pool has taken it back)
+                with contextlib.suppress(Exception):
+                    conn.terminate()
+                conn = self._held = None
+            try:
+                if conn is None:
+                    conn = self._held = await self._require().acquire()
+                result = await getattr(conn, method)(query, *args)
+                self.commits += 1
+                return result
+            except BaseException as exc:
+                if conn is not None and not isinstance(exc, asyncpg.PostgresError):
+                    # the server did not answer this statement: the connection is not
+                    # known to be idle, so the pool gets it back (or its end)
+                    self._drop_held(conn, broken=is_connection_error(exc))
+                if not isinstance(exc, Exception):
                     raise
-                # A connection the server had just dropped fails before the statement is
-                # sent (asyncpg's protocol refuses to start it): safe to retry on another.
-                unsent = isinstance(exc, asyncpg.exceptions.InternalClientError)
-                if (read or unsent) and tries == 1:
-                    continue
-                raise self.unavailable(exc) from exc
+                await self._again_or_raise(exc, tries, read=False)
+
+    def _drop_held(self, conn: Any, *, broken: bool) -> None:
+        if self._held is conn:
+            self._held = None
+        if broken:
+            with contextlib.suppress(Exception):
+                conn.terminate()
+        elif self._pool is not None:
+            # the pool waits for a cancelled statement to end before it lends it again
+            self._dropping = asyncio.ensure_future(self._pool.release(conn))
+
+    async def _again_or_raise(self, exc: Exception, tries: int, read: bool) -> None:
+        """Return to run the statement again, or raise what the caller should see."""
+        if isinstance(exc, asyncpg.DeadlockDetectedError | asyncpg.SerializationError):
+            if tries >= _DEADLOCK_RETRIES:
+                raise exc
+            await asyncio.sleep(random.uniform(0.001, 0.01) * tries)
+            return
+        if not is_connection_error(exc):
+            raise exc
+        # A connection the server had just dropped fails before the statement is sent
+        # (asyncpg's protocol refuses to start it): safe to retry on another.
+        unsent = isinstance(exc, asyncpg.exceptions.InternalClientError)
+        if (read or unsent) and tries == 1:
+            return
+        raise self.unavailable(exc) from exc
 
 
 __all__ = [

@@ -27,7 +27,7 @@ import dataclasses
 import hashlib
 import logging
 import re
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any
 
 import asyncpg
@@ -365,7 +365,11 @@ class PostgresStore:
         self._run_locks: dict[str, _RunLock] = {}
         #: the batches of concurrent passes, committed together
         self._group = GroupCommit(
-            self._pool, self._q["commit_group"], self._commit_alone, self._read_clock
+            self._pool,
+            self._q["commit_group"],
+            self._commit_held,
+            self._read_clock,
+            commit_beside=self._commit_alone,
         )
         #: runs started at once, created together
         self._starts: Together[NewRun, tuple[Run, bool]] = Together(
@@ -603,17 +607,30 @@ class PostgresStore:
                 raise
 
     async def _commit_alone(
-        self, run_id: str, fence: str | None, ops: list[Any], release: int | None
+        self,
+        run_id: str,
+        fence: str | None,
+        ops: list[Any],
+        release: int | None,
+        call: Callable[..., Awaitable[Any]] | None = None,
     ) -> bool:
         """One batch in its own transaction (a group of one, or a group's fallback)."""
+        call = call or self._call
         if release is None:
-            await self._call("execute", self._q["commit_batch"], run_id, fence, ops, self._now())
+            await call("execute", self._q["commit_batch"], run_id, fence, ops, self._now())
             return False
         return bool(
-            await self._call(
+            await call(
                 "fetchval", self._q["commit_and_release"], run_id, fence, ops, self._now(), release
             )
         )
+
+    async def _commit_held(
+        self, run_id: str, fence: str | None, ops: list[Any], release: int | None
+    ) -> bool:
+        """``_commit_alone`` on the group commit's own connection (it has one send in
+        flight at a time)."""
+        return await self._commit_alone(run_id, fence, ops, release, self._pool.call_held)
 
     async def release_run(self, run_id: str, owner: str, wakeups_seen: int) -> bool:
         async with self._in_order(run_id):
