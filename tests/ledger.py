@@ -54,7 +54,13 @@ class WorkerProcess:
         self.killed_at: float | None = None
         self.signalled_at: float | None = None
         self.exited_at: float | None = None
-        env = {**os.environ, "CRASH_LEDGER": str(ledger), "PYTHONUNBUFFERED": "1"}
+        # PLAIT_DEBUG: a worker that dies leaves its traceback in its log
+        env = {
+            **os.environ,
+            "CRASH_LEDGER": str(ledger),
+            "PYTHONUNBUFFERED": "1",
+            "PLAIT_DEBUG": "1",
+        }
         cmd = [
             sys.executable,
             "-m",

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sqlite3
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,6 +46,8 @@ from plait.store.base import (
 from plait.store.migrations import migrations
 from plait.store.sqlite import apply
 from plait.store.sqlite.writer import SQL, Connections
+
+log = logging.getLogger("plait.store.sqlite")
 
 #: the most children get_children returns (the newest ones)
 MAX_CHILDREN = 10_000
@@ -165,7 +169,26 @@ class SQLiteStore:
 
     def _prepare(self, conn: sqlite3.Connection) -> None:
         """The first thing the write connection does: WAL, so readers never wait for the
-        writer, and the schema brought up to date."""
+        writer, and the schema brought up to date.
+
+        Processes that open a new file together race for it: one of them may be told the
+        file is locked at once, without SQLite's busy handler (a switch of journal mode
+        needs the file to itself). Both steps are safe to repeat, so the open tries again
+        until the busy timeout rather than failing a worker that started beside another.
+        """
+        delay, deadline = 0.005, time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                self._prepare_once(conn)
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                log.info("%s is locked by another process opening it; trying again", self.path)
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
+
+    def _prepare_once(self, conn: sqlite3.Connection) -> None:
         if not self.memory:
             mode = conn.execute(SQL["journal_mode_wal"]).fetchone()[0]
             if str(mode).lower() != "wal":
