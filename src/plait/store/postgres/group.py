@@ -112,7 +112,7 @@ class GroupCommit(_OneInFlight[_Batch]):
         query: str,
         commit_one: CommitOne,
         now: Callable[[], float],
-        commit_beside: CommitOne | None = None,
+        commit_beside: CommitOne,
     ):
         super().__init__()
         self._pool = pool
@@ -120,7 +120,7 @@ class GroupCommit(_OneInFlight[_Batch]):
         #: commits a batch alone on the connection the groups use (one send in flight)
         self._commit_one = commit_one
         #: commits a batch alone beside whatever is in flight (on another connection)
-        self._commit_beside = commit_beside or commit_one
+        self._commit_beside = commit_beside
         self._now = now
 
     async def commit(
