@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import sqlite3
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,7 +44,7 @@ from plait.store.base import (
 )
 from plait.store.migrations import migrations
 from plait.store.sqlite import apply
-from plait.store.sqlite.writer import SQL, Connections
+from plait.store.sqlite.writer import SQL, Connections, while_locked
 
 log = logging.getLogger("plait.store.sqlite")
 
@@ -176,17 +175,15 @@ class SQLiteStore:
         needs the file to itself). Both steps are safe to repeat, so the open tries again
         until the busy timeout rather than failing a worker that started beside another.
         """
-        delay, deadline = 0.005, time.monotonic() + self.busy_timeout
-        while True:
-            try:
-                self._prepare_once(conn)
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() >= deadline:
-                    raise
-                log.info("%s is locked by another process opening it; trying again", self.path)
-                time.sleep(delay)
-                delay = min(delay * 2, 0.2)
+        while_locked(
+            lambda: self._prepare_once(conn),
+            self.busy_timeout,
+            first=0.005,
+            most=0.2,
+            retrying=lambda: log.info(
+                "%s is locked by another process opening it; trying again", self.path
+            ),
+        )
 
     def _prepare_once(self, conn: sqlite3.Connection) -> None:
         if not self.memory:

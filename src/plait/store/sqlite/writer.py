@@ -238,20 +238,16 @@ class Connections:
         """Take the file's write lock. Without ``wait`` give up at once when another
         process holds it (the caller is the event loop); with it, retry with growing
         pauses until ``busy_timeout``."""
-        delay, deadline = 0.0005, time.monotonic() + self.busy_timeout
-        while True:
-            try:
-                conn.execute(_BEGIN_IMMEDIATE)
-                return True
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
-                    raise
-                if not wait:
-                    return False
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 0.02)
+        if wait:
+            while_locked(lambda: conn.execute(_BEGIN_IMMEDIATE), self.busy_timeout)
+            return True
+        try:
+            conn.execute(_BEGIN_IMMEDIATE)
+        except sqlite3.OperationalError as exc:
+            if is_locked(exc):
+                return False
+            raise
+        return True
 
     def _run_batch(
         self, conn: sqlite3.Connection, batch: list[Any], wait: bool
@@ -419,6 +415,35 @@ class Connections:
             return fn(conn)
         finally:
             conn.execute(_COMMIT)
+
+
+def is_locked(exc: sqlite3.OperationalError) -> bool:
+    """Whether SQLite refused because another connection holds a lock it needs."""
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
+def while_locked(
+    attempt: Callable[[], T],
+    timeout: float,
+    *,
+    first: float = 0.0005,
+    most: float = 0.02,
+    retrying: Callable[[], None] | None = None,
+) -> T:
+    """``attempt()``, tried again with growing pauses (``first`` doubling up to ``most``)
+    while another connection holds a lock it needs, for up to ``timeout`` seconds; then
+    the lock's error. For what SQLite's own busy handler does not wait on."""
+    delay, deadline = first, time.monotonic() + timeout
+    while True:
+        try:
+            return attempt()
+        except sqlite3.OperationalError as exc:
+            if not is_locked(exc) or time.monotonic() >= deadline:
+                raise
+        if retrying is not None:
+            retrying()
+        time.sleep(delay)
+        delay = min(delay * 2, most)
 
 
 def _settle_all(settled: list[_Settled]) -> None:
