@@ -894,7 +894,7 @@ def build_rows(samples: Samples, cfg: Config, skipped: dict[str, str]) -> list[R
             k = f"{backend}/concurrency-{n}"
             if k not in samples:
                 continue
-            sec = f"{label}: {n:,} runs of {steps} steps started at once"
+            sec = f"{label}: {n:,} runs of {steps} steps started at once (after a round as large)"
             peer, which = dbos(k, "seconds", True)
             rows.append(
                 Row(

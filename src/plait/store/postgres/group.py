@@ -8,7 +8,15 @@ end with the next), and each commit on PostgreSQL is a round trip and a WAL flus
 hundred runs in flight would pay a hundred of each. Instead, batches handed in while a
 group is on its way to the server wait and go together in the next one: one statement
 (``commit_group``), one transaction, one flush. A batch handed in while nothing is on its
-way goes at once, alone, so a process with one run in flight waits for nobody.
+way leaves at the next turn of the event loop, so a process with one run in flight waits
+for nobody.
+
+Most batches hold only step writes (one attempt's end, the next one's start). The group
+fences all such batches with one statement that locks their runs, and writes their steps
+and attempts as sets, three statements however many batches. Its outcomes are handed out
+in two halves: the first half's callers make their next writes while the second half's
+go on, and those writes leave as the next group at once, so the server commits one group
+while this process works on the next.
 
 Each caller hears its own outcome only once the transaction that holds its batch has
 committed. A group never waits on a lock: a batch whose run row another transaction
@@ -36,6 +44,10 @@ from plait.store.postgres.pool import Pool, is_connection_error
 #: the most batches in one group (a bound on one transaction's size and lock count)
 GROUP_LIMIT = 200
 
+#: the ops a group writes as sets (``apply_step_ops``): a batch of these only is fenced
+#: and written together with the group's other such batches
+STEP_WRITES = frozenset({"put_step", "start_attempt", "finish_attempt"})
+
 #: commit one batch on its own: (run_id, fence, ops, release) -> due again at once
 CommitOne = Callable[[str, "str | None", list[Any], "int | None"], Awaitable[bool]]
 
@@ -43,7 +55,7 @@ CommitOne = Callable[[str, "str | None", list[Any], "int | None"], Awaitable[boo
 @dataclasses.dataclass(slots=True)
 class _Batch:
     run_id: str
-    fence: str | None
+    fence: str
     ops: list[Any]
     release: int | None
     done: asyncio.Future[bool]
@@ -51,6 +63,24 @@ class _Batch:
 
 W = TypeVar("W")
 R = TypeVar("R")
+
+
+class Outcome(asyncio.Future[R]):
+    """The outcome of a write handed to a group, which its waiter cannot cancel.
+
+    A caller cancelled while its write is on the way must not return before the write has
+    ended: what already happened (a step body that finished) would be lost, and its next
+    write could overtake this one. Cancelling the task that awaits an ``Outcome`` only
+    marks it: the cancel is raised in it once the outcome is in (the write then ended
+    either way, and ``result()`` says how). This costs nothing per write, where a shield
+    costs a task of its own and two more turns of the event loop."""
+
+    def cancel(self, msg: Any = None) -> bool:
+        return False
+
+    def abandon(self) -> None:
+        """Cancel for real: the process is stopping and the outcome will never be known."""
+        super().cancel()
 
 
 class _OneInFlight(Generic[W]):
@@ -104,38 +134,43 @@ class _OneInFlight(Generic[W]):
 
 
 class GroupCommit(_OneInFlight[_Batch]):
-    """Collects batches and commits them in groups, one group in flight at a time."""
+    """Collects fenced batches and commits them in groups, one group in flight at a time,
+    on a connection of its own."""
 
     def __init__(
-        self,
-        pool: Pool,
-        query: str,
-        commit_one: CommitOne,
-        now: Callable[[], float],
-        commit_beside: CommitOne,
-    ):
+        self, pool: Pool, query: str, commit_one: CommitOne, now: Callable[[], float]
+    ) -> None:
         super().__init__()
         self._pool = pool
         self._query = query
         #: commits a batch alone on the connection the groups use (one send in flight)
         self._commit_one = commit_one
-        #: commits a batch alone beside whatever is in flight (on another connection)
-        self._commit_beside = commit_beside
         self._now = now
 
-    async def commit(
-        self, run_id: str, fence: str | None, ops: list[Any], release: int | None
-    ) -> bool:
-        """Commit one batch with whatever else is waiting; True if the released run is due
-        again at once. Raises what committing it alone would raise."""
-        if fence is None:
-            # an action from outside a pass takes no lease and locks nothing first: it
-            # goes alone, beside whatever is in flight
-            return await self._commit_beside(run_id, fence, ops, release)
-        return await self._call(
-            lambda: self._commit_one(run_id, fence, ops, release),
-            lambda done: _Batch(run_id, fence, ops, release, done),
-        )
+    def submit(self, run_id: str, fence: str, ops: list[Any], release: int | None) -> Outcome[bool]:
+        """Hand in one batch to commit with whatever else is waiting. Its outcome is True
+        if the released run is due again at once, or what committing it alone would
+        raise."""
+        loop = asyncio.get_running_loop()
+        done: Outcome[bool] = Outcome(loop=loop)
+        self._waiting.append(_Batch(run_id, fence, ops, release, done))
+        if not self._busy:
+            # nothing on its way: a group leaves at the next turn of the event loop, with
+            # whatever else was handed in by then
+            self._busy = True
+            self._sender = loop.create_task(self._send())
+        return done
+
+    async def _send(self) -> None:
+        """Groups one after the other while batches wait. The next group leaves as soon as
+        the last one is answered, with the writes its first callers made meanwhile."""
+        try:
+            while self._waiting:
+                group = self._waiting[:GROUP_LIMIT]
+                del self._waiting[:GROUP_LIMIT]
+                await self._send_group(group)
+        finally:
+            self._next()
 
     async def _send_group(self, group: list[_Batch]) -> None:
         if len(group) == 1:
@@ -158,6 +193,7 @@ class GroupCommit(_OneInFlight[_Batch]):
         fences: list[str | None] = []
         ends: list[int] = []
         seen: list[int | None] = []
+        steps_only: list[bool] = []
         ops: list[Any] = []
         for batch in group:
             runs.append(batch.run_id)
@@ -165,9 +201,13 @@ class GroupCommit(_OneInFlight[_Batch]):
             ops.extend(batch.ops)
             ends.append(len(ops))
             seen.append(batch.release)
+            steps_only.append(all(op[0] in STEP_WRITES for op in batch.ops))
+        if len(set(runs)) < len(runs):
+            # the set-based writes take each run once: a run twice goes op by op
+            steps_only = [False] * len(runs)
         try:
             outcome = await self._pool.call_held(
-                "fetchval", self._query, runs, fences, ends, seen, ops, self._now()
+                "fetchval", self._query, runs, fences, ends, seen, steps_only, ops, self._now()
             )
         except Exception as exc:
             if _refused(exc):
@@ -183,14 +223,22 @@ class GroupCommit(_OneInFlight[_Batch]):
             for batch in group:
                 _settle(batch.done, exc=exc)
             raise
-        busy: list[_Batch] = []
-        for batch, result in zip(group, outcome, strict=True):
-            if result == "lost":
-                _settle(batch.done, exc=LeaseLostError(f"lost the lease on run {batch.run_id}"))
-            elif result == "busy":
-                busy.append(batch)
-            else:
-                _settle(batch.done, result == "due")
+        busy = [batch for batch, result in zip(group, outcome, strict=True) if result == "busy"]
+        answered = [
+            (batch, result)
+            for batch, result in zip(group, outcome, strict=True)
+            if result != "busy"
+        ]
+        # Half the callers hear first and go on to their next writes, which leave as the
+        # next group (see _send) while the other half's go on: the server commits one
+        # group while this process works on the next, where handing out every outcome at
+        # once would leave each side idle while the other works.
+        half = (len(answered) + 1) // 2
+        _answer(answered[:half])
+        try:
+            await asyncio.sleep(0)
+        finally:
+            _answer(answered[half:])
         for batch in busy:  # a row it needs is held elsewhere: it waits for it alone
             await self._alone(batch)
 
@@ -249,6 +297,14 @@ class Together(_OneInFlight[tuple[T, "asyncio.Future[R]"]], Generic[T, R]):
             _settle(done, answer)
 
 
+def _answer(answered: list[tuple[_Batch, str]]) -> None:
+    for batch, result in answered:
+        if result == "lost":
+            _settle(batch.done, exc=LeaseLostError(f"lost the lease on run {batch.run_id}"))
+        else:
+            _settle(batch.done, result == "due")
+
+
 def _refused(exc: Exception) -> bool:
     """The server (or the driver, before sending) refused the statement: nothing of it
     was written."""
@@ -263,7 +319,10 @@ def _settle(
     if done.done():
         return
     if isinstance(exc, asyncio.CancelledError):
-        done.cancel()
+        if isinstance(done, Outcome):
+            done.abandon()
+        else:
+            done.cancel()
     elif exc is not None:
         done.set_exception(exc)
     else:

@@ -27,7 +27,7 @@ import dataclasses
 import hashlib
 import logging
 import re
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import asyncpg
@@ -244,6 +244,16 @@ def _op_value(op: Op) -> tuple[Any, ...]:
     raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
 
 
+def _answered(exc: asyncpg.PostgresError) -> Exception:
+    """What a refused commit means to its caller: the schema's own SQLSTATEs as plait's
+    errors, anything else as it came."""
+    if exc.sqlstate == _LEASE_LOST:
+        return LeaseLostError(exc.args[0] if exc.args else str(exc))
+    if exc.sqlstate == _GATE_CLOSED:
+        return GateClosedError(exc.args[0] if exc.args else str(exc))
+    return exc
+
+
 def _run_row(rec: Any) -> RunRow:
     """A runs row (a composite record) as a RunRow: the columns every version had by
     position, the ones added later by name (migrations append columns in their order)."""
@@ -287,11 +297,33 @@ def _run(rec: Any) -> Run:
 
 
 class _RunLock:
-    __slots__ = ("lock", "users")
+    """The writes of one run in this process, one at a time (see ``_in_order``). A plain
+    class rather than a generator-based context manager: every commit passes through it."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_locks", "_run_id", "lock", "users")
+
+    def __init__(self, locks: dict[str, _RunLock], run_id: str) -> None:
         self.lock = asyncio.Lock()
         self.users = 0
+        self._locks = locks
+        self._run_id = run_id
+
+    async def __aenter__(self) -> None:
+        self.users += 1
+        try:
+            await self.lock.acquire()
+        except BaseException:
+            self._leave()
+            raise
+
+    async def __aexit__(self, *_exc: object) -> None:
+        self.lock.release()
+        self._leave()
+
+    def _leave(self) -> None:
+        self.users -= 1
+        if not self.users:
+            del self._locks[self._run_id]
 
 
 class PostgresStore:
@@ -365,11 +397,7 @@ class PostgresStore:
         self._run_locks: dict[str, _RunLock] = {}
         #: the batches of concurrent passes, committed together
         self._group = GroupCommit(
-            self._pool,
-            self._q["commit_group"],
-            self._commit_held,
-            self._read_clock,
-            commit_beside=self._commit_alone,
+            self._pool, self._q["commit_group"], self._commit_held, self._read_clock
         )
         #: runs started at once, created together
         self._starts: Together[NewRun, tuple[Run, bool]] = Together(
@@ -569,10 +597,9 @@ class PostgresStore:
         return [r["id"] for r in rows]
 
     async def commit(self, batch: Batch) -> bool:
-        return await uncancelled(self._commit(batch))
-
-    async def _commit(self, batch: Batch) -> bool:
-        """All ops of the batch in one transaction, fenced by the run lease.
+        """All ops of the batch in one transaction, fenced by the run lease (if it has a
+        fence). A caller cancelled while its write is on the way waits for the write's
+        end, then the cancel goes on (see ``Outcome``).
 
         If a fenced write fails with an unknown outcome (the connection broke), the pass
         that sent it cannot know what the database holds, and a later write of the same
@@ -583,28 +610,64 @@ class PostgresStore:
         if not batch.ops and batch.release is None:
             return False
         ops = [_op_value(op) for op in batch.ops]
+        if batch.fence is None:
+            # an action from outside a pass takes no lease and locks nothing first: it
+            # goes alone, beside whatever group is in flight
+            return await uncancelled(self._commit_unfenced(batch.run_id, ops))
+        if self._in_order(batch.run_id).lock.locked():
+            # another write of this run goes first: this one must not be lost to a cancel
+            # while it waits its turn, before it is handed in
+            return await uncancelled(self._commit_fenced(batch, batch.fence, ops))
+        # the run's turn is free, so taking it does not wait: from here the only wait is
+        # the write's outcome, which a cancel cannot cut short
+        return await self._commit_fenced(batch, batch.fence, ops)
+
+    async def _commit_fenced(self, batch: Batch, fence: str, ops: list[Any]) -> bool:
         async with self._in_order(batch.run_id):
-            if batch.fence is not None and (batch.run_id, batch.fence) in self._tainted:
+            if (batch.run_id, fence) in self._tainted:
                 raise DatabaseUnavailableError(
                     f"an earlier write of this pass of run {batch.run_id} failed; "
                     "the run will be replayed"
                 )
+            done = self._group.submit(batch.run_id, fence, ops, batch.release)
+            cancelled = False
             try:
-                return await self._group.commit(batch.run_id, batch.fence, ops, batch.release)
-            except asyncpg.PostgresError as exc:
-                # the server answered: the transaction was rolled back, nothing is unknown
-                if exc.sqlstate == _LEASE_LOST:
-                    raise LeaseLostError(exc.args[0] if exc.args else str(exc)) from None
-                if exc.sqlstate == _GATE_CLOSED:
-                    raise GateClosedError(exc.args[0] if exc.args else str(exc)) from None
-                raise
-            except LeaseLostError:
-                raise
+                await done
+            except asyncio.CancelledError:
+                # raised once the write ended: this caller was cancelled meanwhile,
+                # unless the write itself was abandoned (the process is stopping)
+                cancelled = not done.cancelled()
             except BaseException:
-                # no answer (connection lost, timeout, cancelled in flight): unknown outcome
-                if batch.fence is not None:
-                    self._tainted.add((batch.run_id, batch.fence))
+                pass  # the write's own failure, read from its outcome below
+            try:
+                due = self._fenced_outcome(batch.run_id, fence, done)
+            except BaseException:
+                if cancelled:
+                    raise asyncio.CancelledError() from None
                 raise
+            if cancelled:
+                raise asyncio.CancelledError()
+            return due
+
+    def _fenced_outcome(self, run_id: str, fence: str, done: asyncio.Future[bool]) -> bool:
+        try:
+            return done.result()
+        except asyncpg.PostgresError as exc:
+            # the server answered: the transaction was rolled back, nothing is unknown
+            raise _answered(exc) from None
+        except LeaseLostError:
+            raise
+        except BaseException:
+            # no answer (connection lost, timeout, abandoned in flight): unknown outcome
+            self._tainted.add((run_id, fence))
+            raise
+
+    async def _commit_unfenced(self, run_id: str, ops: list[Any]) -> bool:
+        async with self._in_order(run_id):
+            try:
+                return await self._commit_alone(run_id, None, ops, None)
+            except asyncpg.PostgresError as exc:
+                raise _answered(exc) from None
 
     async def _commit_alone(
         self,
@@ -639,8 +702,7 @@ class PostgresStore:
             )
         return bool(due)
 
-    @contextlib.asynccontextmanager
-    async def _in_order(self, run_id: str) -> AsyncGenerator[None, None]:
+    def _in_order(self, run_id: str) -> _RunLock:
         """Apply this process's writes to one run in the order they were issued, as the
         SQLite store's single writer does. Pool connections would otherwise let a later
         write overtake one still in flight: a pass cancelled twice releases its lease while
@@ -648,15 +710,8 @@ class PostgresStore:
         cancel returns before the cancelled step's record lands."""
         entry = self._run_locks.get(run_id)
         if entry is None:
-            entry = self._run_locks[run_id] = _RunLock()
-        entry.users += 1
-        try:
-            async with entry.lock:
-                yield
-        finally:
-            entry.users -= 1
-            if not entry.users:
-                del self._run_locks[run_id]
+            entry = self._run_locks[run_id] = _RunLock(self._run_locks, run_id)
+        return entry
 
     async def renew_leases(
         self, owner: str, lease_seconds: float, stepping: Sequence[str] = ()

@@ -148,7 +148,7 @@ SELECT @schema@.commit_batch($1, $2, $3::@schema@.op[], $4)
 SELECT @schema@.commit_and_release($1, $2, $3::@schema@.op[], $4, $5)
 
 -- name: commit_group
-SELECT @schema@.commit_group($1, $2, $3, $4, $5::@schema@.op[], $6)
+SELECT @schema@.commit_group($1, $2, $3, $4, $5, $6::@schema@.op[], $7)
 
 -- name: release_run
 -- Give the run back. It is due again at once if someone woke it during the pass
