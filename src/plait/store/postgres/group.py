@@ -44,8 +44,9 @@ from plait.store.postgres.pool import Pool, is_connection_error
 #: the most batches in one group (a bound on one transaction's size and lock count)
 GROUP_LIMIT = 200
 
-#: the ops a group writes as sets (``apply_step_ops``): a batch of these only is fenced
-#: and written together with the group's other such batches
+#: the ops a group writes as sets (``apply_step_ops``): a batch of these only, each of its
+#: own step of the batch's run, is fenced and written together with the group's other such
+#: batches
 STEP_WRITES = frozenset({"put_step", "start_attempt", "finish_attempt"})
 
 #: commit one batch on its own: (run_id, fence, ops, release) -> due again at once
@@ -201,7 +202,7 @@ class GroupCommit(_OneInFlight[_Batch]):
             ops.extend(batch.ops)
             ends.append(len(ops))
             seen.append(batch.release)
-            steps_only.append(all(op[0] in STEP_WRITES for op in batch.ops))
+            steps_only.append(_steps_only(batch))
         if len(set(runs)) < len(runs):
             # the set-based writes take each run once: a run twice goes op by op
             steps_only = [False] * len(runs)
@@ -295,6 +296,17 @@ class Together(_OneInFlight[tuple[T, "asyncio.Future[R]"]], Generic[T, R]):
                 raise
         else:
             _settle(done, answer)
+
+
+def _steps_only(batch: _Batch) -> bool:
+    """Whether the batch is step writes only, each of its own step of the batch's run (an
+    op is the schema's op type: its kind, then the step row, run id and key first)."""
+    keys: set[str] = set()
+    for op in batch.ops:
+        if op[0] not in STEP_WRITES or op[1][0] != batch.run_id or op[1][1] in keys:
+            return False
+        keys.add(op[1][1])
+    return True
 
 
 def _answer(answered: list[tuple[_Batch, str]]) -> None:

@@ -24,6 +24,9 @@ log = logging.getLogger("plait.store.postgres")
 
 _LISTEN_KEEPALIVE = 10.0
 _RECONNECT_MAX_DELAY = 5.0
+#: the least time between two sends of the outbox: under load the notifications of many
+#: passes share one statement (a send per pass would be a transaction per pass)
+NOTIFY_GAP = 0.01
 
 
 class Listener:
@@ -54,6 +57,8 @@ class Listener:
         #: sender too, which has told its own watchers already
         self._me = uuid.uuid4().hex[:12]
         self._flusher: asyncio.Task[None] | None = None
+        #: when the outbox was last sent (loop time)
+        self._last_flush = -NOTIFY_GAP
         self._closing = False
 
     @property
@@ -156,13 +161,20 @@ class Listener:
 
     def publish(self, kind: str, value: str) -> None:
         """Notifier.remote: NOTIFY what this process published. Calls are gathered and
-        sent as one statement by a background task; a lost one is covered by polling."""
+        sent as one statement by a background task, at most one send per ``NOTIFY_GAP``;
+        a lost one is covered by polling."""
         self._outbox[f"{self._me}|work" if kind == "work" else f"{self._me}|{kind}:{value}"] = None
         if self.pool.is_open and (self._flusher is None or self._flusher.done()):
             self._flusher = asyncio.get_running_loop().create_task(self._flush_outbox())
 
     async def _flush_outbox(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._outbox and not self._closing:
+            wait = self._last_flush + NOTIFY_GAP - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            self._last_flush = loop.time()
             payloads, self._outbox = list(self._outbox), {}
             try:
                 await self.pool.call("execute", self._notify_sql, self.channel, payloads)

@@ -134,9 +134,14 @@ _WARM_STATEMENTS = (
 )
 
 
+#: the steps row type's columns after StepRow's fields (the attempt on the row, schema
+#: version 13), which the store sends empty: the schema's functions write them
+_STEP_ATTEMPT_COLUMNS = (None,) * 5
+
+
 def _step_value(s: StepRow) -> tuple[Any, ...]:
     """A step as the steps table's row type (columns in StepRow's field order)."""
-    return convert.step_params(s, flag=bool)
+    return (*convert.step_params(s, flag=bool), *_STEP_ATTEMPT_COLUMNS)
 
 
 def _new_run_value(n: NewRun) -> tuple[Any, ...]:

@@ -111,11 +111,20 @@ ORDER BY r.created_at DESC, r.id DESC LIMIT $2
 SELECT s FROM @schema@.steps s WHERE s.run_id = $1 ORDER BY s.seq
 
 -- name: get_history
--- Oldest first; attempts that started at one instant (a clock that stands still) in step
--- order.
-SELECT a.run_id, a.key, a.attempt, a.status, a.output, a.error, a.started_at, a.finished_at
-FROM @schema@.attempts a JOIN @schema@.steps s ON s.run_id = a.run_id AND s.key = a.key
-WHERE a.run_id = $1 ORDER BY a.started_at, s.seq, a.attempt
+-- Earlier attempts from attempts, the latest of each step from its step row; oldest first,
+-- attempts that started at one instant (a clock that stands still) in step order.
+SELECT run_id, key, attempt, status, output, error, started_at, finished_at FROM (
+    SELECT a.run_id, a.key, a.attempt, a.status, a.output, a.error, a.started_at,
+        a.finished_at, s.seq
+    FROM @schema@.attempts a JOIN @schema@.steps s ON s.run_id = a.run_id AND s.key = a.key
+    WHERE a.run_id = $1
+    UNION ALL
+    SELECT run_id, key, attempts, attempt_status,
+        CASE WHEN attempt_status = 'succeeded' THEN output END, attempt_error,
+        attempt_started, attempt_finished, seq
+    FROM @schema@.steps WHERE run_id = $1 AND attempt_status IS NOT NULL
+) AS h
+ORDER BY started_at, seq, attempt
 
 -- name: load_pass
 -- Everything a pass reads, in one round trip and one snapshot.

@@ -1,28 +1,120 @@
--- plait schema for PostgreSQL, version 13: the step writes of a batch, or of a whole group,
--- as three statements.
--- description: step rows and attempt rows are written set-based, one statement each for a whole group
+-- plait schema for PostgreSQL, version 13: a step's latest attempt on its step row, and the
+-- step writes of a batch, or of a whole group, as one statement.
+-- description: a step's latest attempt on its step row; step writes set-based, one statement for a whole group
 --
 -- Most batches hold only step writes (the end of one attempt and the start of the next).
--- Written op by op, each costs a nested function call and a statement of its own, all on
--- the one backend that commits a process's groups. Written as sets, a group of a hundred
--- such batches costs one statement to lock and fence their runs, and three to write their
+-- Written op by op, each cost a nested function call and a statement of its own, and
+-- every attempt a row of its own in attempts (an insert at its start, an update at its
+-- end), all on the one backend that commits a process's groups. Now a step's latest
+-- attempt lives on its step row (as on SQLite since its version 2): attempts keeps the
+-- earlier ones, an attempt moving there when the next one starts. A group of a hundred
+-- such batches costs one statement to lock and fence their runs and one to write their
 -- steps and attempts. Batches with any other op are written op by op, as before.
 
+-- New columns go last: the steps row type is StepRow's fields, then these (the store
+-- sends them empty, and reads only StepRow's fields back).
+ALTER TABLE @schema@.steps ADD COLUMN worker text;
+ALTER TABLE @schema@.steps ADD COLUMN attempt_status text;     -- NULL: no attempt on the row
+ALTER TABLE @schema@.steps ADD COLUMN attempt_error jsonb;
+ALTER TABLE @schema@.steps ADD COLUMN attempt_started timestamptz;
+ALTER TABLE @schema@.steps ADD COLUMN attempt_finished timestamptz;
+
+-- the latest attempt of every step recorded so far moves onto its step row
+UPDATE @schema@.steps AS s SET worker = a.worker, attempt_status = a.status,
+    attempt_error = a.error, attempt_started = a.started_at, attempt_finished = a.finished_at
+FROM @schema@.attempts AS a
+WHERE a.run_id = s.run_id AND a.key = s.key AND a.attempt = s.attempts;
+
+DELETE FROM @schema@.attempts AS a USING @schema@.steps AS s
+WHERE s.run_id = a.run_id AND s.key = a.key AND s.attempts = a.attempt
+    AND s.attempt_status IS NOT NULL;
+
+-- An attempt starts on the step row (already written with the new attempt count); the
+-- attempt the row held until now, if any, moves to attempts.
+CREATE OR REPLACE FUNCTION @schema@.open_attempt(
+    p_run text, p_key text, p_attempt integer, p_worker text, p_now timestamptz
+) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_attempt > 1 THEN
+        INSERT INTO @schema@.attempts (run_id, key, attempt, status, output, error, worker,
+            started_at, finished_at)
+        SELECT run_id, key, p_attempt - 1, attempt_status,
+            CASE WHEN attempt_status = 'succeeded' THEN output END, attempt_error, worker,
+            attempt_started, attempt_finished
+        FROM @schema@.steps
+        WHERE run_id = p_run AND key = p_key AND attempt_status IS NOT NULL
+        ON CONFLICT (run_id, key, attempt) DO UPDATE SET status = excluded.status,
+            output = excluded.output, error = excluded.error, worker = excluded.worker,
+            started_at = excluded.started_at, finished_at = excluded.finished_at;
+    END IF;
+    UPDATE @schema@.steps SET worker = p_worker, attempt_status = 'running',
+        attempt_error = NULL, attempt_started = p_now, attempt_finished = NULL
+    WHERE run_id = p_run AND key = p_key;
+END $$;
+
+-- An attempt ends: the one on the step row (the step's latest: an attempt ends before the
+-- next starts, and the step row may already count the next, written in the same batch).
+-- The attempt's output is the step's (a success's result).
+CREATE OR REPLACE FUNCTION @schema@.close_attempt(
+    p_run text, p_key text, p_attempt integer, p_status text, p_output jsonb,
+    p_error jsonb, p_now timestamptz
+) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE @schema@.steps SET attempt_status = p_status, attempt_error = p_error,
+        attempt_finished = p_now
+    WHERE run_id = p_run AND key = p_key AND attempt_status IS NOT NULL;
+    IF NOT FOUND THEN
+        UPDATE @schema@.attempts SET status = p_status, output = p_output, error = p_error,
+            finished_at = p_now
+        WHERE run_id = p_run AND key = p_key AND attempt = p_attempt;
+    END IF;
+END $$;
+
 -- The step writes (put_step, start_attempt, finish_attempt) among p_ops for which
--- p_take[k] is true (every one when p_take is NULL), as three statements. A step written
--- twice keeps its last write, as in order; an attempt's start is written before any end.
--- A step row is written as put_step (version 3) writes it: the same columns on update.
+-- p_take[k] is true (every one when p_take is NULL), as one statement: each step at most
+-- once among them (the caller's promise). A step row is written as put_step (version 3)
+-- writes it; the attempt on it as open_attempt and close_attempt do, the attempt it held
+-- moving to attempts when the next starts. On insert and in ``excluded``,
+-- attempt_status says what the op does to the attempt: NULL nothing (put_step),
+-- 'running' start it, any other status end it.
 CREATE FUNCTION @schema@.apply_step_ops(
     p_ops @schema@.op[], p_take boolean[], p_now timestamptz
 ) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO @schema@.steps
-    SELECT (last.step).* FROM (
-        SELECT DISTINCT ON ((u.step).run_id, (u.step).key) u.step
+    WITH archived AS (
+        INSERT INTO @schema@.attempts (run_id, key, attempt, status, output, error, worker,
+            started_at, finished_at)
+        SELECT s.run_id, s.key, u.attempt - 1, s.attempt_status,
+            CASE WHEN s.attempt_status = 'succeeded' THEN s.output END, s.attempt_error,
+            s.worker, s.attempt_started, s.attempt_finished
         FROM unnest(p_ops) WITH ORDINALITY AS u
-        WHERE p_take IS NULL OR p_take[u.ordinality]
-        ORDER BY (u.step).run_id, (u.step).key, u.ordinality DESC
-    ) AS last
+        JOIN @schema@.steps AS s ON s.run_id = (u.step).run_id AND s.key = (u.step).key
+        WHERE u.kind = 'start_attempt' AND u.attempt > 1
+            AND (p_take IS NULL OR p_take[u.ordinality]) AND s.attempt_status IS NOT NULL
+        ON CONFLICT (run_id, key, attempt) DO UPDATE SET status = excluded.status,
+            output = excluded.output, error = excluded.error, worker = excluded.worker,
+            started_at = excluded.started_at, finished_at = excluded.finished_at
+    )
+    INSERT INTO @schema@.steps (run_id, key, seq, name, kind, function, status, input, output,
+        error, attempts, failures, retries, retry_delay, timeout, invocation_id, child_run_id,
+        branch, from_key, queued, wake_at, created_at, updated_at, delivered,
+        retried_failures, reached_after, worker, attempt_status, attempt_error,
+        attempt_started, attempt_finished)
+    SELECT (u.step).run_id, (u.step).key, (u.step).seq, (u.step).name, (u.step).kind,
+        (u.step).function, (u.step).status, (u.step).input, (u.step).output,
+        (u.step).error, (u.step).attempts, (u.step).failures, (u.step).retries,
+        (u.step).retry_delay, (u.step).timeout, (u.step).invocation_id,
+        (u.step).child_run_id, (u.step).branch, (u.step).from_key, (u.step).queued,
+        (u.step).wake_at, (u.step).created_at, (u.step).updated_at, (u.step).delivered,
+        (u.step).retried_failures, (u.step).reached_after,
+        CASE u.kind WHEN 'start_attempt' THEN u.worker END,
+        CASE u.kind WHEN 'start_attempt' THEN 'running' WHEN 'finish_attempt' THEN u.status
+        END,
+        CASE u.kind WHEN 'finish_attempt' THEN u.error END,
+        CASE u.kind WHEN 'start_attempt' THEN p_now END,
+        CASE u.kind WHEN 'finish_attempt' THEN p_now END
+    FROM unnest(p_ops) WITH ORDINALITY AS u
+    WHERE p_take IS NULL OR p_take[u.ordinality]
     ON CONFLICT (run_id, key) DO UPDATE SET
         kind = excluded.kind, function = excluded.function, status = excluded.status,
         input = excluded.input, output = excluded.output, error = excluded.error,
@@ -31,22 +123,28 @@ BEGIN
         timeout = excluded.timeout, child_run_id = excluded.child_run_id,
         branch = excluded.branch, queued = excluded.queued, wake_at = excluded.wake_at,
         updated_at = excluded.updated_at, delivered = excluded.delivered,
-        retried_failures = excluded.retried_failures;
-    INSERT INTO @schema@.attempts (run_id, key, attempt, status, worker, started_at)
-    SELECT (u.step).run_id, (u.step).key, u.attempt, 'running', u.worker, p_now
-    FROM unnest(p_ops) WITH ORDINALITY AS u
-    WHERE u.kind = 'start_attempt' AND (p_take IS NULL OR p_take[u.ordinality])
-    ON CONFLICT (run_id, key, attempt) DO UPDATE SET
-        status = 'running', worker = excluded.worker, started_at = excluded.started_at,
-        finished_at = NULL, output = NULL, error = NULL;
-    UPDATE @schema@.attempts AS a SET status = u.status, output = u.output, error = u.error,
-        finished_at = p_now
-    FROM unnest(p_ops) WITH ORDINALITY AS u
-    WHERE u.kind = 'finish_attempt' AND (p_take IS NULL OR p_take[u.ordinality])
-        AND a.run_id = (u.step).run_id AND a.key = (u.step).key AND a.attempt = u.attempt;
+        retried_failures = excluded.retried_failures,
+        worker = CASE excluded.attempt_status WHEN 'running' THEN excluded.worker
+            ELSE steps.worker END,
+        attempt_status = CASE
+            WHEN excluded.attempt_status IS NULL THEN steps.attempt_status
+            WHEN excluded.attempt_status = 'running' THEN 'running'
+            WHEN steps.attempt_status IS NULL THEN NULL
+            ELSE excluded.attempt_status END,
+        attempt_error = CASE
+            WHEN excluded.attempt_status IS NULL THEN steps.attempt_error
+            WHEN excluded.attempt_status = 'running' OR steps.attempt_status IS NULL THEN NULL
+            ELSE excluded.attempt_error END,
+        attempt_started = CASE excluded.attempt_status WHEN 'running'
+            THEN excluded.attempt_started ELSE steps.attempt_started END,
+        attempt_finished = CASE
+            WHEN excluded.attempt_status IS NULL THEN steps.attempt_finished
+            WHEN excluded.attempt_status = 'running' OR steps.attempt_status IS NULL THEN NULL
+            ELSE excluded.attempt_finished END;
 END $$;
 
--- try_commit_batch as in version 5, with a batch of step writes only written as sets.
+-- try_commit_batch as in version 5, with a batch of step writes only (each of its own
+-- step of this run) written by apply_step_ops.
 CREATE OR REPLACE FUNCTION @schema@.try_commit_batch(
     p_run text, p_fence text, p_ops @schema@.op[], p_now timestamptz, p_wait boolean
 ) RETURNS text LANGUAGE plpgsql AS $$
@@ -56,10 +154,14 @@ DECLARE
     holder text;
     v_status text;
     steps_only boolean := true;
+    keys text[] := '{}';
 BEGIN
     FOREACH o IN ARRAY p_ops LOOP
-        IF o.kind NOT IN ('put_step', 'start_attempt', 'finish_attempt') THEN
+        IF o.kind NOT IN ('put_step', 'start_attempt', 'finish_attempt')
+            OR (o.step).run_id IS DISTINCT FROM p_run OR (o.step).key = ANY (keys) THEN
             steps_only := false;
+        ELSIF steps_only THEN
+            keys := keys || (o.step).key;
         END IF;
         IF o.kind = 'end_run' AND p_fence IS NOT NULL THEN
             SELECT parent_run_id INTO parent FROM @schema@.runs WHERE id = p_run;
@@ -108,7 +210,8 @@ BEGIN
 END $$;
 
 -- commit_group as in version 5, with p_steps_only[i] true when batch i holds step writes
--- only (the caller's promise, and each run in the group at most once): those batches are
+-- only, each of its own step of its run (the caller's promise, and each run in the group
+-- at most once): those batches are
 -- fenced with one statement that locks every one of their runs not locked elsewhere, and
 -- written together by apply_step_ops. The others are committed one by one as before.
 CREATE FUNCTION @schema@.commit_group(
