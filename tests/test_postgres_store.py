@@ -415,3 +415,37 @@ async def test_dropped_connections_under_load_lose_and_fail_nothing(pg_url: str)
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_calls_beyond_the_pool_size_wait_for_a_kept_connection(pg_url: str) -> None:
+    """Calls keep their connections rather than hand them back to asyncpg's pool, so a
+    call that finds every connection out must be given the next one a call is done with:
+    with two connections, sixty calls at once (some cancelled while they wait) all end,
+    and the pool never opens a third."""
+    store = PostgresStore(pg_url, min_size=1, max_size=2)
+    await store.open()
+    try:
+        ids = [f"r{i}" for i in range(20)]
+        for run_id in ids:
+            await store.create_run(NewRun(run_id, "wf", "workflow", None, "{}"))
+        reads = [asyncio.ensure_future(store.get_run(ids[i % 20])) for i in range(60)]
+        await asyncio.sleep(0)  # every read has taken a connection or is waiting for one
+        for read in reads[10:60:10]:
+            read.cancel()
+        done = await asyncio.wait_for(asyncio.gather(*reads, return_exceptions=True), 10)
+        cancelled = [r for r in done if isinstance(r, asyncio.CancelledError)]
+        assert len(cancelled) <= 5
+        assert all(
+            r.id == ids[i % 20] for i, r in enumerate(done) if not isinstance(r, BaseException)
+        )
+        # the connections the cancelled waiters were handed are not lost: more calls run
+        assert [r.id for r in await asyncio.gather(*(store.get_run(i) for i in ids))] == ids
+        async with store._pool.acquire() as other:
+            backends = await other.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND backend_type = 'client backend' AND query NOT LIKE 'LISTEN%'"
+            )
+        assert store._pool._out <= 2
+        assert backends <= 2, backends  # the pool's two (this is one of them; LISTEN aside)
+    finally:
+        await store.close()

@@ -8,10 +8,11 @@ SQL stays plain and monitoring queries read real timestamps.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import random
 import urllib.parse
-from collections.abc import Awaitable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -169,7 +170,15 @@ class Pool:
         self.commits = 0
         #: the connection ``call_held`` keeps between calls (a proxy of the pool's)
         self._held: Any = None
-        self._dropping: asyncio.Future[Any] | None = None
+        #: connections ``call`` took from the pool and keeps between calls, idle now
+        self._idle: list[Any] = []
+        #: connections taken from the pool and not given back (kept, held or in a call)
+        self._out = 0
+        #: callers waiting for a connection while all max_size are out: each gets a kept
+        #: one, or None (take one from the pool: one was given back)
+        self._waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
+        #: hand-backs to the pool under way (the pool finishes a cancelled statement first)
+        self._dropping: set[asyncio.Future[Any]] = set()
         self._pool: asyncpg.Pool | None = None
         #: statements each new connection prepares, once the schema exists
         self._warm: tuple[str, ...] = ()
@@ -206,22 +215,41 @@ class Pool:
         for statement in self._warm:
             await conn.prepare(statement)
 
-    def acquire(self) -> Any:
-        """A connection of the pool, as ``async with pool.acquire() as conn``."""
-        return self._require().acquire()
+    @contextlib.asynccontextmanager
+    async def acquire(self) -> AsyncGenerator[Any, None]:
+        """A connection of the pool, as ``async with pool.acquire() as conn``: one the
+        calls keep, or a new one, counted with theirs (asyncpg's pool would wait for
+        connections the calls never give back to it)."""
+        conn = await self._take()
+        try:
+            yield conn
+        except BaseException as exc:
+            if isinstance(exc, asyncpg.PostgresError) and not conn.is_in_transaction():
+                self._keep(conn)
+            else:
+                self._drop_held(conn, broken=is_connection_error(exc))
+            raise
+        if conn.is_in_transaction():
+            self._drop_held(conn, broken=False)
+        else:
+            self._keep(conn)
 
     def terminate(self) -> None:
         """Drop every connection at once (a failed open)."""
         self._held = None
+        self._idle.clear()
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.terminate()
 
     async def close(self) -> None:
-        held, self._held = self._held, None
-        if held is not None and self._pool is not None:
-            with contextlib.suppress(Exception):
-                await self._pool.release(held)
+        kept = [*self._idle, *([self._held] if self._held is not None else [])]
+        self._idle.clear()
+        self._held = None
+        for conn in kept:
+            if self._pool is not None:
+                with contextlib.suppress(Exception):
+                    await self._pool.release(conn)
         pool, self._pool = self._pool, None
         if pool is not None:
             try:
@@ -246,27 +274,86 @@ class Pool:
         simply run again. A broken connection leaves a write's outcome unknown: it is
         reported as DatabaseUnavailableError for the caller's loop to retry, except that
         a read, or a statement that never left, is tried once more at once (the pool
-        replaces a connection the server dropped while it was idle)."""
-        pool = self._require()
+        replaces a connection the server dropped while it was idle).
+
+        A connection that answered is kept for the next call rather than handed back to
+        asyncpg's pool: a hand-back costs a task and turns of the event loop, more than
+        a short statement's own work. One whose state is unknown after a call (cut off,
+        cancelled mid-statement) goes back to the pool, which waits for it to be idle.
+        """
         tries = 0
         while True:
             tries += 1
+            conn = None
             try:
-                async with pool.acquire() as conn:
-                    try:
-                        result = await getattr(conn, method)(query, *args)
-                        if not read:
-                            self.commits += 1
-                        return result
-                    except BaseException as exc:
-                        if is_connection_error(exc):
-                            # never hand a connection in an unknown state back to the pool
-                            # (a lost one is already detached: nothing left to do then)
-                            with contextlib.suppress(Exception):
-                                conn.terminate()
-                        raise
-            except Exception as exc:
+                conn = await self._take()
+                result = await getattr(conn, method)(query, *args)
+            except BaseException as exc:
+                if conn is not None:
+                    if isinstance(exc, asyncpg.PostgresError):
+                        self._keep(conn)  # the server answered: it is idle
+                    else:
+                        self._drop_held(conn, broken=is_connection_error(exc))
+                if not isinstance(exc, Exception):
+                    raise
                 await self._again_or_raise(exc, tries, read)
+                continue
+            if not read:
+                self.commits += 1
+            self._keep(conn)
+            return result
+
+    async def _take(self) -> Any:
+        """A connection for one call: a kept one, else one from the pool, else (all
+        max_size are out) the next one a call gives back."""
+        while True:
+            conn = self._take_idle()
+            if conn is not None:
+                return conn
+            if self._out < self.max_size:
+                self._out += 1
+                try:
+                    return await self._require().acquire()
+                except BaseException:
+                    self._out -= 1
+                    self._wake_one(None)
+                    raise
+            waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                conn = await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
+                    self._keep(waiter.result())  # handed to us as we were cancelled
+                raise
+            if conn is not None:
+                return conn
+
+    def _take_idle(self) -> Any:
+        """A kept connection that is still usable, or None."""
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            if _usable(conn):
+                return conn
+            # the server ended it while it sat here (the pool has taken it back)
+            self._out -= 1
+            with contextlib.suppress(Exception):
+                conn.terminate()
+        return None
+
+    def _keep(self, conn: Any) -> None:
+        """A connection known to be idle: to a waiting caller, or kept for the next."""
+        if not self._wake_one(conn):
+            self._idle.append(conn)
+
+    def _wake_one(self, conn: Any) -> bool:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return True
+        return False
 
     async def call_held(self, method: str, query: str, *args: Any) -> Any:
         """As ``call`` for a write, on a connection kept from one call to the next.
@@ -286,12 +373,13 @@ class Pool:
             conn = self._held
             if conn is not None and not _usable(conn):
                 # the server ended it while it sat here (the pool has taken it back)
+                self._out -= 1
                 with contextlib.suppress(Exception):
                     conn.terminate()
                 conn = self._held = None
             try:
                 if conn is None:
-                    conn = self._held = await self._require().acquire()
+                    conn = self._held = await self._take()
                 result = await getattr(conn, method)(query, *args)
                 self.commits += 1
                 return result
@@ -305,14 +393,20 @@ class Pool:
                 await self._again_or_raise(exc, tries, read=False)
 
     def _drop_held(self, conn: Any, *, broken: bool) -> None:
+        """Give a connection whose state is unknown back to the pool (or end it), and let
+        a waiting caller take a fresh one in its place."""
         if self._held is conn:
             self._held = None
+        self._out -= 1
         if broken:
             with contextlib.suppress(Exception):
                 conn.terminate()
         elif self._pool is not None:
             # the pool waits for a cancelled statement to end before it lends it again
-            self._dropping = asyncio.ensure_future(self._pool.release(conn))
+            dropping = asyncio.ensure_future(self._pool.release(conn))
+            self._dropping.add(dropping)
+            dropping.add_done_callback(self._dropping.discard)
+        self._wake_one(None)
 
     async def _again_or_raise(self, exc: Exception, tries: int, read: bool) -> None:
         """Return to run the statement again, or raise what the caller should see."""
