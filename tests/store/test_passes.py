@@ -3,6 +3,7 @@ lease, commit its writes as ops, give the run back."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -49,6 +50,26 @@ async def test_load_pass_reads_run_steps_events_and_state(store: Store) -> None:
     assert plain(snapshot.steps["a"]) == plain(written)
     assert snapshot.events == []
     assert snapshot.state == {"count": "3", "none": None}
+
+
+async def test_passes_starting_at_once_each_read_their_own_run(store: Store) -> None:
+    """Passes starting at once may share a read (PostgreSQL): each still gets its own
+    run's steps, events and state, and an unknown run None."""
+    ids = [f"r{i}" for i in range(10)]
+    for run_id in ids:
+        await new_run(store, run_id)
+        await write(store, run_id, PutStep(step(run_id, f"k{run_id}")), SetState("n", run_id[1:]))
+        await store.send_event(run_id, "e", f'"{run_id}"')
+    wanted = [*ids, "missing", *ids[:3]]
+    snapshots = await asyncio.gather(*(store.load_pass(run_id) for run_id in wanted))
+    for run_id, snapshot in zip(wanted, snapshots, strict=True):
+        if run_id == "missing":
+            assert snapshot is None
+            continue
+        assert snapshot is not None and snapshot.run.id == run_id
+        assert list(snapshot.steps) == [f"k{run_id}"]
+        assert [e.payload for e in snapshot.events] == [f'"{run_id}"']
+        assert snapshot.state == {"n": run_id[1:]}
 
 
 async def test_load_pass_lists_unconsumed_events_in_order(store: Store) -> None:

@@ -69,6 +69,20 @@ async def _some_runs(store: Store) -> None:
     await write(store, "r3", EndRun("completed", '"done"'))
 
 
+async def test_runs_read_at_once_each_get_their_own(store: Store) -> None:
+    """Reads made at once may share a statement (PostgreSQL): each caller still gets its
+    own run, None for an id that names none, and a run read twice at once twice."""
+    for i in range(12):
+        await new_run(store, f"r{i}", workflow=f"wf{i}")
+    wanted = [f"r{i % 12}" for i in range(30)] + ["missing", "r3"]
+    runs = await asyncio.gather(*(store.get_run(run_id) for run_id in wanted))
+    for run_id, run in zip(wanted, runs, strict=True):
+        if run_id == "missing":
+            assert run is None
+        else:
+            assert run is not None and (run.id, run.workflow) == (run_id, "wf" + run_id[1:])
+
+
 async def test_list_runs_without_a_filter_pages_newest_first(store: Store) -> None:
     await _some_runs(store)
     runs, total = await store.list_runs(RunFilter())

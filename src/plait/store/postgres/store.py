@@ -126,6 +126,8 @@ _STEP_FIELDS = len(dataclasses.fields(StepRow))
 _MAX_CHILDREN = 10_000
 _WARM_STATEMENTS = (
     "load_pass",
+    "load_passes",
+    "select_runs",
     "commit_batch",
     "commit_and_release",
     "commit_group",
@@ -408,6 +410,11 @@ class PostgresStore:
         self._starts: Together[NewRun, tuple[Run, bool]] = Together(
             self._create_one, self._create_many
         )
+        #: runs read at once (every caller waiting for a run reads it as it ends), read
+        #: together: one round trip for many
+        self._reads: Together[str, Run | None] = Together(self._get_one, self._get_many)
+        #: what passes starting at once read, read together
+        self._passes: Together[str, Any] = Together(self._load_one, self._load_many)
 
     @property
     def commits(self) -> int:
@@ -477,6 +484,8 @@ class PostgresStore:
 
     async def close(self) -> None:
         await self._starts.close()
+        await self._reads.close()
+        await self._passes.close()
         await self._group.close()
         await self._listener.close()
         await self._pool.close()
@@ -508,8 +517,16 @@ class PostgresStore:
         return [(_run(r["run"]), bool(r["created"])) for r in rows]
 
     async def get_run(self, run_id: str) -> Run | None:
+        return await self._reads(run_id)
+
+    async def _get_one(self, run_id: str) -> Run | None:
         rec = await self._call("fetchval", self._q["select_run"], run_id, read=True)
         return _run(rec) if rec is not None else None
+
+    async def _get_many(self, run_ids: list[str]) -> list[Run | None]:
+        rows = await self._call("fetch", self._q["select_runs"], run_ids, read=True)
+        found = {run.id: run for run in (_run(r["r"]) for r in rows)}
+        return [found.get(run_id) for run_id in run_ids]
 
     async def run_statuses(self, run_ids: Sequence[str]) -> dict[str, str]:
         rows = await self._call("fetch", self._q["run_statuses"], list(run_ids), read=True)
@@ -573,7 +590,7 @@ class PostgresStore:
 
     # -- orchestrator passes ----------------------------------------------------------------
     async def load_pass(self, run_id: str) -> PassSnapshot | None:
-        row = await self._call("fetchrow", self._q["load_pass"], run_id, read=True)
+        row = await self._passes(run_id)
         if row is None:
             return None
         # a new pass of this run starts: an earlier pass's failed write no longer matters
@@ -586,6 +603,14 @@ class PostgresStore:
         events = [EventRow(e["id"], e["name"], e["payload"]) for e in row["events"]]
         state = {s["name"]: s["value"] for s in row["state"]}
         return PassSnapshot(_run_row(row["r"]), steps, events, state)
+
+    async def _load_one(self, run_id: str) -> Any:
+        return await self._call("fetchrow", self._q["load_pass"], run_id, read=True)
+
+    async def _load_many(self, run_ids: list[str]) -> list[Any]:
+        rows = await self._call("fetch", self._q["load_passes"], run_ids, read=True)
+        found = {row["id"]: row for row in rows}
+        return [found.get(run_id) for run_id in run_ids]
 
     async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool:
         now = self._now()

@@ -37,6 +37,10 @@ INSERT INTO @schema@.schema_version (version, description) VALUES ($1, $2)
 -- name: select_run
 SELECT r FROM @schema@.runs r WHERE r.id = $1
 
+-- name: select_runs
+-- Runs read at once by many callers (one row each that exists, in no order).
+SELECT r FROM @schema@.runs r WHERE r.id = ANY($1::text[])
+
 -- name: run_statuses
 -- The runs that exist among many, with their status (for the end-watch poll).
 SELECT id, status FROM @schema@.runs WHERE id = ANY($1::text[])
@@ -134,6 +138,15 @@ SELECT r,
           WHERE e.run_id = r.id AND e.consumed_by IS NULL ORDER BY e.id) AS events,
     ARRAY(SELECT st FROM @schema@.state st WHERE st.run_id = r.id) AS state
 FROM @schema@.runs r WHERE r.id = $1
+
+-- name: load_passes
+-- load_pass for passes starting at once: a row for each run that exists, in no order.
+SELECT r.id, r,
+    ARRAY(SELECT s FROM @schema@.steps s WHERE s.run_id = r.id) AS steps,
+    ARRAY(SELECT e FROM @schema@.events e
+          WHERE e.run_id = r.id AND e.consumed_by IS NULL ORDER BY e.id) AS events,
+    ARRAY(SELECT st FROM @schema@.state st WHERE st.run_id = r.id) AS state
+FROM @schema@.runs r WHERE r.id = ANY($1::text[])
 
 -- name: claim_run
 UPDATE @schema@.runs SET lease_owner = $2, lease_until = $3
