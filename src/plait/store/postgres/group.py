@@ -13,10 +13,10 @@ for nobody.
 
 Most batches hold only step writes (one attempt's end, the next one's start). The group
 fences all such batches with one statement that locks their runs, and writes their steps
-and attempts as sets, three statements however many batches. Its outcomes are handed out
-in two halves: the first half's callers make their next writes while the second half's
-go on, and those writes leave as the next group at once, so the server commits one group
-while this process works on the next.
+and attempts as sets, one statement however many batches. Its outcomes are handed out in
+two parts: the first third's callers make their next writes while the others go on, and
+those writes leave as the next group at once, so the server commits one group while this
+process works on the next.
 
 Each caller hears its own outcome only once the transaction that holds its batch has
 committed. A group never waits on a lock: a batch whose run row another transaction
@@ -230,16 +230,17 @@ class GroupCommit(_OneInFlight[_Batch]):
             for batch, result in zip(group, outcome, strict=True)
             if result != "busy"
         ]
-        # Half the callers hear first and go on to their next writes, which leave as the
-        # next group (see _send) while the other half's go on: the server commits one
+        # A third of the callers hear first and go on to their next writes, which leave
+        # as the next group (see _send) while the others go on: the server commits one
         # group while this process works on the next, where handing out every outcome at
-        # once would leave each side idle while the other works.
-        half = (len(answered) + 1) // 2
-        _answer(answered[:half])
+        # once would leave each side idle while the other works. (A third measured a
+        # little faster than a half; a quarter no faster.)
+        first = (len(answered) + 2) // 3
+        _answer(answered[:first])
         try:
             await asyncio.sleep(0)
         finally:
-            _answer(answered[half:])
+            _answer(answered[first:])
         for batch in busy:  # a row it needs is held elsewhere: it waits for it alone
             await self._alone(batch)
 
