@@ -323,8 +323,13 @@ class Pool:
             try:
                 conn = await waiter
             except BaseException:
-                if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
-                    self._keep(waiter.result())  # handed to us as we were cancelled
+                if waiter.done() and not waiter.cancelled():
+                    # woken as we were cancelled: pass on what we were handed
+                    handed = waiter.result()
+                    if handed is not None:
+                        self._keep(handed)
+                    else:
+                        self._wake_one(None)
                 raise
             if conn is not None:
                 return conn
