@@ -7,7 +7,9 @@ nor let a batch whose lease is gone land."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -40,6 +42,31 @@ async def _state(store: Store, run_id: str) -> dict[str, str | None]:
     snapshot = await store.load_pass(run_id)
     assert snapshot is not None
     return snapshot.state
+
+
+@contextlib.asynccontextmanager
+async def _row_held(database: str, run_id: str) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+    """Hold ``run_id``'s row from another connection, in a transaction of its own, until
+    the function this yields lets it go (or the block ends)."""
+    asyncpg = pytest.importorskip("asyncpg")
+    holder = await asyncpg.connect(database)
+    try:
+        tx = holder.transaction()
+        await tx.start()
+        await holder.execute("SELECT 1 FROM plait.runs WHERE id = $1 FOR UPDATE", run_id)
+        yield tx.commit
+    finally:
+        await holder.close()
+
+
+@contextlib.asynccontextmanager
+async def _nothing_held() -> AsyncIterator[Callable[[], Awaitable[None]]]:
+    """``_row_held`` where no other transaction can hold a row (SQLite)."""
+
+    async def let_go() -> None:
+        return None
+
+    yield let_go
 
 
 async def test_concurrent_batches_all_land(store: Store) -> None:
@@ -140,13 +167,8 @@ async def test_postgres_group_never_waits_on_a_row_another_transaction_holds(
 ) -> None:
     if not database.startswith("postgresql"):
         pytest.skip("SQLite has one writer: no row is ever held by another transaction")
-    asyncpg = pytest.importorskip("asyncpg")
     ids = await _claimed(store, 6)
-    holder = await asyncpg.connect(database)
-    try:
-        tx = holder.transaction()
-        await tx.start()
-        await holder.execute("SELECT 1 FROM plait.runs WHERE id = 'r2' FOR UPDATE")
+    async with _row_held(database, "r2") as let_go:
         commits = asyncio.gather(
             *(store.commit(Batch(r, [SetState("n", '"w"')], fence="w1")) for r in ids)
         )
@@ -159,11 +181,9 @@ async def test_postgres_group_never_waits_on_a_row_another_transaction_holds(
         await eventually(others_landed, what="the batches of the other runs to land")
         assert await _state(store, "r2") == {}
         assert not commits.done()
-        await tx.commit()  # once the row is free, r2's batch lands too, on its own
+        await let_go()  # once the row is free, r2's batch lands too, on its own
         assert await asyncio.wait_for(commits, timeout=10) == [False] * len(ids)
         assert await _state(store, "r2") == {"n": '"w"'}
-    finally:
-        await holder.close()
 
 
 def _begin(run_id: str, key: str) -> StartAttempt:
@@ -238,14 +258,8 @@ async def test_step_writes_beside_other_writes_each_get_their_own_outcome(
     for run_id in ids:
         if run_id != "r3":
             assert await store.claim_run(run_id, "w1", 60.0)
-    holder = None
-    if database.startswith("postgresql"):
-        asyncpg = pytest.importorskip("asyncpg")
-        holder = await asyncpg.connect(database)
-        tx = holder.transaction()
-        await tx.start()
-        await holder.execute("SELECT 1 FROM plait.runs WHERE id = 'r5' FOR UPDATE")
-    try:
+    postgres = database.startswith("postgresql")
+    async with _row_held(database, "r5") if postgres else _nothing_held() as let_go:
         outcomes = asyncio.gather(
             *(
                 store.commit(
@@ -259,7 +273,7 @@ async def test_step_writes_beside_other_writes_each_get_their_own_outcome(
             ),
             return_exceptions=True,
         )
-        if holder is not None:
+        if postgres:
 
             async def others_landed() -> bool:
                 free = [r for r in ids if r not in ("r3", "r5")]
@@ -267,11 +281,8 @@ async def test_step_writes_beside_other_writes_each_get_their_own_outcome(
 
             await eventually(others_landed, what="the batches of the free runs to land")
             assert await _steps(store, "r5") == {}
-            await tx.commit()
+        await let_go()
         results = await asyncio.wait_for(outcomes, timeout=10)
-    finally:
-        if holder is not None:
-            await holder.close()
     for run_id, outcome in zip(ids, results, strict=True):
         if run_id == "r3":
             assert isinstance(outcome, LeaseLostError), outcome
@@ -294,13 +305,8 @@ async def test_a_caller_cancelled_while_its_write_is_on_the_way_waits_for_it(
     let go."""
     if not database.startswith("postgresql"):
         pytest.skip("the SQLite writer finishes a write whatever its caller does")
-    asyncpg = pytest.importorskip("asyncpg")
     ids = await _claimed(store, 4)
-    holder = await asyncpg.connect(database)
-    try:
-        tx = holder.transaction()
-        await tx.start()
-        await holder.execute("SELECT 1 FROM plait.runs WHERE id = 'r2' FOR UPDATE")
+    async with _row_held(database, "r2") as let_go:
         tasks = [
             asyncio.create_task(store.commit(Batch(r, [_begin(r, "a")], fence="w1"))) for r in ids
         ]
@@ -316,13 +322,11 @@ async def test_a_caller_cancelled_while_its_write_is_on_the_way_waits_for_it(
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(asyncio.shield(stuck), timeout=0.3)
         assert not stuck.done()
-        await tx.commit()
+        await let_go()
         with pytest.raises(asyncio.CancelledError):
             await stuck
         assert await _steps(store, "r2") == {"a": ("running", None)}
         assert await asyncio.gather(*(t for t in tasks if t is not stuck)) == [False] * 3
-    finally:
-        await holder.close()
 
 
 async def test_runs_started_at_once_are_each_created_once(store: Store) -> None:
