@@ -191,7 +191,7 @@ class GroupCommit(_OneInFlight[_Batch]):
 
     async def _together(self, group: list[_Batch]) -> None:
         runs: list[str] = []
-        fences: list[str | None] = []
+        fences: list[str] = []
         ends: list[int] = []
         seen: list[int | None] = []
         steps_only: list[bool] = []

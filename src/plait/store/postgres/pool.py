@@ -224,15 +224,9 @@ class Pool:
         try:
             yield conn
         except BaseException as exc:
-            if isinstance(exc, asyncpg.PostgresError) and not conn.is_in_transaction():
-                self._keep(conn)
-            else:
-                self._drop_held(conn, broken=is_connection_error(exc))
+            self._give_back(conn, exc)
             raise
-        if conn.is_in_transaction():
-            self._drop_held(conn, broken=False)
-        else:
-            self._keep(conn)
+        self._give_back(conn, None)
 
     def terminate(self) -> None:
         """Drop every connection at once (a failed open)."""
@@ -290,17 +284,14 @@ class Pool:
                 result = await getattr(conn, method)(query, *args)
             except BaseException as exc:
                 if conn is not None:
-                    if isinstance(exc, asyncpg.PostgresError):
-                        self._keep(conn)  # the server answered: it is idle
-                    else:
-                        self._drop_held(conn, broken=is_connection_error(exc))
+                    self._give_back(conn, exc)
                 if not isinstance(exc, Exception):
                     raise
                 await self._again_or_raise(exc, tries, read)
                 continue
             if not read:
                 self.commits += 1
-            self._keep(conn)
+            self._give_back(conn, None)
             return result
 
     async def _take(self) -> Any:
@@ -346,6 +337,16 @@ class Pool:
             with contextlib.suppress(Exception):
                 conn.terminate()
         return None
+
+    def _give_back(self, conn: Any, exc: BaseException | None) -> None:
+        """A connection after its use ended (with ``exc``, or None): kept while it is
+        known to be idle (it answered, is still open, and has no transaction left open),
+        else handed back to the pool, or ended if it broke."""
+        answered = exc is None or isinstance(exc, asyncpg.PostgresError)
+        if answered and _usable(conn) and not conn.is_in_transaction():
+            self._keep(conn)
+        else:
+            self._drop_held(conn, broken=exc is not None and is_connection_error(exc))
 
     def _keep(self, conn: Any) -> None:
         """A connection known to be idle: to a waiting caller, or kept for the next."""
