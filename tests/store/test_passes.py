@@ -455,6 +455,40 @@ async def test_a_fenced_batch_without_the_lease_fails_and_writes_nothing(store: 
         await store.commit(Batch("nope", [SetState("a", "1")], fence="w1"))
 
 
+async def test_step_writes_one_commit_at_a_time_keep_every_attempt(store: Store) -> None:
+    """How a sequential run commits: one batch of step writes at a time (an attempt's
+    end with the next one's start), each alone in its transaction. A retried step keeps
+    its earlier attempt in the history and its latest on its row."""
+    await new_run(store, "r1", lease_owner="w1", lease_seconds=60.0)
+    a1 = step("r1", "a", status="running", attempts=1)
+    failed = step("r1", "a", status="scheduled", attempts=1, failures=1, wake_at=T0)
+    a2 = step("r1", "a", status="running", attempts=2, failures=1)
+    done = step("r1", "a", status="succeeded", attempts=2, failures=1, output='"ok"')
+    b1 = step("r1", "b", status="running", attempts=1, seq=1)
+    for ops in (
+        [StartAttempt(a1, 1, "w1")],
+        [FinishAttempt(failed, 1, "failed", None, error("boom"))],
+        [StartAttempt(a2, 2, "w1")],
+        [FinishAttempt(done, 2, "succeeded", '"ok"'), StartAttempt(b1, 1, "w1")],
+    ):
+        assert await store.commit(Batch("r1", list(ops), fence="w1")) is False
+    steps = {s.key: (s.status, s.attempts, s.output) for s in await store.get_steps("r1")}
+    assert steps == {"a": ("succeeded", 2, "ok"), "b": ("running", 1, None)}
+    history = [(h.key, h.attempt, h.status) for h in await store.get_history("r1")]
+    assert history == [("a", 1, "failed"), ("a", 2, "succeeded"), ("b", 1, "running")]
+
+
+async def test_step_writes_without_the_lease_fail_and_write_nothing(store: Store) -> None:
+    await new_run(store, "r1", lease_owner="w1", lease_seconds=-1.0)
+    assert await store.claim_run("r1", "w2", 60.0)  # w1's lease ran out: w2 took over
+    begun = StartAttempt(step("r1", "a", status="running", attempts=1), 1, "w1")
+    with pytest.raises(LeaseLostError):
+        await store.commit(Batch("r1", [begun], fence="w1"))
+    assert await store.get_steps("r1") == [] and await store.get_history("r1") == []
+    with pytest.raises(LeaseLostError):
+        await store.commit(Batch("nope", [begun], fence="w1"))
+
+
 async def test_a_last_batch_releases_the_lease_in_the_same_commit(store: Store) -> None:
     await new_run(store, "r1", lease_owner="w1", lease_seconds=60.0)
     seen = await wakeups(store, "r1")

@@ -194,7 +194,7 @@ class GroupCommit(_OneInFlight[_Batch]):
         fences: list[str] = []
         ends: list[int] = []
         seen: list[int | None] = []
-        steps_only: list[bool] = []
+        as_sets: list[bool] = []
         ops: list[Any] = []
         for batch in group:
             runs.append(batch.run_id)
@@ -202,13 +202,13 @@ class GroupCommit(_OneInFlight[_Batch]):
             ops.extend(batch.ops)
             ends.append(len(ops))
             seen.append(batch.release)
-            steps_only.append(_steps_only(batch))
+            as_sets.append(steps_only(batch.run_id, batch.ops))
         if len(set(runs)) < len(runs):
             # the set-based writes take each run once: a run twice goes op by op
-            steps_only = [False] * len(runs)
+            as_sets = [False] * len(runs)
         try:
             outcome = await self._pool.call_held(
-                "fetchval", self._query, runs, fences, ends, seen, steps_only, ops, self._now()
+                "fetchval", self._query, runs, fences, ends, seen, as_sets, ops, self._now()
             )
         except Exception as exc:
             if _refused(exc):
@@ -299,12 +299,13 @@ class Together(_OneInFlight[tuple[T, "asyncio.Future[R]"]], Generic[T, R]):
             _settle(done, answer)
 
 
-def _steps_only(batch: _Batch) -> bool:
-    """Whether the batch is step writes only, each of its own step of the batch's run (an
-    op is the schema's op type: its kind, then the step row, run id and key first)."""
+def steps_only(run_id: str, ops: list[Any]) -> bool:
+    """Whether a batch of ``run_id`` is step writes only, each of its own step of that run
+    (an op is the schema's op type: its kind, then the step row, run id and key first):
+    such batches are written as sets, and fenced together."""
     keys: set[str] = set()
-    for op in batch.ops:
-        if op[0] not in STEP_WRITES or op[1][0] != batch.run_id or op[1][1] in keys:
+    for op in ops:
+        if op[0] not in STEP_WRITES or op[1][0] != run_id or op[1][1] in keys:
             return False
         keys.add(op[1][1])
     return True

@@ -79,7 +79,7 @@ from plait.store.base import (
     Version,
 )
 from plait.store.migrations import migrations
-from plait.store.postgres.group import GroupCommit, Together
+from plait.store.postgres.group import GroupCommit, Together, steps_only
 from plait.store.postgres.listen import Listener
 from plait.store.postgres.pool import (
     DatabaseUnavailableError,
@@ -129,6 +129,7 @@ _WARM_STATEMENTS = (
     "load_passes",
     "select_runs",
     "commit_batch",
+    "commit_steps",
     "commit_and_release",
     "commit_group",
     "release_run",
@@ -710,6 +711,14 @@ class PostgresStore:
         """One batch in its own transaction (a group of one, or a group's fallback)."""
         call = call or self._call
         if release is None:
+            if fence is not None and steps_only(run_id, ops):
+                # the path of every sequential step: one statement, no function call
+                fenced = await call(
+                    "fetchval", self._q["commit_steps"], run_id, fence, ops, self._now()
+                )
+                if not fenced:
+                    raise LeaseLostError(f"lost the lease on run {run_id}")
+                return False
             await call("execute", self._q["commit_batch"], run_id, fence, ops, self._now())
             return False
         return bool(
