@@ -712,7 +712,7 @@ class PostgresStore:
         call = call or self._call
         if release is None:
             if fence is not None and steps_only(run_id, ops):
-                # the path of every sequential step: one statement, no function call
+                # the path of every sequential step: fenced and written, no loop over ops
                 fenced = await call(
                     "fetchval", self._q["commit_steps"], run_id, fence, ops, self._now()
                 )
