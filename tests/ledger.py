@@ -234,6 +234,9 @@ class LedgerReport:
     lost_results: int = 0
     #: failures on purpose (the flaky steps' first attempts)
     planned_failures: int = 0
+    #: attempts the database recorded whose body never began: the process died between
+    #: committing the attempt's start and the body's first line (allowed after a kill)
+    unstarted: int = 0
     problems: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -294,6 +297,14 @@ async def check_ledger(
             continue
         winner = won[0]
         recorded = {h.attempt: h.status for h in history}
+        ran = {a.attempt for a in execs}
+        unstarted = sorted(n for n in recorded if n < winner and n not in ran)
+        report.unstarted += len(unstarted)
+        if unstarted and not deaths:
+            report.problems.append(
+                f"{where}: attempts {unstarted} are recorded but never ran, and no process "
+                "was killed or stopped"
+            )
         for a in execs:
             if a.invocation_id != step.invocation_id:
                 report.problems.append(
@@ -403,6 +414,10 @@ class LedgerTail:
         self.offset += len(whole)
         self.lines.extend(json.loads(line) for line in whole.splitlines() if line.strip())
         return self.lines
+
+    def started(self) -> int:
+        """How many step bodies have started, in every process."""
+        return sum(1 for ln in self.refresh() if ln["event"] == "start")
 
     def started_by(self, pid: int) -> int:
         """How many step bodies ``pid`` has started."""
