@@ -332,11 +332,15 @@ class Pool:
             conn = idle.pop()
             if _usable(conn):
                 return conn
-            # the server ended it while it sat here (the pool has taken it back)
-            self._out -= 1
-            with contextlib.suppress(Exception):
-                conn.terminate()
+            self._forget(conn)
         return None
+
+    def _forget(self, conn: Any) -> None:
+        """A kept connection the server ended while it sat here (the pool has taken it
+        back): no longer counted as out."""
+        self._out -= 1
+        with contextlib.suppress(Exception):
+            conn.terminate()
 
     def _give_back(self, conn: Any, exc: BaseException | None) -> None:
         """A connection after its use ended (with ``exc``, or None): kept while it is
@@ -378,10 +382,7 @@ class Pool:
             tries += 1
             conn = self._held
             if conn is not None and not _usable(conn):
-                # the server ended it while it sat here (the pool has taken it back)
-                self._out -= 1
-                with contextlib.suppress(Exception):
-                    conn.terminate()
+                self._forget(conn)
                 conn = self._held = None
             try:
                 if conn is None:
