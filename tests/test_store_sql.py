@@ -33,7 +33,7 @@ def test_every_query_the_code_names_exists(dialect: str, package: str, pattern: 
     if dialect == "sqlite":
         named |= {f"synchronous_{level}" for level in ("off", "normal", "full", "extra")}
     else:
-        named |= {"load_pass", "commit_batch", "release_run", "claim_due_runs"}
+        named |= {"load_passes", "commit_batch", "release_run", "claim_due_runs"}
     assert named - set(known) == set()
     assert set(known) - named == set(), "queries no code runs"
 

@@ -125,7 +125,6 @@ _STEP_FIELDS = len(dataclasses.fields(StepRow))
 #: the most children get_children returns (the newest ones)
 _MAX_CHILDREN = 10_000
 _WARM_STATEMENTS = (
-    "load_pass",
     "load_passes",
     "select_runs",
     "commit_batch",
@@ -606,7 +605,8 @@ class PostgresStore:
         return PassSnapshot(_run_row(row["r"]), steps, events, state)
 
     async def _load_one(self, run_id: str) -> Any:
-        return await self._call("fetchrow", self._q["load_pass"], run_id, read=True)
+        (row,) = await self._load_many([run_id])
+        return row
 
     async def _load_many(self, run_ids: list[str]) -> list[Any]:
         rows = await self._call("fetch", self._q["load_passes"], run_ids, read=True)

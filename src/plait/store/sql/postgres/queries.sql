@@ -130,17 +130,9 @@ SELECT run_id, key, attempt, status, output, error, started_at, finished_at FROM
 ) AS h
 ORDER BY started_at, seq, attempt
 
--- name: load_pass
--- Everything a pass reads, in one round trip and one snapshot.
-SELECT r,
-    ARRAY(SELECT s FROM @schema@.steps s WHERE s.run_id = r.id) AS steps,
-    ARRAY(SELECT e FROM @schema@.events e
-          WHERE e.run_id = r.id AND e.consumed_by IS NULL ORDER BY e.id) AS events,
-    ARRAY(SELECT st FROM @schema@.state st WHERE st.run_id = r.id) AS state
-FROM @schema@.runs r WHERE r.id = $1
-
 -- name: load_passes
--- load_pass for passes starting at once: a row for each run that exists, in no order.
+-- Everything a pass reads, in one round trip and one snapshot, for one run or for passes
+-- starting at once: a row for each run that exists, in no order.
 SELECT r.id, r,
     ARRAY(SELECT s FROM @schema@.steps s WHERE s.run_id = r.id) AS steps,
     ARRAY(SELECT e FROM @schema@.events e
