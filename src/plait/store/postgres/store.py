@@ -174,6 +174,24 @@ def _step_end_value(end: StepEnd | None) -> tuple[Any, ...] | None:
     return None if end is None else (end.status, end.output, end.error)
 
 
+def _filter_args(where: RunFilter) -> tuple[Any, ...]:
+    """A run filter as the parameters of list_runs and list_run_summaries, in order."""
+    return (
+        where.workflow,
+        where.status,
+        where.version,
+        where.owner,
+        where.parent_run_id,
+        where.visible_to,
+        where.limit,
+        where.offset,
+        where.id_contains,
+        where.created_after,
+        where.created_before,
+        where.top_level,
+    )
+
+
 def _op_value(op: Op) -> tuple[Any, ...]:
     """An op as the schema's ``op`` type: (kind, step, attempt, worker, status, output,
     error, key, purpose, at, function, event_id, run, name, parent)."""
@@ -533,42 +551,12 @@ class PostgresStore:
         return {row[0]: row[1] for row in rows}
 
     async def list_runs(self, where: RunFilter) -> tuple[list[Run], int]:
-        row = await self._call(
-            "fetchrow",
-            self._q["list_runs"],
-            where.workflow,
-            where.status,
-            where.version,
-            where.owner,
-            where.parent_run_id,
-            where.visible_to,
-            where.limit,
-            where.offset,
-            where.id_contains,
-            where.created_after,
-            where.created_before,
-            where.top_level,
-            read=True,
-        )
+        row = await self._call("fetchrow", self._q["list_runs"], *_filter_args(where), read=True)
         return [_run(r) for r in row["runs"]], int(row["total"])
 
     async def list_run_summaries(self, where: RunFilter) -> tuple[list[RunSummary], int]:
         row = await self._call(
-            "fetchrow",
-            self._q["list_run_summaries"],
-            where.workflow,
-            where.status,
-            where.version,
-            where.owner,
-            where.parent_run_id,
-            where.visible_to,
-            where.limit,
-            where.offset,
-            where.id_contains,
-            where.created_after,
-            where.created_before,
-            where.top_level,
-            read=True,
+            "fetchrow", self._q["list_run_summaries"], *_filter_args(where), read=True
         )
         return [convert.run_summary(tuple(r)) for r in row["runs"]], int(row["total"])
 
