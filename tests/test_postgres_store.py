@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -162,6 +163,44 @@ async def test_times_are_timestamptz_and_json_is_jsonb(pg_url: str) -> None:
         assert abs((snapshot.run.wake_at or 0) - at) < 1e-6
     finally:
         await store.close()
+
+
+async def test_a_steps_end_changes_no_index(pg_url: str) -> None:
+    """Every step row is written when its attempt starts and again when it ends. If an
+    index used a column the end changes, each end would add entries to every index of
+    steps; with none, the end is a heap-only update on the row's page."""
+    async with plait.Engine(_simple_app(), pg_url) as engine:
+        run_id = await engine.start("double", 2)
+        assert (await engine.wait(run_id, timeout=10)).output == 4
+    conn = await asyncpg.connect(pg_url)
+    try:
+        indexes = await conn.fetch(
+            "SELECT indexrelid::regclass::text AS name, pg_get_indexdef(indexrelid) AS def"
+            " FROM pg_index WHERE indrelid = 'plait.steps'::regclass"
+        )
+        assert indexes, "steps has no index at all"
+        ended = ("status", "output", "error", "attempts", "failures", "updated_at", "delivered")
+        for index in indexes:
+            for column in ended:
+                assert not re.search(rf"\b{column}\b", index["def"]), (index["name"], column)
+        measuring = conn.transaction()
+        await measuring.start()
+        # what a step's end writes, counted by this transaction's own statistics
+        await conn.execute(
+            "UPDATE plait.steps SET status = 'failed', output = NULL,"
+            ' error = \'{"message": "x"}\', failures = failures + 1,'
+            " attempt_status = 'failed', attempt_finished = now(), updated_at = now()"
+            " WHERE run_id = $1",
+            run_id,
+        )
+        counts = await conn.fetchrow(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables"
+            " WHERE relid = 'plait.steps'::regclass"
+        )
+        assert (counts["n_tup_upd"], counts["n_tup_hot_upd"]) == (1, 1)
+        await measuring.rollback()
+    finally:
+        await conn.close()
 
 
 # -- wake-ups ------------------------------------------------------------------------------------
