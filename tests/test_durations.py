@@ -37,6 +37,9 @@ def test_seconds_strings_and_timedeltas(value: object, seconds: float) -> None:
         (True, "True"),
         ([1], "[1]"),
         ("5 fortnights", "'5 fortnights'"),
+        (1e12, "1000000000000.0"),
+        ("36600d", "'36600d'"),
+        (timedelta(days=36600), "timedelta(days=36600)"),
     ],
 )
 def test_a_bad_duration_names_what_and_the_value(value: object, shown: str) -> None:
@@ -107,3 +110,31 @@ async def test_a_bad_sleep_fails_the_run_naming_the_value(engine_factory) -> Non
     async with engine_factory(app) as engine:
         with pytest.raises(plait.WorkflowFailedError, match=r"duration of sleep 'nap'.*-1"):
             await engine.run("w", timeout=10)
+
+
+def test_the_longest_duration_is_a_hundred_years() -> None:
+    assert parse_duration("36500d") == 36500 * 86400.0
+    with pytest.raises(ValueError, match="longer than 100 years"):
+        parse_duration(100 * 365.25 * 86400.0 + 1)
+
+
+async def test_a_sleep_too_long_to_store_fails_the_run_and_leaves_it_readable(
+    engine_factory,
+) -> None:
+    """A wake-up time past what a timestamp holds was stored once, and then the run's
+    steps could not be read back at all."""
+    app = plait.App()
+
+    @app.workflow
+    async def w(wf: plait.Workflow, data: None) -> None:
+        await wf.do("before", lambda: 1)
+        await wf.sleep("forever", 1e12)
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("w")
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "failed"
+        assert "duration of sleep 'forever'" in run.error["message"]
+        assert "longer than 100 years" in run.error["message"]
+        steps = await engine.get_steps(run_id)
+        assert [(s.name, s.status) for s in steps] == [("before", "succeeded")]

@@ -12,6 +12,10 @@ from typing import TypeAlias
 #: what every duration parameter of plait accepts
 Duration: TypeAlias = float | str | timedelta
 
+#: the longest duration accepted: a sleep, timeout or back-off becomes a stored time of
+#: day, and one much further off is beyond what a timestamp holds (years past 9999)
+MAX_DURATION = 100 * 365.25 * 86400.0
+
 _UNITS = {
     "ms": 0.001,
     "millisecond": 0.001,
@@ -42,7 +46,8 @@ def parse_duration(value: object, *, what: str = "duration") -> float:
     """Seconds for ``value``; a ``ValueError`` naming ``what`` and the bad value otherwise.
 
     Compound strings ("1m30s") are accepted because people write them; negative, NaN and
-    boolean values are refused because they are always a mistake.
+    boolean values are refused because they are always a mistake, and so is a time past
+    ``MAX_DURATION`` (100 years), which would be stored and then be unreadable.
     """
     if isinstance(value, bool):
         raise ValueError(f"invalid {what}: {value!r} (use seconds or a string like '2s')")
@@ -67,6 +72,8 @@ def parse_duration(value: object, *, what: str = "duration") -> float:
         )
     if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
         raise ValueError(f"invalid {what}: {value!r} (must be a finite, non-negative time)")
+    if seconds > MAX_DURATION:
+        raise ValueError(f"invalid {what}: {value!r} (longer than 100 years)")
     return seconds
 
 
