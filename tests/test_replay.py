@@ -147,6 +147,51 @@ async def test_branches_that_reuse_names_keep_their_own_results(engine_factory) 
     assert steps["process#1"].input == "item0" and steps["process#1"].output == "ITEM0"
 
 
+async def test_as_completed_over_branches_hands_each_branch_its_own_results(
+    engine_factory,
+) -> None:
+    """``asyncio.as_completed`` puts the coroutines it is given in a set, so their tasks
+    start in an order that changes from one pass to the next (it follows their memory
+    addresses). Each branch sleeps, a pause, then takes a step of the same name: replay
+    must still give every branch its own sleep and its own step, never a sibling's."""
+    app = plait.App()
+    bodies: list[int] = []
+
+    @app.workflow
+    async def fan(wf: plait.Workflow) -> list[list[int]]:
+        async def branch(i: int) -> list[int]:
+            await wf.sleep("wait", 0.03 * (6 - i))
+            got = await wf.do("x", lambda: _order(bodies, "x", i))
+            return [i, got]
+
+        return [await done for done in asyncio.as_completed([branch(i) for i in range(6)])]
+
+    async with engine_factory(app) as engine:
+        out = await engine.run("fan", timeout=20)
+    assert out == [[i, i] for i in reversed(range(6))]
+    assert len(bodies) == 6
+
+
+async def test_as_completed_over_coroutines_not_in_a_list_is_refused(engine_factory) -> None:
+    """A set of coroutines (or any iterable spent by the time the tasks are made) has no
+    order that replay could repeat."""
+    app = plait.App()
+
+    @app.workflow
+    async def fan(wf: plait.Workflow) -> list[int]:
+        async def branch(i: int) -> int:
+            return await wf.do("x", lambda: i)
+
+        return [await done for done in asyncio.as_completed({branch(i) for i in range(3)})]
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("fan")
+        run = await engine.wait(run_id, timeout=10)
+    assert run.status == "failed"
+    assert run.error is not None and "as_completed" in run.error["message"]
+    assert "list" in run.error["message"]
+
+
 async def test_a_step_reached_again_with_other_input_is_a_version_conflict(
     engine_factory,
 ) -> None:

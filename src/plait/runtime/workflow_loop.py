@@ -19,9 +19,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import inspect
 from asyncio import events
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Executor
+from types import FrameType
 from typing import Any, TypeVar, TypeVarTuple, Unpack, cast
 
 #: a callback's arguments, as asyncio's own signatures type them
@@ -52,6 +54,53 @@ current_task = _current_task_reader()
 
 class ClockRefused(RuntimeError):
     """Workflow code asked the loop for a timer."""
+
+
+class OrderUnknown(TypeError):
+    """``asyncio.as_completed`` was given coroutines in a collection with no order."""
+
+
+#: asyncio's own source file: ``as_completed`` is read there, never patched
+_ASYNCIO_TASKS = asyncio.tasks.__file__
+#: how far up from ``create_task`` the frame of ``as_completed`` can be (ensure_future,
+#: its helper, the set comprehension, and ``_AsCompletedIterator`` on newer Pythons)
+_CALLER_DEPTH = 8
+
+
+def _place_among_siblings(coro: object) -> tuple[int, int] | None:
+    """Where ``coro`` stands in the list handed to ``asyncio.as_completed``, when it is
+    that function that turns it into a task: (the list's id, the index). None when the
+    task is made by anything else, which makes tasks in the order its caller chose.
+
+    ``as_completed`` starts its coroutines from a set, in an order that follows their
+    memory addresses and so differs on every pass; the steps they reach would then swap
+    keys, and results, between branches on replay. The list it was given still holds the
+    order the workflow wrote, in a local of its frame."""
+    here = inspect.currentframe()
+    # above this function: create_task, then whoever asked it for a task
+    frame: FrameType | None = here.f_back.f_back if here and here.f_back else None
+    for _ in range(_CALLER_DEPTH):
+        if frame is None:
+            return None
+        code = frame.f_code
+        if code.co_filename == _ASYNCIO_TASKS and code.co_name in ("as_completed", "__init__"):
+            given: object = frame.f_locals.get("fs", frame.f_locals.get("aws"))
+            if isinstance(given, list | tuple):
+                # an awaitable that is not a coroutine reaches here wrapped, and is not
+                # found: it has a step of its own to wait for, not a branch to start
+                in_order = cast(Sequence[object], given)
+                found = (i for i, item in enumerate(in_order) if item is coro)
+                index = next(found, None)
+                return None if index is None else (id(in_order), index)
+            if given is not None:
+                raise OrderUnknown(
+                    "asyncio.as_completed over coroutines needs them in a list or tuple: "
+                    f"given a {type(given).__name__}, they would start in an order that "
+                    "changes from one pass of the run to the next, and branches would swap "
+                    "step results on replay"
+                )
+        frame = frame.f_back
+    return None
 
 
 class _Handle:
@@ -91,6 +140,9 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         #: told of every task made on this loop, right after it is made (the pass
         #: follows which task reached which step; see ``runtime.replay``)
         self.on_task: Callable[[asyncio.Task[Any]], None] | None = None
+        #: the tasks ``as_completed`` is making now: the id of the list it was given,
+        #: and each task's index in it with the callback that starts the task
+        self._siblings: tuple[int, list[tuple[int, _Handle]]] | None = None
 
     # -- what the pass calls ----------------------------------------------------------------
     def run_ready(self) -> None:
@@ -166,11 +218,40 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         name: str | None = None,
         context: contextvars.Context | None = None,
     ) -> asyncio.Task[Any]:
+        place = _place_among_siblings(coro)
         task = asyncio.Task(coro, loop=self, name=name, context=context)
         self.tasks.append(task)
+        if place is not None:
+            self._start_in_given_order(place)
         if self.on_task is not None:
             self.on_task(task)
         return task
+
+    def _start_in_given_order(self, place: tuple[int, int]) -> None:
+        """Move the callback that starts the task just made (the last one ready) among
+        those of its siblings, so that they start in the order of the list they were
+        given, not in the order ``as_completed`` made them in. The siblings' callbacks are
+        the last ready ones: making tasks schedules nothing else."""
+        given, index = place
+        ready = self._ready
+        started = ready.pop()
+        if (
+            self._siblings is None
+            or self._siblings[0] != given
+            or not self._ends_with([handle for _, handle in self._siblings[1]])
+        ):
+            self._siblings = (given, [])
+        placed = self._siblings[1]
+        for _ in placed:
+            ready.pop()
+        placed.append((index, started))
+        placed.sort(key=lambda entry: entry[0])
+        ready.extend(handle for _, handle in placed)
+
+    def _ends_with(self, handles: list[_Handle]) -> bool:
+        ready = self._ready
+        first = len(ready) - len(handles)
+        return first >= 0 and all(ready[first + k] is h for k, h in enumerate(handles))
 
     def pending_tasks(self) -> list[asyncio.Task[Any]]:
         return [task for task in self.tasks if not task.done()]
