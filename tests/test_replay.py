@@ -168,7 +168,8 @@ async def test_as_completed_over_branches_hands_each_branch_its_own_results(
 
     async with engine_factory(app) as engine:
         out = await engine.run("fan", timeout=20)
-    assert out == [[i, i] for i in reversed(range(6))]
+    # which branch ends first follows timers that may fire together; each keeps its own
+    assert sorted(out) == [[i, i] for i in range(6)]
     assert len(bodies) == 6
 
 
