@@ -4,6 +4,7 @@ same steps, results and side effects whether a run goes straight through or paus
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -340,3 +341,77 @@ async def test_a_step_nobody_awaits_still_runs_before_the_run_ends(
     async with engine_factory(app) as engine:
         assert await engine.run("forgetful", timeout=10) == "returned"
     assert log == ["background"]
+
+
+async def test_a_wait_the_workflow_cancels_does_not_hold_the_run_open(engine_factory) -> None:
+    """Racing a call against a deadline and cancelling the loser is plain asyncio: once
+    the workflow returns, the run ends, though the cancelled sleep or event wait never
+    will. The cancelled wait is recorded as cancelled, not left waiting."""
+    app = plait.App()
+
+    @app.workflow
+    async def call_with_deadline(wf: plait.Workflow) -> str:
+        call = asyncio.ensure_future(wf.do("call", lambda: "answer"))
+        deadline = asyncio.ensure_future(wf.sleep("deadline", "1h"))
+        done, pending = await asyncio.wait({call, deadline}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        return call.result() if call in done else "timed out"
+
+    @app.workflow
+    async def event_or_deadline(wf: plait.Workflow) -> str:
+        event = asyncio.ensure_future(wf.wait_for_event("approved"))
+        deadline = asyncio.ensure_future(wf.sleep("deadline", 0.1))
+        done, pending = await asyncio.wait({event, deadline}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        return "approved" if event in done else "timed out"
+
+    @app.workflow
+    async def cleanup_on_cancel(wf: plait.Workflow) -> str:
+        async def nap() -> None:
+            try:
+                await wf.sleep("nap", "1h")
+            finally:
+                await wf.do("after nap", lambda: "tidied")
+
+        napping = asyncio.ensure_future(nap())
+        await wf.do("work", lambda: 1)
+        napping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await napping
+        return "done"
+
+    async with engine_factory(app) as engine:
+        for workflow, output, abandoned in (
+            ("call_with_deadline", "answer", "deadline"),
+            ("event_or_deadline", "timed out", "__event:approved"),
+            ("cleanup_on_cancel", "done", "nap"),
+        ):
+            run_id = await engine.start(workflow)
+            run = await engine.wait(run_id, timeout=10)
+            assert (run.status, run.output) == ("completed", output), workflow
+            steps = {s.name: s for s in await engine.get_steps(run_id)}
+            assert steps[abandoned].status == "failed", workflow
+            assert steps[abandoned].error is not None
+            assert steps[abandoned].error["message"] == "cancelled"
+        assert steps["after nap"].output == "tidied"
+
+
+async def test_a_cancelled_wait_alone_is_a_blocked_workflow(engine_factory) -> None:
+    """A workflow whose only step wait it cancelled itself, then waits on something that
+    is not a step, can never go on: it fails saying so, rather than run forever."""
+    app = plait.App()
+
+    @app.workflow
+    async def stuck(wf: plait.Workflow) -> None:
+        nap = asyncio.ensure_future(wf.sleep("nap", "1h"))
+        await wf.do("first", lambda: 1)
+        nap.cancel()
+        await asyncio.get_running_loop().create_future()
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("stuck")
+        run = await engine.wait(run_id, timeout=10)
+    assert run.status == "failed"
+    assert run.error is not None and run.error["code"] == "WORKFLOW_BLOCKED"

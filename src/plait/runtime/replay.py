@@ -27,7 +27,7 @@ from plait import approval, errors, serde
 from plait.app import FunctionDef, WorkflowDef
 from plait.durations import parse_duration
 from plait.errors import Cancel, EventTimeout, StepError
-from plait.records import Decision
+from plait.records import TERMINAL, Decision
 from plait.retry import resolve_policy
 from plait.runtime import steps
 from plait.runtime.drive import Driver, dump_input
@@ -40,6 +40,9 @@ from plait.store.base import EndRun, EventRow, PassSnapshot, StepRow, TakeDecisi
 
 #: the most steps a step records it was reached after (the last ones of a wider gather)
 MAX_AFTER = 32
+
+#: steps that only wait, with no body of their own: one the workflow cancels is over
+_PURE_WAITS = frozenset({"sleep", "event", "approval"})
 
 
 class CodeReplay:
@@ -422,10 +425,14 @@ class CodeReplay:
             CURRENT_REPLAY.reset(token)
         await self._pump()
         end = self._decide()
+        # read before the unwind, which cancels every wait still open
+        abandoned = [call for call in self.waiting if self._abandoned(call)]
         self._unwind()
         if ledger.aborted is not None:
             raise ledger.aborted
         if end is not None:
+            if end.status in TERMINAL:
+                self._close_abandoned(abandoned)
             ledger.end(end)
         return await ledger.finish(end.status if end else "running")
 
@@ -533,7 +540,7 @@ class CodeReplay:
             return EndRun(
                 "failed", error=steps.control_error(ledger.conflict, errors.VERSION_CONFLICT)
             )
-        waiting = self.waiting
+        waiting = [call for call in self.waiting if not self._abandoned(call)]
         suspended = next((c for c in waiting if c.outcome == "suspended"), None)
         if main.done():
             if main.cancelled():
@@ -578,6 +585,25 @@ class CodeReplay:
             )
             return EndRun("failed", error=steps.control_error(message, errors.WORKFLOW_BLOCKED))
         return None
+
+    def _abandoned(self, call: StepCall[Any]) -> bool:
+        """A wait the workflow cancelled (a deadline that lost a race, a branch it gave
+        up): no work stands behind it and nothing will take its outcome, so the run does
+        not wait for it, as a program would not. A step with a body is never abandoned:
+        a step nobody awaits still runs, and the run waits for it."""
+        if not call.future.cancelled():
+            return False
+        step = self.ledger.steps.get(call.key)
+        return step is not None and step.kind in _PURE_WAITS
+
+    def _close_abandoned(self, abandoned: list[StepCall[Any]]) -> None:
+        """The run ends: the waits it abandoned end with it, cancelled (their timers go
+        with the run's), instead of showing as waiting on an ended run. (A suspended
+        run keeps them as they are: resumed, it replays to the same cancels.)"""
+        for call in abandoned:
+            step = self.ledger.steps[call.key]
+            step.status, step.error = "failed", steps.cancelled_error()
+            self.ledger.put(step)
 
     def _unwind(self) -> None:
         """Stop the workflow's code without letting it take new steps: every task still
