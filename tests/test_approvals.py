@@ -236,6 +236,9 @@ async def test_a_decision_sent_before_the_gate_is_held_and_judged_there(engine_f
         assert early.outcome == "held"
         second = await engine.approve(run_id, "refund", {"approved": False}, decided_by="bob")
         assert second.outcome == "held"
+        # a third, held too, comes after the one accepted: refused, not left held for good
+        third = await engine.approve(run_id, "refund", {"approved": True}, decided_by="carol")
+        assert third.outcome == "held"
         await engine.send_event(run_id, "go")
         run = await engine.wait(run_id, timeout=10)
         assert run.output == {
@@ -247,9 +250,12 @@ async def test_a_decision_sent_before_the_gate_is_held_and_judged_there(engine_f
         assert [(d.decided_by, d.outcome) for d in decisions] == [
             ("alice", "refused"),
             ("bob", "accepted"),
+            ("carol", "refused"),
         ]
         assert decisions[0].reason["code"] == "APPROVAL_FORBIDDEN"
         assert decisions[0].judged_at is not None
+        assert decisions[2].reason["code"] == "APPROVAL_RESOLVED"
+        assert decisions[2].judged_at is not None
 
 
 async def test_a_decided_gate_refuses_another_decision(engine_factory) -> None:

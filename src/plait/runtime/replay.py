@@ -255,7 +255,8 @@ class CodeReplay:
             else:
                 self._refuse_held(key, name, "decided")
                 return decision
-        for event in self._held(name):
+        held = self._held(name)
+        for at, event in enumerate(held):
             payload: dict[str, Any] = serde.loads(event.payload) or {}
             refusal = self._judge(step, schema, payload)
             if refusal is not None:
@@ -263,6 +264,9 @@ class CodeReplay:
                 continue
             ledger.add(steps.decide_gate(step, serde.dumps(payload), now))
             ledger.add([TakeDecision(key, "accepted", None, event.id)])
+            # those held after it find the gate decided (the run may end in this pass,
+            # with no later one to refuse them)
+            self._refuse(key, held[at + 1 :], "decided")
             return _decision(name, schema, payload)
         expired = steps.expire_gate(step, now)
         if expired is not None:
@@ -280,8 +284,12 @@ class CodeReplay:
 
     def _refuse_held(self, key: str, name: str, outcome: str) -> None:
         """Decisions still held for a gate that closed meanwhile are refused, not kept."""
-        why = approval.reason(errors.APPROVAL_RESOLVED, f"the approval was already {outcome}")
-        self.ledger.add([TakeDecision(key, "refused", why, e.id) for e in self._held(name)])
+        self._refuse(key, self._held(name), outcome)
+
+    def _refuse(self, key: str, held: list[EventRow], outcome: str) -> None:
+        if held:
+            why = approval.reason(errors.APPROVAL_RESOLVED, f"the approval was already {outcome}")
+            self.ledger.add([TakeDecision(key, "refused", why, e.id) for e in held])
 
     def _judge(
         self, step: StepRow, schema: type[pydantic.BaseModel] | None, payload: dict[str, Any]
