@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import random
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,9 +14,26 @@ from typing import Any
 import pytest
 
 import plait
+from plait.durations import parse_duration
 from plait.testing import TestEngine, assert_steps, step_keys
 
 DAY = 86400.0
+#: durations whose sum with a clock reading is seldom a whole microsecond as a float (at
+#: today's epoch a float holds about four steps per microsecond): a few a user writes, then
+#: more drawn from a fixed seed so that a failure repeats
+_DRAW = random.Random(20240611)
+FRACTIONAL: list[float | str] = [
+    "300ms",
+    0.7,
+    "1.1s",
+    2.3,
+    "10ms",
+    0.123456789,
+    *(_DRAW.uniform(0.000_001, 120.0) for _ in range(30)),
+]
+#: real seconds a test of many timers may take; a clock stuck short of its next timer
+#: shows as a timeout here instead of a hang
+REAL_DEADLINE = 15.0
 
 
 def long_haul_app(*, queued: bool) -> tuple[plait.App, dict[str, int]]:
@@ -237,3 +255,97 @@ async def test_assert_steps_says_what_the_run_did(tmp_path) -> None:
             await assert_steps(env, run_id, ["a"])
         with pytest.raises(AssertionError, match="step 'b': status is 'succeeded'"):
             await assert_steps(env, run_id, {"a": "succeeded", "b": "failed"})
+
+
+async def test_fractional_sleeps_end_at_once(database: str) -> None:
+    """Sleeps of fractions of a second: each jump reaches the sleep's stored wake-up, so
+    the store finds it due and the run goes on (a clock left a fraction of a microsecond
+    short of it would wait for ever)."""
+    app = plait.App()
+
+    @app.workflow
+    async def napper(wf: plait.Workflow, durations: list[float | str]) -> float:
+        began = wf.now()
+        for i, duration in enumerate(durations):
+            await wf.sleep(f"nap {i}", duration)
+        return (wf.now() - began).total_seconds()
+
+    async with TestEngine(app, database) as env:
+        began = time.monotonic()
+        slept = await env.run("napper", FRACTIONAL, timeout=REAL_DEADLINE)
+        assert time.monotonic() - began < REAL_DEADLINE
+        total = sum(parse_duration(d) for d in FRACTIONAL)
+        # each wf.now() shows the clock to the microsecond
+        assert slept == pytest.approx(total, abs=1e-6 * len(FRACTIONAL))
+
+
+@pytest.mark.parametrize("queued", [False, True], ids=["inline", "queued"])
+async def test_retry_back_offs_end_at_once(database: str, queued: bool) -> None:
+    """Steps that fail and wait out a back-off before they succeed: fractional fixed
+    delays, and the default policy's jittered exponential ones."""
+    app = plait.App()
+
+    @app.function(queued=queued)
+    async def flaky(failures: int, ctx: plait.StepContext) -> int:
+        if ctx.attempt <= failures:
+            raise ConnectionError(f"attempt {ctx.attempt} fails")
+        return ctx.attempt
+
+    @app.workflow
+    async def retrier(wf: plait.Workflow, durations: list[float | str]) -> list[int]:
+        attempts = []
+        for i, duration in enumerate(durations):
+            attempts.append(await wf.do(f"fixed {i}", flaky, 1, retry_delay=duration))
+        for i in range(8):
+            attempts.append(await wf.do(f"default {i}", flaky, 2))
+        return attempts
+
+    async with TestEngine(app, database) as env:
+        began = time.monotonic()
+        attempts = await env.run("retrier", FRACTIONAL, timeout=REAL_DEADLINE)
+        assert time.monotonic() - began < REAL_DEADLINE
+        assert attempts == [2] * len(FRACTIONAL) + [3] * 8
+
+
+async def test_advance_by_a_fractional_sleep_ends_it(database: str) -> None:
+    """``advance(d)`` right after a run began a sleep of ``d`` ends that sleep, whatever
+    fraction of a second ``d`` is."""
+    app = plait.App()
+
+    @app.workflow
+    async def napper(wf: plait.Workflow, durations: list[float | str]) -> int:
+        for i, duration in enumerate(durations):
+            await wf.sleep(f"nap {i}", duration)
+        return len(durations)
+
+    async with TestEngine(app, database, time_skipping=False) as env:
+        async with asyncio.timeout(REAL_DEADLINE):
+            run_id = await env.start("napper", FRACTIONAL)
+            for i, duration in enumerate(FRACTIONAL):
+                await env.advance(duration)
+                keys = await step_keys(env, run_id)
+                assert keys[i] == f"nap {i}", keys
+                expected = "completed" if i == len(FRACTIONAL) - 1 else "running"
+                assert (await env.get_run(run_id)).status == expected, (i, duration)
+
+
+def test_a_jump_lands_on_the_stored_wake_up_on_both_stores() -> None:
+    """The clock moves to a timer's wake-up exactly as the store gave it back: on SQLite
+    the float the runtime wrote, on PostgreSQL the microsecond it kept. Either way the
+    store, comparing the clock with what it holds, finds the timer due."""
+    pytest.importorskip("asyncpg")
+    from plait.clock import VirtualClock
+    from plait.store.postgres.pool import decode_timestamp, encode_timestamp
+
+    start = datetime(2030, 1, 1, tzinfo=UTC).timestamp()
+    sqlite, postgres = VirtualClock(start), VirtualClock(start)
+    for duration in FRACTIONAL:
+        seconds = parse_duration(duration)
+        # SQLite keeps the float the runtime wrote and compares it with the clock's
+        written = sqlite.now() + seconds
+        assert sqlite.move_to(written)
+        assert written <= sqlite.now(), (duration, written, sqlite.now())
+        # PostgreSQL keeps the microsecond and compares the clock's, encoded alike
+        stored = encode_timestamp(postgres.now() + seconds)
+        assert postgres.move_to(decode_timestamp(stored))
+        assert encode_timestamp(postgres.now()) == stored

@@ -4,9 +4,11 @@ replay alike."""
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import enum
 import inspect
+import typing
 import uuid
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -14,6 +16,7 @@ from typing import Any
 
 import pydantic
 import pytest
+from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
 import plait
 from plait import serde
@@ -95,6 +98,27 @@ async def _optional(data: None) -> datetime | None:
     return None
 
 
+class Tally(TypedDict):
+    name: str
+    by_size: dict[int, str]
+
+
+async def _int_keys(data: None) -> dict[int, str]:
+    return {1: "a", 2: "b"}
+
+
+async def _nested_int_keys(data: None) -> dict[str, dict[int, float]]:
+    return {"x": {3: 0.5, -4: 2.25}, "y": {}}
+
+
+async def _listed_int_keys(data: None) -> list[dict[int, str]]:
+    return [{1: "a"}, {}, {10: "j", 20: "t"}]
+
+
+async def _typed_dict(data: None) -> Tally:
+    return {"name": "shoes", "by_size": {42: "few", 43: "none"}}
+
+
 BODIES = [
     _datetime,
     _date,
@@ -108,6 +132,10 @@ BODIES = [
     _model,
     _nested,
     _optional,
+    _int_keys,
+    _nested_int_keys,
+    _listed_int_keys,
+    _typed_dict,
 ]
 
 
@@ -157,6 +185,92 @@ async def test_a_step_result_comes_back_as_its_annotated_type(
     assert type(first) is type(expected) and type(replayed) is type(expected)
     if isinstance(expected, tuple):
         assert [type(v) for v in first] == [type(v) for v in expected]
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        dict,
+        typing.Dict,  # noqa: UP006
+        dict[str, int],
+        dict[str, Any],
+        dict[Any, str],
+        dict[object, str],
+        dict[str, dict[str, list[int]]],
+        list[dict[str, int]],
+        dict[str, int] | None,
+        typing.Optional[dict[str, bool]],  # noqa: UP045
+        typing.Mapping[str, int],
+        collections.abc.Mapping[str, list[str]],
+        collections.abc.MutableMapping[str, float],
+        list,
+        Any,
+        str | None,
+    ],
+)
+def test_text_keyed_json_is_plain(annotation: Any) -> None:
+    """JSON gives these back as they are: no pydantic, no cost."""
+    assert serde.is_plain(annotation)
+    assert serde.codec_for(annotation, "test") is None
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        dict[int, str],
+        typing.Dict[int, str],  # noqa: UP006
+        dict[str, dict[int, float]],
+        list[dict[int, str]],
+        dict[int, str] | None,
+        dict[str, list[dict[float, str]]],
+        collections.abc.Mapping[int, str],
+        dict[bool, str],
+        dict[uuid.UUID, str],
+        dict[Color, int],
+        dict[str | int, int],
+        dict[str, Receipt],
+        Tally,
+    ],
+)
+def test_keys_json_cannot_give_back_are_not_plain(annotation: Any) -> None:
+    """A JSON object's keys are always text: an annotation whose keys are something else
+    (at any depth) is decoded by pydantic, which turns them back into what it names."""
+    assert not serde.is_plain(annotation)
+    assert serde.codec_for(annotation, "test") is not None
+
+
+async def test_only_keys_json_cannot_give_back_cost_pydantic(
+    engine_factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through ``wf.do``: ``dict[int, str]`` is decoded by pydantic into int keys, while
+    ``dict[str, int]`` is given back by ``json`` alone."""
+    decoded: list[Any] = []
+    decode = serde.Codec.decode
+
+    def spy(codec: serde.Codec, text: str | bytes | None, what: str) -> Any:
+        decoded.append(codec.annotation)
+        return decode(codec, text, what)
+
+    monkeypatch.setattr(serde.Codec, "decode", spy)
+    app = plait.App()
+
+    @app.function
+    def by_name(data: None) -> dict[str, int]:
+        return {"a": 1}
+
+    @app.function
+    def by_number(data: None) -> dict[int, str]:
+        return {1: "a"}
+
+    @app.workflow
+    async def w(wf: plait.Workflow, data: None) -> list[Any]:
+        return [await wf.do("name", by_name), await wf.do("number", by_number)]
+
+    async with engine_factory(app) as engine:
+        # the workflow has no output annotation: its output is JSON, keys and all
+        assert await engine.run("w", timeout=10) == [{"a": 1}, {"1": "a"}]
+    assert dict[int, str] in decoded
+    assert dict[str, int] not in decoded
 
 
 async def test_a_pydantic_model_comes_back_as_the_model_on_replay(engine_factory) -> None:

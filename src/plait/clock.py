@@ -66,6 +66,14 @@ class VirtualClock(Clock):
     wakes every ``wait`` at once, which then looks at its deadline again. Pacing stays
     real: ``wait`` also returns after ``timeout`` real seconds, so a loop that polls
     through it still polls.
+
+    ``move_to`` lands on exactly the time it is given, unrounded. A timer is due when its
+    stored wake-up is at or before the clock, and each store decides that on what it
+    stores: SQLite keeps the float the runtime wrote (``now + delay``, seldom a whole
+    microsecond at today's epoch), PostgreSQL the nearest microsecond. A clock moved to
+    the wake-up as the store gave it back is due on either; one rounded to the
+    microsecond could stop a fraction of one short of a SQLite timer, which would then
+    never fire.
     """
 
     virtual = True
@@ -83,9 +91,9 @@ class VirtualClock(Clock):
     def move_to(self, when: float) -> bool:
         """Move the clock forward to ``when``; False if it is there already (a clock never
         goes back)."""
-        if micros(when) <= micros(self._time):
+        if when <= self._time:
             return False
-        self._time = micros(when) / 1_000_000
+        self._time = float(when)
         self.moves += 1
         moved, self._moved = self._moved, asyncio.Event()
         moved.set()

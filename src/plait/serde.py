@@ -18,6 +18,7 @@ held to ``Limits``: a size and a depth, checked on the encoded text.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import inspect
 import json
@@ -200,19 +201,46 @@ _EMPTY = inspect.Parameter.empty
 _PLAIN: frozenset[Any] = frozenset(
     {_EMPTY, Any, object, dict, list, str, int, float, bool, None, type(None)}
 )
-_PLAIN_ORIGINS: frozenset[Any] = frozenset({dict, list, typing.Union, types.UnionType})
+#: generic types whose values JSON gives back as they are when all their arguments are
+_PLAIN_ORIGINS: frozenset[Any] = frozenset({list, typing.Union, types.UnionType})
+#: mappings, which JSON gives back (as a dict) only when their keys are text
+_MAPPINGS: frozenset[Any] = frozenset(
+    {dict, collections.abc.Mapping, collections.abc.MutableMapping}
+)
+#: key types that a JSON object's keys, always text, already are
+_TEXT_KEYS: frozenset[Any] = frozenset({str, Any, object})
 
 
 def is_plain(annotation: Any) -> bool:
     """Whether values of ``annotation`` are JSON as they are (``dict``, ``list[Any]``,
-    ``str | None``...): such values are decoded by ``json`` alone."""
+    ``dict[str, int]``, ``str | None``...): such values are decoded by ``json`` alone.
+
+    A JSON object's keys are text, so a mapping is plain only when its keys are (``str``,
+    or unconstrained): ``dict[int, str]`` written as ``{"1": "a"}`` must come back as
+    ``{1: "a"}``, which only pydantic does. The rule holds at every depth, so
+    ``list[dict[int, str]]`` is not plain either. Anything else (a model, a TypedDict,
+    ``tuple``, ``datetime``...) goes through pydantic.
+    """
     try:
         if annotation in _PLAIN:
             return True
     except TypeError:  # an unhashable annotation
         return False
-    if typing.get_origin(annotation) in _PLAIN_ORIGINS:
-        return all(is_plain(arg) for arg in typing.get_args(annotation))
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in _MAPPINGS:
+        if not args:  # typing.Dict, typing.Mapping: keys unconstrained
+            return True
+        if len(args) != 2:  # dict[str], say: pydantic judges it
+            return False
+        key, value = args
+        try:
+            text_keys = key in _TEXT_KEYS
+        except TypeError:  # an unhashable key annotation
+            return False
+        return text_keys and is_plain(value)
+    if origin in _PLAIN_ORIGINS:
+        return all(is_plain(arg) for arg in args)
     return False
 
 

@@ -108,6 +108,10 @@ class TestEngine(Engine):
         target = self.virtual_clock.now() + seconds
         while True:
             due = self._next_time(pending)
+            # a timer in the target's microsecond is within reach: a sleep of ``duration``
+            # begun before this call ends within it, whichever way the float sums rounded
+            # (the jump lands on the timer itself, so the clock may end that fraction of a
+            # microsecond past the target)
             if due is None or micros(due) > micros(target):
                 break
             self._jump(due)
@@ -177,25 +181,30 @@ class TestEngine(Engine):
         pending = await self.store.pending(functions)
         if worker.busy or pending.leases:
             return None
-        now = micros(self.virtual_clock.now())
-        if pending.next_due is not None and micros(pending.next_due) <= now:
+        # "due" as the store and the worker decide it: the stored time against the clock,
+        # unrounded; a time due by this rule is due on every store (PostgreSQL compares
+        # both rounded to the microsecond, and rounding keeps the order)
+        now = self.virtual_clock.now()
+        if pending.next_due is not None and pending.next_due <= now:
             return None  # due now: a pass or a step is about to start
-        if pending.next_tick is not None and micros(pending.next_tick) <= now:
+        if pending.next_tick is not None and pending.next_tick <= now:
             return None  # a schedule's tick: the schedule loop is about to start its run
-        if pending.next_start is not None and micros(pending.next_start) <= now:
+        if pending.next_start is not None and pending.next_start <= now:
             # a queued run may start: quiet only once the admission loop has looked at
             # this time, with nothing changed since, and left it to a slot or the window
             blocked = worker.admission_blocked_at
-            if worker.wake_admissions.is_set() or blocked is None or micros(blocked) != now:
+            if worker.wake_admissions.is_set() or blocked is None or blocked != now:
                 return None
         return pending
 
     def _next_time(self, pending: Pending) -> float | None:
         """The next time the clock may jump to: a run's or a job's wake-up, a queued run's
-        start, a schedule's tick (a queued run already due waits for a slot, not a time)."""
-        now = micros(self.virtual_clock.now())
+        start, a schedule's tick (a queued run already due waits for a slot, not a time).
+        It is the time exactly as the store holds it, so that after the jump the store
+        finds it due."""
+        now = self.virtual_clock.now()
         times = [t for t in (pending.next_due, pending.next_tick) if t is not None]
-        if pending.next_start is not None and micros(pending.next_start) > now:
+        if pending.next_start is not None and pending.next_start > now:
             times.append(pending.next_start)
         return min(times) if times else None
 
