@@ -423,6 +423,42 @@ async def test_bad_approval_input_is_named(engine_factory) -> None:
             await engine.list_approvals(status="later")
 
 
+BAD_NAMES = ["a\x00b", "a\x01b", "a\nb", "a\x7fb", "x" * 201, "x" * 3000]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+async def test_an_approval_name_follows_the_rule_of_event_names(engine_factory, name: str) -> None:
+    """1 to 200 characters, no control characters, on both stores: refused with a
+    ValueError naming the value before anything is stored (a NUL once reached
+    PostgreSQL, which cannot hold one, and a 3000-character name was held)."""
+    bad = plait.App("bad-gate-names")
+
+    @bad.workflow
+    async def gate(wf: plait.Workflow, data: Any) -> Any:
+        return await wf.approval(name)
+
+    @bad.workflow
+    async def waits(wf: plait.Workflow, data: Any) -> Any:
+        return await wf.wait_for_event(name if data == "bad" else "go")
+
+    async with engine_factory(bad) as engine:
+        live = await engine.start("waits")
+        for what, send in (("approval", engine.approve), ("event", engine.send_event)):
+            with pytest.raises(ValueError, match=f"invalid {what} name") as refused:
+                await send(live, name, {"approved": True})
+            message = str(refused.value)
+            assert repr(name[:40]).rstrip("'") in message and "1 to 200 characters" in message
+            assert len(message) < 300  # a long name is shown cut short
+        assert await engine.get_decisions(live) == []
+        for workflow, what in (("gate", "approval"), ("waits", "event")):
+            run = await engine.wait(await engine.start(workflow, "bad"), timeout=10)
+            assert run.status == "failed"
+            assert f"invalid {what} name" in run.error["message"]
+        fine = "x" * 200
+        assert (await engine.approve(live, fine, {})).outcome == "held"
+        await engine.cancel(live)
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

@@ -96,3 +96,24 @@ def test_schedules_commands(db: str) -> None:
     assert run("schedules", "delete", "nightly", "--database", db)[0] == 0
     code, out = run("schedules", "pause", "nightly", "--database", db)
     assert code != 0 and "no schedule named 'nightly'" in out
+
+
+def test_a_schedule_triggered_from_the_command_line_goes_through_its_queue(db: str) -> None:
+    import asyncio
+
+    from examples.flow_control import app
+
+    import plait
+
+    async def make() -> None:
+        async with plait.Engine(app, db, workers=False) as engine:
+            await engine.create_schedule("imports", workflow="import_user", every="1h")
+
+    asyncio.run(make())
+    # the command line loads no app: the queue comes with the stored schedule
+    code, out = run("schedules", "trigger", "imports", "--database", db)
+    assert code == 0, out
+    code, shown = run("runs", "show", out.strip(), "--json", "--database", db)
+    assert code == 0, shown
+    run_json = json.loads(shown)["run"]
+    assert (run_json["status"], run_json["queue"]) == ("queued", "imports")

@@ -374,6 +374,43 @@ async def test_run_id_is_an_idempotency_key_per_owner(
     await settled(engine, "order-1")
 
 
+async def test_a_dedup_key_answers_only_to_the_owner_of_its_run(
+    engine: plait.Engine, alice: httpx.AsyncClient, bob: httpx.AsyncClient
+) -> None:
+    secret = {"card": "4111-1111-1111-1111"}
+    body = {"input": secret, "dedup": "order-7"}
+    run_id = (await start(alice, "waiter", **body))["run_id"]
+    again = await alice.post("/api/workflows/waiter/runs", json=body)
+    assert again.status_code == 201 and again.json() == {"run_id": run_id}
+    # Bob's start resolves to Alice's live run: 403, as a run id of hers would, and
+    # nothing of her run (not even its id) is in the answer; with "wait" nobody waits
+    for extra in ({}, {"wait": True, "timeout": 5}, {"run_id": "bobs-own"}):
+        began = time.monotonic()
+        response = await bob.post(
+            "/api/workflows/waiter/runs", json={"input": None, "dedup": "order-7", **extra}
+        )
+        assert response.status_code == 403, (extra, response.text)
+        assert response.json()["error"]["code"] == "FORBIDDEN"
+        assert run_id not in response.text and "4111" not in response.text
+        assert time.monotonic() - began < 2
+        # a dedup key spans workflows: a start of another one finds the same run
+        other = await bob.post("/api/workflows/simple/runs", json={"dedup": "order-7", **extra})
+        assert other.status_code == 403 and run_id not in other.text
+    assert (await engine.get_run(run_id)).status == "running"  # Bob touched nothing
+    assert (await bob.get("/api/runs")).json()["total"] == 0  # nor started anything
+    # a run without an owner is shared, whichever way a start finds it
+    shared = await engine.start("waiter", dedup="shared-1")
+    found = await bob.post("/api/workflows/waiter/runs", json={"dedup": "shared-1"})
+    assert found.status_code == 201 and found.json() == {"run_id": shared}
+    # once Alice's run has ended the key is free again, for Bob too
+    assert (await alice.post(f"/api/runs/{run_id}/events/go", json=1)).status_code == 202
+    assert (await settled(engine, run_id)).status == "completed"
+    mine = await bob.post("/api/workflows/waiter/runs", json={"dedup": "order-7"})
+    assert mine.status_code == 201 and mine.json()["run_id"] != run_id
+    for rid in (shared, mine.json()["run_id"]):
+        await engine.cancel(rid)
+
+
 # -- reading --------------------------------------------------------------------------------
 async def test_unknown_run_is_404_on_every_run_route(alice: httpx.AsyncClient) -> None:
     for method, path in ROUTES:

@@ -113,6 +113,8 @@ async def test_a_schedule_belongs_to_its_creator(
         ({"name": "a/b", "workflow": "job", "every": 60}, "name"),
         ({"name": "a b", "workflow": "job", "every": 60}, "name"),
         ({"workflow": "job", "every": 60}, "name"),
+        ({"name": "x" * 167, "workflow": "job", "every": 60}, "name"),
+        ({"name": "a\u0001b", "workflow": "job", "every": 60}, "name"),
     ],
 )
 async def test_bad_schedules_are_422_naming_the_field(

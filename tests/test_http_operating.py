@@ -118,6 +118,28 @@ async def test_a_decision_before_the_gate_needs_access_to_the_run(
     assert (await base.settled(engine, run_id)).output["by"] == "bob"
 
 
+# (a newline never gets this far: no route of /api matches a path that holds one, 404)
+@pytest.mark.parametrize("name", ["a%00b", "a%01b", "a%1Fb", "a%7Fb", "x" * 201, "x" * 3000])
+async def test_an_approval_name_follows_the_rule_of_event_names(
+    engine: plait.Engine, alice: Any, bob: Any, name: str
+) -> None:
+    run_id = (await base.start(alice, "shipping", "late"))["run_id"]
+    for path in (f"/api/runs/{run_id}/approvals/{name}", f"/api/runs/{run_id}/events/{name}"):
+        refused = await alice.post(path, json={"approved": True})
+        assert refused.status_code == 422, (path, refused.text)
+        problems = refused.json()["error"]["problems"]
+        assert [p["field"] for p in problems] == ["name"]
+        assert "1 to 200 characters" in problems[0]["message"]
+        assert len(refused.text) < 2000  # a long name is not echoed back whole
+    # a malformed name is refused before any run is looked at: 422 for every caller
+    for who, rid in ((bob, run_id), (bob, "nope"), (alice, "nope")):
+        assert (await who.post(f"/api/runs/{rid}/approvals/{name}", json={})).status_code == 422
+    assert await engine.get_decisions(run_id) == []  # nothing was held
+    ok = await alice.post(f"/api/runs/{run_id}/approvals/{'x' * 200}", json={})
+    assert ok.status_code == 200 and ok.json()["outcome"] == "held"
+    await engine.cancel(run_id)
+
+
 async def test_fork_over_http(engine: plait.Engine, alice: Any, bob: Any) -> None:
     done = await base.start(alice, "fanout", wait=True)
     run_id = done["id"]
@@ -139,6 +161,36 @@ async def test_fork_over_http(engine: plait.Engine, alice: Any, bob: Any) -> Non
     assert running.status_code == 409
     assert (await alice.post("/api/runs/nope/fork", json={"from_step": "x"})).status_code == 404
     await engine.cancel(live)
+
+
+async def test_a_fork_into_a_taken_run_id_answers_like_a_start(
+    engine: plait.Engine, alice: Any, bob: Any
+) -> None:
+    await base.start(alice, "fanout", "alice", run_id="alice-order-1", wait=True)
+    own = (await base.start(bob, "fanout", wait=True))["id"]
+    await base.start(bob, "simple", run_id="bob-order-1", wait=True)
+    path = f"/api/runs/{own}/fork"
+    # another user's run holds the id: 403, nothing said of that run
+    theirs = await bob.post(path, json={"from_step": "last", "run_id": "alice-order-1"})
+    assert theirs.status_code == 403, theirs.text
+    assert theirs.json()["error"]["code"] == "FORBIDDEN"
+    assert "workflow" not in theirs.text and "fanout" not in theirs.text
+    # the caller's own runs: 409 that says what holds the id
+    for taken, message in (
+        (own, f"run id {own!r} is already used by another run"),
+        ("bob-order-1", "run id 'bob-order-1' is already used by a run of workflow 'simple'"),
+    ):
+        clash = await bob.post(path, json={"from_step": "last", "run_id": taken})
+        assert clash.status_code == 409, clash.text
+        assert clash.json()["error"]["code"] == "RUN_ID_TAKEN"
+        assert clash.json()["error"]["message"].startswith(message), clash.text
+        assert "'fanout', not 'fanout'" not in clash.text
+    # a fork's run id follows the same pattern as a start's
+    for bad in ("a/b", "a b", "a\u0000b", "x" * 201):
+        refused = await bob.post(path, json={"from_step": "last", "run_id": bad})
+        assert refused.status_code == 422, (bad, refused.text)
+    total = (await bob.get("/api/runs")).json()["total"]
+    assert total == 2  # no fork was made
 
 
 async def test_the_stream_sends_values_as_they_change(engine: plait.Engine, alice: Any) -> None:

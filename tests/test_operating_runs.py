@@ -68,6 +68,18 @@ async def waits(wf: plait.Workflow, data: Any) -> Any:
 
 
 @app.workflow
+async def staged(wf: plait.Workflow, data: Any) -> Any:
+    await wf.set_value("stage", "zero")
+    await wf.set_value("stage", "one")
+    await wf.set_value("first", data)
+    await wf.do("kept", lambda: data)
+    payload = await wf.wait_for_event("go")
+    await wf.set_value("stage", "two")
+    await wf.set_value("second", payload)
+    return payload
+
+
+@app.workflow
 async def leaf(wf: plait.Workflow, data: Any) -> Any:
     return await wf.do("leaf step", lambda: data)
 
@@ -181,6 +193,33 @@ async def test_fork_from_the_third_of_five_steps_runs_three_to_five_only(
         assert fixed.output["steps"] == ["s1", "s2", "s3", "s4-fixed", "s5"]
 
 
+async def test_a_fork_keeps_the_values_its_kept_steps_published(engine_factory) -> None:
+    async with engine_factory(app) as engine, engine_factory(app, workers=False) as reader:
+        source = await engine.start("staged", {"n": 1})
+        await engine.send_event(source, "go", "first go")
+        assert (await engine.wait(source, timeout=10)).status == "completed"
+        assert await engine.get_values(source) == {
+            "first": {"n": 1},
+            "second": "first go",
+            "stage": "two",
+        }
+        # from the event wait: the values published before it come with the fork (the
+        # last one reached of each key), none published after it
+        fork = await engine.fork(source, from_step="__event:go")
+        kept = {"first": {"n": 1}, "stage": "one"}
+        assert await engine.get_values(fork) == kept
+        assert await reader.get_value(fork, "first", wait=True, timeout=10) == {"n": 1}
+        assert await reader.get_value(fork, "second") is None
+        await engine.send_event(fork, "go", "second go")
+        assert (await engine.wait(fork, timeout=10)).output == "second go"
+        assert await reader.get_values(fork) == {**kept, "second": "second go", "stage": "two"}
+        # from the first value: nothing of the source's is published until it runs again
+        early = await engine.fork(source, from_step="__value:stage")
+        await eventually(lambda: _equals(engine.get_value(early, "first"), {"n": 1}), what="v")
+        assert await engine.get_value(early, "second") is None
+        await engine.cancel(early)
+
+
 async def test_fork_refuses_what_it_cannot_do(engine_factory, tmp_path: Path) -> None:
     async with engine_factory(app) as engine:
         done = await engine.start("parent", 7)
@@ -203,6 +242,28 @@ async def test_fork_refuses_what_it_cannot_do(engine_factory, tmp_path: Path) ->
         assert (await engine.wait(taken, timeout=10)).output == 7
         with pytest.raises(plait.RunIdTakenError):
             await engine.fork(done, from_step="after", run_id="fork-1")
+
+
+async def test_a_fork_into_a_taken_run_id_says_so_plainly(engine_factory) -> None:
+    async with engine_factory(app) as engine:
+        done = await engine.start("parent", 7)
+        await engine.wait(done, timeout=10)
+        other = await engine.start("silent", run_id="silent-1")
+        await engine.wait(other, timeout=10)
+        # a run of the same workflow holds the id: still a clash, said as one
+        with pytest.raises(plait.RunIdTakenError) as same:
+            await engine.fork(done, from_step="after", run_id=done)
+        assert str(same.value) == f"run id {done!r} is already used by another run"
+        with pytest.raises(plait.RunIdTakenError) as differs:
+            await engine.fork(done, from_step="after", run_id="silent-1")
+        assert str(differs.value) == (
+            "run id 'silent-1' is already used by a run of workflow 'silent', not 'parent'"
+        )
+        with pytest.raises(plait.RunIdTakenError, match="of workflow 'parent', not 'silent'"):
+            await engine.start("silent", run_id=done)
+        # a fork's id follows the rule of any run id
+        with pytest.raises(ValueError, match="invalid run_id 'a/b'"):
+            await engine.fork(done, from_step="after", run_id="a/b")
 
 
 # -- retention ------------------------------------------------------------------------------

@@ -23,6 +23,8 @@ class Gauge:
         self.keys: dict[str, int] = {}
         self.most_per_key = 0
         self.order: list[Any] = []
+        #: bodies (by their data) that run until the test lets them end
+        self.held: dict[Any, asyncio.Event] = {}
 
     async def hold(self, data: Any, key: str | None = None, seconds: float = 0.03) -> Any:
         self.now += 1
@@ -32,6 +34,8 @@ class Gauge:
             self.keys[key] = self.keys.get(key, 0) + 1
             self.most_per_key = max(self.most_per_key, self.keys[key])
         try:
+            if data in self.held:
+                await asyncio.wait_for(self.held[data].wait(), 30)
             await asyncio.sleep(seconds)
         finally:
             self.now -= 1
@@ -85,13 +89,15 @@ async def test_per_key_never_runs_two_of_one_key(engine_factory: Any) -> None:
 
 async def test_priorities_are_admitted_highest_first(engine_factory: Any) -> None:
     gauge = Gauge()
+    gauge.held["blocker"] = release = asyncio.Event()
     app = queue_app(gauge, concurrency=1)
     async with engine_factory(app) as engine:
-        # hold the only slot while the others queue up
+        # hold the only slot until the others have all queued up
         blocker = await engine.start("limited", {"n": "blocker"}, delay=0)
         await eventually(lambda: _status(engine, blocker, "running"), what="blocker admitted")
-        ids = {p: await engine.start("limited", {"n": p}, priority=p) for p in (1, 5, -3, 9, 5)}
-        for run_id in ids.values():
+        ids = [await engine.start("limited", {"n": p}, priority=p) for p in (1, 5, -3, 9, 5)]
+        release.set()
+        for run_id in ids:
             await engine.wait(run_id, timeout=30)
     assert gauge.order[0] == "blocker"
     assert gauge.order[1:] == [9, 5, 5, 1, -3]
@@ -298,3 +304,113 @@ async def test_a_retried_run_of_a_queue_is_admitted_again(engine_factory: Any) -
         assert retried.dedup is None  # the key stays with the live run that took it
         done = await engine.wait(first, timeout=30)
         assert done.status == "completed" and done.admitted_at is not None
+
+
+# -- a fork is admitted like a start ------------------------------------------------------------
+
+
+def gate_app(ledger: list[tuple[str, str]]) -> plait.App:
+    """Runs that hold their queue's slot until they are sent ``go``; every body that ran
+    is in ``ledger`` as (what, run id), in the order it ran."""
+    app = plait.App("fork-queues")
+    app.queue("one", concurrency=1)
+    app.queue("keyed", per_key=1)
+
+    @app.function
+    def mark(data: Any, ctx: plait.StepContext) -> Any:
+        ledger.append(("mark", ctx.run_id))
+        return data
+
+    @app.function
+    def done(data: Any, ctx: plait.StepContext) -> Any:
+        ledger.append(("done", ctx.run_id))
+        return data
+
+    async def gate(wf: plait.Workflow, data: Any) -> Any:
+        await wf.do("mark", mark, data)
+        await wf.wait_for_event("go")
+        return await wf.do("done", done, data)
+
+    app.workflow(name="in_one", queue="one")(gate)
+    app.workflow(name="in_keyed", queue="keyed")(gate)
+    app.workflow(name="free_gate")(gate)
+    return app
+
+
+async def _recorded(engine: plait.Engine, run_id: str, key: str) -> bool:
+    return any(s.key == key and s.status == "succeeded" for s in await engine.get_steps(run_id))
+
+
+async def _finish(engine: plait.Engine, run_id: str) -> plait.Run:
+    await engine.send_event(run_id, "go")
+    run = await engine.wait(run_id, timeout=30)
+    assert run.status == "completed", run
+    return run
+
+
+async def test_a_fork_waits_for_its_queues_slot(engine_factory: Any) -> None:
+    ledger: list[tuple[str, str]] = []
+    app = gate_app(ledger)
+    async with (
+        engine_factory(app) as engine,
+        engine_factory(plait.App("no-code"), workers=False) as bare,
+    ):
+        source = await engine.start("in_one", 1, priority=3)
+        await _finish(engine, source)
+        blocker = await engine.start("in_one", 2)
+        await eventually(lambda: _status(engine, blocker, "running"), what="blocker admitted")
+        # the fork goes to the source's queue, in this process and in one that lacks the
+        # workflow's code (the command line)
+        forks = [
+            await engine.fork(source, from_step="mark"),
+            await bare.fork(source, from_step="mark"),
+        ]
+        for fork in forks:
+            run = await engine.get_run(fork)
+            assert (run.status, run.queue, run.priority) == ("queued", "one", 3)
+            assert run.dedup is None and run.forked_from == source
+        depths = {d["queue"]: d for d in await engine.queue_depths()}
+        assert (depths["one"]["active"], depths["one"]["queued"]) == (1, 2)
+        await _finish(engine, blocker)
+        for fork in forks:
+            assert (await _finish(engine, fork)).admitted_at is not None
+    # one at a time: each fork's body ran only after the run before it was done
+    runs = [source, blocker, *forks]
+    assert [r for _, r in ledger] == [r for r in runs for _ in range(2)]
+
+
+async def test_a_fork_keeps_its_key_for_per_key(engine_factory: Any) -> None:
+    ledger: list[tuple[str, str]] = []
+    async with engine_factory(gate_app(ledger)) as engine:
+        source = await engine.start("in_keyed", 1, key="k1")
+        await _finish(engine, source)
+        blocker = await engine.start("in_keyed", 2, key="k1")
+        await eventually(lambda: _status(engine, blocker, "running"), what="blocker admitted")
+        fork = await engine.fork(source, from_step="done")
+        run = await engine.get_run(fork)
+        assert (run.status, run.queue, run.key) == ("queued", "keyed", "k1")
+        other = await engine.start("in_keyed", 3, key="k2")  # another key goes past
+        await eventually(lambda: _status(engine, other, "running"), what="k2 admitted")
+        assert (await engine.get_run(fork)).status == "queued"
+        await _finish(engine, blocker)
+        await _finish(engine, other)
+        await _finish(engine, fork)
+    # the fork kept "mark" and ran "done" only after the blocker of its key was done
+    assert ledger.index(("done", fork)) > ledger.index(("done", blocker))
+    assert ("mark", fork) not in ledger
+
+
+async def test_a_fork_takes_no_dedup_key(engine_factory: Any) -> None:
+    async with engine_factory(gate_app([])) as engine:
+        source = await engine.start("free_gate", 1, dedup="job-1")
+        await eventually(lambda: _recorded(engine, source, "mark"), what="the source's mark")
+        await engine.cancel(source)
+        again = await engine.start("free_gate", 2, dedup="job-1")  # the key is free again
+        assert again != source
+        fork = await engine.fork(source, from_step="mark")
+        run = await engine.get_run(fork)
+        assert run.dedup is None and run.status == "running" and run.queue is None
+        # the live holder of the key is still the one start returns
+        assert await engine.start("free_gate", 3, dedup="job-1") == again
+        await _finish(engine, fork)
+        await _finish(engine, again)

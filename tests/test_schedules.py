@@ -146,6 +146,14 @@ def test_a_schedule_name_may_not_hold_a_colon() -> None:
         make_spec("a:b", workflow="w", every="1m")
 
 
+@pytest.mark.parametrize("name", ["", "a\x00b", "x" * 167, "x" * 200, "x" * 201])
+def test_a_bad_schedule_name_is_told_the_real_limit(name: str) -> None:
+    with pytest.raises(ValueError, match="schedule name") as refused:
+        make_spec(name, workflow="w", every="1m")
+    assert "166" in str(refused.value) and "1 to 200" not in str(refused.value)
+    make_spec("x" * 166, workflow="w", every="1m")
+
+
 # -- through the engine -------------------------------------------------------------------
 
 
@@ -237,3 +245,41 @@ async def test_an_app_schedule_of_an_unknown_workflow_fails_the_open(database: s
     with pytest.raises(plait.WorkflowNotFoundError):
         async with plait.Engine(app, database):
             pass
+
+
+async def _status(engine: plait.Engine, run_id: str, status: str) -> bool:
+    return (await engine.get_run(run_id)).status == status
+
+
+async def test_a_triggered_run_goes_through_the_workflows_queue_from_any_process(
+    engine_factory: Any,
+) -> None:
+    app = plait.App("sched-queue")
+    app.queue("one", concurrency=1)
+
+    @app.workflow(queue="one")
+    async def slot(wf: plait.Workflow, data: Any) -> Any:
+        return await wf.wait_for_event("go")
+
+    app.schedule("declared", workflow="slot", cron="0 0 1 1 *")
+    async with (
+        engine_factory(app) as engine,
+        engine_factory(plait.App("cli"), workers=False) as bare,
+    ):
+        await engine.create_schedule("made", workflow="slot", cron="0 0 1 1 *")
+        blocker = await engine.start("slot")
+        await eventually(lambda: _status(engine, blocker, "running"), what="blocker admitted")
+        # the command line loads no app: the queue comes with the schedule
+        triggered = [
+            await bare.trigger_schedule("declared"),
+            await bare.trigger_schedule("made"),
+            await engine.trigger_schedule("made"),
+        ]
+        for run_id in triggered:
+            run = await engine.get_run(run_id)
+            assert (run.status, run.queue) == ("queued", "one"), run
+        depths = {d["queue"]: d for d in await engine.queue_depths()}
+        assert (depths["one"]["active"], depths["one"]["queued"]) == (1, 3)
+        for run_id in [blocker, *triggered]:
+            await engine.send_event(run_id, "go", run_id)
+            assert (await engine.wait(run_id, timeout=30)).output == run_id

@@ -34,7 +34,7 @@ from plait.errors import (
     WorkflowSuspendedError,
 )
 from plait.graph import validate_or_raise
-from plait.ids import check_run_id, new_run_id
+from plait.ids import check_name, check_run_id, new_run_id
 from plait.notify import EndLook, Notifier, wait_event
 from plait.observe import Telemetry, make_telemetry
 from plait.records import (
@@ -53,20 +53,23 @@ from plait.records import (
     StepAttempt,
 )
 from plait.runtime import steps
+from plait.runtime.replay import MAX_AFTER
 from plait.runtime.workflow import Workflow
 from plait.store import convert, make_store, resolve_url
 from plait.store.base import (
     DecisionRow,
     NewRun,
     Op,
+    PassSnapshot,
     PutStep,
     RunFilter,
     ScheduleRow,
+    SetValue,
     StepRow,
     Store,
 )
 from plait.store.convert import ts, ts_or_none
-from plait.worker import Worker
+from plait.worker import Worker, spec_of
 
 log = logging.getLogger("plait.engine")
 #: reads of a run that ``resume`` and ``retry`` make before giving up on one that
@@ -554,21 +557,34 @@ class Engine:
         if reason is not None and not isinstance(reason, str):
             raise TypeError(f"reason must be a string, got {type(reason).__name__}")
 
-        def reopen(recorded: Iterable[StepRow], now: float) -> list[Op]:
-            return steps.resume_ops(recorded, now, reason)
+        def reopen(snapshot: PassSnapshot, now: float) -> list[Op]:
+            return steps.resume_ops(snapshot.steps.values(), now, reason)
 
         return await self._reopen(run_id, "suspended", "resume", reopen)
 
     async def retry(self, run_id: str) -> Run:
-        """A failed run goes on from the failed step; succeeded steps are kept."""
-        return await self._reopen(run_id, "failed", "retry", steps.retry_ops)
+        """A failed run goes on from the failed step; succeeded steps are kept.
+
+        A failed step gets a fresh retry budget only if the workflow did not go on past
+        its failure: one it caught (or gathered with ``return_exceptions=True``) and then
+        reached another step after stays failed and replays as the same error, so its
+        body never runs twice; the step the run's error names always runs again (the
+        rule: ``steps.reopened``). Steps that were still waiting on a timer when the
+        run failed (sleeps, event timeouts, retry back-offs, approval deadlines) get
+        their timers back."""
+
+        def reopen(snapshot: PassSnapshot, now: float) -> list[Op]:
+            recorded = snapshot.steps.values()
+            return steps.retry_ops(recorded, now, snapshot.run.error, after_cap=MAX_AFTER)
+
+        return await self._reopen(run_id, "failed", "retry", reopen)
 
     async def _reopen(
         self,
         run_id: str,
         from_status: str,
         action: str,
-        reopen: Callable[[Iterable[StepRow], float], list[Op]],
+        reopen: Callable[[PassSnapshot, float], list[Op]],
     ) -> Run:
         """Read the run, decide what reopening it writes, and write that if nothing woke
         the run in between (a queued step finishing, an event); else read it again."""
@@ -579,7 +595,7 @@ class Engine:
                 raise RunNotFoundError(run_id)
             if snapshot.run.status != from_status:
                 raise RunStateError(run_id, snapshot.run.status, action)
-            ops = reopen(snapshot.steps.values(), self.clock.now())
+            ops = reopen(snapshot, self.clock.now())
             run = await self.store.reopen_run(run_id, from_status, snapshot.run.wakeups, ops)
             if run is not None:
                 self._poke(run_id)
@@ -611,8 +627,9 @@ class Engine:
         """Deliver to ``wf.wait_for_event(name)``; kept until the run waits for it.
         Returns whether the run was waiting for it: False means the event is held for a
         wait the run has not reached, or may never reach (its wait timed out already)."""
-        if not isinstance(name, str) or not name or "\x00" in name:
+        if not isinstance(name, str) or not name:
             raise TypeError(f"event name must be a non-empty string, got {name!r}")
+        check_name(name, "event name")
         _existing_id(run_id)
         if name.startswith("__"):
             raise ValueError(
@@ -654,6 +671,11 @@ class Engine:
     async def _put_schedule(
         self, spec: schedules.ScheduleSpec, source: str, owner: str | None
     ) -> bool:
+        """Store a schedule with the queue its workflow is registered with here (both
+        callers resolved the workflow first), so a process without the workflow's code
+        starts a tick's run through that queue too."""
+        wdef = self.app.workflows.get(spec.workflow)
+        spec = dataclasses.replace(spec, queue=None if wdef is None else wdef.queue)
         now = self.clock.now()
         row = ScheduleRow(
             name=spec.name,
@@ -744,8 +766,13 @@ class Engine:
 
     async def trigger_schedule(self, name: str) -> str:
         """Start the schedule's workflow now, whatever its status and overlap policy; the
-        run counts as its last run. Returns the run id."""
-        current = await self.get_schedule(name)
+        run counts as its last run. Returns the run id. The run goes through the
+        workflow's queue even from a process that lacks the workflow's code (the command
+        line): the schedule stored the queue with its definition."""
+        rows = await self.store.get_schedules(self._schedule_name(name))
+        if not rows:
+            raise ScheduleNotFoundError(name)
+        current = spec_of(rows[0])
         kind, version = await self._describe_stored(current.workflow)
         run = self.worker.scheduled_run(
             current.name,
@@ -754,7 +781,8 @@ class Engine:
             kind,
             version,
             self.clock.now(),
-            current.owner,
+            rows[0].owner,
+            stored_queue=current.queue,
         )
         started = await self.store.fire_schedule(name, None, None, [run], False)
         if started is None:
@@ -803,6 +831,7 @@ class Engine:
         or refused, with who sent it and when (``get_decisions``)."""
         if not isinstance(name, str) or not name:
             raise TypeError(f"approval name must be a non-empty string, got {name!r}")
+        check_name(name, "approval name")
         if decided_by is not None and (not isinstance(decided_by, str) or not decided_by):
             raise TypeError(
                 f"decided_by must be a user id (a non-empty string), got {decided_by!r}"
@@ -985,11 +1014,23 @@ class Engine:
         the source reached before ``from_step`` (first-reached order) and runs
         ``from_step`` and everything after again, on the code deployed now. Its
         ``forked_from`` names the source. The source must not be running (cancel it
-        first); ``from_step`` must be one of its own steps, not a step of a child run."""
+        first); ``from_step`` must be one of its own steps, not a step of a child run.
+
+        The fork is admitted like a start of the workflow: through the source's stored
+        queue, with its key and priority (and its ``wf.scheduled_at``), ``queued`` until
+        the queue has room. The source's stored flow options are used, not this
+        process's registration: they are what the source was started with (a
+        ``start(queue=...)`` included), and they are the same in every process, the
+        command line that loads no app too. A fork takes no de-duplication key (the
+        source's belongs to the source, or to a later run that took it) and no delay.
+
+        The values the kept ``wf.set_value`` steps published are published again for
+        the fork, in the same transaction (the last one reached of each key wins);
+        values published at ``from_step`` or after are not."""
         if not isinstance(from_step, str) or not from_step:
             raise TypeError(f"from_step must be a step key (a non-empty string), got {from_step!r}")
-        if run_id is not None and (not isinstance(run_id, str) or not run_id):
-            raise TypeError(f"run_id must be a non-empty string, got {run_id!r}")
+        if run_id is not None:
+            check_run_id(run_id)  # as a start's: it must fit in a URL and a CLI argument
         snapshot = await self.store.load_pass(source_run_id)
         if snapshot is None:
             raise RunNotFoundError(source_run_id)
@@ -1011,6 +1052,7 @@ class Engine:
             kind, version = source.kind, source.version
         now = self.clock.now()
         ops: list[Op] = []
+        values: list[Op] = []
         for step in sorted(snapshot.steps.values(), key=lambda s: s.seq):
             if step.seq >= start.seq or step.status not in ("succeeded", "failed"):
                 continue
@@ -1018,6 +1060,8 @@ class Engine:
             kept.run_id, kept.wake_at, kept.updated_at = new_id, None, now
             kept.invocation_id = ids.invocation_id(new_id, step.key)
             ops.append(PutStep(kept))
+            if step.kind == "set_value" and step.status == "succeeded":
+                values.append(SetValue(_value_key(step), step.output))
         new = NewRun(
             id=new_id,
             workflow=source.workflow,
@@ -1025,11 +1069,16 @@ class Engine:
             version=version,
             input=source.input,
             owner=source.owner,
+            status="queued" if source.queue is not None else "running",
+            queue=source.queue,
+            queue_key=source.queue_key,
+            priority=source.priority,
+            scheduled_at=source.scheduled_at,
             trace=None
             if self.telemetry is None
             else self.telemetry.run_created(new_id, source.workflow),
         )
-        await self.store.fork_run(new, source_run_id, ops)
+        await self.store.fork_run(new, source_run_id, ops + values)
         self.notifier.publish_work()
         return new_id
 
@@ -1134,6 +1183,17 @@ def _run_filter(filters: dict[str, Any]) -> RunFilter:
 #: the slow look a waiting ``get_value`` takes in case a wake-up was lost (it doubles)
 _VALUE_SAFETY = 1.0
 _VALUE_SAFETY_MAX = 5.0
+
+
+def _value_key(step: StepRow) -> str:
+    """The key a ``wf.set_value`` step published under (its input ``{"key": ...}``)."""
+    recorded = serde.loads(step.input)
+    key = cast(dict[str, Any], recorded).get("key") if isinstance(recorded, dict) else None
+    if isinstance(key, str):
+        return key
+    base = step.key.removeprefix("__value:")  # "__value:<key>", "#<n>" when reached again
+    head, hash_sign, ordinal = base.rpartition("#")
+    return head if hash_sign and ordinal.isdigit() else base
 
 
 def _gate_outcome(step: StepRow) -> Literal["expired", "decided"]:

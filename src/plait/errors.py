@@ -114,12 +114,18 @@ class RunStateError(PlaitError):
 
 class RunIdTakenError(PlaitError, ValueError):
     """``start(run_id=...)`` with the id of a run of another workflow: the id is an
-    idempotency key, so handing back that run would silently start nothing (HTTP 409)."""
+    idempotency key, so handing back that run would silently start nothing (HTTP 409).
+    Also ``fork(..., run_id=...)`` with the id of any run: a fork is always a new run."""
 
     def __init__(self, run_id: str, workflow: str, wanted: str) -> None:
-        super().__init__(
-            f"run id {run_id!r} is already used by a run of workflow {workflow!r}, not {wanted!r}"
-        )
+        if workflow == wanted:  # a fork: a run of its own workflow holds the id
+            message = f"run id {run_id!r} is already used by another run"
+        else:
+            message = (
+                f"run id {run_id!r} is already used by a run of workflow {workflow!r}, "
+                f"not {wanted!r}"
+            )
+        super().__init__(message)
         self.run_id = run_id
         self.workflow = workflow
 

@@ -50,6 +50,36 @@ def check_run_id(run_id: object) -> str:
     return run_id
 
 
+#: the longest name a caller may give an event, an approval gate, a queue or a schedule
+MAX_NAME = 200
+#: the characters no such name holds: the control characters (no store takes a NUL, and
+#: the others would travel into logs, terminals and URLs)
+NAME_FORBIDDEN = r"\x00-\x1f\x7f"
+_NAME = re.compile(f"[^{NAME_FORBIDDEN}]+")
+
+
+def check_name(name: object, what: str, *, limit: int = MAX_NAME) -> str:
+    """``name`` if it is a string of 1 to ``limit`` characters without control
+    characters; else ``TypeError`` / ``ValueError`` naming ``what`` and the value (a long
+    one cut short). The one rule for the names of events, approval gates, queues and
+    schedules, in the engine and over HTTP alike."""
+    if not isinstance(name, str):
+        raise TypeError(f"{what} must be a string, got {type(name).__name__} {shown(name)}")
+    if len(name) > limit or _NAME.fullmatch(name) is None:
+        raise ValueError(
+            f"invalid {what} {shown(name)}: 1 to {limit} characters, no control characters"
+        )
+    return name
+
+
+def shown(value: object, most: int = 60) -> str:
+    """``repr(value)``, cut short past ``most`` characters (a name may be megabytes)."""
+    if isinstance(value, str) and len(value) > most:
+        return f"{value[: most - 20]!r}... ({len(value)} characters)"
+    text = repr(value)
+    return text if len(text) <= most + 20 else f"{text[:most]}..."
+
+
 def new_run_id() -> str:
     """A UUID version 7: the millisecond it was made, then random bits. Runs started close
     together sort close together, so the steps of the runs in flight share few pages of

@@ -16,13 +16,13 @@ from datetime import datetime
 from typing import Any
 
 from plait.durations import parse_duration
+from plait.ids import check_name
 
 #: the window of each rate unit, in seconds
 _RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([smhd])\s*$")
 #: priorities are stored as 32-bit integers on both stores
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
-_NAME = re.compile(r"^[^\x00-\x1f]{1,200}$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,12 +68,8 @@ class Queue:
 
 
 def check_queue_name(name: object, what: str = "queue") -> str:
-    """A queue name: a non-empty string without control characters."""
-    if not isinstance(name, str):
-        raise TypeError(f"{what} must be a string, got {type(name).__name__} {name!r}")
-    if not _NAME.match(name):
-        raise ValueError(f"invalid {what} {name!r}: 1 to 200 characters, no control characters")
-    return name
+    """A queue name: a non-empty string without control characters (``ids.check_name``)."""
+    return check_name(name, what)
 
 
 def parse_rate(value: object, *, what: str = "rate") -> Rate:

@@ -35,8 +35,7 @@ from cronsim import CronSim, CronSimError
 
 from plait import serde
 from plait.durations import parse_duration
-from plait.ids import check_run_id
-from plait.queues import check_queue_name
+from plait.ids import check_name, check_run_id
 
 OVERLAP_POLICIES = ("skip", "allow")
 #: a tick at most this many seconds late is on time, whatever ``catchup`` says: the
@@ -61,23 +60,25 @@ class ScheduleSpec:
     timezone: str = "UTC"
     overlap: str = "skip"
     catchup: float = 0.0
+    #: the queue the workflow was registered with where the schedule was stored: a
+    #: process that lacks the workflow (the command line) admits a tick's run through it
+    queue: str | None = None
 
     def definition(self) -> str:
         """The stored form of what the schedule does (its name aside), as JSON text: a
         process that declares the same schedule with other options replaces it."""
-        return json.dumps(
-            {
-                "workflow": self.workflow,
-                "input": self.input,
-                "cron": self.cron,
-                "every": self.every,
-                "timezone": self.timezone,
-                "overlap": self.overlap,
-                "catchup": self.catchup,
-            },
-            sort_keys=True,
-            separators=(",", ":"),
-        )
+        stored: dict[str, Any] = {
+            "workflow": self.workflow,
+            "input": self.input,
+            "cron": self.cron,
+            "every": self.every,
+            "timezone": self.timezone,
+            "overlap": self.overlap,
+            "catchup": self.catchup,
+        }
+        if self.queue is not None:  # absent otherwise: older definitions stay the same
+            stored["queue"] = self.queue
+        return json.dumps(stored, sort_keys=True, separators=(",", ":"))
 
     def next_tick(self, after: float) -> float:
         """The first tick strictly after ``after`` (unix seconds)."""
@@ -177,7 +178,7 @@ def make_spec(
     catchup: object = "0s",
 ) -> ScheduleSpec:
     """A ``ScheduleSpec`` from what a user wrote, or an error naming the bad field."""
-    sname = check_queue_name(name, "schedule name")
+    sname = check_name(name, "schedule name", limit=MAX_NAME)
     if ":" in sname:
         raise ValueError(
             f"invalid schedule name {sname!r}: no ':' (it separates the parts of a run id)"
@@ -186,7 +187,7 @@ def make_spec(
         check_run_id(run_id_for(sname, 0.5))
     except ValueError:
         raise ValueError(
-            f"invalid schedule name {sname!r}: use at most 166 letters, digits and"
+            f"invalid schedule name {sname!r}: use at most {MAX_NAME} letters, digits and"
             " . _ @ + = ~ - (it is part of the ids of the schedule's runs)"
         ) from None
     if not isinstance(workflow, str) or not workflow:
@@ -242,6 +243,11 @@ def iso_tick(tick: float) -> str:
     if moment.microsecond:
         return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+#: the longest schedule name: what is left of a run id's 200 characters once the prefix
+#: and the longest tick (with milliseconds) are in it
+MAX_NAME = 200 - len(run_id_for("", 0.5))
 
 
 __all__ = [

@@ -78,6 +78,7 @@ def spec_of(row: ScheduleRow) -> schedules.ScheduleSpec:
         timezone=data.get("timezone", "UTC"),
         overlap=data.get("overlap", "skip"),
         catchup=float(data.get("catchup", 0.0)),
+        queue=data.get("queue"),
     )
 
 
@@ -547,7 +548,16 @@ class Worker:
             return 0
         ticks, next_tick = schedules.due_ticks(spec, row.next_tick, now)
         runs = [
-            self.scheduled_run(spec.name, spec.workflow, spec.input, kind, version, tick, row.owner)
+            self.scheduled_run(
+                spec.name,
+                spec.workflow,
+                spec.input,
+                kind,
+                version,
+                tick,
+                row.owner,
+                stored_queue=spec.queue,
+            )
             for tick in ticks
         ]
         started = await self.store.fire_schedule(
@@ -571,11 +581,18 @@ class Worker:
         version: str | None,
         tick: float,
         owner: str | None,
+        *,
+        stored_queue: str | None = None,
     ) -> NewRun:
         """The run of one tick of schedule ``name``: its id names the schedule and the
-        tick; a workflow declared with a queue is admitted through it."""
+        tick; a workflow declared with a queue is admitted through it.
+
+        The queue is the workflow's as this process registers it; a process that does
+        not register the workflow (the command line, an engine of another app) uses
+        ``stored_queue``, the queue the schedule recorded when it was stored
+        (``ScheduleSpec.queue``), so the run never skips its queue for want of code."""
         wdef = self.catalog.app.workflows.get(workflow)
-        queue = wdef.queue if wdef is not None else None
+        queue = wdef.queue if wdef is not None else stored_queue
         return NewRun(
             id=schedules.run_id_for(name, tick),
             workflow=workflow,

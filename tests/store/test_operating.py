@@ -146,6 +146,28 @@ async def test_fork_run_creates_the_run_with_its_kept_steps(store: Store) -> Non
         await store.fork_run(NewRun("copy", "wf", "workflow", None, "{}"), "src", [])
 
 
+async def test_fork_run_of_a_queue_waits_with_its_values(store: Store) -> None:
+    await new_run(store, "src")
+    kept = step("q-copy", "__value:v", kind="set_value", status="succeeded", output='"x"')
+    new = NewRun(
+        "q-copy",
+        "wf",
+        "workflow",
+        None,
+        "{}",
+        status="queued",
+        queue="work",
+        queue_key="k1",
+        priority=4,
+    )
+    run = await store.fork_run(new, "src", [PutStep(kept), SetValue("v", '"x"')])
+    assert (run.status, run.queue, run.key, run.priority) == ("queued", "work", "k1", 4)
+    assert run.forked_from == "src" and run.admitted_at is None
+    assert await store.get_values("q-copy") == {"v": '"x"'}
+    (depth,) = [d for d in await store.queue_depths() if d.queue == "work"]
+    assert (depth.queued, depth.active) == (1, 0)
+
+
 async def test_prune_batch_walks_ended_trees_with_a_cursor(store: Store) -> None:
     for n in range(3):
         await new_run(store, f"old{n}")

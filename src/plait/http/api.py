@@ -7,7 +7,6 @@ apps with different engines can live in one process, e.g. in tests.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
@@ -23,7 +22,7 @@ from plait.http.auth import Authenticator, Principal
 from plait.http.lifecycle import Ended, Lifecycle
 from plait.http.operating import Operating
 from plait.http.problems import ApiError, bad_input, from_plait, invalid, validate
-from plait.http.schemas import NAME_PATTERN, RegisterGraph, StartRun, json_body, runs_query
+from plait.http.schemas import RegisterGraph, StartRun, json_body, path_name, runs_query
 from plait.http.sse import stream_run
 from plait.records import Run
 
@@ -143,9 +142,14 @@ class Api:
                 raise mapped from None
             raise bad_input(exc, field_named(exc, START_FIELDS, "input")) from None
         run = await self.engine.get_run(run_id)
-        if body.run_id is not None:
-            # run_id is an idempotency key: an existing run answers only to its owner
-            principal.require_access(run)
+        if not principal.may_access(run):
+            # the start found a live run of another user instead of making one: by its
+            # run id (an idempotency key) or by its dedup key. Either answers only to its
+            # owner: 403, with nothing of that run (not even the id a dedup key found),
+            # and nobody waits on it.
+            if run_id == body.run_id:
+                principal.require_access(run)
+            raise ApiError(403, "FORBIDDEN", "the dedup key is held by a run of another user")
         if not body.wait:
             return JSONResponse({"run_id": run_id}, status_code=201)
         wait = self.engine.wait(run_id, timeout=body.timeout or MAX_WAIT_SECONDS)
@@ -239,18 +243,7 @@ class Api:
     async def send_event(self, request: Request, principal: Principal) -> Response:
         """Deliver an event; the body (any JSON, or nothing) is its payload."""
         run = await self._readable_run(request, principal)
-        name = request.path_params["name"]
-        if not _NAME.match(name):
-            raise invalid(
-                [
-                    {
-                        "field": "name",
-                        "message": "an event name has 1 to 200 characters, no /"
-                        " and no control characters",
-                    }
-                ],
-                "path",
-            )
+        name = path_name(request, "event")
         payload = await json_body(request)
         try:
             waiting = await self.engine.send_event(run.id, name, payload)
@@ -318,9 +311,6 @@ def field_named(exc: Exception, fields: tuple[str, ...], default: str) -> str:
         if text.startswith((name, f"invalid {name}", f"{name}=")) or f" {name} " in text:
             return name
     return default
-
-
-_NAME = re.compile(NAME_PATTERN)
 
 
 def _summary(run: Run) -> dict[str, Any]:

@@ -4,7 +4,8 @@ Who may decide a gate is the gate's approver policy, not the run's owner: four e
 means someone other than the owner decides, so a decider need not be able to read the
 run. A decision for a gate the run has not reached yet is held, and sending one needs
 access to the run (nobody learns of others' runs by guessing gate names). Forking needs
-access to the run, and the fork keeps its owner.
+access to the run, and the fork keeps its owner; a fork's ``run_id`` that another user's
+run holds is 403, as for a start.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from plait.engine import Engine
 from plait.errors import RunIdTakenError
 from plait.http.auth import Principal
 from plait.http.problems import ApiError, bad_input, invalid, validate
-from plait.http.schemas import json_body
+from plait.http.schemas import json_body, path_name
+from plait.ids import RUN_ID_PATTERN
 from plait.records import ApprovalStatus
 
 #: the statuses ``GET /api/approvals`` takes
@@ -33,7 +35,10 @@ class ForkRun(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     from_step: str = Field(min_length=1)
-    run_id: str | None = Field(default=None, min_length=1, max_length=200)
+    #: the fork's id, as ``StartRun.run_id``: it must fit in a URL like any run id
+    run_id: str | None = Field(
+        default=None, min_length=1, max_length=200, pattern=f"^{RUN_ID_PATTERN}$"
+    )
 
 
 class Operating:
@@ -62,8 +67,9 @@ class Operating:
         return JSONResponse({"approvals": [g.to_dict() for g in gates]})
 
     async def decide(self, request: Request, principal: Principal) -> Response:
-        """Decide gate ``name``; the body (any JSON) is the decision's data."""
-        run_id, name = request.path_params["run_id"], request.path_params["name"]
+        """Decide gate ``name``; the body (any JSON) is the decision's data. A name no
+        gate can have (the rule of event names) is 422 before any run is looked at."""
+        run_id, name = request.path_params["run_id"], path_name(request, "approval")
         data = await json_body(request)
         run = await self.engine.get_run(run_id)
         steps = await self.engine.get_steps(run_id)
@@ -84,6 +90,8 @@ class Operating:
         try:
             new_id = await self.engine.fork(run.id, from_step=body.from_step, run_id=body.run_id)
         except RunIdTakenError as exc:
+            # as for a start: the id answers only to the owner of the run that holds it
+            principal.require_access(await self.engine.get_run(exc.run_id))
             raise ApiError(409, "RUN_ID_TAKEN", str(exc)) from None
         except ValueError as exc:
             raise bad_input(exc, "from_step") from None

@@ -11,17 +11,36 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from starlette.requests import Request
 
-from plait import serde
+from plait import schedules, serde
 from plait.http.problems import ApiError, invalid, validate
-from plait.ids import RUN_ID_PATTERN
+from plait.ids import MAX_NAME, NAME_FORBIDDEN, RUN_ID_PATTERN
 
 RUN_STATUSES = ("queued", "running", "suspended", "completed", "failed", "cancelled")
 MAX_PAGE = 500
 #: the largest ``offset`` of a page of runs
 MAX_OFFSET = 2**31 - 1
-#: a workflow, graph or event name sent by a client: it travels in URL paths and logs, so
-#: no ``/`` and no control characters
-NAME_PATTERN = r"^[^\x00-\x1f\x7f/]{1,200}$"
+#: a workflow, graph, event or approval name sent by a client: the engine's rule for
+#: names (``ids.check_name``), and no ``/``, as it travels in URL paths
+NAME_PATTERN = rf"^[^{NAME_FORBIDDEN}/]{{1,{MAX_NAME}}}$"
+_PATH_NAME = re.compile(NAME_PATTERN)
+
+
+def path_name(request: Request, what: str) -> str:
+    """The ``{name}`` of the request's path, an event's or an approval gate's, if it
+    follows ``NAME_PATTERN``; else 422 (before any run is looked at)."""
+    name: str = request.path_params["name"]
+    if _PATH_NAME.fullmatch(name) is None:
+        raise invalid(
+            [
+                {
+                    "field": "name",
+                    "message": f"an {what} name has 1 to {MAX_NAME} characters, no /"
+                    " and no control characters",
+                }
+            ],
+            "path",
+        )
+    return name
 
 
 class StartRun(BaseModel):
@@ -52,7 +71,8 @@ class CreateSchedule(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=200)
+    #: the engine checks the rest of a schedule name's rule and names the field
+    name: str = Field(min_length=1, max_length=schedules.MAX_NAME)
     workflow: str = Field(min_length=1)
     cron: str | None = None
     every: str | float | None = None

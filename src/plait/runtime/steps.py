@@ -40,6 +40,9 @@ from plait.store.base import (
 #: that kills its worker every time must not take every worker down forever
 MAX_INTERRUPTIONS = 10
 
+#: the key suffix of a step's compensation step (``Driver.compensate``)
+ON_ERROR = ":on_error"
+
 
 # -- error records ------------------------------------------------------------------------
 
@@ -230,9 +233,17 @@ def reopen_failed(step: StepRow, now: float) -> list[Op]:
     """A step that failed for good gets a fresh retry budget when its run is retried (its
     earlier failures still count as failures, not as interruptions). Its new outcome is
     one the workflow has not seen. An event wait that timed out waits again, with its
-    timeout."""
+    timeout. A wait the workflow cancelled (a sleep, an event wait or an approval,
+    recorded ``cancelled`` when its run ended) waits again until its own ``wake_at``,
+    with its timer: the replay cancels it again where the workflow did, but where a
+    reopened step changes the race (the call that beat a deadline by failing is slow
+    now) the deadline must still be there."""
+    cancelled = _cancelled_wait(step)
     step.retried_failures = step.failures
     step.error, step.delivered, step.updated_at = None, None, now
+    if cancelled:
+        step.status = "pending" if step.kind == "approval" else "scheduled"
+        return [_put(step), *rearm_timer(step)]
     if step.kind == "event":
         return wait_event(step, step.timeout, now)
     step.status, step.wake_at = "pending", None
@@ -266,16 +277,153 @@ def _reason(step: StepRow) -> str | None:
     return cast(dict[str, Any], opened).get("reason") if isinstance(opened, dict) else None
 
 
-def retry_ops(recorded: Iterable[StepRow], now: float) -> list[Op]:
-    """What ``retry`` writes: failed steps start over, queued steps in flight get their
-    jobs back."""
+def retry_ops(
+    recorded: Iterable[StepRow],
+    now: float,
+    run_error: str | None = None,
+    *,
+    after_cap: int | None = None,
+) -> list[Op]:
+    """What ``retry`` writes: the failed steps the workflow did not go on from start over
+    (``reopened``), every step still waiting on a durable timer gets it back, and queued
+    steps in flight get their jobs back.
+
+    Ending the failed run deleted its timers and jobs, so a step that was waiting when a
+    sibling failed the run (a sleep, an event's timeout, a retry back-off, an approval's
+    deadline) would otherwise never wake: its timer is armed again at the step's stored
+    ``wake_at`` (a time already past fires at once). ``run_error`` is the failed run's
+    stored error and ``after_cap`` the most keys a step's ``reached_after`` holds (see
+    ``reopened``)."""
+    rows = list(recorded)
+    again = reopened(rows, run_error, after_cap=after_cap)
     ops: list[Op] = []
-    for step in recorded:
+    for step in rows:
         if step.status == "failed":
-            ops += reopen_failed(step, now)
+            if step.key in again:
+                ops += reopen_failed(step, now)
         elif step.queued and step.status in ("scheduled", "running"):
             ops += requeue(step, now)
+        else:
+            ops += rearm_timer(step)
     return ops
+
+
+def reopened(
+    recorded: Iterable[StepRow], run_error: str | None = None, *, after_cap: int | None = None
+) -> set[str]:
+    """The keys of the failed steps a retry reopens: those the workflow did not go on
+    from. A failure the workflow received and then reached another step after (it
+    caught it, or gathered it with ``return_exceptions=True``) was handled: the steps
+    recorded after it depend on it having failed, so it stays failed and replays as the
+    same error, and its body never runs again (a caught charge is not charged twice).
+    Any step counts, a recorded value (``wf.now()``, ``wf.set_value``) too: a new
+    outcome would take the workflow down another path past a record of this one.
+
+    * A code workflow's step records in ``reached_after`` the outcomes its task had
+      received when it reached it; a failed step named there was handled. Its own
+      compensation step ``<key>:on_error`` names it too, but is no sign the workflow
+      went on: plait runs it before the workflow sees the failure.
+    * A graph's error edge starts a node step whose ``from_key`` is the failed node
+      step (the same kind); the items of a failed ``for_each`` node name it too, but are
+      of another kind. A failure an error edge took was handled.
+    * The step the run's error names (``"step"``) failed the run: it is always reopened,
+      even when the workflow reached a step after it (logged it, then raised it again).
+    * A step's compensation step and a ``for_each`` node's items go with their step:
+      reopened if it is, kept failed if it is kept.
+    * ``reached_after`` keeps only the newest ``after_cap`` keys (the rest of a wide
+      gather is dropped), so a handled failure may be missing from it. When a list is
+      full, a failure the workflow received (``delivered``) before the newest outcome in
+      that list counts as handled as well: running a handled step twice repeats its
+      effects, while a failure wrongly kept still fails the run again on retry, which
+      the step named in its error always escapes.
+    * A failure the workflow caught without reaching any step afterwards leaves no
+      trace of that and is reopened like one it let through; nothing recorded depends on
+      its outcome, so the replay stays consistent whatever the new attempt gives.
+    """
+    rows = {step.key: step for step in recorded}
+    failed = {key for key, step in rows.items() if step.status == "failed"}
+    if not failed:
+        return set()
+    handled: set[str] = set()
+    for step in rows.values():
+        if step.from_key in failed and rows[step.from_key].kind == step.kind:
+            handled.add(step.from_key)
+        if step.reached_after is None:
+            continue
+        after: list[str] = serde.loads(step.reached_after) or []
+        handled.update(k for k in after if k in failed and step.key != f"{k}{ON_ERROR}")
+        if after_cap is not None and len(after) >= after_cap:
+            seen = [rows[k].delivered for k in after if k in rows]
+            newest = max((d for d in seen if d is not None), default=None)
+            if newest is not None:
+                handled.update(
+                    k
+                    for k in failed
+                    if k != step.key and (d := rows[k].delivered) is not None and d < newest
+                )
+    named = _named_step(run_error)
+    if named is not None:
+        handled.discard(named)
+    for key in failed:
+        owner = _owner(rows[key], rows)
+        if owner is not None and owner in failed:
+            if owner in handled:
+                handled.add(key)
+            else:
+                handled.discard(key)
+    return failed - handled
+
+
+#: steps that only wait, with no body of their own
+_WAITS = frozenset({"sleep", "event", "approval"})
+
+
+def _cancelled_wait(step: StepRow) -> bool:
+    """A wait recorded failed ``cancelled``: the workflow cancelled it. It was
+    waiting, not failing."""
+    if step.kind not in _WAITS or step.status != "failed":
+        return False
+    record = serde.loads(step.error)
+    return isinstance(record, dict) and (
+        cast(dict[str, Any], record).get("code") == errors.WORKFLOW_CANCELLED
+    )
+
+
+def _named_step(run_error: str | None) -> str | None:
+    """The step a run's stored error names as the one that failed it, if any."""
+    record = serde.loads(run_error)
+    if not isinstance(record, dict):
+        return None
+    named = cast(dict[str, Any], record).get("step")
+    return named if isinstance(named, str) else None
+
+
+def _owner(step: StepRow, rows: dict[str, StepRow]) -> str | None:
+    """The step a step belongs to: a compensation step's step, a ``for_each`` item's
+    node (its ``from_key``, of another kind), else None."""
+    if step.key.endswith(ON_ERROR):
+        return step.key.removesuffix(ON_ERROR)
+    start = rows.get(step.from_key) if step.from_key is not None else None
+    if start is not None and start.kind != step.kind:
+        return start.key
+    return None
+
+
+def rearm_timer(step: StepRow) -> list[Op]:
+    """The durable timer a step that waits on one needs again (its run ended, which
+    deleted its timers, and goes on now): a sleep, an event wait with a timeout, a
+    retry back-off of a step run in the pass, an approval with a deadline; at the
+    step's ``wake_at``. Nothing for any other step."""
+    if step.wake_at is None or step.queued:
+        return []
+    if step.kind == "approval":
+        if step.status != "pending":
+            return []
+        return [SetTimer(step.key, "approval", step.wake_at)]
+    if step.status != "scheduled":
+        return []
+    purpose = {"sleep": "sleep", "event": "event_timeout"}.get(step.kind, "retry")
+    return [SetTimer(step.key, purpose, step.wake_at)]
 
 
 # -- timers and events --------------------------------------------------------------------

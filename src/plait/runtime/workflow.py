@@ -335,7 +335,7 @@ class Workflow:
         before the run gets here is kept for it. Typed ``Any``: the payload is JSON that
         another process sent, and nothing here checks its shape (validate it with a
         pydantic model where its shape matters)."""
-        self._check_name(name, "event")
+        ids.check_name(self._check_name(name, "event"), "event name")
         seconds = (
             None if timeout is None else parse_duration(timeout, what=f"timeout of event {name!r}")
         )
@@ -377,7 +377,7 @@ class Workflow:
         accepts; or, with ``expires``, until that deadline passes (a durable timer), then
         returns an expired decision. A decision sent before the run gets here is judged
         when it does. ``resume`` never opens a gate."""
-        self._check_name(name, "approval")
+        ids.check_name(self._check_name(name, "approval"), "approval name")
         if schema is not None and not (
             isinstance(schema, type) and issubclass(schema, pydantic.BaseModel)
         ):

@@ -1,0 +1,654 @@
+"""``engine.retry``: a failed run goes on from the step that failed it.
+
+A retry reopens a failed step only if the workflow did not go on past its failure: a
+failure the workflow caught and went on from (it reached another step after it) stays
+failed and replays as the same caught error, so its step never runs again. The step the
+run's error names is always reopened. Every step still waiting on a durable timer when
+the run failed (a sleep, an event timeout, a retry back-off, an approval's deadline) has
+its timer again, so the retried run can finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import plait
+from conftest import Counter
+from plait import serde
+from plait.errors import EventTimeout, StepError
+from plait.runtime import steps
+from plait.store.base import PutStep, SetTimer, StepRow
+
+
+async def _steps(engine: plait.Engine, run_id: str) -> dict[str, plait.Step]:
+    return {s.key: s for s in await engine.get_steps(run_id)}
+
+
+async def _failed(engine: plait.Engine, run_id: str) -> plait.Run:
+    run = await engine.wait(run_id, timeout=10)
+    assert run.status == "failed", run
+    return run
+
+
+class Outage:
+    """Functions that fail while their dependency is down, and count every call."""
+
+    def __init__(self, *down: str) -> None:
+        self.down = set(down)
+        self.counter = Counter()
+
+    def call(self, name: str, value: Any = None) -> Any:
+        self.counter.hit(name)
+        if name in self.down:
+            raise RuntimeError(f"{name} is down")
+        return name if value is None else value
+
+
+# -- failures the workflow handled ------------------------------------------------------------
+
+
+async def test_retry_keeps_a_caught_failure_failed(engine_factory) -> None:
+    """The customer is charged once: the caught primary charge is not run again."""
+    outage = Outage("primary", "warehouse")
+    charges: list[str] = []
+    app = plait.App()
+
+    def charge(gateway: str) -> str:
+        outage.call(gateway)
+        charges.append(gateway)
+        return gateway
+
+    @app.workflow
+    async def checkout(wf: plait.Workflow) -> dict:
+        try:
+            paid = await wf.do("charge primary", charge, "primary", retries=0)
+        except StepError:
+            paid = await wf.do("charge backup", charge, "backup", retries=0)
+        shipped = await wf.do("ship", outage.call, "warehouse", retries=0)
+        return {"paid": paid, "shipped": shipped}
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("checkout")
+        run = await _failed(engine, run_id)
+        assert run.error and run.error["step"] == "ship"
+        outage.down.clear()  # both recovered meanwhile
+        await engine.retry(run_id)
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed"
+        assert run.output == {"paid": "backup", "shipped": "warehouse"}
+        assert charges == ["backup"]
+        assert outage.counter["primary"] == 1 and outage.counter["warehouse"] == 2
+        recorded = await _steps(engine, run_id)
+        assert recorded["charge primary"].status == "failed"
+        assert recorded["charge primary"].attempts == 1
+
+
+async def test_retry_keeps_failures_gathered_with_return_exceptions(engine_factory) -> None:
+    outage = Outage("a", "kid", "ship")
+    app = plait.App()
+
+    @app.workflow
+    async def kid(wf: plait.Workflow) -> str:
+        return await wf.do("k", outage.call, "kid", retries=0)
+
+    @app.workflow
+    async def fan(wf: plait.Workflow) -> list:
+        got = await asyncio.gather(
+            wf.do("a", outage.call, "a", retries=0),
+            wf.do("child", "kid"),
+            wf.do("b", outage.call, "b", retries=0),
+            return_exceptions=True,
+        )
+        names = [type(x).__name__ if isinstance(x, BaseException) else x for x in got]
+        return [names, await wf.do("ship", outage.call, "ship", retries=0)]
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("fan")
+        run = await _failed(engine, run_id)
+        assert run.error and run.error["step"] == "ship"
+        outage.down.clear()
+        await engine.retry(run_id)
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed"
+        assert run.output == [["StepError", "StepError", "b"], "ship"]
+        assert outage.counter.counts == {"a": 1, "kid": 1, "b": 1, "ship": 2}
+        recorded = await _steps(engine, run_id)
+        assert recorded["a"].status == recorded["child"].status == "failed"
+        assert len(await engine.get_children(run_id)) == 1  # no second child run
+
+
+async def test_retry_keeps_a_caught_event_timeout(engine_factory) -> None:
+    """A timed-out wait the workflow caught and went on from does not wait again."""
+    outage = Outage("ship")
+    app = plait.App()
+
+    @app.workflow
+    async def waits(wf: plait.Workflow) -> list:
+        try:
+            got = await wf.wait_for_event("go", timeout=0.2)
+        except EventTimeout:
+            got = await wf.do("fallback", outage.call, "fallback")
+        return [got, await wf.do("ship", outage.call, "ship", retries=0)]
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("waits")
+        await _failed(engine, run_id)
+        outage.down.clear()
+        await engine.retry(run_id)
+        # the caught timeout replays; the wait does not open again to take this event
+        await engine.send_event(run_id, "go", "late")
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed" and run.output == ["fallback", "ship"]
+        assert outage.counter.counts == {"fallback": 1, "ship": 2}
+        assert (await _steps(engine, run_id))["__event:go"].status == "failed"
+
+
+async def test_retry_keeps_a_caught_failure_with_on_error_failed(engine_factory) -> None:
+    outage = Outage("charge", "ship")
+    app = plait.App()
+
+    @app.function
+    def undo(data: dict) -> str:
+        outage.call("undo")
+        return "undone"
+
+    @app.workflow
+    async def checkout(wf: plait.Workflow) -> list:
+        try:
+            paid = await wf.do("charge", outage.call, "charge", retries=0, on_error="undo")
+        except StepError:
+            paid = await wf.do("backup", outage.call, "backup")
+        return [paid, await wf.do("ship", outage.call, "ship", retries=0)]
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("checkout")
+        await _failed(engine, run_id)
+        outage.down.clear()
+        await engine.retry(run_id)
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed" and run.output == ["backup", "ship"]
+        assert outage.counter.counts == {"charge": 1, "undo": 1, "backup": 1, "ship": 2}
+
+
+# -- failures that failed the run -----------------------------------------------------------
+
+
+async def test_retry_reopens_a_failure_with_on_error(engine_factory) -> None:
+    """Its own compensation step comes after it, but is no sign the workflow went on."""
+    outage = Outage("charge")
+    app = plait.App()
+
+    @app.function
+    def undo(data: dict) -> str:
+        outage.call("undo")
+        return "undone"
+
+    @app.workflow
+    async def checkout(wf: plait.Workflow) -> str:
+        return await wf.do("charge", outage.call, "charge", retries=0, on_error="undo")
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("checkout")
+        await _failed(engine, run_id)
+        assert (await _steps(engine, run_id))["charge:on_error"].status == "succeeded"
+        outage.down.clear()
+        await engine.retry(run_id)
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed" and run.output == "charge"
+        assert outage.counter.counts == {"charge": 2, "undo": 1}
+
+
+async def test_retry_reopens_a_failure_raised_again_after_a_step(engine_factory) -> None:
+    """The step the run's error names is reopened even though the workflow reached a
+    step after its failure (it logged it, then raised it again)."""
+    outage = Outage("charge")
+    app = plait.App()
+
+    @app.workflow
+    async def checkout(wf: plait.Workflow) -> str:
+        try:
+            return await wf.do("charge", outage.call, "charge", retries=0)
+        except StepError:
+            await wf.do("log", outage.call, "log")
+            raise
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("checkout")
+        run = await _failed(engine, run_id)
+        assert run.error and run.error["step"] == "charge"
+        outage.down.clear()
+        await engine.retry(run_id)
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed" and run.output == "charge"
+        assert outage.counter.counts == {"charge": 2, "log": 1}
+
+
+async def test_retry_reopens_a_failure_raised_as_another_error(engine_factory) -> None:
+    outage = Outage("charge")
+    app = plait.App()
+
+    class PaymentError(Exception):
+        pass
+
+    @app.workflow
+    async def checkout(wf: plait.Workflow) -> str:
+        try:
+            return await wf.do("charge", outage.call, "charge", retries=0)
+        except StepError as exc:
+            raise PaymentError("payment failed") from exc
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("checkout")
+        run = await _failed(engine, run_id)
+        assert run.error and run.error["type"] == "PaymentError" and "step" not in run.error
+        outage.down.clear()
+        await engine.retry(run_id)
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed" and run.output == "charge"
+        assert outage.counter["charge"] == 2
+
+
+async def test_retry_reopens_every_failure_nobody_caught(engine_factory) -> None:
+    """Two gathered steps fail; the run's error names one, both run again."""
+    outage = Outage("a", "b")
+    app = plait.App()
+
+    @app.workflow
+    async def both(wf: plait.Workflow) -> list:
+        return list(
+            await asyncio.gather(
+                wf.do("a", outage.call, "a", retries=0), wf.do("b", outage.call, "b", retries=0)
+            )
+        )
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("both")
+        await _failed(engine, run_id)
+        assert outage.counter.counts == {"a": 1, "b": 1}
+        outage.down.clear()
+        await engine.retry(run_id)
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed" and run.output == ["a", "b"]
+        assert outage.counter.counts == {"a": 2, "b": 2}
+
+
+async def test_retry_waits_again_for_an_uncaught_event_timeout(engine_factory) -> None:
+    app = plait.App()
+
+    @app.workflow
+    async def waits(wf: plait.Workflow) -> Any:
+        await wf.do("before", lambda: 1)
+        return await wf.wait_for_event("go", timeout=0.2)
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("waits")
+        run = await _failed(engine, run_id)
+        assert run.error and run.error["code"] == "EVENT_TIMEOUT"
+        await engine.retry(run_id)
+        await engine.send_event(run_id, "go", {"ok": 1})
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed" and run.output == {"ok": 1}
+
+
+# -- timers of steps still waiting when the run failed --------------------------------------
+
+
+def _sibling_app(fixed: dict[str, bool], calls: list[int]) -> plait.App:
+    """Workflows that fail in one branch of a gather while the other waits on a timer."""
+    app = plait.App()
+
+    def flaky() -> str:
+        if not fixed["v"]:
+            raise RuntimeError("not yet")
+        return "fixed"
+
+    @app.function(retries=1, retry_delay=0.4)
+    def second_time(data: None, ctx: plait.StepContext) -> str:
+        calls.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise RuntimeError("first attempt")
+        return "ok"
+
+    @app.workflow
+    async def sleep_sibling(wf: plait.Workflow) -> list:
+        async def sleeper() -> str:
+            await wf.sleep("nap", 0.4)
+            return "slept"
+
+        return list(await asyncio.gather(sleeper(), wf.do("bad", flaky, retries=0)))
+
+    @app.workflow
+    async def event_sibling(wf: plait.Workflow) -> list:
+        async def waiter() -> Any:
+            try:
+                return await wf.wait_for_event("e", timeout=0.4)
+            except EventTimeout:
+                return "timed out"
+
+        return list(await asyncio.gather(waiter(), wf.do("bad", flaky, retries=0)))
+
+    @app.workflow
+    async def backoff_sibling(wf: plait.Workflow) -> list:
+        async def late() -> str:
+            await wf.do("pre", lambda: 1)
+            return await wf.do("bad", flaky, retries=0)
+
+        return list(await asyncio.gather(wf.do("twice", "second_time"), late()))
+
+    @app.workflow
+    async def approval_sibling(wf: plait.Workflow) -> list:
+        async def gate() -> str:
+            decision = await wf.approval("ok", expires=0.4)
+            return "expired" if decision.expired else "decided"
+
+        return list(await asyncio.gather(gate(), wf.do("bad", flaky, retries=0)))
+
+    return app
+
+
+@pytest.mark.parametrize(
+    ("workflow", "waiting", "output"),
+    [
+        ("sleep_sibling", "nap", ["slept", "fixed"]),
+        ("event_sibling", "__event:e", ["timed out", "fixed"]),
+        ("backoff_sibling", "twice", ["ok", "fixed"]),
+        ("approval_sibling", "__approval:ok", ["expired", "fixed"]),
+    ],
+)
+async def test_retry_arms_the_timer_of_a_step_still_waiting(
+    engine_factory, workflow: str, waiting: str, output: list
+) -> None:
+    fixed = {"v": False}
+    calls: list[int] = []
+    async with engine_factory(_sibling_app(fixed, calls)) as engine:
+        run_id = await engine.start(workflow)
+        await _failed(engine, run_id)
+        assert (await _steps(engine, run_id))[waiting].status in ("scheduled", "pending")
+        fixed["v"] = True
+        await engine.retry(run_id)
+        run = await engine.wait(run_id, timeout=8)
+        assert run.status == "completed" and run.output == output
+    if workflow == "backoff_sibling":
+        assert calls == [1, 2]
+
+
+async def test_a_fresh_engine_fires_the_timer_a_retry_armed(engine_factory) -> None:
+    """The timer is a row, not this process's memory: another engine on the database
+    fires it (at once if its time passed while no engine was open)."""
+    fixed = {"v": False}
+    app = _sibling_app(fixed, [])
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("sleep_sibling")
+        await _failed(engine, run_id)
+        fixed["v"] = True
+        await engine.retry(run_id)
+    async with engine_factory(app) as engine:
+        run = await engine.wait(run_id, timeout=8)
+        assert run.status == "completed" and run.output == ["slept", "fixed"]
+
+
+async def test_resume_keeps_the_timer_of_a_sibling_waiting(engine_factory) -> None:
+    """Suspending does not end the run's timers (only an end does), so a resumed run's
+    sleep fires without being armed again."""
+    app = plait.App()
+
+    @app.workflow
+    async def held(wf: plait.Workflow) -> list:
+        async def sleeper() -> str:
+            await wf.sleep("nap", 0.3)
+            return "slept"
+
+        async def check() -> str:
+            await wf.suspend("check")
+            return "checked"
+
+        return list(await asyncio.gather(sleeper(), check()))
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("held")
+        assert (await engine.wait(run_id, timeout=10)).status == "suspended"
+        await engine.resume(run_id)
+        run = await engine.wait(run_id, timeout=8)
+        assert run.status == "completed" and run.output == ["slept", "checked"]
+
+
+async def test_retry_keeps_the_deadline_of_a_race_the_workflow_cancelled(engine_factory) -> None:
+    """A call raced against a deadline fails first, the workflow cancels the deadline
+    and lets the failure through. Retried, the call (on the step queue, so the pass
+    is free to wake for the deadline) is slow this time: the deadline, still at its
+    own time, wins the race."""
+    attempts: list[int] = []
+    app = plait.App()
+
+    @app.function(retries=0, timeout=0.6, queued=True)
+    async def call(data: None, ctx: plait.StepContext) -> str:
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise RuntimeError("refused")
+        await asyncio.Event().wait()  # never set: only the step's timeout ends it
+        return "answer"
+
+    @app.workflow
+    async def call_with_deadline(wf: plait.Workflow) -> str:
+        answer = asyncio.ensure_future(wf.do("call", call))
+        deadline = asyncio.ensure_future(wf.sleep("deadline", 0.3))
+        done, pending = await asyncio.wait({answer, deadline}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        return answer.result() if answer in done else "timed out"
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("call_with_deadline")
+        run = await _failed(engine, run_id)
+        assert run.error and run.error["step"] == "call"
+        await engine.retry(run_id)
+        run = await engine.wait(run_id, timeout=8)
+        assert run.status == "completed" and run.output == "timed out"
+        assert attempts == [1, 2]
+
+
+# -- graphs ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("queued", [False, True])
+async def test_retry_of_a_graph_keeps_a_failure_its_error_edge_handled(
+    engine_factory, queued: bool
+) -> None:
+    outage = Outage("risky", "last")
+    app = plait.App()
+    for name in ("risky", "after", "handle", "last"):
+
+        def body(data: Any, _name: str = name) -> str:
+            return outage.call(_name)
+
+        app.function(name=name, queued=queued, retries=0)(body)
+    app.graph(
+        "guarded",
+        {
+            "nodes": {
+                "risky": {"function": "risky", "next": "after", "on_error": "handle"},
+                "after": {"function": "after"},
+                "handle": {"function": "handle", "next": "last"},
+                "last": {"function": "last"},
+            }
+        },
+    )
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("guarded")
+        run = await _failed(engine, run_id)
+        assert run.error and run.error["step"] == "last"
+        outage.down.clear()
+        await engine.retry(run_id)
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed"
+        assert outage.counter.counts == {"risky": 1, "handle": 1, "last": 2}
+        recorded = await _steps(engine, run_id)
+        assert recorded["risky"].status == "failed" and "after" not in recorded
+
+
+async def test_retry_of_a_graph_runs_a_failed_for_each_item_again(engine_factory) -> None:
+    broken = {"v": True}
+    counter = Counter()
+    app = plait.App()
+
+    @app.function(retries=0)
+    def double(item: dict) -> int:
+        counter.hit("double", item["n"])
+        if broken["v"] and item["n"] == 2:
+            raise ValueError("two is broken")
+        return item["n"] * 2
+
+    app.graph(
+        "each",
+        {
+            "nodes": {
+                "d": {
+                    "function": "double",
+                    "for_each": {"$ref": "trigger", "path": "ns"},
+                    "input": {"n": {"$ref": "$item"}},
+                }
+            },
+            "output": {"$ref": "d"},
+        },
+    )
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("each", {"ns": [1, 2, 3]})
+        run = await _failed(engine, run_id)
+        assert run.error and run.error["step"] == "d"
+        broken["v"] = False
+        await engine.retry(run_id)
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed" and run.output == [2, 4, 6]
+        assert sorted(n for _, n in counter.calls) == [1, 2, 2, 3]
+
+
+# -- the rule on recorded rows ----------------------------------------------------------------
+
+
+def _row(key: str, status: str, after: list[str] | None, delivered: int | None = None) -> StepRow:
+    return StepRow(
+        run_id="r",
+        key=key,
+        seq=0,
+        name=key,
+        kind="do",
+        function=None,
+        status=status,
+        input=None,
+        output=None,
+        error=serde.dumps({"message": "boom"}) if status == "failed" else None,
+        attempts=1,
+        failures=1 if status == "failed" else 0,
+        retries=0,
+        retry_delay=None,
+        timeout=None,
+        invocation_id=key,
+        child_run_id=None,
+        branch=None,
+        from_key=None,
+        queued=False,
+        wake_at=None,
+        created_at=0.0,
+        updated_at=0.0,
+        delivered=delivered,
+        reached_after=None if after is None else serde.dumps(after),
+    )
+
+
+def _reopened(ops: list[Any]) -> set[str]:
+    return {op.step.key for op in ops if isinstance(op, PutStep) and op.step.status == "pending"}
+
+
+def test_a_capped_reached_after_counts_older_failures_as_handled() -> None:
+    """After a gather wider than ``after_cap``, the step that follows records only the
+    newest outcomes: a failure the workflow saw before them counts as handled."""
+    cap = 4
+    items = [f"i{n}" for n in range(6)]
+    rows = [_row(k, "failed" if k == "i0" else "succeeded", [], n) for n, k in enumerate(items)]
+    rows.append(_row("next", "failed", items[-cap:], 6))
+    rows.append(_row("late", "failed", [], 7))  # seen after every kept outcome
+    error = serde.dumps({"message": "boom", "step": "next"})
+    assert steps.reopened(rows, error, after_cap=cap) == {"next", "late"}
+    # without knowing the cap, nothing says i0 was handled
+    assert steps.reopened(rows, error) == {"i0", "next", "late"}
+    assert _reopened(steps.retry_ops(rows, 1.0, error, after_cap=cap)) == {"next", "late"}
+
+
+def test_retry_ops_arms_the_timer_of_every_waiting_step() -> None:
+    sleep = _row("nap", "scheduled", [])
+    sleep.kind, sleep.wake_at = "sleep", 5.0
+    event = _row("__event:e", "scheduled", [])
+    event.kind, event.wake_at = "event", 6.0
+    forever = _row("__event:f", "scheduled", [])
+    forever.kind = "event"  # no timeout: nothing to arm
+    backoff = _row("twice", "scheduled", [])
+    backoff.wake_at = 7.0
+    gate = _row("__approval:ok", "pending", [])
+    gate.kind, gate.wake_at = "approval", 8.0
+    ops = steps.retry_ops([sleep, event, forever, backoff, gate], 1.0)
+    assert [op for op in ops if isinstance(op, SetTimer)] == [
+        SetTimer("nap", "sleep", 5.0),
+        SetTimer("__event:e", "event_timeout", 6.0),
+        SetTimer("twice", "retry", 7.0),
+        SetTimer("__approval:ok", "approval", 8.0),
+    ]
+
+
+def test_a_step_s_compensation_and_items_go_with_it() -> None:
+    def compensated(caught: bool) -> list[StepRow]:
+        charge = _row("charge", "failed", [])
+        undo = _row("charge:on_error", "failed", ["charge"])
+        undo.kind = "on_error"
+        rows = [charge, undo]
+        if caught:
+            rows += [_row("backup", "succeeded", ["charge"]), _row("ship", "failed", ["backup"])]
+        return rows
+
+    named = serde.dumps({"message": "boom", "step": "charge"})
+    assert steps.reopened(compensated(False), named) == {"charge", "charge:on_error"}
+    assert steps.reopened(compensated(True), serde.dumps({"step": "ship"})) == {"ship"}
+
+    def graph(handled: bool) -> list[StepRow]:
+        node = _row("d", "failed", None)
+        node.kind = "node"
+        items = [_row("d[0]", "succeeded", None), _row("d[1]", "failed", None)]
+        for item in items:
+            item.kind, item.from_key = "item", "d"
+        rows = [node, *items]
+        if handled:
+            handler = _row("h", "succeeded", None)
+            last = _row("last", "failed", None)
+            handler.kind, handler.from_key = "node", "d"
+            last.kind, last.from_key = "node", "h"
+            rows += [handler, last]
+        return rows
+
+    assert steps.reopened(graph(False), serde.dumps({"step": "d"})) == {"d", "d[1]"}
+    assert steps.reopened(graph(True), serde.dumps({"step": "last"})) == {"last"}
+
+
+def test_a_wait_the_workflow_cancelled_waits_again_until_its_own_time() -> None:
+    """A wait recorded ``cancelled`` (the workflow cancelled it, and its run ended)
+    waits again as it did, until its stored ``wake_at`` (not a fresh timeout), with its
+    timer."""
+    rows: list[StepRow] = []
+    for key, kind in (("nap", "sleep"), ("__event:e", "event"), ("__approval:ok", "approval")):
+        wait = _row(key, "failed", [])
+        wait.kind, wait.wake_at, wait.timeout = kind, 5.0, 60.0
+        wait.error = steps.cancelled_error()
+        rows.append(wait)
+    rows.append(_row("bad", "failed", []))
+    ops = steps.retry_ops(rows, 1.0, serde.dumps({"step": "bad"}))
+    assert [op for op in ops if isinstance(op, SetTimer)] == [
+        SetTimer("nap", "sleep", 5.0),
+        SetTimer("__event:e", "event_timeout", 5.0),
+        SetTimer("__approval:ok", "approval", 5.0),
+    ]
+    assert [(r.key, r.status, r.error) for r in rows[:3]] == [
+        ("nap", "scheduled", None),
+        ("__event:e", "scheduled", None),
+        ("__approval:ok", "pending", None),
+    ]
