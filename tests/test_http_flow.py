@@ -94,6 +94,13 @@ async def test_a_schedule_belongs_to_its_creator(
     # a shared schedule: anyone may operate it
     assert (await bob.post("/api/schedules/shared/pause")).status_code == 202
     assert (await bob.post("/api/schedules/nothing/pause")).status_code == 404
+    # but nobody takes it over by storing another schedule under its name
+    hijack = await bob.post(
+        "/api/schedules", json={"name": "shared", "workflow": "job", "every": 5}
+    )
+    assert hijack.status_code == 403 and "shared" in hijack.json()["detail"]
+    kept = (await engine.get_schedule("shared")).to_dict()
+    assert kept["owner"] is None and kept["cron"] == "0 0 1 1 *"
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,8 @@
 
 A schedule made over HTTP belongs to the caller: only its owner (or an unrestricted
 caller) sees and operates it, and the runs it starts are the owner's, by the same rule as
-runs. Schedules declared in code or made without an owner are shared.
+runs. Schedules declared in code or made without an owner are shared: anyone operates
+them, only an unrestricted caller replaces them.
 """
 
 from __future__ import annotations
@@ -69,6 +70,15 @@ class FlowApi:
         existing = [s for s in await self.engine.list_schedules() if s.name == body.name]
         if existing and not may_operate(principal, existing[0]):
             raise ApiError(403, "FORBIDDEN", f"schedule {body.name!r} belongs to another user")
+        if existing and existing[0].owner is None and not principal.unrestricted:
+            # shared to operate, not to own: storing over it would hand it, and the runs
+            # it starts, to this caller, and change what every other user relies on
+            raise ApiError(
+                403,
+                "FORBIDDEN",
+                f"schedule {body.name!r} is shared (declared in code or made without an "
+                "owner): only an unrestricted caller may replace it",
+            )
         try:
             schedule = await self.engine.create_schedule(
                 body.name,
