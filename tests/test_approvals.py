@@ -76,6 +76,18 @@ async def later_gate(wf: plait.Workflow, data: Any) -> Any:
 
 
 @app.workflow
+async def maybe_gate(wf: plait.Workflow, data: Any) -> Any:
+    """Asks for a person only if the event says so: a decision sent early may find no
+    gate before the run ends."""
+    go = await wf.wait_for_event("go")
+    if go == "fail":
+        raise RuntimeError("failed before its gate")
+    if go:
+        return _out(await wf.approval("refund", schema=Refund))
+    return "no gate"
+
+
+@app.workflow
 async def gate_then_event(wf: plait.Workflow, data: Any) -> Any:
     decision = await wf.approval("refund", schema=Refund)
     await wf.wait_for_event("done")
@@ -256,6 +268,33 @@ async def test_a_decision_sent_before_the_gate_is_held_and_judged_there(engine_f
         assert decisions[0].judged_at is not None
         assert decisions[2].reason["code"] == "APPROVAL_RESOLVED"
         assert decisions[2].judged_at is not None
+
+
+async def test_a_decision_held_for_a_gate_never_reached_is_refused_when_the_run_ends(
+    engine_factory,
+) -> None:
+    """A held decision waits for its gate; once the run has completed or was cancelled
+    no gate will come, so it is refused then, not left held for good. A failed run may
+    be retried and reach the gate: its held decisions stay held."""
+    async with engine_factory(app) as engine:
+        ended: dict[str, str] = {}
+        for how in ("completed", "cancelled", "failed"):
+            run_id = await engine.start("maybe_gate")
+            held = await engine.approve(run_id, "refund", {"approved": True}, decided_by="bob")
+            assert held.outcome == "held"
+            if how == "cancelled":
+                await engine.cancel(run_id)
+            else:
+                await engine.send_event(run_id, "go", False if how == "completed" else "fail")
+            assert (await engine.wait(run_id, timeout=10)).status == how
+            ended[how] = run_id
+        for how in ("completed", "cancelled"):
+            (decision,) = await engine.get_decisions(ended[how])
+            assert decision.outcome == "refused", how
+            assert decision.reason is not None and decision.reason["code"] == "APPROVAL_RESOLVED"
+            assert "ended" in decision.reason["message"] and decision.judged_at is not None
+        (kept,) = await engine.get_decisions(ended["failed"])
+        assert kept.outcome == "held"
 
 
 async def test_a_decided_gate_refuses_another_decision(engine_factory) -> None:

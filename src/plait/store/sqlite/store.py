@@ -881,9 +881,18 @@ def _schedule_params(row: ScheduleRow) -> tuple[object, ...]:
 
 def _statements(script: str) -> list[str]:
     """A migration script's statements: SQLite runs one per call. Comments are dropped
-    first (a script's comments never hold a semicolon)."""
+    first (a script's comments never hold a semicolon); a semicolon ends a statement only
+    where SQLite says it does (a trigger's body holds statements of its own)."""
     text = "\n".join(line.split("--")[0] for line in script.splitlines())
-    return [statement for statement in text.split(";") if statement.strip()]
+    found: list[str] = []
+    pending = ""
+    for piece in text.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip("; \n\t"):
+                found.append(pending)
+            pending = ""
+    return found
 
 
 def _check_folder(path: str) -> None:
