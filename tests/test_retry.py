@@ -21,6 +21,7 @@ from plait import serde
 from plait.errors import EventTimeout, StepError
 from plait.runtime import steps
 from plait.store.base import PutStep, SetTimer, StepRow
+from store.rows import step
 
 
 async def _steps(engine: plait.Engine, run_id: str) -> dict[str, plait.Step]:
@@ -529,30 +530,16 @@ async def test_retry_of_a_graph_runs_a_failed_for_each_item_again(engine_factory
 
 
 def _row(key: str, status: str, after: list[str] | None, delivered: int | None = None) -> StepRow:
-    return StepRow(
-        run_id="r",
-        key=key,
-        seq=0,
-        name=key,
-        kind="do",
+    failed = status == "failed"
+    return step(
+        "r",
+        key,
         function=None,
         status=status,
         input=None,
-        output=None,
-        error=serde.dumps({"message": "boom"}) if status == "failed" else None,
+        error=serde.dumps({"message": "boom"}) if failed else None,
         attempts=1,
-        failures=1 if status == "failed" else 0,
-        retries=0,
-        retry_delay=None,
-        timeout=None,
-        invocation_id=key,
-        child_run_id=None,
-        branch=None,
-        from_key=None,
-        queued=False,
-        wake_at=None,
-        created_at=0.0,
-        updated_at=0.0,
+        failures=1 if failed else 0,
         delivered=delivered,
         reached_after=None if after is None else serde.dumps(after),
     )

@@ -41,9 +41,6 @@ from plait.store.base import EndRun, EventRow, PassSnapshot, StepRow, TakeDecisi
 #: the most steps a step records it was reached after (the last ones of a wider gather)
 MAX_AFTER = 32
 
-#: steps that only wait, with no body of their own: one the workflow cancels is over
-_PURE_WAITS = frozenset({"sleep", "event", "approval"})
-
 
 class CodeReplay:
     """One pass of a code workflow."""
@@ -432,9 +429,9 @@ class CodeReplay:
         finally:
             CURRENT_REPLAY.reset(token)
         await self._pump()
-        end = self._decide()
         # read before the unwind, which cancels every wait still open
         abandoned = [call for call in self.waiting if self._abandoned(call)]
+        end = self._decide(abandoned)
         self._unwind()
         if ledger.aborted is not None:
             raise ledger.aborted
@@ -538,8 +535,9 @@ class CodeReplay:
             assert call.error is not None
             call.future.set_exception(call.error)
 
-    def _decide(self) -> EndRun | None:
-        """How the run ends after this pass, or None while it waits."""
+    def _decide(self, abandoned: list[StepCall[Any]]) -> EndRun | None:
+        """How the run ends after this pass, or None while it waits (on anything but the
+        waits it ``abandoned``)."""
         ledger, main = self.ledger, self.main
         assert main is not None
         if ledger.aborted is not None:
@@ -548,7 +546,7 @@ class CodeReplay:
             return EndRun(
                 "failed", error=steps.control_error(ledger.conflict, errors.VERSION_CONFLICT)
             )
-        waiting = [call for call in self.waiting if not self._abandoned(call)]
+        waiting = [call for call in self.waiting if call not in abandoned]
         suspended = next((c for c in waiting if c.outcome == "suspended"), None)
         if main.done():
             if main.cancelled():
@@ -602,7 +600,7 @@ class CodeReplay:
         if not call.future.cancelled():
             return False
         step = self.ledger.steps.get(call.key)
-        return step is not None and step.kind in _PURE_WAITS
+        return step is not None and step.kind in steps.WAITS
 
     def _close_abandoned(self, abandoned: list[StepCall[Any]]) -> None:
         """The run ends: the waits it abandoned end with it, cancelled (their timers go

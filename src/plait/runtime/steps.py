@@ -43,6 +43,9 @@ MAX_INTERRUPTIONS = 10
 #: the key suffix of a step's compensation step (``Driver.compensate``)
 ON_ERROR = ":on_error"
 
+#: steps that only wait, with no body of their own: one the workflow cancels is over
+WAITS = frozenset({"sleep", "event", "approval"})
+
 
 # -- error records ------------------------------------------------------------------------
 
@@ -374,14 +377,10 @@ def reopened(
     return failed - handled
 
 
-#: steps that only wait, with no body of their own
-_WAITS = frozenset({"sleep", "event", "approval"})
-
-
 def _cancelled_wait(step: StepRow) -> bool:
     """A wait recorded failed ``cancelled``: the workflow cancelled it. It was
     waiting, not failing."""
-    if step.kind not in _WAITS or step.status != "failed":
+    if step.kind not in WAITS or step.status != "failed":
         return False
     record = serde.loads(step.error)
     return isinstance(record, dict) and (
