@@ -1186,14 +1186,9 @@ _VALUE_SAFETY_MAX = 5.0
 
 
 def _value_key(step: StepRow) -> str:
-    """The key a ``wf.set_value`` step published under (its input ``{"key": ...}``)."""
-    recorded = serde.loads(step.input)
-    key = cast(dict[str, Any], recorded).get("key") if isinstance(recorded, dict) else None
-    if isinstance(key, str):
-        return key
-    base = step.key.removeprefix("__value:")  # "__value:<key>", "#<n>" when reached again
-    head, hash_sign, ordinal = base.rpartition("#")
-    return head if hash_sign and ordinal.isdigit() else base
+    """The key a ``wf.set_value`` step published under: its input is ``{"key": ...}``,
+    as every such step has recorded since the first."""
+    return cast(str, cast(dict[str, Any], serde.loads(step.input))["key"])
 
 
 def _gate_outcome(step: StepRow) -> Literal["expired", "decided"]:
