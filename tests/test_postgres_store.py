@@ -310,6 +310,53 @@ async def test_a_pass_that_lost_a_write_cannot_write_again(pg_url: str) -> None:
         await store.close()
 
 
+async def test_a_write_longer_than_command_timeout_counts_as_a_lost_connection(
+    pg_url: str,
+) -> None:
+    """The group commit's connection sets no timer per statement; one watch cuts short a
+    call that takes longer than command_timeout (the server cancels its statement), which
+    then fails as a lost connection would (its outcome unknown), and the next write takes
+    a fresh connection. Other statements keep asyncpg's own timeout."""
+    store = PostgresStore(pg_url, command_timeout=0.5)
+    await store.open()
+    holder = await asyncpg.connect(pg_url)
+    try:
+        for run_id in ("r1", "r2"):
+            await store.create_run(
+                NewRun(run_id, "wf", "workflow", None, "{}", lease_owner="w1", lease_seconds=60)
+            )
+        await store.commit(Batch("r1", [SetState("a", "1")], fence="w1"))
+        held = store._pool._held
+        pid = held.get_server_pid()
+        tx = holder.transaction()
+        await tx.start()
+        await holder.execute("SELECT 1 FROM plait.runs WHERE id = 'r1' FOR UPDATE")
+        started = time.monotonic()
+        with pytest.raises(DatabaseUnavailableError, match="longer than command_timeout"):
+            await store.commit(Batch("r1", [SetState("a", "2")], fence="w1"))
+        assert 0.5 <= time.monotonic() - started < 5
+
+        async def cancelled() -> bool:  # the server's statement too, not only the call
+            return not await _fetchval(  # not from holder: its transaction keeps a snapshot
+                pg_url,
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND state = 'active'",
+                pid,
+            )
+
+        await eventually(cancelled, what="the timed-out statement to be cancelled")
+        assert store._pool._held is None  # the next write takes a fresh connection
+        with pytest.raises(DatabaseUnavailableError, match="TimeoutError"):  # asyncpg's own
+            await store._pool.call("execute", "SELECT 1 FROM plait.runs WHERE id = 'r1' FOR UPDATE")
+        await tx.rollback()
+        await store.commit(Batch("r2", [SetState("b", "1")], fence="w1"))
+        assert store._pool._held is not held
+        snapshot = await store.load_pass("r2")
+        assert snapshot is not None and snapshot.state == {"b": "1"}
+    finally:
+        await holder.close()
+        await store.close()
+
+
 async def test_a_passs_commits_keep_one_connection_and_replace_a_lost_one(pg_url: str) -> None:
     """The group commit sends one batch or group at a time, so its statements keep one
     connection instead of taking one from the pool and giving it back each time; one the

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from plait import retention, schedules, serde
+from plait.cancel_guard import guarded_task
 from plait.catalog import Catalog
 from plait.clock import SYSTEM_CLOCK, Clock
 from plait.errors import LeaseLostError, StepFunctionMismatchError
@@ -271,7 +272,7 @@ class Worker:
         self.loops.clear()
 
     def spawn(self, coro: Any, name: str | None = None) -> asyncio.Task[Any]:
-        task = asyncio.create_task(coro, name=name)
+        task = guarded_task(coro, name=name)  # its writes can go from the task itself
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return task

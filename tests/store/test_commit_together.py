@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from conftest import eventually
+from plait.cancel_guard import guarded_task
 from plait.errors import LeaseLostError
 from plait.store import Store
 from plait.store.base import (
@@ -327,6 +328,57 @@ async def test_a_caller_cancelled_while_its_write_is_on_the_way_waits_for_it(
             await stuck
         assert await _steps(store, "r2") == {"a": ("running", None)}
         assert await asyncio.gather(*(t for t in tasks if t is not stuck)) == [False] * 3
+
+
+async def test_a_pass_task_cancelled_while_its_own_write_is_on_the_way_waits_for_it(
+    store: Store, database: str
+) -> None:
+    """The worker's tasks send a lone write themselves (no task of the group's): a cancel
+    that arrives meanwhile is held back until the write ended, and the write lands, as for
+    a write handed to the group. Batches handed in meanwhile wait and go afterwards."""
+    if not database.startswith("postgresql"):
+        pytest.skip("the SQLite writer finishes a write whatever its caller does")
+    ids = await _claimed(store, 3)
+    async with _row_held(database, "r0") as let_go:
+        alone = guarded_task(store.commit(Batch("r0", [_begin("r0", "a")], fence="w1")))
+        # the lone write is on its way (waiting for the row): the others queue behind it
+        await eventually(lambda: _waiting_for_a_lock(database), what="the write to wait")
+        others = [
+            asyncio.create_task(store.commit(Batch(r, [_begin(r, "a")], fence="w1")))
+            for r in ids[1:]
+        ]
+        alone.cancel()
+        # a bounded look for something that must not happen: the cancel cutting it short
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(alone), timeout=0.3)
+        assert not alone.done()
+        await let_go()
+        with pytest.raises(asyncio.CancelledError):
+            await alone
+    assert await _steps(store, "r0") == {"a": ("running", None)}
+    assert await asyncio.gather(*others) == [False, False]
+    for run_id in ids[1:]:
+        assert await _steps(store, run_id) == {"a": ("running", None)}
+    # and a cancel outside a write is an ordinary one
+    idle = guarded_task(asyncio.sleep(60))
+    await asyncio.sleep(0)
+    idle.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await idle
+
+
+async def _waiting_for_a_lock(database: str) -> bool:
+    asyncpg = pytest.importorskip("asyncpg")
+    conn = await asyncpg.connect(database)
+    try:
+        return bool(
+            await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND datname = current_database()"
+            )
+        )
+    finally:
+        await conn.close()
 
 
 async def test_runs_started_at_once_are_each_created_once(store: Store) -> None:

@@ -9,7 +9,8 @@ hundred runs in flight would pay a hundred of each. Instead, batches handed in w
 group is on its way to the server wait and go together in the next one: one statement
 (``commit_group``), one transaction, one flush. A batch handed in while nothing is on its
 way leaves at the next turn of the event loop, so a process with one run in flight waits
-for nobody.
+for nobody; a caller whose task can hold a cancel back (``plait.cancel_guard``: the
+worker's passes) sends it itself, without that turn or a task (``now``).
 
 Most batches hold only step writes (one attempt's end, the next one's start). The group
 fences all such batches with one statement that locks their runs, and writes their steps
@@ -147,6 +148,33 @@ class GroupCommit(_OneInFlight[_Batch]):
         #: commits a batch alone on the connection the groups use (one send in flight)
         self._commit_one = commit_one
         self._now = now
+        #: the write ``now`` has on its way, if any
+        self._alone_now: asyncio.Future[None] | None = None
+
+    def idle(self) -> bool:
+        """Nothing is on its way (and so nothing waits): a batch handed in now goes alone."""
+        return not self._busy
+
+    async def now(
+        self, run_id: str, fence: str, ops: list[Any], release: int | None
+    ) -> asyncio.Future[bool]:
+        """Commit one batch alone from the caller's own task, when ``idle``: no task of
+        its own and no turn of the event loop on either side of the round trip, which a
+        sequential run pays on every step. Batches handed in meanwhile wait and go as the
+        next group. Returns the batch's outcome as a done future (as ``submit``'s).
+
+        The caller must not be cancelled mid-write (see ``plait.cancel_guard``)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[bool] = loop.create_future()
+        self._busy = True
+        self._alone_now = loop.create_future()
+        try:
+            await self._alone(_Batch(run_id, fence, ops, release, done))
+        finally:
+            self._alone_now.set_result(None)
+            self._alone_now = None
+            self._next()
+        return done
 
     def submit(self, run_id: str, fence: str, ops: list[Any], release: int | None) -> Outcome[bool]:
         """Hand in one batch to commit with whatever else is waiting. Its outcome is True
@@ -161,6 +189,11 @@ class GroupCommit(_OneInFlight[_Batch]):
             self._busy = True
             self._sender = loop.create_task(self._send())
         return done
+
+    async def close(self) -> None:
+        if self._alone_now is not None:
+            await asyncio.shield(self._alone_now)
+        await super().close()
 
     async def _send(self) -> None:
         """Groups one after the other while batches wait. The next group leaves as soon as

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
+from plait.cancel_guard import cut_short
 from plait.errors import PlaitError
 
 T = TypeVar("T")
@@ -180,6 +181,15 @@ class Pool:
         #: hand-backs to the pool under way (the pool finishes a cancelled statement first)
         self._dropping: set[asyncio.Future[Any]] = set()
         self._pool: asyncpg.Pool | None = None
+        #: when (event loop time) the call on the held connection started; None between calls
+        self._held_since: float | None = None
+        #: the task making that call
+        self._held_task: asyncio.Task[Any] | None = None
+        #: the one timer that watches held calls for command_timeout (see call_held)
+        self._watch: asyncio.TimerHandle | None = None
+        #: the task whose call on the held connection the watch cut short (it took longer
+        #: than command_timeout), until that call has raised
+        self._timed_out: asyncio.Task[Any] | None = None
         #: statements each new connection prepares, once the schema exists
         self._warm: tuple[str, ...] = ()
 
@@ -194,7 +204,8 @@ class Pool:
             max_size=self.max_size,
             init=self._init_connection,
             reset=_keep_session,
-            command_timeout=self.command_timeout,
+            # each call passes command_timeout itself, but call_held (see there)
+            command_timeout=None,
             timeout=self.connect_timeout,
             statement_cache_size=self.statement_cache_size,
         )
@@ -230,6 +241,7 @@ class Pool:
 
     def terminate(self) -> None:
         """Drop every connection at once (a failed open)."""
+        self._stop_watch()
         self._held = None
         self._idle.clear()
         pool, self._pool = self._pool, None
@@ -237,6 +249,7 @@ class Pool:
             pool.terminate()
 
     async def close(self) -> None:
+        self._stop_watch()
         kept = [*self._idle, *([self._held] if self._held is not None else [])]
         self._idle.clear()
         self._held = None
@@ -281,7 +294,7 @@ class Pool:
             conn = None
             try:
                 conn = await self._take()
-                result = await getattr(conn, method)(query, *args)
+                result = await getattr(conn, method)(query, *args, timeout=self.command_timeout)
             except BaseException as exc:
                 if conn is not None:
                     self._give_back(conn, exc)
@@ -374,6 +387,13 @@ class Pool:
         connection back through a task of its own), and a sequential workflow paid it on
         every step. A connection whose state is unknown after a call (cut off, cancelled
         mid-statement) is not kept; the next call takes a fresh one.
+
+        For the same reason its calls set no timer of their own for command_timeout
+        (asyncpg's costs a sequential step more than the rest of the round trip's
+        Python): one timer watches them all (``_watch_held``). A call that takes longer
+        is cut short as asyncpg's timeout does it (its task is cancelled, so the driver
+        asks the server to cancel the statement) and fails as a lost connection: its
+        outcome is unknown.
         """
         if self.max_size < 2:  # the pool's only connection stays the pool's
             return await self.call(method, query, *args)
@@ -387,6 +407,7 @@ class Pool:
             try:
                 if conn is None:
                     conn = self._held = await self._take()
+                self._watch_held()
                 result = await getattr(conn, method)(query, *args)
                 self.commits += 1
                 return result
@@ -395,9 +416,53 @@ class Pool:
                     # the server did not answer this statement: the connection is not
                     # known to be idle, so the pool gets it back (or its end)
                     self._drop_held(conn, broken=is_connection_error(exc))
+                timed_out, self._timed_out = self._timed_out, None
+                if (
+                    timed_out is not None
+                    and isinstance(exc, asyncio.CancelledError)
+                    and timed_out.uncancel() == 0  # no other cancel is on its way too
+                ):
+                    raise self.unavailable(
+                        TimeoutError(
+                            f"a statement took longer than command_timeout "
+                            f"({self.command_timeout:g} s)"
+                        )
+                    ) from None
                 if not isinstance(exc, Exception):
                     raise
                 await self._again_or_raise(exc, tries, read=False)
+            finally:
+                self._held_since = self._held_task = None
+
+    def _watch_held(self) -> None:
+        """Note that a held call starts now, and have the watch look at it once its
+        command_timeout is up (one timer, set again only when it goes off)."""
+        if self.command_timeout is None:
+            return
+        loop = asyncio.get_running_loop()
+        self._held_since = loop.time()
+        self._held_task = asyncio.current_task()
+        if self._watch is None:
+            self._watch = loop.call_at(self._held_since + self.command_timeout, self._look)
+
+    def _look(self) -> None:
+        """The watch went off: cut the held call short if it has run out of time, else
+        look again when the call now in flight (if any) runs out."""
+        self._watch = None
+        since, timeout, task = self._held_since, self.command_timeout, self._held_task
+        if since is None or timeout is None or task is None:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < since + timeout:
+            self._watch = loop.call_at(since + timeout, self._look)
+        elif self._timed_out is None:
+            self._timed_out = task
+            cut_short(task)  # the driver then asks the server to cancel the statement
+
+    def _stop_watch(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
 
     def _drop_held(self, conn: Any, *, broken: bool) -> None:
         """Give a connection whose state is unknown back to the pool (or end it), and let

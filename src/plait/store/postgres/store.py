@@ -32,6 +32,7 @@ from typing import Any
 
 import asyncpg
 
+from plait.cancel_guard import holding_task
 from plait.clock import SYSTEM_CLOCK, Clock
 from plait.errors import (
     GateClosedError,
@@ -129,6 +130,7 @@ _WARM_STATEMENTS = (
     "select_runs",
     "commit_batch",
     "commit_steps",
+    "commit_first_attempts",
     "commit_and_release",
     "commit_group",
     "release_run",
@@ -172,6 +174,12 @@ def _new_run_value(n: NewRun) -> tuple[Any, ...]:
 
 def _step_end_value(end: StepEnd | None) -> tuple[Any, ...] | None:
     return None if end is None else (end.status, end.output, end.error)
+
+
+def _starts_a_retry(ops: list[Any]) -> bool:
+    """Whether a batch (as ``_op_value`` sends it) starts an attempt after the first, whose
+    predecessor then moves from the step's row to attempts."""
+    return any(op[0] == "start_attempt" and op[2] > 1 for op in ops)
 
 
 def _filter_args(where: RunFilter) -> tuple[Any, ...]:
@@ -648,16 +656,24 @@ class PostgresStore:
                     f"an earlier write of this pass of run {batch.run_id} failed; "
                     "the run will be replayed"
                 )
-            done = self._group.submit(batch.run_id, fence, ops, batch.release)
-            cancelled = False
-            try:
-                await done
-            except asyncio.CancelledError:
-                # raised once the write ended: this caller was cancelled meanwhile,
-                # unless the write itself was abandoned (the process is stopping)
-                cancelled = not done.cancelled()
-            except BaseException:
-                pass  # the write's own failure, read from its outcome below
+            task = holding_task()
+            if task is not None and self._group.idle():
+                # nothing else on its way: the write goes from this task, which notes a
+                # cancel meanwhile instead of cutting the write short
+                with task.hold_cancel() as held:
+                    done = await self._group.now(batch.run_id, fence, ops, batch.release)
+                cancelled = held.requested
+            else:
+                done = self._group.submit(batch.run_id, fence, ops, batch.release)
+                cancelled = False
+                try:
+                    await done
+                except asyncio.CancelledError:
+                    # raised once the write ended: this caller was cancelled meanwhile,
+                    # unless the write itself was abandoned (the process is stopping)
+                    cancelled = not done.cancelled()
+                except BaseException:
+                    pass  # the write's own failure, read from its outcome below
             try:
                 due = self._fenced_outcome(batch.run_id, fence, done)
             except BaseException:
@@ -701,9 +717,9 @@ class PostgresStore:
         if release is None:
             if fence is not None and steps_only(run_id, ops):
                 # the path of every sequential step: fenced and written, no loop over ops
-                fenced = await call(
-                    "fetchval", self._q["commit_steps"], run_id, fence, ops, self._now()
-                )
+                q = self._q
+                query = q["commit_steps"] if _starts_a_retry(ops) else q["commit_first_attempts"]
+                fenced = await call("fetchval", query, run_id, fence, ops, self._now())
                 if not fenced:
                     raise LeaseLostError(f"lost the lease on run {run_id}")
                 return False

@@ -161,6 +161,65 @@ SELECT @schema@.commit_batch($1, $2, $3::@schema@.op[], $4)
 -- name: commit_steps
 SELECT @schema@.commit_steps($1, $2, $3::@schema@.op[], $4)
 
+-- name: commit_first_attempts
+-- commit_steps as one statement, for a batch of step writes whose attempts are all first
+-- attempts (the store checks): no earlier attempt moves to attempts, so only the steps
+-- are written, as apply_step_ops (version 13) writes them. Every sequential step commits
+-- this way, and a statement costs the server less than a PL/pgSQL function that runs
+-- one. True once written; false, with nothing written, when $2 no longer holds the lease
+-- (the run's row is locked first, as in commit_steps).
+WITH fence AS (
+    SELECT FROM @schema@.runs WHERE id = $1 AND lease_owner = $2 FOR UPDATE
+), written AS (
+    INSERT INTO @schema@.steps (run_id, key, seq, name, kind, function, status, input, output,
+        error, attempts, failures, retries, retry_delay, timeout, invocation_id, child_run_id,
+        branch, from_key, queued, wake_at, created_at, updated_at, delivered,
+        retried_failures, reached_after, worker, attempt_status, attempt_error,
+        attempt_started, attempt_finished)
+    SELECT (u.step).run_id, (u.step).key, (u.step).seq, (u.step).name, (u.step).kind,
+        (u.step).function, (u.step).status, (u.step).input, (u.step).output,
+        (u.step).error, (u.step).attempts, (u.step).failures, (u.step).retries,
+        (u.step).retry_delay, (u.step).timeout, (u.step).invocation_id,
+        (u.step).child_run_id, (u.step).branch, (u.step).from_key, (u.step).queued,
+        (u.step).wake_at, (u.step).created_at, (u.step).updated_at, (u.step).delivered,
+        (u.step).retried_failures, (u.step).reached_after,
+        CASE u.kind WHEN 'start_attempt' THEN u.worker END,
+        CASE u.kind WHEN 'start_attempt' THEN 'running' WHEN 'finish_attempt' THEN u.status
+        END,
+        CASE u.kind WHEN 'finish_attempt' THEN u.error END,
+        CASE u.kind WHEN 'start_attempt' THEN $4::timestamptz END,
+        CASE u.kind WHEN 'finish_attempt' THEN $4::timestamptz END
+    FROM unnest($3::@schema@.op[]) AS u
+    WHERE EXISTS (SELECT FROM fence)
+    ON CONFLICT (run_id, key) DO UPDATE SET
+        kind = excluded.kind, function = excluded.function, status = excluded.status,
+        input = excluded.input, output = excluded.output, error = excluded.error,
+        attempts = excluded.attempts, failures = excluded.failures,
+        retries = excluded.retries, retry_delay = excluded.retry_delay,
+        timeout = excluded.timeout, child_run_id = excluded.child_run_id,
+        branch = excluded.branch, queued = excluded.queued, wake_at = excluded.wake_at,
+        updated_at = excluded.updated_at, delivered = excluded.delivered,
+        retried_failures = excluded.retried_failures,
+        worker = CASE excluded.attempt_status WHEN 'running' THEN excluded.worker
+            ELSE steps.worker END,
+        attempt_status = CASE
+            WHEN excluded.attempt_status IS NULL THEN steps.attempt_status
+            WHEN excluded.attempt_status = 'running' THEN 'running'
+            WHEN steps.attempt_status IS NULL THEN NULL
+            ELSE excluded.attempt_status END,
+        attempt_error = CASE
+            WHEN excluded.attempt_status IS NULL THEN steps.attempt_error
+            WHEN excluded.attempt_status = 'running' OR steps.attempt_status IS NULL THEN NULL
+            ELSE excluded.attempt_error END,
+        attempt_started = CASE excluded.attempt_status WHEN 'running'
+            THEN excluded.attempt_started ELSE steps.attempt_started END,
+        attempt_finished = CASE
+            WHEN excluded.attempt_status IS NULL THEN steps.attempt_finished
+            WHEN excluded.attempt_status = 'running' OR steps.attempt_status IS NULL THEN NULL
+            ELSE excluded.attempt_finished END
+)
+SELECT EXISTS (SELECT FROM fence)
+
 -- name: commit_and_release
 SELECT @schema@.commit_and_release($1, $2, $3::@schema@.op[], $4, $5)
 

@@ -1,0 +1,78 @@
+"""Tasks whose cancel waits until the write they have on its way has ended.
+
+A pass commits a write and goes on only once the database has answered. If the task that
+waits were cancelled mid-write, PostgreSQL's driver would cancel the statement, and what
+had already happened (a step body that finished) would be lost with it. The store can
+always hand a write to a task of its own and wait on an outcome that no cancel cuts short,
+but that costs a task and two more turns of the event loop per write. A ``GuardedTask``
+lets the store send a lone write from the caller's own task instead: while the write is on
+its way (``hold_cancel``), a cancel is only noted, and the store raises it once the write
+has ended, as it does for a write it handed off.
+
+The worker runs its passes and queued steps in such tasks; any other task takes the handed
+off way, so nothing depends on every task being one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class HeldCancel:
+    """A ``with`` block of a ``GuardedTask`` in which a cancel is noted, not delivered;
+    ``requested`` says whether one came."""
+
+    __slots__ = ("_task", "requested")
+
+    def __init__(self, task: GuardedTask[Any]) -> None:
+        self.requested = False
+        self._task = task
+
+    def __enter__(self) -> HeldCancel:
+        if self._task.held is not None:
+            raise RuntimeError("a task holds one cancel back at a time")
+        self._task.held = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._task.held = None
+
+
+class GuardedTask(asyncio.Task[T]):
+    """An ``asyncio.Task`` that notes, rather than delivers, a cancel that arrives inside
+    ``hold_cancel``. Whoever holds it must raise ``CancelledError`` once the write ended
+    if a cancel was noted."""
+
+    #: the hold in force, if any
+    held: HeldCancel | None = None
+
+    def cancel(self, msg: Any = None) -> bool:
+        held = self.held
+        if held is None or self.done():
+            return super().cancel(msg)
+        held.requested = True
+        return True
+
+    def hold_cancel(self) -> HeldCancel:
+        """Note cancels for a ``with`` block of this task's own code."""
+        return HeldCancel(self)
+
+
+def guarded_task(coro: Any, *, name: str | None = None) -> asyncio.Task[Any]:
+    """``asyncio.create_task`` for a ``GuardedTask``."""
+    return GuardedTask(coro, loop=asyncio.get_running_loop(), name=name)
+
+
+def cut_short(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` at once, even while it holds a cancel back: for a write that has
+    run out of time, whose outcome is unknown whatever happens next."""
+    asyncio.Task[Any].cancel(task)
+
+
+def holding_task() -> GuardedTask[Any] | None:
+    """The running task if it can hold a cancel back, else None."""
+    task = asyncio.current_task()
+    return task if isinstance(task, GuardedTask) else None
