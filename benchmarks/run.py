@@ -341,6 +341,24 @@ def filesystem_of(path: Path) -> str:
 # -- running one measurement ------------------------------------------------------------------
 
 
+def checkpoint(dsn: str) -> None:
+    """Have the PostgreSQL server write out what the measurements before left in its
+    buffers, so that none of their background writes lands in the next one: every
+    contender and the floor start from a clean server alike."""
+    import asyncio
+
+    import asyncpg  # type: ignore[import-untyped, unused-ignore]
+
+    async def go() -> None:
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute("CHECKPOINT")
+        finally:
+            await conn.close()
+
+    asyncio.run(go())
+
+
 class BenchError(RuntimeError):
     pass
 
@@ -366,7 +384,9 @@ class Env:
         if backend == "sqlite":
             return f"sqlite:///{where / 'bench.db'}"
         assert self.pg is not None
-        return str(self.pg.create_database(f"bench_{self.counter:04d}_{uuid.uuid4().hex[:6]}"))
+        dsn = str(self.pg.create_database(f"bench_{self.counter:04d}_{uuid.uuid4().hex[:6]}"))
+        checkpoint(dsn)
+        return dsn
 
     def command(self, contender: str) -> list[str]:
         if contender in DBOS_MODES:
