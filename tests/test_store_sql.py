@@ -98,3 +98,27 @@ def test_an_unknown_synchronous_level_is_refused() -> None:
     make_store("sqlite://", synchronous="1")
     with pytest.raises(ValueError, match="invalid synchronous level"):
         make_store("sqlite://", synchronous="FAST")
+
+
+def test_first_attempts_write_steps_as_apply_step_ops_does() -> None:
+    """``commit_first_attempts`` (a sequential step's write, one statement) writes step rows
+    with the same columns and the same conflict rules as ``apply_step_ops``, the schema's
+    function every other batch of step writes goes through. Written twice, they must not
+    drift: a migration that redefines the function must change the query too."""
+    scripts = sorted((STORE_DIR / "sql" / "postgres" / "migrations").glob("*.sql"))
+    defining = [p.read_text() for p in scripts]
+    body = [t for t in defining if "FUNCTION @schema@.apply_step_ops(" in t][-1]
+    body = body.split("FUNCTION @schema@.apply_step_ops(", 1)[1].split("END $$;")[0]
+    function = body[body.index("INSERT INTO @schema@.steps") :].strip().removesuffix(";")
+    query = queries.load("postgres", schema="@schema@")["commit_first_attempts"]
+    statement = query[query.index("INSERT INTO @schema@.steps") : query.index("\n)\nSELECT")]
+
+    def words(text: str) -> str:
+        return " ".join(text.split())
+
+    # what differs on purpose: where the ops come from, and which of them are written
+    rows = "FROM unnest(p_ops) WITH ORDINALITY AS u WHERE p_take IS NULL OR p_take[u.ordinality]"
+    fenced = "FROM unnest($3::@schema@.op[]) AS u WHERE EXISTS (SELECT FROM fence)"
+    assert rows in words(function) and fenced in words(statement)
+    expected = words(function).replace(rows, "<ops>").replace("p_now", "$4::timestamptz")
+    assert words(statement).replace(fenced, "<ops>") == expected
