@@ -73,6 +73,10 @@ def cut_short(task: asyncio.Task[Any]) -> None:
 
 
 def holding_task() -> GuardedTask[Any] | None:
-    """The running task if it can hold a cancel back, else None."""
+    """The running task if it can hold a cancel back, else None. Not one with a cancel
+    requested already: that one is delivered at the task's next wait, which a write must
+    not be (and a task that is handling its cancel writes the handed off way too)."""
     task = asyncio.current_task()
-    return task if isinstance(task, GuardedTask) else None
+    if isinstance(task, GuardedTask) and not task.cancelling():
+        return task
+    return None

@@ -359,6 +359,18 @@ async def test_a_pass_task_cancelled_while_its_own_write_is_on_the_way_waits_for
     assert await asyncio.gather(*others) == [False, False]
     for run_id in ids[1:]:
         assert await _steps(store, run_id) == {"a": ("running", None)}
+
+    # a task with a cancel requested already writes the handed off way: the write lands,
+    # then the cancel is delivered
+    async def cancelled_first() -> bool:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        return await store.commit(Batch("r0", [_begin("r0", "b")], fence="w1"))
+
+    with pytest.raises(asyncio.CancelledError):
+        await guarded_task(cancelled_first())
+    assert (await _steps(store, "r0"))["b"] == ("running", None)
     # and a cancel outside a write is an ordinary one
     idle = guarded_task(asyncio.sleep(60))
     await asyncio.sleep(0)
