@@ -357,6 +357,40 @@ async def test_a_write_longer_than_command_timeout_counts_as_a_lost_connection(
         await store.close()
 
 
+async def test_the_command_timeout_watch_looks_only_at_statements(pg_url: str) -> None:
+    """A held call retried after a serialization failure waits a moment between tries;
+    the watch going off in that moment must not cancel the task (nobody did) nor stop
+    watching: a write blocked afterwards is still cut short after command_timeout."""
+    store = PostgresStore(pg_url, command_timeout=0.5)
+    await store.open()
+    holder = await asyncpg.connect(pg_url)
+    try:
+        await store.create_run(
+            NewRun("r1", "wf", "workflow", None, "{}", lease_owner="w1", lease_seconds=60)
+        )
+        await store.commit(Batch("r1", [SetState("a", "1")], fence="w1"))
+        # each try fails just before command_timeout, so the watch goes off between tries
+        fails_late = (
+            "DO $$ BEGIN PERFORM pg_sleep(0.494); "
+            "RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$"
+        )
+        call = asyncio.create_task(store._pool.call_held("execute", fails_late))
+        with pytest.raises((asyncpg.SerializationError, DatabaseUnavailableError)):
+            await call
+        assert call.cancelling() == 0
+        tx = holder.transaction()
+        await tx.start()
+        await holder.execute("SELECT 1 FROM plait.runs WHERE id = 'r1' FOR UPDATE")
+        started = time.monotonic()
+        with pytest.raises(DatabaseUnavailableError, match="longer than command_timeout"):
+            await store.commit(Batch("r1", [SetState("a", "2")], fence="w1"))
+        assert time.monotonic() - started < 5
+        await tx.rollback()
+    finally:
+        await holder.close()
+        await store.close()
+
+
 async def test_a_passs_commits_keep_one_connection_and_replace_a_lost_one(pg_url: str) -> None:
     """The group commit sends one batch or group at a time, so its statements keep one
     connection instead of taking one from the pool and giving it back each time; one the

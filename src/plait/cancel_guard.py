@@ -48,13 +48,27 @@ class GuardedTask(asyncio.Task[T]):
 
     #: the hold in force, if any
     held: HeldCancel | None = None
+    #: cancels noted in holds and not taken back (``uncancel``): counted by
+    #: ``cancelling()`` as the cancels asyncio delivered are, so that ``asyncio.timeout``
+    #: and task groups around a write tell their own cancel from another one
+    _noted = 0
 
     def cancel(self, msg: Any = None) -> bool:
         held = self.held
         if held is None or self.done():
             return super().cancel(msg)
         held.requested = True
+        self._noted += 1
         return True
+
+    def cancelling(self) -> int:
+        return super().cancelling() + self._noted
+
+    def uncancel(self) -> int:
+        if self._noted:
+            self._noted -= 1
+            return self.cancelling()
+        return super().uncancel()
 
     def hold_cancel(self) -> HeldCancel:
         """Note cancels for a ``with`` block of this task's own code."""
@@ -70,6 +84,12 @@ def cut_short(task: asyncio.Task[Any]) -> None:
     """Cancel ``task`` at once, even while it holds a cancel back: for a write that has
     run out of time, whose outcome is unknown whatever happens next."""
     asyncio.Task[Any].cancel(task)
+
+
+def take_back(task: asyncio.Task[Any]) -> int:
+    """Take back the cancel ``cut_short`` made, once it has been raised; returns how many
+    cancels asyncio still counts for ``task`` (any noted in a hold are apart)."""
+    return asyncio.Task[Any].uncancel(task)
 
 
 def holding_task() -> GuardedTask[Any] | None:

@@ -379,6 +379,44 @@ async def test_a_pass_task_cancelled_while_its_own_write_is_on_the_way_waits_for
         await idle
 
 
+async def test_cancels_held_during_a_write_are_counted_as_asyncio_counts_them(
+    store: Store, database: str
+) -> None:
+    """A timeout that runs out around a pass's own write, and a cancel from outside on top
+    of it (a shutdown), both arrive while the write is on its way: both are counted, so
+    ``asyncio.timeout`` takes back only its own and the task still ends cancelled, as a
+    task that handed its write off does."""
+    if not database.startswith("postgresql"):
+        pytest.skip("the SQLite writer finishes a write whatever its caller does")
+    ids = await _claimed(store, 1)
+    seen: list[str] = []
+
+    async def body() -> str:
+        try:
+            async with asyncio.timeout(0.05):
+                await store.commit(Batch(ids[0], [_begin(ids[0], "a")], fence="w1"))
+        except TimeoutError:
+            seen.append("timeout")
+        await asyncio.sleep(0)
+        return "went on"
+
+    async with _row_held(database, ids[0]) as let_go:
+        task = guarded_task(body())
+        await eventually(lambda: _waiting_for_a_lock(database), what="the write to wait")
+
+        async def timed_out() -> bool:
+            return task.cancelling() == 1
+
+        await eventually(timed_out, what="the timeout to run out during the write")
+        task.cancel()
+        assert task.cancelling() == 2
+        await let_go()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert seen == []
+    assert await _steps(store, ids[0]) == {"a": ("running", None)}
+
+
 async def _waiting_for_a_lock(database: str) -> bool:
     asyncpg = pytest.importorskip("asyncpg")
     conn = await asyncpg.connect(database)

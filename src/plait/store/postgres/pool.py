@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from plait.cancel_guard import cut_short
+from plait.cancel_guard import cut_short, take_back
 from plait.errors import PlaitError
 
 T = TypeVar("T")
@@ -407,8 +407,11 @@ class Pool:
             try:
                 if conn is None:
                     conn = self._held = await self._take()
-                self._watch_held()
-                result = await getattr(conn, method)(query, *args)
+                self._watch_held()  # the watch looks at this await only
+                try:
+                    result = await getattr(conn, method)(query, *args)
+                finally:
+                    self._held_since = self._held_task = None
                 self.commits += 1
                 return result
             except BaseException as exc:
@@ -419,8 +422,12 @@ class Pool:
                 timed_out, self._timed_out = self._timed_out, None
                 if (
                     timed_out is not None
+                    and timed_out is asyncio.current_task()
                     and isinstance(exc, asyncio.CancelledError)
-                    and timed_out.uncancel() == 0  # no other cancel is on its way too
+                    # the watch's own cancel taken back: none other came (a task that
+                    # holds cancels back has them noted apart, and raised once the
+                    # write's outcome is known)
+                    and take_back(timed_out) == 0
                 ):
                     raise self.unavailable(
                         TimeoutError(
@@ -431,8 +438,6 @@ class Pool:
                 if not isinstance(exc, Exception):
                     raise
                 await self._again_or_raise(exc, tries, read=False)
-            finally:
-                self._held_since = self._held_task = None
 
     def _watch_held(self) -> None:
         """Note that a held call starts now, and have the watch look at it once its
@@ -455,7 +460,7 @@ class Pool:
         loop = asyncio.get_running_loop()
         if loop.time() < since + timeout:
             self._watch = loop.call_at(since + timeout, self._look)
-        elif self._timed_out is None:
+        else:
             self._timed_out = task
             cut_short(task)  # the driver then asks the server to cancel the statement
 

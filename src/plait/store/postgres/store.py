@@ -660,8 +660,12 @@ class PostgresStore:
             if task is not None and self._group.idle():
                 # nothing else on its way: the write goes from this task, which notes a
                 # cancel meanwhile instead of cutting the write short
-                with task.hold_cancel() as held:
-                    done = await self._group.now(batch.run_id, fence, ops, batch.release)
+                try:
+                    with task.hold_cancel() as held:
+                        done = await self._group.now(batch.run_id, fence, ops, batch.release)
+                except BaseException:  # the process is stopping: the outcome is unknown
+                    self._tainted.add((batch.run_id, fence))
+                    raise
                 cancelled = held.requested
             else:
                 done = self._group.submit(batch.run_id, fence, ops, batch.release)
