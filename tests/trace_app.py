@@ -54,7 +54,12 @@ app = plait.App("traced")
 
 
 def _mark_started() -> None:
-    Path(os.environ["TRACE_FLAG"]).write_text(str(os.getpid()))
+    """Leave this process's pid where the test looks, all at once: the test reads the
+    file as soon as it exists, so it must never exist empty."""
+    flag = Path(os.environ["TRACE_FLAG"])
+    part = flag.with_name(f"{flag.name}.{os.getpid()}")
+    part.write_text(str(os.getpid()))
+    part.replace(flag)
 
 
 @app.function(queued=True, retries=0)
