@@ -4,11 +4,12 @@ server that goes away under load. The shared semantics are in the conformance su
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -310,6 +311,38 @@ async def test_a_pass_that_lost_a_write_cannot_write_again(pg_url: str) -> None:
         await store.close()
 
 
+@contextlib.asynccontextmanager
+async def _impatient_store(pg_url: str, *run_ids: str) -> AsyncIterator[tuple[Any, Any]]:
+    """A store with command_timeout 0.5 s, ``run_ids`` leased to w1 (a first write to
+    the first took the group commit's connection), and a connection to hold rows with."""
+    store = PostgresStore(pg_url, command_timeout=0.5)
+    await store.open()
+    holder = await asyncpg.connect(pg_url)
+    try:
+        for run_id in run_ids:
+            await store.create_run(
+                NewRun(run_id, "wf", "workflow", None, "{}", lease_owner="w1", lease_seconds=60)
+            )
+        await store.commit(Batch(run_ids[0], [SetState("a", "1")], fence="w1"))
+        yield store, holder
+    finally:
+        await holder.close()
+        await store.close()
+
+
+async def _a_blocked_write_times_out(store: Any, holder: Any) -> Any:
+    """Hold r1's row and see a write to it fail after command_timeout; returns the
+    transaction that holds the row."""
+    tx = holder.transaction()
+    await tx.start()
+    await holder.execute("SELECT 1 FROM plait.runs WHERE id = 'r1' FOR UPDATE")
+    started = time.monotonic()
+    with pytest.raises(DatabaseUnavailableError, match="longer than command_timeout"):
+        await store.commit(Batch("r1", [SetState("a", "2")], fence="w1"))
+    assert 0.5 <= time.monotonic() - started < 5
+    return tx
+
+
 async def test_a_write_longer_than_command_timeout_counts_as_a_lost_connection(
     pg_url: str,
 ) -> None:
@@ -317,24 +350,10 @@ async def test_a_write_longer_than_command_timeout_counts_as_a_lost_connection(
     call that takes longer than command_timeout (the server cancels its statement), which
     then fails as a lost connection would (its outcome unknown), and the next write takes
     a fresh connection. Other statements keep asyncpg's own timeout."""
-    store = PostgresStore(pg_url, command_timeout=0.5)
-    await store.open()
-    holder = await asyncpg.connect(pg_url)
-    try:
-        for run_id in ("r1", "r2"):
-            await store.create_run(
-                NewRun(run_id, "wf", "workflow", None, "{}", lease_owner="w1", lease_seconds=60)
-            )
-        await store.commit(Batch("r1", [SetState("a", "1")], fence="w1"))
+    async with _impatient_store(pg_url, "r1", "r2") as (store, holder):
         held = store._pool._held
         pid = held.get_server_pid()
-        tx = holder.transaction()
-        await tx.start()
-        await holder.execute("SELECT 1 FROM plait.runs WHERE id = 'r1' FOR UPDATE")
-        started = time.monotonic()
-        with pytest.raises(DatabaseUnavailableError, match="longer than command_timeout"):
-            await store.commit(Batch("r1", [SetState("a", "2")], fence="w1"))
-        assert 0.5 <= time.monotonic() - started < 5
+        tx = await _a_blocked_write_times_out(store, holder)
 
         async def cancelled() -> bool:  # the server's statement too, not only the call
             return not await _fetchval(  # not from holder: its transaction keeps a snapshot
@@ -352,23 +371,13 @@ async def test_a_write_longer_than_command_timeout_counts_as_a_lost_connection(
         assert store._pool._held is not held
         snapshot = await store.load_pass("r2")
         assert snapshot is not None and snapshot.state == {"b": "1"}
-    finally:
-        await holder.close()
-        await store.close()
 
 
 async def test_the_command_timeout_watch_looks_only_at_statements(pg_url: str) -> None:
     """A held call retried after a serialization failure waits a moment between tries;
     the watch going off in that moment must not cancel the task (nobody did) nor stop
     watching: a write blocked afterwards is still cut short after command_timeout."""
-    store = PostgresStore(pg_url, command_timeout=0.5)
-    await store.open()
-    holder = await asyncpg.connect(pg_url)
-    try:
-        await store.create_run(
-            NewRun("r1", "wf", "workflow", None, "{}", lease_owner="w1", lease_seconds=60)
-        )
-        await store.commit(Batch("r1", [SetState("a", "1")], fence="w1"))
+    async with _impatient_store(pg_url, "r1") as (store, holder):
         # each try fails just before command_timeout, so the watch goes off between tries
         fails_late = (
             "DO $$ BEGIN PERFORM pg_sleep(0.494); "
@@ -378,17 +387,8 @@ async def test_the_command_timeout_watch_looks_only_at_statements(pg_url: str) -
         with pytest.raises((asyncpg.SerializationError, DatabaseUnavailableError)):
             await call
         assert call.cancelling() == 0
-        tx = holder.transaction()
-        await tx.start()
-        await holder.execute("SELECT 1 FROM plait.runs WHERE id = 'r1' FOR UPDATE")
-        started = time.monotonic()
-        with pytest.raises(DatabaseUnavailableError, match="longer than command_timeout"):
-            await store.commit(Batch("r1", [SetState("a", "2")], fence="w1"))
-        assert time.monotonic() - started < 5
+        tx = await _a_blocked_write_times_out(store, holder)
         await tx.rollback()
-    finally:
-        await holder.close()
-        await store.close()
 
 
 async def test_a_passs_commits_keep_one_connection_and_replace_a_lost_one(pg_url: str) -> None:
