@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import os
+import random
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -16,12 +18,24 @@ import pytest
 
 import plait
 from conftest import Counter, eventually
+from plait.errors import LeaseLostError
 from plait.records import SETTLED
-from plait.store.base import Batch, NewRun, SetState
+from plait.store.base import (
+    Batch,
+    FinishAttempt,
+    NewRun,
+    Op,
+    PutStep,
+    SetState,
+    StartAttempt,
+    StepRow,
+)
+from store.rows import T0, step
 
 asyncpg = pytest.importorskip("asyncpg")
 postgres = pytest.importorskip("plait.store.postgres")
 PostgresStore = postgres.PostgresStore
+_op_value = pytest.importorskip("plait.store.postgres.store")._op_value
 DatabaseUnavailableError = postgres.DatabaseUnavailableError
 
 _names = itertools.count()
@@ -202,6 +216,93 @@ async def test_a_steps_end_changes_no_index(pg_url: str) -> None:
         await measuring.rollback()
     finally:
         await conn.close()
+
+
+async def test_first_attempts_are_written_as_commit_steps_writes_them(pg_url: str) -> None:
+    """A batch of first attempts (every sequential step's write) goes to the server as
+    plain rows, their attempt columns filled by the store, not by the schema's function.
+    Whatever the mix of step writes, their order and the batch's size (one step, several,
+    more than one statement takes), the rows must come out as ``commit_steps`` writes the
+    same ops; a batch that no longer holds the lease writes nothing."""
+    rng = random.Random(18)
+    store = PostgresStore(pg_url)
+    await store.open()
+    keys = [f"k{i}" for i in range(24)]
+    try:
+        for run_id in ("rows", "function"):
+            await store.create_run(
+                NewRun(run_id, "wf", "workflow", None, "{}", lease_owner="w1", lease_seconds=600.0)
+            )
+        for round_ in range(40):
+            size = rng.choice((1, 1, 2, 2, 3, 5, 17))
+            steps = [_random_step(rng, key, round_) for key in rng.sample(keys, size)]
+            at = T0 + round_
+            store._now = lambda at=at: at  # type: ignore[method-assign]
+            rows = [_random_write(rng, dataclasses.replace(s, run_id="rows")) for s in steps]
+            assert await store.commit(Batch("rows", rows, fence="w1")) is False
+            same = [_op_value(_for_run(op, "function")) for op in rows]
+            assert await store._call(
+                "fetchval", store._q["commit_steps"], "function", "w1", same, at
+            )
+            with pytest.raises(LeaseLostError):
+                await store.commit(Batch("rows", rows[:1], fence="w2"))
+        query = "SELECT * FROM plait.steps WHERE run_id = $1 ORDER BY key"
+        written = [
+            [
+                {k: v for k, v in r.items() if k != "run_id"}
+                for r in await store._call("fetch", query, run)
+            ]
+            for run in ("rows", "function")
+        ]
+        assert len(written[0]) == len(keys)
+        assert written[0] == written[1]
+    finally:
+        await store.close()
+
+
+def _random_step(rng: random.Random, key: str, round_: int) -> StepRow:
+    status = rng.choice(("pending", "running", "succeeded", "failed", "sleeping"))
+    return step(
+        "-",
+        key,
+        seq=round_,
+        status=status,
+        input=rng.choice((None, '{"n": 1}', "[1, 2]")),
+        output=rng.choice((None, '"x"', "3")),
+        error=rng.choice((None, '{"message": "no"}')),
+        attempts=rng.choice((0, 1)),
+        failures=rng.choice((0, 1)),
+        retries=rng.choice((0, 2)),
+        retry_delay=rng.choice((None, 0.5)),
+        timeout=rng.choice((None, 3.0)),
+        child_run_id=rng.choice((None, f"child-{key}")),
+        branch=rng.choice((None, "b1")),
+        queued=rng.choice((False, True)),
+        wake_at=rng.choice((None, T0 + 60)),
+        updated_at=T0 + round_,
+        delivered=rng.choice((None, round_)),
+        reached_after=rng.choice((None, '["k1"]')),
+    )
+
+
+def _random_write(rng: random.Random, row: StepRow) -> Op:
+    kind = rng.choice(("put", "start", "finish"))
+    if kind == "put":
+        return PutStep(row)
+    if kind == "start":
+        return StartAttempt(row, 1, rng.choice((None, "w1:a")))
+    status = rng.choice(("succeeded", "failed", "interrupted", "cancelled"))
+    return FinishAttempt(row, 1, status, rng.choice((None, '"y"')), rng.choice((None, '"e"')))
+
+
+def _for_run(op: Op, run_id: str) -> Op:
+    row = dataclasses.replace(op.step, run_id=run_id)  # type: ignore[union-attr]
+    if isinstance(op, PutStep):
+        return PutStep(row)
+    if isinstance(op, StartAttempt):
+        return StartAttempt(row, op.attempt, op.worker)
+    assert isinstance(op, FinishAttempt)
+    return FinishAttempt(row, op.attempt, op.status, op.output, op.error)
 
 
 # -- wake-ups ------------------------------------------------------------------------------------

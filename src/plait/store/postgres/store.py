@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import logging
 import re
@@ -125,12 +126,15 @@ _RUN_ADDED_FIELDS = (
 _STEP_FIELDS = len(dataclasses.fields(StepRow))
 #: the most children get_children returns (the newest ones)
 _MAX_CHILDREN = 10_000
+#: the most step writes one commit_first_attempts takes (a larger batch of first attempts,
+#: the starts of a wide gather, goes through commit_steps: its server cost is spread over
+#: the batch, and a statement's parameters are limited)
+_FIRST_ATTEMPT_ROWS = 16
 _WARM_STATEMENTS = (
     "load_passes",
     "select_runs",
     "commit_batch",
     "commit_steps",
-    "commit_first_attempts",
     "commit_and_release",
     "commit_group",
     "release_run",
@@ -174,6 +178,32 @@ def _new_run_value(n: NewRun) -> tuple[Any, ...]:
 
 def _step_end_value(end: StepEnd | None) -> tuple[Any, ...] | None:
     return None if end is None else (end.status, end.output, end.error)
+
+
+def _first_attempt_row(op: tuple[Any, ...], now: float) -> tuple[Any, ...]:
+    """A step write (as ``_op_value`` sends it) as a row of the steps table, its attempt
+    columns filled as ``apply_step_ops`` fills them: the parameters of one row of
+    ``commit_first_attempts``."""
+    step = op[1][:_STEP_FIELDS]
+    if op[0] == "start_attempt":
+        return (*step, op[3], "running", None, now, None)
+    if op[0] == "finish_attempt":
+        return (*step, None, op[4], op[6], None, now)
+    return (*step, None, None, None, None, None)
+
+
+@functools.lru_cache(maxsize=2 * _FIRST_ATTEMPT_ROWS)
+def first_attempts_statement(one_row: str, rows: int) -> str:
+    """``commit_first_attempts`` (written for one step) for ``rows`` steps: a row of
+    parameters for each step after the first, numbered on from the first row's."""
+    head, tail = one_row.split("(VALUES (", 1)
+    first, rest = tail.split(")) AS u", 1)
+    width = first.count("$")
+    more = [
+        "(" + ", ".join(f"${2 + width * r + c}" for c in range(1, width + 1)) + ")"
+        for r in range(1, rows)
+    ]
+    return f"{head}(VALUES ({first}){''.join(', ' + row for row in more)}) AS u{rest}"
 
 
 def _starts_a_retry(ops: list[Any]) -> bool:
@@ -468,7 +498,11 @@ class PostgresStore:
         try:
             await self._pool.open()
             await self._migrate()
-            self._pool.warm([self._q[name] for name in _WARM_STATEMENTS])
+            first_attempts = self._q["commit_first_attempts"]
+            self._pool.warm(
+                [self._q[name] for name in _WARM_STATEMENTS]
+                + [first_attempts_statement(first_attempts, rows) for rows in (1, 2)]
+            )
         except BaseException as exc:
             self._pool.terminate()
             if is_connection_error(exc):
@@ -721,9 +755,15 @@ class PostgresStore:
         if release is None:
             if fence is not None and steps_only(run_id, ops):
                 # the path of every sequential step: fenced and written, no loop over ops
-                q = self._q
-                query = q["commit_steps"] if _starts_a_retry(ops) else q["commit_first_attempts"]
-                fenced = await call("fetchval", query, run_id, fence, ops, self._now())
+                now = self._now()
+                if len(ops) > _FIRST_ATTEMPT_ROWS or _starts_a_retry(ops):
+                    fenced = await call(
+                        "fetchval", self._q["commit_steps"], run_id, fence, ops, now
+                    )
+                else:
+                    rows = [value for op in ops for value in _first_attempt_row(op, now)]
+                    query = first_attempts_statement(self._q["commit_first_attempts"], len(ops))
+                    fenced = await call("fetchval", query, run_id, fence, *rows)
                 if not fenced:
                     raise LeaseLostError(f"lost the lease on run {run_id}")
                 return False
