@@ -234,7 +234,7 @@ async def test_first_attempts_are_written_as_commit_steps_writes_them(pg_url: st
                 NewRun(run_id, "wf", "workflow", None, "{}", lease_owner="w1", lease_seconds=600.0)
             )
         for round_ in range(40):
-            size = rng.choice((1, 1, 2, 2, 3, 5, 17))
+            size = rng.choice((1, 1, 2, 2, 3, 5, 16, 17))
             steps = [_random_step(rng, key, round_) for key in rng.sample(keys, size)]
             at = T0 + round_
             store._now = lambda at=at: at  # type: ignore[method-assign]
