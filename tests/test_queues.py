@@ -414,3 +414,55 @@ async def test_a_fork_takes_no_dedup_key(engine_factory: Any) -> None:
         assert await engine.start("free_gate", 3, dedup="job-1") == again
         await _finish(engine, fork)
         await _finish(engine, again)
+
+
+async def test_child_runs_of_a_queued_workflow_wait_for_its_slot(engine_factory: Any) -> None:
+    """A workflow declared on a queue is admitted through it however its run starts, as
+    the child of another run too: a parent fanning out children must not pass the limit
+    that its own starts of the same workflow would keep."""
+    gauge = Gauge()
+    app = queue_app(gauge, concurrency=2)
+
+    @app.workflow
+    async def parent(wf: plait.Workflow, count: int) -> list[Any]:
+        children = (wf.do(f"child {n}", "limited", {"n": n}) for n in range(count))
+        return list(await asyncio.gather(*children))
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("parent", 6)
+        assert (await engine.wait(run_id, timeout=30)).output == list(range(6))
+        children = await engine.get_children(run_id)
+        assert len(children) == 6
+        for child in children:
+            assert (child.status, child.queue) == ("completed", "work")
+            assert child.admitted_at is not None
+    assert gauge.most == 2
+
+
+async def test_a_cancelled_parent_takes_its_queued_children_with_it(engine_factory: Any) -> None:
+    gauge = Gauge()
+    gauge.held["blocker"] = asyncio.Event()
+    app = queue_app(gauge, concurrency=1)
+
+    @app.workflow
+    async def parent(wf: plait.Workflow, count: int) -> list[Any]:
+        children = (wf.do(f"child {n}", "limited", {"n": n}) for n in range(count))
+        return list(await asyncio.gather(*children))
+
+    async with engine_factory(app) as engine:
+        blocker = await engine.start("limited", {"n": "blocker"})
+        await eventually(lambda: _status(engine, blocker, "running"), what="blocker admitted")
+        run_id = await engine.start("parent", 3)
+
+        async def three_queued() -> bool:
+            children = await engine.get_children(run_id)
+            return len(children) == 3 and all(c.status == "queued" for c in children)
+
+        await eventually(three_queued, what="the children queued behind the blocker")
+        assert (await engine.cancel(run_id)).status == "cancelled"
+        assert {c.status for c in await engine.get_children(run_id)} == {"cancelled"}
+        gauge.held["blocker"].set()
+        assert (await engine.wait(blocker, timeout=30)).status == "completed"
+        depths = {d["queue"]: d for d in await engine.queue_depths()}
+        assert (depths["work"]["active"], depths["work"]["queued"]) == (0, 0)
+    assert gauge.order == ["blocker"]

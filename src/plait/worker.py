@@ -392,8 +392,9 @@ class Worker:
         for child in result.children:
             self.run_changed(child, "running", f"child of {run_id}")
             self.drive(child, follow=not self.take_work)
-        if snapshot.run.queue is not None and result.status in TERMINAL:
-            # a queue slot is free: every process may admit the next run
+        if result.admit or (snapshot.run.queue is not None and result.status in TERMINAL):
+            # a child waits for its queue, or a queue slot is free: every process may
+            # admit the next run
             self.notifier.publish_work()
         elif not again:
             # let the loops see new timers, children and woken parents

@@ -239,6 +239,10 @@ class Driver:
             kind, version = target or self.host.catalog.describe(workflow)
             ledger.add(steps.begin_child(step, ledger.owner, ledger.now()))
             child_id = step.child_run_id or ""
+            # a workflow declared on a queue is admitted through it as a child too: a
+            # parent fanning out children keeps the limit its own starts would keep
+            wdef = self.app.workflows.get(workflow) if target is None else None
+            queue = None if wdef is None else wdef.queue
             ledger.add(
                 [
                     CreateChildRun(
@@ -251,10 +255,15 @@ class Driver:
                             owner=ledger.run.owner,
                             parent_run_id=ledger.run.id,
                             parent_step_key=key,
+                            status="running" if queue is None else "queued",
+                            queue=queue,
                             trace=self._child_trace(),
                         )
                     )
                 ]
             )
-            ledger.children.append(child_id)
+            if queue is None:
+                ledger.children.append(child_id)
+            else:
+                ledger.admit = True
         raise ledger.pause(key)

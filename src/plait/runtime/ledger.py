@@ -34,6 +34,8 @@ class PassResult:
     queued: bool = False
     #: set once the pass gave its lease back with its last writes: due again at once?
     again: bool | None = None
+    #: the pass made child runs that wait for admission through their workflow's queue
+    admit: bool = False
 
 
 class Ledger:
@@ -53,6 +55,8 @@ class Ledger:
         self.counters: dict[str, int] = {}
         self.seq = max((s.seq for s in self.steps.values()), default=-1) + 1
         self.children: list[str] = []
+        #: child runs made in this pass wait for their queue's admission
+        self.admit = False
         self.queued = False
         #: every step started in this pass; the pass ends only when all have settled
         self.tasks: list[asyncio.Task[Any]] = []
@@ -129,7 +133,7 @@ class Ledger:
             raise PassAborted(exc) from exc
         if self.published:
             self._tell_published()
-        return PassResult(status, self.children, self.queued, again)
+        return PassResult(status, self.children, self.queued, again, admit=self.admit)
 
     def _tell_published(self) -> None:
         """Watchers of the run's values hear of a committed ``wf.set_value`` at once,

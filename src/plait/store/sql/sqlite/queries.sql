@@ -165,7 +165,7 @@ DELETE FROM plait_timers WHERE run_id = ?
 DELETE FROM plait_jobs WHERE run_id = ?
 
 -- name: live_children
-SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'suspended')
+SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'suspended', 'queued')
 
 -- name: insert_event
 INSERT INTO plait_events (run_id, name, payload, created_at) VALUES (?, ?, ?, ?)
