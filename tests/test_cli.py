@@ -118,6 +118,54 @@ def test_start_wait_shows_steps_then_what_the_run_waits_for(shop: Path) -> None:
     assert '"by": "dana"' in rest
 
 
+def test_start_wait_says_a_queued_child_waits_for_a_worker(tmp_path: Path) -> None:
+    """``start --wait`` runs the parent here, but a child of a queued workflow is admitted
+    by a worker: the follower says so (not only "waiting for child run"), and goes on
+    once a worker has run the child."""
+    (tmp_path / "nested.py").write_text(
+        textwrap.dedent(
+            """
+            import plait
+
+            app = plait.App("nested")
+            app.queue("work", concurrency=1)
+
+            @app.workflow(queue="work")
+            async def leaf(wf: plait.Workflow, n: int) -> int:
+                return await wf.do("double", lambda: n * 2)
+
+            @app.workflow
+            async def parent(wf: plait.Workflow, n: int) -> int:
+                return await wf.do("child", "leaf", n)
+            """
+        )
+    )
+    db = f"sqlite:///{tmp_path / 'nested.db'}"
+    follower = plait_process(
+        "start", "nested:app", "parent", "-i", "21", "--wait", "-d", db, cwd=tmp_path
+    )
+    assert follower.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = follower.stdout.readline()
+        if not line:
+            break
+        lines.append(line.rstrip("\n"))
+        if "queued: waiting for a worker" in line:
+            break
+    run_id = lines[0]
+    assert "waiting for child run" in lines[-1] and "plait worker APP" in lines[-1], lines
+    worker = plait_process("worker", "nested:app", "-d", db, cwd=tmp_path)
+    try:
+        rest, errors = follower.communicate(timeout=60)
+    finally:
+        worker.terminate()
+        worker.communicate(timeout=30)
+    assert follower.returncode == 0, rest + errors
+    assert f"run {run_id} completed" in rest and "42" in rest
+
+
 def test_send_event_and_json_documents(shop: Path) -> None:
     db = f"sqlite:///{shop / 'shop.db'}"
     code, out = run(

@@ -466,3 +466,24 @@ async def test_a_cancelled_parent_takes_its_queued_children_with_it(engine_facto
         depths = {d["queue"]: d for d in await engine.queue_depths()}
         assert (depths["work"]["active"], depths["work"]["queued"]) == (0, 0)
     assert gauge.order == ["blocker"]
+
+
+async def test_a_child_of_its_parents_own_queue_runs_in_the_parents_slot(
+    engine_factory: Any,
+) -> None:
+    """Parents of a queue hold its slots while they wait: were their children of the same
+    queue queued, two parents on a queue of two would wait for good."""
+    gauge = Gauge()
+    app = queue_app(gauge, concurrency=2)
+
+    @app.workflow(queue="work")
+    async def batch(wf: plait.Workflow, count: int) -> list[Any]:
+        children = (wf.do(f"item {n}", "limited", {"n": n}) for n in range(count))
+        return list(await asyncio.gather(*children))
+
+    async with engine_factory(app) as engine:
+        batches = [await engine.start("batch", 2) for _ in range(2)]
+        for run_id in batches:
+            assert (await engine.wait(run_id, timeout=30)).output == [0, 1]
+            for child in await engine.get_children(run_id):
+                assert (child.status, child.queue) == ("completed", None)

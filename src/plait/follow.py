@@ -9,7 +9,7 @@ pipe or a log gets one plain line per change.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
 
@@ -87,9 +87,15 @@ def detail(step: Step, width: int | None = RESULT_WIDTH) -> str:
     return text
 
 
-def waiting_on(run: Run, steps: list[Step], queued: Callable[[str], bool]) -> str | None:
+def waiting_on(
+    run: Run,
+    steps: list[Step],
+    queued: Callable[[str], bool],
+    children: Mapping[str, str] | None = None,
+) -> str | None:
     """What a run that is not moving waits for, said with what would move it on; None
-    while it moves. ``queued`` says whether a function runs on the step queue."""
+    while it moves. ``queued`` says whether a function runs on the step queue;
+    ``children`` holds the status of child runs its steps wait for, where known."""
     rid = run.id
     if run.status == "queued":
         return "queued: waiting for a worker to admit it (plait worker APP)"
@@ -111,6 +117,11 @@ def waiting_on(run: Run, steps: list[Step], queued: Callable[[str], bool]) -> st
         if step.kind == "suspend":
             return f"suspended: plait resume {rid}"
         if step.kind == "child" and step.child_run_id:
+            if (children or {}).get(step.child_run_id) == "queued":
+                return (
+                    f"waiting for child run {step.child_run_id}, queued: waiting for a "
+                    "worker to admit it (plait worker APP)"
+                )
             return f"waiting for child run {step.child_run_id}"
         if step.function and step.status != "running" and queued(step.function):
             return f"step {step.key!r} waits for a step worker (plait worker APP)"
@@ -207,6 +218,16 @@ class _StatusLine:
         return Text(f"{self.reporter.what or 'running'}  ({elapsed})")
 
 
+async def _children(engine: Engine, steps: list[Step]) -> dict[str, str]:
+    """The status of the child run the first unsettled child step waits for: one read,
+    and only while a child is waited for."""
+    for step in steps:
+        if step.kind == "child" and step.child_run_id and step.status == "running":
+            child = await engine.get_run(step.child_run_id)
+            return {child.id: child.status}
+    return {}
+
+
 async def follow(
     engine: Engine,
     run_id: str,
@@ -235,7 +256,7 @@ async def follow(
                         changed = True
                 if run.status in SETTLED:
                     return run
-                what = waiting_on(run, steps, queued)
+                what = waiting_on(run, steps, queued, await _children(engine, steps))
                 if what != said:
                     said = what
                     reporter.waiting(what)

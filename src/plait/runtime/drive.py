@@ -240,9 +240,13 @@ class Driver:
             ledger.add(steps.begin_child(step, ledger.owner, ledger.now()))
             child_id = step.child_run_id or ""
             # a workflow declared on a queue is admitted through it as a child too: a
-            # parent fanning out children keeps the limit its own starts would keep
+            # parent fanning out children keeps the limit its own starts would keep. A
+            # parent of that same queue holds a slot while it waits, so its child runs in
+            # that slot: queued, parents holding every slot would wait for good
             wdef = self.app.workflows.get(workflow) if target is None else None
             queue = None if wdef is None else wdef.queue
+            if queue == ledger.run.queue:
+                queue = None
             ledger.add(
                 [
                     CreateChildRun(
