@@ -189,6 +189,44 @@ async def test_child_workflow_once_per_parent_step(engine_factory) -> None:
         assert len(await engine.get_children(failing)) == 1
 
 
+async def test_retrying_a_parent_whose_child_failed_starts_a_new_child(engine_factory) -> None:
+    """As docs/concepts.md says: the retried parent step runs a new child run from its
+    first step; the failed child stays as it ended."""
+    broken = {"yes": True}
+    counter = Counter()
+    app = plait.App()
+
+    @app.function
+    def prepare(n: int) -> int:
+        counter.hit("prepare")
+        return n
+
+    @app.function(retries=0)
+    def finish(n: int) -> int:
+        if broken["yes"]:
+            raise RuntimeError("not yet")
+        return n + 1
+
+    @app.workflow
+    async def child(wf: plait.Workflow, n: int) -> int:
+        return await wf.do("finish", finish, await wf.do("prepare", prepare, n))
+
+    @app.workflow
+    async def parent(wf: plait.Workflow, n: int) -> int:
+        return await wf.do("child", "child", n)
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("parent", 1)
+        assert (await engine.wait(run_id, timeout=10)).status == "failed"
+        broken["yes"] = False
+        await engine.retry(run_id)
+        assert (await engine.wait(run_id, timeout=10)).output == 2
+        first, second = sorted(await engine.get_children(run_id), key=lambda r: r.created_at)
+        assert (first.status, second.status) == ("failed", "completed")
+        assert (await _step(engine, run_id, "child")).child_run_id == second.id
+    assert counter["prepare"] == 2
+
+
 async def test_gather_with_a_flaky_step_and_a_fast_sibling(engine_factory) -> None:
     counter = Counter()
     app = plait.App()
