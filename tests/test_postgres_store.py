@@ -305,6 +305,37 @@ def _for_run(op: Op, run_id: str) -> Op:
     return FinishAttempt(row, op.attempt, op.status, op.output, op.error)
 
 
+async def test_without_named_statements_every_write_path_works(pg_url: str) -> None:
+    """``statement_cache_size=0`` is for a connection pooler that forbids named prepared
+    statements: every write is then sent unnamed, the steps of a sequential step's write
+    and of a wide gather, a retry, a child run and a run's end alike."""
+    app = plait.App("unnamed")
+    tries: Counter = Counter()
+
+    @app.function(retries=2, retry_delay=0.01)
+    def flaky(n: int) -> int:
+        tries.hit(n)
+        if tries[n] == 1:
+            raise RuntimeError("once")
+        return n
+
+    @app.workflow
+    async def leaf(wf: plait.Workflow, n: int) -> int:
+        return await wf.do("flaky", flaky, n)
+
+    @app.workflow
+    async def tree(wf: plait.Workflow, n: int) -> int:
+        total = 0
+        for i in range(3):
+            total += await wf.do("step", lambda i=i: i)
+        wide = await asyncio.gather(*(wf.do(f"wide {i}", lambda i=i: i) for i in range(20)))
+        return total + sum(wide) + await wf.do("child", "leaf", n)
+
+    async with plait.Engine(app, pg_url, statement_cache_size=0) as engine:
+        assert await engine.run("tree", 5, timeout=30) == 3 + 190 + 5
+    assert tries[5] == 2
+
+
 # -- wake-ups ------------------------------------------------------------------------------------
 
 
