@@ -223,8 +223,8 @@ async def _children(engine: Engine, steps: list[Step]) -> dict[str, str]:
     and only while a child is waited for."""
     for step in steps:
         if step.kind == "child" and step.child_run_id and step.status == "running":
-            child = await engine.get_run(step.child_run_id)
-            return {child.id: child.status}
+            child = await engine.store.get_run(step.child_run_id)
+            return {} if child is None else {child.id: child.status}
     return {}
 
 
