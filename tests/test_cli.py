@@ -82,6 +82,21 @@ def plait_process(*args: str, cwd: Path) -> subprocess.Popen[str]:
     )
 
 
+def _lines_until(process: subprocess.Popen[str], text: str) -> list[str]:
+    """The lines ``process`` printed up to the first that holds ``text``."""
+    assert process.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line.rstrip("\n"))
+        if text in line:
+            break
+    return lines
+
+
 def test_version() -> None:
     code, out = run("--version")
     assert code == 0 and out.strip() == f"plait {__version__}"
@@ -95,16 +110,7 @@ def test_start_wait_shows_steps_then_what_the_run_waits_for(shop: Path) -> None:
     follower = plait_process(
         "start", "shop:app", "checkout", "-i", order, "--wait", "-d", db, cwd=shop
     )
-    assert follower.stdout is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = follower.stdout.readline()
-        if not line:
-            break
-        lines.append(line.rstrip("\n"))
-        if "waiting for event 'approval'" in line:
-            break
+    lines = _lines_until(follower, "waiting for event 'approval'")
     run_id = lines[0]
     assert len(run_id) == 36, lines
     assert any("charge" in line and "succeeded" in line for line in lines), lines
@@ -144,16 +150,7 @@ def test_start_wait_says_a_queued_child_waits_for_a_worker(tmp_path: Path) -> No
     follower = plait_process(
         "start", "nested:app", "parent", "-i", "21", "--wait", "-d", db, cwd=tmp_path
     )
-    assert follower.stdout is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = follower.stdout.readline()
-        if not line:
-            break
-        lines.append(line.rstrip("\n"))
-        if "queued: waiting for a worker" in line:
-            break
+    lines = _lines_until(follower, "queued: waiting for a worker")
     run_id = lines[0]
     assert "waiting for child run" in lines[-1] and "plait worker APP" in lines[-1], lines
     worker = plait_process("worker", "nested:app", "-d", db, cwd=tmp_path)

@@ -416,17 +416,24 @@ async def test_a_fork_takes_no_dedup_key(engine_factory: Any) -> None:
         await _finish(engine, again)
 
 
-async def test_child_runs_of_a_queued_workflow_wait_for_its_slot(engine_factory: Any) -> None:
-    """A workflow declared on a queue is admitted through it however its run starts, as
-    the child of another run too: a parent fanning out children must not pass the limit
-    that its own starts of the same workflow would keep."""
-    gauge = Gauge()
-    app = queue_app(gauge, concurrency=2)
+def fan_out_app(gauge: Gauge, **limits: Any) -> plait.App:
+    """``queue_app`` with ``parent``, which runs ``limited`` as ``count`` children at once."""
+    app = queue_app(gauge, **limits)
 
     @app.workflow
     async def parent(wf: plait.Workflow, count: int) -> list[Any]:
         children = (wf.do(f"child {n}", "limited", {"n": n}) for n in range(count))
         return list(await asyncio.gather(*children))
+
+    return app
+
+
+async def test_child_runs_of_a_queued_workflow_wait_for_its_slot(engine_factory: Any) -> None:
+    """A workflow declared on a queue is admitted through it however its run starts, as
+    the child of another run too: a parent fanning out children must not pass the limit
+    that its own starts of the same workflow would keep."""
+    gauge = Gauge()
+    app = fan_out_app(gauge, concurrency=2)
 
     async with engine_factory(app) as engine:
         run_id = await engine.start("parent", 6)
@@ -442,12 +449,7 @@ async def test_child_runs_of_a_queued_workflow_wait_for_its_slot(engine_factory:
 async def test_a_cancelled_parent_takes_its_queued_children_with_it(engine_factory: Any) -> None:
     gauge = Gauge()
     gauge.held["blocker"] = asyncio.Event()
-    app = queue_app(gauge, concurrency=1)
-
-    @app.workflow
-    async def parent(wf: plait.Workflow, count: int) -> list[Any]:
-        children = (wf.do(f"child {n}", "limited", {"n": n}) for n in range(count))
-        return list(await asyncio.gather(*children))
+    app = fan_out_app(gauge, concurrency=1)
 
     async with engine_factory(app) as engine:
         blocker = await engine.start("limited", {"n": "blocker"})
