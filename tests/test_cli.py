@@ -157,8 +157,10 @@ def test_start_wait_says_a_queued_child_waits_for_a_worker(tmp_path: Path) -> No
     try:
         rest, errors = follower.communicate(timeout=60)
     finally:
-        worker.terminate()
-        worker.communicate(timeout=30)
+        for process in (follower, worker):
+            if process.poll() is None:
+                process.terminate()
+                process.communicate(timeout=30)
     assert follower.returncode == 0, rest + errors
     assert f"run {run_id} completed" in rest and "42" in rest
 
