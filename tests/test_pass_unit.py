@@ -55,6 +55,9 @@ class ListHost:
     async def read_state(self, run_id: str) -> dict[str, Any]:
         return {}
 
+    async def lineage_queues(self, run_id: str) -> frozenset[str]:
+        return frozenset()
+
     @property
     def ops(self) -> list[Any]:
         return [op for b in self.batches for op in b.ops]

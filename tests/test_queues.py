@@ -489,3 +489,29 @@ async def test_a_child_of_its_parents_own_queue_runs_in_the_parents_slot(
             assert (await engine.wait(run_id, timeout=30)).output == [0, 1]
             for child in await engine.get_children(run_id):
                 assert (child.status, child.queue) == ("completed", None)
+
+
+async def test_a_descendant_of_a_queues_slot_runs_in_that_slot(engine_factory: Any) -> None:
+    """A run holding a queue's only slot waits on a child outside the queue, and that
+    child starts a workflow of the queue: queued, the grandchild would wait for the slot
+    its own grandparent holds until that ends, and it never would. It runs in the slot its
+    ancestor holds, as a direct child of the queue's run does."""
+    gauge = Gauge()
+    app = queue_app(gauge, concurrency=1)
+
+    @app.workflow
+    async def middle(wf: plait.Workflow, n: int) -> Any:
+        return await wf.do("inner", "limited", {"n": n})
+
+    @app.workflow(queue="work")
+    async def outer(wf: plait.Workflow, n: int) -> Any:
+        return await wf.do("middle", "middle", n)
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("outer", 7)
+        assert (await engine.wait(run_id, timeout=30)).output == 7
+        (middle_run,) = await engine.get_children(run_id)
+        (inner_run,) = await engine.get_children(middle_run.id)
+        assert (inner_run.status, inner_run.queue) == ("completed", None)
+        depths = {d["queue"]: d for d in await engine.queue_depths()}
+        assert (depths["work"]["active"], depths["work"]["queued"]) == (0, 0)

@@ -172,6 +172,20 @@ class Worker:
         raw = snapshot.state if snapshot is not None else {}
         return {k: serde.loads(v) for k, v in raw.items()}
 
+    async def lineage_queues(self, run_id: str) -> frozenset[str]:
+        queues: set[str] = set()
+        seen: set[str] = set()
+        next_id: str | None = run_id
+        while next_id is not None and next_id not in seen:
+            seen.add(next_id)
+            run = await self.store.get_run(next_id)
+            if run is None:
+                break
+            if run.queue is not None:
+                queues.add(run.queue)
+            next_id = run.parent_run_id
+        return frozenset(queues)
+
     def run_changed(self, run_id: str, status: str, workflow: str = "") -> None:
         if self.log_runs and status != "running":
             log.info("run %s (%s) is now %s", run_id, workflow or "?", status)

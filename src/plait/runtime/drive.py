@@ -241,11 +241,17 @@ class Driver:
             child_id = step.child_run_id or ""
             # a workflow declared on a queue is admitted through it as a child too: a
             # parent fanning out children keeps the limit its own starts would keep. A
-            # parent of that same queue holds a slot while it waits, so its child runs in
-            # that slot: queued, parents holding every slot would wait for good
+            # run of that same queue above it holds a slot while it waits, so the child
+            # runs in that slot: queued, runs holding every slot would wait for good
             wdef = self.app.workflows.get(workflow) if target is None else None
             queue = None if wdef is None else wdef.queue
-            if queue == ledger.run.queue:
+            if queue is not None and (
+                queue == ledger.run.queue
+                or (
+                    ledger.run.parent_run_id is not None
+                    and queue in await self.host.lineage_queues(ledger.run.parent_run_id)
+                )
+            ):
                 queue = None
             ledger.add(
                 [

@@ -67,3 +67,9 @@ class Host(Protocol):
         """The run-state variables of ``run_id`` (graph nodes read them in queued
         attempts)."""
         ...
+
+    async def lineage_queues(self, run_id: str) -> frozenset[str]:
+        """The queues whose slots ``run_id`` and the runs above it hold: each waits for
+        the one below, so a descendant of the same queue admitted through it would wait
+        for a slot its own ancestor keeps until it ends."""
+        ...
