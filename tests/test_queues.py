@@ -488,7 +488,8 @@ async def test_a_child_of_its_parents_own_queue_runs_in_the_parents_slot(
         for run_id in batches:
             assert (await engine.wait(run_id, timeout=30)).output == [0, 1]
             for child in await engine.get_children(run_id):
-                assert (child.status, child.queue) == ("completed", None)
+                assert (child.status, child.queue) == ("completed", "work")
+                assert child.admitted_at is None  # never waited for admission
 
 
 async def test_a_descendant_of_a_queues_slot_runs_in_that_slot(engine_factory: Any) -> None:
@@ -512,6 +513,149 @@ async def test_a_descendant_of_a_queues_slot_runs_in_that_slot(engine_factory: A
         assert (await engine.wait(run_id, timeout=30)).output == 7
         (middle_run,) = await engine.get_children(run_id)
         (inner_run,) = await engine.get_children(middle_run.id)
-        assert (inner_run.status, inner_run.queue) == ("completed", None)
+        assert (inner_run.status, inner_run.queue, inner_run.admitted_at) == (
+            "completed",
+            "work",
+            None,
+        )
         depths = {d["queue"]: d for d in await engine.queue_depths()}
         assert (depths["work"]["active"], depths["work"]["queued"]) == (0, 0)
+
+
+async def test_children_of_one_pass_are_admitted_in_the_order_it_started_them(
+    engine_factory: Any,
+) -> None:
+    """Equal priorities are admitted in start order. The children of one pass are
+    committed at one instant with ids taken from their steps: the order the pass reached
+    them must still decide, not their ids."""
+    gauge = Gauge()
+    gauge.held["blocker"] = release = asyncio.Event()
+    app = fan_out_app(gauge, concurrency=1)
+
+    async with engine_factory(app) as engine:
+        blocker = await engine.start("limited", {"n": "blocker"})
+        await eventually(lambda: _status(engine, blocker, "running"), what="blocker admitted")
+        run_id = await engine.start("parent", 8)
+
+        async def all_queued() -> bool:
+            children = await engine.get_children(run_id)
+            return len(children) == 8 and all(c.status == "queued" for c in children)
+
+        await eventually(all_queued, what="the children queued behind the blocker")
+        release.set()
+        assert (await engine.wait(run_id, timeout=30)).output == list(range(8))
+    assert gauge.order == ["blocker", *range(8)]
+
+
+def doomed_app(gauge: Gauge) -> plait.App:
+    """``queue_app`` at ``concurrency=1`` with ``doomed``, a run of the queue that fails
+    while its child ``data`` of the queue (in its slot) is still on its way."""
+    app = queue_app(gauge, concurrency=1)
+
+    @app.function(retries=0)
+    async def boom(data: Any) -> Any:
+        raise RuntimeError("boom")
+
+    @app.workflow(queue="work")
+    async def doomed(wf: plait.Workflow, data: Any) -> Any:
+        return await asyncio.gather(wf.do("in slot", data[0], data[1]), wf.do("boom", boom, {}))
+
+    @app.workflow
+    async def middle(wf: plait.Workflow, n: Any) -> Any:
+        await wf.wait_for_event("go")
+        return await wf.do("inner", "limited", {"n": n})
+
+    return app
+
+
+async def test_a_child_in_its_ancestors_slot_counts_until_it_ends(engine_factory: Any) -> None:
+    """A child of the queue that runs in its parent's slot is a run of the queue that
+    holds a slot: when the parent fails first, the child still holds one, and no other
+    run of the queue is admitted beside it."""
+    gauge = Gauge()
+    gauge.held["in slot"] = release = asyncio.Event()
+    async with engine_factory(doomed_app(gauge)) as engine:
+        parent = await engine.start("doomed", ["limited", {"n": "in slot"}])
+        assert (await engine.wait(parent, timeout=30)).status == "failed"
+        (child,) = await engine.get_children(parent)
+        assert (child.queue, child.admitted_at) == ("work", None)
+        depths = {d["queue"]: d for d in await engine.queue_depths()}
+        assert depths["work"]["active"] == 1
+        other = await engine.start("limited", {"n": "other"})
+        release.set()
+        assert (await engine.wait(other, timeout=30)).status == "completed"
+        assert (await engine.wait(child.id, timeout=30)).status == "completed"
+    assert gauge.most == 1
+    assert gauge.order == ["in slot", "other"]
+
+
+async def test_a_run_under_an_ended_run_of_the_queue_waits_for_a_slot(
+    engine_factory: Any,
+) -> None:
+    """Only a live run above holds a slot to share: under one that has failed, a run of
+    its queue is admitted like any other."""
+    gauge = Gauge()
+    gauge.held["blocker"] = release = asyncio.Event()
+    async with engine_factory(doomed_app(gauge)) as engine:
+        parent = await engine.start("doomed", ["middle", "late"])
+        assert (await engine.wait(parent, timeout=30)).status == "failed"
+        (middle,) = await engine.get_children(parent)
+        blocker = await engine.start("limited", {"n": "blocker"})
+        await eventually(lambda: _status(engine, blocker, "running"), what="blocker admitted")
+        await engine.send_event(middle.id, "go")
+
+        async def inner_queued() -> bool:
+            children = await engine.get_children(middle.id)
+            return [c.status for c in children] == ["queued"]
+
+        await eventually(inner_queued, what="the late child queued behind the blocker")
+        release.set()
+        assert (await engine.wait(middle.id, timeout=30)).output == "late"
+    assert gauge.most == 1
+    assert gauge.order == ["blocker", "late"]
+
+
+async def test_a_fork_or_retry_of_a_child_in_a_slot_goes_through_the_queue(
+    engine_factory: Any,
+) -> None:
+    """A child that ran in its ancestor's slot is still a run of its queue: run again on
+    its own, it waits for a slot like any run of the queue."""
+    gauge = Gauge()
+    gauge.held["blocker"] = release = asyncio.Event()
+    app = doomed_app(gauge)
+    fails = [True]
+
+    @app.function(retries=0)
+    async def flaky(data: Any) -> Any:
+        if fails.pop() if fails else False:
+            raise RuntimeError("first time")
+        return await gauge.hold(data)
+
+    @app.workflow(queue="work")
+    async def flaky_child(wf: plait.Workflow, data: Any) -> Any:
+        return await wf.do("flaky", flaky, data)
+
+    @app.workflow(queue="work")
+    async def pair(wf: plait.Workflow, data: Any) -> Any:
+        return [
+            await wf.do("fine", "limited", {"n": "fine"}),
+            await wf.do("flaky", "flaky_child", "retried"),
+        ]
+
+    async with engine_factory(app) as engine:
+        parent = await engine.start("pair", None)
+        assert (await engine.wait(parent, timeout=30)).status == "failed"
+        failed, fine = sorted(await engine.get_children(parent), key=lambda c: c.workflow)
+        assert (failed.workflow, failed.status) == ("flaky_child", "failed")
+        blocker = await engine.start("limited", {"n": "blocker"})
+        await eventually(lambda: _status(engine, blocker, "running"), what="blocker admitted")
+        fork = await engine.fork(fine.id, from_step="body")
+        await engine.retry(failed.id)
+        assert (await engine.get_run(fork)).status == "queued"
+        assert (await engine.get_run(failed.id)).status == "queued"
+        release.set()
+        assert (await engine.wait(fork, timeout=30)).status == "completed"
+        assert (await engine.wait(failed.id, timeout=30)).output == "retried"
+    assert gauge.most == 1
+    assert gauge.order[:2] == ["fine", "blocker"]
+    assert sorted(gauge.order[2:]) == ["fine", "retried"]

@@ -30,7 +30,7 @@ from plait.errors import LeaseLostError, StepFunctionMismatchError
 from plait.lease_keeper import StallGuard
 from plait.notify import Notifier
 from plait.observe import Telemetry
-from plait.records import SETTLED, TERMINAL
+from plait.records import SETTLED, TERMINAL, RunStatus
 from plait.runtime import steps
 from plait.runtime.orchestrator import execute_pass
 from plait.runtime.queued import run_queued
@@ -179,8 +179,8 @@ class Worker:
         while next_id is not None and next_id not in seen:
             seen.add(next_id)
             run = await self.store.get_run(next_id)
-            if run is None:
-                break
+            if run is None or run.status not in (RunStatus.RUNNING, RunStatus.SUSPENDED):
+                break  # an ended run holds no slot, and no run above waits through it
             if run.queue is not None:
                 queues.add(run.queue)
             next_id = run.parent_run_id

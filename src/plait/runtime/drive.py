@@ -241,18 +241,18 @@ class Driver:
             child_id = step.child_run_id or ""
             # a workflow declared on a queue is admitted through it as a child too: a
             # parent fanning out children keeps the limit its own starts would keep. A
-            # run of that same queue above it holds a slot while it waits, so the child
-            # runs in that slot: queued, runs holding every slot would wait for good
+            # live run of that same queue above it holds a slot while it waits, so the
+            # child runs at once, beside it (queued, runs holding every slot would wait
+            # for good); it is still a run of the queue, counted until it ends
             wdef = self.app.workflows.get(workflow) if target is None else None
             queue = None if wdef is None else wdef.queue
-            if queue is not None and (
+            admit = queue is not None and not (
                 queue == ledger.run.queue
                 or (
                     ledger.run.parent_run_id is not None
                     and queue in await self.host.lineage_queues(ledger.run.parent_run_id)
                 )
-            ):
-                queue = None
+            )
             ledger.add(
                 [
                     CreateChildRun(
@@ -265,15 +265,15 @@ class Driver:
                             owner=ledger.run.owner,
                             parent_run_id=ledger.run.id,
                             parent_step_key=key,
-                            status="running" if queue is None else "queued",
+                            status="queued" if admit else "running",
                             queue=queue,
                             trace=self._child_trace(),
                         )
                     )
                 ]
             )
-            if queue is None:
-                ledger.children.append(child_id)
-            else:
+            if admit:
                 ledger.admit = True
+            else:
+                ledger.children.append(child_id)
         raise ledger.pause(key)

@@ -69,7 +69,8 @@ class Host(Protocol):
         ...
 
     async def lineage_queues(self, run_id: str) -> frozenset[str]:
-        """The queues whose slots ``run_id`` and the runs above it hold: each waits for
-        the one below, so a descendant of the same queue admitted through it would wait
-        for a slot its own ancestor keeps until it ends."""
+        """The queues of ``run_id`` and of the runs above it, up to the first that has
+        ended: each holds a slot of its queue and waits for the one below, so a
+        descendant of the same queue admitted through it would wait for a slot its own
+        ancestor keeps until it ends."""
         ...

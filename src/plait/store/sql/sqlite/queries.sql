@@ -517,10 +517,12 @@ WHERE s.run_id = ? AND s.key = ?
 SELECT min(wake_at) FROM plait_runs WHERE status = 'queued'
 
 -- name: admit_runs
--- Admit up to :limit due queued runs, highest priority first (then the oldest start
--- time), within the limits in :queues (a JSON array of objects: name, concurrency,
--- per_key, rate, window; a queue not among them has no limits), and lease them. A run
--- holds its queue slot from admission until it ends; per_key applies to runs with a key.
+-- Admit up to :limit due queued runs, highest priority first, then in start order (the
+-- earliest start time, then the row's insertion: the children one pass starts share a
+-- start time, and their ids, taken from their steps, are in no order), within the
+-- limits in :queues (a JSON array of objects: name, concurrency, per_key, rate, window;
+-- a queue not among them has no limits), and lease them. A run holds its queue slot
+-- from admission until it ends; per_key applies to runs with a key.
 WITH conf AS (
     SELECT json_extract(value, '$.name') AS name,
         json_extract(value, '$.concurrency') AS concurrency,
@@ -543,15 +545,15 @@ WITH conf AS (
     WHERE q.at > :now - c.rate_window
     GROUP BY q.queue
 ), due AS (
-    SELECT r.id, r.queue, r.queue_key, r.priority, r.wake_at, r.created_at,
+    SELECT r.id, r.rowid AS seq, r.queue, r.queue_key, r.priority, r.wake_at, r.created_at,
         c.concurrency, c.per_key, c.rate,
         row_number() OVER (PARTITION BY r.queue, r.queue_key
-            ORDER BY r.priority DESC, r.wake_at, r.created_at, r.id) AS nth_key
+            ORDER BY r.priority DESC, r.wake_at, r.created_at, r.rowid) AS nth_key
     FROM plait_runs r LEFT JOIN conf c ON c.name = r.queue
     WHERE r.status = 'queued' AND r.wake_at <= :now
 ), key_fits AS (
     SELECT d.*, row_number() OVER (PARTITION BY d.queue
-            ORDER BY d.priority DESC, d.wake_at, d.created_at, d.id) AS nth
+            ORDER BY d.priority DESC, d.wake_at, d.created_at, d.seq) AS nth
     FROM due d LEFT JOIN active_keys k ON k.queue = d.queue AND k.queue_key = d.queue_key
     WHERE d.per_key IS NULL OR d.queue_key IS NULL
         OR d.nth_key <= d.per_key - coalesce(k.n, 0)
@@ -561,7 +563,7 @@ WITH conf AS (
     LEFT JOIN recent rc ON rc.queue = f.queue
     WHERE (f.concurrency IS NULL OR f.nth <= f.concurrency - coalesce(a.n, 0))
         AND (f.rate IS NULL OR f.nth <= f.rate - coalesce(rc.n, 0))
-    ORDER BY f.priority DESC, f.wake_at, f.created_at, f.id
+    ORDER BY f.priority DESC, f.wake_at, f.created_at, f.seq
     LIMIT :limit
 )
 UPDATE plait_runs SET status = 'running', lease_owner = :owner, lease_until = :until,
