@@ -428,6 +428,21 @@ def fan_out_app(gauge: Gauge, **limits: Any) -> plait.App:
     return app
 
 
+async def _children_behind_a_blocker(engine: plait.Engine, count: int) -> tuple[str, str]:
+    """A run of ``fan_out_app`` holding the queue's slot (``gauge.held["blocker"]`` keeps
+    it), then a ``parent`` whose ``count`` children all wait behind it: (blocker, parent)."""
+    blocker = await engine.start("limited", {"n": "blocker"})
+    await eventually(lambda: _status(engine, blocker, "running"), what="blocker admitted")
+    run_id = await engine.start("parent", count)
+
+    async def all_queued() -> bool:
+        children = await engine.get_children(run_id)
+        return len(children) == count and all(c.status == "queued" for c in children)
+
+    await eventually(all_queued, what="the children queued behind the blocker")
+    return blocker, run_id
+
+
 async def test_child_runs_of_a_queued_workflow_wait_for_its_slot(engine_factory: Any) -> None:
     """A workflow declared on a queue is admitted through it however its run starts, as
     the child of another run too: a parent fanning out children must not pass the limit
@@ -452,15 +467,7 @@ async def test_a_cancelled_parent_takes_its_queued_children_with_it(engine_facto
     app = fan_out_app(gauge, concurrency=1)
 
     async with engine_factory(app) as engine:
-        blocker = await engine.start("limited", {"n": "blocker"})
-        await eventually(lambda: _status(engine, blocker, "running"), what="blocker admitted")
-        run_id = await engine.start("parent", 3)
-
-        async def three_queued() -> bool:
-            children = await engine.get_children(run_id)
-            return len(children) == 3 and all(c.status == "queued" for c in children)
-
-        await eventually(three_queued, what="the children queued behind the blocker")
+        blocker, run_id = await _children_behind_a_blocker(engine, 3)
         assert (await engine.cancel(run_id)).status == "cancelled"
         assert {c.status for c in await engine.get_children(run_id)} == {"cancelled"}
         gauge.held["blocker"].set()
@@ -533,15 +540,7 @@ async def test_children_of_one_pass_are_admitted_in_the_order_it_started_them(
     app = fan_out_app(gauge, concurrency=1)
 
     async with engine_factory(app) as engine:
-        blocker = await engine.start("limited", {"n": "blocker"})
-        await eventually(lambda: _status(engine, blocker, "running"), what="blocker admitted")
-        run_id = await engine.start("parent", 8)
-
-        async def all_queued() -> bool:
-            children = await engine.get_children(run_id)
-            return len(children) == 8 and all(c.status == "queued" for c in children)
-
-        await eventually(all_queued, what="the children queued behind the blocker")
+        _, run_id = await _children_behind_a_blocker(engine, 8)
         release.set()
         assert (await engine.wait(run_id, timeout=30)).output == list(range(8))
     assert gauge.order == ["blocker", *range(8)]
