@@ -238,6 +238,43 @@ async def test_retries_give_n_plus_one_attempts(engine_factory, retries: int) ->
         assert run.error["step"] == "try"
 
 
+@pytest.mark.parametrize("queued", [False, True], ids=["inline", "queued"])
+async def test_a_body_raising_cancelled_error_itself_fails_its_attempt(
+    engine_factory, queued: bool
+) -> None:
+    """A client library whose own inner task was cancelled raises CancelledError out of
+    the body while nobody cancelled the step: an ordinary failure that uses up an
+    attempt, not an interruption to run again at once (which would never end)."""
+    counter = Counter()
+    app = plait.App()
+
+    @app.function(retries=1, retry_delay=0, queued=queued)
+    async def client(data: None, ctx: plait.StepContext) -> None:
+        counter.hit("call", ctx.attempt)
+        raise asyncio.CancelledError("inner request cancelled")
+
+    @app.workflow
+    async def alone(wf: plait.Workflow, data: None) -> None:
+        await wf.do("call", client)
+
+    @app.workflow
+    async def gathered(wf: plait.Workflow, data: None) -> list[str]:
+        results = await asyncio.gather(
+            wf.do("call", client), wf.do("other", lambda: 2), return_exceptions=True
+        )
+        return [type(r).__name__ for r in results]
+
+    async with engine_factory(app) as engine:
+        with pytest.raises(plait.WorkflowFailedError) as info:
+            await engine.run("alone", timeout=10)
+        assert [c[1] for c in counter.calls] == [1, 2]
+        assert info.value.run.error["type"] == "CancelledError"
+        assert info.value.run.error["message"] == "inner request cancelled"
+        counter.calls.clear()
+        assert await engine.run("gathered", timeout=10) == ["StepError", "int"]
+        assert [c[1] for c in counter.calls] == [1, 2]
+
+
 async def test_step_options_on_do_win_over_function_options(engine_factory) -> None:
     counter = Counter()
     app = plait.App()

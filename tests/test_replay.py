@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import plait
+from conftest import eventually
 from plait.errors import StepError
 
 
@@ -341,6 +342,51 @@ async def test_a_step_nobody_awaits_still_runs_before_the_run_ends(
     async with engine_factory(app) as engine:
         assert await engine.run("forgetful", timeout=10) == "returned"
     assert log == ["background"]
+
+
+async def test_a_wait_the_workflow_cancelled_takes_nothing_sent_later(engine_factory) -> None:
+    """A cancelled wait is over, as in plain asyncio: the event or the decision sent
+    after it goes to the wait for the same name that is still open, never to the one the
+    workflow gave up (whose replay would take it and throw it away)."""
+    app = plait.App()
+
+    async def lost_race(wf: plait.Workflow, wait: Any) -> str:
+        first = asyncio.ensure_future(wait())
+        deadline = asyncio.ensure_future(wf.sleep("deadline", 0.05))
+        done, pending = await asyncio.wait({first, deadline}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        return "in time" if first in done else "too late"
+
+    @app.workflow
+    async def pinged(wf: plait.Workflow) -> list[Any]:
+        first = await lost_race(wf, lambda: wf.wait_for_event("ping"))
+        return [first, await wf.wait_for_event("ping", timeout="30s")]
+
+    @app.workflow
+    async def approved(wf: plait.Workflow) -> list[Any]:
+        first = await lost_race(wf, lambda: wf.approval("ok"))
+        second = await wf.approval("ok", expires="30s")
+        return [first, second.decided_by]
+
+    async def second_open(engine: plait.Engine, run_id: str, key: str) -> bool:
+        return any(s.key == key and s.status != "failed" for s in await engine.get_steps(run_id))
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("pinged")
+        await eventually(
+            lambda: second_open(engine, run_id, "__event:ping#1"), what="the second wait"
+        )
+        assert await engine.send_event(run_id, "ping", "hello")
+        run = await engine.wait(run_id, timeout=10)
+        assert (run.status, run.output) == ("completed", ["too late", "hello"])
+        run_id = await engine.start("approved")
+        await eventually(
+            lambda: second_open(engine, run_id, "__approval:ok#1"), what="the second gate"
+        )
+        await engine.approve(run_id, "ok", None, decided_by="dana")
+        run = await engine.wait(run_id, timeout=10)
+        assert (run.status, run.output) == ("completed", ["too late", "dana"])
 
 
 async def test_a_wait_the_workflow_cancels_does_not_hold_the_run_open(engine_factory) -> None:

@@ -71,6 +71,14 @@ async def run_attempt(
             f"step {ctx.step_key!r} called a workflow method inside a step body; "
             "call wf.do/wf.sleep from the workflow, not from inside a step"
         ) from None
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if isinstance(exc, FinishedAfterCancel) or task is None or task.cancelling():
+            raise  # a stop or a cancel of this task: the caller tells which
+        # nobody cancelled this task: the body raised it (a client library whose own
+        # inner task was cancelled), a failure like any other. Taken for an interruption
+        # it would use up no attempt and run again at once, for ever
+        return _failed(exc)
     except Exception as exc:
         return _failed(exc)
     return _finished(result, ctx, limits, result_codec(body))
@@ -100,7 +108,7 @@ def result_codec(body: FunctionDef | Callable[..., Any]) -> serde.Codec | None:
     return serde.result_codec(body, "a step closure")
 
 
-def _failed(exc: Exception) -> Outcome:
+def _failed(exc: BaseException) -> Outcome:
     retryable = getattr(exc, "retryable", True) and not isinstance(
         exc, NotJSONError | TypeMismatchError
     )

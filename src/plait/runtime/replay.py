@@ -27,7 +27,7 @@ from plait import approval, errors, serde
 from plait.app import FunctionDef, WorkflowDef
 from plait.durations import parse_duration
 from plait.errors import Cancel, EventTimeout, StepError
-from plait.records import TERMINAL, Decision
+from plait.records import Decision
 from plait.retry import resolve_policy
 from plait.runtime import steps
 from plait.runtime.drive import Driver, dump_input
@@ -36,7 +36,7 @@ from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.signals import PassAborted, PauseSignal, SuspendSignal, Unwind
 from plait.runtime.workflow import CURRENT_REPLAY, StepCall, Workflow
 from plait.runtime.workflow_loop import WorkflowLoop, current_task
-from plait.store.base import EndRun, EventRow, PassSnapshot, StepRow, TakeDecision
+from plait.store.base import ClearTimer, EndRun, EventRow, PassSnapshot, StepRow, TakeDecision
 
 #: the most steps a step records it was reached after (the last ones of a wider gather)
 MAX_AFTER = 32
@@ -435,9 +435,8 @@ class CodeReplay:
         self._unwind()
         if ledger.aborted is not None:
             raise ledger.aborted
+        self._close_abandoned(abandoned)
         if end is not None:
-            if end.status in TERMINAL:
-                self._close_abandoned(abandoned)
             ledger.end(end)
         return await ledger.finish(end.status if end else "running")
 
@@ -603,13 +602,17 @@ class CodeReplay:
         return step is not None and step.kind in steps.WAITS
 
     def _close_abandoned(self, abandoned: list[StepCall[Any]]) -> None:
-        """The run ends: the waits it abandoned end with it, cancelled (their timers go
-        with the run's), instead of showing as waiting on an ended run. (A suspended
-        run keeps them as they are: resumed, it replays to the same cancels.)"""
+        """The waits the workflow cancelled in this pass end now, cancelled, and their
+        timers go. Left open, every replay would resolve them again before the
+        workflow cancels them again: an event or a decision sent later for the same
+        name would be taken by a wait that throws it away, and never reach the wait of
+        that name still open. Replays deliver the cancelled outcome after every outcome
+        the workflow saw before, when it has cancelled the wait again."""
         for call in abandoned:
             step = self.ledger.steps[call.key]
             step.status, step.error = "failed", steps.cancelled_error()
             self.ledger.put(step)
+            self.ledger.add([ClearTimer(step.key)])
 
     def _unwind(self) -> None:
         """Stop the workflow's code without letting it take new steps: every task still
