@@ -298,6 +298,46 @@ async def test_a_workflow_waiting_on_a_non_step_fails_with_a_clear_error(engine_
         assert "wf.sleep" in run.error["message"]
 
 
+async def test_a_refusal_the_workflow_caught_still_fails_the_run(engine_factory) -> None:
+    """``except Exception`` around ``asyncio.wait_for`` (a fallback for a slow service)
+    catches the refusal of the clock too: the run must still fail with it, not go on
+    quietly down the fallback path. So must an unordered ``as_completed``."""
+    app = plait.App()
+
+    @app.workflow
+    async def wait_for(wf: plait.Workflow) -> str:
+        try:
+            return await asyncio.wait_for(wf.do("lookup", lambda: "price"), timeout=30)
+        except Exception:
+            return "fallback"
+
+    @app.workflow
+    async def timeout(wf: plait.Workflow) -> str:
+        try:
+            async with asyncio.timeout(30):
+                return await wf.do("lookup", lambda: "price")
+        except Exception:
+            return "fallback"
+
+    @app.workflow
+    async def unordered(wf: plait.Workflow) -> str:
+        try:
+            branches = {wf.do(f"n{n}", lambda n=n: n) for n in range(2)}
+            return str([await b for b in asyncio.as_completed(branches)])
+        except Exception:
+            return "fallback"
+
+    async with engine_factory(app) as engine:
+        for workflow, said in (
+            ("wait_for", "wf.sleep"),
+            ("timeout", "wf.sleep"),
+            ("unordered", "in a list or tuple"),
+        ):
+            run = await engine.wait(await engine.start(workflow), timeout=10)
+            assert run.status == "failed" and run.error is not None, workflow
+            assert said in run.error["message"], workflow
+
+
 async def test_step_errors_reach_the_code_in_the_order_the_run_first_saw_them(
     engine_factory,
 ) -> None:

@@ -545,6 +545,8 @@ class CodeReplay:
             return EndRun(
                 "failed", error=steps.control_error(ledger.conflict, errors.VERSION_CONFLICT)
             )
+        if self.wloop.refused is not None:
+            return EndRun("failed", error=serde.dumps(serde.error_record(self.wloop.refused)))
         waiting = [call for call in self.waiting if call not in abandoned]
         suspended = next((c for c in waiting if c.outcome == "suspended"), None)
         if main.done():

@@ -143,6 +143,10 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         #: the tasks ``as_completed`` is making now: the id of the list it was given,
         #: and each task's index in it with the callback that starts the task
         self._siblings: tuple[int, list[tuple[int, _Handle]]] | None = None
+        #: the first thing the loop refused the workflow (a timer, an unordered
+        #: ``as_completed``): the run fails with it even if the code caught it, since
+        #: ``except Exception`` around a ``wait_for`` would otherwise hide it for good
+        self.refused: Exception | None = None
 
     # -- what the pass calls ----------------------------------------------------------------
     def run_ready(self) -> None:
@@ -194,7 +198,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         *args: *Ts,
         context: contextvars.Context | None = None,
     ) -> asyncio.TimerHandle:
-        raise ClockRefused(_CLOCK_REFUSED)
+        raise self._refuse(ClockRefused(_CLOCK_REFUSED))
 
     def call_at(
         self,
@@ -203,10 +207,15 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         *args: *Ts,
         context: contextvars.Context | None = None,
     ) -> asyncio.TimerHandle:
-        raise ClockRefused(_CLOCK_REFUSED)
+        raise self._refuse(ClockRefused(_CLOCK_REFUSED))
 
     def time(self) -> float:
         return 0.0
+
+    def _refuse(self, exc: Exception) -> Exception:
+        if self.refused is None:
+            self.refused = exc
+        return exc
 
     def create_future(self) -> asyncio.Future[Any]:
         return asyncio.Future(loop=self)
@@ -218,7 +227,10 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         name: str | None = None,
         context: contextvars.Context | None = None,
     ) -> asyncio.Task[Any]:
-        place = _place_among_siblings(coro)
+        try:
+            place = _place_among_siblings(coro)
+        except OrderUnknown as exc:
+            raise self._refuse(exc) from None
         task = asyncio.Task(coro, loop=self, name=name, context=context)
         self.tasks.append(task)
         if place is not None:
