@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import pytest
@@ -382,6 +383,72 @@ async def test_a_step_nobody_awaits_still_runs_before_the_run_ends(
     async with engine_factory(app) as engine:
         assert await engine.run("forgetful", timeout=10) == "returned"
     assert log == ["background"]
+
+
+async def test_a_deadline_passes_while_a_step_runs(engine_factory) -> None:
+    """Racing a slow call against a deadline: the deadline comes due while the call's
+    body still runs in the pass, and the workflow sees it then, as a program would,
+    not after the body has ended."""
+    app = plait.App()
+    release, gave_up = asyncio.Event(), asyncio.Event()
+
+    async def slow() -> str:
+        await release.wait()
+        return "answer"
+
+    @app.workflow
+    async def raced(wf: plait.Workflow) -> str:
+        call = asyncio.ensure_future(wf.do("call", slow))
+        deadline = asyncio.ensure_future(wf.sleep("deadline", 0.2))
+        done, pending = await asyncio.wait({call, deadline}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        if call in done:
+            return "answered"
+        await wf.do("give up", gave_up.set)
+        return "deadline passed"
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("raced")
+        await asyncio.wait_for(gave_up.wait(), 10)  # while the call's body still runs
+        release.set()  # the body ends, and the run with it
+        run = await engine.wait(run_id, timeout=10)
+        assert (run.status, run.output) == ("completed", "deadline passed")
+
+
+async def test_timers_due_together_are_seen_in_the_order_they_came_due(
+    engine_factory,
+) -> None:
+    """A run whose sleeps all came due while no worker ran (a deploy, a crash) sees
+    them end in the order of their times, not in the order it called them."""
+    app = plait.App()
+
+    @app.workflow
+    async def first_past(wf: plait.Workflow) -> list[str]:
+        async def nap(name: str, seconds: float) -> str:
+            await wf.sleep(name, seconds)
+            return name
+
+        naps = [nap("long", 0.9), nap("mid", 0.6), nap("short", 0.3)]
+        return [await nap for nap in asyncio.as_completed(naps)]
+
+    async def all_asleep(engine: plait.Engine, run_id: str) -> bool:
+        steps = {s.key: s.status for s in await engine.get_steps(run_id)}
+        return all(steps.get(k) == "scheduled" for k in ("long", "mid", "short"))
+
+    async with engine_factory(app) as engine:
+        began = time.time()
+        run_id = await engine.start("first_past")
+        await eventually(lambda: all_asleep(engine, run_id), what="three sleeps scheduled")
+    assert time.time() < began + 0.3, "too slow to close the engine before a timer was due"
+
+    async def all_due() -> bool:
+        return time.time() > began + 1.0
+
+    await eventually(all_due, what="every sleep due")
+    async with engine_factory(app) as engine:
+        run = await engine.wait(run_id, timeout=10)
+        assert (run.status, run.output) == ("completed", ["short", "mid", "long"])
 
 
 async def test_a_wait_the_workflow_cancelled_takes_nothing_sent_later(engine_factory) -> None:

@@ -466,11 +466,51 @@ class CodeReplay:
                 continue
             if not inflight:
                 break
-            done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                inflight, timeout=self._until_a_timer(), return_when=asyncio.FIRST_COMPLETED
+            )
             for task in done:
                 inflight.pop(task)
+            if not done:
+                self._wake_due_waits()
         # whatever was still in flight when the pump stopped early has settled
         await ledger.settle()
+
+    def _timed_waits(self) -> list[tuple[float, StepCall[Any]]]:
+        """The waits this pass left waiting on a timer (a sleep, an event's timeout, an
+        approval's expiry), with the time each comes due."""
+        recorded = self.ledger.steps
+        timed: list[tuple[float, StepCall[Any]]] = []
+        for call in self.waiting:
+            step = recorded.get(call.key)
+            if (
+                call.outcome == "paused"
+                and not call.future.done()
+                and step is not None
+                and step.kind in steps.WAITS
+                and step.wake_at is not None
+            ):
+                timed.append((step.wake_at, call))
+        return timed
+
+    def _until_a_timer(self) -> float | None:
+        """Seconds until the first timer of a waiting wait comes due, while steps are in
+        flight: a deadline that passes while a body runs is seen then, as a program
+        would see it, not after the body ends. None with none, or on a virtual clock
+        (it stands still while a pass runs)."""
+        if self.host.clock.virtual:
+            return None
+        due = [at for at, _ in self._timed_waits()]
+        return None if not due else max(0.0, min(due) - self.ledger.now())
+
+    def _wake_due_waits(self) -> None:
+        """Resolve again, in the order of their times, the waits whose timers came due."""
+        now = self.ledger.now()
+        for at, call in sorted(self._timed_waits(), key=lambda timed: timed[0]):
+            if at <= now:
+                self.waiting.remove(call)
+                call.outcome = None
+                self.new_calls.append(call)
 
     async def _resolve(self, call: StepCall[Any]) -> None:
         """Run the pass side of one step; its outcome waits in ``finished`` for delivery."""
@@ -498,7 +538,9 @@ class CodeReplay:
         the order it saw them then (their ``delivered`` ordinal), so every branch of a
         gather sees the same results in the same order and takes the same keys; an
         outcome still being resolved that comes earlier in that order is waited for.
-        New outcomes come after, in the order they settled, and get the next ordinals."""
+        New outcomes come after, in the order they happened (a timer when it came due,
+        though the pass saw several at once after a restart), and get the next
+        ordinals."""
         finished = self.finished
         if not finished:
             return None
@@ -511,7 +553,9 @@ class CodeReplay:
             _, running_at = _earliest(running, recorded)
             if running_at is not None and (first_at is None or running_at < first_at):
                 return None
-        return first if first is not None else finished[0]
+        if first is not None:
+            return first
+        return min(finished, key=lambda call: _happened(recorded.get(call.key)))
 
     def _deliver(self, call: StepCall[Any]) -> None:
         self.finished.remove(call)
@@ -654,6 +698,16 @@ def _earliest(
         if at is not None and (first_at is None or at < first_at):
             first, first_at = call, at
     return first, first_at
+
+
+def _happened(step: StepRow | None) -> float:
+    """When a step's outcome came about: a wait ended by its timer when the timer came
+    due, anything else when it was recorded."""
+    if step is None:
+        return float("inf")
+    if step.kind in steps.WAITS and step.wake_at is not None:
+        return min(step.wake_at, step.updated_at)
+    return step.updated_at
 
 
 def _principal(exc: BaseException) -> BaseException:
