@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from typing import Any
 
@@ -449,6 +450,73 @@ async def test_timers_due_together_are_seen_in_the_order_they_came_due(
     async with engine_factory(app) as engine:
         run = await engine.wait(run_id, timeout=10)
         assert (run.status, run.output) == ("completed", ["short", "mid", "long"])
+
+
+# the workflow's loop catches GeneratorExit too, so Python says so when its ended pass's
+# coroutine is closed: the user's code refuses to close, as it would under asyncio
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_code_that_catches_everything_around_a_pause_waits_like_a_program(
+    engine_factory,
+) -> None:
+    """A retry loop that catches BaseException around a wait: a program would just wait
+    for the event. The end of each pass cancels the wait, the loop catches that and
+    calls again; that call must leave the loop blocked, not spinning the process's event
+    loop for ever (which would stop every run of the process)."""
+    app = plait.App()
+
+    @app.workflow
+    async def stubborn(wf: plait.Workflow) -> Any:
+        while True:
+            try:
+                return await wf.wait_for_event("go")
+            except BaseException:  # what the test is about
+                pass
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("stubborn")
+
+        async def waiting() -> bool:
+            return any(s.key == "__event:go" for s in await engine.get_steps(run_id))
+
+        await eventually(waiting, what="the run waiting for its event")
+        assert await engine.send_event(run_id, "go", "payload")
+        run = await engine.wait(run_id, timeout=10)
+        assert (run.status, run.output) == ("completed", "payload")
+
+
+async def test_wf_logger_is_silent_while_a_pass_unwinds(engine_factory) -> None:
+    """The end of a pass runs ``finally`` blocks and hands ``except BaseException`` a
+    cancel at every pause: nothing the code logs then is logged, so each line comes once
+    per run, when the run really gets there."""
+    app = plait.App()
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    @app.workflow
+    async def logged(wf: plait.Workflow) -> str:
+        try:
+            await wf.sleep("nap", 0.05)
+            await wf.sleep("nap 2", 0.05)
+        except BaseException as exc:
+            wf.logger.error("the block failed with %s", type(exc).__name__)
+            raise
+        finally:
+            wf.logger.warning("released the lock")
+        return "ok"
+
+    logger = logging.getLogger("plait.workflow.logged")
+    keep = Keep()
+    logger.addHandler(keep)
+    try:
+        async with engine_factory(app) as engine:
+            run = await engine.wait(await engine.start("logged"), timeout=10)
+            assert (run.status, run.output) == ("completed", "ok")
+    finally:
+        logger.removeHandler(keep)
+    assert lines == ["released the lock"]
 
 
 async def test_a_wait_the_workflow_cancelled_takes_nothing_sent_later(engine_factory) -> None:

@@ -72,6 +72,8 @@ class CodeReplay:
         self.finished: list[StepCall[Any]] = []
         #: the pass is ending; the workflow's code is being unwound
         self.closing = False
+        #: the workflow's tasks a step of the unwind has stopped (see ``key``)
+        self.unwound: set[asyncio.Task[Any] | None] = set()
         #: the workflow is being handed outcomes an earlier pass handed it already: what
         #: it does now it did before (``wf.logger`` stays silent)
         self.replaying = self.ledger.next_delivered > 0
@@ -338,15 +340,25 @@ class CodeReplay:
         return serde.loads(step.output)
 
     # -- the whole pass -----------------------------------------------------------------------
-    def key(self, name: str) -> str:
+    def key(self, name: str, *, awaited: bool = True) -> str:
         """The key of the step the workflow takes now. New steps may be taken only while
         the workflow runs, not while a pass that is ending unwinds its code (a
-        ``finally`` reached because of that is no exit)."""
+        ``finally`` reached because of that is no exit): the step raises ``Unwind``.
+        A task that catches that too and takes a step again (a retry loop around
+        ``except BaseException``) would spin for ever without yielding; its awaited
+        step never resolves instead, and the task waits there until the pass is gone."""
         if self.closing:
+            task = current_task(self.wloop)
+            if awaited and task in self.unwound:
+                return ""  # never resolves: see ``called``
+            self.unwound.add(task)
             raise Unwind()
         return self.ledger.next_key(name)
 
     def called(self, call: StepCall[Any]) -> None:
+        if self.closing:  # a step ``key`` let a task take while its pass unwinds
+            call.late, call.task, call.after = True, None, ()
+            return
         call.late = self.main is not None and self.main.done()
         call.task = task = current_task(self.wloop)
         call.after = self.reached[call.key] = self.known.get(task, ())

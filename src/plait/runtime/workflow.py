@@ -49,8 +49,10 @@ class Replay(Protocol):
 
     #: the workflow is still being handed outcomes an earlier pass already handed it
     replaying: bool
+    #: the pass is ending and unwinds the workflow's code
+    closing: bool
 
-    def key(self, name: str) -> str: ...
+    def key(self, name: str, *, awaited: bool = True) -> str: ...
 
     def called(self, call: StepCall[Any]) -> None: ...
 
@@ -88,11 +90,12 @@ CURRENT_REPLAY: contextvars.ContextVar[Replay | None] = contextvars.ContextVar(
 
 class _SilentOnReplay(logging.Filter):
     """Drops the lines a workflow logs while its pass replays what an earlier pass
-    already did (and logged)."""
+    already did (and logged), and while an ending pass unwinds its code (a ``finally``
+    or ``except BaseException`` reached then is not reached by the run)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         replay = CURRENT_REPLAY.get()
-        return replay is None or not replay.replaying
+        return replay is None or not (replay.replaying or replay.closing)
 
 
 _SILENT_ON_REPLAY = _SilentOnReplay()
@@ -403,20 +406,20 @@ class Workflow:
         self._check_name(key, "value")
         text = serde.dumps(value, what=f"value {key!r}")
         replay = self._replay
-        step_key = replay.key(f"__value:{key}")
+        step_key = replay.key(f"__value:{key}", awaited=False)
         replay.set_value(step_key, key, text)
         return _published()
 
     def now(self) -> datetime:
         """The time, recorded on first reach so every replay sees the same value."""
-        key = self._replay.key("__now")
+        key = self._replay.key("__now", awaited=False)
         now = self._replay.ledger.now
         stamp = self._replay.value(key, lambda: datetime.fromtimestamp(now(), UTC).isoformat())
         return datetime.fromisoformat(stamp)
 
     def uuid(self) -> str:
         """A random UUID, recorded on first reach so every replay sees the same value."""
-        key = self._replay.key("__uuid")
+        key = self._replay.key("__uuid", awaited=False)
         return str(self._replay.value(key, ids.random_uuid))
 
 
