@@ -519,6 +519,44 @@ async def test_wf_logger_is_silent_while_a_pass_unwinds(engine_factory) -> None:
     assert lines == ["released the lock"]
 
 
+async def test_an_async_generator_left_with_break_is_closed_in_the_workflow(
+    engine_factory,
+) -> None:
+    """Leaving ``async for`` with ``break`` closes the generator soon after, and its
+    ``finally`` may take a step: as under asyncio, that happens in the workflow, at the
+    same point on every pass, so the workflow's own later step of the same name keeps
+    its own result after a replay."""
+    app = plait.App()
+
+    @app.workflow
+    async def numbered(wf: plait.Workflow) -> list[Any]:
+        notes = []
+
+        async def numbers() -> Any:
+            try:
+                for i in range(5):
+                    yield await wf.do("n", lambda i=i: f"n{i}")
+            finally:
+                notes.append(await wf.do("audit", lambda: "from the generator"))
+
+        got = []
+        async for x in numbers():
+            got.append(x)
+            if len(got) == 2:
+                break
+        await wf.do("mid", lambda: "mid")
+        await wf.sleep("nap", 0.05)  # the rest runs on a replay
+        mine = await wf.do("audit", lambda: "from the workflow")
+        return [got, mine, notes]
+
+    async with engine_factory(app) as engine:
+        run = await engine.wait(await engine.start("numbered"), timeout=10)
+        assert (run.status, run.output) == (
+            "completed",
+            [["n0", "n1"], "from the workflow", ["from the generator"]],
+        )
+
+
 async def test_a_wait_the_workflow_cancelled_takes_nothing_sent_later(engine_factory) -> None:
     """A cancelled wait is over, as in plain asyncio: the event or the decision sent
     after it goes to the wait for the same name that is still open, never to the one the

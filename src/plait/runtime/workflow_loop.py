@@ -20,8 +20,9 @@ import asyncio
 import collections
 import contextvars
 import inspect
+import sys
 from asyncio import events
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from concurrent.futures import Executor
 from types import FrameType
 from typing import Any, TypeVar, TypeVarTuple, Unpack, cast
@@ -50,6 +51,11 @@ def _current_task_reader() -> Callable[[asyncio.AbstractEventLoop], asyncio.Task
 
 #: the task running on a loop (None: none)
 current_task = _current_task_reader()
+
+
+def _started(agen: AsyncGenerator[Any, Any]) -> None:
+    """asyncio keeps the generators it started, to close them when it shuts down; a
+    pass does not outlive its generators' use, so there is nothing to keep."""
 
 
 class ClockRefused(RuntimeError):
@@ -157,6 +163,11 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
             return
         outer = events._get_running_loop()
         events._set_running_loop(self)
+        # async generators the workflow starts are closed on this loop, as asyncio closes
+        # them on its own: left to the process's loop, the step a ``finally`` of one
+        # takes would take its key whenever that loop got round to it
+        hooks = sys.get_asyncgen_hooks()
+        sys.set_asyncgen_hooks(firstiter=_started, finalizer=self._close_asyncgen)
         try:
             while ready:
                 handle = ready.popleft()
@@ -170,7 +181,15 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
                 except BaseException as exc:  # what asyncio's loop does: report, go on
                     self.unhandled.append({"message": "exception in a callback", "exception": exc})
         finally:
+            sys.set_asyncgen_hooks(*hooks)
             events._set_running_loop(outer)
+
+    def _close_asyncgen(self, agen: AsyncGenerator[Any, Any]) -> None:
+        """An async generator of the workflow's is garbage: close it as a task of this
+        loop, as asyncio does. Once the pass has ended nothing runs it: the code that
+        would run belongs to an unwound pass."""
+        if not self._closed:
+            self.create_task(agen.aclose())
 
     # -- what asyncio calls -----------------------------------------------------------------
     def call_soon(
