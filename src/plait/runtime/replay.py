@@ -17,6 +17,8 @@ import asyncio
 import collections
 import contextlib
 import functools
+import heapq
+import itertools
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -74,6 +76,10 @@ class CodeReplay:
         self.closing = False
         #: the workflow's tasks a step of the unwind has stopped (see ``key``)
         self.unwound: set[asyncio.Task[Any] | None] = set()
+        #: the waits this pass parked on a timer, by the time it comes due (entries of
+        #: waits that ended since are skipped when read)
+        self.timers: list[tuple[float, int, StepCall[Any]]] = []
+        self._timer_order = itertools.count()
         #: the workflow is being handed outcomes an earlier pass handed it already: what
         #: it does now it did before (``wf.logger`` stays silent)
         self.replaying = self.ledger.next_delivered > 0
@@ -488,41 +494,36 @@ class CodeReplay:
         # whatever was still in flight when the pump stopped early has settled
         await ledger.settle()
 
-    def _timed_waits(self) -> list[tuple[float, StepCall[Any]]]:
-        """The waits this pass left waiting on a timer (a sleep, an event's timeout, an
-        approval's expiry), with the time each comes due."""
-        recorded = self.ledger.steps
-        timed: list[tuple[float, StepCall[Any]]] = []
-        for call in self.waiting:
-            step = recorded.get(call.key)
-            if (
-                call.outcome == "paused"
-                and not call.future.done()
-                and step is not None
-                and step.kind in steps.WAITS
-                and step.wake_at is not None
-            ):
-                timed.append((step.wake_at, call))
-        return timed
+    def _next_timer(self) -> tuple[float, StepCall[Any]] | None:
+        """The first timer of a wait still waiting on it (ended ones are dropped)."""
+        timers = self.timers
+        while timers:
+            at, _, call = timers[0]
+            if call.outcome == "paused" and not call.future.done():
+                return at, call
+            heapq.heappop(timers)
+        return None
 
     def _until_a_timer(self) -> float | None:
-        """Seconds until the first timer of a waiting wait comes due, while steps are in
-        flight: a deadline that passes while a body runs is seen then, as a program
-        would see it, not after the body ends. None with none, or on a virtual clock
-        (it stands still while a pass runs)."""
+        """Seconds until the first timer of a waiting wait (a sleep, an event's timeout,
+        an approval's expiry) comes due, while steps are in flight: a deadline that
+        passes while a body runs is seen then, as a program would see it, not after
+        the body ends. None with none, or on a virtual clock (it stands still while a
+        pass runs)."""
         if self.host.clock.virtual:
             return None
-        due = [at for at, _ in self._timed_waits()]
-        return None if not due else max(0.0, min(due) - self.ledger.now())
+        first = self._next_timer()
+        return None if first is None else max(0.0, first[0] - self.ledger.now())
 
     def _wake_due_waits(self) -> None:
         """Resolve again, in the order of their times, the waits whose timers came due."""
         now = self.ledger.now()
-        for at, call in sorted(self._timed_waits(), key=lambda timed: timed[0]):
-            if at <= now:
-                self.waiting.remove(call)
-                call.outcome = None
-                self.new_calls.append(call)
+        while (first := self._next_timer()) is not None and first[0] <= now:
+            heapq.heappop(self.timers)
+            call = first[1]
+            self.waiting.remove(call)
+            call.outcome = None
+            self.new_calls.append(call)
 
     async def _resolve(self, call: StepCall[Any]) -> None:
         """Run the pass side of one step; its outcome waits in ``finished`` for delivery."""
@@ -530,9 +531,12 @@ class CodeReplay:
             fn, args = call.make
             call.result = await fn(*args)
             call.outcome = "ok"
-        except PauseSignal:
+        except PauseSignal as sig:
             call.outcome = "paused"
             self.waiting.append(call)
+            step = self.ledger.steps.get(call.key)
+            if sig.until is not None and step is not None and step.kind in steps.WAITS:
+                heapq.heappush(self.timers, (sig.until, next(self._timer_order), call))
             return
         except SuspendSignal as sig:
             call.outcome, call.error = "suspended", sig
