@@ -600,6 +600,9 @@ async def test_a_wait_the_workflow_cancelled_takes_nothing_sent_later(engine_fac
         await engine.approve(run_id, "ok", None, decided_by="dana")
         run = await engine.wait(run_id, timeout=10)
         assert (run.status, run.output) == ("completed", ["too late", "dana"])
+        gates = [(a.key, a.status) for a in await engine.get_history(run_id)]
+        assert ("__approval:ok", "failed") in gates  # the gate given up: its attempt closed
+        assert ("__approval:ok#1", "succeeded") in gates
 
 
 async def test_a_wait_the_workflow_cancels_does_not_hold_the_run_open(engine_factory) -> None:

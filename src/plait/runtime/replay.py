@@ -38,7 +38,7 @@ from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.signals import PassAborted, PauseSignal, SuspendSignal, Unwind
 from plait.runtime.workflow import CURRENT_REPLAY, StepCall, Workflow
 from plait.runtime.workflow_loop import WorkflowLoop, current_task
-from plait.store.base import ClearTimer, EndRun, EventRow, PassSnapshot, StepRow, TakeDecision
+from plait.store.base import EndRun, EventRow, PassSnapshot, StepRow, TakeDecision
 
 #: the most steps a step records it was reached after (the last ones of a wider gather)
 MAX_AFTER = 32
@@ -167,6 +167,7 @@ class CodeReplay:
             ledger.add(steps.schedule_sleep(step, seconds, now))
         else:
             ledger.check_same(step, "sleep", None)
+            _raise_if_cancelled(step)
         if step.status == "succeeded":
             return
         fired = steps.fire_timer(step, now)
@@ -203,6 +204,7 @@ class CodeReplay:
             ledger.add(steps.wait_event(step, timeout, now))
         else:
             ledger.check_same(step, "event", None)
+            _raise_if_cancelled(step)
         if step.status == "succeeded":
             return serde.loads(step.output)
         if step.status == "failed":
@@ -246,6 +248,7 @@ class CodeReplay:
             ledger.add(steps.open_gate(step, ledger.owner, expires_at, now))
         else:
             ledger.check_same(step, "approval", None)
+            _raise_if_cancelled(step)
         if step.status == "succeeded":
             decided: dict[str, Any] = serde.loads(step.output) or {}
             if decided.get("expired"):
@@ -670,11 +673,9 @@ class CodeReplay:
         name would be taken by a wait that throws it away, and never reach the wait of
         that name still open. Replays deliver the cancelled outcome after every outcome
         the workflow saw before, when it has cancelled the wait again."""
+        ledger = self.ledger
         for call in abandoned:
-            step = self.ledger.steps[call.key]
-            step.status, step.error = "failed", steps.cancelled_error()
-            self.ledger.put(step)
-            self.ledger.add([ClearTimer(step.key)])
+            ledger.add(steps.cancel_wait(ledger.steps[call.key], ledger.now()))
 
     def _unwind(self) -> None:
         """Stop the workflow's code without letting it take new steps: every task still
@@ -714,6 +715,14 @@ def _earliest(
         if at is not None and (first_at is None or at < first_at):
             first, first_at = call, at
     return first, first_at
+
+
+def _raise_if_cancelled(step: StepRow) -> None:
+    """A wait the workflow cancelled on an earlier pass (see ``_close_abandoned``) ends
+    the same way on this one: the workflow, which cancels it again before its outcome
+    comes, never sees this."""
+    if steps.cancelled_wait(step):
+        raise StepError(step.key, serde.loads(step.error) or {})
 
 
 def _happened(step: StepRow | None) -> float:

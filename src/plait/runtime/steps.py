@@ -241,7 +241,7 @@ def reopen_failed(step: StepRow, now: float) -> list[Op]:
     with its timer: the replay cancels it again where the workflow did, but where a
     reopened step changes the race (the call that beat a deadline by failing is slow
     now) the deadline must still be there."""
-    cancelled = _cancelled_wait(step)
+    cancelled = cancelled_wait(step)
     step.retried_failures = step.failures
     step.error, step.delivered, step.updated_at = None, None, now
     if cancelled:
@@ -377,7 +377,7 @@ def reopened(
     return failed - handled
 
 
-def _cancelled_wait(step: StepRow) -> bool:
+def cancelled_wait(step: StepRow) -> bool:
     """A wait recorded failed ``cancelled``: the workflow cancelled it. It was
     waiting, not failing."""
     if step.kind not in WAITS or step.status != "failed":
@@ -523,6 +523,20 @@ def expire_gate(step: StepRow, now: float) -> list[Op] | None:
     step.status, step.output, step.updated_at = "succeeded", output, now
     ops += [FinishAttempt(step, step.attempts, "succeeded", output), ClearTimer(step.key)]
     return ops
+
+
+def cancel_wait(step: StepRow, now: float) -> list[Op]:
+    """A wait the workflow cancelled (a sleep, an event wait, a gate) ends failed
+    ``cancelled`` and its timer goes. A gate's attempt closes with it, only while the
+    gate is still open: a decision committed first wins (the pass is then replayed)."""
+    step.status, step.error, step.updated_at = "failed", cancelled_error(), now
+    if step.kind != "approval":
+        return [_put(step), ClearTimer(step.key)]
+    return [
+        GuardStep(step.key, "pending"),
+        FinishAttempt(step, step.attempts, "failed", error=step.error),
+        ClearTimer(step.key),
+    ]
 
 
 def reopen_gate(step: StepRow, worker: str | None, now: float) -> list[Op]:
