@@ -846,7 +846,11 @@ class Engine:
             (
                 s
                 for s in snapshot.steps.values()
-                if s.kind == "approval" and approval.gate_info(s.input).get("name") == name
+                if s.kind == "approval"
+                and approval.gate_info(s.input).get("name") == name
+                # a gate the workflow gave up is not one it waits at: a decision for
+                # its name is held for the next gate of that name
+                and not steps.cancelled_wait(s)
             ),
             key=lambda s: s.seq,
         )

@@ -17,8 +17,6 @@ import asyncio
 import collections
 import contextlib
 import functools
-import heapq
-import itertools
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -76,10 +74,6 @@ class CodeReplay:
         self.closing = False
         #: the workflow's tasks a step of the unwind has stopped (see ``key``)
         self.unwound: set[asyncio.Task[Any] | None] = set()
-        #: the waits this pass parked on a timer, by the time it comes due (entries of
-        #: waits that ended since are skipped when read)
-        self.timers: list[tuple[float, int, StepCall[Any]]] = []
-        self._timer_order = itertools.count()
         #: the workflow is being handed outcomes an earlier pass handed it already: what
         #: it does now it did before (``wf.logger`` stays silent)
         self.replaying = self.ledger.next_delivered > 0
@@ -349,17 +343,18 @@ class CodeReplay:
         return serde.loads(step.output)
 
     # -- the whole pass -----------------------------------------------------------------------
-    def key(self, name: str, *, awaited: bool = True) -> str:
+    def key(self, name: str) -> str:
         """The key of the step the workflow takes now. New steps may be taken only while
         the workflow runs, not while a pass that is ending unwinds its code (a
         ``finally`` reached because of that is no exit): the step raises ``Unwind``.
-        A task that catches that too and takes a step again (a retry loop around
-        ``except BaseException``) would spin for ever without yielding; its awaited
-        step never resolves instead, and the task waits there until the pass is gone."""
+        A task that catches that too and goes on (a retry loop around ``except
+        BaseException``) would spin for ever without yielding, so its next steps get
+        no key (""): an awaited one never resolves (see ``called``) and the task waits
+        there until the pass is gone; a value (``wf.now()``) is not recorded."""
         if self.closing:
             task = current_task(self.wloop)
-            if awaited and task in self.unwound:
-                return ""  # never resolves: see ``called``
+            if task in self.unwound:
+                return ""
             self.unwound.add(task)
             raise Unwind()
         return self.ledger.next_key(name)
@@ -487,46 +482,11 @@ class CodeReplay:
                 continue
             if not inflight:
                 break
-            done, _ = await asyncio.wait(
-                inflight, timeout=self._until_a_timer(), return_when=asyncio.FIRST_COMPLETED
-            )
+            done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 inflight.pop(task)
-            if not done:
-                self._wake_due_waits()
         # whatever was still in flight when the pump stopped early has settled
         await ledger.settle()
-
-    def _next_timer(self) -> tuple[float, StepCall[Any]] | None:
-        """The first timer of a wait still waiting on it (ended ones are dropped)."""
-        timers = self.timers
-        while timers:
-            at, _, call = timers[0]
-            if call.outcome == "paused" and not call.future.done():
-                return at, call
-            heapq.heappop(timers)
-        return None
-
-    def _until_a_timer(self) -> float | None:
-        """Seconds until the first timer of a waiting wait (a sleep, an event's timeout,
-        an approval's expiry) comes due, while steps are in flight: a deadline that
-        passes while a body runs is seen then, as a program would see it, not after
-        the body ends. None with none, or on a virtual clock (it stands still while a
-        pass runs)."""
-        if self.host.clock.virtual:
-            return None
-        first = self._next_timer()
-        return None if first is None else max(0.0, first[0] - self.ledger.now())
-
-    def _wake_due_waits(self) -> None:
-        """Resolve again, in the order of their times, the waits whose timers came due."""
-        now = self.ledger.now()
-        while (first := self._next_timer()) is not None and first[0] <= now:
-            heapq.heappop(self.timers)
-            call = first[1]
-            self.waiting.remove(call)
-            call.outcome = None
-            self.new_calls.append(call)
 
     async def _resolve(self, call: StepCall[Any]) -> None:
         """Run the pass side of one step; its outcome waits in ``finished`` for delivery."""
@@ -534,12 +494,9 @@ class CodeReplay:
             fn, args = call.make
             call.result = await fn(*args)
             call.outcome = "ok"
-        except PauseSignal as sig:
+        except PauseSignal:
             call.outcome = "paused"
             self.waiting.append(call)
-            step = self.ledger.steps.get(call.key)
-            if sig.until is not None and step is not None and step.kind in steps.WAITS:
-                heapq.heappush(self.timers, (sig.until, next(self._timer_order), call))
             return
         except SuspendSignal as sig:
             call.outcome, call.error = "suspended", sig
@@ -557,9 +514,8 @@ class CodeReplay:
         the order it saw them then (their ``delivered`` ordinal), so every branch of a
         gather sees the same results in the same order and takes the same keys; an
         outcome still being resolved that comes earlier in that order is waited for.
-        New outcomes come after, in the order they happened (a timer when it came due,
-        though the pass saw several at once after a restart), and get the next
-        ordinals."""
+        New outcomes come after, in the order they settled (sleeps that ended together,
+        in the order of their times), and get the next ordinals."""
         finished = self.finished
         if not finished:
             return None
@@ -574,7 +530,15 @@ class CodeReplay:
                 return None
         if first is not None:
             return first
-        return min(finished, key=lambda call: _happened(recorded.get(call.key)))
+        head = finished[0]
+        if _slept(recorded.get(head.key)):
+            # sleeps a pass finds over at once (after a restart, a deploy) end in the
+            # order of their times, not in the order the workflow called them
+            return min(
+                (c for c in finished if _slept(recorded.get(c.key))),
+                key=lambda c: recorded[c.key].wake_at or 0.0,
+            )
+        return head
 
     def _deliver(self, call: StepCall[Any]) -> None:
         self.finished.remove(call)
@@ -725,14 +689,9 @@ def _raise_if_cancelled(step: StepRow) -> None:
         raise StepError(step.key, serde.loads(step.error) or {})
 
 
-def _happened(step: StepRow | None) -> float:
-    """When a step's outcome came about: a wait ended by its timer when the timer came
-    due, anything else when it was recorded."""
-    if step is None:
-        return float("inf")
-    if step.kind in steps.WAITS and step.wake_at is not None:
-        return min(step.wake_at, step.updated_at)
-    return step.updated_at
+def _slept(step: StepRow | None) -> bool:
+    """A sleep that ended (its timer came due)."""
+    return step is not None and step.kind == "sleep" and step.status == "succeeded"
 
 
 def _principal(exc: BaseException) -> BaseException:

@@ -52,7 +52,7 @@ class Replay(Protocol):
     #: the pass is ending and unwinds the workflow's code
     closing: bool
 
-    def key(self, name: str, *, awaited: bool = True) -> str: ...
+    def key(self, name: str) -> str: ...
 
     def called(self, call: StepCall[Any]) -> None: ...
 
@@ -406,20 +406,25 @@ class Workflow:
         self._check_name(key, "value")
         text = serde.dumps(value, what=f"value {key!r}")
         replay = self._replay
-        step_key = replay.key(f"__value:{key}", awaited=False)
-        replay.set_value(step_key, key, text)
+        step_key = replay.key(f"__value:{key}")
+        if step_key:  # none while a pass unwinds code that caught its Unwind
+            replay.set_value(step_key, key, text)
         return _published()
 
     def now(self) -> datetime:
         """The time, recorded on first reach so every replay sees the same value."""
-        key = self._replay.key("__now", awaited=False)
+        key = self._replay.key("__now")
         now = self._replay.ledger.now
+        if not key:  # a pass unwinds code that caught its Unwind: nothing is recorded
+            return datetime.fromtimestamp(now(), UTC)
         stamp = self._replay.value(key, lambda: datetime.fromtimestamp(now(), UTC).isoformat())
         return datetime.fromisoformat(stamp)
 
     def uuid(self) -> str:
         """A random UUID, recorded on first reach so every replay sees the same value."""
-        key = self._replay.key("__uuid", awaited=False)
+        key = self._replay.key("__uuid")
+        if not key:  # a pass unwinds code that caught its Unwind: nothing is recorded
+            return ids.random_uuid()
         return str(self._replay.value(key, ids.random_uuid))
 
 
