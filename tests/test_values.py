@@ -8,6 +8,7 @@ import collections.abc
 import dataclasses
 import enum
 import inspect
+import json
 import typing
 import uuid
 from datetime import UTC, date, datetime
@@ -143,6 +144,12 @@ async def _expected(body: Any) -> Any:
     """What the body returns, as the workflow must see it (its own return value)."""
     result = body(None)
     return await result if inspect.iscoroutine(result) else result
+
+
+class IntFlagLike(enum.IntEnum):
+    """An int subclass: written by the encoder, as its JSON form, not by ``str``."""
+
+    A = 3
 
 
 @pytest.mark.parametrize("body", BODIES, ids=lambda b: b.__name__.strip("_"))
@@ -491,3 +498,38 @@ def test_a_set_is_stored_in_one_order_whatever_the_hash_seed() -> None:
     }
     assert len(texts) == 1, texts
     assert serde.dumps({1, "a", (2, 3)}) == serde.dumps({(2, 3), "a", 1})
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0, -1, 7, 10**17, -(10**17), 10**18, 10**30, -(10**30), True, False, 1.5, IntFlagLike.A],
+)
+def test_ints_are_written_as_json_writes_them(value: Any) -> None:
+    """Plain ints skip the encoder; everything else (bools, subclasses, huge ints) still
+    goes through it, and reads back the same."""
+    text = serde.dumps(value)
+    assert text == json.dumps(value, separators=(",", ":"))
+    assert serde.loads(text) == value
+
+
+def test_an_int_result_is_still_held_to_the_payload_limit() -> None:
+    with pytest.raises(plait.PayloadTooLargeError):
+        serde.dumps(123456, what="the result of step 's'", limits=serde.Limits(max_payload=3))
+    assert serde.dumps(123, limits=serde.Limits(max_payload=3)) == "123"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a":[1,2.5,null,true],"b":"\\u00e9"}', "3", " 3", "3 ", "\n[1]\n", '"x"', "-1e400", b"[1]"],
+)
+def test_stored_json_reads_back_as_json_reads_it(text: str | bytes) -> None:
+    assert serde.loads(text) == json.loads(text)
+
+
+@pytest.mark.parametrize("text", ["", "3x", "{", "[1]]", " ", '"open', "tru"])
+def test_text_that_is_not_json_is_refused_as_json_refuses_it(text: str) -> None:
+    with pytest.raises(json.JSONDecodeError) as ours:
+        serde.loads(text)
+    with pytest.raises(json.JSONDecodeError) as theirs:
+        json.loads(text)
+    assert str(ours.value) == str(theirs.value)

@@ -22,6 +22,7 @@ import collections.abc
 import dataclasses
 import inspect
 import json
+import json.scanner
 import logging
 import re
 import traceback
@@ -75,6 +76,12 @@ def dumps(value: Any, *, what: str = "value", limits: Limits | None = None) -> s
     With ``limits``, the value must also fit them."""
     if value is None:
         return None
+    if type(value) is int and -_PLAIN_INT < value < _PLAIN_INT:
+        # the commonest result, written as json writes it, without its encoder's setup
+        text = str(value)
+        if limits is not None:
+            limits.check(text, what)
+        return text
     try:
         text = _ENCODER.encode(value)
     except RecursionError:
@@ -170,6 +177,9 @@ def _encode_converted(value: Any, what: str, first: Exception) -> str:
         raise NotJSONError(what, _describe(value, first)) from None
 
 
+#: ints written as text without the encoder: far from the size where ``str`` refuses one
+_PLAIN_INT = 10**18
+_SCAN = json.scanner.make_scanner(cast(Any, json.JSONDecoder()))
 _ENCODER = json.JSONEncoder(
     separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_default
 )
@@ -178,6 +188,17 @@ _ENCODER = json.JSONEncoder(
 def loads(text: str | bytes | None) -> Any:
     if text is None:
         return None
+    if type(text) is str:
+        # what ``json.loads`` does for a text with no blank around it (as plait writes
+        # them), without its checks and matches around the scanner: a step decodes its
+        # input and its result every time
+        try:
+            value, end = _SCAN(text, 0)
+        except StopIteration:
+            pass  # blank first, or no JSON: json.loads says which
+        else:
+            if end == len(text):
+                return value
     return json.loads(text)
 
 

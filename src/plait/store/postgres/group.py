@@ -40,6 +40,7 @@ from typing import Any, Generic, TypeVar
 import asyncpg
 
 from plait.errors import LeaseLostError
+from plait.store.base import FinishAttempt, Op, PutStep, StartAttempt
 from plait.store.postgres.pool import Pool, is_connection_error
 
 #: the most batches in one group (a bound on one transaction's size and lock count)
@@ -48,17 +49,17 @@ GROUP_LIMIT = 200
 #: the ops a group writes as sets (``apply_step_ops``): a batch of these only, each of its
 #: own step of the batch's run, is fenced and written together with the group's other such
 #: batches
-STEP_WRITES = frozenset({"put_step", "start_attempt", "finish_attempt"})
+STEP_WRITES = (PutStep, StartAttempt, FinishAttempt)
 
 #: commit one batch on its own: (run_id, fence, ops, release) -> due again at once
-CommitOne = Callable[[str, "str | None", list[Any], "int | None"], Awaitable[bool]]
+CommitOne = Callable[[str, "str | None", list[Op], "int | None"], Awaitable[bool]]
 
 
 @dataclasses.dataclass(slots=True)
 class _Batch:
     run_id: str
     fence: str
-    ops: list[Any]
+    ops: list[Op]
     release: int | None
     done: asyncio.Future[bool]
 
@@ -137,46 +138,52 @@ class _OneInFlight(Generic[W]):
 
 class GroupCommit(_OneInFlight[_Batch]):
     """Collects fenced batches and commits them in groups, one group in flight at a time,
-    on a connection of its own."""
+    on a connection of its own. A group sends its ops as ``encode`` makes each a value of
+    the schema's op type."""
 
     def __init__(
-        self, pool: Pool, query: str, commit_one: CommitOne, now: Callable[[], float]
+        self,
+        pool: Pool,
+        query: str,
+        commit_one: CommitOne,
+        encode: Callable[[Op], Any],
+        now: Callable[[], float],
     ) -> None:
         super().__init__()
         self._pool = pool
         self._query = query
         #: commits a batch alone on the connection the groups use (one send in flight)
         self._commit_one = commit_one
+        self._encode = encode
         self._now = now
-        #: the write ``now`` has on its way, if any
-        self._alone_now: asyncio.Future[None] | None = None
+        #: a write of ``now`` is on its way
+        self._sending_now = False
+        #: what ``close`` awaits while that write is on its way
+        self._now_done: asyncio.Future[None] | None = None
 
     def idle(self) -> bool:
         """Nothing is on its way (and so nothing waits): a batch handed in now goes alone."""
         return not self._busy
 
-    async def now(
-        self, run_id: str, fence: str, ops: list[Any], release: int | None
-    ) -> asyncio.Future[bool]:
+    async def now(self, run_id: str, fence: str, ops: list[Op], release: int | None) -> bool:
         """Commit one batch alone from the caller's own task, when ``idle``: no task of
-        its own and no turn of the event loop on either side of the round trip, which a
-        sequential run pays on every step. Batches handed in meanwhile wait and go as the
-        next group. Returns the batch's outcome as a done future (as ``submit``'s).
+        its own, no future and no turn of the event loop on either side of the round
+        trip, which a sequential run pays on every step. Batches handed in meanwhile wait
+        and go as the next group. Returns or raises what committing the batch alone does.
 
         The caller must not be cancelled mid-write (see ``plait.cancel_guard``)."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[bool] = loop.create_future()
         self._busy = True
-        self._alone_now = loop.create_future()
+        self._sending_now = True
         try:
-            await self._alone(_Batch(run_id, fence, ops, release, done))
+            return await self._commit_one(run_id, fence, ops, release)
         finally:
-            self._alone_now.set_result(None)
-            self._alone_now = None
+            self._sending_now = False
+            if self._now_done is not None:
+                self._now_done.set_result(None)
+                self._now_done = None
             self._next()
-        return done
 
-    def submit(self, run_id: str, fence: str, ops: list[Any], release: int | None) -> Outcome[bool]:
+    def submit(self, run_id: str, fence: str, ops: list[Op], release: int | None) -> Outcome[bool]:
         """Hand in one batch to commit with whatever else is waiting. Its outcome is True
         if the released run is due again at once, or what committing it alone would
         raise."""
@@ -191,8 +198,10 @@ class GroupCommit(_OneInFlight[_Batch]):
         return done
 
     async def close(self) -> None:
-        if self._alone_now is not None:
-            await asyncio.shield(self._alone_now)
+        if self._sending_now:
+            if self._now_done is None:
+                self._now_done = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._now_done)
         await super().close()
 
     async def _send(self) -> None:
@@ -232,7 +241,7 @@ class GroupCommit(_OneInFlight[_Batch]):
         for batch in group:
             runs.append(batch.run_id)
             fences.append(batch.fence)
-            ops.extend(batch.ops)
+            ops.extend(map(self._encode, batch.ops))
             ends.append(len(ops))
             seen.append(batch.release)
             as_sets.append(steps_only(batch.run_id, batch.ops))
@@ -332,15 +341,14 @@ class Together(_OneInFlight[tuple[T, "asyncio.Future[R]"]], Generic[T, R]):
             _settle(done, answer)
 
 
-def steps_only(run_id: str, ops: list[Any]) -> bool:
-    """Whether a batch of ``run_id`` is step writes only, each of its own step of that run
-    (an op is the schema's op type: its kind, then the step row, run id and key first):
-    such batches are written as sets, and fenced together."""
+def steps_only(run_id: str, ops: list[Op]) -> bool:
+    """Whether a batch of ``run_id`` is step writes only, each of its own step of that
+    run: such batches are written as sets, and fenced together."""
     keys: set[str] = set()
     for op in ops:
-        if op[0] not in STEP_WRITES or op[1][0] != run_id or op[1][1] in keys:
+        if not isinstance(op, STEP_WRITES) or op.step.run_id != run_id or op.step.key in keys:
             return False
-        keys.add(op[1][1])
+        keys.add(op.step.key)
     return True
 
 

@@ -180,15 +180,15 @@ def _step_end_value(end: StepEnd | None) -> tuple[Any, ...] | None:
     return None if end is None else (end.status, end.output, end.error)
 
 
-def _first_attempt_row(op: tuple[Any, ...], now: float) -> tuple[Any, ...]:
-    """A step write (as ``_op_value`` sends it) as a row of the steps table, its attempt
-    columns filled as ``apply_step_ops`` fills them: the parameters of one row of
+def _first_attempt_row(op: Op, now: float) -> tuple[Any, ...]:
+    """A step write (``steps_only``) as a row of the steps table, its attempt columns
+    filled as ``apply_step_ops`` fills them: the parameters of one row of
     ``commit_first_attempts``."""
-    step = op[1][:_STEP_FIELDS]
-    if op[0] == "start_attempt":
-        return (*step, op[3], "running", None, now, None)
-    if op[0] == "finish_attempt":
-        return (*step, None, op[4], op[6], None, now)
+    step = convert.step_params(op.step, flag=bool)  # type: ignore[union-attr]  # a step write
+    if isinstance(op, StartAttempt):
+        return (*step, op.worker, "running", None, now, None)
+    if isinstance(op, FinishAttempt):
+        return (*step, None, op.status, op.error, None, now)
     return (*step, None, None, None, None, None)
 
 
@@ -206,10 +206,10 @@ def first_attempts_statement(one_row: str, rows: int) -> str:
     return f"{head}(VALUES ({first}){''.join(', ' + row for row in more)}) AS u{rest}"
 
 
-def _starts_a_retry(ops: list[Any]) -> bool:
-    """Whether a batch (as ``_op_value`` sends it) starts an attempt after the first, whose
-    predecessor then moves from the step's row to attempts."""
-    return any(op[0] == "start_attempt" and op[2] > 1 for op in ops)
+def _starts_a_retry(ops: list[Op]) -> bool:
+    """Whether a batch starts an attempt after the first, whose predecessor then moves
+    from the step's row to attempts."""
+    return any(isinstance(op, StartAttempt) and op.attempt > 1 for op in ops)
 
 
 def _filter_args(where: RunFilter) -> tuple[Any, ...]:
@@ -460,7 +460,7 @@ class PostgresStore:
         self._run_locks: dict[str, _RunLock] = {}
         #: the batches of concurrent passes, committed together
         self._group = GroupCommit(
-            self._pool, self._q["commit_group"], self._commit_held, self._read_clock
+            self._pool, self._q["commit_group"], self._commit_held, _op_value, self._read_clock
         )
         #: runs started at once, created together
         self._starts: Together[NewRun, tuple[Run, bool]] = Together(
@@ -668,9 +668,9 @@ class PostgresStore:
         once the server is back. So the store refuses further writes of that pass: it
         ends as a crashed pass and the run is replayed from what was really committed.
         """
-        if not batch.ops and batch.release is None:
+        ops = batch.ops
+        if not ops and batch.release is None:
             return False
-        ops = [_op_value(op) for op in batch.ops]
         if batch.fence is None:
             # an action from outside a pass takes no lease and locks nothing first: it
             # goes alone, beside whatever group is in flight
@@ -683,26 +683,31 @@ class PostgresStore:
         # the write's outcome, which a cancel cannot cut short
         return await self._commit_fenced(batch, batch.fence, ops)
 
-    async def _commit_fenced(self, batch: Batch, fence: str, ops: list[Any]) -> bool:
-        async with self._in_order(batch.run_id):
-            if (batch.run_id, fence) in self._tainted:
+    async def _commit_fenced(self, batch: Batch, fence: str, ops: list[Op]) -> bool:
+        run_id = batch.run_id
+        async with self._in_order(run_id):
+            if (run_id, fence) in self._tainted:
                 raise DatabaseUnavailableError(
-                    f"an earlier write of this pass of run {batch.run_id} failed; "
+                    f"an earlier write of this pass of run {run_id} failed; "
                     "the run will be replayed"
                 )
+            due = False
+            failure: BaseException | None = None
             task = holding_task()
             if task is not None and self._group.idle():
                 # nothing else on its way: the write goes from this task, which notes a
                 # cancel meanwhile instead of cutting the write short
-                try:
-                    with task.hold_cancel() as held:
-                        done = await self._group.now(batch.run_id, fence, ops, batch.release)
-                except BaseException:  # the process is stopping: the outcome is unknown
-                    self._tainted.add((batch.run_id, fence))
-                    raise
+                with task.hold_cancel() as held:
+                    try:
+                        due = await self._group.now(run_id, fence, ops, batch.release)
+                    except Exception as exc:
+                        failure = self._fenced_failure(run_id, fence, exc)
+                    except BaseException:  # the process is stopping: the outcome is unknown
+                        self._tainted.add((run_id, fence))
+                        raise
                 cancelled = held.requested
             else:
-                done = self._group.submit(batch.run_id, fence, ops, batch.release)
+                done = self._group.submit(run_id, fence, ops, batch.release)
                 cancelled = False
                 try:
                     await done
@@ -712,30 +717,27 @@ class PostgresStore:
                     cancelled = not done.cancelled()
                 except BaseException:
                     pass  # the write's own failure, read from its outcome below
-            try:
-                due = self._fenced_outcome(batch.run_id, fence, done)
-            except BaseException:
-                if cancelled:
-                    raise asyncio.CancelledError() from None
-                raise
+                try:
+                    due = done.result()
+                except BaseException as exc:
+                    failure = self._fenced_failure(run_id, fence, exc)
             if cancelled:
                 raise asyncio.CancelledError()
+            if failure is not None:
+                raise failure
             return due
 
-    def _fenced_outcome(self, run_id: str, fence: str, done: asyncio.Future[bool]) -> bool:
-        try:
-            return done.result()
-        except asyncpg.PostgresError as exc:
+    def _fenced_failure(self, run_id: str, fence: str, exc: BaseException) -> BaseException:
+        """What a fenced write that failed with ``exc`` raises to its pass."""
+        if isinstance(exc, asyncpg.PostgresError):
             # the server answered: the transaction was rolled back, nothing is unknown
-            raise _answered(exc) from None
-        except LeaseLostError:
-            raise
-        except BaseException:
+            return _answered(exc)
+        if not isinstance(exc, LeaseLostError):
             # no answer (connection lost, timeout, abandoned in flight): unknown outcome
             self._tainted.add((run_id, fence))
-            raise
+        return exc
 
-    async def _commit_unfenced(self, run_id: str, ops: list[Any]) -> bool:
+    async def _commit_unfenced(self, run_id: str, ops: list[Op]) -> bool:
         async with self._in_order(run_id):
             try:
                 return await self._commit_alone(run_id, None, ops, None)
@@ -746,7 +748,7 @@ class PostgresStore:
         self,
         run_id: str,
         fence: str | None,
-        ops: list[Any],
+        ops: list[Op],
         release: int | None,
         call: Callable[..., Awaitable[Any]] | None = None,
     ) -> bool:
@@ -757,8 +759,9 @@ class PostgresStore:
                 # the path of every sequential step: fenced and written, no loop over ops
                 now = self._now()
                 if len(ops) > _FIRST_ATTEMPT_ROWS or _starts_a_retry(ops):
+                    values = [_op_value(op) for op in ops]
                     fenced = await call(
-                        "fetchval", self._q["commit_steps"], run_id, fence, ops, now
+                        "fetchval", self._q["commit_steps"], run_id, fence, values, now
                     )
                 else:
                     rows = [value for op in ops for value in _first_attempt_row(op, now)]
@@ -767,16 +770,24 @@ class PostgresStore:
                 if not fenced:
                     raise LeaseLostError(f"lost the lease on run {run_id}")
                 return False
-            await call("execute", self._q["commit_batch"], run_id, fence, ops, self._now())
+            values = [_op_value(op) for op in ops]
+            await call("execute", self._q["commit_batch"], run_id, fence, values, self._now())
             return False
+        values = [_op_value(op) for op in ops]
         return bool(
             await call(
-                "fetchval", self._q["commit_and_release"], run_id, fence, ops, self._now(), release
+                "fetchval",
+                self._q["commit_and_release"],
+                run_id,
+                fence,
+                values,
+                self._now(),
+                release,
             )
         )
 
     async def _commit_held(
-        self, run_id: str, fence: str | None, ops: list[Any], release: int | None
+        self, run_id: str, fence: str | None, ops: list[Op], release: int | None
     ) -> bool:
         """``_commit_alone`` on the group commit's own connection (it has one send in
         flight at a time)."""
