@@ -180,16 +180,34 @@ def _step_end_value(end: StepEnd | None) -> tuple[Any, ...] | None:
     return None if end is None else (end.status, end.output, end.error)
 
 
-def _first_attempt_row(op: Op, now: float) -> tuple[Any, ...]:
-    """A step write (``steps_only``) as a row of the steps table, its attempt columns
-    filled as ``apply_step_ops`` fills them: the parameters of one row of
-    ``commit_first_attempts``."""
-    step = convert.step_params(op.step, flag=bool)  # type: ignore[union-attr]  # a step write
-    if isinstance(op, StartAttempt):
-        return (*step, op.worker, "running", None, now, None)
-    if isinstance(op, FinishAttempt):
-        return (*step, None, op.status, op.error, None, now)
-    return (*step, None, None, None, None, None)
+def _first_attempt_rows(run_id: str, ops: list[Op], now: float) -> list[Any] | None:
+    """The parameters of ``commit_first_attempts`` for a batch it can write (at most
+    ``_FIRST_ATTEMPT_ROWS`` step writes of ``run_id`` as ``steps_only`` says, no attempt
+    after a first one started), else None: each step as a row of the steps table, its
+    attempt columns filled as ``apply_step_ops`` fills them. One pass over the batch,
+    since every sequential step comes this way."""
+    if not ops or len(ops) > _FIRST_ATTEMPT_ROWS:
+        return None
+    keys: set[str] = set()
+    rows: list[Any] = []
+    for op in ops:
+        if isinstance(op, StartAttempt):
+            if op.attempt > 1:
+                return None  # its predecessor moves from the step's row to attempts
+            attempt: tuple[Any, ...] = (op.worker, "running", None, now, None)
+        elif isinstance(op, FinishAttempt):
+            attempt = (None, op.status, op.error, None, now)
+        elif isinstance(op, PutStep):
+            attempt = _STEP_ATTEMPT_COLUMNS
+        else:
+            return None
+        step = op.step
+        if step.run_id != run_id or step.key in keys:
+            return None
+        keys.add(step.key)
+        rows += convert.step_params(step, flag=bool)
+        rows += attempt
+    return rows
 
 
 @functools.lru_cache(maxsize=2 * _FIRST_ATTEMPT_ROWS)
@@ -204,12 +222,6 @@ def first_attempts_statement(one_row: str, rows: int) -> str:
         for r in range(1, rows)
     ]
     return f"{head}(VALUES ({first}){''.join(', ' + row for row in more)}) AS u{rest}"
-
-
-def _starts_a_retry(ops: list[Op]) -> bool:
-    """Whether a batch starts an attempt after the first, whose predecessor then moves
-    from the step's row to attempts."""
-    return any(isinstance(op, StartAttempt) and op.attempt > 1 for op in ops)
 
 
 def _filter_args(where: RunFilter) -> tuple[Any, ...]:
@@ -755,18 +767,17 @@ class PostgresStore:
         """One batch in its own transaction (a group of one, or a group's fallback)."""
         call = call or self._call
         if release is None:
-            if fence is not None and steps_only(run_id, ops):
-                # the path of every sequential step: fenced and written, no loop over ops
-                now = self._now()
-                if len(ops) > _FIRST_ATTEMPT_ROWS or _starts_a_retry(ops):
-                    values = [_op_value(op) for op in ops]
-                    fenced = await call(
-                        "fetchval", self._q["commit_steps"], run_id, fence, values, now
-                    )
-                else:
-                    rows = [value for op in ops for value in _first_attempt_row(op, now)]
+            rows = None if fence is None else _first_attempt_rows(run_id, ops, self._now())
+            if rows is not None or (fence is not None and steps_only(run_id, ops)):
+                if rows is not None:
+                    # the path of every sequential step: fenced and written, no loop over ops
                     query = first_attempts_statement(self._q["commit_first_attempts"], len(ops))
                     fenced = await call("fetchval", query, run_id, fence, *rows)
+                else:
+                    values = [_op_value(op) for op in ops]
+                    fenced = await call(
+                        "fetchval", self._q["commit_steps"], run_id, fence, values, self._now()
+                    )
                 if not fenced:
                     raise LeaseLostError(f"lost the lease on run {run_id}")
                 return False
