@@ -593,6 +593,93 @@ async def test_a_wait_the_workflow_cancelled_takes_nothing_sent_later(engine_fac
         assert (run.status, run.output) == ("completed", ["too late", "dana"])
 
 
+async def test_a_retried_race_leaves_the_event_to_the_wait_still_open(engine_factory) -> None:
+    """A retry reopens the wait the workflow gave up, so that the race runs again. An
+    event sent before the retry must not go to that wait when the replay gives it up
+    again (as it must: its deadline won before): it goes to the wait still open."""
+    app = plait.App()
+    tries: list[int] = []
+
+    def flaky() -> str:
+        tries.append(1)
+        if len(tries) == 1:
+            raise RuntimeError("not yet")
+        return "fixed"
+
+    @app.workflow
+    async def race_then_fail(wf: plait.Workflow) -> list[Any]:
+        ping = asyncio.ensure_future(wf.wait_for_event("ping"))
+        deadline = asyncio.ensure_future(wf.sleep("deadline", 0.05))
+        done, pending = await asyncio.wait({ping, deadline}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        first = "in time" if ping in done else "too late"
+        await wf.do("flaky", flaky)
+        return [first, await wf.wait_for_event("ping", timeout="3s")]
+
+    async with engine_factory(app) as engine:
+        run = await engine.wait(await engine.start("race_then_fail"), timeout=10)
+        assert run.status == "failed"
+    async with engine_factory(app, workers=False) as engine:  # the event is in before a pass
+        await engine.retry(run.id)
+        await engine.send_event(run.id, "ping", "hello")
+    async with engine_factory(app) as engine:
+        run = await engine.wait(run.id, timeout=10)
+        assert (run.status, run.output) == ("completed", ["too late", "hello"])
+        waits = {s.key: s.status for s in await engine.get_steps(run.id)}
+        assert waits["__event:ping"] == "failed"  # given up again, with nothing taken
+        assert waits["__event:ping#1"] == "succeeded"
+
+
+async def test_an_event_a_wait_given_up_in_the_same_pass_found_is_kept(engine_factory) -> None:
+    """Two outcomes ready in one pass: the deadline that wins the race, and an event for
+    the wait it beats. The wait given up takes nothing: the event waits for the next
+    wait of its name."""
+    app = plait.App()
+
+    @app.workflow
+    async def deadline_first(wf: plait.Workflow) -> list[Any]:
+        deadline = asyncio.ensure_future(wf.sleep("deadline", 0))
+        ping = asyncio.ensure_future(wf.wait_for_event("ping"))
+        done, pending = await asyncio.wait({ping, deadline}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        first = "in time" if ping in done else "too late"
+        return [first, await wf.wait_for_event("ping", timeout="3s")]
+
+    async with engine_factory(app) as engine:
+        # the event is in before the run's first pass, which a delayed start holds back
+        run_id = await engine.start("deadline_first", delay=0.3)
+        await engine.send_event(run_id, "ping", "hello")
+        run = await engine.wait(run_id, timeout=10)
+        assert (run.status, run.output) == ("completed", ["too late", "hello"])
+
+
+async def test_an_event_put_back_reaches_a_wait_that_found_nothing_in_that_pass(
+    engine_factory,
+) -> None:
+    """The wait given up found the event first, so the other wait of the name, called in
+    the same pass, found nothing and paused. The event it gets back must not sit unseen
+    until something else wakes the run: the run takes another pass at once."""
+    app = plait.App()
+
+    @app.workflow
+    async def keeper_paused(wf: plait.Workflow) -> list[Any]:
+        deadline = asyncio.ensure_future(wf.sleep("deadline", 0))
+        loser = asyncio.ensure_future(wf.wait_for_event("ping"))
+        keeper = asyncio.ensure_future(wf.wait_for_event("ping"))
+        done, pending = await asyncio.wait({loser, deadline}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        return ["in time" if loser in done else "too late", await keeper]
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("keeper_paused", delay=0.3)
+        await engine.send_event(run_id, "ping", "hello")
+        run = await engine.wait(run_id, timeout=10)
+        assert (run.status, run.output) == ("completed", ["too late", "hello"])
+
+
 async def test_a_wait_the_workflow_cancels_does_not_hold_the_run_open(engine_factory) -> None:
     """Racing a call against a deadline and cancelling the loser is plain asyncio: once
     the workflow returns, the run ends, though the cancelled sleep or event wait never

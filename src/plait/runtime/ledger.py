@@ -58,6 +58,9 @@ class Ledger:
         #: child runs made in this pass wait for their queue's admission
         self.admit = False
         self.queued = False
+        #: the run is due again as soon as this pass ends (it put back an event that a
+        #: wait of this pass may not have seen)
+        self.due_again = False
         #: every step started in this pass; the pass ends only when all have settled
         self.tasks: list[asyncio.Task[Any]] = []
         #: the next ordinal of a step outcome handed to the workflow (``mark_delivered``)
@@ -124,7 +127,7 @@ class Ledger:
     async def finish(self, status: str) -> PassResult:
         """The last writes of the pass and the release of its lease, in one commit. A
         pass cut short by a shutdown leaves the run due at once for another worker."""
-        seen = -1 if self.host.stopping else self.run.wakeups
+        seen = -1 if self.host.stopping or self.due_again else self.run.wakeups
         ops, self.ops = self.ops, []
         try:
             batch = Batch(self.run.id, ops, fence=self.owner, release=seen)

@@ -14,8 +14,10 @@ without letting it take new steps, and commits with the lease's release.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import contextlib
+import dataclasses
 import functools
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
@@ -206,8 +208,7 @@ class CodeReplay:
         for event in ledger.events:
             if event.name == name:
                 ledger.events.remove(event)
-                ledger.add(steps.consume_event(step, event.id, event.payload, now))
-                return serde.loads(event.payload)
+                return _Found(event)  # taken when delivered (``_take``)
         timed_out = steps.time_out_event(step, name, now)
         if timed_out is not None:
             ledger.add(timed_out)
@@ -542,6 +543,8 @@ class CodeReplay:
 
     def _deliver(self, call: StepCall[Any]) -> None:
         self.finished.remove(call)
+        if isinstance(call.result, _Found) and not self._take(call, call.result.event):
+            return
         step = self.ledger.steps.get(call.key)
         if step is None or step.delivered is None:
             self.replaying = False  # an outcome the workflow has not seen: new ground
@@ -560,6 +563,27 @@ class CodeReplay:
         else:
             assert call.error is not None
             call.future.set_exception(call.error)
+
+    def _take(self, call: StepCall[Any], event: EventRow) -> bool:
+        """Whether the wait takes the event it found: only if the workflow still waits.
+
+        A wait finds its event when the workflow calls it, but the workflow may give it
+        up before the event's turn to be delivered comes (a deadline recorded as seen
+        first wins the race again on replay; a retry reopened the wait it gave up). Taken
+        then, the event would be thrown away; instead it stays for the next wait of its
+        name, the wait is closed as given up at the pass's end, and the run is due again
+        at once, so that a wait of that name that found nothing in this pass gets it."""
+        ledger = self.ledger
+        if call.future.done():
+            bisect.insort(ledger.events, event, key=_event_order)
+            call.outcome = "paused"
+            self.waiting.append(call)
+            ledger.due_again = True
+            return False
+        step = ledger.steps[call.key]
+        ledger.add(steps.consume_event(step, event.id, event.payload, ledger.now()))
+        call.result = serde.loads(event.payload)
+        return True
 
     def _decide(self, abandoned: list[StepCall[Any]]) -> EndRun | None:
         """How the run ends after this pass, or None while it waits (on anything but the
@@ -661,6 +685,17 @@ class CodeReplay:
 
 
 _UNWIND_ROUNDS = 5
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Found:
+    """What a wait for an event returns when it finds one: the event, not taken yet."""
+
+    event: EventRow
+
+
+def _event_order(event: EventRow) -> int:
+    return event.id
 
 
 async def _raise(exc: Exception) -> Any:
