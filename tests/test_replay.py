@@ -680,6 +680,31 @@ async def test_an_event_put_back_reaches_a_wait_that_found_nothing_in_that_pass(
         assert (run.status, run.output) == ("completed", ["too late", "hello"])
 
 
+async def test_a_held_decision_a_gate_given_up_in_the_same_pass_found_is_kept(
+    engine_factory,
+) -> None:
+    """As for events: a gate given up before its outcome reaches the workflow leaves the
+    decision held for it to the next gate of its name."""
+    app = plait.App()
+
+    @app.workflow
+    async def gate_after_deadline(wf: plait.Workflow) -> list[Any]:
+        deadline = asyncio.ensure_future(wf.sleep("deadline", 0))
+        gate = asyncio.ensure_future(wf.approval("ok"))
+        done, pending = await asyncio.wait({gate, deadline}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        second = await wf.approval("ok")
+        return ["in time" if gate in done else "too late", second.decided_by]
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("gate_after_deadline", delay=0.3)
+        held = await engine.approve(run_id, "ok", None, decided_by="dana")
+        assert held.outcome == "held"
+        run = await engine.wait(run_id, timeout=10)
+        assert (run.status, run.output) == ("completed", ["too late", "dana"])
+
+
 async def test_a_wait_the_workflow_cancels_does_not_hold_the_run_open(engine_factory) -> None:
     """Racing a call against a deadline and cancelling the loser is plain asyncio: once
     the workflow returns, the run ends, though the cancelled sleep or event wait never

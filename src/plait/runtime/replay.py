@@ -208,7 +208,7 @@ class CodeReplay:
         for event in ledger.events:
             if event.name == name:
                 ledger.events.remove(event)
-                return _Found(event)  # taken when delivered (``_take``)
+                return _Found(name, (event,))  # taken when delivered (``_take``)
         timed_out = steps.time_out_event(step, name, now)
         if timed_out is not None:
             ledger.add(timed_out)
@@ -224,7 +224,7 @@ class CodeReplay:
         schema: type[pydantic.BaseModel] | None,
         expires: float | None,
         approvers: approval.Policy,
-    ) -> Decision[Any]:
+    ) -> Decision[Any] | _Found:
         """A gate: closed until a decision the policy and the schema accept, or until
         its deadline. A decision held for it (sent before the run got here) is judged
         now; one accepted on arrival is checked against the workflow's own schema."""
@@ -259,18 +259,8 @@ class CodeReplay:
                 self._refuse_held(key, name, "decided")
                 return decision
         held = self._held(name)
-        for at, event in enumerate(held):
-            payload: dict[str, Any] = serde.loads(event.payload) or {}
-            refusal = self._judge(step, schema, payload)
-            if refusal is not None:
-                ledger.add([TakeDecision(key, "refused", refusal, event.id)])
-                continue
-            ledger.add(steps.decide_gate(step, serde.dumps(payload), now))
-            ledger.add([TakeDecision(key, "accepted", None, event.id)])
-            # those held after it find the gate decided (the run may end in this pass,
-            # with no later one to refuse them)
-            self._refuse(key, held[at + 1 :], "decided")
-            return _decision(name, schema, payload)
+        if held:
+            return _Found(name, tuple(held), _Gate(schema))  # judged when delivered (``_take``)
         expired = steps.expire_gate(step, now)
         if expired is not None:
             ledger.add(expired)
@@ -543,7 +533,7 @@ class CodeReplay:
 
     def _deliver(self, call: StepCall[Any]) -> None:
         self.finished.remove(call)
-        if isinstance(call.result, _Found) and not self._take(call, call.result.event):
+        if isinstance(call.result, _Found) and not self._take(call, call.result):
             return
         step = self.ledger.steps.get(call.key)
         if step is None or step.delivered is None:
@@ -564,26 +554,72 @@ class CodeReplay:
             assert call.error is not None
             call.future.set_exception(call.error)
 
-    def _take(self, call: StepCall[Any], event: EventRow) -> bool:
-        """Whether the wait takes the event it found: only if the workflow still waits.
+    def _take(self, call: StepCall[Any], found: _Found) -> bool:
+        """Whether the wait takes what it found (an event, the decisions held for a
+        gate), so that its outcome is delivered now: only if the workflow still waits.
 
         A wait finds its event when the workflow calls it, but the workflow may give it
         up before the event's turn to be delivered comes (a deadline recorded as seen
         first wins the race again on replay; a retry reopened the wait it gave up). Taken
         then, the event would be thrown away; instead it stays for the next wait of its
         name, the wait is closed as given up at the pass's end, and the run is due again
-        at once, so that a wait of that name that found nothing in this pass gets it."""
+        at once, so that a wait of that name that found nothing in this pass gets it. A
+        gate that refuses every decision held for it goes on waiting."""
         ledger = self.ledger
         if call.future.done():
-            bisect.insort(ledger.events, event, key=_event_order)
+            for event in found.events:
+                bisect.insort(ledger.events, event, key=_event_order)
             call.outcome = "paused"
             self.waiting.append(call)
             ledger.due_again = True
             return False
         step = ledger.steps[call.key]
-        ledger.add(steps.consume_event(step, event.id, event.payload, ledger.now()))
-        call.result = serde.loads(event.payload)
+        gate = found.gate
+        if gate is None:
+            (event,) = found.events
+            ledger.add(steps.consume_event(step, event.id, event.payload, ledger.now()))
+            call.result = serde.loads(event.payload)
+            return True
+        try:
+            call.result = self._decide_gate(step, found.name, found.events, gate.schema)
+        except Exception as exc:
+            call.outcome, call.error = "error", exc
+            return True
+        if call.result is None:
+            call.outcome = "paused"
+            self.waiting.append(call)
+            return False
         return True
+
+    def _decide_gate(
+        self,
+        step: StepRow,
+        name: str,
+        found: tuple[EventRow, ...],
+        schema: type[pydantic.BaseModel] | None,
+    ) -> Decision[Any] | None:
+        """Judge the decisions held for a gate, oldest first: the first one accepted
+        decides it, and those held after it find it decided. With none accepted, the
+        gate expires if its deadline has passed, else it waits on (None)."""
+        ledger, key, now = self.ledger, step.key, self.ledger.now()
+        held = list(found)
+        for at, event in enumerate(held):
+            payload: dict[str, Any] = serde.loads(event.payload) or {}
+            refusal = self._judge(step, schema, payload)
+            if refusal is not None:
+                ledger.add([TakeDecision(key, "refused", refusal, event.id)])
+                continue
+            ledger.add(steps.decide_gate(step, serde.dumps(payload), now))
+            ledger.add([TakeDecision(key, "accepted", None, event.id)])
+            # those held after it find the gate decided (the run may end in this pass,
+            # with no later one to refuse them)
+            self._refuse(key, held[at + 1 :], "decided")
+            return _decision(name, schema, payload)
+        expired = steps.expire_gate(step, now)
+        if expired is not None:
+            ledger.add(expired)
+            return Decision(name, True)
+        return None
 
     def _decide(self, abandoned: list[StepCall[Any]]) -> EndRun | None:
         """How the run ends after this pass, or None while it waits (on anything but the
@@ -688,10 +724,18 @@ _UNWIND_ROUNDS = 5
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _Found:
-    """What a wait for an event returns when it finds one: the event, not taken yet."""
+class _Gate:
+    schema: type[pydantic.BaseModel] | None
 
-    event: EventRow
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Found:
+    """What a wait returns when it finds what it waits for: an event for a wait of
+    ``name``, the decisions held for a gate (``gate`` set), not taken yet."""
+
+    name: str
+    events: tuple[EventRow, ...]
+    gate: _Gate | None = None
 
 
 def _event_order(event: EventRow) -> int:
