@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -639,19 +640,11 @@ async def test_an_event_a_wait_given_up_in_the_same_pass_found_is_kept(engine_fa
 
     @app.workflow
     async def deadline_first(wf: plait.Workflow) -> list[Any]:
-        deadline = asyncio.ensure_future(wf.sleep("deadline", 0))
-        ping = asyncio.ensure_future(wf.wait_for_event("ping"))
-        done, pending = await asyncio.wait({ping, deadline}, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        first = "in time" if ping in done else "too late"
+        first = await _race_a_deadline_already_over(wf, lambda: wf.wait_for_event("ping"))
         return [first, await wf.wait_for_event("ping", timeout="3s")]
 
     async with engine_factory(app) as engine:
-        # the event is in before the run's first pass, which a delayed start holds back
-        run_id = await engine.start("deadline_first", delay=0.3)
-        await engine.send_event(run_id, "ping", "hello")
-        run = await engine.wait(run_id, timeout=10)
+        run = await _run_pinged_before_its_first_pass(engine, "deadline_first")
         assert (run.status, run.output) == ("completed", ["too late", "hello"])
 
 
@@ -665,18 +658,16 @@ async def test_an_event_put_back_reaches_a_wait_that_found_nothing_in_that_pass(
 
     @app.workflow
     async def keeper_paused(wf: plait.Workflow) -> list[Any]:
-        deadline = asyncio.ensure_future(wf.sleep("deadline", 0))
-        loser = asyncio.ensure_future(wf.wait_for_event("ping"))
-        keeper = asyncio.ensure_future(wf.wait_for_event("ping"))
-        done, pending = await asyncio.wait({loser, deadline}, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        return ["in time" if loser in done else "too late", await keeper]
+        keeper: list[asyncio.Future[Any]] = []
+
+        def keep() -> None:
+            keeper.append(asyncio.ensure_future(wf.wait_for_event("ping")))
+
+        first = await _race_a_deadline_already_over(wf, lambda: wf.wait_for_event("ping"), keep)
+        return [first, await keeper[0]]
 
     async with engine_factory(app) as engine:
-        run_id = await engine.start("keeper_paused", delay=0.3)
-        await engine.send_event(run_id, "ping", "hello")
-        run = await engine.wait(run_id, timeout=10)
+        run = await _run_pinged_before_its_first_pass(engine, "keeper_paused")
         assert (run.status, run.output) == ("completed", ["too late", "hello"])
 
 
@@ -689,20 +680,51 @@ async def test_a_held_decision_a_gate_given_up_in_the_same_pass_found_is_kept(
 
     @app.workflow
     async def gate_after_deadline(wf: plait.Workflow) -> list[Any]:
-        deadline = asyncio.ensure_future(wf.sleep("deadline", 0))
-        gate = asyncio.ensure_future(wf.approval("ok"))
-        done, pending = await asyncio.wait({gate, deadline}, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
+        first = await _race_a_deadline_already_over(wf, lambda: wf.approval("ok"))
         second = await wf.approval("ok")
-        return ["in time" if gate in done else "too late", second.decided_by]
+        return [first, second.decided_by]
 
-    async with engine_factory(app) as engine:
-        run_id = await engine.start("gate_after_deadline", delay=0.3)
+    async def decide(run_id: str) -> None:
         held = await engine.approve(run_id, "ok", None, decided_by="dana")
         assert held.outcome == "held"
-        run = await engine.wait(run_id, timeout=10)
+
+    async with engine_factory(app) as engine:
+        run = await _run_given_before_its_first_pass(engine, "gate_after_deadline", decide)
         assert (run.status, run.output) == ("completed", ["too late", "dana"])
+
+
+async def _race_a_deadline_already_over(
+    wf: plait.Workflow,
+    wait: Callable[[], Awaitable[Any]],
+    beside: Callable[[], None] | None = None,
+) -> str:
+    """Race the wait ``wait`` makes against a sleep already over, called first so that
+    its outcome is delivered first: the wait is given up, whatever it found. ``beside``
+    starts other waits in the same pass, after both."""
+    deadline = asyncio.ensure_future(wf.sleep("deadline", 0))
+    waiting = asyncio.ensure_future(wait())
+    if beside is not None:
+        beside()
+    done, pending = await asyncio.wait({waiting, deadline}, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    return "in time" if waiting in done else "too late"
+
+
+async def _run_given_before_its_first_pass(
+    engine: plait.Engine, workflow: str, give: Callable[[str], Awaitable[Any]]
+) -> plait.Run:
+    """Start ``workflow`` late enough for ``give`` (an event, a decision) to be in
+    before its first pass, and wait for it to end."""
+    run_id = await engine.start(workflow, delay=0.3)
+    await give(run_id)
+    return await engine.wait(run_id, timeout=10)
+
+
+async def _run_pinged_before_its_first_pass(engine: plait.Engine, workflow: str) -> plait.Run:
+    return await _run_given_before_its_first_pass(
+        engine, workflow, lambda run_id: engine.send_event(run_id, "ping", "hello")
+    )
 
 
 async def test_a_wait_the_workflow_cancels_does_not_hold_the_run_open(engine_factory) -> None:
