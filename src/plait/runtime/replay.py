@@ -226,8 +226,9 @@ class CodeReplay:
         approvers: approval.Policy,
     ) -> Decision[Any] | _Found:
         """A gate: closed until a decision the policy and the schema accept, or until
-        its deadline. A decision held for it (sent before the run got here) is judged
-        now; one accepted on arrival is checked against the workflow's own schema."""
+        its deadline. Decisions held for it (sent before the run got here) are judged
+        when its outcome reaches the workflow (``_take``); one accepted on arrival is
+        checked against the workflow's own schema."""
         ledger = self.ledger
         step = ledger.steps.get(key)
         now = ledger.now()
@@ -725,6 +726,8 @@ _UNWIND_ROUNDS = 5
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Gate:
+    """What judging a gate's held decisions needs beside them (its schema may be None)."""
+
     schema: type[pydantic.BaseModel] | None
 
 
