@@ -768,21 +768,21 @@ class PostgresStore:
         call = call or self._call
         if release is None:
             rows = None if fence is None else _first_attempt_rows(run_id, ops, self._now())
-            if rows is not None or (fence is not None and steps_only(run_id, ops)):
-                if rows is not None:
-                    # the path of every sequential step: fenced and written, no loop over ops
-                    query = first_attempts_statement(self._q["commit_first_attempts"], len(ops))
-                    fenced = await call("fetchval", query, run_id, fence, *rows)
-                else:
-                    values = [_op_value(op) for op in ops]
-                    fenced = await call(
-                        "fetchval", self._q["commit_steps"], run_id, fence, values, self._now()
-                    )
-                if not fenced:
-                    raise LeaseLostError(f"lost the lease on run {run_id}")
+            if rows is not None:
+                # the path of every sequential step: fenced and written, no loop over ops
+                query = first_attempts_statement(self._q["commit_first_attempts"], len(ops))
+                fenced = await call("fetchval", query, run_id, fence, *rows)
+            elif fence is not None and steps_only(run_id, ops):
+                values = [_op_value(op) for op in ops]
+                fenced = await call(
+                    "fetchval", self._q["commit_steps"], run_id, fence, values, self._now()
+                )
+            else:
+                values = [_op_value(op) for op in ops]
+                await call("execute", self._q["commit_batch"], run_id, fence, values, self._now())
                 return False
-            values = [_op_value(op) for op in ops]
-            await call("execute", self._q["commit_batch"], run_id, fence, values, self._now())
+            if not fenced:
+                raise LeaseLostError(f"lost the lease on run {run_id}")
             return False
         values = [_op_value(op) for op in ops]
         return bool(
