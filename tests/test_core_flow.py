@@ -353,6 +353,99 @@ async def test_cancel_cascades_cancels_steps_and_disarms_timers(engine_factory) 
         assert work.status == "failed"
 
 
+async def test_a_run_that_fails_cancels_the_child_runs_it_leaves(engine_factory) -> None:
+    """A run that ends leaves nothing of its own running, as a cancel leaves nothing: a
+    child still waiting (and its own child, and that one's timer) when a sibling step
+    fails the run is cancelled with it, and the parent's step says why."""
+    app = plait.App()
+
+    @app.function(retries=0)
+    async def boom(data: None) -> None:
+        raise RuntimeError("boom")
+
+    @app.workflow
+    async def sleeper(wf: plait.Workflow, data: None) -> None:
+        await wf.sleep("long nap", "1h")
+
+    @app.workflow
+    async def waiter(wf: plait.Workflow, data: None) -> None:
+        await asyncio.gather(wf.do("grandkid", "sleeper"), wf.wait_for_event("never"))
+
+    @app.workflow
+    async def parent(wf: plait.Workflow, data: None) -> None:
+        async def fail_later() -> None:
+            await wf.wait_for_event("go")
+            await wf.do("bad", boom)
+
+        await asyncio.gather(wf.do("kid", "waiter"), fail_later())
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("parent")
+        kids = await eventually(lambda: engine.get_children(run_id), what="the child run")
+        grandkids = await eventually(
+            lambda: engine.get_children(kids[0].id), what="the grandchild run"
+        )
+        await eventually(
+            lambda: _step(engine, grandkids[0].id, "long nap"), what="the grandchild's sleep"
+        )
+        assert (await engine.get_run(kids[0].id)).status == "running"
+        assert await engine.send_event(run_id, "go")
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "failed" and run.error["step"] == "bad"
+        for child_id in (kids[0].id, grandkids[0].id):
+            child = await engine.get_run(child_id)
+            assert child.status == "cancelled"
+            assert child.error["code"] == "WORKFLOW_CANCELLED"
+            assert child.error["message"] == f"parent run {run_id} failed"
+        assert await _timers(engine, grandkids[0].id) == 0
+        kid_step = await _step(engine, run_id, "kid")
+        assert kid_step.status == "failed"
+        assert kid_step.error["code"] == "WORKFLOW_CANCELLED"
+        assert f"parent run {run_id} failed" in kid_step.error["message"]
+        with pytest.raises(plait.RunStateError, match="it is cancelled"):
+            await engine.send_event(kids[0].id, "never")
+
+
+async def test_a_run_that_fails_interrupts_its_childs_running_step(engine_factory) -> None:
+    """The child is in the middle of a step body when a sibling fails the parent: the
+    body is cancelled, as a cancel of the parent would cancel it, and nothing of the
+    child is recorded after its end."""
+    started = asyncio.Event()
+    counter = Counter()
+    app = plait.App()
+
+    @app.function(retries=0)
+    async def boom(data: None) -> None:
+        await asyncio.wait_for(started.wait(), 10)
+        raise RuntimeError("boom")
+
+    @app.function
+    async def long_step(data: None) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            counter.hit("cancelled")
+            raise
+
+    @app.workflow
+    async def kid(wf: plait.Workflow, data: None) -> None:
+        await wf.do("long", long_step)
+
+    @app.workflow
+    async def parent(wf: plait.Workflow, data: None) -> None:
+        await asyncio.gather(wf.do("kid", "kid"), wf.do("bad", boom))
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("parent")
+        assert (await engine.wait(run_id, timeout=10)).status == "failed"
+        (child,) = await engine.get_children(run_id)
+        await eventually(lambda: _counted(counter, "cancelled"), what="the child's step")
+        child = await engine.wait(child.id, timeout=10)
+        assert child.status == "cancelled"
+        assert child.error["message"] == f"parent run {run_id} failed"
+
+
 async def _counted(counter: Counter, name: str) -> bool:
     return counter[name] > 0
 

@@ -477,6 +477,46 @@ async def test_a_cancelled_parent_takes_its_queued_children_with_it(engine_facto
     assert gauge.order == ["blocker"]
 
 
+async def test_a_failed_parent_takes_its_queued_children_with_it(engine_factory: Any) -> None:
+    """Children queued behind a full queue would otherwise be admitted long after the
+    run that wanted them failed, and hold the queue's slots for nothing."""
+    gauge = Gauge()
+    gauge.held["blocker"] = asyncio.Event()
+    app = fan_out_app(gauge, concurrency=1)
+
+    @app.function(retries=0)
+    async def boom(data: None) -> None:
+        raise RuntimeError("boom")
+
+    @app.workflow
+    async def doomed(wf: plait.Workflow, count: int) -> None:
+        async def fail_later() -> None:
+            await wf.wait_for_event("go")
+            await wf.do("bad", boom)
+
+        children = [wf.do(f"child {n}", "limited", {"n": n}) for n in range(count)]
+        await asyncio.gather(*children, fail_later())
+
+    async with engine_factory(app) as engine:
+        blocker = await engine.start("limited", {"n": "blocker"})
+        await eventually(lambda: _status(engine, blocker, "running"), what="blocker admitted")
+        run_id = await engine.start("doomed", 3)
+
+        async def all_queued() -> bool:
+            children = await engine.get_children(run_id)
+            return len(children) == 3 and all(c.status == "queued" for c in children)
+
+        await eventually(all_queued, what="the children queued behind the blocker")
+        assert await engine.send_event(run_id, "go")
+        assert (await engine.wait(run_id, timeout=10)).status == "failed"
+        assert {c.status for c in await engine.get_children(run_id)} == {"cancelled"}
+        gauge.held["blocker"].set()
+        assert (await engine.wait(blocker, timeout=30)).status == "completed"
+        depths = {d["queue"]: d for d in await engine.queue_depths()}
+        assert (depths["work"]["active"], depths["work"]["queued"]) == (0, 0)
+    assert gauge.order == ["blocker"]
+
+
 async def test_a_child_of_its_parents_own_queue_runs_in_the_parents_slot(
     engine_factory: Any,
 ) -> None:
@@ -546,72 +586,50 @@ async def test_children_of_one_pass_are_admitted_in_the_order_it_started_them(
     assert gauge.order == ["blocker", *range(8)]
 
 
-def doomed_app(gauge: Gauge) -> plait.App:
-    """``queue_app`` at ``concurrency=1`` with ``doomed``, a run of the queue that fails
-    while its child ``data`` of the queue (in its slot) is still on its way."""
+async def test_a_child_in_its_ancestors_slot_ends_with_it(engine_factory: Any) -> None:
+    """A child of the queue that runs in its parent's slot while the parent fails is
+    cancelled with it: its body is interrupted, the slot is free, and the next run of
+    the queue is admitted (alone) after it."""
+    gauge = Gauge()
+    gauge.held["in slot"] = asyncio.Event()  # never set: only the cancel ends the body
+    started = asyncio.Event()
     app = queue_app(gauge, concurrency=1)
 
     @app.function(retries=0)
     async def boom(data: Any) -> Any:
+        await asyncio.wait_for(started.wait(), 30)
         raise RuntimeError("boom")
+
+    @app.function
+    async def mark(data: Any) -> None:
+        started.set()
+
+    @app.workflow(queue="work")
+    async def in_slot(wf: plait.Workflow, data: Any) -> Any:
+        await wf.do("mark", mark, None)
+        return await wf.do("body", "body", {"n": "in slot"})
 
     @app.workflow(queue="work")
     async def doomed(wf: plait.Workflow, data: Any) -> Any:
-        return await asyncio.gather(wf.do("in slot", data[0], data[1]), wf.do("boom", boom, {}))
+        return await asyncio.gather(wf.do("in slot", "in_slot", None), wf.do("boom", boom, {}))
 
-    @app.workflow
-    async def middle(wf: plait.Workflow, n: Any) -> Any:
-        await wf.wait_for_event("go")
-        return await wf.do("inner", "limited", {"n": n})
-
-    return app
-
-
-async def test_a_child_in_its_ancestors_slot_counts_until_it_ends(engine_factory: Any) -> None:
-    """A child of the queue that runs in its parent's slot is a run of the queue that
-    holds a slot: when the parent fails first, the child still holds one, and no other
-    run of the queue is admitted beside it."""
-    gauge = Gauge()
-    gauge.held["in slot"] = release = asyncio.Event()
-    async with engine_factory(doomed_app(gauge)) as engine:
-        parent = await engine.start("doomed", ["limited", {"n": "in slot"}])
+    async with engine_factory(app) as engine:
+        parent = await engine.start("doomed")
         assert (await engine.wait(parent, timeout=30)).status == "failed"
         (child,) = await engine.get_children(parent)
         assert (child.queue, child.admitted_at) == ("work", None)
+        assert (await engine.wait(child.id, timeout=30)).status == "cancelled"
+
+        async def body_interrupted() -> bool:
+            return gauge.order == ["in slot"] and gauge.now == 0
+
+        await eventually(body_interrupted, what="the child's body to be interrupted")
         depths = {d["queue"]: d for d in await engine.queue_depths()}
-        assert depths["work"]["active"] == 1
+        assert (depths["work"]["active"], depths["work"]["queued"]) == (0, 0)
         other = await engine.start("limited", {"n": "other"})
-        release.set()
         assert (await engine.wait(other, timeout=30)).status == "completed"
-        assert (await engine.wait(child.id, timeout=30)).status == "completed"
     assert gauge.most == 1
     assert gauge.order == ["in slot", "other"]
-
-
-async def test_a_run_under_an_ended_run_of_the_queue_waits_for_a_slot(
-    engine_factory: Any,
-) -> None:
-    """Only a live run above holds a slot to share: under one that has failed, a run of
-    its queue is admitted like any other."""
-    gauge = Gauge()
-    gauge.held["blocker"] = release = asyncio.Event()
-    async with engine_factory(doomed_app(gauge)) as engine:
-        parent = await engine.start("doomed", ["middle", "late"])
-        assert (await engine.wait(parent, timeout=30)).status == "failed"
-        (middle,) = await engine.get_children(parent)
-        blocker = await engine.start("limited", {"n": "blocker"})
-        await eventually(lambda: _status(engine, blocker, "running"), what="blocker admitted")
-        await engine.send_event(middle.id, "go")
-
-        async def inner_queued() -> bool:
-            children = await engine.get_children(middle.id)
-            return [c.status for c in children] == ["queued"]
-
-        await eventually(inner_queued, what="the late child queued behind the blocker")
-        release.set()
-        assert (await engine.wait(middle.id, timeout=30)).output == "late"
-    assert gauge.most == 1
-    assert gauge.order == ["blocker", "late"]
 
 
 async def test_a_fork_or_retry_of_a_child_in_a_slot_goes_through_the_queue(
@@ -621,7 +639,7 @@ async def test_a_fork_or_retry_of_a_child_in_a_slot_goes_through_the_queue(
     its own, it waits for a slot like any run of the queue."""
     gauge = Gauge()
     gauge.held["blocker"] = release = asyncio.Event()
-    app = doomed_app(gauge)
+    app = queue_app(gauge, concurrency=1)
     fails = [True]
 
     @app.function(retries=0)

@@ -6,7 +6,15 @@ from __future__ import annotations
 import json
 
 from plait.store import Store
-from plait.store.base import CreateChildRun, EndRun, NewRun, PutStep, StartAttempt, StepEnd
+from plait.store.base import (
+    CancelChildren,
+    CreateChildRun,
+    EndRun,
+    NewRun,
+    PutStep,
+    StartAttempt,
+    StepEnd,
+)
 
 from .rows import error, idle, new_run, step, wake_at, wakeups, write
 
@@ -116,4 +124,39 @@ async def test_a_parent_that_ended_is_settled_but_not_woken(store: Store) -> Non
     assert settled.status == "succeeded"
     parent = await store.get_run("p")
     assert parent is not None and parent.status == "failed"
+    assert await wake_at(store, "p") is None
+
+
+async def test_cancel_children_ends_the_live_children_as_it_says(store: Store) -> None:
+    """The runtime writes it after the end of a run that leaves a child live: the child
+    and its own live child end cancelled with the error given, the run's step for it as
+    ``parent`` says, and a child that already ended is left as it is."""
+    await _parent_waiting(store)
+    grandchild = NewRun(
+        "g1", "child", "workflow", None, "{}", parent_run_id="c1", parent_step_key="deeper"
+    )
+    await write(store, "c1", CreateChildRun(grandchild))
+    ended = NewRun(
+        "c0", "child", "workflow", None, "{}", parent_run_id="p", parent_step_key="before"
+    )
+    await write(store, "p", CreateChildRun(ended))
+    await write(store, "c0", EndRun("completed", '"done"'))
+    cancel_error = error("parent run p failed", "WORKFLOW_CANCELLED")
+    step_error = error("child run cancelled: parent run p failed", "WORKFLOW_CANCELLED")
+    await write(
+        store,
+        "p",
+        EndRun("failed", None, error("gave up")),
+        CancelChildren(cancel_error, StepEnd("failed", None, step_error)),
+    )
+    for child_id in ("c1", "g1"):
+        child = await store.get_run(child_id)
+        assert child is not None and child.status == "cancelled"
+        assert child.error == json.loads(cancel_error)
+    done = await store.get_run("c0")
+    assert done is not None and done.status == "completed"
+    (settled,) = await store.get_steps("p")
+    assert (settled.status, settled.error) == ("failed", json.loads(step_error))
+    await write(store, "c1", EndRun("completed", '"x"', None, StepEnd("succeeded", '"x"')))
+    assert (await store.get_steps("p"))[0].status == "failed"
     assert await wake_at(store, "p") is None

@@ -85,12 +85,17 @@ class Ledger:
 
     def end(self, end: EndRun) -> None:
         """End the run with the next commit; a child run's end also says how its
-        parent's waiting step ends."""
+        parent's waiting step ends, and a run that fails or completes while a child run
+        it started is still live takes that child with it (a cancel does so itself)."""
         run = self.run
         if end.status in TERMINAL and run.parent_run_id and end.parent is None:
             parent = steps.child_step_end(run.id, end.status, end.output, end.error)
             end = dataclasses.replace(end, parent=parent)
         self.ops.append(end)
+        if end.status in ("completed", "failed") and any(
+            s.child_run_id and s.status == "running" for s in self.steps.values()
+        ):
+            self.ops.append(steps.children_left(run.id, end.status))
 
     def put(self, step: StepRow) -> None:
         """Write the step's current row with the next commit."""

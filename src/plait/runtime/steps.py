@@ -22,6 +22,7 @@ from plait import errors, ids, serde
 from plait.retry import RetryPolicy
 from plait.runtime.attempt import Outcome
 from plait.store.base import (
+    CancelChildren,
     ClearTimer,
     ConsumeEvent,
     EnqueueJob,
@@ -83,6 +84,17 @@ def run_cancelled_error(reason: str | None) -> str:
     return _text(
         {"message": reason or "cancelled", "type": "Cancel", "code": errors.WORKFLOW_CANCELLED}
     )
+
+
+def children_left(run_id: str, status: str) -> CancelChildren:
+    """How the live child runs of a run that ends ``status`` (failed or completed) end:
+    cancelled, since nothing waits for their outcome any more, and each would go on
+    doing work no one collects (a queued one would still take its queue's slot). The
+    run's step for each fails with the cancel's code, so a retry of the run starts the
+    child anew."""
+    message = f"parent run {run_id} {status}"
+    error = _text({"message": message, "type": "Cancel", "code": errors.WORKFLOW_CANCELLED})
+    return CancelChildren(error, child_step_end(None, "cancelled", None, error))
 
 
 def event_timeout_error(name: str) -> str:

@@ -287,6 +287,17 @@ class EndRun:
     parent: StepEnd | None = None
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class CancelChildren:
+    """Cancel the run's live child runs (queued, running or suspended), and theirs, each
+    ended with ``error``; the run's steps that wait for them end as ``parent`` says. A
+    run that fails or completes writes it after its ``EndRun``, so nothing it started
+    goes on without it, as nothing goes on after a cancel."""
+
+    error: str | None
+    parent: StepEnd | None
+
+
 Op = (
     PutStep
     | StartAttempt
@@ -298,6 +309,7 @@ Op = (
     | CreateChildRun
     | SetState
     | EndRun
+    | CancelChildren
     | SetValue
     | GuardStep
     | TakeDecision

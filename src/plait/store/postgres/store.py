@@ -47,6 +47,7 @@ from plait.records import Run, RunSummary, Step, StepAttempt
 from plait.store import convert, queries
 from plait.store.base import (
     Batch,
+    CancelChildren,
     ClearTimer,
     ConsumeEvent,
     CreateChildRun,
@@ -316,6 +317,8 @@ def _op_value(op: Op) -> tuple[Any, ...]:
             *(None,) * 7,
             _step_end_value(op.parent),
         )
+    if isinstance(op, CancelChildren):
+        return ("cancel_children", *(None,) * 5, op.error, *(None,) * 7, _step_end_value(op.parent))
     raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
 
 

@@ -16,6 +16,7 @@ from plait.errors import GateClosedError, LeaseLostError, RunNotFoundError, RunS
 from plait.records import Run
 from plait.store import convert
 from plait.store.base import (
+    CancelChildren,
     ClearTimer,
     ConsumeEvent,
     CreateChildRun,
@@ -81,9 +82,11 @@ def apply_ops(conn: sqlite3.Connection, run_id: str, ops: Iterable[Op], now: flo
 
 
 def _apply_rare(conn: sqlite3.Connection, run_id: str, op: Op, now: float) -> None:
-    """The ops of approvals and published values: after the ones every step writes, so
-    those are found first."""
-    if isinstance(op, SetValue):
+    """The ops of approvals, published values and a run's children: after the ones
+    every step writes, so those are found first."""
+    if isinstance(op, CancelChildren):
+        cancel_children(conn, run_id, op, now)
+    elif isinstance(op, SetValue):
         conn.execute(SQL["set_value"], (run_id, op.key, op.value, now))
     elif isinstance(op, GuardStep):
         row = conn.execute(SQL["step_status"], (run_id, op.key)).fetchone()
@@ -244,13 +247,22 @@ def end_run(
     conn.execute(SQL["delete_run_timers"], (run_id,))
     conn.execute(SQL["delete_run_jobs"], (run_id,))
     if end.status == "cancelled":
-        cascade = EndRun(end.status, None, end.error, end.parent)
-        children = conn.execute(SQL["live_children"], (run_id,)).fetchall()
-        for (child,) in children:
-            moved += end_run(conn, child, cascade, now, from_suspended=True)
+        moved += cancel_children(conn, run_id, CancelChildren(end.error, end.parent), now)
     parent_id, parent_key = row
     if parent_id and parent_key and end.parent is not None:
         settle_parent_step(conn, parent_id, parent_key, run_id, end.parent, now)
+    return moved
+
+
+def cancel_children(
+    conn: sqlite3.Connection, run_id: str, cancel: CancelChildren, now: float
+) -> list[str]:
+    """Cancel the live children of ``run_id`` (and theirs) as ``cancel`` says; returns
+    every run that moved."""
+    end = EndRun("cancelled", None, cancel.error, cancel.parent)
+    moved: list[str] = []
+    for (child,) in conn.execute(SQL["live_children"], (run_id,)).fetchall():
+        moved += end_run(conn, child, end, now, from_suspended=True)
     return moved
 
 
@@ -287,6 +299,7 @@ def settle_parent_step(
 
 __all__ = [
     "apply_ops",
+    "cancel_children",
     "delete_job",
     "end_run",
     "finish_attempt",
