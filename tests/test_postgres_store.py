@@ -22,12 +22,16 @@ from plait.errors import LeaseLostError
 from plait.records import SETTLED
 from plait.store.base import (
     Batch,
+    CancelChildren,
+    CreateChildRun,
+    EndRun,
     FinishAttempt,
     NewRun,
     Op,
     PutStep,
     SetState,
     StartAttempt,
+    StepEnd,
     StepRow,
 )
 from store.rows import T0, step
@@ -700,4 +704,86 @@ async def test_calls_beyond_the_pool_size_wait_for_a_kept_connection(pg_url: str
         assert store._pool._out <= 2
         assert backends <= 2, backends  # the pool's two (this is one of them; LISTEN aside)
     finally:
+        await store.close()
+
+
+async def test_a_cancel_of_a_child_locks_its_parent_first(pg_url: str) -> None:
+    """Every writer that ends a child run locks its parent's row before the child's (a
+    child's own end, and a parent's end that cancels its live children). A cancel of the
+    child that took the child's row first would deadlock with its parent failing at the
+    same moment: the cancel must wait for the parent before it touches the child."""
+    store = PostgresStore(pg_url)
+    await store.open()
+    holder = await asyncpg.connect(pg_url)
+    try:
+        await store.create_run(NewRun("p", "wf", "workflow", None, "{}"))
+        waiting = step("p", "k", kind="child", function=None, status="running", attempts=1)
+        waiting.child_run_id = "c"
+        child = NewRun("c", "wf", "workflow", None, "{}", parent_run_id="p", parent_step_key="k")
+        await store.commit(Batch("p", [StartAttempt(waiting, 1, "w1"), CreateChildRun(child)]))
+        holding = holder.transaction()
+        await holding.start()
+        await holder.execute("SELECT 1 FROM plait.runs WHERE id = 'p' FOR UPDATE")
+        cancel = asyncio.ensure_future(
+            store.cancel_run("c", '{"message": "stop"}', StepEnd("failed", None, "{}"))
+        )
+
+        async def cancel_waits() -> bool:
+            return bool(
+                await _fetchval(
+                    pg_url,
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database()",
+                )
+            )
+
+        await eventually(cancel_waits, what="the cancel to wait for a lock")
+        free = await holder.fetch("SELECT id FROM plait.runs WHERE id = 'c' FOR UPDATE SKIP LOCKED")
+        assert len(free) == 1  # the cancel holds nothing of the child while it waits
+        await holding.rollback()
+        assert await asyncio.wait_for(cancel, 10) == ["c"]
+    finally:
+        await holder.close()
+        await store.close()
+
+
+async def test_a_batch_that_cancels_children_is_not_held_up_by_nor_holds_up_a_group(
+    pg_url: str,
+) -> None:
+    """A group never waits on a lock, so a batch that must wait for a child's row (the
+    end of a run that cancels its live children) is committed apart: the batches handed
+    in beside it are answered while another transaction still holds the child's row."""
+    store = PostgresStore(pg_url)
+    await store.open()
+    holder = await asyncpg.connect(pg_url)
+    try:
+        for run_id in ("p", "x", "a"):
+            await store.create_run(NewRun(run_id, "wf", "workflow", None, "{}"))
+            assert await store.claim_run(run_id, "w1", 60.0)
+        waiting = step("p", "k", kind="child", function=None, status="running", attempts=1)
+        waiting.child_run_id = "c"
+        child = NewRun("c", "wf", "workflow", None, "{}", parent_run_id="p", parent_step_key="k")
+        await store.commit(
+            Batch("p", [StartAttempt(waiting, 1, "w1"), CreateChildRun(child)], fence="w1")
+        )
+        holding = holder.transaction()
+        await holding.start()
+        await holder.execute("SELECT 1 FROM plait.runs WHERE id = 'c' FOR UPDATE")
+        error = '{"message": "parent run p failed"}'
+        ending = [EndRun("failed", None, '{"message": "boom"}'), CancelChildren(error, None)]
+        first = asyncio.ensure_future(
+            store.commit(Batch("x", [StartAttempt(step("x", "s"), 1, "w1")], fence="w1"))
+        )
+        end = asyncio.ensure_future(store.commit(Batch("p", ending, fence="w1")))
+        beside = asyncio.ensure_future(
+            store.commit(Batch("a", [StartAttempt(step("a", "s"), 1, "w1")], fence="w1"))
+        )
+        await asyncio.wait_for(asyncio.gather(first, beside), 10)
+        assert not end.done()
+        await holding.rollback()
+        await asyncio.wait_for(end, 10)
+        cancelled = await store.get_run("c")
+        assert cancelled is not None and cancelled.status == "cancelled"
+    finally:
+        await holder.close()
         await store.close()

@@ -21,7 +21,8 @@ process works on the next.
 
 Each caller hears its own outcome only once the transaction that holds its batch has
 committed. A group never waits on a lock: a batch whose run row another transaction
-holds is left out and committed alone afterwards, so groups of different processes can
+holds is left out and committed alone afterwards, and a batch that cancels child runs
+(whose rows it must wait for) never joins one, so groups of different processes can
 never deadlock, nor keep a row locked for long. A batch whose pass lost its lease is left
 out too (nothing of it is written) and its caller alone gets ``LeaseLostError``. Any
 other error rolled the whole group back, so the batches are then committed one by one,
@@ -40,7 +41,7 @@ from typing import Any, Generic, TypeVar
 import asyncpg
 
 from plait.errors import LeaseLostError
-from plait.store.base import FinishAttempt, Op, PutStep, StartAttempt
+from plait.store.base import CancelChildren, FinishAttempt, Op, PutStep, StartAttempt
 from plait.store.postgres.pool import Pool, is_connection_error
 
 #: the most batches in one group (a bound on one transaction's size and lock count)
@@ -216,10 +217,17 @@ class GroupCommit(_OneInFlight[_Batch]):
             self._next()
 
     async def _send_group(self, group: list[_Batch]) -> None:
+        # a batch that cancels child runs waits for their rows, which a group never does:
+        # it goes alone, after the others
+        apart = [b for b in group if any(isinstance(op, CancelChildren) for op in b.ops)]
+        if apart:
+            group = [b for b in group if b not in apart]
         if len(group) == 1:
             await self._alone(group[0])
-        else:
+        elif group:
             await self._together(group)
+        for batch in apart:
+            await self._alone(batch)
 
     async def _alone(self, batch: _Batch) -> None:
         try:

@@ -1,5 +1,5 @@
 -- plait schema for PostgreSQL, version 19: a run that ends takes its live children with it.
--- description: a new op, cancel_children, cancels the live child runs of a run that ends
+-- description: a run that ends cancels its live children; a cancel locks the parent first
 --
 -- Only a cancel ended a run's children. A run failed by one step while a child it started
 -- still waited (a gather of the child and the failing step) left that child running, or
@@ -94,4 +94,23 @@ BEGIN
             RAISE EXCEPTION 'unknown store operation %', o.kind;
         END CASE;
     END LOOP;
+END $$;
+
+-- A cancel locks the run's parent before the run, as every other writer that ends a child
+-- does (the child's own end, and now a parent's end that cancels it): a cancel of a child
+-- that locked the child first, then its parent to settle its step, could deadlock with
+-- that parent failing at the same moment. cancel_run as version 6 wrote it, but for that.
+CREATE OR REPLACE FUNCTION @schema@.cancel_run(
+    p_run text, p_error jsonb, p_parent @schema@.step_end, p_now timestamptz
+) RETURNS text[] LANGUAGE plpgsql AS $$
+DECLARE
+    parent text;
+BEGIN
+    SELECT parent_run_id INTO parent FROM @schema@.runs WHERE id = p_run;
+    IF parent IS NOT NULL THEN
+        PERFORM 1 FROM @schema@.runs WHERE id = parent FOR UPDATE;
+    END IF;
+    PERFORM @schema@.lock_for_action(p_run, ARRAY['running', 'suspended', 'queued']);
+    RETURN @schema@.end_run(p_run, 'cancelled', NULL, p_error, p_parent, p_now,
+                            ARRAY['running', 'suspended', 'queued']);
 END $$;
