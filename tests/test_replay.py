@@ -530,6 +530,62 @@ async def test_an_async_generator_left_with_break_is_closed_in_the_workflow(
         )
 
 
+async def test_nested_async_generators_close_in_the_order_asyncio_closes_them(
+    engine_factory,
+) -> None:
+    """Generators left behind are closed in the order asyncio closes them: the same
+    program on a plain asyncio loop gives the order expected, and under plait the step
+    each ``finally`` takes gets the key it would get in a program that never stops, on
+    the first pass and on the replay."""
+
+    async def program(take: Any) -> list[str]:
+        order: list[str] = []
+
+        async def inner() -> Any:
+            try:
+                for i in range(5):
+                    yield i
+            finally:
+                order.append(await take("inner"))
+
+        async def outer() -> Any:
+            try:
+                async for x in inner():
+                    yield x
+            finally:
+                order.append(await take("outer"))
+
+        async for x in outer():
+            if x == 1:
+                break
+        order.append(await take("body"))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        return order
+
+    async def plain(name: str) -> str:
+        await asyncio.sleep(0)
+        return name
+
+    expected = await program(plain)
+    assert expected == ["body", "outer", "inner"]
+    app = plait.App()
+
+    @app.workflow
+    async def nested(wf: plait.Workflow) -> list[Any]:
+        order = await program(lambda name: wf.do("closed", lambda: name))
+        await wf.sleep("nap", 0.05)  # the rest runs on a replay
+        return [order, await wf.do("closed", lambda: "after")]
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("nested")
+        run = await engine.wait(run_id, timeout=10)
+        assert (run.status, run.output) == ("completed", [expected, "after"])
+        keys = {s.key: s.output for s in await engine.get_steps(run_id)}
+        taken = [keys["closed"], *(keys[f"closed#{n}"] for n in range(1, len(expected) + 1))]
+        assert taken == [*expected, "after"]
+
+
 async def test_a_wait_the_workflow_cancelled_takes_nothing_sent_later(engine_factory) -> None:
     """A cancelled wait is over, as in plain asyncio: the event or the decision sent
     after it goes to the wait for the same name that is still open, never to the one the
