@@ -408,8 +408,9 @@ async def test_a_run_that_fails_cancels_the_child_runs_it_leaves(engine_factory)
 
 async def test_a_run_that_fails_interrupts_its_childs_running_step(engine_factory) -> None:
     """The child is in the middle of a step body when a sibling fails the parent: the
-    body is cancelled, as a cancel of the parent would cancel it, and nothing of the
-    child is recorded after its end."""
+    process that ended the parent stops the body at once, as a cancel does, rather than
+    at its next look at its leases (a long lease here makes that look far off), so the
+    child takes no further step in a run that is over."""
     started = asyncio.Event()
     counter = Counter()
     app = plait.App()
@@ -431,12 +432,13 @@ async def test_a_run_that_fails_interrupts_its_childs_running_step(engine_factor
     @app.workflow
     async def kid(wf: plait.Workflow, data: None) -> None:
         await wf.do("long", long_step)
+        await wf.do("next", lambda: counter.hit("next"))
 
     @app.workflow
     async def parent(wf: plait.Workflow, data: None) -> None:
         await asyncio.gather(wf.do("kid", "kid"), wf.do("bad", boom))
 
-    async with engine_factory(app) as engine:
+    async with engine_factory(app, lease_seconds=120) as engine:
         run_id = await engine.start("parent")
         assert (await engine.wait(run_id, timeout=10)).status == "failed"
         (child,) = await engine.get_children(run_id)
@@ -444,6 +446,14 @@ async def test_a_run_that_fails_interrupts_its_childs_running_step(engine_factor
         child = await engine.wait(child.id, timeout=10)
         assert child.status == "cancelled"
         assert child.error["message"] == f"parent run {run_id} failed"
+
+        async def settled() -> list[plait.Step] | None:
+            steps = await engine.get_steps(child.id)
+            return steps if all(s.status != "running" for s in steps) else None
+
+        steps = await eventually(settled, what="the child's steps to settle")
+        assert [(s.key, s.status) for s in steps] == [("long", "failed")]
+    assert counter["next"] == 0
 
 
 async def _counted(counter: Counter, name: str) -> bool:

@@ -135,6 +135,9 @@ class Worker:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.wake_passes = asyncio.Event()
         self.wake_steps = asyncio.Event()
+        #: look at the leases now, not at the next renewal: a commit of this process
+        #: ended runs whose work may run here too
+        self.check_leases = asyncio.Event()
         self.wake_admissions = asyncio.Event()
         #: set when this process changes a schedule; other processes' changes are read at
         #: the next poll (a kick for every start would cost each start two reads here)
@@ -406,6 +409,13 @@ class Worker:
         for child in result.children:
             self.run_changed(child, "running", f"child of {run_id}")
             self.drive(child, follow=not self.take_work)
+        if result.ended_children:
+            # the run's end cancelled them: stop their work here at once, as a cancel
+            # does, and look for their own children at the lease check
+            self.cancel_local(result.ended_children)
+            for child in result.ended_children:
+                self.run_changed(child, "cancelled", f"child of {run_id}")
+            self.check_leases.set()
         if result.admit or (snapshot.run.queue is not None and result.status in TERMINAL):
             # a child waits for its queue, or a queue slot is free: every process may
             # admit the next run
@@ -767,7 +777,9 @@ class Worker:
         every = max(0.05, self.lease / 4)
         next_sweep = time.monotonic() + 5.0
         while True:
-            await asyncio.sleep(every)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.check_leases.wait(), every)
+            self.check_leases.clear()
             self.stall_guard.beat()
             if self.take_work and not self.stopping and time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + 5.0

@@ -36,6 +36,8 @@ class PassResult:
     again: bool | None = None
     #: the pass made child runs that wait for admission through their workflow's queue
     admit: bool = False
+    #: live child runs the run's end cancelled (``CancelChildren``): stop their work here
+    ended_children: list[str] = dataclasses.field(default_factory=list)  # pyright: ignore[reportUnknownVariableType]
 
 
 class Ledger:
@@ -55,6 +57,8 @@ class Ledger:
         self.counters: dict[str, int] = {}
         self.seq = max((s.seq for s in self.steps.values()), default=-1) + 1
         self.children: list[str] = []
+        #: live child runs the run's end cancels (see ``end``)
+        self.ended_children: list[str] = []
         #: child runs made in this pass wait for their queue's admission
         self.admit = False
         self.queued = False
@@ -92,10 +96,11 @@ class Ledger:
             parent = steps.child_step_end(run.id, end.status, end.output, end.error)
             end = dataclasses.replace(end, parent=parent)
         self.ops.append(end)
-        if end.status in ("completed", "failed") and any(
-            s.child_run_id and s.status == "running" for s in self.steps.values()
-        ):
-            self.ops.append(steps.children_left(run.id, end.status))
+        if end.status in ("completed", "failed"):
+            live = [s.child_run_id for s in self.steps.values() if s.status == "running"]
+            self.ended_children = [child for child in live if child]
+            if self.ended_children:
+                self.ops.append(steps.children_left(run.id, end.status))
 
     def put(self, step: StepRow) -> None:
         """Write the step's current row with the next commit."""
@@ -141,7 +146,14 @@ class Ledger:
             raise PassAborted(exc) from exc
         if self.published:
             self._tell_published()
-        return PassResult(status, self.children, self.queued, again, admit=self.admit)
+        return PassResult(
+            status,
+            self.children,
+            self.queued,
+            again,
+            admit=self.admit,
+            ended_children=self.ended_children,
+        )
 
     def _tell_published(self) -> None:
         """Watchers of the run's values hear of a committed ``wf.set_value`` at once,
