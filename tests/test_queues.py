@@ -428,12 +428,15 @@ def fan_out_app(gauge: Gauge, **limits: Any) -> plait.App:
     return app
 
 
-async def _children_behind_a_blocker(engine: plait.Engine, count: int) -> tuple[str, str]:
+async def _children_behind_a_blocker(
+    engine: plait.Engine, count: int, parent: str = "parent"
+) -> tuple[str, str]:
     """A run of ``fan_out_app`` holding the queue's slot (``gauge.held["blocker"]`` keeps
-    it), then a ``parent`` whose ``count`` children all wait behind it: (blocker, parent)."""
+    it), then a run of ``parent`` whose ``count`` children all wait behind it: (blocker,
+    parent)."""
     blocker = await engine.start("limited", {"n": "blocker"})
     await eventually(lambda: _status(engine, blocker, "running"), what="blocker admitted")
-    run_id = await engine.start("parent", count)
+    run_id = await engine.start(parent, count)
 
     async def all_queued() -> bool:
         children = await engine.get_children(run_id)
@@ -498,15 +501,7 @@ async def test_a_failed_parent_takes_its_queued_children_with_it(engine_factory:
         await asyncio.gather(*children, fail_later())
 
     async with engine_factory(app) as engine:
-        blocker = await engine.start("limited", {"n": "blocker"})
-        await eventually(lambda: _status(engine, blocker, "running"), what="blocker admitted")
-        run_id = await engine.start("doomed", 3)
-
-        async def all_queued() -> bool:
-            children = await engine.get_children(run_id)
-            return len(children) == 3 and all(c.status == "queued" for c in children)
-
-        await eventually(all_queued, what="the children queued behind the blocker")
+        blocker, run_id = await _children_behind_a_blocker(engine, 3, "doomed")
         assert await engine.send_event(run_id, "go")
         assert (await engine.wait(run_id, timeout=10)).status == "failed"
         assert {c.status for c in await engine.get_children(run_id)} == {"cancelled"}
