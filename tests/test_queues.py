@@ -464,6 +464,17 @@ async def test_child_runs_of_a_queued_workflow_wait_for_its_slot(engine_factory:
     assert gauge.most == 2
 
 
+async def _queue_empty_once_the_blocker_ends(
+    engine: plait.Engine, gauge: Gauge, blocker: str
+) -> None:
+    """Once the blocker ends, the queue the cancelled children were waiting in is
+    empty and holds no slot."""
+    gauge.held["blocker"].set()
+    assert (await engine.wait(blocker, timeout=30)).status == "completed"
+    depths = {d["queue"]: d for d in await engine.queue_depths()}
+    assert (depths["work"]["active"], depths["work"]["queued"]) == (0, 0)
+
+
 async def test_a_cancelled_parent_takes_its_queued_children_with_it(engine_factory: Any) -> None:
     gauge = Gauge()
     gauge.held["blocker"] = asyncio.Event()
@@ -473,10 +484,7 @@ async def test_a_cancelled_parent_takes_its_queued_children_with_it(engine_facto
         blocker, run_id = await _children_behind_a_blocker(engine, 3)
         assert (await engine.cancel(run_id)).status == "cancelled"
         assert {c.status for c in await engine.get_children(run_id)} == {"cancelled"}
-        gauge.held["blocker"].set()
-        assert (await engine.wait(blocker, timeout=30)).status == "completed"
-        depths = {d["queue"]: d for d in await engine.queue_depths()}
-        assert (depths["work"]["active"], depths["work"]["queued"]) == (0, 0)
+        await _queue_empty_once_the_blocker_ends(engine, gauge, blocker)
     assert gauge.order == ["blocker"]
 
 
@@ -505,10 +513,7 @@ async def test_a_failed_parent_takes_its_queued_children_with_it(engine_factory:
         assert await engine.send_event(run_id, "go")
         assert (await engine.wait(run_id, timeout=10)).status == "failed"
         assert {c.status for c in await engine.get_children(run_id)} == {"cancelled"}
-        gauge.held["blocker"].set()
-        assert (await engine.wait(blocker, timeout=30)).status == "completed"
-        depths = {d["queue"]: d for d in await engine.queue_depths()}
-        assert (depths["work"]["active"], depths["work"]["queued"]) == (0, 0)
+        await _queue_empty_once_the_blocker_ends(engine, gauge, blocker)
     assert gauge.order == ["blocker"]
 
 
