@@ -413,8 +413,8 @@ class Worker:
             # the run's end cancelled them: stop their work here at once, as a cancel
             # does, and look for their own children at the lease check
             self.cancel_local(result.ended_children)
-            for child in result.ended_children:
-                self.run_changed(child, "cancelled", f"child of {run_id}")
+            for child in result.ended_children:  # one may have ended on its own first
+                self.notifier.run_changed(child, settled=True)
             self.check_leases.set()
         if result.admit or (snapshot.run.queue is not None and result.status in TERMINAL):
             # a child waits for its queue, or a queue slot is free: every process may
