@@ -309,6 +309,16 @@ async def test_gather_replays_deterministically_in_every_mode(engine_factory) ->
                 assert sum(counter.counts.values()) == 10
 
 
+async def _until_cancelled(started: asyncio.Event, counter: Counter) -> None:
+    """A step body that says it started, then runs until it is cancelled (counted)."""
+    started.set()
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        counter.hit("cancelled")
+        raise
+
+
 async def test_cancel_cascades_cancels_steps_and_disarms_timers(engine_factory) -> None:
     started = asyncio.Event()
     counter = Counter()
@@ -316,12 +326,7 @@ async def test_cancel_cascades_cancels_steps_and_disarms_timers(engine_factory) 
 
     @app.function
     async def long_step(data: None) -> None:
-        started.set()
-        try:
-            await asyncio.sleep(60)
-        except asyncio.CancelledError:
-            counter.hit("cancelled")
-            raise
+        await _until_cancelled(started, counter)
 
     @app.workflow
     async def sleeper(wf: plait.Workflow, data: None) -> None:
@@ -422,12 +427,7 @@ async def test_a_run_that_fails_interrupts_its_childs_running_step(engine_factor
 
     @app.function
     async def long_step(data: None) -> None:
-        started.set()
-        try:
-            await asyncio.sleep(60)
-        except asyncio.CancelledError:
-            counter.hit("cancelled")
-            raise
+        await _until_cancelled(started, counter)
 
     @app.workflow
     async def kid(wf: plait.Workflow, data: None) -> None:

@@ -97,8 +97,11 @@ class Ledger:
             end = dataclasses.replace(end, parent=parent)
         self.ops.append(end)
         if end.status in ("completed", "failed"):
-            live = [s.child_run_id for s in self.steps.values() if s.status == "running"]
-            self.ended_children = [child for child in live if child]
+            self.ended_children = [
+                s.child_run_id
+                for s in self.steps.values()
+                if s.status == "running" and s.child_run_id is not None
+            ]
             if self.ended_children:
                 self.ops.append(steps.children_left(run.id, end.status))
 

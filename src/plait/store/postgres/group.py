@@ -219,13 +219,15 @@ class GroupCommit(_OneInFlight[_Batch]):
     async def _send_group(self, group: list[_Batch]) -> None:
         # a batch that cancels child runs waits for their rows, which a group never does:
         # it goes alone, after the others
-        apart = [b for b in group if any(isinstance(op, CancelChildren) for op in b.ops)]
-        if apart:
-            group = [b for b in group if b not in apart]
-        if len(group) == 1:
-            await self._alone(group[0])
-        elif group:
-            await self._together(group)
+        together: list[_Batch] = []
+        apart: list[_Batch] = []
+        for batch in group:
+            cancels = any(isinstance(op, CancelChildren) for op in batch.ops)
+            (apart if cancels else together).append(batch)
+        if len(together) == 1:
+            await self._alone(together[0])
+        elif together:
+            await self._together(together)
         for batch in apart:
             await self._alone(batch)
 
