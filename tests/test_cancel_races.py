@@ -183,3 +183,58 @@ async def test_a_sync_body_that_ends_during_a_stop_keeps_its_result(
     assert run.status == "completed" and run.output == "done"
     assert finished == ["done"]
     assert [(a.attempt, a.status) for a in history] == [(1, "succeeded")]
+
+
+async def test_a_pass_cancelled_twice_records_its_steps_before_it_ends(
+    engine_factory, database: str
+) -> None:
+    """A second cancel on top of the first (a stop while the run's cancel from elsewhere
+    is being handled, or asyncio's own shutdown) must not end the pass while the record of
+    its steps is still on its way: the engine would close the store under it, and a step
+    whose body ran to its end would run again."""
+    app = plait.App()
+    started, let_go = threading.Event(), threading.Event()
+    ran: dict[str, int] = {}
+
+    @app.function(retries=0)
+    async def quick() -> str:
+        ran["quick"] = ran.get("quick", 0) + 1
+        return "quick"
+
+    @app.function(retries=0)
+    def slow() -> str:
+        started.set()
+        let_go.wait(10)
+        ran["slow"] = ran.get("slow", 0) + 1
+        return "slow"
+
+    @app.workflow
+    async def flow(wf: plait.Workflow) -> list[str]:
+        return await asyncio.gather(wf.do("q", "quick"), wf.do("s", "slow"))
+
+    engine = plait.Engine(app, database)
+    await engine.open()
+    try:
+        run_id = await engine.start("flow")
+        await asyncio.to_thread(started.wait, 10)
+
+        async def quick_ran() -> bool:
+            return ran.get("quick") == 1
+
+        await _until(quick_ran, "the quick step to run")
+        driving = engine.worker.driving[run_id]
+        driving.cancel()
+        await asyncio.sleep(0)  # the first cancel is being handled: the pass records
+        driving.cancel()
+        # a bounded look for something that must not happen: the pass ending while the
+        # sync step's thread, and the record of what it did, are still to come
+        done, _ = await asyncio.wait([driving], timeout=0.3)
+        assert not done
+    finally:
+        let_go.set()
+    await asyncio.wait([driving], timeout=10)
+    await engine.close()
+    async with engine_factory(app) as again:
+        run = await again.wait(run_id, timeout=10)
+    assert run.status == "completed" and run.output == ["quick", "slow"], run.error
+    assert ran == {"quick": 1, "slow": 1}

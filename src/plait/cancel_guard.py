@@ -11,11 +11,18 @@ has ended, as it does for a write it handed off.
 
 The worker runs its passes and queued steps in such tasks; any other task takes the handed
 off way, so nothing depends on every task being one.
+
+``uncancelled`` is the handed off way for any write that must end before its caller
+does: a pass's last flush once it was cancelled, a queued step's end, a lease given back.
+A second cancel (a shutdown on top of a cancel of the run) must not leave such a write
+running on its own while the caller returns: the engine would close the store under it,
+and what it carried (a step's result) would be lost and its body run again.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -100,3 +107,23 @@ def holding_task() -> GuardedTask[Any] | None:
     if isinstance(task, GuardedTask) and not task.cancelling():
         return task
     return None
+
+
+async def uncancelled(write: Awaitable[T]) -> T:
+    """Await ``write`` to its end even when the caller is cancelled meanwhile (once or
+    more), then pass the cancel on. A write cut short loses what already happened: the
+    result of a step whose body finished, which would then run again."""
+    task = asyncio.ensure_future(write)
+    interrupted = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled():
+                raise
+            interrupted = True
+        except BaseException:
+            break
+    if interrupted:
+        raise asyncio.CancelledError()
+    return task.result()

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from plait import retention, schedules, serde
-from plait.cancel_guard import guarded_task
+from plait.cancel_guard import guarded_task, uncancelled
 from plait.catalog import Catalog
 from plait.clock import SYSTEM_CLOCK, Clock
 from plait.errors import LeaseLostError, StepFunctionMismatchError
@@ -389,7 +389,7 @@ class Worker:
                 again = await self.store.release_run(run_id, self.owner, seen)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
-                await asyncio.shield(self.store.release_run(run_id, self.owner, -1))
+                await uncancelled(self.store.release_run(run_id, self.owner, -1))
             raise
         except (LeaseLostError, PassAborted) as exc:
             cause = exc.cause if isinstance(exc, PassAborted) else exc

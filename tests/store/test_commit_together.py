@@ -46,15 +46,25 @@ async def _state(store: Store, run_id: str) -> dict[str, str | None]:
 
 
 @contextlib.asynccontextmanager
-async def _row_held(database: str, run_id: str) -> AsyncIterator[Callable[[], Awaitable[None]]]:
-    """Hold ``run_id``'s row from another connection, in a transaction of its own, until
-    the function this yields lets it go (or the block ends)."""
+async def _row_held(
+    database: str, run_id: str, step_key: str | None = None
+) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+    """Hold ``run_id``'s row (or the row of its step ``step_key``) from another
+    connection, in a transaction of its own, until the function this yields lets it go
+    (or the block ends)."""
     asyncpg = pytest.importorskip("asyncpg")
     holder = await asyncpg.connect(database)
     try:
         tx = holder.transaction()
         await tx.start()
-        await holder.execute("SELECT 1 FROM plait.runs WHERE id = $1 FOR UPDATE", run_id)
+        if step_key is None:
+            await holder.execute("SELECT 1 FROM plait.runs WHERE id = $1 FOR UPDATE", run_id)
+        else:
+            await holder.execute(
+                "SELECT 1 FROM plait.steps WHERE run_id = $1 AND key = $2 FOR UPDATE",
+                run_id,
+                step_key,
+            )
         yield tx.commit
     finally:
         await holder.close()
@@ -377,6 +387,58 @@ async def test_a_pass_task_cancelled_while_its_own_write_is_on_the_way_waits_for
     idle.cancel()
     with pytest.raises(asyncio.CancelledError):
         await idle
+
+
+async def test_a_write_made_as_the_runs_last_one_ends_is_not_lost_to_a_cancel(
+    store: Store, database: str
+) -> None:
+    """A pass's task that commits again as soon as its last write of the run ended finds
+    the run's turn promised to the write that waited for it. Its cancel (a shutdown, its
+    run cancelled) arriving while it waits its turn must still wait for its write: the
+    batch is out of the pass's hands, and may hold another step's result, which would be
+    lost and its body run again."""
+    if not database.startswith("postgresql"):
+        pytest.skip("the SQLite writer finishes a write whatever its caller does")
+    (run_id,) = await _claimed(store, 1)
+    await store.commit(Batch(run_id, [_begin(run_id, "b")], fence="w1"))
+
+    async def two_writes() -> None:
+        await store.commit(Batch(run_id, [_begin(run_id, "a")], fence="w1"))
+        # at once, as a pass's next step starts: the run's turn goes to "b" first
+        await store.commit(Batch(run_id, [_finish(run_id, "c", '"kept"')], fence="w1"))
+
+    async with _row_held(database, run_id, "b") as let_b_go:
+        async with _row_held(database, run_id) as let_go:
+            writer = asyncio.create_task(two_writes())
+            await eventually(lambda: _waiting_for_a_lock(database), what="a to wait")
+            other = asyncio.create_task(
+                store.commit(Batch(run_id, [_finish(run_id, "b", '"b"')], fence="w1"))
+            )
+
+            async def queued() -> bool:
+                await asyncio.sleep(0)
+                return not other.done()
+
+            await eventually(queued, what="b to wait for its turn")
+            await let_go()
+
+        async def a_landed() -> bool:
+            return "a" in await _steps(store, run_id)
+
+        await eventually(a_landed, what="a to land")
+        # "b" waits for its step's row now, and "c" for its turn behind it
+        assert not writer.done()
+        writer.cancel()
+        # a bounded look for something that must not happen: the cancel cutting it short
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(writer), timeout=0.3)
+        await let_b_go()
+        with pytest.raises(asyncio.CancelledError):
+            await writer
+    assert await other is False
+    steps = await _steps(store, run_id)
+    assert steps["c"] == ("succeeded", "kept")
+    assert steps["b"] == ("succeeded", "b")
 
 
 async def test_cancels_held_during_a_write_are_counted_as_asyncio_counts_them(

@@ -37,6 +37,7 @@ from typing import Any
 
 from plait import errors, serde
 from plait.app import FunctionDef
+from plait.cancel_guard import uncancelled
 from plait.context import StepContext
 from plait.durations import parse_duration
 from plait.errors import StepError
@@ -203,8 +204,8 @@ class GraphReplay:
         try:
             return await self._execute()
         except asyncio.CancelledError:
-            with contextlib.suppress(BaseException):
-                await asyncio.shield(ledger.cancel_and_flush())
+            with contextlib.suppress(Exception):
+                await uncancelled(ledger.cancel_and_flush())
             raise
 
     # -- the loop ---------------------------------------------------------------------

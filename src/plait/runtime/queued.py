@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from plait import serde
 from plait.app import FunctionDef
+from plait.cancel_guard import uncancelled
 from plait.context import StepContext
 from plait.observe import NO_REPORT
 from plait.runtime import steps
@@ -65,9 +66,9 @@ async def run_queued(
                 if cancelled:
                     # the cancel dropped the job with the run; the attempt's end is still
                     # recorded, and nothing else can run this step any more
-                    await asyncio.shield(host.commit(Batch(step.run_id, ops)))
+                    await uncancelled(host.commit(Batch(step.run_id, ops)))
                 else:
-                    await asyncio.shield(finish(ops))
+                    await uncancelled(finish(ops))
             raise
         if hook is not None:
             outcome = hook.finish(step, ctx, outcome)

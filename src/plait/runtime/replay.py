@@ -27,6 +27,7 @@ import pydantic
 
 from plait import approval, errors, serde
 from plait.app import FunctionDef, WorkflowDef
+from plait.cancel_guard import uncancelled
 from plait.durations import parse_duration
 from plait.errors import Cancel, EventTimeout, StepError
 from plait.records import Decision
@@ -415,8 +416,8 @@ class CodeReplay:
         except asyncio.CancelledError:
             # record how the steps of a cancelled pass ended, whatever else is cancelled
             self._unwind()
-            with contextlib.suppress(BaseException):
-                await asyncio.shield(self.ledger.cancel_and_flush())
+            with contextlib.suppress(Exception):
+                await uncancelled(self.ledger.cancel_and_flush())
             raise
 
     async def _execute(self, wdef: WorkflowDef) -> PassResult:

@@ -12,16 +12,14 @@ import collections
 import contextlib
 import random
 import urllib.parse
-from collections.abc import AsyncGenerator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 
 from plait.cancel_guard import cut_short, take_back
 from plait.errors import PlaitError
-
-T = TypeVar("T")
 
 #: the plait options a URL's query string may carry (asyncpg would send them to the server)
 URL_OPTIONS = ("schema", "min_size", "max_size")
@@ -99,28 +97,6 @@ def is_connection_error(exc: BaseException) -> bool:
     return isinstance(exc, asyncpg.InterfaceError) and (
         "closed" in str(exc) or "released back to the pool" in str(exc)
     )
-
-
-async def uncancelled(statement: Awaitable[T]) -> T:
-    """Await a write to its end even when the caller is cancelled meanwhile, then pass the
-    cancel on. asyncpg cancels the statement of a caller that stops waiting, and a write
-    cut in half loses what already happened: the result of a step whose body finished,
-    which would then run again. (SQLite's writer finishes a write whatever its caller
-    does, so it needs no such care.)"""
-    task = asyncio.ensure_future(statement)
-    interrupted = False
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if task.cancelled():
-                raise
-            interrupted = True
-        except BaseException:
-            break
-    if interrupted:
-        raise asyncio.CancelledError()
-    return task.result()
 
 
 async def set_codecs(conn: asyncpg.Connection) -> None:

@@ -33,7 +33,7 @@ from typing import Any
 
 import asyncpg
 
-from plait.cancel_guard import holding_task
+from plait.cancel_guard import holding_task, uncancelled
 from plait.clock import SYSTEM_CLOCK, Clock
 from plait.errors import (
     GateClosedError,
@@ -91,7 +91,6 @@ from plait.store.postgres.pool import (
     is_connection_error,
     set_codecs,
     split_url,
-    uncancelled,
 )
 
 log = logging.getLogger("plait.store.postgres")
@@ -385,6 +384,12 @@ class _RunLock:
         self.users = 0
         self._locks = locks
         self._run_id = run_id
+
+    def taken(self) -> bool:
+        """Whether a write of the run holds or waits for its turn. Not ``lock.locked()``:
+        a turn just given back is promised to the write that waited for it, which has not
+        taken it yet, and a newcomer would wait behind it unlocked."""
+        return self.users > 0
 
     async def __aenter__(self) -> None:
         self.users += 1
@@ -690,7 +695,7 @@ class PostgresStore:
             # an action from outside a pass takes no lease and locks nothing first: it
             # goes alone, beside whatever group is in flight
             return await uncancelled(self._commit_unfenced(batch.run_id, ops))
-        if self._in_order(batch.run_id).lock.locked():
+        if self._in_order(batch.run_id).taken():
             # another write of this run goes first: this one must not be lost to a cancel
             # while it waits its turn, before it is handed in
             return await uncancelled(self._commit_fenced(batch, batch.fence, ops))
