@@ -822,9 +822,9 @@ class PostgresStore:
     def _in_order(self, run_id: str) -> _RunLock:
         """Apply this process's writes to one run in the order they were issued, as the
         SQLite store's single writer does. Pool connections would otherwise let a later
-        write overtake one still in flight: a pass cancelled twice releases its lease while
-        its shielded last flush is running (the flush then finds the lease gone), and a
-        cancel returns before the cancelled step's record lands."""
+        write overtake one still in flight: a pass's release of its lease could land before
+        its last flush (which would then find the lease gone), and a cancel could return
+        before the cancelled step's record lands."""
         entry = self._run_locks.get(run_id)
         if entry is None:
             entry = self._run_locks[run_id] = _RunLock(self._run_locks, run_id)
