@@ -23,12 +23,12 @@ Faults:
 
 Knobs (environment variables):
 
-* ``PLAIT_PROGRAMS`` programs in the default test (300), ``PLAIT_PROGRAMS_KILL`` programs
-  in the kill test (40) and ``PLAIT_PROGRAMS_KILLS`` its kills (25);
-  ``PLAIT_PROGRAMS_SEED`` the first seed (1): seeds are consecutive from there, so a
-  failure names the one seed to replay;
-* ``PLAIT_PROGRAMS_STORES`` which stores the default test runs on (``sqlite``; add
-  ``postgres`` for the throwaway PostgreSQL cluster);
+* ``PLAIT_PROGRAMS`` programs in the default test on each store (300 on SQLite, 120 on
+  PostgreSQL, whose commits cost more), ``PLAIT_PROGRAMS_KILL`` programs in the kill test
+  (40) and ``PLAIT_PROGRAMS_KILLS`` its kills (25); ``PLAIT_PROGRAMS_SEED`` the first seed
+  (1): seeds are consecutive from there, so a failure names the one seed to replay;
+* ``PLAIT_PROGRAMS_STORES`` which stores the default test runs on (``sqlite,postgres``,
+  the latter on the throwaway PostgreSQL cluster);
 * a long run: ``PLAIT_PROGRAMS=3000 PLAIT_PROGRAMS_STORES=sqlite,postgres
   .venv/bin/python -m pytest tests/test_random_programs.py -s -k in_process``;
   replay one program: ``PLAIT_PROGRAMS=1 PLAIT_PROGRAMS_SEED=<seed> ...``.
@@ -61,10 +61,14 @@ from ledger import WorkerProcess
 from plait.errors import RunStateError
 from plait.runtime.steps import MAX_INTERRUPTIONS
 
-PROGRAMS = int(os.environ.get("PLAIT_PROGRAMS", "300"))
+#: programs in the in-process test, per store
+PROGRAMS = {
+    store: int(os.environ.get("PLAIT_PROGRAMS", default))
+    for store, default in (("sqlite", "300"), ("postgres", "120"))
+}
 KILL_PROGRAMS = int(os.environ.get("PLAIT_PROGRAMS_KILL", "40"))
 FIRST_SEED = int(os.environ.get("PLAIT_PROGRAMS_SEED", "1"))
-STORES = os.environ.get("PLAIT_PROGRAMS_STORES", "sqlite").split(",")
+STORES = os.environ.get("PLAIT_PROGRAMS_STORES", "sqlite,postgres").split(",")
 #: programs in flight at once in the in-process test
 BATCH = 60
 #: longest a batch of programs may take before the test fails listing the stuck runs
@@ -436,7 +440,7 @@ def _report(figures: Figures, title: str, began: float) -> None:
 
 
 @pytest.mark.parametrize("store", STORES)
-@pytest.mark.timeout(60 + PROGRAMS * 0.5)  # a long run (PLAIT_PROGRAMS=3000) takes its time
+@pytest.mark.timeout(60 + max(PROGRAMS.values()) * 0.5)  # a long run takes its time
 async def test_random_programs_in_process(
     store: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -448,7 +452,7 @@ async def test_random_programs_in_process(
     began = time.monotonic()
     figures = Figures()
     rng = random.Random(FIRST_SEED)
-    seeds = range(FIRST_SEED, FIRST_SEED + PROGRAMS)
+    seeds = range(FIRST_SEED, FIRST_SEED + PROGRAMS[store])
     cases = await asyncio.to_thread(make_cases, seeds, "p")
     count_pauses(cases, figures)
     for at in range(0, len(cases), BATCH):
