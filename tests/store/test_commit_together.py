@@ -416,8 +416,9 @@ async def test_a_write_made_as_the_runs_last_one_ends_is_not_lost_to_a_cancel(
             )
 
             async def queued() -> bool:
-                await asyncio.sleep(0)
-                return not other.done()
+                # the writer holds the run's turn and "b" waits for it (the PostgreSQL
+                # store counts both)
+                return store._in_order(run_id).users == 2
 
             await eventually(queued, what="b to wait for its turn")
             await let_go()
