@@ -21,7 +21,7 @@ async def _until(check: Callable[[], Awaitable[bool]], what: str, deadline: floa
 
 async def test_a_pass_cancelled_from_elsewhere_leaves_no_child_or_timer(engine_factory) -> None:
     """The run is cancelled by another engine while its pass runs a step; the pass then
-    reaches a child run and a sleep. Neither may be started."""
+    reaches a child run and a sleep. Neither may be started, and the pass stops there."""
     app = plait.App()
     started, release = asyncio.Event(), asyncio.Event()
     kid_ran: list[str] = []
@@ -52,14 +52,98 @@ async def test_a_pass_cancelled_from_elsewhere_leaves_no_child_or_timer(engine_f
         release.set()
 
         async def pass_ended() -> bool:
-            keys = {s.key for s in await runner.get_steps(run_id)}
-            return "kid" in keys and "nap" in keys
+            return run_id not in runner.worker.driving
 
-        await _until(pass_ended, "the cancelled pass to commit its last writes")
+        await _until(pass_ended, "the cancelled pass to end")
+        assert (await runner.get_steps(run_id))[0].status == "succeeded"  # slow's result
         assert await runner.get_children(run_id) == []
         assert await runner.store.next_due() is None
         assert (await runner.get_run(run_id)).status == "cancelled"
     assert kid_ran == []
+
+
+async def test_a_pass_cancelled_from_elsewhere_starts_no_further_step(engine_factory) -> None:
+    """The run is cancelled by another engine while its pass runs a step. The step's
+    result is kept, but the step after it never starts: its body (a side effect) must not
+    run in a run that already ended, and its pass stops at once instead of at the next
+    lease renewal. A step running beside it in a gather is cancelled, not left running.
+    A graph's next node is held back the same way."""
+    app = plait.App()
+    started, release = asyncio.Event(), asyncio.Event()
+    side_effects: list[str] = []
+    held: list[str] = []
+
+    @app.function
+    async def slow() -> str:
+        started.set()
+        await asyncio.wait_for(release.wait(), 10)
+        return "slow done"
+
+    @app.function
+    async def charge() -> str:
+        side_effects.append("charged")
+        return "charged"
+
+    @app.function
+    async def hold() -> str:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            held.append("cancelled")
+            raise
+        return "held"
+
+    @app.workflow
+    async def flow(wf: plait.Workflow) -> str:
+        await wf.do("slow", "slow")
+        return await wf.do("charge", "charge")
+
+    @app.workflow
+    async def branches(wf: plait.Workflow) -> list[str]:
+        async def then_charge() -> str:
+            await wf.do("slow", "slow")
+            return await wf.do("charge", "charge")
+
+        return await asyncio.gather(wf.do("hold", "hold"), then_charge())
+
+    app.graph(
+        "graph",
+        {
+            "nodes": {
+                "slow": {"function": "slow", "next": "charge"},
+                "charge": {"function": "charge"},
+            }
+        },
+    )
+
+    async with (
+        engine_factory(app, worker_id="runner", lease_seconds=30.0) as runner,
+        engine_factory(app, worker_id="canceller", workers=False) as other,
+    ):
+        for workflow in ("flow", "branches", "graph"):
+            started.clear()
+            release.clear()
+            run_id = await runner.start(workflow)
+            await asyncio.wait_for(started.wait(), 10)
+            assert (await other.cancel(run_id, "stop")).status == "cancelled"
+            release.set()
+
+            async def pass_stopped(run_id: str = run_id) -> bool:
+                return run_id not in runner.worker.driving
+
+            # far sooner than the 30 s lease renewal that would otherwise notice
+            await _until(pass_stopped, f"the pass of {workflow} to stop")
+            steps = {s.key: s.status for s in await runner.get_steps(run_id)}
+            history = {a.key: a.status for a in await runner.get_history(run_id)}
+            assert steps.pop("slow") == "succeeded" and history.pop("slow") == "succeeded"
+            # reached (a graph records its next node as pending), never started
+            assert steps.pop("charge", "pending") == "pending" and "charge" not in history
+            if workflow == "branches":
+                assert held == ["cancelled"]
+                assert history == {"hold": "cancelled"}
+            assert "running" not in steps.values()
+            assert (await runner.get_run(run_id)).status == "cancelled"
+    assert side_effects == []
 
 
 async def test_cancel_from_elsewhere_interrupts_a_queued_step_in_a_worker(engine_factory) -> None:

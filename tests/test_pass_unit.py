@@ -49,6 +49,9 @@ class ListHost:
         self.batches.append(batch)
         return False
 
+    def ended_elsewhere(self, run_id: str) -> None:
+        pass
+
     def published(self, run_id: str) -> None:
         pass
 

@@ -273,6 +273,12 @@ class LeaseLostError(PlaitError):
     """This process no longer holds the lease it needs; another worker took over."""
 
 
+class RunEndedError(PlaitError):
+    """The run ended in another process (a cancel) while this process's pass still held
+    it. The pass's batch was committed, except the start of the attempt it was about to
+    run: no step starts in an ended run, so the pass must stop before that step's body."""
+
+
 def _size(n: int) -> str:
     """``1048576`` -> ``1 MiB``: sizes in messages people read."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):

@@ -166,6 +166,9 @@ class Worker:
     def cancelling(self, run_id: str) -> bool:
         return run_id in self.cancelled
 
+    def ended_elsewhere(self, run_id: str) -> None:
+        self.cancel_local([run_id])
+
     def published(self, run_id: str) -> None:
         # a value committed mid-pass: the run goes on, so waiters for its end sleep on
         self.notifier.local_run_changed(run_id, settled=False)

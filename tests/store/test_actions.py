@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from plait.errors import RunNotFoundError, RunStateError
+from plait.errors import RunEndedError, RunNotFoundError, RunStateError
 from plait.store import Store
 from plait.store.base import (
     Batch,
@@ -17,6 +17,7 @@ from plait.store.base import (
     EnqueueJob,
     FinishAttempt,
     NewRun,
+    Op,
     PutStep,
     SetTimer,
     StartAttempt,
@@ -393,3 +394,49 @@ async def test_a_pass_that_commits_after_its_run_was_cancelled_starts_nothing(
     assert await store.next_due() is None and await store.next_due(["fn"]) is None
     assert await store.claim_step_jobs("w1", 60.0, 10, ["fn"]) == []
     assert [s.key for s in await store.get_steps("r1")] == ["k"]
+
+
+@pytest.mark.parametrize("path", ["first attempts", "step writes", "any ops", "grouped"])
+async def test_a_pass_that_commits_after_its_run_was_cancelled_starts_no_attempt(
+    store: Store, path: str
+) -> None:
+    """The same pass goes on to its next step: the end of the step it ran is kept, the
+    next step's start is not written, and the commit says why (``RunEndedError``), so the
+    pass never runs that step's body in a run that already ended. Each ``path`` is a shape
+    of batch a store may commit its own way."""
+    await new_run(store, "r1", lease_owner="w1", lease_seconds=60.0)
+    ran = step("r1", "a", status="running", attempts=1)
+    await store.commit(Batch("r1", [StartAttempt(ran, 1, "w1")], fence="w1"))
+    assert await store.cancel_run("r1", CANCELLED, CHILD_CANCELLED) == ["r1"]
+    ran.status, ran.output = "succeeded", '"done"'
+    nxt = step("r1", "b", status="running", attempts=1)
+    ops: list[Op] = [FinishAttempt(ran, 1, "succeeded", ran.output), StartAttempt(nxt, 1, "w1")]
+    if path == "step writes":
+        retried = step("r1", "c", status="running", attempts=2)
+        ops.append(StartAttempt(retried, 2, "w1"))  # not a first attempt
+    elif path == "any ops":
+        ops.append(SetTimer("t", "sleep", time.time() + 100))
+    batch = Batch("r1", ops, fence="w1")
+    with pytest.raises(RunEndedError, match="r1"):
+        if path == "grouped":
+            # other runs' batches commit at the same time, so the three share a commit
+            others = []
+            for other in ("r2", "r3"):
+                await new_run(store, other, lease_owner="w1", lease_seconds=60.0)
+                start = StartAttempt(step(other, "x", status="running", attempts=1), 1, "w1")
+                others.append(store.commit(Batch(other, [start], fence="w1")))
+            outcomes = await asyncio.gather(*others, store.commit(batch), return_exceptions=True)
+            assert outcomes[:2] == [False, False]
+            assert isinstance(outcomes[2], BaseException)
+            raise outcomes[2]
+        await store.commit(batch)
+    steps = {s.key: (s.status, s.attempts) for s in await store.get_steps("r1")}
+    assert steps == {"a": ("succeeded", 1)}
+    assert [(a.key, a.status) for a in await store.get_history("r1")] == [("a", "succeeded")]
+    if path == "any ops":
+        assert await store.next_due() is None  # nor its timer
+    # the pass's last batch (its unwinding) still lands, and gives the run back
+    await store.commit(Batch("r1", [PutStep(ran)], fence="w1", release=0))
+    snapshot = await store.load_pass("r1")
+    assert snapshot is not None and snapshot.run.status == "cancelled"
+    assert snapshot.run.lease_owner is None

@@ -58,6 +58,11 @@ class Host(Protocol):
         """Commit a pass's writes (see ``Store.commit``)."""
         ...
 
+    def ended_elsewhere(self, run_id: str) -> None:
+        """``run_id`` ended in another process (a cancel) while this one's pass held it,
+        as a commit found: stop its work here as a cancel here does."""
+        ...
+
     def published(self, run_id: str) -> None:
         """``run_id`` published a value (``wf.set_value``) in a commit that just ended:
         tell whoever watches the run."""

@@ -131,6 +131,11 @@ class Ledger:
         ops, self.ops = self.ops, []
         try:
             await self.host.commit(Batch(self.run.id, ops, fence=self.owner))
+        except errors.RunEndedError:
+            # cancelled elsewhere: the attempt about to start was not, and its body must
+            # not run; the pass stops as a cancel here stops it
+            self.host.ended_elsewhere(self.run.id)
+            raise asyncio.CancelledError from None
         except Exception as exc:
             self.aborted = PassAborted(exc)
             raise self.aborted from exc

@@ -327,6 +327,13 @@ class Batch:
     release: int | None = None
 
 
+def ended_message(run_id: str, ops: list[Op]) -> str:
+    """Why a fenced batch raised ``RunEndedError``: the steps whose attempts it did not
+    start."""
+    keys = ", ".join(repr(op.step.key) for op in ops if isinstance(op, StartAttempt))
+    return f"run {run_id} ended while this process held it; not started: {keys}"
+
+
 @dataclasses.dataclass(frozen=True)
 class StepJob:
     """A claimed delivery of a queued step, with the step's row as the claim read it."""
@@ -552,7 +559,15 @@ class Store(Protocol):
     async def load_pass(self, run_id: str) -> PassSnapshot | None: ...
     async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool: ...
     async def claim_due_runs(self, owner: str, lease_seconds: float, limit: int) -> list[str]: ...
-    async def commit(self, batch: Batch) -> bool: ...
+    async def commit(self, batch: Batch) -> bool:
+        """Write the batch in one transaction; with ``release``, give the run back and
+        say whether it is due again at once. A fenced batch raises ``LeaseLostError``
+        (nothing written) when its fence no longer holds the run. In a run that ended
+        meanwhile (cancelled elsewhere) it writes the step records only, none of the
+        work it would start (child runs, timers, jobs, attempts), and raises
+        ``RunEndedError`` when it left out an attempt's start and releases nothing."""
+        ...
+
     async def release_run(self, run_id: str, owner: str, wakeups_seen: int) -> bool: ...
     async def renew_leases(
         self, owner: str, lease_seconds: float, stepping: Sequence[str] = ()

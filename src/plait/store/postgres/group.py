@@ -40,8 +40,15 @@ from typing import Any, Generic, TypeVar
 
 import asyncpg
 
-from plait.errors import LeaseLostError
-from plait.store.base import CancelChildren, FinishAttempt, Op, PutStep, StartAttempt
+from plait.errors import LeaseLostError, RunEndedError
+from plait.store.base import (
+    CancelChildren,
+    FinishAttempt,
+    Op,
+    PutStep,
+    StartAttempt,
+    ended_message,
+)
 from plait.store.postgres.pool import Pool, is_connection_error
 
 #: the most batches in one group (a bound on one transaction's size and lock count)
@@ -366,6 +373,8 @@ def _answer(answered: list[tuple[_Batch, str]]) -> None:
     for batch, result in answered:
         if result == "lost":
             _settle(batch.done, exc=LeaseLostError(f"lost the lease on run {batch.run_id}"))
+        elif result == "ended":
+            _settle(batch.done, exc=RunEndedError(ended_message(batch.run_id, batch.ops)))
         else:
             _settle(batch.done, result == "due")
 

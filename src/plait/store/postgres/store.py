@@ -38,6 +38,7 @@ from plait.clock import SYSTEM_CLOCK, Clock
 from plait.errors import (
     GateClosedError,
     LeaseLostError,
+    RunEndedError,
     RunIdTakenError,
     RunNotFoundError,
     RunStateError,
@@ -80,6 +81,7 @@ from plait.store.base import (
     StepRow,
     TakeDecision,
     Version,
+    ended_message,
 )
 from plait.store.migrations import migrations
 from plait.store.postgres.group import GroupCommit, Together, steps_only
@@ -752,7 +754,7 @@ class PostgresStore:
         if isinstance(exc, asyncpg.PostgresError):
             # the server answered: the transaction was rolled back, nothing is unknown
             return _answered(exc)
-        if not isinstance(exc, LeaseLostError):
+        if not isinstance(exc, LeaseLostError | RunEndedError):
             # no answer (connection lost, timeout, abandoned in flight): unknown outcome
             self._tainted.add((run_id, fence))
         return exc
@@ -779,18 +781,22 @@ class PostgresStore:
             if rows is not None:
                 # the path of every sequential step: fenced and written, no loop over ops
                 query = first_attempts_statement(self._q["commit_first_attempts"], len(ops))
-                fenced = await call("fetchval", query, run_id, fence, *rows)
+                ended = await call("fetchval", query, run_id, fence, *rows)
+                answer = "lost" if ended is None else "ended" if ended else "done"
             elif fence is not None and steps_only(run_id, ops):
                 values = [_op_value(op) for op in ops]
-                fenced = await call(
+                answer = await call(
                     "fetchval", self._q["commit_steps"], run_id, fence, values, self._now()
                 )
             else:
                 values = [_op_value(op) for op in ops]
-                await call("execute", self._q["commit_batch"], run_id, fence, values, self._now())
-                return False
-            if not fenced:
+                answer = await call(
+                    "fetchval", self._q["commit_batch"], run_id, fence, values, self._now()
+                )
+            if answer == "lost":
                 raise LeaseLostError(f"lost the lease on run {run_id}")
+            if answer == "ended" and any(isinstance(op, StartAttempt) for op in ops):
+                raise RunEndedError(ended_message(run_id, ops))
             return False
         values = [_op_value(op) for op in ops]
         return bool(

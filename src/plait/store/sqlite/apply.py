@@ -113,10 +113,14 @@ def renew_leases(conn: sqlite3.Connection, owner: str, until: float) -> None:
     conn.execute(SQL["renew_job_leases"], (until, owner))
 
 
+#: the ops that start work, which a batch committed after its run ended does not write
+STARTS_WORK = (CreateChildRun, SetTimer, EnqueueJob, StartAttempt)
+
+
 def records_only(ops: Iterable[Op]) -> list[Op]:
     """The ops of a pass whose run ended under it: how its steps ended is kept, nothing
-    that would start work (a child run, a timer, a job) is."""
-    return [op for op in ops if not isinstance(op, CreateChildRun | SetTimer | EnqueueJob)]
+    that would start work (a child run, a timer, a job, an attempt) is."""
+    return [op for op in ops if not isinstance(op, STARTS_WORK)]
 
 
 def insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> bool:

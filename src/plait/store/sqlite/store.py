@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from plait.clock import SYSTEM_CLOCK, Clock, micros
-from plait.errors import LeaseLostError, RunIdTakenError
+from plait.errors import LeaseLostError, RunEndedError, RunIdTakenError
 from plait.notify import Notifier
 from plait.records import TERMINAL, Run, RunSummary, Step, StepAttempt
 from plait.store import convert, redact
@@ -38,9 +38,11 @@ from plait.store.base import (
     QueueLimits,
     RunFilter,
     ScheduleRow,
+    StartAttempt,
     StepEnd,
     StepJob,
     Version,
+    ended_message,
 )
 from plait.store.migrations import migrations
 from plait.store.sqlite import apply
@@ -321,21 +323,28 @@ class SQLiteStore:
         return await self._write(go)
 
     async def commit(self, batch: Batch) -> bool:
-        def go(conn: sqlite3.Connection) -> bool:
+        def go(conn: sqlite3.Connection) -> bool | None:
+            """True or False: due again at once; None: the run ended, an attempt was not
+            started."""
+            ended = False
+            ops = batch.ops
             if batch.fence is not None:
                 row = conn.execute(_RUN_LEASE_OWNER, (batch.run_id,)).fetchone()
                 if row is None or row[0] != batch.fence:
                     raise LeaseLostError(f"lost the lease on run {batch.run_id}")
-                ops = batch.ops if row[1] not in TERMINAL else apply.records_only(batch.ops)
-            else:
-                ops = batch.ops
+                if row[1] in TERMINAL:
+                    ops = apply.records_only(batch.ops)
+                    ended = any(isinstance(op, StartAttempt) for op in batch.ops)
             now = self._now()
             apply.apply_ops(conn, batch.run_id, ops, now)
             if batch.release is None or batch.fence is None:
-                return False
+                return None if ended else False
             return apply.release(conn, batch.run_id, batch.fence, batch.release, now)
 
-        return await self._write(go)
+        due = await self._write(go)
+        if due is None:
+            raise RunEndedError(ended_message(batch.run_id, batch.ops))
+        return due
 
     async def release_run(self, run_id: str, owner: str, wakeups_seen: int) -> bool:
         return await self._write(

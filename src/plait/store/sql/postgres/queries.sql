@@ -169,11 +169,14 @@ SELECT @schema@.commit_steps($1, $2, $3::@schema@.op[], $4)
 -- columns filled as apply_step_ops fills them from an op: the server then decodes no
 -- composite and selects no field, and the client encodes no record (about a fifth of a
 -- step's write on either side). This text holds one row; the store adds a row of
--- parameters, untyped (the first row types the columns), for each further step. True
--- once written; false, with nothing written, when $2 no longer holds the lease (the
+-- parameters, untyped (the first row types the columns), for each further step. Once
+-- written, whether the run has ended: then no attempt was started (a row whose
+-- attempt_status, column28, is 'running' is left out, as commit_steps leaves out
+-- start_attempt). NULL, with nothing written, when $2 no longer holds the lease (the
 -- run's row is locked first, as in commit_steps).
 WITH fence AS (
-    SELECT FROM @schema@.runs WHERE id = $1 AND lease_owner = $2 FOR UPDATE
+    SELECT status IN ('completed', 'failed', 'cancelled') AS ended
+    FROM @schema@.runs WHERE id = $1 AND lease_owner = $2 FOR UPDATE
 ), written AS (
     INSERT INTO @schema@.steps (run_id, key, seq, name, kind, function, status, input, output,
         error, attempts, failures, retries, retry_delay, timeout, invocation_id, child_run_id,
@@ -186,7 +189,7 @@ WITH fence AS (
         $20::text, $21::text, $22::boolean, $23::timestamptz, $24::timestamptz,
         $25::timestamptz, $26::integer, $27::integer, $28::jsonb, $29::text, $30::text,
         $31::jsonb, $32::timestamptz, $33::timestamptz)) AS u
-    WHERE EXISTS (SELECT FROM fence)
+    WHERE EXISTS (SELECT FROM fence WHERE NOT ended OR u.column28 IS DISTINCT FROM 'running')
     ON CONFLICT (run_id, key) DO UPDATE SET
         kind = excluded.kind, function = excluded.function, status = excluded.status,
         input = excluded.input, output = excluded.output, error = excluded.error,
@@ -214,7 +217,7 @@ WITH fence AS (
             WHEN excluded.attempt_status = 'running' OR steps.attempt_status IS NULL THEN NULL
             ELSE excluded.attempt_finished END
 )
-SELECT EXISTS (SELECT FROM fence)
+SELECT ended FROM fence
 
 -- name: commit_and_release
 SELECT @schema@.commit_and_release($1, $2, $3::@schema@.op[], $4, $5)
