@@ -583,3 +583,35 @@ async def test_sigterm_during_a_step_with_another_worker_running(
     ran = [ln for ln in read_ledger(ledger) if ln["key"] == "long" and ln["event"] == "start"]
     if step_seconds < drain:
         assert len(ran) == 1, f"the drained step ran {len(ran)} times: {ran}"
+
+
+@pytest.mark.parametrize("kind", ["inline", "queued"])
+async def test_a_run_cancelled_after_its_worker_was_killed_leaves_no_step_running(
+    tmp_path: Path, kind: str
+) -> None:
+    """The worker dies inside a step; an operator then cancels the stuck run. Nothing will
+    replay an ended run, so the cancel ends the attempt the dead worker left open: the step
+    fails with the cancel's error instead of showing as running for ever."""
+    url = f"sqlite:///{tmp_path / 'kill.db'}"
+    ledger = tmp_path / "ledger.jsonl"
+    async with plait.Engine(crash_app.app, url, workers=False) as engine:
+        run_id = await engine.start(
+            "term_flow", {"step_seconds": 60.0, "sleep_seconds": 0.2, "kind": kind}
+        )
+        worker = WorkerProcess(url, ledger, tmp_path / "w1.log", worker_id="k1", lease=30.0)
+        try:
+            await eventually(
+                _started(ledger, run_id, "long"), timeout=15, what="the long step to start"
+            )
+            worker.sigkill()
+        finally:
+            worker.stop()
+        assert await _step_status(engine, run_id, "long") == "running"  # the lease holds
+        run = await engine.cancel(run_id, "operator gave up")
+        assert run.status == "cancelled"
+        (long,) = await engine.get_steps(run_id)
+        assert (long.status, long.error and long.error["message"]) == (
+            "failed",
+            "operator gave up",
+        )
+        assert [a.status for a in await engine.get_history(run_id)] == ["cancelled"]

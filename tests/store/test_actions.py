@@ -440,3 +440,49 @@ async def test_a_pass_that_commits_after_its_run_was_cancelled_starts_no_attempt
     snapshot = await store.load_pass("r1")
     assert snapshot is not None and snapshot.run.status == "cancelled"
     assert snapshot.run.lease_owner is None
+
+
+async def test_a_cancel_closes_the_attempts_no_pass_will_end(store: Store) -> None:
+    """The worker running a step died (its lease still on the run, or on the step's job)
+    and the run is cancelled: nothing will replay it, so the cancel itself ends every
+    attempt still open, in the run and in the children it cancels. None stays running."""
+    await new_run(store, "r1", lease_owner="dead", lease_seconds=60.0)
+    inline = step("r1", "inline", status="running", attempts=2)
+    queued = step("r1", "queued", status="running", attempts=1, queued=True)
+    done = step("r1", "done", status="succeeded", attempts=1, output='"ok"')
+    kid = step("r1", "kid", kind="child", status="running", attempts=1, child_run_id="c1")
+    await store.commit(
+        Batch(
+            "r1",
+            [
+                StartAttempt(inline, 2, "dead"),
+                StartAttempt(queued, 1, "dead"),
+                PutStep(done),
+                StartAttempt(kid, 1, "dead"),
+            ],
+            fence="dead",
+        )
+    )
+    await new_run(store, "c1", parent_run_id="r1", parent_step_key="kid")
+    deep = step("c1", "deep", status="running", attempts=1)
+    await store.commit(Batch("c1", [StartAttempt(deep, 1, "dead")]))
+    assert await store.cancel_run("r1", CANCELLED, CHILD_CANCELLED) == ["r1", "c1"]
+    steps = [s for r in ("r1", "c1") for s in await store.get_steps(r)]
+    ended = {(s.run_id, s.key): (s.status, s.error) for s in steps}
+    cancelled = json.loads(CANCELLED)
+    assert ended == {
+        ("r1", "inline"): ("failed", cancelled),
+        ("r1", "queued"): ("failed", cancelled),
+        ("r1", "done"): ("succeeded", None),
+        ("r1", "kid"): (CHILD_CANCELLED.status, json.loads(CHILD_CANCELLED.error or "null")),
+        ("c1", "deep"): ("failed", cancelled),
+    }
+    attempts = [a for r in ("r1", "c1") for a in await store.get_history(r)]
+    history = {(a.key, a.attempt): a.status for a in attempts}
+    assert history == {
+        ("inline", 2): "cancelled",
+        ("queued", 1): "cancelled",
+        ("kid", 1): CHILD_CANCELLED.status,
+        ("deep", 1): "cancelled",
+    }
+    assert all(a.finished_at is not None for a in attempts)

@@ -240,7 +240,8 @@ def end_run(
 ) -> list[str]:
     """Move a running run (or, with ``from_suspended``, a suspended one too) to
     ``end.status``; returns every run that moved (a cancel cascades to children, each
-    ended the same way). A terminal end settles the parent's step as ``end.parent`` says."""
+    ended the same way, and ends the attempts left open). A terminal end settles the
+    parent's step as ``end.parent`` says."""
     query = SQL["end_live_run"] if from_suspended else SQL["end_run"]
     row = conn.execute(query, (end.status, end.output, end.error, now, run_id)).fetchone()
     if row is None:
@@ -252,6 +253,7 @@ def end_run(
     conn.execute(SQL["delete_run_jobs"], (run_id,))
     if end.status == "cancelled":
         moved += cancel_children(conn, run_id, CancelChildren(end.error, end.parent), now)
+        conn.execute(SQL["close_open_attempts"], (end.error, end.error, now, now, run_id))
     parent_id, parent_key = row
     if parent_id and parent_key and end.parent is not None:
         settle_parent_step(conn, parent_id, parent_key, run_id, end.parent, now)

@@ -164,6 +164,14 @@ DELETE FROM plait_timers WHERE run_id = ?
 -- name: delete_run_jobs
 DELETE FROM plait_jobs WHERE run_id = ?
 
+-- name: close_open_attempts
+-- A cancelled run's attempts still open (their worker died, or has yet to notice): no
+-- pass replays an ended run, so each ends here as steps.interrupt ends one that its pass
+-- saw cancelled (the step failed, its attempt cancelled), with the cancel's error.
+UPDATE plait_steps SET status = 'failed', error = ?, attempt_status = 'cancelled',
+    attempt_error = ?, attempt_finished = ?, updated_at = ?
+WHERE run_id = ? AND attempt_status = 'running'
+
 -- name: live_children
 SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'suspended', 'queued')
 
