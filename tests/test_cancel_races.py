@@ -67,7 +67,8 @@ async def test_a_pass_cancelled_from_elsewhere_starts_no_further_step(engine_fac
     result is kept, but the step after it never starts: its body (a side effect) must not
     run in a run that already ended, and its pass stops at once instead of at the next
     lease renewal. A step running beside it in a gather is cancelled, not left running.
-    A graph's next node is held back the same way."""
+    A graph's next node is held back the same way, a ``for_each`` node too (it ends with
+    the run, its items never start)."""
     app = plait.App()
     started, release = asyncio.Event(), asyncio.Event()
     side_effects: list[str] = []
@@ -83,6 +84,11 @@ async def test_a_pass_cancelled_from_elsewhere_starts_no_further_step(engine_fac
     async def charge() -> str:
         side_effects.append("charged")
         return "charged"
+
+    @app.function
+    async def charge_item(item: int) -> int:
+        side_effects.append(f"charged {item}")
+        return item
 
     @app.function
     async def hold() -> str:
@@ -115,15 +121,28 @@ async def test_a_pass_cancelled_from_elsewhere_starts_no_further_step(engine_fac
             }
         },
     )
+    app.graph(
+        "each",
+        {
+            "nodes": {
+                "slow": {"function": "slow", "next": "items"},
+                "items": {
+                    "function": "charge_item",
+                    "for_each": {"$ref": "trigger", "path": "items"},
+                    "input": {"$ref": "$item"},
+                },
+            }
+        },
+    )
 
     async with (
         engine_factory(app, worker_id="runner", lease_seconds=30.0) as runner,
         engine_factory(app, worker_id="canceller", workers=False) as other,
     ):
-        for workflow in ("flow", "branches", "graph"):
+        for workflow in ("flow", "branches", "graph", "each"):
             started.clear()
             release.clear()
-            run_id = await runner.start(workflow)
+            run_id = await runner.start(workflow, {"items": [1, 2]} if workflow == "each" else None)
             await asyncio.wait_for(started.wait(), 10)
             assert (await other.cancel(run_id, "stop")).status == "cancelled"
             release.set()
@@ -136,14 +155,43 @@ async def test_a_pass_cancelled_from_elsewhere_starts_no_further_step(engine_fac
             steps = {s.key: s.status for s in await runner.get_steps(run_id)}
             history = {a.key: a.status for a in await runner.get_history(run_id)}
             assert steps.pop("slow") == "succeeded" and history.pop("slow") == "succeeded"
-            # reached (a graph records its next node as pending), never started
-            assert steps.pop("charge", "pending") == "pending" and "charge" not in history
             if workflow == "branches":
                 assert held == ["cancelled"]
                 assert history == {"hold": "cancelled"}
-            assert "running" not in steps.values()
+            else:
+                assert history == {}  # nothing else started (a graph records what it reached)
+            assert "running" not in steps.values(), steps
             assert (await runner.get_run(run_id)).status == "cancelled"
     assert side_effects == []
+
+
+async def test_a_worker_that_stops_after_a_cancel_keeps_what_the_cancel_recorded(
+    engine_factory,
+) -> None:
+    """The run is cancelled elsewhere, and its worker stops cleanly before it notices: the
+    stop interrupts the step for another worker to run again, which never happens in an
+    ended run. The cancel's record of the step (failed, its attempt cancelled) stays."""
+    app = plait.App()
+    started = asyncio.Event()
+
+    @app.function
+    async def slow() -> str:
+        started.set()
+        await asyncio.sleep(60)
+        return "slow done"
+
+    @app.workflow
+    async def flow(wf: plait.Workflow) -> str:
+        return await wf.do("slow", "slow")
+
+    async with engine_factory(app, worker_id="canceller", workers=False) as other:
+        async with engine_factory(app, worker_id="runner", lease_seconds=30.0) as runner:
+            run_id = await runner.start("flow")
+            await asyncio.wait_for(started.wait(), 10)
+            await other.cancel(run_id, "operator")
+        (step,) = await other.get_steps(run_id)
+        assert (step.status, step.error and step.error["message"]) == ("failed", "operator")
+        assert [a.status for a in await other.get_history(run_id)] == ["cancelled"]
 
 
 async def test_cancel_from_elsewhere_interrupts_a_queued_step_in_a_worker(engine_factory) -> None:

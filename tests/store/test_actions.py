@@ -445,11 +445,13 @@ async def test_a_pass_that_commits_after_its_run_was_cancelled_starts_no_attempt
 async def test_a_cancel_closes_the_attempts_no_pass_will_end(store: Store) -> None:
     """The worker running a step died (its lease still on the run, or on the step's job)
     and the run is cancelled: nothing will replay it, so the cancel itself ends every
-    attempt still open, in the run and in the children it cancels. None stays running."""
+    attempt still open, and every step still running, in the run and in the children it
+    cancels. None stays running."""
     await new_run(store, "r1", lease_owner="dead", lease_seconds=60.0)
     inline = step("r1", "inline", status="running", attempts=2)
     queued = step("r1", "queued", status="running", attempts=1, queued=True)
     done = step("r1", "done", status="succeeded", attempts=1, output='"ok"')
+    waiting = step("r1", "each", kind="node", status="running")  # for_each, on its items
     kid = step("r1", "kid", kind="child", status="running", attempts=1, child_run_id="c1")
     await store.commit(
         Batch(
@@ -458,6 +460,7 @@ async def test_a_cancel_closes_the_attempts_no_pass_will_end(store: Store) -> No
                 StartAttempt(inline, 2, "dead"),
                 StartAttempt(queued, 1, "dead"),
                 PutStep(done),
+                PutStep(waiting),
                 StartAttempt(kid, 1, "dead"),
             ],
             fence="dead",
@@ -474,6 +477,7 @@ async def test_a_cancel_closes_the_attempts_no_pass_will_end(store: Store) -> No
         ("r1", "inline"): ("failed", cancelled),
         ("r1", "queued"): ("failed", cancelled),
         ("r1", "done"): ("succeeded", None),
+        ("r1", "each"): ("failed", cancelled),
         ("r1", "kid"): (CHILD_CANCELLED.status, json.loads(CHILD_CANCELLED.error or "null")),
         ("c1", "deep"): ("failed", cancelled),
     }
@@ -486,3 +490,32 @@ async def test_a_cancel_closes_the_attempts_no_pass_will_end(store: Store) -> No
         ("deep", 1): "cancelled",
     }
     assert all(a.finished_at is not None for a in attempts)
+
+
+@pytest.mark.parametrize("path", ["first attempts", "any ops", "grouped"])
+async def test_a_stop_after_a_cancel_leaves_the_cancels_record(store: Store, path: str) -> None:
+    """The run's worker stops after a cancel elsewhere, before it noticed: its pass writes
+    the step's attempt as interrupted, for the step to run again elsewhere. An ended run
+    never runs again, so that write is left out and the cancel's record stays."""
+    await new_run(store, "r1", lease_owner="w1", lease_seconds=60.0)
+    row = step("r1", "a", status="running", attempts=1, queued=path == "any ops")
+    await store.commit(Batch("r1", [StartAttempt(row, 1, "w1")], fence="w1"))
+    assert await store.cancel_run("r1", CANCELLED, CHILD_CANCELLED) == ["r1"]
+    row.status = "pending"
+    ops: list[Op] = [FinishAttempt(row, 1, "interrupted")]
+    if path == "any ops":
+        ops.append(EnqueueJob("a", "fn", T0))
+    batch = Batch("r1", ops, fence="w1")
+    if path == "grouped":
+        others = []
+        for other in ("r2", "r3"):
+            await new_run(store, other, lease_owner="w1", lease_seconds=60.0)
+            start = StartAttempt(step(other, "x", status="running", attempts=1), 1, "w1")
+            others.append(store.commit(Batch(other, [start], fence="w1")))
+        assert await asyncio.gather(*others, store.commit(batch)) == [False] * 3
+    else:
+        assert await store.commit(batch) is False
+    (kept,) = await store.get_steps("r1")
+    assert (kept.status, kept.error) == ("failed", json.loads(CANCELLED))
+    assert [a.status for a in await store.get_history("r1")] == ["cancelled"]
+    assert await store.claim_step_jobs("w1", 60.0, 10, ["fn"]) == []

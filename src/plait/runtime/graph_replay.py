@@ -467,20 +467,25 @@ class GraphReplay:
         if step.status == "pending":
             step.status = "running"
             p.put(step)
-        if node.mode == "sequential":
-            for index, item in enumerate(items):
-                item_step = self._item_step(step, node, index, item, states)
-                try:
-                    await self._run_step(item_step, node)
-                except StepError:
-                    break
-        else:
-            item_steps = [
-                self._item_step(step, node, i, item, states) for i, item in enumerate(items)
-            ]
-            tasks = [p.spawn(self._run_item(s, node)) for s in item_steps]
-            if tasks:
-                await asyncio.gather(*tasks)
+        try:
+            if node.mode == "sequential":
+                for index, item in enumerate(items):
+                    item_step = self._item_step(step, node, index, item, states)
+                    try:
+                        await self._run_step(item_step, node)
+                    except StepError:
+                        break
+            else:
+                item_steps = [
+                    self._item_step(step, node, i, item, states) for i, item in enumerate(items)
+                ]
+                tasks = [p.spawn(self._run_item(s, node)) for s in item_steps]
+                if tasks:
+                    await asyncio.gather(*tasks)
+        except asyncio.CancelledError:
+            if self.host.cancelling(p.run.id):  # its items end cancelled, and so does it
+                p.add(steps.cancel_waiting(step, p.now()))
+            raise
         self._settle_for_each(step, node, len(items))
 
     async def _run_item(self, step: StepRow, node: Node) -> None:

@@ -208,6 +208,14 @@ def interrupt(step: StepRow, now: float, *, cancelled: bool) -> list[Op]:
     return [FinishAttempt(step, attempt, "interrupted")]
 
 
+def cancel_waiting(step: StepRow, now: float) -> list[Op]:
+    """End a step in flight that has no attempt of its own (a ``for_each`` node waiting
+    for its items) because a user cancelled its run: it fails, as a step whose attempt
+    the cancel cut short does (``interrupt``)."""
+    step.status, step.error, step.updated_at = "failed", cancelled_error(), now
+    return [PutStep(step)]
+
+
 def enqueue(step: StepRow, now: float) -> list[Op]:
     """Hand a pending queued step to the step queue."""
     step.status, step.updated_at = "scheduled", now

@@ -563,9 +563,10 @@ class Store(Protocol):
         """Write the batch in one transaction; with ``release``, give the run back and
         say whether it is due again at once. A fenced batch raises ``LeaseLostError``
         (nothing written) when its fence no longer holds the run. In a run that ended
-        meanwhile (cancelled elsewhere) it writes the step records only, none of the
-        work it would start (child runs, timers, jobs, attempts), and raises
-        ``RunEndedError`` when it left out an attempt's start and releases nothing."""
+        meanwhile (cancelled elsewhere) it writes the step records only: none of the
+        work it would start (child runs, timers, jobs, attempts), no interruption (a
+        step left to run again), and it raises ``RunEndedError`` when it left out an
+        attempt's start and releases nothing."""
         ...
 
     async def release_run(self, run_id: str, owner: str, wakeups_seen: int) -> bool: ...

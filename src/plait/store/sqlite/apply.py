@@ -119,8 +119,15 @@ STARTS_WORK = (CreateChildRun, SetTimer, EnqueueJob, StartAttempt)
 
 def records_only(ops: Iterable[Op]) -> list[Op]:
     """The ops of a pass whose run ended under it: how its steps ended is kept, nothing
-    that would start work (a child run, a timer, a job, an attempt) is."""
-    return [op for op in ops if not isinstance(op, STARTS_WORK)]
+    that would start work (a child run, a timer, a job, an attempt) is, nor an attempt's
+    interruption: that leaves the step to run again, which an ended run never does, and
+    would undo how the cancel ended it."""
+    return [
+        op
+        for op in ops
+        if not isinstance(op, STARTS_WORK)
+        and not (isinstance(op, FinishAttempt) and op.status == "interrupted")
+    ]
 
 
 def insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> bool:

@@ -170,10 +170,10 @@ SELECT @schema@.commit_steps($1, $2, $3::@schema@.op[], $4)
 -- composite and selects no field, and the client encodes no record (about a fifth of a
 -- step's write on either side). This text holds one row; the store adds a row of
 -- parameters, untyped (the first row types the columns), for each further step. Once
--- written, whether the run has ended: then no attempt was started (a row whose
--- attempt_status, column28, is 'running' is left out, as commit_steps leaves out
--- start_attempt). NULL, with nothing written, when $2 no longer holds the lease (the
--- run's row is locked first, as in commit_steps).
+-- written, whether the run has ended: then no attempt was started or interrupted (a row
+-- whose attempt_status, column28, is 'running' or 'interrupted' is left out, as
+-- commit_steps leaves out those ops). NULL, with nothing written, when $2 no longer holds
+-- the lease (the run's row is locked first, as in commit_steps).
 WITH fence AS (
     SELECT status IN ('completed', 'failed', 'cancelled') AS ended
     FROM @schema@.runs WHERE id = $1 AND lease_owner = $2 FOR UPDATE
@@ -189,7 +189,10 @@ WITH fence AS (
         $20::text, $21::text, $22::boolean, $23::timestamptz, $24::timestamptz,
         $25::timestamptz, $26::integer, $27::integer, $28::jsonb, $29::text, $30::text,
         $31::jsonb, $32::timestamptz, $33::timestamptz)) AS u
-    WHERE EXISTS (SELECT FROM fence WHERE NOT ended OR u.column28 IS DISTINCT FROM 'running')
+    WHERE EXISTS (
+        SELECT FROM fence
+        WHERE NOT ended OR coalesce(u.column28, '') NOT IN ('running', 'interrupted')
+    )
     ON CONFLICT (run_id, key) DO UPDATE SET
         kind = excluded.kind, function = excluded.function, status = excluded.status,
         input = excluded.input, output = excluded.output, error = excluded.error,

@@ -167,10 +167,16 @@ DELETE FROM plait_jobs WHERE run_id = ?
 -- name: close_open_attempts
 -- A cancelled run's attempts still open (their worker died, or has yet to notice): no
 -- pass replays an ended run, so each ends here as steps.interrupt ends one that its pass
--- saw cancelled (the step failed, its attempt cancelled), with the cancel's error.
-UPDATE plait_steps SET status = 'failed', error = ?, attempt_status = 'cancelled',
-    attempt_error = ?, attempt_finished = ?, updated_at = ?
-WHERE run_id = ? AND attempt_status = 'running'
+-- saw cancelled (the step failed, its attempt cancelled), with the cancel's error. A step
+-- running with no attempt open (a for_each node waiting for its items) fails with it.
+UPDATE plait_steps SET status = 'failed', error = ?,
+    attempt_status = CASE WHEN attempt_status = 'running' THEN 'cancelled'
+        ELSE attempt_status END,
+    attempt_error = CASE WHEN attempt_status = 'running' THEN ? ELSE attempt_error END,
+    attempt_finished = CASE WHEN attempt_status = 'running' THEN ?
+        ELSE attempt_finished END,
+    updated_at = ?
+WHERE run_id = ? AND (attempt_status = 'running' OR status = 'running')
 
 -- name: live_children
 SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'suspended', 'queued')

@@ -7,10 +7,12 @@
 -- effect in a run that had already ended, and a step left running in it. Now an attempt's
 -- start is dropped too, and a commit that dropped one answers 'ended', so the pass stops
 -- before the body. A batch that also releases the run (a pass's last) answers as before:
--- its pass runs nothing after it.
+-- its pass runs nothing after it. An attempt's interruption (a stop's: the step is to run
+-- again elsewhere, which an ended run never does) is dropped as well, so it cannot undo
+-- how the cancel ended the step (version 21).
 
--- try_commit_batch as in version 13, but an ended run also drops start_attempt, and the
--- answer is 'ended' when it did.
+-- try_commit_batch as in version 13, but an ended run also drops start_attempt and
+-- interruptions, and the answer is 'ended' when it dropped a start.
 CREATE OR REPLACE FUNCTION @schema@.try_commit_batch(
     p_run text, p_fence text, p_ops @schema@.op[], p_now timestamptz, p_wait boolean
 ) RETURNS text LANGUAGE plpgsql AS $$
@@ -71,6 +73,7 @@ BEGIN
                 SELECT x FROM unnest(p_ops) AS x
                 WHERE x.kind NOT IN ('create_child_run', 'set_timer', 'enqueue_job',
                     'start_attempt')
+                    AND NOT (x.kind = 'finish_attempt' AND x.status = 'interrupted')
             );
         END IF;
     END IF;
@@ -100,7 +103,7 @@ BEGIN
 END $$;
 
 -- commit_steps (version 14) answers 'lost', 'done' or 'ended' instead of a boolean, and an
--- ended run's batch starts no attempt.
+-- ended run's batch starts no attempt and interrupts none.
 DROP FUNCTION @schema@.commit_steps(text, text, @schema@.op[], timestamptz);
 CREATE FUNCTION @schema@.commit_steps(
     p_run text, p_fence text, p_ops @schema@.op[], p_now timestamptz
@@ -114,18 +117,23 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 'lost';
     END IF;
-    IF v_status IN ('completed', 'failed', 'cancelled')
-        AND EXISTS (SELECT FROM unnest(p_ops) AS x WHERE x.kind = 'start_attempt') THEN
-        answer := 'ended';
-        p_ops := ARRAY(SELECT x FROM unnest(p_ops) AS x WHERE x.kind <> 'start_attempt');
+    IF v_status IN ('completed', 'failed', 'cancelled') THEN
+        IF EXISTS (SELECT FROM unnest(p_ops) AS x WHERE x.kind = 'start_attempt') THEN
+            answer := 'ended';
+        END IF;
+        p_ops := ARRAY(
+            SELECT x FROM unnest(p_ops) AS x
+            WHERE x.kind <> 'start_attempt'
+                AND NOT (x.kind = 'finish_attempt' AND x.status = 'interrupted')
+        );
     END IF;
     PERFORM @schema@.apply_step_ops(p_ops, NULL, p_now);
     RETURN answer;
 END $$;
 
 -- commit_group as in version 13, but a batch of step writes whose run ended writes no
--- attempt start, and is answered 'ended' when it had one. A batch that also releases its
--- run is released as before, whether or not its run ended.
+-- attempt start and no interruption, and is answered 'ended' when it had a start. A batch
+-- that also releases its run is released as before, whether or not its run ended.
 CREATE OR REPLACE FUNCTION @schema@.commit_group(
     p_runs text[], p_fences text[], p_ends integer[], p_seen bigint[], p_steps_only boolean[],
     p_ops @schema@.op[], p_now timestamptz
@@ -167,6 +175,9 @@ BEGIN
             FOR k IN first .. p_ends[i] LOOP
                 IF ended[at] AND (p_ops[k]).kind = 'start_attempt' THEN
                     outcome[i] := 'ended';
+                ELSIF ended[at] AND (p_ops[k]).kind = 'finish_attempt'
+                        AND (p_ops[k]).status = 'interrupted' THEN
+                    CONTINUE;
                 ELSE
                     take[k] := true;
                     taken := true;

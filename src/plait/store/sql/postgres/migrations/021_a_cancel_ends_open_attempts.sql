@@ -5,8 +5,10 @@
 -- next pass of the run. A run cancelled meanwhile has no next pass, so its step showed as
 -- running for ever. Now the cancel ends each attempt still open, in the run and in every
 -- child it cancels, as steps.interrupt ends one that its pass saw cancelled: the step
--- failed, the attempt cancelled, with the cancel's error. A pass still at work on the run
--- writes over it how its step really ended. end_run as version 17 wrote it, but for that.
+-- failed, the attempt cancelled, with the cancel's error; a step running with no attempt
+-- open (a for_each node waiting for its items) fails with it. A pass still at work on the
+-- run writes over it how its step really ended (but not an interruption: see version
+-- 20). end_run as version 17 wrote it, but for that.
 CREATE OR REPLACE FUNCTION @schema@.end_run(
     p_run text, p_status text, p_output jsonb, p_error jsonb, p_parent @schema@.step_end,
     p_now timestamptz, p_from text[]
@@ -40,9 +42,14 @@ BEGIN
                                                p_now, ARRAY['running', 'suspended', 'queued']);
         END LOOP;
         UPDATE @schema@.steps SET status = 'failed', error = p_error,
-            attempt_status = 'cancelled', attempt_error = p_error, attempt_finished = p_now,
+            attempt_status = CASE WHEN attempt_status = 'running' THEN 'cancelled'
+                ELSE attempt_status END,
+            attempt_error = CASE WHEN attempt_status = 'running' THEN p_error
+                ELSE attempt_error END,
+            attempt_finished = CASE WHEN attempt_status = 'running' THEN p_now
+                ELSE attempt_finished END,
             updated_at = p_now
-        WHERE run_id = p_run AND attempt_status = 'running';
+        WHERE run_id = p_run AND (attempt_status = 'running' OR status = 'running');
     END IF;
     IF (p_parent).status IS NOT NULL AND coalesce(parent, '') <> ''
             AND coalesce(parent_key, '') <> '' THEN
