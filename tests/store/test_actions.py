@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 import pytest
 
@@ -396,6 +398,18 @@ async def test_a_pass_that_commits_after_its_run_was_cancelled_starts_nothing(
     assert [s.key for s in await store.get_steps("r1")] == ["k"]
 
 
+async def _other_runs_starting(store: Store) -> list[Coroutine[Any, Any, bool]]:
+    """The commits of two other runs' first steps (runs r2 and r3, leased by w1), to be
+    sent at the same time as a batch under test: where the store groups commits, the
+    three share one."""
+    commits = []
+    for other in ("r2", "r3"):
+        await new_run(store, other, lease_owner="w1", lease_seconds=60.0)
+        start = StartAttempt(step(other, "x", status="running", attempts=1), 1, "w1")
+        commits.append(store.commit(Batch(other, [start], fence="w1")))
+    return commits
+
+
 @pytest.mark.parametrize("path", ["first attempts", "step writes", "any ops", "grouped"])
 async def test_a_pass_that_commits_after_its_run_was_cancelled_starts_no_attempt(
     store: Store, path: str
@@ -419,12 +433,7 @@ async def test_a_pass_that_commits_after_its_run_was_cancelled_starts_no_attempt
     batch = Batch("r1", ops, fence="w1")
     with pytest.raises(RunEndedError, match="r1"):
         if path == "grouped":
-            # other runs' batches commit at the same time, so the three share a commit
-            others = []
-            for other in ("r2", "r3"):
-                await new_run(store, other, lease_owner="w1", lease_seconds=60.0)
-                start = StartAttempt(step(other, "x", status="running", attempts=1), 1, "w1")
-                others.append(store.commit(Batch(other, [start], fence="w1")))
+            others = await _other_runs_starting(store)
             outcomes = await asyncio.gather(*others, store.commit(batch), return_exceptions=True)
             assert outcomes[:2] == [False, False]
             assert isinstance(outcomes[2], BaseException)
@@ -507,11 +516,7 @@ async def test_a_stop_after_a_cancel_leaves_the_cancels_record(store: Store, pat
         ops.append(EnqueueJob("a", "fn", T0))
     batch = Batch("r1", ops, fence="w1")
     if path == "grouped":
-        others = []
-        for other in ("r2", "r3"):
-            await new_run(store, other, lease_owner="w1", lease_seconds=60.0)
-            start = StartAttempt(step(other, "x", status="running", attempts=1), 1, "w1")
-            others.append(store.commit(Batch(other, [start], fence="w1")))
+        others = await _other_runs_starting(store)
         assert await asyncio.gather(*others, store.commit(batch)) == [False] * 3
     else:
         assert await store.commit(batch) is False
