@@ -273,7 +273,7 @@ class LeaseLostError(PlaitError):
     """This process no longer holds the lease it needs; another worker took over."""
 
 
-class RunEndedError(PlaitError):
+class RunEndedElsewhereError(PlaitError):
     """The run ended in another process (a cancel) while this process's pass still held
     it. The pass's batch was committed, except the start of the attempt it was about to
     run: no step starts in an ended run, so the pass must stop before that step's body."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from plait.errors import RunEndedError, RunNotFoundError, RunStateError
+from plait.errors import RunEndedElsewhereError, RunNotFoundError, RunStateError
 from plait.store import Store
 from plait.store.base import (
     Batch,
@@ -415,9 +415,9 @@ async def test_a_pass_that_commits_after_its_run_was_cancelled_starts_no_attempt
     store: Store, path: str
 ) -> None:
     """The same pass goes on to its next step: the end of the step it ran is kept, the
-    next step's start is not written, and the commit says why (``RunEndedError``), so the
-    pass never runs that step's body in a run that already ended. Each ``path`` is a shape
-    of batch a store may commit its own way."""
+    next step's start is not written, and the commit says why
+    (``RunEndedElsewhereError``), so the pass never runs that step's body in a run that
+    already ended. Each ``path`` is a shape of batch a store may commit its own way."""
     await new_run(store, "r1", lease_owner="w1", lease_seconds=60.0)
     ran = step("r1", "a", status="running", attempts=1)
     await store.commit(Batch("r1", [StartAttempt(ran, 1, "w1")], fence="w1"))
@@ -431,7 +431,7 @@ async def test_a_pass_that_commits_after_its_run_was_cancelled_starts_no_attempt
     elif path == "any ops":
         ops.append(SetTimer("t", "sleep", time.time() + 100))
     batch = Batch("r1", ops, fence="w1")
-    with pytest.raises(RunEndedError, match="r1"):
+    with pytest.raises(RunEndedElsewhereError, match="r1"):
         if path == "grouped":
             others = await _other_runs_starting(store)
             outcomes = await asyncio.gather(*others, store.commit(batch), return_exceptions=True)

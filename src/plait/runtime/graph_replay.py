@@ -483,7 +483,7 @@ class GraphReplay:
                 if tasks:
                     await asyncio.gather(*tasks)
         except asyncio.CancelledError:
-            if self.host.cancelling(p.run.id):  # its items end cancelled, and so does it
+            if self.host.cancelling(p.run.id):  # a user's cancel: the node ends with its run
                 p.add(steps.cancel_waiting(step, p.now()))
             raise
         self._settle_for_each(step, node, len(items))

@@ -131,7 +131,7 @@ class Ledger:
         ops, self.ops = self.ops, []
         try:
             await self.host.commit(Batch(self.run.id, ops, fence=self.owner))
-        except errors.RunEndedError:
+        except errors.RunEndedElsewhereError:
             # cancelled elsewhere: the attempt about to start was not, and its body must
             # not run; the pass stops as a cancel here stops it
             self.host.ended_elsewhere(self.run.id)

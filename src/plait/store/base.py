@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from plait.clock import Clock
+from plait.errors import RunEndedElsewhereError
 from plait.notify import Notifier
 from plait.records import Run, RunSummary, Step, StepAttempt
 
@@ -327,11 +328,16 @@ class Batch:
     release: int | None = None
 
 
-def ended_message(run_id: str, ops: list[Op]) -> str:
-    """Why a fenced batch raised ``RunEndedError``: the steps whose attempts it did not
-    start."""
+def ended_elsewhere(run_id: str, ops: list[Op]) -> RunEndedElsewhereError | None:
+    """What a fenced batch committed in a run that ended meanwhile raises: an error
+    naming the attempts the store left out, or None when it held no start (then all of
+    it was written that had to be)."""
     keys = ", ".join(repr(op.step.key) for op in ops if isinstance(op, StartAttempt))
-    return f"run {run_id} ended while this process held it; not started: {keys}"
+    if not keys:
+        return None
+    return RunEndedElsewhereError(
+        f"run {run_id} ended while this process held it; not started: {keys}"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -565,8 +571,8 @@ class Store(Protocol):
         (nothing written) when its fence no longer holds the run. In a run that ended
         meanwhile (cancelled elsewhere) it writes the step records only: none of the
         work it would start (child runs, timers, jobs, attempts), no interruption (a
-        step left to run again), and it raises ``RunEndedError`` when it left out an
-        attempt's start and releases nothing."""
+        step left to run again), and it raises ``RunEndedElsewhereError`` when it left
+        out an attempt's start and releases nothing."""
         ...
 
     async def release_run(self, run_id: str, owner: str, wakeups_seen: int) -> bool: ...

@@ -40,14 +40,14 @@ from typing import Any, Generic, TypeVar
 
 import asyncpg
 
-from plait.errors import LeaseLostError, RunEndedError
+from plait.errors import LeaseLostError
 from plait.store.base import (
     CancelChildren,
     FinishAttempt,
     Op,
     PutStep,
     StartAttempt,
-    ended_message,
+    ended_elsewhere,
 )
 from plait.store.postgres.pool import Pool, is_connection_error
 
@@ -374,7 +374,7 @@ def _answer(answered: list[tuple[_Batch, str]]) -> None:
         if result == "lost":
             _settle(batch.done, exc=LeaseLostError(f"lost the lease on run {batch.run_id}"))
         elif result == "ended":
-            _settle(batch.done, exc=RunEndedError(ended_message(batch.run_id, batch.ops)))
+            _settle(batch.done, exc=ended_elsewhere(batch.run_id, batch.ops))
         else:
             _settle(batch.done, result == "due")
 

@@ -38,7 +38,7 @@ from plait.clock import SYSTEM_CLOCK, Clock
 from plait.errors import (
     GateClosedError,
     LeaseLostError,
-    RunEndedError,
+    RunEndedElsewhereError,
     RunIdTakenError,
     RunNotFoundError,
     RunStateError,
@@ -81,7 +81,7 @@ from plait.store.base import (
     StepRow,
     TakeDecision,
     Version,
-    ended_message,
+    ended_elsewhere,
 )
 from plait.store.migrations import migrations
 from plait.store.postgres.group import GroupCommit, Together, steps_only
@@ -754,7 +754,7 @@ class PostgresStore:
         if isinstance(exc, asyncpg.PostgresError):
             # the server answered: the transaction was rolled back, nothing is unknown
             return _answered(exc)
-        if not isinstance(exc, LeaseLostError | RunEndedError):
+        if not isinstance(exc, LeaseLostError | RunEndedElsewhereError):
             # no answer (connection lost, timeout, abandoned in flight): unknown outcome
             self._tainted.add((run_id, fence))
         return exc
@@ -795,8 +795,8 @@ class PostgresStore:
                 )
             if answer == "lost":
                 raise LeaseLostError(f"lost the lease on run {run_id}")
-            if answer == "ended" and any(isinstance(op, StartAttempt) for op in ops):
-                raise RunEndedError(ended_message(run_id, ops))
+            if answer == "ended" and (error := ended_elsewhere(run_id, ops)) is not None:
+                raise error
             return False
         values = [_op_value(op) for op in ops]
         return bool(

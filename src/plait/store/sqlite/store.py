@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from plait.clock import SYSTEM_CLOCK, Clock, micros
-from plait.errors import LeaseLostError, RunEndedError, RunIdTakenError
+from plait.errors import LeaseLostError, RunIdTakenError
 from plait.notify import Notifier
 from plait.records import TERMINAL, Run, RunSummary, Step, StepAttempt
 from plait.store import convert, redact
@@ -38,11 +38,10 @@ from plait.store.base import (
     QueueLimits,
     RunFilter,
     ScheduleRow,
-    StartAttempt,
     StepEnd,
     StepJob,
     Version,
-    ended_message,
+    ended_elsewhere,
 )
 from plait.store.migrations import migrations
 from plait.store.sqlite import apply
@@ -324,8 +323,8 @@ class SQLiteStore:
 
     async def commit(self, batch: Batch) -> bool:
         def go(conn: sqlite3.Connection) -> bool | None:
-            """True or False: due again at once; None: the run ended, an attempt was not
-            started."""
+            """True or False: due again at once; None: the run had ended, and only its
+            step records were written."""
             ended = False
             ops = batch.ops
             if batch.fence is not None:
@@ -333,8 +332,7 @@ class SQLiteStore:
                 if row is None or row[0] != batch.fence:
                     raise LeaseLostError(f"lost the lease on run {batch.run_id}")
                 if row[1] in TERMINAL:
-                    ops = apply.records_only(batch.ops)
-                    ended = any(isinstance(op, StartAttempt) for op in batch.ops)
+                    ops, ended = apply.records_only(batch.ops), True
             now = self._now()
             apply.apply_ops(conn, batch.run_id, ops, now)
             if batch.release is None or batch.fence is None:
@@ -343,7 +341,10 @@ class SQLiteStore:
 
         due = await self._write(go)
         if due is None:
-            raise RunEndedError(ended_message(batch.run_id, batch.ops))
+            error = ended_elsewhere(batch.run_id, batch.ops)
+            if error is not None:
+                raise error
+            return False
         return due
 
     async def release_run(self, run_id: str, owner: str, wakeups_seen: int) -> bool:
