@@ -430,15 +430,20 @@ class Worker:
         return again
 
     async def _pass_loop(self) -> None:
+        #: the last claim took as many runs as it asked for, so more may be due: the next
+        #: claim goes without the read that asks first (a busy worker would otherwise pay
+        #: two round trips for every claim)
+        more = False
         while not self.stopping:
             self.wake_passes.clear()
             free = max(0, self.concurrency - len(self.driving))
             claimed: list[str] = []
-            if free and await self._due(self.wake_passes, None):
+            if free and (more or await self._due(self.wake_passes, None)):
                 try:
                     claimed = await self.store.claim_due_runs(self.owner, self.lease, free)
                 except Exception:
                     log.exception("claiming due runs failed; retrying")
+                more = len(claimed) == free
                 for run_id in claimed:
                     self.drive(run_id, claimed=True)
             if not (claimed and len(claimed) == free):

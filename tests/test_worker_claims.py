@@ -1,0 +1,59 @@
+"""How a worker looks for due runs: a busy one claims without asking first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plait
+
+
+async def test_a_claim_that_filled_every_slot_is_followed_by_a_claim_not_a_read(
+    database: str,
+) -> None:
+    """A read of when work is due spares a claim's write when nothing is due, but a
+    worker kept busy would pay it before every claim. After a claim that took as many runs
+    as it had free slots, the next claim goes at once; after one that came back short,
+    the read comes first again. Every run still completes."""
+    app = plait.App()
+
+    @app.workflow
+    async def quick(wf: plait.Workflow, i: int) -> int:
+        return await wf.do("s", lambda: i)
+
+    async with plait.Engine(app, database, workers=False) as starter:
+        run_ids = [await starter.start("quick", i) for i in range(12)]
+
+    engine = plait.Engine(app, database, concurrency=2, poll_interval=0.2)
+    store: Any = engine.store
+    log: list[tuple[str, int, int]] = []
+    next_due, claim = store.next_due, store.claim_due_runs
+
+    async def reading(functions: Any = None) -> Any:
+        if functions is None:
+            log.append(("read", 0, 0))
+        return await next_due(functions)
+
+    async def claiming(owner: str, lease: float, limit: int) -> list[str]:
+        got = await claim(owner, lease, limit)
+        log.append(("claim", limit, len(got)))
+        return got
+
+    store.next_due, store.claim_due_runs = reading, claiming
+    async with engine:
+        runs = [await engine.wait(r, timeout=30) for r in run_ids]
+    assert [r.status for r in runs] == ["completed"] * 12
+    assert [r.output for r in runs] == list(range(12))
+
+    claims = [entry for entry in log if entry[0] == "claim" and entry[2]]
+    assert sum(got for _, _, got in claims) == 12
+    full = [i for i, entry in enumerate(log) if entry[0] == "claim" and entry[1] == entry[2]]
+    assert full, log
+    for i in full:
+        if i + 1 < len(log):
+            assert log[i + 1][0] == "claim", f"a read came after the full claim at {i}: {log}"
+    # until the last run was claimed (later reads are the idle worker's polls): one read to
+    # find the first runs, and at most one after each claim that came back short
+    last = max(i for i, entry in enumerate(log) if entry[0] == "claim" and entry[2])
+    busy = log[: last + 1]
+    short = sum(1 for kind, asked, got in busy if kind == "claim" and got < asked)
+    assert sum(1 for kind, _, _ in busy if kind == "read") <= short + 1, log
