@@ -430,9 +430,9 @@ class Worker:
         return again
 
     async def _pass_loop(self) -> None:
-        #: the last claim took as many runs as it asked for, so more may be due: the next
-        #: claim goes without the read that asks first (a busy worker would otherwise pay
-        #: two round trips for every claim)
+        # the last claim took as many runs as it asked for, so more may be due: the next
+        # claim goes without the read that asks first (a busy worker would otherwise pay
+        # two round trips for every claim)
         more = False
         while not self.stopping:
             self.wake_passes.clear()
