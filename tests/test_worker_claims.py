@@ -44,8 +44,8 @@ async def test_a_claim_that_filled_every_slot_is_followed_by_a_claim_not_a_read(
     assert [r.status for r in runs] == ["completed"] * 12
     assert [r.output for r in runs] == list(range(12))
 
-    claims = [entry for entry in log if entry[0] == "claim" and entry[2]]
-    assert sum(got for _, _, got in claims) == 12
+    took = [i for i, entry in enumerate(log) if entry[0] == "claim" and entry[2]]
+    assert sum(log[i][2] for i in took) == 12
     full = [i for i, entry in enumerate(log) if entry[0] == "claim" and entry[1] == entry[2]]
     assert full, log
     for i in full:
@@ -53,7 +53,6 @@ async def test_a_claim_that_filled_every_slot_is_followed_by_a_claim_not_a_read(
             assert log[i + 1][0] == "claim", f"a read came after the full claim at {i}: {log}"
     # until the last run was claimed (later reads are the idle worker's polls): one read to
     # find the first runs, and at most one after each claim that came back short
-    last = max(i for i, entry in enumerate(log) if entry[0] == "claim" and entry[2])
-    busy = log[: last + 1]
+    busy = log[: took[-1] + 1]
     short = sum(1 for kind, asked, got in busy if kind == "claim" and got < asked)
     assert sum(1 for kind, _, _ in busy if kind == "read") <= short + 1, log
