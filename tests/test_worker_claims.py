@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import plait
@@ -56,3 +57,57 @@ async def test_a_claim_that_filled_every_slot_is_followed_by_a_claim_not_a_read(
     busy = log[: took[-1] + 1]
     short = sum(1 for kind, asked, got in busy if kind == "claim" and got < asked)
     assert sum(1 for kind, _, _ in busy if kind == "read") <= short + 1, log
+
+
+async def test_a_step_job_claim_that_filled_every_slot_is_followed_by_a_claim(
+    database: str,
+) -> None:
+    """The same rule for queued steps: a worker working a fan-out of queued steps claims
+    again at once after a claim that filled its free slots, and reads when work is due
+    only after a claim that came back short."""
+    app = plait.App()
+
+    @app.function(queued=True)
+    async def double(item: dict[str, int]) -> int:
+        return item["n"] * 2
+
+    @app.workflow
+    async def fan(wf: plait.Workflow) -> list[int]:
+        return list(await asyncio.gather(*(wf.do(f"s{n}", "double", {"n": n}) for n in range(12))))
+
+    async with plait.Engine(app, database, workers=False) as starter:
+        run_id = await starter.start("fan")
+
+    engine = plait.Engine(app, database, concurrency=2, poll_interval=0.2)
+    store: Any = engine.store
+    log: list[tuple[str, int, int]] = []
+    next_due, claim = store.next_due, store.claim_step_jobs
+
+    async def reading(functions: Any = None) -> Any:
+        if functions is not None:
+            log.append(("read", 0, 0))
+        return await next_due(functions)
+
+    async def claiming(owner: str, lease: float, limit: int, functions: Any) -> list[Any]:
+        got = await claim(owner, lease, limit, functions)
+        log.append(("claim", limit, len(got)))
+        return got
+
+    store.next_due, store.claim_step_jobs = reading, claiming
+    async with engine:
+        run = await engine.wait(run_id, timeout=30)
+    assert run.status == "completed"
+    assert run.output == [n * 2 for n in range(12)]
+
+    took = [i for i, entry in enumerate(log) if entry[0] == "claim" and entry[2]]
+    assert sum(log[i][2] for i in took) == 12
+    full = [i for i, entry in enumerate(log) if entry[0] == "claim" and entry[1] == entry[2]]
+    assert full, log
+    for i in full:
+        if i + 1 < len(log):
+            assert log[i + 1][0] == "claim", f"a read came after the full claim at {i}: {log}"
+    # the first jobs appear only once the run's pass has made them, so reads before the
+    # first claim are the idle worker's; from then on, one read at most per short claim
+    busy = log[took[0] : took[-1] + 1]
+    short = sum(1 for kind, asked, got in busy if kind == "claim" and got < asked)
+    assert sum(1 for kind, _, _ in busy if kind == "read") <= short, log

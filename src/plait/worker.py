@@ -645,6 +645,9 @@ class Worker:
         #: out of the look for due work until something changes (a kick) or a poll passes,
         #: so a full queue is not claimed from in a loop
         full_until = 0.0
+        # as in the pass loop: a claim that filled every free slot is followed by a claim,
+        # not by a read of when work is due
+        more = False
         while not self.stopping:
             if self.wake_steps.is_set():
                 full_until = 0.0
@@ -662,7 +665,7 @@ class Worker:
             free = max(0, self.concurrency - len(self.stepping))
             jobs: list[StepJob] = []
             looking = functions + (sorted(held) if try_limited else [])
-            if free and looking and await self._due(self.wake_steps, looking):
+            if free and looking and (more or await self._due(self.wake_steps, looking)):
                 try:
                     if functions:
                         jobs = await self.store.claim_step_jobs(
@@ -678,6 +681,7 @@ class Worker:
                         jobs += got
                 except Exception:
                     log.exception("claiming step jobs failed; retrying")
+                more = len(jobs) == free
                 for job in jobs:
                     key = (job.run_id, job.step_key)
                     task = self.spawn(self._run_job(job), name=f"plait-step-{job.step_key}")
