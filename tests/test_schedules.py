@@ -251,6 +251,29 @@ async def _status(engine: plait.Engine, run_id: str, status: str) -> bool:
     return (await engine.get_run(run_id)).status == status
 
 
+async def test_triggers_in_one_millisecond_each_start_a_run(engine_factory: Any) -> None:
+    """A run id names its moment to the millisecond, and a clock that stands still (a
+    virtual one, or two clicks of a button) gives two triggers the same one: each must
+    still start a run of its own, the later ones a millisecond on, never an error."""
+    from plait.clock import VirtualClock
+
+    start = datetime(2030, 1, 1, tzinfo=UTC).timestamp()
+    async with engine_factory(schedule_app(), clock=VirtualClock(start)) as engine:
+        await engine.create_schedule("tick", workflow="report", every="1h", overlap="allow")
+        first = await engine.trigger_schedule("tick")
+        assert first == run_id_for("tick", start)
+        triggered = [first, await engine.trigger_schedule("tick")]
+        triggered += [await engine.trigger_schedule("tick") for _ in range(3)]
+        assert triggered == [run_id_for("tick", start + n / 1000) for n in range(5)]
+        for n, run_id in enumerate(triggered):
+            run = await engine.wait(run_id, timeout=15)
+            assert run.status == "completed"
+            assert run.scheduled_at is not None
+            assert run.scheduled_at.timestamp() == pytest.approx(start + n / 1000, abs=1e-6)
+        listed = {s.name: s for s in await engine.list_schedules()}
+        assert listed["tick"].last_run_id == triggered[-1]
+
+
 async def test_a_triggered_run_goes_through_the_workflows_queue_from_any_process(
     engine_factory: Any,
 ) -> None:

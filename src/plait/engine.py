@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import os
 import socket
 import time
@@ -75,6 +76,8 @@ log = logging.getLogger("plait.engine")
 #: reads of a run that ``resume`` and ``retry`` make before giving up on one that
 #: keeps changing under them
 _REOPEN_TRIES = 20
+#: the milliseconds a schedule trigger tries, from now on, for a run id not yet taken
+_TRIGGER_TRIES = 100
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -774,23 +777,31 @@ class Engine:
             raise ScheduleNotFoundError(name)
         current = spec_of(rows[0])
         kind, version = await self._describe_stored(current.workflow)
-        run = self.worker.scheduled_run(
-            current.name,
-            current.workflow,
-            current.input,
-            kind,
-            version,
-            self.clock.now(),
-            rows[0].owner,
-            stored_queue=current.queue,
+        # A run id names the moment to the millisecond: a trigger that finds its id taken
+        # (another trigger in the same millisecond, or a tick at that very moment) takes
+        # the next millisecond, so every trigger starts a run of its own.
+        moment = math.floor(self.clock.now() * 1000)
+        for later in range(_TRIGGER_TRIES):
+            run = self.worker.scheduled_run(
+                current.name,
+                current.workflow,
+                current.input,
+                kind,
+                version,
+                (moment + later) / 1000,
+                rows[0].owner,
+                stored_queue=current.queue,
+            )
+            started = await self.store.fire_schedule(name, None, None, [run], False)
+            if started is None:
+                raise ScheduleNotFoundError(name)
+            if started:
+                self.notifier.publish_work()
+                return started[0]
+        raise RuntimeError(
+            f"schedule {name!r}: the runs of the {_TRIGGER_TRIES} milliseconds from "
+            f"{schedules.run_id_for(name, moment / 1000)} exist already"
         )
-        started = await self.store.fire_schedule(name, None, None, [run], False)
-        if started is None:
-            raise ScheduleNotFoundError(name)
-        if not started:
-            raise RuntimeError(f"schedule {name!r}: run {run.id} exists already")
-        self.notifier.publish_work()
-        return started[0]
 
     async def _describe_stored(self, workflow: str) -> tuple[str, str | None]:
         """(kind, version) of a new run of ``workflow``: this app's, or, for a process
