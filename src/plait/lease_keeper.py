@@ -16,6 +16,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from plait.store.base import LeaseKeeper, Store
 
@@ -29,10 +30,19 @@ class StallGuard:
     """One thread per worker; ``beat`` is called by the worker's lease loop."""
 
     def __init__(
-        self, store: Store, owner: str, lease_seconds: float, *, limit: float = STALL_LIMIT
+        self,
+        store: Store,
+        owner: str,
+        lease_seconds: float,
+        holding: Callable[[], list[str]],
+        *,
+        limit: float = STALL_LIMIT,
     ) -> None:
         self.store = store
         self.owner = owner
+        #: the runs whose leases the worker holds, read from this thread: ``list(dict)``
+        #: copies the worker's dict under the GIL, which its stalled loop is not changing
+        self.holding = holding
         self.lease = lease_seconds
         self.limit = limit
         self._beat = time.monotonic()
@@ -85,7 +95,7 @@ class StallGuard:
                         keeper = self.store.lease_keeper()
                         if keeper is None:
                             return  # no other process can see these leases
-                    keeper.renew(self.owner, self.lease)
+                    keeper.renew(self.owner, self.lease, self.holding())
                     self.renewals += 1
                 except Exception:
                     log.exception("the stall guard could not renew the leases")

@@ -160,7 +160,7 @@ class Worker:
         self._lease_task: asyncio.Task[Any] | None = None
         self.steps_run = 0
         #: keeps the leases while a step blocks the event loop
-        self.stall_guard = StallGuard(store, self.owner, lease_seconds)
+        self.stall_guard = StallGuard(store, self.owner, lease_seconds, lambda: list(self.driving))
 
     # -- the host of passes and queued attempts -------------------------------------------
     def cancelling(self, run_id: str) -> bool:
@@ -804,7 +804,8 @@ class Worker:
                 continue
             try:
                 stepping = sorted({run_id for run_id, _key in self.stepping})
-                gone = await self.store.renew_leases(self.owner, self.lease, stepping)
+                holding = list(self.driving)
+                gone = await self.store.renew_leases(self.owner, self.lease, holding, stepping)
             except Exception:
                 log.exception("renewing leases failed")
                 continue

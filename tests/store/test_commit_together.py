@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -20,15 +21,18 @@ from plait.store import Store
 from plait.store.base import (
     Batch,
     ConsumeEvent,
+    EndRun,
     FinishAttempt,
     NewRun,
+    Op,
     PutStep,
     SetState,
     SetTimer,
     StartAttempt,
+    StepEnd,
 )
 
-from .rows import new_run, step, wakeups
+from .rows import error, new_run, step, wakeups, write
 
 
 async def _claimed(store: Store, n: int, owner: str = "w1") -> list[str]:
@@ -92,7 +96,7 @@ async def test_concurrent_batches_all_land(store: Store) -> None:
 async def test_a_lost_lease_fails_only_its_own_batch(store: Store) -> None:
     ids = await _claimed(store, 6)
     assert not await store.claim_run("r3", "thief", 60.0)  # still ours...
-    await store.renew_leases("w1", -1.0)  # ...until our leases run out
+    await store.renew_leases("w1", -1.0, ids)  # ...until our leases run out
     assert await store.claim_run("r3", "thief", 60.0)  # and another worker takes it
     outcomes = await asyncio.gather(
         *(store.commit(Batch(r, [SetState("n", '"x"')], fence="w1")) for r in ids),
@@ -264,7 +268,7 @@ async def test_step_writes_beside_other_writes_each_get_their_own_outcome(
     PostgreSQL, one run row held by another transaction: only the lost batch fails, the
     held one lands once its row is free, and every other lands whole."""
     ids = await _claimed(store, 8)
-    await store.renew_leases("w1", -1.0)
+    await store.renew_leases("w1", -1.0, ids)
     assert await store.claim_run("r3", "thief", 60.0)
     for run_id in ids:
         if run_id != "r3":
@@ -305,6 +309,56 @@ async def test_step_writes_beside_other_writes_each_get_their_own_outcome(
             assert await _attempts(store, run_id) == {"a#1": "running"}
             expected = {"n": '"s"'} if run_id in ("r1", "r6") else {}
             assert await _state(store, run_id) == expected
+
+
+async def test_pass_ends_committed_together_end_as_each_would_alone(store: Store) -> None:
+    """A pass's last batch (its last step's end, the run's end, the release) from many
+    passes at once, as every run of ten steps ends: on PostgreSQL a group writes them with
+    its step writes. Each run ends as its batch says; a run cancelled from elsewhere
+    keeps its cancel but records how its step really ended; a run that only ends (no step
+    write) ends too; a child's end, which locks its parent first, settles the parent's
+    step and wakes the parent."""
+    ids = await _claimed(store, 10)
+    await new_run(store, "parent")
+    await write(store, "parent", PutStep(step("parent", "sub", status="running", child_run_id="c")))
+    await new_run(store, "c", parent_run_id="parent", parent_step_key="sub")
+    assert await store.claim_run("c", "w1", 60.0)
+    ids.append("c")
+    await asyncio.gather(*(store.commit(Batch(r, [_begin(r, "a")], fence="w1")) for r in ids))
+    await write(store, "r4", EndRun("cancelled", None, error("stop")))
+    woken = await wakeups(store, "parent")
+
+    def last(run_id: str) -> list[Op]:
+        if run_id == "r7":
+            return [EndRun("failed", error=error("no steps"))]
+        end = EndRun("completed", output=f'"{run_id} done"')
+        if run_id == "c":
+            end = dataclasses.replace(end, parent=StepEnd("succeeded", '"from c"'))
+        return [_finish(run_id, "a", f'"{run_id}"'), end]
+
+    outcomes = await asyncio.gather(
+        *(store.commit(Batch(r, last(r), fence="w1", release=0)) for r in ids)
+    )
+    assert outcomes == [False] * len(ids)
+    for run_id in ids:
+        snapshot = await store.load_pass(run_id)
+        assert snapshot is not None
+        run = snapshot.run
+        assert run.lease_owner is None, run_id  # released
+        if run_id == "r4":
+            assert (run.status, run.output) == ("cancelled", None)
+        elif run_id == "r7":
+            assert run.status == "failed" and json.loads(run.error or "{}")["message"] == (
+                "no steps"
+            )
+            assert await _steps(store, run_id) == {"a": ("running", None)}
+            continue
+        else:
+            assert (run.status, run.output) == ("completed", f'"{run_id} done"'), run_id
+        assert await _steps(store, run_id) == {"a": ("succeeded", run_id)}, run_id
+        assert await _attempts(store, run_id) == {"a#1": "succeeded"}, run_id
+    assert await _steps(store, "parent") == {"sub": ("succeeded", "from c")}
+    assert await wakeups(store, "parent") == woken + 1
 
 
 async def test_a_caller_cancelled_while_its_write_is_on_the_way_waits_for_it(

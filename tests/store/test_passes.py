@@ -139,17 +139,22 @@ async def test_claim_due_runs_takes_over_expired_leases(store: Store) -> None:
 
 
 async def test_renew_leases_extends_runs_and_jobs_and_names_ended_runs(store: Store) -> None:
-    await new_run(store, "r1")
-    await new_run(store, "r2")
+    """The runs renewed are those the worker says it holds; a lease it holds on a run it
+    no longer drives is left to run out, and another worker takes that run over."""
+    for run_id in ("r1", "r2", "r3"):
+        await new_run(store, run_id)
     await write(store, "r1", EnqueueJob("q", "fn", T0))
-    assert await store.claim_run("r1", "w1", -1.0)
-    assert await store.claim_run("r2", "w1", -1.0)
+    for run_id in ("r1", "r2", "r3"):
+        assert await store.claim_run(run_id, "w1", -1.0)
     assert [j.step_key for j in await store.claim_step_jobs("w1", -1.0, 10, ["fn"])] == ["q"]
     await write(store, "r2", EndRun("cancelled", None, error("stop")))
-    assert await store.renew_leases("w1", 60.0) == {"r2"}
+    assert await store.renew_leases("w1", 60.0, ["r1", "r2"]) == {"r2"}
     assert not await store.claim_run("r1", "w2", 60.0)
     assert await store.claim_step_jobs("w2", 60.0, 10, ["fn"]) == []
-    assert await store.renew_leases("nobody", 60.0) == set()
+    assert await store.claim_run("r3", "w2", 60.0)
+    assert await store.renew_leases("nobody", 60.0, ["r1", "r2", "r3"]) == set()
+    assert await store.renew_leases("w1", 60.0, ["r3"]) == set()  # r3 is w2's now
+    assert not await store.claim_run("r3", "w3", 60.0)
 
 
 async def test_leases_of_lists_a_workers_other_lives(store: Store) -> None:

@@ -516,7 +516,7 @@ class LeaseKeeper(Protocol):
     while the worker's event loop is blocked (``worker.Worker``). Made and used in one
     thread."""
 
-    def renew(self, owner: str, lease_seconds: float) -> None: ...
+    def renew(self, owner: str, lease_seconds: float, holding: Sequence[str]) -> None: ...
     def close(self) -> None: ...
 
 
@@ -577,11 +577,16 @@ class Store(Protocol):
 
     async def release_run(self, run_id: str, owner: str, wakeups_seen: int) -> bool: ...
     async def renew_leases(
-        self, owner: str, lease_seconds: float, stepping: Sequence[str] = ()
+        self,
+        owner: str,
+        lease_seconds: float,
+        holding: Sequence[str],
+        stepping: Sequence[str] = (),
     ) -> set[str]:
-        """Extend every lease ``owner`` holds. Returns the runs that ended meanwhile among
-        those it holds and those whose queued steps it is running (``stepping``): their
-        work in this process must stop."""
+        """Extend the leases ``owner`` holds on the runs in ``holding`` (those it drives:
+        a worker knows them, and the store need not look leases up) and on its jobs.
+        Returns the runs that ended meanwhile among those it holds and those whose queued
+        steps it is running (``stepping``): their work in this process must stop."""
         ...
 
     def lease_keeper(self) -> LeaseKeeper | None:

@@ -12,9 +12,10 @@ way leaves at the next turn of the event loop, so a process with one run in flig
 for nobody; a caller whose task can hold a cancel back (``plait.cancel_guard``: the
 worker's passes) sends it itself, without that turn or a task (``now``).
 
-Most batches hold only step writes (one attempt's end, the next one's start). The group
-fences all such batches with one statement that locks their runs, and writes their steps
-and attempts as sets, one statement however many batches. Its outcomes are handed out in
+Most batches hold only step writes (one attempt's end, the next one's start), or step
+writes and the end of their run (a pass's last). The group fences all such batches with
+one statement that locks their runs, and writes their steps and attempts as sets, one
+statement however many batches, then ends the runs that end. Its outcomes are handed out in
 two parts: the first third's callers make their next writes while the others go on, and
 those writes leave as the next group at once, so the server commits one group while this
 process works on the next.
@@ -43,6 +44,7 @@ import asyncpg
 from plait.errors import LeaseLostError
 from plait.store.base import (
     CancelChildren,
+    EndRun,
     FinishAttempt,
     Op,
     PutStep,
@@ -261,7 +263,7 @@ class GroupCommit(_OneInFlight[_Batch]):
             ops.extend(map(self._encode, batch.ops))
             ends.append(len(ops))
             seen.append(batch.release)
-            as_sets.append(steps_only(batch.run_id, batch.ops))
+            as_sets.append(written_as_sets(batch.run_id, batch.ops))
         if len(set(runs)) < len(runs):
             # the set-based writes take each run once: a run twice goes op by op
             as_sets = [False] * len(runs)
@@ -367,6 +369,15 @@ def steps_only(run_id: str, ops: list[Op]) -> bool:
             return False
         keys.add(op.step.key)
     return True
+
+
+def written_as_sets(run_id: str, ops: list[Op]) -> bool:
+    """Whether a group fences a batch of ``run_id`` with its other step writes and writes
+    its steps as sets: step writes only, or step writes and then the end of a run that
+    is no child (a child's end locks its parent first, so it is committed op by op)."""
+    if ops and isinstance(end := ops[-1], EndRun):
+        return end.parent is None and steps_only(run_id, ops[:-1])
+    return steps_only(run_id, ops)
 
 
 def _answer(answered: list[tuple[_Batch, str]]) -> None:

@@ -837,10 +837,16 @@ class PostgresStore:
         return entry
 
     async def renew_leases(
-        self, owner: str, lease_seconds: float, stepping: Sequence[str] = ()
+        self,
+        owner: str,
+        lease_seconds: float,
+        holding: Sequence[str],
+        stepping: Sequence[str] = (),
     ) -> set[str]:
         until = self._now() + lease_seconds
-        rows = await self._call("fetch", self._q["renew_leases"], owner, until, list(stepping))
+        rows = await self._call(
+            "fetch", self._q["renew_leases"], owner, until, list(stepping), list(holding)
+        )
         return {r["id"] for r in rows}
 
     def lease_keeper(self) -> LeaseKeeper | None:
@@ -1271,14 +1277,15 @@ class _LeaseKeeper:
         self._loop = asyncio.new_event_loop()
         self._conn: asyncpg.Connection | None = None
 
-    def renew(self, owner: str, lease_seconds: float) -> None:
-        self._loop.run_until_complete(self._renew(owner, lease_seconds))
+    def renew(self, owner: str, lease_seconds: float, holding: Sequence[str]) -> None:
+        self._loop.run_until_complete(self._renew(owner, lease_seconds, holding))
 
-    async def _renew(self, owner: str, lease_seconds: float) -> None:
+    async def _renew(self, owner: str, lease_seconds: float, holding: Sequence[str]) -> None:
         if self._conn is None or self._conn.is_closed():
             self._conn = await asyncpg.connect(self._dsn, timeout=self._timeout)
             await set_codecs(self._conn)
-        await self._conn.execute(self._statement, owner, self._now() + lease_seconds, [])
+        until = self._now() + lease_seconds
+        await self._conn.execute(self._statement, owner, until, [], list(holding))
 
     def close(self) -> None:
         if self._conn is not None:

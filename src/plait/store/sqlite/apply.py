@@ -107,9 +107,10 @@ def _apply_rare(conn: sqlite3.Connection, run_id: str, op: Op, now: float) -> No
         raise TypeError(f"unknown store operation {op!r}")
 
 
-def renew_leases(conn: sqlite3.Connection, owner: str, until: float) -> None:
-    """Extend every run and job lease ``owner`` holds to ``until``."""
-    conn.execute(SQL["renew_run_leases"], (until, owner))
+def renew_leases(conn: sqlite3.Connection, owner: str, until: float, holding: str) -> None:
+    """Extend to ``until`` the leases ``owner`` holds on the runs in ``holding`` (a JSON
+    array of ids) and on its jobs."""
+    conn.execute(SQL["renew_run_leases"], (until, owner, holding))
     conn.execute(SQL["renew_job_leases"], (until, owner))
 
 

@@ -403,12 +403,17 @@ class SQLiteStore:
         return await self._write(go)
 
     async def renew_leases(
-        self, owner: str, lease_seconds: float, stepping: Sequence[str] = ()
+        self,
+        owner: str,
+        lease_seconds: float,
+        holding: Sequence[str],
+        stepping: Sequence[str] = (),
     ) -> set[str]:
         def go(conn: sqlite3.Connection) -> set[str]:
-            apply.renew_leases(conn, owner, self._now() + lease_seconds)
+            held = json.dumps(list(holding))
+            apply.renew_leases(conn, owner, self._now() + lease_seconds, held)
             ids = json.dumps(list(stepping))
-            rows = conn.execute(SQL["ended_leased_runs"], (owner, ids)).fetchall()
+            rows = conn.execute(SQL["ended_leased_runs"], (owner, held, ids)).fetchall()
             return {r[0] for r in rows}
 
         return await self._write(go)
@@ -930,11 +935,12 @@ class _LeaseKeeper:
         self._conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
         self._now = clock.now
 
-    def renew(self, owner: str, lease_seconds: float) -> None:
+    def renew(self, owner: str, lease_seconds: float, holding: Sequence[str]) -> None:
         conn = self._conn
         conn.execute(SQL["begin_immediate"])
         try:
-            apply.renew_leases(conn, owner, self._now() + lease_seconds)
+            held = json.dumps(list(holding))
+            apply.renew_leases(conn, owner, self._now() + lease_seconds, held)
         except BaseException:
             conn.execute(SQL["rollback"])
             raise

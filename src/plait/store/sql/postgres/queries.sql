@@ -239,14 +239,17 @@ WHERE id = $1 AND lease_owner = $2
 RETURNING wake_at IS NOT NULL AND wake_at <= $4
 
 -- name: renew_leases
--- Extend every lease this owner holds; the ids returned are runs that ended meanwhile
+-- Extend the leases this owner holds on the runs it drives ($4: no index holds a run's
+-- lease, version 22) and on its jobs; the ids returned are runs that ended meanwhile
 -- (cancelled from elsewhere), whose work in this process must stop.
 WITH runs_renewed AS (
-    UPDATE @schema@.runs SET lease_until = $2 WHERE lease_owner = $1 RETURNING id
+    UPDATE @schema@.runs SET lease_until = $2
+    WHERE id = ANY($4::text[]) AND lease_owner = $1
+    RETURNING id, status
 ), jobs_renewed AS (
     UPDATE @schema@.jobs SET lease_until = $2 WHERE lease_owner = $1 RETURNING run_id
 )
-SELECT id FROM @schema@.runs WHERE lease_owner = $1 AND status <> 'running'
+SELECT id FROM runs_renewed WHERE status <> 'running'
 UNION
 SELECT id FROM @schema@.runs WHERE id = ANY($3::text[])
     AND status IN ('completed', 'failed', 'cancelled')
@@ -254,9 +257,12 @@ SELECT id FROM @schema@.runs WHERE id = ANY($3::text[])
 -- name: leases_of
 -- Leases held under a worker id ($1 is "<worker id>#") by other processes than $2: an
 -- earlier life of a restarted worker, or a twin still draining.
+-- Only a live run is worked under its lease (and live runs are found by the status index,
+-- as no index holds a lease).
 SELECT 'run' AS kind, id AS run_id, '' AS key, lease_owner, lease_until
 FROM @schema@.runs
-WHERE lease_owner IS NOT NULL AND left(lease_owner, length($1)) = $1 AND lease_owner <> $2
+WHERE status IN ('running', 'suspended') AND lease_owner IS NOT NULL
+    AND left(lease_owner, length($1)) = $1 AND lease_owner <> $2
 UNION ALL
 SELECT 'job', run_id, step_key, lease_owner, lease_until
 FROM @schema@.jobs

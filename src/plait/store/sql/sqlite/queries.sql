@@ -374,15 +374,18 @@ UPDATE plait_jobs SET lease_until = 0
 WHERE run_id = ? AND step_key = ? AND lease_owner = ? AND lease_until = ?
 
 -- name: renew_run_leases
-UPDATE plait_runs SET lease_until = ? WHERE lease_owner = ?
+UPDATE plait_runs SET lease_until = ?
+WHERE lease_owner = ? AND id IN (SELECT value FROM json_each(?))
 
 -- name: renew_job_leases
 UPDATE plait_jobs SET lease_until = ? WHERE lease_owner = ?
 
 -- name: ended_leased_runs
--- Runs this owner holds that ended meanwhile (cancelled from elsewhere), and runs ended
--- among those whose queued steps it is running (a JSON array of ids).
+-- Runs this owner holds among those it drives (a JSON array of ids) that ended meanwhile
+-- (cancelled from elsewhere), and runs ended among those whose queued steps it is running
+-- (another such array).
 SELECT id FROM plait_runs WHERE lease_owner = ? AND status != 'running'
+    AND id IN (SELECT value FROM json_each(?))
 UNION
 SELECT id FROM plait_runs WHERE id IN (SELECT value FROM json_each(?))
     AND status IN ('completed', 'failed', 'cancelled')
