@@ -45,13 +45,7 @@ async def test_a_claim_that_filled_every_slot_is_followed_by_a_claim_not_a_read(
     assert [r.status for r in runs] == ["completed"] * 12
     assert [r.output for r in runs] == list(range(12))
 
-    took = [i for i, entry in enumerate(log) if entry[0] == "claim" and entry[2]]
-    assert sum(log[i][2] for i in took) == 12
-    full = [i for i, entry in enumerate(log) if entry[0] == "claim" and entry[1] == entry[2]]
-    assert full, log
-    for i in full:
-        if i + 1 < len(log):
-            assert log[i + 1][0] == "claim", f"a read came after the full claim at {i}: {log}"
+    took = _full_claims_followed_by_claims(log, 12)
     # until the last run was claimed (later reads are the idle worker's polls): one read to
     # find the first runs, and at most one after each claim that came back short
     busy = log[: took[-1] + 1]
@@ -99,15 +93,23 @@ async def test_a_step_job_claim_that_filled_every_slot_is_followed_by_a_claim(
     assert run.status == "completed"
     assert run.output == [n * 2 for n in range(12)]
 
-    took = [i for i, entry in enumerate(log) if entry[0] == "claim" and entry[2]]
-    assert sum(log[i][2] for i in took) == 12
-    full = [i for i, entry in enumerate(log) if entry[0] == "claim" and entry[1] == entry[2]]
-    assert full, log
-    for i in full:
-        if i + 1 < len(log):
-            assert log[i + 1][0] == "claim", f"a read came after the full claim at {i}: {log}"
+    took = _full_claims_followed_by_claims(log, 12)
     # the first jobs appear only once the run's pass has made them, so reads before the
     # first claim are the idle worker's; from then on, one read at most per short claim
     busy = log[took[0] : took[-1] + 1]
     short = sum(1 for kind, asked, got in busy if kind == "claim" and got < asked)
     assert sum(1 for kind, _, _ in busy if kind == "read") <= short, log
+
+
+def _full_claims_followed_by_claims(log: list[tuple[str, int, int]], count: int) -> list[int]:
+    """Check a worker's log of reads and claims (kind, asked, got): ``count`` taken in all,
+    and every claim that filled its free slots followed by a claim, not a read. Returns
+    where the claims that took something are in the log."""
+    took = [i for i, entry in enumerate(log) if entry[0] == "claim" and entry[2]]
+    assert sum(log[i][2] for i in took) == count
+    full = [i for i, entry in enumerate(log) if entry[0] == "claim" and entry[1] == entry[2]]
+    assert full, log
+    for i in full:
+        if i + 1 < len(log):
+            assert log[i + 1][0] == "claim", f"a read came after the full claim at {i}: {log}"
+    return took
