@@ -201,6 +201,38 @@ async def test_postgres_group_never_waits_on_a_row_another_transaction_holds(
         assert await _state(store, "r2") == {"n": '"w"'}
 
 
+async def test_postgres_group_never_waits_for_the_child_of_a_run_that_cancels_itself(
+    store: Store, database: str
+) -> None:
+    """A run that ends cancelled (its workflow cancelled itself) cancels its live
+    children, and must wait for their rows: its batch goes alone, so the other batches
+    handed in with it land while a child's row is held elsewhere."""
+    if not database.startswith("postgresql"):
+        pytest.skip("SQLite has one writer: no row is ever held by another transaction")
+    ids = await _claimed(store, 6)
+    await new_run(store, "kid", parent_run_id="r2", parent_step_key="sub")
+    stop = EndRun("cancelled", error=error("stopped itself", "WORKFLOW_CANCELLED"))
+    async with _row_held(database, "kid") as let_go:
+        commits = asyncio.gather(
+            *(
+                store.commit(Batch(r, [stop] if r == "r2" else [SetState("n", '"w"')], fence="w1"))
+                for r in ids
+            )
+        )
+
+        async def others_landed() -> bool:
+            states = [await _state(store, r) for r in ids if r != "r2"]
+            return all(state == {"n": '"w"'} for state in states)
+
+        await eventually(others_landed, what="the batches beside the cancel to land")
+        assert not commits.done()
+        await let_go()
+        assert await asyncio.wait_for(commits, timeout=10) == [False] * len(ids)
+    for run_id in ("r2", "kid"):
+        run = await store.get_run(run_id)
+        assert run is not None and run.status == "cancelled", run_id
+
+
 def _begin(run_id: str, key: str) -> StartAttempt:
     return StartAttempt(step(run_id, key, status="running", attempts=1), 1, "w1")
 

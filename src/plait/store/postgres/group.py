@@ -23,13 +23,13 @@ process works on the next.
 Each caller hears its own outcome only once the transaction that holds its batch has
 committed. A group never waits on a lock: a batch whose run row another transaction
 holds is left out and committed alone afterwards, and a batch that cancels child runs
-(whose rows it must wait for) never joins one, so groups of different processes can
-never deadlock, nor keep a row locked for long. A batch whose pass lost its lease is left
-out too (nothing of it is written) and its caller alone gets ``LeaseLostError``. Any
-other error rolled the whole group back, so the batches are then committed one by one,
-each with its own outcome, exactly as if they had never been grouped. A group whose
-outcome is unknown (the connection broke) is reported to every one of its callers as
-unavailable.
+(whose rows it must wait for: a run's end that takes its children, or a cancel) never
+joins one, so groups of different processes can never deadlock, nor keep a row locked for
+long. A batch whose pass lost its lease is left out too (nothing of it is written) and its
+caller alone gets ``LeaseLostError``. Any other error rolled the whole group back, so the
+batches are then committed one by one, each with its own outcome, exactly as if they had
+never been grouped. A group whose outcome is unknown (the connection broke) is reported to
+every one of its callers as unavailable.
 """
 
 from __future__ import annotations
@@ -231,8 +231,7 @@ class GroupCommit(_OneInFlight[_Batch]):
         together: list[_Batch] = []
         apart: list[_Batch] = []
         for batch in group:
-            cancels = any(isinstance(op, CancelChildren) for op in batch.ops)
-            (apart if cancels else together).append(batch)
+            (apart if cancels_children(batch.ops) else together).append(batch)
         if len(together) == 1:
             await self._alone(together[0])
         elif together:
@@ -378,6 +377,15 @@ def written_as_sets(run_id: str, ops: list[Op]) -> bool:
     if ops and isinstance(end := ops[-1], EndRun):
         return end.parent is None and steps_only(run_id, ops[:-1])
     return steps_only(run_id, ops)
+
+
+def cancels_children(ops: list[Op]) -> bool:
+    """Whether a batch cancels child runs, and so waits for their rows: the children of
+    an ended run (``CancelChildren``), or those of a run that ends cancelled."""
+    return any(
+        isinstance(op, CancelChildren) or (isinstance(op, EndRun) and op.status == "cancelled")
+        for op in ops
+    )
 
 
 def _answer(answered: list[tuple[_Batch, str]]) -> None:
