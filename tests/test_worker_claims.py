@@ -1,4 +1,4 @@
-"""How a worker looks for due runs: a busy one claims without asking first."""
+"""How a worker looks for due runs and queued steps: a busy one claims without asking first."""
 
 from __future__ import annotations
 
