@@ -27,7 +27,7 @@ from typer.core import TyperGroup
 from plait import __version__, loading
 from plait.app import App
 from plait.durations import format_duration, parse_duration
-from plait.engine import Engine
+from plait.engine import DEFAULT_CONCURRENCY, Engine
 from plait.errors import PlaitError
 from plait.follow import LineReporter, LiveReporter, Reporter, detail, follow, label
 from plait.logs import LOG_FORMATS
@@ -807,7 +807,7 @@ def queues(
 def worker(
     app_ref: str = typer.Argument(..., metavar="APP", help="module:attribute of your plait.App"),
     concurrency: int = typer.Option(
-        64, "--concurrency", "-c", min=1, help="Runs and steps at once."
+        DEFAULT_CONCURRENCY, "--concurrency", "-c", min=1, help="Runs and steps at once."
     ),
     lease: float = typer.Option(2.0, "--lease", min=0.1, help="Lease length in seconds."),
     worker_id: str | None = typer.Option(
