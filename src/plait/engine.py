@@ -80,9 +80,9 @@ _REOPEN_TRIES = 20
 _TRIGGER_TRIES = 100
 
 #: runs (and, separately, queued steps) one process drives at once unless told. A hundred,
-#: as Temporal's and Hatchet's workers default to: on PostgreSQL the passes of a process
-#: share commits, and a hundred runs at once cost the server about a fifth less a step than
-#: 64 (larger groups); a pass holds no connection while its step runs
+#: as the workers of Temporal's Python SDK and of Hatchet default to: on PostgreSQL the
+#: passes of a process share commits, and a hundred runs at once cost the server about a
+#: fifth less a step than 64 (larger groups); a pass holds no connection while its step runs
 DEFAULT_CONCURRENCY = 100
 
 In = TypeVar("In")
