@@ -160,7 +160,13 @@ class Worker:
         self._lease_task: asyncio.Task[Any] | None = None
         self.steps_run = 0
         #: keeps the leases while a step blocks the event loop
-        self.stall_guard = StallGuard(store, self.owner, lease_seconds, lambda: list(self.driving))
+        self.stall_guard = StallGuard(store, self.owner, lease_seconds, self.holding)
+
+    def holding(self) -> list[str]:
+        """The runs whose leases this worker keeps: those it drives (no index holds a
+        run's lease, so the store renews them by id). Read by the lease loop and by the
+        stall guard's thread."""
+        return list(self.driving)
 
     # -- the host of passes and queued attempts -------------------------------------------
     def cancelling(self, run_id: str) -> bool:
@@ -804,8 +810,9 @@ class Worker:
                 continue
             try:
                 stepping = sorted({run_id for run_id, _key in self.stepping})
-                holding = list(self.driving)
-                gone = await self.store.renew_leases(self.owner, self.lease, holding, stepping)
+                gone = await self.store.renew_leases(
+                    self.owner, self.lease, self.holding(), stepping
+                )
             except Exception:
                 log.exception("renewing leases failed")
                 continue
