@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,8 @@ import plait
 from conftest import eventually
 from plait.cli import cli
 
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 app = plait.App("cli-operating")
 
 
@@ -28,6 +33,11 @@ async def gated(wf: plait.Workflow, data: Any) -> Any:
     decision = await wf.approval("ship", schema=Verdict, approvers="not_owner")
     await wf.do("after", lambda: "done")
     return {"approved": decision.data.approved, "by": decision.decided_by}
+
+
+@app.workflow
+async def quick(wf: plait.Workflow, data: Any) -> Any:
+    return await wf.do("only", lambda: "done")
 
 
 async def plait_cli(*args: str) -> Any:
@@ -139,6 +149,48 @@ async def test_fork_and_prune_from_the_command_line(engine_factory, database: st
         assert pruned.exit_code == 0, pruned.output
         assert "pruned 1 runs" in pruned.output  # the cancelled one; the fork still runs
         await engine.get_run("again")
+
+
+def retaining_worker(database: str) -> subprocess.Popen[str]:
+    """``plait worker --retain 300ms`` in a process of its own."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(HERE)])}
+    env.pop("PLAIT_DATABASE_URL", None)
+    command = ["worker", "test_cli_operating:app", "--retain", "300ms", "--database", database]
+    return subprocess.Popen(
+        [sys.executable, "-m", "plait", *command],
+        cwd=HERE,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def test_a_worker_started_with_retain_prunes_ended_runs(
+    engine_factory, database: str
+) -> None:
+    """``plait worker --retain`` as an operator starts it: a process of its own that
+    deletes the runs ended longer ago than the window and leaves the live one alone."""
+    async with engine_factory(app, workers=False) as engine:
+        ended = await engine.start("quick", inline=True)
+        assert (await engine.wait(ended, timeout=10)).status == "completed"
+        live = await engine.start("gated", owner="alice")
+        worker = retaining_worker(database)
+        try:
+
+            async def pruned() -> bool:
+                assert worker.poll() is None, worker.communicate()[1]
+                try:
+                    await engine.get_run(ended)
+                except plait.RunNotFoundError:
+                    return True
+                return False
+
+            await eventually(pruned, timeout=30, what="the worker to prune the ended run")
+            assert (await engine.get_run(live)).status == "running"
+        finally:
+            worker.terminate()
+            worker.communicate(timeout=30)
 
 
 def test_worker_retain_refuses_a_bad_duration(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ and decisions a run's JSON and its stream carry."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pydantic
@@ -43,7 +44,13 @@ async def ticking(wf: plait.Workflow, data: Any) -> Any:
     return "done"
 
 
-engine = base.engine
+@pytest.fixture
+async def engine(database: str) -> AsyncIterator[plait.Engine]:
+    """These routes hold on both stores (the rules behind them are the store's)."""
+    async with plait.Engine(app, database, poll_interval=0.2) as opened:
+        yield opened
+
+
 client_for = base.client_for
 alice = base.alice
 bob = base.bob

@@ -9,6 +9,7 @@ how many bodies ran at once. Every wait polls with a deadline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -206,6 +207,37 @@ async def test_a_delayed_start_survives_a_restart_and_never_runs_early(
     assert line["t"] >= started + 3.0
 
 
+async def test_dedup_across_processes_returns_the_live_run_then_frees_the_key(
+    cluster: Cluster, database: str
+) -> None:
+    """Nine starts with one dedup key, from three engines at once (three connections),
+    while three workers run the queue: one run, one body; once it has ended the key
+    starts a new run."""
+    await cluster.ready(cluster.start(3))
+    async with contextlib.AsyncExitStack() as stack:
+        engines = [
+            await stack.enter_async_context(plait.Engine(queue_app.app, database, workers=False))
+            for _ in range(3)
+        ]
+        data = {"n": "report", "seconds": 1.0}
+        ids = await asyncio.gather(*(e.start("in_pair", data, dedup="report") for e in engines * 3))
+        assert len(set(ids)) == 1
+        (first,) = set(ids)
+
+        async def body_started() -> bool:
+            return any(x["run_id"] == first for x in cluster.lines("start"))
+
+        await eventually(body_started, timeout=30, what="the deduplicated run's body")
+        again = await engines[2].start("in_pair", data, dedup="report")
+        assert again == first  # still live: the same run
+        assert (await engines[0].wait(first, timeout=60)).status == "completed"
+        fresh = await engines[1].start("in_pair", data, dedup="report")
+        assert fresh != first  # ended: the key is free again
+        assert (await engines[0].wait(fresh, timeout=60)).status == "completed"
+    bodies = [x["run_id"] for x in cluster.lines("start")]
+    assert sorted(bodies) == sorted([first, fresh])
+
+
 # -- schedules ------------------------------------------------------------------------------
 
 
@@ -253,6 +285,10 @@ async def test_a_schedule_every_second_with_three_workers_one_killed(
     assert ticks == [ticks[0] + n for n in range(len(ticks))]
     assert [r.id for r in final] == [run_id_for("beat", t) for t in ticks]
     assert all(r.status == "completed" for r in final)
+    # each on time, the kill included: the live workers fire every tick (the catch-up
+    # window of 30 s would hide ticks fired late)
+    late = [r.created_at.timestamp() - r.scheduled_at.timestamp() for r in final if r.scheduled_at]
+    assert max(late) < 3.0, late
     bodies: dict[str, set[int]] = {}
     for line in cluster.lines("end"):
         bodies.setdefault(line["run_id"], set()).add(line["attempt"])

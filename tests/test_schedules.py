@@ -306,3 +306,41 @@ async def test_a_triggered_run_goes_through_the_workflows_queue_from_any_process
         for run_id in [blocker, *triggered]:
             await engine.send_event(run_id, "go", run_id)
             assert (await engine.wait(run_id, timeout=30)).output == run_id
+
+
+async def test_overlap_skip_starts_no_tick_while_the_last_run_lives(engine_factory: Any) -> None:
+    """``overlap="skip"``: the ticks that come while the last run still lives start
+    nothing (they are not started later either); the first tick after it ends starts
+    the next run."""
+    app = plait.App("sched-skip")
+
+    @app.workflow
+    async def long(wf: plait.Workflow, data: Any) -> Any:
+        return await wf.wait_for_event("go")
+
+    async with engine_factory(app) as engine:
+        await engine.create_schedule("beat", workflow="long", every="1s", overlap="skip")
+
+        async def beat_runs() -> list[plait.Run]:
+            runs = await engine.list_runs(workflow="long", limit=1000)
+            return sorted(runs, key=lambda r: r.id)
+
+        (first,) = await eventually(beat_runs, timeout=15, what="the first tick's run")
+        assert first.scheduled_at is not None
+        began = first.scheduled_at.timestamp()
+
+        async def ticks_passed() -> bool:
+            schedule = await engine.get_schedule("beat")
+            return schedule.next_tick is not None and schedule.next_tick.timestamp() >= began + 3
+
+        await eventually(ticks_passed, timeout=15, what="two more ticks to come and go")
+        assert [r.id for r in await beat_runs()] == [first.id]  # both skipped
+        await engine.send_event(first.id, "go")
+        assert (await engine.wait(first.id, timeout=15)).status == "completed"
+
+        async def next_run() -> list[plait.Run]:
+            return [r for r in await beat_runs() if r.id != first.id]
+
+        (second, *_) = await eventually(next_run, timeout=15, what="a tick after the run ended")
+        assert second.scheduled_at is not None
+        assert second.scheduled_at.timestamp() >= began + 3  # no skipped tick came back
