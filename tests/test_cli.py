@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -165,6 +169,152 @@ def test_start_wait_says_a_queued_child_waits_for_a_worker(tmp_path: Path) -> No
     assert f"run {run_id} completed" in rest and "42" in rest
 
 
+LIVE = """
+import asyncio
+import time
+from pathlib import Path
+
+import plait
+
+app = plait.App("live")
+GATE = Path(__file__).with_name("gate")
+
+
+async def paint() -> str:
+    # held until the test opens the gate: the test sees the steps before this one end
+    deadline = time.monotonic() + 120
+    while not GATE.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the gate was never opened")
+        await asyncio.sleep(0.02)
+    return "\\x9b31m red"
+
+
+@app.workflow
+async def greet(wf: plait.Workflow, data: None) -> str:
+    await wf.do("fetch title", lambda: "\\x1b]0;pwned\\x07 title")
+    await wf.do("paint", paint)
+    event = await wf.wait_for_event("go")
+    return "done " + event["by"]
+"""
+
+#: what the run's data carries to reach a terminal: a new window title, the bell that
+#: ends it, and a C1 control sequence introducer (red text)
+INJECTED = ("\x1b]0;pwned", "\x07", "\x9b")
+#: the display's own control sequences (colours, cursor moves), dropped to read its text
+_CSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+class _Terminal:
+    """A pseudo-terminal that a process writes to, read all along by a thread (a full
+    terminal would stop the process), with a way to wait for what it shows."""
+
+    def __init__(self, columns: int = 200, rows: int = 50) -> None:
+        import fcntl
+        import pty
+        import termios
+
+        self.master, self.slave = pty.openpty()
+        fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+        self.raw = b""
+        self.closed = False
+        self.changed = threading.Condition()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+
+    def start(self, *args: str, cwd: Path) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT / "src")}
+        # a terminal as a person has it, whatever this test's environment tells rich
+        for name in ("PLAIT_DATABASE_URL", "NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES"):
+            env.pop(name, None)
+        for name in ("TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+            env.pop(name, None)
+        env["TERM"] = "xterm-256color"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "plait", *args],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self.slave,
+            stderr=self.slave,
+        )
+        os.close(self.slave)  # the process holds it now: its exit ends the reading
+        self.reader.start()
+        return process
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:  # EIO: every writer has gone
+                chunk = b""
+            with self.changed:
+                if not chunk:
+                    self.closed = True
+                    self.changed.notify_all()
+                    return
+                self.raw += chunk
+                self.changed.notify_all()
+
+    @property
+    def text(self) -> str:
+        """What the terminal was sent, without the display's colours and cursor moves."""
+        return _CSI.sub("", self.raw.decode("utf-8", "replace"))
+
+    def wait_for(self, shown: Callable[[str], bool], timeout: float = 90) -> str:
+        with self.changed:
+            self.changed.wait_for(lambda: shown(self.text) or self.closed, timeout)
+            assert shown(self.text), self.text[-3000:]
+            return self.text
+
+    def close(self) -> None:
+        if self.reader.ident is not None:
+            self.reader.join(timeout=30)
+        os.close(self.master)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
+def test_start_wait_in_a_terminal_shows_steps_live_and_escapes_run_data(
+    tmp_path: Path,
+) -> None:
+    """On a terminal ``start --wait`` draws a live table: the run id first, each step as
+    it happens, what the run waits for with the command that sends it, the ending; and
+    nothing from the run's data reaches the terminal as a control sequence."""
+    (tmp_path / "live.py").write_text(LIVE)
+    db = f"sqlite:///{tmp_path / 'live.db'}"
+    terminal = _Terminal()
+    follower = terminal.start("start", "live:app", "greet", "--wait", "-d", db, cwd=tmp_path)
+    try:
+        # each step as it happens: the second one running while the gate holds it
+        screen = terminal.wait_for(lambda text: bool(re.search(r"paint\s+running", text)))
+        run_id = terminal.raw.split(b"\r\n", 1)[0].decode()
+        assert re.fullmatch(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", run_id), screen
+        assert re.search(r"fetch title\s+succeeded\s+[^\r\n]*\\x1b]0;pwned\\x07 title", screen)
+        assert not re.search(r"paint\s+succeeded", screen) and "waiting for" not in screen
+        (tmp_path / "gate").touch()
+        command = f"plait send-event {run_id} go --data JSON"
+        screen = terminal.wait_for(lambda text: command in text)
+        assert re.search(r"paint\s+succeeded\s+[^\r\n]*\\x9b31m red", screen), screen
+        assert f"waiting for event 'go': send it with {command}" in screen
+        code, out = run(
+            "send-event", run_id, "go", "--data", '{"by": "\\u001b]0;pwned\\u0007 dana"}', "-d", db
+        )
+        assert code == 0, out
+        follower.wait(timeout=90)
+        screen = terminal.wait_for(lambda text: terminal.closed)
+    finally:
+        if follower.poll() is None:
+            follower.terminate()
+            follower.wait(timeout=30)
+        terminal.close()
+    assert follower.returncode == 0, screen[-3000:]
+    assert f"run {run_id} completed" in screen
+    assert "done \\x1b]0;pwned\\x07 dana" in screen
+    # valid UTF-8 throughout (so no lone C1 byte either), and none of the sequences
+    sent = terminal.raw.decode()
+    for sequence in INJECTED:
+        assert sequence not in sent, sequence
+
+
 def test_send_event_and_json_documents(shop: Path) -> None:
     db = f"sqlite:///{shop / 'shop.db'}"
     code, out = run(
@@ -202,6 +352,90 @@ def test_send_event_and_json_documents(shop: Path) -> None:
         code, out = run(*command, "-d", db, "--json")
         assert code == 0, out
         json.loads(out)
+
+
+DRAWN = """
+import plait
+
+app = plait.App("drawn")
+
+
+@app.function
+def add(pair: dict) -> int:
+    return pair["a"] + pair["b"]
+
+
+app.graph(
+    "pair",
+    {
+        "nodes": {
+            "one": {"function": "add", "input": {"a": 1, "b": 2}, "next": "two"},
+            "two": {"function": "add", "input": {"a": 3, "b": 4}},
+        },
+    },
+)
+"""
+
+
+def test_graph_json_names_the_run_it_draws(shop: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``graph --json`` is one document with the Mermaid text and the run it was drawn
+    from: none for a graph's definition, the named run, or a code workflow's latest."""
+    (shop / "drawn.py").write_text(DRAWN)
+    monkeypatch.delitem(sys.modules, "drawn", raising=False)
+    db = f"sqlite:///{shop / 'shop.db'}"
+    code, out = run("graph", "drawn:app", "pair", "--json")
+    assert code == 0, out
+    definition = json.loads(out)
+    assert definition.pop("mermaid").startswith("graph TD")
+    assert definition == {"workflow": "pair", "kind": "graph", "run_id": None, "status": None}
+    code, plain = run("graph", "drawn:app", "pair")
+    assert code == 0 and plain == json.loads(out)["mermaid"] + "\n"
+    code, out = run("start", "drawn:app", "pair", "--wait", "-d", db, "--json")
+    assert code == 0, out
+    pair_run = json.loads(out)["run"]["id"]
+    code, out = run("graph", "drawn:app", "pair", "--run", pair_run, "-d", db, "--json")
+    assert code == 0, out
+    coloured = json.loads(out)
+    assert (coloured["kind"], coloured["run_id"], coloured["status"]) == (
+        "graph",
+        pair_run,
+        "completed",
+    )
+    assert "    class n_one,n_two succeeded" in coloured["mermaid"].splitlines()
+    first = run("start", "shop:app", "checkout", "-i", '{"amount": 1}', "--wait", "-d", db)[1]
+    latest = run("start", "shop:app", "checkout", "-i", '{"amount": 2}', "--wait", "-d", db)[1]
+    for named, expected in ((None, latest), (first, first)):
+        args = ["graph", "shop:app", "checkout", "-d", db, "--json"]
+        code, out = run(*args, *(["--run", named.splitlines()[0]] if named else []))
+        assert code == 0, out
+        document = json.loads(out)
+        assert document["workflow"] == "checkout" and document["kind"] == "workflow"
+        assert document["run_id"] == expected.splitlines()[0]
+        assert document["status"] == "completed"
+        assert document["mermaid"].startswith("graph TD")
+        assert "charge" in document["mermaid"] and "cooling off" in document["mermaid"]
+    # a run of another workflow is refused by name, on a graph and on a code workflow
+    for drawn in (["drawn:app", "pair"], ["shop:app", "checkout"]):
+        other = pair_run if drawn[1] == "checkout" else first.splitlines()[0]
+        code, out = run("graph", *drawn, "--run", other, "-d", db)
+        assert code == 1 and out.count("\n") == 1, out
+        assert f"run {other!r} is a run of" in out and f"not of {drawn[1]!r}" in out
+
+
+def test_graph_of_a_workflow_with_no_runs_yet_says_so(shop: Path) -> None:
+    """A code workflow is drawn from a run: with none yet the error says that, names the
+    workflow, and says how to get one, instead of calling a known name unknown."""
+    for database in ([], ["-d", f"sqlite:///{shop / 'shop.db'}"]):
+        if database:
+            assert run("start", "shop:app", "odd", *database)[0] == 0
+        for extra in ([], ["--json"]):
+            code, out = run("graph", "shop:app", "checkout", *database, *extra)
+            assert code == 1 and out.count("\n") == 1, out
+            assert out.startswith("error: workflow 'checkout' has no run yet to draw it from")
+            assert "plait start APP checkout" in out
+            assert "unknown" not in out
+    code, out = run("graph", "shop:app", "nope")
+    assert code == 1 and out.startswith("error: unknown workflow 'nope' (registered: ")
 
 
 def test_runs_show_has_full_results_and_the_traceback(shop: Path) -> None:

@@ -1,16 +1,21 @@
 """The built wheel, installed into a fresh virtual environment without any extra: every
 part that needs an extra says which one, in one line, from the command line and from
-Python alike.
+Python alike. And the source distribution holds what it takes to run the tests.
 
 The development environment has every extra installed, so only a clean install can show
-what a user who ran ``pip install plait`` sees.
+what a user who ran ``pip install plait`` sees. Both are built from a copy of the work
+tree: a build leaves ``build/`` and ``*.egg-info`` behind, and a stale ``build/lib`` in
+the tree would end up in the next wheel.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
+import tomllib
 import venv
 from pathlib import Path
 
@@ -51,13 +56,32 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PLAIT_"))}
 
 
+#: what a build, a run or a tool leaves in the tree, never part of a distribution
+_LEFT_BEHIND = {".git", ".mypy_cache", ".ruff_cache", ".pytest_cache", "__pycache__"}
+
+
+def _tree_copy(where: Path) -> Path:
+    """The work tree as it stands (committed or not), without environments, caches and
+    earlier builds, so that a build sees only sources and leaves nothing in the tree."""
+
+    def skipped(folder: str, names: list[str]) -> set[str]:
+        left = {n for n in names if n in _LEFT_BEHIND or n.startswith(".venv")}
+        if Path(folder) == ROOT:
+            left |= {n for n in names if n in ("build", "dist", "test-artifacts")}
+            left |= {n for n in names if n.endswith(".db") or ".db-" in n}
+        return left | {n for n in names if n.endswith(".egg-info")}
+
+    return Path(shutil.copytree(ROOT, where / "tree", ignore=skipped))
+
+
 @pytest.fixture(scope="module")
 def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtual environment with the wheel and its core dependencies only."""
     where = tmp_path_factory.mktemp("wheel")
     dist = where / "dist"
+    tree = _tree_copy(where)
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(tree)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -159,3 +183,67 @@ def test_python_gets_a_missing_extra_error_naming_the_install(bare: Path) -> Non
         last = done.stderr.strip().splitlines()[-1]
         assert last.startswith("plait.errors.MissingExtraError: "), last
         assert f"pip install 'plait[{extra}]'" in last
+
+
+#: files the test suite reads from the source distribution, one from each part it needs
+SDIST_NEEDS = {
+    "tests/conftest.py",
+    "tests/doc_session.py",
+    "LICENSE",
+    "README.md",
+    "Makefile",
+    "docs/concepts.md",
+    "examples/typed.py",
+    "benchmarks/plot.py",
+    "benchmarks/latency_proxy.py",
+}
+
+#: the build backend's own entry point, as a build frontend calls it
+BUILD_SDIST = """
+import sys
+from setuptools import build_meta
+
+print(build_meta.build_sdist(sys.argv[1]))
+"""
+
+
+def test_the_sdist_carries_what_the_tests_need(tmp_path: Path) -> None:
+    """What ``make test`` reads is in the sdist: the tests with the docs, examples and
+    benchmark scripts they load, and no benchmark environment or bytecode with them."""
+    tree = _tree_copy(tmp_path)
+    # what a benchmark run leaves beside its scripts
+    (tree / "benchmarks" / ".venv-dbos" / "lib").mkdir(parents=True)
+    (tree / "benchmarks" / ".venv-dbos" / "lib" / "site.py").write_text("")
+    (tree / "benchmarks" / "__pycache__").mkdir(exist_ok=True)
+    (tree / "benchmarks" / "__pycache__" / "plot.cpython-311.pyc").write_bytes(b"")
+    # the backend that pyproject.toml names, installed apart as pip's isolated builds do
+    # (the development environment's own setuptools may be older than it needs)
+    backend = tmp_path / "backend"
+    requires = tomllib.loads((tree / "pyproject.toml").read_text())["build-system"]["requires"]
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--target", str(backend), *requires],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_clean_env(),
+    )
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    built = subprocess.run(
+        # -S: nothing from this environment's site-packages, only the backend
+        [sys.executable, "-S", "-c", BUILD_SDIST, str(dist)],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**_clean_env(), "PYTHONPATH": str(backend)},
+    )
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    (sdist,) = dist.glob("plait-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        names = {name.partition("/")[2] for name in archive.getnames()}
+    assert names >= SDIST_NEEDS, SDIST_NEEDS - names
+    assert "tests/test_wheel_extras.py" in names and "src/plait/cli.py" in names
+    unwanted = [n for n in names if ".venv" in n or "__pycache__" in n or n.endswith(".pyc")]
+    assert unwanted == []

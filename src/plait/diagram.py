@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
-from plait.errors import WorkflowNotFoundError
+from plait.errors import PlaitError, WorkflowNotFoundError
 from plait.graph import node_states, to_mermaid
 from plait.graph.mermaid import status_class_defs
 
 if TYPE_CHECKING:
     from plait.engine import Engine
-    from plait.records import Step
+    from plait.records import Run, Step
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 
@@ -89,20 +90,58 @@ def _together(first: Step, step: Step) -> bool:
     return abs((step.created_at - first.created_at).total_seconds()) < 0.002
 
 
-async def diagram_for(engine: Engine, name: str, run_id: str | None = None) -> str:
-    """Mermaid text for graph ``name`` (coloured by ``run_id`` if given) or, for a code
-    workflow, the steps of ``run_id`` (default: its latest run)."""
+class NothingToDrawError(PlaitError, LookupError):
+    """A code workflow is drawn from what one of its runs did, and it has none yet: a
+    known name, so not an unknown workflow, and the fix is to start a run."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"workflow {name!r} has no run yet to draw it from: a code workflow is drawn "
+            f"from what a run did (start one with plait start APP {name}, or check --database)"
+        )
+        self.name = name
+
+
+@dataclass(frozen=True)
+class Drawing:
+    """A diagram with the run it shows: without ``run_id`` a code workflow is drawn from
+    its latest run, and a script needs to know which one that was."""
+
+    name: str
+    kind: Literal["graph", "workflow"]
+    #: the run drawn (a code workflow) or that coloured the nodes (a graph), else None
+    run: Run | None
+    mermaid: str
+
+
+async def draw(engine: Engine, name: str, run_id: str | None = None) -> Drawing:
+    """Graph ``name`` (coloured by ``run_id`` if given) or, for a code workflow, the
+    steps of ``run_id`` (default: its latest run)."""
     graph = engine.app.graphs.get(name)
     if graph is not None:
-        states = None
-        if run_id is not None:
-            states = node_states(await engine.get_steps(run_id))
-        return to_mermaid(graph, states)
+        run = None if run_id is None else _of(name, await engine.get_run(run_id))
+        states = None if run is None else node_states(await engine.get_steps(run.id))
+        return Drawing(name, "graph", run, to_mermaid(graph, states))
     if name not in engine.app.workflows:
         raise WorkflowNotFoundError(name, [*engine.app.workflows, *engine.app.graphs])
     if run_id is None:
         runs = await engine.list_runs(workflow=name, limit=1)
         if not runs:
-            raise WorkflowNotFoundError(f"{name} (no runs yet to draw)")
-        run_id = runs[0].id
-    return steps_mermaid(await engine.get_steps(run_id))
+            raise NothingToDrawError(name)
+        run = runs[0]
+    else:
+        run = _of(name, await engine.get_run(run_id))
+    return Drawing(name, "workflow", run, steps_mermaid(await engine.get_steps(run.id)))
+
+
+def _of(name: str, run: Run) -> Run:
+    """The run, if it is one of ``name``: another workflow's steps on this one's diagram
+    (or its step states on this graph's nodes) would be a picture of nothing."""
+    if run.workflow != name:
+        raise ValueError(f"run {run.id!r} is a run of {run.workflow!r}, not of {name!r}")
+    return run
+
+
+async def diagram_for(engine: Engine, name: str, run_id: str | None = None) -> str:
+    """The Mermaid text of ``draw``, for callers that only print it."""
+    return (await draw(engine, name, run_id)).mermaid
