@@ -26,10 +26,13 @@ test: $(STAMP)
 BENCH_PLOT ?= docs/benchmarks.png
 # both stores by default: docs/benchmarks.md reports them side by side
 BENCH_ARGS ?= --postgres
+# the parts after run.py take the second store when run.py does
+BENCH_PG = $(if $(filter --postgres --postgres-only,$(BENCH_ARGS)),--postgres)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py $(if $(BENCH_PLOT),--plot $(BENCH_PLOT)) $(BENCH_ARGS)
-	$(BIN)/python benchmarks/telemetry.py
+	$(BIN)/python benchmarks/telemetry.py $(BENCH_PG)
+	$(BIN)/python benchmarks/flow_control.py $(BENCH_PG)
 	$(BIN)/python benchmarks/big_database.py
 	$(BIN)/python benchmarks/distance.py
 
