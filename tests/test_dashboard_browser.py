@@ -112,6 +112,15 @@ async def a_workflow_with_a_rather_long_name_for_a_phone(wf: plait.Workflow, dat
     return await wf.do("send", add, {"a": 1, "b": 2})
 
 
+app.queue("one-by-one", concurrency=1)
+
+
+@app.workflow(queue="one-by-one")
+async def held(wf: plait.Workflow, data: Any) -> Any:
+    """Holds the queue's one slot until its event comes, so the runs behind it queue."""
+    return await wf.wait_for_event("go")
+
+
 class Refund(pydantic.BaseModel):
     approved: bool
     amount: int = pydantic.Field(default=1, ge=1)
@@ -361,7 +370,8 @@ def test_sign_in_sign_out_and_a_token_in_a_link(server: Server, api: Any, page: 
     expect(page.locator("#run-status")).to_have_text("completed")
     page.goto(f"{server.url}/schedules")  # a page of its own script, signed in alike
     expect(page.locator("#schedules-body")).to_contain_text("No schedules.")
-    expect(page.locator("#queues-body")).to_contain_text("No queued work.")
+    # a declared queue is listed with nothing in it
+    expect(page.locator("#queues-body")).to_have_text("one-by-one00concurrency 1")
 
     page.click("#signout")
     expect(page.locator("#signin")).to_be_visible()
@@ -715,3 +725,55 @@ def test_the_runs_list_on_a_phone_clips_no_column(
     card = page.locator(f'tr[data-run-id="{top["id"]}"]')
     for label in ("Run", "Workflow", "Status", "Started", "Duration", "Owner"):
         expect(card.locator(f'td[data-label="{label}"]')).to_be_visible()
+
+
+#: what the schedules page shows in a cell with nothing in it (an en dash)
+NONE = "\u2013"
+
+
+def test_the_schedules_page_shows_ticks_last_runs_and_queue_depth(
+    server: Server, api: Any, page: Any
+) -> None:
+    """A stored schedule with its next tick; Trigger starts a run that becomes its last
+    run; Pause clears the next tick and Resume brings it back; the queue table counts the
+    run holding the slot and those waiting behind it. All without a reload."""
+    made = api.post(
+        "/api/schedules",
+        json={"name": "nightly-report", "workflow": "notify", "cron": "0 3 * * *", "input": 7},
+    )
+    assert made.status_code == 201, made.text
+    holders = [start(api, "held")["run_id"] for _ in range(3)]
+    try:
+        sign_in(page, server.url, then="/schedules")
+        row = page.locator('tr[data-schedule="nightly-report"]')
+        cells = row.locator("td")
+        expect(cells.nth(2)).to_have_text("0 3 * * *")
+        expect(cells.nth(3)).to_have_text("active")
+        expect(cells.nth(4)).not_to_have_text(NONE)  # the next tick, in the reader's time
+        expect(cells.nth(5)).to_have_text(NONE)  # no run yet
+
+        row.get_by_role("button", name="Trigger").click()
+        expect(page.locator("#notice")).to_contain_text("started run schedule:nightly-report:")
+        expect(cells.nth(5)).to_contain_text("schedule:nightly-report:")
+        expect(cells.nth(5)).to_contain_text("completed")  # the page keeps it live
+
+        row.get_by_role("button", name="Pause").click()
+        expect(cells.nth(3)).to_have_text("paused")
+        expect(cells.nth(4)).to_have_text(NONE)
+        row.get_by_role("button", name="Resume").click()
+        expect(cells.nth(3)).to_have_text("active")
+        expect(cells.nth(4)).not_to_have_text(NONE)
+
+        queue = page.locator('tr[data-queue="one-by-one"]').locator("td")
+        expect(queue.nth(1)).to_have_text("2")  # queued behind the slot
+        expect(queue.nth(2)).to_have_text("1")  # holding it
+        expect(queue.nth(3)).to_have_text("concurrency 1")
+    finally:
+        for run_id in holders:
+            api.post(f"/api/runs/{run_id}/events/go", json={"data": None})
+        api.post("/api/schedules/nightly-report/pause", json={})
+    for run_id in holders:
+        wait_for(
+            lambda run_id=run_id: api.get(f"/api/runs/{run_id}").json()["status"] == "completed",
+            timeout=30,
+        )
