@@ -60,7 +60,9 @@ async def nap(wf: plait.Workflow, data: dict[str, float]) -> None:
 
 def _engine(p: dict[str, Any], **options: Any) -> plait.Engine:
     telemetry = p.get("telemetry", "off")
-    if telemetry != "off":
+    if telemetry == "metrics":
+        options.update(metrics=True)
+    elif telemetry != "off":
         options.update(tracing=True, metrics=True)
     if telemetry == "sdk":
         _otel_sdk()

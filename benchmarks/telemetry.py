@@ -8,6 +8,7 @@ plait's durable defaults (and, with ``--postgres``, on a fresh database of a thr
 PostgreSQL cluster with fsync on), in a fresh process each time, measured as:
 
 * ``off``: no telemetry (the libraries are not even imported);
+* ``metrics``: ``metrics=True`` alone (prometheus-client);
 * ``api``: ``tracing=True, metrics=True`` with only ``opentelemetry-api`` in play, as in
   a process whose application configured no tracer provider;
 * ``sdk``: the same with the OpenTelemetry SDK configured as an application would (a
@@ -29,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-VARIANTS = ("off", "api", "sdk")
+VARIANTS = ("off", "metrics", "api", "sdk")
 
 
 def measure(variant: str, steps: int, db: str) -> float:
@@ -50,7 +51,8 @@ def rounds(store: str, fresh_db: Callable[[Path], str], count: int, steps: int) 
     """``count`` rounds of the three variants in turns, then the store's table."""
     figures: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for n in range(count):
-        for variant in VARIANTS[n % 3 :] + VARIANTS[: n % 3]:
+        turn = n % len(VARIANTS)
+        for variant in VARIANTS[turn:] + VARIANTS[:turn]:
             with tempfile.TemporaryDirectory(prefix="plait-bench-") as where:
                 figures[variant].append(measure(variant, steps, fresh_db(Path(where))))
     base = statistics.median(figures["off"])
