@@ -4,6 +4,7 @@ tests.http_app:app`` (hence a module of its own)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import plait
@@ -32,6 +33,12 @@ def make_nested(data: dict) -> Any:
 @app.function
 async def add(data: dict) -> int:
     return int(data["a"]) + int(data["b"])
+
+
+@app.function
+def measure(data: Any) -> int:
+    """How many characters of JSON ``data`` takes: a small result for any input."""
+    return len(json.dumps(data))
 
 
 @app.workflow

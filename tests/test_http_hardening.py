@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import plait
+from plait import serde
 
 httpx = pytest.importorskip("httpx", reason="httpx is needed to call the server")
 pytest.importorskip("uvicorn", reason="the http extra (uvicorn) is not installed")
@@ -415,6 +416,123 @@ async def test_max_payload_holds_inputs_events_and_results(serve: Serve) -> None
             assert await run_count(server) == 2
 
 
+async def echo_workflow(wf: plait.Workflow, data: Any) -> Any:
+    return data
+
+
+def deep_value(depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+async def test_max_payload_holds_schedule_inputs_when_they_are_made(
+    engine_factory: Callable[..., Any],
+) -> None:
+    async with engine_factory(app, max_payload=10_000) as engine:
+        with pytest.raises(plait.PayloadTooLargeError, match="max_payload") as caught:
+            await engine.create_schedule("big", workflow="echo", every="1h", input="x" * 20_000)
+        assert "the input of schedule 'big'" in str(caught.value)
+        with pytest.raises(plait.PayloadTooDeepError, match="64 levels"):
+            await engine.create_schedule("deep", workflow="echo", every="1h", input=deep_value(100))
+        assert await engine.list_schedules() == []
+        fits = await engine.create_schedule("fits", workflow="echo", every="1h", input="x" * 9_000)
+        assert fits.input == "x" * 9_000
+    declared = plait.App("declared")
+    declared.workflow(echo_workflow)
+    declared.schedule("nightly", workflow="echo_workflow", every="1h", input="x" * 20_000)
+    with pytest.raises(plait.PayloadTooLargeError, match="the input of schedule 'nightly'"):
+        async with engine_factory(declared, max_payload=10_000):
+            pass
+
+
+async def test_a_stored_schedule_over_this_engines_limit_starts_no_run(
+    engine_factory: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A schedule stored by a process with a larger limit: this one neither triggers it
+    nor fires its ticks (another process with the larger limit still may)."""
+    async with engine_factory(app) as roomy:
+        await roomy.create_schedule("big", workflow="echo", every="1s", input="x" * 20_000)
+    async with engine_factory(app, max_payload=10_000) as strict:
+        started = (await strict.count_runs())[1]  # roomy may have fired a tick already
+        with pytest.raises(plait.PayloadTooLargeError, match="max_payload"):
+            await strict.trigger_schedule("big")
+        with caplog.at_level("WARNING", logger="plait"):
+            await eventually(
+                lambda: "schedule big: the input of schedule 'big'" in caplog.text,
+                what="the tick to be refused",
+            )
+        assert (await strict.count_runs())[1] == started
+
+
+async def test_max_payload_holds_schedule_inputs_over_http(serve: Serve) -> None:
+    with serve(engine_options={"max_payload": 10_000}) as server:
+        async with client(server, **ALICE) as alice:
+            body = {"name": "big", "workflow": "echo", "every": "1h", "input": "x" * 20_000}
+            sent = await alice.post("/api/schedules", json=body)
+            assert "max_payload" in problem(sent, 413, "PAYLOAD_TOO_LARGE")["detail"]
+            assert (await alice.get("/api/schedules")).json()["schedules"] == []
+
+
+#: a join whose input (both results) is larger than either result, and a for_each whose
+#: items each take the run's input twice
+JOIN = {
+    "nodes": {
+        "a": {"function": "make_text", "input": {"size": 6_000}, "next": "both"},
+        "b": {"function": "make_text", "input": {"size": 6_000}, "next": "both"},
+        "both": {"function": "measure", "input": {"a": {"$ref": "a"}, "b": {"$ref": "b"}}},
+    }
+}
+EACH = {
+    "nodes": {
+        "each": {
+            "function": "measure",
+            "for_each": {"$ref": "trigger", "path": "items"},
+            "input": {
+                "item": {"$ref": "$item"},
+                "pad": {"$ref": "trigger", "path": "pad"},
+                "again": {"$ref": "trigger", "path": "pad"},
+            },
+        }
+    }
+}
+#: nests its input two levels deeper than the run's input
+DEEPER = {"nodes": {"wrap": {"function": "measure", "input": [[{"$ref": "trigger"}]]}}}
+
+
+@pytest.mark.parametrize(
+    ("graph", "data", "code", "what"),
+    [
+        (JOIN, None, "PAYLOAD_TOO_LARGE", "the input of node 'both'"),
+        (DEEPER, deep_value(63), "PAYLOAD_TOO_DEEP", "the input of node 'wrap'"),
+        # the item cannot start, so its node fails (its own input, the items, is stored)
+        (EACH, {"items": [1, 2], "pad": "p" * 5_000}, "PAYLOAD_TOO_LARGE", "'each[0]'"),
+    ],
+    ids=["join", "deep", "for_each"],
+)
+async def test_a_graph_node_input_over_the_limits_fails_its_run(
+    engine_factory: Callable[..., Any], graph: Any, data: Any, code: str, what: str
+) -> None:
+    async with engine_factory(app, max_payload=10_000) as engine:
+        await engine.register_graph("g", graph)
+        run_id = await engine.start("g", data)
+        run = await engine.wait(run_id, timeout=30)
+        assert run.status == "failed", run
+        error = run.error
+        assert error is not None
+        if graph is EACH:
+            assert (error["code"], error["node"]) == ("GRAPH_NODE_FAILED", "each"), error
+            error = error["cause"]
+        assert error["code"] == code, error
+        assert what in error["message"], error
+        limit = "max_payload" if code == "PAYLOAD_TOO_LARGE" else "64 levels"
+        assert limit in error["message"], error
+        for step in await engine.get_steps(run_id):
+            stored = json.dumps(step.input)
+            assert len(stored) <= 10_000 and not serde.too_deep(stored, 64), step.key
+
+
 async def test_run_lists_are_summaries(serve: Serve) -> None:
     with serve() as server:
         async with client(server, **ALICE) as alice:
@@ -487,6 +605,13 @@ async def test_streams_and_waits_end_when_their_client_goes_away(serve: Serve) -
             lambda: open_requests(server) == {"streams": 20, "waits": 20}, what="all to open"
         )
         assert await server.acall(_watched(engine)) >= 21
+        # every task a waiting request runs is named, so a shutdown that leaves one
+        # behind says so (it looks for tasks named plait*)
+        names = await server.acall(_task_names())
+        for kind in ("streams", "waits"):
+            for part in ("work", "disconnect", "shutdown"):
+                assert names.count(f"plait-http-{kind}-{part}") == 20, (kind, part, names)
+        assert "plait-end-look" in names
         for writer in conns:
             writer.close()
         await eventually(
@@ -499,9 +624,20 @@ async def test_streams_and_waits_end_when_their_client_goes_away(serve: Serve) -
 
         await eventually(no_watchers, what="every watcher to go")
 
+        async def no_request_tasks() -> bool:
+            left = await server.acall(_task_names())
+            return not [name for name in left if name.startswith("plait-http-")]
+
+        await eventually(no_request_tasks, what="every task of a request to end")
+
 
 async def _watched(engine: plait.Engine) -> int:
     return engine.notifier.watched_runs()
+
+
+async def _task_names() -> list[str]:
+    """The names of the tasks of the loop it runs on (the server's)."""
+    return [task.get_name() for task in asyncio.all_tasks() if not task.done()]
 
 
 async def test_shutdown_ends_open_streams_and_waits_at_once(serve: Serve) -> None:
@@ -528,6 +664,9 @@ async def test_shutdown_ends_open_streams_and_waits_at_once(serve: Serve) -> Non
 
 
 # -- 8. odd input, headers, framing, the graph view ----------------------------------------------
+SCHEDULE_ACTIONS = ("pause", "resume", "trigger")
+
+
 async def test_odd_values_are_4xx_never_500(serve: Serve) -> None:
     with serve() as server:
         async with client(server, **ALICE, **JSON) as alice:
@@ -565,6 +704,25 @@ async def test_odd_values_are_4xx_never_500(serve: Serve) -> None:
             )
             waiting = (await start_run(alice, "waiter")).json()["run_id"]
             problem(await alice.post(f"/api/runs/{waiting}/events/g%00o"), 422, "INVALID_REQUEST")
+            # a schedule name no schedule can have, and keys no store can hold (PostgreSQL
+            # refused them with a driver error, SQLite stored them)
+            for method, path in [
+                ("GET", "/api/schedules/a%00b"),
+                *(("POST", f"/api/schedules/a%00b/{action}") for action in SCHEDULE_ACTIONS),
+                ("GET", "/api/schedules/a%07b"),
+            ]:
+                answer = problem(await alice.request(method, path), 422, "INVALID_REQUEST")
+                assert answer["problems"][0]["field"] == "name", answer
+                assert "control characters" in answer["detail"]
+            for field, body in [
+                ("dedup", '{"dedup": "a\\u0000"}'),
+                ("key", '{"key": "a\\u0000", "queue": "q"}'),
+                ("dedup", '{"dedup": "a\\nb"}'),
+            ]:
+                sent = await alice.post("/api/workflows/echo/runs", content=body)
+                answer = problem(sent, 422, "INVALID_REQUEST")
+                assert answer["problems"][0]["field"] == field, answer
+                assert "control characters" in answer["detail"]
             assert (await alice.get("/api/runs")).json()["total"] == 1
 
 
@@ -598,6 +756,37 @@ async def test_engine_start_refuses_a_run_id_a_url_cannot_carry(
             with pytest.raises((ValueError, TypeError), match="run_id"):
                 await engine.start("echo", 1, run_id=bad)
         assert await engine.start("echo", 1, run_id="ok-1") == "ok-1"
+
+
+async def test_engine_refuses_control_characters_in_schedule_names_and_keys(
+    engine_factory: Callable[..., Any],
+) -> None:
+    """No store error escapes: a name or key PostgreSQL cannot hold is refused by the
+    engine, naming what is wrong, on every store alike."""
+    async with engine_factory(app) as engine:
+        await engine.create_schedule("nightly", workflow="echo", every="1h")
+        for call in (
+            engine.get_schedule,
+            engine.pause_schedule,
+            engine.resume_schedule,
+            engine.trigger_schedule,
+            engine.delete_schedule,
+        ):
+            for bad in ("a\x00b", "a\nb", "x" * 500):
+                with pytest.raises(ValueError, match="invalid schedule name"):
+                    await call(bad)
+        with pytest.raises(plait.ScheduleNotFoundError):
+            await engine.get_schedule("no-such-schedule")
+        for options, field in [
+            ({"dedup": "a\x00"}, "dedup"),
+            ({"dedup": "a\tb"}, "dedup"),
+            ({"key": "a\x00", "queue": "q"}, "key"),
+            ({"key": "a\x1bb", "queue": "q"}, "key"),
+        ]:
+            with pytest.raises(ValueError, match=f"invalid {field} .*control characters"):
+                await engine.start("echo", 1, **options)
+        assert (await engine.count_runs())[1] == 0
+        assert (await engine.get_schedule("nightly")).status == "active"
 
 
 async def test_every_answer_carries_the_security_headers(serve: Serve) -> None:
@@ -647,6 +836,24 @@ def test_a_malformed_tokens_entry_is_named_without_its_token() -> None:
         message = str(caught.value)
         assert "s3cret-1" not in message and "fine-token" not in message
         assert "entry 2" in message
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "alice:abc:def-s3cret",  # a token with ":" in it: its second half reads as scopes
+        "alice:abc:graphs+def-s3cret",  # and with "+" too
+        "alice:abc:def-s3cret+graphs",
+        "alice:abc:s3cret:more",
+    ],
+)
+def test_a_token_with_a_colon_is_never_echoed_as_a_scope(entry: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        parse_tokens(f"bob:fine-token,{entry}")
+    message = str(caught.value)
+    assert "s3cret" not in message and "abc" not in message, message
+    assert message.startswith("invalid PLAIT_TOKENS entry 2 (user 'alice')"), message
+    assert "graphs" in message or "user:token" in message  # the rule it broke
 
 
 def test_database_url_secrets_are_masked_in_errors() -> None:

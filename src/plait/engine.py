@@ -217,6 +217,9 @@ class Engine:
             return
         for spec in self.app.schedules.values():
             self.catalog.describe(spec.workflow)  # a schedule of an unknown workflow
+            # held to this engine's limits: ``app.schedule`` ran before any engine said
+            # what they are, and every run of the schedule would get this input
+            serde.dumps(spec.input, what=f"the input of schedule {spec.name!r}", limits=self.limits)
         await self.store.open()
         await self.catalog.record_versions()
         self._worker = Worker(
@@ -718,7 +721,9 @@ class Engine:
         owner: str | None = None,
     ) -> Schedule:
         """Store a schedule at run time; every worker on the database fires it. A schedule
-        of that name gets the new definition (its paused or active status is kept)."""
+        of that name gets the new definition (its paused or active status is kept). An
+        input over this engine's limits is refused before anything is stored
+        (``PayloadTooLargeError``, ``PayloadTooDeepError``)."""
         spec = schedules.make_spec(
             name,
             workflow=workflow,
@@ -728,6 +733,7 @@ class Engine:
             timezone=timezone,
             overlap=overlap,
             catchup=catchup,
+            limits=self.limits,
         )
         await self.catalog.resolve(spec.workflow)
         if owner is not None and not isinstance(owner, str):
@@ -829,9 +835,10 @@ class Engine:
 
     @staticmethod
     def _schedule_name(name: object) -> str:
-        if not isinstance(name, str):
-            raise TypeError(f"schedule name must be a string, got {type(name).__name__}")
-        return name
+        """A name to look a schedule up by, held to the rule names are stored by: one no
+        schedule can have is refused here, naming it, before a store sees text it may not
+        take (PostgreSQL has no NUL character)."""
+        return check_name(name, "schedule name", limit=schedules.MAX_NAME)
 
     # -- approvals ------------------------------------------------------------------------------
     async def approve(

@@ -144,7 +144,8 @@ class EndLook:
             self._due, self._interval = soon, self.FIRST
             self._sooner.set()
         if self._task is None or self._task.done():
-            self._task = loop.create_task(self._look())
+            # named, so a shutdown that leaves it running says so
+            self._task = loop.create_task(self._look(), name="plait-end-look")
 
     async def _look(self) -> None:
         loop = asyncio.get_running_loop()

@@ -16,13 +16,14 @@ from datetime import datetime
 from typing import Any
 
 from plait.durations import parse_duration
-from plait.ids import check_name
+from plait.ids import NAME_FORBIDDEN, check_name, shown
 
 #: the window of each rate unit, in seconds
 _RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([smhd])\s*$")
 #: priorities are stored as 32-bit integers on both stores
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+_CONTROL = re.compile(f"[{NAME_FORBIDDEN}]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,11 +120,15 @@ def check_priority(value: object) -> int:
 
 
 def check_text(value: object, what: str) -> str:
-    """A key or de-duplication key: a non-empty string."""
+    """A key or de-duplication key: a non-empty string without control characters, as
+    names are (no store takes a NUL, and keys show in logs and on the dashboard). Unlike
+    a name it has no length limit: callers build keys from their own data."""
     if not isinstance(value, str):
-        raise TypeError(f"{what} must be a string, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{what} must be a string, got {type(value).__name__} {shown(value)}")
     if not value:
         raise ValueError(f"{what} must not be empty")
+    if _CONTROL.search(value) is not None:
+        raise ValueError(f"invalid {what} {shown(value)}: no control characters")
     return value
 
 

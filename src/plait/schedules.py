@@ -176,8 +176,11 @@ def make_spec(
     timezone: object = "UTC",
     overlap: object = "skip",
     catchup: object = "0s",
+    limits: serde.Limits | None = None,
 ) -> ScheduleSpec:
-    """A ``ScheduleSpec`` from what a user wrote, or an error naming the bad field."""
+    """A ``ScheduleSpec`` from what a user wrote, or an error naming the bad field. With
+    ``limits`` (an engine's), the input must fit them: every run of the schedule gets
+    it, so it is refused once, here, rather than at every tick."""
     sname = check_name(name, "schedule name", limit=MAX_NAME)
     if ":" in sname:
         raise ValueError(
@@ -209,7 +212,7 @@ def make_spec(
         )
     window = parse_duration(catchup, what=f"catchup of schedule {sname!r}")
     # stored as JSON (a model or a dataclass as its JSON form): fail here, naming it
-    stored = serde.roundtrip(input, what=f"the input of schedule {sname!r}")
+    stored = serde.roundtrip(input, what=f"the input of schedule {sname!r}", limits=limits)
     return ScheduleSpec(
         sname, workflow, stored, expression, interval, timezone, str(overlap), window
     )

@@ -202,9 +202,10 @@ def loads(text: str | bytes | None) -> Any:
     return json.loads(text)
 
 
-def roundtrip(value: Any, *, what: str = "value") -> Any:
-    """The value as every later replay will see it (tuples become lists, and so on)."""
-    text = dumps(value, what=what)
+def roundtrip(value: Any, *, what: str = "value", limits: Limits | None = None) -> Any:
+    """The value as every later replay will see it (tuples become lists, and so on);
+    with ``limits``, it must also fit them."""
+    text = dumps(value, what=what, limits=limits)
     return None if text is None else json.loads(text)
 
 

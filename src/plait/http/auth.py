@@ -56,7 +56,7 @@ def parse_tokens(text: str) -> dict[str, Principal]:
                 f"invalid {where}: expected 'user:token' or 'user:token:scope+scope',"
                 " entries separated by commas (a token may not contain ':' or ',')"
             )
-        scopes = parse_scopes(parts[2], where) if len(parts) == 3 else frozenset[str]()
+        scopes = parse_scopes(parts[2], where, secret=True) if len(parts) == 3 else frozenset[str]()
         token = parts[1]
         if token in tokens and tokens[token].user != user:
             raise ValueError(f"{TOKENS_ENV}: one token is given to two users")

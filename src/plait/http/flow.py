@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from plait.engine import Engine
 from plait.http.auth import Principal
-from plait.http.problems import ApiError, bad_input, validate
+from plait.http.problems import ApiError, bad_input, from_plait, validate
 from plait.http.schemas import CreateSchedule, json_body
 from plait.records import Schedule
 
@@ -48,7 +48,13 @@ class FlowApi:
         ]
 
     async def _schedule(self, request: Request, principal: Principal) -> Schedule:
-        schedule = await self.engine.get_schedule(request.path_params["name"])
+        """The schedule the path names, if the caller may operate it. A name that breaks
+        the rule for schedule names is a 422 naming it, like an event's or a gate's in
+        their paths, rather than a lookup of text a store may not take."""
+        try:
+            schedule = await self.engine.get_schedule(request.path_params["name"])
+        except (TypeError, ValueError) as exc:
+            raise bad_input(exc, "name") from None
         if not may_operate(principal, schedule):
             raise ApiError(403, "FORBIDDEN", f"schedule {schedule.name!r} belongs to another user")
         return schedule
@@ -92,7 +98,8 @@ class FlowApi:
                 owner=principal.user,
             )
         except (TypeError, ValueError) as exc:
-            raise bad_input(exc, _field(exc)) from None
+            # an input over the limits answers as it does for a run (413, 422)
+            raise (from_plait(exc) or bad_input(exc, _field(exc))) from None
         return JSONResponse(schedule.to_dict(), status_code=201)
 
     async def pause(self, request: Request, principal: Principal) -> Response:

@@ -55,10 +55,12 @@ class Lifecycle:
         """``work``'s result, unless the client disconnects or the server shuts down
         first (then ``work`` is cancelled and awaited, and the reason is returned)."""
         self.open[kind] += 1
-        job: asyncio.Future[T] = asyncio.ensure_future(work)
-        enders = [
-            asyncio.ensure_future(_disconnected(receive)),
-            asyncio.ensure_future(self._closing.wait()),
+        # named, as every task of plait's is: a shutdown that finds one still running
+        # reports it (``app._report_leftovers`` looks for tasks named plait*)
+        job: asyncio.Future[T] = _named(work, f"plait-http-{kind}-work")
+        enders: list[asyncio.Future[Any]] = [
+            _named(_disconnected(receive), f"plait-http-{kind}-disconnect"),
+            _named(self._closing.wait(), f"plait-http-{kind}-shutdown"),
         ]
         tasks: list[asyncio.Future[Any]] = [job, *enders]
         try:
@@ -75,6 +77,13 @@ class Lifecycle:
     def leftovers(self) -> dict[str, int]:
         """Waiting requests that are still open (after a shutdown: ones that leaked)."""
         return {kind: count for kind, count in self.open.items() if count}
+
+
+def _named(work: Awaitable[T], name: str) -> asyncio.Future[T]:
+    """``work`` as a task called ``name`` (a future already running keeps its own)."""
+    if asyncio.iscoroutine(work):
+        return asyncio.get_running_loop().create_task(work, name=name)
+    return asyncio.ensure_future(work)
 
 
 async def _disconnected(receive: Receive) -> None:

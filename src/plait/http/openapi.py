@@ -43,7 +43,7 @@ _ERROR_TEXT = {
     401: "no valid bearer token or sign-in session",
     403: "not allowed: another user's run or graph, a missing scope, a foreign Origin,"
     " or a missing CSRF token",
-    404: "unknown workflow or run",
+    404: "unknown workflow, run or schedule",
     409: "the run's status does not allow this action",
     413: "the request body (or a value in it) is over the size limit",
     415: "a request that changes something must be Content-Type: application/json",
@@ -571,7 +571,8 @@ def _flow_paths() -> dict[str, Any]:
             "post": {
                 "summary": summary,
                 "parameters": [_NAME],
-                "responses": {"202": answer, **_errors(*_CHANGES, 404)},
+                # 422: a name that breaks the rule for schedule names
+                "responses": {"202": answer, **_errors(*_CHANGES, 404, 422)},
             }
         }
 
@@ -605,7 +606,7 @@ def _flow_paths() -> dict[str, Any]:
                 "parameters": [_NAME],
                 "responses": {
                     "200": _json(schedule, "the schedule"),
-                    **_errors(*_ALWAYS, 404),
+                    **_errors(*_ALWAYS, 404, 422),
                 },
             }
         },

@@ -71,10 +71,19 @@ class Principal:
         }
 
 
-def parse_scopes(text: str, where: str) -> frozenset[str]:
-    """``"graphs+other"`` -> the scopes; an unknown one is an error naming ``where``."""
+def parse_scopes(text: str, where: str, *, secret: bool = False) -> frozenset[str]:
+    """``"graphs+other"`` -> the scopes; an unknown one is an error naming ``where``.
+
+    With ``secret``, the error does not repeat the unknown scope: in ``PLAIT_TOKENS``
+    the scopes follow the token's ``:``, so a token that holds a ``:`` of its own puts
+    its second half here, and the message would print it into a log."""
     scopes = frozenset(part.strip() for part in text.split("+") if part.strip())
     unknown = sorted(scopes - set(SCOPES))
+    if unknown and secret:
+        raise ValueError(
+            f"invalid {where}: unknown scope (allowed: {', '.join(sorted(SCOPES))};"
+            " a token may not contain ':' or ',')"
+        )
     if unknown:
         raise ValueError(
             f"{where}: unknown scope {', '.join(map(repr, unknown))}"

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from starlette.requests import Request
 
-from plait import schedules, serde
+from plait import queues, schedules, serde
 from plait.http.problems import ApiError, invalid, validate
 from plait.ids import MAX_NAME, NAME_FORBIDDEN, RUN_ID_PATTERN
 
@@ -43,6 +43,10 @@ def path_name(request: Request, what: str) -> str:
     return name
 
 
+#: how the document describes a flow-control text field (the engine checks the rest)
+_TEXT_OR_NULL: dict[str, Any] = {"type": ["string", "null"], "minLength": 1}
+
+
 class StartRun(BaseModel):
     """Body of ``POST /api/workflows/{name}/runs``."""
 
@@ -57,12 +61,21 @@ class StartRun(BaseModel):
     #: unfinished run
     timeout: float | None = Field(default=None, gt=0, le=3600)
     start_node: str | None = Field(default=None, min_length=1, max_length=200)
-    #: flow control (see ``Engine.start``); checked by the engine, which names the field
-    queue: Any = None
-    key: Any = None
-    priority: Any = 0
-    dedup: Any = None
-    delay: Any = None
+    #: flow control (see ``Engine.start``); checked by the engine, which names the field.
+    #: The document still says what each takes, so a client knows without trying.
+    queue: Any = Field(default=None, json_schema_extra=_TEXT_OR_NULL)
+    key: Any = Field(default=None, json_schema_extra=_TEXT_OR_NULL)
+    priority: Any = Field(
+        default=0,
+        json_schema_extra={
+            "type": "integer",
+            "minimum": queues.PRIORITY_RANGE[0],
+            "maximum": queues.PRIORITY_RANGE[1],
+        },
+    )
+    dedup: Any = Field(default=None, json_schema_extra=_TEXT_OR_NULL)
+    #: seconds, or a duration such as ``"5m"``
+    delay: Any = Field(default=None, json_schema_extra={"type": ["number", "string", "null"]})
     start_at: datetime | None = None
 
 

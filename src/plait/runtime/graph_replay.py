@@ -80,6 +80,8 @@ ITEM_KIND = "item"
 GRAPH_STEP_KINDS = frozenset({NODE_KIND, ITEM_KIND})
 
 _ITEM_SUFFIX = re.compile(r"\[(\d+)\]$")
+#: a node's input that cannot be stored: not JSON, or over the engine's limits
+_REFUSED = (errors.NotJSONError, errors.PayloadTooLargeError, errors.PayloadTooDeepError)
 
 
 def item_key(node_key: str, index: int) -> str:
@@ -262,7 +264,10 @@ class GraphReplay:
                     return _end_record("failed", serde.error_record(exc))
                 return EndRun("completed", output=output)
             for start in current.start:
-                self._create(start, states)
+                try:
+                    self._create(start, states)
+                except _REFUSED as exc:
+                    return self._input_refused(exc, start)
             for key, step in list(self.ledger.steps.items()):
                 if (
                     step.kind == NODE_KIND
@@ -326,6 +331,16 @@ class GraphReplay:
             },
         )
 
+    @staticmethod
+    def _input_refused(exc: Exception, start: Start) -> EndRun:
+        """The run fails when a node's input breaks the engine's limits, as a code
+        workflow's does when a step's input does: the input is never stored, so neither
+        a retry of the node nor its ``on_error`` handlers (which get it) could have it."""
+        record = serde.error_record(exc)
+        record["node"] = start.node_id
+        record["step"] = start.key
+        return _end_record("failed", record)
+
     def _value_error(self, exc: GraphValueError) -> EndRun:
         record = serde.error_record(exc)
         record["message"] = f"graph {self.graph.name!r}: {exc}"
@@ -362,7 +377,9 @@ class GraphReplay:
             node.id,
             NODE_KIND,
             function=node.function,
-            input=serde.dumps(data, what=f"the input of node {start.key!r}"),
+            input=serde.dumps(
+                data, what=f"the input of node {start.key!r}", limits=self.host.limits
+            ),
             policy=policy,
             timeout=timeout,
             queued=queued,
@@ -467,6 +484,7 @@ class GraphReplay:
         if step.status == "pending":
             step.status = "running"
             p.put(step)
+        index = 0
         try:
             if node.mode == "sequential":
                 for index, item in enumerate(items):
@@ -476,12 +494,15 @@ class GraphReplay:
                     except StepError:
                         break
             else:
-                item_steps = [
-                    self._item_step(step, node, i, item, states) for i, item in enumerate(items)
-                ]
+                item_steps: list[StepRow] = []
+                for index, item in enumerate(items):
+                    item_steps.append(self._item_step(step, node, index, item, states))
                 tasks = [p.spawn(self._run_item(s, node)) for s in item_steps]
                 if tasks:
                     await asyncio.gather(*tasks)
+        except _REFUSED as exc:
+            self._refuse_item(step, node, index, exc)
+            return
         except asyncio.CancelledError:
             if self.host.cancelling(p.run.id):  # a user's cancel: the node ends with its run
                 p.add(steps.cancel_waiting(step, p.now()))
@@ -506,7 +527,7 @@ class GraphReplay:
             key,
             ITEM_KIND,
             function=node.function,
-            input=serde.dumps(data, what=f"the input of step {key!r}"),
+            input=serde.dumps(data, what=f"the input of step {key!r}", limits=self.host.limits),
             policy=policy,
             timeout=timeout,
             queued=queued,
@@ -514,6 +535,24 @@ class GraphReplay:
         item_step.from_key = step.key
         self.ledger.put(item_step)
         return item_step
+
+    def _refuse_item(self, step: StepRow, node: Node, index: int, exc: Exception) -> None:
+        """The node fails when an item's input breaks the engine's limits: that item
+        cannot start, and every later attempt would build the same input. The node's own
+        input (the items) is stored, so its ``on_error`` handlers run as for an item that
+        failed."""
+        step.status = "failed"
+        step.failures += 1
+        step.error = serde.dumps(
+            {
+                "message": f"item {index} of node {node.id!r} cannot start: {exc}",
+                "type": type(exc).__name__,
+                "code": getattr(exc, "code", None),
+                "item": index,
+                "step": item_key(step.key, index),
+            }
+        )
+        self.ledger.put(step)
 
     def _settle_for_each(self, step: StepRow, node: Node, count: int) -> None:
         """Succeed the node once every item succeeded; fail it once an item failed (in
