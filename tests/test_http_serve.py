@@ -1,5 +1,6 @@
 """``plait serve`` (and ``plait worker``) as real processes: what they print, what they
-never print, and how fast they stop on SIGTERM with streams and waits open (the soak)."""
+never print, who may read ``/metrics``, and how fast they stop on SIGTERM with streams and
+waits open (the soak)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ TOKEN = "soak-token-1"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 #: exit codes of a server that stopped cleanly on SIGTERM
 CLEAN_STOP = (0, -signal.SIGTERM)
+#: and on either signal it stops on (130: the shell's code for a Ctrl-C)
+CLEAN_EXITS = {signal.SIGTERM: CLEAN_STOP, signal.SIGINT: (0, 130, -signal.SIGINT)}
 
 
 def _free_port() -> int:
@@ -67,8 +70,12 @@ class Process:
         """SIGTERM; (exit code, seconds until the process was gone). uvicorn raises the
         signal again once it has shut down cleanly, so a clean stop of ``plait serve``
         ends with -SIGTERM, like any process the signal ended; ``plait worker`` with 0."""
+        return self.stop(signal.SIGTERM, timeout)
+
+    def stop(self, sig: signal.Signals, timeout: float = 30.0) -> tuple[int, float]:
+        """Send ``sig``; (exit code, seconds until the process was gone)."""
         began = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
+        self.proc.send_signal(sig)
         code = self.proc.wait(timeout)
         return code, time.monotonic() - began
 
@@ -148,7 +155,8 @@ def test_a_malformed_tokens_entry_is_one_line_without_its_token(tmp_path: Path) 
         process.close()
     output = process.text()
     assert "very-secret-token" not in output and "Traceback" not in output
-    assert "PLAIT_TOKENS entry 1 (user 'alice'): unknown scope 'nosuchscope'" in output
+    assert "invalid PLAIT_TOKENS entry 1 (user 'alice'): unknown scope (allowed: graphs" in output
+    assert "nosuchscope" not in output  # it may be the second half of a token with a ":"
     assert not (TESTS_DIR / "x.db").exists()
 
 
@@ -169,6 +177,62 @@ def test_the_worker_log_masks_a_password_in_the_query_string(
     assert code == 0
     log = worker.text()
     assert "password=***" in log and "hunter2" not in log
+
+
+# -- /metrics ------------------------------------------------------------------------------------
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_serve_metrics_are_scraped_without_a_token_while_the_api_needs_one(
+    tmp_path: Path, database: str
+) -> None:
+    """docs/observability.md: ``plait serve`` serves ``/metrics`` without a token, like
+    ``/openapi.json``; tokens still guard everything under ``/api``."""
+    pytest.importorskip("prometheus_client", reason="the metrics extra is not installed")
+    completed = ("plait_runs_total", (("status", "completed"), ("workflow", "echo")))
+    with (
+        plait_serve(tmp_path, database) as (_server, url),
+        httpx.Client(base_url=url, timeout=30) as web,
+    ):
+        assert web.get("/api/runs").status_code == 401
+        done = web.post("/api/workflows/echo/runs", json={"input": 7, "wait": True}, headers=AUTH)
+        assert done.status_code == 200 and done.json()["status"] == "completed"
+        # the run's end is counted, and its driver gone, once its pass has finished,
+        # which may be just after the wait saw the run completed
+        deadline = time.monotonic() + 10
+        while True:
+            scraped = web.get("/metrics")
+            assert scraped.status_code == 200, scraped.text
+            samples = _samples(scraped.text)
+            settled = samples.get(completed) and samples[("plait_runs_active", ())] == 0
+            if settled or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        assert scraped.headers["content-type"].startswith("text/plain")
+        # a scraper that sends the token is served the same
+        assert web.get("/metrics", headers=AUTH).status_code == 200
+    assert samples[completed] == 1
+    assert samples[("plait_steps_total", (("function", "echo_step"), ("status", "succeeded")))] == 1
+    assert samples[("plait_runs_active", ())] == 0
+
+
+def test_serve_no_metrics_turns_metrics_off(tmp_path: Path) -> None:
+    database = f"sqlite:///{tmp_path / 'p.db'}"
+    with (
+        plait_serve(tmp_path, database, "--no-metrics") as (_server, url),
+        httpx.Client(base_url=url, timeout=30) as web,
+    ):
+        assert web.get("/metrics").status_code == 404
+        assert web.get("/metrics", headers=AUTH).status_code == 404
+        # the server itself is up and answering
+        assert web.get("/api/runs", headers=AUTH).status_code == 200
 
 
 # -- the soak ------------------------------------------------------------------------------------
@@ -197,12 +261,14 @@ def _post(path: str, body: Any) -> bytes:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
 async def test_soak_200_streams_and_200_abandoned_waits_then_sigterm(
-    tmp_path: Path, database: str
+    tmp_path: Path, database: str, sig: signal.Signals
 ) -> None:
     """200 clients stream a run and disconnect; 200 start a run with ``wait`` and walk
-    away; then, with a few of each still open, SIGTERM: the server is gone within 2 s,
-    the open ones were ended cleanly, and nothing was left behind."""
+    away; then, with a few of each still open, SIGTERM (or SIGINT, a Ctrl-C): the server
+    is gone within 2 s, the open ones were ended cleanly, and nothing was left behind
+    (the server looks for tasks of its own, all named plait*, and logs any it finds)."""
     with plait_serve(tmp_path, database) as (server, url):
         port = int(url.rsplit(":", 1)[1])
         async with httpx.AsyncClient(base_url=url, headers=AUTH, timeout=30) as api:
@@ -242,7 +308,7 @@ async def test_soak_200_streams_and_200_abandoned_waits_then_sigterm(
                 assert time.monotonic() < deadline, "the kept waits did not start their runs"
                 await asyncio.sleep(0.05)
 
-        code, took = await asyncio.to_thread(server.sigterm)
+        code, took = await asyncio.to_thread(server.stop, sig)
         for reader, _writer in kept_streams:
             tail = await asyncio.wait_for(reader.read(), 5)
             assert b"event: close" in tail
@@ -250,10 +316,11 @@ async def test_soak_200_streams_and_200_abandoned_waits_then_sigterm(
             answer = await asyncio.wait_for(reader.read(), 5)
             assert answer.startswith(b"HTTP/1.1 202"), answer[:200]
     log = server.text()
-    assert code in CLEAN_STOP, log[-3000:]
-    assert took < 2.0, f"the server took {took:.2f}s to exit after SIGTERM"
+    assert code in CLEAN_EXITS[sig], log[-3000:]
+    assert took < 2.0, f"the server took {took:.2f}s to exit after {sig.name}"
     # the 400 that left had ended already: only the ones still connected were open
     assert "shutting down: ending 5 open streams and 5 waits" in log, log[-3000:]
     assert "shutdown complete: no stream, wait, watcher or task left" in log, log[-3000:]
     assert "shutdown left work behind" not in log
     assert "timeout graceful shutdown exceeded" not in log
+    assert "Traceback" not in log

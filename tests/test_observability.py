@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -181,27 +182,59 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return found
 
 
-async def test_metrics_match_the_records_after_a_mixed_load(database: str) -> None:
+def mixed_app(ran: Counter[str]) -> plait.App:
+    """Every kind of step body a pass runs or replays. ``ran`` counts each body that
+    really ran, by function (closures as ``(inline)``)."""
     app = plait.App()
 
     @app.function(queued=True)
     async def remote(data: int) -> int:
+        ran["remote"] += 1
         return data * 2
 
     @app.function(retries=2, retry_delay=0)
     async def shaky(data: int, ctx: plait.StepContext) -> int:
+        ran["shaky"] += 1
         if ctx.attempt < 2:
             raise ValueError("once")
         return data
 
     @app.function(retries=0)
     async def broken(data: int) -> int:
+        ran["broken"] += 1
         raise RuntimeError("always")
+
+    @app.function(retries=1, retry_delay=0)
+    async def prepare(data: int, ctx: plait.StepContext) -> int:
+        ran["prepare"] += 1
+        if ctx.attempt == 1:
+            raise ConnectionError("first try fails")
+        return data + 1
+
+    def closure(value: int) -> Callable[[], int]:
+        def body() -> int:
+            ran["(inline)"] += 1
+            return value
+
+        return body
 
     @app.workflow
     async def good(wf: plait.Workflow, n: int) -> int:
+        # an inline function step and a closure before the sleep: the pass after it
+        # replays them, in this engine
+        prepared = await wf.do("prepare", prepare, n)
+        tagged = await wf.do("tag", closure(n))
         await wf.sleep("nap", "1h")
-        return await wf.do("remote", remote, n) + await wf.do("shaky", shaky, n)
+        remote_and_shaky = await wf.do("remote", remote, n) + await wf.do("shaky", shaky, n)
+        return prepared + tagged + remote_and_shaky
+
+    @app.workflow
+    async def restarted(wf: plait.Workflow, n: int) -> int:
+        # recorded by one engine, replayed by the next one after the sleep
+        prepared = await wf.do("prepare", prepare, n)
+        tagged = await wf.do("tag", closure(n))
+        await wf.sleep("nap", "1h")
+        return prepared + tagged + await wf.do("after", closure(10))
 
     @app.workflow
     async def bad(wf: plait.Workflow, n: int) -> int:
@@ -212,25 +245,64 @@ async def test_metrics_match_the_records_after_a_mixed_load(database: str) -> No
         await wf.suspend("review")
         return "never"
 
-    async with TestEngine(app, database, metrics=True) as env:
+    return app
+
+
+async def _scrape(env: TestEngine) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """What Prometheus reads from ``plait serve``'s ``/metrics`` for this engine."""
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(env, no_auth=True)),
+        base_url="http://127.0.0.1",
+    ) as client:
+        response = await client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    return _samples(response.text)
+
+
+async def _napping(env: TestEngine, run_ids: list[str]) -> bool:
+    """Every run waits on its ``nap`` and no pass of the engine is still going."""
+    for run_id in run_ids:
+        steps = {s.key: s for s in await env.get_steps(run_id)}
+        if "nap" not in steps or steps["nap"].status != "scheduled":
+            return False
+    return not env.worker.busy
+
+
+async def test_metrics_match_the_records_after_a_mixed_load(database: str) -> None:
+    """Every attempt counted once, by the engine whose process ran its body: never again
+    by a later pass that replays it, nor by another engine that replays it after a
+    restart. Closures count under ``(inline)``."""
+    ran: Counter[str] = Counter()
+    app = mixed_app(ran)
+
+    # the first engine records two steps of each ``restarted`` run, and is closed while
+    # the runs sleep
+    async with TestEngine(app, database, metrics=True, time_skipping=False) as first:
+        restarted = [await first.start("restarted", n) for n in range(3)]
+        await eventually(lambda: _napping(first, restarted), what="the runs to sleep")
+        before = await _scrape(first)
+        stopped_at = first.now()
+    ran_before = Counter(ran)
+    assert ran_before == {"prepare": 6, "(inline)": 3}
+
+    async with TestEngine(app, database, metrics=True, start=stopped_at) as env:
         ids = [await env.start("good", n) for n in range(4)]
         ids += [await env.start("bad", n) for n in range(2)]
         ids += [await env.start("gated", n) for n in range(2)]
-        for run_id in ids:
+        for run_id in [*restarted, *ids]:
             await env.wait(run_id, timeout=10)
+        assert [(await env.get_run(r)).output for r in restarted] == [11, 13, 15]
         await env.cancel(ids[-1])
         await eventually(lambda: _idle(env), what="the engine's passes to end")
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=create_app(env, no_auth=True)),
-            base_url="http://127.0.0.1",
-        ) as client:
-            response = await client.get("/metrics")
-        assert response.status_code == 200
-        assert response.headers["content-type"].startswith("text/plain")
-        samples = _samples(response.text)
+        after = await _scrape(env)
 
         runs = await env.list_runs(limit=100)
-        for workflow in ("good", "bad", "gated"):
+        samples = Counter[tuple[str, tuple[tuple[str, str], ...]]]()
+        for key, value in [*before.items(), *after.items()]:
+            if key[0] in ("plait_runs_total", "plait_steps_total"):
+                samples[key] += value
+        for workflow in ("good", "restarted", "bad", "gated"):
             for status in ("completed", "failed", "cancelled"):
                 recorded = sum(1 for r in runs if r.workflow == workflow and r.status == status)
                 key = ("plait_runs_total", (("status", status), ("workflow", workflow)))
@@ -239,23 +311,124 @@ async def test_metrics_match_the_records_after_a_mixed_load(database: str) -> No
         # them is cancelled now
         key = ("plait_runs_total", (("status", "suspended"), ("workflow", "gated")))
         assert samples[key] == 2
-        attempts = Counter()
+        attempts: Counter[tuple[str, str]] = Counter()
         for run in runs:
             steps = {s.key: s for s in await env.get_steps(run.id)}
             for attempt in await env.get_history(run.id):
-                function = steps[attempt.key].function
-                if function:
-                    attempts[(function, str(attempt.status))] += 1
+                step = steps[attempt.key]
+                if step.kind == "do" and step.child_run_id is None:
+                    attempts[(step.function or "(inline)", str(attempt.status))] += 1
         counted = {
             (dict(labels)["function"], dict(labels)["status"]): value
             for (name, labels), value in samples.items()
             if name == "plait_steps_total" and value
         }
         assert counted == attempts
+        # ...and each attempt is a body that ran once
+        by_function: Counter[str] = Counter()
+        for (function, _status), n in attempts.items():
+            by_function[function] += n
+        assert by_function == ran
         assert attempts[("shaky", "failed")] == 4 and attempts[("remote", "succeeded")] == 4
-        assert samples[("plait_step_seconds_count", (("function", "remote"),))] == 4
-        assert samples[("plait_runs_active", ())] == 0
-        assert samples[("plait_lease_takeovers_total", ())] == 0
+        # 4 good runs and 3 restarted ones, each a failed attempt and a retry
+        assert attempts[("prepare", "failed")] == 7 and attempts[("prepare", "succeeded")] == 7
+        # a tag in each of the 7, an "after" in each restarted run
+        assert attempts[("(inline)", "succeeded")] == 10
+        # what the first engine ran, it counted; the second engine counted none of it
+        assert before[("plait_steps_total", (("function", "prepare"), ("status", "failed")))] == 3
+        assert (
+            before[("plait_steps_total", (("function", "(inline)"), ("status", "succeeded")))] == 3
+        )
+        assert after[("plait_steps_total", (("function", "prepare"), ("status", "failed")))] == 4
+        assert (
+            after[("plait_steps_total", (("function", "(inline)"), ("status", "succeeded")))] == 7
+        )
+        assert after[("plait_step_seconds_count", (("function", "remote"),))] == 4
+        assert after[("plait_runs_active", ())] == 0
+        assert after[("plait_lease_takeovers_total", ())] == 0
+
+
+def _depths(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[str, float]:
+    return {
+        dict(labels)["queue"]: value
+        for (name, labels), value in samples.items()
+        if name == "plait_queue_depth"
+    }
+
+
+async def test_queue_depth_counts_the_queued_steps_a_worker_could_take_now(
+    database: str,
+) -> None:
+    """``plait_queue_depth`` is the backlog of queued steps per function: due and held by
+    no worker, such as steps waiting for a slot of their queue. A step in a retry's
+    back-off waits for time, not for a worker, and a run waiting for admission is not a
+    queued step (``plait queues`` counts those)."""
+    app = plait.App()
+    app.queue("emails", concurrency=1)
+    app.queue("imports", concurrency=1)
+    sending = asyncio.Event()
+    release = asyncio.Event()
+
+    @app.function(queue="emails")
+    async def send(data: int) -> int:
+        sending.set()
+        await release.wait()
+        return data
+
+    @app.function(queued=True, retries=1, retry_delay="1h")
+    async def flaky(data: None, ctx: plait.StepContext) -> int:
+        if ctx.attempt == 1:
+            raise ConnectionError("first try fails")
+        return ctx.attempt
+
+    @app.workflow
+    async def mail(wf: plait.Workflow, n: int) -> int:
+        return await wf.do("send", send, n)
+
+    @app.workflow
+    async def retrying(wf: plait.Workflow, data: None) -> int:
+        return await wf.do("flaky", flaky)
+
+    @app.workflow(queue="imports")
+    async def load(wf: plait.Workflow, data: None) -> str:
+        return str(await wf.wait_for_event("go"))
+
+    async with TestEngine(app, database, metrics=True, time_skipping=False) as env:
+        try:
+            retry_id = await env.start("retrying")
+
+            async def backing_off() -> bool:
+                steps = await env.get_steps(retry_id)
+                return [(s.status, s.attempts) for s in steps] == [("scheduled", 1)]
+
+            await eventually(backing_off, what="the first attempt to fail")
+            assert _depths(await _scrape(env)).get("flaky", 0) == 0
+
+            mails = [await env.start("mail", n) for n in range(3)]
+            loads = [await env.start("load") for _ in range(2)]
+            await asyncio.wait_for(sending.wait(), 10)
+
+            async def all_enqueued() -> bool:
+                for run_id in mails:
+                    steps = await env.get_steps(run_id)
+                    if [s.status for s in steps] not in (["scheduled"], ["running"]):
+                        return False
+                statuses = sorted([(await env.get_run(r)).status for r in loads])
+                return statuses == ["queued", "running"]
+
+            await eventually(all_enqueued, what="every mail's step to be enqueued")
+            # one send holds the queue's only slot; two wait for it
+            assert _depths(await _scrape(env)) == {"send": 2}
+        finally:
+            release.set()
+        for run_id in mails:
+            assert (await env.wait(run_id, timeout=10)).status == "completed"
+        for run_id in loads:
+            await env.send_event(run_id, "go", 1)
+            assert (await env.wait(run_id, timeout=10)).status == "completed"
+        await env.advance("1h")
+        assert (await env.wait(retry_id, timeout=10)).output == 2
+        assert _depths(await _scrape(env)) == {"send": 0}
 
 
 def test_step_counts_and_histogram_read_as_prometheus_own_would() -> None:
@@ -340,6 +513,43 @@ async def test_wf_logger_is_silent_while_replaying(
 
 
 # -- the worker's lines ----------------------------------------------------------------------
+
+
+async def test_an_approvals_expiry_is_logged_as_a_timer_fire(
+    database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The deadline of a gate is a durable timer like a sleep's: the worker logs its
+    firing, whether the gate expires waiting or right after refusing decisions held for
+    it."""
+    app = plait.App()
+
+    @app.workflow
+    async def gate(wf: plait.Workflow, expires: str) -> bool:
+        await wf.sleep("nap", "1h")
+        decision = await wf.approval("sign-off", expires=expires, approvers=["dana"])
+        return decision.expired
+
+    caplog.set_level(logging.INFO, logger="plait.worker")
+    # the engine logs what ``plait worker`` logs (it has log_work on)
+    async with TestEngine(app, database, log_work=True) as env:
+        waited = await env.start("gate", "2d")
+        assert (await env.wait(waited, timeout=10)).output is True
+        refused = await env.start("gate", "0s")
+        await env.approve(refused, "sign-off", decided_by="eve")  # held, then refused
+        assert (await env.wait(refused, timeout=10)).output is True
+        (decision,) = await env.get_decisions(refused)
+        assert decision.outcome == "refused"
+    for run_id in (waited, refused):
+        fired = [
+            r
+            for r in caplog.records
+            if r.name == "plait.worker" and getattr(r, "run_id", None) == run_id
+        ]
+        messages = [r.getMessage() for r in fired]
+        assert f"run {run_id}: approval expiry of __approval:sign-off fired" in messages
+        assert messages.count(f"run {run_id}: sleep nap fired") == 1, messages
+        line = next(r for r in fired if "approval expiry" in r.getMessage())
+        assert line.levelno == logging.INFO and getattr(line, "step", None) == "__approval:sign-off"
 
 
 def test_bad_worker_options_are_named() -> None:

@@ -1,16 +1,22 @@
-"""The pytest plugin: its fixtures in a test session of their own (pytester), loaded the
-way a user's session loads it, by name, with plugin autoloading off so the result does not
-depend on what else is installed."""
+"""The pytest plugin: its fixtures in a test session of their own (pytester), loaded by
+name with plugin autoloading off so the result does not depend on what else is installed;
+and once the way an installed plait offers it, through its ``pytest11`` entry point."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import os
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
-SRC = str(Path(__file__).resolve().parent.parent / "src")
+ROOT = Path(__file__).resolve().parent.parent
+SRC = str(ROOT / "src")
+PLUGIN = "plait.testing.pytest_plugin"
 
 USER_TESTS = """
 import plait
@@ -106,3 +112,51 @@ async def test_needs_app(plait_engine):
     result = _run(pytester)
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*needs a `plait_app` fixture*"])
+
+
+ENTRY_POINT_TESTS = (
+    USER_TESTS
+    + """
+
+def test_the_plugin_came_through_the_entry_point(pytestconfig):
+    from plait.testing import pytest_plugin
+
+    assert pytestconfig.pluginmanager.get_plugin("plait") is pytest_plugin
+    loaded = {
+        plugin: dist.project_name
+        for plugin, dist in pytestconfig.pluginmanager.list_plugin_distinfo()
+    }
+    assert loaded[pytest_plugin] == "plait"
+"""
+)
+
+
+def test_the_installed_entry_point_offers_the_fixtures(tmp_path: Path) -> None:
+    """A user's session with no conftest and no ``-p``: plugin autoloading finds the
+    fixtures through the entry point installed with plait."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    assert declared["pytest11"] == {"plait": PLUGIN}
+    try:
+        installed = importlib.metadata.distribution("plait").entry_points
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("plait is not installed here (run from a source tree)")
+    assert [(e.name, e.value) for e in installed if e.group == "pytest11"] == [("plait", PLUGIN)]
+
+    (tmp_path / "pytest.ini").write_text("[pytest]\nasyncio_mode = auto\n")
+    (tmp_path / "test_user.py").write_text(ENTRY_POINT_TESTS)
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_PLUGINS", "PYTEST_ADDOPTS")
+        and not name.startswith("PLAIT_")
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_user.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout, done.stdout

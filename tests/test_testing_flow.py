@@ -1,8 +1,9 @@
-"""TestEngine with flow control: schedules' ticks, delayed starts and queue slots follow the
-virtual clock, by hand (``advance``) and by time skipping. Both stores."""
+"""TestEngine with flow control: schedules' ticks, delayed starts, queue slots and approval
+expiry follow the virtual clock, by hand (``advance``) and by time skipping. Both stores."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -105,3 +106,43 @@ async def test_a_queued_run_waits_for_a_slot_in_virtual_time(database: str) -> N
         done = await env.wait(second, timeout=30)
         assert done.output == (start + timedelta(hours=2)).isoformat()
         assert (await env.get_run(first)).output == (start + timedelta(hours=1)).isoformat()
+
+
+def approval_app() -> plait.App:
+    app = plait.App()
+
+    @app.workflow
+    async def refund(wf: plait.Workflow, data: None) -> dict[str, Any]:
+        decision = await wf.approval("refund", expires="2d")
+        return {"expired": decision.expired, "now": wf.now().isoformat()}
+
+    return app
+
+
+async def test_an_approval_expires_by_time_skipping_at_once(database: str) -> None:
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    async with TestEngine(approval_app(), database, start=start) as env:
+        began = time.monotonic()
+        run = await env.wait(await env.start("refund"), timeout=30)
+        took = time.monotonic() - began
+        assert run.status == "completed"
+        assert run.output == {"expired": True, "now": (start + timedelta(days=2)).isoformat()}
+        assert took < 1.0, f"two virtual days took {took:.2f}s of wall time"
+        assert await env.list_approvals() == []
+
+
+async def test_an_approval_expires_when_advance_reaches_its_deadline(database: str) -> None:
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    async with TestEngine(approval_app(), database, start=start, time_skipping=False) as env:
+        began = time.monotonic()
+        run_id = await env.start("refund")
+        await env.advance("47h")
+        assert (await env.get_run(run_id)).status == "running"
+        (gate,) = await env.list_approvals()
+        assert gate.run_id == run_id
+        await env.advance("1h")
+        run = await env.get_run(run_id)
+        took = time.monotonic() - began
+        assert run.status == "completed"
+        assert run.output == {"expired": True, "now": (start + timedelta(days=2)).isoformat()}
+        assert took < 1.0, f"two virtual days took {took:.2f}s of wall time"

@@ -1,8 +1,11 @@
 """One trace from ``engine.start`` through a queued step worked in another process, with
-that process SIGKILLed in the middle of the step and a new worker process finishing it.
+that process SIGKILLed in the middle of the step and a new worker process finishing it;
+the step shows in the queue depth once the dead worker's lease has run out, and the new
+worker counts and logs the takeover.
 
 The starting process traces into the SDK's in-memory exporter; each worker process
-(``plait worker --tracing``) appends its finished spans to a file (``trace_app``).
+(``plait worker --tracing --log-format json --metrics-port PORT``) appends its finished
+spans to a file (``trace_app``) and writes its log to another.
 """
 
 from __future__ import annotations
@@ -11,12 +14,15 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 import plait
 
@@ -26,7 +32,13 @@ ROOT = Path(__file__).resolve().parent.parent
 LEASE = "0.5"
 
 
-def _worker(database: str, tmp_path: Path, name: str) -> subprocess.Popen:
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _worker(database: str, tmp_path: Path, name: str, metrics_port: int) -> subprocess.Popen:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "src"), str(ROOT / "tests"), env.get("PYTHONPATH", "")]
@@ -48,6 +60,10 @@ def _worker(database: str, tmp_path: Path, name: str) -> subprocess.Popen:
             "--tracing",
             "--worker-id",
             name,
+            "--log-format",
+            "json",
+            "--metrics-port",
+            str(metrics_port),
         ],
         env=env,
         stdout=log,
@@ -59,6 +75,37 @@ def _read_spans(path: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def _scrape(port: int, timeout: float = 20.0) -> dict[str, float]:
+    """The unlabelled samples a worker serves at ``/metrics``, once it answers."""
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient() as client:
+        while True:
+            try:
+                response = await client.get(f"http://127.0.0.1:{port}/metrics")
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+        if not sample.labels
+    }
+
+
+async def _queue_depth(engine: plait.Engine, queue: str) -> float:
+    """``plait_queue_depth{queue}`` as the engine's metrics read it now."""
+    text = await engine.metrics_text()
+    assert text is not None
+    for family in text_string_to_metric_families(text.decode()):
+        for sample in family.samples:
+            if sample.name == "plait_queue_depth" and sample.labels == {"queue": queue}:
+                return sample.value
+    return 0.0
 
 
 async def _until(check, what: str, timeout: float = 20.0) -> None:
@@ -79,20 +126,29 @@ async def test_one_trace_across_a_sigkilled_worker_and_its_replacement(
 
     exporter = memory_exporter()
     flag = tmp_path / "pack-started"
-    first = _worker(database, tmp_path, "first")
+    first = _worker(database, tmp_path, "first", _free_port())
     second = None
+    second_port = _free_port()
     try:
-        async with plait.Engine(app, database, workers=False, tracing=True) as engine:
+        async with plait.Engine(app, database, workers=False, tracing=True, metrics=True) as engine:
             with trace.get_tracer("test").start_as_current_span("checkout request") as root:
                 run_id = await engine.start("order", {"item": "book"})
             await _until(flag.exists, "the queued step to start in the first worker")
             assert int(flag.read_text()) == first.pid
             first.send_signal(signal.SIGKILL)
             first.wait(timeout=10)
-            second = _worker(database, tmp_path, "second")
+            # once the dead worker's lease has run out, the step is backlog again: it
+            # waits for a worker to take it over
+            deadline = time.monotonic() + 20
+            while await _queue_depth(engine, "pack") != 1:
+                assert time.monotonic() < deadline, "the step never waited for a worker"
+                await asyncio.sleep(0.02)
+            second = _worker(database, tmp_path, "second", second_port)
             run = await engine.wait(run_id, timeout=60)
             assert run.status == "completed", run.error
             assert run.output == ["in stock", "packed book on attempt 2", "label book"]
+        # the worker that took the step over counted it, once
+        assert (await _scrape(second_port))["plait_lease_takeovers_total"] == 1
     finally:
         for proc in (first, second):
             if proc is not None and proc.poll() is None:
@@ -131,3 +187,14 @@ async def test_one_trace_across_a_sigkilled_worker_and_its_replacement(
     assert passes_after, "no pass in the worker that took over"
     child = [s for s in steps if s["attributes"]["plait.workflow"] == "ship"]
     assert [s["attributes"]["plait.step_key"] for s in child] == ["label"]
+
+    # ...and logged it at INFO, naming the run, the step and the attempt that was lost
+    log = (tmp_path / "worker-second.log").read_text().splitlines()
+    lines = [json.loads(line) for line in log if line.startswith("{")]
+    takeovers = [ln for ln in lines if "took over" in ln["message"]]
+    assert [(ln["level"], ln["run_id"], ln["step"], ln["attempt"]) for ln in takeovers] == [
+        ("INFO", run_id, "pack", 1)
+    ], takeovers
+    assert takeovers[0]["message"] == (
+        f"run {run_id}: took over step pack after attempt 1 was lost with its worker"
+    )

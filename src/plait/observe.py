@@ -130,7 +130,8 @@ class Telemetry:
             )
 
     def timer_fired(self, run_id: str, key: str, what: str) -> None:
-        """A sleep ended or an event wait timed out, seen by a pass of this process."""
+        """A durable timer of a run fired in a pass of this process: a sleep ended, an
+        event wait timed out, an approval expired."""
         if self.log_work:
             log.info(
                 "run %s: %s %s fired", run_id, what, key, extra={"run_id": run_id, "step": key}

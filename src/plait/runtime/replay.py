@@ -263,11 +263,20 @@ class CodeReplay:
         held = self._held(name)
         if held:
             return _Found(name, tuple(held), _Gate(schema))  # judged when delivered (``_take``)
-        expired = steps.expire_gate(step, now)
-        if expired is not None:
-            ledger.add(expired)
+        if self._expire(step, now):
             return Decision(name, True)
         raise ledger.pause(key, step.wake_at)
+
+    def _expire(self, step: StepRow, now: float) -> bool:
+        """Expire the gate if its deadline has passed. The deadline is a durable timer
+        like a sleep's, so its firing is told to the worker's log the same way."""
+        expired = steps.expire_gate(step, now)
+        if expired is None:
+            return False
+        self.ledger.add(expired)
+        if self.host.telemetry is not None:
+            self.host.telemetry.timer_fired(self.ledger.run.id, step.key, "approval expiry of")
+        return True
 
     def _held(self, name: str) -> list[EventRow]:
         """The decisions held for gate ``name``, oldest first, taken off the snapshot."""
@@ -617,9 +626,7 @@ class CodeReplay:
             # with no later one to refuse them)
             self._refuse(key, held[at + 1 :], "decided")
             return _decision(name, schema, payload)
-        expired = steps.expire_gate(step, now)
-        if expired is not None:
-            ledger.add(expired)
+        if self._expire(step, now):
             return Decision(name, True)
         return None
 

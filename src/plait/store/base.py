@@ -599,7 +599,9 @@ class Store(Protocol):
     async def sweep_idle(self, base: float = 30.0, cap: float = 600.0, limit: int = 100) -> int: ...
     async def next_due(self, functions: Sequence[str] | None = None) -> float | None: ...
     async def job_depths(self) -> dict[str, int]:
-        """Queued steps of running runs that no worker holds, per function."""
+        """Queued steps a worker could claim now, per function: due (not in a retry's
+        back-off), of running runs, held by no live lease (a dead worker's expired one
+        counts: the step waits for a worker again)."""
         ...
 
     async def pending(self, functions: Sequence[str]) -> Pending:

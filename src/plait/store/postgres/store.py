@@ -899,7 +899,7 @@ class PostgresStore:
         return float(due) if due is not None else None
 
     async def job_depths(self) -> dict[str, int]:
-        rows = await self._call("fetch", self._q["job_depths"], read=True)
+        rows = await self._call("fetch", self._q["job_depths"], self._now(), read=True)
         return {r[0]: int(r[1]) for r in rows}
 
     async def pending(self, functions: Sequence[str]) -> Pending:

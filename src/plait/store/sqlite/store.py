@@ -439,8 +439,10 @@ class SQLiteStore:
         return await self._read_here(go)
 
     async def job_depths(self) -> dict[str, int]:
+        params = {"now": self._now()}
+
         def go(conn: sqlite3.Connection) -> dict[str, int]:
-            return {f: int(n) for f, n in conn.execute(SQL["job_depths"])}
+            return {f: int(n) for f, n in conn.execute(SQL["job_depths"], params)}
 
         return await self._read(go)
 

@@ -316,9 +316,10 @@ SELECT least(
 )
 
 -- name: job_depths
--- Jobs of running runs that no worker holds, per function.
+-- Jobs a worker could claim now (claim_step_jobs' test), per function: due, of a running
+-- run, and held by no live lease. A retry's back-off is not waiting for a worker.
 SELECT j.function, count(*) FROM @schema@.jobs j
-WHERE j.lease_owner IS NULL
+WHERE j.available_at <= $1 AND (j.lease_owner IS NULL OR j.lease_until < $1)
     AND EXISTS (SELECT 1 FROM @schema@.runs r WHERE r.id = j.run_id AND r.status = 'running')
 GROUP BY j.function
 

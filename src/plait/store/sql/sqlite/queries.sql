@@ -413,9 +413,10 @@ WHERE function IN (SELECT value FROM json_each(?))
                 WHERE r.id = plait_jobs.run_id AND r.status = 'running')
 
 -- name: job_depths
--- Jobs of running runs that no worker holds, per function.
+-- Jobs a worker could claim now (claim_step_jobs' test), per function: due, of a running
+-- run, and held by no live lease. A retry's back-off is not waiting for a worker.
 SELECT j.function, count(*) FROM plait_jobs j
-WHERE j.lease_owner IS NULL
+WHERE j.available_at <= :now AND (j.lease_owner IS NULL OR j.lease_until < :now)
     AND EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = j.run_id AND r.status = 'running')
 GROUP BY j.function
 
