@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -117,3 +119,26 @@ def test_a_schedule_triggered_from_the_command_line_goes_through_its_queue(db: s
     assert code == 0, shown
     run_json = json.loads(shown)["run"]
     assert (run_json["status"], run_json["queue"]) == ("queued", "imports")
+
+
+def test_start_at_through_a_named_queue_and_a_start_by_hand(db: str) -> None:
+    """``--queue`` and ``--start-at`` as given: the run waits in that queue until that
+    time; a run started by hand has no ``wf.scheduled_at``."""
+    at = "2031-06-01T12:00:00+03:00"
+    code, out = run("start", APP, "report", "--queue", "emails", "--start-at", at, "--database", db)
+    assert code == 0, out
+    code, shown = run("runs", "show", out.strip(), "--json", "--database", db)
+    document = json.loads(shown)["run"]
+    assert code == 0 and document["status"] == "queued" and document["queue"] == "emails"
+    assert datetime.fromisoformat(document["start_at"]) == datetime.fromisoformat(at)
+    code, out = run("start", APP, "report", "-i", '{"kind": "x"}', "--wait", "--json", "-d", db)
+    assert code == 0, out
+    assert json.loads(out)["run"]["output"] == {"kind": "x", "tick": None}
+
+
+def test_the_flow_control_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    from examples import flow_control
+
+    asyncio.run(flow_control.main())
+    assert (tmp_path / "flow-control.db").exists()
