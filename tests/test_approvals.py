@@ -69,6 +69,15 @@ async def listed(wf: plait.Workflow, data: Any) -> Any:
 
 
 @app.workflow
+async def anyone(wf: plait.Workflow, data: Any) -> Any:
+    decision = await wf.approval("ok")  # approvers="any", the default
+    return {
+        **_out(decision),
+        "at": decision.decided_at.isoformat() if decision.decided_at else None,
+    }
+
+
+@app.workflow
 async def later_gate(wf: plait.Workflow, data: Any) -> Any:
     await wf.wait_for_event("go")
     decision = await wf.approval("refund", schema=Refund, approvers="not_owner")
@@ -187,6 +196,22 @@ async def test_owner_and_listed_policies(engine_factory) -> None:
         await engine.approve(theirs, "ok", 2, decided_by="dave")
         assert (await engine.wait(mine, timeout=10)).output["by"] == "alice"
         assert (await engine.wait(theirs, timeout=10)).output["by"] == "dave"
+
+
+async def test_policy_any_takes_a_decision_from_anyone_and_says_when(engine_factory) -> None:
+    """The default policy: the owner, another user and an anonymous caller alike; the
+    workflow sees who decided and when, the time the decision was recorded."""
+    async with engine_factory(app) as engine:
+        runs = {who: await engine.start("anyone", owner="alice") for who in ("alice", "bob", None)}
+        for who, run_id in runs.items():
+            await open_gate(engine, run_id, "ok")
+            await engine.approve(run_id, "ok", {"who": who}, decided_by=who)
+        for who, run_id in runs.items():
+            run = await engine.wait(run_id, timeout=10)
+            assert run.output["by"] == who and run.output["data"] == {"who": who}
+            (decision,) = await engine.get_decisions(run_id)
+            assert decision.outcome == "accepted" and decision.decided_at is not None
+            assert run.output["at"] == decision.decided_at.isoformat()
 
 
 async def test_an_invalid_decision_keeps_the_gate_open_and_is_reported(engine_factory) -> None:

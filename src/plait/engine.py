@@ -860,7 +860,9 @@ class Engine:
             raise TypeError(
                 f"decided_by must be a user id (a non-empty string), got {decided_by!r}"
             )
-        now = self.clock.now()
+        # to the microsecond, as PostgreSQL keeps it: the workflow reads the time from the
+        # decision's payload and get_decisions from the stored column, the same instant
+        now = round(self.clock.now(), 6)
         payload = approval.envelope(data, decided_by, now, self.limits)
         snapshot = await self.store.load_pass(run_id)
         if snapshot is None:
