@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -267,7 +268,56 @@ async def test_a_fork_into_a_taken_run_id_says_so_plainly(engine_factory) -> Non
 
 
 # -- retention ------------------------------------------------------------------------------
-async def test_prune_removes_old_ended_runs_and_keeps_live_ones(engine_factory) -> None:
+async def rows_naming(engine: plait.Engine, database: str, run_ids: list[str]) -> dict[str, int]:
+    """Per table of the store, the rows that name one of ``run_ids`` (a ``run_id`` column,
+    or the runs table's own ``id``): read straight from the database, so a table prune
+    forgot to clear cannot hide behind the store's own reads."""
+    found: dict[str, int] = {}
+    if database.startswith("sqlite"):
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(engine.store.path)) as db:  # type: ignore[attr-defined]
+            tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            for table in tables:
+                columns = {r[1] for r in db.execute(f'PRAGMA table_info("{table}")')}
+                column = (
+                    "run_id" if "run_id" in columns else "id" if table == "plait_runs" else None
+                )
+                if column is None:
+                    continue
+                marks = ",".join("?" * len(run_ids))
+                sql = f'SELECT count(*) FROM "{table}" WHERE "{column}" IN ({marks})'
+                (n,) = db.execute(sql, run_ids).fetchone()
+                if n:
+                    found[table] = n
+        return found
+    import asyncpg
+
+    schema = engine.store.schema  # type: ignore[attr-defined]
+    conn = await asyncpg.connect(database.split("?", 1)[0])
+    try:
+        tables = await conn.fetch(
+            "SELECT table_name, column_name FROM information_schema.columns"
+            " WHERE table_schema = $1 AND (column_name = 'run_id'"
+            " OR (table_name = 'runs' AND column_name = 'id'))",
+            schema,
+        )
+        for row in tables:
+            sql = (
+                f'SELECT count(*) FROM "{schema}"."{row["table_name"]}"'
+                f' WHERE "{row["column_name"]}" = ANY($1::text[])'
+            )
+            n = await conn.fetchval(sql, run_ids)
+            if n:
+                found[row["table_name"]] = n
+    finally:
+        await conn.close()
+    return found
+
+
+async def test_prune_removes_old_ended_runs_and_keeps_live_ones(
+    engine_factory, database: str
+) -> None:
     async with engine_factory(app) as engine:
         old_done = await engine.start("waits")
         await engine.send_event(old_done, "go", 1)
@@ -302,6 +352,9 @@ async def test_prune_removes_old_ended_runs_and_keeps_live_ones(engine_factory) 
             assert await engine.store.get_decisions(gone) == []
             assert await engine.store.get_steps(gone) == []
             assert await engine.store.get_history(gone) == []
+        left = await rows_naming(engine, database, [old_done, old_tree, *tree_children])
+        assert left == {}, f"rows of pruned runs left behind: {left}"
+        assert await rows_naming(engine, database, [live, live_parent]) != {}  # it can see
         for kept in (live, live_parent, *live_children, recent):
             await engine.get_run(kept)
         assert (await engine.get_run(live_children[0])).status == "completed"
