@@ -387,6 +387,11 @@ ATTACK = """<!doctype html>
 <form id="form" method="post" target="sink" action="TARGET/api/workflows/notify/runs">
   <input type="hidden" name="input" value="1">
 </form>
+<form id="plain" method="post" target="sink2" enctype="text/plain"
+      action="TARGET/api/workflows/notify/runs">
+  <input type="hidden" name='{"input": 1, "pad": "' value='"}'>
+</form>
+<iframe name="sink2" id="sink2"></iframe>
 <iframe id="framed" src="TARGET/"></iframe>
 <script>
   window.attempts = [];
@@ -399,8 +404,12 @@ ATTACK = """<!doctype html>
       method: "POST", mode: "no-cors", credentials: "include",
       headers: { "Content-Type": "text/plain" }, body: body,
     }).then(...note("no-cors text", "no-cors text failed"));
+    const graph = JSON.stringify({
+      name: "planted", definition: { nodes: { sum: { function: "add", input: { a: 1, b: 2 } } } },
+    });
     await fetch(target + "/api/graphs", {
-      method: "POST", mode: "no-cors", credentials: "include", body: body,
+      method: "POST", mode: "no-cors", credentials: "include",
+      headers: { "Content-Type": "text/plain" }, body: graph,
     }).then(...note("no-cors graph", "no-cors graph failed"));
     // JSON needs a preflight, which the server never grants
     await fetch(target + "/api/workflows/notify/runs", {
@@ -417,6 +426,12 @@ ATTACK = """<!doctype html>
       document.getElementById("form").submit();
     });
     window.attempts.push("form");
+    // a text/plain form whose one field spells a JSON body: {"input": 1, "pad": "="}
+    await new Promise((resolve) => {
+      document.getElementById("sink2").addEventListener("load", resolve, { once: true });
+      document.getElementById("plain").submit();
+    });
+    window.attempts.push("plain form");
     window.done = true;
   }
   attack();
@@ -453,7 +468,12 @@ def test_a_page_of_another_origin_cannot_use_the_server(
     assert "cors json refused" in attempts, attempts
     assert "read refused" in attempts, attempts
     assert not [a for a in attempts if a.startswith("read: ")], attempts
+    assert "plain form" in attempts, attempts
     assert run_total(victim.url) == before  # not one run was started
+    if target == "local_server":  # where anyone may register graphs, the page may not
+        with httpx.Client(base_url=victim.url, headers={"Content-Type": "application/json"}) as c:
+            graphs = c.get("/api/graphs").json()["graphs"]
+        assert "planted" not in [g["name"] for g in graphs], graphs
     framed = next(f for f in page.frames if f.name != "sink" and f != page.main_frame)
     assert 'data-page="runs"' not in framed.content()  # no dashboard inside the frame
     assert any("frame-ancestors 'none'" in text for text in refused), refused
