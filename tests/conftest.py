@@ -123,3 +123,12 @@ class Counter:
 
     def __getitem__(self, name: str) -> int:
         return self.counts.get(name, 0)
+
+
+async def run_gone(engine: plait.Engine, run_id: str) -> bool:
+    """Whether the run is no longer stored (pruned), for ``eventually``."""
+    try:
+        await engine.get_run(run_id)
+    except plait.RunNotFoundError:
+        return True
+    return False

@@ -15,7 +15,7 @@ import pydantic
 from typer.testing import CliRunner
 
 import plait
-from conftest import eventually
+from conftest import eventually, run_gone
 from plait.cli import cli
 
 HERE = Path(__file__).resolve().parent
@@ -180,11 +180,7 @@ async def test_a_worker_started_with_retain_prunes_ended_runs(
 
             async def pruned() -> bool:
                 assert worker.poll() is None, worker.communicate()[1]
-                try:
-                    await engine.get_run(ended)
-                except plait.RunNotFoundError:
-                    return True
-                return False
+                return await run_gone(engine, ended)
 
             await eventually(pruned, timeout=30, what="the worker to prune the ended run")
             assert (await engine.get_run(live)).status == "running"

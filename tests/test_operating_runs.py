@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import plait
-from conftest import eventually
+from conftest import eventually, run_gone
 
 app = plait.App("operating-tests")
 ROOT = Path(__file__).resolve().parent.parent
@@ -399,14 +399,9 @@ async def test_a_worker_with_retain_prunes_in_the_background(engine_factory) -> 
         await engine.wait(run_id, timeout=10)
         live = await engine.start("waits")
 
-        async def gone() -> bool:
-            try:
-                await engine.get_run(run_id)
-            except plait.RunNotFoundError:
-                return True
-            return False
-
-        await eventually(gone, timeout=15, what="the retention loop to prune the run")
+        await eventually(
+            lambda: run_gone(engine, run_id), timeout=15, what="the retention loop to prune the run"
+        )
         assert (await engine.get_run(live)).status == "running"
     with pytest.raises(ValueError, match="retain"):
         plait.Engine(app, "sqlite:///:memory:", retain="-1s")
