@@ -508,8 +508,15 @@ DEEPER = {"nodes": {"wrap": {"function": "measure", "input": [[{"$ref": "trigger
         (DEEPER, deep_value(63), "PAYLOAD_TOO_DEEP", "the input of node 'wrap'"),
         # the item cannot start, so its node fails (its own input, the items, is stored)
         (EACH, {"items": [1, 2], "pad": "p" * 5_000}, "PAYLOAD_TOO_LARGE", "'each[0]'"),
+        # only the last item is over: its siblings are never recorded, left pending
+        (
+            EACH,
+            {"items": [1, 2, "x" * 4_500], "pad": "p" * 3_000},
+            "PAYLOAD_TOO_LARGE",
+            "'each[2]'",
+        ),
     ],
-    ids=["join", "deep", "for_each"],
+    ids=["join", "deep", "for_each", "for_each_last_item"],
 )
 async def test_a_graph_node_input_over_the_limits_fails_its_run(
     engine_factory: Callable[..., Any], graph: Any, data: Any, code: str, what: str
@@ -529,6 +536,7 @@ async def test_a_graph_node_input_over_the_limits_fails_its_run(
         limit = "max_payload" if code == "PAYLOAD_TOO_LARGE" else "64 levels"
         assert limit in error["message"], error
         for step in await engine.get_steps(run_id):
+            assert step.status not in ("pending", "running"), step
             stored = json.dumps(step.input)
             assert len(stored) <= 10_000 and not serde.too_deep(stored, 64), step.key
 

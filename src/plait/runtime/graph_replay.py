@@ -488,15 +488,19 @@ class GraphReplay:
         try:
             if node.mode == "sequential":
                 for index, item in enumerate(items):
-                    item_step = self._item_step(step, node, index, item, states)
+                    text = self._item_input(step, node, index, item, states)
+                    item_step = self._item_step(step, node, index, text)
                     try:
                         await self._run_step(item_step, node)
                     except StepError:
                         break
             else:
-                item_steps: list[StepRow] = []
+                # every item's input is checked before any item's step is recorded: a
+                # refused one fails the node with no sibling left pending behind it
+                inputs: list[str | None] = []
                 for index, item in enumerate(items):
-                    item_steps.append(self._item_step(step, node, index, item, states))
+                    inputs.append(self._item_input(step, node, index, item, states))
+                item_steps = [self._item_step(step, node, i, text) for i, text in enumerate(inputs)]
                 tasks = [p.spawn(self._run_item(s, node)) for s in item_steps]
                 if tasks:
                     await asyncio.gather(*tasks)
@@ -513,21 +517,30 @@ class GraphReplay:
         with contextlib.suppress(StepError, PauseSignal):
             await self._run_step(step, node)
 
-    def _item_step(
+    def _item_input(
         self, step: StepRow, node: Node, index: int, item: Any, states: list[NodeState]
-    ) -> StepRow:
+    ) -> str | None:
+        """The stored form of item ``index``'s input, held to the engine's limits; None
+        when its step is recorded already (its input with it)."""
+        key = item_key(step.key, index)
+        if key in self.ledger.steps:
+            return None
+        data = node_input(self.graph, node.id, states, self.trigger, self.ledger.state, item=item)
+        return serde.dumps(data, what=f"the input of step {key!r}", limits=self.host.limits)
+
+    def _item_step(self, step: StepRow, node: Node, index: int, text: str | None) -> StepRow:
+        """Item ``index``'s step: the recorded one, or a new one with input ``text``."""
         key = item_key(step.key, index)
         existing = self.ledger.steps.get(key)
         if existing is not None:
             return existing
-        data = node_input(self.graph, node.id, states, self.trigger, self.ledger.state, item=item)
         policy, timeout, queued = self._options(node, self.app.functions.get(node.function or ""))
         item_step = self.ledger.new_step(
             key,
             key,
             ITEM_KIND,
             function=node.function,
-            input=serde.dumps(data, what=f"the input of step {key!r}", limits=self.host.limits),
+            input=text,
             policy=policy,
             timeout=timeout,
             queued=queued,
