@@ -217,9 +217,13 @@ class Engine:
             return
         for spec in self.app.schedules.values():
             self.catalog.describe(spec.workflow)  # a schedule of an unknown workflow
-            # held to this engine's limits: ``app.schedule`` ran before any engine said
-            # what they are, and every run of the schedule would get this input
-            serde.dumps(spec.input, what=f"the input of schedule {spec.name!r}", limits=self.limits)
+            if self.workers:
+                # held to the limits of an engine that fires schedules: ``app.schedule``
+                # ran before any engine said what they are, and every run of the schedule
+                # gets this input (a command that only reads or starts does not fire it)
+                serde.dumps(
+                    spec.input, what=f"the input of schedule {spec.name!r}", limits=self.limits
+                )
         await self.store.open()
         await self.catalog.record_versions()
         self._worker = Worker(

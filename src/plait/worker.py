@@ -26,12 +26,7 @@ from plait import retention, schedules, serde
 from plait.cancel_guard import guarded_task, uncancelled
 from plait.catalog import Catalog
 from plait.clock import SYSTEM_CLOCK, Clock
-from plait.errors import (
-    LeaseLostError,
-    PayloadTooDeepError,
-    PayloadTooLargeError,
-    StepFunctionMismatchError,
-)
+from plait.errors import LeaseLostError, StepFunctionMismatchError
 from plait.lease_keeper import StallGuard
 from plait.notify import Notifier
 from plait.observe import Telemetry
@@ -154,8 +149,6 @@ class Worker:
         self.admission_blocked_at: float | None = None
         #: schedules whose workflow this process cannot start (another process may)
         self._unknown_schedules: set[str] = set()
-        #: schedules whose input is over this worker's limits (said once, like those)
-        self._oversized_schedules: set[str] = set()
         self.slots = asyncio.Semaphore(concurrency)
         #: set once the worker is stopping: passes start no new attempt
         self.stopping = False
@@ -594,27 +587,19 @@ class Worker:
                 )
             return 0
         ticks, next_tick = schedules.due_ticks(spec, row.next_tick, now)
-        try:
-            runs = [
-                self.scheduled_run(
-                    spec.name,
-                    spec.workflow,
-                    spec.input,
-                    kind,
-                    version,
-                    tick,
-                    row.owner,
-                    stored_queue=spec.queue,
-                )
-                for tick in ticks
-            ]
-        except (PayloadTooLargeError, PayloadTooDeepError) as exc:
-            # stored by a process with larger limits: left to such a process, as a
-            # schedule of a workflow this app lacks is
-            if row.name not in self._oversized_schedules:
-                self._oversized_schedules.add(row.name)
-                log.warning("schedule %s: %s; another worker may start it", row.name, exc)
-            return 0
+        runs = [
+            self.scheduled_run(
+                spec.name,
+                spec.workflow,
+                spec.input,
+                kind,
+                version,
+                tick,
+                row.owner,
+                stored_queue=spec.queue,
+            )
+            for tick in ticks
+        ]
         started = await self.store.fire_schedule(
             row.name, row.next_tick, next_tick, runs, spec.overlap == "skip"
         )
@@ -653,7 +638,10 @@ class Worker:
             workflow=workflow,
             kind=kind,
             version=version,
-            input=serde.dumps(data, what=f"the input of schedule {name!r}", limits=self.limits),
+            # not held to this process's limits again: they held when the schedule was
+            # made, and PostgreSQL's jsonb may spell a stored number longer than it came
+            # (1e300 as 301 digits), so a second measure could refuse what was accepted
+            input=serde.dumps(data, what=f"the input of schedule {name!r}"),
             owner=owner,
             status="queued" if queue is not None else "running",
             queue=queue,
