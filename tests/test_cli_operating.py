@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +14,9 @@ from typer.testing import CliRunner
 import plait
 from conftest import eventually, run_gone
 from plait.cli import cli
+from test_cli import plait_process
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 app = plait.App("cli-operating")
 
 
@@ -151,21 +148,6 @@ async def test_fork_and_prune_from_the_command_line(engine_factory, database: st
         await engine.get_run("again")
 
 
-def retaining_worker(database: str) -> subprocess.Popen[str]:
-    """``plait worker --retain 300ms`` in a process of its own."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(HERE)])}
-    env.pop("PLAIT_DATABASE_URL", None)
-    command = ["worker", "test_cli_operating:app", "--retain", "300ms", "--database", database]
-    return subprocess.Popen(
-        [sys.executable, "-m", "plait", *command],
-        cwd=HERE,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 async def test_a_worker_started_with_retain_prunes_ended_runs(
     engine_factory, database: str
 ) -> None:
@@ -175,7 +157,9 @@ async def test_a_worker_started_with_retain_prunes_ended_runs(
         ended = await engine.start("quick", inline=True)
         assert (await engine.wait(ended, timeout=10)).status == "completed"
         live = await engine.start("gated", owner="alice")
-        worker = retaining_worker(database)
+        worker = plait_process(
+            "worker", "test_cli_operating:app", "--retain", "300ms", "-d", database, cwd=HERE
+        )
         try:
 
             async def pruned() -> bool:
