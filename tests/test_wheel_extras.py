@@ -57,6 +57,17 @@ def _clean_env() -> dict[str, str]:
 
 
 #: what a build, a run or a tool leaves in the tree, never part of a distribution
+def _must(
+    command: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> None:
+    """Run a set-up step (a build, an install) that the test cannot go on without; on a
+    failure, its output's tail says why."""
+    done = subprocess.run(
+        command, cwd=cwd, capture_output=True, text=True, timeout=600, env=env or _clean_env()
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
 _LEFT_BEHIND = {".git", ".mypy_cache", ".ruff_cache", ".pytest_cache", "__pycache__"}
 
 
@@ -80,28 +91,14 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
     where = tmp_path_factory.mktemp("wheel")
     dist = where / "dist"
     tree = _tree_copy(where)
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(tree)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=_clean_env(),
-    )
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    _must([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(tree)])
     (wheel,) = dist.glob("plait-*.whl")
     # built from this tree, so it must hold what the tree holds (not a stale build)
     assert installed_files(wheel) >= {"plait/errors.py", "plait/cli.py"}
     env_dir = where / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
-    installed = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", str(wheel)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=_clean_env(),
-    )
-    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+    _must([str(python), "-m", "pip", "install", "-q", str(wheel)])
     work = where / "work"
     work.mkdir()
     (work / "shop.py").write_text(APP)
@@ -220,26 +217,15 @@ def test_the_sdist_carries_what_the_tests_need(tmp_path: Path) -> None:
     # (the development environment's own setuptools may be older than it needs)
     backend = tmp_path / "backend"
     requires = tomllib.loads((tree / "pyproject.toml").read_text())["build-system"]["requires"]
-    installed = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--target", str(backend), *requires],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=_clean_env(),
-    )
-    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+    _must([sys.executable, "-m", "pip", "install", "-q", "--target", str(backend), *requires])
     dist = tmp_path / "dist"
     dist.mkdir()
-    built = subprocess.run(
-        # -S: nothing from this environment's site-packages, only the backend
+    # -S: nothing from this environment's site-packages, only the backend
+    _must(
         [sys.executable, "-S", "-c", BUILD_SDIST, str(dist)],
         cwd=tree,
-        capture_output=True,
-        text=True,
-        timeout=600,
         env={**_clean_env(), "PYTHONPATH": str(backend)},
     )
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (sdist,) = dist.glob("plait-*.tar.gz")
     with tarfile.open(sdist) as archive:
         names = {name.partition("/")[2] for name in archive.getnames()}
