@@ -140,8 +140,3 @@ def _of(name: str, run: Run) -> Run:
     if run.workflow != name:
         raise ValueError(f"run {run.id!r} is a run of {run.workflow!r}, not of {name!r}")
     return run
-
-
-async def diagram_for(engine: Engine, name: str, run_id: str | None = None) -> str:
-    """The Mermaid text of ``draw``, for callers that only print it."""
-    return (await draw(engine, name, run_id)).mermaid
