@@ -73,6 +73,9 @@ class CodeReplay:
         self.inflight: dict[asyncio.Task[None], StepCall[Any]] = {}
         #: steps whose outcome is known and not yet handed to the workflow
         self.finished: list[StepCall[Any]] = []
+        #: steps that failed in this pass: their errors' tracebacks tie them in cycles
+        #: (see ``_release``)
+        self.failed: list[StepCall[Any]] = []
         #: the pass is ending; the workflow's code is being unwound
         self.closing = False
         #: the workflow's tasks a step of the unwind has stopped (see ``key``)
@@ -354,10 +357,11 @@ class CodeReplay:
         no key (""): an awaited one never resolves (see ``called``) and the task waits
         there until the pass is gone; a value (``wf.now()``) is not recorded."""
         if self.closing:
-            task = current_task(self.wloop)
-            if task in self.unwound:
+            # no local holds the task: the traceback of ``Unwind`` keeps this frame, and
+            # the task keeps the exception
+            if current_task(self.wloop) in self.unwound:
                 return ""
-            self.unwound.add(task)
+            self.unwound.add(current_task(self.wloop))
             raise Unwind()
         return self.ledger.next_key(name)
 
@@ -428,6 +432,29 @@ class CodeReplay:
             with contextlib.suppress(Exception):
                 await uncancelled(self.ledger.cancel_and_flush())
             raise
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        """Let go of what ties the pass's objects in cycles: the workflow's tasks hold
+        this replay (in their context), it holds them and their steps, the loop holds
+        its tasks and they hold the loop, a failed step's error holds (through its
+        traceback) the frames that hold the step. Left tied, a pass is freed only by the garbage
+        collector, whose full collections grow with every pass left to it and stall the
+        event loop of a busy worker for tens of milliseconds."""
+        self.main = None
+        self.known.clear()
+        self.inherited.clear()
+        self.new_calls.clear()
+        self.waiting.clear()
+        self.inflight.clear()
+        self.finished.clear()
+        self.unwound.clear()
+        self.ledger.tasks.clear()
+        for call in self.failed:
+            call.release()
+        self.failed.clear()
+        self.wloop.release()
 
     async def _execute(self, wdef: WorkflowDef) -> PassResult:
         ledger = self.ledger
@@ -509,6 +536,7 @@ class CodeReplay:
             return
         except Exception as exc:
             call.outcome, call.error = "error", exc
+            self.failed.append(call)
         self.finished.append(call)
 
     def _deliverable(self) -> StepCall[Any] | None:

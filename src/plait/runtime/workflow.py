@@ -128,6 +128,14 @@ def _check_options(step_name: str, options: dict[str, Any]) -> None:
         raise TypeError(f"step {step_name!r}: on_error must be a function name")
 
 
+async def _released(*_: Any) -> Any:
+    raise RuntimeError("the pass that reached this step is over")
+
+
+#: what a released step call resolves with
+_RELEASED: tuple[Callable[..., Coroutine[Any, Any, Any]], tuple[Any, ...]] = (_released, ())
+
+
 class StepCall(Coroutine[Any, Any, T], Generic[T]):
     """What ``wf.do``, ``wf.sleep``, ``wf.suspend`` and ``wf.wait_for_event`` return.
 
@@ -187,9 +195,21 @@ class StepCall(Coroutine[Any, Any, T], Generic[T]):
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         if self._iter is None:
             self._iter = self.future.__await__()
-        if val is None:
-            return self._iter.throw(typ)
-        return self._iter.throw(val)
+        try:
+            if val is None:
+                return self._iter.throw(typ)
+            return self._iter.throw(val)
+        finally:
+            # the exception's traceback holds this frame: no local may hold it back
+            del typ, val, tb
+
+    def release(self) -> None:
+        """Let go of the outcome and the future once the pass is over, so that nothing
+        the error's traceback holds leads back to it (a cycle only the garbage
+        collector could free)."""
+        self.error = self.result = self._iter = self.task = None
+        self.make = _RELEASED
+        del self.future
 
     def close(self) -> None:
         if self._iter is not None:

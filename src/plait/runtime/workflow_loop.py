@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
-import inspect
 import sys
 from asyncio import events
 from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
@@ -82,9 +81,13 @@ def _place_among_siblings(coro: object) -> tuple[int, int] | None:
     memory addresses and so differs on every pass; the steps they reach would then swap
     keys, and results, between branches on replay. The list it was given still holds the
     order the workflow wrote, in a local of its frame."""
-    here = inspect.currentframe()
-    # above this function: create_task, then whoever asked it for a task
-    frame: FrameType | None = here.f_back.f_back if here and here.f_back else None
+    # above this function: create_task, then whoever asked it for a task. Never a
+    # reference to this function's own frame: held in one of its locals, that frame is a
+    # cycle only the garbage collector frees, and with it every frame above (the pass)
+    try:
+        frame: FrameType | None = sys._getframe(2)
+    except ValueError:
+        return None
     for _ in range(_CALLER_DEPTH):
         if frame is None:
             return None
@@ -302,6 +305,14 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     def close(self) -> None:
         self._closed = True
         self._ready.clear()
+
+    def release(self) -> None:
+        """Forget the tasks made here and who to tell of new ones, once the pass is over
+        (see ``CodeReplay._release``)."""
+        self.close()
+        self.tasks.clear()
+        self.unhandled.clear()
+        self.on_task = None
 
     def call_exception_handler(self, context: dict[str, Any]) -> None:
         self.unhandled.append(context)
