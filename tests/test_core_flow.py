@@ -850,3 +850,20 @@ async def test_a_step_awaited_twice_gives_its_outcome_again(engine_factory) -> N
 
     async with engine_factory(app) as engine:
         assert await engine.run("twice", timeout=10) == [2, 2, ["broken", "broken"]]
+
+
+async def test_run_with_a_bad_timeout_starts_nothing(engine_factory) -> None:
+    app = plait.App()
+    ran: list[int] = []
+
+    @app.workflow
+    async def once(wf: plait.Workflow, data: None) -> int:
+        return await wf.do("mark", lambda: ran.append(1) or 1)
+
+    async with engine_factory(app) as engine:
+        with pytest.raises(ValueError, match="timeout"):
+            await engine.run("once", timeout="soon", inline=True)
+        assert await engine.list_runs() == []
+        # and a good one still runs it, to its end, once
+        assert await engine.run("once", timeout="10s", inline=True) == 1
+    assert ran == [1]

@@ -332,6 +332,41 @@ class Engine:
         starting another, ``delay`` / ``start_at`` hold the start until then. Such a run
         is ``queued`` until a worker admits it. ``name`` may be the workflow's function.
         """
+        run_id, _fresh = await self._start(
+            name,
+            data,
+            run_id=run_id,
+            inline=inline,
+            owner=owner,
+            start_node=start_node,
+            queue=queue,
+            key=key,
+            priority=priority,
+            dedup=dedup,
+            delay=delay,
+            start_at=start_at,
+        )
+        return run_id
+
+    async def _start(
+        self,
+        name: WorkflowRef,
+        data: Any = None,
+        *,
+        run_id: str | None = None,
+        inline: bool = False,
+        owner: str | None = None,
+        start_node: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
+        priority: int = 0,
+        dedup: str | None = None,
+        delay: float | str | timedelta | None = None,
+        start_at: datetime | None = None,
+    ) -> tuple[str, bool]:
+        """``start``, also telling whether the run is one it made and drives here (inline):
+        such a run cannot have ended before its starter looks, so ``run`` need not read
+        it before it waits."""
         name = workflow_name(name)
         kind, version = await self.catalog.resolve(name)
         if run_id is not None:
@@ -341,7 +376,7 @@ class Engine:
         if start_node is not None and kind != "graph":
             raise ValueError(f"start_node applies to graph workflows; {name!r} is code")
         flow = self._flow_options(name, queue, key, priority, dedup, delay, start_at)
-        if inline and flow.status == "queued":
+        if inline and flow["status"] == "queued":
             raise ValueError(
                 "inline=True cannot start a queued run (a queue, delay or start_at): "
                 "a worker admits it"
@@ -358,9 +393,9 @@ class Engine:
         worker = self.worker
         run_id = run_id or new_run_id()
         telemetry = self.telemetry
-        new = dataclasses.replace(
-            flow,
+        new = NewRun(
             id=run_id,
+            workflow=name,
             kind=kind,
             version=version,
             input=payload,
@@ -369,19 +404,20 @@ class Engine:
             lease_owner=worker.owner if inline else None,
             lease_seconds=self.lease_seconds,
             trace=None if telemetry is None else telemetry.run_created(run_id, name),
+            **flow,
         )
         run, created = await self.store.create_run(new)
         if not created:
             if run.id != new.id:
-                return run.id  # the live run that holds the de-duplication key
+                return run.id, False  # the live run that holds the de-duplication key
             if run.workflow != name:
                 raise RunIdTakenError(run.id, run.workflow, name)
-            return run.id
+            return run.id, False
         if inline:
             worker.drive(run.id, claimed=True, follow=not self.workers)
         else:
             self.notifier.publish_work()
-        return run.id
+        return run.id, inline
 
     def _flow_options(
         self,
@@ -392,8 +428,9 @@ class Engine:
         dedup: object,
         delay: object,
         start_at: object,
-    ) -> NewRun:
-        """The queue fields of a new run, each checked and named when wrong."""
+    ) -> dict[str, Any]:
+        """The queue fields of a new run (``NewRun``'s), each checked and named when
+        wrong."""
         wdef = self.app.workflows.get(name)
         if queue is None and wdef is not None:
             queue = wdef.queue
@@ -403,19 +440,14 @@ class Engine:
             raise ValueError(f"key={qkey!r} needs a queue: the key counts against per_key")
         not_before = queues.start_time(delay, start_at, self.clock.now())
         queued = qname is not None or not_before is not None
-        return NewRun(
-            id="",
-            workflow=name,
-            kind="",
-            version=None,
-            input=None,
-            status="queued" if queued else "running",
-            queue=qname,
-            queue_key=qkey,
-            priority=queues.check_priority(priority),
-            dedup=None if dedup is None else queues.check_text(dedup, "dedup"),
-            not_before=not_before,
-        )
+        return {
+            "status": "queued" if queued else "running",
+            "queue": qname,
+            "queue_key": qkey,
+            "priority": queues.check_priority(priority),
+            "dedup": None if dedup is None else queues.check_text(dedup, "dedup"),
+            "not_before": not_before,
+        }
 
     # Given the workflow's function, ``run`` is typed by it: its data must be what the
     # workflow takes, and the output is what it returns. By name, both are ``Any``.
@@ -456,8 +488,9 @@ class Engine:
         **start_kw: Any,
     ) -> Any:
         """Start a run and wait for its output."""
-        run_id = await self.start(name, data, **start_kw)
-        run = await self.wait(run_id, timeout=timeout)
+        seconds = timeout_seconds(timeout)
+        run_id, fresh = await self._start(name, data, **start_kw)
+        run = await self._wait(run_id, seconds, None, fresh=fresh)
         output = _output_or_raise(run)
         wdef = self.app.workflows.get(workflow_name(name))
         codec = None if wdef is None else wdef.output_codec
@@ -492,24 +525,33 @@ class Engine:
         expected = None if workflow is None else workflow_name(workflow)
         return await self._wait(run_id, timeout_seconds(timeout), expected)
 
-    async def _wait(self, run_id: str, seconds: float | None, workflow: str | None) -> Run:
-        """``wait`` with its arguments checked: ``TestEngine`` moves its clock here."""
+    async def _wait(
+        self, run_id: str, seconds: float | None, workflow: str | None, *, fresh: bool = False
+    ) -> Run:
+        """``wait`` with its arguments checked: ``TestEngine`` moves its clock here. A
+        ``fresh`` run (just made and driven here, its pass not begun) is not read before
+        the first wait: it is running, and its end is told to the watch set up first."""
         deadline = None if seconds is None else time.monotonic() + seconds
+        status = "running"
         while True:
             event = self.notifier.watch(run_id, end_only=True)
             try:
-                run = await self.get_run(run_id)
-                if workflow is not None and run.workflow != workflow:
-                    raise ValueError(
-                        f"run {run_id} is a run of workflow {run.workflow!r}, not {workflow!r}"
-                    )
-                if run.status in SETTLED:
-                    return run
+                if fresh:
+                    fresh = False
+                else:
+                    run = await self.get_run(run_id)
+                    if workflow is not None and run.workflow != workflow:
+                        raise ValueError(
+                            f"run {run_id} is a run of workflow {run.workflow!r}, not {workflow!r}"
+                        )
+                    if run.status in SETTLED:
+                        return run
+                    status = run.status
                 wait_for = EndLook.MOST * 60  # the end look wakes it sooner if it ended
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        raise TimeoutError(f"run {run_id} still {run.status} after {seconds}s")
+                        raise TimeoutError(f"run {run_id} still {status} after {seconds}s")
                     wait_for = min(wait_for, left)
                 self._end_look.watching()
                 await wait_event(event, wait_for)

@@ -63,11 +63,14 @@ class Limits:
                 raise ValueError(f"invalid {name}: {value!r} (a whole number >= 1)")
 
     def check(self, text: str, what: str) -> None:
-        """Raise ``PayloadTooLargeError`` / ``PayloadTooDeepError`` for ``text``."""
-        size = size_over(text, self.max_payload)
-        if size is not None:
-            raise PayloadTooLargeError(what, size, self.max_payload)
-        if too_deep(text, self.max_depth):
+        """Raise ``PayloadTooLargeError`` / ``PayloadTooDeepError`` for ``text``. A short
+        text with few brackets (most step inputs and results) is judged here, with no
+        call: every step checks two of them."""
+        if len(text) * 4 > self.max_payload:
+            size = size_over(text, self.max_payload)
+            if size is not None:
+                raise PayloadTooLargeError(what, size, self.max_payload)
+        if text.count("[") + text.count("{") > self.max_depth and too_deep(text, self.max_depth):
             raise PayloadTooDeepError(what, self.max_depth)
 
 
@@ -79,8 +82,8 @@ def dumps(value: Any, *, what: str = "value", limits: Limits | None = None) -> s
     if type(value) is int and -_PLAIN_INT < value < _PLAIN_INT:
         # the commonest result, written as json writes it, without its encoder's setup
         text = str(value)
-        if limits is not None:
-            limits.check(text, what)
+        if limits is not None and len(text) > limits.max_payload:
+            limits.check(text, what)  # no brackets: only its size can be over
         return text
     try:
         text = _ENCODER.encode(value)

@@ -27,8 +27,6 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-import yaml
-
 from plait.graph.errors import GraphValidationError
 from plait.graph.model import Branch, Graph, Next, Node
 from plait.graph.validate import validate, validate_function
@@ -83,43 +81,17 @@ def graph_from_json(name: str, text_or_path: str | os.PathLike[str]) -> Graph:
     return _build(name, data, duplicates)
 
 
-class _Loader(yaml.SafeLoader):
-    """Safe YAML that notes duplicate keys instead of letting the last one win silently."""
-
-    duplicates: list[str]
-
-
-def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> Any:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            is_duplicate = key in seen
-        except TypeError:
-            continue
-        if is_duplicate:
-            line = key_node.start_mark.line + 1
-            loader.duplicates.append(f"duplicate key {key!r} in the YAML definition (line {line})")
-        seen.add(key)
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def graph_from_yaml(name: str, text_or_path: str | os.PathLike[str]) -> Graph:
     """The model of YAML text or a .yaml/.yml file (safe loading; duplicate keys are
     problems, not overrides)."""
+    from plait.graph import yaml_text  # PyYAML is loaded for graphs written in YAML only
+
     text = _read(text_or_path)
-    loader = _Loader(text)
-    loader.duplicates = []
     try:
-        data = loader.get_single_data()
-    except yaml.YAMLError as exc:
-        raise GraphValidationError(name, [f"invalid YAML: {exc}"]) from None
-    finally:
-        loader.dispose()
-    return _build(name, data, loader.duplicates)
+        data, duplicates = yaml_text.parse(text)
+    except yaml_text.InvalidYAML as exc:
+        raise GraphValidationError(name, [str(exc)]) from None
+    return _build(name, data, duplicates)
 
 
 def load_graph(name: str, definition: Any) -> Graph:

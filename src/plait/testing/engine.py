@@ -119,14 +119,16 @@ class TestEngine(Engine):
         self._jump(target)
         await self._settle(deadline)
 
-    async def _wait(self, run_id: str, seconds: float | None, workflow: str | None) -> Run:
+    async def _wait(
+        self, run_id: str, seconds: float | None, workflow: str | None, *, fresh: bool = False
+    ) -> Run:
         """As ``Engine.wait`` (``timeout`` is in real time); with time skipping on, the
         clock jumps to the next timer whenever every live run waits only on timers."""
         if not self.time_skipping:
-            return await super()._wait(run_id, seconds, workflow)
+            return await super()._wait(run_id, seconds, workflow, fresh=fresh)
         skipper = asyncio.create_task(self._skip(run_id), name="plait-time-skipping")
         try:
-            return await super()._wait(run_id, seconds, workflow)
+            return await super()._wait(run_id, seconds, workflow, fresh=fresh)
         finally:
             skipper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
