@@ -77,6 +77,31 @@ def test_import_plait_loads_only_core_dependencies() -> None:
     )
 
 
+def test_a_process_running_code_workflows_loads_no_graph_machinery() -> None:
+    """A worker restarting after a crash pays, before its first step, for every module it
+    imports: the graph planner and the YAML reader wait until a graph is met."""
+    code = (
+        "import asyncio, json, sys, tempfile, plait\n"
+        "app = plait.App()\n"
+        "@app.workflow\n"
+        "async def hello(wf, data):\n"
+        "    return await wf.do('greet', lambda d: 'hi ' + d, data)\n"
+        "async def main():\n"
+        "    url = 'sqlite:///' + tempfile.mkdtemp() + '/t.db'\n"
+        "    async with plait.Engine(app, url) as engine:\n"
+        "        assert await engine.run('hello', 'you', timeout=10) == 'hi you'\n"
+        "asyncio.run(main())\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    loaded = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    graph = [m for m in loaded if m.startswith(("plait.graph.", "plait.runtime.graph", "yaml"))]
+    assert graph == ["plait.graph.errors"]
+
+
 def test_every_third_party_import_in_src_is_declared() -> None:
     project = _project()
     declared = {_name(r) for r in project["dependencies"]}

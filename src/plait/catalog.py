@@ -8,12 +8,14 @@ replay checks that the new code follows the recorded steps).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from plait import errors, serde
 from plait.app import App, WorkflowDef
-from plait.graph import Graph, load_graph, validate_or_raise
 from plait.store.base import Store
+
+if TYPE_CHECKING:
+    from plait.graph import Graph
 
 #: the status of a graph definition recorded from an App's registrations
 DEPLOYED = "deployed"
@@ -99,6 +101,8 @@ class Catalog:
             raise ValueError(f"invalid graph status: {status!r} (use 'draft' or 'active')")
         if not isinstance(name, str) or not name or "\x00" in name:
             raise ValueError(f"invalid graph name: {name!r}")
+        from plait.graph import load_graph, validate_or_raise  # graphs only (see plait.graph)
+
         graph = load_graph(name, definition)
         validate_or_raise(graph)
         version = graph.content_hash()
@@ -128,6 +132,8 @@ class Catalog:
         stored = await self.store.get_version(name, version)
         if stored is None or stored.definition is None:
             return None
+        from plait.graph import load_graph  # graphs only (see plait.graph)
+
         graph = load_graph(name, stored.definition)
         self._graphs[(name, version)] = graph
         return graph

@@ -34,7 +34,6 @@ from plait.errors import (
     WorkflowNotFoundError,
     WorkflowSuspendedError,
 )
-from plait.graph import validate_or_raise
 from plait.ids import check_name, check_run_id, new_run_id
 from plait.notify import EndLook, Notifier, wait_event
 from plait.observe import Telemetry, make_telemetry
@@ -383,6 +382,8 @@ class Engine:
             )
         if kind == "graph":
             graph = await self.graph_for(name, version)
+            from plait.graph import validate_or_raise  # graphs only (see plait.graph)
+
             validate_or_raise(graph, start_node=start_node)
         payload = serde.dumps(data, what=f"the input of workflow {name!r}", limits=self.limits)
         wdef = self.app.workflows.get(name) if kind == "workflow" else None

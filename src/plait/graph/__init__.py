@@ -2,27 +2,74 @@
 
 The pure half lives here (model, loading, validation, values, the planner, Mermaid); the
 engine stores and runs what the planner decides.
+
+Each name is imported from its module when it is first asked for: a process that runs
+only code workflows never loads the graph machinery (a restart after a crash pays for
+what it runs, not for all plait has).
 """
 
-from plait.graph.builder import GraphBuilder, branch_on, ref, template
-from plait.graph.errors import GraphValidationError, GraphValueError
-from plait.graph.load import graph_from_dict, graph_from_json, graph_from_yaml, load_graph
-from plait.graph.mermaid import to_mermaid
-from plait.graph.model import Branch, Edge, Graph, Node
-from plait.graph.planner import (
-    NodeState,
-    Plan,
-    Start,
-    for_each_items,
-    key_ordinal,
-    latest_outputs,
-    node_input,
-    node_states,
-    plan,
-    step_key,
-)
-from plait.graph.validate import unknown_functions, validate, validate_or_raise
-from plait.graph.values import Scope, check_syntax, references, resolve
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from plait.graph.builder import GraphBuilder, branch_on, ref, template
+    from plait.graph.checks import unknown_functions, validate, validate_or_raise
+    from plait.graph.errors import GraphValidationError, GraphValueError
+    from plait.graph.load import graph_from_dict, graph_from_json, graph_from_yaml, load_graph
+    from plait.graph.mermaid import to_mermaid
+    from plait.graph.model import Branch, Edge, Graph, Node
+    from plait.graph.planner import (
+        NodeState,
+        Plan,
+        Start,
+        for_each_items,
+        key_ordinal,
+        latest_outputs,
+        node_input,
+        node_states,
+        plan,
+        step_key,
+    )
+    from plait.graph.values import Scope, check_syntax, references, resolve
+
+#: the module each name comes from
+_MODULES = {
+    "Branch": "model",
+    "Edge": "model",
+    "Graph": "model",
+    "GraphBuilder": "builder",
+    "GraphValidationError": "errors",
+    "GraphValueError": "errors",
+    "Node": "model",
+    "NodeState": "planner",
+    "Plan": "planner",
+    "Scope": "values",
+    "Start": "planner",
+    "branch_on": "builder",
+    "check_syntax": "values",
+    "for_each_items": "planner",
+    "graph_from_dict": "load",
+    "graph_from_json": "load",
+    "graph_from_yaml": "load",
+    "key_ordinal": "planner",
+    "latest_outputs": "planner",
+    "load_graph": "load",
+    "node_input": "planner",
+    "node_states": "planner",
+    "plan": "planner",
+    "ref": "builder",
+    "references": "values",
+    "resolve": "values",
+    "step_key": "planner",
+    "template": "builder",
+    "to_mermaid": "mermaid",
+    "unknown_functions": "checks",
+    "validate": "checks",
+    "validate_or_raise": "checks",
+}
+
 
 __all__ = [
     "Branch",
@@ -58,3 +105,12 @@ __all__ = [
     "validate",
     "validate_or_raise",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'plait.graph' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"plait.graph.{module}"), name)
+    globals()[name] = value  # asked once
+    return value

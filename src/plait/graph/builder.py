@@ -11,10 +11,10 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from plait.durations import Duration
+from plait.graph.checks import validate
 from plait.graph.errors import GraphValidationError
 from plait.graph.load import graph_from_dict
 from plait.graph.model import Graph
-from plait.graph.validate import validate
 
 NextSpec = str | Sequence[str] | Mapping[str, Any] | None
 _NO_DEFAULT: Any = object()

@@ -27,9 +27,9 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from plait.graph.checks import validate, validate_function
 from plait.graph.errors import GraphValidationError
 from plait.graph.model import Branch, Graph, Next, Node
-from plait.graph.validate import validate, validate_function
 
 GRAPH_KEYS = ("nodes", "entry", "output")
 NODE_KEYS = (

@@ -5,6 +5,9 @@ costs every process that imports plait (a worker restarting after a crash includ
 about a tenth of its start-up.
 """
 
+# PyYAML's stubs leave a node's type open: what a node holds is only known at run time.
+# pyright: reportUnknownMemberType=false
+
 from __future__ import annotations
 
 from typing import Any

@@ -73,11 +73,9 @@ __all__ = [
     "queued_node_hook",
 ]
 
-#: step kind of a node instance
-NODE_KIND = "node"
-#: step kind of one item of a ``for_each`` node instance
-ITEM_KIND = "item"
-GRAPH_STEP_KINDS = frozenset({NODE_KIND, ITEM_KIND})
+NODE_KIND = steps.NODE_KIND
+ITEM_KIND = steps.ITEM_KIND
+GRAPH_STEP_KINDS = steps.GRAPH_STEP_KINDS
 
 _ITEM_SUFFIX = re.compile(r"\[(\d+)\]$")
 #: a node's input that cannot be stored: not JSON, or over the engine's limits

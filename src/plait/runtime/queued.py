@@ -19,7 +19,6 @@ from plait.context import StepContext
 from plait.observe import NO_REPORT
 from plait.runtime import steps
 from plait.runtime.attempt import finished_on_stop, run_attempt
-from plait.runtime.graph_replay import queued_node_hook
 from plait.runtime.host import Host
 from plait.store.base import Batch, Op, StepRow
 
@@ -43,7 +42,12 @@ async def run_queued(
         attempt=step.attempts,
         workflow=workflow,
     )
-    hook = await queued_node_hook(host, step)
+    hook = None
+    if step.kind in steps.GRAPH_STEP_KINDS:
+        # loaded with the first graph step (see plait.graph)
+        from plait.runtime.graph_replay import queued_node_hook
+
+        hook = await queued_node_hook(host, step)
     if hook is not None:
         hook.prepare(step, ctx)
     telemetry = host.telemetry

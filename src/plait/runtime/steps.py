@@ -47,6 +47,13 @@ ON_ERROR = ":on_error"
 #: steps that only wait, with no body of their own: one the workflow cancels is over
 WAITS = frozenset({"sleep", "event", "approval"})
 
+#: step kind of a graph node instance
+NODE_KIND = "node"
+#: step kind of one item of a ``for_each`` node instance
+ITEM_KIND = "item"
+#: the kinds of steps a graph run takes (a queued one needs the graph's attempt hook)
+GRAPH_STEP_KINDS = frozenset({NODE_KIND, ITEM_KIND})
+
 
 # -- error records ------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import inspect
 import sys
 from asyncio import events
 from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
@@ -81,13 +82,12 @@ def _place_among_siblings(coro: object) -> tuple[int, int] | None:
     memory addresses and so differs on every pass; the steps they reach would then swap
     keys, and results, between branches on replay. The list it was given still holds the
     order the workflow wrote, in a local of its frame."""
-    # above this function: create_task, then whoever asked it for a task. Never a
-    # reference to this function's own frame: held in one of its locals, that frame is a
-    # cycle only the garbage collector frees, and with it every frame above (the pass)
-    try:
-        frame: FrameType | None = sys._getframe(2)
-    except ValueError:
-        return None
+    here = inspect.currentframe()
+    # above this function: create_task, then whoever asked it for a task
+    frame: FrameType | None = here.f_back.f_back if here and here.f_back else None
+    # this function's own frame held in one of its locals is a cycle only the garbage
+    # collector frees, and with it every frame above (the pass) and all they hold
+    del here
     for _ in range(_CALLER_DEPTH):
         if frame is None:
             return None
