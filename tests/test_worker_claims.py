@@ -113,3 +113,47 @@ def _full_claims_followed_by_claims(log: list[tuple[str, int, int]], count: int)
         if i + 1 < len(log):
             assert log[i + 1][0] == "claim", f"a read came after the full claim at {i}: {log}"
     return took
+
+
+async def test_a_run_that_ends_with_nothing_for_the_loops_costs_no_read_of_the_queue(
+    database: str,
+) -> None:
+    """A run ended with no parent to wake, no timer and no queued step leaves the worker's
+    loops nothing new: they are not woken to read the queue after it (a process running
+    runs back to back would pay that read for every run). A run that pauses on a timer,
+    and a child whose parent waits, still wake them: both runs end well before the loops'
+    own poll would have found them."""
+    app = plait.App()
+
+    @app.workflow
+    async def alone(wf: plait.Workflow, i: int) -> int:
+        return await wf.do("s", lambda: i)
+
+    @app.workflow
+    async def napper(wf: plait.Workflow) -> str:
+        await wf.sleep("nap", 0.01)
+        return "rested"
+
+    @app.workflow
+    async def parent(wf: plait.Workflow) -> int:
+        return await wf.do("child", "alone", 7)
+
+    engine = plait.Engine(app, database, poll_interval=30)
+    store: Any = engine.store
+    reads: list[int] = []
+    next_due = store.next_due
+
+    async def reading(functions: Any = None) -> Any:
+        reads.append(1)
+        return await next_due(functions)
+
+    store.next_due = reading
+    async with engine:
+        await engine.run("alone", 0, inline=True, timeout=10)  # the loops settle
+        before = len(reads)
+        for i in range(10):
+            assert await engine.run("alone", i, inline=True, timeout=10) == i
+        assert len(reads) - before <= 1, reads
+        # the loops' poll is 30 s away: these end only if the passes wake them
+        assert await engine.run("napper", inline=True, timeout=10) == "rested"
+        assert await engine.run("parent", inline=True, timeout=10) == 7

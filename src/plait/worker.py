@@ -429,8 +429,12 @@ class Worker:
             # a child waits for its queue, or a queue slot is free: every process may
             # admit the next run
             self.notifier.publish_work()
-        elif not again:
-            # let the loops see new timers, children and woken parents
+        elif not again and (
+            result.status not in SETTLED or snapshot.run.parent_run_id is not None or result.queued
+        ):
+            # let the loops see new timers, queued steps and woken parents; a run that
+            # ended with no parent left them nothing new (and a busy process would pay a
+            # read of the queue after every run)
             self.wake_passes.set()
             self.wake_steps.set()
         return again
