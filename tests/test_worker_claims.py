@@ -157,3 +157,26 @@ async def test_a_run_that_ends_with_nothing_for_the_loops_costs_no_read_of_the_q
         # the loops' poll is 30 s away: these end only if the passes wake them
         assert await engine.run("napper", inline=True, timeout=10) == "rested"
         assert await engine.run("parent", inline=True, timeout=10) == 7
+
+
+async def test_a_full_worker_claims_the_next_run_when_one_ends(database: str) -> None:
+    """A worker with every slot taken claims again when a run ends, woken by that run's
+    pass: with its loops' own timeouts taken away (they would hide a missing wake-up), a
+    queue of runs longer than its slots still drains."""
+    app = plait.App()
+
+    @app.workflow
+    async def quick(wf: plait.Workflow, i: int) -> int:
+        return await wf.do("s", lambda: i)
+
+    async with plait.Engine(app, database, workers=False) as starter:
+        run_ids = [await starter.start("quick", i) for i in range(6)]
+
+    async def only_when_woken(wake: asyncio.Event) -> None:
+        await wake.wait()
+
+    async with plait.Engine(app, database, concurrency=2, poll_interval=30) as engine:
+        worker: Any = engine.worker
+        worker._idle = only_when_woken
+        runs = [await engine.wait(r, timeout=10) for r in run_ids]
+    assert [r.output for r in runs] == list(range(6))

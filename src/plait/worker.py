@@ -328,7 +328,9 @@ class Worker:
             self.drive(run_id, claimed=True)
 
     def _done_driving(self, run_id: str) -> None:
-        self.driving.pop(run_id, None)
+        if self.driving.pop(run_id, None) is not None and len(self.driving) == self.concurrency - 1:
+            # a full worker has a slot again: the pass loop, which found none, may claim
+            self.wake_passes.set()
         self.cancelled.discard(run_id)
 
     async def _drive(self, run_id: str, claimed: bool, follow: bool) -> None:
@@ -433,8 +435,9 @@ class Worker:
             result.status not in SETTLED or snapshot.run.parent_run_id is not None or result.queued
         ):
             # let the loops see new timers, queued steps and woken parents; a run that
-            # ended with no parent left them nothing new (and a busy process would pay a
-            # read of the queue after every run)
+            # ended with no parent left them nothing new (and a process running runs
+            # back to back would pay a read of the queue after every run). The slot it
+            # frees is told when its driver ends (``_done_driving``)
             self.wake_passes.set()
             self.wake_steps.set()
         return again
