@@ -118,8 +118,6 @@ class Connections:
         )
         conn.execute(self._synchronous)
         conn.execute(SQL["foreign_keys_off"])
-        if not self.memory:
-            conn.execute(SQL["mmap"])
         return conn
 
     async def open(self, start: Callable[[sqlite3.Connection], None]) -> None:

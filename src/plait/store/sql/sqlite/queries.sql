@@ -12,11 +12,6 @@
 -- name: foreign_keys_off
 PRAGMA foreign_keys = OFF
 
--- name: mmap
--- Pages are read through a mapping of the file rather than copied in by a system call
--- each: a step's statements read a few pages that the last commit just wrote.
-PRAGMA mmap_size = 268435456
-
 -- name: synchronous_off
 PRAGMA synchronous = OFF
 
