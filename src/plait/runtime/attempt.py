@@ -95,8 +95,8 @@ def _finished(
         what = f"the result of step {ctx.step_key!r}"
         output = serde.dumps(result, what=what, limits=limits)
         if codec is None:
-            return Outcome(ok=True, output=output)
-        return Outcome(ok=True, output=output, value=codec.decode(output, what))
+            return Outcome(True, output)
+        return Outcome(True, output, value=codec.decode(output, what))
     except Exception as exc:
         return _failed(exc)
 

@@ -233,31 +233,35 @@ class Ledger:
                 after = f"[{_json_text(one)}]"
             except ValueError:
                 after = _keys_json(reached)
+        # by position, in StepRow's field order: a step is made for every step reached,
+        # and two dozen keywords cost more than the row's other work
         step = StepRow(
-            run_id=self.run.id,
-            key=key,
-            seq=self.seq,
-            name=name,
-            kind=kind,
-            function=function,
-            status=status,
-            input=input,
-            output=None,
-            error=None,
-            attempts=0,
-            failures=0,
-            retries=policy.retries if policy else 0,
-            retry_delay=policy.delay if policy else None,
-            timeout=timeout,
-            invocation_id=ids.invocation_id(self.run.id, key),
-            child_run_id=None,
-            branch=None,
-            from_key=None,
-            queued=queued,
-            wake_at=None,
-            created_at=now,
-            updated_at=now,
-            reached_after=after,
+            self.run.id,  # run_id
+            key,
+            self.seq,  # seq
+            name,
+            kind,
+            function,
+            status,
+            input,
+            None,  # output
+            None,  # error
+            0,  # attempts
+            0,  # failures
+            policy.retries if policy else 0,  # retries
+            policy.delay if policy else None,  # retry_delay
+            timeout,
+            ids.invocation_id(self.run.id, key),
+            None,  # child_run_id
+            None,  # branch
+            None,  # from_key
+            queued,
+            None,  # wake_at
+            now,  # created_at
+            now,  # updated_at
+            None,  # delivered
+            0,  # retried_failures
+            after,  # reached_after
         )
         self.seq += 1
         self.steps[key] = step
