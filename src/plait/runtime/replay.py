@@ -439,9 +439,9 @@ class CodeReplay:
         """Let go of what ties the pass's objects in cycles: the workflow's tasks hold
         this replay (in their context), it holds them and their steps, the loop holds
         its tasks and they hold the loop, a failed step's error holds (through its
-        traceback) the frames that hold the step. Left tied, a pass is freed only by the garbage
-        collector, whose full collections grow with every pass left to it and stall the
-        event loop of a busy worker for tens of milliseconds."""
+        traceback) the frames that hold the step. Left tied, a pass is freed only by
+        the garbage collector, whose full collections grow with every pass left to it
+        and stall the event loop of a busy worker for tens of milliseconds."""
         self.main = None
         self.known.clear()
         self.inherited.clear()
