@@ -348,24 +348,15 @@ class Engine:
         return run_id
 
     async def _start(
-        self,
-        name: WorkflowRef,
-        data: Any = None,
-        *,
-        run_id: str | None = None,
-        inline: bool = False,
-        owner: str | None = None,
-        start_node: str | None = None,
-        queue: str | None = None,
-        key: str | None = None,
-        priority: int = 0,
-        dedup: str | None = None,
-        delay: float | str | timedelta | None = None,
-        start_at: datetime | None = None,
+        self, name: WorkflowRef, data: Any, **options: Unpack[StartOptions]
     ) -> tuple[str, bool]:
         """``start``, also telling whether the run is one it made and drives here (inline):
         such a run cannot have ended before its starter looks, so ``run`` need not read
         it before it waits."""
+        run_id = options.get("run_id")
+        inline = options.get("inline", False)
+        owner = options.get("owner")
+        start_node = options.get("start_node")
         name = workflow_name(name)
         kind, version = await self.catalog.resolve(name)
         if run_id is not None:
@@ -374,7 +365,15 @@ class Engine:
             raise TypeError(f"owner must be a string, got {type(owner).__name__}")
         if start_node is not None and kind != "graph":
             raise ValueError(f"start_node applies to graph workflows; {name!r} is code")
-        flow = self._flow_options(name, queue, key, priority, dedup, delay, start_at)
+        flow = self._flow_options(
+            name,
+            options.get("queue"),
+            options.get("key"),
+            options.get("priority", 0),
+            options.get("dedup"),
+            options.get("delay"),
+            options.get("start_at"),
+        )
         if inline and flow["status"] == "queued":
             raise ValueError(
                 "inline=True cannot start a queued run (a queue, delay or start_at): "
