@@ -119,6 +119,13 @@ async def test_approve_from_the_command_line(engine_factory, database: str) -> N
 async def test_fork_and_prune_from_the_command_line(engine_factory, database: str) -> None:
     async with engine_factory(app) as engine:
         run_id = await engine.start("gated", owner="alice")
+
+        async def at_the_gate() -> bool:
+            return any(s.key == "__approval:ship" for s in await engine.get_steps(run_id))
+
+        # the fork below starts from the gate: the run must have reached it before the
+        # cancel, or it is cancelled with no step to fork from
+        await eventually(at_the_gate, what="the run to reach its gate")
         running = await plait_cli("fork", run_id, "--from", "after", "--database", database)
         assert running.exit_code == 1 and "it is running" in running.output
         await engine.cancel(run_id)
