@@ -61,21 +61,16 @@ from plait.runtime.drive import Driver
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.signals import PauseSignal, SuspendSignal
+from plait.runtime.steps import GRAPH_STEP_KINDS, ITEM_KIND, NODE_KIND
 from plait.store.base import EndRun, Op, PassSnapshot, SetState, StepRow
 
 __all__ = [
-    "ITEM_KIND",
-    "NODE_KIND",
     "GraphReplay",
     "NodeAttemptHook",
     "item_key",
     "node_id_of",
     "queued_node_hook",
 ]
-
-NODE_KIND = steps.NODE_KIND
-ITEM_KIND = steps.ITEM_KIND
-GRAPH_STEP_KINDS = steps.GRAPH_STEP_KINDS
 
 _ITEM_SUFFIX = re.compile(r"\[(\d+)\]$")
 #: a node's input that cannot be stored: not JSON, or over the engine's limits

@@ -128,14 +128,6 @@ def _check_options(step_name: str, options: dict[str, Any]) -> None:
         raise TypeError(f"step {step_name!r}: on_error must be a function name")
 
 
-async def _released(*_: Any) -> Any:
-    raise RuntimeError("the pass that reached this step is over")
-
-
-#: what a released step call resolves with
-_RELEASED: tuple[Callable[..., Coroutine[Any, Any, Any]], tuple[Any, ...]] = (_released, ())
-
-
 class StepCall(Coroutine[Any, Any, T], Generic[T]):
     """What ``wf.do``, ``wf.sleep``, ``wf.suspend`` and ``wf.wait_for_event`` return.
 
@@ -204,11 +196,10 @@ class StepCall(Coroutine[Any, Any, T], Generic[T]):
             del typ, val, tb
 
     def release(self) -> None:
-        """Let go of the outcome and the future once the pass is over, so that nothing
-        the error's traceback holds leads back to it (a cycle only the garbage
-        collector could free)."""
-        self.error = self.result = self._iter = self.task = None
-        self.make = _RELEASED
+        """Let go of the error, the future that carries it and the task that may have
+        raised it, once the pass is over: the error's traceback holds frames that hold
+        this call, a cycle only the garbage collector could free otherwise."""
+        self.error = self._iter = self.task = None
         del self.future
 
     def close(self) -> None:
