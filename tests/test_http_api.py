@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -880,7 +881,8 @@ async def test_dashboard_pages_and_assets_are_served(anonymous: httpx.AsyncClien
     assert home.status_code == 200
     assert home.headers["content-type"].startswith("text/html")
     assert 'data-page="runs"' in home.text
-    assert "/static/dashboard.js" in home.text
+    entry = re.search(r'<script type="module" src="(/static/js/[0-9a-f]+)/main\.js"></script>', home.text)
+    assert entry is not None, home.text
     for attribute in ('src="http', 'href="http', "src='http", "href='http", "url(http"):
         assert attribute not in home.text  # nothing from a CDN: it works offline
     page = await anonymous.get("/runs/abc<script>")
@@ -896,10 +898,23 @@ async def test_dashboard_pages_and_assets_are_served(anonymous: httpx.AsyncClien
     assert "<script>x" not in searched.text and 'value="&quot;&gt;&lt;script&gt;x"' in searched.text
     uuid_run = await anonymous.get("/runs/01968f2a-3b4c-7d5e-8f60-7182a3b4c5d6")
     assert ">a3b4c5d6</span>" in uuid_run.text  # the random end of a UUIDv7
-    for asset, kind in (("dashboard.js", "javascript"), ("dashboard.css", "text/css")):
-        response = await anonymous.get(f"/static/{asset}")
-        assert response.status_code == 200
-        assert kind in response.headers["content-type"]
+    css = await anonymous.get("/static/dashboard.css")
+    assert css.status_code == 200 and "text/css" in css.headers["content-type"]
+    # the entry module and every module it imports, and theirs, from the same versioned
+    # folder, each as JavaScript (a browser runs a module served as anything else never)
+    seen: set[str] = set()
+    todo = ["main.js"]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        module = await anonymous.get(f"{entry[1]}/{name}")
+        assert module.status_code == 200, name
+        assert module.headers["content-type"] == "text/javascript; charset=utf-8", name
+        todo += re.findall(r'^import \{[^}]*\} from "\./([\w-]+\.js)";$', module.text, re.M)
+    shipped = Path(plait.__file__).parent / "http" / "static" / "js"
+    assert seen == {path.name for path in shipped.glob("*.js")}
 
 
 async def test_unknown_api_path_and_wrong_method_answer_json(alice: httpx.AsyncClient) -> None:

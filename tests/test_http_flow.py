@@ -183,8 +183,10 @@ async def test_bad_queue_options_are_422_naming_the_field(
 async def test_the_schedules_page_is_served(clients: dict[str, httpx.AsyncClient]) -> None:
     page = await clients["anonymous"].get("/schedules")
     assert page.status_code == 200
-    assert 'data-page="schedules"' in page.text and "schedules.js" in page.text
-    script = await clients["anonymous"].get("/static/schedules.js")
-    assert script.status_code == 200 and "plaitDashboard" in script.text
+    assert 'data-page="schedules"' in page.text and 'type="module"' in page.text
+    script = await clients["anonymous"].get("/static/js/schedules.js")
+    assert script.status_code == 200 and "export function schedulesPage" in script.text
+    main = await clients["anonymous"].get("/static/js/main.js")
+    assert 'from "./schedules.js"' in main.text
     runs = await clients["anonymous"].get("/")
     assert '<option value="queued">queued</option>' in runs.text

@@ -14,6 +14,7 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ pytest.importorskip("uvicorn", reason="the http extra (uvicorn) is not installed
 from http_app import app  # noqa: E402
 from live_server import LiveServer  # noqa: E402
 from plait.http import Principal, create_app, parse_tokens  # noqa: E402
+from plait.http.dashboard import asset_version  # noqa: E402
 
 ALICE = {"Authorization": "Bearer t-alice"}
 BOB = {"Authorization": "Bearer t-bob"}
@@ -326,8 +328,9 @@ async def test_a_token_in_a_url_signs_nobody_in(serve: Serve) -> None:
             problem(await visitor.get("/api/session"), 401, "UNAUTHENTICATED")
             home = await visitor.get("/")
             assert 'id="signin-form"' in home.text and "localStorage" not in home.text
-            js = (await visitor.get("/static/dashboard.js")).text
-            assert "localStorage.setItem" not in js and "Authorization" not in js
+            for module in (Path(plait.__file__).parent / "http" / "static" / "js").glob("*.js"):
+                js = (await visitor.get(f"/static/js/{module.name}")).text
+                assert "localStorage.setItem" not in js and "Authorization" not in js
 
 
 # -- 4. deep JSON --------------------------------------------------------------------------------
@@ -802,7 +805,8 @@ async def test_every_answer_carries_the_security_headers(serve: Serve) -> None:
             answers = [
                 await anyone.get("/"),
                 await anyone.get("/runs/x"),
-                await anyone.get("/static/dashboard.js"),
+                await anyone.get("/static/js/main.js"),
+                await anyone.get(f"/static/js/{asset_version()}/main.js"),
                 await anyone.get("/openapi.json"),
                 await anyone.get("/api/runs"),
                 await anyone.get("/api/nothing"),

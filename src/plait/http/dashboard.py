@@ -6,22 +6,31 @@ owner rules apply to the dashboard as to any other client. A token never goes in
 page asked for with ``?token=`` is sent back to itself without it, and the token is not
 used. Everything the pages need ships inside the package and works offline; the
 Content-Security-Policy allows nothing else.
+
+The script is native JavaScript modules (``static/js/``, no build step), entered at
+``main.js``. Their URLs carry the assets' version in the path, ``/static/js/<version>/``,
+rather than in a query: a module imports its neighbours by relative URL, which keeps the
+directory but drops the query, so a new version changes every module's URL at once and a
+browser never mixes a cached module of an old version with a new one.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from functools import cache
 from html import escape
 from importlib import resources
+from os import PathLike
 from string import Template
 from urllib.parse import quote
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import Scope
 
 from plait.http.schemas import RUN_STATUSES
 
@@ -37,10 +46,32 @@ def _template(name: str) -> Template:
 @cache
 def asset_version() -> str:
     """Changes whenever the shipped CSS or JavaScript changes, so browsers refetch them."""
+    static = resources.files(_PACKAGE).joinpath("static")
+    modules = static.joinpath("js")
     digest = hashlib.sha256()
-    for name in ("dashboard.css", "dashboard.js", "schedules.js"):
-        digest.update(resources.files(_PACKAGE).joinpath("static", name).read_bytes())
+    digest.update(static.joinpath("dashboard.css").read_bytes())
+    for module in sorted(modules.iterdir(), key=lambda entry: entry.name):
+        if module.name.endswith(".js"):
+            digest.update(module.name.encode() + b"\0" + module.read_bytes())
     return digest.hexdigest()[:10]
+
+
+class _Assets(StaticFiles):
+    """The package's static files, each ``.js`` one as ``text/javascript`` whatever the
+    platform's table of file types says: a browser runs a module script only when it is
+    served as JavaScript (and, with ``nosniff``, a classic one too)."""
+
+    def file_response(
+        self,
+        full_path: PathLike[str] | str,
+        stat_result: os.stat_result,
+        scope: Scope,
+        status_code: int = 200,
+    ) -> Response:
+        response = super().file_response(full_path, stat_result, scope, status_code)
+        if os.fspath(full_path).endswith(".js") and isinstance(response, FileResponse):
+            response.headers["content-type"] = "text/javascript; charset=utf-8"
+        return response
 
 
 def _root(request: Request) -> str:
@@ -55,6 +86,7 @@ def render_page(request: Request, page: str, title: str, body: str) -> HTMLRespo
         page=page,
         root=escape(root),
         static=escape(f"{root}/static"),
+        modules=escape(f"{root}/static/js/{asset_version()}"),
         asset_version=asset_version(),
         body=body,
     )
@@ -111,7 +143,7 @@ def short_id(run_id: str) -> str:
     """What a page shows of a run id: a UUIDv7 starts with its time, which changes only
     every minute or so (runs of one minute would all read alike), so its random end;
     any other id whole, or its start and end when long. Keep in step with ``shortId``
-    in dashboard.js."""
+    in static/js/format.js."""
     if _UUID.match(run_id):
         return run_id[-8:]
     if len(run_id) <= 16:
@@ -123,10 +155,7 @@ async def schedules_page(request: Request) -> Response:
     """Schedules (next tick, last run, pause/resume/trigger) and queue depths."""
     if (redirect := _without_token(request)) is not None:
         return redirect
-    root = escape(_root(request))
-    body = _template("schedules.html").substitute(
-        root=root, static=escape(f"{_root(request)}/static"), asset_version=asset_version()
-    )
+    body = _template("schedules.html").substitute(root=escape(_root(request)))
     return render_page(request, "schedules", "Schedules", body)
 
 
@@ -136,5 +165,8 @@ def dashboard_routes() -> list[BaseRoute]:
         Route("/", runs_page, methods=["GET"]),
         Route("/runs/{run_id}", run_page, methods=["GET"]),
         Route("/schedules", schedules_page, methods=["GET"]),
-        Mount("/static", StaticFiles(directory=str(static_dir)), name="static"),
+        # the modules under any version (a page loaded before an upgrade gets today's):
+        # the version in the path is only there to change the URL
+        Mount("/static/js/{version}", _Assets(directory=str(static_dir.joinpath("js")))),
+        Mount("/static", _Assets(directory=str(static_dir)), name="static"),
     ]
