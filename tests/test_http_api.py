@@ -881,7 +881,9 @@ async def test_dashboard_pages_and_assets_are_served(anonymous: httpx.AsyncClien
     assert home.status_code == 200
     assert home.headers["content-type"].startswith("text/html")
     assert 'data-page="runs"' in home.text
-    entry = re.search(r'<script type="module" src="(/static/js/[0-9a-f]+)/main\.js"></script>', home.text)
+    entry = re.search(
+        r'<script type="module" src="(/static/js/[0-9a-f]+)/main\.js"></script>', home.text
+    )
     assert entry is not None, home.text
     for attribute in ('src="http', 'href="http', "src='http", "href='http", "url(http"):
         assert attribute not in home.text  # nothing from a CDN: it works offline

@@ -95,6 +95,7 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (wheel,) = dist.glob("plait-*.whl")
     # built from this tree, so it must hold what the tree holds (not a stale build)
     assert installed_files(wheel) >= {"plait/errors.py", "plait/cli.py"}
+    assert installed_files(wheel) >= dashboard_files(), dashboard_files() - installed_files(wheel)
     env_dir = where / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
@@ -104,6 +105,14 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (work / "shop.py").write_text(APP)
     (work / "engine_check.py").write_text(ENGINE)
     return env_dir
+
+
+def dashboard_files() -> set[str]:
+    """The dashboard's templates, stylesheet and script modules in the tree, as paths in
+    the package (``plait/http/static/js/main.js``, ...): no Python file names them."""
+    http = ROOT / "src" / "plait" / "http"
+    found = [*(http / "static").rglob("*"), *(http / "templates").rglob("*")]
+    return {p.relative_to(ROOT / "src").as_posix() for p in found if p.is_file()}
 
 
 def installed_files(wheel: Path) -> set[str]:
@@ -231,5 +240,6 @@ def test_the_sdist_carries_what_the_tests_need(tmp_path: Path) -> None:
         names = {name.partition("/")[2] for name in archive.getnames()}
     assert names >= SDIST_NEEDS, SDIST_NEEDS - names
     assert "tests/test_wheel_extras.py" in names and "src/plait/cli.py" in names
+    assert names >= {f"src/{name}" for name in dashboard_files()}
     unwanted = [n for n in names if ".venv" in n or "__pycache__" in n or n.endswith(".pyc")]
     assert unwanted == []
