@@ -621,7 +621,7 @@ async def test_streams_and_waits_end_when_their_client_goes_away(serve: Serve) -
         for kind in ("streams", "waits"):
             for part in ("work", "disconnect", "shutdown"):
                 assert names.count(f"plait-http-{kind}-{part}") == 20, (kind, part, names)
-        assert "plait-end-look" in names
+        assert "plait-run-end-poll" in names
         for writer in conns:
             writer.close()
         await eventually(

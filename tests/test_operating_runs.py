@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import plait
+import plait.engine.values
 from conftest import eventually, run_gone
 
 app = plait.App("operating-tests")
@@ -126,7 +127,7 @@ async def test_get_value_wait_wakes_on_the_commit_not_by_polling(
 ) -> None:
     # the safety look comes only after a minute: a value seen within seconds was woken by
     # the commit that published it (each commit of the run may wake the waiter once)
-    monkeypatch.setattr(plait.engine, "_VALUE_SAFETY", 60.0)
+    monkeypatch.setattr(plait.engine.values, "_VALUE_SAFETY", 60.0)
     async with engine_factory(app) as engine, engine_factory(app, workers=False) as reader:
         for watcher in (engine, reader):  # this process's notifier, and another engine's
             run_id = await engine.start("publisher")

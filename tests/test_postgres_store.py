@@ -372,8 +372,8 @@ async def test_notify_wakes_a_waiter_in_another_engine(pg_url: str) -> None:
 
         waiter.store.run_statuses = counted  # type: ignore[method-assign]
         waiting = asyncio.create_task(waiter.wait(run_id, timeout=30))
-        # The end look under Engine.wait backs off 0.05, 0.1, ... 0.8, then 1 s. Once it
-        # has looked six times the next look is about a second away, so a quick return
+        # The run-end poll under Engine.wait backs off 0.05, 0.1, ... 0.8, then 1 s. Once
+        # it has polled six times the next poll is about a second away, so a quick return
         # is the NOTIFY.
         await eventually(_at_least(lambda: looks, 6), what="the waiter's look to back off")
         gate.set()

@@ -107,14 +107,14 @@ class Notifier:
             self.remote("work", "")
 
 
-class EndLook:
-    """The safety net under the watchers of runs' ends: one read of the status of every
-    watched run per look, however many callers wait.
+class RunEndPoll:
+    """The safety net under the watchers of runs' ends: a slow poll for runs that ended,
+    one read of the status of every watched run per poll, however many callers wait.
 
     A wake-up can be missed (a notification lost while a LISTEN connection reconnected, a
     change made by a tool that tells nobody), so a waiter cannot trust notifications
     alone. Each waiter reading its own run on a timer made a thousand waiting callers a
-    thousand reads per look; this makes them one. The looks come quickly after a new run
+    thousand reads per poll; this makes them one. The polls come quickly after a new run
     is watched and then slow down to one a second, as each waiter's did.
     """
 
@@ -132,12 +132,12 @@ class EndLook:
         self._settled = settled
         self._task: asyncio.Task[None] | None = None
         self._interval = self.FIRST
-        #: when the next look is due (loop time)
+        #: when the next poll is due (loop time)
         self._due = math.inf
         self._sooner = asyncio.Event()
 
     def watching(self) -> None:
-        """A run was just watched: look at it soon, and keep looking while anyone waits."""
+        """A run was just watched: poll it soon, and keep polling while anyone waits."""
         loop = asyncio.get_running_loop()
         soon = loop.time() + self.FIRST
         if soon < self._due:
@@ -145,9 +145,9 @@ class EndLook:
             self._sooner.set()
         if self._task is None or self._task.done():
             # named, so a shutdown that leaves it running says so
-            self._task = loop.create_task(self._look(), name="plait-end-look")
+            self._task = loop.create_task(self._poll(), name="plait-run-end-poll")
 
-    async def _look(self) -> None:
+    async def _poll(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             self._sooner.clear()
@@ -173,7 +173,7 @@ class EndLook:
                     self._notifier.local_run_changed(run_id)
 
     async def stop(self) -> None:
-        """Stop looking, and wake every waiter so that each reads its run once more."""
+        """Stop polling, and wake every waiter so that each reads its run once more."""
         task, self._task = self._task, None
         self._due = math.inf
         if task is not None:

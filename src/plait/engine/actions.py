@@ -1,0 +1,143 @@
+"""Acting on runs that exist: resume a suspended run, retry a failed one, cancel one,
+send it an event, and prune ended runs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from plait import retention, serde
+from plait.durations import parse_duration
+from plait.engine.base import EngineBase, existing_id
+from plait.errors import (
+    RunNotFoundError,
+    RunStateError,
+)
+from plait.ids import check_name
+from plait.records import Run
+from plait.runtime import steps
+from plait.runtime.replay import MAX_AFTER
+from plait.store.base import (
+    Op,
+    PassSnapshot,
+)
+
+#: reads of a run that ``resume`` and ``retry`` make before giving up on one that
+#: keeps changing under them
+_REOPEN_TRIES = 20
+
+
+class ActionsMixin(EngineBase):
+    """``Engine.resume``, ``retry``, ``cancel``, ``send_event`` and ``prune``."""
+
+    async def resume(self, run_id: str, reason: str | None = None) -> Run:
+        """A suspended run continues (status back to ``running``). With ``reason`` only
+        ``wf.suspend(reason)`` is released; without, every open suspend. A run suspended
+        for a missing function tries it again either way."""
+        if reason is not None and not isinstance(reason, str):
+            raise TypeError(f"reason must be a string, got {type(reason).__name__}")
+
+        def reopen(snapshot: PassSnapshot, now: float) -> list[Op]:
+            return steps.resume_ops(snapshot.steps.values(), now, reason)
+
+        return await self._reopen(run_id, "suspended", "resume", reopen)
+
+    async def retry(self, run_id: str) -> Run:
+        """A failed run goes on from the failed step; succeeded steps are kept.
+
+        A failed step gets a fresh retry budget only if the workflow did not go on past
+        its failure: one it caught (or gathered with ``return_exceptions=True``) and then
+        reached another step after stays failed and replays as the same error, so its
+        body never runs twice; the step the run's error names always runs again (the
+        rule: ``steps.reopened``). Steps that were still waiting on a timer when the
+        run failed (sleeps, event timeouts, retry back-offs, approval deadlines) get
+        their timers back."""
+
+        def reopen(snapshot: PassSnapshot, now: float) -> list[Op]:
+            recorded = snapshot.steps.values()
+            return steps.retry_ops(recorded, now, snapshot.run.error, after_cap=MAX_AFTER)
+
+        return await self._reopen(run_id, "failed", "retry", reopen)
+
+    async def _reopen(
+        self,
+        run_id: str,
+        from_status: str,
+        action: str,
+        reopen: Callable[[PassSnapshot, float], list[Op]],
+    ) -> Run:
+        """Read the run, decide what reopening it writes, and write that if nothing woke
+        the run in between (a queued step finishing, an event); else read it again."""
+        existing_id(run_id)
+        for _ in range(_REOPEN_TRIES):
+            snapshot = await self.store.load_pass(run_id)
+            if snapshot is None:
+                raise RunNotFoundError(run_id)
+            if snapshot.run.status != from_status:
+                raise RunStateError(run_id, snapshot.run.status, action)
+            ops = reopen(snapshot, self.clock.now())
+            run = await self.store.reopen_run(run_id, from_status, snapshot.run.wakeups, ops)
+            if run is not None:
+                self._poke(run_id)
+                return run
+        raise RuntimeError(f"cannot {action} run {run_id!r}: it kept changing while read")
+
+    async def cancel(self, run_id: str, reason: str | None = None) -> Run:
+        """End the run ``cancelled`` with its children; running steps are cancelled and
+        its timers never fire."""
+        error = steps.run_cancelled_error(reason)
+        parent = steps.child_step_end(None, "cancelled", None, error)
+        moved = await self.store.cancel_run(existing_id(run_id), error, parent)
+        self.worker.cancel_local(moved)
+        # a cancelled run of a queue frees its slot (or its place in the line)
+        self.notifier.publish_work()
+        if self.telemetry is not None:
+            for rid in moved:
+                ended = await self.store.get_run(rid)
+                self.telemetry.run_ended(rid, ended.workflow if ended else "?", "cancelled")
+        # give this process's cancelled work a moment to record how it ended
+        local = [t for rid in moved if (t := self.worker.driving.get(rid)) is not None]
+        if local:
+            await asyncio.wait(local, timeout=5.0)
+        for rid in moved:
+            self.notifier.run_changed(rid)
+        return await self.get_run(run_id)
+
+    async def send_event(self, run_id: str, name: str, payload: Any = None) -> bool:
+        """Deliver to ``wf.wait_for_event(name)``; kept until the run waits for it.
+        Returns whether the run was waiting for it: False means the event is held for a
+        wait the run has not reached, or may never reach (its wait timed out already)."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"event name must be a non-empty string, got {name!r}")
+        check_name(name, "event name")
+        existing_id(run_id)
+        if name.startswith("__"):
+            raise ValueError(
+                f"event name {name!r} starts with '__', which plait keeps for its own "
+                "messages (an approval is decided with engine.approve)"
+            )
+        payload_text = serde.dumps(payload, what=f"event {name!r}", limits=self.limits)
+        waiting = await self.store.send_event(run_id, name, payload_text)
+        self._poke(run_id)
+        return waiting
+
+    async def prune(
+        self,
+        *,
+        older_than: float | str | timedelta | datetime,
+        statuses: Iterable[retention.EndedStatus] = retention.ENDED,
+    ) -> int:
+        """Delete ended runs (with their steps, attempts, events, values and child runs)
+        last updated before ``older_than`` (a duration back from now, or an aware
+        datetime), in short batches; returns how many runs went. Running and suspended
+        runs, and runs whose child runs have not all ended, are kept."""
+        if isinstance(older_than, datetime):
+            if older_than.tzinfo is None:
+                raise ValueError("older_than must be an aware datetime (with a time zone)")
+            cutoff = older_than.timestamp()
+        else:
+            cutoff = self.clock.now() - parse_duration(older_than, what="older_than")
+        chosen = retention.check_statuses(tuple(statuses))
+        return await retention.prune(self.store, cutoff=cutoff, statuses=chosen)

@@ -1,0 +1,68 @@
+"""What every concern of the Engine shares.
+
+``Engine`` is put together from one mixin per concern (``actions``, ``approvals``,
+``fork``, ``queues``, ``schedules``, ``values``), so that ``engine.approve(...)`` stays a
+method of the one object a user holds while its code lives with its concern. Each mixin
+is an ``EngineBase``: the collaborators ``Engine.__init__`` sets, declared once here so
+every concern is type-checked against them, and the steps every concern takes (read a
+run, tell this process and the others that work for a run arrived).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from plait import serde
+from plait.app import App
+from plait.catalog import Catalog
+from plait.clock import Clock
+from plait.errors import RunNotFoundError
+from plait.notify import Notifier
+from plait.observe import Telemetry
+from plait.records import Run
+from plait.store.base import Store
+from plait.worker import Worker
+
+#: a duration: seconds, a string such as ``"30s"``, or a ``timedelta``
+Duration = float | str | timedelta
+
+
+class EngineBase:
+    """The state every concern of the Engine works with; ``Engine.__init__`` sets it and
+    ``Engine.open`` builds the worker."""
+
+    app: App
+    store: Store
+    #: where every stored time comes from; a test engine's clock is virtual
+    clock: Clock
+    limits: serde.Limits
+    notifier: Notifier
+    catalog: Catalog
+    telemetry: Telemetry | None
+    _worker: Worker | None
+
+    @property
+    def worker(self) -> Worker:
+        """The loops of this process (only driving inline runs when ``workers=False``)."""
+        if self._worker is None:
+            raise RuntimeError("the engine is not open: use `async with Engine(...)`")
+        return self._worker
+
+    async def get_run(self, run_id: str) -> Run:
+        run = await self.store.get_run(existing_id(run_id))
+        if run is None:
+            raise RunNotFoundError(run_id)
+        return run
+
+    def _poke(self, run_id: str) -> None:
+        """Work for a run arrived (an event, a decision, a reopen): it did not end it."""
+        self.notifier.run_changed(run_id, settled=False)
+        self.notifier.publish_work()
+
+
+def existing_id(run_id: str) -> str:
+    """``run_id`` if a run could have it, else ``RunNotFoundError``: no store even takes a
+    NUL as part of a key, and an id that is not a string names no run."""
+    if not isinstance(run_id, str) or "\x00" in run_id:
+        raise RunNotFoundError(repr(run_id) if not isinstance(run_id, str) else run_id)
+    return run_id

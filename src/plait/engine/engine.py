@@ -1,0 +1,560 @@
+"""The Engine: open and close it, its definitions, start runs, wait for them and read
+them. What it does to runs, schedules, approval gates, values, queues and forks is each
+in a module of its own in this package, mixed into ``Engine``."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, Literal, Self, TypedDict, TypeVar, Unpack, overload
+
+from plait import serde
+from plait.app import App
+from plait.catalog import Catalog
+from plait.clock import SYSTEM_CLOCK, Clock
+from plait.durations import parse_duration, timeout_seconds
+from plait.engine.actions import ActionsMixin
+from plait.engine.approvals import ApprovalsMixin
+from plait.engine.base import Duration
+from plait.engine.filters import run_filter
+from plait.engine.fork import ForkMixin
+from plait.engine.queues import QueuesMixin
+from plait.engine.schedules import SchedulesMixin
+from plait.engine.values import ValuesMixin
+from plait.errors import (
+    RunIdTakenError,
+    WorkflowCancelledError,
+    WorkflowFailedError,
+    WorkflowSuspendedError,
+)
+from plait.ids import check_run_id, new_run_id
+from plait.notify import Notifier, RunEndPoll, wait_event
+from plait.observe import make_telemetry
+from plait.records import (
+    SETTLED,
+    GraphStatus,
+    Run,
+    RunStatus,
+    RunStatusName,
+    RunSummary,
+    Step,
+    StepAttempt,
+)
+from plait.runtime.workflow import Workflow
+from plait.store import make_store, resolve_url
+from plait.store.base import (
+    NewRun,
+    Store,
+)
+from plait.worker import Worker
+
+log = logging.getLogger("plait.engine")
+
+#: runs (and, separately, queued steps) one process drives at once unless told. A hundred,
+#: as the workers of Temporal's Python SDK and of Hatchet default to: on PostgreSQL the
+#: passes of a process share commits, and a hundred runs at once cost the server about a
+#: fifth less a step than 64 (larger groups); a pass holds no connection while its step runs
+DEFAULT_CONCURRENCY = 100
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+#: a workflow by name, or as the function ``@app.workflow`` registered
+WorkflowRef = str | Callable[..., Awaitable[Any]]
+
+
+class StartOptions(TypedDict, total=False):
+    """The keyword arguments of ``Engine.start`` that ``Engine.run`` passes on."""
+
+    run_id: str | None
+    inline: bool
+    owner: str | None
+    start_node: str | None
+    queue: str | None
+    key: str | None
+    priority: int
+    dedup: str | None
+    delay: Duration | None
+    start_at: datetime | None
+
+
+def workflow_name(workflow: WorkflowRef) -> str:
+    """The name ``workflow`` is registered under: a name is itself, a function is the
+    name ``@app.workflow`` gave it (``TypeError`` for one it never registered)."""
+    if isinstance(workflow, str):
+        return workflow
+    name = getattr(workflow, "__plait_workflow__", None)
+    if not isinstance(name, str):
+        raise TypeError(
+            f"workflow name must be a string or a function registered with @app.workflow, "
+            f"got {type(workflow).__name__} {workflow!r}"
+        )
+    return name
+
+
+class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixin, ValuesMixin):
+    """A handle on one database plus (with ``workers=True``) the loops that work it.
+
+    Use it as ``async with plait.Engine(app, url) as engine:``. Several engines and
+    ``plait worker`` processes may share one database; the database is the only truth.
+
+    ``tracing=True`` emits OpenTelemetry spans (extra ``otel``), ``metrics=True`` keeps
+    Prometheus metrics (extra ``metrics``, ``metrics_text()``), ``log_work=True`` logs
+    every attempt, retry, takeover and timer fire at INFO; all off by default, and then
+    free (docs/observability.md). ``clock`` is where stored times come from (the system
+    clock; ``plait.testing.TestEngine`` passes a virtual one).
+    """
+
+    def __init__(
+        self,
+        app: App,
+        database: str | None = None,
+        *,
+        workers: bool = True,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        lease_seconds: float = 2.0,
+        poll_interval: float = 1.0,
+        worker_id: str | None = None,
+        store: Store | None = None,
+        log_runs: bool = False,
+        max_payload: int = serde.DEFAULT_MAX_PAYLOAD,
+        retain: float | str | timedelta | None = None,
+        clock: Clock | None = None,
+        tracing: bool = False,
+        metrics: bool = False,
+        log_work: bool = False,
+        **store_options: Any,
+    ) -> None:
+        if not isinstance(app, App):
+            raise TypeError(f"Engine needs a plait.App, got {type(app).__name__}")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"invalid concurrency: {concurrency!r} (a whole number >= 1)")
+        if lease_seconds <= 0:
+            raise ValueError(f"invalid lease_seconds: {lease_seconds!r} (must be > 0)")
+        #: how large and deep a stored value may be: run inputs, step inputs and results,
+        #: run outputs, events and state values (``max_payload`` bytes, 64 levels)
+        self.limits = serde.Limits(max_payload=max_payload)
+        self.app = app
+        if store is not None:
+            if clock is not None:
+                store.clock = clock
+            self.store = store
+            self.url = store.url
+        else:
+            self.url = resolve_url(database)
+            self.store = make_store(self.url, clock=clock or SYSTEM_CLOCK, **store_options)
+        self.clock = self.store.clock
+        self.workers = workers
+        self.concurrency = concurrency
+        self.lease_seconds = float(lease_seconds)
+        self.poll_interval = float(poll_interval)
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.notifier = Notifier()
+        #: one read a poll for every caller of ``wait``, under the notifications
+        self._run_end_poll = RunEndPoll(
+            self.notifier, lambda ids: self.store.run_statuses(ids), SETTLED
+        )
+        self.catalog = Catalog(app, self.store)
+        self.log_runs = log_runs
+        #: with workers: ended runs older than this many seconds are pruned in the background
+        self.retain = None if retain is None else parse_duration(retain, what="retain")
+        if self.retain is not None and self.retain <= 0:
+            raise ValueError(f"invalid retain: {retain!r} (must be more than 0)")
+        #: spans (``tracing``, extra ``otel``), Prometheus metrics (``metrics``, extra
+        #: ``metrics``) and INFO lines per attempt (``log_work``); None when all are off,
+        #: and then neither library is imported
+        self.telemetry = make_telemetry(tracing=tracing, metrics=metrics, log_work=log_work)
+        self._worker = None
+        self._opened = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Connect, create or migrate the schema, and start the worker loops."""
+        if self._opened:
+            return
+        for spec in self.app.schedules.values():
+            self.catalog.describe(spec.workflow)  # a schedule of an unknown workflow
+            if self.workers:
+                # held to the limits of an engine that fires schedules: ``app.schedule``
+                # ran before any engine said what they are, and every run of the schedule
+                # gets this input (a command that only reads or starts does not fire it)
+                serde.dumps(
+                    spec.input, what=f"the input of schedule {spec.name!r}", limits=self.limits
+                )
+        await self.store.open()
+        await self.catalog.record_versions()
+        self._worker = Worker(
+            self.store,
+            self.catalog,
+            self.notifier,
+            worker_id=self.worker_id,
+            lease_seconds=self.lease_seconds,
+            concurrency=self.concurrency,
+            poll_interval=self.poll_interval,
+            take_work=self.workers,
+            log_runs=self.log_runs,
+            limits=self.limits,
+            retain=self.retain if self.workers else None,
+            clock=self.clock,
+            telemetry=self.telemetry,
+        )
+        if self.telemetry is not None and self.telemetry.metrics is not None:
+            worker = self._worker
+            self.telemetry.metrics.watch_active(lambda: len(worker.driving))
+        self.notifier.on_work(self._worker.kick)
+        await self._store_app_schedules()
+        await self.store.attach_notifier(self.notifier)
+        self._worker.start_loops(passes=self.workers, steps=self.workers)
+        self._opened = True
+
+    async def close(self, *, drain: float = 0.0) -> None:
+        """Stop the loops (work in hand gets ``drain`` seconds) and close the store."""
+        if not self._opened:
+            return
+        self._opened = False
+        if self._worker is not None:
+            await self._worker.stop(drain=drain)
+        await self._run_end_poll.stop()
+        await self.store.close()
+
+    @property
+    def is_open(self) -> bool:
+        return self._opened
+
+    # -- definitions ----------------------------------------------------------------------------
+    def describe(self, name: str) -> tuple[str, str | None]:
+        """(kind, version) a new run of ``name`` records."""
+        return self.catalog.describe(name)
+
+    async def register_graph(
+        self,
+        name: str,
+        definition: Any,
+        *,
+        status: GraphStatus = "active",
+        registered_by: str | None = None,
+    ) -> str:
+        """Store a graph definition at run time; every process on this database can start
+        it once it is ``active``. Returns its content hash (the version runs record).
+
+        ``registered_by`` names the user it is registered for (the HTTP API passes the
+        caller): a graph name then belongs to the first user who registered it, and
+        nobody else may register versions of it, nor of a name the app's code defines
+        (``plait.GraphOwnerError``). Without it the caller is trusted code."""
+        return await self.catalog.register_graph(name, definition, status, registered_by)
+
+    async def list_graphs(
+        self, status: GraphStatus | Literal["deployed"] | None = None
+    ) -> list[dict[str, Any]]:
+        """Graphs registered at run time (newest first), with their status and hash."""
+        if status not in (None, "draft", "active", "deployed"):
+            raise ValueError(f"invalid graph status: {status!r} (use draft, active or deployed)")
+        versions = await self.store.list_versions(status=status)
+        return [dataclasses.asdict(v) for v in versions if v.kind == "graph"]
+
+    async def graph_for(self, name: str, version: str | None) -> Any:
+        """The graph definition a run started on, even if the graph changed since."""
+        return await self.catalog.graph_for(name, version)
+
+    # -- starting runs --------------------------------------------------------------------------
+    async def start(
+        self,
+        name: WorkflowRef,
+        data: Any = None,
+        *,
+        run_id: str | None = None,
+        inline: bool = False,
+        owner: str | None = None,
+        start_node: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
+        priority: int = 0,
+        dedup: str | None = None,
+        delay: float | str | timedelta | None = None,
+        start_at: datetime | None = None,
+    ) -> str:
+        """Create a durable run and return its id. ``run_id`` is an idempotency key: the
+        same id again returns the existing run without a second one.
+
+        Flow control: ``queue`` (default: the workflow's own) admits the run through that
+        queue's limits, ``key`` is its key for ``per_key``, higher ``priority`` is admitted
+        first, ``dedup`` returns the id of a live run holding the same key instead of
+        starting another, ``delay`` / ``start_at`` hold the start until then. Such a run
+        is ``queued`` until a worker admits it. ``name`` may be the workflow's function.
+        """
+        run_id, _fresh = await self._start(
+            name,
+            data,
+            run_id=run_id,
+            inline=inline,
+            owner=owner,
+            start_node=start_node,
+            queue=queue,
+            key=key,
+            priority=priority,
+            dedup=dedup,
+            delay=delay,
+            start_at=start_at,
+        )
+        return run_id
+
+    async def _start(
+        self, name: WorkflowRef, data: Any, **options: Unpack[StartOptions]
+    ) -> tuple[str, bool]:
+        """``start``, also telling whether the run is one it made and drives here (inline):
+        such a run cannot have ended before its starter looks, so ``run`` need not read
+        it before it waits."""
+        run_id = options.get("run_id")
+        inline = options.get("inline", False)
+        owner = options.get("owner")
+        start_node = options.get("start_node")
+        name = workflow_name(name)
+        kind, version = await self.catalog.resolve(name)
+        if run_id is not None:
+            check_run_id(run_id)
+        if owner is not None and not isinstance(owner, str):
+            raise TypeError(f"owner must be a string, got {type(owner).__name__}")
+        if start_node is not None and kind != "graph":
+            raise ValueError(f"start_node applies to graph workflows; {name!r} is code")
+        flow = self._flow_options(
+            name,
+            options.get("queue"),
+            options.get("key"),
+            options.get("priority", 0),
+            options.get("dedup"),
+            options.get("delay"),
+            options.get("start_at"),
+        )
+        if inline and flow["status"] == "queued":
+            raise ValueError(
+                "inline=True cannot start a queued run (a queue, delay or start_at): "
+                "a worker admits it"
+            )
+        if kind == "graph":
+            graph = await self.graph_for(name, version)
+            from plait.graph import validate_or_raise  # graphs only (see plait.graph)
+
+            validate_or_raise(graph, start_node=start_node)
+        payload = serde.dumps(data, what=f"the input of workflow {name!r}", limits=self.limits)
+        wdef = self.app.workflows.get(name) if kind == "workflow" else None
+        if wdef is not None and wdef.input_codec is not None:
+            wdef.decode_input(payload)  # bad input is refused here, not by a failed run
+        if not self._opened:
+            raise RuntimeError("the engine is closed: use `async with Engine(...)`")
+        worker = self.worker
+        run_id = run_id or new_run_id()
+        telemetry = self.telemetry
+        new = NewRun(
+            id=run_id,
+            workflow=name,
+            kind=kind,
+            version=version,
+            input=payload,
+            owner=owner,
+            start_node=start_node,
+            lease_owner=worker.owner if inline else None,
+            lease_seconds=self.lease_seconds,
+            trace=None if telemetry is None else telemetry.run_created(run_id, name),
+            **flow,
+        )
+        run, created = await self.store.create_run(new)
+        if not created:
+            if run.id != new.id:
+                return run.id, False  # the live run that holds the de-duplication key
+            if run.workflow != name:
+                raise RunIdTakenError(run.id, run.workflow, name)
+            return run.id, False
+        if inline:
+            worker.drive(run.id, claimed=True, follow=not self.workers)
+        else:
+            self.notifier.publish_work()
+        return run.id, inline
+
+    # Given the workflow's function, ``run`` is typed by it: its data must be what the
+    # workflow takes, and the output is what it returns. By name, both are ``Any``.
+    @overload
+    async def run(
+        self,
+        name: Callable[[Workflow, In], Awaitable[Out]],
+        data: In,
+        *,
+        timeout: Duration | None = None,
+        **start_kw: Unpack[StartOptions],
+    ) -> Out: ...
+    @overload
+    async def run(
+        self,
+        name: Callable[[Workflow], Awaitable[Out]],
+        data: None = None,
+        *,
+        timeout: Duration | None = None,
+        **start_kw: Unpack[StartOptions],
+    ) -> Out: ...
+    @overload
+    async def run(
+        self,
+        name: str,
+        data: Any = None,
+        *,
+        timeout: Duration | None = None,
+        **start_kw: Unpack[StartOptions],
+    ) -> Any: ...
+
+    async def run(
+        self,
+        name: WorkflowRef,
+        data: Any = None,
+        *,
+        timeout: Duration | None = None,
+        **start_kw: Any,
+    ) -> Any:
+        """Start a run and wait for its output."""
+        seconds = timeout_seconds(timeout)
+        run_id, fresh = await self._start(name, data, **start_kw)
+        run = await self._wait(run_id, seconds, None, fresh=fresh)
+        output = _output_or_raise(run)
+        wdef = self.app.workflows.get(workflow_name(name))
+        codec = None if wdef is None else wdef.output_codec
+        if codec is None or output is None:
+            return output
+        return codec.check(output, f"the output of workflow {run.workflow!r}")
+
+    @overload
+    async def wait(self, run_id: str, *, timeout: Duration | None = None) -> Run: ...
+    @overload
+    async def wait(
+        self,
+        run_id: str,
+        *,
+        timeout: Duration | None = None,
+        workflow: Callable[..., Awaitable[Out]],
+    ) -> Run[Out]: ...
+
+    async def wait(
+        self,
+        run_id: str,
+        *,
+        timeout: Duration | None = None,
+        workflow: WorkflowRef | None = None,
+    ) -> Run[Any]:
+        """Wait until the run is completed, failed, cancelled or suspended. ``timeout``
+        is seconds, a string such as ``"30s"`` or a ``timedelta``.
+
+        With ``workflow`` (the function ``@app.workflow`` registered), the ``Run`` is
+        typed by what that workflow returns, and a run of another workflow is a
+        ``ValueError`` rather than a wrongly typed output."""
+        expected = None if workflow is None else workflow_name(workflow)
+        return await self._wait(run_id, timeout_seconds(timeout), expected)
+
+    async def _wait(
+        self, run_id: str, seconds: float | None, workflow: str | None, *, fresh: bool = False
+    ) -> Run:
+        """``wait`` with its arguments checked: ``TestEngine`` moves its clock here. A
+        ``fresh`` run (just made and driven here, its pass not begun) is not read before
+        the first wait: it is running, and its end is told to the watch set up first."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        status = "running"
+        while True:
+            event = self.notifier.watch(run_id, end_only=True)
+            try:
+                if fresh:
+                    fresh = False
+                else:
+                    run = await self.get_run(run_id)
+                    if workflow is not None and run.workflow != workflow:
+                        raise ValueError(
+                            f"run {run_id} is a run of workflow {run.workflow!r}, not {workflow!r}"
+                        )
+                    if run.status in SETTLED:
+                        return run
+                    status = run.status
+                wait_for = RunEndPoll.MOST * 60  # the run-end poll wakes it sooner if it ended
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(f"run {run_id} still {status} after {seconds}s")
+                    wait_for = min(wait_for, left)
+                self._run_end_poll.watching()
+                await wait_event(event, wait_for)
+            finally:
+                self.notifier.unwatch(run_id, event)
+
+    # -- reading (``get_run``, which every concern reads first, is ``EngineBase``'s) -------------
+    async def list_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: RunStatus | RunStatusName | None = None,
+        version: str | None = None,
+        owner: str | None = None,
+        visible_to: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[Run]:
+        runs, _total = await self.count_runs(
+            workflow=workflow,
+            status=status,
+            version=version,
+            owner=owner,
+            visible_to=visible_to,
+            limit=limit,
+            offset=offset,
+        )
+        return runs
+
+    async def count_runs(self, **filters: Any) -> tuple[list[Run], int]:
+        """Runs newest first plus the total that match the filters (for paging)."""
+        return await self.store.list_runs(run_filter(filters))
+
+    async def run_summaries(self, **filters: Any) -> tuple[list[RunSummary], int]:
+        """Like ``count_runs``, but each run without its input, output and error: a page
+        of these costs the same whatever the runs carry (lists, dashboards)."""
+        return await self.store.list_run_summaries(run_filter(filters))
+
+    async def get_steps(self, run_id: str) -> list[Step]:
+        await self.get_run(run_id)
+        return await self.store.get_steps(run_id)
+
+    async def get_history(self, run_id: str) -> list[StepAttempt]:
+        await self.get_run(run_id)
+        return await self.store.get_history(run_id)
+
+    async def get_children(self, run_id: str) -> list[Run]:
+        return await self.store.get_children(run_id)
+
+    async def metrics_text(self) -> bytes | None:
+        """This process's metrics in the Prometheus text format (the queue depths read
+        now), or None when the engine was opened without ``metrics=True``."""
+        metrics = None if self.telemetry is None else self.telemetry.metrics
+        if metrics is None:
+            return None
+        await metrics.refresh(self.store)
+        return metrics.render()
+
+
+def _output_or_raise(run: Run) -> Any:
+    if run.status == "completed":
+        return run.output
+    if run.status == "failed":
+        raise WorkflowFailedError(run)
+    if run.status == "cancelled":
+        raise WorkflowCancelledError(run)
+    raise WorkflowSuspendedError(run)

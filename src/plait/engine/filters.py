@@ -1,0 +1,49 @@
+"""The filters of ``Engine.count_runs`` and ``run_summaries`` (and so ``list_runs``),
+checked and turned into the store's ``RunFilter`` before any store sees them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from plait.records import RunStatus
+from plait.store.base import RunFilter
+
+_RUN_STATUSES = tuple(RunStatus)
+#: the largest ``offset`` and ``limit`` a store is asked for (both stores count in 64 bits)
+_MAX_PAGE_NUMBER = 2**62
+
+
+def run_filter(filters: dict[str, Any]) -> RunFilter:
+    """The store's filter for ``filters``, or ``ValueError`` naming a bad one."""
+    status = filters.get("status")
+    if status is not None and status not in _RUN_STATUSES:
+        raise ValueError(
+            f"invalid status filter: {status!r} (use one of {', '.join(_RUN_STATUSES)})"
+        )
+    for name, default in (("limit", 50), ("offset", 0)):
+        value = filters.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"invalid {name}: {value!r}")
+        if value > _MAX_PAGE_NUMBER:
+            raise ValueError(f"invalid {name}: {value!r} (at most {_MAX_PAGE_NUMBER})")
+    for name in ("workflow", "version", "owner", "visible_to", "parent_run_id", "id_contains"):
+        value = filters.get(name)
+        if value is not None and (not isinstance(value, str) or "\x00" in value):
+            raise ValueError(f"invalid {name} filter: {value!r}")
+    for name in ("created_after", "created_before"):
+        value = filters.get(name)
+        if isinstance(value, datetime):
+            # a time without a zone is UTC, as every time plait stores
+            stamp = value if value.tzinfo else value.replace(tzinfo=UTC)
+            try:
+                filters[name] = stamp.timestamp()
+            except (OverflowError, ValueError):
+                raise ValueError(f"invalid {name} filter: {value!r} (out of range)") from None
+        elif value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or value != value
+        ):
+            raise ValueError(f"invalid {name} filter: {value!r} (a datetime or epoch seconds)")
+    if not isinstance(filters.get("top_level", False), bool):
+        raise ValueError(f"invalid top_level filter: {filters['top_level']!r}")
+    return RunFilter(**filters)

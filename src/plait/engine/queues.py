@@ -1,0 +1,62 @@
+"""Flow control: the queue fields of a new run, each checked, and how deep each queue
+is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from plait import queues
+from plait.engine.base import EngineBase
+
+
+class QueuesMixin(EngineBase):
+    """``Engine.queue_depths``, and the flow options ``start`` checks."""
+
+    def _flow_options(
+        self,
+        name: str,
+        queue: object,
+        key: object,
+        priority: object,
+        dedup: object,
+        delay: object,
+        start_at: object,
+    ) -> dict[str, Any]:
+        """The queue fields of a new run (``NewRun``'s), each checked and named when
+        wrong."""
+        wdef = self.app.workflows.get(name)
+        if queue is None and wdef is not None:
+            queue = wdef.queue
+        qname = None if queue is None else queues.check_queue_name(queue)
+        qkey = None if key is None else queues.check_text(key, "key")
+        if qkey is not None and qname is None:
+            raise ValueError(f"key={qkey!r} needs a queue: the key counts against per_key")
+        not_before = queues.start_time(delay, start_at, self.clock.now())
+        queued = qname is not None or not_before is not None
+        return {
+            "status": "queued" if queued else "running",
+            "queue": qname,
+            "queue_key": qkey,
+            "priority": queues.check_priority(priority),
+            "dedup": None if dedup is None else queues.check_text(dedup, "dedup"),
+            "not_before": not_before,
+        }
+
+    async def queue_depths(self) -> list[dict[str, Any]]:
+        """Per queue: runs waiting (``queued``), runs holding a slot (``active``) and the
+        limits this app declares for it. ``queue`` None counts runs only delayed."""
+        depths = {d.queue: d for d in await self.store.queue_depths()}
+        names = sorted({*(q for q in depths if q is not None), *self.app.queues})
+        items: list[dict[str, Any]] = []
+        for qname in [*names, *([None] if None in depths else [])]:
+            depth = depths.get(qname)
+            declared = self.app.queues.get(qname) if qname is not None else None
+            items.append(
+                {
+                    "queue": qname,
+                    "queued": depth.queued if depth else 0,
+                    "active": depth.active if depth else 0,
+                    "limits": declared.to_dict() if declared else None,
+                }
+            )
+        return items
