@@ -161,5 +161,5 @@ async def test_postgres_functions_of_a_newer_plait_are_refused(pg_cluster: Any) 
         await conn.execute("UPDATE plait.functions_version SET version = version + 1")
     finally:
         await conn.close()
-    with pytest.raises(RuntimeError, match="has functions version .*, newer than this plait"):
+    with pytest.raises(RuntimeError, match=r"has functions version .*, newer than this plait"):
         await postgres.PostgresStore(url).open()

@@ -181,5 +181,5 @@ def test_functions_are_needed_unless_a_database_has_these() -> None:
     assert found.needed((found.version - 1, "older"), where="x")
     assert found.needed((found.version, "another tree's"), where="x")
     assert not found.needed((found.version, found.digest), where="x")
-    with pytest.raises(RuntimeError, match="x has functions version .*, newer than this plait"):
+    with pytest.raises(RuntimeError, match=r"x has functions version .*, newer than this plait"):
         found.needed((found.version + 1, found.digest), where="x")
