@@ -97,6 +97,7 @@ async def test_schema_option_keeps_tenants_apart(pg_url: str) -> None:
     assert tables == [
         "attempts",
         "events",
+        "functions_version",
         "graph_owners",
         "jobs",
         "queue_admissions",

@@ -93,8 +93,13 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tree = _tree_copy(where)
     _must([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(tree)])
     (wheel,) = dist.glob("plait-*.whl")
-    # built from this tree, so it must hold what the tree holds (not a stale build)
-    assert installed_files(wheel) >= {"plait/errors.py", "plait/cli.py"}
+    # built from this tree, so it must hold what the tree holds (not a stale build), its
+    # SQL files among them (schemas, migrations, functions) and every dashboard file
+    sql = {
+        str(path.relative_to(ROOT / "src"))
+        for path in (ROOT / "src" / "plait" / "store" / "sql").rglob("*.sql")
+    }
+    assert installed_files(wheel) >= {"plait/errors.py", "plait/cli.py", *sql}
     assert installed_files(wheel) >= dashboard_files(), dashboard_files() - installed_files(wheel)
     env_dir = where / "venv"
     venv.create(env_dir, with_pip=True)

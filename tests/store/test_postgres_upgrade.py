@@ -1,5 +1,7 @@
-"""A PostgreSQL database made by schema version 1 is upgraded in place and ends up with
-the same functions and types as a fresh one, none of which decides a step's status."""
+"""A PostgreSQL database whose functions are not this plait's (older ones, or a changed
+tree's) gets this plait's when a store opens it: the same functions as a fresh database,
+none of which decides a step's status, and its rows go on working. Functions applied by a
+newer plait are refused, as a newer schema is."""
 
 from __future__ import annotations
 
@@ -12,35 +14,50 @@ import pytest
 
 from plait.store import queries
 from plait.store.base import Batch, EndRun, StepEnd
-from plait.store.migrations import migrations
+from plait.store.migrations import functions, migrations
 
 asyncpg = pytest.importorskip("asyncpg")
 postgres = pytest.importorskip("plait.store.postgres")
 
 _names = itertools.count()
 _SCHEMA = '"plait"'
+_CHANNEL = "'plait_plait'"
 
-#: words of the policy version 1 kept in PL/pgSQL; the runtime owns all of it now
+#: words of policy the runtime owns, which no function may hold
 POLICY = ("STEP_INTERRUPTED", "CHILD_FAILED", "ChildRunError", "StepInterrupted")
+#: functions that are gone: a resume or a retry is a reopen_run with the runtime's ops
 GONE = ("resume_run", "retry_run", "requeue")
+
+#: functions of an earlier plait: a signature since changed, and a body since rewritten
+#: (which still named a policy word)
+_OLDER = """
+CREATE FUNCTION @schema@.end_run(p_run text, p_status text, p_output jsonb, p_error jsonb,
+    p_now timestamptz, p_from text[]) RETURNS text[] LANGUAGE sql AS $$ SELECT p_from $$;
+CREATE OR REPLACE FUNCTION @schema@.wake_run(p_run text, p_now timestamptz, p_at timestamptz)
+RETURNS boolean LANGUAGE sql AS $$ SELECT 'STEP_INTERRUPTED' <> '' $$;
+"""
 
 
 def _url(pg_cluster: Any) -> str:
     return str(pg_cluster.create_database(f"up{os.getpid()}_{next(_names)}"))
 
 
-async def _make_version_1(url: str) -> None:
-    """What plait wrote with only the first migration, with a child run whose parent's
-    step waits for it."""
+async def _make_older(url: str, recorded: tuple[int, str]) -> None:
+    """A database with this schema but other functions, recorded as ``recorded``, and a
+    child run whose parent's step waits for it."""
     q = queries.load("postgres", schema=_SCHEMA)
-    first = migrations("postgres").scripts[0]
+    baseline = migrations("postgres").scripts[0]
     conn = await asyncpg.connect(url)
     try:
         async with conn.transaction():
             await conn.execute(q["create_schema"])
             await conn.execute(q["create_schema_version_table"])
-            await conn.execute(first.text(schema=_SCHEMA, channel="'plait_plait'"))
-            await conn.execute(q["record_schema_version"], 1, first.description())
+            await conn.execute(q["create_functions_version_table"])
+            await conn.execute(baseline.text(schema=_SCHEMA, channel=_CHANNEL))
+            await conn.execute(q["record_schema_version"], 1, baseline.description())
+            await conn.execute(functions().text(schema=_SCHEMA, channel=_CHANNEL))
+            await conn.execute(queries.substitute(_OLDER, {"schema": _SCHEMA}))
+            await conn.execute(q["record_functions_version"], *recorded)
             await conn.execute(
                 "INSERT INTO plait.runs (id, workflow, status, parent_run_id, parent_step_key,"
                 " created_at, updated_at) VALUES ('p', 'wf', 'running', NULL, NULL, now(),"
@@ -48,12 +65,9 @@ async def _make_version_1(url: str) -> None:
             )
             await conn.execute(
                 "INSERT INTO plait.steps (run_id, key, seq, name, kind, status, attempts,"
-                " invocation_id, child_run_id, created_at, updated_at) VALUES ('p', 'spawn',"
-                " 0, 'spawn', 'child', 'running', 1, 'inv', 'c1', now(), now())"
-            )
-            await conn.execute(
-                "INSERT INTO plait.attempts (run_id, key, attempt, status, started_at)"
-                " VALUES ('p', 'spawn', 1, 'running', now())"
+                " invocation_id, child_run_id, created_at, updated_at, worker, attempt_status,"
+                " attempt_started) VALUES ('p', 'spawn', 0, 'spawn', 'child', 'running', 1,"
+                " 'inv', 'c1', now(), now(), 'w', 'running', now())"
             )
     finally:
         await conn.close()
@@ -62,7 +76,7 @@ async def _make_version_1(url: str) -> None:
 async def _schema_shape(url: str) -> dict[str, Any]:
     conn = await asyncpg.connect(url)
     try:
-        functions = await conn.fetch(
+        functions_ = await conn.fetch(
             "SELECT p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')',"
             " pg_get_functiondef(p.oid) FROM pg_proc p JOIN pg_namespace n"
             " ON n.oid = p.pronamespace WHERE n.nspname = 'plait' ORDER BY 1"
@@ -74,19 +88,34 @@ async def _schema_shape(url: str) -> dict[str, Any]:
             " WHERE n.nspname = 'plait' AND c.relkind = 'c' AND a.attnum > 0"
             " AND NOT a.attisdropped ORDER BY c.relname, a.attnum"
         )
+        triggers = await conn.fetch(
+            "SELECT tgname, pg_get_triggerdef(t.oid) FROM pg_trigger t"
+            " JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n"
+            " ON n.oid = c.relnamespace WHERE n.nspname = 'plait' AND NOT tgisinternal"
+        )
         versions = await conn.fetch("SELECT version FROM plait.schema_version ORDER BY 1")
+        recorded = await conn.fetchrow("SELECT version, digest FROM plait.functions_version")
     finally:
         await conn.close()
     return {
-        "functions": {name: text for name, text in functions},
+        "functions": {name: text for name, text in functions_},
         "types": [tuple(t) for t in types],
+        "triggers": [tuple(t) for t in triggers],
         "versions": [v["version"] for v in versions],
+        "recorded": tuple(recorded),
     }
 
 
-async def test_postgres_version_1_upgrades_to_the_fresh_schema(pg_cluster: Any) -> None:
+@pytest.mark.parametrize(
+    "recorded",
+    [(functions().version - 1, "older"), (functions().version, "a changed tree's")],
+    ids=["older", "changed"],
+)
+async def test_postgres_functions_not_this_plaits_are_replaced(
+    pg_cluster: Any, recorded: tuple[int, str]
+) -> None:
     old, fresh = _url(pg_cluster), _url(pg_cluster)
-    await _make_version_1(old)
+    await _make_older(old, recorded)
     for url in (old, fresh):
         store = postgres.PostgresStore(url)
         await store.open()
@@ -94,16 +123,18 @@ async def test_postgres_version_1_upgrades_to_the_fresh_schema(pg_cluster: Any) 
     upgraded, made = await _schema_shape(old), await _schema_shape(fresh)
     assert upgraded == made
     assert made["versions"] == list(range(1, postgres.SCHEMA_VERSION + 1))
+    assert made["recorded"] == (functions().version, functions().digest)
     assert ("op", "parent", "plait.step_end") in made["types"]
     names = {name.split("(")[0] for name in made["functions"]}
+    assert names == set(functions().names)
     assert names.isdisjoint(GONE)
     for name, text in made["functions"].items():
         assert not any(word in text for word in POLICY), name
 
 
-async def test_postgres_rows_of_version_1_work_after_the_upgrade(pg_cluster: Any) -> None:
+async def test_postgres_rows_go_on_after_the_functions_are_replaced(pg_cluster: Any) -> None:
     url = _url(pg_cluster)
-    await _make_version_1(url)
+    await _make_older(url, (0, "older"))
     store = postgres.PostgresStore(url)
     await store.open()
     try:
@@ -118,3 +149,17 @@ async def test_postgres_rows_of_version_1_work_after_the_upgrade(pg_cluster: Any
         assert (attempt.status, attempt.error) == ("failed", json.loads(failure))
     finally:
         await store.close()
+
+
+async def test_postgres_functions_of_a_newer_plait_are_refused(pg_cluster: Any) -> None:
+    url = _url(pg_cluster)
+    store = postgres.PostgresStore(url)
+    await store.open()
+    await store.close()
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("UPDATE plait.functions_version SET version = version + 1")
+    finally:
+        await conn.close()
+    with pytest.raises(RuntimeError, match=r"has functions version .*, newer than this plait"):
+        await postgres.PostgresStore(url).open()

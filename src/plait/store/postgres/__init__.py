@@ -2,8 +2,8 @@
 
 ``pool`` holds the connections (the pool, its codecs, what errors mean), ``listen`` the
 LISTEN/NOTIFY wake-ups, ``store`` the ``PostgresStore`` methods; every statement is a named
-query in ``sql/postgres/queries.sql`` and the schema is built by the numbered scripts of
-``sql/postgres/migrations/``.
+query in ``sql/postgres/queries.sql``, the tables are built by the numbered scripts of
+``sql/postgres/migrations/`` and the functions are those of ``sql/postgres/functions/``.
 """
 
 from plait.errors import extra_needed

@@ -3,7 +3,7 @@
 Every store method is one SQL statement, so one round trip and one short transaction:
 state changes that touch several rows (a pass's batch of writes, ending a run with its
 cascade, reopening a run, sending an event, starting a queued attempt) are PL/pgSQL
-functions installed by the migrations (``sql/postgres/migrations/``); the statements
+functions (``sql/postgres/functions/``, applied when the store opens); the statements
 themselves are named queries in ``sql/postgres/queries.sql``. No transaction stays open on
 the client side, so none is ever held across user code or left behind by a dropped
 connection. The functions decide nothing: a step's new status and every error record come
@@ -83,7 +83,7 @@ from plait.store.base import (
     Version,
     ended_elsewhere,
 )
-from plait.store.migrations import migrations
+from plait.store.migrations import functions, migrations
 from plait.store.postgres.group import GroupCommit, Together, steps_only
 from plait.store.postgres.listen import Listener
 from plait.store.postgres.pool import (
@@ -100,6 +100,9 @@ log = logging.getLogger("plait.store.postgres")
 _MIGRATIONS = migrations("postgres")
 #: the newest migration this code knows; the schema_version table says what a database has
 SCHEMA_VERSION = _MIGRATIONS.latest
+#: the functions (sql/postgres/functions/); the functions_version table says which a
+#: database has
+_FUNCTIONS = functions()
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,56}\Z")
 
@@ -532,12 +535,16 @@ class PostgresStore:
             raise
 
     async def _migrate(self) -> None:
-        """Apply the migrations this database lacks, one transaction, under an advisory
-        lock so that processes starting together do not race. An up-to-date schema needs
-        no DDL and no lock, so workers can run with plain read/write privileges."""
+        """Apply the migrations this database lacks, then the functions if the ones it has
+        are not this plait's, in one transaction, under an advisory lock so that processes
+        starting together do not race. An up-to-date schema needs no DDL and no lock, so
+        workers can run with plain read/write privileges."""
         q = self._q
+        where = f"schema {self.schema!r} at {self._where}"
         async with self._pool.acquire() as conn:
-            if await self._schema_version(conn) == SCHEMA_VERSION:
+            if await self._schema_version(conn) == SCHEMA_VERSION and not _FUNCTIONS.needed(
+                await self._functions_version(conn), where=where
+            ):
                 return
             async with conn.transaction():
                 key = int.from_bytes(
@@ -549,8 +556,8 @@ class PostgresStore:
                 if not await conn.fetchval(q["schema_exists"], self.schema):
                     await conn.execute(q["create_schema"])
                 await conn.execute(q["create_schema_version_table"])
+                await conn.execute(q["create_functions_version_table"])
                 current = await self._schema_version(conn)
-                where = f"schema {self.schema!r} at {self._where}"
                 channel = "'" + self.channel + "'"
                 for migration in _MIGRATIONS.pending(current, where=where):
                     await conn.execute(migration.text(schema=self._ident, channel=channel))
@@ -558,11 +565,27 @@ class PostgresStore:
                         q["record_schema_version"], migration.version, migration.description()
                     )
                     log.info("schema %s: migrated to version %d", self.schema, migration.version)
+                if _FUNCTIONS.needed(await self._functions_version(conn), where=where):
+                    names = list(_FUNCTIONS.names)
+                    for drop in await conn.fetch(q["functions_to_drop"], self.schema, names):
+                        await conn.execute(drop[0])
+                    await conn.execute(_FUNCTIONS.text(schema=self._ident, channel=channel))
+                    await conn.execute(
+                        q["record_functions_version"], _FUNCTIONS.version, _FUNCTIONS.digest
+                    )
+                    log.info("schema %s: functions version %d", self.schema, _FUNCTIONS.version)
 
     async def _schema_version(self, conn: asyncpg.Connection) -> int:
         if await conn.fetchval(self._q["schema_version_table"]) is None:
             return 0
         return int(await conn.fetchval(self._q["schema_version"]))
+
+    async def _functions_version(self, conn: asyncpg.Connection) -> tuple[int, str] | None:
+        """The version and digest of the functions the database has; None: none yet."""
+        if await conn.fetchval(self._q["functions_version_table"]) is None:
+            return None
+        row = await conn.fetchrow(self._q["functions_version"])
+        return None if row is None else (int(row[0]), str(row[1]))
 
     async def close(self) -> None:
         await self._starts.close()

@@ -32,6 +32,38 @@ CREATE TABLE IF NOT EXISTS @schema@.schema_version (
 -- name: record_schema_version
 INSERT INTO @schema@.schema_version (version, description) VALUES ($1, $2)
 
+-- name: create_functions_version_table
+-- The functions (functions/*.sql) a database has: the version and digest of the plait
+-- that applied them last.
+CREATE TABLE IF NOT EXISTS @schema@.functions_version (
+    id integer PRIMARY KEY CHECK (id = 1),
+    version integer NOT NULL,
+    digest text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+
+-- name: functions_version_table
+SELECT to_regclass('@schema@.functions_version')
+
+-- name: functions_version
+SELECT version, digest FROM @schema@.functions_version
+
+-- name: functions_to_drop
+-- A DROP statement for every function of schema $1 named in $2, whatever its arguments, so
+-- that the functions are created anew (a new signature leaves no old one behind). Trigger
+-- functions stay (a trigger depends on them, and their signature never changes): CREATE OR
+-- REPLACE replaces them.
+SELECT format('DROP FUNCTION %s', p.oid::regprocedure)
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname = $1 AND p.proname = ANY ($2::text[])
+    AND p.prorettype <> 'trigger'::regtype
+ORDER BY p.oid
+
+-- name: record_functions_version
+INSERT INTO @schema@.functions_version (id, version, digest) VALUES (1, $1, $2)
+ON CONFLICT (id) DO UPDATE SET version = excluded.version, digest = excluded.digest,
+    applied_at = excluded.applied_at
+
 -- == runs ====================================================================================
 
 -- name: select_run
@@ -164,16 +196,16 @@ SELECT @schema@.commit_steps($1, $2, $3::@schema@.op[], $4)
 -- name: commit_first_attempts
 -- commit_steps as one statement, for a batch of step writes whose attempts are all first
 -- attempts (the store checks): no earlier attempt moves to attempts, so only the steps
--- are written, as apply_step_ops (version 13) writes them. Every sequential step commits
--- this way. The steps come as plain values, one row of the steps table each, its attempt
--- columns filled as apply_step_ops fills them from an op: the server then decodes no
--- composite and selects no field, and the client encodes no record (about a fifth of a
+-- are written, as apply_step_ops (functions/steps.sql) writes them. Every sequential step
+-- commits this way. The steps come as plain values, one row of the steps table each, its
+-- attempt columns filled as apply_step_ops fills them from an op: the server then decodes
+-- no composite and selects no field, and the client encodes no record (about a fifth of a
 -- step's write on either side). This text holds one row; the store adds a row of
 -- parameters, untyped (the first row types the columns), for each further step. Once
 -- written, whether the run has ended: then no attempt was started or interrupted (a row
--- whose attempt_status, column28, is 'running' or 'interrupted' is left out, as
--- commit_steps leaves out those ops). NULL, with nothing written, when $2 no longer holds
--- the lease (the run's row is locked first, as in commit_steps).
+-- whose attempt_status is 'running' or 'interrupted' is left out, as commit_steps leaves
+-- out those ops). NULL, with nothing written, when $2 no longer holds the lease (the
+-- run's row is locked first, as in commit_steps).
 WITH fence AS (
     SELECT status IN ('completed', 'failed', 'cancelled') AS ended
     FROM @schema@.runs WHERE id = $1 AND lease_owner = $2 FOR UPDATE
@@ -188,10 +220,14 @@ WITH fence AS (
         $15::integer, $16::double precision, $17::double precision, $18::text, $19::text,
         $20::text, $21::text, $22::boolean, $23::timestamptz, $24::timestamptz,
         $25::timestamptz, $26::integer, $27::integer, $28::jsonb, $29::text, $30::text,
-        $31::jsonb, $32::timestamptz, $33::timestamptz)) AS u
+        $31::jsonb, $32::timestamptz, $33::timestamptz)) AS u (run_id, key, seq, name, kind,
+        function, status, input, output, error, attempts, failures, retries, retry_delay,
+        timeout, invocation_id, child_run_id, branch, from_key, queued, wake_at, created_at,
+        updated_at, delivered, retried_failures, reached_after, worker, attempt_status,
+        attempt_error, attempt_started, attempt_finished)
     WHERE EXISTS (
         SELECT FROM fence
-        WHERE NOT ended OR coalesce(u.column28, '') NOT IN ('running', 'interrupted')
+        WHERE NOT ended OR coalesce(u.attempt_status, '') NOT IN ('running', 'interrupted')
     )
     ON CONFLICT (run_id, key) DO UPDATE SET
         kind = excluded.kind, function = excluded.function, status = excluded.status,
@@ -239,8 +275,8 @@ WHERE id = $1 AND lease_owner = $2
 RETURNING wake_at IS NOT NULL AND wake_at <= $4
 
 -- name: renew_leases
--- Extend the leases this owner holds on the runs it drives ($4: no index holds a run's
--- lease, version 22) and on its jobs; the ids returned are runs that ended meanwhile
+-- Extend the leases this owner holds on the runs it drives ($4, by id: no index holds a
+-- run's lease) and on its jobs; the ids returned are runs that ended meanwhile
 -- (cancelled from elsewhere), whose work in this process must stop.
 WITH runs_renewed AS (
     UPDATE @schema@.runs SET lease_until = $2

@@ -230,7 +230,7 @@ ON CONFLICT (run_id, key) DO UPDATE SET
     delivered = excluded.delivered, retried_failures = excluded.retried_failures
 
 -- name: start_step
--- A step's new attempt: the step row, with the attempt on it (schema version 2).
+-- A step's new attempt: the step row, with the attempt on it.
 INSERT INTO plait_steps (run_id, key, seq, name, kind, function, status, input, output,
     error, attempts, failures, retries, retry_delay, timeout, invocation_id, child_run_id,
     branch, from_key, queued, wake_at, created_at, updated_at, delivered, retried_failures,

@@ -1,0 +1,87 @@
+-- Events and approval decisions sent to a run from outside its passes.
+
+-- An event for a run, which wakes it (a queued run keeps it for its wait). SQLSTATE PLT02
+-- / PLT03 as lock_for_action raises them.
+CREATE OR REPLACE FUNCTION @schema@.send_event(
+    p_run text, p_name text, p_payload jsonb, p_now timestamptz
+) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM @schema@.lock_for_action(p_run, ARRAY['running', 'suspended', 'queued']);
+    INSERT INTO @schema@.events (run_id, name, payload, created_at)
+    VALUES (p_run, p_name, p_payload, p_now);
+    PERFORM @schema@.wake_run(p_run, p_now, p_now);
+END $$;
+
+-- A decision on an approval gate, from outside a pass, in one transaction. p_key names the
+-- open gate it decides (NULL: none is open; the decision is held for the gate, or refused
+-- as p_outcome says). An accepted decision is written (with p_ops: how the gate closes)
+-- only while the gate is still open and p_now is before its deadline; otherwise it is
+-- stored refused with p_if_closed / p_if_expired. Returns 'accepted', 'held', 'refused',
+-- 'closed' or 'expired'. SQLSTATE PLT02 / PLT03 as for the other actions (a held decision
+-- needs a running or suspended run).
+CREATE OR REPLACE FUNCTION @schema@.submit_decision(
+    p_run text, p_name text, p_payload jsonb, p_by text, p_outcome text, p_reason jsonb,
+    p_key text, p_ops @schema@.op[], p_if_closed jsonb, p_if_expired jsonb,
+    p_now timestamptz
+) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_status text;
+    v_deadline timestamptz;
+    v_result text := p_outcome;
+    v_reason jsonb := p_reason;
+    v_consumed text := p_key;
+BEGIN
+    IF p_outcome = 'held' THEN
+        PERFORM @schema@.lock_for_action(p_run, ARRAY['queued', 'running', 'suspended']);
+        v_consumed := NULL;
+    ELSE
+        PERFORM @schema@.lock_for_action(p_run,
+            ARRAY['queued', 'running', 'suspended', 'completed', 'failed', 'cancelled']);
+    END IF;
+    IF p_outcome = 'accepted' THEN
+        SELECT status, wake_at INTO v_status, v_deadline FROM @schema@.steps
+        WHERE run_id = p_run AND key = p_key;
+        IF v_status IS DISTINCT FROM 'pending' THEN
+            v_result := 'closed';
+            v_reason := p_if_closed;
+        ELSIF v_deadline IS NOT NULL AND p_now >= v_deadline THEN
+            v_result := 'expired';
+            v_reason := p_if_expired;
+        ELSE
+            PERFORM @schema@.apply_ops(p_run, p_ops, p_now);
+        END IF;
+    END IF;
+    INSERT INTO @schema@.events (run_id, name, payload, created_at, consumed_by, decided_by,
+                                 outcome, reason, judged_at)
+    VALUES (p_run, '__approval:' || p_name, p_payload, p_now, coalesce(v_consumed, CASE
+                WHEN v_result = 'held' THEN NULL ELSE '' END),
+            p_by, CASE WHEN v_result IN ('closed', 'expired') THEN 'refused' ELSE v_result END,
+            v_reason, CASE WHEN v_result = 'held' THEN NULL ELSE p_now END);
+    IF v_result IN ('accepted', 'held') THEN
+        PERFORM @schema@.wake_run(p_run, p_now, p_now);
+    END IF;
+    RETURN v_result;
+END $$;
+
+-- A decision sent before the run reaches its gate is held, and judged when the gate is
+-- reached. A run that completes or is cancelled first never reaches it, and the pass that
+-- ended it may not even have seen the decision (it arrived while the pass ran). So the
+-- run's end refuses what is still held, whoever ends it, in the transaction that ends it
+-- (the trigger below). A failed run keeps them: a retry may still reach the gate.
+CREATE OR REPLACE FUNCTION @schema@.refuse_held_decisions() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE @schema@.events
+    SET outcome = 'refused',
+        reason = jsonb_build_object('code', 'APPROVAL_RESOLVED',
+                                    'message', 'the run ended before it reached the gate'),
+        judged_at = NEW.updated_at
+    WHERE run_id = NEW.id AND outcome = 'held';
+    RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS runs_end_refuses_held ON @schema@.runs;
+CREATE TRIGGER runs_end_refuses_held
+AFTER UPDATE OF status ON @schema@.runs
+FOR EACH ROW
+WHEN (NEW.status IN ('completed', 'cancelled') AND OLD.status NOT IN ('completed', 'cancelled'))
+EXECUTE FUNCTION @schema@.refuse_held_decisions();

@@ -1,0 +1,149 @@
+-- Queues with limits. A run started through a queue, or to start later, is inserted
+-- 'queued' with wake_at set to the time it may start. admit_runs moves queued runs to
+-- running and leases them to the admitting worker in one statement, taking only what the
+-- limits it is given allow (the limits are the worker's app.queue declarations: the
+-- database stores rows, not policy). A queue's admissions are serialised by a
+-- transaction-scoped advisory lock per queue name, taken before the counts are read, so
+-- two workers never both see the last free slot. Nothing is held across user code.
+
+-- Take the advisory locks of the given queues, in name order (every caller uses the same
+-- order, so two admissions never wait for each other in a circle).
+CREATE OR REPLACE FUNCTION @schema@.lock_queues(p_names text[]) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    q text;
+BEGIN
+    FOR q IN SELECT DISTINCT x FROM unnest(p_names) AS x ORDER BY 1 LOOP
+        PERFORM pg_advisory_xact_lock(hashtextextended(@channel@ || ':queue:' || q, 0));
+    END LOOP;
+END $$;
+
+-- Admit up to p_limit due queued runs, highest priority first (then oldest start time,
+-- then the order they were inserted in: the children one pass starts share an instant),
+-- and lease them to p_owner. The limits of the queues the caller knows come as parallel
+-- arrays (NULL: no such limit); a queue not among them has none. per_key applies to runs
+-- that have a key. A run holds its queue slot from admission until it ends.
+CREATE OR REPLACE FUNCTION @schema@.admit_runs(
+    p_owner text, p_until timestamptz, p_now timestamptz, p_limit integer,
+    p_names text[], p_concurrency integer[], p_per_key integer[], p_rate integer[],
+    p_window float8[]
+) RETURNS SETOF text LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM @schema@.lock_queues(p_names);
+    -- a new statement, so a new snapshot: it sees every admission committed before the
+    -- locks were granted
+    RETURN QUERY
+    WITH conf AS (
+        SELECT * FROM unnest(p_names, p_concurrency, p_per_key, p_rate, p_window)
+            AS c(name, concurrency, per_key, rate, rate_window)
+    ), active AS (
+        SELECT a.queue, count(*) AS n FROM @schema@.runs a
+        WHERE a.queue = ANY (p_names) AND a.status IN ('running', 'suspended')
+        GROUP BY a.queue
+    ), active_keys AS (
+        SELECT a.queue, a.queue_key, count(*) AS n FROM @schema@.runs a
+        JOIN conf c ON c.name = a.queue AND c.per_key IS NOT NULL
+        WHERE a.status IN ('running', 'suspended') AND a.queue_key IS NOT NULL
+        GROUP BY a.queue, a.queue_key
+    ), recent AS (
+        SELECT q.queue, count(*) AS n FROM @schema@.queue_admissions q
+        JOIN conf c ON c.name = q.queue AND c.rate IS NOT NULL
+        WHERE q.at > p_now - make_interval(secs => c.rate_window)
+        GROUP BY q.queue
+    ), due AS (
+        SELECT r.id, r.start_seq, r.queue, r.queue_key, r.priority, r.wake_at, r.created_at,
+            c.concurrency, c.per_key, c.rate,
+            row_number() OVER (PARTITION BY r.queue, r.queue_key
+                ORDER BY r.priority DESC, r.wake_at, r.created_at, r.start_seq NULLS FIRST,
+                    r.id) AS nth_key
+        FROM @schema@.runs r LEFT JOIN conf c ON c.name = r.queue
+        WHERE r.status = 'queued' AND r.wake_at <= p_now
+    ), key_fits AS (
+        SELECT d.*, row_number() OVER (PARTITION BY d.queue
+                ORDER BY d.priority DESC, d.wake_at, d.created_at, d.start_seq NULLS FIRST,
+                    d.id) AS nth
+        FROM due d LEFT JOIN active_keys k ON k.queue = d.queue AND k.queue_key = d.queue_key
+        WHERE d.per_key IS NULL OR d.queue_key IS NULL
+            OR d.nth_key <= d.per_key - coalesce(k.n, 0)
+    ), fits AS (
+        SELECT f.id, f.rate FROM key_fits f
+        LEFT JOIN active a ON a.queue = f.queue
+        LEFT JOIN recent rc ON rc.queue = f.queue
+        WHERE (f.concurrency IS NULL OR f.nth <= f.concurrency - coalesce(a.n, 0))
+            AND (f.rate IS NULL OR f.nth <= f.rate - coalesce(rc.n, 0))
+        ORDER BY f.priority DESC, f.wake_at, f.created_at, f.start_seq NULLS FIRST, f.id
+        LIMIT p_limit
+    ), admitted AS (
+        UPDATE @schema@.runs r SET status = 'running', lease_owner = p_owner,
+            lease_until = p_until, wake_at = p_now, admitted_at = p_now, updated_at = p_now
+        FROM fits f WHERE r.id = f.id AND r.status = 'queued'
+        RETURNING r.id, r.queue, f.rate
+    ), logged AS (
+        INSERT INTO @schema@.queue_admissions (queue, at)
+        SELECT a.queue, p_now FROM admitted a WHERE a.rate IS NOT NULL
+    ), pruned AS (
+        DELETE FROM @schema@.queue_admissions q USING conf c
+        WHERE c.name = q.queue AND c.rate IS NOT NULL
+            AND q.at <= p_now - make_interval(secs => c.rate_window)
+    )
+    SELECT a.id FROM admitted a;
+END $$;
+
+-- Lease up to p_limit due jobs of functions admitted through limited queues (function
+-- p_functions[i] belongs to queue p_function_queues[i]). A job holds its queue slot while
+-- its lease runs: a worker that dies gives the slot back when the lease expires.
+CREATE OR REPLACE FUNCTION @schema@.claim_queue_jobs(
+    p_owner text, p_until timestamptz, p_now timestamptz, p_limit integer,
+    p_names text[], p_concurrency integer[], p_rate integer[], p_window float8[],
+    p_functions text[], p_function_queues text[]
+) RETURNS TABLE (run_id text, step_key text, function text, deliveries integer,
+                 available_at timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM @schema@.lock_queues(p_names);
+    RETURN QUERY
+    WITH conf AS (
+        SELECT * FROM unnest(p_names, p_concurrency, p_rate, p_window)
+            AS c(name, concurrency, rate, rate_window)
+    ), fmap AS (
+        SELECT * FROM unnest(p_functions, p_function_queues) AS m(fn, queue)
+    ), held AS (
+        SELECT m.queue, count(*) AS n FROM @schema@.jobs j JOIN fmap m ON m.fn = j.function
+        WHERE j.lease_owner IS NOT NULL AND j.lease_until >= p_now
+        GROUP BY m.queue
+    ), recent AS (
+        SELECT q.queue, count(*) AS n FROM @schema@.queue_admissions q
+        JOIN conf c ON c.name = q.queue AND c.rate IS NOT NULL
+        WHERE q.at > p_now - make_interval(secs => c.rate_window)
+        GROUP BY q.queue
+    ), due AS (
+        SELECT j.run_id, j.step_key, j.available_at, m.queue, c.concurrency, c.rate,
+            row_number() OVER (PARTITION BY m.queue
+                ORDER BY j.available_at, j.run_id, j.step_key) AS nth
+        FROM @schema@.jobs j JOIN fmap m ON m.fn = j.function
+        JOIN conf c ON c.name = m.queue
+        WHERE j.available_at <= p_now AND (j.lease_owner IS NULL OR j.lease_until < p_now)
+            AND EXISTS (SELECT 1 FROM @schema@.runs r
+                        WHERE r.id = j.run_id AND r.status = 'running')
+    ), fits AS (
+        SELECT d.run_id, d.step_key, d.queue, d.rate, d.available_at FROM due d
+        LEFT JOIN held h ON h.queue = d.queue
+        LEFT JOIN recent rc ON rc.queue = d.queue
+        WHERE (d.concurrency IS NULL OR d.nth <= d.concurrency - coalesce(h.n, 0))
+            AND (d.rate IS NULL OR d.nth <= d.rate - coalesce(rc.n, 0))
+        ORDER BY d.available_at
+        LIMIT p_limit
+    ), claimed AS (
+        UPDATE @schema@.jobs j SET lease_owner = p_owner, lease_until = p_until,
+            deliveries = j.deliveries + 1
+        FROM fits f
+        WHERE j.run_id = f.run_id AND j.step_key = f.step_key
+            AND (j.lease_owner IS NULL OR j.lease_until < p_now)
+        RETURNING j.run_id, j.step_key, j.function, j.deliveries, j.available_at, f.queue,
+            f.rate
+    ), logged AS (
+        INSERT INTO @schema@.queue_admissions (queue, at)
+        SELECT c.queue, p_now FROM claimed c WHERE c.rate IS NOT NULL
+    )
+    SELECT c.run_id, c.step_key, c.function, c.deliveries, c.available_at FROM claimed c;
+END $$;

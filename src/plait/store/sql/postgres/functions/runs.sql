@@ -1,0 +1,251 @@
+-- A run's life from outside its passes: its insert, its wake-ups, its end (with the
+-- cascade to its children and the settling of its parent's step), a cancel, a reopen, a
+-- fork.
+
+-- The status of a run, locked for an action from outside a pass. SQLSTATE PLT02: no such
+-- run; PLT03: the run is in a status that does not allow the action (DETAIL: the status).
+CREATE OR REPLACE FUNCTION @schema@.lock_for_action(p_run text, p_allowed text[])
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    current text;
+BEGIN
+    SELECT status INTO current FROM @schema@.runs WHERE id = p_run FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'run % not found', p_run USING ERRCODE = 'PLT02';
+    END IF;
+    IF NOT current = ANY (p_allowed) THEN
+        RAISE EXCEPTION 'run % is %', p_run, current USING ERRCODE = 'PLT03', DETAIL = current;
+    END IF;
+    RETURN current;
+END $$;
+
+-- Wake a running run: count the wake-up (a pass that started before it will go again) and
+-- make it due at p_at unless it is due sooner. Listeners hear 'busy:<run>' at commit: a
+-- wake-up never ends a run, so callers waiting for its end sleep through it ('run:<run>'
+-- is the notification of a change that may have ended one).
+CREATE OR REPLACE FUNCTION @schema@.wake_run(p_run text, p_now timestamptz, p_at timestamptz)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE @schema@.runs SET wakeups = wakeups + 1, updated_at = p_now, idle_sweeps = 0,
+        wake_at = CASE WHEN wake_at IS NULL OR wake_at > p_at THEN p_at ELSE wake_at END
+    WHERE id = p_run AND status = 'running';
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_notify(@channel@, 'busy:' || p_run);
+    PERFORM pg_notify(@channel@, 'work');
+    RETURN true;
+END $$;
+
+-- Insert a run unless its id (or its de-duplication key, among live runs) is taken: leased
+-- already when the caller drives it inline; with a status (queued: started through a
+-- queue, or to start later) and wake_at, the time it may start. False when nothing was
+-- inserted.
+CREATE OR REPLACE FUNCTION @schema@.insert_run(n @schema@.new_run, p_now timestamptz)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    leased boolean := coalesce(n.lease_owner, '') <> '';
+    v_status text := coalesce(n.status, 'running');
+BEGIN
+    INSERT INTO @schema@.runs (id, workflow, kind, version, status, input, parent_run_id,
+        parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
+        lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, trace)
+    VALUES (n.id, n.workflow, n.kind, n.version, v_status, n.input, n.parent_run_id,
+        n.parent_step_key, n.owner, n.start_node, p_now, p_now,
+        greatest(p_now, coalesce(n.not_before, p_now)), 1, n.lease_owner,
+        CASE WHEN leased THEN p_now + make_interval(secs => n.lease_seconds) END,
+        n.queue, n.queue_key, coalesce(n.priority, 0), n.dedup, n.scheduled_at, n.trace)
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF NOT leased THEN
+        PERFORM pg_notify(@channel@, 'work');
+    END IF;
+    RETURN true;
+END $$;
+
+-- create_run: the run with this id (or the live run holding its de-duplication key), and
+-- whether this call created it. A live run that ends between the insert and the look-up
+-- frees its key: the insert is tried again.
+CREATE OR REPLACE FUNCTION @schema@.create_run(
+    n @schema@.new_run, p_now timestamptz, OUT created boolean, OUT run @schema@.runs
+) LANGUAGE plpgsql AS $$
+BEGIN
+    FOR attempt IN 1..5 LOOP
+        created := @schema@.insert_run(n, p_now);
+        SELECT * INTO run FROM @schema@.runs WHERE id = n.id;
+        IF FOUND OR n.dedup IS NULL THEN
+            RETURN;
+        END IF;
+        SELECT * INTO run FROM @schema@.runs
+        WHERE dedup = n.dedup AND status IN ('queued', 'running', 'suspended');
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'de-duplication key % keeps changing hands', n.dedup;
+END $$;
+
+-- Runs started together: the starts one process hands in while one is on its way share a
+-- statement and a transaction. Each is created exactly as create_run creates it alone, in
+-- the order given, and each caller hears its own (created, run).
+CREATE OR REPLACE FUNCTION @schema@.create_runs(p_new @schema@.new_run[], p_now timestamptz)
+RETURNS TABLE (created boolean, run @schema@.runs) LANGUAGE plpgsql AS $$
+DECLARE
+    n @schema@.new_run;
+    one record;
+BEGIN
+    FOREACH n IN ARRAY p_new LOOP
+        SELECT * INTO one FROM @schema@.create_run(n, p_now);
+        created := one.created;
+        run := one.run;
+        RETURN NEXT;
+    END LOOP;
+END $$;
+
+-- A child run ended: the parent's step that still waits for it (it names this child and
+-- is running) ends as p_end says, its attempt closes with it, and the parent is woken.
+CREATE OR REPLACE FUNCTION @schema@.settle_parent_step(
+    p_parent text, p_key text, p_child text, p_end @schema@.step_end, p_now timestamptz
+) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_attempt integer;
+BEGIN
+    UPDATE @schema@.steps SET status = p_end.status, output = p_end.output,
+        error = p_end.error,
+        failures = failures + CASE WHEN p_end.status = 'failed' THEN 1 ELSE 0 END,
+        updated_at = p_now
+    WHERE run_id = p_parent AND key = p_key AND child_run_id = p_child
+        AND status = 'running'
+    RETURNING attempts INTO v_attempt;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM @schema@.close_attempt(p_parent, p_key, v_attempt, p_end.status,
+        CASE WHEN p_end.status = 'succeeded' THEN p_end.output END,
+        CASE WHEN p_end.status = 'failed' THEN p_end.error END, p_now);
+    PERFORM @schema@.wake_run(p_parent, p_now, p_now);
+END $$;
+
+-- Move a run to p_status if it is in p_from (the terminal guard); returns every run that
+-- moved. A suspended run keeps its timers and jobs; a run that ends loses them. A cancel
+-- cascades to the live children (running, suspended or queued), parents before children,
+-- which is also the order in which rows are locked, and every run it ends gets the same
+-- p_error and p_parent; in each, a step still running or with an attempt still open ends
+-- failed, its attempt cancelled, with the cancel's error (as steps.interrupt ends one that
+-- its pass saw cancelled; a pass still at work on the run writes over it how its step
+-- really ended, but not an interruption: see try_commit_batch). A run's end settles the
+-- parent's waiting step as p_parent says (NULL: it settles nothing).
+CREATE OR REPLACE FUNCTION @schema@.end_run(
+    p_run text, p_status text, p_output jsonb, p_error jsonb, p_parent @schema@.step_end,
+    p_now timestamptz, p_from text[]
+) RETURNS text[] LANGUAGE plpgsql AS $$
+DECLARE
+    parent text;
+    parent_key text;
+    children text[];
+    child text;
+    moved text[];
+BEGIN
+    UPDATE @schema@.runs SET status = p_status, output = p_output, error = p_error,
+        updated_at = p_now, wake_at = NULL
+    WHERE id = p_run AND status = ANY (p_from)
+    RETURNING parent_run_id, parent_step_key INTO parent, parent_key;
+    IF NOT FOUND THEN
+        RETURN ARRAY[]::text[];
+    END IF;
+    moved := ARRAY[p_run];
+    PERFORM pg_notify(@channel@, 'run:' || p_run);
+    IF p_status = 'suspended' THEN
+        RETURN moved;
+    END IF;
+    DELETE FROM @schema@.timers WHERE run_id = p_run;
+    DELETE FROM @schema@.jobs WHERE run_id = p_run;
+    IF p_status = 'cancelled' THEN
+        SELECT array_agg(id ORDER BY id) INTO children FROM @schema@.runs
+        WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued');
+        FOREACH child IN ARRAY coalesce(children, ARRAY[]::text[]) LOOP
+            moved := moved || @schema@.end_run(child, p_status, NULL, p_error, p_parent,
+                                               p_now, ARRAY['running', 'suspended', 'queued']);
+        END LOOP;
+        UPDATE @schema@.steps SET status = 'failed', error = p_error,
+            attempt_status = CASE WHEN attempt_status = 'running' THEN 'cancelled'
+                ELSE attempt_status END,
+            attempt_error = CASE WHEN attempt_status = 'running' THEN p_error
+                ELSE attempt_error END,
+            attempt_finished = CASE WHEN attempt_status = 'running' THEN p_now
+                ELSE attempt_finished END,
+            updated_at = p_now
+        WHERE run_id = p_run AND (attempt_status = 'running' OR status = 'running');
+    END IF;
+    IF (p_parent).status IS NOT NULL AND coalesce(parent, '') <> ''
+            AND coalesce(parent_key, '') <> '' THEN
+        PERFORM @schema@.settle_parent_step(parent, parent_key, p_run, p_parent, p_now);
+    END IF;
+    RETURN moved;
+END $$;
+
+-- Cancel a run (a queued one too). The run's parent is locked before the run, as every
+-- other writer that ends a child does (the child's own end, a parent's end that cancels
+-- it): a cancel that locked the child first, then its parent to settle its step, could
+-- deadlock with that parent ending at the same moment.
+CREATE OR REPLACE FUNCTION @schema@.cancel_run(
+    p_run text, p_error jsonb, p_parent @schema@.step_end, p_now timestamptz
+) RETURNS text[] LANGUAGE plpgsql AS $$
+DECLARE
+    parent text;
+BEGIN
+    SELECT parent_run_id INTO parent FROM @schema@.runs WHERE id = p_run;
+    IF parent IS NOT NULL THEN
+        PERFORM 1 FROM @schema@.runs WHERE id = parent FOR UPDATE;
+    END IF;
+    PERFORM @schema@.lock_for_action(p_run, ARRAY['running', 'suspended', 'queued']);
+    RETURN @schema@.end_run(p_run, 'cancelled', NULL, p_error, p_parent, p_now,
+                            ARRAY['running', 'suspended', 'queued']);
+END $$;
+
+-- A suspended or failed run goes on (resume, retry): if it is still p_from with p_seen
+-- wake-ups, write p_ops (the steps the runtime reopened) and make it due now. A retried
+-- run of a queue waits for admission again (it gave its slot back when it failed), and a
+-- de-duplication key another live run took meanwhile stays with that run. No row when it
+-- changed since the caller read it (nothing is written then). Listeners hear 'busy:<run>':
+-- a reopen never ends a run.
+CREATE OR REPLACE FUNCTION @schema@.reopen_run(
+    p_run text, p_from text, p_seen bigint, p_ops @schema@.op[], p_now timestamptz
+) RETURNS SETOF @schema@.runs LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM @schema@.lock_for_action(p_run, ARRAY[p_from]);
+    PERFORM 1 FROM @schema@.runs WHERE id = p_run AND wakeups = p_seen;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM @schema@.apply_ops(p_run, p_ops, p_now);
+    UPDATE @schema@.runs r SET
+        status = CASE WHEN r.status = 'failed' AND r.queue IS NOT NULL THEN 'queued'
+                      ELSE 'running' END,
+        error = NULL, output = NULL, updated_at = p_now, wake_at = p_now,
+        wakeups = r.wakeups + 1,
+        dedup = CASE WHEN EXISTS (SELECT 1 FROM @schema@.runs o
+                                  WHERE o.dedup = r.dedup AND o.id <> r.id
+                                      AND o.status IN ('queued', 'running', 'suspended'))
+                     THEN NULL ELSE r.dedup END
+    WHERE r.id = p_run;
+    PERFORM pg_notify(@channel@, 'busy:' || p_run);
+    PERFORM pg_notify(@channel@, 'work');
+    RETURN QUERY SELECT * FROM @schema@.runs WHERE id = p_run;
+END $$;
+
+-- A fork: the new run (p_new) with the steps it keeps (p_ops), and where it came from.
+CREATE OR REPLACE FUNCTION @schema@.fork_run(
+    p_new @schema@.new_run, p_from text, p_ops @schema@.op[], p_now timestamptz
+) RETURNS SETOF @schema@.runs LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT @schema@.insert_run(p_new, p_now) THEN
+        RAISE EXCEPTION 'run % exists', p_new.id USING ERRCODE = 'PLT06';
+    END IF;
+    UPDATE @schema@.runs SET forked_from = p_from WHERE id = p_new.id;
+    PERFORM @schema@.apply_ops(p_new.id, p_ops, p_now);
+    PERFORM pg_notify(@channel@, 'work');
+    RETURN QUERY SELECT * FROM @schema@.runs WHERE id = p_new.id;
+END $$;

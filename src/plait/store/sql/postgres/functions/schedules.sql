@@ -1,0 +1,48 @@
+-- Schedules: the ticks of a schedule start runs.
+
+-- Start a schedule's due ticks and move its next tick, if nobody did since the caller
+-- read it (p_expected: the next tick it read; NULL for a manual trigger, which moves no
+-- tick and ignores the overlap policy). With p_skip, no tick starts while the schedule's
+-- last run is queued or running, and one look starts at most one run. Returns the ids of
+-- the runs started, or NULL when another process got there first.
+CREATE OR REPLACE FUNCTION @schema@.fire_schedule(
+    p_name text, p_expected timestamptz, p_next timestamptz, p_runs @schema@.new_run[],
+    p_skip boolean, p_now timestamptz
+) RETURNS text[] LANGUAGE plpgsql AS $$
+DECLARE
+    s @schema@.schedules;
+    n @schema@.new_run;
+    live boolean := false;
+    started text[] := ARRAY[]::text[];
+    v_last text;
+    v_last_tick timestamptz;
+BEGIN
+    SELECT * INTO s FROM @schema@.schedules WHERE name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF p_expected IS NOT NULL THEN
+        IF s.status <> 'active' OR s.next_tick IS DISTINCT FROM p_expected THEN
+            RETURN NULL;
+        END IF;
+        live := p_skip AND EXISTS (SELECT 1 FROM @schema@.runs r
+                                   WHERE r.id = s.last_run_id
+                                       AND r.status IN ('queued', 'running'));
+    END IF;
+    FOREACH n IN ARRAY p_runs LOOP
+        EXIT WHEN live;
+        IF @schema@.insert_run(n, p_now) THEN
+            started := started || n.id;
+            v_last := n.id;
+            v_last_tick := n.scheduled_at;
+            live := p_skip AND p_expected IS NOT NULL;
+        END IF;
+    END LOOP;
+    UPDATE @schema@.schedules SET
+        next_tick = CASE WHEN p_expected IS NULL THEN next_tick ELSE p_next END,
+        last_tick = coalesce(v_last_tick, last_tick),
+        last_run_id = coalesce(v_last, last_run_id),
+        updated_at = p_now
+    WHERE name = p_name;
+    RETURN started;
+END $$;

@@ -1,0 +1,294 @@
+-- The current PostgreSQL schema of plait: what the migrations (migrations/) build, in one
+-- readable file. A test builds a database from this file and ../functions/ and another
+-- through the migrations, and finds them equal: a migration that changes a table or an
+-- index changes this file too. The functions that move the rows are in functions/, one
+-- file per concern.
+--
+-- @schema@ is the quoted schema name. Times are timestamptz (the store converts them to
+-- and from unix seconds at the edge); durations (retry_delay, timeout) are seconds in
+-- double precision; JSON is jsonb.
+
+-- == runs ====================================================================================
+
+-- A run of a workflow or a graph. Its row is also the orchestrator's queue: a pass is due
+-- when wake_at <= now, and a worker drives it under a lease.
+CREATE SEQUENCE @schema@.runs_start_seq;
+CREATE TABLE @schema@.runs (
+    id              text PRIMARY KEY,
+    workflow        text NOT NULL,
+    kind            text NOT NULL DEFAULT 'workflow',   -- 'workflow' (code) or 'graph'
+    version         text,
+    status          text NOT NULL,
+    input           jsonb,
+    output          jsonb,
+    error           jsonb,
+    parent_run_id   text,
+    parent_step_key text,
+    owner           text,
+    start_node      text,
+    created_at      timestamptz NOT NULL,
+    updated_at      timestamptz NOT NULL,
+    wake_at         timestamptz,            -- when the next pass is due; NULL: not due
+    wakeups         bigint NOT NULL DEFAULT 0,
+    lease_owner     text,
+    lease_until     timestamptz,
+    -- how often the idle sweep found the run with nothing to wake it (its back-off)
+    idle_sweeps     integer NOT NULL DEFAULT 0,
+    -- a run started through a queue waits 'queued' (wake_at: when it may start) until
+    -- admit_runs admits it
+    queue           text,
+    queue_key       text,
+    priority        integer NOT NULL DEFAULT 0,
+    dedup           text,                   -- its de-duplication key, while it is live
+    scheduled_at    timestamptz,            -- the tick a schedule started it for
+    admitted_at     timestamptz,            -- when it left its queue
+    forked_from     text,                   -- the run a fork was made from
+    -- the W3C trace context of the code that started it (JSON, the propagator's
+    -- carrier), so every pass and step joins the starter's trace; NULL: not traced
+    trace           text,
+    -- the order runs were inserted in: admission breaks ties with it (the children one
+    -- pass starts share an instant, and their ids come in no order)
+    start_seq       bigint DEFAULT nextval('@schema@.runs_start_seq')
+) WITH (fillfactor = 80);
+ALTER SEQUENCE @schema@.runs_start_seq OWNED BY @schema@.runs.start_seq;
+
+-- A step of a run, one row per step key, with its latest attempt on the row. Column order
+-- is plait.store.base.StepRow's field order (the store passes step rows as this table's
+-- row type), then the attempt's columns, which the store sends empty and never reads back.
+CREATE TABLE @schema@.steps (
+    run_id           text NOT NULL,
+    key              text NOT NULL,
+    seq              integer NOT NULL,
+    name             text NOT NULL,
+    kind             text NOT NULL,     -- do, child, sleep, suspend, event, value, on_error, node
+    function         text,
+    status           text NOT NULL,
+    input            jsonb,
+    output           jsonb,
+    error            jsonb,
+    attempts         integer NOT NULL DEFAULT 0,
+    failures         integer NOT NULL DEFAULT 0,
+    retries          integer NOT NULL DEFAULT 0,
+    retry_delay      double precision,  -- NULL: exponential
+    timeout          double precision,
+    invocation_id    text NOT NULL,
+    child_run_id     text,
+    branch           text,
+    from_key         text,
+    queued           boolean NOT NULL DEFAULT false,
+    wake_at          timestamptz,
+    created_at       timestamptz NOT NULL,
+    updated_at       timestamptz NOT NULL,
+    -- the order the workflow first saw the step's outcome in (replay hands outcomes back
+    -- in that order); NULL: not seen yet
+    delivered        integer,
+    -- a retried run's fresh retry budget counts the failures after this many
+    retried_failures integer NOT NULL DEFAULT 0,
+    -- the keys of the steps whose outcomes the reaching task had received when it reached
+    -- this one (a JSON list), written with the step's first write; NULL for graph steps
+    reached_after    jsonb,
+    worker           text,
+    attempt_status   text,              -- NULL: no attempt on the row
+    attempt_error    jsonb,
+    attempt_started  timestamptz,
+    attempt_finished timestamptz,
+    PRIMARY KEY (run_id, key)
+) WITH (fillfactor = 80);
+
+-- A step's earlier attempts: one moves here from its step row when the next one starts.
+CREATE TABLE @schema@.attempts (
+    run_id      text NOT NULL,
+    key         text NOT NULL,
+    attempt     integer NOT NULL,
+    status      text NOT NULL,          -- running, succeeded, failed, interrupted, cancelled
+    output      jsonb,
+    error       jsonb,
+    worker      text,
+    started_at  timestamptz NOT NULL,
+    finished_at timestamptz,
+    PRIMARY KEY (run_id, key, attempt)
+);
+
+-- Queued steps waiting for (or held by) a step worker; a row is deleted when its step ends.
+CREATE TABLE @schema@.jobs (
+    run_id       text NOT NULL,
+    step_key     text NOT NULL,
+    function     text NOT NULL,
+    available_at timestamptz NOT NULL,
+    lease_owner  text,
+    lease_until  timestamptz,
+    deliveries   integer NOT NULL DEFAULT 0,
+    created_at   timestamptz NOT NULL,
+    PRIMARY KEY (run_id, step_key)
+) WITH (fillfactor = 80);
+
+-- Durable timers: sleeps, retry back-offs, event timeouts.
+CREATE TABLE @schema@.timers (
+    run_id   text NOT NULL,
+    step_key text NOT NULL,
+    purpose  text NOT NULL,
+    wake_at  timestamptz NOT NULL,
+    PRIMARY KEY (run_id, step_key)
+);
+
+-- Events sent to runs, and decisions on approval gates (name '__approval:<gate>'), with
+-- who sent a decision and what became of it: held (the gate is not reached yet), accepted
+-- or refused (reason: a JSON record). Ordinary events leave those columns empty.
+CREATE TABLE @schema@.events (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id      text NOT NULL,
+    name        text NOT NULL,
+    payload     jsonb,
+    created_at  timestamptz NOT NULL,
+    consumed_by text,
+    decided_by  text,
+    outcome     text,
+    reason      jsonb,
+    judged_at   timestamptz
+);
+
+-- A run's named state (wf.state).
+CREATE TABLE @schema@.state (
+    run_id text NOT NULL,
+    name   text NOT NULL,
+    value  jsonb,
+    PRIMARY KEY (run_id, name)
+);
+
+-- Values a workflow publishes (wf.set_value): the last write of each key wins.
+CREATE TABLE @schema@.run_values (
+    run_id     text NOT NULL,
+    key        text NOT NULL,
+    value      jsonb,
+    updated_at timestamptz NOT NULL,
+    PRIMARY KEY (run_id, key)
+);
+
+-- The versions of each workflow and graph, and who registered each graph version.
+CREATE TABLE @schema@.workflow_versions (
+    workflow      text NOT NULL,
+    version       text NOT NULL,
+    kind          text NOT NULL,        -- 'workflow' or 'graph'
+    definition    jsonb,                -- graphs: the definition; code workflows: NULL
+    status        text NOT NULL DEFAULT 'active',
+    created_at    timestamptz NOT NULL,
+    updated_at    timestamptz NOT NULL,
+    registered_by text,
+    PRIMARY KEY (workflow, version)
+);
+
+-- A graph name belongs to whoever registered it first (NULL: the app's code or trusted
+-- code); only that user may register more versions of it.
+CREATE TABLE @schema@.graph_owners (
+    workflow   text PRIMARY KEY,
+    owner      text,
+    created_at timestamptz NOT NULL
+);
+
+-- The admissions of queues with a rate, for the sliding window; rows older than the window
+-- are deleted by the admissions that follow them.
+CREATE TABLE @schema@.queue_admissions (
+    queue text NOT NULL,
+    at    timestamptz NOT NULL
+);
+
+-- Schedules: declared in the app's code or made at run time.
+CREATE TABLE @schema@.schedules (
+    name        text PRIMARY KEY,
+    workflow    text NOT NULL,
+    definition  jsonb NOT NULL,         -- plait.schedules.ScheduleSpec.definition()
+    status      text NOT NULL DEFAULT 'active',   -- active | paused
+    source      text NOT NULL,          -- app (declared in code) | api (made at run time)
+    owner       text,
+    next_tick   timestamptz,
+    last_tick   timestamptz,
+    last_run_id text,
+    created_at  timestamptz NOT NULL,
+    updated_at  timestamptz NOT NULL
+);
+
+-- == what the store sends ====================================================================
+
+-- A new run (plait.store.base.NewRun).
+CREATE TYPE @schema@.new_run AS (
+    id              text,
+    workflow        text,
+    kind            text,
+    version         text,
+    input           jsonb,
+    owner           text,
+    parent_run_id   text,
+    parent_step_key text,
+    start_node      text,
+    lease_owner     text,
+    lease_seconds   double precision,
+    status          text,
+    queue           text,
+    queue_key       text,
+    priority        integer,
+    dedup           text,
+    not_before      timestamptz,
+    scheduled_at    timestamptz,
+    trace           text
+);
+
+-- How a parent's step ends when its child run ends (plait.store.base.StepEnd).
+CREATE TYPE @schema@.step_end AS (
+    status text,        -- succeeded | failed
+    output jsonb,
+    error  jsonb
+);
+
+-- One write of a pass (plait.store.base.Op); which fields are set depends on kind. An
+-- end_run op carries in parent the end of the parent's step that waits for the run.
+CREATE TYPE @schema@.op AS (
+    kind     text,
+    step     @schema@.steps,
+    attempt  integer,
+    worker   text,
+    status   text,
+    output   jsonb,
+    error    jsonb,
+    key      text,
+    purpose  text,
+    at       timestamptz,
+    function text,
+    event_id bigint,
+    run      @schema@.new_run,
+    name     text,
+    parent   @schema@.step_end
+);
+
+-- == indexes =================================================================================
+
+-- No index holds a run's lease nor a step's status: taking or giving back a lease, and a
+-- step's end, change no indexed column, so they are heap-only updates (fillfactor 80
+-- leaves them the room).
+CREATE INDEX runs_due ON @schema@.runs (wake_at) WHERE wake_at IS NOT NULL;
+-- running runs nothing will wake, for the idle sweep
+CREATE INDEX runs_idle ON @schema@.runs (updated_at) WHERE status = 'running' AND wake_at IS NULL;
+CREATE INDEX runs_list ON @schema@.runs (created_at DESC, id DESC);
+CREATE INDEX runs_workflow ON @schema@.runs (workflow, status, created_at DESC);
+CREATE INDEX runs_status ON @schema@.runs (status, created_at DESC);
+CREATE INDEX runs_owner ON @schema@.runs (owner, created_at DESC) WHERE owner IS NOT NULL;
+CREATE INDEX runs_parent ON @schema@.runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+CREATE INDEX runs_queued ON @schema@.runs (wake_at) WHERE status = 'queued';
+CREATE INDEX runs_queue_active ON @schema@.runs (queue, queue_key)
+    WHERE queue IS NOT NULL AND status IN ('running', 'suspended');
+-- a de-duplication key belongs to one live run at a time; it is free again once that run
+-- has ended (the row leaves this partial index)
+CREATE UNIQUE INDEX runs_dedup ON @schema@.runs (dedup)
+    WHERE dedup IS NOT NULL AND status IN ('queued', 'running', 'suspended');
+-- ended top-level runs oldest first: what a prune walks through, batch by batch
+CREATE INDEX runs_ended ON @schema@.runs (updated_at, id)
+    WHERE status IN ('completed', 'failed', 'cancelled') AND parent_run_id IS NULL;
+-- approval gates across runs (list_approvals) by creation time, without a scan of steps
+CREATE INDEX steps_gates ON @schema@.steps (created_at) WHERE kind = 'approval';
+CREATE INDEX jobs_due ON @schema@.jobs (available_at) WHERE lease_owner IS NULL;
+CREATE INDEX jobs_held ON @schema@.jobs (lease_owner, lease_until) WHERE lease_owner IS NOT NULL;
+CREATE INDEX timers_due ON @schema@.timers (wake_at);
+CREATE INDEX events_open ON @schema@.events (run_id, id) WHERE consumed_by IS NULL;
+-- a run's decisions are read, and a pruned run's events deleted, by run
+CREATE INDEX events_run ON @schema@.events (run_id);
+CREATE INDEX queue_admissions_at ON @schema@.queue_admissions (queue, at);
+CREATE INDEX schedules_due ON @schema@.schedules (next_tick) WHERE status = 'active';

@@ -1,0 +1,245 @@
+-- The current SQLite schema of plait: what the migrations (migrations/) build, in one
+-- readable file. A test builds a database from this file and another through the
+-- migrations, and finds them equal: a migration that changes a table or an index changes
+-- this file too. Times are unix seconds (REAL); JSON is TEXT.
+
+-- == tables ==================================================================================
+
+-- A run of a workflow or a graph. Its row is also the orchestrator's queue: a pass is due
+-- when wake_at <= now, and a worker drives it under a lease.
+CREATE TABLE plait_runs (
+    id              TEXT PRIMARY KEY,
+    workflow        TEXT NOT NULL,
+    kind            TEXT NOT NULL DEFAULT 'workflow',   -- 'workflow' (code) or 'graph'
+    version         TEXT,
+    status          TEXT NOT NULL,
+    input           TEXT,
+    output          TEXT,
+    error           TEXT,
+    parent_run_id   TEXT,
+    parent_step_key TEXT,
+    owner           TEXT,
+    start_node      TEXT,
+    created_at      REAL NOT NULL,
+    updated_at      REAL NOT NULL,
+    wake_at         REAL,                   -- when the next pass is due; NULL: not due
+    wakeups         INTEGER NOT NULL DEFAULT 0,
+    lease_owner     TEXT,
+    lease_until     REAL,
+    -- how often the idle sweep found the run with nothing to wake it (its back-off)
+    idle_sweeps     INTEGER NOT NULL DEFAULT 0,
+    -- a run started through a queue waits 'queued' (wake_at: when it may start) until it
+    -- is admitted
+    queue           TEXT,
+    queue_key       TEXT,
+    priority        INTEGER NOT NULL DEFAULT 0,
+    dedup           TEXT,                   -- its de-duplication key, while it is live
+    scheduled_at    REAL,                   -- the tick a schedule started it for
+    admitted_at     REAL,                   -- when it left its queue
+    forked_from     TEXT,                   -- the run a fork was made from
+    -- the W3C trace context of the code that started it (JSON, the propagator's
+    -- carrier), so every pass and step joins the starter's trace; NULL: not traced
+    trace           TEXT
+);
+
+-- A step of a run, one row per step key, with its latest attempt on the row.
+CREATE TABLE plait_steps (
+    run_id           TEXT NOT NULL,
+    key              TEXT NOT NULL,
+    seq              INTEGER NOT NULL,
+    name             TEXT NOT NULL,
+    kind             TEXT NOT NULL,     -- do, child, sleep, suspend, event, value, on_error, node
+    function         TEXT,
+    status           TEXT NOT NULL,
+    input            TEXT,
+    output           TEXT,
+    error            TEXT,
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    failures         INTEGER NOT NULL DEFAULT 0,
+    retries          INTEGER NOT NULL DEFAULT 0,
+    retry_delay      REAL,              -- NULL: exponential
+    timeout          REAL,
+    invocation_id    TEXT NOT NULL,
+    child_run_id     TEXT,
+    branch           TEXT,
+    from_key         TEXT,
+    queued           INTEGER NOT NULL DEFAULT 0,
+    wake_at          REAL,
+    created_at       REAL NOT NULL,
+    updated_at       REAL NOT NULL,
+    worker           TEXT,
+    attempt_status   TEXT,              -- NULL: no attempt on the row
+    attempt_error    TEXT,
+    attempt_started  REAL,
+    attempt_finished REAL,
+    -- the order the workflow first saw the step's outcome in (replay hands outcomes back
+    -- in that order); NULL: not seen yet
+    delivered        INTEGER,
+    -- a retried run's fresh retry budget counts the failures after this many
+    retried_failures INTEGER NOT NULL DEFAULT 0,
+    -- the keys of the steps whose outcomes the reaching task had received when it reached
+    -- this one (a JSON list), written with the step's first write; NULL for graph steps
+    reached_after    TEXT,
+    PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
+
+-- A step's earlier attempts: one moves here from its step row when the next one starts.
+CREATE TABLE plait_attempts (
+    run_id      TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    attempt     INTEGER NOT NULL,
+    status      TEXT NOT NULL,          -- running, succeeded, failed, interrupted, cancelled
+    output      TEXT,
+    error       TEXT,
+    worker      TEXT,
+    started_at  REAL NOT NULL,
+    finished_at REAL,
+    PRIMARY KEY (run_id, key, attempt)
+) WITHOUT ROWID;
+
+-- Queued steps waiting for (or held by) a step worker; a row is deleted when its step ends.
+CREATE TABLE plait_jobs (
+    run_id       TEXT NOT NULL,
+    step_key     TEXT NOT NULL,
+    function     TEXT NOT NULL,
+    available_at REAL NOT NULL,
+    lease_owner  TEXT,
+    lease_until  REAL,
+    deliveries   INTEGER NOT NULL DEFAULT 0,
+    created_at   REAL NOT NULL,
+    PRIMARY KEY (run_id, step_key)
+);
+
+-- Durable timers: sleeps, retry back-offs, event timeouts.
+CREATE TABLE plait_timers (
+    run_id   TEXT NOT NULL,
+    step_key TEXT NOT NULL,
+    purpose  TEXT NOT NULL,
+    wake_at  REAL NOT NULL,
+    PRIMARY KEY (run_id, step_key)
+) WITHOUT ROWID;
+
+-- Events sent to runs, and decisions on approval gates (name "__approval:<gate>"), with
+-- who sent a decision and what became of it: held (the gate is not reached yet), accepted
+-- or refused (reason: a JSON record). Ordinary events leave those columns empty.
+CREATE TABLE plait_events (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id      TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    payload     TEXT,
+    created_at  REAL NOT NULL,
+    consumed_by TEXT,
+    decided_by  TEXT,
+    outcome     TEXT,
+    reason      TEXT,
+    judged_at   REAL
+);
+
+-- A run's named state (wf.state).
+CREATE TABLE plait_state (
+    run_id TEXT NOT NULL,
+    name   TEXT NOT NULL,
+    value  TEXT,
+    PRIMARY KEY (run_id, name)
+) WITHOUT ROWID;
+
+-- Values a workflow publishes (wf.set_value): the last write of each key wins.
+CREATE TABLE plait_values (
+    run_id     TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    value      TEXT,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
+
+-- The versions of each workflow and graph, and who registered each graph version.
+CREATE TABLE plait_workflow_versions (
+    workflow      TEXT NOT NULL,
+    version       TEXT NOT NULL,
+    kind          TEXT NOT NULL,        -- 'workflow' or 'graph'
+    definition    TEXT,                 -- graphs: the definition; code workflows: NULL
+    status        TEXT NOT NULL DEFAULT 'active',
+    created_at    REAL NOT NULL,
+    updated_at    REAL NOT NULL,
+    registered_by TEXT,
+    PRIMARY KEY (workflow, version)
+) WITHOUT ROWID;
+
+-- A graph name belongs to whoever registered it first (NULL: the app's code or trusted
+-- code); only that user may register more versions of it.
+CREATE TABLE plait_graph_owners (
+    workflow   TEXT PRIMARY KEY,
+    owner      TEXT,
+    created_at REAL NOT NULL
+) WITHOUT ROWID;
+
+-- The admissions of queues with a rate, for the sliding window.
+CREATE TABLE plait_queue_admissions (
+    queue TEXT NOT NULL,
+    at    REAL NOT NULL
+);
+
+-- Schedules: declared in the app's code or made at run time.
+CREATE TABLE plait_schedules (
+    name        TEXT PRIMARY KEY,
+    workflow    TEXT NOT NULL,
+    definition  TEXT NOT NULL,
+    status      TEXT NOT NULL DEFAULT 'active',   -- active | paused
+    source      TEXT NOT NULL,          -- app (declared in code) | api (made at run time)
+    owner       TEXT,
+    next_tick   REAL,
+    last_tick   REAL,
+    last_run_id TEXT,
+    created_at  REAL NOT NULL,
+    updated_at  REAL NOT NULL
+) WITHOUT ROWID;
+
+-- == indexes =================================================================================
+
+CREATE INDEX plait_runs_due ON plait_runs (wake_at) WHERE wake_at IS NOT NULL;
+CREATE INDEX plait_runs_list ON plait_runs (created_at DESC);
+CREATE INDEX plait_runs_workflow ON plait_runs (workflow, status, created_at DESC);
+CREATE INDEX plait_runs_status ON plait_runs (status, created_at DESC);
+CREATE INDEX plait_runs_parent ON plait_runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+CREATE INDEX plait_runs_lease ON plait_runs (lease_owner) WHERE lease_owner IS NOT NULL;
+CREATE INDEX plait_runs_queued ON plait_runs (wake_at) WHERE status = 'queued';
+CREATE INDEX plait_runs_queue_active ON plait_runs (queue, queue_key)
+    WHERE queue IS NOT NULL AND status IN ('running', 'suspended');
+-- a de-duplication key belongs to one live run at a time; it is free again once that run
+-- has ended (the row leaves this partial index)
+CREATE UNIQUE INDEX plait_runs_dedup ON plait_runs (dedup)
+    WHERE dedup IS NOT NULL AND status IN ('queued', 'running', 'suspended');
+-- ended top-level runs oldest first: what a prune walks through, batch by batch
+CREATE INDEX plait_runs_ended ON plait_runs (updated_at, id)
+    WHERE status IN ('completed', 'failed', 'cancelled') AND parent_run_id IS NULL;
+-- running runs nothing will wake, for the idle sweep
+CREATE INDEX plait_runs_idle ON plait_runs (updated_at)
+    WHERE status = 'running' AND wake_at IS NULL AND lease_owner IS NULL;
+-- open and closed approval gates across runs (list_approvals), without a scan of steps
+CREATE INDEX plait_steps_gates ON plait_steps (status, created_at) WHERE kind = 'approval';
+CREATE INDEX plait_jobs_due ON plait_jobs (available_at);
+CREATE INDEX plait_timers_due ON plait_timers (wake_at);
+CREATE INDEX plait_events_open ON plait_events (run_id, name) WHERE consumed_by IS NULL;
+-- a run's decisions are read, and a pruned run's events deleted, by run
+CREATE INDEX plait_events_run ON plait_events (run_id);
+CREATE INDEX plait_queue_admissions_at ON plait_queue_admissions (queue, at);
+CREATE INDEX plait_schedules_due ON plait_schedules (next_tick) WHERE status = 'active';
+
+-- == triggers ================================================================================
+
+-- A decision sent before the run reaches its gate is held, and judged when the gate is
+-- reached. A run that completes or is cancelled first never reaches it, and the pass that
+-- ended it may not even have seen the decision (it arrived while the pass ran). So the
+-- run's end refuses what is still held, whoever ends it. A failed run keeps them: a retry
+-- may still reach the gate.
+CREATE TRIGGER plait_runs_end_refuses_held
+AFTER UPDATE OF status ON plait_runs
+WHEN NEW.status IN ('completed', 'cancelled') AND OLD.status NOT IN ('completed', 'cancelled')
+BEGIN
+    UPDATE plait_events
+    SET outcome = 'refused',
+        reason = json_object('code', 'APPROVAL_RESOLVED',
+                             'message', 'the run ended before it reached the gate'),
+        judged_at = NEW.updated_at
+    WHERE run_id = NEW.id AND outcome = 'held';
+END;
