@@ -20,20 +20,19 @@ import plait
 from conftest import Counter, eventually
 from plait.errors import LeaseLostError
 from plait.records import SETTLED
-from plait.store.base import (
+from plait.store.ops import (
     Batch,
     CancelChildren,
     CreateChildRun,
     EndRun,
     FinishAttempt,
-    NewRun,
     Op,
     PutStep,
     SetState,
     StartAttempt,
     StepEnd,
-    StepRow,
 )
+from plait.store.rows import NewRun, StepRow
 from store.rows import T0, step
 
 asyncpg = pytest.importorskip("asyncpg")

@@ -77,7 +77,7 @@ async def test_a_filtered_listing_searches_the_index_of_its_filters(tmp_path: Pa
     """The dashboard's listing (a workflow and a status, newest first) reads the
     ``(workflow, status, created_at)`` index, not every run: the statement holds only the
     filters given, so the planner sees plain equalities."""
-    from plait.store.base import RunFilter
+    from plait.store.rows import RunFilter
     from plait.store.sqlite.store import SQLiteStore, listing
 
     path = tmp_path / "plans.db"

@@ -56,19 +56,10 @@ from plait.runtime import steps
 from plait.runtime.replay import MAX_AFTER
 from plait.runtime.workflow import Workflow
 from plait.store import convert, make_store, resolve_url
-from plait.store.base import (
-    DecisionRow,
-    NewRun,
-    Op,
-    PassSnapshot,
-    PutStep,
-    RunFilter,
-    ScheduleRow,
-    SetValue,
-    StepRow,
-    Store,
-)
+from plait.store.contract import Store
 from plait.store.convert import ts, ts_or_none
+from plait.store.ops import Op, PutStep, SetValue
+from plait.store.rows import DecisionRow, NewRun, PassSnapshot, RunFilter, ScheduleRow, StepRow
 from plait.worker import Worker, spec_of
 
 log = logging.getLogger("plait.engine")

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from plait.store import queries
-from plait.store.base import Batch, EndRun, StepEnd
 from plait.store.migrations import migrations
+from plait.store.ops import Batch, EndRun, StepEnd
 
 asyncpg = pytest.importorskip("asyncpg")
 postgres = pytest.importorskip("plait.store.postgres")

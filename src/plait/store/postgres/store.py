@@ -46,44 +46,28 @@ from plait.errors import (
 from plait.notify import Notifier
 from plait.records import Run, RunSummary, Step, StepAttempt
 from plait.store import convert, queries
-from plait.store.base import (
+from plait.store.contract import LeaseKeeper
+from plait.store.migrations import migrations
+from plait.store.ops import (
     Batch,
     CancelChildren,
     ClearTimer,
     ConsumeEvent,
     CreateChildRun,
-    DecisionRow,
     EndRun,
     EnqueueJob,
-    EventRow,
     FinishAttempt,
-    GateRow,
     GuardStep,
-    Lease,
-    LeaseKeeper,
-    NewRun,
     Op,
-    PassSnapshot,
-    Pending,
-    PruneBatch,
     PutStep,
-    QueueDepth,
-    QueueLimits,
-    RunFilter,
-    RunRow,
-    ScheduleRow,
     SetState,
     SetTimer,
     SetValue,
     StartAttempt,
     StepEnd,
-    StepJob,
-    StepRow,
     TakeDecision,
-    Version,
     ended_elsewhere,
 )
-from plait.store.migrations import migrations
 from plait.store.postgres.group import GroupCommit, Together, steps_only
 from plait.store.postgres.listen import Listener
 from plait.store.postgres.pool import (
@@ -93,6 +77,24 @@ from plait.store.postgres.pool import (
     is_connection_error,
     set_codecs,
     split_url,
+)
+from plait.store.rows import (
+    DecisionRow,
+    EventRow,
+    GateRow,
+    Lease,
+    NewRun,
+    PassSnapshot,
+    Pending,
+    PruneBatch,
+    QueueDepth,
+    QueueLimits,
+    RunFilter,
+    RunRow,
+    ScheduleRow,
+    StepJob,
+    StepRow,
+    Version,
 )
 
 log = logging.getLogger("plait.store.postgres")
@@ -691,7 +693,7 @@ class PostgresStore:
         ends as a crashed pass and the run is replayed from what was really committed.
         """
         ops = batch.ops
-        if not ops and batch.release is None:
+        if not ops and batch.release_wakeups_seen is None:
             return False
         if batch.fence is None:
             # an action from outside a pass takes no lease and locks nothing first: it
@@ -721,7 +723,7 @@ class PostgresStore:
                 # cancel meanwhile instead of cutting the write short
                 with task.hold_cancel() as held:
                     try:
-                        due = await self._group.now(run_id, fence, ops, batch.release)
+                        due = await self._group.now(run_id, fence, ops, batch.release_wakeups_seen)
                     except Exception as exc:
                         failure = self._fenced_failure(run_id, fence, exc)
                     except BaseException:  # the process is stopping: the outcome is unknown
@@ -729,7 +731,7 @@ class PostgresStore:
                         raise
                 cancelled = held.requested
             else:
-                done = self._group.submit(run_id, fence, ops, batch.release)
+                done = self._group.submit(run_id, fence, ops, batch.release_wakeups_seen)
                 cancelled = False
                 try:
                     await done
@@ -771,12 +773,12 @@ class PostgresStore:
         run_id: str,
         fence: str | None,
         ops: list[Op],
-        release: int | None,
+        release_wakeups_seen: int | None,
         call: Callable[..., Awaitable[Any]] | None = None,
     ) -> bool:
         """One batch in its own transaction (a group of one, or a group's fallback)."""
         call = call or self._call
-        if release is None:
+        if release_wakeups_seen is None:
             rows = None if fence is None else _first_attempt_rows(run_id, ops, self._now())
             if rows is not None:
                 # the path of every sequential step: fenced and written, no loop over ops
@@ -807,16 +809,18 @@ class PostgresStore:
                 fence,
                 values,
                 self._now(),
-                release,
+                release_wakeups_seen,
             )
         )
 
     async def _commit_held(
-        self, run_id: str, fence: str | None, ops: list[Op], release: int | None
+        self, run_id: str, fence: str | None, ops: list[Op], release_wakeups_seen: int | None
     ) -> bool:
         """``_commit_alone`` on the group commit's own connection (it has one send in
         flight at a time)."""
-        return await self._commit_alone(run_id, fence, ops, release, self._pool.call_held)
+        return await self._commit_alone(
+            run_id, fence, ops, release_wakeups_seen, self._pool.call_held
+        )
 
     async def release_run(self, run_id: str, owner: str, wakeups_seen: int) -> bool:
         async with self._in_order(run_id):

@@ -21,16 +21,15 @@ from plait.errors import LeaseLostError, RunIdTakenError
 from plait.notify import Notifier
 from plait.records import TERMINAL, Run, RunSummary, Step, StepAttempt
 from plait.store import convert, redact
-from plait.store.base import (
-    Batch,
+from plait.store.contract import LeaseKeeper
+from plait.store.migrations import migrations
+from plait.store.ops import Batch, EndRun, Op, StepEnd, ended_elsewhere
+from plait.store.rows import (
     DecisionRow,
-    EndRun,
     EventRow,
     GateRow,
     Lease,
-    LeaseKeeper,
     NewRun,
-    Op,
     PassSnapshot,
     Pending,
     PruneBatch,
@@ -38,12 +37,9 @@ from plait.store.base import (
     QueueLimits,
     RunFilter,
     ScheduleRow,
-    StepEnd,
     StepJob,
     Version,
-    ended_elsewhere,
 )
-from plait.store.migrations import migrations
 from plait.store.sqlite import apply
 from plait.store.sqlite.writer import SQL, Connections, while_locked
 
@@ -335,9 +331,9 @@ class SQLiteStore:
                     ops, ended = apply.records_only(batch.ops), True
             now = self._now()
             apply.apply_ops(conn, batch.run_id, ops, now)
-            if batch.release is None or batch.fence is None:
+            if batch.release_wakeups_seen is None or batch.fence is None:
                 return None if ended else False
-            return apply.release(conn, batch.run_id, batch.fence, batch.release, now)
+            return apply.release(conn, batch.run_id, batch.fence, batch.release_wakeups_seen, now)
 
         due = await self._write(go)
         if due is None:
