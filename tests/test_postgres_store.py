@@ -38,7 +38,7 @@ from store.rows import T0, step
 asyncpg = pytest.importorskip("asyncpg")
 postgres = pytest.importorskip("plait.store.postgres")
 PostgresStore = postgres.PostgresStore
-_op_value = pytest.importorskip("plait.store.postgres.store")._op_value
+_op_value = pytest.importorskip("plait.store.postgres.commit").op_value
 DatabaseUnavailableError = postgres.DatabaseUnavailableError
 
 _names = itertools.count()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import plait
-from plait.store.sqlite.store import SQL
+from plait.store.sqlite.writer import SQL
 
 RUNS = 20_000
 app = plait.App("plans")
@@ -78,7 +78,8 @@ async def test_a_filtered_listing_searches_the_index_of_its_filters(tmp_path: Pa
     ``(workflow, status, created_at)`` index, not every run: the statement holds only the
     filters given, so the planner sees plain equalities."""
     from plait.store.rows import RunFilter
-    from plait.store.sqlite.store import SQLiteStore, listing
+    from plait.store.sqlite.runs import listing
+    from plait.store.sqlite.store import SQLiteStore
 
     path = tmp_path / "plans.db"
     await _schema(path)
