@@ -1,5 +1,5 @@
 """Leases on PostgreSQL: claiming runs, renewing and expiring leases (also from a thread
-of their own, ``LeaseKeeper``), re-driving idle runs, and what falls due next.
+of their own, ``ThreadLeaseKeeper``), re-driving idle runs, and what falls due next.
 """
 
 from __future__ import annotations
