@@ -13,7 +13,7 @@ import pytest
 import plait
 from conftest import Counter, eventually
 from plait.errors import GateClosedError
-from plait.store.base import Batch, GuardStep
+from plait.store.ops import Batch, GuardStep
 
 counter = Counter()
 app = plait.App("approval-tests")

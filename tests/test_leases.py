@@ -12,7 +12,7 @@ import plait
 from conftest import Counter, eventually
 from plait.runtime.ledger import Ledger
 from plait.runtime.steps import MAX_INTERRUPTIONS
-from plait.store.base import Batch, StartAttempt
+from plait.store.ops import Batch, StartAttempt
 
 
 def _slow_app(counter: Counter, log: list[tuple[str, float, float]], seconds: float) -> plait.App:

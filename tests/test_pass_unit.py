@@ -17,18 +17,16 @@ from plait.retry import RetryPolicy
 from plait.runtime import steps
 from plait.runtime.attempt import Outcome
 from plait.runtime.orchestrator import execute_pass
-from plait.store.base import (
+from plait.store.ops import (
     Batch,
     ClearTimer,
     EndRun,
     FinishAttempt,
-    PassSnapshot,
     PutStep,
-    RunRow,
     SetTimer,
     StartAttempt,
-    StepRow,
 )
+from plait.store.rows import PassSnapshot, RunRow, StepRow
 
 
 class ListHost:
@@ -149,9 +147,9 @@ async def test_a_first_pass_commits_the_attempt_before_the_body_and_pauses_on_th
     first, last = host.batches
     # the attempt's start is committed on its own, before the body ran
     assert [type(op) for op in first.ops] == [StartAttempt]
-    assert first.fence == "me" and first.release is None
+    assert first.fence == "me" and first.release_wakeups_seen is None
     # the result, the sleep and the release of the lease share the last commit
-    assert last.release == 3
+    assert last.release_wakeups_seen == 3
     finish, put, timer = last.ops
     assert isinstance(finish, FinishAttempt) and finish.status == "succeeded"
     assert finish.output == "3"

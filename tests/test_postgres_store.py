@@ -20,26 +20,25 @@ import plait
 from conftest import Counter, eventually
 from plait.errors import LeaseLostError
 from plait.records import SETTLED
-from plait.store.base import (
+from plait.store.ops import (
     Batch,
     CancelChildren,
     CreateChildRun,
     EndRun,
     FinishAttempt,
-    NewRun,
     Op,
     PutStep,
     SetState,
     StartAttempt,
     StepEnd,
-    StepRow,
 )
+from plait.store.rows import NewRun, StepRow
 from store.rows import T0, step
 
 asyncpg = pytest.importorskip("asyncpg")
 postgres = pytest.importorskip("plait.store.postgres")
 PostgresStore = postgres.PostgresStore
-_op_value = pytest.importorskip("plait.store.postgres.store")._op_value
+_op_value = pytest.importorskip("plait.store.postgres.commit").op_value
 DatabaseUnavailableError = postgres.DatabaseUnavailableError
 
 _names = itertools.count()

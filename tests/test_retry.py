@@ -20,7 +20,8 @@ from conftest import Counter
 from plait import serde
 from plait.errors import EventTimeout, StepError
 from plait.runtime import steps
-from plait.store.base import PutStep, SetTimer, StepRow
+from plait.store.ops import PutStep, SetTimer
+from plait.store.rows import StepRow
 from store.rows import step
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import plait
-from plait.store.sqlite.store import SQL
+from plait.store.sqlite.writer import SQL
 
 RUNS = 20_000
 app = plait.App("plans")
@@ -77,8 +77,9 @@ async def test_a_filtered_listing_searches_the_index_of_its_filters(tmp_path: Pa
     """The dashboard's listing (a workflow and a status, newest first) reads the
     ``(workflow, status, created_at)`` index, not every run: the statement holds only the
     filters given, so the planner sees plain equalities."""
-    from plait.store.base import RunFilter
-    from plait.store.sqlite.store import SQLiteStore, listing
+    from plait.store.rows import RunFilter
+    from plait.store.sqlite.runs import listing
+    from plait.store.sqlite.store import SQLiteStore
 
     path = tmp_path / "plans.db"
     await _schema(path)

@@ -335,7 +335,7 @@ def test_a_jump_lands_on_the_stored_wake_up_on_both_stores() -> None:
     store, comparing the clock with what it holds, finds the timer due."""
     pytest.importorskip("asyncpg")
     from plait.clock import VirtualClock
-    from plait.store.postgres.pool import decode_timestamp, encode_timestamp
+    from plait.store.postgres.codec import decode_timestamp, encode_timestamp
 
     start = datetime(2030, 1, 1, tzinfo=UTC).timestamp()
     sqlite, postgres = VirtualClock(start), VirtualClock(start)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from plait import errors, serde
 from plait.app import App, WorkflowDef
-from plait.store.base import Store
+from plait.store.contract import Store
 
 if TYPE_CHECKING:
     from plait.graph import Graph

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from plait.store.base import LeaseKeeper, Store
+from plait.store.contract import LeaseKeeper, Store
 
 log = logging.getLogger("plait.worker")
 

@@ -25,7 +25,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
 from plait.errors import extra_needed
-from plait.store.base import Store
+from plait.store.contract import Store
 
 with extra_needed("metrics", "Prometheus metrics"):
     from prometheus_client import CollectorRegistry, Counter, Gauge

@@ -21,7 +21,7 @@ import time
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
-from plait.store.base import RunRow, StepRow
+from plait.store.rows import RunRow, StepRow
 
 if TYPE_CHECKING:
     from plait.metrics import Metrics

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Literal
 
-from plait.store.base import Store
+from plait.store.contract import Store
 
 #: what a prune deletes unless told otherwise
 EndedStatus = Literal["completed", "cancelled", "failed"]

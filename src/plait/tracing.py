@@ -24,7 +24,7 @@ from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
 from plait.errors import extra_needed
-from plait.store.base import RunRow, StepRow
+from plait.store.rows import RunRow, StepRow
 
 with extra_needed("otel", "tracing (OpenTelemetry spans)"):
     from opentelemetry import context, propagate, trace

@@ -35,16 +35,9 @@ from plait.runtime import steps
 from plait.runtime.orchestrator import execute_pass
 from plait.runtime.queued import run_queued
 from plait.runtime.signals import PassAborted
-from plait.store.base import (
-    Batch,
-    NewRun,
-    Op,
-    QueueLimits,
-    ScheduleRow,
-    StepJob,
-    StepRow,
-    Store,
-)
+from plait.store.contract import Store
+from plait.store.ops import Batch, Op
+from plait.store.rows import NewRun, QueueLimits, ScheduleRow, StepJob, StepRow
 
 log = logging.getLogger("plait.worker")
 _HOST = socket.gethostname()

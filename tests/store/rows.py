@@ -7,7 +7,8 @@ import json
 from typing import Any
 
 from plait.store import Store
-from plait.store.base import Batch, NewRun, Op, StepRow
+from plait.store.ops import Batch, Op
+from plait.store.rows import NewRun, StepRow
 
 #: a fixed instant for the times a test writes itself: whole seconds survive every store's
 #: time encoding exactly

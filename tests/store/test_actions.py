@@ -12,19 +12,19 @@ import pytest
 
 from plait.errors import RunEndedElsewhereError, RunNotFoundError, RunStateError
 from plait.store import Store
-from plait.store.base import (
+from plait.store.ops import (
     Batch,
     CreateChildRun,
     EndRun,
     EnqueueJob,
     FinishAttempt,
-    NewRun,
     Op,
     PutStep,
     SetTimer,
     StartAttempt,
     StepEnd,
 )
+from plait.store.rows import NewRun
 
 from .rows import T0, error, idle, new_run, step, wake_at, wakeups, write
 
@@ -390,7 +390,7 @@ async def test_a_pass_that_commits_after_its_run_was_cancelled_starts_nothing(
         SetTimer("t", "sleep", time.time() + 100),
         EnqueueJob("q", "fn", T0),
     ]
-    await store.commit(Batch("r1", ops, fence="w1", release=0))
+    await store.commit(Batch("r1", ops, fence="w1", release_wakeups_seen=0))
     assert await store.get_children("r1") == []
     assert await store.get_run("kid") is None
     assert await store.next_due() is None and await store.next_due(["fn"]) is None
@@ -445,7 +445,7 @@ async def test_a_pass_that_commits_after_its_run_was_cancelled_starts_no_attempt
     if path == "any ops":
         assert await store.next_due() is None  # nor its timer
     # the pass's last batch (its unwinding) still lands, and gives the run back
-    await store.commit(Batch("r1", [PutStep(ran)], fence="w1", release=0))
+    await store.commit(Batch("r1", [PutStep(ran)], fence="w1", release_wakeups_seen=0))
     snapshot = await store.load_pass("r1")
     assert snapshot is not None and snapshot.run.status == "cancelled"
     assert snapshot.run.lease_owner is None

@@ -6,15 +6,8 @@ from __future__ import annotations
 import json
 
 from plait.store import Store
-from plait.store.base import (
-    CancelChildren,
-    CreateChildRun,
-    EndRun,
-    NewRun,
-    PutStep,
-    StartAttempt,
-    StepEnd,
-)
+from plait.store.ops import CancelChildren, CreateChildRun, EndRun, PutStep, StartAttempt, StepEnd
+from plait.store.rows import NewRun
 
 from .rows import error, idle, new_run, step, wake_at, wakeups, write
 

@@ -18,12 +18,11 @@ from conftest import eventually
 from plait.cancel_guard import guarded_task
 from plait.errors import LeaseLostError
 from plait.store import Store
-from plait.store.base import (
+from plait.store.ops import (
     Batch,
     ConsumeEvent,
     EndRun,
     FinishAttempt,
-    NewRun,
     Op,
     PutStep,
     SetState,
@@ -31,6 +30,7 @@ from plait.store.base import (
     StartAttempt,
     StepEnd,
 )
+from plait.store.rows import NewRun
 
 from .rows import error, new_run, step, wakeups, write
 
@@ -152,7 +152,9 @@ async def test_releases_committed_together_each_say_whether_their_run_is_due(
     far = 2_000_000_000.0
     outcomes = await asyncio.gather(
         *(
-            store.commit(Batch(r, [SetTimer("nap", "sleep", far)], fence="w1", release=seen[r]))
+            store.commit(
+                Batch(r, [SetTimer("nap", "sleep", far)], fence="w1", release_wakeups_seen=seen[r])
+            )
             for r in ids
         )
     )
@@ -369,7 +371,7 @@ async def test_pass_ends_committed_together_end_as_each_would_alone(store: Store
         return [_finish(run_id, "a", f'"{run_id}"'), end]
 
     outcomes = await asyncio.gather(
-        *(store.commit(Batch(r, last(r), fence="w1", release=0)) for r in ids)
+        *(store.commit(Batch(r, last(r), fence="w1", release_wakeups_seen=0)) for r in ids)
     )
     assert outcomes == [False] * len(ids)
     for run_id in ids:

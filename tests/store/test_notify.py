@@ -9,7 +9,7 @@ import pytest
 
 from plait.notify import Notifier
 from plait.store import Store, make_store
-from plait.store.base import EndRun, EnqueueJob
+from plait.store.ops import EndRun, EnqueueJob
 
 from .rows import T0, new_run, write
 

@@ -10,18 +10,17 @@ import pytest
 
 from plait.errors import GateClosedError, RunIdTakenError, RunNotFoundError, RunStateError
 from plait.store import Store
-from plait.store.base import (
+from plait.store.ops import (
     CreateChildRun,
-    DecisionRow,
     EndRun,
     FinishAttempt,
     GuardStep,
-    NewRun,
     PutStep,
     SetValue,
     StartAttempt,
     TakeDecision,
 )
+from plait.store.rows import DecisionRow, NewRun
 
 from .rows import new_run, step, wakeups, write
 

@@ -11,7 +11,7 @@ import pytest
 
 from plait.errors import LeaseLostError
 from plait.store import Store
-from plait.store.base import (
+from plait.store.ops import (
     Batch,
     ClearTimer,
     ConsumeEvent,
@@ -19,13 +19,12 @@ from plait.store.base import (
     EndRun,
     EnqueueJob,
     FinishAttempt,
-    Lease,
-    NewRun,
     PutStep,
     SetState,
     SetTimer,
     StartAttempt,
 )
+from plait.store.rows import Lease, NewRun
 
 from .rows import T0, error, idle, new_run, plain, step, wake_at, wakeups, write
 
@@ -449,7 +448,7 @@ async def test_a_fenced_batch_without_the_lease_fails_and_writes_nothing(store: 
                 "r1",
                 [PutStep(step("r1", "a")), SetState("a", "1"), EndRun("completed")],
                 fence="w1",
-                release=0,
+                release_wakeups_seen=0,
             )
         )
     snapshot = await store.load_pass("r1")
@@ -497,7 +496,9 @@ async def test_step_writes_without_the_lease_fail_and_write_nothing(store: Store
 async def test_a_last_batch_releases_the_lease_in_the_same_commit(store: Store) -> None:
     await new_run(store, "r1", lease_owner="w1", lease_seconds=60.0)
     seen = await wakeups(store, "r1")
-    due = await store.commit(Batch("r1", [SetState("a", "1")], fence="w1", release=seen))
+    due = await store.commit(
+        Batch("r1", [SetState("a", "1")], fence="w1", release_wakeups_seen=seen)
+    )
     assert due is False
     snapshot = await store.load_pass("r1")
     assert snapshot is not None and snapshot.state == {"a": "1"}
@@ -507,7 +508,7 @@ async def test_a_last_batch_releases_the_lease_in_the_same_commit(store: Store) 
 
 async def test_a_last_batch_released_with_minus_one_is_due_again(store: Store) -> None:
     await new_run(store, "r1", lease_owner="w1", lease_seconds=60.0)
-    assert await store.commit(Batch("r1", [], fence="w1", release=-1)) is True
+    assert await store.commit(Batch("r1", [], fence="w1", release_wakeups_seen=-1)) is True
     assert await store.claim_due_runs("w2", 60.0, 10) == ["r1"]
 
 

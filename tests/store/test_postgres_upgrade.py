@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from plait.store import queries
-from plait.store.base import Batch, EndRun, StepEnd
 from plait.store.migrations import functions, migrations
+from plait.store.ops import Batch, EndRun, StepEnd
 
 asyncpg = pytest.importorskip("asyncpg")
 postgres = pytest.importorskip("plait.store.postgres")

@@ -5,16 +5,8 @@ from __future__ import annotations
 import time
 
 from plait.store import Store
-from plait.store.base import (
-    EndRun,
-    EnqueueJob,
-    FinishAttempt,
-    Op,
-    PutStep,
-    StartAttempt,
-    StepJob,
-    StepRow,
-)
+from plait.store.ops import EndRun, EnqueueJob, FinishAttempt, Op, PutStep, StartAttempt
+from plait.store.rows import StepJob, StepRow
 
 from .rows import T0, error, idle, new_run, plain, step, wakeups, write
 

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from plait.store import Store
-from plait.store.base import EndRun, NewRun, QueueLimits, ScheduleRow, StepJob
+from plait.store.ops import EndRun
+from plait.store.rows import NewRun, QueueLimits, ScheduleRow, StepJob
 
 from .rows import write
 
@@ -109,7 +110,7 @@ async def test_dedup_returns_the_live_run_and_frees_when_it_ends(store: Store) -
 
 async def test_a_queued_run_can_be_cancelled(store: Store) -> None:
     await store.create_run(queued("r1", queue="q"))
-    from plait.store.base import StepEnd
+    from plait.store.ops import StepEnd
 
     moved = await store.cancel_run("r1", '{"message": "no"}', StepEnd("failed"))
     assert moved == ["r1"]
@@ -119,7 +120,7 @@ async def test_a_queued_run_can_be_cancelled(store: Store) -> None:
 
 
 async def test_limited_step_jobs_hold_a_slot_while_leased(store: Store) -> None:
-    from plait.store.base import EnqueueJob, PutStep
+    from plait.store.ops import EnqueueJob, PutStep
 
     from .rows import step
 

@@ -7,15 +7,8 @@ import time
 
 from plait.clock import VirtualClock
 from plait.store import Store
-from plait.store.base import (
-    CreateChildRun,
-    EndRun,
-    FinishAttempt,
-    NewRun,
-    PutStep,
-    RunFilter,
-    StartAttempt,
-)
+from plait.store.ops import CreateChildRun, EndRun, FinishAttempt, PutStep, StartAttempt
+from plait.store.rows import NewRun, RunFilter
 
 from .rows import new_run, step, write
 

@@ -19,10 +19,8 @@ from plait.ids import check_name
 from plait.records import Run
 from plait.runtime import steps
 from plait.runtime.replay import MAX_AFTER
-from plait.store.base import (
-    Op,
-    PassSnapshot,
-)
+from plait.store.ops import Op
+from plait.store.rows import PassSnapshot
 
 #: reads of a run that ``resume`` and ``retry`` make before giving up on one that
 #: keeps changing under them

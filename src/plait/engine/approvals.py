@@ -23,11 +23,8 @@ from plait.records import (
     ApprovalStatus,
 )
 from plait.runtime import steps
-from plait.store.base import (
-    DecisionRow,
-    StepRow,
-)
 from plait.store.convert import ts, ts_or_none
+from plait.store.rows import DecisionRow, StepRow
 
 
 class ApprovalsMixin(EngineBase):

@@ -20,7 +20,7 @@ from plait.errors import RunNotFoundError
 from plait.notify import Notifier
 from plait.observe import Telemetry
 from plait.records import Run
-from plait.store.base import Store
+from plait.store.contract import Store
 from plait.worker import Worker
 
 #: a duration: seconds, a string such as ``"30s"``, or a ``timedelta``

@@ -49,10 +49,8 @@ from plait.records import (
 )
 from plait.runtime.workflow import Workflow
 from plait.store import make_store, resolve_url
-from plait.store.base import (
-    NewRun,
-    Store,
-)
+from plait.store.contract import Store
+from plait.store.rows import NewRun
 from plait.worker import Worker
 
 log = logging.getLogger("plait.engine")

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from plait.records import RunStatus
-from plait.store.base import RunFilter
+from plait.store.rows import RunFilter
 
 _RUN_STATUSES = tuple(RunStatus)
 #: the largest ``offset`` and ``limit`` a store is asked for (both stores count in 64 bits)

@@ -12,13 +12,8 @@ from plait.errors import (
     RunStateError,
 )
 from plait.ids import check_run_id, new_run_id
-from plait.store.base import (
-    NewRun,
-    Op,
-    PutStep,
-    SetValue,
-    StepRow,
-)
+from plait.store.ops import Op, PutStep, SetValue
+from plait.store.rows import NewRun, StepRow
 
 
 class ForkMixin(EngineBase):

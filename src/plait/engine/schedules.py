@@ -18,7 +18,7 @@ from plait.errors import (
 from plait.ids import check_name
 from plait.records import Schedule
 from plait.store import convert
-from plait.store.base import ScheduleRow
+from plait.store.rows import ScheduleRow
 from plait.worker import spec_of
 
 #: the milliseconds a schedule trigger tries, from now on, for a run id not yet taken

@@ -24,7 +24,8 @@ from plait.runtime.attempt import NOT_DECODED, Outcome, finished_on_stop, result
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger
 from plait.runtime.signals import SuspendSignal
-from plait.store.base import CreateChildRun, NewRun, StepRow
+from plait.store.ops import CreateChildRun
+from plait.store.rows import NewRun, StepRow
 
 
 class AttemptHook(Protocol):

@@ -62,7 +62,8 @@ from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.signals import PauseSignal, SuspendSignal
 from plait.runtime.steps import GRAPH_STEP_KINDS, ITEM_KIND, NODE_KIND
-from plait.store.base import EndRun, Op, PassSnapshot, SetState, StepRow
+from plait.store.ops import EndRun, Op, SetState
+from plait.store.rows import PassSnapshot, StepRow
 
 __all__ = [
     "GraphReplay",

@@ -16,7 +16,7 @@ from plait.catalog import Catalog
 from plait.clock import Clock
 from plait.observe import Telemetry
 from plait.serde import Limits
-from plait.store.base import Batch
+from plait.store.ops import Batch
 
 
 class Host(Protocol):

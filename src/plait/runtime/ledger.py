@@ -22,7 +22,8 @@ from plait.retry import RetryPolicy
 from plait.runtime import steps
 from plait.runtime.host import Host
 from plait.runtime.signals import PassAborted, PauseSignal, SuspendSignal
-from plait.store.base import Batch, EndRun, Op, PassSnapshot, PutStep, StepRow
+from plait.store.ops import Batch, EndRun, Op, PutStep
+from plait.store.rows import PassSnapshot, StepRow
 
 
 @dataclasses.dataclass
@@ -148,7 +149,7 @@ class Ledger:
         seen = -1 if self.host.stopping or self.due_again else self.run.wakeups
         ops, self.ops = self.ops, []
         try:
-            batch = Batch(self.run.id, ops, fence=self.owner, release=seen)
+            batch = Batch(self.run.id, ops, fence=self.owner, release_wakeups_seen=seen)
             again = await self.host.commit(batch)
         except Exception as exc:
             raise PassAborted(exc) from exc

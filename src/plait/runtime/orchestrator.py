@@ -7,7 +7,8 @@ from plait.runtime import steps
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.replay import CodeReplay
-from plait.store.base import EndRun, PassSnapshot
+from plait.store.ops import EndRun
+from plait.store.rows import PassSnapshot
 
 
 async def execute_pass(host: Host, snapshot: PassSnapshot, owner: str) -> PassResult:

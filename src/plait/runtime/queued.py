@@ -20,7 +20,8 @@ from plait.observe import NO_REPORT
 from plait.runtime import steps
 from plait.runtime.attempt import finished_on_stop, run_attempt
 from plait.runtime.host import Host
-from plait.store.base import Batch, Op, StepRow
+from plait.store.ops import Batch, Op
+from plait.store.rows import StepRow
 
 
 async def run_queued(

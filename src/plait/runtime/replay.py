@@ -39,7 +39,8 @@ from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.signals import PassAborted, PauseSignal, SuspendSignal, Unwind
 from plait.runtime.workflow import CURRENT_REPLAY, StepCall, Workflow
 from plait.runtime.workflow_loop import WorkflowLoop, current_task
-from plait.store.base import EndRun, EventRow, PassSnapshot, StepRow, TakeDecision
+from plait.store.ops import EndRun, TakeDecision
+from plait.store.rows import EventRow, PassSnapshot, StepRow
 
 #: the most steps a step records it was reached after (the last ones of a wider gather)
 MAX_AFTER = 32

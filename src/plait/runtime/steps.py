@@ -21,7 +21,7 @@ from typing import Any, cast
 from plait import errors, ids, serde
 from plait.retry import RetryPolicy
 from plait.runtime.attempt import Outcome
-from plait.store.base import (
+from plait.store.ops import (
     CancelChildren,
     ClearTimer,
     ConsumeEvent,
@@ -34,8 +34,8 @@ from plait.store.base import (
     SetValue,
     StartAttempt,
     StepEnd,
-    StepRow,
 )
+from plait.store.rows import StepRow
 
 #: attempts of one step cut short by a dying worker before the step is failed: a body
 #: that kills its worker every time must not take every worker down forever

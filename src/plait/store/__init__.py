@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from plait.store.base import Store
+from plait.store.contract import Store
 
 DEFAULT_URL = "sqlite:///plait.db"
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from plait import serde
 from plait.records import Run, RunStatus, RunSummary, Schedule, Step, StepAttempt, StepStatus
-from plait.store.base import RunRow, ScheduleRow, StepRow, Version
+from plait.store.rows import RunRow, ScheduleRow, StepRow, Version
 
 
 def ts(value: Any) -> datetime:

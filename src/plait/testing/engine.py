@@ -32,7 +32,7 @@ from plait.clock import VirtualClock, micros
 from plait.durations import format_duration, parse_duration
 from plait.engine import Engine
 from plait.records import SETTLED, Run
-from plait.store.base import Pending
+from plait.store.rows import Pending
 
 log = logging.getLogger("plait.testing")
 

@@ -42,7 +42,7 @@ from typing import Any, Generic, TypeVar
 import asyncpg
 
 from plait.errors import LeaseLostError
-from plait.store.base import (
+from plait.store.ops import (
     CancelChildren,
     EndRun,
     FinishAttempt,
@@ -61,7 +61,7 @@ GROUP_LIMIT = 200
 #: batches
 STEP_WRITES = (PutStep, StartAttempt, FinishAttempt)
 
-#: commit one batch on its own: (run_id, fence, ops, release) -> due again at once
+#: commit one batch on its own: (run_id, fence, ops, release_wakeups_seen) -> due again at once
 CommitOne = Callable[[str, "str | None", list[Op], "int | None"], Awaitable[bool]]
 
 
@@ -70,7 +70,7 @@ class _Batch:
     run_id: str
     fence: str
     ops: list[Op]
-    release: int | None
+    release_wakeups_seen: int | None
     done: asyncio.Future[bool]
 
 
@@ -175,7 +175,9 @@ class GroupCommit(_OneInFlight[_Batch]):
         """Nothing is on its way (and so nothing waits): a batch handed in now goes alone."""
         return not self._busy
 
-    async def now(self, run_id: str, fence: str, ops: list[Op], release: int | None) -> bool:
+    async def now(
+        self, run_id: str, fence: str, ops: list[Op], release_wakeups_seen: int | None
+    ) -> bool:
         """Commit one batch alone from the caller's own task, when ``idle``: no task of
         its own, no future and no turn of the event loop on either side of the round
         trip, which a sequential run pays on every step. Batches handed in meanwhile wait
@@ -185,7 +187,7 @@ class GroupCommit(_OneInFlight[_Batch]):
         self._busy = True
         self._sending_now = True
         try:
-            return await self._commit_one(run_id, fence, ops, release)
+            return await self._commit_one(run_id, fence, ops, release_wakeups_seen)
         finally:
             self._sending_now = False
             if self._now_done is not None:
@@ -193,13 +195,15 @@ class GroupCommit(_OneInFlight[_Batch]):
                 self._now_done = None
             self._next()
 
-    def submit(self, run_id: str, fence: str, ops: list[Op], release: int | None) -> Outcome[bool]:
+    def submit(
+        self, run_id: str, fence: str, ops: list[Op], release_wakeups_seen: int | None
+    ) -> Outcome[bool]:
         """Hand in one batch to commit with whatever else is waiting. Its outcome is True
         if the released run is due again at once, or what committing it alone would
         raise."""
         loop = asyncio.get_running_loop()
         done: Outcome[bool] = Outcome(loop=loop)
-        self._waiting.append(_Batch(run_id, fence, ops, release, done))
+        self._waiting.append(_Batch(run_id, fence, ops, release_wakeups_seen, done))
         if not self._busy:
             # nothing on its way: a group leaves at the next turn of the event loop, with
             # whatever else was handed in by then
@@ -241,7 +245,9 @@ class GroupCommit(_OneInFlight[_Batch]):
 
     async def _alone(self, batch: _Batch) -> None:
         try:
-            due = await self._commit_one(batch.run_id, batch.fence, batch.ops, batch.release)
+            due = await self._commit_one(
+                batch.run_id, batch.fence, batch.ops, batch.release_wakeups_seen
+            )
         except BaseException as exc:  # the caller's to handle, whatever it is
             _settle(batch.done, exc=exc)
             if not isinstance(exc, Exception):
@@ -261,7 +267,7 @@ class GroupCommit(_OneInFlight[_Batch]):
             fences.append(batch.fence)
             ops.extend(map(self._encode, batch.ops))
             ends.append(len(ops))
-            seen.append(batch.release)
+            seen.append(batch.release_wakeups_seen)
             as_sets.append(written_as_sets(batch.run_id, batch.ops))
         if len(set(runs)) < len(runs):
             # the set-based writes take each run once: a run twice goes op by op

@@ -1,8 +1,8 @@
 """The PostgreSQL connections: the pool, its connection set-up, and what errors mean.
 
 Times cross the store boundary as unix seconds (floats), like the SQLite store, and are
-``timestamptz`` in the database: a codec installed on every connection converts them, so
-SQL stays plain and monitoring queries read real timestamps.
+``timestamptz`` in the database: a codec (``codec.set_codecs``) installed on every
+connection converts them, so SQL stays plain and monitoring queries read real timestamps.
 """
 
 from __future__ import annotations
@@ -13,21 +13,17 @@ import contextlib
 import random
 import urllib.parse
 from collections.abc import AsyncGenerator, Sequence
-from datetime import datetime
 from typing import Any
 
 import asyncpg
 
 from plait.cancel_guard import cut_short, take_back
 from plait.errors import PlaitError
+from plait.store.postgres.codec import set_codecs
 
 #: the plait options a URL's query string may carry (asyncpg would send them to the server)
 URL_OPTIONS = ("schema", "min_size", "max_size")
 _DEADLOCK_RETRIES = 5
-
-# timestamptz travels as microseconds since 2000-01-01 UTC; plait speaks unix seconds
-_PG_EPOCH_US = 946_684_800_000_000
-_PG_INFINITY = 2**63 - 1
 
 
 class DatabaseUnavailableError(PlaitError, ConnectionError):
@@ -36,22 +32,6 @@ class DatabaseUnavailableError(PlaitError, ConnectionError):
     The outcome of a write that fails this way is unknown (it may have committed). Worker
     loops log it and try again; the pool reconnects by itself once the server is back.
     """
-
-
-def encode_timestamp(value: float | datetime) -> tuple[int]:
-    if isinstance(value, datetime):
-        value = value.timestamp()
-    return (round(value * 1_000_000) - _PG_EPOCH_US,)
-
-
-def decode_timestamp(value: tuple[int]) -> float:
-    micros = value[0]
-    if micros >= _PG_INFINITY:
-        return float("inf")
-    if micros <= -_PG_INFINITY:
-        return float("-inf")
-    # one integer addition, then one rounding: the nearest float to the stored microsecond
-    return (micros + _PG_EPOCH_US) / 1_000_000
 
 
 async def _keep_session(_conn: asyncpg.Connection) -> None:
@@ -96,18 +76,6 @@ def is_connection_error(exc: BaseException) -> bool:
     # a connection that closed, or was detached from its pool proxy as it closed
     return isinstance(exc, asyncpg.InterfaceError) and (
         "closed" in str(exc) or "released back to the pool" in str(exc)
-    )
-
-
-async def set_codecs(conn: asyncpg.Connection) -> None:
-    """Timestamps as float seconds, as the rest of plait counts them; for every
-    connection, the pool's and any opened beside it."""
-    await conn.set_type_codec(
-        "timestamptz",
-        schema="pg_catalog",
-        encoder=encode_timestamp,
-        decoder=decode_timestamp,
-        format="tuple",
     )
 
 
@@ -482,9 +450,7 @@ __all__ = [
     "URL_OPTIONS",
     "DatabaseUnavailableError",
     "Pool",
-    "decode_timestamp",
     "describe",
-    "encode_timestamp",
     "is_connection_error",
     "split_url",
 ]

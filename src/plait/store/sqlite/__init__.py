@@ -2,7 +2,9 @@
 
 ``writer`` holds the file's connections (one write connection with group commit, and
 readers), ``apply`` the row changes of a write transaction, ``store`` the ``SQLiteStore``
-methods; every statement is a named query in ``sql/sqlite/queries.sql``.
+with its methods grouped by concern (``commit``, ``runs``, ``leases``, ``jobs``, ``queues``,
+``schedules``, ``actions``, ``versions``); every statement is a named query in
+``sql/sqlite/queries.sql``.
 """
 
 from plait.store.sqlite.store import SCHEMA_VERSION, SQLiteStore

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from plait.errors import GateClosedError, LeaseLostError, RunNotFoundError, RunStateError
 from plait.records import Run
 from plait.store import convert
-from plait.store.base import (
+from plait.store.ops import (
     CancelChildren,
     ClearTimer,
     ConsumeEvent,
@@ -24,7 +24,6 @@ from plait.store.base import (
     EnqueueJob,
     FinishAttempt,
     GuardStep,
-    NewRun,
     Op,
     PutStep,
     SetState,
@@ -32,9 +31,9 @@ from plait.store.base import (
     SetValue,
     StartAttempt,
     StepEnd,
-    StepRow,
     TakeDecision,
 )
+from plait.store.rows import NewRun, StepRow
 from plait.store.sqlite.writer import SQL
 
 _UPSERT_STEP = SQL["upsert_step"]

@@ -53,7 +53,7 @@ CREATE TABLE @schema@.runs (
 ALTER SEQUENCE @schema@.runs_start_seq OWNED BY @schema@.runs.start_seq;
 
 -- A step of a run, one row per step key, with its latest attempt on the row. Column order
--- is plait.store.base.StepRow's field order (the store passes step rows as this table's
+-- is plait.store.rows.StepRow's field order (the store passes step rows as this table's
 -- row type), then the attempt's columns, which the store sends empty and never reads back.
 CREATE TABLE @schema@.steps (
     run_id           text NOT NULL,
@@ -209,7 +209,7 @@ CREATE TABLE @schema@.schedules (
 
 -- == what the store sends ====================================================================
 
--- A new run (plait.store.base.NewRun).
+-- A new run (plait.store.rows.NewRun).
 CREATE TYPE @schema@.new_run AS (
     id              text,
     workflow        text,
@@ -232,14 +232,14 @@ CREATE TYPE @schema@.new_run AS (
     trace           text
 );
 
--- How a parent's step ends when its child run ends (plait.store.base.StepEnd).
+-- How a parent's step ends when its child run ends (plait.store.ops.StepEnd).
 CREATE TYPE @schema@.step_end AS (
     status text,        -- succeeded | failed
     output jsonb,
     error  jsonb
 );
 
--- One write of a pass (plait.store.base.Op); which fields are set depends on kind. An
+-- One write of a pass (plait.store.ops.Op); which fields are set depends on kind. An
 -- end_run op carries in parent the end of the parent's step that waits for the run.
 CREATE TYPE @schema@.op AS (
     kind     text,

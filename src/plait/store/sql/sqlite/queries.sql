@@ -4,7 +4,7 @@
 -- of values is one JSON array parameter, read with json_each, so a statement's text never
 -- depends on how many values it gets.
 --
--- Column order: runs in plait.store.base.RunRow's field order, steps in StepRow's
+-- Column order: runs in plait.store.rows.RunRow's field order, steps in StepRow's
 -- (convert.step_params), attempts in convert.attempt_record's.
 
 -- == connections and transactions ===========================================================
@@ -89,7 +89,7 @@ SELECT id, status FROM plait_runs WHERE id IN (SELECT value FROM json_each(?))
 SELECT status FROM plait_runs WHERE id = ?
 
 -- name: run_filters
--- The condition of each filter of store.base.RunFilter. The listing statements below hold
+-- The condition of each filter of store.rows.RunFilter. The listing statements below hold
 -- only the conditions of the filters given (in place of /*filters*/): SQLite's planner
 -- cannot use an index for a term like (:x IS NULL OR column = :x), and would walk every
 -- run newest first to fill a page.

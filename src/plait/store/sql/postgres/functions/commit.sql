@@ -4,7 +4,7 @@
 -- of them; a batch whose pass lost its lease, or whose run row another transaction holds,
 -- is left out and reported without failing the others.
 
--- Apply the writes of a pass in order (plait.store.base's ops). SQLSTATE PLT01: an event
+-- Apply the writes of a pass in order (plait.store.ops). SQLSTATE PLT01: an event
 -- was consumed by another pass (the whole statement rolls back, like a lost lease); PLT05:
 -- a guard_step's step no longer has the status it names, or another pass took the decision
 -- a take_decision claims. take_decision with purpose 'refuse' turns the accepted decision

@@ -1,0 +1,305 @@
+"""What every store promises: the ``Store`` protocol, what the engine asks of a database
+in the engine's own words, and ``LeaseKeeper``.
+
+The engine never builds SQL. An orchestrator pass collects the writes it needs as small
+operation objects (``store.ops``) and hands them to ``Store.commit`` as one batch; the store
+turns the batch into one transaction (and may group several batches into one commit).
+Every batch from a pass is fenced by the run lease, so a worker that lost its lease cannot
+write over the worker that took the run over. What the store reads comes back as the rows
+of ``store.rows``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from plait.clock import Clock
+from plait.notify import Notifier
+from plait.records import Run, RunSummary, Step, StepAttempt
+from plait.store.ops import Batch, Op, StepEnd
+from plait.store.rows import (
+    DecisionRow,
+    GateRow,
+    Lease,
+    NewRun,
+    PassSnapshot,
+    Pending,
+    PruneBatch,
+    QueueDepth,
+    QueueLimits,
+    RunFilter,
+    ScheduleRow,
+    StepJob,
+    Version,
+)
+
+
+class LeaseKeeper(Protocol):
+    """Renews a worker's leases from a thread of its own, with a connection of its own,
+    while the worker's event loop is blocked (``worker.Worker``). Made and used in one
+    thread."""
+
+    def renew(self, owner: str, lease_seconds: float, holding: Sequence[str]) -> None: ...
+    def close(self) -> None: ...
+
+
+class Store(Protocol):
+    """What every store offers. The contract suite (``tests/store/``) is what this
+    protocol means in practice: a store that passes it is a store."""
+
+    url: str
+
+    @property
+    def clock(self) -> Clock:
+        """Where the store reads the time it writes and compares (``plait.clock``)."""
+        ...
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None: ...
+
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+    async def attach_notifier(self, notifier: Notifier) -> None:
+        """Tell ``notifier`` of changes other processes commit (and, where the store has
+        a channel, send what this process publishes to them)."""
+        ...
+
+    # runs and their records
+    async def create_run(self, new: NewRun) -> tuple[Run, bool]: ...
+    async def get_run(self, run_id: str) -> Run | None: ...
+    async def run_statuses(self, run_ids: Sequence[str]) -> dict[str, str]:
+        """The status of each of ``run_ids`` that exists, in one read: one look for
+        every caller waiting on a run, instead of one each."""
+        ...
+
+    async def list_runs(self, where: RunFilter) -> tuple[list[Run], int]:
+        """The page of runs ``where`` asks for, newest first, and how many match."""
+        ...
+
+    async def list_run_summaries(self, where: RunFilter) -> tuple[list[RunSummary], int]:
+        """As ``list_runs``, without reading any run's input, output or error."""
+        ...
+
+    async def get_steps(self, run_id: str) -> list[Step]: ...
+    async def get_history(self, run_id: str) -> list[StepAttempt]: ...
+    async def get_children(self, run_id: str) -> list[Run]: ...
+
+    # orchestrator passes
+    async def load_pass(self, run_id: str) -> PassSnapshot | None: ...
+    async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool: ...
+    async def claim_due_runs(self, owner: str, lease_seconds: float, limit: int) -> list[str]: ...
+    async def commit(self, batch: Batch) -> bool:
+        """Write the batch in one transaction; with ``release_wakeups_seen``, give the run back and
+        say whether it is due again at once. A fenced batch raises ``LeaseLostError``
+        (nothing written) when its fence no longer holds the run. In a run that ended
+        meanwhile (cancelled elsewhere) it writes the step records only: none of the
+        work it would start (child runs, timers, jobs, attempts), no interruption (a
+        step left to run again), and it raises ``RunEndedElsewhereError`` when it left
+        out an attempt's start and releases nothing."""
+        ...
+
+    async def release_run(self, run_id: str, owner: str, wakeups_seen: int) -> bool: ...
+    async def renew_leases(
+        self,
+        owner: str,
+        lease_seconds: float,
+        holding: Sequence[str],
+        stepping: Sequence[str] = (),
+    ) -> set[str]:
+        """Extend the leases ``owner`` holds on the runs in ``holding`` (those it drives:
+        a worker knows them, and the store need not look leases up) and on its jobs.
+        Returns the runs that ended meanwhile among those it holds and those whose queued
+        steps it is running (``stepping``): their work in this process must stop."""
+        ...
+
+    def lease_keeper(self) -> LeaseKeeper | None:
+        """A keeper for the calling thread, or None where no other process can see the
+        leases (a memory database)."""
+        ...
+
+    async def leases_of(self, worker_id: str, owner: str) -> list[Lease]: ...
+    async def expire_leases(self, leases: Sequence[Lease]) -> int: ...
+    async def sweep_idle(self, base: float = 30.0, cap: float = 600.0, limit: int = 100) -> int: ...
+    async def next_due(self, functions: Sequence[str] | None = None) -> float | None: ...
+    async def job_depths(self) -> dict[str, int]:
+        """Queued steps a worker could claim now, per function: due (not in a retry's
+        back-off), of running runs, held by no live lease (a dead worker's expired one
+        counts: the step waits for a worker again)."""
+        ...
+
+    async def pending(self, functions: Sequence[str]) -> Pending:
+        """Leases held on running runs and their jobs, when the next run or job of
+        ``functions`` falls due, the earliest start of a queued run and the next tick of an
+        active schedule, in one read (a test engine's virtual clock jumps by it)."""
+        ...
+
+    # queued steps
+    async def claim_step_jobs(
+        self, owner: str, lease_seconds: float, limit: int, functions: Sequence[str]
+    ) -> list[StepJob]:
+        """Lease up to ``limit`` due jobs of ``functions`` whose run is running; each
+        comes with its step's row and its run's workflow, read in the same statement."""
+        ...
+
+    async def begin_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:
+        """Write the start of a queued attempt (``ops``) if ``owner`` still holds the job
+        and the run is running. A suspended run's job is released for its resume; the
+        job of a run that ended (or is gone) is deleted. False when nothing was written."""
+        ...
+
+    async def finish_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:
+        """If ``owner`` still holds the job: delete it, write ``ops`` and wake the run."""
+        ...
+
+    async def repair_job(self, job: StepJob, owner: str, function: str) -> None:
+        """Put a job that names the wrong function back on the queue under ``function``
+        (if ``owner`` still holds it)."""
+        ...
+
+    async def drop_job(self, job: StepJob, owner: str) -> None:
+        """Delete a job whose step no longer waits for it, if ``owner`` still holds it (a
+        job enqueued again since is someone else's business)."""
+        ...
+
+    # actions from outside a pass
+    async def wake(self, run_id: str, at: float | None = None) -> None: ...
+    async def cancel_run(self, run_id: str, error: str, parent: StepEnd) -> list[str]:
+        """End a running or suspended run ``cancelled`` with ``error``, and its running or
+        suspended descendants with it; each ended run's waiting parent step ends as
+        ``parent`` says. Returns every run that moved. ``RunNotFoundError`` /
+        ``RunStateError`` when the run is missing or not running or suspended."""
+        ...
+
+    async def reopen_run(
+        self, run_id: str, from_status: str, wakeups_seen: int, ops: Sequence[Op]
+    ) -> Run | None:
+        """A suspended or failed run goes on (``resume``, ``retry``): write ``ops`` (the
+        steps the caller reopened) and make the run ``running`` and due now, if it is
+        still ``from_status`` with ``wakeups_seen`` wake-ups. None when it changed since
+        the caller read it; ``RunNotFoundError`` / ``RunStateError`` as for cancel."""
+        ...
+
+    async def send_event(self, run_id: str, name: str, payload: str | None) -> bool:
+        """Store the event for the run; True if the run waits for ``name`` right now
+        (else it is kept for a later wait, which may never come)."""
+        ...
+
+    # queues
+    async def admit_runs(
+        self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
+    ) -> list[str]:
+        """Admit up to ``limit`` due ``queued`` runs, highest priority first, within the
+        limits of ``queues`` (a queue not given has none), and lease them to ``owner``,
+        in one conditional write: they are ``running`` and this worker's to drive."""
+        ...
+
+    async def next_queued(self) -> float | None:
+        """When the earliest queued run may start (it may still wait for a slot)."""
+        ...
+
+    async def claim_queue_jobs(
+        self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
+    ) -> list[StepJob]:
+        """``claim_step_jobs`` for the functions of limited ``queues``: a job holds a slot
+        of its function's queue while its lease runs."""
+        ...
+
+    async def queue_depths(self) -> list[QueueDepth]: ...
+
+    # schedules
+    async def put_schedule(self, row: ScheduleRow) -> bool:
+        """Insert the schedule, or replace its workflow, definition and next tick if its
+        definition changed (its status and last run are kept). True if anything changed."""
+        ...
+
+    async def get_schedules(self, name: str | None = None) -> list[ScheduleRow]: ...
+    async def due_schedules(self, now: float, limit: int) -> list[ScheduleRow]: ...
+    async def next_schedule_tick(self) -> float | None: ...
+    async def fire_schedule(
+        self,
+        name: str,
+        expected: float | None,
+        next_tick: float | None,
+        runs: Sequence[NewRun],
+        skip_if_live: bool,
+    ) -> list[str] | None:
+        """Start ``runs`` (a schedule's due ticks, oldest first) and move its next tick
+        to ``next_tick``, if it is still active with next tick ``expected``; with
+        ``skip_if_live``, none starts while its last run is queued or running, and at
+        most one starts. ``expected`` None: a manual trigger (no tick moves, overlap is
+        ignored). None when another process changed the schedule first."""
+        ...
+
+    async def set_schedule_status(
+        self, name: str, status: str, next_tick: float | None
+    ) -> ScheduleRow | None: ...
+    async def delete_schedule(self, name: str) -> bool: ...
+
+    # approvals, values, forks, retention
+    async def submit_decision(self, run_id: str, decision: DecisionRow, ops: Sequence[Op]) -> str:
+        """Store a decision and, when it is ``accepted``, write ``ops`` (the gate's
+        close) if gate ``decision.key`` is still ``pending`` and ``decided_at`` is before
+        its deadline (the step's ``wake_at``); else it is stored refused. A held or
+        accepted decision wakes the run. Returns ``accepted``, ``held``, ``refused``,
+        ``closed`` or ``expired``. ``RunNotFoundError``; ``RunStateError`` when a held
+        decision finds the run ended."""
+        ...
+
+    async def get_decisions(self, run_id: str) -> list[dict[str, Any]]:
+        """Every decision sent to the run's gates, oldest first, as plain dicts (id,
+        name, payload, decided_by, decided_at, outcome, reason, judged_at, key)."""
+        ...
+
+    async def list_gates(self, status: str | None, limit: int) -> list[GateRow]:
+        """Approval gates of runs that are running or suspended (``status``: the step's
+        status, ``pending`` for open gates; None: any), oldest first."""
+        ...
+
+    async def get_values(self, run_id: str) -> dict[str, str | None]:
+        """The run's published values (JSON text) by key."""
+        ...
+
+    async def fork_run(self, new: NewRun, forked_from: str, ops: Sequence[Op]) -> Run:
+        """Create run ``new`` recording ``forked_from``, with ``ops`` (the steps it
+        keeps) written in the same transaction. ``RunIdTakenError`` if the id exists."""
+        ...
+
+    async def prune_batch(
+        self,
+        statuses: Sequence[str],
+        cutoff: float,
+        after: tuple[float, str] | None,
+        limit: int,
+    ) -> PruneBatch:
+        """Delete up to ``limit`` ended top-level runs in ``statuses`` last updated
+        before ``cutoff`` (after the ``after`` cursor), each with its child runs and
+        every row of theirs, in one short transaction. A run with a child that has not
+        ended is skipped."""
+        ...
+
+    # workflow versions and run-time graphs
+    async def put_version(
+        self,
+        workflow: str,
+        version: str,
+        kind: str,
+        definition: str | None,
+        status: str,
+        registered_by: str | None = None,
+    ) -> None:
+        """Insert a version, or set the status of the stored one (never anything else of
+        it, and never another version's)."""
+        ...
+
+    async def claim_graph(self, workflow: str, owner: str | None) -> str | None:
+        """Record ``owner`` as the owner of graph name ``workflow`` unless the name has
+        one already (one conditional write); returns the owner on record after it."""
+        ...
+
+    async def get_version(self, workflow: str, version: str) -> Version | None: ...
+    async def list_versions(
+        self, workflow: str | None = None, status: str | None = None
+    ) -> list[Version]:
+        """Newest first."""
+        ...

@@ -1,0 +1,202 @@
+"""The writes of a pass: small operation values that ``Store.commit`` turns into one
+transaction, grouped in a ``Batch`` fenced by the run lease.
+
+Ops are frozen values. The ones that carry a step row carry a copy taken when the op was
+made, so what an op writes is fixed at that moment. Their ``__init__`` fills the
+instance dict directly: a frozen dataclass's generated one costs twice as much, and a
+step makes two of these ops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from plait.errors import RunEndedElsewhereError
+from plait.store.rows import NewRun, StepRow
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class PutStep:
+    """Insert the step, or update every mutable column of an existing one."""
+
+    step: StepRow
+
+    def __init__(self, step: StepRow) -> None:
+        self.__dict__["step"] = step.copy()
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class StartAttempt:
+    """Record attempt ``attempt`` of a step as running (step row included)."""
+
+    step: StepRow
+    attempt: int
+    worker: str | None = None
+
+    def __init__(self, step: StepRow, attempt: int, worker: str | None = None) -> None:
+        self.__dict__.update(step=step.copy(), attempt=attempt, worker=worker)
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class FinishAttempt:
+    """Close an attempt and write the step's new state in the same transaction."""
+
+    step: StepRow
+    attempt: int
+    status: str  # succeeded | failed | interrupted | cancelled
+    output: str | None = None
+    error: str | None = None
+
+    def __init__(
+        self,
+        step: StepRow,
+        attempt: int,
+        status: str,
+        output: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        self.__dict__.update(
+            step=step.copy(), attempt=attempt, status=status, output=output, error=error
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SetTimer:
+    key: str
+    purpose: str
+    wake_at: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClearTimer:
+    key: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EnqueueJob:
+    key: str
+    function: str
+    available_at: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConsumeEvent:
+    event_id: int
+    key: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CreateChildRun:
+    run: NewRun
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SetState:
+    name: str
+    value: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SetValue:
+    """Publish a value of the run (``wf.set_value``): the last write of a key wins."""
+
+    key: str
+    value: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GuardStep:
+    """Refuse the whole batch (``GateClosedError``) unless the step's stored status is
+    still ``status``: a pass closing an approval gate must not overwrite a decision that
+    committed since its snapshot was read."""
+
+    key: str
+    status: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TakeDecision:
+    """Record what became of a decision on approval gate ``key``. With ``event_id`` a
+    held decision is taken (``GateClosedError`` if another pass took it first); without,
+    the gate's accepted decision is changed (its data failed the workflow's schema)."""
+
+    key: str
+    outcome: str  # accepted | refused
+    reason: str | None = None
+    event_id: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepEnd:
+    """How the parent's step of a child run ends when the child ends (decided by
+    ``runtime.steps.child_step_end``): ``status`` is ``succeeded`` or ``failed``."""
+
+    status: str
+    output: str | None = None
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EndRun:
+    """Move the run to ``status``; only from ``running`` (the terminal guard). A terminal
+    end of a child run also ends the parent's waiting step as ``parent`` says (only if
+    that step still waits for this child) and wakes the parent."""
+
+    status: str
+    output: str | None = None
+    error: str | None = None
+    parent: StepEnd | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CancelChildren:
+    """Cancel the run's live child runs (queued, running or suspended), and theirs, each
+    ended with ``error``; the run's steps that wait for them end as ``parent`` says. A
+    run that fails or completes writes it after its ``EndRun``, so nothing it started
+    goes on without it, as nothing goes on after a cancel."""
+
+    error: str | None
+    parent: StepEnd | None
+
+
+Op = (
+    PutStep
+    | StartAttempt
+    | FinishAttempt
+    | SetTimer
+    | ClearTimer
+    | EnqueueJob
+    | ConsumeEvent
+    | CreateChildRun
+    | SetState
+    | EndRun
+    | CancelChildren
+    | SetValue
+    | GuardStep
+    | TakeDecision
+)
+
+
+@dataclasses.dataclass
+class Batch:
+    run_id: str
+    ops: list[Op]
+    #: the lease owner that must still hold the run, or None for unfenced writes
+    fence: str | None = None
+    #: set on the last batch of a pass: the run's lease is released in the same
+    #: transaction, and the value is the run's wake-up count the pass saw (as
+    #: ``Store.release_run``'s ``wakeups_seen``: woken since, the run is due again at once;
+    #: -1: due again at once whatever happened). None: the pass keeps holding the run
+    release_wakeups_seen: int | None = None
+
+
+def ended_elsewhere(run_id: str, ops: list[Op]) -> RunEndedElsewhereError | None:
+    """What a fenced batch committed in a run that ended meanwhile raises: an error
+    naming the attempts the store left out, or None when it held no start (then all of
+    it was written that had to be)."""
+    keys = ", ".join(repr(op.step.key) for op in ops if isinstance(op, StartAttempt))
+    if not keys:
+        return None
+    return RunEndedElsewhereError(
+        f"run {run_id} ended while this process held it; not started: {keys}"
+    )

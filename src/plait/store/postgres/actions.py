@@ -1,0 +1,118 @@
+"""Actions on a run from outside a pass, on PostgreSQL: wake, cancel, reopen (resume,
+retry), send an event or a decision, and prune ended runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from plait.errors import RunNotFoundError, RunStateError
+from plait.records import Run
+from plait.store.ops import Op, StepEnd
+from plait.store.postgres.codec import RUN_NOT_FOUND, RUN_STATE, run_record, step_end_value
+from plait.store.postgres.commit import op_value
+from plait.store.postgres.part import Part
+from plait.store.rows import DecisionRow, PruneBatch
+
+#: what reopen_run does, by the status it reopens from, for RunStateError
+_REOPEN_ACTIONS = {"suspended": "resume", "failed": "retry"}
+
+
+class Actions(Part):
+    """What the engine does to a run from outside a pass."""
+
+    async def wake(self, run_id: str, at: float | None = None) -> None:
+        now = self._now()
+        async with self._in_order(run_id):
+            await self._call("execute", self._q["wake"], run_id, now, now if at is None else at)
+
+    async def _action(self, action: str, run_id: str, method: str, query: str, *args: Any) -> Any:
+        try:
+            async with self._in_order(run_id):
+                return await self._call(method, query, run_id, *args)
+        except asyncpg.PostgresError as exc:
+            if exc.sqlstate == RUN_NOT_FOUND:
+                raise RunNotFoundError(run_id) from None
+            if exc.sqlstate == RUN_STATE:
+                raise RunStateError(run_id, exc.detail or "unknown", action) from None
+            raise
+
+    async def cancel_run(self, run_id: str, error: str, parent: StepEnd) -> list[str]:
+        moved = await self._action(
+            "cancel",
+            run_id,
+            "fetchval",
+            self._q["cancel_run"],
+            error,
+            step_end_value(parent),
+            self._now(),
+        )
+        return list(moved or [])
+
+    async def reopen_run(
+        self, run_id: str, from_status: str, wakeups_seen: int, ops: Sequence[Op]
+    ) -> Run | None:
+        rec = await self._action(
+            _REOPEN_ACTIONS.get(from_status, "reopen"),
+            run_id,
+            "fetchval",
+            self._q["reopen_run"],
+            from_status,
+            wakeups_seen,
+            [op_value(op) for op in ops],
+            self._now(),
+        )
+        return None if rec is None else run_record(rec)
+
+    async def send_event(self, run_id: str, name: str, payload: str | None) -> bool:
+        sent: bool = await self._action(
+            f"send event {name!r} to",
+            run_id,
+            "fetchval",
+            self._q["send_event"],
+            name,
+            payload,
+            self._now(),
+        )
+        return sent
+
+    async def submit_decision(self, run_id: str, decision: DecisionRow, ops: Sequence[Op]) -> str:
+        result = await self._action(
+            "send a decision to",
+            run_id,
+            "fetchval",
+            self._q["submit_decision"],
+            decision.name,
+            decision.payload,
+            decision.decided_by,
+            decision.outcome,
+            decision.reason,
+            decision.key,
+            [op_value(op) for op in ops],
+            decision.if_closed,
+            decision.if_expired,
+            decision.decided_at,
+        )
+        return str(result)
+
+    async def prune_batch(
+        self,
+        statuses: Sequence[str],
+        cutoff: float,
+        after: tuple[float, str] | None,
+        limit: int,
+    ) -> PruneBatch:
+        row = await self._call(
+            "fetchrow",
+            self._q["prune_runs"],
+            list(statuses),
+            cutoff,
+            after[0] if after else None,
+            after[1] if after else None,
+            limit,
+        )
+        cursor = None if row["last_id"] is None else (float(row["last_at"]), row["last_id"])
+        return PruneBatch(int(row["deleted"] or 0), cursor)

@@ -1,0 +1,61 @@
+"""Queues on PostgreSQL: admitting queued runs within their queues' limits, claiming
+the jobs of limited queues, and how deep each queue is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from plait.store.postgres.codec import queue_arrays, step_job
+from plait.store.postgres.part import Part
+from plait.store.rows import QueueDepth, QueueLimits, StepJob
+
+
+class Queues(Part):
+    """Admission and queue limits."""
+
+    async def admit_runs(
+        self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
+    ) -> list[str]:
+        now = self._now()
+        rows = await self._call(
+            "fetch",
+            self._q["admit_runs"],
+            owner,
+            now + lease_seconds,
+            now,
+            limit,
+            *queue_arrays(queues),
+        )
+        return [r[0] for r in rows]
+
+    async def next_queued(self) -> float | None:
+        due = await self._call("fetchval", self._q["next_queued"], read=True)
+        return float(due) if due is not None else None
+
+    async def claim_queue_jobs(
+        self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
+    ) -> list[StepJob]:
+        names, concurrency, _per_key, rate, window = queue_arrays(queues)
+        functions = [fn for q in queues for fn in q.functions]
+        function_queues = [q.name for q in queues for _fn in q.functions]
+        now = self._now()
+        rows = await self._call(
+            "fetch",
+            self._q["claim_queue_jobs"],
+            owner,
+            now + lease_seconds,
+            now,
+            limit,
+            names,
+            concurrency,
+            rate,
+            window,
+            functions,
+            function_queues,
+        )
+        return [step_job(r) for r in rows]
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        rows = await self._call("fetch", self._q["queue_depths"], read=True)
+        return [QueueDepth(r[0], int(r[1]), int(r[2])) for r in rows]

@@ -1,0 +1,153 @@
+"""Runs and their records on PostgreSQL: creating runs (concurrent starts together),
+forking one, reading runs, steps, attempts, decisions, gates and values, and what a pass
+reads (concurrent passes' reads together).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from plait.errors import RunIdTakenError
+from plait.records import Run, RunSummary, Step, StepAttempt
+from plait.store import convert
+from plait.store.ops import Op
+from plait.store.postgres.codec import (
+    RUN_EXISTS,
+    filter_args,
+    new_run_value,
+    run_record,
+    run_row,
+    step_row,
+)
+from plait.store.postgres.commit import op_value
+from plait.store.postgres.group import Together
+from plait.store.postgres.part import Part
+from plait.store.rows import EventRow, GateRow, NewRun, PassSnapshot, RunFilter, StepRow
+
+#: the most children get_children returns (the newest ones)
+_MAX_CHILDREN = 10_000
+
+
+class Runs(Part):
+    """Creating, forking and reading runs, and loading passes."""
+
+    #: runs started at once, created together
+    _starts: Together[NewRun, tuple[Run, bool]]
+    #: runs read at once, read together
+    _reads: Together[str, Run | None]
+    #: what passes starting at once read, read together
+    _passes: Together[str, Any]
+
+    async def create_run(self, new: NewRun) -> tuple[Run, bool]:
+        return await self._starts(new)
+
+    async def _create_one(self, new: NewRun) -> tuple[Run, bool]:
+        row = await self._call("fetchrow", self._q["create_run"], new_run_value(new), self._now())
+        return run_record(row["run"]), bool(row["created"])
+
+    async def _create_many(self, news: list[NewRun]) -> list[tuple[Run, bool]]:
+        rows = await self._call(
+            "fetch", self._q["create_runs"], [new_run_value(n) for n in news], self._now()
+        )
+        return [(run_record(r["run"]), bool(r["created"])) for r in rows]
+
+    async def get_run(self, run_id: str) -> Run | None:
+        return await self._reads(run_id)
+
+    async def _get_one(self, run_id: str) -> Run | None:
+        rec = await self._call("fetchval", self._q["select_run"], run_id, read=True)
+        return run_record(rec) if rec is not None else None
+
+    async def _get_many(self, run_ids: list[str]) -> list[Run | None]:
+        rows = await self._call("fetch", self._q["select_runs"], run_ids, read=True)
+        found = {run.id: run for run in (run_record(r["r"]) for r in rows)}
+        return [found.get(run_id) for run_id in run_ids]
+
+    async def run_statuses(self, run_ids: Sequence[str]) -> dict[str, str]:
+        rows = await self._call("fetch", self._q["run_statuses"], list(run_ids), read=True)
+        return {row[0]: row[1] for row in rows}
+
+    async def list_runs(self, where: RunFilter) -> tuple[list[Run], int]:
+        row = await self._call("fetchrow", self._q["list_runs"], *filter_args(where), read=True)
+        return [run_record(r) for r in row["runs"]], int(row["total"])
+
+    async def list_run_summaries(self, where: RunFilter) -> tuple[list[RunSummary], int]:
+        row = await self._call(
+            "fetchrow", self._q["list_run_summaries"], *filter_args(where), read=True
+        )
+        return [convert.run_summary(tuple(r)) for r in row["runs"]], int(row["total"])
+
+    async def get_children(self, run_id: str) -> list[Run]:
+        rows = await self._call("fetch", self._q["get_children"], run_id, _MAX_CHILDREN, read=True)
+        return sorted((run_record(r["r"]) for r in rows), key=lambda r: r.created_at)
+
+    async def get_steps(self, run_id: str) -> list[Step]:
+        rows = await self._call("fetch", self._q["get_steps"], run_id, read=True)
+        return [convert.step_record(step_row(r["s"])) for r in rows]
+
+    async def get_history(self, run_id: str) -> list[StepAttempt]:
+        rows = await self._call("fetch", self._q["get_history"], run_id, read=True)
+        return [convert.attempt_record(tuple(r)) for r in rows]
+
+    async def count_timers(self, run_id: str) -> int:
+        """How many durable timers the run has (sleeps, retry back-offs, event timeouts)."""
+        return int(await self._call("fetchval", self._q["count_timers"], run_id, read=True))
+
+    # -- orchestrator passes ----------------------------------------------------------------
+    async def load_pass(self, run_id: str) -> PassSnapshot | None:
+        row = await self._passes(run_id)
+        if row is None:
+            return None
+        # a new pass of this run starts: an earlier pass's failed write no longer matters
+        if self._tainted:
+            self._tainted = {t for t in self._tainted if t[0] != run_id}
+        steps: dict[str, StepRow] = {}
+        for rec in row["steps"]:
+            step = step_row(rec)
+            steps[step.key] = step
+        events = [EventRow(e["id"], e["name"], e["payload"]) for e in row["events"]]
+        state = {s["name"]: s["value"] for s in row["state"]}
+        return PassSnapshot(run_row(row["r"]), steps, events, state)
+
+    async def _load_one(self, run_id: str) -> Any:
+        (row,) = await self._load_many([run_id])
+        return row
+
+    async def _load_many(self, run_ids: list[str]) -> list[Any]:
+        rows = await self._call("fetch", self._q["load_passes"], run_ids, read=True)
+        found = {row["id"]: row for row in rows}
+        return [found.get(run_id) for run_id in run_ids]
+
+    async def fork_run(self, new: NewRun, forked_from: str, ops: Sequence[Op]) -> Run:
+        try:
+            rec = await self._call(
+                "fetchval",
+                self._q["fork_run"],
+                new_run_value(new),
+                forked_from,
+                [op_value(op) for op in ops],
+                self._now(),
+            )
+        except asyncpg.PostgresError as exc:
+            if exc.sqlstate == RUN_EXISTS:
+                existing = await self.get_run(new.id)
+                raise RunIdTakenError(
+                    new.id, existing.workflow if existing else "?", new.workflow
+                ) from None
+            raise
+        return run_record(rec)
+
+    async def get_decisions(self, run_id: str) -> list[dict[str, Any]]:
+        rows = await self._call("fetch", self._q["get_decisions"], run_id, read=True)
+        return [dict(r) for r in rows]
+
+    async def list_gates(self, status: str | None, limit: int) -> list[GateRow]:
+        rows = await self._call("fetch", self._q["list_gates"], status, limit, read=True)
+        return [GateRow(step_row(r["s"]), r["workflow"], r["owner"], r["run_status"]) for r in rows]
+
+    async def get_values(self, run_id: str) -> dict[str, str | None]:
+        rows = await self._call("fetch", self._q["get_values"], run_id, read=True)
+        return {r["key"]: r["value"] for r in rows}

@@ -1,0 +1,309 @@
+"""The rows the store reads and hands back, in the engine's words (JSON columns still
+encoded as text): a run, its steps and events as a pass reads them, a claimed job, queue
+limits and depths, schedules, decisions, gates, versions, leases, and what a prune did.
+The store only moves these; what they mean is decided above it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import Any, Literal
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NewRun:
+    id: str
+    workflow: str
+    kind: str
+    version: str | None
+    input: str | None
+    owner: str | None = None
+    parent_run_id: str | None = None
+    parent_step_key: str | None = None
+    start_node: str | None = None
+    #: set for inline starts: the run is created already leased to this process
+    lease_owner: str | None = None
+    lease_seconds: float = 0.0
+    #: ``queued`` for a run that waits for admission or for its start time
+    status: str = "running"
+    queue: str | None = None
+    queue_key: str | None = None
+    priority: int = 0
+    #: a live run with this key is returned instead of creating another
+    dedup: str | None = None
+    #: the earliest start (unix seconds) of a queued run; None: now
+    not_before: float | None = None
+    #: the schedule tick this run was started for
+    scheduled_at: float | None = None
+    #: the starter's trace context (JSON), with tracing on (``plait.tracing``)
+    trace: str | None = None
+
+
+@dataclasses.dataclass
+class RunRow:
+    """A run as the orchestrator sees it (JSON columns still encoded)."""
+
+    id: str
+    workflow: str
+    kind: str
+    version: str | None
+    status: str
+    input: str | None
+    output: str | None
+    error: str | None
+    parent_run_id: str | None
+    parent_step_key: str | None
+    owner: str | None
+    start_node: str | None
+    created_at: float
+    updated_at: float
+    wake_at: float | None
+    wakeups: int
+    lease_owner: str | None
+    lease_until: float | None
+    queue: str | None = None
+    queue_key: str | None = None
+    priority: int = 0
+    dedup: str | None = None
+    scheduled_at: float | None = None
+    admitted_at: float | None = None
+    #: the run this one was forked from (``Engine.fork``)
+    forked_from: str | None = None
+    #: the trace context the run was started in (JSON), or None when not traced
+    trace: str | None = None
+
+
+@dataclasses.dataclass
+class StepRow:
+    """A step as the runtime sees it (JSON columns still encoded). Mutable: the state
+    machine (``runtime.steps``) changes it in place and records each change as ops."""
+
+    run_id: str
+    key: str
+    seq: int
+    name: str
+    kind: str
+    function: str | None
+    status: str
+    input: str | None
+    output: str | None
+    error: str | None
+    attempts: int
+    failures: int
+    retries: int
+    retry_delay: float | None
+    timeout: float | None
+    invocation_id: str
+    child_run_id: str | None
+    branch: str | None
+    from_key: str | None
+    queued: bool
+    wake_at: float | None
+    created_at: float
+    updated_at: float
+    #: when the workflow saw this step's outcome, counted per run; replay hands outcomes
+    #: back in this order (``runtime.replay``)
+    delivered: int | None = None
+    #: failures spent before the run's last ``retry``: the retry budget counts the ones
+    #: after it, the interruption count (attempts that neither failed nor succeeded) all
+    retried_failures: int = 0
+    #: the steps whose outcomes the calling task of the workflow had received when it
+    #: reached this one (JSON list of keys): what it came after, for drawing the run.
+    #: None: recorded before schema version 8 (SQLite) / 10 (PostgreSQL), or a graph step
+    reached_after: str | None = None
+
+    def copy(self) -> StepRow:
+        """The row as it is now: an op keeps its own copy, so a later change to the step
+        never alters what an earlier op writes."""
+        new = object.__new__(StepRow)
+        new.__dict__ = self.__dict__.copy()
+        return new
+
+
+@dataclasses.dataclass
+class EventRow:
+    id: int
+    name: str
+    payload: str | None
+
+
+@dataclasses.dataclass
+class PassSnapshot:
+    """Everything one orchestrator pass reads, in one round trip."""
+
+    run: RunRow
+    steps: dict[str, StepRow]
+    events: list[EventRow]
+    state: dict[str, str | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepJob:
+    """A claimed delivery of a queued step, with the step's row as the claim read it."""
+
+    run_id: str
+    step_key: str
+    function: str
+    deliveries: int
+    step: StepRow | None = None
+    #: the workflow of the step's run (what ``ctx.workflow`` tells the body)
+    workflow: str = ""
+    #: the trace context stored with the step's run (``plait.tracing``)
+    trace: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueLimits:
+    """The limits of one queue as a claim receives them (``plait.queues.Queue``, flat):
+    the database stores rows, the process that claims says what the limits are.
+    ``functions`` are the queued functions whose steps are admitted through the queue."""
+
+    name: str
+    concurrency: int | None = None
+    per_key: int | None = None
+    rate: int | None = None
+    #: the rate's sliding window in seconds
+    window: float | None = None
+    functions: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueDepth:
+    """How many runs of a queue wait and how many hold a slot (``queue`` None: runs
+    delayed without a queue)."""
+
+    queue: str | None
+    queued: int
+    active: int
+
+
+@dataclasses.dataclass
+class ScheduleRow:
+    """A stored schedule; ``definition`` is ``ScheduleSpec.definition()`` (JSON text)."""
+
+    name: str
+    workflow: str
+    definition: str
+    status: str
+    source: str
+    owner: str | None
+    next_tick: float | None
+    last_tick: float | None
+    last_run_id: str | None
+    created_at: float
+    updated_at: float
+    #: the status of the last run, read with the schedule (None: no run, or pruned)
+    last_run_status: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFilter:
+    """Which runs ``Store.list_runs`` returns, newest first. A field left None matches
+    every run, so one statement serves every combination of filters."""
+
+    workflow: str | None = None
+    status: str | None = None
+    version: str | None = None
+    owner: str | None = None
+    parent_run_id: str | None = None
+    #: runs this principal may see: its own and the ones without an owner
+    visible_to: str | None = None
+    #: runs whose id holds this text (any case)
+    id_contains: str | None = None
+    #: runs created at or after / before this time (seconds since the epoch)
+    created_after: float | None = None
+    created_before: float | None = None
+    #: only runs that are no other run's child
+    top_level: bool = False
+    limit: int = 50
+    offset: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DecisionRow:
+    """A decision on approval gate ``name`` sent from outside a pass (``Engine.approve``),
+    and what the caller decided of it: ``held`` (no gate of that name is open yet: the
+    pass judges it when the run reaches one), ``refused`` (``reason`` says why), or
+    ``accepted`` for the open gate ``key`` (``Store.submit_decision`` writes it only
+    while that gate is open and before its deadline)."""
+
+    name: str
+    #: the JSON envelope the pass reads: data, decided_by, decided_at
+    payload: str
+    decided_by: str | None
+    decided_at: float
+    outcome: str  # held | accepted | refused
+    reason: str | None = None
+    key: str | None = None
+    #: the reasons stored when an accepted decision finds its gate closed or past its
+    #: deadline (the store only tells which)
+    if_closed: str | None = None
+    if_expired: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class GateRow:
+    """An approval gate as ``Store.list_gates`` reads it: the step and its run."""
+
+    step: StepRow
+    workflow: str
+    owner: str | None
+    run_status: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PruneBatch:
+    """What one batch of a prune did: the runs it deleted (children included), and the
+    cursor (updated_at, id) of the last top-level run it looked at, or None when there
+    is nothing left to look at."""
+
+    deleted: int
+    cursor: tuple[float, str] | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Version:
+    """A stored version of a workflow: code versions are recorded as deployed, graphs
+    registered at run time keep their definition (parsed JSON) with it."""
+
+    workflow: str
+    version: str
+    kind: str
+    definition: Any
+    status: str
+    created_at: datetime
+    updated_at: datetime
+    #: the user who registered it (None: the app's code or trusted code)
+    registered_by: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Pending:
+    """What a database holds for its workers, as ``Store.pending`` reads it in one
+    statement: a virtual clock may jump only when nothing is held (``leases`` 0) and
+    nothing is due before ``next_due``."""
+
+    #: runs and queued steps under a lease right now (work in flight)
+    leases: int
+    #: the earliest time a running run's wake-up or a job of the given functions is due;
+    #: None when nothing waits on a time
+    next_due: float | None
+    #: the earliest start time of a queued run (a delay, ``start_at``, or a run waiting
+    #: for admission since then); None when no run is queued
+    next_start: float | None = None
+    #: the next tick of an active schedule; None when no schedule is active
+    next_tick: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Lease:
+    """A lease as read by ``Store.leases_of``: expiring it needs the exact values read,
+    so a lease its holder renewed since then is left alone."""
+
+    kind: Literal["run", "job"]
+    run_id: str
+    #: the queued step's key for a job; empty for a run
+    step_key: str
+    owner: str
+    until: float

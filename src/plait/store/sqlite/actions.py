@@ -1,0 +1,151 @@
+"""Actions on a run from outside a pass, on SQLite: wake, cancel, reopen (resume, retry),
+send an event or a decision, and prune ended runs.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+
+from plait.records import Run
+from plait.store.ops import EndRun, Op, StepEnd
+from plait.store.rows import DecisionRow, PruneBatch
+from plait.store.sqlite import apply
+from plait.store.sqlite.part import Part
+from plait.store.sqlite.writer import SQL
+
+#: a held decision waits in a run that has not ended; any other is kept for every run
+_LIVE = ("queued", "running", "suspended")
+_ANY_STATUS = (*_LIVE, "completed", "failed", "cancelled")
+#: what a pruned run leaves in each table, the run row itself last
+_PRUNED = (
+    SQL["prune_attempts"],
+    SQL["prune_steps"],
+    SQL["prune_events"],
+    SQL["prune_timers"],
+    SQL["prune_jobs"],
+    SQL["prune_state"],
+    SQL["prune_values"],
+    SQL["prune_runs"],
+)
+
+
+class Actions(Part):
+    """What the engine does to a run from outside a pass."""
+
+    async def wake(self, run_id: str, at: float | None = None) -> None:
+        def go(conn: sqlite3.Connection) -> None:
+            now = self._now()
+            apply.wake(conn, run_id, now, now if at is None else at)
+
+        await self._write(go)
+
+    async def cancel_run(self, run_id: str, error: str, parent: StepEnd) -> list[str]:
+        end = EndRun("cancelled", None, error, parent)
+
+        def go(conn: sqlite3.Connection) -> list[str]:
+            apply.require_status(conn, run_id, ("running", "suspended", "queued"), "cancel")
+            return apply.end_run(conn, run_id, end, self._now(), from_suspended=True)
+
+        return await self._write(go)
+
+    async def reopen_run(
+        self, run_id: str, from_status: str, wakeups_seen: int, ops: Sequence[Op]
+    ) -> Run | None:
+        action = "resume" if from_status == "suspended" else "retry"
+
+        def go(conn: sqlite3.Connection) -> Run | None:
+            now = self._now()
+            apply.require_status(conn, run_id, (from_status,), action)
+            cur = conn.execute(SQL["reopen_run"], (now, now, run_id, from_status, wakeups_seen))
+            if cur.rowcount == 0:
+                return None  # woken since it was read: the caller reads it again
+            apply.apply_ops(conn, run_id, ops, now)
+            return apply.load_run(conn, run_id)
+
+        return await self._write(go)
+
+    async def send_event(self, run_id: str, name: str, payload: str | None) -> bool:
+        def go(conn: sqlite3.Connection) -> bool:
+            now = self._now()
+            apply.require_status(
+                conn, run_id, ("running", "suspended", "queued"), f"send event {name!r} to"
+            )
+            conn.execute(SQL["insert_event"], (run_id, name, payload, now))
+            apply.wake(conn, run_id, now, now)
+            return bool(conn.execute(SQL["waits_for_event"], (run_id, name)).fetchone()[0])
+
+        return await self._write(go)
+
+    async def submit_decision(self, run_id: str, decision: DecisionRow, ops: Sequence[Op]) -> str:
+        def go(conn: sqlite3.Connection) -> str:
+            now = decision.decided_at
+            result, reason, consumed = decision.outcome, decision.reason, decision.key
+            if result == "held":
+                apply.require_status(conn, run_id, _LIVE, "send a decision to")
+                consumed = None
+            else:
+                apply.require_status(conn, run_id, _ANY_STATUS, "send a decision to")
+                consumed = consumed or ""
+            if result == "accepted":
+                row = conn.execute(SQL["step_status"], (run_id, decision.key)).fetchone()
+                if row is None or row[0] != "pending":
+                    result, reason = "closed", decision.if_closed
+                elif row[1] is not None and now >= row[1]:
+                    result, reason = "expired", decision.if_expired
+                else:
+                    apply.apply_ops(conn, run_id, ops, now)
+            outcome = "refused" if result in ("closed", "expired") else result
+            conn.execute(
+                SQL["insert_decision"],
+                (
+                    run_id,
+                    "__approval:" + decision.name,
+                    decision.payload,
+                    now,
+                    consumed,
+                    decision.decided_by,
+                    outcome,
+                    reason,
+                    None if result == "held" else now,
+                ),
+            )
+            if result in ("accepted", "held"):
+                apply.wake(conn, run_id, now, now)
+            return result
+
+        return await self._write(go)
+
+    async def prune_batch(
+        self,
+        statuses: Sequence[str],
+        cutoff: float,
+        after: tuple[float, str] | None,
+        limit: int,
+    ) -> PruneBatch:
+        params = {
+            "statuses": json.dumps(list(statuses)),
+            "cutoff": cutoff,
+            "after_at": after[0] if after else float("-inf"),
+            "after_id": after[1] if after else "",
+            "limit": limit,
+        }
+
+        def go(conn: sqlite3.Connection) -> PruneBatch:
+            roots = conn.execute(SQL["prune_roots"], params).fetchall()
+            if not roots:
+                return PruneBatch(0, None)
+            cursor = (roots[-1][1], roots[-1][0])
+            doomed = [
+                r[0] for r in conn.execute(SQL["prune_trees"], (json.dumps([r[0] for r in roots]),))
+            ]
+            if doomed:
+                ids = json.dumps(doomed)
+                for statement in _PRUNED:
+                    conn.execute(statement, (ids,))
+            return PruneBatch(len(doomed), cursor)
+
+        # off the event loop's thread: a batch must never block the loop, only take its
+        # turn at the write lock
+        return await self._db.write(go, background=True)

@@ -1,0 +1,96 @@
+"""Queues on SQLite: admitting queued runs within their queues' limits, claiming the
+jobs of limited queues (admissions of rated queues logged), and how deep each queue is.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+
+from plait.store.rows import QueueDepth, QueueLimits, StepJob
+from plait.store.sqlite.jobs import claimed
+from plait.store.sqlite.part import Part
+from plait.store.sqlite.writer import SQL
+
+
+class Queues(Part):
+    """Admission and queue limits."""
+
+    async def admit_runs(
+        self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
+    ) -> list[str]:
+        conf = json.dumps([_queue_conf(q) for q in queues])
+        rated = {q.name: q.window for q in queues if q.rate is not None}
+
+        def go(conn: sqlite3.Connection) -> list[str]:
+            now = self._now()
+            params = {
+                "queues": conf,
+                "now": now,
+                "limit": limit,
+                "owner": owner,
+                "until": now + lease_seconds,
+            }
+            rows = conn.execute(SQL["admit_runs"], params).fetchall()
+            _log_admissions(conn, [queue for _id, queue in rows], rated, now)
+            return [run_id for run_id, _queue in rows]
+
+        return await self._write(go)
+
+    async def next_queued(self) -> float | None:
+        def go(conn: sqlite3.Connection) -> float | None:
+            due: float | None = conn.execute(SQL["next_queued"]).fetchone()[0]
+            return due
+
+        return await self._read_here(go)
+
+    async def claim_queue_jobs(
+        self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
+    ) -> list[StepJob]:
+        conf = json.dumps([{**_queue_conf(q), "functions": list(q.functions)} for q in queues])
+        queue_of = {fn: q.name for q in queues for fn in q.functions}
+        rated = {q.name: q.window for q in queues if q.rate is not None}
+
+        def go(conn: sqlite3.Connection) -> list[StepJob]:
+            now = self._now()
+            params = {
+                "queues": conf,
+                "now": now,
+                "limit": limit,
+                "owner": owner,
+                "until": now + lease_seconds,
+            }
+            rows = conn.execute(SQL["claim_queue_jobs"], params).fetchall()
+            _log_admissions(conn, [queue_of[r[2]] for r in rows], rated, now)
+            return [claimed(conn, *row) for row in rows]
+
+        return await self._write(go)
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        def go(conn: sqlite3.Connection) -> list[QueueDepth]:
+            rows = conn.execute(SQL["queue_depths"]).fetchall()
+            return [QueueDepth(q, int(queued or 0), int(active or 0)) for q, queued, active in rows]
+
+        return await self._read(go)
+
+
+def _queue_conf(q: QueueLimits) -> dict[str, object]:
+    return {
+        "name": q.name,
+        "concurrency": q.concurrency,
+        "per_key": q.per_key,
+        "rate": q.rate,
+        "window": q.window,
+    }
+
+
+def _log_admissions(
+    conn: sqlite3.Connection, queues: list[str | None], rated: dict[str, float | None], now: float
+) -> None:
+    """Record the admissions of queues with a rate, and forget those out of their window."""
+    counted = [q for q in queues if q is not None and q in rated]
+    for queue in counted:
+        conn.execute(SQL["log_admission"], (queue, now))
+    for queue in set(counted):
+        conn.execute(SQL["prune_admissions"], (queue, now - (rated[queue] or 0.0)))

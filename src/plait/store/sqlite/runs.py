@@ -1,0 +1,189 @@
+"""Runs and their records on SQLite: creating and forking runs, reading runs (listings
+filtered in SQL built once per combination of filters), steps, attempts, decisions, gates
+and values, and what a pass reads.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from plait.clock import micros
+from plait.errors import RunIdTakenError
+from plait.records import Run, RunSummary, Step, StepAttempt
+from plait.store import convert
+from plait.store.ops import Op
+from plait.store.rows import EventRow, GateRow, NewRun, PassSnapshot, RunFilter
+from plait.store.sqlite import apply
+from plait.store.sqlite.part import Part
+from plait.store.sqlite.writer import SQL
+
+#: the most children get_children returns (the newest ones)
+MAX_CHILDREN = 10_000
+
+_SELECT_RUN = SQL["select_run"]
+#: each filter's condition (a field of RunFilter: a condition on its named parameter)
+_RUN_FILTERS = dict(line.split(": ", 1) for line in SQL["run_filters"].splitlines() if ": " in line)
+_LISTING = {
+    "count_runs": SQL["count_runs"],
+    "list_runs": SQL["list_runs"],
+    "list_run_summaries": SQL["list_run_summaries"],
+}
+#: listing statements by name and the filters they hold, made once per combination
+_LISTINGS: dict[tuple[str, tuple[str, ...]], str] = {}
+
+
+def listing(name: str, where: RunFilter) -> tuple[str, dict[str, Any]]:
+    """A listing statement (``count_runs``, ``list_runs``, ``list_run_summaries``) holding
+    the conditions of the filters ``where`` gives, and its parameters."""
+    params = dict(vars(where))
+    for bound in ("created_after", "created_before"):
+        if params[bound] is not None:
+            params[bound] = _microsecond_edge(params[bound])
+    given = tuple(f for f in _RUN_FILTERS if params[f] not in (None, False))
+    sql = _LISTINGS.get((name, given))
+    if sql is None:
+        conditions = "".join(f"{_RUN_FILTERS[f]} AND " for f in given)
+        sql = _LISTINGS[(name, given)] = _LISTING[name].replace("/*filters*/ ", conditions)
+    return sql, params
+
+
+def _microsecond_edge(when: float) -> float:
+    """The stored time at which ``when``'s microsecond begins.
+
+    SQLite keeps a time as the clock's float, a run shows it as a datetime rounded to the
+    microsecond (PostgreSQL keeps only microseconds). A bound taken from a run's own
+    ``created_at`` must hold that run on the side the user meant, so the store compares
+    as PostgreSQL does: at microsecond precision, times that round alike are equal.
+    """
+    return (micros(when) - 0.5) / 1_000_000
+
+
+_DECISION_FIELDS = (
+    "id",
+    "name",
+    "payload",
+    "decided_by",
+    "decided_at",
+    "outcome",
+    "reason",
+    "judged_at",
+    "key",
+)
+
+
+class Runs(Part):
+    """Creating, forking and reading runs, and loading passes."""
+
+    async def create_run(self, new: NewRun) -> tuple[Run, bool]:
+        def go(conn: sqlite3.Connection) -> tuple[Run, bool]:
+            created = apply.insert_run(conn, new, self._now())
+            row = conn.execute(_SELECT_RUN, (new.id,)).fetchone()
+            if row is None:
+                # the de-duplication key belongs to a live run: that run is the answer
+                live = conn.execute(SQL["live_dedup_run"], (new.dedup,)).fetchone()
+                row = conn.execute(_SELECT_RUN, (live[0],)).fetchone()
+            return convert.run_record(convert.run_row(row)), created
+
+        return await self._write(go)
+
+    async def get_run(self, run_id: str) -> Run | None:
+        def go(conn: sqlite3.Connection) -> Run | None:
+            row = conn.execute(_SELECT_RUN, (run_id,)).fetchone()
+            return convert.run_record(convert.run_row(row)) if row else None
+
+        return await self._read_here(go)
+
+    async def run_statuses(self, run_ids: Sequence[str]) -> dict[str, str]:
+        ids = json.dumps(list(run_ids))
+
+        def go(conn: sqlite3.Connection) -> dict[str, str]:
+            return dict(conn.execute(SQL["run_statuses"], (ids,)).fetchall())
+
+        return await self._read_here(go)
+
+    async def list_runs(self, where: RunFilter) -> tuple[list[Run], int]:
+        def go(conn: sqlite3.Connection) -> tuple[list[Run], int]:
+            total = conn.execute(*listing("count_runs", where)).fetchone()[0]
+            rows = conn.execute(*listing("list_runs", where)).fetchall()
+            return [convert.run_record(convert.run_row(r)) for r in rows], total
+
+        return await self._read(go)
+
+    async def list_run_summaries(self, where: RunFilter) -> tuple[list[RunSummary], int]:
+        def go(conn: sqlite3.Connection) -> tuple[list[RunSummary], int]:
+            total = conn.execute(*listing("count_runs", where)).fetchone()[0]
+            rows = conn.execute(*listing("list_run_summaries", where)).fetchall()
+            return [convert.run_summary(r) for r in rows], total
+
+        return await self._read(go)
+
+    async def get_children(self, run_id: str) -> list[Run]:
+        def go(conn: sqlite3.Connection) -> list[Run]:
+            rows = conn.execute(SQL["get_children"], (run_id, MAX_CHILDREN)).fetchall()
+            return [convert.run_record(convert.run_row(r)) for r in rows]
+
+        return sorted(await self._read(go), key=lambda r: r.created_at)
+
+    async def get_steps(self, run_id: str) -> list[Step]:
+        def go(conn: sqlite3.Connection) -> list[Step]:
+            rows = conn.execute(SQL["get_steps"], (run_id,)).fetchall()
+            return [convert.step_record(convert.step_row(r)) for r in rows]
+
+        return await self._read(go)
+
+    async def get_history(self, run_id: str) -> list[StepAttempt]:
+        def go(conn: sqlite3.Connection) -> list[StepAttempt]:
+            rows = conn.execute(SQL["get_history"], (run_id, run_id)).fetchall()
+            return [convert.attempt_record(r) for r in rows]
+
+        return await self._read(go)
+
+    # -- orchestrator passes ------------------------------------------------------------------
+    async def load_pass(self, run_id: str) -> PassSnapshot | None:
+        def go(conn: sqlite3.Connection) -> PassSnapshot | None:
+            row = conn.execute(_SELECT_RUN, (run_id,)).fetchone()
+            if row is None:
+                return None
+            steps = {r[1]: convert.step_row(r) for r in conn.execute(SQL["pass_steps"], (run_id,))}
+            events = [EventRow(*r) for r in conn.execute(SQL["pass_events"], (run_id,))]
+            state = dict(conn.execute(SQL["pass_state"], (run_id,)))
+            return PassSnapshot(convert.run_row(row), steps, events, state)
+
+        return await self._read_here(go)
+
+    async def fork_run(self, new: NewRun, forked_from: str, ops: Sequence[Op]) -> Run:
+        def go(conn: sqlite3.Connection) -> Run:
+            now = self._now()
+            if not apply.insert_run(conn, new, now):
+                existing = apply.load_run(conn, new.id)
+                raise RunIdTakenError(new.id, existing.workflow, new.workflow)
+            conn.execute(SQL["set_forked_from"], (forked_from, new.id))
+            apply.apply_ops(conn, new.id, ops, now)
+            return apply.load_run(conn, new.id)
+
+        return await self._write(go)
+
+    async def get_decisions(self, run_id: str) -> list[dict[str, Any]]:
+        def go(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = conn.execute(SQL["get_decisions"], (run_id,)).fetchall()
+            return [dict(zip(_DECISION_FIELDS, r, strict=True)) for r in rows]
+
+        return await self._read(go)
+
+    async def list_gates(self, status: str | None, limit: int) -> list[GateRow]:
+        params = {"status": status, "limit": limit}
+
+        def go(conn: sqlite3.Connection) -> list[GateRow]:
+            rows = conn.execute(SQL["list_gates"], params).fetchall()
+            return [GateRow(convert.step_row(r[:-3]), r[-3], r[-2], r[-1]) for r in rows]
+
+        return await self._read(go)
+
+    async def get_values(self, run_id: str) -> dict[str, str | None]:
+        def go(conn: sqlite3.Connection) -> dict[str, str | None]:
+            return dict(conn.execute(SQL["get_values"], (run_id,)).fetchall())
+
+        return await self._read_here(go)
