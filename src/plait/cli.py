@@ -33,9 +33,9 @@ from plait.follow import LineReporter, LiveReporter, Reporter, detail, follow, l
 from plait.logs import LOG_FORMATS
 from plait.logs import configure as configure_logs
 from plait.records import ApprovalDecision, ApprovalStatus, Run, Step, StepAttempt
-from plait.retention import EndedStatus
 from plait.store import redact, resolve_url
 from plait.terminal import clean, esc, one_line, pretty
+from plait.worker.retention import EndedStatus
 
 T = TypeVar("T")
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal, Self, TypedDict, TypeVar, Unpack, cast, overload
 
-from plait import approval, errors, ids, queues, retention, schedules, serde
+from plait import approval, errors, ids, queues, schedules, serde
 from plait.app import App
 from plait.catalog import Catalog
 from plait.clock import SYSTEM_CLOCK, Clock
@@ -69,7 +69,7 @@ from plait.store.base import (
     Store,
 )
 from plait.store.convert import ts, ts_or_none
-from plait.worker import Worker, spec_of
+from plait.worker import Worker, retention, spec_of
 
 log = logging.getLogger("plait.engine")
 #: reads of a run that ``resume`` and ``retry`` make before giving up on one that
