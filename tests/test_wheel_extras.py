@@ -94,7 +94,11 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _must([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(tree)])
     (wheel,) = dist.glob("plait-*.whl")
     # built from this tree, so it must hold what the tree holds (not a stale build)
-    assert installed_files(wheel) >= {"plait/errors.py", "plait/cli.py"}
+    assert installed_files(wheel) >= {
+        "plait/errors.py",
+        "plait/cli/__init__.py",
+        "plait/worker/__init__.py",
+    }
     env_dir = where / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
@@ -230,6 +234,6 @@ def test_the_sdist_carries_what_the_tests_need(tmp_path: Path) -> None:
     with tarfile.open(sdist) as archive:
         names = {name.partition("/")[2] for name in archive.getnames()}
     assert names >= SDIST_NEEDS, SDIST_NEEDS - names
-    assert "tests/test_wheel_extras.py" in names and "src/plait/cli.py" in names
+    assert "tests/test_wheel_extras.py" in names and "src/plait/cli/__init__.py" in names
     unwanted = [n for n in names if ".venv" in n or "__pycache__" in n or n.endswith(".pyc")]
     assert unwanted == []
