@@ -13,7 +13,7 @@ from rich.console import Console
 from shop import app
 
 import plait
-from plait.cli import render_run
+from plait.cli.runs import render_run
 from plait.notify import wait_event
 
 DATABASE = os.environ.get("PLAIT_DATABASE_URL", "sqlite:///demo.db")

@@ -95,7 +95,7 @@ def test_the_runtime_and_the_worker_never_import_the_engine(imports) -> None:
     offenders = [
         m
         for m, targets in imports.items()
-        if (m.startswith("plait.runtime") or m == "plait.worker")
+        if m.startswith(("plait.runtime", "plait.worker"))
         and any(t == "plait.engine" or t.startswith("plait.engine.") for t in targets)
     ]
     assert offenders == []

@@ -6,7 +6,7 @@ import re
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
-from plait.diagram import steps_mermaid
+from plait.cli.diagram import steps_mermaid
 from plait.graph import NodeState, graph_from_dict, to_mermaid
 from plait.graph.mermaid import mermaid_ids
 

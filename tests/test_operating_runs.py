@@ -365,7 +365,7 @@ async def test_prune_removes_old_ended_runs_and_keeps_live_ones(
 
 
 async def test_prune_works_in_batches(engine_factory) -> None:
-    from plait import retention
+    from plait.worker import retention
 
     async with engine_factory(app) as engine:
         ids = [await engine.start("silent") for _ in range(7)]

@@ -95,7 +95,7 @@ async def _workload(engine: plait.Engine, stop: asyncio.Event, latencies: list[f
 async def test_prune_of_100000_runs_does_not_stall_live_work(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from plait import retention
+    from plait.worker import retention
 
     if BATCH:
         monkeypatch.setattr(retention, "BATCH", int(BATCH))

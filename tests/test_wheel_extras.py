@@ -99,7 +99,12 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
         str(path.relative_to(ROOT / "src"))
         for path in (ROOT / "src" / "plait" / "store" / "sql").rglob("*.sql")
     }
-    assert installed_files(wheel) >= {"plait/errors.py", "plait/cli.py", *sql}
+    assert installed_files(wheel) >= {
+        "plait/errors.py",
+        "plait/cli/__init__.py",
+        "plait/worker/__init__.py",
+        *sql,
+    }
     assert installed_files(wheel) >= dashboard_files(), dashboard_files() - installed_files(wheel)
     env_dir = where / "venv"
     venv.create(env_dir, with_pip=True)
@@ -244,7 +249,7 @@ def test_the_sdist_carries_what_the_tests_need(tmp_path: Path) -> None:
     with tarfile.open(sdist) as archive:
         names = {name.partition("/")[2] for name in archive.getnames()}
     assert names >= SDIST_NEEDS, SDIST_NEEDS - names
-    assert "tests/test_wheel_extras.py" in names and "src/plait/cli.py" in names
+    assert "tests/test_wheel_extras.py" in names and "src/plait/cli/__init__.py" in names
     assert names >= {f"src/{name}" for name in dashboard_files()}
     unwanted = [n for n in names if ".venv" in n or "__pycache__" in n or n.endswith(".pyc")]
     assert unwanted == []

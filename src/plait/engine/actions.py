@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from plait import retention, serde
+from plait import serde
 from plait.durations import parse_duration
 from plait.engine.base import EngineBase, existing_id
 from plait.errors import (
@@ -21,6 +21,7 @@ from plait.runtime import steps
 from plait.runtime.replay import MAX_AFTER
 from plait.store.ops import Op
 from plait.store.rows import PassSnapshot
+from plait.worker import retention
 
 #: reads of a run that ``resume`` and ``retry`` make before giving up on one that
 #: keeps changing under them

@@ -14,7 +14,7 @@ from plait.graph.model import Graph
 from plait.graph.planner import FAILED, IN_FLIGHT, PENDING, SUCCEEDED, NodeState, key_ordinal
 
 #: Mermaid style of each step status. Graph diagrams and the step diagrams of code
-#: workflows (``plait.diagram``) share it, so a status has one colour in every diagram.
+#: workflows (``plait.cli.diagram``) share it, so a status has one colour in every diagram.
 STATUS_STYLES: Mapping[str, str] = MappingProxyType(
     {
         "succeeded": "fill:#d4edda,stroke:#28a745,color:#155724",

@@ -5,16 +5,20 @@ short transaction that deletes the runs it picked with their child runs and ever
 theirs. A run with a child that has not ended is left alone (its tree is not over), and
 so is everything running or suspended. Between batches the store's write lock is free,
 so the passes of live runs commit in between: the longest a live commit waits is one
-batch.
+batch. ``Engine.prune`` prunes when asked; a worker given ``retain`` prunes in a loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from typing import Literal
 
 from plait.store.contract import Store
+from plait.worker.state import WorkerState
+
+log = logging.getLogger("plait.worker")
 
 #: what a prune deletes unless told otherwise
 EndedStatus = Literal["completed", "cancelled", "failed"]
@@ -56,4 +60,24 @@ async def prune(
         await asyncio.sleep(0)  # let the loop's own work in between batches
 
 
-__all__ = ["BATCH", "ENDED", "check_statuses", "prune"]
+class Retention(WorkerState):
+    """The worker's ``--retain`` loop."""
+
+    async def _retention_loop(self) -> None:
+        """Prune ended runs older than ``retain`` now and then: at start, then every tenth
+        of the retention (at least a second, at most an hour). Batches are short, so live
+        runs never wait for a prune; with several workers, each prunes what it finds."""
+        assert self.retain is not None
+        every = min(3600.0, max(1.0, self.retain / 10))
+        while not self.stopping:
+            try:
+                pruned = await prune(self.store, cutoff=self.clock.now() - self.retain)
+                self.pruned += pruned
+                if pruned:
+                    log.info("pruned %d ended runs older than %gs", pruned, self.retain)
+            except Exception:
+                log.exception("pruning ended runs failed; trying again later")
+            await asyncio.sleep(every)
+
+
+__all__ = ["BATCH", "ENDED", "EndedStatus", "Retention", "check_statuses", "prune"]

@@ -19,10 +19,10 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
+from plait.cli.terminal import clean, compact, esc
 from plait.durations import format_duration
 from plait.notify import wait_event
 from plait.records import SETTLED, Run, Step
-from plait.terminal import clean, compact, esc
 
 if TYPE_CHECKING:
     from plait.engine import Engine

@@ -1,0 +1,101 @@
+"""Acting on one run: ``plait cancel``, ``resume``, ``retry`` and ``send-event``."""
+
+from __future__ import annotations
+
+import typer
+
+from plait.cli.app import (
+    DatabaseOption,
+    JsonOption,
+    cli,
+    console,
+    emit_json,
+    make_engine,
+    parse_json,
+    run_async,
+    status_markup,
+)
+from plait.cli.terminal import esc
+
+
+def _act(
+    action: str,
+    run_id: str,
+    database: str | None,
+    as_json: bool,
+    reason: str | None = None,
+) -> None:
+    async def go() -> None:
+        async with make_engine(None, database) as engine:
+            if action == "cancel":
+                run = await engine.cancel(run_id, reason)
+            elif action == "resume":
+                run = await engine.resume(run_id)
+            else:
+                run = await engine.retry(run_id)
+        if as_json:
+            emit_json({"run": run.to_dict()})
+        else:
+            console.print(f"run {esc(run.id)} {status_markup(run.status)}", highlight=False)
+
+    run_async(go)
+
+
+@cli.command()
+def cancel(
+    run_id: str = typer.Argument(..., help="The run id."),
+    reason: str | None = typer.Option(None, "--reason", help="Stored as the run's error."),
+    as_json: bool = JsonOption,
+    database: str | None = DatabaseOption,
+) -> None:
+    """Cancel a run and its child runs."""
+    _act("cancel", run_id, database, as_json, reason)
+
+
+@cli.command()
+def resume(
+    run_id: str = typer.Argument(..., help="The run id."),
+    as_json: bool = JsonOption,
+    database: str | None = DatabaseOption,
+) -> None:
+    """Resume a suspended run (workers continue it)."""
+    _act("resume", run_id, database, as_json)
+
+
+@cli.command()
+def retry(
+    run_id: str = typer.Argument(..., help="The run id."),
+    as_json: bool = JsonOption,
+    database: str | None = DatabaseOption,
+) -> None:
+    """Retry a failed run from the failed step (workers continue it)."""
+    _act("retry", run_id, database, as_json)
+
+
+@cli.command("send-event")
+def send_event(
+    run_id: str = typer.Argument(..., help="The run id."),
+    name: str = typer.Argument(..., help="The event's name (wf.wait_for_event(name))."),
+    data: str | None = typer.Option(None, "--data", help="The event's payload as JSON."),
+    as_json: bool = JsonOption,
+    database: str | None = DatabaseOption,
+) -> None:
+    """Send an event to a run (for its wf.wait_for_event(NAME)).
+
+    A run that is not waiting for it yet gets it when it does."""
+
+    async def go() -> None:
+        payload = parse_json(data, "--data")
+        async with make_engine(None, database) as engine:
+            waiting = await engine.send_event(run_id, name, payload)
+        if as_json:
+            emit_json({"run_id": run_id, "event": name, "waiting": waiting})
+        elif waiting:
+            console.print(f"event {esc(repr(name))} delivered to run {esc(run_id)}")
+        else:
+            console.print(
+                f"event {esc(repr(name))} held for run {esc(run_id)}: it is not waiting for "
+                "it now (it gets it when it does)"
+            )
+
+    run_async(go)

@@ -1,0 +1,130 @@
+"""``plait start``: start a run; with ``--wait``, run it here and follow its steps."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import typer
+from rich.text import Text
+
+from plait.app import App
+from plait.cli.app import (
+    DatabaseOption,
+    JsonOption,
+    cli,
+    console,
+    dicts,
+    emit_json,
+    err,
+    load_app,
+    make_engine,
+    parse_json,
+    parse_time,
+    run_async,
+    status_markup,
+)
+from plait.cli.follow import LineReporter, LiveReporter, Reporter, follow
+from plait.cli.terminal import clean, esc, pretty
+from plait.engine import Engine
+from plait.records import Run
+
+
+@cli.command()
+def start(
+    app_ref: str = typer.Argument(..., metavar="APP", help="module:attribute of your plait.App"),
+    workflow: str = typer.Argument(..., help="Workflow or graph name."),
+    input: str | None = typer.Option(None, "--input", "-i", help="Input as JSON."),
+    wait: bool = typer.Option(
+        False, "--wait", "-w", help="Run it in this process and wait for the output."
+    ),
+    run_id: str | None = typer.Option(None, "--run-id", help="Idempotency key for the run."),
+    queue: str | None = typer.Option(None, "--queue", help="Admit the run through this queue."),
+    key: str | None = typer.Option(None, "--key", help="The run's key (for per_key limits)."),
+    priority: int = typer.Option(0, "--priority", help="Higher is admitted first."),
+    dedup: str | None = typer.Option(
+        None, "--dedup", help="Return the live run with this de-duplication key instead."
+    ),
+    delay: str | None = typer.Option(None, "--delay", help="Start later, e.g. 10m."),
+    start_at: str | None = typer.Option(
+        None, "--start-at", help="Start at this ISO 8601 time (with a time zone)."
+    ),
+    as_json: bool = JsonOption,
+    database: str | None = DatabaseOption,
+) -> None:
+    """Start a run and print its id; with --wait, run it here and show its steps.
+
+    Without --wait the run is queued for `plait worker` processes; with a queue, a delay
+    or a start time it waits (status queued) until a worker admits it. With --wait its
+    steps are shown as they happen, and a run that waits for an event or an approval says
+    so, and how to send it."""
+
+    async def go() -> None:
+        app = load_app(app_ref)
+        data = parse_json(input, "--input")
+        when = parse_time(start_at, "--start-at")
+        flow: dict[str, Any] = {
+            "queue": queue,
+            "key": key,
+            "priority": priority,
+            "dedup": dedup,
+            "delay": delay,
+            "start_at": when,
+        }
+        wdef = app.workflows.get(workflow)
+        queued = queue is not None or delay is not None or when is not None
+        queued = queued or (wdef is not None and wdef.queue is not None)
+        async with make_engine(app, database, create=True) as engine:
+            # a queued run is admitted by a worker; --wait then waits for it there
+            rid = await engine.start(
+                workflow, data, run_id=run_id, inline=wait and not queued, **flow
+            )
+            if not wait:
+                if as_json:
+                    emit_json({"run_id": rid})
+                else:
+                    console.print(esc(rid), highlight=False)
+                return
+            if as_json:
+                run = await engine.wait(rid)
+                emit_json({"run": run.to_dict(), "steps": dicts(await engine.get_steps(rid))})
+            else:
+                console.print(esc(rid), highlight=False)  # first, so it can be used at once
+                run = await _follow(engine, app, rid)
+                _print_ending(run)
+            if run.status != "completed":
+                raise typer.Exit(1)
+
+    run_async(go)
+
+
+async def _follow(engine: Engine, app: App, run_id: str) -> Run:
+    """Show the run's steps until it settles: a live table on a terminal, one line per
+    change elsewhere."""
+    reporter: Reporter = LiveReporter(console) if console.is_terminal else LineReporter(console)
+
+    def queued(name: str) -> bool:
+        fdef = app.functions.get(name)
+        return fdef is not None and fdef.queued
+
+    try:
+        return await follow(engine, run_id, reporter, queued=queued)
+    except asyncio.CancelledError:
+        err.print(
+            f"stopped following run {esc(run_id)}; it goes on (plait runs show {esc(run_id)})",
+            highlight=False,
+        )
+        raise
+
+
+def _print_ending(run: Run) -> None:
+    console.print(f"run {esc(run.id)} {status_markup(run.status)}", highlight=False)
+    if run.status == "completed":
+        console.print(Text(pretty(run.output)))
+    elif run.error:
+        code = f" [{run.error.get('code')}]" if run.error.get("code") else ""
+        where = f"step {run.error['step']!r}: " if run.error.get("step") else ""
+        message = clean(str(run.error.get("message", "")))
+        console.print(Text(f"{where}{message}{code}", style="red"))
+        if run.status == "failed":
+            console.print(f"the whole story: plait runs show {esc(run.id)}", highlight=False)

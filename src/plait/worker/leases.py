@@ -1,0 +1,61 @@
+"""The lease loop: renewing the leases of work in hand, and stopping work whose run ended.
+
+A lease is renewed every quarter of its length while this process drives the run or runs
+one of its jobs; a renewal that finds a run gone (cancelled, or ended by another process)
+stops its work here (``cancel_local``). The loop also beats the ``StallGuard``'s heart, so
+a blocked event loop is noticed, and now and then sweeps runs that no one is driving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from plait.worker.state import WorkerState
+
+log = logging.getLogger("plait.worker")
+
+
+class Leases(WorkerState):
+    """Keeps the leases of what this process holds."""
+
+    async def _lease_loop(self) -> None:
+        every = max(0.05, self.lease / 4)
+        next_sweep = time.monotonic() + 5.0
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.check_leases.wait(), every)
+            self.check_leases.clear()
+            self.stall_guard.beat()
+            if self.take_work and not self.stopping and time.monotonic() >= next_sweep:
+                next_sweep = time.monotonic() + 5.0
+                try:
+                    if await self.store.sweep_idle():
+                        self.kick()
+                except Exception:
+                    log.exception("sweeping idle runs failed")
+            if not self.driving and not self.stepping:
+                continue
+            try:
+                stepping = sorted({run_id for run_id, _key in self.stepping})
+                gone = await self.store.renew_leases(
+                    self.owner, self.lease, self.holding(), stepping
+                )
+            except Exception:
+                log.exception("renewing leases failed")
+                continue
+            if gone:
+                self.cancel_local(gone)
+
+    def cancel_local(self, run_ids: list[str] | set[str]) -> None:
+        """Stop in-process work of cancelled runs right away."""
+        self.cancelled.update(run_ids)
+        for run_id in run_ids:
+            task = self.driving.get(run_id)
+            if task is not None:
+                task.cancel()
+            for (rid, _key), step_task in list(self.stepping.items()):
+                if rid == run_id:
+                    step_task.cancel()

@@ -1,0 +1,123 @@
+"""What the worker's loops share, declared once so each loop can live in a file of its own.
+
+``Worker`` (``worker.py``) is its loops: ``Passes``, ``Jobs``, ``Admission``, ``Ticks``,
+``Leases`` and ``Retention``, each a class over ``WorkerState``. The loops share one
+process's work in hand (the runs it drives, the jobs it runs, the wake-ups between them)
+and call on each other (the admission loop drives what it admits; the step loop waits the
+way the pass loop does), so this class names what they share: the attributes
+``Worker.__init__`` sets, the ``Host`` the runtime is handed, and the methods one loop
+calls on another. It implements nothing.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, Protocol
+
+from plait import serde
+from plait.catalog import Catalog
+from plait.clock import Clock
+from plait.notify import Notifier
+from plait.observe import Telemetry
+from plait.store.contract import Store
+from plait.store.ops import Batch
+from plait.store.rows import QueueLimits
+from plait.worker.stall_guard import StallGuard
+
+
+class CommitBatch(Protocol):
+    """The store's ``commit``, as the worker hands it to passes (``Host.commit``)."""
+
+    def __call__(self, batch: Batch, /) -> Awaitable[bool]: ...
+
+
+class WorkerState(abc.ABC):
+    """The attributes and methods every loop of a ``Worker`` may use (see ``Worker``)."""
+
+    # -- its parts and settings, given when built
+    store: Store
+    clock: Clock
+    telemetry: Telemetry | None
+    catalog: Catalog
+    notifier: Notifier
+    worker_id: str
+    concurrency: int
+    poll_interval: float
+    take_work: bool
+    log_runs: bool
+    limits: serde.Limits
+    retain: float | None
+    owner: str
+    lease: float
+    commit: CommitBatch
+    stall_guard: StallGuard
+
+    # -- its work in hand
+    driving: dict[str, asyncio.Task[Any]]
+    stepping: dict[tuple[str, str], asyncio.Task[Any]]
+    tasks: set[asyncio.Task[Any]]
+    slots: asyncio.Semaphore
+    stopping: bool
+    cancelled: set[str]
+    loops: list[asyncio.Task[Any]]
+    _lease_task: asyncio.Task[Any] | None
+    _unknown_schedules: set[str]
+    admission_blocked_at: float | None
+    steps_run: int
+    pruned: int
+
+    # -- its wake-ups
+    wake_passes: asyncio.Event
+    wake_steps: asyncio.Event
+    check_leases: asyncio.Event
+    wake_admissions: asyncio.Event
+    wake_schedules: asyncio.Event
+
+    # -- the host of passes and queued attempts (worker.py)
+    @abc.abstractmethod
+    def cancelling(self, run_id: str) -> bool: ...
+
+    @abc.abstractmethod
+    def ended_elsewhere(self, run_id: str) -> None: ...
+
+    @abc.abstractmethod
+    def published(self, run_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def read_state(self, run_id: str) -> dict[str, Any]: ...
+
+    @abc.abstractmethod
+    async def lineage_queues(self, run_id: str) -> frozenset[str]: ...
+
+    @abc.abstractmethod
+    def run_changed(self, run_id: str, status: str, workflow: str = "") -> None: ...
+
+    # -- lifecycle (worker.py)
+    @abc.abstractmethod
+    def holding(self) -> list[str]: ...
+
+    @abc.abstractmethod
+    def kick(self) -> None: ...
+
+    @abc.abstractmethod
+    def spawn(self, coro: Any, name: str | None = None) -> asyncio.Task[Any]: ...
+
+    # -- passes (passes.py)
+    @abc.abstractmethod
+    def drive(self, run_id: str, *, claimed: bool = False, follow: bool = False) -> None: ...
+
+    @abc.abstractmethod
+    async def _due(self, wake: asyncio.Event, functions: list[str] | None) -> bool: ...
+
+    @abc.abstractmethod
+    async def _idle(self, wake: asyncio.Event) -> None: ...
+
+    # -- admission (admission.py)
+    @abc.abstractmethod
+    def queue_limits(self) -> list[QueueLimits]: ...
+
+    # -- leases (leases.py)
+    @abc.abstractmethod
+    def cancel_local(self, run_ids: list[str] | set[str]) -> None: ...
