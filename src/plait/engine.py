@@ -53,7 +53,7 @@ from plait.records import (
     StepAttempt,
 )
 from plait.runtime import steps
-from plait.runtime.replay import MAX_AFTER
+from plait.runtime.steps import MAX_AFTER
 from plait.runtime.workflow import Workflow
 from plait.store import convert, make_store, resolve_url
 from plait.store.base import (

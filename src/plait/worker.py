@@ -32,9 +32,9 @@ from plait.notify import Notifier
 from plait.observe import Telemetry
 from plait.records import SETTLED, TERMINAL, RunStatus
 from plait.runtime import steps
+from plait.runtime.control_flow import PassAborted
+from plait.runtime.job import run_job as run_queued
 from plait.runtime.orchestrator import execute_pass
-from plait.runtime.queued import run_queued
-from plait.runtime.signals import PassAborted
 from plait.store.base import (
     Batch,
     NewRun,

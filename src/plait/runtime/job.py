@@ -1,4 +1,5 @@
-"""One delivery of a queued step: its body runs once, outside any pass.
+"""One delivery of a job step (a step the step worker runs from the job table): its
+body runs once, outside any pass.
 
 The step worker claims a job, the store begins the attempt, and this module runs the body
 and decides, through the same state machine as an inline attempt (``runtime.steps``),
@@ -23,7 +24,7 @@ from plait.runtime.host import Host
 from plait.store.base import Batch, Op, StepRow
 
 
-async def run_queued(
+async def run_job(
     host: Host,
     step: StepRow,
     fdef: FunctionDef,
