@@ -22,7 +22,7 @@ from typing import Any, cast
 from plait import errors, ids, serde
 from plait.retry import RetryPolicy
 from plait.runtime.attempt import Outcome
-from plait.statuses import AttemptStatusName, StepStatusName
+from plait.statuses import STEP_IN_FLIGHT, AttemptStatusName, StepStatusName
 from plait.store.base import (
     ClearTimer,
     ConsumeEvent,
@@ -563,7 +563,7 @@ def settle_items(
     running) and succeeds once every item succeeded: its output is the list of the
     items' outputs."""
     failed = next((i for i, s in enumerate(items) if s.status == "failed"), None)
-    busy = any(s.status in _IN_FLIGHT for s in items)
+    busy = any(s.status in STEP_IN_FLIGHT for s in items)
     if failed is not None and (sequential or not busy):
         cause: dict[str, Any] = serde.loads(items[failed].error) or {}
         error = _text(
@@ -593,10 +593,6 @@ def _fail_node(step: StepRow, error: str, now: float) -> list[Op]:
     step.error = error
     step.updated_at = now
     return [_put(step)]
-
-
-#: a step not settled yet
-_IN_FLIGHT: frozenset[StepStatusName] = frozenset({"pending", "scheduled", "running"})
 
 
 # -- approval gates -----------------------------------------------------------------------
