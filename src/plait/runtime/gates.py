@@ -186,7 +186,8 @@ class Gates:
 
 
 def raise_if_cancelled(step: StepRow) -> None:
-    """A wait the workflow cancelled on an earlier pass (see ``_close_abandoned``) ends
+    """A wait the workflow cancelled on an earlier pass (see
+    ``CodeReplay._close_abandoned``) ends
     the same way on this one: the workflow, which cancels it again before its outcome
     comes, never sees this."""
     if steps.cancelled_wait(step):

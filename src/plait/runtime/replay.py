@@ -6,9 +6,10 @@ a stored outcome is read back, a new attempt runs, or the step pauses (a timer, 
 queue, a child run) and simply never resolves in this pass. Outcomes are handed to the
 workflow one at a time, each once its loop has nothing left to run, in the order the run
 first saw them; that order is stored with each step (``delivered``), so concurrent
-branches take the same keys and the same results on every replay. When the workflow
-can go no further, the pass decides how the run ends, unwinds the workflow's code
-without letting it take new steps, and commits with the lease's release.
+branches take the same keys and the same results on every replay (``runtime.order``).
+Approval gates are ``runtime.gates``. When the workflow can go no further, the pass
+decides how the run ends (``runtime.runs``), unwinds the workflow's code without letting
+it take new steps, and commits with the lease's release.
 """
 
 from __future__ import annotations
