@@ -210,7 +210,7 @@ async def _forget_reached_after(database: str, run_id: str) -> None:
 async def test_a_step_after_a_wide_gather_records_a_bounded_list(engine_factory) -> None:
     """A gather of 100 after a gather of 100 would record 10,000 keys (and the work to
     keep them grows with the square): a step keeps at most the last ``MAX_AFTER``."""
-    from plait.runtime.replay import MAX_AFTER
+    from plait.runtime.steps import MAX_AFTER
 
     app = plait.App()
 

@@ -10,10 +10,11 @@ the gate with the same rules. Nothing here touches a database.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, cast
 
-from plait import serde
+from plait import errors, serde
 
 #: approver policies by name; a list of user ids is the fourth kind
 POLICIES = ("any", "owner", "not_owner")
@@ -91,6 +92,51 @@ def envelope(
     return cast(str, text)  # None only for None, never for a dict
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a decision is refused: its ``code`` and ``message`` (with the data's
+    ``problems``, for data that does not fit), and the error a caller deciding the gate
+    at once raises for it."""
+
+    code: str
+    message: str
+    error: errors.PlaitError
+    problems: list[dict[str, str]] | None = None
+
+    def reason(self) -> str:
+        """The refusal as stored with the decision."""
+        return reason(self.code, self.message, self.problems)
+
+
+def judge(
+    info: dict[str, Any], owner: str | None, user: str | None, data: Any, *, run_id: str, name: str
+) -> Refusal | None:
+    """Why a decision on gate ``name`` of run ``run_id`` (owned by ``owner``) is refused,
+    or None to take it: the gate's approver policy must admit ``user``, and ``data``
+    must fit the gate's JSON Schema (``info`` is what the gate stored, ``gate_info``).
+    The same rules judge a decision the engine takes at once and one held until the run
+    reaches its gate."""
+    policy = info.get("approvers", "any")
+    if not may_decide(policy, owner, user):
+        forbidden = errors.ApprovalForbiddenError(run_id, name, user, policy)
+        return Refusal(errors.APPROVAL_FORBIDDEN, str(forbidden), forbidden)
+    found = problems(info.get("schema"), data)
+    if found:
+        invalid = errors.ValidationError(f"the decision on approval {name!r}", found)
+        return Refusal(errors.APPROVAL_INVALID, INVALID, invalid, found)
+    return None
+
+
+#: the message of a refusal for data that does not fit the gate's schema
+INVALID = "the data is invalid"
+
+
+def resolved(outcome: str) -> str:
+    """The stored refusal of a decision for a gate already ``outcome`` (decided or
+    expired)."""
+    return reason(errors.APPROVAL_RESOLVED, f"the approval was already {outcome}")
+
+
 def reason(code: str, message: str, found: list[dict[str, str]] | None = None) -> str:
     """Why a decision was refused, as stored with it."""
     record: dict[str, Any] = {"code": code, "message": message}
@@ -100,13 +146,17 @@ def reason(code: str, message: str, found: list[dict[str, str]] | None = None) -
 
 
 __all__ = [
+    "INVALID",
     "POLICIES",
     "PREFIX",
     "Policy",
+    "Refusal",
     "check_policy",
     "envelope",
     "gate_info",
+    "judge",
     "may_decide",
     "problems",
     "reason",
+    "resolved",
 ]

@@ -1,6 +1,6 @@
 """Exceptions that users catch, and the codes plait stores on runs.
 
-Control-flow signals that stop a replay live in ``runtime.signals`` and derive from
+Control-flow signals that stop a replay live in ``runtime.control_flow`` and derive from
 ``BaseException``; everything here is an ordinary ``Exception`` so user code may catch it.
 """
 

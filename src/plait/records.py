@@ -9,45 +9,23 @@ from typing import Any, Generic, Literal
 
 from typing_extensions import TypeVar
 
+from plait.statuses import SETTLED as SETTLED
+from plait.statuses import TERMINAL as TERMINAL
+from plait.statuses import AttemptStatusName
+from plait.statuses import RunStatus as RunStatus
+from plait.statuses import RunStatusName as RunStatusName
+from plait.statuses import StepStatus as StepStatus
+from plait.statuses import StepStatusName as StepStatusName
+
 T = TypeVar("T")
 #: a run's output: what its workflow returns where that is known (``Engine.run`` and
 #: ``Engine.wait(..., workflow=fn)``), else ``Any``
 Output = TypeVar("Output", default=Any)
 
-#: the statuses a run filter takes as plain strings (``RunStatus`` members work too)
-RunStatusName = Literal["queued", "running", "suspended", "completed", "failed", "cancelled"]
-StepStatusName = Literal["pending", "scheduled", "running", "succeeded", "failed"]
 #: where an approval gate stands (``Engine.list_approvals(status=...)``)
 ApprovalStatus = Literal["open", "decided", "expired"]
 #: a graph registered at run time: ``draft`` is stored but not started by name
 GraphStatus = Literal["draft", "active"]
-
-
-class RunStatus(enum.StrEnum):
-    #: waiting for admission by its queue, or for its start time
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUSPENDED = "suspended"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
-
-
-class StepStatus(enum.StrEnum):
-    PENDING = "pending"
-    SCHEDULED = "scheduled"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-
-
-#: Run statuses at which ``Engine.wait`` returns.
-SETTLED = frozenset({"completed", "failed", "cancelled", "suspended"})
-TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
 def _jsonable(value: Any) -> Any:
@@ -149,7 +127,7 @@ class StepAttempt(_Record):
     run_id: str
     key: str
     attempt: int
-    status: str
+    status: AttemptStatusName
     output: Any
     error: dict[str, Any] | None
     started_at: datetime

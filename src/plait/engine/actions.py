@@ -4,7 +4,7 @@ send it an event, and prune ended runs."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,10 +17,7 @@ from plait.errors import (
 )
 from plait.ids import check_name
 from plait.records import Run
-from plait.runtime import steps
-from plait.runtime.replay import MAX_AFTER
-from plait.store.ops import Op
-from plait.store.rows import PassSnapshot
+from plait.runtime import runs
 from plait.worker import retention
 
 #: reads of a run that ``resume`` and ``retry`` make before giving up on one that
@@ -38,10 +35,7 @@ class ActionsMixin(EngineBase):
         if reason is not None and not isinstance(reason, str):
             raise TypeError(f"reason must be a string, got {type(reason).__name__}")
 
-        def reopen(snapshot: PassSnapshot, now: float) -> list[Op]:
-            return steps.resume_ops(snapshot.steps.values(), now, reason)
-
-        return await self._reopen(run_id, "suspended", "resume", reopen)
+        return await self._reopen(run_id, runs.resume(reason))
 
     async def retry(self, run_id: str) -> Run:
         """A failed run goes on from the failed step; succeeded steps are kept.
@@ -54,19 +48,9 @@ class ActionsMixin(EngineBase):
         run failed (sleeps, event timeouts, retry back-offs, approval deadlines) get
         their timers back."""
 
-        def reopen(snapshot: PassSnapshot, now: float) -> list[Op]:
-            recorded = snapshot.steps.values()
-            return steps.retry_ops(recorded, now, snapshot.run.error, after_cap=MAX_AFTER)
+        return await self._reopen(run_id, runs.retry())
 
-        return await self._reopen(run_id, "failed", "retry", reopen)
-
-    async def _reopen(
-        self,
-        run_id: str,
-        from_status: str,
-        action: str,
-        reopen: Callable[[PassSnapshot, float], list[Op]],
-    ) -> Run:
+    async def _reopen(self, run_id: str, reopen: runs.Reopen) -> Run:
         """Read the run, decide what reopening it writes, and write that if nothing woke
         the run in between (a queued step finishing, an event); else read it again."""
         existing_id(run_id)
@@ -74,21 +58,20 @@ class ActionsMixin(EngineBase):
             snapshot = await self.store.load_pass(run_id)
             if snapshot is None:
                 raise RunNotFoundError(run_id)
-            if snapshot.run.status != from_status:
-                raise RunStateError(run_id, snapshot.run.status, action)
-            ops = reopen(snapshot, self.clock.now())
-            run = await self.store.reopen_run(run_id, from_status, snapshot.run.wakeups, ops)
+            if snapshot.run.status != reopen.from_status:
+                raise RunStateError(run_id, snapshot.run.status, reopen.action)
+            ops = reopen.ops(snapshot, self.clock.now())
+            run = await self.store.reopen_run(run_id, reopen.from_status, snapshot.run.wakeups, ops)
             if run is not None:
                 self._poke(run_id)
                 return run
-        raise RuntimeError(f"cannot {action} run {run_id!r}: it kept changing while read")
+        raise RuntimeError(f"cannot {reopen.action} run {run_id!r}: it kept changing while read")
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Run:
         """End the run ``cancelled`` with its children; running steps are cancelled and
         its timers never fire."""
-        error = steps.run_cancelled_error(reason)
-        parent = steps.child_step_end(None, "cancelled", None, error)
-        moved = await self.store.cancel_run(existing_id(run_id), error, parent)
+        cut = runs.cancel(reason)
+        moved = await self.store.cancel_run(existing_id(run_id), cut.error, cut.parent)
         self.worker.cancel_local(moved)
         # a cancelled run of a queue frees its slot (or its place in the line)
         self.notifier.publish_work()

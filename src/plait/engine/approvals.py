@@ -9,11 +9,9 @@ from typing import Any, Literal, cast
 from plait import approval, errors, serde
 from plait.engine.base import EngineBase
 from plait.errors import (
-    ApprovalForbiddenError,
     ApprovalResolvedError,
     RunNotFoundError,
     RunStateError,
-    ValidationError,
 )
 from plait.ids import check_name
 from plait.records import (
@@ -90,18 +88,12 @@ class ApprovalsMixin(EngineBase):
             self._poke(run_id)
             return _decision_record(run_id, name, data, decided_by, now, "held", None, None)
         info = approval.gate_info(gate.input)
-        policy = info.get("approvers", "any")
-        if not approval.may_decide(policy, run.owner, decided_by):
-            forbidden = ApprovalForbiddenError(run_id, name, decided_by, policy)
-            await refuse(errors.APPROVAL_FORBIDDEN, str(forbidden))
-            raise forbidden
-        found = approval.problems(info.get("schema"), data)
-        if found:
-            invalid = ValidationError(f"the decision on approval {name!r}", found)
-            await refuse(errors.APPROVAL_INVALID, "the data is invalid", found)
-            raise invalid
-        closed = approval.reason(errors.APPROVAL_RESOLVED, "the approval was already decided")
-        expired = approval.reason(errors.APPROVAL_RESOLVED, "the approval was already expired")
+        refusal = approval.judge(info, run.owner, decided_by, data, run_id=run_id, name=name)
+        if refusal is not None:
+            await refuse(refusal.code, refusal.message, refusal.problems)
+            raise refusal.error
+        closed = approval.resolved("decided")
+        expired = approval.resolved("expired")
         result = await self.store.submit_decision(
             run_id,
             row("accepted", key=gate.key, if_closed=closed, if_expired=expired),

@@ -12,6 +12,7 @@ from plait.errors import (
     RunStateError,
 )
 from plait.ids import check_run_id, new_run_id
+from plait.runtime import runs
 from plait.store.ops import Op, PutStep, SetValue
 from plait.store.rows import NewRun, StepRow
 
@@ -81,7 +82,7 @@ class ForkMixin(EngineBase):
             version=version,
             input=source.input,
             owner=source.owner,
-            status="queued" if source.queue is not None else "running",
+            status=runs.initial_status(source.queue is not None),
             queue=source.queue,
             queue_key=source.queue_key,
             priority=source.priority,

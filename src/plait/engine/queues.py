@@ -7,6 +7,7 @@ from typing import Any
 
 from plait import queues
 from plait.engine.base import EngineBase
+from plait.runtime import runs
 
 
 class QueuesMixin(EngineBase):
@@ -34,7 +35,7 @@ class QueuesMixin(EngineBase):
         not_before = queues.start_time(delay, start_at, self.clock.now())
         queued = qname is not None or not_before is not None
         return {
-            "status": "queued" if queued else "running",
+            "status": runs.initial_status(queued),
             "queue": qname,
             "queue_key": qkey,
             "priority": queues.check_priority(priority),

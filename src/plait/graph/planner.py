@@ -41,14 +41,16 @@ from typing import Any, Literal
 from plait.graph.errors import GraphValueError
 from plait.graph.model import Graph
 from plait.graph.values import Scope, resolve
+from plait.statuses import STEP_IN_FLIGHT, StepStatusName
 
-PENDING = "pending"
-SCHEDULED = "scheduled"
-RUNNING = "running"
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-IN_FLIGHT = frozenset({PENDING, SCHEDULED, RUNNING})
-STATUSES = (PENDING, SCHEDULED, RUNNING, SUCCEEDED, FAILED)
+# the step statuses the planner reads (``plait.statuses``); it never chooses one
+PENDING: StepStatusName = "pending"
+SCHEDULED: StepStatusName = "scheduled"
+RUNNING: StepStatusName = "running"
+SUCCEEDED: StepStatusName = "succeeded"
+FAILED: StepStatusName = "failed"
+IN_FLIGHT = STEP_IN_FLIGHT
+STATUSES: tuple[StepStatusName, ...] = (PENDING, SCHEDULED, RUNNING, SUCCEEDED, FAILED)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from plait import serde
 from plait.app import FinishedAfterCancel, FunctionDef, call_maybe_async
 from plait.context import StepContext
 from plait.errors import NotJSONError, StepTimeoutError, TypeMismatchError
-from plait.runtime.signals import PauseSignal, SuspendSignal
+from plait.runtime.control_flow import PauseSignal, SuspendSignal
 
 #: ``Outcome.value`` of an outcome whose value was not decoded (no annotation to decode by)
 NOT_DECODED: Any = object()

@@ -19,11 +19,11 @@ from plait.context import StepContext
 from plait.errors import StepError
 from plait.observe import NO_REPORT
 from plait.retry import RetryPolicy
-from plait.runtime import steps
+from plait.runtime import runs, steps
 from plait.runtime.attempt import NOT_DECODED, Outcome, finished_on_stop, result_codec, run_attempt
+from plait.runtime.control_flow import SuspendSignal
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger
-from plait.runtime.signals import SuspendSignal
 from plait.store.ops import CreateChildRun
 from plait.store.rows import NewRun, StepRow
 
@@ -266,7 +266,7 @@ class Driver:
                             owner=ledger.run.owner,
                             parent_run_id=ledger.run.id,
                             parent_step_key=key,
-                            status="queued" if admit else "running",
+                            status=runs.initial_status(admit),
                             queue=queue,
                             trace=self._child_trace(),
                         )

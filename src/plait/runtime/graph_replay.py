@@ -45,7 +45,6 @@ from plait.graph.errors import GraphValueError
 from plait.graph.model import Node
 from plait.graph.planner import (
     IN_FLIGHT,
-    SUCCEEDED,
     NodeState,
     Plan,
     Start,
@@ -55,13 +54,13 @@ from plait.graph.planner import (
     plan,
 )
 from plait.retry import RetryPolicy, resolve_policy
-from plait.runtime import steps
+from plait.runtime import runs, steps
 from plait.runtime.attempt import Outcome
+from plait.runtime.control_flow import PauseSignal, SuspendSignal
 from plait.runtime.drive import Driver
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger, PassResult
-from plait.runtime.signals import PauseSignal, SuspendSignal
-from plait.runtime.steps import GRAPH_STEP_KINDS, ITEM_KIND, NODE_KIND
+from plait.runtime.steps import GRAPH_STEP_KINDS, ITEM_KIND, NODE_KIND, item_key
 from plait.store.ops import EndRun, Op, SetState
 from plait.store.rows import PassSnapshot, StepRow
 
@@ -76,11 +75,6 @@ __all__ = [
 _ITEM_SUFFIX = re.compile(r"\[(\d+)\]$")
 #: a node's input that cannot be stored: not JSON, or over the engine's limits
 _REFUSED = (errors.NotJSONError, errors.PayloadTooLargeError, errors.PayloadTooDeepError)
-
-
-def item_key(node_key: str, index: int) -> str:
-    """The step key of item ``index`` of the ``for_each`` node instance ``node_key``."""
-    return f"{node_key}[{index}]"
 
 
 def node_id_of(step: StepRow) -> str:
@@ -185,15 +179,13 @@ class GraphReplay:
         graph = await self.host.catalog.graph_for(run.workflow, run.version)
         if graph is None:
             version = f" version {run.version}" if run.version else ""
-            ledger.end(
-                _end(
-                    "suspended",
-                    f"graph {run.workflow!r}{version} is not registered in this "
-                    "deployment or the database; register it and resume the run",
-                    errors.FUNCTION_NOT_FOUND,
-                )
+            end = runs.suspended(
+                f"graph {run.workflow!r}{version} is not registered in this "
+                "deployment or the database; register it and resume the run",
+                errors.FUNCTION_NOT_FOUND,
             )
-            return await ledger.finish("suspended")
+            ledger.end(end)
+            return await ledger.finish(runs.pass_status(end))
         self.graph = graph
         start_node = run.start_node
         self.entry: list[str] = [start_node] if start_node else list(graph.entry_nodes)
@@ -217,21 +209,21 @@ class GraphReplay:
         if self.crash is not None and (end is None or end.status != "failed"):
             end = self._crashed(self.crash)
         elif self.suspend is not None and end is None:
-            end = _end("suspended", self.suspend.message, self.suspend.code)
+            end = runs.suspended(self.suspend.message, self.suspend.code)
         if end is not None:
             p.end(end)
-        return await p.finish(end.status if end else "running")
+        return await p.finish(runs.pass_status(end))
 
     def _check_start(self) -> EndRun | None:
         start_node = self.ledger.run.start_node
         if start_node and start_node not in self.graph.entry_nodes:
             entries = ", ".join(repr(e) for e in self.graph.entry_nodes) or "none"
-            return _end(
-                "failed",
+            message = (
                 f"graph {self.graph.name!r}: start_node {start_node!r} is not an entry node "
-                f"(entry nodes: {entries})",
-                None,
-                "GraphValidationError",
+                f"(entry nodes: {entries})"
+            )
+            return runs.failed_record(
+                {"message": message, "type": "GraphValidationError", "code": None}
             )
         return None
 
@@ -255,8 +247,8 @@ class GraphReplay:
                     errors.PayloadTooLargeError,
                     errors.PayloadTooDeepError,
                 ) as exc:
-                    return _end_record("failed", serde.error_record(exc))
-                return EndRun("completed", output=output)
+                    return runs.failed_record(serde.error_record(exc))
+                return runs.completed(output)
             for start in current.start:
                 try:
                     self._create(start, states)
@@ -313,8 +305,7 @@ class GraphReplay:
     def _node_failed(self, failed: NodeState) -> EndRun:
         cause = failed.error or {}
         message = cause.get("message", "unknown error")
-        return _end_record(
-            "failed",
+        return runs.failed_record(
             {
                 "message": f"graph node {failed.node_id!r} (step {failed.key!r}) failed: {message}",
                 "type": "GraphNodeFailed",
@@ -333,7 +324,7 @@ class GraphReplay:
         record = serde.error_record(exc)
         record["node"] = start.node_id
         record["step"] = start.key
-        return _end_record("failed", record)
+        return runs.failed_record(record)
 
     def _value_error(self, exc: GraphValueError) -> EndRun:
         record = serde.error_record(exc)
@@ -341,12 +332,12 @@ class GraphReplay:
         record["node"] = exc.node
         if exc.missing is not None:
             record["missing"] = exc.missing
-        return _end_record("failed", record)
+        return runs.failed_record(record)
 
     def _crashed(self, exc: BaseException) -> EndRun:
         if isinstance(exc, GraphValueError):
             return self._value_error(exc)
-        return _end_record("failed", serde.error_record(exc))
+        return runs.failed_record(serde.error_record(exc))
 
     # -- creating node steps ------------------------------------------------------------
     def _create(self, start: Start, states: list[NodeState]) -> StepRow:
@@ -475,9 +466,7 @@ class GraphReplay:
         p = self.ledger
         items: list[Any] = serde.loads(step.input) or []
         states = self._states()
-        if step.status == "pending":
-            step.status = "running"
-            p.put(step)
+        p.add(steps.start_items(step, p.now()))
         index = 0
         try:
             if node.mode == "sequential":
@@ -544,67 +533,17 @@ class GraphReplay:
         return item_step
 
     def _refuse_item(self, step: StepRow, node: Node, index: int, exc: Exception) -> None:
-        """The node fails when an item's input breaks the engine's limits: that item
-        cannot start, and every later attempt would build the same input. The node's own
-        input (the items) is stored, so its ``on_error`` handlers run as for an item that
-        failed."""
-        step.status = "failed"
-        step.failures += 1
-        step.error = serde.dumps(
-            {
-                "message": f"item {index} of node {node.id!r} cannot start: {exc}",
-                "type": type(exc).__name__,
-                "code": getattr(exc, "code", None),
-                "item": index,
-                "step": item_key(step.key, index),
-            }
-        )
-        self.ledger.put(step)
+        """The node fails: item ``index``'s input breaks the engine's limits."""
+        self.ledger.add(steps.refuse_item(step, node.id, index, exc, self.ledger.now()))
 
     def _settle_for_each(self, step: StepRow, node: Node, count: int) -> None:
-        """Succeed the node once every item succeeded; fail it once an item failed (in
-        parallel mode only after the other items settled, so none is left running);
-        otherwise it waits for its items."""
+        """Succeed or fail the node from its items (``steps.settle_items``); otherwise
+        it waits for them."""
         p = self.ledger
         items = [p.steps[k] for i in range(count) if (k := item_key(step.key, i)) in p.steps]
-        failed = next((i for i, s in enumerate(items) if s.status == "failed"), None)
-        busy = any(s.status in IN_FLIGHT for s in items)
-        if failed is not None and (node.mode == "sequential" or not busy):
-            cause: dict[str, Any] = serde.loads(items[failed].error) or {}
-            step.status = "failed"
-            step.failures += 1
-            step.error = serde.dumps(
-                {
-                    "message": f"item {failed} of node {node.id!r} failed: "
-                    f"{cause.get('message', 'unknown error')}",
-                    "type": "ForEachItemFailed",
-                    "code": cause.get("code"),
-                    "item": failed,
-                    "step": item_key(step.key, failed),
-                }
-            )
-            p.put(step)
-            return
-        if len(items) == count and all(s.status == SUCCEEDED for s in items):
-            step.status = "succeeded"
-            step.error = None
-            # the outputs are stored JSON already: join them instead of re-encoding
-            step.output = "[" + ",".join(s.output or "null" for s in items) + "]"
-            p.put(step)
-            return
-        raise p.pause(step.key)
-
-
-# -- helpers ----------------------------------------------------------------------------
-
-
-def _end(status: str, message: str, code: str | None, kind: str | None = None) -> EndRun:
-    """The run's end with an error record: typed after its code (as every control error
-    is, ``steps.control_error``) unless ``kind`` names the type."""
-    if code is not None and kind is None:
-        return EndRun(status, error=steps.control_error(message, code))
-    return _end_record(status, {"message": message, "type": kind or "Error", "code": code})
-
-
-def _end_record(status: str, record: dict[str, Any]) -> EndRun:
-    return EndRun(status, error=serde.dumps(record))
+        settled = steps.settle_items(
+            step, node.id, items, count, node.mode == "sequential", p.now()
+        )
+        if settled is None:
+            raise p.pause(step.key)
+        p.add(settled)

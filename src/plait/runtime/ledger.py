@@ -17,11 +17,12 @@ from json.encoder import encode_basestring as _json_text
 from typing import Any
 
 from plait import errors, ids, serde
-from plait.records import TERMINAL
 from plait.retry import RetryPolicy
-from plait.runtime import steps
+from plait.runtime import runs
+from plait.runtime.control_flow import PassAborted, PauseSignal, SuspendSignal
 from plait.runtime.host import Host
-from plait.runtime.signals import PassAborted, PauseSignal, SuspendSignal
+from plait.runtime.steps import NEW_STATUS
+from plait.statuses import RunStatusName
 from plait.store.ops import Batch, EndRun, Op, PutStep
 from plait.store.rows import PassSnapshot, StepRow
 
@@ -30,7 +31,8 @@ from plait.store.rows import PassSnapshot, StepRow
 class PassResult:
     """How a pass ended, for the worker that drove it."""
 
-    status: str  # running (paused), completed, failed, cancelled, suspended
+    #: running (it waits), completed, failed, cancelled, suspended (``runs.pass_status``)
+    status: RunStatusName
     children: list[str] = dataclasses.field(default_factory=list)  # pyright: ignore[reportUnknownVariableType]
     queued: bool = False
     #: set once the pass gave its lease back with its last writes: due again at once?
@@ -89,22 +91,12 @@ class Ledger:
         self.ops.extend(ops)
 
     def end(self, end: EndRun) -> None:
-        """End the run with the next commit; a child run's end also says how its
-        parent's waiting step ends, and a run that fails or completes while a child run
-        it started is still live takes that child with it (a cancel does so itself)."""
-        run = self.run
-        if end.status in TERMINAL and run.parent_run_id and end.parent is None:
-            parent = steps.child_step_end(run.id, end.status, end.output, end.error)
-            end = dataclasses.replace(end, parent=parent)
-        self.ops.append(end)
-        if end.status in ("completed", "failed"):
-            self.ended_children = [
-                s.child_run_id
-                for s in self.steps.values()
-                if s.status == "running" and s.child_run_id is not None
-            ]
-            if self.ended_children:
-                self.ops.append(steps.children_left(run.id, end.status))
+        """End the run with the next commit, with what that does to its parent's step
+        and its live child runs (``runs.end_ops``)."""
+        ops, ended = runs.end_ops(self.run, end, self.steps.values())
+        self.ops.extend(ops)
+        if end.status in runs.TAKES_CHILDREN:
+            self.ended_children = ended
 
     def put(self, step: StepRow) -> None:
         """Write the step's current row with the next commit."""
@@ -143,7 +135,7 @@ class Ledger:
         if self.published:
             self._tell_published()
 
-    async def finish(self, status: str) -> PassResult:
+    async def finish(self, status: RunStatusName) -> PassResult:
         """The last writes of the pass and the release of its lease, in one commit. A
         pass cut short by a shutdown leaves the run due at once for another worker."""
         seen = -1 if self.host.stopping or self.due_again else self.run.wakeups
@@ -216,7 +208,6 @@ class Ledger:
         kind: str,
         *,
         function: str | None = None,
-        status: str = "pending",
         input: str | None = None,
         policy: RetryPolicy | None = None,
         timeout: float | None = None,
@@ -243,7 +234,7 @@ class Ledger:
             name,
             kind,
             function,
-            status,
+            NEW_STATUS,  # status
             input,
             None,  # output
             None,  # error

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from plait import errors
-from plait.runtime import steps
+from plait.runtime import runs
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.replay import CodeReplay
-from plait.store.ops import EndRun
 from plait.store.rows import PassSnapshot
 
 
@@ -26,10 +25,9 @@ async def execute_pass(host: Host, snapshot: PassSnapshot, owner: str) -> PassRe
             f"workflow {run.workflow!r} is not registered in this deployment; "
             "deploy it and resume the run"
         )
-        ledger.end(
-            EndRun("suspended", error=steps.control_error(message, errors.FUNCTION_NOT_FOUND))
-        )
-        return await ledger.finish("suspended")
+        end = runs.suspended(message, errors.FUNCTION_NOT_FOUND)
+        ledger.end(end)
+        return await ledger.finish(runs.pass_status(end))
     replay = CodeReplay(host, snapshot, owner)
     replay.ledger.foreign_version = foreign
     return await replay.execute(wdef)

@@ -6,9 +6,10 @@ a stored outcome is read back, a new attempt runs, or the step pauses (a timer, 
 queue, a child run) and simply never resolves in this pass. Outcomes are handed to the
 workflow one at a time, each once its loop has nothing left to run, in the order the run
 first saw them; that order is stored with each step (``delivered``), so concurrent
-branches take the same keys and the same results on every replay. When the workflow
-can go no further, the pass decides how the run ends, unwinds the workflow's code
-without letting it take new steps, and commits with the lease's release.
+branches take the same keys and the same results on every replay (``runtime.order``).
+Approval gates are ``runtime.gates``. When the workflow can go no further, the pass
+decides how the run ends (``runtime.runs``), unwinds the workflow's code without letting
+it take new steps, and commits with the lease's release.
 """
 
 from __future__ import annotations
@@ -17,10 +18,7 @@ import asyncio
 import bisect
 import collections
 import contextlib
-import dataclasses
-import functools
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime
 from typing import Any, cast
 
 import pydantic
@@ -32,18 +30,17 @@ from plait.durations import parse_duration
 from plait.errors import Cancel, EventTimeout, StepError
 from plait.records import Decision
 from plait.retry import resolve_policy
-from plait.runtime import steps
+from plait.runtime import runs, steps
+from plait.runtime.control_flow import PassAborted, PauseSignal, SuspendSignal, Unwind
 from plait.runtime.drive import Driver, dump_input
+from plait.runtime.gates import Found, Gates, raise_if_cancelled
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger, PassResult
-from plait.runtime.signals import PassAborted, PauseSignal, SuspendSignal, Unwind
+from plait.runtime.order import ReachedAfter, deliverable, event_order
 from plait.runtime.workflow import CURRENT_REPLAY, StepCall, Workflow
 from plait.runtime.workflow_loop import WorkflowLoop, current_task
-from plait.store.ops import EndRun, TakeDecision
-from plait.store.rows import EventRow, PassSnapshot, StepRow
-
-#: the most steps a step records it was reached after (the last ones of a wider gather)
-MAX_AFTER = 32
+from plait.store.ops import EndRun
+from plait.store.rows import PassSnapshot
 
 
 class CodeReplay:
@@ -57,12 +54,10 @@ class CodeReplay:
         self.driver = Driver(self.ledger, host)
         # a loop for workflow code implements only what asyncio's tasks and futures call
         self.wloop = WorkflowLoop()  # type: ignore[abstract]
-        self.wloop.on_task = self._task_made
-        #: per task of the workflow, the keys of the step outcomes it has received that
-        #: no later outcome it received came after: what its next step comes after
-        self.known: dict[asyncio.Task[Any] | None, tuple[str, ...]] = {}
-        #: per task of the workflow, what it knew when it was made
-        self.inherited: dict[asyncio.Task[Any], tuple[str, ...]] = {}
+        #: what each step was reached after (``runtime.order``)
+        self.order = ReachedAfter(self.wloop, self.reached)
+        self.wloop.on_task = self.order.task_made
+        self.gates = Gates(self.ledger, host)
         self.main: asyncio.Task[Any] | None = None
         self.wdef: WorkflowDef | None = None
         #: steps called and not yet started, in call order
@@ -168,7 +163,7 @@ class CodeReplay:
             ledger.add(steps.schedule_sleep(step, seconds, now))
         else:
             ledger.check_same(step, "sleep", None)
-            _raise_if_cancelled(step)
+            raise_if_cancelled(step)
         if step.status == "succeeded":
             return
         fired = steps.fire_timer(step, now)
@@ -205,7 +200,7 @@ class CodeReplay:
             ledger.add(steps.wait_event(step, timeout, now))
         else:
             ledger.check_same(step, "event", None)
-            _raise_if_cancelled(step)
+            raise_if_cancelled(step)
         if step.status == "succeeded":
             return serde.loads(step.output)
         if step.status == "failed":
@@ -213,7 +208,7 @@ class CodeReplay:
         for event in ledger.events:
             if event.name == name:
                 ledger.events.remove(event)
-                return _Found(name, (event,))  # taken when delivered (``_take``)
+                return Found(name, (event,))  # taken when delivered (``_take``)
         timed_out = steps.time_out_event(step, name, now)
         if timed_out is not None:
             ledger.add(timed_out)
@@ -222,110 +217,22 @@ class CodeReplay:
             raise EventTimeout(name, key)
         raise ledger.pause(key, step.wake_at)
 
-    async def approval(
+    def approval(
         self,
         key: str,
         name: str,
         schema: type[pydantic.BaseModel] | None,
         expires: float | None,
         approvers: approval.Policy,
-    ) -> Decision[Any] | _Found:
-        """A gate: closed until a decision the policy and the schema accept, or until
-        its deadline. Decisions held for it (sent before the run got here) are judged
-        when its outcome reaches the workflow (``_take``); one accepted on arrival is
-        checked against the workflow's own schema."""
-        ledger = self.ledger
-        step = ledger.steps.get(key)
-        now = ledger.now()
-        if step is None:
-            expires_at = None if expires is None else now + expires
-            info = {
-                "name": name,
-                "schema": schema.model_json_schema() if schema is not None else None,
-                "approvers": approvers,
-                "expires_at": expires_at,
-            }
-            step = ledger.new_step(key, key, "approval", input=serde.dumps(info))
-            ledger.add(steps.open_gate(step, ledger.owner, expires_at, now))
-        else:
-            ledger.check_same(step, "approval", None)
-            _raise_if_cancelled(step)
-        if step.status == "succeeded":
-            decided: dict[str, Any] = serde.loads(step.output) or {}
-            if decided.get("expired"):
-                self._refuse_held(key, name, "expired")
-                return Decision(name, True)
-            try:
-                decision = _decision(name, schema, decided)
-            except pydantic.ValidationError as exc:
-                why = _invalid(exc)
-                ledger.add([TakeDecision(key, "refused", why)])
-                ledger.add(steps.reopen_gate(step, ledger.owner, now))
-            else:
-                self._refuse_held(key, name, "decided")
-                return decision
-        held = self._held(name)
-        if held:
-            return _Found(name, tuple(held), _Gate(schema))  # judged when delivered (``_take``)
-        if self._expire(step, now):
-            return Decision(name, True)
-        raise ledger.pause(key, step.wake_at)
-
-    def _expire(self, step: StepRow, now: float) -> bool:
-        """Expire the gate if its deadline has passed. The deadline is a durable timer
-        like a sleep's, so its firing is told to the worker's log the same way."""
-        expired = steps.expire_gate(step, now)
-        if expired is None:
-            return False
-        self.ledger.add(expired)
-        if self.host.telemetry is not None:
-            self.host.telemetry.timer_fired(self.ledger.run.id, step.key, "approval expiry of")
-        return True
-
-    def _held(self, name: str) -> list[EventRow]:
-        """The decisions held for gate ``name``, oldest first, taken off the snapshot."""
-        wanted = approval.PREFIX + name
-        found = [e for e in self.ledger.events if e.name == wanted]
-        for event in found:
-            self.ledger.events.remove(event)
-        return found
-
-    def _refuse_held(self, key: str, name: str, outcome: str) -> None:
-        """Decisions still held for a gate that closed meanwhile are refused, not kept."""
-        self._refuse(key, self._held(name), outcome)
-
-    def _refuse(self, key: str, held: list[EventRow], outcome: str) -> None:
-        if held:
-            why = approval.reason(errors.APPROVAL_RESOLVED, f"the approval was already {outcome}")
-            self.ledger.add([TakeDecision(key, "refused", why, e.id) for e in held])
-
-    def _judge(
-        self, step: StepRow, schema: type[pydantic.BaseModel] | None, payload: dict[str, Any]
-    ) -> str | None:
-        """Why a held decision is refused (its reason record), or None to accept it."""
-        info = approval.gate_info(step.input)
-        policy = info.get("approvers", "any")
-        user = payload.get("decided_by")
-        if not approval.may_decide(policy, self.ledger.run.owner, user):
-            who = f"user {user!r}" if user is not None else "an anonymous decider"
-            return approval.reason(
-                errors.APPROVAL_FORBIDDEN, f"{who} may not decide it (approvers: {policy!r})"
-            )
-        found = approval.problems(info.get("schema"), payload.get("data"))
-        if found:
-            return approval.reason(errors.APPROVAL_INVALID, "the data is invalid", found)
-        if schema is not None:
-            try:
-                schema.model_validate(payload.get("data"))
-            except pydantic.ValidationError as exc:
-                return _invalid(exc)
-        return None
+    ) -> Coroutine[Any, Any, Decision[Any] | Found]:
+        """A gate (``runtime.gates``)."""
+        return self.gates.approval(key, name, schema, expires, approvers)
 
     def set_value(self, key: str, name: str, value: str | None) -> None:
         """Publish a value once, when the run first gets here (``wf.set_value``). It is
         held to the engine's limits then; a replay never judges a recorded value again."""
         ledger = self.ledger
-        self._reached_now(key)
+        self.order.reached_now(key)
         step = ledger.steps.get(key)
         if step is not None:
             ledger.check_same(step, "set_value", None)
@@ -339,7 +246,7 @@ class CodeReplay:
     def value(self, key: str, make: Callable[[], Any]) -> Any:
         """A value recorded once and replayed ever after (``wf.now()``, ``wf.uuid()``)."""
         ledger = self.ledger
-        self._reached_now(key)
+        self.order.reached_now(key)
         step = ledger.steps.get(key)
         if step is not None:
             ledger.visited.add(key)
@@ -372,57 +279,8 @@ class CodeReplay:
             return
         call.late = self.main is not None and self.main.done()
         call.task = task = current_task(self.wloop)
-        call.after = self.reached[call.key] = self.known.get(task, ())
+        call.after = self.reached[call.key] = self.order.known.get(task, ())
         self.new_calls.append(call)
-
-    # -- what each step was reached after -------------------------------------------------
-    # Sequential steps come one after another; steps started together (a gather, a task
-    # group) come after the same step, and whatever follows the gather after all of them.
-    # A step's outcome is known to the task that called it once it is handed over; what a
-    # task made by another learnt goes to that one when it ends. Taken from the order
-    # the workflow's loop runs in and outcomes are handed over in, it is the same on
-    # every replay.
-    def _learn(self, task: asyncio.Task[Any] | None, key: str, after: tuple[str, ...]) -> None:
-        """``task`` received ``key``'s outcome: it replaces what ``key`` came after. A task
-        keeps at most the last ``MAX_AFTER`` keys: after a gather of thousands, every step
-        would otherwise record thousands, and keeping them would cost the square."""
-        known = self.known.get(task, ())
-        if after:
-            known = tuple(k for k in known if k not in after)
-        if key not in known:
-            known += (key,)
-            if len(known) > MAX_AFTER:
-                known = known[-MAX_AFTER:]
-        self.known[task] = known
-
-    def _reached_now(self, key: str) -> None:
-        """A step that resolves where it is reached (a recorded or published value): it
-        comes after what its task knew, and what the task does next comes after it."""
-        task = current_task(self.wloop)
-        self.ledger.reached[key] = self.known.get(task, ())
-        self.known[task] = (key,)
-
-    def _task_made(self, task: asyncio.Task[Any]) -> None:
-        """A task of the workflow starts out knowing what the task that made it knew,
-        and hands back what it learnt when it ends."""
-        parent = current_task(self.wloop)
-        known = self.known.get(parent)
-        if known:
-            self.known[task] = self.inherited[task] = known
-        task.add_done_callback(functools.partial(self._task_ended, parent))
-
-    def _task_ended(self, parent: asyncio.Task[Any] | None, task: asyncio.Task[Any]) -> None:
-        learnt = self.known.pop(task, None)
-        inherited = self.inherited.pop(task, ())
-        if not learnt or learnt == inherited:
-            return
-        # what it learnt came after what it started from
-        if inherited:
-            kept = self.known.get(parent, ())
-            self.known[parent] = tuple(k for k in kept if k not in inherited)
-        reached = self.ledger.reached
-        for key in learnt:
-            self._learn(parent, key, reached.get(key, ()))
 
     async def execute(self, wdef: WorkflowDef) -> PassResult:
         try:
@@ -444,8 +302,7 @@ class CodeReplay:
         the garbage collector, whose full collections grow with every pass left to it
         and stall the event loop of a busy worker for tens of milliseconds."""
         self.main = None
-        self.known.clear()
-        self.inherited.clear()
+        self.order.clear()
         self.new_calls.clear()
         self.waiting.clear()
         self.inflight.clear()
@@ -484,11 +341,11 @@ class CodeReplay:
         self._close_abandoned(abandoned)
         if end is not None:
             ledger.end(end)
-        return await ledger.finish(end.status if end else "running")
+        return await ledger.finish(runs.pass_status(end))
 
     async def _pump(self) -> None:
         """Turn the workflow's loop and hand it step outcomes, one at a time, until it
-        can go no further in this pass. See ``deliverable`` for the order."""
+        can go no further in this pass. See ``order.deliverable`` for the order."""
         ledger, wloop = self.ledger, self.wloop
         inflight = self.inflight
         while True:
@@ -506,7 +363,7 @@ class CodeReplay:
                 else:
                     task = ledger.spawn(self._resolve(call))
                     inflight[task] = call
-            ready = self._deliverable()
+            ready = deliverable(self.finished, inflight, ledger.steps)
             if ready is not None:
                 self._deliver(ready)
                 continue
@@ -540,40 +397,9 @@ class CodeReplay:
             self.failed.append(call)
         self.finished.append(call)
 
-    def _deliverable(self) -> StepCall[Any] | None:
-        """The next outcome the workflow sees. Outcomes it saw on an earlier pass come in
-        the order it saw them then (their ``delivered`` ordinal), so every branch of a
-        gather sees the same results in the same order and takes the same keys; an
-        outcome still being resolved that comes earlier in that order is waited for.
-        New outcomes come after, in the order they settled (sleeps that ended together,
-        in the order of their times), and get the next ordinals."""
-        finished = self.finished
-        if not finished:
-            return None
-        if not self.inflight and len(finished) == 1:
-            return finished[0]
-        recorded = self.ledger.steps
-        first, first_at = _earliest(finished, recorded)
-        if self.inflight:
-            running = [c for c in self.inflight.values() if c.outcome is None]
-            _, running_at = _earliest(running, recorded)
-            if running_at is not None and (first_at is None or running_at < first_at):
-                return None
-        if first is not None:
-            return first
-        head = finished[0]
-        if _slept(recorded.get(head.key)):
-            # sleeps a pass finds over at once (after a restart, a deploy) end in the
-            # order of their times, not in the order the workflow called them
-            return min(
-                (c for c in finished if _slept(recorded.get(c.key))),
-                key=lambda c: recorded[c.key].wake_at or 0.0,
-            )
-        return head
-
     def _deliver(self, call: StepCall[Any]) -> None:
         self.finished.remove(call)
-        if isinstance(call.result, _Found) and not self._take(call, call.result):
+        if isinstance(call.result, Found) and not self._take(call, call.result):
             return
         step = self.ledger.steps.get(call.key)
         if step is None or step.delivered is None:
@@ -582,19 +408,14 @@ class CodeReplay:
                 self.ledger.mark_delivered(step)
         if call.future.done():  # the workflow cancelled its wait; the step still counts
             return
-        if self.known.get(call.task) is call.after:
-            # the task learnt nothing since it called the step (a chain): the step's
-            # outcome replaces all it knew
-            self.known[call.task] = (call.key,)
-        else:
-            self._learn(call.task, call.key, call.after)
+        self.order.received(call.task, call.key, call.after)
         if call.outcome == "ok":
             call.future.set_result(call.result)
         else:
             assert call.error is not None
             call.future.set_exception(call.error)
 
-    def _take(self, call: StepCall[Any], found: _Found) -> bool:
+    def _take(self, call: StepCall[Any], found: Found) -> bool:
         """Whether the wait takes what it found (an event, the decisions held for a
         gate), so that its outcome is delivered now: only if the workflow still waits.
 
@@ -608,7 +429,7 @@ class CodeReplay:
         ledger = self.ledger
         if call.future.done():
             for event in found.events:
-                bisect.insort(ledger.events, event, key=_event_order)
+                bisect.insort(ledger.events, event, key=event_order)
             call.outcome = "paused"
             self.waiting.append(call)
             ledger.due_again = True
@@ -621,7 +442,7 @@ class CodeReplay:
             call.result = serde.loads(event.payload)
             return True
         try:
-            call.result = self._decide_gate(step, found.name, found.events, gate.schema)
+            call.result = self.gates.decide(step, found.name, found.events, gate.schema)
         except Exception as exc:
             call.outcome, call.error = "error", exc
             return True
@@ -631,34 +452,6 @@ class CodeReplay:
             return False
         return True
 
-    def _decide_gate(
-        self,
-        step: StepRow,
-        name: str,
-        found: tuple[EventRow, ...],
-        schema: type[pydantic.BaseModel] | None,
-    ) -> Decision[Any] | None:
-        """Judge the decisions held for a gate, oldest first: the first one accepted
-        decides it, and those held after it find it decided. With none accepted, the
-        gate expires if its deadline has passed, else it waits on (None)."""
-        ledger, key, now = self.ledger, step.key, self.ledger.now()
-        held = list(found)
-        for at, event in enumerate(held):
-            payload: dict[str, Any] = serde.loads(event.payload) or {}
-            refusal = self._judge(step, schema, payload)
-            if refusal is not None:
-                ledger.add([TakeDecision(key, "refused", refusal, event.id)])
-                continue
-            ledger.add(steps.decide_gate(step, serde.dumps(payload), now))
-            ledger.add([TakeDecision(key, "accepted", None, event.id)])
-            # those held after it find the gate decided (the run may end in this pass,
-            # with no later one to refuse them)
-            self._refuse(key, held[at + 1 :], "decided")
-            return _decision(name, schema, payload)
-        if self._expire(step, now):
-            return Decision(name, True)
-        return None
-
     def _decide(self, abandoned: list[StepCall[Any]]) -> EndRun | None:
         """How the run ends after this pass, or None while it waits (on anything but the
         waits it ``abandoned``)."""
@@ -667,11 +460,9 @@ class CodeReplay:
         if ledger.aborted is not None:
             return None
         if ledger.conflict:
-            return EndRun(
-                "failed", error=steps.control_error(ledger.conflict, errors.VERSION_CONFLICT)
-            )
+            return runs.failed_control(ledger.conflict, errors.VERSION_CONFLICT)
         if self.wloop.refused is not None:
-            return EndRun("failed", error=serde.dumps(serde.error_record(self.wloop.refused)))
+            return runs.failed_record(serde.error_record(self.wloop.refused))
         waiting = [call for call in self.waiting if call not in abandoned]
         suspended = next((c for c in waiting if c.outcome == "suspended"), None)
         if main.done():
@@ -694,19 +485,9 @@ class CodeReplay:
                     errors.PayloadTooDeepError,
                     errors.TypeMismatchError,
                 ) as err:
-                    return EndRun("failed", error=serde.dumps(serde.error_record(err)))
-                return EndRun("completed", output=output)
-            exc = _principal(exc)
-            if isinstance(exc, Cancel):
-                return EndRun(
-                    "cancelled",
-                    error=steps.control_error(exc.reason, errors.WORKFLOW_CANCELLED),
-                )
-            if isinstance(exc, StepError):
-                return EndRun("failed", error=serde.dumps({**exc.error, "step": exc.step_key}))
-            if isinstance(exc, SuspendSignal | PauseSignal | Unwind):
-                exc = RuntimeError(f"workflow code raised plait's internal {exc!r}")
-            return EndRun("failed", error=serde.dumps(serde.error_record(exc)))
+                    return runs.failed_record(serde.error_record(err))
+                return runs.completed(output)
+            return runs.raised(_principal(exc))
         if suspended is not None:
             return _suspended(suspended)
         if not waiting:
@@ -715,7 +496,7 @@ class CodeReplay:
                 "step (an asyncio.Event, a Future, a lock held by itself...); only steps, "
                 "sleeps, suspends and events can be waited on across passes"
             )
-            return EndRun("failed", error=steps.control_error(message, errors.WORKFLOW_BLOCKED))
+            return runs.failed_control(message, errors.WORKFLOW_BLOCKED)
         return None
 
     def _abandoned(self, call: StepCall[Any]) -> bool:
@@ -761,56 +542,8 @@ class CodeReplay:
 _UNWIND_ROUNDS = 5
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Gate:
-    """What judging a gate's held decisions needs beside them (its schema may be None)."""
-
-    schema: type[pydantic.BaseModel] | None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Found:
-    """What a wait returns when it finds what it waits for: an event for a wait of
-    ``name``, the decisions held for a gate (``gate`` set), not taken yet."""
-
-    name: str
-    events: tuple[EventRow, ...]
-    gate: _Gate | None = None
-
-
-def _event_order(event: EventRow) -> int:
-    return event.id
-
-
 async def _raise(exc: Exception) -> Any:
     raise exc
-
-
-def _earliest(
-    calls: list[StepCall[Any]], recorded: dict[str, StepRow]
-) -> tuple[StepCall[Any] | None, int | None]:
-    """The call whose outcome the run saw first on an earlier pass, and when."""
-    first: StepCall[Any] | None = None
-    first_at: int | None = None
-    for call in calls:
-        step = recorded.get(call.key)
-        at = step.delivered if step is not None else None
-        if at is not None and (first_at is None or at < first_at):
-            first, first_at = call, at
-    return first, first_at
-
-
-def _raise_if_cancelled(step: StepRow) -> None:
-    """A wait the workflow cancelled on an earlier pass (see ``_close_abandoned``) ends
-    the same way on this one: the workflow, which cancels it again before its outcome
-    comes, never sees this."""
-    if steps.cancelled_wait(step):
-        raise StepError(step.key, serde.loads(step.error) or {})
-
-
-def _slept(step: StepRow | None) -> bool:
-    """A sleep that ended (its timer came due)."""
-    return step is not None and step.kind == "sleep" and step.status == "succeeded"
 
 
 def _principal(exc: BaseException) -> BaseException:
@@ -831,33 +564,7 @@ def _principal(exc: BaseException) -> BaseException:
 def _suspended(call: StepCall[Any]) -> EndRun:
     sig = call.error
     assert isinstance(sig, SuspendSignal)
-    return EndRun("suspended", error=steps.control_error(sig.message, sig.code))
-
-
-def _decision(
-    name: str, schema: type[pydantic.BaseModel] | None, decided: dict[str, Any]
-) -> Decision[Any]:
-    """The decision the workflow sees; ``pydantic.ValidationError`` if its data does not
-    fit the workflow's schema."""
-    data = decided.get("data")
-    if schema is not None:
-        data = schema.model_validate(data)
-    at = decided.get("decided_at")
-    return Decision(
-        name,
-        False,
-        data,
-        decided.get("decided_by"),
-        None if at is None else datetime.fromtimestamp(float(at), tz=UTC),
-    )
-
-
-def _invalid(exc: pydantic.ValidationError) -> str:
-    found = [
-        {"field": ".".join(str(p) for p in err.get("loc", ())), "message": err.get("msg", "")}
-        for err in exc.errors(include_url=False)
-    ]
-    return approval.reason(errors.APPROVAL_INVALID, "the data is invalid", found)
+    return runs.suspended(sig.message, sig.code)
 
 
 def _timeout(options: dict[str, Any], key: str) -> float | None:

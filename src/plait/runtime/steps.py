@@ -15,14 +15,15 @@ timeout) or for the step queue.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any, cast
 
 from plait import errors, ids, serde
 from plait.retry import RetryPolicy
 from plait.runtime.attempt import Outcome
+from plait.statuses import STEP_IN_FLIGHT, AttemptStatusName, StepStatusName
 from plait.store.ops import (
-    CancelChildren,
     ClearTimer,
     ConsumeEvent,
     EnqueueJob,
@@ -37,6 +38,9 @@ from plait.store.ops import (
 )
 from plait.store.rows import StepRow
 
+#: a step reached for the first time, before anything ran (``Ledger.new_step``)
+NEW_STATUS: StepStatusName = "pending"
+
 #: attempts of one step cut short by a dying worker before the step is failed: a body
 #: that kills its worker every time must not take every worker down forever
 MAX_INTERRUPTIONS = 10
@@ -47,6 +51,10 @@ ON_ERROR = ":on_error"
 #: steps that only wait, with no body of their own: one the workflow cancels is over
 WAITS = frozenset({"sleep", "event", "approval"})
 
+#: the most steps a step records it was reached after (the last ones of a wider gather;
+#: ``reopened`` reads a full list knowing it may miss some)
+MAX_AFTER = 32
+
 #: step kind of a graph node instance
 NODE_KIND = "node"
 #: step kind of one item of a ``for_each`` node instance
@@ -55,18 +63,26 @@ ITEM_KIND = "item"
 GRAPH_STEP_KINDS = frozenset({NODE_KIND, ITEM_KIND})
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class CancelCut:
+    """How a cancel of its run ends a step it cuts short: the step's status, and its
+    open attempt's."""
+
+    step: StepStatusName
+    attempt: AttemptStatusName
+
+
+#: a cancelled run's steps in flight fail, and their open attempts end ``cancelled``
+#: (``interrupt``, ``cancel_waiting``; for the attempts no pass will see, ``runs.cancel``)
+CANCEL_CUT = CancelCut(step="failed", attempt="cancelled")
+
+
 # -- error records ------------------------------------------------------------------------
 
 
 def _text(record: dict[str, Any]) -> str:
     """A record as stored: ``serde.dumps`` is None only for None, never for a dict."""
     return cast(str, serde.dumps(record))
-
-
-def control_error(message: str, code: str) -> str:
-    """The stored error of a run that plait stopped on purpose (suspend, cancel, a
-    version conflict), typed after its code."""
-    return _text({"message": message, "type": code.title().replace("_", ""), "code": code})
 
 
 def interrupted_error(key: str, times: int = MAX_INTERRUPTIONS) -> str:
@@ -91,17 +107,6 @@ def run_cancelled_error(reason: str | None) -> str:
     return _text(
         {"message": reason or "cancelled", "type": "Cancel", "code": errors.WORKFLOW_CANCELLED}
     )
-
-
-def children_left(run_id: str, status: str) -> CancelChildren:
-    """How the live child runs of a run that ends ``status`` (failed or completed) end:
-    cancelled, since nothing waits for their outcome any more, and each would go on
-    doing work no one collects (a queued one would still take its queue's slot). The
-    run's step for each fails with the cancel's code, so a retry of the run starts the
-    child anew."""
-    message = f"parent run {run_id} {status}"
-    error = _text({"message": message, "type": "Cancel", "code": errors.WORKFLOW_CANCELLED})
-    return CancelChildren(error, child_step_end(None, "cancelled", None, error))
 
 
 def event_timeout_error(name: str) -> str:
@@ -203,8 +208,8 @@ def interrupt(step: StepRow, now: float, *, cancelled: bool) -> list[Op]:
     attempt = step.attempts
     step.updated_at = now
     if cancelled:
-        step.status, step.error = "failed", cancelled_error()
-        return [FinishAttempt(step, attempt, "cancelled", None, step.error)]
+        step.status, step.error = CANCEL_CUT.step, cancelled_error()
+        return [FinishAttempt(step, attempt, CANCEL_CUT.attempt, None, step.error)]
     if step.queued:
         step.status, step.wake_at = "scheduled", now
         return [
@@ -219,7 +224,7 @@ def cancel_waiting(step: StepRow, now: float) -> list[Op]:
     """End a step in flight that has no attempt of its own (a ``for_each`` node waiting
     for its items) because a user cancelled its run: it fails, as a step whose attempt
     the cancel cut short does (``interrupt``)."""
-    step.status, step.error, step.updated_at = "failed", cancelled_error(), now
+    step.status, step.error, step.updated_at = CANCEL_CUT.step, cancelled_error(), now
     return [PutStep(step)]
 
 
@@ -511,6 +516,83 @@ def publish_value(step: StepRow, key: str, value: str | None, now: float) -> lis
     nothing again, and never puts an older value back), and published with it."""
     step.status, step.output, step.updated_at = "succeeded", value, now
     return [_put(step), SetValue(key, value)]
+
+
+# -- for_each nodes -----------------------------------------------------------------------
+#
+# A graph's ``for_each`` node instance has no attempt of its own: it runs its items, one
+# ``item`` step each, and its status follows theirs.
+
+
+def item_key(node_key: str, index: int) -> str:
+    """The step key of item ``index`` of the ``for_each`` node instance ``node_key``."""
+    return f"{node_key}[{index}]"
+
+
+def start_items(step: StepRow, now: float) -> list[Op]:
+    """A ``for_each`` node instance starts its items: it runs until they settle."""
+    if step.status != "pending":
+        return []
+    step.status, step.updated_at = "running", now
+    return [_put(step)]
+
+
+def refuse_item(step: StepRow, node_id: str, index: int, exc: Exception, now: float) -> list[Op]:
+    """The node fails when an item's input breaks the engine's limits: that item
+    cannot start, and every later attempt would build the same input. The node's own
+    input (the items) is stored, so its ``on_error`` handlers run as for an item that
+    failed."""
+    error = _text(
+        {
+            "message": f"item {index} of node {node_id!r} cannot start: {exc}",
+            "type": type(exc).__name__,
+            "code": getattr(exc, "code", None),
+            "item": index,
+            "step": item_key(step.key, index),
+        }
+    )
+    return _fail_node(step, error, now)
+
+
+def settle_items(
+    step: StepRow, node_id: str, items: list[StepRow], count: int, sequential: bool, now: float
+) -> list[Op] | None:
+    """The writes that settle a ``for_each`` node instance from its ``count`` items (the
+    ``items`` recorded so far, in order), or None while it waits for them. It fails once
+    an item failed (in parallel mode only after the other items settled, so none is left
+    running) and succeeds once every item succeeded: its output is the list of the
+    items' outputs."""
+    failed = next((i for i, s in enumerate(items) if s.status == "failed"), None)
+    busy = any(s.status in STEP_IN_FLIGHT for s in items)
+    if failed is not None and (sequential or not busy):
+        cause: dict[str, Any] = serde.loads(items[failed].error) or {}
+        error = _text(
+            {
+                "message": f"item {failed} of node {node_id!r} failed: "
+                f"{cause.get('message', 'unknown error')}",
+                "type": "ForEachItemFailed",
+                "code": cause.get("code"),
+                "item": failed,
+                "step": item_key(step.key, failed),
+            }
+        )
+        return _fail_node(step, error, now)
+    if len(items) == count and all(s.status == "succeeded" for s in items):
+        step.status = "succeeded"
+        step.error = None
+        # the outputs are stored JSON already: join them instead of re-encoding
+        step.output = "[" + ",".join(s.output or "null" for s in items) + "]"
+        step.updated_at = now
+        return [_put(step)]
+    return None
+
+
+def _fail_node(step: StepRow, error: str, now: float) -> list[Op]:
+    step.status = "failed"
+    step.failures += 1
+    step.error = error
+    step.updated_at = now
+    return [_put(step)]
 
 
 # -- approval gates -----------------------------------------------------------------------

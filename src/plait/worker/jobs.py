@@ -2,7 +2,7 @@
 
 A step of a function declared ``queued`` runs as a job: a row any worker that has the
 function can claim. Each claimed job runs one attempt in a task of its own
-(``runtime.queued.run_queued``), outside any pass of its run.
+(``runtime.job.run_job``), outside any pass of its run.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from plait.errors import StepFunctionMismatchError
 from plait.runtime import steps
-from plait.runtime.queued import run_queued
+from plait.runtime.job import run_job
 from plait.store.ops import Op
 from plait.store.rows import QueueLimits, StepJob, StepRow
 from plait.worker.state import WorkerState
@@ -146,7 +146,7 @@ class Jobs(WorkerState):
         async def finish(ops: list[Op]) -> bool:
             return await self.store.finish_queued_step(job, self.owner, ops)
 
-        finished = await run_queued(self, step, fdef, finish, job.workflow, job.trace)
+        finished = await run_job(self, step, fdef, finish, job.workflow, job.trace)
         self.steps_run += 1
         if not finished:
             log.warning(

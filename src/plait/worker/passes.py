@@ -16,8 +16,8 @@ from typing import Any
 from plait.cancel_guard import uncancelled
 from plait.errors import LeaseLostError
 from plait.records import SETTLED, TERMINAL
+from plait.runtime.control_flow import PassAborted
 from plait.runtime.orchestrator import execute_pass
-from plait.runtime.signals import PassAborted
 from plait.worker.state import WorkerState
 
 log = logging.getLogger("plait.worker")

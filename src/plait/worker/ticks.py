@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from plait import schedules, serde
+from plait.runtime import runs
 from plait.store.rows import NewRun, ScheduleRow
 from plait.worker.state import WorkerState
 
@@ -134,7 +135,7 @@ class Ticks(WorkerState):
             # (1e300 as 301 digits), so a second measure could refuse what was accepted
             input=serde.dumps(data, what=f"the input of schedule {name!r}"),
             owner=owner,
-            status="queued" if queue is not None else "running",
+            status=runs.initial_status(queue is not None),
             queue=queue,
             scheduled_at=tick,
         )

@@ -1,4 +1,5 @@
-"""One delivery of a queued step: its body runs once, outside any pass.
+"""One delivery of a job step (a step the step worker runs from the job table): its
+body runs once, outside any pass.
 
 The step worker claims a job, the store begins the attempt, and this module runs the body
 and decides, through the same state machine as an inline attempt (``runtime.steps``),
@@ -24,7 +25,7 @@ from plait.store.ops import Batch, Op
 from plait.store.rows import StepRow
 
 
-async def run_queued(
+async def run_job(
     host: Host,
     step: StepRow,
     fdef: FunctionDef,

@@ -1,6 +1,7 @@
-"""Signals that stop a replay. They derive from ``BaseException`` so that a user's
-``except Exception:`` around a step can never swallow them and run the fallback branch
-while the real step is still in flight."""
+"""Control flow of a pass: the exceptions that stop a step, the workflow's code or the
+whole pass (a pause, a suspend, an aborted pass, an unwind). They derive from
+``BaseException`` so that a user's ``except Exception:`` around a step can never swallow
+them and run the fallback branch while the real step is still in flight."""
 
 from __future__ import annotations
 

@@ -1,0 +1,157 @@
+"""The delivery order of a code replay: which step outcome the workflow is handed next,
+and what each step was reached after.
+
+Outcomes are handed to the workflow one at a time, in the order the run first saw them;
+that order is stored with each step (``delivered``), so concurrent branches take the
+same keys and the same results on every replay (``deliverable``). Each step also
+records the outcomes its task had received when it reached it (``ReachedAfter``),
+which a retry reads to tell a handled failure from one the workflow never went on from
+(``steps.reopened``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Any
+
+from plait.runtime.steps import MAX_AFTER
+from plait.runtime.workflow import StepCall
+from plait.runtime.workflow_loop import WorkflowLoop, current_task
+from plait.store.rows import EventRow, StepRow
+
+
+def deliverable(
+    finished: list[StepCall[Any]],
+    inflight: dict[asyncio.Task[None], StepCall[Any]],
+    recorded: dict[str, StepRow],
+) -> StepCall[Any] | None:
+    """The next outcome the workflow sees, of the ``finished`` calls (``inflight``: the
+    calls still being resolved). Outcomes it saw on an earlier pass come in the order
+    it saw them then (their ``delivered`` ordinal), so every branch of a gather sees
+    the same results in the same order and takes the same keys; an outcome still being
+    resolved that comes earlier in that order is waited for. New outcomes come after,
+    in the order they settled (sleeps that ended together, in the order of their
+    times), and get the next ordinals."""
+    if not finished:
+        return None
+    if not inflight and len(finished) == 1:
+        return finished[0]
+    first, first_at = _earliest(finished, recorded)
+    if inflight:
+        running = [c for c in inflight.values() if c.outcome is None]
+        _, running_at = _earliest(running, recorded)
+        if running_at is not None and (first_at is None or running_at < first_at):
+            return None
+    if first is not None:
+        return first
+    head = finished[0]
+    if _slept(recorded.get(head.key)):
+        # sleeps a pass finds over at once (after a restart, a deploy) end in the
+        # order of their times, not in the order the workflow called them
+        return min(
+            (c for c in finished if _slept(recorded.get(c.key))),
+            key=lambda c: recorded[c.key].wake_at or 0.0,
+        )
+    return head
+
+
+def event_order(event: EventRow) -> int:
+    """Events wait in the order they arrived."""
+    return event.id
+
+
+def _earliest(
+    calls: list[StepCall[Any]], recorded: dict[str, StepRow]
+) -> tuple[StepCall[Any] | None, int | None]:
+    """The call whose outcome the run saw first on an earlier pass, and when."""
+    first: StepCall[Any] | None = None
+    first_at: int | None = None
+    for call in calls:
+        step = recorded.get(call.key)
+        at = step.delivered if step is not None else None
+        if at is not None and (first_at is None or at < first_at):
+            first, first_at = call, at
+    return first, first_at
+
+
+def _slept(step: StepRow | None) -> bool:
+    """A sleep that ended (its timer came due)."""
+    return step is not None and step.kind == "sleep" and step.status == "succeeded"
+
+
+class ReachedAfter:
+    """What each step was reached after.
+
+    Sequential steps come one after another; steps started together (a gather, a task
+    group) come after the same step, and whatever follows the gather after all of them.
+    A step's outcome is known to the task that called it once it is handed over; what a
+    task made by another learnt goes to that one when it ends. Taken from the order the
+    workflow's loop runs in and outcomes are handed over in, it is the same on every
+    replay. ``reached`` (the ledger's) gets, per step key reached, the keys it came
+    after."""
+
+    def __init__(self, wloop: WorkflowLoop, reached: dict[str, tuple[str, ...]]) -> None:
+        self.wloop = wloop
+        self.reached = reached
+        #: per task of the workflow, the keys of the step outcomes it has received that
+        #: no later outcome it received came after: what its next step comes after
+        self.known: dict[asyncio.Task[Any] | None, tuple[str, ...]] = {}
+        #: per task of the workflow, what it knew when it was made
+        self.inherited: dict[asyncio.Task[Any], tuple[str, ...]] = {}
+
+    def received(self, task: asyncio.Task[Any] | None, key: str, after: tuple[str, ...]) -> None:
+        """``task`` was handed ``key``'s outcome (``after``: what ``key`` came after)."""
+        if self.known.get(task) is after:
+            # the task learnt nothing since it called the step (a chain): the step's
+            # outcome replaces all it knew
+            self.known[task] = (key,)
+        else:
+            self.learn(task, key, after)
+
+    def learn(self, task: asyncio.Task[Any] | None, key: str, after: tuple[str, ...]) -> None:
+        """``task`` received ``key``'s outcome: it replaces what ``key`` came after. A task
+        keeps at most the last ``MAX_AFTER`` keys: after a gather of thousands, every step
+        would otherwise record thousands, and keeping them would cost the square."""
+        known = self.known.get(task, ())
+        if after:
+            known = tuple(k for k in known if k not in after)
+        if key not in known:
+            known += (key,)
+            if len(known) > MAX_AFTER:
+                known = known[-MAX_AFTER:]
+        self.known[task] = known
+
+    def reached_now(self, key: str) -> None:
+        """A step that resolves where it is reached (a recorded or published value): it
+        comes after what its task knew, and what the task does next comes after it."""
+        task = current_task(self.wloop)
+        self.reached[key] = self.known.get(task, ())
+        self.known[task] = (key,)
+
+    def task_made(self, task: asyncio.Task[Any]) -> None:
+        """A task of the workflow starts out knowing what the task that made it knew,
+        and hands back what it learnt when it ends."""
+        parent = current_task(self.wloop)
+        known = self.known.get(parent)
+        if known:
+            self.known[task] = self.inherited[task] = known
+        task.add_done_callback(functools.partial(self.task_ended, parent))
+
+    def task_ended(self, parent: asyncio.Task[Any] | None, task: asyncio.Task[Any]) -> None:
+        learnt = self.known.pop(task, None)
+        inherited = self.inherited.pop(task, ())
+        if not learnt or learnt == inherited:
+            return
+        # what it learnt came after what it started from
+        if inherited:
+            kept = self.known.get(parent, ())
+            self.known[parent] = tuple(k for k in kept if k not in inherited)
+        reached = self.reached
+        for key in learnt:
+            self.learn(parent, key, reached.get(key, ()))
+
+    def clear(self) -> None:
+        """Let go of the workflow's tasks (see ``CodeReplay._release``)."""
+        self.known.clear()
+        self.inherited.clear()

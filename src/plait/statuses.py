@@ -1,0 +1,62 @@
+"""Every status a run, a step and an attempt can have, named once.
+
+The stored values are these strings, in both stores. Code names a status by its
+``Literal`` type (``RunStatusName``, ``StepStatusName``, ``AttemptStatusName``), so a
+type checker refuses a value that is not one; the public records carry the run's and
+the step's as str-enums (``RunStatus``, ``StepStatus``), equal to the plain strings.
+Which status a run or a step moves to is chosen in ``runtime.runs`` and
+``runtime.steps`` alone.
+
+One word per concept: ``queued`` is a run's status only (a run waiting for admission by
+its queue, or for its start time). A step whose attempts the step worker runs from the
+job table is a *job step* (``StepRow.queued`` in the stored row); the module that runs
+one of its attempts is ``runtime.job``.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal
+
+#: a run: ``queued`` (waiting for admission or its start time), ``running`` (passes
+#: drive it), ``suspended`` (until a resume), then ended ``completed`` | ``failed`` |
+#: ``cancelled``
+RunStatusName = Literal["queued", "running", "suspended", "completed", "failed", "cancelled"]
+#: a step: ``pending`` (no attempt yet, or an open suspend or gate), ``scheduled`` (a
+#: timer or the job table), ``running`` (an attempt or a child run in flight), then
+#: ``succeeded`` | ``failed``
+StepStatusName = Literal["pending", "scheduled", "running", "succeeded", "failed"]
+#: one attempt of a step: ``running``, then ``succeeded`` | ``failed`` | ``interrupted``
+#: (its process died or shut down: no retry budget spent) | ``cancelled`` (its run or
+#: its workflow cancelled it)
+AttemptStatusName = Literal["running", "succeeded", "failed", "interrupted", "cancelled"]
+
+
+class RunStatus(enum.StrEnum):
+    #: waiting for admission by its queue, or for its start time
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class StepStatus(enum.StrEnum):
+    PENDING = "pending"
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+#: Run statuses at which ``Engine.wait`` returns.
+SETTLED: frozenset[RunStatusName] = frozenset({"completed", "failed", "cancelled", "suspended"})
+#: Run statuses of a run that ended (only a retry moves one on: ``failed`` to ``running``).
+TERMINAL: frozenset[RunStatusName] = frozenset({"completed", "failed", "cancelled"})
+#: Step statuses of a step not settled yet.
+STEP_IN_FLIGHT: frozenset[StepStatusName] = frozenset({"pending", "scheduled", "running"})

@@ -1,0 +1,153 @@
+"""The run state machine as a table: a run, an event, the status it moves to and the
+writes that record it. No database: each case takes microseconds."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, get_args
+
+import pytest
+
+from plait import errors, statuses
+from plait.errors import Cancel, StepError
+from plait.runtime import runs, steps
+from plait.runtime.control_flow import PauseSignal
+from plait.store.ops import EndRun
+from plait.store.rows import PassSnapshot
+
+from .rows import T0, run, shape, step
+
+
+@pytest.mark.parametrize(("waits", "status"), [(True, "queued"), (False, "running")])
+def test_a_new_run_is_queued_only_while_it_waits_for_admission(waits: bool, status: str) -> None:
+    assert runs.initial_status(waits) == status
+
+
+#: (case, the end a pass chose, its status, the error's code)
+ENDS: list[tuple[str, EndRun, str, str | None]] = [
+    ("the workflow returned", runs.completed('"out"'), "completed", None),
+    ("a stored error", runs.failed('{"code": "X"}'), "failed", "X"),
+    ("an error record", runs.failed_record({"message": "m", "code": "Y"}), "failed", "Y"),
+    (
+        "plait failed it",
+        runs.failed_control("m", errors.WORKFLOW_BLOCKED),
+        "failed",
+        errors.WORKFLOW_BLOCKED,
+    ),
+    (
+        "it waits for a resume",
+        runs.suspended("m", errors.FUNCTION_NOT_FOUND),
+        "suspended",
+        errors.FUNCTION_NOT_FOUND,
+    ),
+    ("it cancelled itself", runs.cancelled("enough"), "cancelled", errors.WORKFLOW_CANCELLED),
+    ("it raised Cancel", runs.raised(Cancel("enough")), "cancelled", errors.WORKFLOW_CANCELLED),
+    ("a step failed it", runs.raised(StepError("s", {"code": "Z"})), "failed", "Z"),
+    ("it raised", runs.raised(ValueError("v")), "failed", None),
+    ("a pass signal escaped", runs.raised(PauseSignal("s")), "failed", None),
+]
+
+
+@pytest.mark.parametrize(("end", "status", "code"), [c[1:] for c in ENDS], ids=[c[0] for c in ENDS])
+def test_a_pass_ends_the_run(end: EndRun, status: str, code: str | None) -> None:
+    assert end.status == status
+    assert runs.pass_status(end) == status
+    record: dict[str, Any] = json.loads(end.error) if end.error else {}
+    assert record.get("code") == code
+
+
+def test_a_step_that_failed_the_run_is_named_in_its_error() -> None:
+    end = runs.raised(StepError("charge", {"message": "m", "code": "Z"}))
+    assert json.loads(end.error or "")["step"] == "charge"
+
+
+def test_a_pass_that_ends_nothing_leaves_the_run_running() -> None:
+    assert runs.pass_status(None) == "running"
+
+
+#: (case, end status, a child run's, a running child step, the writes, children ended)
+END_OPS: list[tuple[str, str, bool, bool, list[tuple[str, ...]], list[str]]] = [
+    ("completed", "completed", False, False, [("EndRun", "completed")], []),
+    (
+        "completed with a live child",
+        "completed",
+        False,
+        True,
+        [("EndRun", "completed"), ("CancelChildren",)],
+        ["c1"],
+    ),
+    (
+        "failed with a live child",
+        "failed",
+        False,
+        True,
+        [("EndRun", "failed"), ("CancelChildren",)],
+        ["c1"],
+    ),
+    ("suspended with a live child", "suspended", False, True, [("EndRun", "suspended")], []),
+    ("cancelled with a live child", "cancelled", False, True, [("EndRun", "cancelled")], []),
+    ("a child run completed", "completed", True, False, [("EndRun", "completed")], []),
+]
+
+
+@pytest.mark.parametrize(
+    ("status", "is_child", "live_child", "writes", "ended"),
+    [c[1:] for c in END_OPS],
+    ids=[c[0] for c in END_OPS],
+)
+def test_an_end_takes_the_runs_live_children_and_settles_its_parents_step(
+    status: str, is_child: bool, live_child: bool, writes: Any, ended: list[str]
+) -> None:
+    row = run(parent_run_id="p" if is_child else None)
+    recorded = [step("a", status="succeeded")]
+    if live_child:
+        recorded.append(step("child", kind="child", status="running", child_run_id="c1"))
+    ops, children = runs.end_ops(row, EndRun(status, error='{"message": "m"}'), recorded)
+    assert shape(ops) == writes
+    assert children == ended
+    end = ops[0]
+    assert isinstance(end, EndRun)
+    assert (end.parent is not None) == (is_child and status in statuses.TERMINAL)
+
+
+def test_a_users_cancel_ends_the_run_cancelled_and_cuts_its_steps_short() -> None:
+    cancel = runs.cancel("no longer needed")
+    assert cancel.status == "cancelled"
+    assert json.loads(cancel.error)["message"] == "no longer needed"
+    assert cancel.parent.status == "failed"
+    assert (cancel.cut.step, cancel.cut.attempt) == ("failed", "cancelled")
+
+
+def snapshot(status: str, *rows: Any) -> PassSnapshot:
+    return PassSnapshot(run(status=status), {r.key: r for r in rows}, [], {})
+
+
+def test_a_resume_moves_a_suspended_run_on_and_releases_its_suspends() -> None:
+    reopen = runs.resume()
+    assert (reopen.action, reopen.from_status, reopen.status) == ("resume", "suspended", "running")
+    opened = step("wait", kind="suspend", attempts=1, input='{"reason": "r"}')
+    assert shape(reopen.ops(snapshot("suspended", opened), T0)) == [("FinishAttempt", "succeeded")]
+    assert opened.status == "succeeded"
+
+
+def test_a_resume_for_a_reason_no_suspend_has_is_refused() -> None:
+    opened = step("wait", kind="suspend", attempts=1, input='{"reason": "r"}')
+    with pytest.raises(ValueError, match="no open suspend 'other'"):
+        runs.resume("other").ops(snapshot("suspended", opened), T0)
+
+
+def test_a_retry_moves_a_failed_run_on_and_reopens_its_failed_step() -> None:
+    reopen = runs.retry()
+    assert (reopen.action, reopen.from_status, reopen.status) == ("retry", "failed", "running")
+    failed = step("charge", status="failed", failures=1, error='{"message": "m"}')
+    kept = step("fetch", status="succeeded")
+    assert shape(reopen.ops(snapshot("failed", failed, kept), T0)) == [("PutStep",)]
+    assert (failed.status, kept.status) == ("pending", "succeeded")
+
+
+def test_the_status_types_and_enums_name_the_same_values() -> None:
+    assert set(get_args(statuses.RunStatusName)) == {s.value for s in statuses.RunStatus}
+    assert set(get_args(statuses.StepStatusName)) == {s.value for s in statuses.StepStatus}
+    assert statuses.TERMINAL <= statuses.SETTLED <= set(get_args(statuses.RunStatusName))
+    assert set(get_args(statuses.StepStatusName)) >= statuses.STEP_IN_FLIGHT
+    assert {steps.CANCEL_CUT.attempt} <= set(get_args(statuses.AttemptStatusName))
