@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import plait
-
-STORES = ["sqlite"]
-if os.environ.get("PLAIT_TEST_STORES"):
-    STORES = os.environ["PLAIT_TEST_STORES"].split(",")
-elif os.environ.get("PLAIT_SKIP_POSTGRES") != "1":
-    STORES.append("postgres")
+from support.stores import STORES
 
 
 def _postgres_available() -> str | None:
@@ -91,44 +84,3 @@ def engine_factory(database: str) -> Callable[..., Any]:
             await engine.close()
 
     return make
-
-
-async def eventually(
-    check: Callable[[], Awaitable[Any]], *, timeout: float = 10.0, what: str = "condition"
-) -> Any:
-    """Poll ``check`` until it returns something truthy, or fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    delay = 0.005
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(delay)
-        delay = min(0.1, delay * 1.5)
-
-
-class Counter:
-    """Counts how many times each function body actually ran."""
-
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-        self.calls: list[tuple[str, Any]] = []
-
-    def hit(self, name: str, info: Any = None) -> int:
-        self.counts[name] = self.counts.get(name, 0) + 1
-        self.calls.append((name, info))
-        return self.counts[name]
-
-    def __getitem__(self, name: str) -> int:
-        return self.counts.get(name, 0)
-
-
-async def run_gone(engine: plait.Engine, run_id: str) -> bool:
-    """Whether the run is no longer stored (pruned), for ``eventually``."""
-    try:
-        await engine.get_run(run_id)
-    except plait.RunNotFoundError:
-        return True
-    return False

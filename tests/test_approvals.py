@@ -11,9 +11,10 @@ import pydantic
 import pytest
 
 import plait
-from conftest import Counter, eventually
 from plait.errors import GateClosedError
 from plait.store.ops import Batch, GuardStep
+from support.counter import Counter
+from support.polling import eventually
 
 counter = Counter()
 app = plait.App("approval-tests")

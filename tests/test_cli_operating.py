@@ -12,8 +12,8 @@ import pydantic
 from typer.testing import CliRunner
 
 import plait
-from conftest import eventually, run_gone
 from plait.cli import cli
+from support.polling import eventually, run_gone
 from test_cli import plait_process
 
 HERE = Path(__file__).resolve().parent

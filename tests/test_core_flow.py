@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 import plait
-from conftest import Counter, eventually
+from support.counter import Counter
+from support.polling import eventually
 
 
 async def _step(engine: plait.Engine, run_id: str, key: str) -> plait.Step | None:

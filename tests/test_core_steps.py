@@ -10,8 +10,9 @@ import pytest
 from pydantic import BaseModel
 
 import plait
-from conftest import Counter, eventually
 from plait import ids
+from support.counter import Counter
+from support.polling import eventually
 
 
 def make_app(counter: Counter) -> plait.App:

@@ -25,10 +25,9 @@ from typing import Any
 
 import pytest
 
-import crash_app
 import plait
-from conftest import eventually
-from ledger import (
+from support import crash_app
+from support.ledger import (
     LedgerReport,
     LedgerTail,
     WorkerProcess,
@@ -37,6 +36,7 @@ from ledger import (
     ready,
     summarize,
 )
+from support.polling import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -47,8 +47,8 @@ pytestmark = pytest.mark.skipif(
     reason=f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium)",
 )
 
-from live_server import LiveServer  # noqa: E402
 from plait.http import create_app  # noqa: E402
+from support.live_server import LiveServer  # noqa: E402
 
 expect = playwright_api.expect
 

@@ -119,12 +119,13 @@ def run_session(
     )
     (folder / "blocks.json").write_text(json.dumps(blocks))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PLAIT_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+    # tests/: doc_session.py imports the support modules it shares with the tests
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), str(ROOT / "tests")])
     env.pop("DOCS_POSTGRES_URL", None)
     if postgres is not None:
         env["DOCS_POSTGRES_URL"] = postgres
     return subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "doc_session.py"), "blocks.json"],
+        [sys.executable, str(ROOT / "tests" / "support" / "doc_session.py"), "blocks.json"],
         cwd=folder,
         env=env,
         capture_output=True,

@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 import plait
-from conftest import Counter
 from plait.graph import GraphValidationError
+from support.counter import Counter
 
 ROOT = Path(__file__).resolve().parent.parent
 

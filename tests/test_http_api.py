@@ -7,7 +7,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import plait
+from support.polling import eventually
 
 httpx = pytest.importorskip("httpx", reason="httpx is needed to call the ASGI app")
 pytest.importorskip("starlette", reason="the http extra (starlette) is not installed")
@@ -130,19 +131,6 @@ def bob(client_for: Client) -> httpx.AsyncClient:
 @pytest.fixture
 def anonymous(client_for: Client) -> httpx.AsyncClient:
     return client_for()
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    delay = 0.01
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(delay)
-        delay = min(0.1, delay * 1.5)
 
 
 async def start(client: httpx.AsyncClient, workflow: str, data: Any = None, **body: Any) -> Any:

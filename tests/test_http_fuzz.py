@@ -39,10 +39,10 @@ from hypothesis import strategies as st  # noqa: E402
 from hypothesis.errors import Unsatisfiable  # noqa: E402
 from schemathesis.checks import CHECKS, load_all_checks  # noqa: E402
 
-from conftest import STORES  # noqa: E402
-from live_server import LiveServer  # noqa: E402
 from plait.http import Principal, create_app  # noqa: E402
 from plait.http.openapi import openapi_document  # noqa: E402
+from support.live_server import LiveServer  # noqa: E402
+from support.stores import STORES  # noqa: E402
 
 #: examples per operation that fit the document, and that break it; an operation that
 #: takes nothing but path parameters gets ``PATH_ONLY`` (random ids only find nothing, and

@@ -21,14 +21,15 @@ import pytest
 
 import plait
 from plait import serde
+from support.polling import eventually
 
 httpx = pytest.importorskip("httpx", reason="httpx is needed to call the server")
 pytest.importorskip("uvicorn", reason="the http extra (uvicorn) is not installed")
 
-from http_app import app  # noqa: E402
-from live_server import LiveServer  # noqa: E402
 from plait.http import Principal, create_app, parse_tokens  # noqa: E402
 from plait.http.dashboard import asset_version  # noqa: E402
+from support.http_app import app  # noqa: E402
+from support.live_server import LiveServer  # noqa: E402
 
 ALICE = {"Authorization": "Bearer t-alice"}
 BOB = {"Authorization": "Bearer t-bob"}
@@ -87,24 +88,6 @@ def problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
     assert (body["status"], body["code"]) == (status, code), body
     assert body["error"]["code"] == code and body["detail"] == body["error"]["message"]
     return body
-
-
-async def eventually(
-    check: Callable[[], Any], timeout: float = 10.0, what: str | Callable[[], str] = "it"
-) -> Any:
-    deadline = time.monotonic() + timeout
-    delay = 0.01
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            shown = what() if callable(what) else what
-            raise AssertionError(f"timed out after {timeout}s waiting for {shown}")
-        await asyncio.sleep(delay)
-        delay = min(0.1, delay * 1.5)
 
 
 def nested(depth: int) -> str:

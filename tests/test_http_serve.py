@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,10 +18,12 @@ from typing import Any
 
 import pytest
 
+from support.paths import TESTS
+from support.ports import free_port
+
 httpx = pytest.importorskip("httpx", reason="httpx is needed to call the server")
 pytest.importorskip("uvicorn", reason="the http extra (uvicorn) is not installed")
 
-TESTS_DIR = Path(__file__).resolve().parent
 TOKEN = "soak-token-1"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 #: exit codes of a server that stopped cleanly on SIGTERM
@@ -31,14 +32,8 @@ CLEAN_STOP = (0, -signal.SIGTERM)
 CLEAN_EXITS = {signal.SIGTERM: CLEAN_STOP, signal.SIGINT: (0, 130, -signal.SIGINT)}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Process:
-    """A ``plait`` command run from the tests directory (so ``http_app`` imports), its
+    """A ``plait`` command run from the tests directory (so ``support.http_app`` imports), its
     output in a file."""
 
     def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
@@ -47,7 +42,7 @@ class Process:
         environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "plait.cli", *args],
-            cwd=TESTS_DIR,
+            cwd=TESTS,
             env=environ,
             stdout=self._out,
             stderr=subprocess.STDOUT,
@@ -93,10 +88,10 @@ class Process:
 def plait_serve(
     tmp_path: Path, database: str, *extra: str, env: dict[str, str] | None = None
 ) -> Iterator[tuple[Process, str]]:
-    """``plait serve http_app:app`` on a free port, ready to answer."""
-    port = _free_port()
+    """``plait serve support.http_app:app`` on a free port, ready to answer."""
+    port = free_port()
     process = Process(
-        ["serve", "http_app:app", "--port", str(port), "--database", database, *extra],
+        ["serve", "support.http_app:app", "--port", str(port), "--database", database, *extra],
         tmp_path / f"serve-{port}.log",
         env={"PLAIT_TOKENS": f"soaker:{TOKEN}", **(env or {})},
     )
@@ -123,7 +118,7 @@ def test_the_access_log_never_shows_a_token(tmp_path: Path) -> None:
 @pytest.mark.parametrize("where", ["option", "environment"])
 def test_a_bad_database_url_is_one_line_without_its_password(tmp_path: Path, where: str) -> None:
     url = "mysql://root:topsecret@db.example/app?password=other-secret"
-    args = ["serve", "http_app:app", "--port", str(_free_port())]
+    args = ["serve", "support.http_app:app", "--port", str(free_port())]
     env = {"PLAIT_TOKENS": f"a:{TOKEN}"}
     if where == "option":
         args += ["--database", url]
@@ -145,7 +140,14 @@ def test_a_bad_database_url_is_one_line_without_its_password(tmp_path: Path, whe
 
 def test_a_malformed_tokens_entry_is_one_line_without_its_token(tmp_path: Path) -> None:
     process = Process(
-        ["serve", "http_app:app", "--port", str(_free_port()), "--database", "sqlite:///x.db"],
+        [
+            "serve",
+            "support.http_app:app",
+            "--port",
+            str(free_port()),
+            "--database",
+            "sqlite:///x.db",
+        ],
         tmp_path / "bad-tokens.log",
         {"PLAIT_TOKENS": "alice:very-secret-token:nosuchscope"},
     )
@@ -157,7 +159,7 @@ def test_a_malformed_tokens_entry_is_one_line_without_its_token(tmp_path: Path) 
     assert "very-secret-token" not in output and "Traceback" not in output
     assert "invalid PLAIT_TOKENS entry 1 (user 'alice'): unknown scope (allowed: graphs" in output
     assert "nosuchscope" not in output  # it may be the second half of a token with a ":"
-    assert not (TESTS_DIR / "x.db").exists()
+    assert not (TESTS / "x.db").exists()
 
 
 def test_the_worker_log_masks_a_password_in_the_query_string(
@@ -166,7 +168,12 @@ def test_the_worker_log_masks_a_password_in_the_query_string(
     url = pg_cluster.create_database(f"w{os.getpid()}_pw")
     separator = "&" if "?" in url else "?"
     worker = Process(
-        ["worker", "http_app:app", "--database", f"{url}{separator}password=hunter2-secret"],
+        [
+            "worker",
+            "support.http_app:app",
+            "--database",
+            f"{url}{separator}password=hunter2-secret",
+        ],
         tmp_path / "worker.log",
     )
     try:

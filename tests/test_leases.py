@@ -9,10 +9,11 @@ import time
 import pytest
 
 import plait
-from conftest import Counter, eventually
 from plait.runtime.ledger import Ledger
 from plait.runtime.steps import MAX_INTERRUPTIONS
 from plait.store.ops import Batch, StartAttempt
+from support.counter import Counter
+from support.polling import eventually
 
 
 def _slow_app(counter: Counter, log: list[tuple[str, float, float]], seconds: float) -> plait.App:

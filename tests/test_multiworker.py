@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-import crash_app
 import plait
-from conftest import eventually
-from ledger import WorkerProcess, check_ledger, read_ledger
+from support import crash_app
+from support.ledger import WorkerProcess, check_ledger, read_ledger
+from support.polling import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

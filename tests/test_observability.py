@@ -20,10 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 import plait
-from conftest import eventually
 from plait.cli import cli
 from plait.http import create_app
 from plait.testing import TestEngine
+from support.polling import eventually
+from support.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = str(ROOT / "src")
@@ -119,7 +120,7 @@ def traced_app() -> plait.App:
 async def test_one_trace_from_start_through_passes_steps_and_a_child(database: str) -> None:
     from opentelemetry import trace
 
-    from otel_setup import memory_exporter
+    from support.otel_setup import memory_exporter
 
     exporter = memory_exporter()
     async with TestEngine(traced_app(), database, tracing=True) as env:
@@ -592,14 +593,6 @@ async def _metrics(port: int, deadline: float) -> str:
                 await asyncio.sleep(0.05)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start_worker(database: str, where: Path, port: int, log_path: Path) -> subprocess.Popen:
     """``plait worker`` for ``logged_app`` with JSON lines and metrics, logging to a file."""
     with log_path.open("w") as log_file:
@@ -626,7 +619,7 @@ def _start_worker(database: str, where: Path, port: int, log_path: Path) -> subp
 
 async def test_worker_logs_json_lines_and_serves_metrics(database: str, tmp_path: Path) -> None:
     (tmp_path / "logged_app.py").write_text(WORKER_APP)
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path / "worker.log"
     proc = _start_worker(database, tmp_path, port, log_path)
     try:

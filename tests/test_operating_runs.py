@@ -13,7 +13,7 @@ import pytest
 
 import plait
 import plait.engine.values
-from conftest import eventually, run_gone
+from support.polling import eventually, run_gone
 
 app = plait.App("operating-tests")
 ROOT = Path(__file__).resolve().parent.parent

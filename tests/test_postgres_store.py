@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 import plait
-from conftest import Counter, eventually
 from plait.errors import LeaseLostError
 from plait.records import SETTLED
 from plait.store.ops import (
@@ -34,6 +33,8 @@ from plait.store.ops import (
 )
 from plait.store.rows import NewRun, StepRow
 from store.rows import T0, step
+from support.counter import Counter
+from support.polling import eventually
 
 asyncpg = pytest.importorskip("asyncpg")
 postgres = pytest.importorskip("plait.store.postgres")

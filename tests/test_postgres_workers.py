@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-import crash_app
 import plait
-from conftest import eventually
-from ledger import LedgerReport, LedgerTail, WorkerProcess, check_ledger, read_ledger, ready
+from support import crash_app
+from support.ledger import LedgerReport, LedgerTail, WorkerProcess, check_ledger, read_ledger, ready
+from support.polling import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

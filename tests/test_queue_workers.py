@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 import plait
-import queue_app
-from conftest import eventually
-from ledger import WorkerProcess, read_ledger
 from plait.schedules import run_id_for
+from support import queue_app
+from support.ledger import WorkerProcess, read_ledger
+from support.polling import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -49,7 +49,7 @@ class Cluster:
                 lease=LEASE,
                 drain=2.0,
                 concurrency=concurrency,
-                app="queue_app:app",
+                app="support.queue_app:app",
             )
             self.workers.append(worker)
             started.append(worker)

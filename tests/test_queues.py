@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import plait
-from conftest import eventually
+from support.polling import eventually
 
 
 class Gauge:

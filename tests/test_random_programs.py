@@ -56,10 +56,11 @@ from typing import Any
 import pytest
 
 import plait
-import programs
-from ledger import WorkerProcess
 from plait.errors import RunStateError
 from plait.runtime.steps import MAX_INTERRUPTIONS
+from support import programs
+from support.ledger import WorkerProcess
+from support.paths import TESTS
 
 #: programs in the in-process test, per store
 PROGRAMS = {
@@ -468,7 +469,7 @@ async def test_random_programs_in_process(
 
 
 class ProgramWorker(WorkerProcess):
-    """A ``plait worker programs:app`` process writing the file ledger; killed at will.
+    """A ``plait worker support.programs:app`` process writing the file ledger; killed at will.
     (``WorkerProcess`` starts ``crash_app``; only the command differs.)"""
 
     def __init__(self, database: str, ledger: Path, log: Path, *, worker_id: str) -> None:
@@ -476,12 +477,12 @@ class ProgramWorker(WorkerProcess):
         self.log = log
         self.killed_at = self.signalled_at = self.exited_at = None
         env = {**os.environ, "PROGRAMS_LEDGER": str(ledger), "PYTHONUNBUFFERED": "1"}
-        cmd = [sys.executable, "-m", "plait.cli", "worker", "programs:app", "--database",
+        cmd = [sys.executable, "-m", "plait.cli", "worker", "support.programs:app", "--database",
                database, "--lease", "1.0", "--worker-id", worker_id]  # fmt: skip
         self._log_file = log.open("ab")
         self.started_at = time.time()
         self.proc = subprocess.Popen(
-            cmd, cwd=Path(__file__).parent, env=env, stdout=self._log_file, stderr=subprocess.STDOUT
+            cmd, cwd=TESTS, env=env, stdout=self._log_file, stderr=subprocess.STDOUT
         )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import plait
-from conftest import eventually
+from support.polling import eventually
 
 
 def noop(value: Any = None) -> Any:

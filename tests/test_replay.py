@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 import plait
-from conftest import eventually
 from plait.errors import StepError
+from support.polling import eventually
 
 
 def _order(log: list[str], name: str, value: Any = None) -> Any:

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 import plait
-from conftest import Counter
 from plait import serde
 from plait.errors import EventTimeout, StepError
 from plait.runtime import steps
 from plait.store.ops import PutStep, SetTimer
 from plait.store.rows import StepRow
 from store.rows import step
+from support.counter import Counter
 
 
 async def _steps(engine: plait.Engine, run_id: str) -> dict[str, plait.Step]:

@@ -11,8 +11,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import plait
-from conftest import eventually
 from plait.schedules import ON_TIME, due_ticks, iso_tick, make_spec, run_id_for
+from support.polling import eventually
 
 HEL = ZoneInfo("Europe/Helsinki")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import plait
-from conftest import eventually
+from support.polling import eventually
 
 app = plait.App("open-race")
 

@@ -64,7 +64,7 @@ async def test_runs_with_timers_or_finished_are_not_swept(tmp_path) -> None:
             steps = await engine.get_steps(sleeping)
             return bool(steps) and steps[0].status == "scheduled"
 
-        from conftest import eventually
+        from support.polling import eventually
 
         await eventually(has_timer, what="the sleep")
         await eventually(lambda: _released(engine, sleeping), what="the lease to be released")

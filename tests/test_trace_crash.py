@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,17 +24,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import plait
+from support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 LEASE = "0.5"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _worker(database: str, tmp_path: Path, name: str, metrics_port: int) -> subprocess.Popen:
@@ -52,7 +46,7 @@ def _worker(database: str, tmp_path: Path, name: str, metrics_port: int) -> subp
             "-m",
             "plait.cli",
             "worker",
-            "trace_app:app",
+            "support.trace_app:app",
             "--database",
             database,
             "--lease",
@@ -121,14 +115,14 @@ async def test_one_trace_across_a_sigkilled_worker_and_its_replacement(
 ) -> None:
     from opentelemetry import trace
 
-    from otel_setup import memory_exporter
-    from trace_app import app
+    from support.otel_setup import memory_exporter
+    from support.trace_app import app
 
     exporter = memory_exporter()
     flag = tmp_path / "pack-started"
-    first = _worker(database, tmp_path, "first", _free_port())
+    first = _worker(database, tmp_path, "first", free_port())
     second = None
-    second_port = _free_port()
+    second_port = free_port()
     try:
         async with plait.Engine(app, database, workers=False, tracing=True, metrics=True) as engine:
             with trace.get_tracer("test").start_as_current_span("checkout request") as root:

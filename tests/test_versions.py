@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import plait
-from conftest import Counter
+from support.counter import Counter
 
 
 def v1_app(counter: Counter) -> plait.App:

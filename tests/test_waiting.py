@@ -8,9 +8,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import plait
-from conftest import eventually
 from plait.notify import Notifier
 from plait.records import Run
+from support.polling import eventually
 
 app = plait.App("waiting")
 

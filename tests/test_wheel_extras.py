@@ -204,7 +204,7 @@ def test_python_gets_a_missing_extra_error_naming_the_install(bare: Path) -> Non
 #: files the test suite reads from the source distribution, one from each part it needs
 SDIST_NEEDS = {
     "tests/conftest.py",
-    "tests/doc_session.py",
+    "tests/support/doc_session.py",
     "LICENSE",
     "README.md",
     "Makefile",

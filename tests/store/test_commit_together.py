@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from conftest import eventually
 from plait.cancel_guard import guarded_task
 from plait.errors import LeaseLostError
 from plait.store import Store
@@ -31,6 +30,7 @@ from plait.store.ops import (
     StepEnd,
 )
 from plait.store.rows import NewRun
+from support.polling import eventually
 
 from .rows import error, new_run, step, wakeups, write
 

@@ -73,7 +73,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-ROOT = Path(__file__).resolve().parent.parent
+from support.paths import ROOT
+from support.ports import free_port
+
 PYTHON = {"python", "py"}
 SHELLS = {"sh", "bash", "shell", "console"}
 #: parsed, so that a broken example of a file format fails
@@ -423,13 +425,6 @@ def run_command(argv: list[str], env: dict[str, str], refusal_expected: bool = F
     return ""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _accepts(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=1):
@@ -450,7 +445,7 @@ def run_until_up(
     args, note = argv[1:], ""
     host, port = str(params.get("host") or "127.0.0.1"), int(params.get("port") or 0)
     if command == ("serve",) and not any(a == "--port" or a.startswith("--port=") for a in args):
-        port = _free_port()
+        port = free_port()
         args += ["--port", str(port)]
         note = f", on the free port {port}"
     shell.processes += 1

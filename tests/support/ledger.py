@@ -22,16 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import plait
-
-TESTS_DIR = Path(__file__).resolve().parent
-
+from support.paths import TESTS
 
 # -- worker processes -------------------------------------------------------------------------
 
 
 class WorkerProcess:
-    """One ``plait worker APP`` subprocess (``crash_app:app`` unless told) with its stderr
-    in a log file.
+    """One ``plait worker APP`` subprocess (``support.crash_app:app`` unless told) with its
+    stderr in a log file.
 
     Process control is synchronous on purpose: a SIGKILL must land at the moment the test
     chose, not when an event loop gets round to it.
@@ -47,7 +45,7 @@ class WorkerProcess:
         lease: float = 1.0,
         drain: float = 10.0,
         concurrency: int = 64,
-        app: str = "crash_app:app",
+        app: str = "support.crash_app:app",
     ) -> None:
         self.worker_id = worker_id
         self.log = log
@@ -81,7 +79,7 @@ class WorkerProcess:
         self._log_file = log.open("ab")
         self.started_at = time.time()
         self.proc = subprocess.Popen(
-            cmd, cwd=TESTS_DIR, env=env, stdout=self._log_file, stderr=subprocess.STDOUT
+            cmd, cwd=TESTS, env=env, stdout=self._log_file, stderr=subprocess.STDOUT
         )
 
     @property

@@ -41,8 +41,8 @@ from collections.abc import Awaitable
 from typing import Any, Protocol
 
 import plait
-from ledger import append_line
 from plait.errors import EventTimeout, StepError
+from support.ledger import append_line
 
 Stmt = dict[str, Any]
 Block = list[Stmt]

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import plait
-from ledger import append_line
+from support.ledger import append_line
 
 app = plait.App("queues")
 app.queue("pair", concurrency=2)

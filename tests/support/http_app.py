@@ -1,5 +1,5 @@
 """The App the HTTP hardening tests serve, in process and as ``plait serve
-tests.http_app:app`` (hence a module of its own)."""
+support.http_app:app`` (hence a module of its own)."""
 
 from __future__ import annotations
 
