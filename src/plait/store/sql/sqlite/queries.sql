@@ -314,7 +314,7 @@ WHERE id = ? AND status = 'running' AND (lease_owner IS NULL OR lease_until < ?)
 
 -- name: claim_due_runs
 -- The index is named: without statistics the planner would rather walk every running
--- run by status and sort them (tests/test_sqlite_plans.py).
+-- run by status and sort them (tests/store/test_sqlite_plans.py).
 UPDATE plait_runs SET lease_owner = ?, lease_until = ?
 WHERE id IN (
     SELECT id FROM plait_runs INDEXED BY plait_runs_due

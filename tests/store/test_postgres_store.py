@@ -32,9 +32,10 @@ from plait.store.ops import (
     StepEnd,
 )
 from plait.store.rows import NewRun, StepRow
-from store.rows import T0, step
 from support.counter import Counter
 from support.polling import eventually
+
+from .rows import T0, step
 
 asyncpg = pytest.importorskip("asyncpg")
 postgres = pytest.importorskip("plait.store.postgres")

@@ -12,8 +12,9 @@ import pytest
 
 from plait.store import make_store, queries
 from plait.store.migrations import migrations
+from support.paths import ROOT
 
-STORE_DIR = Path(__file__).resolve().parent.parent / "src" / "plait" / "store"
+STORE_DIR = ROOT / "src" / "plait" / "store"
 
 
 @pytest.mark.parametrize(
