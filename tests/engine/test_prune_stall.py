@@ -4,7 +4,7 @@ A measurement, not a timed assertion: it prints the longest latency of a concurr
 workload (short workflows run one after another) before and during the prune. It writes
 and deletes about a gigabyte, so it only runs when asked for: it would disturb the timing of
 the tests after it. Run it on a quiet machine with
-``PLAIT_PRUNE_STALL=1 pytest -s tests/test_prune_stall.py``; ``PLAIT_PRUNE_RUNS`` changes
+``PLAIT_PRUNE_STALL=1 pytest -s tests/engine/test_prune_stall.py``; ``PLAIT_PRUNE_RUNS`` changes
 the count and ``PLAIT_PRUNE_BATCH`` the runs per batch.
 """
 

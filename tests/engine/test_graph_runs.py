@@ -16,8 +16,7 @@ from typer.testing import CliRunner
 import plait
 from plait.graph import GraphValidationError
 from support.counter import Counter
-
-ROOT = Path(__file__).resolve().parent.parent
+from support.paths import ROOT
 
 #: (functions on the step queue, run started inline)
 Mode = tuple[bool, bool]

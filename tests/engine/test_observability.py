@@ -23,10 +23,10 @@ import plait
 from plait.cli import cli
 from plait.http import create_app
 from plait.testing import TestEngine
+from support.paths import ROOT
 from support.polling import eventually
 from support.ports import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
 SRC = str(ROOT / "src")
 
 

@@ -13,10 +13,10 @@ import pytest
 
 import plait
 import plait.engine.values
+from support.paths import ROOT
 from support.polling import eventually, run_gone
 
 app = plait.App("operating-tests")
-ROOT = Path(__file__).resolve().parent.parent
 
 #: set by a test to change what step "s4" does, as a deploy of a fix would
 BEHAVIOUR = {"s4": "old"}

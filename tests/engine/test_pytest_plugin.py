@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from support.paths import ROOT
+
 SRC = str(ROOT / "src")
 PLUGIN = "plait.testing.pytest_plugin"
 
