@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 import plait
 from plait.cli import cli
+from support.paths import TESTS
 from support.polling import eventually, run_gone
 from test_cli import plait_process
 
@@ -164,9 +165,9 @@ async def test_a_worker_started_with_retain_prunes_ended_runs(
         ended = await engine.start("quick", inline=True)
         assert (await engine.wait(ended, timeout=10)).status == "completed"
         live = await engine.start("gated", owner="alice")
-        worker = plait_process(
-            "worker", "test_cli_operating:app", "--retain", "300ms", "-d", database, cwd=HERE
-        )
+        args = ("worker", "test_cli_operating:app", "--retain", "300ms", "-d", database)
+        # this module imports support.* from tests/
+        worker = plait_process(*args, cwd=HERE, path=[TESTS])
         try:
 
             async def pruned() -> bool:

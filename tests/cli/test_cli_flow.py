@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from plait.cli import cli
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 APP = "examples.flow_control:app"
 
 

@@ -15,7 +15,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -23,8 +23,7 @@ from typer.testing import CliRunner
 
 from plait import __version__
 from plait.cli import cli
-
-ROOT = Path(__file__).resolve().parent.parent
+from support.paths import ROOT
 
 SHOP = """
 import plait
@@ -73,8 +72,11 @@ def run(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def plait_process(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT / "src")}
+def plait_process(*args: str, cwd: Path, path: Sequence[Path] = ()) -> subprocess.Popen[str]:
+    """``plait ARGS`` in a process of its own, run in ``cwd``; it imports this plait and,
+    besides the user's modules in ``cwd``, only what is in the folders of ``path``."""
+    pythonpath = os.pathsep.join(str(folder) for folder in (ROOT / "src", *path))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath}
     env.pop("PLAIT_DATABASE_URL", None)
     return subprocess.Popen(
         [sys.executable, "-m", "plait", *args],
