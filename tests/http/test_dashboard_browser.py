@@ -21,6 +21,7 @@ import pydantic
 import pytest
 
 import plait
+from support.paths import ROOT
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -33,7 +34,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+ARTIFACTS = ROOT / "test-artifacts"
 TOKEN = "tok-alice"
 BOB_TOKEN = "tok-bob"
 

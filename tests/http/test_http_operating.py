@@ -10,13 +10,14 @@ import pydantic
 import pytest
 
 import plait
+from support.polling import eventually
 
 httpx = pytest.importorskip("httpx", reason="httpx is needed to call the ASGI app")
 pytest.importorskip("starlette", reason="the http extra (starlette) is not installed")
 
 import test_http_api as base  # noqa: E402
 from plait.http import create_app  # noqa: E402
-from test_http_api import ALICE, TOKENS, AsgiStream, eventually  # noqa: E402
+from test_http_api import ALICE, TOKENS, AsgiStream  # noqa: E402
 
 app = base.app
 
