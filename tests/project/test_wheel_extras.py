@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from support.paths import ROOT
+
 pytestmark = pytest.mark.slow
 
 APP = """
@@ -249,7 +250,7 @@ def test_the_sdist_carries_what_the_tests_need(tmp_path: Path) -> None:
     with tarfile.open(sdist) as archive:
         names = {name.partition("/")[2] for name in archive.getnames()}
     assert names >= SDIST_NEEDS, SDIST_NEEDS - names
-    assert "tests/test_wheel_extras.py" in names and "src/plait/cli/__init__.py" in names
+    assert "tests/project/test_wheel_extras.py" in names and "src/plait/cli/__init__.py" in names
     assert names >= {f"src/{name}" for name in dashboard_files()}
     unwanted = [n for n in names if ".venv" in n or "__pycache__" in n or n.endswith(".pyc")]
     assert unwanted == []

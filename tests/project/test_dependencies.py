@@ -15,9 +15,8 @@ import subprocess
 import sys
 import tomllib
 from importlib import metadata
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from support.paths import ROOT
 
 
 def _name(requirement: str) -> str:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from support.paths import ROOT
 
 
 def test_the_order_demo_runs_to_its_end(tmp_path: Path) -> None:

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+from support.paths import ROOT
+
+SRC = ROOT / "src"
 
 
 def _modules() -> dict[str, Path]:

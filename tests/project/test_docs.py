@@ -7,7 +7,7 @@ which the README asks readers to save and other pages import. The commands in
 A page whose blocks name PostgreSQL (a SQL block, a ``postgresql://`` URL in a shell
 block) gets a database of its own on the tests' PostgreSQL server, where there is one;
 without one, what needs it is skipped, saying why. What each block did, and why a
-command did not run, is printed (``pytest -rP tests/test_docs.py`` shows it).
+command did not run, is printed (``pytest -rP tests/project/test_docs.py`` shows it).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from support.paths import ROOT
+
 FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FRAGMENT = "<!-- fragment -->"
 _FENCE = re.compile(

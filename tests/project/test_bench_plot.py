@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-PLOT = Path(__file__).resolve().parent.parent / "benchmarks" / "plot.py"
+from support.paths import ROOT
+
+PLOT = ROOT / "benchmarks" / "plot.py"
 
 
 @pytest.fixture(scope="module")

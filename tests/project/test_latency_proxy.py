@@ -11,12 +11,12 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from support.paths import ROOT
+
 RTT = 0.020
 
 

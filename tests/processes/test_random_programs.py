@@ -30,7 +30,7 @@ Knobs (environment variables):
 * ``PLAIT_PROGRAMS_STORES`` which stores the default test runs on (``sqlite,postgres``,
   the latter on the throwaway PostgreSQL cluster);
 * a long run: ``PLAIT_PROGRAMS=3000 PLAIT_PROGRAMS_STORES=sqlite,postgres
-  .venv/bin/python -m pytest tests/test_random_programs.py -s -k in_process``;
+  .venv/bin/python -m pytest tests/processes/test_random_programs.py -s -k in_process``;
   replay one program: ``PLAIT_PROGRAMS=1 PLAIT_PROGRAMS_SEED=<seed> ...``.
 
 The figures (programs, faults by kind, mismatches) are printed (``-s``).

@@ -24,11 +24,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import plait
+from support.paths import ROOT
 from support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
 LEASE = "0.5"
 
 

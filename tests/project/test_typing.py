@@ -22,8 +22,7 @@ import pytest
 
 import plait
 from plait.durations import timeout_seconds
-
-ROOT = Path(__file__).resolve().parents[1]
+from support.paths import ROOT
 
 SNIPPET = textwrap.dedent(
     """\

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "compare.py"
+from support.paths import ROOT
+
+SCRIPT = ROOT / "benchmarks" / "compare.py"
 
 
 def _compare(*args: str) -> subprocess.CompletedProcess[str]:
