@@ -11,7 +11,7 @@ import hashlib
 import inspect
 import logging
 import textwrap
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar, overload
 
 from pydantic import TypeAdapter, ValidationError
@@ -21,7 +21,14 @@ from plait.context import StepContext
 from plait.durations import Duration, parse_duration
 from plait.errors import InputValidationError, TypeMismatchError, WorkflowNotFoundError
 from plait.queues import Queue, check_queue_name, make_queue
-from plait.retry import RetryPolicy, parse_retries, parse_retry_delay, resolve_policy
+from plait.retry import (
+    NoRetryOn,
+    RetryPolicy,
+    parse_no_retry_on,
+    parse_retries,
+    parse_retry_delay,
+    resolve_policy,
+)
 from plait.schedules import ScheduleSpec, make_spec
 
 #: a registered function: any callable, handed back unchanged by ``@app.function``
@@ -43,6 +50,8 @@ class FunctionDef:
     retry_delay: Duration | None = None
     timeout: float | None = None
     on_error: str | None = None
+    #: exception classes that fail a step of this function at once, without a retry
+    no_retry_on: NoRetryOn = ()
     takes_data: bool = True
     takes_ctx: bool = False
     adapter: TypeAdapter[Any] | None = None
@@ -302,6 +311,7 @@ class App:
         retry_delay: Duration | None = None,
         timeout: Duration | None = None,
         on_error: str | None = None,
+        no_retry_on: Sequence[type[BaseException]] | None = None,
         queue: str | None = None,
     ) -> Callable[[F], F]: ...
 
@@ -324,6 +334,7 @@ class App:
         retry_delay: Duration | None = None,
         timeout: Duration | None = None,
         on_error: str | None = None,
+        no_retry_on: Sequence[type[BaseException]] | None = None,
         queue: str | None = None,
     ) -> F:
         fname = name or getattr(fn, "__name__", None)
@@ -344,6 +355,11 @@ class App:
         )
         if on_error is not None and not isinstance(on_error, str):
             raise TypeError(f"on_error of function {fname!r} must be a function name")
+        final = (
+            ()
+            if no_retry_on is None
+            else parse_no_retry_on(no_retry_on, what=f"no_retry_on of function {fname!r}")
+        )
         takes_data, takes_ctx, annotation = _inspect_function(fn, fname)
         adapter = None if annotation in _PLAIN else TypeAdapter(annotation)
         self.functions[fname] = FunctionDef(
@@ -354,6 +370,7 @@ class App:
             retry_delay=retry_delay,
             timeout=seconds,
             on_error=on_error,
+            no_retry_on=final,
             takes_data=takes_data,
             takes_ctx=takes_ctx,
             adapter=adapter,

@@ -174,6 +174,19 @@ class StepError(PlaitError):
         self.code = error.get("code")
 
 
+class NonRetryableError(PlaitError):
+    """Raise in a step body to fail the step at once: no further attempt, no back-off,
+    whatever retries are left. Its ``on_error`` handler still runs, and the step's error
+    record says ``"retryable": false``. ``code`` is stored as the error's code."""
+
+    retryable = False
+
+    def __init__(self, message: str = "", *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
 class StepTimeoutError(PlaitError, TimeoutError):
     def __init__(self, step_key: str, seconds: float) -> None:
         super().__init__(f"step {step_key!r} timed out after {seconds:g}s")

@@ -18,7 +18,7 @@ from plait.app import FunctionDef
 from plait.context import StepContext
 from plait.errors import StepError
 from plait.observe import NO_REPORT
-from plait.retry import RetryPolicy
+from plait.retry import NoRetryOn, RetryPolicy
 from plait.runtime import runs, steps
 from plait.runtime.attempt import NOT_DECODED, Outcome, finished_on_stop, result_codec, run_attempt
 from plait.runtime.control_flow import SuspendSignal
@@ -56,10 +56,15 @@ class Driver:
         self.app = host.catalog.app
 
     async def drive(
-        self, step: StepRow, body: FunctionDef | Callable[..., Any], on_error: str | None
+        self,
+        step: StepRow,
+        body: FunctionDef | Callable[..., Any],
+        on_error: str | None,
+        no_retry_on: NoRetryOn | None = None,
     ) -> Any:
         """The step's result, running attempts until it has one; raises ``StepError``
         once it failed for good, or a pause while it waits (queue, back-off).
+        ``no_retry_on`` is None for the function's own.
 
         A code workflow gets the result as the body's return annotation names (the
         attempt decoded it already on the first run); a graph gets JSON."""
@@ -83,11 +88,16 @@ class Driver:
                 raise ledger.pause(step.key, step.wake_at)
             if self.host.stopping:
                 raise ledger.pause(step.key)  # shutting down: start no new attempt here
-            value = await self.attempt(step, body)
+            value = await self.attempt(step, body, no_retry_on)
             if value is not NOT_DECODED and step.status == "succeeded" and self.hook is None:
                 return value
 
-    async def attempt(self, step: StepRow, body: FunctionDef | Callable[..., Any]) -> Any:
+    async def attempt(
+        self,
+        step: StepRow,
+        body: FunctionDef | Callable[..., Any],
+        no_retry_on: NoRetryOn | None = None,
+    ) -> Any:
         """One attempt: its start is committed before the body runs, its end rides with
         the next commit. Returns the decoded result of a success (``NOT_DECODED`` when
         there is nothing decoded to hand on)."""
@@ -117,7 +127,7 @@ class Driver:
         ) as report:
             try:
                 outcome = await run_attempt(
-                    body, serde.loads(step.input), ctx, step.timeout, self.host.limits
+                    body, serde.loads(step.input), ctx, step.timeout, self.host.limits, no_retry_on
                 )
             except asyncio.CancelledError as exc:
                 cancelled = self.host.cancelling(run.id)

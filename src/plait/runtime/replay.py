@@ -98,6 +98,13 @@ class CodeReplay:
     async def _function_step(
         self, key: str, name: str, fdef: FunctionDef, data: Any, options: dict[str, Any]
     ) -> Any:
+        if fdef.queued and options.get("no_retry_on") is not None:
+            # a step worker runs the body and decides on its retries: it knows the
+            # function's own options, not this call's
+            raise TypeError(
+                f"step {name!r}: no_retry_on cannot be given to a call of queued function "
+                f"{fdef.name!r}; give it to @app.function instead"
+            )
         merged = (
             {**fdef.options, **{k: v for k, v in options.items() if v is not None}}
             if options
@@ -128,7 +135,10 @@ class CodeReplay:
                 step.retries, step.retry_delay = policy.retries, policy.delay
                 step.timeout, step.queued = timeout, fdef.queued
         on_error = fdef.on_error if merged is None else merged.get("on_error")
-        return await self.driver.drive(step, fdef, on_error)
+        no_retry_on = options.get("no_retry_on")  # None: the function's own
+        if no_retry_on is not None:
+            no_retry_on = tuple(no_retry_on)
+        return await self.driver.drive(step, fdef, on_error, no_retry_on)
 
     async def _closure_step(
         self, key: str, name: str, fn: Callable[..., Any], data: Any, options: dict[str, Any]
@@ -151,7 +161,8 @@ class CodeReplay:
             )
         else:
             ledger.check_same(step, "do", None, dump_input(data, key))
-        return await self.driver.drive(step, fn, options.get("on_error"))
+        no_retry_on = tuple(options.get("no_retry_on") or ())
+        return await self.driver.drive(step, fn, options.get("on_error"), no_retry_on)
 
     # -- sleeps, suspends, events, values -----------------------------------------------------
     async def sleep(self, key: str, name: str, seconds: float) -> None:

@@ -178,7 +178,8 @@ def begin(step: StepRow, worker: str | None, now: float) -> tuple[list[Op], bool
 
 def settle(step: StepRow, outcome: Outcome, now: float) -> list[Op]:
     """End the running attempt with what its body did: succeeded, failed with a retry
-    (a durable timer, or the queue for a queued step), or failed for good."""
+    (a durable timer, or the queue for a queued step), or failed for good (no retries
+    left, or an error that says ``"retryable": false``)."""
     attempt = step.attempts
     step.updated_at = now
     if outcome.ok:
@@ -188,7 +189,7 @@ def settle(step: StepRow, outcome: Outcome, now: float) -> list[Op]:
     step.failures += 1
     step.error = error
     spent = step.failures - step.retried_failures
-    if outcome.retryable and spent <= step.retries:
+    if retryable(outcome) and spent <= step.retries:
         delay = RetryPolicy(step.retries, step.retry_delay).delay_after(spent)
         step.status, step.wake_at = "scheduled", now + delay
         ops: list[Op] = [FinishAttempt(step, attempt, "failed", None, error)]
@@ -199,6 +200,14 @@ def settle(step: StepRow, outcome: Outcome, now: float) -> list[Op]:
         return ops
     step.status = "failed"
     return [FinishAttempt(step, attempt, "failed", None, error)]
+
+
+def retryable(outcome: Outcome) -> bool:
+    """Whether a failed attempt may be tried again: not when its error record says
+    ``"retryable": false`` (a ``NonRetryableError``, a class in ``no_retry_on``, input
+    that does not validate), whichever process ran the body."""
+    record = outcome.error or {}
+    return outcome.retryable and record.get("retryable") is not False
 
 
 def interrupt(step: StepRow, now: float, *, cancelled: bool) -> list[Op]:
