@@ -1,4 +1,4 @@
-"""Wake-ups: who is told when a run changes or new work is queued.
+"""Wake-ups: who is told when a run changes or new work may be due.
 
 Inside one process these are asyncio events, so ``Engine.wait`` returns the moment a pass
 settles a run. Stores that span processes add their own channel (PostgreSQL's

@@ -50,7 +50,7 @@ def test_settle_reads_retryable_from_the_outcome_and_its_record(
     before: dict[str, Any], outcome: Outcome, status: str, then: str | None
 ) -> None:
     row = step(**before)
-    ops = steps.settle(row, outcome, NOW)
+    ops = steps.end_attempt(row, outcome, NOW)
     assert row.status == status
     writes = [("FinishAttempt", "failed")] + ([(then, "retry")] if then else [])
     assert shape(ops) == writes

@@ -103,12 +103,12 @@ async def _follow(engine: Engine, app: App, run_id: str) -> Run:
     change elsewhere."""
     reporter: Reporter = LiveReporter(console) if console.is_terminal else LineReporter(console)
 
-    def queued(name: str) -> bool:
+    def runs_as_job(name: str) -> bool:
         fdef = app.functions.get(name)
         return fdef is not None and fdef.queued
 
     try:
-        return await follow(engine, run_id, reporter, queued=queued)
+        return await follow(engine, run_id, reporter, runs_as_job=runs_as_job)
     except asyncio.CancelledError:
         err.print(
             f"stopped following run {esc(run_id)}; it goes on (plait runs show {esc(run_id)})",

@@ -1,4 +1,4 @@
-"""Running one attempt of a step body, the same way inline and on the step queue."""
+"""Running one attempt of a step body, the same way inline and as a job."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Driving one step to an outcome inside a pass: attempts, retries, handlers, children.
 
 Both replays reach a step the same way: a function step runs its attempts here (or goes
-to the step queue), a failed one runs its ``on_error`` handler, a workflow name becomes a
+to the job table), a failed one runs its ``on_error`` handler, a workflow name becomes a
 child run. What each transition writes is decided in ``runtime.steps``; this module only
 chooses which transition applies and runs the body.
 """
@@ -40,7 +40,7 @@ class AttemptHook(Protocol):
 
 
 def dump_input(data: Any, key: str, limits: serde.Limits | None = None) -> str | None:
-    """A step's input as stored; a step reached for the first time is held to ``limits``
+    """A step's input as stored; a step reached for the first time is checked against ``limits``
     (on replay the stored input is only compared, whatever limits apply now)."""
     return serde.dumps(data, what=f"the input of step {key!r}", limits=limits)
 
@@ -82,7 +82,7 @@ class Driver:
             if step.queued:
                 if step.status == "pending":
                     ledger.add(steps.enqueue(step, ledger.now()))
-                    ledger.queued = True
+                    ledger.enqueued = True
                 raise ledger.pause(step.key)
             if step.status == "scheduled" and step.wake_at and step.wake_at > ledger.now():
                 raise ledger.pause(step.key, step.wake_at)
@@ -134,14 +134,14 @@ class Driver:
                 finished = finished_on_stop(exc, cancelled)
                 if finished is not None:
                     report.outcome = finished
-                    ledger.add(steps.settle(step, finished, ledger.now()))  # it ran to its end
+                    ledger.add(steps.end_attempt(step, finished, ledger.now()))  # it ran to its end
                 else:
                     ledger.add(steps.interrupt(step, ledger.now(), cancelled=cancelled))
                 raise
             if self.hook is not None:
                 outcome = self.hook.finish(step, ctx, outcome)
             report.outcome = outcome
-            ledger.add(steps.settle(step, outcome, ledger.now()))
+            ledger.add(steps.end_attempt(step, outcome, ledger.now()))
             return outcome.value
 
     def _child_trace(self) -> str | None:
@@ -201,7 +201,7 @@ class Driver:
                 input=dump_input(data, key),
                 policy=RetryPolicy(0, None),
                 timeout=fdef.timeout,
-                queued=fdef.queued,
+                job=fdef.queued,
             )
         if fdef is None:
             raise SuspendSignal(

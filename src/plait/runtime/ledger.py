@@ -34,7 +34,8 @@ class PassResult:
     #: running (it waits), completed, failed, cancelled, suspended (``runs.pass_status``)
     status: RunStatusName
     children: list[str] = dataclasses.field(default_factory=list)  # pyright: ignore[reportUnknownVariableType]
-    queued: bool = False
+    #: the pass put a job step on the job table: the step loops should look
+    enqueued: bool = False
     #: set once the pass gave its lease back with its last writes: due again at once?
     again: bool | None = None
     #: the pass made child runs that wait for admission through their workflow's queue
@@ -64,11 +65,12 @@ class Ledger:
         self.ended_children: list[str] = []
         #: child runs made in this pass wait for their queue's admission
         self.admit = False
-        self.queued = False
+        #: a job step of this pass went on the job table (``steps.enqueue``)
+        self.enqueued = False
         #: the run is due again as soon as this pass ends (it put back an event that a
         #: wait of this pass may not have seen)
         self.due_again = False
-        #: every step started in this pass; the pass ends only when all have settled
+        #: every step started in this pass; the pass ends only when all have ended
         self.tasks: list[asyncio.Task[Any]] = []
         #: the next ordinal of a step outcome handed to the workflow (``mark_delivered``)
         self.next_delivered = (
@@ -150,7 +152,7 @@ class Ledger:
         return PassResult(
             status,
             self.children,
-            self.queued,
+            self.enqueued,
             again,
             admit=self.admit,
             ended_children=self.ended_children,
@@ -171,8 +173,8 @@ class Ledger:
         self.tasks.append(task)
         return task
 
-    async def settle(self) -> None:
-        """Wait until every step this pass started has settled."""
+    async def join(self) -> None:
+        """Wait until every step this pass started has ended (its task is done)."""
         while True:
             pending = [t for t in self.tasks if not t.done()]
             if not pending:
@@ -211,7 +213,7 @@ class Ledger:
         input: str | None = None,
         policy: RetryPolicy | None = None,
         timeout: float | None = None,
-        queued: bool = False,
+        job: bool = False,
     ) -> StepRow:
         """A step reached for the first time (not written yet: the caller decides how)."""
         self._check_prefix(key)
@@ -247,7 +249,7 @@ class Ledger:
             None,  # child_run_id
             None,  # branch
             None,  # from_key
-            queued,
+            job,  # queued: a job step
             None,  # wake_at
             now,  # created_at
             now,  # updated_at

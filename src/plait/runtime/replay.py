@@ -125,7 +125,7 @@ class CodeReplay:
                 input=dump_input(data, key, self.host.limits),
                 policy=policy,
                 timeout=timeout,
-                queued=fdef.queued,
+                job=fdef.queued,
             )
         else:
             ledger.check_same(step, "do", fdef.name, dump_input(data, key))
@@ -241,7 +241,7 @@ class CodeReplay:
 
     def set_value(self, key: str, name: str, value: str | None) -> None:
         """Publish a value once, when the run first gets here (``wf.set_value``). It is
-        held to the engine's limits then; a replay never judges a recorded value again."""
+        checked against the engine's limits then; a replay never judges a recorded value again."""
         ledger = self.ledger
         self.order.reached_now(key)
         step = ledger.steps.get(key)
@@ -384,7 +384,7 @@ class CodeReplay:
             for task in done:
                 inflight.pop(task)
         # whatever was still in flight when the pump stopped early has settled
-        await ledger.settle()
+        await ledger.join()
 
     async def _resolve(self, call: StepCall[Any]) -> None:
         """Run the pass side of one step; its outcome waits in ``finished`` for delivery."""

@@ -1,7 +1,7 @@
 """The step state machine: every way a step's status can change, written once.
 
 An attempt begins, ends (succeeded, failed with a retry or for good, cut short), a child
-run settles its parent's step, a timer fires, an event is consumed. Inline passes, the
+run ends its parent's step, a timer fires, an event is consumed. Inline passes, the
 step worker and the graph replay all call these functions, so a step records the same
 rows whichever path ran it. Each function changes the step row it is given and returns
 the writes that record the change; it never touches a database, so the rules can be read
@@ -10,7 +10,7 @@ data and only move them.
 
 Statuses: ``pending`` (created, no attempt yet) -> ``running`` (an attempt in flight) ->
 ``succeeded`` | ``failed``; ``scheduled`` waits for a timer (sleep, retry back-off, event
-timeout) or for the step queue.
+timeout) or for its job (a job step).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ MAX_AFTER = 32
 NODE_KIND = "node"
 #: step kind of one item of a ``for_each`` node instance
 ITEM_KIND = "item"
-#: the kinds of steps a graph run takes (a queued one needs the graph's attempt hook)
+#: the kinds of steps a graph run takes (one run as a job needs the graph's attempt hook)
 GRAPH_STEP_KINDS = frozenset({NODE_KIND, ITEM_KIND})
 
 
@@ -176,9 +176,9 @@ def begin(step: StepRow, worker: str | None, now: float) -> tuple[list[Op], bool
     return ops, True
 
 
-def settle(step: StepRow, outcome: Outcome, now: float) -> list[Op]:
+def end_attempt(step: StepRow, outcome: Outcome, now: float) -> list[Op]:
     """End the running attempt with what its body did: succeeded, failed with a retry
-    (a durable timer, or the queue for a queued step), or failed for good (no retries
+    (a durable timer, or the job table for a job step), or failed for good (no retries
     left, or an error that says ``"retryable": false``)."""
     attempt = step.attempts
     step.updated_at = now
@@ -213,7 +213,7 @@ def retryable(outcome: Outcome) -> bool:
 def interrupt(step: StepRow, now: float, *, cancelled: bool) -> list[Op]:
     """End the running attempt because its task was cancelled. A user's cancel fails the
     step; a shutdown leaves it to run again (same invocation id, next attempt) wherever
-    the run continues: a queued step goes straight back on the queue."""
+    the run continues: a job step goes straight back on the job table."""
     attempt = step.attempts
     step.updated_at = now
     if cancelled:
@@ -238,7 +238,7 @@ def cancel_waiting(step: StepRow, now: float) -> list[Op]:
 
 
 def enqueue(step: StepRow, now: float) -> list[Op]:
-    """Hand a pending queued step to the step queue."""
+    """Hand a pending job step to the job table."""
     step.status, step.updated_at = "scheduled", now
     return [_put(step), EnqueueJob(step.key, step.function or "", now)]
 
@@ -247,7 +247,7 @@ def enqueue(step: StepRow, now: float) -> list[Op]:
 
 
 def begin_child(step: StepRow, worker: str | None, now: float) -> list[Op]:
-    """The step's attempt is a child run; the child's end settles it (``child_step_end``
+    """The step's attempt is a child run; the child's end ends it (``child_step_end``
     is what the store writes then)."""
     step.attempts += 1
     step.child_run_id = ids.child_run_id(step.invocation_id, step.attempts)
@@ -295,8 +295,8 @@ def reopen_failed(step: StepRow, now: float) -> list[Op]:
 
 
 def requeue(step: StepRow, now: float) -> list[Op]:
-    """A queued step of a failed run lost its job when the run ended; retried, it goes
-    back on the queue, its cut-off attempt (if any) ending ``interrupted``."""
+    """A job step of a failed run lost its job when the run ended; retried, it goes
+    back on the job table, its cut-off attempt (if any) ending ``interrupted``."""
     ops: list[Op] = []
     if step.status == "running":
         step.status, step.updated_at = "scheduled", now
@@ -329,7 +329,7 @@ def retry_ops(
     after_cap: int | None = None,
 ) -> list[Op]:
     """What ``retry`` writes: the failed steps the workflow did not go on from start over
-    (``reopened``), every step still waiting on a durable timer gets it back, and queued
+    (``reopened``), every step still waiting on a durable timer gets it back, and job
     steps in flight get their jobs back.
 
     Ending the failed run deleted its timers and jobs, so a step that was waiting when a
@@ -539,7 +539,7 @@ def item_key(node_key: str, index: int) -> str:
 
 
 def start_items(step: StepRow, now: float) -> list[Op]:
-    """A ``for_each`` node instance starts its items: it runs until they settle."""
+    """A ``for_each`` node instance starts its items: it runs until they end."""
     if step.status != "pending":
         return []
     step.status, step.updated_at = "running", now
@@ -563,12 +563,12 @@ def refuse_item(step: StepRow, node_id: str, index: int, exc: Exception, now: fl
     return _fail_node(step, error, now)
 
 
-def settle_items(
+def end_items(
     step: StepRow, node_id: str, items: list[StepRow], count: int, sequential: bool, now: float
 ) -> list[Op] | None:
-    """The writes that settle a ``for_each`` node instance from its ``count`` items (the
+    """The writes that end a ``for_each`` node instance from its ``count`` items (the
     ``items`` recorded so far, in order), or None while it waits for them. It fails once
-    an item failed (in parallel mode only after the other items settled, so none is left
+    an item failed (in parallel mode only after the other items ended, so none is left
     running) and succeeds once every item succeeded: its output is the list of the
     items' outputs."""
     failed = next((i for i, s in enumerate(items) if s.status == "failed"), None)

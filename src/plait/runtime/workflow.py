@@ -66,7 +66,7 @@ class Replay(Protocol):
     def suspend(self, key: str, reason: str) -> Coroutine[Any, Any, None]: ...
 
     # A wait's pass side may resolve to what it found rather than to its outcome: the
-    # pass then settles the outcome when it hands it to the workflow (which may have
+    # pass then decides the outcome when it hands it to the workflow (which may have
     # given the wait up by then, and so leave what it found to another wait).
     def wait_for_event(
         self, key: str, name: str, timeout: float | None

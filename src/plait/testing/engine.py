@@ -155,7 +155,7 @@ class TestEngine(Engine):
         before = self.virtual_clock.now()
         if self.virtual_clock.move_to(when):
             log.debug("virtual clock jumped %s ahead", format_duration(when - before))
-            self.worker.kick()
+            self.worker.wake()
 
     async def _settle(self, deadline: float | None) -> Pending:
         """Wait until nothing is in flight or due now; what the store then holds."""

@@ -56,7 +56,7 @@ class Passes(WorkerState):
         self.cancelled.discard(run_id)
 
     async def _drive(self, run_id: str, claimed: bool, follow: bool) -> None:
-        """Passes of ``run_id`` while it is due. A slot is held for each pass only, not
+        """Passes of ``run_id`` while it is due. A slot is taken for each pass only, not
         while a followed run waits: a parent waiting for its child must not hold the slot
         the child needs."""
         while not self.stopping:
@@ -154,9 +154,11 @@ class Passes(WorkerState):
             # admit the next run
             self.notifier.publish_work()
         elif not again and (
-            result.status not in SETTLED or snapshot.run.parent_run_id is not None or result.queued
+            result.status not in SETTLED
+            or snapshot.run.parent_run_id is not None
+            or result.enqueued
         ):
-            # let the loops see new timers, queued steps and woken parents; a run that
+            # let the loops see new timers, job steps and woken parents; a run that
             # ended with no parent left them nothing new (and a process running runs
             # back to back would pay a read of the queue after every run). The slot it
             # frees is told when its driver ends (``_done_driving``)
