@@ -2,8 +2,8 @@
 
 Inside one process these are asyncio events, so ``Engine.wait`` returns the moment a pass
 settles a run. Stores that span processes add their own channel (PostgreSQL's
-LISTEN/NOTIFY, a socket beside a SQLite file) and feed it into the same methods; a slow
-poll remains only as a safety net.
+LISTEN/NOTIFY, a watch on a SQLite file's data version) and feed it into the same
+methods; a slow poll remains only as a safety net.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def start(
 ) -> None:
     """Start a run and print its id; with --wait, run it here and show its steps.
 
-    Without --wait the run is queued for `plait worker` processes; with a queue, a delay
+    Without --wait the run is left to `plait worker` processes; with a queue, a delay
     or a start time it waits (status queued) until a worker admits it. With --wait its
     steps are shown as they happen, and a run that waits for an event or an approval says
     so, and how to send it."""

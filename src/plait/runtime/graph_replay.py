@@ -1,4 +1,4 @@
-"""Running graph workflows: one orchestrator pass of a graph run.
+"""Running graph workflows: one pass of a graph run.
 
 The planner (``plait.graph.planner``) decides what may start; this module turns its
 decisions into durable steps, using the same machinery as code workflows (a ``Ledger``

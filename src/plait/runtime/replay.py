@@ -1,4 +1,4 @@
-"""Code replay: one orchestrator pass of a code workflow, replayed from the top.
+"""Code replay: one pass of a code workflow, replayed from the top.
 
 The workflow function runs again on every pass, on a loop of its own
 (``runtime.workflow_loop``). A step it calls is resolved here, on the process's loop:

@@ -1,4 +1,4 @@
-"""The loops that do the work: orchestrator passes, job steps, lease renewal.
+"""The loops that do the work: passes, job steps, lease renewal.
 
 Every engine with ``workers=True`` and every ``plait worker`` process runs these. They share
 nothing but the database: a run is taken by a conditional write on its row (its lease),

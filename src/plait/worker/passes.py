@@ -24,7 +24,7 @@ log = logging.getLogger("plait.worker")
 
 
 class Passes(WorkerState):
-    """Orchestrator passes: drive a run, one pass, the pass loop, waiting for due work."""
+    """Passes: drive a run, one pass, the pass loop, waiting for due work."""
 
     def drive(self, run_id: str, *, claimed: bool = False, follow: bool = False) -> None:
         """Run passes of ``run_id`` in this process until it pauses (or ends, if
@@ -133,7 +133,7 @@ class Passes(WorkerState):
             await self._release_after_error(run_id)
             return False
         except Exception:
-            log.exception("run %s: orchestrator pass crashed; it will be retried", run_id)
+            log.exception("run %s: pass crashed; it will be retried", run_id)
             await self._release_after_error(run_id)
             return False
         self.run_changed(run_id, result.status, snapshot.run.workflow)
