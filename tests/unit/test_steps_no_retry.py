@@ -33,7 +33,7 @@ CASES: list[tuple[str, dict[str, Any], Outcome, str, Any]] = [
     ("an error record that says not retryable", RETRIES_LEFT, RECORDED, "failed", None),
     ("an outcome that says not retryable", RETRIES_LEFT, FINAL, "failed", None),
     (
-        "a queued step's error record that says not retryable",
+        "a job step's error record that says not retryable",
         {**RETRIES_LEFT, "queued": True},
         RECORDED,
         "failed",
@@ -46,7 +46,7 @@ CASES: list[tuple[str, dict[str, Any], Outcome, str, Any]] = [
 @pytest.mark.parametrize(
     ("before", "outcome", "status", "then"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
-def test_settle_reads_retryable_from_the_outcome_and_its_record(
+def test_end_attempt_reads_retryable_from_the_outcome_and_its_record(
     before: dict[str, Any], outcome: Outcome, status: str, then: str | None
 ) -> None:
     row = step(**before)

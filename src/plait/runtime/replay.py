@@ -383,7 +383,7 @@ class CodeReplay:
             done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 inflight.pop(task)
-        # whatever was still in flight when the pump stopped early has settled
+        # whatever was still in flight when the pump stopped early has ended
         await ledger.join()
 
     async def _resolve(self, call: StepCall[Any]) -> None:
