@@ -341,7 +341,7 @@ class App:
         if not isinstance(fname, str) or not fname:
             raise TypeError("a function needs a name: pass name=...")
         if queue is not None:
-            # a step admitted through a queue is a queued step
+            # a step admitted through a queue is a job step
             check_queue_name(queue, f"queue of function {fname!r}")
             queued = True
         if retries is not None:

@@ -131,7 +131,7 @@ class RunIdTakenError(PlaitError, ValueError):
 
 
 class StepFunctionMismatchError(PlaitError):
-    """A queued step job that names another function than the step was created with."""
+    """A job that names another function than the step was created with."""
 
 
 class _RunEndedError(PlaitError):

@@ -97,7 +97,7 @@ class Telemetry:
     ) -> AttemptReport:
         """Around one attempt's body (``with telemetry.attempting(...) as report``); the
         caller hands the attempt's outcome to the report. ``trace`` is the run's stored
-        context for an attempt outside any pass (a queued step); None inside a pass, whose
+        context for an attempt outside any pass (a job step); None inside a pass, whose
         span is the parent."""
         return AttemptReport(self, run_id, workflow, trace, step)
 

@@ -1,7 +1,7 @@
 """Queues: how much of a kind of work may run at once, and how fast it may start.
 
 A queue is a name with limits. Runs started with ``queue=`` (or of a workflow declared
-with one) wait as ``queued`` until a worker admits them; queued steps of a function
+with one) wait as ``queued`` until a worker admits them; job steps of a function
 declared with ``queue=`` wait as jobs until a worker claims them. Admission is the claim
 itself: one conditional write that counts what the queue has active and takes only what
 fits, so the limits hold across every process on the database with no coordinator. This
