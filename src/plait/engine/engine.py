@@ -34,7 +34,7 @@ from plait.errors import (
     WorkflowFailedError,
     WorkflowSuspendedError,
 )
-from plait.ids import check_run_id, new_run_id
+from plait.ids import check_caller_run_id, new_run_id
 from plait.notify import Notifier, RunEndPoll, wait_event
 from plait.observe import make_telemetry
 from plait.records import (
@@ -327,7 +327,7 @@ class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixi
         name = workflow_name(name)
         kind, version = await self.catalog.resolve(name)
         if run_id is not None:
-            check_run_id(run_id)
+            check_caller_run_id(run_id)  # ``schedule:...`` ids are the ticks' own
         if owner is not None and not isinstance(owner, str):
             raise TypeError(f"owner must be a string, got {type(owner).__name__}")
         if start_node is not None and kind != "graph":
