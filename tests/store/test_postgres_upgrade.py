@@ -140,7 +140,10 @@ async def test_postgres_rows_go_on_after_the_functions_are_replaced(pg_cluster: 
     try:
         failure = json.dumps({"message": "child run c1 failed: no", "code": "X"})
         end = EndRun(
-            "failed", None, json.dumps({"message": "no"}), StepEnd("failed", None, failure)
+            "failed",
+            None,
+            json.dumps({"message": "no"}),
+            StepEnd("failed", None, failure, failures=1),
         )
         await store.commit(Batch("c1", [end]))
         (settled,) = await store.get_steps("p")
