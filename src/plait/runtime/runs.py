@@ -113,7 +113,7 @@ def raised(exc: BaseException) -> EndRun:
 
 def pass_status(end: EndRun | None) -> RunStatusName:
     """The run's status after a pass: its end's, or ``running`` when it waits."""
-    return cast(RunStatusName, end.status) if end is not None else "running"
+    return end.status if end is not None else "running"
 
 
 def end_ops(run: RunRow, end: EndRun, recorded: Iterable[StepRow]) -> tuple[list[Op], list[str]]:

@@ -15,7 +15,6 @@ timeout) or for the step queue.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from typing import Any, cast
 
