@@ -198,3 +198,19 @@ async def test_put_schedule_keeps_status_unless_the_definition_changes(store: St
     assert await store.delete_schedule("s")
     assert not await store.delete_schedule("s")
     assert await store.get_schedules() == []
+
+
+async def test_a_retried_run_of_a_queue_takes_the_status_it_is_handed(store: Store) -> None:
+    """The runtime says a retried run of a queue waits for admission again; the store
+    writes that status, and admission then moves it to the status admission is handed."""
+    await store.create_run(queued("r1", queue="q"))
+    assert await store.admit_runs("w1", 60.0, 10, [], "running") == ["r1"]
+    await write(store, "r1", EndRun("failed", None, '{"message": "no"}'))
+    failed = await store.load_pass("r1")
+    assert failed is not None and failed.run.status == "failed"
+    run = await store.reopen_run("r1", "failed", "queued", failed.run.wakeups, [])
+    assert run is not None and run.status == "queued"
+    assert await store.claim_due_runs("w2", 60.0, 10) == []
+    assert await store.admit_runs("w2", 60.0, 10, [], "running") == ["r1"]
+    admitted = await store.get_run("r1")
+    assert admitted is not None and admitted.status == "running"
