@@ -11,7 +11,7 @@ import pytest
 
 from plait.runtime import steps
 from plait.runtime.attempt import Outcome
-from plait.store.ops import FinishAttempt, Op
+from plait.store.ops import FinishAttempt, Op, StartAttempt
 from plait.store.rows import StepRow
 
 from .rows import T0, shape, step
@@ -393,11 +393,21 @@ def test_a_for_each_node_outputs_its_items_outputs_and_names_the_failed_item() -
 
 
 @pytest.mark.parametrize(
-    ("child", "status"), [("completed", "succeeded"), ("failed", "failed"), ("cancelled", "failed")]
+    ("child", "status", "failures"),
+    [("completed", "succeeded", 0), ("failed", "failed", 1), ("cancelled", "failed", 1)],
 )
-def test_a_child_runs_end_settles_its_parents_step(child: str, status: str) -> None:
+def test_a_child_runs_end_settles_its_parents_step(child: str, status: str, failures: int) -> None:
     end = steps.child_step_end("c", child, '"out"', json.dumps({"message": "m", "code": "X"}))
-    assert end.status == status
+    assert (end.status, end.failures) == (status, failures)
+
+
+def test_an_attempt_begins_open() -> None:
+    """Every start writes the open attempt's status, the one a cancel's cut looks for."""
+    row = step(status="pending")
+    ops, runs_body = steps.begin(row, "w1", NOW)
+    (start,) = ops
+    assert runs_body and isinstance(start, StartAttempt)
+    assert start.status == steps.OPEN_ATTEMPT == steps.CANCEL_CUT.open_attempt
 
 
 def test_a_cancel_cut_is_what_interrupt_writes() -> None:

@@ -61,7 +61,9 @@ class ActionsMixin(EngineBase):
             if snapshot.run.status != reopen.from_status:
                 raise RunStateError(run_id, snapshot.run.status, reopen.action)
             ops = reopen.ops(snapshot, self.clock.now())
-            run = await self.store.reopen_run(run_id, reopen.from_status, snapshot.run.wakeups, ops)
+            run = await self.store.reopen_run(
+                run_id, reopen.from_status, reopen.status(snapshot.run), snapshot.run.wakeups, ops
+            )
             if run is not None:
                 self._wake(run_id)
                 return run
@@ -71,7 +73,9 @@ class ActionsMixin(EngineBase):
         """End the run ``cancelled`` with its children; running steps are cancelled and
         its timers never fire."""
         cut = runs.cancel(reason)
-        moved = await self.store.cancel_run(existing_id(run_id), cut.error, cut.parent)
+        moved = await self.store.cancel_run(
+            existing_id(run_id), cut.status, cut.error, cut.parent, cut.cut
+        )
         self.worker.cancel_local(moved)
         # a cancelled run of a queue frees its slot (or its place in the line)
         self.notifier.publish_work()

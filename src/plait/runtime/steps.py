@@ -15,7 +15,6 @@ timeout) or for its job (a job step).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from typing import Any, cast
 
@@ -24,6 +23,7 @@ from plait.retry import RetryPolicy
 from plait.runtime.attempt import Outcome
 from plait.statuses import STEP_IN_FLIGHT, AttemptStatusName, StepStatusName
 from plait.store.ops import (
+    CancelCut,
     ClearTimer,
     ConsumeEvent,
     EnqueueJob,
@@ -63,18 +63,12 @@ ITEM_KIND = "item"
 GRAPH_STEP_KINDS = frozenset({NODE_KIND, ITEM_KIND})
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class CancelCut:
-    """How a cancel of its run ends a step it cuts short: the step's status, and its
-    open attempt's."""
-
-    step: StepStatusName
-    attempt: AttemptStatusName
-
+#: an attempt begun and not ended yet (``StartAttempt``'s status)
+OPEN_ATTEMPT: AttemptStatusName = "running"
 
 #: a cancelled run's steps in flight fail, and their open attempts end ``cancelled``
 #: (``interrupt``, ``cancel_waiting``; for the attempts no pass will see, ``runs.cancel``)
-CANCEL_CUT = CancelCut(step="failed", attempt="cancelled")
+CANCEL_CUT = CancelCut(step="failed", attempt="cancelled", open_attempt=OPEN_ATTEMPT)
 
 
 # -- error records ------------------------------------------------------------------------
@@ -133,7 +127,7 @@ def child_step_end(
     complete fails the step with the child's code. ``child_id`` is None when one record
     serves every run a cancel ends (the step row still names its child)."""
     if status == "completed":
-        return StepEnd("succeeded", output, None)
+        return StepEnd("succeeded", output, None, failures=0)
     child_error: dict[str, Any] = serde.loads(error) or {}
     message = child_error.get("message", status)
     record = {
@@ -145,7 +139,7 @@ def child_step_end(
     }
     if child_id:
         record["child_run_id"] = child_id
-    return StepEnd("failed", None, serde.dumps(record))
+    return StepEnd("failed", None, serde.dumps(record), failures=1)
 
 
 # -- attempts -----------------------------------------------------------------------------
@@ -172,7 +166,7 @@ def begin(step: StepRow, worker: str | None, now: float) -> tuple[list[Op], bool
         ops.append(ClearTimer(step.key))
     step.attempts += 1
     step.status, step.wake_at, step.updated_at = "running", None, now
-    ops.append(StartAttempt(step, step.attempts, worker))
+    ops.append(StartAttempt(step, step.attempts, OPEN_ATTEMPT, worker))
     return ops, True
 
 
@@ -252,13 +246,13 @@ def begin_child(step: StepRow, worker: str | None, now: float) -> list[Op]:
     step.attempts += 1
     step.child_run_id = ids.child_run_id(step.invocation_id, step.attempts)
     step.status, step.updated_at = "running", now
-    return [StartAttempt(step, step.attempts, worker)]
+    return [StartAttempt(step, step.attempts, OPEN_ATTEMPT, worker)]
 
 
 def open_suspend(step: StepRow, worker: str | None, now: float) -> list[Op]:
     """A suspend's one attempt: it stays open (``pending``) until a resume closes it."""
     step.attempts, step.updated_at = 1, now
-    return [StartAttempt(step, 1, worker)]
+    return [StartAttempt(step, 1, OPEN_ATTEMPT, worker)]
 
 
 # -- a run that goes on again ------------------------------------------------------------
@@ -615,7 +609,7 @@ def _fail_node(step: StepRow, error: str, now: float) -> list[Op]:
 def open_gate(step: StepRow, worker: str | None, expires_at: float | None, now: float) -> list[Op]:
     """A gate reached for the first time: its attempt opens, its deadline is a timer."""
     step.attempts, step.wake_at, step.updated_at = 1, expires_at, now
-    ops: list[Op] = [StartAttempt(step, 1, worker)]
+    ops: list[Op] = [StartAttempt(step, 1, OPEN_ATTEMPT, worker)]
     if expires_at is not None:
         ops.append(SetTimer(step.key, "approval", expires_at))
     return ops
@@ -662,7 +656,7 @@ def reopen_gate(step: StepRow, worker: str | None, now: float) -> list[Op]:
     it: the gate opens again (a new attempt), with its deadline if that is still ahead."""
     step.attempts += 1
     step.status, step.output, step.updated_at = "pending", None, now
-    ops: list[Op] = [StartAttempt(step, step.attempts, worker)]
+    ops: list[Op] = [StartAttempt(step, step.attempts, OPEN_ATTEMPT, worker)]
     if step.wake_at is not None and step.wake_at > now:
         ops.append(SetTimer(step.key, "approval", step.wake_at))
     return ops
