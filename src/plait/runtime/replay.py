@@ -98,13 +98,7 @@ class CodeReplay:
     async def _function_step(
         self, key: str, name: str, fdef: FunctionDef, data: Any, options: dict[str, Any]
     ) -> Any:
-        if fdef.queued and options.get("no_retry_on") is not None:
-            # a step worker runs the body and decides on its retries: it knows the
-            # function's own options, not this call's
-            raise TypeError(
-                f"step {name!r}: no_retry_on cannot be given to a call of queued function "
-                f"{fdef.name!r}; give it to @app.function instead"
-            )
+        no_retry_on = _call_no_retry_on(name, fdef, options)
         merged = (
             {**fdef.options, **{k: v for k, v in options.items() if v is not None}}
             if options
@@ -135,9 +129,6 @@ class CodeReplay:
                 step.retries, step.retry_delay = policy.retries, policy.delay
                 step.timeout, step.queued = timeout, fdef.queued
         on_error = fdef.on_error if merged is None else merged.get("on_error")
-        no_retry_on = options.get("no_retry_on")  # None: the function's own
-        if no_retry_on is not None:
-            no_retry_on = tuple(no_retry_on)
         return await self.driver.drive(step, fdef, on_error, no_retry_on)
 
     async def _closure_step(
@@ -582,3 +573,20 @@ def _timeout(options: dict[str, Any], key: str) -> float | None:
     if options.get("timeout") is None:
         return None
     return parse_duration(options["timeout"], what=f"timeout of step {key!r}")
+
+
+def _call_no_retry_on(
+    name: str, fdef: FunctionDef, options: dict[str, Any]
+) -> tuple[Any, ...] | None:
+    """The ``no_retry_on`` a call of ``fdef`` gives, or None for the function's own. A job
+    step's body runs in a step worker, which decides on its retries knowing the
+    function's own options only, so a call of one cannot give its own."""
+    given = options.get("no_retry_on")
+    if given is None:
+        return None
+    if fdef.queued:
+        raise TypeError(
+            f"step {name!r}: no_retry_on cannot be given to a call of queued function "
+            f"{fdef.name!r}; give it to @app.function instead"
+        )
+    return tuple(given)
