@@ -237,6 +237,66 @@ def _source_version(fn: Callable[..., Any]) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:12]
 
 
+def _same_definition(first: Callable[..., Any], second: Callable[..., Any]) -> bool:
+    """Whether two registrations under one name are one definition: the same object, or
+    the same function made again (its module imported twice, as ``__main__`` and by
+    name; a notebook cell or a REPL line run again): same qualified name, from the same
+    module or the same file."""
+    if first is second:
+        return True
+    a, b = inspect.unwrap(first), inspect.unwrap(second)
+    a_code, b_code = getattr(a, "__code__", None), getattr(b, "__code__", None)
+    if a_code is None or b_code is None:
+        return False
+    qualname = getattr(a, "__qualname__", None)
+    if qualname != getattr(b, "__qualname__", None):
+        return False
+    if "<lambda>" in str(qualname):
+        # every lambda of a module has the same name: only its place tells them apart
+        return (a_code.co_filename, a_code.co_firstlineno) == (
+            b_code.co_filename,
+            b_code.co_firstlineno,
+        )
+    return (
+        getattr(a, "__module__", None) == getattr(b, "__module__", None)
+        or a_code.co_filename == b_code.co_filename
+    )
+
+
+def _defined_at(fn: Callable[..., Any]) -> str:
+    """`` (defined at FILE:LINE)`` for a function whose code says where; else ``""``."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is None:
+        return ""
+    return f" (defined at {code.co_filename}:{code.co_firstlineno})"
+
+
+def _caller() -> str:
+    """`` (registered at FILE:LINE)``: the line that called into the app (for a graph,
+    which has no code of its own to point at)."""
+    frame = inspect.currentframe()
+    try:
+        while frame is not None and frame.f_globals.get("__name__") == __name__:
+            frame = frame.f_back
+        if frame is None:
+            return ""
+        return f" (registered at {frame.f_code.co_filename}:{frame.f_lineno})"
+    finally:
+        del frame
+
+
+def _function_options(fdef: FunctionDef) -> tuple[Any, ...]:
+    return (
+        fdef.queued,
+        fdef.retries,
+        fdef.retry_delay,
+        fdef.timeout,
+        fdef.on_error,
+        fdef.no_retry_on,
+        fdef.queue,
+    )
+
+
 class App:
     """Holds what a deployment can run. Every process that shares a database should
     register the same names; a missing function suspends the runs that need it."""
@@ -248,6 +308,8 @@ class App:
         #: older versions kept so in-flight runs can finish on the code they started with
         self.workflow_versions: dict[str, dict[str, WorkflowDef]] = {}
         self.graphs: dict[str, Any] = {}
+        #: where each graph was registered (`` (registered at FILE:LINE)``), for errors
+        self._graph_origins: dict[str, str] = {}
         self.queues: dict[str, Queue] = {}
         self.schedules: dict[str, ScheduleSpec] = {}
 
@@ -362,7 +424,7 @@ class App:
         )
         takes_data, takes_ctx, annotation = _inspect_function(fn, fname)
         adapter = None if annotation in _PLAIN else TypeAdapter(annotation)
-        self.functions[fname] = FunctionDef(
+        fdef = FunctionDef(
             name=fname,
             fn=fn,
             queued=queued,
@@ -376,6 +438,20 @@ class App:
             adapter=adapter,
             queue=queue,
         )
+        existing = self.functions.get(fname)
+        if existing is not None:
+            if not _same_definition(existing.fn, fn):
+                raise ValueError(
+                    f"function {fname!r} is already registered{_defined_at(existing.fn)}; "
+                    f"the second function under that name{_defined_at(fn)} needs "
+                    "another name (name=...)"
+                )
+            if _function_options(existing) != _function_options(fdef):
+                raise ValueError(
+                    f"function {fname!r}{_defined_at(fn)} is registered twice with "
+                    "different options"
+                )
+        self.functions[fname] = fdef
         # a marker on the user's function: ``wf.do`` finds its name without a search
         fn.__plait_function__ = fname  # type: ignore[attr-defined]
         return fn
@@ -418,11 +494,41 @@ class App:
             takes_data=len(params) >= 2,
             queue=queue,
         )
+        self._check_workflow_name(wdef, explicit_version=version is not None)
         self.workflows[wname] = wdef
         self.workflow_versions.setdefault(wname, {})[wdef.version] = wdef
         # a marker on the user's function: ``engine.run(fn)`` finds its name by it
         fn.__plait_workflow__ = wname  # type: ignore[attr-defined]
         return fn
+
+    def _check_workflow_name(self, wdef: WorkflowDef, *, explicit_version: bool) -> None:
+        """Refuse a second workflow under a taken name, unless it is the same definition
+        again (its module imported twice, a notebook cell run again) or a new version
+        registered beside the others with ``version=``."""
+        name = wdef.name
+        if name in self.graphs:
+            raise ValueError(
+                f"workflow {name!r}{_defined_at(wdef.fn)}: a graph is already registered "
+                f"under that name{self._graph_origins.get(name, '')}"
+            )
+        current = self.workflows.get(name)
+        taken = self.workflow_versions.get(name, {}).get(wdef.version)
+        if current is None or _same_definition(current.fn, wdef.fn):
+            return
+        if taken is not None and _same_definition(taken.fn, wdef.fn):
+            return
+        if not explicit_version:
+            raise ValueError(
+                f"workflow {name!r} is already registered{_defined_at(current.fn)}; "
+                f"the second workflow under that name{_defined_at(wdef.fn)} needs another "
+                "name, or version=... to register it as another version"
+            )
+        if taken is not None:
+            raise ValueError(
+                f"version {wdef.version!r} of workflow {name!r} is already registered"
+                f"{_defined_at(taken.fn)}; the second one{_defined_at(wdef.fn)} needs "
+                "another version"
+            )
 
     def workflow_version(self, name: str, version: str | None) -> WorkflowDef | None:
         """The code for ``version`` of workflow ``name`` if this deployment still has it."""
@@ -437,7 +543,20 @@ class App:
 
         graph = load_graph(name, definition)
         validate_or_raise(graph)
+        origin = _caller()
+        if name in self.workflows:
+            raise ValueError(
+                f"graph {name!r}{origin}: a workflow is already registered under that "
+                f"name{_defined_at(self.workflows[name].fn)}"
+            )
+        existing = self.graphs.get(name)
+        if existing is not None and existing != graph:
+            raise ValueError(
+                f"graph {name!r} is already registered{self._graph_origins.get(name, '')} "
+                f"with another definition; the second one{origin} needs another name"
+            )
         self.graphs[name] = graph
+        self._graph_origins.setdefault(name, origin)
         return graph
 
     # -- lookups ---------------------------------------------------------------------

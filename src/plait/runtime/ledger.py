@@ -42,6 +42,8 @@ class PassResult:
     admit: bool = False
     #: live child runs the run's end cancelled (``CancelChildren``): stop their work here
     ended_children: list[str] = dataclasses.field(default_factory=list)  # pyright: ignore[reportUnknownVariableType]
+    #: the error the pass ended the run with (its stored JSON), for the worker's log
+    error: str | None = None
 
 
 class Ledger:
@@ -63,6 +65,8 @@ class Ledger:
         self.children: list[str] = []
         #: live child runs the run's end cancels (see ``end``)
         self.ended_children: list[str] = []
+        #: the error of the run's end, when this pass ends it
+        self.end_error: str | None = None
         #: child runs made in this pass wait for their queue's admission
         self.admit = False
         #: a job step of this pass went on the job table (``steps.enqueue``)
@@ -97,6 +101,7 @@ class Ledger:
         and its live child runs (``runs.end_ops``)."""
         ops, ended = runs.end_ops(self.run, end, self.steps.values())
         self.ops.extend(ops)
+        self.end_error = end.error
         if end.status in runs.TAKES_CHILDREN:
             self.ended_children = ended
 
@@ -156,6 +161,7 @@ class Ledger:
             again,
             admit=self.admit,
             ended_children=self.ended_children,
+            error=self.end_error,
         )
 
     def _tell_published(self) -> None:

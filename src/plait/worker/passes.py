@@ -138,7 +138,7 @@ class Passes(WorkerState):
             return False
         self.run_changed(run_id, result.status, snapshot.run.workflow)
         if self.telemetry is not None and result.status != "running":
-            self.telemetry.run_ended(run_id, snapshot.run.workflow, result.status)
+            self.telemetry.run_ended(run_id, snapshot.run.workflow, result.status, result.error)
         for child in result.children:
             self.run_changed(child, "running", f"child of {run_id}")
             self.drive(child, follow=not self.take_work)
