@@ -11,7 +11,7 @@ import hashlib
 import inspect
 import logging
 import textwrap
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar, overload
 
 from pydantic import TypeAdapter, ValidationError
@@ -21,7 +21,14 @@ from plait.context import StepContext
 from plait.durations import Duration, parse_duration
 from plait.errors import InputValidationError, TypeMismatchError, WorkflowNotFoundError
 from plait.queues import Queue, check_queue_name, make_queue
-from plait.retry import RetryPolicy, parse_retries, parse_retry_delay, resolve_policy
+from plait.retry import (
+    NoRetryOn,
+    RetryPolicy,
+    parse_no_retry_on,
+    parse_retries,
+    parse_retry_delay,
+    resolve_policy,
+)
 from plait.schedules import ScheduleSpec, make_spec
 
 #: a registered function: any callable, handed back unchanged by ``@app.function``
@@ -43,6 +50,8 @@ class FunctionDef:
     retry_delay: Duration | None = None
     timeout: float | None = None
     on_error: str | None = None
+    #: exception classes that fail a step of this function at once, without a retry
+    no_retry_on: NoRetryOn = ()
     takes_data: bool = True
     takes_ctx: bool = False
     adapter: TypeAdapter[Any] | None = None
@@ -228,6 +237,66 @@ def _source_version(fn: Callable[..., Any]) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:12]
 
 
+def _same_definition(first: Callable[..., Any], second: Callable[..., Any]) -> bool:
+    """Whether two registrations under one name are one definition: the same object, or
+    the same function made again (its module imported twice, as ``__main__`` and by
+    name; a notebook cell or a REPL line run again): same qualified name, from the same
+    module or the same file."""
+    if first is second:
+        return True
+    a, b = inspect.unwrap(first), inspect.unwrap(second)
+    a_code, b_code = getattr(a, "__code__", None), getattr(b, "__code__", None)
+    if a_code is None or b_code is None:
+        return False
+    qualname = getattr(a, "__qualname__", None)
+    if qualname != getattr(b, "__qualname__", None):
+        return False
+    if "<lambda>" in str(qualname):
+        # every lambda of a module has the same name: only its place tells them apart
+        return (a_code.co_filename, a_code.co_firstlineno) == (
+            b_code.co_filename,
+            b_code.co_firstlineno,
+        )
+    return (
+        getattr(a, "__module__", None) == getattr(b, "__module__", None)
+        or a_code.co_filename == b_code.co_filename
+    )
+
+
+def _defined_at(fn: Callable[..., Any]) -> str:
+    """`` (defined at FILE:LINE)`` for a function whose code says where; else ``""``."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is None:
+        return ""
+    return f" (defined at {code.co_filename}:{code.co_firstlineno})"
+
+
+def _caller() -> str:
+    """`` (registered at FILE:LINE)``: the line that called into the app (for a graph,
+    which has no code of its own to point at)."""
+    frame = inspect.currentframe()
+    try:
+        while frame is not None and frame.f_globals.get("__name__") == __name__:
+            frame = frame.f_back
+        if frame is None:
+            return ""
+        return f" (registered at {frame.f_code.co_filename}:{frame.f_lineno})"
+    finally:
+        del frame
+
+
+def _function_options(fdef: FunctionDef) -> tuple[Any, ...]:
+    return (
+        fdef.queued,
+        fdef.retries,
+        fdef.retry_delay,
+        fdef.timeout,
+        fdef.on_error,
+        fdef.no_retry_on,
+        fdef.queue,
+    )
+
+
 class App:
     """Holds what a deployment can run. Every process that shares a database should
     register the same names; a missing function suspends the runs that need it."""
@@ -239,6 +308,8 @@ class App:
         #: older versions kept so in-flight runs can finish on the code they started with
         self.workflow_versions: dict[str, dict[str, WorkflowDef]] = {}
         self.graphs: dict[str, Any] = {}
+        #: where each graph was registered (`` (registered at FILE:LINE)``), for errors
+        self._graph_origins: dict[str, str] = {}
         self.queues: dict[str, Queue] = {}
         self.schedules: dict[str, ScheduleSpec] = {}
 
@@ -302,6 +373,7 @@ class App:
         retry_delay: Duration | None = None,
         timeout: Duration | None = None,
         on_error: str | None = None,
+        no_retry_on: Sequence[type[BaseException]] | None = None,
         queue: str | None = None,
     ) -> Callable[[F], F]: ...
 
@@ -324,13 +396,14 @@ class App:
         retry_delay: Duration | None = None,
         timeout: Duration | None = None,
         on_error: str | None = None,
+        no_retry_on: Sequence[type[BaseException]] | None = None,
         queue: str | None = None,
     ) -> F:
         fname = name or getattr(fn, "__name__", None)
         if not isinstance(fname, str) or not fname:
             raise TypeError("a function needs a name: pass name=...")
         if queue is not None:
-            # a step admitted through a queue is a queued step
+            # a step admitted through a queue is a job step
             check_queue_name(queue, f"queue of function {fname!r}")
             queued = True
         if retries is not None:
@@ -344,9 +417,14 @@ class App:
         )
         if on_error is not None and not isinstance(on_error, str):
             raise TypeError(f"on_error of function {fname!r} must be a function name")
+        final = (
+            ()
+            if no_retry_on is None
+            else parse_no_retry_on(no_retry_on, what=f"no_retry_on of function {fname!r}")
+        )
         takes_data, takes_ctx, annotation = _inspect_function(fn, fname)
         adapter = None if annotation in _PLAIN else TypeAdapter(annotation)
-        self.functions[fname] = FunctionDef(
+        fdef = FunctionDef(
             name=fname,
             fn=fn,
             queued=queued,
@@ -354,11 +432,26 @@ class App:
             retry_delay=retry_delay,
             timeout=seconds,
             on_error=on_error,
+            no_retry_on=final,
             takes_data=takes_data,
             takes_ctx=takes_ctx,
             adapter=adapter,
             queue=queue,
         )
+        existing = self.functions.get(fname)
+        if existing is not None:
+            if not _same_definition(existing.fn, fn):
+                raise ValueError(
+                    f"function {fname!r} is already registered{_defined_at(existing.fn)}; "
+                    f"the second function under that name{_defined_at(fn)} needs "
+                    "another name (name=...)"
+                )
+            if _function_options(existing) != _function_options(fdef):
+                raise ValueError(
+                    f"function {fname!r}{_defined_at(fn)} is registered twice with "
+                    "different options"
+                )
+        self.functions[fname] = fdef
         # a marker on the user's function: ``wf.do`` finds its name without a search
         fn.__plait_function__ = fname  # type: ignore[attr-defined]
         return fn
@@ -401,11 +494,41 @@ class App:
             takes_data=len(params) >= 2,
             queue=queue,
         )
+        self._check_workflow_name(wdef, explicit_version=version is not None)
         self.workflows[wname] = wdef
         self.workflow_versions.setdefault(wname, {})[wdef.version] = wdef
         # a marker on the user's function: ``engine.run(fn)`` finds its name by it
         fn.__plait_workflow__ = wname  # type: ignore[attr-defined]
         return fn
+
+    def _check_workflow_name(self, wdef: WorkflowDef, *, explicit_version: bool) -> None:
+        """Refuse a second workflow under a taken name, unless it is the same definition
+        again (its module imported twice, a notebook cell run again) or a new version
+        registered beside the others with ``version=``."""
+        name = wdef.name
+        if name in self.graphs:
+            raise ValueError(
+                f"workflow {name!r}{_defined_at(wdef.fn)}: a graph is already registered "
+                f"under that name{self._graph_origins.get(name, '')}"
+            )
+        current = self.workflows.get(name)
+        taken = self.workflow_versions.get(name, {}).get(wdef.version)
+        if current is None or _same_definition(current.fn, wdef.fn):
+            return
+        if taken is not None and _same_definition(taken.fn, wdef.fn):
+            return
+        if not explicit_version:
+            raise ValueError(
+                f"workflow {name!r} is already registered{_defined_at(current.fn)}; "
+                f"the second workflow under that name{_defined_at(wdef.fn)} needs another "
+                "name, or version=... to register it as another version"
+            )
+        if taken is not None:
+            raise ValueError(
+                f"version {wdef.version!r} of workflow {name!r} is already registered"
+                f"{_defined_at(taken.fn)}; the second one{_defined_at(wdef.fn)} needs "
+                "another version"
+            )
 
     def workflow_version(self, name: str, version: str | None) -> WorkflowDef | None:
         """The code for ``version`` of workflow ``name`` if this deployment still has it."""
@@ -420,7 +543,20 @@ class App:
 
         graph = load_graph(name, definition)
         validate_or_raise(graph)
+        origin = _caller()
+        if name in self.workflows:
+            raise ValueError(
+                f"graph {name!r}{origin}: a workflow is already registered under that "
+                f"name{_defined_at(self.workflows[name].fn)}"
+            )
+        existing = self.graphs.get(name)
+        if existing is not None and existing != graph:
+            raise ValueError(
+                f"graph {name!r} is already registered{self._graph_origins.get(name, '')} "
+                f"with another definition; the second one{origin} needs another name"
+            )
         self.graphs[name] = graph
+        self._graph_origins.setdefault(name, origin)
         return graph
 
     # -- lookups ---------------------------------------------------------------------

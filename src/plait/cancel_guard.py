@@ -9,11 +9,11 @@ lets the store send a lone write from the caller's own task instead: while the w
 its way (``hold_cancel``), a cancel is only noted, and the store raises it once the write
 has ended, as it does for a write it handed off.
 
-The worker runs its passes and queued steps in such tasks; any other task takes the handed
+The worker runs its passes and job steps in such tasks; any other task takes the handed
 off way, so nothing depends on every task being one.
 
 ``uncancelled`` is the handed off way for any write that must end before its caller
-does: a pass's last flush once it was cancelled, a queued step's end, a lease given back.
+does: a pass's last flush once it was cancelled, a job step's end, a lease given back.
 A second cancel (a shutdown on top of a cancel of the run) must not leave such a write
 running on its own while the caller returns: the engine would close the store under it,
 and what it carried (a step's result) would be lost and its body run again.

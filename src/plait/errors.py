@@ -131,7 +131,7 @@ class RunIdTakenError(PlaitError, ValueError):
 
 
 class StepFunctionMismatchError(PlaitError):
-    """A queued step job that names another function than the step was created with."""
+    """A job that names another function than the step was created with."""
 
 
 class _RunEndedError(PlaitError):
@@ -172,6 +172,19 @@ class StepError(PlaitError):
         self.step_key = step_key
         self.error = error
         self.code = error.get("code")
+
+
+class NonRetryableError(PlaitError):
+    """Raise in a step body to fail the step at once: no further attempt, no back-off,
+    whatever retries are left. Its ``on_error`` handler still runs, and the step's error
+    record says ``"retryable": false``. ``code`` is stored as the error's code."""
+
+    retryable = False
+
+    def __init__(self, message: str = "", *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
 
 
 class StepTimeoutError(PlaitError, TimeoutError):

@@ -48,6 +48,32 @@ def check_run_id(run_id: object) -> str:
     return run_id
 
 
+#: the prefix of the run ids schedules give the runs of their ticks
+#: (``schedule:<name>:<tick>``): reserved for them, so that no start or fork takes a tick
+SCHEDULE_RUN_ID_PREFIX = "schedule:"
+#: a run id a caller may choose (``RUN_ID_PATTERN``, not starting with the prefix above)
+CALLER_RUN_ID_PATTERN = rf"(?!{SCHEDULE_RUN_ID_PREFIX}){RUN_ID_PATTERN}"
+
+
+def check_caller_run_id(run_id: object) -> str:
+    """``run_id`` if a caller may start (or fork) a run with it: a valid run id that does
+    not start with ``schedule:``. A schedule's tick starts exactly one run, found by its
+    id; a run that took the id first would make the tick start nothing."""
+    check_run_id(run_id)
+    assert isinstance(run_id, str)
+    if run_id.startswith(SCHEDULE_RUN_ID_PREFIX):
+        raise ValueError(reserved_run_id(run_id))
+    return run_id
+
+
+def reserved_run_id(run_id: str) -> str:
+    """Why ``run_id`` is refused: it is a schedule's."""
+    return (
+        f"invalid run_id {shown(run_id)}: run ids starting {SCHEDULE_RUN_ID_PREFIX!r} are"
+        " reserved for the runs schedules start"
+    )
+
+
 #: the longest name a caller may give an event, an approval gate, a queue or a schedule
 MAX_NAME = 200
 #: the characters no such name holds: the control characters (no store takes a NUL, and

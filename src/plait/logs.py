@@ -1,5 +1,5 @@
-"""Log lines a person or a log pipeline can follow: which run, step and attempt each is
-about, as text or as one JSON object per line (``plait worker --log-format json``)."""
+"""Log lines a person or a log pipeline can follow: which run, workflow, step and attempt
+each is about, as text or as one JSON object per line (``plait worker --log-format json``)."""
 
 from __future__ import annotations
 
@@ -17,17 +17,21 @@ _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s%(plait_where)s"
 
 
 class WorkContext(logging.Filter):
-    """Adds ``run_id``, ``step`` and ``attempt`` to every record, from the pass or attempt
-    the logging task works on (None outside one); values given with ``extra`` win."""
+    """Adds ``run_id``, ``workflow``, ``step`` and ``attempt`` to every record, from the
+    pass or attempt the logging task works on (None outside one); values given with
+    ``extra`` win."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         working = WORKING_ON.get()
-        run_id, step, attempt = working if working is not None else (None, None, None)
+        run_id, workflow, step, attempt = (
+            working if working is not None else (None, None, None, None)
+        )
         fields = record.__dict__  # where ``extra`` puts its values
         where = [
             f"{name}={value}"
             for name, value in (
                 ("run", fields.setdefault("run_id", run_id)),
+                ("workflow", fields.setdefault("workflow", workflow)),
                 ("step", fields.setdefault("step", step)),
                 ("attempt", fields.setdefault("attempt", attempt)),
             )
@@ -39,7 +43,8 @@ class WorkContext(logging.Filter):
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time (UTC, ISO 8601), level, logger, message, run_id,
-    step, attempt, and the traceback when there is one."""
+    workflow, step, attempt, and the traceback when there is one (a live exception's, or
+    the one a failed step or run stored)."""
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -48,17 +53,20 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
             "run_id": getattr(record, "run_id", None),
+            "workflow": getattr(record, "workflow", None),
             "step": getattr(record, "step", None),
             "attempt": getattr(record, "attempt", None),
         }
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["exception"] = record.exc_text
         return json.dumps(line, default=str)
 
 
 def configure(log_format: str, level: int = logging.INFO) -> None:
     """Send every log line of the process to stderr in ``log_format`` (``text`` or
-    ``json``), each with the run, step and attempt it is about."""
+    ``json``), each with the run, workflow, step and attempt it is about."""
     if log_format not in LOG_FORMATS:
         raise ValueError(f"invalid log format {log_format!r}: use one of {', '.join(LOG_FORMATS)}")
     handler = logging.StreamHandler(sys.stderr)

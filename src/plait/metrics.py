@@ -10,7 +10,7 @@ registry, so two engines in one process (tests) never mix their counts:
   runs nothing, so it counts nothing;
 * ``plait_step_seconds{function}``: how long those bodies ran (real time);
 * ``plait_runs_active``: runs this process is driving right now;
-* ``plait_queue_depth{queue}``: queued steps a worker could start now (due, held by no
+* ``plait_queue_depth{queue}``: job steps a worker could start now (due, held by no
   live lease), labelled with their function, read from the database when the metrics are
   scraped. A step in a retry's back-off waits for time, not for a worker, so it is left
   out: an operator reads the gauge as the backlog the workers have not caught up with;
@@ -55,7 +55,7 @@ class Metrics:
         r.register(_AttemptCollector(self))
         self.active = Gauge("plait_runs_active", "Runs this process drives now", registry=r)
         self.queue_depth = Gauge(
-            "plait_queue_depth", "Queued steps a worker could start now", ["queue"], registry=r
+            "plait_queue_depth", "Job steps a worker could start now", ["queue"], registry=r
         )
         self.takeovers = Counter(
             "plait_lease_takeovers",

@@ -1,9 +1,9 @@
-"""Wake-ups: who is told when a run changes or new work is queued.
+"""Wake-ups: who is told when a run changes or new work may be due.
 
 Inside one process these are asyncio events, so ``Engine.wait`` returns the moment a pass
 settles a run. Stores that span processes add their own channel (PostgreSQL's
-LISTEN/NOTIFY, a socket beside a SQLite file) and feed it into the same methods; a slow
-poll remains only as a safety net.
+LISTEN/NOTIFY, a watch on a SQLite file's data version) and feed it into the same
+methods; a slow poll remains only as a safety net.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ A pass, an attempt and a worker report the moments of a run's life to one ``Tele
 object: a run started, a pass began, an attempt began and how it ended, a run ended, a
 timer fired, a step was taken over from a worker that died. ``Telemetry`` fans them out to
 what is switched on: OpenTelemetry spans (``plait.tracing``, extra ``otel``), Prometheus
-metrics (``plait.metrics``, extra ``metrics``) and INFO lines on the ``plait.worker``
-logger. With none of them on, an engine has no ``Telemetry`` at all (``None``), the
+metrics (``plait.metrics``, extra ``metrics``) and lines on the ``plait.worker`` logger
+(INFO; a failed attempt at WARNING and a failed run at ERROR, with the error's type,
+message and traceback). With none of them on, an engine has no ``Telemetry`` at all (``None``), the
 runtime skips every report with one ``is None`` test, and neither library is imported.
 
 Counts come from what this process did, never from what a replay read back: an attempt is
@@ -16,10 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import logging
 import time
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from plait.store.rows import RunRow, StepRow
 
@@ -30,11 +32,52 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("plait.worker")
 
-#: the run, step and attempt the current task works on, for every log line it writes
-#: (``plait.logs``): set around passes and attempts whenever telemetry is on
-WORKING_ON: contextvars.ContextVar[tuple[str, str | None, int | None] | None] = (
+
+class _StoredTraceback(logging.Filter):
+    """Gives a line about a failure the traceback its error record stored (passed as
+    ``extra={"error_traceback": ...}``) as the record's exception text, which every
+    ``logging.Formatter`` prints after the message like a live exception's."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.__dict__.get("error_traceback")
+        if text and not record.exc_info and not record.exc_text:
+            record.exc_text = str(text).rstrip("\n")
+        return True
+
+
+log.addFilter(_StoredTraceback())
+
+#: the run, its workflow, the step and the attempt the current task works on, for every
+#: log line it writes (``plait.logs``): set around passes and attempts whenever telemetry
+#: is on
+WORKING_ON: contextvars.ContextVar[tuple[str, str | None, str | None, int | None] | None] = (
     contextvars.ContextVar("plait_working_on", default=None)
 )
+
+
+def _error_text(error: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """``": Type: message"`` for a log line about a failure, and the ``extra`` that gives
+    the line the error's stored traceback."""
+    if not error:
+        return "", {}
+    kind, message = error.get("type"), error.get("message")
+    text = ": " + ": ".join(str(part) for part in (kind, message) if part)
+    if error.get("code") and error.get("code") != kind:
+        text += f" [{error['code']}]"
+    traceback = error.get("traceback")
+    return text, ({"error_traceback": traceback} if traceback else {})
+
+
+def _decode_error(error: str | dict[str, Any] | None) -> dict[str, Any] | None:
+    if error is None or isinstance(error, dict):
+        return error
+    try:
+        decoded: Any = json.loads(error)
+    except ValueError:
+        return {"message": error}
+    if isinstance(decoded, dict):
+        return cast(dict[str, Any], decoded)
+    return {"message": str(decoded)}
 
 
 class Telemetry:
@@ -66,19 +109,34 @@ class Telemetry:
             return inherited
         return self.tracing.current() or inherited
 
-    def run_ended(self, run_id: str, workflow: str, status: str) -> None:
-        """A pass (or a cancel) of this process moved the run to ``status``."""
+    def run_ended(
+        self,
+        run_id: str,
+        workflow: str,
+        status: str,
+        error: str | dict[str, Any] | None = None,
+    ) -> None:
+        """A pass (or a cancel) of this process moved the run to ``status``; ``error`` is
+        its stored error (JSON text or decoded), logged with a failure."""
         if self.metrics is not None:
             self.metrics.run_ended(workflow, status)
-        if self.log_work:
-            log.info("run %s (%s) is now %s", run_id, workflow, status, extra={"run_id": run_id})
+        if not self.log_work:
+            return
+        extra: dict[str, Any] = {"run_id": run_id, "workflow": workflow}
+        if status == "failed":
+            text, more = _error_text(_decode_error(error))
+            log.error(
+                "run %s (%s) is now failed%s", run_id, workflow, text, extra={**extra, **more}
+            )
+        else:
+            log.info("run %s (%s) is now %s", run_id, workflow, status, extra=extra)
 
     @contextlib.contextmanager
     def passing(self, run: RunRow) -> Generator[PassReport, None, None]:
         """Around one orchestrator pass of ``run``; the worker tells the report how the
         run stands after it."""
         report = PassReport()
-        token = WORKING_ON.set((run.id, None, None))
+        token = WORKING_ON.set((run.id, run.workflow, None, None))
         try:
             if self.tracing is None:
                 yield report
@@ -97,23 +155,40 @@ class Telemetry:
     ) -> AttemptReport:
         """Around one attempt's body (``with telemetry.attempting(...) as report``); the
         caller hands the attempt's outcome to the report. ``trace`` is the run's stored
-        context for an attempt outside any pass (a queued step); None inside a pass, whose
+        context for an attempt outside any pass (a job step); None inside a pass, whose
         span is the parent."""
         return AttemptReport(self, run_id, workflow, trace, step)
 
-    def log_attempt(self, step: StepRow, status: str, took: float) -> None:
-        if status == "failed" and step.status == "scheduled":
-            log.info(
-                "step %s attempt %d failed after %.3fs; retry %d of %d at %s",
+    def log_attempt(
+        self, step: StepRow, status: str, took: float, error: dict[str, Any] | None = None
+    ) -> None:
+        """An attempt's end: INFO, or WARNING with the error's type, message and
+        traceback when it failed (whether or not a retry follows)."""
+        if status != "failed":
+            log.info("step %s attempt %d %s after %.3fs", step.key, step.attempts, status, took)
+            return
+        text, extra = _error_text(error)
+        if step.status == "scheduled":
+            log.warning(
+                "step %s attempt %d failed after %.3fs; retry %d of %d at %s%s",
                 step.key,
                 step.attempts,
                 took,
                 step.failures - step.retried_failures,
                 step.retries,
                 _when(step.wake_at),
+                text,
+                extra=extra,
             )
         else:
-            log.info("step %s attempt %d %s after %.3fs", step.key, step.attempts, status, took)
+            log.warning(
+                "step %s attempt %d failed after %.3fs%s",
+                step.key,
+                step.attempts,
+                took,
+                text,
+                extra=extra,
+            )
 
     def taken_over(self, run_id: str, step: StepRow) -> None:
         """An attempt of ``step`` was in flight in a worker that lost its lease (it died,
@@ -177,7 +252,7 @@ class AttemptReport:
 
     def __enter__(self) -> AttemptReport:
         telemetry, step = self.telemetry, self.step
-        self._token = WORKING_ON.set((self.run_id, step.key, step.attempts))
+        self._token = WORKING_ON.set((self.run_id, self.workflow, step.key, step.attempts))
         if telemetry.log_work:
             log.info("step %s attempt %d started", step.key, step.attempts)
         if telemetry.tracing is not None:
@@ -195,7 +270,8 @@ class AttemptReport:
         if telemetry.metrics is not None:
             telemetry.metrics.attempt_ended(step.function or "(inline)", status, took)
         if telemetry.log_work:
-            telemetry.log_attempt(step, status, took)
+            error = None if self.outcome is None else self.outcome.error
+            telemetry.log_attempt(step, status, took, error)
         WORKING_ON.reset(self._token)
 
     def status(self) -> str:

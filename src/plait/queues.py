@@ -1,7 +1,7 @@
 """Queues: how much of a kind of work may run at once, and how fast it may start.
 
 A queue is a name with limits. Runs started with ``queue=`` (or of a workflow declared
-with one) wait as ``queued`` until a worker admits them; queued steps of a function
+with one) wait as ``queued`` until a worker admits them; job steps of a function
 declared with ``queue=`` wait as jobs until a worker claims them. Admission is the claim
 itself: one conditional write that counts what the queue has active and takes only what
 fits, so the limits hold across every process on the database with no coordinator. This
@@ -23,6 +23,28 @@ _RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([smhd])\s*$")
 #: priorities are stored as 32-bit integers on both stores
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+#: the longest ``key`` or ``dedup`` of a start, in characters: room for an id or two of the
+#: caller's own, and short enough for every store's indexes (PostgreSQL's take at most
+#: about 2.7 KB a row, and a character may take 4 bytes)
+MAX_KEY = 512
+#: the most UTF-8 bytes a queue's name and a run's ``key`` take together: PostgreSQL
+#: indexes the two in one row of at most 2,704 bytes. Room for any key of ``MAX_KEY``
+#: characters in a queue with a name of up to 200 ASCII characters.
+MAX_QUEUE_AND_KEY_BYTES = 2400
+
+
+def check_key_in_queue(key: str, queue: str) -> str:
+    """``key`` if it fits with the name of its ``queue`` in one index row (see
+    ``MAX_QUEUE_AND_KEY_BYTES``); else ``ValueError`` naming the key."""
+    size = len(key.encode()) + len(queue.encode())
+    if size > MAX_QUEUE_AND_KEY_BYTES:
+        raise ValueError(
+            f"invalid key {shown(key)}: together with its queue's name it takes {size} bytes of"
+            f" UTF-8, over {MAX_QUEUE_AND_KEY_BYTES}"
+        )
+    return key
+
+
 _CONTROL = re.compile(f"[{NAME_FORBIDDEN}]")
 
 
@@ -120,13 +142,17 @@ def check_priority(value: object) -> int:
 
 
 def check_text(value: object, what: str) -> str:
-    """A key or de-duplication key: a non-empty string without control characters, as
-    names are (no store takes a NUL, and keys show in logs and on the dashboard). Unlike
-    a name it has no length limit: callers build keys from their own data."""
+    """A key or de-duplication key: a non-empty string of at most ``MAX_KEY`` characters
+    without control characters, as names are (no store takes a NUL, and keys show in
+    logs and on the dashboard). Longer than a name may be (callers build keys from their
+    own data), but bounded: both are indexed, and an index refuses a row too long for it,
+    which would stop the admission of every queued run, not only this one."""
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a string, got {type(value).__name__} {shown(value)}")
     if not value:
         raise ValueError(f"{what} must not be empty")
+    if len(value) > MAX_KEY:
+        raise ValueError(f"invalid {what} {shown(value)}: at most {MAX_KEY} characters")
     if _CONTROL.search(value) is not None:
         raise ValueError(f"invalid {what} {shown(value)}: no control characters")
     return value
@@ -159,9 +185,11 @@ def start_time(delay: object, start_at: object, now: float) -> float | None:
 
 
 __all__ = [
+    "MAX_KEY",
     "PRIORITY_RANGE",
     "Queue",
     "Rate",
+    "check_key_in_queue",
     "check_priority",
     "check_queue_name",
     "check_text",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Any
+from typing import Any, cast
 
 from plait.durations import parse_duration
 
@@ -59,6 +59,25 @@ def parse_retry_delay(value: Any, *, what: str = "retry_delay") -> float | None:
     if value is None or value == "exponential":
         return None
     return parse_duration(value, what=what)
+
+
+#: exception classes that fail a step at once, without a retry (``no_retry_on``)
+NoRetryOn = tuple[type[BaseException], ...]
+
+
+def parse_no_retry_on(value: Any, *, what: str = "no_retry_on") -> NoRetryOn:
+    """A tuple (or list) of exception classes; anything else is a ``TypeError`` naming
+    ``what`` and the item that is not a class."""
+    hint = "a tuple of exception classes, such as (ValueError, KeyError)"
+    if isinstance(value, type):
+        raise TypeError(f"{what} must be {hint}, got the class {value.__name__} alone")
+    if not isinstance(value, tuple | list):
+        raise TypeError(f"{what} must be {hint}, got {type(value).__name__} {value!r}")
+    items: list[Any] = list(cast(Any, value))
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise TypeError(f"{what} must be {hint}: {item!r} is not an exception class")
+    return tuple(items)
 
 
 def resolve_policy(*layers: dict[str, Any]) -> RetryPolicy:

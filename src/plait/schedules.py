@@ -35,7 +35,7 @@ from cronsim import CronSim, CronSimError
 
 from plait import serde
 from plait.durations import parse_duration
-from plait.ids import check_name, check_run_id
+from plait.ids import SCHEDULE_RUN_ID_PREFIX, check_name, check_run_id
 
 OVERLAP_POLICIES = ("skip", "allow")
 #: a tick at most this many seconds late is on time, whatever ``catchup`` says: the
@@ -45,7 +45,7 @@ ON_TIME = 2.0
 #: second would otherwise start millions at once)
 MAX_TICKS = 1000
 #: the prefix of every run id a schedule makes
-RUN_ID_PREFIX = "schedule:"
+RUN_ID_PREFIX = SCHEDULE_RUN_ID_PREFIX
 
 
 @dataclasses.dataclass(frozen=True)

@@ -58,5 +58,5 @@ class StepStatus(enum.StrEnum):
 SETTLED: frozenset[RunStatusName] = frozenset({"completed", "failed", "cancelled", "suspended"})
 #: Run statuses of a run that ended (only a retry moves one on: ``failed`` to ``running``).
 TERMINAL: frozenset[RunStatusName] = frozenset({"completed", "failed", "cancelled"})
-#: Step statuses of a step not settled yet.
+#: Step statuses of a step not ended yet.
 STEP_IN_FLIGHT: frozenset[StepStatusName] = frozenset({"pending", "scheduled", "running"})

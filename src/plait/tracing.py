@@ -10,7 +10,7 @@ A run lives longer than any process, so it cannot be one open span. Instead:
   is stored with the run (the W3C ``traceparent`` carrier, as JSON).
 * ``plait.pass``: each orchestrator pass, in whichever process and after however many
   restarts, is a child of the stored context.
-* ``plait.step``: each attempt: inside its pass, or, for a queued step run by a step
+* ``plait.step``: each attempt: inside its pass, or, for a job step run by a step
   worker, a child of the stored context. A child run stores the context of the pass
   that started it, so its spans join the same trace.
 """
@@ -81,7 +81,7 @@ class Tracing:
         self, run_id: str, workflow: str, trace_context: str | None, step: StepRow
     ) -> _StepSpan | None:
         """Start the attempt's span and make it current: a child of the current span
-        (its pass), or with ``trace_context`` (a queued step in a step worker, outside
+        (its pass), or with ``trace_context`` (a job step in a step worker, outside
         any pass) of the run's stored context. Started and attached by hand: it runs
         once per attempt.
 

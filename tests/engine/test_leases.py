@@ -211,7 +211,9 @@ async def test_a_step_that_kills_its_worker_every_time_is_failed(engine_factory)
                 step = ledger.new_step("deadly", "deadly", "do")
             step.attempts = n
             step.status = "running"
-            await store.commit(Batch(run_id, [StartAttempt(step, n)], fence=f"doomed#{n}"))
+            await store.commit(
+                Batch(run_id, [StartAttempt(step, n, "running")], fence=f"doomed#{n}")
+            )
             await eventually(lambda: _lease_expired(store, run_id), what="the lease to expire")
         async with engine_factory(app) as worker:
             run = await worker.wait(run_id, timeout=10)

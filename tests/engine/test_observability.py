@@ -657,4 +657,6 @@ async def test_worker_logs_json_lines_and_serves_metrics(database: str, tmp_path
     assert any(f"run {run_id} (flow) is now completed" in m for m in messages), messages
     remote = [ln for ln in about_run if ln["step"] == "remote"]
     assert {ln["attempt"] for ln in remote} == {1, 2}
-    assert all(ln["level"] == "INFO" for ln in about_run)
+    assert all(
+        ln["level"] == ("WARNING" if "failed" in ln["message"] else "INFO") for ln in about_run
+    )

@@ -162,6 +162,7 @@ ROUTES = [
     ("GET", "/api/schedules"),
     ("POST", "/api/schedules"),
     ("GET", "/api/schedules/{name}"),
+    ("DELETE", "/api/schedules/{name}"),
     ("POST", "/api/schedules/{name}/pause"),
     ("POST", "/api/schedules/{name}/resume"),
     ("POST", "/api/schedules/{name}/trigger"),

@@ -193,6 +193,9 @@ def known_requests(live: LiveServer, operation: Any) -> list[Known]:
             ]
         return known
     if path.startswith("/api/schedules/{name}"):
+        # DELETE may have removed it: every operation on a schedule gets one that exists
+        engine = live.web.state.engine
+        live.call(engine.create_schedule(SCHEDULE, workflow="echo", every="1h", owner="fuzzer"))
         return [Known({"name": SCHEDULE})]
     if path == "/api/schedules" and method == "POST":
         # an input of the fuzzer's choosing, the rest a schedule that works

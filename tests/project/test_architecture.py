@@ -103,6 +103,38 @@ def test_the_runtime_and_the_worker_never_import_the_engine(imports) -> None:
     assert offenders == []
 
 
+def test_the_runtime_never_imports_the_worker(imports) -> None:
+    offenders = [
+        m
+        for m, targets in imports.items()
+        if m.startswith("plait.runtime") and any(t.startswith("plait.worker") for t in targets)
+    ]
+    assert offenders == []
+
+
+def test_stores_only_move_rows_and_import_no_higher_floor(imports) -> None:
+    high = ("plait.runtime", "plait.engine", "plait.worker")
+    offenders = {
+        m: sorted(t for t in targets if t.startswith(high))
+        for m, targets in imports.items()
+        if m.startswith("plait.store")
+    }
+    assert {m: t for m, t in offenders.items() if t} == {}
+
+
+def test_no_class_is_a_room_of_many_concerns() -> None:
+    """A class over 500 lines holds several concerns: split it into a file each."""
+    big = [
+        f"{path.relative_to(SRC)}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in (SRC / "plait").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > 500
+    ]
+    assert big == []
+
+
 def test_graph_workflows_are_data_and_never_import_the_runtime(imports) -> None:
     offenders = {
         m: sorted(t for t in targets if t.startswith("plait.runtime"))

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from plait.store import Store
-from plait.store.ops import Batch, Op
+from plait.store.ops import Batch, CancelCut, Op
 from plait.store.rows import NewRun, StepRow
 
 #: a fixed instant for the times a test writes itself: whole seconds survive every store's
@@ -15,6 +15,9 @@ from plait.store.rows import NewRun, StepRow
 T0 = 1_700_000_000.0
 
 _JSON_FIELDS = ("input", "output", "error", "reached_after")
+
+#: how a cancel ends the steps in flight, as the runtime says (``steps.CANCEL_CUT``)
+CUT = CancelCut(step="failed", attempt="cancelled", open_attempt="running")
 
 
 def step(run_id: str, key: str, **changes: Any) -> StepRow:
@@ -64,6 +67,7 @@ async def new_run(
     store: Store, run_id: str, workflow: str = "wf", version: str | None = None, **fields: Any
 ) -> None:
     fields.setdefault("input", "{}")
+    fields.setdefault("status", "running")
     _, created = await store.create_run(NewRun(run_id, workflow, "workflow", version, **fields))
     assert created
 

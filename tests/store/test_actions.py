@@ -26,11 +26,11 @@ from plait.store.ops import (
 )
 from plait.store.rows import NewRun
 
-from .rows import T0, error, idle, new_run, step, wake_at, wakeups, write
+from .rows import CUT, T0, error, idle, new_run, step, wake_at, wakeups, write
 
 CANCELLED = error("stop it", "WORKFLOW_CANCELLED")
 CHILD_CANCELLED = StepEnd(
-    "failed", None, error("child run cancelled: stop it", "WORKFLOW_CANCELLED")
+    "failed", None, error("child run cancelled: stop it", "WORKFLOW_CANCELLED"), failures=1
 )
 
 
@@ -73,7 +73,7 @@ async def test_wake_leaves_a_run_that_is_not_running(store: Store) -> None:
 async def test_cancel_run_ends_a_running_run(store: Store) -> None:
     await new_run(store, "r1")
     await write(store, "r1", EnqueueJob("q", "fn", T0))
-    assert await store.cancel_run("r1", CANCELLED, CHILD_CANCELLED) == ["r1"]
+    assert await store.cancel_run("r1", "cancelled", CANCELLED, CHILD_CANCELLED, CUT) == ["r1"]
     run = await store.get_run("r1")
     assert run is not None and (run.status, run.output) == ("cancelled", None)
     assert run.error == json.loads(CANCELLED)
@@ -84,7 +84,7 @@ async def test_cancel_run_ends_a_running_run(store: Store) -> None:
 async def test_cancel_run_ends_a_suspended_run(store: Store) -> None:
     await new_run(store, "r1")
     await write(store, "r1", EndRun("suspended", None, error("paused")))
-    assert await store.cancel_run("r1", CANCELLED, CHILD_CANCELLED) == ["r1"]
+    assert await store.cancel_run("r1", "cancelled", CANCELLED, CHILD_CANCELLED, CUT) == ["r1"]
     run = await store.get_run("r1")
     assert run is not None and run.status == "cancelled"
 
@@ -104,8 +104,9 @@ async def _family(store: Store) -> None:
             "{}",
             parent_run_id=parent,
             parent_step_key=child_id,
+            status="running",
         )
-        await write(store, parent, StartAttempt(waiting, 1, "w1"), CreateChildRun(new))
+        await write(store, parent, StartAttempt(waiting, 1, "running", "w1"), CreateChildRun(new))
 
     await new_run(store, "p")
     await child("p", "a")
@@ -113,12 +114,14 @@ async def _family(store: Store) -> None:
     await child("p", "b")
     await child("p", "c")
     await write(store, "b", EndRun("suspended", None, error("paused")))
-    await write(store, "c", EndRun("completed", '"done"', None, StepEnd("succeeded", '"done"')))
+    await write(
+        store, "c", EndRun("completed", '"done"', None, StepEnd("succeeded", '"done"', failures=0))
+    )
 
 
 async def test_cancel_run_cascades_to_live_descendants(store: Store) -> None:
     await _family(store)
-    moved = await store.cancel_run("p", CANCELLED, CHILD_CANCELLED)
+    moved = await store.cancel_run("p", "cancelled", CANCELLED, CHILD_CANCELLED, CUT)
     assert moved[0] == "p" and sorted(moved) == ["a", "a1", "b", "p"]
     assert moved.index("a") < moved.index("a1")
     for run_id in ("p", "a", "a1", "b"):
@@ -131,7 +134,7 @@ async def test_cancel_run_cascades_to_live_descendants(store: Store) -> None:
 
 async def test_cancel_run_settles_each_waiting_parent_step(store: Store) -> None:
     await _family(store)
-    await store.cancel_run("p", CANCELLED, CHILD_CANCELLED)
+    await store.cancel_run("p", "cancelled", CANCELLED, CHILD_CANCELLED, CUT)
     expected = json.loads(CHILD_CANCELLED.error or "")
     steps = {s.key: s for s in await store.get_steps("p")}
     assert {k: (s.status, s.error) for k, s in steps.items()} == {
@@ -149,7 +152,7 @@ async def test_cancelling_a_child_settles_and_wakes_its_running_parent(store: St
     await _family(store)
     await idle(store, "p")
     seen = await wakeups(store, "p")
-    assert await store.cancel_run("a", CANCELLED, CHILD_CANCELLED) == ["a", "a1"]
+    assert await store.cancel_run("a", "cancelled", CANCELLED, CHILD_CANCELLED, CUT) == ["a", "a1"]
     parent = await store.get_run("p")
     assert parent is not None and parent.status == "running"
     steps = {s.key: s.status for s in await store.get_steps("p")}
@@ -160,14 +163,14 @@ async def test_cancelling_a_child_settles_and_wakes_its_running_parent(store: St
 
 async def test_cancel_run_of_an_unknown_run_raises_not_found(store: Store) -> None:
     with pytest.raises(RunNotFoundError):
-        await store.cancel_run("nope", CANCELLED, CHILD_CANCELLED)
+        await store.cancel_run("nope", "cancelled", CANCELLED, CHILD_CANCELLED, CUT)
 
 
 async def test_cancel_run_of_an_ended_run_raises_state_error(store: Store) -> None:
     await new_run(store, "r1")
     await write(store, "r1", EndRun("completed", '"x"'))
     with pytest.raises(RunStateError) as caught:
-        await store.cancel_run("r1", CANCELLED, CHILD_CANCELLED)
+        await store.cancel_run("r1", "cancelled", CANCELLED, CHILD_CANCELLED, CUT)
     assert (caught.value.status, caught.value.action) == ("completed", "cancel")
     run = await store.get_run("r1")
     assert run is not None and (run.status, run.output) == ("completed", "x")
@@ -184,7 +187,7 @@ async def _suspended(store: Store) -> None:
     await write(
         store,
         "r1",
-        StartAttempt(pause, 1, "w1"),
+        StartAttempt(pause, 1, "running", "w1"),
         EndRun("suspended", None, error("paused", "WORKFLOW_SUSPENDED")),
     )
 
@@ -199,7 +202,7 @@ def _resumed_pause() -> FinishAttempt:
 async def test_reopen_run_resumes_a_suspended_run(store: Store) -> None:
     await _suspended(store)
     seen = await wakeups(store, "r1")
-    run = await store.reopen_run("r1", "suspended", seen, [_resumed_pause()])
+    run = await store.reopen_run("r1", "suspended", "running", seen, [_resumed_pause()])
     assert run is not None and (run.id, run.status, run.error, run.output) == (
         "r1",
         "running",
@@ -223,7 +226,7 @@ async def test_reopen_run_retries_a_failed_run(store: Store) -> None:
     again = broken.copy()
     again.status, again.failures, again.updated_at = "scheduled", 0, T0 + 1
     ops = [PutStep(again), EnqueueJob("q", "fn", T0)]
-    run = await store.reopen_run("r1", "failed", await wakeups(store, "r1"), ops)
+    run = await store.reopen_run("r1", "failed", "running", await wakeups(store, "r1"), ops)
     assert run is not None and (run.status, run.error, run.output) == ("running", None, None)
     (reopened,) = await store.get_steps("r1")
     assert (reopened.status, reopened.attempts) == ("scheduled", 2)
@@ -235,7 +238,7 @@ async def test_reopen_run_retries_a_failed_run(store: Store) -> None:
 async def test_reopen_run_with_stale_wakeups_writes_nothing(store: Store) -> None:
     await _suspended(store)
     stale = await wakeups(store, "r1") - 1
-    assert await store.reopen_run("r1", "suspended", stale, [_resumed_pause()]) is None
+    assert await store.reopen_run("r1", "suspended", "running", stale, [_resumed_pause()]) is None
     run = await store.get_run("r1")
     assert run is not None and run.status == "suspended"
     (pause,) = await store.get_steps("r1")
@@ -246,19 +249,19 @@ async def test_reopen_run_from_the_wrong_status_raises_state_error(store: Store)
     await _suspended(store)
     seen = await wakeups(store, "r1")
     with pytest.raises(RunStateError) as caught:
-        await store.reopen_run("r1", "failed", seen, [_resumed_pause()])
+        await store.reopen_run("r1", "failed", "running", seen, [_resumed_pause()])
     assert (caught.value.status, caught.value.action) == ("suspended", "retry")
     (pause,) = await store.get_steps("r1")
     assert pause.status == "pending"
     await new_run(store, "r2")
     with pytest.raises(RunStateError) as caught:
-        await store.reopen_run("r2", "suspended", await wakeups(store, "r2"), [])
+        await store.reopen_run("r2", "suspended", "running", await wakeups(store, "r2"), [])
     assert (caught.value.status, caught.value.action) == ("running", "resume")
 
 
 async def test_reopen_run_of_an_unknown_run_raises_not_found(store: Store) -> None:
     with pytest.raises(RunNotFoundError):
-        await store.reopen_run("nope", "suspended", 0, [])
+        await store.reopen_run("nope", "suspended", "running", 0, [])
 
 
 # -- events ----------------------------------------------------------------------------------
@@ -382,8 +385,17 @@ async def test_a_pass_that_commits_after_its_run_was_cancelled_starts_nothing(
     """The pass still holds the lease when another process cancels the run: its steps'
     records land, but no child run, timer or job outlives the cancel."""
     await new_run(store, "r1", lease_owner="w1", lease_seconds=60.0)
-    assert await store.cancel_run("r1", CANCELLED, CHILD_CANCELLED) == ["r1"]
-    child = NewRun("kid", "wf", "workflow", None, "{}", parent_run_id="r1", parent_step_key="k")
+    assert await store.cancel_run("r1", "cancelled", CANCELLED, CHILD_CANCELLED, CUT) == ["r1"]
+    child = NewRun(
+        "kid",
+        "wf",
+        "workflow",
+        None,
+        "{}",
+        parent_run_id="r1",
+        parent_step_key="k",
+        status="running",
+    )
     ops = [
         PutStep(step("r1", "k", status="running")),
         CreateChildRun(child),
@@ -405,7 +417,7 @@ async def _other_runs_starting(store: Store) -> list[Coroutine[Any, Any, bool]]:
     commits = []
     for other in ("r2", "r3"):
         await new_run(store, other, lease_owner="w1", lease_seconds=60.0)
-        start = StartAttempt(step(other, "x", status="running", attempts=1), 1, "w1")
+        start = StartAttempt(step(other, "x", status="running", attempts=1), 1, "running", "w1")
         commits.append(store.commit(Batch(other, [start], fence="w1")))
     return commits
 
@@ -420,14 +432,17 @@ async def test_a_pass_that_commits_after_its_run_was_cancelled_starts_no_attempt
     already ended. Each ``path`` is a shape of batch a store may commit its own way."""
     await new_run(store, "r1", lease_owner="w1", lease_seconds=60.0)
     ran = step("r1", "a", status="running", attempts=1)
-    await store.commit(Batch("r1", [StartAttempt(ran, 1, "w1")], fence="w1"))
-    assert await store.cancel_run("r1", CANCELLED, CHILD_CANCELLED) == ["r1"]
+    await store.commit(Batch("r1", [StartAttempt(ran, 1, "running", "w1")], fence="w1"))
+    assert await store.cancel_run("r1", "cancelled", CANCELLED, CHILD_CANCELLED, CUT) == ["r1"]
     ran.status, ran.output = "succeeded", '"done"'
     nxt = step("r1", "b", status="running", attempts=1)
-    ops: list[Op] = [FinishAttempt(ran, 1, "succeeded", ran.output), StartAttempt(nxt, 1, "w1")]
+    ops: list[Op] = [
+        FinishAttempt(ran, 1, "succeeded", ran.output),
+        StartAttempt(nxt, 1, "running", "w1"),
+    ]
     if path == "step writes":
         retried = step("r1", "c", status="running", attempts=2)
-        ops.append(StartAttempt(retried, 2, "w1"))  # not a first attempt
+        ops.append(StartAttempt(retried, 2, "running", "w1"))  # not a first attempt
     elif path == "any ops":
         ops.append(SetTimer("t", "sleep", time.time() + 100))
     batch = Batch("r1", ops, fence="w1")
@@ -466,19 +481,22 @@ async def test_a_cancel_closes_the_attempts_no_pass_will_end(store: Store) -> No
         Batch(
             "r1",
             [
-                StartAttempt(inline, 2, "dead"),
-                StartAttempt(queued, 1, "dead"),
+                StartAttempt(inline, 2, "running", "dead"),
+                StartAttempt(queued, 1, "running", "dead"),
                 PutStep(done),
                 PutStep(waiting),
-                StartAttempt(kid, 1, "dead"),
+                StartAttempt(kid, 1, "running", "dead"),
             ],
             fence="dead",
         )
     )
     await new_run(store, "c1", parent_run_id="r1", parent_step_key="kid")
     deep = step("c1", "deep", status="running", attempts=1)
-    await store.commit(Batch("c1", [StartAttempt(deep, 1, "dead")]))
-    assert await store.cancel_run("r1", CANCELLED, CHILD_CANCELLED) == ["r1", "c1"]
+    await store.commit(Batch("c1", [StartAttempt(deep, 1, "running", "dead")]))
+    assert await store.cancel_run("r1", "cancelled", CANCELLED, CHILD_CANCELLED, CUT) == [
+        "r1",
+        "c1",
+    ]
     steps = [s for r in ("r1", "c1") for s in await store.get_steps(r)]
     ended = {(s.run_id, s.key): (s.status, s.error) for s in steps}
     cancelled = json.loads(CANCELLED)
@@ -508,8 +526,8 @@ async def test_a_stop_after_a_cancel_leaves_the_cancels_record(store: Store, pat
     never runs again, so that write is left out and the cancel's record stays."""
     await new_run(store, "r1", lease_owner="w1", lease_seconds=60.0)
     row = step("r1", "a", status="running", attempts=1, queued=path == "any ops")
-    await store.commit(Batch("r1", [StartAttempt(row, 1, "w1")], fence="w1"))
-    assert await store.cancel_run("r1", CANCELLED, CHILD_CANCELLED) == ["r1"]
+    await store.commit(Batch("r1", [StartAttempt(row, 1, "running", "w1")], fence="w1"))
+    assert await store.cancel_run("r1", "cancelled", CANCELLED, CHILD_CANCELLED, CUT) == ["r1"]
     row.status = "pending"
     ops: list[Op] = [FinishAttempt(row, 1, "interrupted")]
     if path == "any ops":

@@ -9,7 +9,7 @@ from plait.store import Store
 from plait.store.ops import CancelChildren, CreateChildRun, EndRun, PutStep, StartAttempt, StepEnd
 from plait.store.rows import NewRun
 
-from .rows import error, idle, new_run, step, wake_at, wakeups, write
+from .rows import CUT, error, idle, new_run, step, wake_at, wakeups, write
 
 CHILD_ERROR = error("child run c1 failed: no", "CHILD_FAILED")
 
@@ -20,16 +20,25 @@ async def _parent_waiting(store: Store, child_id: str = "c1") -> None:
     waiting = step("p", "spawn", kind="child", function=None, status="running", attempts=1)
     waiting.child_run_id = child_id
     child = NewRun(
-        child_id, "child", "workflow", None, "{}", parent_run_id="p", parent_step_key="spawn"
+        child_id,
+        "child",
+        "workflow",
+        None,
+        "{}",
+        parent_run_id="p",
+        parent_step_key="spawn",
+        status="running",
     )
-    await write(store, "p", StartAttempt(waiting, 1, "w1"), CreateChildRun(child))
+    await write(store, "p", StartAttempt(waiting, 1, "running", "w1"), CreateChildRun(child))
     await idle(store, "p")
 
 
 async def test_a_completed_child_settles_the_waiting_step(store: Store) -> None:
     await _parent_waiting(store)
     seen = await wakeups(store, "p")
-    await write(store, "c1", EndRun("completed", '{"v": 5}', None, StepEnd("succeeded", "5")))
+    await write(
+        store, "c1", EndRun("completed", '{"v": 5}', None, StepEnd("succeeded", "5", failures=0))
+    )
     (settled,) = await store.get_steps("p")
     assert (settled.status, settled.output, settled.error, settled.attempts) == (
         "succeeded",
@@ -49,7 +58,7 @@ async def test_a_completed_child_settles_the_waiting_step(store: Store) -> None:
 async def test_a_failed_child_fails_the_waiting_step_with_the_given_error(store: Store) -> None:
     await _parent_waiting(store)
     seen = await wakeups(store, "p")
-    end = StepEnd("failed", None, CHILD_ERROR)
+    end = StepEnd("failed", None, CHILD_ERROR, failures=1)
     await write(store, "c1", EndRun("failed", None, error("no"), end))
     snapshot = await store.load_pass("p")
     assert snapshot is not None
@@ -77,7 +86,9 @@ async def test_a_step_that_waits_for_another_child_is_left_alone(store: Store) -
     await _parent_waiting(store, child_id="c2")
     await new_run(store, "c1", parent_run_id="p", parent_step_key="spawn")
     seen = await wakeups(store, "p")
-    await write(store, "c1", EndRun("completed", '"x"', None, StepEnd("succeeded", '"x"')))
+    await write(
+        store, "c1", EndRun("completed", '"x"', None, StepEnd("succeeded", '"x"', failures=0))
+    )
     (waiting,) = await store.get_steps("p")
     assert (waiting.status, waiting.child_run_id) == ("running", "c2")
     assert await wakeups(store, "p") == seen
@@ -89,7 +100,9 @@ async def test_a_step_that_no_longer_runs_is_left_alone(store: Store) -> None:
     given_up.child_run_id, given_up.error = "c1", error("cancelled", "WORKFLOW_CANCELLED")
     await write(store, "p", PutStep(given_up))
     seen = await wakeups(store, "p")
-    await write(store, "c1", EndRun("completed", '"x"', None, StepEnd("succeeded", '"x"')))
+    await write(
+        store, "c1", EndRun("completed", '"x"', None, StepEnd("succeeded", '"x"', failures=0))
+    )
     (settled,) = await store.get_steps("p")
     assert (settled.status, settled.output, settled.error) == (
         "failed",
@@ -102,7 +115,7 @@ async def test_a_step_that_no_longer_runs_is_left_alone(store: Store) -> None:
 async def test_a_suspended_child_settles_nothing(store: Store) -> None:
     await _parent_waiting(store)
     seen = await wakeups(store, "p")
-    end = StepEnd("failed", None, CHILD_ERROR)
+    end = StepEnd("failed", None, CHILD_ERROR, failures=1)
     await write(store, "c1", EndRun("suspended", None, error("paused"), end))
     (waiting,) = await store.get_steps("p")
     assert waiting.status == "running"
@@ -112,7 +125,9 @@ async def test_a_suspended_child_settles_nothing(store: Store) -> None:
 async def test_a_parent_that_ended_is_settled_but_not_woken(store: Store) -> None:
     await _parent_waiting(store)
     await write(store, "p", EndRun("failed", None, error("gave up")))
-    await write(store, "c1", EndRun("completed", '"x"', None, StepEnd("succeeded", '"x"')))
+    await write(
+        store, "c1", EndRun("completed", '"x"', None, StepEnd("succeeded", '"x"', failures=0))
+    )
     (settled,) = await store.get_steps("p")
     assert settled.status == "succeeded"
     parent = await store.get_run("p")
@@ -126,11 +141,25 @@ async def test_cancel_children_ends_the_live_children_as_it_says(store: Store) -
     ``parent`` says, and a child that already ended is left as it is."""
     await _parent_waiting(store)
     grandchild = NewRun(
-        "g1", "child", "workflow", None, "{}", parent_run_id="c1", parent_step_key="deeper"
+        "g1",
+        "child",
+        "workflow",
+        None,
+        "{}",
+        parent_run_id="c1",
+        parent_step_key="deeper",
+        status="running",
     )
     await write(store, "c1", CreateChildRun(grandchild))
     ended = NewRun(
-        "c0", "child", "workflow", None, "{}", parent_run_id="p", parent_step_key="before"
+        "c0",
+        "child",
+        "workflow",
+        None,
+        "{}",
+        parent_run_id="p",
+        parent_step_key="before",
+        status="running",
     )
     await write(store, "p", CreateChildRun(ended))
     await write(store, "c0", EndRun("completed", '"done"'))
@@ -140,7 +169,9 @@ async def test_cancel_children_ends_the_live_children_as_it_says(store: Store) -
         store,
         "p",
         EndRun("failed", None, error("gave up")),
-        CancelChildren(cancel_error, StepEnd("failed", None, step_error)),
+        CancelChildren(
+            "cancelled", cancel_error, StepEnd("failed", None, step_error, failures=1), CUT
+        ),
     )
     for child_id in ("c1", "g1"):
         child = await store.get_run(child_id)
@@ -150,6 +181,8 @@ async def test_cancel_children_ends_the_live_children_as_it_says(store: Store) -
     assert done is not None and done.status == "completed"
     (settled,) = await store.get_steps("p")
     assert (settled.status, settled.error) == ("failed", json.loads(step_error))
-    await write(store, "c1", EndRun("completed", '"x"', None, StepEnd("succeeded", '"x"')))
+    await write(
+        store, "c1", EndRun("completed", '"x"', None, StepEnd("succeeded", '"x"', failures=0))
+    )
     assert (await store.get_steps("p"))[0].status == "failed"
     assert await wake_at(store, "p") is None

@@ -32,7 +32,7 @@ from plait.store.ops import (
 from plait.store.rows import NewRun
 from support.polling import eventually
 
-from .rows import error, new_run, step, wakeups, write
+from .rows import CUT, error, new_run, step, wakeups, write
 
 
 async def _claimed(store: Store, n: int, owner: str = "w1") -> list[str]:
@@ -213,7 +213,7 @@ async def test_postgres_group_never_waits_for_the_child_of_a_run_that_cancels_it
         pytest.skip("SQLite has one writer: no row is ever held by another transaction")
     ids = await _claimed(store, 6)
     await new_run(store, "kid", parent_run_id="r2", parent_step_key="sub")
-    stop = EndRun("cancelled", error=error("stopped itself", "WORKFLOW_CANCELLED"))
+    stop = EndRun("cancelled", error=error("stopped itself", "WORKFLOW_CANCELLED"), cut=CUT)
     async with _row_held(database, "kid") as let_go:
         commits = asyncio.gather(
             *(
@@ -236,7 +236,7 @@ async def test_postgres_group_never_waits_for_the_child_of_a_run_that_cancels_it
 
 
 def _begin(run_id: str, key: str) -> StartAttempt:
-    return StartAttempt(step(run_id, key, status="running", attempts=1), 1, "w1")
+    return StartAttempt(step(run_id, key, status="running", attempts=1), 1, "running", "w1")
 
 
 def _finish(run_id: str, key: str, output: str) -> FinishAttempt:
@@ -359,7 +359,7 @@ async def test_pass_ends_committed_together_end_as_each_would_alone(store: Store
     assert await store.claim_run("c", "w1", 60.0)
     ids.append("c")
     await asyncio.gather(*(store.commit(Batch(r, [_begin(r, "a")], fence="w1")) for r in ids))
-    await write(store, "r4", EndRun("cancelled", None, error("stop")))
+    await write(store, "r4", EndRun("cancelled", None, error("stop"), cut=CUT))
     woken = await wakeups(store, "parent")
 
     def last(run_id: str) -> list[Op]:
@@ -367,7 +367,7 @@ async def test_pass_ends_committed_together_end_as_each_would_alone(store: Store
             return [EndRun("failed", error=error("no steps"))]
         end = EndRun("completed", output=f'"{run_id} done"')
         if run_id == "c":
-            end = dataclasses.replace(end, parent=StepEnd("succeeded", '"from c"'))
+            end = dataclasses.replace(end, parent=StepEnd("succeeded", '"from c"', failures=0))
         return [_finish(run_id, "a", f'"{run_id}"'), end]
 
     outcomes = await asyncio.gather(
@@ -585,8 +585,11 @@ async def _waiting_for_a_lock(database: str) -> bool:
 async def test_runs_started_at_once_are_each_created_once(store: Store) -> None:
     """Concurrent starts (PostgreSQL sends them together): each caller hears its own run,
     and a run id given twice in one group is created once."""
-    news = [NewRun(f"s{i}", "wf", "workflow", None, input=f'{{"i": {i}}}') for i in range(40)]
-    twice = NewRun("s7", "wf", "workflow", None, input='{"i": "again"}')
+    news = [
+        NewRun(f"s{i}", "wf", "workflow", None, input=f'{{"i": {i}}}', status="running")
+        for i in range(40)
+    ]
+    twice = NewRun("s7", "wf", "workflow", None, input='{"i": "again"}', status="running")
     starts = [*news[:20], twice, *news[20:]]
     outcomes = await asyncio.gather(*(store.create_run(n) for n in starts))
     for n, (run, created) in zip(starts, outcomes, strict=True):
@@ -597,8 +600,10 @@ async def test_runs_started_at_once_are_each_created_once(store: Store) -> None:
 
 
 async def test_a_start_the_database_refuses_fails_alone(store: Store) -> None:
-    news = [NewRun(f"s{i}", "wf", "workflow", None, input="{}") for i in range(10)]
-    broken = NewRun("bad", None, "workflow", None, input="{}")  # type: ignore[arg-type]
+    news = [
+        NewRun(f"s{i}", "wf", "workflow", None, input="{}", status="running") for i in range(10)
+    ]
+    broken = NewRun("bad", None, "workflow", None, input="{}", status="running")  # type: ignore[arg-type]
     outcomes = await asyncio.gather(
         *(store.create_run(n) for n in [*news[:5], broken, *news[5:]]), return_exceptions=True
     )

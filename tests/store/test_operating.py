@@ -22,7 +22,7 @@ from plait.store.ops import (
 )
 from plait.store.rows import DecisionRow, NewRun
 
-from .rows import new_run, step, wakeups, write
+from .rows import CUT, new_run, step, wakeups, write
 
 GATE = "__approval:ok"
 
@@ -58,7 +58,7 @@ async def test_set_value_publishes_and_the_last_write_wins(store: Store) -> None
 async def test_guard_step_refuses_the_whole_batch_when_the_status_moved(store: Store) -> None:
     await new_run(store, "r1")
     gate = gate_step("r1")
-    await write(store, "r1", StartAttempt(gate, 1))  # type: ignore[arg-type]
+    await write(store, "r1", StartAttempt(gate, 1, "running"))  # type: ignore[arg-type]
     await write(store, "r1", GuardStep(GATE, "pending"), SetValue("ok", "1"))
     with pytest.raises(GateClosedError):
         await write(store, "r1", GuardStep(GATE, "succeeded"), SetValue("nope", "1"))
@@ -69,7 +69,7 @@ async def test_submit_decision_outcomes(store: Store) -> None:
     await new_run(store, "r1")
     now = time.time()
     gate = gate_step("r1", deadline=now + 60)
-    await write(store, "r1", StartAttempt(gate, 1))  # type: ignore[arg-type]
+    await write(store, "r1", StartAttempt(gate, 1, "running"))  # type: ignore[arg-type]
     before = await wakeups(store, "r1")
 
     assert await store.submit_decision("r1", decision("held", now), ()) == "held"
@@ -125,9 +125,9 @@ async def test_submit_decision_outcomes(store: Store) -> None:
 async def test_list_gates_reads_gates_of_live_runs(store: Store) -> None:
     await new_run(store, "r1", owner="alice")
     await new_run(store, "r2")
-    await write(store, "r1", StartAttempt(gate_step("r1"), 1))  # type: ignore[arg-type]
-    await write(store, "r2", StartAttempt(gate_step("r2"), 1))  # type: ignore[arg-type]
-    await write(store, "r2", EndRun("cancelled"))
+    await write(store, "r1", StartAttempt(gate_step("r1"), 1, "running"))  # type: ignore[arg-type]
+    await write(store, "r2", StartAttempt(gate_step("r2"), 1, "running"))  # type: ignore[arg-type]
+    await write(store, "r2", EndRun("cancelled", cut=CUT))
     gates = await store.list_gates("pending", 10)
     assert [(g.step.run_id, g.owner, g.workflow, g.run_status) for g in gates] == [
         ("r1", "alice", "wf", "running")
@@ -138,11 +138,15 @@ async def test_list_gates_reads_gates_of_live_runs(store: Store) -> None:
 async def test_fork_run_creates_the_run_with_its_kept_steps(store: Store) -> None:
     await new_run(store, "src")
     kept = step("copy", "a", status="succeeded", output="1")
-    run = await store.fork_run(NewRun("copy", "wf", "workflow", None, "{}"), "src", [PutStep(kept)])
+    run = await store.fork_run(
+        NewRun("copy", "wf", "workflow", None, "{}", status="running"), "src", [PutStep(kept)]
+    )
     assert run.forked_from == "src" and run.status == "running"
     assert [s.key for s in await store.get_steps("copy")] == ["a"]
     with pytest.raises(RunIdTakenError):
-        await store.fork_run(NewRun("copy", "wf", "workflow", None, "{}"), "src", [])
+        await store.fork_run(
+            NewRun("copy", "wf", "workflow", None, "{}", status="running"), "src", []
+        )
 
 
 async def test_fork_run_of_a_queue_waits_with_its_values(store: Store) -> None:
@@ -172,7 +176,16 @@ async def test_prune_batch_walks_ended_trees_with_a_cursor(store: Store) -> None
         await new_run(store, f"old{n}")
         await write(store, f"old{n}", SetValue("v", "1"), EndRun("completed", "1"))
     await new_run(store, "parent")
-    child = NewRun("kid", "wf", "workflow", None, "{}", parent_run_id="parent", parent_step_key="c")
+    child = NewRun(
+        "kid",
+        "wf",
+        "workflow",
+        None,
+        "{}",
+        parent_run_id="parent",
+        parent_step_key="c",
+        status="running",
+    )
     await write(store, "parent", CreateChildRun(child), EndRun("failed", None, '{"message": "x"}'))
     await new_run(store, "live")
     cutoff = time.time() + 1

@@ -26,7 +26,7 @@ from plait.store.ops import (
 )
 from plait.store.rows import Lease, NewRun
 
-from .rows import T0, error, idle, new_run, plain, step, wake_at, wakeups, write
+from .rows import CUT, T0, error, idle, new_run, plain, step, wake_at, wakeups, write
 
 # -- the snapshot ----------------------------------------------------------------------------
 
@@ -146,7 +146,7 @@ async def test_renew_leases_extends_runs_and_jobs_and_names_ended_runs(store: St
     for run_id in ("r1", "r2", "r3"):
         assert await store.claim_run(run_id, "w1", -1.0)
     assert [j.step_key for j in await store.claim_step_jobs("w1", -1.0, 10, ["fn"])] == ["q"]
-    await write(store, "r2", EndRun("cancelled", None, error("stop")))
+    await write(store, "r2", EndRun("cancelled", None, error("stop"), cut=CUT))
     assert await store.renew_leases("w1", 60.0, ["r1", "r2"]) == {"r2"}
     assert not await store.claim_run("r1", "w2", 60.0)
     assert await store.claim_step_jobs("w2", 60.0, 10, ["fn"]) == []
@@ -228,11 +228,13 @@ async def test_put_step_inserts_then_updates_every_mutable_column(store: Store) 
 async def test_what_a_step_was_reached_after_is_kept_from_its_first_write(store: Store) -> None:
     await new_run(store, "r1")
     await write(store, "r1", PutStep(step("r1", "a", reached_after="[]")))
-    await write(store, "r1", StartAttempt(step("r1", "b", reached_after='["a"]'), 1, "w1"))
+    await write(
+        store, "r1", StartAttempt(step("r1", "b", reached_after='["a"]'), 1, "running", "w1")
+    )
     await write(store, "r1", PutStep(step("r1", "old")))  # recorded before: NULL
     # later writes of a row read back without it (a claimed job's, say) leave it alone
     await write(store, "r1", PutStep(step("r1", "a", status="succeeded", reached_after=None)))
-    await write(store, "r1", StartAttempt(step("r1", "b", attempts=2), 2, "w1"))
+    await write(store, "r1", StartAttempt(step("r1", "b", attempts=2), 2, "running", "w1"))
     snapshot = await store.load_pass("r1")
     assert snapshot is not None
     kept = {k: plain(s)["reached_after"] for k, s in snapshot.steps.items()}
@@ -244,7 +246,7 @@ async def test_what_a_step_was_reached_after_is_kept_from_its_first_write(store:
 async def test_start_attempt_writes_the_step_and_a_running_attempt(store: Store) -> None:
     await new_run(store, "r1")
     row = step("r1", "a", status="running", attempts=1)
-    await write(store, "r1", StartAttempt(row, 1, "w1"))
+    await write(store, "r1", StartAttempt(row, 1, "running", "w1"))
     (written,) = await store.get_steps("r1")
     assert (written.status, written.attempts) == ("running", 1)
     (attempt,) = await store.get_history("r1")
@@ -260,11 +262,11 @@ async def test_finish_attempt_keeps_every_attempt_in_history(store: Store) -> No
     await new_run(store, "r1")
     row = step("r1", "a", retries=1)
     row.status, row.attempts = "running", 1
-    await write(store, "r1", StartAttempt(row, 1, "w1"))
+    await write(store, "r1", StartAttempt(row, 1, "running", "w1"))
     row.status, row.failures, row.error = "scheduled", 1, error("first")
     await write(store, "r1", FinishAttempt(row, 1, "failed", None, row.error))
     row.status, row.attempts = "running", 2
-    await write(store, "r1", StartAttempt(row, 2, "w1"))
+    await write(store, "r1", StartAttempt(row, 2, "running", "w1"))
     row.status, row.output, row.error = "succeeded", '{"ok": true}', None
     await write(store, "r1", FinishAttempt(row, 2, "succeeded", row.output))
     (written,) = await store.get_steps("r1")
@@ -286,9 +288,11 @@ async def test_finish_attempt_keeps_every_attempt_in_history(store: Store) -> No
 async def test_an_interrupted_attempt_is_archived_when_the_next_starts(store: Store) -> None:
     await new_run(store, "r1")
     row = step("r1", "a", status="running", attempts=1)
-    await write(store, "r1", StartAttempt(row, 1, "w1"))
+    await write(store, "r1", StartAttempt(row, 1, "running", "w1"))
     row.attempts = 2
-    await write(store, "r1", FinishAttempt(row, 1, "interrupted"), StartAttempt(row, 2, "w2"))
+    await write(
+        store, "r1", FinishAttempt(row, 1, "interrupted"), StartAttempt(row, 2, "running", "w2")
+    )
     history = await store.get_history("r1")
     assert [(a.attempt, a.status) for a in history] == [(1, "interrupted"), (2, "running")]
 
@@ -365,6 +369,7 @@ async def test_create_child_run_creates_a_run_under_its_parent(store: Store) -> 
         parent_step_key="spawn",
         lease_owner="w1",
         lease_seconds=60.0,
+        status="running",
     )
     await write(store, "p", CreateChildRun(child), CreateChildRun(child))
     run = await store.get_run("c1")
@@ -470,10 +475,10 @@ async def test_step_writes_one_commit_at_a_time_keep_every_attempt(store: Store)
     done = step("r1", "a", status="succeeded", attempts=2, failures=1, output='"ok"')
     b1 = step("r1", "b", status="running", attempts=1, seq=1)
     for ops in (
-        [StartAttempt(a1, 1, "w1")],
+        [StartAttempt(a1, 1, "running", "w1")],
         [FinishAttempt(failed, 1, "failed", None, error("boom"))],
-        [StartAttempt(a2, 2, "w1")],
-        [FinishAttempt(done, 2, "succeeded", '"ok"'), StartAttempt(b1, 1, "w1")],
+        [StartAttempt(a2, 2, "running", "w1")],
+        [FinishAttempt(done, 2, "succeeded", '"ok"'), StartAttempt(b1, 1, "running", "w1")],
     ):
         assert await store.commit(Batch("r1", list(ops), fence="w1")) is False
     steps = {s.key: (s.status, s.attempts, s.output) for s in await store.get_steps("r1")}
@@ -485,7 +490,7 @@ async def test_step_writes_one_commit_at_a_time_keep_every_attempt(store: Store)
 async def test_step_writes_without_the_lease_fail_and_write_nothing(store: Store) -> None:
     await new_run(store, "r1", lease_owner="w1", lease_seconds=-1.0)
     assert await store.claim_run("r1", "w2", 60.0)  # w1's lease ran out: w2 took over
-    begun = StartAttempt(step("r1", "a", status="running", attempts=1), 1, "w1")
+    begun = StartAttempt(step("r1", "a", status="running", attempts=1), 1, "running", "w1")
     with pytest.raises(LeaseLostError):
         await store.commit(Batch("r1", [begun], fence="w1"))
     assert await store.get_steps("r1") == [] and await store.get_history("r1") == []

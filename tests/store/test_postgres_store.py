@@ -35,7 +35,7 @@ from plait.store.rows import NewRun, StepRow
 from support.counter import Counter
 from support.polling import eventually
 
-from .rows import T0, step
+from .rows import CUT, T0, step
 
 asyncpg = pytest.importorskip("asyncpg")
 postgres = pytest.importorskip("plait.store.postgres")
@@ -139,7 +139,9 @@ async def test_migrations_are_idempotent(pg_url: str) -> None:
         )
         last = await _fetchval(pg_url, "SELECT max(applied_at) FROM plait.schema_version")
         assert last == applied
-        run, created = await again.create_run(NewRun("r1", "wf", "workflow", None, "{}"))
+        run, created = await again.create_run(
+            NewRun("r1", "wf", "workflow", None, "{}", status="running")
+        )
         assert created and run.status == "running"
     finally:
         await again.close()
@@ -162,7 +164,9 @@ async def test_times_are_timestamptz_and_json_is_jsonb(pg_url: str) -> None:
     try:
         before = time.time()
         payload = '{"nested": {"list": [1, 2.5, "three", null]}, "unicode": "\\u00e9t\\u00e9"}'
-        run, _ = await store.create_run(NewRun("r1", "wf", "workflow", None, payload))
+        run, _ = await store.create_run(
+            NewRun("r1", "wf", "workflow", None, payload, status="running")
+        )
         assert run.input == {"nested": {"list": [1, 2.5, "three", None]}, "unicode": "été"}
         assert before - 1 <= run.created_at.timestamp() <= time.time() + 1
         types = await _fetchval(
@@ -237,7 +241,16 @@ async def test_first_attempts_are_written_as_commit_steps_writes_them(pg_url: st
     try:
         for run_id in ("rows", "function"):
             await store.create_run(
-                NewRun(run_id, "wf", "workflow", None, "{}", lease_owner="w1", lease_seconds=600.0)
+                NewRun(
+                    run_id,
+                    "wf",
+                    "workflow",
+                    None,
+                    "{}",
+                    lease_owner="w1",
+                    lease_seconds=600.0,
+                    status="running",
+                )
             )
         for round_ in range(40):
             size = rng.choice((1, 1, 2, 2, 3, 5, 16, 17))
@@ -296,7 +309,7 @@ def _random_write(rng: random.Random, row: StepRow) -> Op:
     if kind == "put":
         return PutStep(row)
     if kind == "start":
-        return StartAttempt(row, 1, rng.choice((None, "w1:a")))
+        return StartAttempt(row, 1, "running", rng.choice((None, "w1:a")))
     status = rng.choice(("succeeded", "failed", "interrupted", "cancelled"))
     return FinishAttempt(row, 1, status, rng.choice((None, '"y"')), rng.choice((None, '"e"')))
 
@@ -306,7 +319,7 @@ def _for_run(op: Op, run_id: str) -> Op:
     if isinstance(op, PutStep):
         return PutStep(row)
     if isinstance(op, StartAttempt):
-        return StartAttempt(row, op.attempt, op.worker)
+        return StartAttempt(row, op.attempt, "running", op.worker)
     assert isinstance(op, FinishAttempt)
     return FinishAttempt(row, op.attempt, op.status, op.output, op.error)
 
@@ -425,7 +438,16 @@ async def test_a_pass_that_lost_a_write_cannot_write_again(pg_url: str) -> None:
     await store.open()
     try:
         await store.create_run(
-            NewRun("r1", "wf", "workflow", None, "{}", lease_owner="w1", lease_seconds=60)
+            NewRun(
+                "r1",
+                "wf",
+                "workflow",
+                None,
+                "{}",
+                lease_owner="w1",
+                lease_seconds=60,
+                status="running",
+            )
         )
         pool = store._pool
 
@@ -459,7 +481,16 @@ async def _impatient_store(pg_url: str, *run_ids: str) -> AsyncIterator[tuple[An
     try:
         for run_id in run_ids:
             await store.create_run(
-                NewRun(run_id, "wf", "workflow", None, "{}", lease_owner="w1", lease_seconds=60)
+                NewRun(
+                    run_id,
+                    "wf",
+                    "workflow",
+                    None,
+                    "{}",
+                    lease_owner="w1",
+                    lease_seconds=60,
+                    status="running",
+                )
             )
         await store.commit(Batch(run_ids[0], [SetState("a", "1")], fence="w1"))
         yield store, holder
@@ -537,7 +568,16 @@ async def test_a_passs_commits_keep_one_connection_and_replace_a_lost_one(pg_url
     await store.open()
     try:
         await store.create_run(
-            NewRun("r1", "wf", "workflow", None, "{}", lease_owner="w1", lease_seconds=60)
+            NewRun(
+                "r1",
+                "wf",
+                "workflow",
+                None,
+                "{}",
+                lease_owner="w1",
+                lease_seconds=60,
+                status="running",
+            )
         )
         await store.commit(Batch("r1", [SetState("a", "1")], fence="w1"))
         held = store._pool._held
@@ -685,7 +725,7 @@ async def test_calls_beyond_the_pool_size_wait_for_a_kept_connection(pg_url: str
     try:
         ids = [f"r{i}" for i in range(20)]
         for run_id in ids:
-            await store.create_run(NewRun(run_id, "wf", "workflow", None, "{}"))
+            await store.create_run(NewRun(run_id, "wf", "workflow", None, "{}", status="running"))
         reads = [asyncio.ensure_future(store.get_run(ids[i % 20])) for i in range(60)]
         await asyncio.sleep(0)  # every read has taken a connection or is waiting for one
         for read in reads[10:60:10]:
@@ -718,16 +758,33 @@ async def test_a_cancel_of_a_child_locks_its_parent_first(pg_url: str) -> None:
     await store.open()
     holder = await asyncpg.connect(pg_url)
     try:
-        await store.create_run(NewRun("p", "wf", "workflow", None, "{}"))
+        await store.create_run(NewRun("p", "wf", "workflow", None, "{}", status="running"))
         waiting = step("p", "k", kind="child", function=None, status="running", attempts=1)
         waiting.child_run_id = "c"
-        child = NewRun("c", "wf", "workflow", None, "{}", parent_run_id="p", parent_step_key="k")
-        await store.commit(Batch("p", [StartAttempt(waiting, 1, "w1"), CreateChildRun(child)]))
+        child = NewRun(
+            "c",
+            "wf",
+            "workflow",
+            None,
+            "{}",
+            parent_run_id="p",
+            parent_step_key="k",
+            status="running",
+        )
+        await store.commit(
+            Batch("p", [StartAttempt(waiting, 1, "running", "w1"), CreateChildRun(child)])
+        )
         holding = holder.transaction()
         await holding.start()
         await holder.execute("SELECT 1 FROM plait.runs WHERE id = 'p' FOR UPDATE")
         cancel = asyncio.ensure_future(
-            store.cancel_run("c", '{"message": "stop"}', StepEnd("failed", None, "{}"))
+            store.cancel_run(
+                "c",
+                "cancelled",
+                '{"message": "stop"}',
+                StepEnd("failed", None, "{}", failures=1),
+                CUT,
+            )
         )
 
         async def cancel_waits() -> bool:
@@ -760,25 +817,39 @@ async def test_a_batch_that_cancels_children_is_not_held_up_by_nor_holds_up_a_gr
     holder = await asyncpg.connect(pg_url)
     try:
         for run_id in ("p", "x", "a"):
-            await store.create_run(NewRun(run_id, "wf", "workflow", None, "{}"))
+            await store.create_run(NewRun(run_id, "wf", "workflow", None, "{}", status="running"))
             assert await store.claim_run(run_id, "w1", 60.0)
         waiting = step("p", "k", kind="child", function=None, status="running", attempts=1)
         waiting.child_run_id = "c"
-        child = NewRun("c", "wf", "workflow", None, "{}", parent_run_id="p", parent_step_key="k")
+        child = NewRun(
+            "c",
+            "wf",
+            "workflow",
+            None,
+            "{}",
+            parent_run_id="p",
+            parent_step_key="k",
+            status="running",
+        )
         await store.commit(
-            Batch("p", [StartAttempt(waiting, 1, "w1"), CreateChildRun(child)], fence="w1")
+            Batch(
+                "p", [StartAttempt(waiting, 1, "running", "w1"), CreateChildRun(child)], fence="w1"
+            )
         )
         holding = holder.transaction()
         await holding.start()
         await holder.execute("SELECT 1 FROM plait.runs WHERE id = 'c' FOR UPDATE")
         error = '{"message": "parent run p failed"}'
-        ending = [EndRun("failed", None, '{"message": "boom"}'), CancelChildren(error, None)]
+        ending = [
+            EndRun("failed", None, '{"message": "boom"}'),
+            CancelChildren("cancelled", error, None, CUT),
+        ]
         first = asyncio.ensure_future(
-            store.commit(Batch("x", [StartAttempt(step("x", "s"), 1, "w1")], fence="w1"))
+            store.commit(Batch("x", [StartAttempt(step("x", "s"), 1, "running", "w1")], fence="w1"))
         )
         end = asyncio.ensure_future(store.commit(Batch("p", ending, fence="w1")))
         beside = asyncio.ensure_future(
-            store.commit(Batch("a", [StartAttempt(step("a", "s"), 1, "w1")], fence="w1"))
+            store.commit(Batch("a", [StartAttempt(step("a", "s"), 1, "running", "w1")], fence="w1"))
         )
         await asyncio.wait_for(asyncio.gather(first, beside), 10)
         assert not end.done()

@@ -1,6 +1,7 @@
 """A PostgreSQL database whose functions are not this plait's (older ones, or a changed
 tree's) gets this plait's when a store opens it: the same functions as a fresh database,
-none of which decides a step's status, and its rows go on working. Functions applied by a
+none of which holds a word of the runtime's policy (an error code, a status it chooses),
+and its rows go on working. Functions applied by a
 newer plait are refused, as a newer schema is."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from plait.store import queries
 from plait.store.migrations import functions, migrations
 from plait.store.ops import Batch, EndRun, StepEnd
+from unit.sql_choices import chosen_in_sql
 
 asyncpg = pytest.importorskip("asyncpg")
 postgres = pytest.importorskip("plait.store.postgres")
@@ -23,18 +25,22 @@ _names = itertools.count()
 _SCHEMA = '"plait"'
 _CHANNEL = "'plait_plait'"
 
-#: words of policy the runtime owns, which no function may hold
+#: words of policy the runtime owns, which no function may hold; nor may one choose a
+#: status (``chosen_in_sql``: every status a function writes is handed to it)
 POLICY = ("STEP_INTERRUPTED", "CHILD_FAILED", "ChildRunError", "StepInterrupted")
 #: functions that are gone: a resume or a retry is a reopen_run with the runtime's ops
 GONE = ("resume_run", "retry_run", "requeue")
 
-#: functions of an earlier plait: a signature since changed, and a body since rewritten
-#: (which still named a policy word)
+#: functions of an earlier plait: a signature since changed, and bodies since rewritten
+#: (which still named a policy word, or chose a status)
 _OLDER = """
 CREATE FUNCTION @schema@.end_run(p_run text, p_status text, p_output jsonb, p_error jsonb,
     p_now timestamptz, p_from text[]) RETURNS text[] LANGUAGE sql AS $$ SELECT p_from $$;
 CREATE OR REPLACE FUNCTION @schema@.wake_run(p_run text, p_now timestamptz, p_at timestamptz)
 RETURNS boolean LANGUAGE sql AS $$ SELECT 'STEP_INTERRUPTED' <> '' $$;
+CREATE FUNCTION @schema@.admit_runs(p_owner text) RETURNS SETOF text LANGUAGE sql AS $$
+    UPDATE @schema@.runs SET status = 'running', lease_owner = p_owner
+    WHERE status = 'queued' RETURNING id $$;
 """
 
 
@@ -130,6 +136,9 @@ async def test_postgres_functions_not_this_plaits_are_replaced(
     assert names.isdisjoint(GONE)
     for name, text in made["functions"].items():
         assert not any(word in text for word in POLICY), name
+        assert chosen_in_sql(text) == [], name
+    # the check sees a status chosen where one is
+    assert chosen_in_sql(_OLDER) == ["runs SET status = 'running'"]
 
 
 async def test_postgres_rows_go_on_after_the_functions_are_replaced(pg_cluster: Any) -> None:
@@ -140,7 +149,10 @@ async def test_postgres_rows_go_on_after_the_functions_are_replaced(pg_cluster: 
     try:
         failure = json.dumps({"message": "child run c1 failed: no", "code": "X"})
         end = EndRun(
-            "failed", None, json.dumps({"message": "no"}), StepEnd("failed", None, failure)
+            "failed",
+            None,
+            json.dumps({"message": "no"}),
+            StepEnd("failed", None, failure, failures=1),
         )
         await store.commit(Batch("c1", [end]))
         (settled,) = await store.get_steps("p")

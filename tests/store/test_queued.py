@@ -8,7 +8,7 @@ from plait.store import Store
 from plait.store.ops import EndRun, EnqueueJob, FinishAttempt, Op, PutStep, StartAttempt
 from plait.store.rows import StepJob, StepRow
 
-from .rows import T0, error, idle, new_run, plain, step, wakeups, write
+from .rows import CUT, T0, error, idle, new_run, plain, step, wakeups, write
 
 #: two step workers of one host (leases_of finds a host's leases by this prefix)
 W1, W2 = "host#1", "host#2"
@@ -31,7 +31,7 @@ def _started(row: StepRow, owner: str) -> list[Op]:
     """The start of the step's next attempt, as the runtime writes it."""
     began = row.copy()
     began.status, began.attempts = "running", row.attempts + 1
-    return [StartAttempt(began, began.attempts, owner)]
+    return [StartAttempt(began, began.attempts, "running", owner)]
 
 
 # -- claiming ------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ async def test_begin_queued_step_writes_the_interruption_of_a_lost_attempt(store
     assert job.step is not None and (job.step.status, job.step.attempts) == ("running", 1)
     lost = job.step.copy()
     lost.attempts = 2
-    ops = [FinishAttempt(job.step, 1, "interrupted"), StartAttempt(lost, 2, W2)]
+    ops = [FinishAttempt(job.step, 1, "interrupted"), StartAttempt(lost, 2, "running", W2)]
     assert await store.begin_queued_step(job, W2, ops)
     history = await store.get_history("r1")
     assert [(a.attempt, a.status) for a in history] == [(1, "interrupted"), (2, "running")]
@@ -128,7 +128,7 @@ async def test_begin_queued_step_of_a_suspended_run_keeps_the_job(store: Store) 
     assert untouched.status == "scheduled"
     assert await store.leases_of("host", "host#other") == []
     # resumed, the job is there to claim at once: its lease was given back
-    reopened = await store.reopen_run("r1", "suspended", await wakeups(store, "r1"), [])
+    reopened = await store.reopen_run("r1", "suspended", "running", await wakeups(store, "r1"), [])
     assert reopened is not None
     assert (await _claim(store, W2)).deliveries == 2
 
@@ -136,7 +136,7 @@ async def test_begin_queued_step_of_a_suspended_run_keeps_the_job(store: Store) 
 async def test_begin_queued_step_of_an_ended_run_writes_nothing(store: Store) -> None:
     row = await _queued(store)
     job = await _claim(store)
-    await write(store, "r1", EndRun("cancelled", None, error("stop")))
+    await write(store, "r1", EndRun("cancelled", None, error("stop"), cut=CUT))
     assert await store.begin_queued_step(job, W1, _started(row, W1)) is False
     (untouched,) = await store.get_steps("r1")
     assert untouched.status == "scheduled"

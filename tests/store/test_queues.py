@@ -12,7 +12,7 @@ from plait.store import Store
 from plait.store.ops import EndRun
 from plait.store.rows import NewRun, QueueLimits, ScheduleRow, StepJob
 
-from .rows import write
+from .rows import CUT, write
 
 
 def queued(run_id: str, **fields: object) -> NewRun:
@@ -30,7 +30,7 @@ async def test_a_queued_run_waits_for_admission(store: Store) -> None:
     # not a pass: the ordinary claim leaves queued runs alone
     assert await store.claim_due_runs("w1", 60.0, 10) == []
     assert await store.next_queued() is not None
-    assert await store.admit_runs("w1", 60.0, 10, []) == ["r1"]
+    assert await store.admit_runs("w1", 60.0, 10, [], "running") == ["r1"]
     after = await store.get_run("r1")
     assert after is not None and after.status == "running" and after.admitted_at is not None
     # admitted and leased in one write: nobody else may take it
@@ -42,23 +42,23 @@ async def test_admission_holds_concurrency_until_runs_end(store: Store) -> None:
     for n in range(5):
         await store.create_run(queued(f"r{n}", queue="q"))
     limits = [QueueLimits("q", concurrency=2)]
-    first = await store.admit_runs("w1", 60.0, 10, limits)
+    first = await store.admit_runs("w1", 60.0, 10, limits, "running")
     assert first == ["r0", "r1"]
-    assert await store.admit_runs("w2", 60.0, 10, limits) == []
+    assert await store.admit_runs("w2", 60.0, 10, limits, "running") == []
     await end(store, "r0")
-    assert await store.admit_runs("w2", 60.0, 10, limits) == ["r2"]
+    assert await store.admit_runs("w2", 60.0, 10, limits, "running") == ["r2"]
     # a queue the claimer does not limit admits everything
-    assert sorted(await store.admit_runs("w3", 60.0, 10, [])) == ["r3", "r4"]
+    assert sorted(await store.admit_runs("w3", 60.0, 10, [], "running")) == ["r3", "r4"]
 
 
 async def test_per_key_admits_other_keys_past_a_busy_one(store: Store) -> None:
     for n, key in enumerate(["a", "a", "a", "b", "c"]):
         await store.create_run(queued(f"r{n}", queue="q", queue_key=key))
     limits = [QueueLimits("q", concurrency=3, per_key=1)]
-    assert await store.admit_runs("w1", 60.0, 10, limits) == ["r0", "r3", "r4"]
-    assert await store.admit_runs("w1", 60.0, 10, limits) == []
+    assert await store.admit_runs("w1", 60.0, 10, limits, "running") == ["r0", "r3", "r4"]
+    assert await store.admit_runs("w1", 60.0, 10, limits, "running") == []
     await end(store, "r0")
-    assert await store.admit_runs("w1", 60.0, 10, limits) == ["r1"]
+    assert await store.admit_runs("w1", 60.0, 10, limits, "running") == ["r1"]
 
 
 async def test_higher_priority_first_then_start_order(store: Store) -> None:
@@ -68,7 +68,7 @@ async def test_higher_priority_first_then_start_order(store: Store) -> None:
     limits = [QueueLimits("q", concurrency=1)]
     order = []
     for _ in range(4):
-        (admitted,) = await store.admit_runs("w1", 60.0, 10, limits)
+        (admitted,) = await store.admit_runs("w1", 60.0, 10, limits, "running")
         order.append(admitted)
         await end(store, admitted)
     assert order == ["high", "high2", "mid", "low"]
@@ -78,10 +78,10 @@ async def test_rate_admits_at_most_n_per_window(store: Store) -> None:
     for n in range(5):
         await store.create_run(queued(f"r{n}", queue="q"))
     limits = [QueueLimits("q", rate=2, window=0.5)]
-    assert len(await store.admit_runs("w1", 60.0, 10, limits)) == 2
-    assert await store.admit_runs("w1", 60.0, 10, limits) == []
+    assert len(await store.admit_runs("w1", 60.0, 10, limits, "running")) == 2
+    assert await store.admit_runs("w1", 60.0, 10, limits, "running") == []
     await asyncio.sleep(0.55)
-    assert len(await store.admit_runs("w1", 60.0, 10, limits)) == 2
+    assert len(await store.admit_runs("w1", 60.0, 10, limits, "running")) == 2
 
 
 async def test_a_delayed_run_is_not_admitted_early(store: Store) -> None:
@@ -89,11 +89,11 @@ async def test_a_delayed_run_is_not_admitted_early(store: Store) -> None:
     run, _ = await store.create_run(queued("r1", not_before=at))
     assert run.status == "queued" and run.start_at is not None
     assert abs(run.start_at.timestamp() - at) < 0.01
-    assert await store.admit_runs("w1", 60.0, 10, []) == []
+    assert await store.admit_runs("w1", 60.0, 10, [], "running") == []
     due = await store.next_queued()
     assert due is not None and abs(due - at) < 0.01
     await asyncio.sleep(max(0.0, at - time.time()) + 0.02)
-    assert await store.admit_runs("w1", 60.0, 10, []) == ["r1"]
+    assert await store.admit_runs("w1", 60.0, 10, [], "running") == ["r1"]
 
 
 async def test_dedup_returns_the_live_run_and_frees_when_it_ends(store: Store) -> None:
@@ -102,7 +102,7 @@ async def test_dedup_returns_the_live_run_and_frees_when_it_ends(store: Store) -
     again, created = await store.create_run(queued("r2", dedup="k"))
     assert not created and again.id == "r1"
     assert await store.get_run("r2") is None
-    await store.admit_runs("w1", 60.0, 10, [])
+    await store.admit_runs("w1", 60.0, 10, [], "running")
     await end(store, "r1")
     third, created = await store.create_run(queued("r3", dedup="k"))
     assert created and third.id == "r3"
@@ -112,11 +112,13 @@ async def test_a_queued_run_can_be_cancelled(store: Store) -> None:
     await store.create_run(queued("r1", queue="q"))
     from plait.store.ops import StepEnd
 
-    moved = await store.cancel_run("r1", '{"message": "no"}', StepEnd("failed"))
+    moved = await store.cancel_run(
+        "r1", "cancelled", '{"message": "no"}', StepEnd("failed", failures=1), CUT
+    )
     assert moved == ["r1"]
     run = await store.get_run("r1")
     assert run is not None and run.status == "cancelled"
-    assert await store.admit_runs("w1", 60.0, 10, []) == []
+    assert await store.admit_runs("w1", 60.0, 10, [], "running") == []
 
 
 async def test_limited_step_jobs_hold_a_slot_while_leased(store: Store) -> None:
@@ -124,7 +126,7 @@ async def test_limited_step_jobs_hold_a_slot_while_leased(store: Store) -> None:
 
     from .rows import step
 
-    await store.create_run(NewRun("r1", "wf", "workflow", None, "null"))
+    await store.create_run(NewRun("r1", "wf", "workflow", None, "null", status="running"))
     ops = []
     for n in range(3):
         ops += [
@@ -152,7 +154,9 @@ def schedule_row(name: str, next_tick: float) -> ScheduleRow:
 
 async def test_a_schedule_tick_fires_once(store: Store) -> None:
     await store.put_schedule(schedule_row("s", 100.0))
-    runs = [NewRun("schedule:s:a", "wf", "workflow", None, "null", scheduled_at=100.0)]
+    runs = [
+        NewRun("schedule:s:a", "wf", "workflow", None, "null", scheduled_at=100.0, status="running")
+    ]
     assert await store.fire_schedule("s", 100.0, 101.0, runs, True) == ["schedule:s:a"]
     # a second worker that read the same next tick loses the compare-and-set
     assert await store.fire_schedule("s", 100.0, 101.0, runs, True) is None
@@ -168,9 +172,12 @@ async def test_overlap_skip_starts_nothing_while_the_last_run_lives(
     store: Store, skip: bool
 ) -> None:
     await store.put_schedule(schedule_row("s", 1.0))
-    first = [NewRun("s1", "wf", "workflow", None, "null", scheduled_at=1.0)]
+    first = [NewRun("s1", "wf", "workflow", None, "null", scheduled_at=1.0, status="running")]
     assert await store.fire_schedule("s", 1.0, 2.0, first, skip) == ["s1"]
-    more = [NewRun(f"s{n}", "wf", "workflow", None, "null", scheduled_at=float(n)) for n in (2, 3)]
+    more = [
+        NewRun(f"s{n}", "wf", "workflow", None, "null", scheduled_at=float(n), status="running")
+        for n in (2, 3)
+    ]
     started = await store.fire_schedule("s", 2.0, 4.0, more, skip)
     assert started == ([] if skip else ["s2", "s3"])
     (row,) = await store.get_schedules("s")
@@ -191,3 +198,19 @@ async def test_put_schedule_keeps_status_unless_the_definition_changes(store: St
     assert await store.delete_schedule("s")
     assert not await store.delete_schedule("s")
     assert await store.get_schedules() == []
+
+
+async def test_a_retried_run_of_a_queue_takes_the_status_it_is_handed(store: Store) -> None:
+    """The runtime says a retried run of a queue waits for admission again; the store
+    writes that status, and admission then moves it to the status admission is handed."""
+    await store.create_run(queued("r1", queue="q"))
+    assert await store.admit_runs("w1", 60.0, 10, [], "running") == ["r1"]
+    await write(store, "r1", EndRun("failed", None, '{"message": "no"}'))
+    failed = await store.load_pass("r1")
+    assert failed is not None and failed.run.status == "failed"
+    run = await store.reopen_run("r1", "failed", "queued", failed.run.wakeups, [])
+    assert run is not None and run.status == "queued"
+    assert await store.claim_due_runs("w2", 60.0, 10) == []
+    assert await store.admit_runs("w2", 60.0, 10, [], "running") == ["r1"]
+    admitted = await store.get_run("r1")
+    assert admitted is not None and admitted.status == "running"

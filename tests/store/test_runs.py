@@ -16,7 +16,7 @@ from .rows import new_run, step, write
 async def test_create_run_creates_a_running_run(store: Store) -> None:
     before = time.time()
     run, created = await store.create_run(
-        NewRun("r1", "wf", "workflow", "v1", '{"n": 1}', owner="ann")
+        NewRun("r1", "wf", "workflow", "v1", '{"n": 1}', owner="ann", status="running")
     )
     assert created
     assert (run.id, run.workflow, run.kind, run.version, run.status) == (
@@ -38,8 +38,12 @@ async def test_create_run_creates_a_running_run(store: Store) -> None:
 
 
 async def test_create_run_is_idempotent_on_its_id(store: Store) -> None:
-    first, _ = await store.create_run(NewRun("r1", "wf", "workflow", None, '{"n": 1}'))
-    again, created = await store.create_run(NewRun("r1", "wf", "workflow", None, '{"n": 2}'))
+    first, _ = await store.create_run(
+        NewRun("r1", "wf", "workflow", None, '{"n": 1}', status="running")
+    )
+    again, created = await store.create_run(
+        NewRun("r1", "wf", "workflow", None, '{"n": 2}', status="running")
+    )
     assert not created
     assert again == first and again.input == {"n": 1}
 
@@ -152,7 +156,9 @@ async def test_a_time_bound_taken_from_a_runs_created_at_holds_that_run(store: S
     for n, at in enumerate((1733029919.1234567, 1733029919.1234564, 1733029919.0000005)):
         store.clock = VirtualClock(0)
         store.clock.now = lambda at=at: at  # type: ignore[method-assign]
-        run, _ = await store.create_run(NewRun(f"r{n}", "wf", "workflow", "v1", "{}"))
+        run, _ = await store.create_run(
+            NewRun(f"r{n}", "wf", "workflow", "v1", "{}", status="running")
+        )
         cut = run.created_at.timestamp()
         after, _ = await store.list_runs(RunFilter(created_after=cut))
         before, _ = await store.list_runs(RunFilter(created_before=cut))
@@ -220,7 +226,14 @@ async def test_get_children_lists_child_runs_oldest_first(store: Store) -> None:
     await new_run(store, "other")
     for key in ("a", "b"):
         child = NewRun(
-            f"p:{key}", "child", "workflow", None, "{}", parent_run_id="p", parent_step_key=key
+            f"p:{key}",
+            "child",
+            "workflow",
+            None,
+            "{}",
+            parent_run_id="p",
+            parent_step_key=key,
+            status="running",
         )
         await write(store, "p", CreateChildRun(child))
     children = await store.get_children("p")
@@ -250,10 +263,10 @@ async def test_get_history_orders_attempts_by_start(store: Store) -> None:
     await new_run(store, "r1")
     late, early = step("r1", "late", seq=0), step("r1", "early", seq=1)
     early.attempts, early.status = 1, "running"
-    await write(store, "r1", StartAttempt(early, 1, "w1"))
+    await write(store, "r1", StartAttempt(early, 1, "running", "w1"))
     await asyncio.sleep(0.002)
     late.attempts, late.status = 1, "running"
-    await write(store, "r1", StartAttempt(late, 1, "w1"))
+    await write(store, "r1", StartAttempt(late, 1, "running", "w1"))
     late.status, late.output = "succeeded", '"ok"'
     await write(store, "r1", FinishAttempt(late, 1, "succeeded", '"ok"'))
     history = await store.get_history("r1")

@@ -212,10 +212,10 @@ def test_a_retried_step_counts_its_earlier_failures_as_failures_not_interruption
     assert [type(op).__name__ for op in ops] == ["FinishAttempt", "StartAttempt"]
     # and the retry budget is fresh: nine more failures are retried, the tenth is not
     for _ in range(9):
-        steps.settle(step, Outcome(False, None, {"message": "x"}, True), 4.0)
+        steps.end_attempt(step, Outcome(False, None, {"message": "x"}, True), 4.0)
         assert step.status == "scheduled"
         steps.begin(step, "w2", 5.0)
-    steps.settle(step, Outcome(False, None, {"message": "x"}, True), 6.0)
+    steps.end_attempt(step, Outcome(False, None, {"message": "x"}, True), 6.0)
     assert step.status == "failed"
 
 
@@ -232,6 +232,6 @@ def test_exponential_retry_delays_are_jittered_and_a_fixed_delay_is_exact() -> N
     assert {fixed.delay_after(n) for n in range(1, 6)} == {2.0}
     # the delay drawn is the step's timer: stored once, never drawn again on replay
     step = recorded("s", 0, "do", "f", status="running", attempts=1, retries=3)
-    ops = steps.settle(step, Outcome(False, None, {"message": "x"}, True), 100.0)
+    ops = steps.end_attempt(step, Outcome(False, None, {"message": "x"}, True), 100.0)
     (timer,) = [op for op in ops if isinstance(op, SetTimer)]
     assert step.wake_at == timer.wake_at and 100.75 <= timer.wake_at <= 101.25

@@ -65,6 +65,26 @@ def test_a_pass_that_ends_nothing_leaves_the_run_running() -> None:
     assert runs.pass_status(None) == "running"
 
 
+def test_an_admitted_run_runs() -> None:
+    assert runs.ADMITTED == "running"
+
+
+def test_only_a_cancel_ends_a_run_with_a_cut() -> None:
+    """A run that cancels itself cuts its steps in flight short as a user's cancel does;
+    no other end cuts anything (the stores cascade and cut only when told)."""
+    assert runs.cancelled("stop").cut == steps.CANCEL_CUT
+    for end in (runs.completed(None), runs.failed(None), runs.suspended("m", "C")):
+        assert end.cut is None
+
+
+@pytest.mark.parametrize("status", ["completed", "failed"])
+def test_the_children_left_behind_end_cancelled_and_cut_short(status: str) -> None:
+    left = runs.children_left("r", status)
+    assert (left.status, left.cut) == ("cancelled", steps.CANCEL_CUT)
+    assert left.parent is not None
+    assert (left.parent.status, left.parent.failures) == ("failed", 1)
+
+
 #: (case, end status, a child run's, a running child step, the writes, children ended)
 END_OPS: list[tuple[str, str, bool, bool, list[tuple[str, ...]], list[str]]] = [
     ("completed", "completed", False, False, [("EndRun", "completed")], []),
@@ -116,6 +136,7 @@ def test_a_users_cancel_ends_the_run_cancelled_and_cuts_its_steps_short() -> Non
     assert json.loads(cancel.error)["message"] == "no longer needed"
     assert cancel.parent.status == "failed"
     assert (cancel.cut.step, cancel.cut.attempt) == ("failed", "cancelled")
+    assert cancel.cut.open_attempt == steps.OPEN_ATTEMPT == "running"
 
 
 def snapshot(status: str, *rows: Any) -> PassSnapshot:
@@ -124,7 +145,9 @@ def snapshot(status: str, *rows: Any) -> PassSnapshot:
 
 def test_a_resume_moves_a_suspended_run_on_and_releases_its_suspends() -> None:
     reopen = runs.resume()
-    assert (reopen.action, reopen.from_status, reopen.status) == ("resume", "suspended", "running")
+    assert (reopen.action, reopen.from_status) == ("resume", "suspended")
+    assert reopen.status(run(status="suspended")) == "running"
+    assert reopen.status(run(status="suspended", queue="q")) == "running"
     opened = step("wait", kind="suspend", attempts=1, input='{"reason": "r"}')
     assert shape(reopen.ops(snapshot("suspended", opened), T0)) == [("FinishAttempt", "succeeded")]
     assert opened.status == "succeeded"
@@ -138,11 +161,17 @@ def test_a_resume_for_a_reason_no_suspend_has_is_refused() -> None:
 
 def test_a_retry_moves_a_failed_run_on_and_reopens_its_failed_step() -> None:
     reopen = runs.retry()
-    assert (reopen.action, reopen.from_status, reopen.status) == ("retry", "failed", "running")
+    assert (reopen.action, reopen.from_status) == ("retry", "failed")
+    assert reopen.status(run(status="failed")) == "running"
     failed = step("charge", status="failed", failures=1, error='{"message": "m"}')
     kept = step("fetch", status="succeeded")
     assert shape(reopen.ops(snapshot("failed", failed, kept), T0)) == [("PutStep",)]
     assert (failed.status, kept.status) == ("pending", "succeeded")
+
+
+def test_a_retried_run_of_a_queue_waits_for_admission_again() -> None:
+    """It gave its queue's slot back when it failed."""
+    assert runs.retry().status(run(status="failed", queue="q")) == "queued"
 
 
 def test_the_status_types_and_enums_name_the_same_values() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from plait.runtime import steps
 from plait.runtime.attempt import Outcome
-from plait.store.ops import FinishAttempt, Op
+from plait.store.ops import FinishAttempt, Op, StartAttempt
 from plait.store.rows import StepRow
 
 from .rows import T0, shape, step
@@ -60,37 +60,37 @@ CASES: list[tuple[str, dict[str, Any], Callable[[StepRow], list[Op] | None], str
         [("StartAttempt",)],
     ),
     (
-        "settle a success",
+        "end an attempt: success",
         {"status": "running", "attempts": 1},
-        lambda s: steps.settle(s, OK, NOW),
+        lambda s: steps.end_attempt(s, OK, NOW),
         "succeeded",
         [("FinishAttempt", "succeeded")],
     ),
     (
-        "settle a failure with retries left",
+        "end an attempt: failure with retries left",
         {"status": "running", "attempts": 1, "retries": 2, "retry_delay": 5.0},
-        lambda s: steps.settle(s, BOOM, NOW),
+        lambda s: steps.end_attempt(s, BOOM, NOW),
         "scheduled",
         [("FinishAttempt", "failed"), ("SetTimer", "retry")],
     ),
     (
-        "settle a failure of a job step with retries left",
+        "end an attempt: failure of a job step with retries left",
         {"status": "running", "attempts": 1, "retries": 2, "queued": True},
-        lambda s: steps.settle(s, BOOM, NOW),
+        lambda s: steps.end_attempt(s, BOOM, NOW),
         "scheduled",
         [("FinishAttempt", "failed"), ("EnqueueJob",)],
     ),
     (
-        "settle a failure with no retry left",
+        "end an attempt: failure with no retry left",
         {"status": "running", "attempts": 1},
-        lambda s: steps.settle(s, BOOM, NOW),
+        lambda s: steps.end_attempt(s, BOOM, NOW),
         "failed",
         [("FinishAttempt", "failed")],
     ),
     (
-        "settle a failure that would only repeat",
+        "end an attempt: failure that would only repeat",
         {"status": "running", "attempts": 1, "retries": 3},
-        lambda s: steps.settle(s, FINAL, NOW),
+        lambda s: steps.end_attempt(s, FINAL, NOW),
         "failed",
         [("FinishAttempt", "failed")],
     ),
@@ -373,16 +373,16 @@ def test_a_for_each_node_settles_from_its_items(
     statuses: tuple[str, ...], count: int, sequential: bool, status: str, writes: Any
 ) -> None:
     node = step("n", kind="node", status="running")
-    assert shape(steps.settle_items(node, "n", items(*statuses), count, sequential, NOW)) == writes
+    assert shape(steps.end_items(node, "n", items(*statuses), count, sequential, NOW)) == writes
     assert node.status == status
 
 
 def test_a_for_each_node_outputs_its_items_outputs_and_names_the_failed_item() -> None:
     node = step("n", kind="node", status="running")
-    steps.settle_items(node, "n", items("succeeded", "succeeded"), 2, False, NOW)
+    steps.end_items(node, "n", items("succeeded", "succeeded"), 2, False, NOW)
     assert json.loads(node.output or "") == ["0", "1"] and node.error is None
     node = step("n", kind="node", status="running")
-    steps.settle_items(node, "n", items("succeeded", "failed"), 2, False, NOW)
+    steps.end_items(node, "n", items("succeeded", "failed"), 2, False, NOW)
     error = json.loads(node.error or "")
     assert (error["item"], error["step"], error["type"], node.failures) == (
         1,
@@ -393,11 +393,21 @@ def test_a_for_each_node_outputs_its_items_outputs_and_names_the_failed_item() -
 
 
 @pytest.mark.parametrize(
-    ("child", "status"), [("completed", "succeeded"), ("failed", "failed"), ("cancelled", "failed")]
+    ("child", "status", "failures"),
+    [("completed", "succeeded", 0), ("failed", "failed", 1), ("cancelled", "failed", 1)],
 )
-def test_a_child_runs_end_settles_its_parents_step(child: str, status: str) -> None:
+def test_a_child_runs_end_settles_its_parents_step(child: str, status: str, failures: int) -> None:
     end = steps.child_step_end("c", child, '"out"', json.dumps({"message": "m", "code": "X"}))
-    assert end.status == status
+    assert (end.status, end.failures) == (status, failures)
+
+
+def test_an_attempt_begins_open() -> None:
+    """Every start writes the open attempt's status, the one a cancel's cut looks for."""
+    row = step(status="pending")
+    ops, runs_body = steps.begin(row, "w1", NOW)
+    (start,) = ops
+    assert runs_body and isinstance(start, StartAttempt)
+    assert start.status == steps.OPEN_ATTEMPT == steps.CANCEL_CUT.open_attempt
 
 
 def test_a_cancel_cut_is_what_interrupt_writes() -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import typer
 
 from plait.cli.app import (
+    RUN_ID_HELP,
     DatabaseOption,
     JsonOption,
     cli,
     console,
     emit_json,
+    find_run_id,
     make_engine,
     parse_json,
     run_async,
@@ -20,13 +22,14 @@ from plait.cli.terminal import esc
 
 def _act(
     action: str,
-    run_id: str,
+    given: str,
     database: str | None,
     as_json: bool,
     reason: str | None = None,
 ) -> None:
     async def go() -> None:
         async with make_engine(None, database) as engine:
+            run_id = await find_run_id(engine, given)
             if action == "cancel":
                 run = await engine.cancel(run_id, reason)
             elif action == "resume":
@@ -43,38 +46,38 @@ def _act(
 
 @cli.command()
 def cancel(
-    run_id: str = typer.Argument(..., help="The run id."),
+    given: str = typer.Argument(..., metavar="RUN_ID", help=RUN_ID_HELP),
     reason: str | None = typer.Option(None, "--reason", help="Stored as the run's error."),
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
     """Cancel a run and its child runs."""
-    _act("cancel", run_id, database, as_json, reason)
+    _act("cancel", given, database, as_json, reason)
 
 
 @cli.command()
 def resume(
-    run_id: str = typer.Argument(..., help="The run id."),
+    given: str = typer.Argument(..., metavar="RUN_ID", help=RUN_ID_HELP),
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
     """Resume a suspended run (workers continue it)."""
-    _act("resume", run_id, database, as_json)
+    _act("resume", given, database, as_json)
 
 
 @cli.command()
 def retry(
-    run_id: str = typer.Argument(..., help="The run id."),
+    given: str = typer.Argument(..., metavar="RUN_ID", help=RUN_ID_HELP),
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
     """Retry a failed run from the failed step (workers continue it)."""
-    _act("retry", run_id, database, as_json)
+    _act("retry", given, database, as_json)
 
 
 @cli.command("send-event")
 def send_event(
-    run_id: str = typer.Argument(..., help="The run id."),
+    given: str = typer.Argument(..., metavar="RUN_ID", help=RUN_ID_HELP),
     name: str = typer.Argument(..., help="The event's name (wf.wait_for_event(name))."),
     data: str | None = typer.Option(None, "--data", help="The event's payload as JSON."),
     as_json: bool = JsonOption,
@@ -87,6 +90,7 @@ def send_event(
     async def go() -> None:
         payload = parse_json(data, "--data")
         async with make_engine(None, database) as engine:
+            run_id = await find_run_id(engine, given)
             waiting = await engine.send_event(run_id, name, payload)
         if as_json:
             emit_json({"run_id": run_id, "event": name, "waiting": waiting})

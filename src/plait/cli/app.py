@@ -100,6 +100,8 @@ DatabaseOption = typer.Option(
     None, "--database", "-d", help="Database URL (default: $PLAIT_DATABASE_URL or plait.db)."
 )
 JsonOption = typer.Option(False, "--json", help="One JSON document on stdout, for scripts.")
+#: the help of every RUN_ID argument (``find_run_id`` finds the run it names)
+RUN_ID_HELP = "The run id, or a unique prefix or suffix of it (the short id the dashboard shows)."
 STATUS_STYLE = {
     "completed": "green",
     "succeeded": "green",
@@ -288,6 +290,50 @@ def make_engine(
     check_database(url, create=create)
     options.setdefault("workers", False)
     return Engine(app or App("cli"), url, **options)
+
+
+class RunIdError(PlaitError, LookupError):
+    """A run id given on the command line names no run, or more than one."""
+
+
+#: how many runs an ambiguous run id lists
+_CANDIDATES = 5
+#: runs read per page while looking for the runs a part of an id names
+_ID_PAGE = 500
+
+
+async def find_run_id(engine: Engine, given: str) -> str:
+    """The id of the run ``given`` names: its whole id, or a unique prefix or suffix of it
+    (the short id the dashboard shows is the end of a run id), compared without case as
+    the dashboard's id search does. ``RunIdError`` when no run or several match."""
+    if await engine.store.get_run(given) is not None:
+        return given
+    needle = given.lower()
+    found: list[str] = []
+    offset = 0
+    while len(found) <= _CANDIDATES:
+        runs, total = await engine.run_summaries(id_contains=given, limit=_ID_PAGE, offset=offset)
+        found += [
+            run.id
+            for run in runs
+            if run.id.lower().startswith(needle) or run.id.lower().endswith(needle)
+        ]
+        offset += len(runs)
+        if not runs or offset >= total:
+            break
+    if not found:
+        raise RunIdError(
+            f"no run matches {given!r} (a run id, or a unique prefix or suffix of one)"
+        )
+    if len(found) > 1:
+        listed = ", ".join(found[:_CANDIDATES])
+        more = ", ..." if len(found) > _CANDIDATES else ""
+        count = f"more than {_CANDIDATES}" if len(found) > _CANDIDATES else str(len(found))
+        raise RunIdError(
+            f"run id {given!r} is ambiguous: it starts or ends {count} runs ({listed}{more});"
+            " give more of the id"
+        )
+    return found[0]
 
 
 def installed(module: str) -> bool:

@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from plait.cli.app import (
+    RUN_ID_HELP,
     DatabaseOption,
     JsonOption,
     approvals_cli,
@@ -15,6 +16,7 @@ from plait.cli.app import (
     console,
     dicts,
     emit_json,
+    find_run_id,
     make_engine,
     parse_json,
     run_async,
@@ -25,7 +27,7 @@ from plait.records import ApprovalStatus
 
 @cli.command()
 def approve(
-    run_id: str = typer.Argument(..., help="The run id."),
+    given: str = typer.Argument(..., metavar="RUN_ID", help=RUN_ID_HELP),
     name: str = typer.Argument(..., help="The approval's name (wf.approval(name, ...))."),
     data: str | None = typer.Option(None, "--data", help="The decision's data as JSON."),
     by: str | None = typer.Option(None, "--by", help="Who decides (the user id recorded)."),
@@ -37,6 +39,7 @@ def approve(
     async def go() -> None:
         payload = parse_json(data, "--data")
         async with make_engine(None, database) as engine:
+            run_id = await find_run_id(engine, given)
             decision = await engine.approve(run_id, name, payload, decided_by=by)
         if as_json:
             emit_json({"decision": decision.to_dict()})

@@ -90,11 +90,11 @@ def detail(step: Step, width: int | None = RESULT_WIDTH) -> str:
 def waiting_on(
     run: Run,
     steps: list[Step],
-    queued: Callable[[str], bool],
+    runs_as_job: Callable[[str], bool],
     children: Mapping[str, str] | None = None,
 ) -> str | None:
     """What a run that is not moving waits for, said with what would move it on; None
-    while it moves. ``queued`` says whether a function runs on the step queue;
+    while it moves. ``runs_as_job`` says whether a function's steps are job steps;
     ``children`` holds the status of child runs its steps wait for, where known."""
     rid = run.id
     if run.status == "queued":
@@ -123,7 +123,7 @@ def waiting_on(
                     "worker to admit it (plait worker APP)"
                 )
             return f"waiting for child run {step.child_run_id}"
-        if step.function and step.status != "running" and queued(step.function):
+        if step.function and step.status != "running" and runs_as_job(step.function):
             return f"step {step.key!r} waits for a step worker (plait worker APP)"
     return None
 
@@ -233,7 +233,7 @@ async def follow(
     run_id: str,
     reporter: Reporter,
     *,
-    queued: Callable[[str], bool] = lambda name: False,
+    runs_as_job: Callable[[str], bool] = lambda name: False,
 ) -> Run:
     """Report every change of ``run_id``'s steps until it settles (completed, failed,
     cancelled or suspended); returns the run. Woken by the engine's notifications,
@@ -256,7 +256,7 @@ async def follow(
                         changed = True
                 if run.status in SETTLED:
                     return run
-                what = waiting_on(run, steps, queued, await _children(engine, steps))
+                what = waiting_on(run, steps, runs_as_job, await _children(engine, steps))
                 if what != said:
                     said = what
                     reporter.waiting(what)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import typer
 
 from plait.cli.app import (
+    RUN_ID_HELP,
     DatabaseOption,
     JsonOption,
     cli,
     console,
     emit_json,
+    find_run_id,
     make_engine,
     run_async,
 )
@@ -18,7 +20,7 @@ from plait.cli.terminal import esc
 
 @cli.command()
 def fork(
-    run_id: str = typer.Argument(..., help="The run to fork."),
+    given: str = typer.Argument(..., metavar="RUN_ID", help=f"The run to fork. {RUN_ID_HELP}"),
     from_step: str = typer.Option(..., "--from", help="The step key to run again from."),
     new_id: str | None = typer.Option(None, "--run-id", help="The new run's id."),
     as_json: bool = JsonOption,
@@ -29,6 +31,7 @@ def fork(
 
     async def go() -> None:
         async with make_engine(None, database) as engine:
+            run_id = await find_run_id(engine, given)
             forked = await engine.fork(run_id, from_step=from_step, run_id=new_id)
         if as_json:
             emit_json({"run_id": forked, "forked_from": run_id})

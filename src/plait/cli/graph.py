@@ -11,6 +11,7 @@ from plait.cli.app import (
     cli,
     console,
     emit_json,
+    find_run_id,
     load_app,
     make_engine,
     run_async,
@@ -24,7 +25,11 @@ from plait.store import resolve_url
 def graph(
     app_ref: str = typer.Argument(..., metavar="APP", help="module:attribute of your plait.App"),
     name: str = typer.Argument(..., help="Graph or workflow name."),
-    run_id: str | None = typer.Option(None, "--run", help="Colour or draw this run's steps."),
+    given: str | None = typer.Option(
+        None,
+        "--run",
+        help="Colour or draw this run's steps (its id, or a unique prefix or suffix of it).",
+    ),
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
@@ -38,9 +43,10 @@ def graph(
         app = load_app(app_ref)
         url = resolve_url(database)
         path = sqlite_path(url)
-        if run_id is None and path is not None and not path.exists():
+        if given is None and path is not None and not path.exists():
             url = "sqlite:///:memory:"  # the app's own graphs need no database file
         async with make_engine(app, url) as engine:
+            run_id = None if given is None else await find_run_id(engine, given)
             drawing = await draw(engine, name, run_id)
         if as_json:
             run = drawing.run

@@ -9,11 +9,13 @@ from rich.table import Table
 from rich.text import Text
 
 from plait.cli.app import (
+    RUN_ID_HELP,
     DatabaseOption,
     JsonOption,
     console,
     dicts,
     emit_json,
+    find_run_id,
     make_engine,
     positive_duration,
     run_async,
@@ -67,7 +69,7 @@ def runs_list(
 
 @runs_cli.command("show")
 def runs_show(
-    run_id: str = typer.Argument(..., help="The run id."),
+    given: str = typer.Argument(..., metavar="RUN_ID", help=RUN_ID_HELP),
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
@@ -77,6 +79,7 @@ def runs_show(
 
     async def go() -> None:
         async with make_engine(None, database) as engine:
+            run_id = await find_run_id(engine, given)
             run = await engine.get_run(run_id)
             steps = await engine.get_steps(run_id)
             history = await engine.get_history(run_id)

@@ -54,7 +54,7 @@ def start(
 ) -> None:
     """Start a run and print its id; with --wait, run it here and show its steps.
 
-    Without --wait the run is queued for `plait worker` processes; with a queue, a delay
+    Without --wait the run is left to `plait worker` processes; with a queue, a delay
     or a start time it waits (status queued) until a worker admits it. With --wait its
     steps are shown as they happen, and a run that waits for an event or an approval says
     so, and how to send it."""
@@ -103,12 +103,12 @@ async def _follow(engine: Engine, app: App, run_id: str) -> Run:
     change elsewhere."""
     reporter: Reporter = LiveReporter(console) if console.is_terminal else LineReporter(console)
 
-    def queued(name: str) -> bool:
+    def runs_as_job(name: str) -> bool:
         fdef = app.functions.get(name)
         return fdef is not None and fdef.queued
 
     try:
-        return await follow(engine, run_id, reporter, queued=queued)
+        return await follow(engine, run_id, reporter, runs_as_job=runs_as_job)
     except asyncio.CancelledError:
         err.print(
             f"stopped following run {esc(run_id)}; it goes on (plait runs show {esc(run_id)})",

@@ -52,7 +52,7 @@ class ActionsMixin(EngineBase):
 
     async def _reopen(self, run_id: str, reopen: runs.Reopen) -> Run:
         """Read the run, decide what reopening it writes, and write that if nothing woke
-        the run in between (a queued step finishing, an event); else read it again."""
+        the run in between (a job step finishing, an event); else read it again."""
         existing_id(run_id)
         for _ in range(_REOPEN_TRIES):
             snapshot = await self.store.load_pass(run_id)
@@ -61,9 +61,11 @@ class ActionsMixin(EngineBase):
             if snapshot.run.status != reopen.from_status:
                 raise RunStateError(run_id, snapshot.run.status, reopen.action)
             ops = reopen.ops(snapshot, self.clock.now())
-            run = await self.store.reopen_run(run_id, reopen.from_status, snapshot.run.wakeups, ops)
+            run = await self.store.reopen_run(
+                run_id, reopen.from_status, reopen.status(snapshot.run), snapshot.run.wakeups, ops
+            )
             if run is not None:
-                self._poke(run_id)
+                self._wake(run_id)
                 return run
         raise RuntimeError(f"cannot {reopen.action} run {run_id!r}: it kept changing while read")
 
@@ -71,7 +73,9 @@ class ActionsMixin(EngineBase):
         """End the run ``cancelled`` with its children; running steps are cancelled and
         its timers never fire."""
         cut = runs.cancel(reason)
-        moved = await self.store.cancel_run(existing_id(run_id), cut.error, cut.parent)
+        moved = await self.store.cancel_run(
+            existing_id(run_id), cut.status, cut.error, cut.parent, cut.cut
+        )
         self.worker.cancel_local(moved)
         # a cancelled run of a queue frees its slot (or its place in the line)
         self.notifier.publish_work()
@@ -102,7 +106,7 @@ class ActionsMixin(EngineBase):
             )
         payload_text = serde.dumps(payload, what=f"event {name!r}", limits=self.limits)
         waiting = await self.store.send_event(run_id, name, payload_text)
-        self._poke(run_id)
+        self._wake(run_id)
         return waiting
 
     async def prune(

@@ -85,7 +85,7 @@ class ApprovalsMixin(EngineBase):
             raise ApprovalResolvedError(run_id, name, outcome)
         if gate is None:
             await self.store.submit_decision(run_id, row("held"), ())
-            self._poke(run_id)
+            self._wake(run_id)
             return _decision_record(run_id, name, data, decided_by, now, "held", None, None)
         info = approval.gate_info(gate.input)
         refusal = approval.judge(info, run.owner, decided_by, data, run_id=run_id, name=name)
@@ -102,7 +102,7 @@ class ApprovalsMixin(EngineBase):
         if result in ("closed", "expired"):
             outcome = "expired" if result == "expired" else await self._closed_how(run_id, gate)
             raise ApprovalResolvedError(run_id, name, outcome)
-        self._poke(run_id)
+        self._wake(run_id)
         return _decision_record(run_id, name, data, decided_by, now, "accepted", None, now)
 
     async def _closed_how(self, run_id: str, gate: StepRow) -> Literal["expired", "decided"]:

@@ -54,8 +54,10 @@ class EngineBase:
             raise RunNotFoundError(run_id)
         return run
 
-    def _poke(self, run_id: str) -> None:
-        """Work for a run arrived (an event, a decision, a reopen): it did not end it."""
+    def _wake(self, run_id: str) -> None:
+        """The store just woke ``run_id`` (an event, a decision, a reopen): wake the loops
+        of every process, and this process's watchers of the run (the change did not
+        end it)."""
         self.notifier.run_changed(run_id, settled=False)
         self.notifier.publish_work()
 

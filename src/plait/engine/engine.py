@@ -34,7 +34,7 @@ from plait.errors import (
     WorkflowFailedError,
     WorkflowSuspendedError,
 )
-from plait.ids import check_run_id, new_run_id
+from plait.ids import check_caller_run_id, new_run_id
 from plait.notify import Notifier, RunEndPoll, wait_event
 from plait.observe import make_telemetry
 from plait.records import (
@@ -55,7 +55,7 @@ from plait.worker import Worker
 
 log = logging.getLogger("plait.engine")
 
-#: runs (and, separately, queued steps) one process drives at once unless told. A hundred,
+#: runs (and, separately, job steps) one process drives at once unless told. A hundred,
 #: as the workers of Temporal's Python SDK and of Hatchet default to: on PostgreSQL the
 #: passes of a process share commits, and a hundred runs at once cost the server about a
 #: fifth less a step than 64 (larger groups); a pass holds no connection while its step runs
@@ -191,7 +191,7 @@ class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixi
         for spec in self.app.schedules.values():
             self.catalog.describe(spec.workflow)  # a schedule of an unknown workflow
             if self.workers:
-                # held to the limits of an engine that fires schedules: ``app.schedule``
+                # checked against the limits of an engine that fires schedules: ``app.schedule``
                 # ran before any engine said what they are, and every run of the schedule
                 # gets this input (a command that only reads or starts does not fire it)
                 serde.dumps(
@@ -217,7 +217,7 @@ class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixi
         if self.telemetry is not None and self.telemetry.metrics is not None:
             worker = self._worker
             self.telemetry.metrics.watch_active(lambda: len(worker.driving))
-        self.notifier.on_work(self._worker.kick)
+        self.notifier.on_work(self._worker.wake)
         await self._store_app_schedules()
         await self.store.attach_notifier(self.notifier)
         self._worker.start_loops(passes=self.workers, steps=self.workers)
@@ -327,7 +327,7 @@ class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixi
         name = workflow_name(name)
         kind, version = await self.catalog.resolve(name)
         if run_id is not None:
-            check_run_id(run_id)
+            check_caller_run_id(run_id)  # ``schedule:...`` ids are the ticks' own
         if owner is not None and not isinstance(owner, str):
             raise TypeError(f"owner must be a string, got {type(owner).__name__}")
         if start_node is not None and kind != "graph":

@@ -11,7 +11,7 @@ from plait.errors import (
     RunNotFoundError,
     RunStateError,
 )
-from plait.ids import check_run_id, new_run_id
+from plait.ids import check_caller_run_id, new_run_id
 from plait.runtime import runs
 from plait.store.ops import Op, PutStep, SetValue
 from plait.store.rows import NewRun, StepRow
@@ -43,7 +43,8 @@ class ForkMixin(EngineBase):
         if not isinstance(from_step, str) or not from_step:
             raise TypeError(f"from_step must be a step key (a non-empty string), got {from_step!r}")
         if run_id is not None:
-            check_run_id(run_id)  # as a start's: it must fit in a URL and a CLI argument
+            # as a start's: it must fit in a URL and a CLI argument, and not be a tick's
+            check_caller_run_id(run_id)
         snapshot = await self.store.load_pass(source_run_id)
         if snapshot is None:
             raise RunNotFoundError(source_run_id)

@@ -32,6 +32,8 @@ class QueuesMixin(EngineBase):
         qkey = None if key is None else queues.check_text(key, "key")
         if qkey is not None and qname is None:
             raise ValueError(f"key={qkey!r} needs a queue: the key counts against per_key")
+        if qkey is not None and qname is not None:
+            queues.check_key_in_queue(qkey, qname)
         not_before = queues.start_time(delay, start_at, self.clock.now())
         queued = qname is not None or not_before is not None
         return {

@@ -191,7 +191,7 @@ class SchedulesMixin(EngineBase):
 
     @staticmethod
     def _schedule_name(name: object) -> str:
-        """A name to look a schedule up by, held to the rule names are stored by: one no
+        """A name to look a schedule up by, checked against the rule names are stored by: one no
         schedule can have is refused here, naming it, before a store sees text it may not
         take (PostgreSQL has no NUL character)."""
         return check_name(name, "schedule name", limit=schedules.MAX_NAME)

@@ -19,6 +19,7 @@ from plait.engine import Engine
 from plait.errors import RunIdTakenError
 from plait.http import graphview
 from plait.http.auth import Authenticator, Principal
+from plait.http.guard import require_json
 from plait.http.lifecycle import Ended, Lifecycle
 from plait.http.operating import Operating
 from plait.http.problems import ApiError, bad_input, from_plait, invalid, validate
@@ -65,10 +66,13 @@ class Api:
         ]
 
     def _wrap(self, handler: Callable[[Request, Principal], Awaitable[Response]]) -> Handler:
-        """Authenticate first, then turn engine exceptions into their status codes."""
+        """Authenticate first (401 before any other check), then require JSON of a request
+        that changes something (415), then turn engine exceptions into their status
+        codes."""
 
         async def endpoint(request: Request) -> Response:
             principal = await self.auth.principal(request)
+            require_json(request)
             try:
                 return await handler(request, principal)
             except ApiError:

@@ -3,7 +3,9 @@
 A schedule made over HTTP belongs to the caller: only its owner (or an unrestricted
 caller) sees and operates it, and the runs it starts are the owner's, by the same rule as
 runs. Schedules declared in code or made without an owner are shared: anyone operates
-them, only an unrestricted caller replaces them.
+them, only an unrestricted caller replaces them. Deleting a schedule that is not the
+caller's own (another user's, a shared one, one declared in code) needs the
+``schedules`` scope.
 """
 
 from __future__ import annotations
@@ -28,6 +30,14 @@ def may_operate(principal: Principal, schedule: Schedule) -> bool:
     return principal.unrestricted or schedule.owner is None or schedule.owner == principal.user
 
 
+def may_delete(principal: Principal, schedule: Schedule) -> bool:
+    """A schedule is deleted by its owner, or with the ``schedules`` scope: a shared one
+    (declared in code or made without an owner) is every user's to operate, and nobody's
+    to take away from the others."""
+    own = schedule.owner is not None and schedule.owner == principal.user
+    return own or principal.has_scope("schedules")
+
+
 class FlowApi:
     """Schedules and queues for one engine; ``wrap`` authenticates and maps errors (the
     ``Api``'s own wrapper, so every route answers alike)."""
@@ -41,20 +51,25 @@ class FlowApi:
             Route("/schedules", self.wrap(self.list_schedules), methods=["GET"]),
             Route("/schedules", self.wrap(self.create_schedule), methods=["POST"]),
             Route("/schedules/{name}", self.wrap(self.get_schedule), methods=["GET"]),
+            Route("/schedules/{name}", self.wrap(self.delete_schedule), methods=["DELETE"]),
             Route("/schedules/{name}/pause", self.wrap(self.pause), methods=["POST"]),
             Route("/schedules/{name}/resume", self.wrap(self.resume), methods=["POST"]),
             Route("/schedules/{name}/trigger", self.wrap(self.trigger), methods=["POST"]),
             Route("/queues", self.wrap(self.list_queues), methods=["GET"]),
         ]
 
-    async def _schedule(self, request: Request, principal: Principal) -> Schedule:
-        """The schedule the path names, if the caller may operate it. A name that breaks
-        the rule for schedule names is a 422 naming it, like an event's or a gate's in
-        their paths, rather than a lookup of text a store may not take."""
+    async def _named(self, request: Request) -> Schedule:
+        """The schedule the path names. A name that breaks the rule for schedule names is
+        a 422 naming it, like an event's or a gate's in their paths, rather than a lookup
+        of text a store may not take."""
         try:
-            schedule = await self.engine.get_schedule(request.path_params["name"])
+            return await self.engine.get_schedule(request.path_params["name"])
         except (TypeError, ValueError) as exc:
             raise bad_input(exc, "name") from None
+
+    async def _schedule(self, request: Request, principal: Principal) -> Schedule:
+        """The schedule the path names, if the caller may operate it."""
+        schedule = await self._named(request)
         if not may_operate(principal, schedule):
             raise ApiError(403, "FORBIDDEN", f"schedule {schedule.name!r} belongs to another user")
         return schedule
@@ -102,6 +117,24 @@ class FlowApi:
             raise (from_plait(exc) or bad_input(exc, _field(exc))) from None
         return JSONResponse(schedule.to_dict(), status_code=201)
 
+    async def delete_schedule(self, request: Request, principal: Principal) -> Response:
+        """Remove a schedule (204); the runs it started stay. The caller's own schedule
+        is hers to delete; any other (another user's, a shared one, one declared in
+        code, which comes back when a process that declares it opens) needs the
+        ``schedules`` scope."""
+        schedule = await self._named(request)
+        if not may_delete(principal, schedule):
+            whose = (
+                "another user's schedule"
+                if schedule.owner is not None
+                else "a schedule declared in code"
+                if schedule.source == "app"
+                else "a shared schedule"
+            )
+            principal.require_scope("schedules", f"deleting {whose}")
+        await self.engine.delete_schedule(schedule.name)
+        return Response(status_code=204)
+
     async def pause(self, request: Request, principal: Principal) -> Response:
         schedule = await self._schedule(request, principal)
         return JSONResponse((await self.engine.pause_schedule(schedule.name)).to_dict(), 202)
@@ -133,4 +166,4 @@ def _field(exc: Exception) -> str:
     return "body"
 
 
-__all__ = ["FlowApi", "may_operate"]
+__all__ = ["FlowApi", "may_delete", "may_operate"]

@@ -8,7 +8,9 @@
   every request is held to that.
 * A request that changes something must say ``Content-Type: application/json``. HTML
   forms and ``no-cors`` fetches cannot send that header, and a cross-site page that sets
-  it needs a CORS preflight this server never grants.
+  it needs a CORS preflight this server never grants. That one is checked by each route
+  (``require_json``) after the router and authentication: a method a path does not take
+  gets 405 and an unauthenticated request 401, whatever its content type.
 * A body larger than ``max_body`` bytes is refused with 413, from its ``Content-Length``
   before a byte of it is kept, or as soon as a chunked body goes past it. The rest of the
   body is read and dropped (up to ``DRAIN_LIMIT`` bytes) before the answer goes out: a
@@ -28,6 +30,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from plait.http.problems import ApiError
@@ -119,16 +122,6 @@ class Guard:
                 f"requests from pages of {origin!r} are refused: only this server's"
                 " own pages may call it from a browser",
             )
-        if changes:
-            media_type = headers.get("content-type", "").partition(";")[0].strip().lower()
-            if media_type != "application/json":
-                shown = repr(headers["content-type"]) if "content-type" in headers else "none"
-                return ApiError(
-                    415,
-                    "UNSUPPORTED_MEDIA_TYPE",
-                    f"a {method} request needs Content-Type: application/json (got {shown}),"
-                    " even without a body",
-                )
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body:
             return self._too_large()
@@ -178,6 +171,24 @@ class Guard:
             return True
         given = (name, port or _DEFAULT_PORTS[parts.scheme])
         return given == _host_and_port(host, scope)
+
+
+def require_json(request: Request) -> None:
+    """415 unless a request that changes something says ``Content-Type:
+    application/json``; every route that changes something calls it first (after
+    authentication), so the router's 405 and the 401 come before it."""
+    if request.method in _SAFE_METHODS:
+        return
+    headers = request.headers
+    media_type = headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media_type != "application/json":
+        shown = repr(headers["content-type"]) if "content-type" in headers else "none"
+        raise ApiError(
+            415,
+            "UNSUPPORTED_MEDIA_TYPE",
+            f"a {request.method} request needs Content-Type: application/json (got {shown}),"
+            " even without a body",
+        )
 
 
 async def _drain(receive: Receive) -> None:

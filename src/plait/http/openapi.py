@@ -608,7 +608,16 @@ def _flow_paths() -> dict[str, Any]:
                     "200": _json(schedule, "the schedule"),
                     **_errors(*_ALWAYS, 404, 422),
                 },
-            }
+            },
+            "delete": {
+                "summary": "Delete a schedule; the runs it started stay. Another user's, a "
+                "shared one or one declared in code needs the `schedules` scope",
+                "parameters": [_NAME],
+                "responses": {
+                    "204": {"description": "deleted"},
+                    **_errors(*_CHANGES, 404, 422),
+                },
+            },
         },
         "/api/schedules/{name}/pause": action(
             "Start nothing until resumed", _json(schedule, "the schedule")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -21,8 +21,8 @@ from plait.engine import Engine
 from plait.errors import RunIdTakenError
 from plait.http.auth import Principal
 from plait.http.problems import ApiError, bad_input, invalid, validate
-from plait.http.schemas import json_body, path_name
-from plait.ids import RUN_ID_PATTERN
+from plait.http.schemas import caller_run_id, json_body, path_name
+from plait.ids import CALLER_RUN_ID_PATTERN
 from plait.records import ApprovalStatus
 
 #: the statuses ``GET /api/approvals`` takes
@@ -32,13 +32,16 @@ APPROVAL_STATUSES: tuple[ApprovalStatus, ...] = ("open", "decided", "expired")
 class ForkRun(BaseModel):
     """Body of ``POST /api/runs/{run_id}/fork``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", regex_engine="python-re")
 
     from_step: str = Field(min_length=1)
-    #: the fork's id, as ``StartRun.run_id``: it must fit in a URL like any run id
+    #: the fork's id, as ``StartRun.run_id``: it must fit in a URL like any run id, and
+    #: not be one of a schedule's
     run_id: str | None = Field(
-        default=None, min_length=1, max_length=200, pattern=f"^{RUN_ID_PATTERN}$"
+        default=None, min_length=1, max_length=200, pattern=f"^{CALLER_RUN_ID_PATTERN}$"
     )
+
+    _run_id = field_validator("run_id", mode="before")(caller_run_id)
 
 
 class Operating:

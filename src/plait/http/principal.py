@@ -14,6 +14,7 @@ from plait.http.problems import ApiError
 #: what each scope lets a token do beyond starting and reading its own runs
 SCOPES: dict[str, str] = {
     "graphs": "register and replace graphs over HTTP, and read their definitions",
+    "schedules": "delete schedules of other users, without an owner or declared in code",
 }
 
 

@@ -13,7 +13,14 @@ from starlette.requests import Request
 
 from plait import queues, schedules, serde
 from plait.http.problems import ApiError, invalid, validate
-from plait.ids import MAX_NAME, NAME_FORBIDDEN, RUN_ID_PATTERN
+from plait.ids import (
+    CALLER_RUN_ID_PATTERN,
+    MAX_NAME,
+    NAME_FORBIDDEN,
+    RUN_ID_PATTERN,
+    SCHEDULE_RUN_ID_PREFIX,
+    reserved_run_id,
+)
 
 RUN_STATUSES = ("queued", "running", "suspended", "completed", "failed", "cancelled")
 MAX_PAGE = 500
@@ -45,16 +52,27 @@ def path_name(request: Request, what: str) -> str:
 
 #: how the document describes a flow-control text field (the engine checks the rest)
 _TEXT_OR_NULL: dict[str, Any] = {"type": ["string", "null"], "minLength": 1}
+#: ... and a key (``key``, ``dedup``), which has a length limit of its own
+_KEY_OR_NULL: dict[str, Any] = {**_TEXT_OR_NULL, "maxLength": queues.MAX_KEY}
+
+
+def caller_run_id(value: Any) -> Any:
+    """A run id a client chose: one of a schedule's (``schedule:...``) is refused with
+    why, before the pattern (which says the same to the document's readers) is tried."""
+    if isinstance(value, str) and value.startswith(SCHEDULE_RUN_ID_PREFIX):
+        raise ValueError(reserved_run_id(value))
+    return value
 
 
 class StartRun(BaseModel):
     """Body of ``POST /api/workflows/{name}/runs``."""
 
-    model_config = ConfigDict(extra="forbid")
+    # the run id's pattern looks ahead (no schedule's id), which Rust's regex cannot
+    model_config = ConfigDict(extra="forbid", regex_engine="python-re")
 
     input: Any = None
     run_id: str | None = Field(
-        default=None, min_length=1, max_length=200, pattern=f"^{RUN_ID_PATTERN}$"
+        default=None, min_length=1, max_length=200, pattern=f"^{CALLER_RUN_ID_PATTERN}$"
     )
     wait: StrictBool = False
     #: seconds to wait with ``wait`` (default 300); past it the answer is 202 with the
@@ -64,7 +82,7 @@ class StartRun(BaseModel):
     #: flow control (see ``Engine.start``); checked by the engine, which names the field.
     #: The document still says what each takes, so a client knows without trying.
     queue: Any = Field(default=None, json_schema_extra=_TEXT_OR_NULL)
-    key: Any = Field(default=None, json_schema_extra=_TEXT_OR_NULL)
+    key: Any = Field(default=None, json_schema_extra=_KEY_OR_NULL)
     priority: Any = Field(
         default=0,
         json_schema_extra={
@@ -73,10 +91,24 @@ class StartRun(BaseModel):
             "maximum": queues.PRIORITY_RANGE[1],
         },
     )
-    dedup: Any = Field(default=None, json_schema_extra=_TEXT_OR_NULL)
+    dedup: Any = Field(default=None, json_schema_extra=_KEY_OR_NULL)
     #: seconds, or a duration such as ``"5m"``
     delay: Any = Field(default=None, json_schema_extra={"type": ["number", "string", "null"]})
     start_at: datetime | None = None
+
+    _run_id = field_validator("run_id", mode="before")(caller_run_id)
+
+    @field_validator("start_at", mode="before")
+    @classmethod
+    def _start_at_text(cls, value: Any) -> Any:
+        """An ISO 8601 text, as the document says: not a number, which pydantic would
+        otherwise read as unix seconds (or milliseconds, by its size)."""
+        if value is not None and not isinstance(value, str):
+            raise ValueError(
+                "start_at is an ISO 8601 date and time with a time zone, as a string"
+                " (e.g. 2026-05-01T09:30:00Z)"
+            )
+        return value
 
 
 class CreateSchedule(BaseModel):

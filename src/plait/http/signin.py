@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from plait.http.auth import Authenticator
+from plait.http.guard import require_json
 from plait.http.problems import ApiError, validate
 from plait.http.schemas import json_body
 from plait.http.sessions import Sessions, clear_cookie, set_cookie
@@ -54,6 +55,7 @@ class SignInRoutes:
 
     async def sign_in(self, request: Request) -> Response:
         """Check the token; on success open a session and set its cookie."""
+        require_json(request)
         if not self.auth.signs_in_with_tokens:
             how = "authentication is off" if self.auth.no_auth else "this server signs in"
             raise ApiError(
@@ -74,6 +76,7 @@ class SignInRoutes:
 
     async def sign_out(self, request: Request) -> Response:
         """End the session (its cookie stops working at once) and clear the cookie."""
+        require_json(request)
         if self.sessions.of(request) is not None and "authorization" not in request.headers:
             # the CSRF check of a session request: another site cannot sign you out
             await self.auth.principal(request)

@@ -1,4 +1,4 @@
-"""Running one attempt of a step body, the same way inline and on the step queue."""
+"""Running one attempt of a step body, the same way inline and as a job."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from plait import serde
 from plait.app import FinishedAfterCancel, FunctionDef, call_maybe_async
 from plait.context import StepContext
 from plait.errors import NotJSONError, StepTimeoutError, TypeMismatchError
+from plait.retry import NoRetryOn
 from plait.runtime.control_flow import PauseSignal, SuspendSignal
 
 #: ``Outcome.value`` of an outcome whose value was not decoded (no annotation to decode by)
@@ -28,6 +29,11 @@ class Outcome:
     #: a success's result decoded from ``output`` as the body's annotation names
     value: Any = NOT_DECODED
 
+    def __post_init__(self) -> None:
+        # a failure that is not retried says so in its stored record
+        if not self.ok and not self.retryable and self.error is not None:
+            self.error = {**self.error, "retryable": False}
+
 
 async def run_attempt(
     body: FunctionDef | Callable[..., Any],
@@ -35,14 +41,18 @@ async def run_attempt(
     ctx: StepContext,
     timeout: float | None,
     limits: serde.Limits | None = None,
+    no_retry_on: NoRetryOn | None = None,
 ) -> Outcome:
     """Call the body once; never raises except for cancellation.
 
     At ``timeout`` the body is cancelled and the attempt fails with ``STEP_TIMEOUT``. A
     sync body runs in a thread, which cannot be stopped: its attempt ends (timed out, its
     result discarded) only when the thread returns, so that no next attempt ever runs
-    beside it."""
+    beside it. An exception of a class in ``no_retry_on`` (by default the function's
+    own) fails the attempt for good, as a ``NonRetryableError`` does."""
 
+    if no_retry_on is None:
+        no_retry_on = body.no_retry_on if isinstance(body, FunctionDef) else ()
     call = body.invoke(data, ctx) if isinstance(body, FunctionDef) else _call_closure(body, data)
     deadline = None if timeout is None else asyncio.timeout(timeout)
     try:
@@ -62,7 +72,7 @@ async def run_attempt(
                 raise StepTimeoutError(ctx.step_key, timeout or 0.0) from None
             # cancelled from outside after all: the caller records what the body did
             if finished.error is not None:
-                finished.outcome = _failed(finished.error)
+                finished.outcome = _failed(finished.error, no_retry_on)
             else:
                 finished.outcome = _finished(finished.result, ctx, limits, result_codec(body))
             raise
@@ -78,9 +88,9 @@ async def run_attempt(
         # nobody cancelled this task: the body raised it (a client library whose own
         # inner task was cancelled), a failure like any other. Taken for an interruption
         # it would use up no attempt and run again at once, for ever
-        return _failed(exc)
+        return _failed(exc, no_retry_on)
     except Exception as exc:
-        return _failed(exc)
+        return _failed(exc, no_retry_on)
     return _finished(result, ctx, limits, result_codec(body))
 
 
@@ -108,9 +118,9 @@ def result_codec(body: FunctionDef | Callable[..., Any]) -> serde.Codec | None:
     return serde.result_codec(body, "a step closure")
 
 
-def _failed(exc: BaseException) -> Outcome:
+def _failed(exc: BaseException, no_retry_on: NoRetryOn = ()) -> Outcome:
     retryable = getattr(exc, "retryable", True) and not isinstance(
-        exc, NotJSONError | TypeMismatchError
+        exc, (NotJSONError, TypeMismatchError, *no_retry_on)
     )
     return Outcome(ok=False, error=serde.error_record(exc), retryable=bool(retryable))
 

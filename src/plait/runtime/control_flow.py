@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 class PauseSignal(BaseException):
-    """The run can go no further in this pass (a timer, a queued step, a child run)."""
+    """The run can go no further in this pass (a timer, a job step, a child run)."""
 
     def __init__(self, key: str, until: float | None = None) -> None:
         super().__init__(f"paused at step {key!r}")

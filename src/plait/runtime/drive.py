@@ -1,7 +1,7 @@
 """Driving one step to an outcome inside a pass: attempts, retries, handlers, children.
 
 Both replays reach a step the same way: a function step runs its attempts here (or goes
-to the step queue), a failed one runs its ``on_error`` handler, a workflow name becomes a
+to the job table), a failed one runs its ``on_error`` handler, a workflow name becomes a
 child run. What each transition writes is decided in ``runtime.steps``; this module only
 chooses which transition applies and runs the body.
 """
@@ -18,7 +18,7 @@ from plait.app import FunctionDef
 from plait.context import StepContext
 from plait.errors import StepError
 from plait.observe import NO_REPORT
-from plait.retry import RetryPolicy
+from plait.retry import NoRetryOn, RetryPolicy
 from plait.runtime import runs, steps
 from plait.runtime.attempt import NOT_DECODED, Outcome, finished_on_stop, result_codec, run_attempt
 from plait.runtime.control_flow import SuspendSignal
@@ -40,7 +40,7 @@ class AttemptHook(Protocol):
 
 
 def dump_input(data: Any, key: str, limits: serde.Limits | None = None) -> str | None:
-    """A step's input as stored; a step reached for the first time is held to ``limits``
+    """A step's input as stored; a step reached for the first time is checked against ``limits``
     (on replay the stored input is only compared, whatever limits apply now)."""
     return serde.dumps(data, what=f"the input of step {key!r}", limits=limits)
 
@@ -56,10 +56,15 @@ class Driver:
         self.app = host.catalog.app
 
     async def drive(
-        self, step: StepRow, body: FunctionDef | Callable[..., Any], on_error: str | None
+        self,
+        step: StepRow,
+        body: FunctionDef | Callable[..., Any],
+        on_error: str | None,
+        no_retry_on: NoRetryOn | None = None,
     ) -> Any:
         """The step's result, running attempts until it has one; raises ``StepError``
         once it failed for good, or a pause while it waits (queue, back-off).
+        ``no_retry_on`` is None for the function's own.
 
         A code workflow gets the result as the body's return annotation names (the
         attempt decoded it already on the first run); a graph gets JSON."""
@@ -77,17 +82,22 @@ class Driver:
             if step.queued:
                 if step.status == "pending":
                     ledger.add(steps.enqueue(step, ledger.now()))
-                    ledger.queued = True
+                    ledger.enqueued = True
                 raise ledger.pause(step.key)
             if step.status == "scheduled" and step.wake_at and step.wake_at > ledger.now():
                 raise ledger.pause(step.key, step.wake_at)
             if self.host.stopping:
                 raise ledger.pause(step.key)  # shutting down: start no new attempt here
-            value = await self.attempt(step, body)
+            value = await self.attempt(step, body, no_retry_on)
             if value is not NOT_DECODED and step.status == "succeeded" and self.hook is None:
                 return value
 
-    async def attempt(self, step: StepRow, body: FunctionDef | Callable[..., Any]) -> Any:
+    async def attempt(
+        self,
+        step: StepRow,
+        body: FunctionDef | Callable[..., Any],
+        no_retry_on: NoRetryOn | None = None,
+    ) -> Any:
         """One attempt: its start is committed before the body runs, its end rides with
         the next commit. Returns the decoded result of a success (``NOT_DECODED`` when
         there is nothing decoded to hand on)."""
@@ -117,21 +127,21 @@ class Driver:
         ) as report:
             try:
                 outcome = await run_attempt(
-                    body, serde.loads(step.input), ctx, step.timeout, self.host.limits
+                    body, serde.loads(step.input), ctx, step.timeout, self.host.limits, no_retry_on
                 )
             except asyncio.CancelledError as exc:
                 cancelled = self.host.cancelling(run.id)
                 finished = finished_on_stop(exc, cancelled)
                 if finished is not None:
                     report.outcome = finished
-                    ledger.add(steps.settle(step, finished, ledger.now()))  # it ran to its end
+                    ledger.add(steps.end_attempt(step, finished, ledger.now()))  # it ran to its end
                 else:
                     ledger.add(steps.interrupt(step, ledger.now(), cancelled=cancelled))
                 raise
             if self.hook is not None:
                 outcome = self.hook.finish(step, ctx, outcome)
             report.outcome = outcome
-            ledger.add(steps.settle(step, outcome, ledger.now()))
+            ledger.add(steps.end_attempt(step, outcome, ledger.now()))
             return outcome.value
 
     def _child_trace(self) -> str | None:
@@ -191,7 +201,7 @@ class Driver:
                 input=dump_input(data, key),
                 policy=RetryPolicy(0, None),
                 timeout=fdef.timeout,
-                queued=fdef.queued,
+                job=fdef.queued,
             )
         if fdef is None:
             raise SuspendSignal(

@@ -1,11 +1,11 @@
-"""Running graph workflows: one orchestrator pass of a graph run.
+"""Running graph workflows: one pass of a graph run.
 
 The planner (``plait.graph.planner``) decides what may start; this module turns its
 decisions into durable steps, using the same machinery as code workflows (a ``Ledger``
 and a ``Driver``): the
-same step rows, attempts, retries as durable timers, the step queue for queued functions
+same step rows, attempts, retries as durable timers, the job table for ``queued`` functions
 and child runs. Because a pass only ever reads stored steps and asks the planner, a run
-records the same steps whether it is driven inline or through the queue, and whichever
+records the same steps whether it is driven inline or by a worker, and whichever
 worker picks it up next.
 
 What a graph run records:
@@ -20,9 +20,9 @@ What a graph run records:
   the attempt that set them, so parallel nodes never overwrite each other's variables.
 
 A pass loops: plan, start what the plan says, drive every node instance that is in flight,
-and plan again as soon as any of them settles, so a node runs the moment it is ready (no
+and plan again as soon as any of them ends, so a node runs the moment it is ready (no
 waves). It ends the run when the plan is complete or failed, suspends it when a function
-is missing, and otherwise pauses, leaving queued steps, retry timers and child runs to wake
+is missing, and otherwise pauses, leaving job steps, retry timers and child runs to wake
 the run again.
 """
 
@@ -68,8 +68,8 @@ __all__ = [
     "GraphReplay",
     "NodeAttemptHook",
     "item_key",
+    "job_node_hook",
     "node_id_of",
-    "queued_node_hook",
 ]
 
 _ITEM_SUFFIX = re.compile(r"\[(\d+)\]$")
@@ -98,8 +98,8 @@ class NodeAttemptHook:
     op, appended to ``ops`` before the attempt's result. Writes of a failed attempt are
     dropped, because a retry will make them again.
 
-    The same object serves inline attempts (installed on the ``Pass``) and queued ones
-    (``queued_node_hook``, for the step worker), so both record the same thing.
+    The same object serves inline attempts (installed on the ``Pass``) and job steps' ones
+    (``job_node_hook``, for the step worker), so both record the same thing.
     """
 
     def __init__(
@@ -142,12 +142,12 @@ class NodeAttemptHook:
         return outcome
 
 
-async def queued_node_hook(host: Host, step: StepRow) -> NodeAttemptHook | None:
-    """The hook for one attempt of a queued step, or None when it is not a graph step.
+async def job_node_hook(host: Host, step: StepRow) -> NodeAttemptHook | None:
+    """The hook for one attempt of a job step, or None when it is not a graph step.
 
     The step worker calls it before the body runs, calls ``prepare`` and ``finish``
-    around the attempt, and sends ``hook.ops`` with the attempt's result, so a queued
-    node chooses branches and writes state exactly like an inline one."""
+    around the attempt, and sends ``hook.ops`` with the attempt's result, so a node run as
+    a job chooses branches and writes state exactly like an inline one."""
     if step.kind not in GRAPH_STEP_KINDS:
         return None
     return NodeAttemptHook(await host.read_state(step.run_id), limits=host.limits)
@@ -205,7 +205,7 @@ class GraphReplay:
                 end = await self._loop()
             except GraphValueError as exc:
                 end = self._value_error(exc)
-        await p.settle()
+        await p.join()
         if self.crash is not None and (end is None or end.status != "failed"):
             end = self._crashed(self.crash)
         elif self.suspend is not None and end is None:
@@ -349,14 +349,14 @@ class GraphReplay:
         data: Any
         if node.for_each is not None:
             data = for_each_items(graph, node.id, states, self.trigger, p.state)
-            policy, timeout, queued = RetryPolicy(0, None), None, False
+            policy, timeout, job = RetryPolicy(0, None), None, False
         else:
             if start.kind == "on_error" and start.from_key is not None:
                 failed = p.steps[start.from_key]
                 data = {"error": serde.loads(failed.error), "input": serde.loads(failed.input)}
             else:
                 data = node_input(graph, node.id, states, self.trigger, p.state)
-            policy, timeout, queued = self._options(node, fdef)
+            policy, timeout, job = self._options(node, fdef)
         step = p.new_step(
             start.key,
             node.id,
@@ -367,7 +367,7 @@ class GraphReplay:
             ),
             policy=policy,
             timeout=timeout,
-            queued=queued,
+            job=job,
         )
         step.from_key = start.from_key
         p.put(step)
@@ -426,9 +426,9 @@ class GraphReplay:
             if step.status == "pending" and step.attempts == 0 and step.kind in GRAPH_STEP_KINDS:
                 # nothing ran yet: take the function's settings as deployed now (it may
                 # have been missing when the step was created)
-                policy, timeout, queued = self._options(node, fdef)
+                policy, timeout, job = self._options(node, fdef)
                 step.retries, step.retry_delay = policy.retries, policy.delay
-                step.timeout, step.queued = timeout, queued
+                step.timeout, step.queued = timeout, job
             return await self.driver.drive(step, fdef, None)
         if step.status == "succeeded":
             return serde.loads(step.output)
@@ -461,7 +461,7 @@ class GraphReplay:
     # -- for_each -----------------------------------------------------------------------
     async def _drive_for_each(self, step: StepRow, node: Node) -> None:
         """Run the items of a ``for_each`` node instance (all at once, or one after the
-        other), then settle the node: its output is the list of item outputs, and it
+        other), then end the node: its output is the list of item outputs, and it
         fails once an item failed after its retries."""
         p = self.ledger
         items: list[Any] = serde.loads(step.input) or []
@@ -494,7 +494,7 @@ class GraphReplay:
             if self.host.cancelling(p.run.id):  # a user's cancel: the node ends with its run
                 p.add(steps.cancel_waiting(step, p.now()))
             raise
-        self._settle_for_each(step, node, len(items))
+        self._end_for_each(step, node, len(items))
 
     async def _run_item(self, step: StepRow, node: Node) -> None:
         with contextlib.suppress(StepError, PauseSignal):
@@ -503,7 +503,7 @@ class GraphReplay:
     def _item_input(
         self, step: StepRow, node: Node, index: int, item: Any, states: list[NodeState]
     ) -> str | None:
-        """The stored form of item ``index``'s input, held to the engine's limits; None
+        """The stored form of item ``index``'s input, checked against the engine's limits; None
         when its step is recorded already (its input with it)."""
         key = item_key(step.key, index)
         if key in self.ledger.steps:
@@ -517,7 +517,7 @@ class GraphReplay:
         existing = self.ledger.steps.get(key)
         if existing is not None:
             return existing
-        policy, timeout, queued = self._options(node, self.app.functions.get(node.function or ""))
+        policy, timeout, job = self._options(node, self.app.functions.get(node.function or ""))
         item_step = self.ledger.new_step(
             key,
             key,
@@ -526,7 +526,7 @@ class GraphReplay:
             input=text,
             policy=policy,
             timeout=timeout,
-            queued=queued,
+            job=job,
         )
         item_step.from_key = step.key
         self.ledger.put(item_step)
@@ -536,14 +536,12 @@ class GraphReplay:
         """The node fails: item ``index``'s input breaks the engine's limits."""
         self.ledger.add(steps.refuse_item(step, node.id, index, exc, self.ledger.now()))
 
-    def _settle_for_each(self, step: StepRow, node: Node, count: int) -> None:
-        """Succeed or fail the node from its items (``steps.settle_items``); otherwise
+    def _end_for_each(self, step: StepRow, node: Node, count: int) -> None:
+        """Succeed or fail the node from its items (``steps.end_items``); otherwise
         it waits for them."""
         p = self.ledger
         items = [p.steps[k] for i in range(count) if (k := item_key(step.key, i)) in p.steps]
-        settled = steps.settle_items(
-            step, node.id, items, count, node.mode == "sequential", p.now()
-        )
-        if settled is None:
+        ended = steps.end_items(step, node.id, items, count, node.mode == "sequential", p.now())
+        if ended is None:
             raise p.pause(step.key)
-        p.add(settled)
+        p.add(ended)

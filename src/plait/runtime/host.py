@@ -1,4 +1,4 @@
-"""The seam between one pass (or one queued attempt) and the process that runs it.
+"""The seam between one pass (or one attempt of a job step) and the process that runs it.
 
 A pass needs a few things from outside: which definitions exist (the catalog), a way to
 commit its writes, the clock its times come from, whether its process is stopping,
@@ -59,7 +59,7 @@ class Host(Protocol):
         ...
 
     def ended_elsewhere(self, run_id: str) -> None:
-        """``run_id`` ended in another process (a cancel) while this one's pass held it,
+        """``run_id`` ended in another process (a cancel) while this one's pass had its lease,
         as a commit found: stop its work here as a cancel here does."""
         ...
 
@@ -69,8 +69,8 @@ class Host(Protocol):
         ...
 
     async def read_state(self, run_id: str) -> dict[str, Any]:
-        """The run-state variables of ``run_id`` (graph nodes read them in queued
-        attempts)."""
+        """The run-state variables of ``run_id`` (graph nodes read them in attempts
+        of job steps)."""
         ...
 
     async def lineage_queues(self, run_id: str) -> frozenset[str]:

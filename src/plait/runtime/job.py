@@ -47,9 +47,9 @@ async def run_job(
     hook = None
     if step.kind in steps.GRAPH_STEP_KINDS:
         # loaded with the first graph step (see plait.graph)
-        from plait.runtime.graph_replay import queued_node_hook
+        from plait.runtime.graph_replay import job_node_hook
 
-        hook = await queued_node_hook(host, step)
+        hook = await job_node_hook(host, step)
     if hook is not None:
         hook.prepare(step, ctx)
     telemetry = host.telemetry
@@ -65,7 +65,7 @@ async def run_job(
             finished = finished_on_stop(exc, cancelled)
             if finished is not None:
                 report.outcome = finished
-                ops = steps.settle(step, finished, host.clock.now())  # it did run to its end
+                ops = steps.end_attempt(step, finished, host.clock.now())  # it did run to its end
             else:
                 ops = steps.interrupt(step, host.clock.now(), cancelled=cancelled)
             with contextlib.suppress(Exception):
@@ -80,4 +80,4 @@ async def run_job(
             outcome = hook.finish(step, ctx, outcome)
         report.outcome = outcome
         written = hook.ops if hook is not None else []
-        return await finish([*written, *steps.settle(step, outcome, host.clock.now())])
+        return await finish([*written, *steps.end_attempt(step, outcome, host.clock.now())])

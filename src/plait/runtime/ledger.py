@@ -34,13 +34,16 @@ class PassResult:
     #: running (it waits), completed, failed, cancelled, suspended (``runs.pass_status``)
     status: RunStatusName
     children: list[str] = dataclasses.field(default_factory=list)  # pyright: ignore[reportUnknownVariableType]
-    queued: bool = False
+    #: the pass put a job step on the job table: the step loops should look
+    enqueued: bool = False
     #: set once the pass gave its lease back with its last writes: due again at once?
     again: bool | None = None
     #: the pass made child runs that wait for admission through their workflow's queue
     admit: bool = False
     #: live child runs the run's end cancelled (``CancelChildren``): stop their work here
     ended_children: list[str] = dataclasses.field(default_factory=list)  # pyright: ignore[reportUnknownVariableType]
+    #: the error the pass ended the run with (its stored JSON), for the worker's log
+    error: str | None = None
 
 
 class Ledger:
@@ -62,13 +65,16 @@ class Ledger:
         self.children: list[str] = []
         #: live child runs the run's end cancels (see ``end``)
         self.ended_children: list[str] = []
+        #: the error of the run's end, when this pass ends it
+        self.end_error: str | None = None
         #: child runs made in this pass wait for their queue's admission
         self.admit = False
-        self.queued = False
+        #: a job step of this pass went on the job table (``steps.enqueue``)
+        self.enqueued = False
         #: the run is due again as soon as this pass ends (it put back an event that a
         #: wait of this pass may not have seen)
         self.due_again = False
-        #: every step started in this pass; the pass ends only when all have settled
+        #: every step started in this pass; the pass ends only when all have ended
         self.tasks: list[asyncio.Task[Any]] = []
         #: the next ordinal of a step outcome handed to the workflow (``mark_delivered``)
         self.next_delivered = (
@@ -95,6 +101,7 @@ class Ledger:
         and its live child runs (``runs.end_ops``)."""
         ops, ended = runs.end_ops(self.run, end, self.steps.values())
         self.ops.extend(ops)
+        self.end_error = end.error
         if end.status in runs.TAKES_CHILDREN:
             self.ended_children = ended
 
@@ -150,10 +157,11 @@ class Ledger:
         return PassResult(
             status,
             self.children,
-            self.queued,
+            self.enqueued,
             again,
             admit=self.admit,
             ended_children=self.ended_children,
+            error=self.end_error,
         )
 
     def _tell_published(self) -> None:
@@ -171,8 +179,8 @@ class Ledger:
         self.tasks.append(task)
         return task
 
-    async def settle(self) -> None:
-        """Wait until every step this pass started has settled."""
+    async def join(self) -> None:
+        """Wait until every step this pass started has ended (its task is done)."""
         while True:
             pending = [t for t in self.tasks if not t.done()]
             if not pending:
@@ -211,7 +219,7 @@ class Ledger:
         input: str | None = None,
         policy: RetryPolicy | None = None,
         timeout: float | None = None,
-        queued: bool = False,
+        job: bool = False,
     ) -> StepRow:
         """A step reached for the first time (not written yet: the caller decides how)."""
         self._check_prefix(key)
@@ -247,7 +255,7 @@ class Ledger:
             None,  # child_run_id
             None,  # branch
             None,  # from_key
-            queued,
+            job,  # queued: a job step
             None,  # wake_at
             now,  # created_at
             now,  # updated_at

@@ -1,4 +1,4 @@
-"""One orchestrator pass: which replay a run's pass uses."""
+"""One pass: which replay a run's pass uses."""
 
 from __future__ import annotations
 

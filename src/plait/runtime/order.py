@@ -31,7 +31,7 @@ def deliverable(
     it saw them then (their ``delivered`` ordinal), so every branch of a gather sees
     the same results in the same order and takes the same keys; an outcome still being
     resolved that comes earlier in that order is waited for. New outcomes come after,
-    in the order they settled (sleeps that ended together, in the order of their
+    in the order they ended (sleeps that ended together, in the order of their
     times), and get the next ordinals."""
     if not finished:
         return None

@@ -1,4 +1,4 @@
-"""Code replay: one orchestrator pass of a code workflow, replayed from the top.
+"""Code replay: one pass of a code workflow, replayed from the top.
 
 The workflow function runs again on every pass, on a loop of its own
 (``runtime.workflow_loop``). A step it calls is resolved here, on the process's loop:
@@ -98,6 +98,7 @@ class CodeReplay:
     async def _function_step(
         self, key: str, name: str, fdef: FunctionDef, data: Any, options: dict[str, Any]
     ) -> Any:
+        no_retry_on = _call_no_retry_on(name, fdef, options)
         merged = (
             {**fdef.options, **{k: v for k, v in options.items() if v is not None}}
             if options
@@ -118,7 +119,7 @@ class CodeReplay:
                 input=dump_input(data, key, self.host.limits),
                 policy=policy,
                 timeout=timeout,
-                queued=fdef.queued,
+                job=fdef.queued,
             )
         else:
             ledger.check_same(step, "do", fdef.name, dump_input(data, key))
@@ -128,7 +129,7 @@ class CodeReplay:
                 step.retries, step.retry_delay = policy.retries, policy.delay
                 step.timeout, step.queued = timeout, fdef.queued
         on_error = fdef.on_error if merged is None else merged.get("on_error")
-        return await self.driver.drive(step, fdef, on_error)
+        return await self.driver.drive(step, fdef, on_error, no_retry_on)
 
     async def _closure_step(
         self, key: str, name: str, fn: Callable[..., Any], data: Any, options: dict[str, Any]
@@ -151,7 +152,8 @@ class CodeReplay:
             )
         else:
             ledger.check_same(step, "do", None, dump_input(data, key))
-        return await self.driver.drive(step, fn, options.get("on_error"))
+        no_retry_on = tuple(options.get("no_retry_on") or ())
+        return await self.driver.drive(step, fn, options.get("on_error"), no_retry_on)
 
     # -- sleeps, suspends, events, values -----------------------------------------------------
     async def sleep(self, key: str, name: str, seconds: float) -> None:
@@ -230,7 +232,7 @@ class CodeReplay:
 
     def set_value(self, key: str, name: str, value: str | None) -> None:
         """Publish a value once, when the run first gets here (``wf.set_value``). It is
-        held to the engine's limits then; a replay never judges a recorded value again."""
+        checked against the engine's limits then; a replay never judges a recorded value again."""
         ledger = self.ledger
         self.order.reached_now(key)
         step = ledger.steps.get(key)
@@ -372,8 +374,8 @@ class CodeReplay:
             done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 inflight.pop(task)
-        # whatever was still in flight when the pump stopped early has settled
-        await ledger.settle()
+        # whatever was still in flight when the pump stopped early has ended
+        await ledger.join()
 
     async def _resolve(self, call: StepCall[Any]) -> None:
         """Run the pass side of one step; its outcome waits in ``finished`` for delivery."""
@@ -571,3 +573,20 @@ def _timeout(options: dict[str, Any], key: str) -> float | None:
     if options.get("timeout") is None:
         return None
     return parse_duration(options["timeout"], what=f"timeout of step {key!r}")
+
+
+def _call_no_retry_on(
+    name: str, fdef: FunctionDef, options: dict[str, Any]
+) -> tuple[Any, ...] | None:
+    """The ``no_retry_on`` a call of ``fdef`` gives, or None for the function's own. A job
+    step's body runs in a step worker, which decides on its retries knowing the
+    function's own options only, so a call of one cannot give its own."""
+    given = options.get("no_retry_on")
+    if given is None:
+        return None
+    if fdef.queued:
+        raise TypeError(
+            f"step {name!r}: no_retry_on cannot be given to a call of queued function "
+            f"{fdef.name!r}; give it to @app.function instead"
+        )
+    return tuple(given)

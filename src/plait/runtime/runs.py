@@ -11,11 +11,12 @@
                                   suspended              suspended
                                   (or it stays running)  pass_status
     queued | running | suspended  cancelled              cancel (a user's)
+    queued                        running                ADMITTED (the worker's admission)
     suspended                     running                resume
-    failed                        running                retry
+    failed                        running | queued       retry (queued: a run of a queue)
 
 A run ``queued`` waits for admission by its queue or for its start time; the worker's
-admission moves it to ``running``. Each function here returns the record or the ops a
+admission moves it to ``ADMITTED``. Each function here returns the record or the ops a
 transition writes and never touches a database, so the rules can be read (and tested)
 here alone; the stores receive them as data and only move rows. What a transition does
 to the run's steps is the step state machine's (``runtime.steps``): an end takes the
@@ -34,7 +35,7 @@ from plait.errors import Cancel, StepError
 from plait.runtime import steps
 from plait.runtime.control_flow import PauseSignal, SuspendSignal, Unwind
 from plait.statuses import TERMINAL, RunStatusName
-from plait.store.ops import CancelChildren, EndRun, Op, StepEnd
+from plait.store.ops import CancelChildren, CancelCut, EndRun, Op, StepEnd
 from plait.store.rows import PassSnapshot, RunRow, StepRow
 
 #: the ends that take the run's live child runs with them (a cancel does so itself)
@@ -48,6 +49,10 @@ def initial_status(waits_for_admission: bool) -> RunStatusName:
     """A new run's status: ``queued`` while it waits for admission by its queue (or
     for its start time), else ``running`` at once."""
     return "queued" if waits_for_admission else "running"
+
+
+#: a queued run's status once its queue admits it (the worker's admission)
+ADMITTED: RunStatusName = "running"
 
 
 # -- the end of a pass --------------------------------------------------------------------
@@ -87,8 +92,10 @@ def suspended(message: str, code: str) -> EndRun:
 
 
 def cancelled(message: str) -> EndRun:
-    """The workflow cancelled its own run (it raised ``plait.Cancel``)."""
-    return EndRun("cancelled", error=control_error(message, errors.WORKFLOW_CANCELLED))
+    """The workflow cancelled its own run (it raised ``plait.Cancel``): its live child
+    runs end with it, and its steps still in flight are cut short (``steps.CANCEL_CUT``)."""
+    error = control_error(message, errors.WORKFLOW_CANCELLED)
+    return EndRun("cancelled", error=error, cut=steps.CANCEL_CUT)
 
 
 def raised(exc: BaseException) -> EndRun:
@@ -106,7 +113,7 @@ def raised(exc: BaseException) -> EndRun:
 
 def pass_status(end: EndRun | None) -> RunStatusName:
     """The run's status after a pass: its end's, or ``running`` when it waits."""
-    return cast(RunStatusName, end.status) if end is not None else "running"
+    return end.status if end is not None else "running"
 
 
 def end_ops(run: RunRow, end: EndRun, recorded: Iterable[StepRow]) -> tuple[list[Op], list[str]]:
@@ -135,7 +142,8 @@ def children_left(run_id: str, status: str) -> CancelChildren:
     child anew."""
     message = f"parent run {run_id} {status}"
     error = _text({"message": message, "type": "Cancel", "code": errors.WORKFLOW_CANCELLED})
-    return CancelChildren(error, steps.child_step_end(None, "cancelled", None, error))
+    parent = steps.child_step_end(None, "cancelled", None, error)
+    return CancelChildren("cancelled", error, parent, steps.CANCEL_CUT)
 
 
 # -- a user's cancel ----------------------------------------------------------------------
@@ -150,7 +158,7 @@ class RunCancel:
 
     error: str
     parent: StepEnd
-    cut: steps.CancelCut = steps.CANCEL_CUT
+    cut: CancelCut = steps.CANCEL_CUT
     status: RunStatusName = "cancelled"
 
 
@@ -165,14 +173,18 @@ def cancel(reason: str | None) -> RunCancel:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Reopen:
-    """A run that goes on again: from ``from_status`` back to ``running``, with the
-    writes ``ops`` makes of the run as read (steps released or reopened, timers and
-    jobs given back). Written only if nothing woke the run since it was read."""
+    """A run that goes on again: from ``from_status`` to the status ``status`` gives the
+    run as read, with the writes ``ops`` makes of it (steps released or reopened, timers
+    and jobs given back). Written only if nothing woke the run since it was read."""
 
     action: Literal["resume", "retry"]
     from_status: RunStatusName
     ops: Callable[[PassSnapshot, float], list[Op]]
-    status: RunStatusName = "running"
+
+    def status(self, run: RunRow) -> RunStatusName:
+        """``running``; a retried run of a queue is ``queued``: it gave its slot back
+        when it failed, and waits for admission again."""
+        return initial_status(self.action == "retry" and run.queue is not None)
 
 
 def resume(reason: str | None = None) -> Reopen:

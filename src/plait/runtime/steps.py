@@ -1,7 +1,7 @@
 """The step state machine: every way a step's status can change, written once.
 
 An attempt begins, ends (succeeded, failed with a retry or for good, cut short), a child
-run settles its parent's step, a timer fires, an event is consumed. Inline passes, the
+run ends its parent's step, a timer fires, an event is consumed. Inline passes, the
 step worker and the graph replay all call these functions, so a step records the same
 rows whichever path ran it. Each function changes the step row it is given and returns
 the writes that record the change; it never touches a database, so the rules can be read
@@ -10,12 +10,11 @@ data and only move them.
 
 Statuses: ``pending`` (created, no attempt yet) -> ``running`` (an attempt in flight) ->
 ``succeeded`` | ``failed``; ``scheduled`` waits for a timer (sleep, retry back-off, event
-timeout) or for the step queue.
+timeout) or for its job (a job step).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from typing import Any, cast
 
@@ -24,6 +23,7 @@ from plait.retry import RetryPolicy
 from plait.runtime.attempt import Outcome
 from plait.statuses import STEP_IN_FLIGHT, AttemptStatusName, StepStatusName
 from plait.store.ops import (
+    CancelCut,
     ClearTimer,
     ConsumeEvent,
     EnqueueJob,
@@ -59,22 +59,16 @@ MAX_AFTER = 32
 NODE_KIND = "node"
 #: step kind of one item of a ``for_each`` node instance
 ITEM_KIND = "item"
-#: the kinds of steps a graph run takes (a queued one needs the graph's attempt hook)
+#: the kinds of steps a graph run takes (one run as a job needs the graph's attempt hook)
 GRAPH_STEP_KINDS = frozenset({NODE_KIND, ITEM_KIND})
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class CancelCut:
-    """How a cancel of its run ends a step it cuts short: the step's status, and its
-    open attempt's."""
-
-    step: StepStatusName
-    attempt: AttemptStatusName
-
+#: an attempt begun and not ended yet (``StartAttempt``'s status)
+OPEN_ATTEMPT: AttemptStatusName = "running"
 
 #: a cancelled run's steps in flight fail, and their open attempts end ``cancelled``
 #: (``interrupt``, ``cancel_waiting``; for the attempts no pass will see, ``runs.cancel``)
-CANCEL_CUT = CancelCut(step="failed", attempt="cancelled")
+CANCEL_CUT = CancelCut(step="failed", attempt="cancelled", open_attempt=OPEN_ATTEMPT)
 
 
 # -- error records ------------------------------------------------------------------------
@@ -133,7 +127,7 @@ def child_step_end(
     complete fails the step with the child's code. ``child_id`` is None when one record
     serves every run a cancel ends (the step row still names its child)."""
     if status == "completed":
-        return StepEnd("succeeded", output, None)
+        return StepEnd("succeeded", output, None, failures=0)
     child_error: dict[str, Any] = serde.loads(error) or {}
     message = child_error.get("message", status)
     record = {
@@ -145,7 +139,7 @@ def child_step_end(
     }
     if child_id:
         record["child_run_id"] = child_id
-    return StepEnd("failed", None, serde.dumps(record))
+    return StepEnd("failed", None, serde.dumps(record), failures=1)
 
 
 # -- attempts -----------------------------------------------------------------------------
@@ -172,13 +166,14 @@ def begin(step: StepRow, worker: str | None, now: float) -> tuple[list[Op], bool
         ops.append(ClearTimer(step.key))
     step.attempts += 1
     step.status, step.wake_at, step.updated_at = "running", None, now
-    ops.append(StartAttempt(step, step.attempts, worker))
+    ops.append(StartAttempt(step, step.attempts, OPEN_ATTEMPT, worker))
     return ops, True
 
 
-def settle(step: StepRow, outcome: Outcome, now: float) -> list[Op]:
+def end_attempt(step: StepRow, outcome: Outcome, now: float) -> list[Op]:
     """End the running attempt with what its body did: succeeded, failed with a retry
-    (a durable timer, or the queue for a queued step), or failed for good."""
+    (a durable timer, or the job table for a job step), or failed for good (no retries
+    left, or an error that says ``"retryable": false``)."""
     attempt = step.attempts
     step.updated_at = now
     if outcome.ok:
@@ -188,7 +183,7 @@ def settle(step: StepRow, outcome: Outcome, now: float) -> list[Op]:
     step.failures += 1
     step.error = error
     spent = step.failures - step.retried_failures
-    if outcome.retryable and spent <= step.retries:
+    if retryable(outcome) and spent <= step.retries:
         delay = RetryPolicy(step.retries, step.retry_delay).delay_after(spent)
         step.status, step.wake_at = "scheduled", now + delay
         ops: list[Op] = [FinishAttempt(step, attempt, "failed", None, error)]
@@ -201,10 +196,18 @@ def settle(step: StepRow, outcome: Outcome, now: float) -> list[Op]:
     return [FinishAttempt(step, attempt, "failed", None, error)]
 
 
+def retryable(outcome: Outcome) -> bool:
+    """Whether a failed attempt may be tried again: not when its error record says
+    ``"retryable": false`` (a ``NonRetryableError``, a class in ``no_retry_on``, input
+    that does not validate), whichever process ran the body."""
+    record = outcome.error or {}
+    return outcome.retryable and record.get("retryable") is not False
+
+
 def interrupt(step: StepRow, now: float, *, cancelled: bool) -> list[Op]:
     """End the running attempt because its task was cancelled. A user's cancel fails the
     step; a shutdown leaves it to run again (same invocation id, next attempt) wherever
-    the run continues: a queued step goes straight back on the queue."""
+    the run continues: a job step goes straight back on the job table."""
     attempt = step.attempts
     step.updated_at = now
     if cancelled:
@@ -229,7 +232,7 @@ def cancel_waiting(step: StepRow, now: float) -> list[Op]:
 
 
 def enqueue(step: StepRow, now: float) -> list[Op]:
-    """Hand a pending queued step to the step queue."""
+    """Hand a pending job step to the job table."""
     step.status, step.updated_at = "scheduled", now
     return [_put(step), EnqueueJob(step.key, step.function or "", now)]
 
@@ -238,18 +241,18 @@ def enqueue(step: StepRow, now: float) -> list[Op]:
 
 
 def begin_child(step: StepRow, worker: str | None, now: float) -> list[Op]:
-    """The step's attempt is a child run; the child's end settles it (``child_step_end``
+    """The step's attempt is a child run; the child's end ends it (``child_step_end``
     is what the store writes then)."""
     step.attempts += 1
     step.child_run_id = ids.child_run_id(step.invocation_id, step.attempts)
     step.status, step.updated_at = "running", now
-    return [StartAttempt(step, step.attempts, worker)]
+    return [StartAttempt(step, step.attempts, OPEN_ATTEMPT, worker)]
 
 
 def open_suspend(step: StepRow, worker: str | None, now: float) -> list[Op]:
     """A suspend's one attempt: it stays open (``pending``) until a resume closes it."""
     step.attempts, step.updated_at = 1, now
-    return [StartAttempt(step, 1, worker)]
+    return [StartAttempt(step, 1, OPEN_ATTEMPT, worker)]
 
 
 # -- a run that goes on again ------------------------------------------------------------
@@ -286,8 +289,8 @@ def reopen_failed(step: StepRow, now: float) -> list[Op]:
 
 
 def requeue(step: StepRow, now: float) -> list[Op]:
-    """A queued step of a failed run lost its job when the run ended; retried, it goes
-    back on the queue, its cut-off attempt (if any) ending ``interrupted``."""
+    """A job step of a failed run lost its job when the run ended; retried, it goes
+    back on the job table, its cut-off attempt (if any) ending ``interrupted``."""
     ops: list[Op] = []
     if step.status == "running":
         step.status, step.updated_at = "scheduled", now
@@ -320,7 +323,7 @@ def retry_ops(
     after_cap: int | None = None,
 ) -> list[Op]:
     """What ``retry`` writes: the failed steps the workflow did not go on from start over
-    (``reopened``), every step still waiting on a durable timer gets it back, and queued
+    (``reopened``), every step still waiting on a durable timer gets it back, and job
     steps in flight get their jobs back.
 
     Ending the failed run deleted its timers and jobs, so a step that was waiting when a
@@ -530,7 +533,7 @@ def item_key(node_key: str, index: int) -> str:
 
 
 def start_items(step: StepRow, now: float) -> list[Op]:
-    """A ``for_each`` node instance starts its items: it runs until they settle."""
+    """A ``for_each`` node instance starts its items: it runs until they end."""
     if step.status != "pending":
         return []
     step.status, step.updated_at = "running", now
@@ -554,12 +557,12 @@ def refuse_item(step: StepRow, node_id: str, index: int, exc: Exception, now: fl
     return _fail_node(step, error, now)
 
 
-def settle_items(
+def end_items(
     step: StepRow, node_id: str, items: list[StepRow], count: int, sequential: bool, now: float
 ) -> list[Op] | None:
-    """The writes that settle a ``for_each`` node instance from its ``count`` items (the
+    """The writes that end a ``for_each`` node instance from its ``count`` items (the
     ``items`` recorded so far, in order), or None while it waits for them. It fails once
-    an item failed (in parallel mode only after the other items settled, so none is left
+    an item failed (in parallel mode only after the other items ended, so none is left
     running) and succeeds once every item succeeded: its output is the list of the
     items' outputs."""
     failed = next((i for i, s in enumerate(items) if s.status == "failed"), None)
@@ -606,7 +609,7 @@ def _fail_node(step: StepRow, error: str, now: float) -> list[Op]:
 def open_gate(step: StepRow, worker: str | None, expires_at: float | None, now: float) -> list[Op]:
     """A gate reached for the first time: its attempt opens, its deadline is a timer."""
     step.attempts, step.wake_at, step.updated_at = 1, expires_at, now
-    ops: list[Op] = [StartAttempt(step, 1, worker)]
+    ops: list[Op] = [StartAttempt(step, 1, OPEN_ATTEMPT, worker)]
     if expires_at is not None:
         ops.append(SetTimer(step.key, "approval", expires_at))
     return ops
@@ -653,7 +656,7 @@ def reopen_gate(step: StepRow, worker: str | None, now: float) -> list[Op]:
     it: the gate opens again (a new attempt), with its deadline if that is still ahead."""
     step.attempts += 1
     step.status, step.output, step.updated_at = "pending", None, now
-    ops: list[Op] = [StartAttempt(step, step.attempts, worker)]
+    ops: list[Op] = [StartAttempt(step, step.attempts, OPEN_ATTEMPT, worker)]
     if step.wake_at is not None and step.wake_at > now:
         ops.append(SetTimer(step.key, "approval", step.wake_at))
     return ops

@@ -16,12 +16,12 @@ from plait import approval, ids, serde
 from plait.context import StepContext
 from plait.durations import Duration, parse_duration
 from plait.records import Decision
-from plait.retry import resolve_policy
+from plait.retry import parse_no_retry_on, resolve_policy
 from plait.runtime.ledger import Ledger
 
 #: the ordinal plait appends to a name reached again in one run
 _ORDINAL = re.compile(r"#\d+$")
-_STEP_OPTIONS = frozenset({"retries", "retry_delay", "timeout", "on_error"})
+_STEP_OPTIONS = frozenset({"retries", "retry_delay", "timeout", "on_error", "no_retry_on"})
 M = TypeVar("M", bound=pydantic.BaseModel)
 #: what a step's awaitable resolves to
 T = TypeVar("T")
@@ -37,6 +37,7 @@ class StepOptions(TypedDict, total=False):
     retry_delay: float | str | timedelta | None
     timeout: float | str | timedelta | None
     on_error: str | None
+    no_retry_on: Sequence[type[BaseException]] | None
 
 
 class Replay(Protocol):
@@ -65,7 +66,7 @@ class Replay(Protocol):
     def suspend(self, key: str, reason: str) -> Coroutine[Any, Any, None]: ...
 
     # A wait's pass side may resolve to what it found rather than to its outcome: the
-    # pass then settles the outcome when it hands it to the workflow (which may have
+    # pass then decides the outcome when it hands it to the workflow (which may have
     # given the wait up by then, and so leave what it found to another wait).
     def wait_for_event(
         self, key: str, name: str, timeout: float | None
@@ -126,6 +127,8 @@ def _check_options(step_name: str, options: dict[str, Any]) -> None:
         parse_duration(options["timeout"], what=f"timeout of step {step_name!r}")
     if options.get("on_error") is not None and not isinstance(options["on_error"], str):
         raise TypeError(f"step {step_name!r}: on_error must be a function name")
+    if options.get("no_retry_on") is not None:
+        parse_no_retry_on(options["no_retry_on"], what=f"step {step_name!r}: no_retry_on")
 
 
 class StepCall(Coroutine[Any, Any, T], Generic[T]):

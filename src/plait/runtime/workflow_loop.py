@@ -2,7 +2,7 @@
 
 A workflow body is ordinary asyncio code: it gathers steps, opens task groups, waits in
 ``finally`` blocks. Replay is only deterministic if that code sees the outcomes of its
-steps in the same order on every pass, whatever order real attempts, timers and queued
+steps in the same order on every pass, whatever order real attempts, timers and job
 workers produced them in. So the body never runs on the process's loop. It runs here,
 on a loop with nothing on it but the body's own callbacks, which the pass turns until
 no callback is ready (the body is blocked on its steps). Only then does the pass hand
@@ -85,7 +85,7 @@ def _place_among_siblings(coro: object) -> tuple[int, int] | None:
     here = inspect.currentframe()
     # above this function: create_task, then whoever asked it for a task
     frame: FrameType | None = here.f_back.f_back if here and here.f_back else None
-    # this function's own frame held in one of its locals is a cycle only the garbage
+    # this function's own frame kept in one of its locals is a cycle only the garbage
     # collector frees, and with it every frame above (the pass) and all they hold
     del here
     for _ in range(_CALLER_DEPTH):

@@ -17,7 +17,8 @@ from typing import Any, Protocol
 from plait.clock import Clock
 from plait.notify import Notifier
 from plait.records import Run, RunSummary, Step, StepAttempt
-from plait.store.ops import Batch, Op, StepEnd
+from plait.statuses import RunStatusName
+from plait.store.ops import Batch, CancelCut, Op, StepEnd
 from plait.store.rows import (
     DecisionRow,
     GateRow,
@@ -164,18 +165,26 @@ class Store(Protocol):
 
     # actions from outside a pass
     async def wake(self, run_id: str, at: float | None = None) -> None: ...
-    async def cancel_run(self, run_id: str, error: str, parent: StepEnd) -> list[str]:
-        """End a running or suspended run ``cancelled`` with ``error``, and its running or
-        suspended descendants with it; each ended run's waiting parent step ends as
-        ``parent`` says. Returns every run that moved. ``RunNotFoundError`` /
-        ``RunStateError`` when the run is missing or not running or suspended."""
+    async def cancel_run(
+        self, run_id: str, status: RunStatusName, error: str, parent: StepEnd, cut: CancelCut
+    ) -> list[str]:
+        """End a queued, running or suspended run ``status`` (a cancel's) with ``error``,
+        and its live descendants with it; each ended run's waiting parent step ends as
+        ``parent`` says, and its steps in flight as ``cut`` says. Returns every run that
+        moved. ``RunNotFoundError`` / ``RunStateError`` when the run is missing or
+        ended."""
         ...
 
     async def reopen_run(
-        self, run_id: str, from_status: str, wakeups_seen: int, ops: Sequence[Op]
+        self,
+        run_id: str,
+        from_status: str,
+        status: RunStatusName,
+        wakeups_seen: int,
+        ops: Sequence[Op],
     ) -> Run | None:
         """A suspended or failed run goes on (``resume``, ``retry``): write ``ops`` (the
-        steps the caller reopened) and make the run ``running`` and due now, if it is
+        steps the caller reopened) and make the run ``status`` and due now, if it is
         still ``from_status`` with ``wakeups_seen`` wake-ups. None when it changed since
         the caller read it; ``RunNotFoundError`` / ``RunStateError`` as for cancel."""
         ...
@@ -187,11 +196,17 @@ class Store(Protocol):
 
     # queues
     async def admit_runs(
-        self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
+        self,
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+        queues: Sequence[QueueLimits],
+        status: RunStatusName,
     ) -> list[str]:
         """Admit up to ``limit`` due ``queued`` runs, highest priority first, within the
         limits of ``queues`` (a queue not given has none), and lease them to ``owner``,
-        in one conditional write: they are ``running`` and this worker's to drive."""
+        in one conditional write: they are ``status`` (an admitted run's) and this
+        worker's to drive."""
         ...
 
     async def next_queued(self) -> float | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from plait.errors import RunEndedElsewhereError
+from plait.statuses import AttemptStatusName, RunStatusName, StepStatusName
 from plait.store.rows import NewRun, StepRow
 
 
@@ -27,14 +28,18 @@ class PutStep:
 
 @dataclasses.dataclass(frozen=True, init=False)
 class StartAttempt:
-    """Record attempt ``attempt`` of a step as running (step row included)."""
+    """Record attempt ``attempt`` of a step as begun, its status ``status`` (an open
+    attempt's, as the step state machine names it), step row included."""
 
     step: StepRow
     attempt: int
+    status: AttemptStatusName
     worker: str | None = None
 
-    def __init__(self, step: StepRow, attempt: int, worker: str | None = None) -> None:
-        self.__dict__.update(step=step.copy(), attempt=attempt, worker=worker)
+    def __init__(
+        self, step: StepRow, attempt: int, status: AttemptStatusName, worker: str | None = None
+    ) -> None:
+        self.__dict__.update(step=step.copy(), attempt=attempt, status=status, worker=worker)
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -43,7 +48,7 @@ class FinishAttempt:
 
     step: StepRow
     attempt: int
-    status: str  # succeeded | failed | interrupted | cancelled
+    status: AttemptStatusName  # succeeded | failed | interrupted | cancelled
     output: str | None = None
     error: str | None = None
 
@@ -51,7 +56,7 @@ class FinishAttempt:
         self,
         step: StepRow,
         attempt: int,
-        status: str,
+        status: AttemptStatusName,
         output: str | None = None,
         error: str | None = None,
     ) -> None:
@@ -129,34 +134,53 @@ class TakeDecision:
 @dataclasses.dataclass(frozen=True, slots=True)
 class StepEnd:
     """How the parent's step of a child run ends when the child ends (decided by
-    ``runtime.steps.child_step_end``): ``status`` is ``succeeded`` or ``failed``."""
+    ``runtime.steps.child_step_end``): ``status`` is ``succeeded`` or ``failed``, and
+    ``failures`` the failures it adds to the step's count."""
 
-    status: str
+    status: StepStatusName
     output: str | None = None
     error: str | None = None
+    failures: int = dataclasses.field(kw_only=True)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CancelCut:
+    """How a cancel ends the steps of its runs that it cuts short (those in flight, or
+    with an attempt still open): the step's status, its open attempt's, and the status
+    an open attempt has (``open_attempt``), by which the store finds them."""
+
+    step: StepStatusName
+    attempt: AttemptStatusName
+    open_attempt: AttemptStatusName
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class EndRun:
     """Move the run to ``status``; only from ``running`` (the terminal guard). A terminal
     end of a child run also ends the parent's waiting step as ``parent`` says (only if
-    that step still waits for this child) and wakes the parent."""
+    that step still waits for this child) and wakes the parent. With ``cut`` the end is
+    a cancel: the run's live child runs end as it does (``CancelChildren``), and its
+    steps still in flight as ``cut`` says."""
 
-    status: str
+    status: RunStatusName
     output: str | None = None
     error: str | None = None
     parent: StepEnd | None = None
+    cut: CancelCut | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CancelChildren:
-    """Cancel the run's live child runs (queued, running or suspended), and theirs, each
-    ended with ``error``; the run's steps that wait for them end as ``parent`` says. A
-    run that fails or completes writes it after its ``EndRun``, so nothing it started
-    goes on without it, as nothing goes on after a cancel."""
+    """End the run's live child runs (queued, running or suspended), and theirs, each
+    ``status`` with ``error``, their steps in flight cut short as ``cut`` says; the run's
+    steps that wait for them end as ``parent`` says. A run that fails or completes
+    writes it after its ``EndRun``, so nothing it started goes on without it, as nothing
+    goes on after a cancel."""
 
+    status: RunStatusName
     error: str | None
     parent: StepEnd | None
+    cut: CancelCut
 
 
 Op = (

@@ -10,6 +10,8 @@ import dataclasses
 from datetime import datetime
 from typing import Any, Literal
 
+from plait.statuses import RunStatusName
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class NewRun:
@@ -25,8 +27,9 @@ class NewRun:
     #: set for inline starts: the run is created already leased to this process
     lease_owner: str | None = None
     lease_seconds: float = 0.0
-    #: ``queued`` for a run that waits for admission or for its start time
-    status: str = "running"
+    #: the status it starts in (``runtime.runs.initial_status``): ``queued`` for a run
+    #: that waits for admission or for its start time
+    status: RunStatusName = dataclasses.field(kw_only=True)
     queue: str | None = None
     queue_key: str | None = None
     priority: int = 0

@@ -2,8 +2,8 @@
 for a month takes milliseconds.
 
 The engine's clock (``plait.clock.VirtualClock``) runs at wall speed and jumps forward.
-It jumps only when the database shows nothing in flight: no run or queued step under a
-lease, no run and no queued step due now, no schedule tick due now, no queued run due now
+It jumps only when the database shows nothing in flight: no run or job step under a
+lease, no run and no job step due now, no schedule tick due now, no queued run due now
 that a free slot would admit, and this process has no pass or step in hand. Then every
 live run waits on the outside world or on a timer (a sleep, a retry back-off, an event
 timeout, a delayed start), and the clock moves to the earliest of those timers or to the
@@ -48,7 +48,7 @@ class TestEngine(Engine):
     close) unless ``database`` names one; PostgreSQL works too. With ``time_skipping``
     (the default) the clock jumps to the next timer whenever every live run waits only
     on timers while the test awaits ``wait`` or ``run``; ``advance(duration)`` moves it
-    by hand either way. The engine works its own runs and queued steps in this process:
+    by hand either way. The engine works its own runs and job steps in this process:
     no other worker may share its database, since their clocks would disagree.
     """
 
@@ -155,7 +155,7 @@ class TestEngine(Engine):
         before = self.virtual_clock.now()
         if self.virtual_clock.move_to(when):
             log.debug("virtual clock jumped %s ahead", format_duration(when - before))
-            self.worker.kick()
+            self.worker.wake()
 
     async def _settle(self, deadline: float | None) -> Pending:
         """Wait until nothing is in flight or due now; what the store then holds."""

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 
+from plait.runtime import runs
 from plait.store.rows import QueueLimits
 from plait.worker.state import WorkerState
 
@@ -59,7 +60,7 @@ class Admission(WorkerState):
                 now = self.clock.now()
                 if due is not None and due <= now and free:
                     admitted = await self.store.admit_runs(
-                        self.owner, self.lease, free, self.queue_limits()
+                        self.owner, self.lease, free, self.queue_limits(), runs.ADMITTED
                     )
                     if len(admitted) < free:
                         # what is still due waits for a slot or the rate window

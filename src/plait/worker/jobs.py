@@ -1,8 +1,8 @@
-"""The step loop: claiming the jobs of queued steps and running one attempt each.
+"""The step loop: claiming the jobs of job steps and running one attempt each.
 
-A step of a function declared ``queued`` runs as a job: a row any worker that has the
-function can claim. Each claimed job runs one attempt in a task of its own
-(``runtime.job.run_job``), outside any pass of its run.
+A step of a function declared ``queued=True`` is a job step: it runs as a job, a row any
+worker that has the function can claim. Each claimed job runs one attempt in a task of
+its own (``runtime.job.run_job``), outside any pass of its run.
 """
 
 from __future__ import annotations
@@ -23,17 +23,17 @@ from plait.worker.state import WorkerState
 log = logging.getLogger("plait.worker")
 
 
-def held_of(limited: list[QueueLimits]) -> set[str]:
-    """The queued functions whose jobs are claimed through limited queues."""
+def limited_functions(limited: list[QueueLimits]) -> set[str]:
+    """The functions whose jobs are claimed through limited queues."""
     return {fn for q in limited for fn in q.functions}
 
 
 class Jobs(WorkerState):
-    """Queued steps: the step loop, and beginning and running one claimed job."""
+    """Job steps: the step loop, and beginning and running one claimed job."""
 
     async def _step_loop(self) -> None:
         #: a limited queue came back with fewer jobs than asked: its functions are left
-        #: out of the look for due work until something changes (a kick) or a poll passes,
+        #: out of the look for due work until something changes (a wake-up) or a poll passes,
         #: so a full queue is not claimed from in a loop
         full_until = 0.0
         # as in the pass loop: a claim that filled every free slot is followed by a claim,
@@ -50,12 +50,12 @@ class Jobs(WorkerState):
                     await asyncio.wait_for(self.wake_steps.wait(), self.poll_interval)
                 continue
             limited = [q for q in self.queue_limits() if q.functions]
-            held = held_of(limited)
-            functions = [name for name in functions if name not in held]
+            in_limited = limited_functions(limited)
+            functions = [name for name in functions if name not in in_limited]
             try_limited = bool(limited) and time.monotonic() >= full_until
             free = max(0, self.concurrency - len(self.stepping))
             jobs: list[StepJob] = []
-            looking = functions + (sorted(held) if try_limited else [])
+            looking = functions + (sorted(in_limited) if try_limited else [])
             if free and looking and (more or await self._due(self.wake_steps, looking)):
                 try:
                     if functions:
@@ -130,7 +130,7 @@ class Jobs(WorkerState):
         return step if await self.store.begin_queued_step(job, owner, ops) else None
 
     async def run_job(self, job: StepJob) -> None:
-        """Execute one delivery of a queued step. Duplicate deliveries are harmless: the
+        """Execute one delivery of a job step. Duplicate deliveries are harmless: the
         attempt begins by a conditional write on the job, so only one of them runs it."""
         fdef = self.catalog.app.functions.get(job.function)
         try:
@@ -150,11 +150,11 @@ class Jobs(WorkerState):
         self.steps_run += 1
         if not finished:
             log.warning(
-                "step %s of run %s: its job is no longer held (the run ended, or the job's "
-                "lease ran out and another worker took it); result dropped",
+                "step %s of run %s: its job is no longer this worker's (the run ended, or the "
+                "job's lease ran out and another worker took it); result dropped",
                 job.step_key,
                 job.run_id,
             )
             return
         self.notifier.publish_work()
-        self.kick()
+        self.wake()

@@ -33,7 +33,7 @@ class Leases(WorkerState):
                 next_sweep = time.monotonic() + 5.0
                 try:
                     if await self.store.sweep_idle():
-                        self.kick()
+                        self.wake()
                 except Exception:
                     log.exception("sweeping idle runs failed")
             if not self.driving and not self.stepping:

@@ -24,7 +24,7 @@ log = logging.getLogger("plait.worker")
 
 
 class Passes(WorkerState):
-    """Orchestrator passes: drive a run, one pass, the pass loop, waiting for due work."""
+    """Passes: drive a run, one pass, the pass loop, waiting for due work."""
 
     def drive(self, run_id: str, *, claimed: bool = False, follow: bool = False) -> None:
         """Run passes of ``run_id`` in this process until it pauses (or ends, if
@@ -56,7 +56,7 @@ class Passes(WorkerState):
         self.cancelled.discard(run_id)
 
     async def _drive(self, run_id: str, claimed: bool, follow: bool) -> None:
-        """Passes of ``run_id`` while it is due. A slot is held for each pass only, not
+        """Passes of ``run_id`` while it is due. A slot is taken for each pass only, not
         while a followed run waits: a parent waiting for its child must not hold the slot
         the child needs."""
         while not self.stopping:
@@ -133,12 +133,12 @@ class Passes(WorkerState):
             await self._release_after_error(run_id)
             return False
         except Exception:
-            log.exception("run %s: orchestrator pass crashed; it will be retried", run_id)
+            log.exception("run %s: pass crashed; it will be retried", run_id)
             await self._release_after_error(run_id)
             return False
         self.run_changed(run_id, result.status, snapshot.run.workflow)
         if self.telemetry is not None and result.status != "running":
-            self.telemetry.run_ended(run_id, snapshot.run.workflow, result.status)
+            self.telemetry.run_ended(run_id, snapshot.run.workflow, result.status, result.error)
         for child in result.children:
             self.run_changed(child, "running", f"child of {run_id}")
             self.drive(child, follow=not self.take_work)
@@ -154,9 +154,11 @@ class Passes(WorkerState):
             # admit the next run
             self.notifier.publish_work()
         elif not again and (
-            result.status not in SETTLED or snapshot.run.parent_run_id is not None or result.queued
+            result.status not in SETTLED
+            or snapshot.run.parent_run_id is not None
+            or result.enqueued
         ):
-            # let the loops see new timers, queued steps and woken parents; a run that
+            # let the loops see new timers, job steps and woken parents; a run that
             # ended with no parent left them nothing new (and a process running runs
             # back to back would pay a read of the queue after every run). The slot it
             # frees is told when its driver ends (``_done_driving``)

@@ -75,7 +75,7 @@ class WorkerState(abc.ABC):
     wake_admissions: asyncio.Event
     wake_schedules: asyncio.Event
 
-    # -- the host of passes and queued attempts (worker.py)
+    # -- the host of passes and jobs (worker.py)
     @abc.abstractmethod
     def cancelling(self, run_id: str) -> bool: ...
 
@@ -99,7 +99,7 @@ class WorkerState(abc.ABC):
     def holding(self) -> list[str]: ...
 
     @abc.abstractmethod
-    def kick(self) -> None: ...
+    def wake(self) -> None: ...
 
     @abc.abstractmethod
     def spawn(self, coro: Any, name: str | None = None) -> asyncio.Task[Any]: ...

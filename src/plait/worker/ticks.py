@@ -101,7 +101,7 @@ class Ticks(WorkerState):
                 log.info("schedule %s started run %s", row.name, run_id)
             self.notifier.run_changed(run_id, settled=False)
         if started:
-            self.kick()
+            self.wake()
         return 1
 
     def scheduled_run(
@@ -130,8 +130,8 @@ class Ticks(WorkerState):
             workflow=workflow,
             kind=kind,
             version=version,
-            # not held to this process's limits again: they held when the schedule was
-            # made, and PostgreSQL's jsonb may spell a stored number longer than it came
+            # not checked against this process's limits again: they were when the schedule
+            # was made, and PostgreSQL's jsonb may spell a stored number longer than it came
             # (1e300 as 301 digits), so a second measure could refuse what was accepted
             input=serde.dumps(data, what=f"the input of schedule {name!r}"),
             owner=owner,

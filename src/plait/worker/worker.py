@@ -1,12 +1,12 @@
-"""``Worker``: its lifecycle, and the ``Host`` it offers every pass and queued attempt.
+"""``Worker``: its lifecycle, and the ``Host`` it offers every pass and every job.
 
 Every engine with ``workers=True`` and every ``plait worker`` process runs one. Workers
 share nothing but the database: a run is taken by a conditional write on its row (its
-lease), a queued step by one on its job row. A lease is renewed while work is held and
-expires when the process dies, so another worker can take over.
+lease), a job step by one on its job row. A lease is renewed while its work goes on
+and expires when the process dies, so another worker can take over.
 
 The worker receives its parts (store, catalog, notifier, settings) when built and is the
-``Host`` of every pass and queued attempt it runs; it never sees the Engine. Its loops
+``Host`` of every pass and every job it runs; it never sees the Engine. Its loops
 are the classes it is made of, one file each (see ``plait.worker``).
 """
 
@@ -59,7 +59,7 @@ def _dead_here(owner: str) -> bool:
 
 
 class Worker(Passes, Jobs, Admission, Ticks, Leases, Retention):
-    """Drives runs and queued steps of one database. ``owner`` is this process's lease
+    """Drives runs and runs job steps of one database. ``owner`` is this process's lease
     name. With ``take_work`` off it only drives what this process starts inline."""
 
     def __init__(
@@ -110,7 +110,7 @@ class Worker(Passes, Jobs, Admission, Ticks, Leases, Retention):
         self.check_leases = asyncio.Event()
         self.wake_admissions = asyncio.Event()
         #: set when this process changes a schedule; other processes' changes are read at
-        #: the next poll (a kick for every start would cost each start two reads here)
+        #: the next poll (a wake-up for every start would cost each start two reads here)
         self.wake_schedules = asyncio.Event()
         #: the clock's time of the admission loop's last look when queued runs were due
         #: that the queues' limits kept out (None: its last look left nothing due behind);
@@ -138,7 +138,7 @@ class Worker(Passes, Jobs, Admission, Ticks, Leases, Retention):
         stall guard's thread."""
         return list(self.driving)
 
-    # -- the host of passes and queued attempts -------------------------------------------
+    # -- the host of passes and jobs ------------------------------------------------------
     def cancelling(self, run_id: str) -> bool:
         return run_id in self.cancelled
 
@@ -176,25 +176,25 @@ class Worker(Passes, Jobs, Admission, Ticks, Leases, Retention):
     @property
     def busy(self) -> bool:
         """Whether this process has work in hand or a wake-up its loops have not seen
-        yet: a pass, a queued step, a claim about to be made."""
+        yet: a pass, a job step, a claim about to be made."""
         return bool(self.tasks) or self.wake_passes.is_set() or self.wake_steps.is_set()
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def reclaim(self) -> None:
-        """Take back at once what an earlier life of this worker id held. A lease that its
+        """Take back at once what an earlier life of this worker id leased. A lease that its
         holder renews within one renewal interval belongs to a live twin and is left alone."""
-        held = await self.store.leases_of(self.worker_id, self.owner)
+        leases = await self.store.leases_of(self.worker_id, self.owner)
         # A holder on this machine whose process is gone is certainly dead: no need to
         # wait for it to miss a renewal.
-        dead = [lease for lease in held if _dead_here(lease.owner)]
+        dead = [lease for lease in leases if _dead_here(lease.owner)]
         if dead and await self.store.expire_leases(dead):
-            self.kick()
-        rest = [lease for lease in held if lease not in dead]
+            self.wake()
+        rest = [lease for lease in leases if lease not in dead]
         if not rest:
             return
         await asyncio.sleep(max(0.05, self.lease / 4) * 1.2 + 0.05)
         if await self.store.expire_leases(rest):
-            self.kick()
+            self.wake()
 
     async def run_until_signal(
         self, close: Callable[[float], Awaitable[None]], *, drain: float, grace: float = 2.0
@@ -214,7 +214,7 @@ class Worker(Passes, Jobs, Admission, Ticks, Leases, Retention):
             done, _ = await asyncio.wait({closing}, timeout=drain + grace)
             if not done:
                 # A sync step body runs in a thread that cannot be cancelled. Its lease is
-                # still held, so nobody else runs that step; exiting ends the thread, and
+                # still this worker's, so nobody else runs that step; exiting ends the thread, and
                 # the lease expires so another worker runs the next attempt.
                 log.warning("a step body is still running in a thread; exiting without it")
                 logging.shutdown()
@@ -234,17 +234,17 @@ class Worker(Passes, Jobs, Admission, Ticks, Leases, Retention):
         self.spawn(self.reclaim(), name="plait-reclaim")
         self.loops.append(self._lease_task)
 
-    def kick(self) -> None:
+    def wake(self) -> None:
         """Something new may be due: wake the loops now instead of at their next poll."""
         self.wake_passes.set()
         self.wake_steps.set()
         self.wake_admissions.set()
 
     async def stop(self, *, drain: float = 0.0) -> None:
-        """Stop taking work; give what is held ``drain`` seconds, then cancel it. Leases of
+        """Stop taking work; give the work in hand ``drain`` seconds, then cancel it. Leases of
         cancelled work are released so another worker can take it at once."""
         self.stopping = True
-        self.kick()
+        self.wake()
         # Leases keep being renewed while work in hand drains; only then do they stop.
         taking = [t for t in self.loops if t is not self._lease_task]
         for task in taking:
@@ -252,9 +252,9 @@ class Worker(Passes, Jobs, Admission, Ticks, Leases, Retention):
         for task in taking:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        held = [t for t in self.tasks if not t.done()]
-        if held and drain > 0:
-            await asyncio.wait(held, timeout=drain)
+        in_hand = [t for t in self.tasks if not t.done()]
+        if in_hand and drain > 0:
+            await asyncio.wait(in_hand, timeout=drain)
         for task in list(self.tasks):
             task.cancel()
         for task in list(self.tasks):

@@ -11,8 +11,15 @@ import asyncpg
 
 from plait.errors import RunNotFoundError, RunStateError
 from plait.records import Run
-from plait.store.ops import Op, StepEnd
-from plait.store.postgres.codec import RUN_NOT_FOUND, RUN_STATE, run_record, step_end_value
+from plait.statuses import RunStatusName
+from plait.store.ops import CancelCut, Op, StepEnd
+from plait.store.postgres.codec import (
+    RUN_NOT_FOUND,
+    RUN_STATE,
+    cut_value,
+    run_record,
+    step_end_value,
+)
 from plait.store.postgres.commit import op_value
 from plait.store.postgres.part import Part
 from plait.store.rows import DecisionRow, PruneBatch
@@ -40,20 +47,29 @@ class Actions(Part):
                 raise RunStateError(run_id, exc.detail or "unknown", action) from None
             raise
 
-    async def cancel_run(self, run_id: str, error: str, parent: StepEnd) -> list[str]:
+    async def cancel_run(
+        self, run_id: str, status: RunStatusName, error: str, parent: StepEnd, cut: CancelCut
+    ) -> list[str]:
         moved = await self._action(
             "cancel",
             run_id,
             "fetchval",
             self._q["cancel_run"],
+            status,
             error,
             step_end_value(parent),
+            cut_value(cut),
             self._now(),
         )
         return list(moved or [])
 
     async def reopen_run(
-        self, run_id: str, from_status: str, wakeups_seen: int, ops: Sequence[Op]
+        self,
+        run_id: str,
+        from_status: str,
+        status: RunStatusName,
+        wakeups_seen: int,
+        ops: Sequence[Op],
     ) -> Run | None:
         rec = await self._action(
             _REOPEN_ACTIONS.get(from_status, "reopen"),
@@ -61,6 +77,7 @@ class Actions(Part):
             "fetchval",
             self._q["reopen_run"],
             from_status,
+            status,
             wakeups_seen,
             [op_value(op) for op in ops],
             self._now(),

@@ -19,7 +19,7 @@ import asyncpg
 
 from plait.records import Run
 from plait.store import convert
-from plait.store.ops import StepEnd
+from plait.store.ops import CancelCut, StepEnd
 from plait.store.rows import NewRun, QueueLimits, RunFilter, RunRow, ScheduleRow, StepJob, StepRow
 
 # timestamptz travels as microseconds since 2000-01-01 UTC; plait speaks unix seconds
@@ -117,7 +117,12 @@ def new_run_value(n: NewRun) -> tuple[Any, ...]:
 
 def step_end_value(end: StepEnd | None) -> tuple[Any, ...] | None:
     """How a child's parent step ends, as the schema's ``step_end`` type."""
-    return None if end is None else (end.status, end.output, end.error)
+    return None if end is None else (end.status, end.output, end.error, end.failures)
+
+
+def cut_value(cut: CancelCut | None) -> tuple[str, str, str] | None:
+    """How a cancel ends the steps in flight, as the schema's ``cancel_cut`` type."""
+    return None if cut is None else (cut.step, cut.attempt, cut.open_attempt)
 
 
 def filter_args(where: RunFilter) -> tuple[Any, ...]:

@@ -39,6 +39,7 @@ from plait.store.postgres.codec import (
     GATE_CLOSED,
     LEASE_LOST,
     STEP_ATTEMPT_COLUMNS,
+    cut_value,
     new_run_value,
     step_end_value,
     step_value,
@@ -55,11 +56,18 @@ _FIRST_ATTEMPT_ROWS = 16
 
 def op_value(op: Op) -> tuple[Any, ...]:
     """An op as the schema's ``op`` type: (kind, step, attempt, worker, status, output,
-    error, key, purpose, at, function, event_id, run, name, parent)."""
+    error, key, purpose, at, function, event_id, run, name, parent, cut)."""
     if isinstance(op, PutStep):
-        return ("put_step", step_value(op.step), *(None,) * 13)
+        return ("put_step", step_value(op.step), *(None,) * 14)
     if isinstance(op, StartAttempt):
-        return ("start_attempt", step_value(op.step), op.attempt, op.worker, *(None,) * 11)
+        return (
+            "start_attempt",
+            step_value(op.step),
+            op.attempt,
+            op.worker,
+            op.status,
+            *(None,) * 11,
+        )
     if isinstance(op, FinishAttempt):
         return (
             "finish_attempt",
@@ -69,12 +77,12 @@ def op_value(op: Op) -> tuple[Any, ...]:
             op.status,
             op.output,
             op.error,
-            *(None,) * 8,
+            *(None,) * 9,
         )
     if isinstance(op, SetTimer):
-        return ("set_timer", *(None,) * 6, op.key, op.purpose, op.wake_at, *(None,) * 5)
+        return ("set_timer", *(None,) * 6, op.key, op.purpose, op.wake_at, *(None,) * 6)
     if isinstance(op, ClearTimer):
-        return ("clear_timer", *(None,) * 6, op.key, *(None,) * 7)
+        return ("clear_timer", *(None,) * 6, op.key, *(None,) * 8)
     if isinstance(op, EnqueueJob):
         return (
             "enqueue_job",
@@ -83,19 +91,19 @@ def op_value(op: Op) -> tuple[Any, ...]:
             None,
             op.available_at,
             op.function,
-            *(None,) * 4,
+            *(None,) * 5,
         )
     if isinstance(op, ConsumeEvent):
-        return ("consume_event", *(None,) * 6, op.key, *(None,) * 3, op.event_id, *(None,) * 3)
+        return ("consume_event", *(None,) * 6, op.key, *(None,) * 3, op.event_id, *(None,) * 4)
     if isinstance(op, CreateChildRun):
-        return ("create_child_run", *(None,) * 11, new_run_value(op.run), None, None)
+        return ("create_child_run", *(None,) * 11, new_run_value(op.run), None, None, None)
     if isinstance(op, SetState):
         # the value rides in the output column (both are jsonb)
-        return ("set_state", *(None,) * 4, op.value, *(None,) * 7, op.name, None)
+        return ("set_state", *(None,) * 4, op.value, *(None,) * 7, op.name, None, None)
     if isinstance(op, SetValue):
-        return ("set_value", *(None,) * 4, op.value, *(None,) * 7, op.key, None)
+        return ("set_value", *(None,) * 4, op.value, *(None,) * 7, op.key, None, None)
     if isinstance(op, GuardStep):
-        return ("guard_step", None, None, None, op.status, None, None, op.key, *(None,) * 7)
+        return ("guard_step", None, None, None, op.status, None, None, op.key, *(None,) * 8)
     if isinstance(op, TakeDecision):
         purpose = "take" if op.event_id is not None else "refuse"
         return (
@@ -114,6 +122,7 @@ def op_value(op: Op) -> tuple[Any, ...]:
             None,
             None,
             None,
+            None,
         )
     if isinstance(op, EndRun):
         return (
@@ -126,9 +135,19 @@ def op_value(op: Op) -> tuple[Any, ...]:
             op.error,
             *(None,) * 7,
             step_end_value(op.parent),
+            cut_value(op.cut),
         )
     if isinstance(op, CancelChildren):
-        return ("cancel_children", *(None,) * 5, op.error, *(None,) * 7, step_end_value(op.parent))
+        return (
+            "cancel_children",
+            *(None,) * 3,
+            op.status,
+            None,
+            op.error,
+            *(None,) * 7,
+            step_end_value(op.parent),
+            cut_value(op.cut),
+        )
     raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
 
 
@@ -156,7 +175,7 @@ def _first_attempt_rows(run_id: str, ops: list[Op], now: float) -> list[Any] | N
         if isinstance(op, StartAttempt):
             if op.attempt > 1:
                 return None  # its predecessor moves from the step's row to attempts
-            attempt: tuple[Any, ...] = (op.worker, "running", None, now, None)
+            attempt: tuple[Any, ...] = (op.worker, op.status, None, now, None)
         elif isinstance(op, FinishAttempt):
             attempt = (None, op.status, op.error, None, now)
         elif isinstance(op, PutStep):

@@ -387,9 +387,10 @@ def written_as_sets(run_id: str, ops: list[Op]) -> bool:
 
 def cancels_children(ops: list[Op]) -> bool:
     """Whether a batch cancels child runs, and so waits for their rows: the children of
-    an ended run (``CancelChildren``), or those of a run that ends cancelled."""
+    an ended run (``CancelChildren``), or those of a run whose end is a cancel (it has a
+    cut)."""
     return any(
-        isinstance(op, CancelChildren) or (isinstance(op, EndRun) and op.status == "cancelled")
+        isinstance(op, CancelChildren) or (isinstance(op, EndRun) and op.cut is not None)
         for op in ops
     )
 

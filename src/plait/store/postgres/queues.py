@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from plait.statuses import RunStatusName
 from plait.store.postgres.codec import queue_arrays, step_job
 from plait.store.postgres.part import Part
 from plait.store.rows import QueueDepth, QueueLimits, StepJob
@@ -15,7 +16,12 @@ class Queues(Part):
     """Admission and queue limits."""
 
     async def admit_runs(
-        self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
+        self,
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+        queues: Sequence[QueueLimits],
+        status: RunStatusName,
     ) -> list[str]:
         now = self._now()
         rows = await self._call(
@@ -26,6 +32,7 @@ class Queues(Part):
             now,
             limit,
             *queue_arrays(queues),
+            status,
         )
         return [r[0] for r in rows]
 

@@ -9,7 +9,8 @@ import sqlite3
 from collections.abc import Sequence
 
 from plait.records import Run
-from plait.store.ops import EndRun, Op, StepEnd
+from plait.statuses import RunStatusName
+from plait.store.ops import CancelCut, EndRun, Op, StepEnd
 from plait.store.rows import DecisionRow, PruneBatch
 from plait.store.sqlite import apply
 from plait.store.sqlite.part import Part
@@ -41,8 +42,10 @@ class Actions(Part):
 
         await self._write(go)
 
-    async def cancel_run(self, run_id: str, error: str, parent: StepEnd) -> list[str]:
-        end = EndRun("cancelled", None, error, parent)
+    async def cancel_run(
+        self, run_id: str, status: RunStatusName, error: str, parent: StepEnd, cut: CancelCut
+    ) -> list[str]:
+        end = EndRun(status, None, error, parent, cut)
 
         def go(conn: sqlite3.Connection) -> list[str]:
             apply.require_status(conn, run_id, ("running", "suspended", "queued"), "cancel")
@@ -51,14 +54,21 @@ class Actions(Part):
         return await self._write(go)
 
     async def reopen_run(
-        self, run_id: str, from_status: str, wakeups_seen: int, ops: Sequence[Op]
+        self,
+        run_id: str,
+        from_status: str,
+        status: RunStatusName,
+        wakeups_seen: int,
+        ops: Sequence[Op],
     ) -> Run | None:
         action = "resume" if from_status == "suspended" else "retry"
 
         def go(conn: sqlite3.Connection) -> Run | None:
             now = self._now()
             apply.require_status(conn, run_id, (from_status,), action)
-            cur = conn.execute(SQL["reopen_run"], (now, now, run_id, from_status, wakeups_seen))
+            cur = conn.execute(
+                SQL["reopen_run"], (status, now, now, run_id, from_status, wakeups_seen)
+            )
             if cur.rowcount == 0:
                 return None  # woken since it was read: the caller reads it again
             apply.apply_ops(conn, run_id, ops, now)

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from plait.errors import GateClosedError, LeaseLostError, RunNotFoundError, RunStateError
 from plait.records import Run
+from plait.statuses import AttemptStatusName
 from plait.store import convert
 from plait.store.ops import (
     CancelChildren,
@@ -57,7 +58,7 @@ def apply_ops(conn: sqlite3.Connection, run_id: str, ops: Iterable[Op], now: flo
         if isinstance(op, PutStep):
             conn.execute(_UPSERT_STEP, convert.step_params(op.step))
         elif isinstance(op, StartAttempt):
-            start_attempt(conn, op.step, op.attempt, op.worker, now)
+            start_attempt(conn, op.step, op.attempt, op.status, op.worker, now)
         elif isinstance(op, FinishAttempt):
             finish_attempt(conn, op.step, op.status, op.error, now)
         elif isinstance(op, SetTimer):
@@ -198,13 +199,18 @@ def delete_job(conn: sqlite3.Connection, run_id: str, key: str) -> None:
 
 
 def start_attempt(
-    conn: sqlite3.Connection, step: StepRow, attempt: int, worker: str | None, now: float
+    conn: sqlite3.Connection,
+    step: StepRow,
+    attempt: int,
+    status: AttemptStatusName,
+    worker: str | None,
+    now: float,
 ) -> None:
-    """Write the step with attempt ``attempt`` running on its row; the attempt the row
-    held until now (if any) moves to plait_attempts first."""
+    """Write the step with attempt ``attempt`` begun on its row, ``status``; the attempt
+    the row held until now (if any) moves to plait_attempts first."""
     if attempt > 1:
         conn.execute(_ARCHIVE_ATTEMPT, (attempt - 1, step.run_id, step.key))
-    conn.execute(_START_STEP, (*convert.step_params(step), worker, now))
+    conn.execute(_START_STEP, (*convert.step_params(step), worker, status, now))
 
 
 def finish_attempt(
@@ -246,9 +252,9 @@ def end_run(
     from_suspended: bool = False,
 ) -> list[str]:
     """Move a running run (or, with ``from_suspended``, a suspended one too) to
-    ``end.status``; returns every run that moved (a cancel cascades to children, each
-    ended the same way, and ends the attempts left open). A terminal end settles the
-    parent's step as ``end.parent`` says."""
+    ``end.status``; returns every run that moved (a cancel, an end with a cut, cascades
+    to children, each ended the same way, and ends the attempts left open as the cut
+    says). A terminal end settles the parent's step as ``end.parent`` says."""
     query = SQL["end_live_run"] if from_suspended else SQL["end_run"]
     row = conn.execute(query, (end.status, end.output, end.error, now, run_id)).fetchone()
     if row is None:
@@ -258,9 +264,22 @@ def end_run(
         return moved
     conn.execute(SQL["delete_run_timers"], (run_id,))
     conn.execute(SQL["delete_run_jobs"], (run_id,))
-    if end.status == "cancelled":
-        moved += cancel_children(conn, run_id, CancelChildren(end.error, end.parent), now)
-        conn.execute(SQL["close_open_attempts"], (end.error, end.error, now, now, run_id))
+    if end.cut is not None:
+        cut = end.cut
+        moved += cancel_children(
+            conn, run_id, CancelChildren(end.status, end.error, end.parent, cut), now
+        )
+        conn.execute(
+            SQL["close_open_attempts"],
+            {
+                "step": cut.step,
+                "attempt": cut.attempt,
+                "open": cut.open_attempt,
+                "error": end.error,
+                "now": now,
+                "run": run_id,
+            },
+        )
     parent_id, parent_key = row
     if parent_id and parent_key and end.parent is not None:
         settle_parent_step(conn, parent_id, parent_key, run_id, end.parent, now)
@@ -272,7 +291,7 @@ def cancel_children(
 ) -> list[str]:
     """Cancel the live children of ``run_id`` (and theirs) as ``cancel`` says; returns
     every run that moved."""
-    end = EndRun("cancelled", None, cancel.error, cancel.parent)
+    end = EndRun(cancel.status, None, cancel.error, cancel.parent, cancel.cut)
     moved: list[str] = []
     for (child,) in conn.execute(SQL["live_children"], (run_id,)).fetchall():
         moved += end_run(conn, child, end, now, from_suspended=True)
@@ -296,7 +315,7 @@ def settle_parent_step(
             settled.status,
             settled.output,
             settled.error,
-            1 if failed else 0,
+            settled.failures,
             now,
             settled.status,
             settled.error if failed else None,

@@ -8,6 +8,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
+from plait.statuses import RunStatusName
 from plait.store.rows import QueueDepth, QueueLimits, StepJob
 from plait.store.sqlite.jobs import claimed
 from plait.store.sqlite.part import Part
@@ -18,7 +19,12 @@ class Queues(Part):
     """Admission and queue limits."""
 
     async def admit_runs(
-        self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
+        self,
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+        queues: Sequence[QueueLimits],
+        status: RunStatusName,
     ) -> list[str]:
         conf = json.dumps([_queue_conf(q) for q in queues])
         rated = {q.name: q.window for q in queues if q.rate is not None}
@@ -31,6 +37,7 @@ class Queues(Part):
                 "limit": limit,
                 "owner": owner,
                 "until": now + lease_seconds,
+                "status": status,
             }
             rows = conn.execute(SQL["admit_runs"], params).fetchall()
             _log_admissions(conn, [queue for _id, queue in rows], rated, now)

@@ -203,8 +203,8 @@ SELECT @schema@.commit_steps($1, $2, $3::@schema@.op[], $4)
 -- step's write on either side). This text holds one row; the store adds a row of
 -- parameters, untyped (the first row types the columns), for each further step. Once
 -- written, whether the run has ended: then no attempt was started or interrupted (a row
--- whose attempt_status is 'running' or 'interrupted' is left out, as commit_steps leaves
--- out those ops). NULL, with nothing written, when $2 no longer holds the lease (the
+-- that starts one, with attempt_started, or whose attempt_status is 'interrupted' is left
+-- out, as commit_steps leaves out those ops). NULL, with nothing written, when $2 no longer holds the lease (the
 -- run's row is locked first, as in commit_steps).
 WITH fence AS (
     SELECT status IN ('completed', 'failed', 'cancelled') AS ended
@@ -227,7 +227,8 @@ WITH fence AS (
         attempt_error, attempt_started, attempt_finished)
     WHERE EXISTS (
         SELECT FROM fence
-        WHERE NOT ended OR coalesce(u.attempt_status, '') NOT IN ('running', 'interrupted')
+        WHERE NOT ended OR (u.attempt_started IS NULL
+            AND coalesce(u.attempt_status, '') <> 'interrupted')
     )
     ON CONFLICT (run_id, key) DO UPDATE SET
         kind = excluded.kind, function = excluded.function, status = excluded.status,
@@ -238,22 +239,22 @@ WITH fence AS (
         branch = excluded.branch, queued = excluded.queued, wake_at = excluded.wake_at,
         updated_at = excluded.updated_at, delivered = excluded.delivered,
         retried_failures = excluded.retried_failures,
-        worker = CASE excluded.attempt_status WHEN 'running' THEN excluded.worker
+        worker = CASE WHEN excluded.attempt_started IS NOT NULL THEN excluded.worker
             ELSE steps.worker END,
         attempt_status = CASE
             WHEN excluded.attempt_status IS NULL THEN steps.attempt_status
-            WHEN excluded.attempt_status = 'running' THEN 'running'
+            WHEN excluded.attempt_started IS NOT NULL THEN excluded.attempt_status
             WHEN steps.attempt_status IS NULL THEN NULL
             ELSE excluded.attempt_status END,
         attempt_error = CASE
             WHEN excluded.attempt_status IS NULL THEN steps.attempt_error
-            WHEN excluded.attempt_status = 'running' OR steps.attempt_status IS NULL THEN NULL
+            WHEN excluded.attempt_started IS NOT NULL OR steps.attempt_status IS NULL THEN NULL
             ELSE excluded.attempt_error END,
-        attempt_started = CASE excluded.attempt_status WHEN 'running'
+        attempt_started = CASE WHEN excluded.attempt_started IS NOT NULL
             THEN excluded.attempt_started ELSE steps.attempt_started END,
         attempt_finished = CASE
             WHEN excluded.attempt_status IS NULL THEN steps.attempt_finished
-            WHEN excluded.attempt_status = 'running' OR steps.attempt_status IS NULL THEN NULL
+            WHEN excluded.attempt_started IS NOT NULL OR steps.attempt_status IS NULL THEN NULL
             ELSE excluded.attempt_finished END
 )
 SELECT ended FROM fence
@@ -431,10 +432,10 @@ WHERE run_id = $1 AND step_key = $2 AND lease_owner = $4
 SELECT @schema@.wake_run($1, $2, $3)
 
 -- name: cancel_run
-SELECT @schema@.cancel_run($1, $2, $3::@schema@.step_end, $4)
+SELECT @schema@.cancel_run($1, $2, $3, $4::@schema@.step_end, $5::@schema@.cancel_cut, $6)
 
 -- name: reopen_run
-SELECT r FROM @schema@.reopen_run($1, $2, $3, $4::@schema@.op[], $5) r
+SELECT r FROM @schema@.reopen_run($1, $2, $3, $4, $5::@schema@.op[], $6) r
 
 -- name: send_event
 -- The event is stored, and the answer says whether the run waits for it right now.
@@ -446,7 +447,7 @@ FROM @schema@.send_event($1, $2, $3, $4)
 
 -- name: admit_runs
 SELECT id FROM @schema@.admit_runs($1, $2, $3, $4, $5::text[], $6::integer[],
-    $7::integer[], $8::integer[], $9::float8[]) AS id
+    $7::integer[], $8::integer[], $9::float8[], $10) AS id
 
 -- name: next_queued
 SELECT min(wake_at) FROM @schema@.runs WHERE status = 'queued'

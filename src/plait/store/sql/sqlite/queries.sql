@@ -167,16 +167,15 @@ DELETE FROM plait_jobs WHERE run_id = ?
 -- name: close_open_attempts
 -- A cancelled run's attempts still open (their worker died, or has yet to notice): no
 -- pass replays an ended run, so each ends here as steps.interrupt ends one that its pass
--- saw cancelled (the step failed, its attempt cancelled), with the cancel's error. A step
--- running with no attempt open (a for_each node waiting for its items) fails with it.
-UPDATE plait_steps SET status = 'failed', error = ?,
-    attempt_status = CASE WHEN attempt_status = 'running' THEN 'cancelled'
-        ELSE attempt_status END,
-    attempt_error = CASE WHEN attempt_status = 'running' THEN ? ELSE attempt_error END,
-    attempt_finished = CASE WHEN attempt_status = 'running' THEN ?
-        ELSE attempt_finished END,
-    updated_at = ?
-WHERE run_id = ? AND (attempt_status = 'running' OR status = 'running')
+-- saw cancelled, with the cancel's error, as the cancel's cut says: the step takes
+-- :step, an attempt that is :open takes :attempt. A step running with no attempt open (a
+-- for_each node waiting for its items) takes :step too.
+UPDATE plait_steps SET status = :step, error = :error,
+    attempt_status = CASE WHEN attempt_status = :open THEN :attempt ELSE attempt_status END,
+    attempt_error = CASE WHEN attempt_status = :open THEN :error ELSE attempt_error END,
+    attempt_finished = CASE WHEN attempt_status = :open THEN :now ELSE attempt_finished END,
+    updated_at = :now
+WHERE run_id = :run AND (attempt_status = :open OR status = 'running')
 
 -- name: live_children
 SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'suspended', 'queued')
@@ -212,6 +211,18 @@ SELECT run_id, key, attempt, status, output, error, started_at, finished_at FROM
 )
 ORDER BY started_at, seq, attempt
 
+-- name: archive_attempt
+-- The attempt on a step row moves to plait_attempts when the next one starts.
+INSERT INTO plait_attempts (run_id, key, attempt, status, output, error, worker, started_at,
+    finished_at)
+SELECT run_id, key, ?, attempt_status,
+    CASE WHEN attempt_status = 'succeeded' THEN output END, attempt_error, worker,
+    attempt_started, attempt_finished
+FROM plait_steps WHERE run_id = ? AND key = ? AND attempt_status IS NOT NULL
+ON CONFLICT (run_id, key, attempt) DO UPDATE SET status = excluded.status,
+    output = excluded.output, error = excluded.error, worker = excluded.worker,
+    started_at = excluded.started_at, finished_at = excluded.finished_at
+
 -- name: upsert_step
 -- Writing a step row again changes everything but its identity, its first-reach order
 -- and what it was reached after.
@@ -230,13 +241,13 @@ ON CONFLICT (run_id, key) DO UPDATE SET
     delivered = excluded.delivered, retried_failures = excluded.retried_failures
 
 -- name: start_step
--- A step's new attempt: the step row, with the attempt on it.
+-- A step's new attempt: the step row, with the attempt on it (its status the op's).
 INSERT INTO plait_steps (run_id, key, seq, name, kind, function, status, input, output,
     error, attempts, failures, retries, retry_delay, timeout, invocation_id, child_run_id,
     branch, from_key, queued, wake_at, created_at, updated_at, delivered, retried_failures,
     reached_after, worker, attempt_status, attempt_error, attempt_started, attempt_finished)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-    'running', NULL, ?, NULL)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+    NULL, ?, NULL)
 ON CONFLICT (run_id, key) DO UPDATE SET
     kind = excluded.kind, function = excluded.function, status = excluded.status,
     input = excluded.input, output = excluded.output, error = excluded.error,
@@ -245,20 +256,8 @@ ON CONFLICT (run_id, key) DO UPDATE SET
     child_run_id = excluded.child_run_id, branch = excluded.branch,
     queued = excluded.queued, wake_at = excluded.wake_at, updated_at = excluded.updated_at,
     delivered = excluded.delivered, retried_failures = excluded.retried_failures,
-    worker = excluded.worker, attempt_status = 'running', attempt_error = NULL,
+    worker = excluded.worker, attempt_status = excluded.attempt_status, attempt_error = NULL,
     attempt_started = excluded.attempt_started, attempt_finished = NULL
-
--- name: archive_attempt
--- The attempt on a step row moves to plait_attempts when the next one starts.
-INSERT INTO plait_attempts (run_id, key, attempt, status, output, error, worker, started_at,
-    finished_at)
-SELECT run_id, key, ?, attempt_status,
-    CASE WHEN attempt_status = 'succeeded' THEN output END, attempt_error, worker,
-    attempt_started, attempt_finished
-FROM plait_steps WHERE run_id = ? AND key = ? AND attempt_status IS NOT NULL
-ON CONFLICT (run_id, key, attempt) DO UPDATE SET status = excluded.status,
-    output = excluded.output, error = excluded.error, worker = excluded.worker,
-    started_at = excluded.started_at, finished_at = excluded.finished_at
 
 -- name: finish_step
 -- An attempt's end: the step columns it changes and the attempt on the row, in one
@@ -498,11 +497,11 @@ ON CONFLICT (workflow) DO NOTHING
 SELECT owner FROM plait_graph_owners WHERE workflow = ?
 
 -- name: reopen_run
--- A suspended or failed run goes on, if nothing changed it since the caller read it. A
--- retried run of a queue is admitted again (it gave its slot back when it failed); a
+-- A suspended or failed run goes on in the status the runtime gives it (a retried run of
+-- a queue waits for admission again), if nothing changed it since the caller read it; a
 -- de-duplication key another live run took meanwhile stays with that run.
 UPDATE plait_runs SET
-    status = CASE WHEN status = 'failed' AND queue IS NOT NULL THEN 'queued' ELSE 'running' END,
+    status = ?,
     error = NULL, output = NULL, updated_at = ?, wake_at = ?, wakeups = wakeups + 1,
     dedup = CASE WHEN EXISTS (SELECT 1 FROM plait_runs o
                               WHERE o.dedup = plait_runs.dedup AND o.id != plait_runs.id
@@ -584,7 +583,7 @@ WITH conf AS (
     ORDER BY f.priority DESC, f.wake_at, f.created_at, f.seq
     LIMIT :limit
 )
-UPDATE plait_runs SET status = 'running', lease_owner = :owner, lease_until = :until,
+UPDATE plait_runs SET status = :status, lease_owner = :owner, lease_until = :until,
     wake_at = :now, admitted_at = :now, updated_at = :now
 WHERE id IN (SELECT id FROM fits) AND status = 'queued'
 RETURNING id, queue

@@ -9,8 +9,8 @@
 -- a guard_step's step no longer has the status it names, or another pass took the decision
 -- a take_decision claims. take_decision with purpose 'refuse' turns the accepted decision
 -- of gate key into a refused one. cancel_children ends the run's live children, and
--- theirs, cancelled as end_run cancels (error: each child's error, parent: how the run's
--- step for each ends).
+-- theirs, as end_run cancels (status and error: each child's, parent: how the run's step
+-- for each ends, cut: how each child's steps in flight end).
 CREATE OR REPLACE FUNCTION @schema@.apply_ops(
     p_run text, p_ops @schema@.op[], p_now timestamptz
 ) RETURNS void LANGUAGE plpgsql AS $$
@@ -24,8 +24,8 @@ BEGIN
             PERFORM @schema@.put_step(o.step);
         WHEN 'start_attempt' THEN
             PERFORM @schema@.put_step(o.step);
-            PERFORM @schema@.open_attempt((o.step).run_id, (o.step).key, o.attempt, o.worker,
-                                          p_now);
+            PERFORM @schema@.open_attempt((o.step).run_id, (o.step).key, o.attempt, o.status,
+                                          o.worker, p_now);
         WHEN 'finish_attempt' THEN
             PERFORM @schema@.put_step(o.step);
             PERFORM @schema@.close_attempt((o.step).run_id, (o.step).key, o.attempt, o.status,
@@ -56,14 +56,14 @@ BEGIN
             INSERT INTO @schema@.state (run_id, name, value) VALUES (p_run, o.name, o.output)
             ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value;
         WHEN 'end_run' THEN
-            PERFORM @schema@.end_run(p_run, o.status, o.output, o.error, o.parent, p_now,
-                                     ARRAY['running']);
+            PERFORM @schema@.end_run(p_run, o.status, o.output, o.error, o.parent, o.cut,
+                                     p_now, ARRAY['running']);
         WHEN 'cancel_children' THEN
             FOR v_child IN SELECT id FROM @schema@.runs
                 WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued')
                 ORDER BY id
             LOOP
-                PERFORM @schema@.end_run(v_child, 'cancelled', NULL, o.error, o.parent,
+                PERFORM @schema@.end_run(v_child, o.status, NULL, o.error, o.parent, o.cut,
                                          p_now, ARRAY['running', 'suspended', 'queued']);
             END LOOP;
         WHEN 'set_value' THEN
@@ -351,8 +351,8 @@ BEGIN
         ELSIF ending[i] AND outcome[i] IN ('done', 'ended') THEN
             -- only from running: a run that ended under its pass stays as it ended
             o := p_ops[p_ends[i]];
-            PERFORM @schema@.end_run(p_runs[i], o.status, o.output, o.error, o.parent, p_now,
-                                     ARRAY['running']);
+            PERFORM @schema@.end_run(p_runs[i], o.status, o.output, o.error, o.parent, o.cut,
+                                     p_now, ARRAY['running']);
         END IF;
         IF outcome[i] IN ('done', 'ended') AND p_seen[i] IS NOT NULL THEN
             outcome[i] := CASE

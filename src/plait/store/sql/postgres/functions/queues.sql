@@ -1,8 +1,8 @@
 -- Queues with limits. A run started through a queue, or to start later, is inserted
--- 'queued' with wake_at set to the time it may start. admit_runs moves queued runs to
--- running and leases them to the admitting worker in one statement, taking only what the
--- limits it is given allow (the limits are the worker's app.queue declarations: the
--- database stores rows, not policy). A queue's admissions are serialised by a
+-- 'queued' with wake_at set to the time it may start. admit_runs moves queued runs to the
+-- status it is given and leases them to the admitting worker in one statement, taking
+-- only what the limits it is given allow (the limits are the worker's app.queue
+-- declarations: the database stores rows, not policy). A queue's admissions are serialised by a
 -- transaction-scoped advisory lock per queue name, taken before the counts are read, so
 -- two workers never both see the last free slot. Nothing is held across user code.
 
@@ -18,14 +18,15 @@ BEGIN
 END $$;
 
 -- Admit up to p_limit due queued runs, highest priority first (then oldest start time,
--- then the order they were inserted in: the children one pass starts share an instant),
--- and lease them to p_owner. The limits of the queues the caller knows come as parallel
--- arrays (NULL: no such limit); a queue not among them has none. per_key applies to runs
--- that have a key. A run holds its queue slot from admission until it ends.
+-- then the order they were inserted in: the children one pass starts share an instant):
+-- they become p_status (an admitted run's, as the runtime names it) and are leased to
+-- p_owner. The limits of the queues the caller knows come as parallel arrays (NULL: no
+-- such limit); a queue not among them has none. per_key applies to runs that have a key.
+-- A run holds its queue slot from admission until it ends.
 CREATE OR REPLACE FUNCTION @schema@.admit_runs(
     p_owner text, p_until timestamptz, p_now timestamptz, p_limit integer,
     p_names text[], p_concurrency integer[], p_per_key integer[], p_rate integer[],
-    p_window float8[]
+    p_window float8[], p_status text
 ) RETURNS SETOF text LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM @schema@.lock_queues(p_names);
@@ -73,7 +74,7 @@ BEGIN
         ORDER BY f.priority DESC, f.wake_at, f.created_at, f.start_seq NULLS FIRST, f.id
         LIMIT p_limit
     ), admitted AS (
-        UPDATE @schema@.runs r SET status = 'running', lease_owner = p_owner,
+        UPDATE @schema@.runs r SET status = p_status, lease_owner = p_owner,
             lease_until = p_until, wake_at = p_now, admitted_at = p_now, updated_at = p_now
         FROM fits f WHERE r.id = f.id AND r.status = 'queued'
         RETURNING r.id, r.queue, f.rate

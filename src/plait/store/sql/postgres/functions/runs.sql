@@ -38,19 +38,18 @@ BEGIN
 END $$;
 
 -- Insert a run unless its id (or its de-duplication key, among live runs) is taken: leased
--- already when the caller drives it inline; with a status (queued: started through a
--- queue, or to start later) and wake_at, the time it may start. False when nothing was
--- inserted.
+-- already when the caller drives it inline; in the status the runtime gave it (queued:
+-- started through a queue, or to start later) and wake_at, the time it may start. False
+-- when nothing was inserted.
 CREATE OR REPLACE FUNCTION @schema@.insert_run(n @schema@.new_run, p_now timestamptz)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
     leased boolean := coalesce(n.lease_owner, '') <> '';
-    v_status text := coalesce(n.status, 'running');
 BEGIN
     INSERT INTO @schema@.runs (id, workflow, kind, version, status, input, parent_run_id,
         parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
         lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, trace)
-    VALUES (n.id, n.workflow, n.kind, n.version, v_status, n.input, n.parent_run_id,
+    VALUES (n.id, n.workflow, n.kind, n.version, n.status, n.input, n.parent_run_id,
         n.parent_step_key, n.owner, n.start_node, p_now, p_now,
         greatest(p_now, coalesce(n.not_before, p_now)), 1, n.lease_owner,
         CASE WHEN leased THEN p_now + make_interval(secs => n.lease_seconds) END,
@@ -105,7 +104,8 @@ BEGIN
 END $$;
 
 -- A child run ended: the parent's step that still waits for it (it names this child and
--- is running) ends as p_end says, its attempt closes with it, and the parent is woken.
+-- is running) ends as p_end says (its failures added to the step's), its attempt closes
+-- with it, and the parent is woken.
 CREATE OR REPLACE FUNCTION @schema@.settle_parent_step(
     p_parent text, p_key text, p_child text, p_end @schema@.step_end, p_now timestamptz
 ) RETURNS void LANGUAGE plpgsql AS $$
@@ -114,7 +114,7 @@ DECLARE
 BEGIN
     UPDATE @schema@.steps SET status = p_end.status, output = p_end.output,
         error = p_end.error,
-        failures = failures + CASE WHEN p_end.status = 'failed' THEN 1 ELSE 0 END,
+        failures = failures + p_end.failures,
         updated_at = p_now
     WHERE run_id = p_parent AND key = p_key AND child_run_id = p_child
         AND status = 'running'
@@ -130,16 +130,17 @@ END $$;
 
 -- Move a run to p_status if it is in p_from (the terminal guard); returns every run that
 -- moved. A suspended run keeps its timers and jobs; a run that ends loses them. A cancel
--- cascades to the live children (running, suspended or queued), parents before children,
--- which is also the order in which rows are locked, and every run it ends gets the same
--- p_error and p_parent; in each, a step still running or with an attempt still open ends
--- failed, its attempt cancelled, with the cancel's error (as steps.interrupt ends one that
--- its pass saw cancelled; a pass still at work on the run writes over it how its step
--- really ended, but not an interruption: see try_commit_batch). A run's end settles the
--- parent's waiting step as p_parent says (NULL: it settles nothing).
+-- (an end with a cut, p_cut) cascades to the live children (running, suspended or
+-- queued), parents before children, which is also the order in which rows are locked,
+-- and every run it ends gets the same p_status, p_error, p_parent and p_cut; in each, a
+-- step still running or with an attempt still open (p_cut.open_attempt) ends as p_cut
+-- says, with the cancel's error (as steps.interrupt ends one that its pass saw
+-- cancelled; a pass still at work on the run writes over it how its step really ended,
+-- but not an interruption: see try_commit_batch). A run's end settles the parent's
+-- waiting step as p_parent says (NULL: it settles nothing).
 CREATE OR REPLACE FUNCTION @schema@.end_run(
     p_run text, p_status text, p_output jsonb, p_error jsonb, p_parent @schema@.step_end,
-    p_now timestamptz, p_from text[]
+    p_cut @schema@.cancel_cut, p_now timestamptz, p_from text[]
 ) RETURNS text[] LANGUAGE plpgsql AS $$
 DECLARE
     parent text;
@@ -162,22 +163,23 @@ BEGIN
     END IF;
     DELETE FROM @schema@.timers WHERE run_id = p_run;
     DELETE FROM @schema@.jobs WHERE run_id = p_run;
-    IF p_status = 'cancelled' THEN
+    IF p_cut IS NOT NULL THEN
         SELECT array_agg(id ORDER BY id) INTO children FROM @schema@.runs
         WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued');
         FOREACH child IN ARRAY coalesce(children, ARRAY[]::text[]) LOOP
             moved := moved || @schema@.end_run(child, p_status, NULL, p_error, p_parent,
-                                               p_now, ARRAY['running', 'suspended', 'queued']);
+                                               p_cut, p_now,
+                                               ARRAY['running', 'suspended', 'queued']);
         END LOOP;
-        UPDATE @schema@.steps SET status = 'failed', error = p_error,
-            attempt_status = CASE WHEN attempt_status = 'running' THEN 'cancelled'
+        UPDATE @schema@.steps SET status = p_cut.step, error = p_error,
+            attempt_status = CASE WHEN attempt_status = p_cut.open_attempt THEN p_cut.attempt
                 ELSE attempt_status END,
-            attempt_error = CASE WHEN attempt_status = 'running' THEN p_error
+            attempt_error = CASE WHEN attempt_status = p_cut.open_attempt THEN p_error
                 ELSE attempt_error END,
-            attempt_finished = CASE WHEN attempt_status = 'running' THEN p_now
+            attempt_finished = CASE WHEN attempt_status = p_cut.open_attempt THEN p_now
                 ELSE attempt_finished END,
             updated_at = p_now
-        WHERE run_id = p_run AND (attempt_status = 'running' OR status = 'running');
+        WHERE run_id = p_run AND (attempt_status = p_cut.open_attempt OR status = 'running');
     END IF;
     IF (p_parent).status IS NOT NULL AND coalesce(parent, '') <> ''
             AND coalesce(parent_key, '') <> '' THEN
@@ -186,12 +188,14 @@ BEGIN
     RETURN moved;
 END $$;
 
--- Cancel a run (a queued one too). The run's parent is locked before the run, as every
--- other writer that ends a child does (the child's own end, a parent's end that cancels
--- it): a cancel that locked the child first, then its parent to settle its step, could
--- deadlock with that parent ending at the same moment.
+-- Cancel a run (a queued one too): it ends p_status, as end_run ends it with the cut
+-- p_cut. The run's parent is locked before the run, as every other writer that ends a
+-- child does (the child's own end, a parent's end that cancels it): a cancel that locked
+-- the child first, then its parent to settle its step, could deadlock with that parent
+-- ending at the same moment.
 CREATE OR REPLACE FUNCTION @schema@.cancel_run(
-    p_run text, p_error jsonb, p_parent @schema@.step_end, p_now timestamptz
+    p_run text, p_status text, p_error jsonb, p_parent @schema@.step_end,
+    p_cut @schema@.cancel_cut, p_now timestamptz
 ) RETURNS text[] LANGUAGE plpgsql AS $$
 DECLARE
     parent text;
@@ -201,18 +205,19 @@ BEGIN
         PERFORM 1 FROM @schema@.runs WHERE id = parent FOR UPDATE;
     END IF;
     PERFORM @schema@.lock_for_action(p_run, ARRAY['running', 'suspended', 'queued']);
-    RETURN @schema@.end_run(p_run, 'cancelled', NULL, p_error, p_parent, p_now,
+    RETURN @schema@.end_run(p_run, p_status, NULL, p_error, p_parent, p_cut, p_now,
                             ARRAY['running', 'suspended', 'queued']);
 END $$;
 
 -- A suspended or failed run goes on (resume, retry): if it is still p_from with p_seen
--- wake-ups, write p_ops (the steps the runtime reopened) and make it due now. A retried
--- run of a queue waits for admission again (it gave its slot back when it failed), and a
--- de-duplication key another live run took meanwhile stays with that run. No row when it
--- changed since the caller read it (nothing is written then). Listeners hear 'busy:<run>':
--- a reopen never ends a run.
+-- wake-ups, write p_ops (the steps the runtime reopened) and make it p_status (a retried
+-- run of a queue waits for admission again: it gave its slot back when it failed) and due
+-- now; a de-duplication key another live run took meanwhile stays with that run. No row
+-- when it changed since the caller read it (nothing is written then). Listeners hear
+-- 'busy:<run>': a reopen never ends a run.
 CREATE OR REPLACE FUNCTION @schema@.reopen_run(
-    p_run text, p_from text, p_seen bigint, p_ops @schema@.op[], p_now timestamptz
+    p_run text, p_from text, p_status text, p_seen bigint, p_ops @schema@.op[],
+    p_now timestamptz
 ) RETURNS SETOF @schema@.runs LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM @schema@.lock_for_action(p_run, ARRAY[p_from]);
@@ -222,8 +227,7 @@ BEGIN
     END IF;
     PERFORM @schema@.apply_ops(p_run, p_ops, p_now);
     UPDATE @schema@.runs r SET
-        status = CASE WHEN r.status = 'failed' AND r.queue IS NOT NULL THEN 'queued'
-                      ELSE 'running' END,
+        status = p_status,
         error = NULL, output = NULL, updated_at = p_now, wake_at = p_now,
         wakeups = r.wakeups + 1,
         dedup = CASE WHEN EXISTS (SELECT 1 FROM @schema@.runs o

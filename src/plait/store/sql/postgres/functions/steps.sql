@@ -19,10 +19,11 @@ BEGIN
         retried_failures = excluded.retried_failures;
 END $$;
 
--- An attempt starts on the step row (already written with the new attempt count); the
--- attempt the row held until now, if any, moves to attempts.
+-- An attempt starts on the step row (already written with the new attempt count), its
+-- status p_status; the attempt the row held until now, if any, moves to attempts.
 CREATE OR REPLACE FUNCTION @schema@.open_attempt(
-    p_run text, p_key text, p_attempt integer, p_worker text, p_now timestamptz
+    p_run text, p_key text, p_attempt integer, p_status text, p_worker text,
+    p_now timestamptz
 ) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     IF p_attempt > 1 THEN
@@ -37,7 +38,7 @@ BEGIN
             output = excluded.output, error = excluded.error, worker = excluded.worker,
             started_at = excluded.started_at, finished_at = excluded.finished_at;
     END IF;
-    UPDATE @schema@.steps SET worker = p_worker, attempt_status = 'running',
+    UPDATE @schema@.steps SET worker = p_worker, attempt_status = p_status,
         attempt_error = NULL, attempt_started = p_now, attempt_finished = NULL
     WHERE run_id = p_run AND key = p_key;
 END $$;
@@ -64,10 +65,11 @@ END $$;
 -- p_take[k] is true (every one when p_take is NULL), as one statement: each step at most
 -- once among them (the caller's promise). A step row is written as put_step writes it; the
 -- attempt on it as open_attempt and close_attempt do, the attempt it held moving to
--- attempts when the next starts. On insert and in ``excluded``, attempt_status says what
--- the op does to the attempt: NULL nothing (put_step), 'running' start it, any other
--- status end it. The store's commit_first_attempts query writes a batch of first attempts
--- the same way (a test keeps them alike).
+-- attempts when the next starts. On insert and in ``excluded``, the attempt columns say
+-- what the op does to the attempt: attempt_status NULL nothing (put_step); else, with
+-- attempt_started, start it (start_attempt: its status the op's), without, end it
+-- (finish_attempt). The store's commit_first_attempts query writes a batch of first
+-- attempts the same way (a test keeps them alike).
 CREATE OR REPLACE FUNCTION @schema@.apply_step_ops(
     p_ops @schema@.op[], p_take boolean[], p_now timestamptz
 ) RETURNS void LANGUAGE plpgsql AS $$
@@ -99,8 +101,7 @@ BEGIN
         (u.step).wake_at, (u.step).created_at, (u.step).updated_at, (u.step).delivered,
         (u.step).retried_failures, (u.step).reached_after,
         CASE u.kind WHEN 'start_attempt' THEN u.worker END,
-        CASE u.kind WHEN 'start_attempt' THEN 'running' WHEN 'finish_attempt' THEN u.status
-        END,
+        CASE WHEN u.kind IN ('start_attempt', 'finish_attempt') THEN u.status END,
         CASE u.kind WHEN 'finish_attempt' THEN u.error END,
         CASE u.kind WHEN 'start_attempt' THEN p_now END,
         CASE u.kind WHEN 'finish_attempt' THEN p_now END
@@ -115,21 +116,21 @@ BEGIN
         branch = excluded.branch, queued = excluded.queued, wake_at = excluded.wake_at,
         updated_at = excluded.updated_at, delivered = excluded.delivered,
         retried_failures = excluded.retried_failures,
-        worker = CASE excluded.attempt_status WHEN 'running' THEN excluded.worker
+        worker = CASE WHEN excluded.attempt_started IS NOT NULL THEN excluded.worker
             ELSE steps.worker END,
         attempt_status = CASE
             WHEN excluded.attempt_status IS NULL THEN steps.attempt_status
-            WHEN excluded.attempt_status = 'running' THEN 'running'
+            WHEN excluded.attempt_started IS NOT NULL THEN excluded.attempt_status
             WHEN steps.attempt_status IS NULL THEN NULL
             ELSE excluded.attempt_status END,
         attempt_error = CASE
             WHEN excluded.attempt_status IS NULL THEN steps.attempt_error
-            WHEN excluded.attempt_status = 'running' OR steps.attempt_status IS NULL THEN NULL
+            WHEN excluded.attempt_started IS NOT NULL OR steps.attempt_status IS NULL THEN NULL
             ELSE excluded.attempt_error END,
-        attempt_started = CASE excluded.attempt_status WHEN 'running'
+        attempt_started = CASE WHEN excluded.attempt_started IS NOT NULL
             THEN excluded.attempt_started ELSE steps.attempt_started END,
         attempt_finished = CASE
             WHEN excluded.attempt_status IS NULL THEN steps.attempt_finished
-            WHEN excluded.attempt_status = 'running' OR steps.attempt_status IS NULL THEN NULL
+            WHEN excluded.attempt_started IS NOT NULL OR steps.attempt_status IS NULL THEN NULL
             ELSE excluded.attempt_finished END;
 END $$;

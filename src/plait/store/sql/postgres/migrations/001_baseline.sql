@@ -234,13 +234,23 @@ CREATE TYPE @schema@.new_run AS (
 
 -- How a parent's step ends when its child run ends (plait.store.ops.StepEnd).
 CREATE TYPE @schema@.step_end AS (
-    status text,        -- succeeded | failed
-    output jsonb,
-    error  jsonb
+    status   text,      -- succeeded | failed
+    output   jsonb,
+    error    jsonb,
+    failures integer    -- the failures it adds to the step's count
+);
+
+-- How a cancel ends its runs' steps in flight (plait.store.ops.CancelCut): the step's
+-- status, its open attempt's, and the status of an attempt still open.
+CREATE TYPE @schema@.cancel_cut AS (
+    step         text,
+    attempt      text,
+    open_attempt text
 );
 
 -- One write of a pass (plait.store.ops.Op); which fields are set depends on kind. An
--- end_run op carries in parent the end of the parent's step that waits for the run.
+-- end_run op carries in parent the end of the parent's step that waits for the run, and
+-- in cut (with cancel_children) how a cancel ends the steps in flight.
 CREATE TYPE @schema@.op AS (
     kind     text,
     step     @schema@.steps,
@@ -256,7 +266,8 @@ CREATE TYPE @schema@.op AS (
     event_id bigint,
     run      @schema@.new_run,
     name     text,
-    parent   @schema@.step_end
+    parent   @schema@.step_end,
+    cut      @schema@.cancel_cut
 );
 
 -- == indexes =================================================================================
