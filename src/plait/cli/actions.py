@@ -22,14 +22,15 @@ from plait.cli.terminal import esc
 
 def _act(
     action: str,
-    given: str,
+    run_id: str,
     database: str | None,
     as_json: bool,
     reason: str | None = None,
 ) -> None:
     async def go() -> None:
+        nonlocal run_id  # the whole id of what was given
         async with make_engine(None, database) as engine:
-            run_id = await find_run_id(engine, given)
+            run_id = await find_run_id(engine, run_id)
             if action == "cancel":
                 run = await engine.cancel(run_id, reason)
             elif action == "resume":
@@ -46,38 +47,38 @@ def _act(
 
 @cli.command()
 def cancel(
-    given: str = typer.Argument(..., metavar="RUN_ID", help=RUN_ID_HELP),
+    run_id: str = typer.Argument(..., help=RUN_ID_HELP),
     reason: str | None = typer.Option(None, "--reason", help="Stored as the run's error."),
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
     """Cancel a run and its child runs."""
-    _act("cancel", given, database, as_json, reason)
+    _act("cancel", run_id, database, as_json, reason)
 
 
 @cli.command()
 def resume(
-    given: str = typer.Argument(..., metavar="RUN_ID", help=RUN_ID_HELP),
+    run_id: str = typer.Argument(..., help=RUN_ID_HELP),
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
     """Resume a suspended run (workers continue it)."""
-    _act("resume", given, database, as_json)
+    _act("resume", run_id, database, as_json)
 
 
 @cli.command()
 def retry(
-    given: str = typer.Argument(..., metavar="RUN_ID", help=RUN_ID_HELP),
+    run_id: str = typer.Argument(..., help=RUN_ID_HELP),
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
     """Retry a failed run from the failed step (workers continue it)."""
-    _act("retry", given, database, as_json)
+    _act("retry", run_id, database, as_json)
 
 
 @cli.command("send-event")
 def send_event(
-    given: str = typer.Argument(..., metavar="RUN_ID", help=RUN_ID_HELP),
+    run_id: str = typer.Argument(..., help=RUN_ID_HELP),
     name: str = typer.Argument(..., help="The event's name (wf.wait_for_event(name))."),
     data: str | None = typer.Option(None, "--data", help="The event's payload as JSON."),
     as_json: bool = JsonOption,
@@ -88,9 +89,10 @@ def send_event(
     A run that is not waiting for it yet gets it when it does."""
 
     async def go() -> None:
+        nonlocal run_id  # the whole id of what was given
         payload = parse_json(data, "--data")
         async with make_engine(None, database) as engine:
-            run_id = await find_run_id(engine, given)
+            run_id = await find_run_id(engine, run_id)
             waiting = await engine.send_event(run_id, name, payload)
         if as_json:
             emit_json({"run_id": run_id, "event": name, "waiting": waiting})

@@ -27,7 +27,7 @@ from plait.records import ApprovalStatus
 
 @cli.command()
 def approve(
-    given: str = typer.Argument(..., metavar="RUN_ID", help=RUN_ID_HELP),
+    run_id: str = typer.Argument(..., help=RUN_ID_HELP),
     name: str = typer.Argument(..., help="The approval's name (wf.approval(name, ...))."),
     data: str | None = typer.Option(None, "--data", help="The decision's data as JSON."),
     by: str | None = typer.Option(None, "--by", help="Who decides (the user id recorded)."),
@@ -37,9 +37,10 @@ def approve(
     """Decide an approval gate of a run (held if the run has not reached it yet)."""
 
     async def go() -> None:
+        nonlocal run_id  # the whole id of what was given
         payload = parse_json(data, "--data")
         async with make_engine(None, database) as engine:
-            run_id = await find_run_id(engine, given)
+            run_id = await find_run_id(engine, run_id)
             decision = await engine.approve(run_id, name, payload, decided_by=by)
         if as_json:
             emit_json({"decision": decision.to_dict()})

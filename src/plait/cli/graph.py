@@ -25,7 +25,7 @@ from plait.store import resolve_url
 def graph(
     app_ref: str = typer.Argument(..., metavar="APP", help="module:attribute of your plait.App"),
     name: str = typer.Argument(..., help="Graph or workflow name."),
-    given: str | None = typer.Option(
+    run_id: str | None = typer.Option(
         None,
         "--run",
         help="Colour or draw this run's steps (its id, or a unique prefix or suffix of it).",
@@ -38,15 +38,16 @@ def graph(
     A code workflow is drawn from what a run did: --run, else its latest run."""
 
     async def go() -> None:
+        nonlocal run_id  # the whole id of what was given
         from plait.cli.diagram import draw
 
         app = load_app(app_ref)
         url = resolve_url(database)
         path = sqlite_path(url)
-        if given is None and path is not None and not path.exists():
+        if run_id is None and path is not None and not path.exists():
             url = "sqlite:///:memory:"  # the app's own graphs need no database file
         async with make_engine(app, url) as engine:
-            run_id = None if given is None else await find_run_id(engine, given)
+            run_id = None if run_id is None else await find_run_id(engine, run_id)
             drawing = await draw(engine, name, run_id)
         if as_json:
             run = drawing.run

@@ -69,7 +69,7 @@ def runs_list(
 
 @runs_cli.command("show")
 def runs_show(
-    given: str = typer.Argument(..., metavar="RUN_ID", help=RUN_ID_HELP),
+    run_id: str = typer.Argument(..., help=RUN_ID_HELP),
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
@@ -78,8 +78,9 @@ def runs_show(
     Results are shown in full, and so is the traceback of what failed."""
 
     async def go() -> None:
+        nonlocal run_id  # the whole id of what was given
         async with make_engine(None, database) as engine:
-            run_id = await find_run_id(engine, given)
+            run_id = await find_run_id(engine, run_id)
             run = await engine.get_run(run_id)
             steps = await engine.get_steps(run_id)
             history = await engine.get_history(run_id)
