@@ -5,7 +5,6 @@ in a module of its own in this package, mixed into ``Engine``."""
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import socket
 import time
@@ -52,8 +51,6 @@ from plait.store import make_store, resolve_url
 from plait.store.contract import Store
 from plait.store.rows import NewRun
 from plait.worker import Worker
-
-log = logging.getLogger("plait.engine")
 
 #: runs (and, separately, job steps) one process drives at once unless told. A hundred,
 #: as the workers of Temporal's Python SDK and of Hatchet default to: on PostgreSQL the
