@@ -406,6 +406,7 @@ async def run_batch(url: str, cases: list[Case], rng: random.Random, figures: Fi
                 figures.faults["engine closed with a step body running"] += 1
             holder["engine"] = plait.Engine(programs.app, url, poll_interval=0.05)
             await holder["engine"].open()
+            await _some_progress(done)
 
     faults = asyncio.create_task(restarts())
     try:
@@ -421,6 +422,19 @@ async def run_batch(url: str, cases: list[Case], rng: random.Random, figures: Fi
         await check_all(observer, cases, figures, killed=set(), interrupted_ok=True)
     finally:
         await observer.close()
+
+
+async def _some_progress(done: asyncio.Event) -> None:
+    """Wait (polling, with a deadline) until the engine just opened has done some work (a
+    step body started or ended), so that faults never come faster than a loaded machine
+    lets a pass get anywhere: cut off every time, the runs would never end. Runs that
+    only sleep or wait make no such line: the deadline lets the next fault come anyway."""
+    seen = len(programs.MEMORY_LEDGER)
+    deadline = time.monotonic() + 2.0
+    while len(programs.MEMORY_LEDGER) == seen and time.monotonic() < deadline:
+        if done.is_set():
+            return
+        await asyncio.sleep(POLL)
 
 
 def _open_bodies(lines: list[dict[str, Any]], pid: int | None = None) -> int:

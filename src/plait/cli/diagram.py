@@ -18,13 +18,17 @@ if TYPE_CHECKING:
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 
 
+#: steps that are no work of their own: recorded values and patch markers
+_UNDRAWN = ("value", "patch")
+
+
 def steps_mermaid(steps: list[Step]) -> str:
     """The steps a run reached, each after the steps it was reached after: sequential
     code one after another, steps started together (a ``gather``) side by side; error
     handlers hang off their step with a dashed edge."""
     lines = ["graph TD"]
     ids: dict[str, str] = {}
-    main = [s for s in steps if s.kind not in ("value", "on_error")]
+    main = [s for s in steps if s.kind not in (*_UNDRAWN, "on_error")]
     layers: list[list[Step]] = []
     for step in main:
         if layers and _together(layers[-1][0], step):
@@ -34,7 +38,7 @@ def steps_mermaid(steps: list[Step]) -> str:
     for n, step in enumerate(steps):
         ids[step.key] = f"s{n}_{_UNSAFE.sub('_', step.key)[:30]}"
     for step in steps:
-        if step.kind == "value":
+        if step.kind in _UNDRAWN:
             continue
         label = step.key.replace('"', "'")
         if step.function and step.kind != "child":
@@ -59,7 +63,7 @@ def steps_mermaid(steps: list[Step]) -> str:
                 lines.append(f"    {ids[origin]} -.->|error| {ids[step.key]}")
     lines.extend(status_class_defs())
     for step in steps:
-        if step.kind != "value":
+        if step.kind not in _UNDRAWN:
             lines.append(f"    class {ids[step.key]} {step.status}")
     return "\n".join(lines)
 
@@ -73,13 +77,13 @@ def _reached_edges(steps: list[Step], ids: dict[str, str]) -> list[str]:
         found = by_key.get(key)
         if found is None or key in seen:
             return []
-        if found.kind != "value":
+        if found.kind not in _UNDRAWN:
             return [key]
         return [k for p in found.reached_after or () for k in drawn(p, seen | {key})]
 
     lines: list[str] = []
     for step in steps:
-        if step.kind in ("value", "on_error"):
+        if step.kind in (*_UNDRAWN, "on_error"):
             continue
         before = dict.fromkeys(k for p in step.reached_after or () for k in drawn(p))
         lines += [f"    {ids[k]} --> {ids[step.key]}" for k in before]

@@ -54,6 +54,8 @@ def label(step: Step) -> str:
         return f"wait for event: {key.removeprefix('__event:')}"
     if step.kind == "value":
         return key.removeprefix("__")
+    if step.kind == "patch":
+        return f"patch: {key.removeprefix('__patch:')}"
     if step.kind == "sleep":
         return f"sleep: {key}"
     if step.kind == "child":

@@ -121,6 +121,10 @@ def render_run(
         console.print(f"parent   {esc(run.parent_run_id)}")
     if run.forked_from:
         console.print(f"forked   from run {esc(run.forked_from)}")
+    patches = [s.key.removeprefix("__patch:") for s in steps if s.kind == "patch"]
+    if patches:  # markers, not work: said once here, not as rows of the table
+        console.print(f"patches  {esc(', '.join(patches))}")
+    steps = [s for s in steps if s.kind != "patch"]
     fields = Table.grid(padding=(0, 3))
     fields.add_column(style="bold")
     fields.add_column(overflow="fold")

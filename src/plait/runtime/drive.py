@@ -182,7 +182,9 @@ class Driver:
         key = f"{step.key}:on_error"
         comp = ledger.steps.get(key)
         fdef = self.functions.get(on_error)
-        if comp is None:
+        if comp is not None:
+            ledger.reach(key)
+        else:
             data = {
                 "error": serde.loads(step.error),
                 "input": serde.loads(step.input),

@@ -21,7 +21,7 @@ from plait.retry import RetryPolicy
 from plait.runtime import runs
 from plait.runtime.control_flow import PassAborted, PauseSignal, SuspendSignal
 from plait.runtime.host import Host
-from plait.runtime.steps import NEW_STATUS
+from plait.runtime.steps import NEW_STATUS, PATCH_KIND
 from plait.statuses import RunStatusName
 from plait.store.ops import Batch, EndRun, Op, PutStep
 from plait.store.rows import PassSnapshot, StepRow
@@ -84,7 +84,13 @@ class Ledger:
         self.conflict: str | None = None
         #: replaying on code that is not the version the run started on
         self.foreign_version = False
-        self.visited: set[str] = set()
+        #: a new step must not come before a recorded one (a code replay: see ``_check_new``)
+        self.ordered = False
+        #: the recorded steps this pass has not reached yet; patch markers are left out:
+        #: one the code no longer reaches (a deprecated patch removed) changes no path
+        self.unreached: set[str] = {k for k, s in self.steps.items() if s.kind != PATCH_KIND}
+        #: steps made in this pass that no write has carried yet (see ``_carry_unwritten``)
+        self.unwritten: list[StepRow] = []
         self.aborted: PassAborted | None = None
         #: the pass published a value (``wf.set_value``) not yet told to its watchers
         self.published = False
@@ -125,9 +131,22 @@ class Ledger:
                 return
         self.put(step)
 
+    def _carry_unwritten(self) -> None:
+        """Every step made before a step that is written is written with it (pending, if
+        nothing else was written for it yet), so a run's record is always a prefix of
+        the steps it reached, in order. A step left out (a pass that stopped before
+        starting it: a shutdown, a cancel) would otherwise look to the next pass like a
+        step inserted before the recorded ones (see ``_check_new``)."""
+        if not self.unwritten:
+            return
+        written = {row.key for op in self.ops if (row := getattr(op, "step", None)) is not None}
+        self.ops[:0] = [PutStep(step) for step in self.unwritten if step.key not in written]
+        self.unwritten.clear()
+
     async def flush(self) -> None:
         if not self.ops:
             return
+        self._carry_unwritten()
         ops, self.ops = self.ops, []
         try:
             await self.host.commit(Batch(self.run.id, ops, fence=self.owner))
@@ -146,6 +165,7 @@ class Ledger:
         """The last writes of the pass and the release of its lease, in one commit. A
         pass cut short by a shutdown leaves the run due at once for another worker."""
         seen = -1 if self.host.stopping or self.due_again else self.run.wakeups
+        self._carry_unwritten()
         ops, self.ops = self.ops, []
         try:
             batch = Batch(self.run.id, ops, fence=self.owner, release_wakeups_seen=seen)
@@ -222,8 +242,8 @@ class Ledger:
         job: bool = False,
     ) -> StepRow:
         """A step reached for the first time (not written yet: the caller decides how)."""
-        self._check_prefix(key)
-        self.visited.add(key)
+        if self.ordered and self.unreached:
+            self._check_new(key)
         now = self.now()
         reached = self.reached.get(key)
         after = None
@@ -265,6 +285,8 @@ class Ledger:
         )
         self.seq += 1
         self.steps[key] = step
+        if self.ordered:
+            self.unwritten.append(step)
         return step
 
     def check_same(
@@ -273,7 +295,7 @@ class Ledger:
         """A recorded step must be what the code asks for now, with the same input when
         ``input`` is given, or the replay has diverged: the code is not deterministic, or
         it is another version. Never hand a step another call's result."""
-        self.visited.add(step.key)
+        self.unreached.discard(step.key)
         if step.kind == kind and step.function == function:
             if input is False or input == step.input or _same_json(input, step.input):
                 return
@@ -290,19 +312,58 @@ class Ledger:
         )
         raise SuspendSignal(self.conflict, errors.VERSION_CONFLICT)
 
-    def _check_prefix(self, key: str) -> None:
-        """On foreign code, a new step may only start once every recorded step has been
-        reached again; otherwise the code took another path than the recorded one."""
-        if not self.foreign_version:
+    def reach(self, key: str) -> None:
+        """A recorded step the code reached again, checked by its caller."""
+        self.unreached.discard(key)
+
+    def ahead(self, key: str) -> str | None:
+        """The first recorded step the run reached, in the history of the task now at
+        ``key``, after the point where that task is: the history goes on past this point
+        (None: it ends here, or before).
+
+        A task is where the outcomes it has received put it (``reached``, see
+        ``runtime.order``); a recorded step comes after that point when it was reached
+        after one of those outcomes, or after a step that itself comes after it. Steps
+        another branch of a gather reached are not ahead of this one, so new code in one
+        branch does not depend on how far the others got. A step recorded before the
+        run stored what it was reached after counts as ahead of every point."""
+        unreached = self.unreached
+        if not unreached:
+            return None
+        steps = self.steps
+        behind = set(self.reached.get(key, ()))
+        start = not behind
+        for step in sorted((steps[k] for k in unreached), key=_by_seq):
+            after = step.reached_after
+            if after is None:
+                return step.key
+            keys: list[str] = serde.loads(after)
+            if (start and not keys) or not behind.isdisjoint(keys):
+                return step.key
+        return None
+
+    def _check_new(self, key: str) -> None:
+        """A step the run did not record may come only after everything the run recorded
+        on its path: reached before a recorded step, it is code the run's history does
+        not have at that point (a step inserted by a deploy, or code that is not
+        deterministic), and running it would do out of order what the old code never
+        did. The run stops with a ``VERSION_CONFLICT`` naming both steps; ``wf.patched``
+        is the way to insert a step that old runs skip."""
+        first = self.ahead(key)
+        if first is None:
             return
-        unreached = [k for k in self.steps if k not in self.visited]
-        if unreached:
-            first = min(unreached, key=lambda k: self.steps[k].seq)
-            self.conflict = (
-                f"step {key!r} is new in this version of {self.run.workflow!r}, but the run "
-                f"recorded step {first!r} that the new code has not reached at that point"
-            )
-            raise SuspendSignal(self.conflict, errors.VERSION_CONFLICT)
+        where = "in this version of" if self.foreign_version else "in"
+        self.conflict = (
+            f"step {key!r} {where} workflow {self.run.workflow!r} comes before step "
+            f"{first!r}, which the run recorded, but the run never reached {key!r} there; "
+            "the code took another path than the recorded one (guard a step added for new "
+            "runs with wf.patched(...))"
+        )
+        raise SuspendSignal(self.conflict, errors.VERSION_CONFLICT)
+
+
+def _by_seq(step: StepRow) -> int:
+    return step.seq
 
 
 def _keys_json(keys: tuple[str, ...]) -> str:

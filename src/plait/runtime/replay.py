@@ -50,6 +50,7 @@ class CodeReplay:
         self.host = host
         self.app = host.catalog.app
         self.ledger = Ledger(host, snapshot, owner)
+        self.ledger.ordered = True
         self.reached = self.ledger.reached
         self.driver = Driver(self.ledger, host)
         # a loop for workflow code implements only what asyncio's tasks and futures call
@@ -251,11 +252,35 @@ class CodeReplay:
         self.order.reached_now(key)
         step = ledger.steps.get(key)
         if step is not None:
-            ledger.visited.add(key)
+            ledger.reach(key)
             return serde.loads(step.output)
         step = ledger.new_step(key, key, "value")
         ledger.add(steps.record_value(step, make(), ledger.now()))
         return serde.loads(step.output)
+
+    def patched(self, key: str, patch_id: str) -> bool:
+        """``wf.patched``: a recorded marker says yes; with none, yes only where the run's
+        history (on this branch of the workflow, see ``Ledger.ahead``) ends here. A
+        marker is no point of the order: what follows it comes after what came before
+        it, so runs with and without it line up."""
+        ledger = self.ledger
+        step = ledger.steps.get(key)
+        if step is not None:
+            ledger.check_same(step, steps.PATCH_KIND, None)
+            return True
+        self.reached[key] = self.order.known.get(current_task(self.wloop), ())
+        if ledger.ahead(key) is not None:
+            del self.reached[key]
+            return False
+        step = ledger.new_step(key, key, steps.PATCH_KIND, input=serde.dumps({"patch": patch_id}))
+        ledger.add(steps.mark_patch(step, ledger.now()))
+        return True
+
+    def deprecate_patch(self, key: str) -> None:
+        """``wf.deprecate_patch``: a recorded marker is reached; none is recorded."""
+        step = self.ledger.steps.get(key)
+        if step is not None:
+            self.ledger.check_same(step, steps.PATCH_KIND, None)
 
     # -- the whole pass -----------------------------------------------------------------------
     def key(self, name: str) -> str:

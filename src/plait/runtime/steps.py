@@ -55,6 +55,9 @@ WAITS = frozenset({"sleep", "event", "approval"})
 #: ``reopened`` reads a full list knowing it may miss some)
 MAX_AFTER = 32
 
+#: step kind of a patch marker (``wf.patched``): the run took the patched path there
+PATCH_KIND = "patch"
+
 #: step kind of a graph node instance
 NODE_KIND = "node"
 #: step kind of one item of a ``for_each`` node instance
@@ -511,6 +514,13 @@ def time_out_event(step: StepRow, name: str, now: float) -> list[Op] | None:
 def record_value(step: StepRow, value: Any, now: float) -> list[Op]:
     """A value recorded once (``wf.now()``, ``wf.uuid()``) and replayed ever after."""
     step.status, step.output, step.updated_at = "succeeded", serde.dumps(value), now
+    return [_put(step)]
+
+
+def mark_patch(step: StepRow, now: float) -> list[Op]:
+    """``wf.patched`` on ground the run's history has not passed: recorded once, so
+    every replay takes the patched path again."""
+    step.status, step.updated_at = "succeeded", now
     return [_put(step)]
 
 

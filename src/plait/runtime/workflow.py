@@ -85,6 +85,10 @@ class Replay(Protocol):
 
     def set_value(self, key: str, name: str, value: str | None) -> None: ...
 
+    def patched(self, key: str, patch_id: str) -> bool: ...
+
+    def deprecate_patch(self, key: str) -> None: ...
+
 
 #: the pass whose workflow code runs in this context (set for the workflow's own tasks)
 CURRENT_REPLAY: contextvars.ContextVar[Replay | None] = contextvars.ContextVar(
@@ -427,6 +431,33 @@ class Workflow:
         if step_key:  # none while a pass unwinds code that caught its Unwind
             replay.set_value(step_key, key, text)
         return _published()
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether the run takes the code a deploy added under ``if wf.patched(id):``.
+
+        True for every run that reaches this point on code that has the patch before
+        its recorded history passed it (every new run; an old run whose history ends
+        before here): the run records a marker and is True on every replay. False for a
+        run that older code took past this point: it keeps to the old path, so its
+        replay matches what it recorded and the new code never runs out of order. Call
+        it where the changed code starts, once per decision (a loop may call it on
+        every turn: each call has its own marker)."""
+        self._check_name(patch_id, "patch")
+        replay = self._replay
+        key = replay.key(f"__patch:{patch_id}")
+        if not key:  # a pass unwinds code that caught its Unwind: nothing is recorded
+            return False
+        return replay.patched(key, patch_id)
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """The step after ``patched``: once no run that could lack the patch is live,
+        the ``if`` goes and this call stays for a release, so runs that recorded the
+        marker still replay. It records nothing."""
+        self._check_name(patch_id, "patch")
+        replay = self._replay
+        key = replay.key(f"__patch:{patch_id}")
+        if key:
+            replay.deprecate_patch(key)
 
     def now(self) -> datetime:
         """The time, recorded on first reach so every replay sees the same value."""

@@ -27,8 +27,14 @@ function stepSpan(attempts, step) {
 // which details stay unfolded across redraws; ``rerunFrom(key)`` is a step's rerun button.
 export function renderSteps(run, attempts, openSteps, rerunFrom) {
   if (!run) return;
-  const steps = run.steps || [];
-  $("steps-count").textContent = steps.length + (steps.length === 1 ? " step" : " steps");
+  // patch markers (``wf.patched``) are no work: a badge each beside the count, not a row
+  const all = run.steps || [];
+  const steps = all.filter((s) => s.kind !== "patch");
+  const patches = all.filter((s) => s.kind === "patch").map((s) => s.key.replace(/^__patch:/, ""));
+  $("steps-count").replaceChildren(
+    steps.length + (steps.length === 1 ? " step" : " steps"),
+    ...patches.map((p) => h("span", { class: "badge patch", title: "patch marker: this run took the patched path", text: "patch: " + p }))
+  );
   const container = $("steps");
   for (const d of container.querySelectorAll("details[open]")) openSteps.add(d.dataset.key);
   for (const d of container.querySelectorAll("details:not([open])")) openSteps.delete(d.dataset.key);
