@@ -1,0 +1,343 @@
+"""``engine.check``: live runs started on v1 replayed dry on v2 name the first step where
+v2 diverges, and nothing is run or written while they are."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+import plait
+from support.counter import Counter
+from support.polling import eventually
+
+WorkflowFn = Callable[[plait.Workflow, Counter], Awaitable[Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """A workflow as v1 runs it and as v2 changes it: what the check says of a run that
+    v1 left waiting. ``step`` None: the run is fine on v2."""
+
+    name: str
+    v1: WorkflowFn
+    v2: WorkflowFn
+    #: the key of the first diverging step, its displayed name, and words of the reason
+    step: str | None = None
+    step_name: str | None = None
+    reason: tuple[str, ...] = ()
+
+
+def _f(counter: Counter, name: str) -> Callable[[Any], str]:
+    def body(data: Any) -> str:
+        counter.hit(name, data)
+        return name
+
+    return body
+
+
+async def unchanged_v1(wf: plait.Workflow, c: Counter) -> Any:
+    a, b = await asyncio.gather(wf.do("left", _f(c, "left")), wf.do("right", _f(c, "right")))
+    await wf.sleep("nap", 0)
+    stamp = wf.now()
+    paid = await wf.wait_for_event("paid")
+    return [a, b, stamp.isoformat(), paid, await wf.do("ship", _f(c, "ship"))]
+
+
+async def changed_input_v1(wf: plait.Workflow, c: Counter) -> Any:
+    await wf.do("reserve", _f(c, "reserve"), {"qty": 1})
+    return await wf.wait_for_event("paid")
+
+
+async def changed_input_v2(wf: plait.Workflow, c: Counter) -> Any:
+    await wf.do("reserve", _f(c, "reserve"), {"qty": 2})
+    return await wf.wait_for_event("paid")
+
+
+async def inserted_step_v1(wf: plait.Workflow, c: Counter) -> Any:
+    await wf.do("reserve", _f(c, "reserve"))
+    await wf.do("pack", _f(c, "pack"))
+    return await wf.wait_for_event("paid")
+
+
+async def inserted_step_v2(wf: plait.Workflow, c: Counter) -> Any:
+    await wf.do("reserve", _f(c, "reserve"))
+    await wf.do("fee", _f(c, "fee"))
+    await wf.do("pack", _f(c, "pack"))
+    return await wf.wait_for_event("paid")
+
+
+async def before_event_v1(wf: plait.Workflow, c: Counter) -> Any:
+    await wf.do("reserve", _f(c, "reserve"))
+    return await wf.wait_for_event("paid")
+
+
+async def before_event_v2(wf: plait.Workflow, c: Counter) -> Any:
+    await wf.do("reserve", _f(c, "reserve"))
+    await wf.do("fee", _f(c, "fee"))
+    return await wf.wait_for_event("paid")
+
+
+async def removed_step_v2(wf: plait.Workflow, c: Counter) -> Any:
+    await wf.do("reserve", _f(c, "reserve"))
+    return await wf.wait_for_event("paid")  # "pack" is gone
+
+
+async def renamed_event_v2(wf: plait.Workflow, c: Counter) -> Any:
+    await wf.do("reserve", _f(c, "reserve"))
+    return await wf.wait_for_event("payment")
+
+
+async def dropped_wait_v2(wf: plait.Workflow, c: Counter) -> Any:
+    await wf.do("reserve", _f(c, "reserve"))
+    return "no payment needed"
+
+
+CASES = [
+    Case("unchanged", unchanged_v1, unchanged_v1),
+    Case(
+        "changed_input",
+        changed_input_v1,
+        changed_input_v2,
+        "reserve",
+        "reserve",
+        ("recorded with input {\"qty\"", "1}", "now passes {\"qty\"", "2}"),
+    ),
+    Case(
+        "inserted_step",
+        inserted_step_v1,
+        inserted_step_v2,
+        "fee",
+        "fee",
+        ("'fee' is new", "'pack'"),
+    ),
+    Case(
+        "inserted_before_event",
+        before_event_v1,
+        before_event_v2,
+        "fee",
+        "fee",
+        ("'fee' is new", "'__event:paid'"),
+    ),
+    Case(
+        "removed_step",
+        inserted_step_v1,
+        removed_step_v2,
+        "pack",
+        "pack",
+        ("recorded step 'pack'", "reaches step '__event:paid' without it"),
+    ),
+    Case(
+        "renamed_event",
+        before_event_v1,
+        renamed_event_v2,
+        "__event:payment",
+        "wait for event: payment",
+        ("'__event:payment' is new", "'__event:paid'"),
+    ),
+    Case(
+        "dropped_wait",
+        before_event_v1,
+        dropped_wait_v2,
+        "__event:paid",
+        "wait for event: paid",
+        ("recorded step '__event:paid'", "returns before reaching it"),
+    ),
+]
+
+
+def _app(counter: Counter, version: str, cases: list[Case]) -> plait.App:
+    app = plait.App("shop")
+    for case in cases:
+        fn = case.v1 if version == "1" else case.v2
+
+        async def workflow(wf: plait.Workflow, data: None, fn: WorkflowFn = fn) -> Any:
+            return await fn(wf, counter)
+
+        app.workflow(name=case.name, version=version)(workflow)
+    return app
+
+
+async def _waiting(engine: plait.Engine, run_id: str) -> bool:
+    steps = await engine.get_steps(run_id)
+    return any(s.kind == "event" and s.status in ("pending", "scheduled") for s in steps)
+
+
+async def _start_v1(engine_factory: Any, counter: Counter, cases: list[Case]) -> dict[str, str]:
+    """One run of each case, left waiting for its event by v1."""
+    async with engine_factory(_app(counter, "1", cases)) as engine:
+        runs = {case.name: await engine.start(case.name) for case in cases}
+        for case in cases:
+            await eventually(lambda c=case: _waiting(engine, runs[c.name]), what=case.name)
+    return runs
+
+
+async def test_check_names_the_first_diverging_step_of_each_run(engine_factory) -> None:
+    counter = Counter()
+    runs = await _start_v1(engine_factory, counter, CASES)
+    ran = dict(counter.counts)
+    async with engine_factory(_app(counter, "2", CASES), workers=False) as engine:
+        results = await engine.check()
+    assert counter.counts == ran  # no step body ran
+    by_run = {r.run_id: r for r in results}
+    assert set(by_run) == set(runs.values())
+    assert [r.run_id for r in results] == sorted(by_run)
+    for case in CASES:
+        result = by_run[runs[case.name]]
+        assert result.workflow == case.name
+        assert result.ok is (case.step is None), (case.name, result)
+        assert (result.step, result.step_name) == (case.step, case.step_name), case.name
+        if case.step is None:
+            assert result.reason is None
+        for words in case.reason:
+            assert result.reason is not None and words in result.reason, (case.name, result)
+
+
+async def test_unchanged_code_checks_every_run_ok(engine_factory) -> None:
+    counter = Counter()
+    cases = [c for c in CASES if c.step is None] + [
+        dataclasses.replace(c, v2=c.v1, step=None) for c in CASES if c.step is not None
+    ]
+    runs = await _start_v1(engine_factory, counter, cases)
+    async with engine_factory(_app(counter, "2", cases), workers=False) as engine:
+        results = await engine.check()
+    assert sorted(r.run_id for r in results) == sorted(runs.values())
+    assert all(r.ok and r.step is None and r.reason is None for r in results), results
+
+
+async def test_workflow_limits_the_check_and_an_unknown_one_is_named(engine_factory) -> None:
+    counter = Counter()
+    runs = await _start_v1(engine_factory, counter, CASES[:2])
+    async with engine_factory(_app(counter, "2", CASES), workers=False) as engine:
+        results = await engine.check(workflow="changed_input")
+        assert [(r.run_id, r.ok) for r in results] == [(runs["changed_input"], False)]
+        with pytest.raises(plait.WorkflowNotFoundError, match=r"'nope'.*changed_input"):
+            await engine.check(workflow="nope")
+        for bad in (-1, True, "2"):
+            with pytest.raises(ValueError, match="include_ended"):
+                await engine.check(include_ended=bad)  # type: ignore[arg-type]
+
+
+async def test_a_run_of_a_workflow_the_app_lacks_is_not_ok(engine_factory) -> None:
+    counter = Counter()
+    runs = await _start_v1(engine_factory, counter, CASES[:2])
+    app = _app(counter, "2", CASES[1:2])  # "unchanged" is gone
+    async with engine_factory(app, workers=False) as engine:
+        results = {r.run_id: r for r in await engine.check()}
+    gone = results[runs["unchanged"]]
+    assert not gone.ok and gone.step is None
+    assert gone.reason is not None and "'unchanged' is not registered" in gone.reason
+
+
+async def test_include_ended_replays_the_last_ended_runs_of_each_workflow(engine_factory) -> None:
+    counter = Counter()
+    app = _app(counter, "1", CASES[1:2])
+    async with engine_factory(app) as engine:
+        ended = []
+        for _ in range(3):
+            run_id = await engine.start("changed_input")
+            await eventually(lambda r=run_id: _waiting(engine, r))
+            await engine.send_event(run_id, "paid", {"n": len(ended)})
+            assert (await engine.wait(run_id, timeout=10)).status == "completed"
+            ended.append(run_id)
+    async with engine_factory(_app(counter, "2", CASES[1:2]), workers=False) as engine:
+        assert await engine.check() == []
+        results = await engine.check(include_ended=2)
+    assert [r.run_id for r in results] == ended[:0:-1]  # the last two, newest first
+    assert all(not r.ok and r.step == "reserve" for r in results)
+
+
+async def test_an_error_of_the_workflow_code_after_its_recorded_steps_is_no_divergence(
+    engine_factory,
+) -> None:
+    """A run whose step failed for good and whose code raises it again ends the same on
+    either version; v2 raising before a recorded step is that step's removal."""
+    app = plait.App("shop")
+
+    def boom(data: None) -> None:
+        raise ValueError("declined")
+
+    @app.workflow(name="pay", version="1")
+    async def pay_v1(wf: plait.Workflow, data: None) -> None:
+        await wf.do("charge", boom, retries=0)
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("pay")
+        assert (await engine.wait(run_id, timeout=10)).status == "failed"
+
+    fine, broken = plait.App("shop"), plait.App("shop")
+
+    @fine.workflow(name="pay", version="2")
+    async def pay_v2(wf: plait.Workflow, data: None) -> None:
+        await wf.do("charge", boom, retries=0)
+
+    @broken.workflow(name="pay", version="3")
+    async def pay_v3(wf: plait.Workflow, data: None) -> None:
+        raise RuntimeError("a bug at the top")
+
+    async with engine_factory(fine, workers=False) as engine:
+        (result,) = await engine.check(include_ended=1)
+        assert result.ok, result
+    async with engine_factory(broken, workers=False) as engine:
+        (result,) = await engine.check(include_ended=1)
+    assert not result.ok and result.step == "charge"
+    assert result.reason is not None and "fails before reaching it (a bug at the top)" in (
+        result.reason
+    )
+
+
+async def _rows(engine: plait.Engine, run_ids: list[str]) -> Any:
+    """Every stored column of the runs and of their steps, events and leases."""
+    return {
+        run_id: (
+            await engine.store.load_pass(run_id),
+            await engine.get_history(run_id),
+        )
+        for run_id in run_ids
+    }
+
+
+async def test_check_writes_nothing_while_a_worker_runs_other_runs(engine_factory) -> None:
+    """The checked runs' rows do not move (no lease, no step, no event taken) while a
+    worker on the same engine completes runs of its own, which check also replays."""
+    counter = Counter()
+    runs = await _start_v1(engine_factory, counter, CASES)
+    app = _app(counter, "2", CASES)
+
+    @app.workflow(name="busy")
+    async def busy(wf: plait.Workflow, n: int) -> int:
+        total = await wf.do("first", lambda x: x, n)
+        await wf.wait_for_event("go")
+        for i in range(5):
+            total += await wf.do(f"add {i}", lambda x: x + 1, i)
+        return total
+
+    async with engine_factory(app) as engine:
+        before = await _rows(engine, list(runs.values()))
+        ran = dict(counter.counts)
+        busy_ids = [await engine.start("busy", n) for n in range(20)]
+        for run_id in busy_ids:
+            await eventually(lambda r=run_id: _waiting(engine, r))
+        checks = [await engine.check()]
+        for run_id in busy_ids:
+            await engine.send_event(run_id, "go")
+
+        async def checked_until_done() -> bool:
+            checks.append(await engine.check())
+            statuses = [(await engine.get_run(r)).status for r in busy_ids]
+            return all(status == "completed" for status in statuses)
+
+        await eventually(checked_until_done, timeout=30, what="the busy runs to complete")
+        for run_id in busy_ids:
+            run = await engine.wait(run_id, timeout=10)
+            assert run.status == "completed" and run.output == busy_ids.index(run_id) + 15
+        after = await _rows(engine, list(runs.values()))
+    assert after == before
+    assert counter.counts == ran
+    diverging = {r.run_id for r in checks[0] if not r.ok}
+    assert diverging == {runs[c.name] for c in CASES if c.step is not None}
+    assert sorted(r.run_id for r in checks[0] if r.workflow == "busy") == sorted(busy_ids)
+    assert all(r.ok for results in checks for r in results if r.workflow == "busy")
