@@ -3,183 +3,22 @@ v2 diverges, and nothing is run or written while they are."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
 import plait
+from support.check_cases import CASES, shop_app, start_v1, waiting
 from support.counter import Counter
 from support.polling import eventually
-
-WorkflowFn = Callable[[plait.Workflow, Counter], Awaitable[Any]]
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    """A workflow as v1 runs it and as v2 changes it: what the check says of a run that
-    v1 left waiting. ``step`` None: the run is fine on v2."""
-
-    name: str
-    v1: WorkflowFn
-    v2: WorkflowFn
-    #: the key of the first diverging step, its displayed name, and words of the reason
-    step: str | None = None
-    step_name: str | None = None
-    reason: tuple[str, ...] = ()
-
-
-def _f(counter: Counter, name: str) -> Callable[[Any], str]:
-    def body(data: Any) -> str:
-        counter.hit(name, data)
-        return name
-
-    return body
-
-
-async def unchanged_v1(wf: plait.Workflow, c: Counter) -> Any:
-    a, b = await asyncio.gather(wf.do("left", _f(c, "left")), wf.do("right", _f(c, "right")))
-    await wf.sleep("nap", 0)
-    stamp = wf.now()
-    paid = await wf.wait_for_event("paid")
-    return [a, b, stamp.isoformat(), paid, await wf.do("ship", _f(c, "ship"))]
-
-
-async def changed_input_v1(wf: plait.Workflow, c: Counter) -> Any:
-    await wf.do("reserve", _f(c, "reserve"), {"qty": 1})
-    return await wf.wait_for_event("paid")
-
-
-async def changed_input_v2(wf: plait.Workflow, c: Counter) -> Any:
-    await wf.do("reserve", _f(c, "reserve"), {"qty": 2})
-    return await wf.wait_for_event("paid")
-
-
-async def inserted_step_v1(wf: plait.Workflow, c: Counter) -> Any:
-    await wf.do("reserve", _f(c, "reserve"))
-    await wf.do("pack", _f(c, "pack"))
-    return await wf.wait_for_event("paid")
-
-
-async def inserted_step_v2(wf: plait.Workflow, c: Counter) -> Any:
-    await wf.do("reserve", _f(c, "reserve"))
-    await wf.do("fee", _f(c, "fee"))
-    await wf.do("pack", _f(c, "pack"))
-    return await wf.wait_for_event("paid")
-
-
-async def before_event_v1(wf: plait.Workflow, c: Counter) -> Any:
-    await wf.do("reserve", _f(c, "reserve"))
-    return await wf.wait_for_event("paid")
-
-
-async def before_event_v2(wf: plait.Workflow, c: Counter) -> Any:
-    await wf.do("reserve", _f(c, "reserve"))
-    await wf.do("fee", _f(c, "fee"))
-    return await wf.wait_for_event("paid")
-
-
-async def removed_step_v2(wf: plait.Workflow, c: Counter) -> Any:
-    await wf.do("reserve", _f(c, "reserve"))
-    return await wf.wait_for_event("paid")  # "pack" is gone
-
-
-async def renamed_event_v2(wf: plait.Workflow, c: Counter) -> Any:
-    await wf.do("reserve", _f(c, "reserve"))
-    return await wf.wait_for_event("payment")
-
-
-async def dropped_wait_v2(wf: plait.Workflow, c: Counter) -> Any:
-    await wf.do("reserve", _f(c, "reserve"))
-    return "no payment needed"
-
-
-CASES = [
-    Case("unchanged", unchanged_v1, unchanged_v1),
-    Case(
-        "changed_input",
-        changed_input_v1,
-        changed_input_v2,
-        "reserve",
-        "reserve",
-        ("recorded with input {\"qty\"", "1}", "now passes {\"qty\"", "2}"),
-    ),
-    Case(
-        "inserted_step",
-        inserted_step_v1,
-        inserted_step_v2,
-        "fee",
-        "fee",
-        ("'fee' is new", "'pack'"),
-    ),
-    Case(
-        "inserted_before_event",
-        before_event_v1,
-        before_event_v2,
-        "fee",
-        "fee",
-        ("'fee' is new", "'__event:paid'"),
-    ),
-    Case(
-        "removed_step",
-        inserted_step_v1,
-        removed_step_v2,
-        "pack",
-        "pack",
-        ("recorded step 'pack'", "reaches step '__event:paid' without it"),
-    ),
-    Case(
-        "renamed_event",
-        before_event_v1,
-        renamed_event_v2,
-        "__event:payment",
-        "wait for event: payment",
-        ("'__event:payment' is new", "'__event:paid'"),
-    ),
-    Case(
-        "dropped_wait",
-        before_event_v1,
-        dropped_wait_v2,
-        "__event:paid",
-        "wait for event: paid",
-        ("recorded step '__event:paid'", "returns before reaching it"),
-    ),
-]
-
-
-def _app(counter: Counter, version: str, cases: list[Case]) -> plait.App:
-    app = plait.App("shop")
-    for case in cases:
-        fn = case.v1 if version == "1" else case.v2
-
-        async def workflow(wf: plait.Workflow, data: None, fn: WorkflowFn = fn) -> Any:
-            return await fn(wf, counter)
-
-        app.workflow(name=case.name, version=version)(workflow)
-    return app
-
-
-async def _waiting(engine: plait.Engine, run_id: str) -> bool:
-    steps = await engine.get_steps(run_id)
-    return any(s.kind == "event" and s.status in ("pending", "scheduled") for s in steps)
-
-
-async def _start_v1(engine_factory: Any, counter: Counter, cases: list[Case]) -> dict[str, str]:
-    """One run of each case, left waiting for its event by v1."""
-    async with engine_factory(_app(counter, "1", cases)) as engine:
-        runs = {case.name: await engine.start(case.name) for case in cases}
-        for case in cases:
-            await eventually(lambda c=case: _waiting(engine, runs[c.name]), what=case.name)
-    return runs
 
 
 async def test_check_names_the_first_diverging_step_of_each_run(engine_factory) -> None:
     counter = Counter()
-    runs = await _start_v1(engine_factory, counter, CASES)
+    runs = await start_v1(engine_factory, counter, CASES)
     ran = dict(counter.counts)
-    async with engine_factory(_app(counter, "2", CASES), workers=False) as engine:
+    async with engine_factory(shop_app(counter, "2", CASES), workers=False) as engine:
         results = await engine.check()
     assert counter.counts == ran  # no step body ran
     by_run = {r.run_id: r for r in results}
@@ -201,8 +40,8 @@ async def test_unchanged_code_checks_every_run_ok(engine_factory) -> None:
     cases = [c for c in CASES if c.step is None] + [
         dataclasses.replace(c, v2=c.v1, step=None) for c in CASES if c.step is not None
     ]
-    runs = await _start_v1(engine_factory, counter, cases)
-    async with engine_factory(_app(counter, "2", cases), workers=False) as engine:
+    runs = await start_v1(engine_factory, counter, cases)
+    async with engine_factory(shop_app(counter, "2", cases), workers=False) as engine:
         results = await engine.check()
     assert sorted(r.run_id for r in results) == sorted(runs.values())
     assert all(r.ok and r.step is None and r.reason is None for r in results), results
@@ -210,8 +49,8 @@ async def test_unchanged_code_checks_every_run_ok(engine_factory) -> None:
 
 async def test_workflow_limits_the_check_and_an_unknown_one_is_named(engine_factory) -> None:
     counter = Counter()
-    runs = await _start_v1(engine_factory, counter, CASES[:2])
-    async with engine_factory(_app(counter, "2", CASES), workers=False) as engine:
+    runs = await start_v1(engine_factory, counter, CASES[:2])
+    async with engine_factory(shop_app(counter, "2", CASES), workers=False) as engine:
         results = await engine.check(workflow="changed_input")
         assert [(r.run_id, r.ok) for r in results] == [(runs["changed_input"], False)]
         with pytest.raises(plait.WorkflowNotFoundError, match=r"'nope'.*changed_input"):
@@ -223,8 +62,8 @@ async def test_workflow_limits_the_check_and_an_unknown_one_is_named(engine_fact
 
 async def test_a_run_of_a_workflow_the_app_lacks_is_not_ok(engine_factory) -> None:
     counter = Counter()
-    runs = await _start_v1(engine_factory, counter, CASES[:2])
-    app = _app(counter, "2", CASES[1:2])  # "unchanged" is gone
+    runs = await start_v1(engine_factory, counter, CASES[:2])
+    app = shop_app(counter, "2", CASES[1:2])  # "unchanged" is gone
     async with engine_factory(app, workers=False) as engine:
         results = {r.run_id: r for r in await engine.check()}
     gone = results[runs["unchanged"]]
@@ -234,16 +73,16 @@ async def test_a_run_of_a_workflow_the_app_lacks_is_not_ok(engine_factory) -> No
 
 async def test_include_ended_replays_the_last_ended_runs_of_each_workflow(engine_factory) -> None:
     counter = Counter()
-    app = _app(counter, "1", CASES[1:2])
+    app = shop_app(counter, "1", CASES[1:2])
     async with engine_factory(app) as engine:
         ended = []
         for _ in range(3):
             run_id = await engine.start("changed_input")
-            await eventually(lambda r=run_id: _waiting(engine, r))
+            await eventually(lambda r=run_id: waiting(engine, r))
             await engine.send_event(run_id, "paid", {"n": len(ended)})
             assert (await engine.wait(run_id, timeout=10)).status == "completed"
             ended.append(run_id)
-    async with engine_factory(_app(counter, "2", CASES[1:2]), workers=False) as engine:
+    async with engine_factory(shop_app(counter, "2", CASES[1:2]), workers=False) as engine:
         assert await engine.check() == []
         results = await engine.check(include_ended=2)
     assert [r.run_id for r in results] == ended[:0:-1]  # the last two, newest first
@@ -304,8 +143,8 @@ async def test_check_writes_nothing_while_a_worker_runs_other_runs(engine_factor
     """The checked runs' rows do not move (no lease, no step, no event taken) while a
     worker on the same engine completes runs of its own, which check also replays."""
     counter = Counter()
-    runs = await _start_v1(engine_factory, counter, CASES)
-    app = _app(counter, "2", CASES)
+    runs = await start_v1(engine_factory, counter, CASES)
+    app = shop_app(counter, "2", CASES)
 
     @app.workflow(name="busy")
     async def busy(wf: plait.Workflow, n: int) -> int:
@@ -320,7 +159,7 @@ async def test_check_writes_nothing_while_a_worker_runs_other_runs(engine_factor
         ran = dict(counter.counts)
         busy_ids = [await engine.start("busy", n) for n in range(20)]
         for run_id in busy_ids:
-            await eventually(lambda r=run_id: _waiting(engine, r))
+            await eventually(lambda r=run_id: waiting(engine, r))
         checks = [await engine.check()]
         for run_id in busy_ids:
             await engine.send_event(run_id, "go")

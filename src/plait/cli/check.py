@@ -74,9 +74,7 @@ def check(
                 highlight=False,
                 soft_wrap=True,
             )
-        console.print(
-            f"{len(results)} runs checked, {len(diverging)} diverge", highlight=False
-        )
+        console.print(f"{len(results)} runs checked, {len(diverging)} diverge", highlight=False)
     if diverging:
         raise typer.Exit(1)
 

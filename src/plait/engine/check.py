@@ -77,9 +77,9 @@ async def check_runs(
     if include_ended:
         for name in [workflow] if workflow is not None else registered:
             for run_id in await _last_ended(store, name, include_ended):
-                snapshot = await store.load_pass(run_id)
-                if snapshot is not None and snapshot.run.kind == "workflow":
-                    results.append(await check_run(host, snapshot))
+                ended = await store.load_pass(run_id)
+                if ended is not None and ended.run.kind == "workflow":
+                    results.append(await check_run(host, ended))
     return results
 
 

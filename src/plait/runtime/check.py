@@ -190,8 +190,8 @@ def _removed_reason(step: StepRow, waits_at: StepRow | None, ended: EndRun | Non
     elif ended.status == "completed":
         how = "returns before reaching it"
     else:
-        error = serde.loads(ended.error) if ended.error else None
-        message = error.get("message") if isinstance(error, dict) else None
+        record: dict[str, Any] = serde.loads(ended.error) if ended.error else {}
+        message = record.get("message")
         verb = "suspends" if ended.status == "suspended" else "fails"
         how = f"{verb} before reaching it ({message})" if message else f"{verb} before reaching it"
     return f"the run recorded step {step.key!r} ({what}) but the workflow code now {how}"
