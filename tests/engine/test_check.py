@@ -3,7 +3,9 @@ v2 diverges, and nothing is run or written while they are."""
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
+import inspect
 from typing import Any
 
 import pytest
@@ -180,3 +182,32 @@ async def test_check_writes_nothing_while_a_worker_runs_other_runs(engine_factor
     assert diverging == {runs[c.name] for c in CASES if c.step is not None}
     assert sorted(r.run_id for r in checks[0] if r.workflow == "busy") == sorted(busy_ids)
     assert all(r.ok for results in checks for r in results if r.workflow == "busy")
+
+
+async def test_check_only_reads_the_store(engine_factory, monkeypatch) -> None:
+    """Every call check makes to the store is one of its plain reads: no claim, no lease,
+    no commit, not even a release. (The engine's own loops are not counted: only calls
+    made in the context of the check.)"""
+    counter = Counter()
+    await start_v1(engine_factory, counter, CASES)
+    async with engine_factory(shop_app(counter, "2", CASES), workers=False) as engine:
+        called: list[str] = []
+        store, checking = engine.store, contextvars.ContextVar("checking", default=False)
+        for name in dir(type(store)):
+            method = getattr(store, name)
+            if name.startswith("__") or not inspect.iscoroutinefunction(method):
+                continue
+
+            async def counted(*args: Any, _name: str = name, _m: Any = method, **kw: Any) -> Any:
+                if checking.get():
+                    called.append(_name)
+                return await _m(*args, **kw)
+
+            monkeypatch.setattr(store, name, counted)
+        checking.set(True)
+        results = await engine.check(include_ended=3)
+        checking.set(False)
+        monkeypatch.undo()
+    assert len(results) == len(CASES)
+    assert "list_passes" in called and "list_runs" in called
+    assert set(called) <= {"list_passes", "list_runs", "load_pass"}, called
