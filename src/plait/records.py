@@ -122,6 +122,28 @@ class Step(_Record):
     reached_after: list[str] | None = None
 
 
+def step_label(key: str, kind: str) -> str:
+    """A step as ``plait runs show`` names it: plait's own keys said in words
+    (``__event:approval`` is ``wait for event: approval``)."""
+    if kind == "approval":
+        return f"approval: {key.removeprefix('__approval:')}"
+    if kind == "set_value":
+        return f"set value: {key.removeprefix('__value:')}"
+    if kind == "suspend":
+        return f"suspend: {key.removeprefix('__suspend:')}"
+    if kind == "event":
+        return f"wait for event: {key.removeprefix('__event:')}"
+    if kind == "value":
+        return key.removeprefix("__")
+    if kind == "patch":
+        return f"patch: {key.removeprefix('__patch:')}"
+    if kind == "sleep":
+        return f"sleep: {key}"
+    if kind == "child":
+        return f"{key} (child run)"
+    return key
+
+
 @dataclasses.dataclass(frozen=True)
 class StepAttempt(_Record):
     run_id: str
@@ -201,3 +223,21 @@ class ApprovalDecision(_Record):
     outcome: str
     reason: dict[str, Any] | None
     judged_at: datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult(_Record):
+    """What ``Engine.check`` found of one run replayed on the code deployed now.
+
+    ``ok`` is True when the code still follows what the run recorded; otherwise ``step``
+    is the key of the first step where it takes another path or passes other input,
+    ``step_name`` that step as ``plait runs show`` names it, and ``reason`` says what
+    the run recorded and what the code does now (a run whose workflow the app does not
+    register has no ``step``)."""
+
+    run_id: str
+    workflow: str
+    ok: bool
+    step: str | None = None
+    step_name: str | None = None
+    reason: str | None = None

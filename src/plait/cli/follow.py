@@ -22,7 +22,7 @@ from rich.text import Text
 from plait.cli.terminal import clean, compact, esc
 from plait.durations import format_duration
 from plait.notify import wait_event
-from plait.records import SETTLED, Run, Step
+from plait.records import SETTLED, Run, Step, step_label
 
 if TYPE_CHECKING:
     from plait.engine import Engine
@@ -43,24 +43,7 @@ class Reporter(Protocol):
 
 def label(step: Step) -> str:
     """A step as the timeline names it: plait's own keys said in words."""
-    key = step.key
-    if step.kind == "approval":
-        return f"approval: {key.removeprefix('__approval:')}"
-    if step.kind == "set_value":
-        return f"set value: {key.removeprefix('__value:')}"
-    if step.kind == "suspend":
-        return f"suspend: {key.removeprefix('__suspend:')}"
-    if step.kind == "event":
-        return f"wait for event: {key.removeprefix('__event:')}"
-    if step.kind == "value":
-        return key.removeprefix("__")
-    if step.kind == "patch":
-        return f"patch: {key.removeprefix('__patch:')}"
-    if step.kind == "sleep":
-        return f"sleep: {key}"
-    if step.kind == "child":
-        return f"{key} (child run)"
-    return key
+    return step_label(step.key, step.kind)
 
 
 def detail(step: Step, width: int | None = RESULT_WIDTH) -> str:

@@ -49,6 +49,10 @@ class PassResult:
 class Ledger:
     """The state of one pass; discarded when it ends."""
 
+    #: a dry pass (``runtime.check``): steps are resolved from what is recorded, but no
+    #: attempt, job or child run starts, and nothing is committed
+    dry = False
+
     def __init__(self, host: Host, snapshot: PassSnapshot, owner: str) -> None:
         self.host = host
         #: the host clock's ``now``: every time this pass records

@@ -88,6 +88,16 @@ class Store(Protocol):
 
     # orchestrator passes
     async def load_pass(self, run_id: str) -> PassSnapshot | None: ...
+    async def list_passes(
+        self, statuses: Sequence[str], kind: str, workflow: str | None, after: str, limit: int
+    ) -> list[PassSnapshot]:
+        """What a pass reads (as ``load_pass``) of up to ``limit`` runs of ``kind`` in one
+        of ``statuses`` (of ``workflow`` only, when given) whose ids come after ``after``,
+        in id order: a dry pass over many runs (``Engine.check``) reads them a page at a
+        time, and a page goes on where the last ended however runs moved meanwhile. A
+        plain read: it takes no lease and writes nothing."""
+        ...
+
     async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool: ...
     async def claim_due_runs(self, owner: str, lease_seconds: float, limit: int) -> list[str]: ...
     async def commit(self, batch: Batch) -> bool:

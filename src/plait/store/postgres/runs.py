@@ -104,13 +104,15 @@ class Runs(Part):
         # a new pass of this run starts: an earlier pass's failed write no longer matters
         if self._tainted:
             self._tainted = {t for t in self._tainted if t[0] != run_id}
-        steps: dict[str, StepRow] = {}
-        for rec in row["steps"]:
-            step = step_row(rec)
-            steps[step.key] = step
-        events = [EventRow(e["id"], e["name"], e["payload"]) for e in row["events"]]
-        state = {s["name"]: s["value"] for s in row["state"]}
-        return PassSnapshot(run_row(row["r"]), steps, events, state)
+        return _snapshot(row)
+
+    async def list_passes(
+        self, statuses: Sequence[str], kind: str, workflow: str | None, after: str, limit: int
+    ) -> list[PassSnapshot]:
+        rows = await self._call(
+            "fetch", self._q["list_passes"], list(statuses), kind, workflow, after, limit, read=True
+        )
+        return [_snapshot(row) for row in rows]
 
     async def _load_one(self, run_id: str) -> Any:
         (row,) = await self._load_many([run_id])
@@ -151,3 +153,14 @@ class Runs(Part):
     async def get_values(self, run_id: str) -> dict[str, str | None]:
         rows = await self._call("fetch", self._q["get_values"], run_id, read=True)
         return {r["key"]: r["value"] for r in rows}
+
+
+def _snapshot(row: Any) -> PassSnapshot:
+    """A pass's snapshot from a row of ``load_passes`` or ``list_passes``."""
+    steps: dict[str, StepRow] = {}
+    for rec in row["steps"]:
+        step = step_row(rec)
+        steps[step.key] = step
+    events = [EventRow(e["id"], e["name"], e["payload"]) for e in row["events"]]
+    state = {s["name"]: s["value"] for s in row["state"]}
+    return PassSnapshot(run_row(row["r"]), steps, events, state)

@@ -154,6 +154,33 @@ class Runs(Part):
 
         return await self._read_here(go)
 
+    async def list_passes(
+        self, statuses: Sequence[str], kind: str, workflow: str | None, after: str, limit: int
+    ) -> list[PassSnapshot]:
+        params = {
+            "statuses": json.dumps(list(statuses)),
+            "kind": kind,
+            "workflow": workflow,
+            "after": after,
+            "limit": limit,
+        }
+
+        def go(conn: sqlite3.Connection) -> list[PassSnapshot]:
+            runs = [convert.run_row(r) for r in conn.execute(SQL["list_pass_runs"], params)]
+            if not runs:
+                return []
+            ids = json.dumps([run.id for run in runs])
+            snapshots = {run.id: PassSnapshot(run, {}, [], {}) for run in runs}
+            for r in conn.execute(SQL["page_steps"], (ids,)):
+                snapshots[r[0]].steps[r[1]] = convert.step_row(r)
+            for r in conn.execute(SQL["page_events"], (ids,)):
+                snapshots[r[0]].events.append(EventRow(*r[1:]))
+            for run_id, name, value in conn.execute(SQL["page_state"], (ids,)):
+                snapshots[run_id].state[name] = value
+            return list(snapshots.values())
+
+        return await self._read(go)
+
     async def fork_run(self, new: NewRun, forked_from: str, ops: Sequence[Op]) -> Run:
         def go(conn: sqlite3.Connection) -> Run:
             now = self._now()
