@@ -36,6 +36,28 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def step_label(key: str, kind: str) -> str:
+    """The name ``plait runs show`` and the dashboard display for a step: plait's own
+    keys said in words (``__event:approval`` of an event wait reads ``wait for event:
+    approval``), a user's key as it is. ``Engine.fork`` takes this name as well as the
+    key, so it is written once, here."""
+    if kind == "approval":
+        return f"approval: {key.removeprefix('__approval:')}"
+    if kind == "set_value":
+        return f"set value: {key.removeprefix('__value:')}"
+    if kind == "suspend":
+        return f"suspend: {key.removeprefix('__suspend:')}"
+    if kind == "event":
+        return f"wait for event: {key.removeprefix('__event:')}"
+    if kind == "value":
+        return key.removeprefix("__")
+    if kind == "sleep":
+        return f"sleep: {key}"
+    if kind == "child":
+        return f"{key} (child run)"
+    return key
+
+
 class _Record:
     def to_dict(self) -> dict[str, Any]:
         """A plain dict with datetimes as ISO strings, ready for ``json.dumps``."""
@@ -120,6 +142,15 @@ class Step(_Record):
     #: keys of the steps whose outcomes the workflow had received, in the task that
     #: reached this step, when it did: what this step came after (None: not recorded)
     reached_after: list[str] | None = None
+
+    @property
+    def label(self) -> str:
+        """The name the dashboard and ``plait runs show`` display (``step_label``)."""
+        return step_label(self.key, self.kind)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As every record's, with the ``label`` the dashboard displays."""
+        return {**super().to_dict(), "label": self.label}
 
 
 @dataclasses.dataclass(frozen=True)
