@@ -31,7 +31,7 @@ async def execute_pass(host: Host, snapshot: PassSnapshot, owner: str) -> PassRe
         return await ledger.finish(runs.pass_status(end))
     replay = CodeReplay(host, snapshot, owner)
     replay.ledger.foreign_version = foreign
-    if run.version is None:
+    if run.version is None and run.forked_from is not None:
         # a fork made where the code was not known: the code of its first pass is the
         # version it runs, and the passes after it replay on that version
         replay.ledger.add([RecordVersion(wdef.version)])
