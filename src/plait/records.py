@@ -36,6 +36,30 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def step_label(key: str, kind: str) -> str:
+    """The name ``plait runs show`` and the dashboard display for a step: plait's own
+    keys said in words (``__event:approval`` of an event wait reads ``wait for event:
+    approval``), a user's key as it is. ``Engine.fork`` takes this name as well as the
+    key, so it is written once, here."""
+    if kind == "approval":
+        return f"approval: {key.removeprefix('__approval:')}"
+    if kind == "set_value":
+        return f"set value: {key.removeprefix('__value:')}"
+    if kind == "suspend":
+        return f"suspend: {key.removeprefix('__suspend:')}"
+    if kind == "event":
+        return f"wait for event: {key.removeprefix('__event:')}"
+    if kind == "value":
+        return key.removeprefix("__")
+    if kind == "patch":
+        return f"patch: {key.removeprefix('__patch:')}"
+    if kind == "sleep":
+        return f"sleep: {key}"
+    if kind == "child":
+        return f"{key} (child run)"
+    return key
+
+
 class _Record:
     def to_dict(self) -> dict[str, Any]:
         """A plain dict with datetimes as ISO strings, ready for ``json.dumps``."""
@@ -121,27 +145,14 @@ class Step(_Record):
     #: reached this step, when it did: what this step came after (None: not recorded)
     reached_after: list[str] | None = None
 
+    @property
+    def label(self) -> str:
+        """The name the dashboard and ``plait runs show`` display (``step_label``)."""
+        return step_label(self.key, self.kind)
 
-def step_label(key: str, kind: str) -> str:
-    """A step as ``plait runs show`` names it: plait's own keys said in words
-    (``__event:approval`` is ``wait for event: approval``)."""
-    if kind == "approval":
-        return f"approval: {key.removeprefix('__approval:')}"
-    if kind == "set_value":
-        return f"set value: {key.removeprefix('__value:')}"
-    if kind == "suspend":
-        return f"suspend: {key.removeprefix('__suspend:')}"
-    if kind == "event":
-        return f"wait for event: {key.removeprefix('__event:')}"
-    if kind == "value":
-        return key.removeprefix("__")
-    if kind == "patch":
-        return f"patch: {key.removeprefix('__patch:')}"
-    if kind == "sleep":
-        return f"sleep: {key}"
-    if kind == "child":
-        return f"{key} (child run)"
-    return key
+    def to_dict(self) -> dict[str, Any]:
+        """As every record's, with the ``label`` the dashboard displays."""
+        return {**super().to_dict(), "label": self.label}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ from rich.text import Text
 from plait.cli.terminal import clean, compact, esc
 from plait.durations import format_duration
 from plait.notify import wait_event
-from plait.records import SETTLED, Run, Step, step_label
+from plait.records import SETTLED, Run, Step
 
 if TYPE_CHECKING:
     from plait.engine import Engine
@@ -42,8 +42,9 @@ class Reporter(Protocol):
 
 
 def label(step: Step) -> str:
-    """A step as the timeline names it: plait's own keys said in words."""
-    return step_label(step.key, step.kind)
+    """A step as the timeline names it: plait's own keys said in words, as the dashboard
+    and ``plait fork --from`` name it (``Step.label``)."""
+    return step.label
 
 
 def detail(step: Step, width: int | None = RESULT_WIDTH) -> str:

@@ -18,7 +18,7 @@ from plait.clock import Clock
 from plait.notify import Notifier
 from plait.records import Run, RunSummary, Step, StepAttempt
 from plait.statuses import RunStatusName
-from plait.store.ops import Batch, CancelCut, Op, StepEnd
+from plait.store.ops import Batch, CancelCut, EndRun, Op, StepEnd
 from plait.store.rows import (
     DecisionRow,
     GateRow,
@@ -285,9 +285,21 @@ class Store(Protocol):
         """The run's published values (JSON text) by key."""
         ...
 
-    async def fork_run(self, new: NewRun, forked_from: str, ops: Sequence[Op]) -> Run:
+    async def fork_run(
+        self,
+        new: NewRun,
+        forked_from: str,
+        ops: Sequence[Op],
+        from_statuses: Sequence[str],
+        replace: EndRun | None = None,
+    ) -> tuple[Run, list[str]]:
         """Create run ``new`` recording ``forked_from``, with ``ops`` (the steps it
-        keeps) written in the same transaction. ``RunIdTakenError`` if the id exists."""
+        keeps) written in the same transaction, if the source is in one of
+        ``from_statuses`` then (``RunNotFoundError`` / ``RunStateError`` if not, with
+        nothing written). With ``replace`` (a cancel's end, as ``cancel_run`` takes it)
+        a source that is queued, running or suspended ends as a cancel ends it, in the
+        same transaction. Returns the fork and the runs the cancel moved (the source and
+        its live descendants). ``RunIdTakenError`` if the id exists."""
         ...
 
     async def prune_batch(

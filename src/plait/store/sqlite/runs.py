@@ -14,7 +14,7 @@ from plait.clock import micros
 from plait.errors import RunIdTakenError
 from plait.records import Run, RunSummary, Step, StepAttempt
 from plait.store import convert
-from plait.store.ops import Op
+from plait.store.ops import EndRun, Op
 from plait.store.rows import EventRow, GateRow, NewRun, PassSnapshot, RunFilter
 from plait.store.sqlite import apply
 from plait.store.sqlite.part import Part
@@ -181,15 +181,26 @@ class Runs(Part):
 
         return await self._read(go)
 
-    async def fork_run(self, new: NewRun, forked_from: str, ops: Sequence[Op]) -> Run:
-        def go(conn: sqlite3.Connection) -> Run:
+    async def fork_run(
+        self,
+        new: NewRun,
+        forked_from: str,
+        ops: Sequence[Op],
+        from_statuses: Sequence[str],
+        replace: EndRun | None = None,
+    ) -> tuple[Run, list[str]]:
+        def go(conn: sqlite3.Connection) -> tuple[Run, list[str]]:
             now = self._now()
+            apply.require_status(conn, forked_from, tuple(from_statuses), "fork")
             if not apply.insert_run(conn, new, now):
                 existing = apply.load_run(conn, new.id)
                 raise RunIdTakenError(new.id, existing.workflow, new.workflow)
             conn.execute(SQL["set_forked_from"], (forked_from, new.id))
             apply.apply_ops(conn, new.id, ops, now)
-            return apply.load_run(conn, new.id)
+            moved: list[str] = []
+            if replace is not None:  # a live source ends as a cancel ends it
+                moved = apply.end_run(conn, forked_from, replace, now, from_suspended=True)
+            return apply.load_run(conn, new.id), moved
 
         return await self._write(go)
 

@@ -576,7 +576,9 @@ ORDER BY s.created_at LIMIT $2
 SELECT key, value FROM @schema@.run_values WHERE run_id = $1 ORDER BY key
 
 -- name: fork_run
-SELECT r FROM @schema@.fork_run($1::@schema@.new_run, $2, $3::@schema@.op[], $4) r
+SELECT forked, moved
+FROM @schema@.fork_run($1::@schema@.new_run, $2, $3::@schema@.op[], $4, $5::text[],
+                       $6::@schema@.op)
 
 -- name: prune_runs
 SELECT deleted, last_at, last_id FROM @schema@.prune_runs($1::text[], $2, $3, $4, $5)

@@ -761,6 +761,10 @@ ORDER BY s.created_at LIMIT :limit
 -- name: set_forked_from
 UPDATE plait_runs SET forked_from = ? WHERE id = ?
 
+-- name: record_version
+-- The version of the code a fork made without it replays on, written by its first pass.
+UPDATE plait_runs SET version = ? WHERE id = ? AND version IS NULL
+
 -- name: prune_roots
 -- The next ended top-level runs to prune, oldest first after the cursor, read from the
 -- index plait_runs_ended (its predicate is repeated word for word): the status index
