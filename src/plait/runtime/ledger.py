@@ -31,8 +31,11 @@ from plait.store.rows import PassSnapshot, StepRow
 class PassResult:
     """How a pass ended, for the worker that drove it."""
 
-    #: running (it waits), completed, failed, cancelled, suspended (``runs.pass_status``)
+    #: running (it waits), completed, failed, cancelled, continued, suspended
+    #: (``runs.pass_status``)
     status: RunStatusName
+    #: runs this pass started that this process drives at once: child runs, and the run
+    #: that continues this one
     children: list[str] = dataclasses.field(default_factory=list)  # pyright: ignore[reportUnknownVariableType]
     #: the pass put a job step on the job table: the step loops should look
     enqueued: bool = False
@@ -104,6 +107,14 @@ class Ledger:
         self.end_error = end.error
         if end.status in runs.TAKES_CHILDREN:
             self.ended_children = ended
+        successor = end.successor
+        if successor is not None:
+            # the run that continues this one: driven here at once, as a child run is,
+            # unless it waits for its queue's admission
+            if successor.status == runs.ADMITTED:
+                self.children.append(successor.id)
+            else:
+                self.admit = True
 
     def put(self, step: StepRow) -> None:
         """Write the step's current row with the next commit."""

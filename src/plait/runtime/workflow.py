@@ -8,7 +8,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Generic, Protocol, TypedDict, TypeVar, Unpack, overload
+from typing import Any, Generic, NoReturn, Protocol, TypedDict, TypeVar, Unpack, overload
 
 import pydantic
 
@@ -84,6 +84,8 @@ class Replay(Protocol):
     ) -> Coroutine[Any, Any, Any]: ...
 
     def set_value(self, key: str, name: str, value: str | None) -> None: ...
+
+    def continue_as_new(self, payload: str | None) -> None: ...
 
 
 #: the pass whose workflow code runs in this context (set for the workflow's own tasks)
@@ -427,6 +429,30 @@ class Workflow:
         if step_key:  # none while a pass unwinds code that caught its Unwind
             replay.set_value(step_key, key, text)
         return _published()
+
+    def continue_as_new(self, input: Any = None) -> Awaitable[NoReturn]:
+        """End this run ``continued`` and start a new run of this workflow with ``input``,
+        in one commit: the way for a loop that never ends (a chat agent, an entity) to
+        run for ever in bounded storage. Await it: the workflow's code stops there and
+        nothing after it runs (``finally`` blocks unwind, taking no new step).
+
+        The new run has no step history; it keeps this run's owner, queue, key,
+        priority, de-duplication key and parent (a parent waiting for this run gets the
+        last run's output), and runs the code deployed now. ``input`` is checked at
+        once, as a start checks it: input that is not JSON, too large, or that the
+        workflow's input type refuses raises here, and the run goes on. Steps still in
+        flight in other branches end with the run, as at any end: live child runs are
+        cancelled, timers and job steps dropped (an attempt already running ends, and
+        its outcome is kept but handed to no one)."""
+        replay = self._replay
+        payload = serde.dumps(
+            input,
+            what=f"the input of workflow {self.name!r} continued as new",
+            limits=replay.ledger.host.limits,
+        )
+        replay.continue_as_new(payload)
+        stop: asyncio.Future[NoReturn] = asyncio.Future(loop=replay.wloop)
+        return stop  # never resolved: the pass ends the run, and unwinds the wait
 
     def now(self) -> datetime:
         """The time, recorded on first reach so every replay sees the same value."""
