@@ -300,3 +300,4 @@ async def test_a_run_of_a_queue_continues_through_its_queue(
         for run in chain:
             assert (run.queue, run.key, run.priority) == ("one", "k", 3)
             assert run.admitted_at is not None  # each was admitted as a start is
+
