@@ -6,6 +6,9 @@ prune deletes them like any ended run. On every store."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import itertools
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -57,11 +60,10 @@ async def hops(wf: plait.Workflow, n: int) -> dict[str, Any]:
         return {"n": n, "run": wf.run_id}
     finally:
         if n < 3:
-            try:
+            # the pass's Unwind: nothing is recorded (a step taken here would be a step
+            # of the continued run)
+            with contextlib.suppress(BaseException):
                 await wf.do("cleanup", lambda: "late")
-            except BaseException:
-                pass  # the pass's Unwind: nothing is recorded
-            # (a step taken here would be recorded as a step of the continued run)
 
 
 @app.workflow
@@ -79,8 +81,6 @@ async def waits_forever(wf: plait.Workflow) -> None:
 async def with_child(wf: plait.Workflow, second: bool) -> str:
     if second:
         return "second"
-    import asyncio
-
     background = asyncio.ensure_future(wf.do("sleeper", "waits_forever"))
     await wf.wait_for_event("go")
     await wf.continue_as_new(True)
@@ -132,7 +132,7 @@ async def chain_of(engine: plait.Engine, first: str) -> list[Run]:
 def assert_whole(chain: list[Run]) -> None:
     """Each run but the last continued into the next, which names it back."""
     assert chain[0].continued_from is None
-    for before, after in zip(chain, chain[1:], strict=False):
+    for before, after in itertools.pairwise(chain):
         assert before.status == "continued"
         assert before.continued_to == after.id
         assert after.continued_from == before.id
@@ -300,4 +300,3 @@ async def test_a_run_of_a_queue_continues_through_its_queue(
         for run in chain:
             assert (run.queue, run.key, run.priority) == ("one", "k", 3)
             assert run.admitted_at is not None  # each was admitted as a start is
-

@@ -85,6 +85,9 @@ class Ledger:
             + 1
         )
         self.conflict: str | None = None
+        #: the run's end once the workflow continued as new (``continue_as_new``): the
+        #: pass stops there
+        self.continued: EndRun | None = None
         #: replaying on code that is not the version the run started on
         self.foreign_version = False
         self.visited: set[str] = set()
@@ -115,6 +118,19 @@ class Ledger:
                 self.children.append(successor.id)
             else:
                 self.admit = True
+
+    def continue_as_new(self, payload: str | None) -> None:
+        """The workflow continues as new with ``payload`` (its input as JSON): checked as
+        a start checks it (the workflow's input type raises ``InputValidationError``
+        where it was called), then the first call decides the run's end: ``continued``,
+        with the new run on the code deployed now (``runs.continued``)."""
+        workflow = self.run.workflow
+        wdef = self.host.catalog.app.workflows.get(workflow)
+        if wdef is not None and wdef.input_codec is not None:
+            wdef.decode_input(payload)
+        if self.continued is None:
+            _kind, version = self.host.catalog.describe(workflow)
+            self.continued = runs.continued(self.run, ids.new_run_id(), payload, version)
 
     def put(self, step: StepRow) -> None:
         """Write the step's current row with the next commit."""

@@ -23,7 +23,7 @@ from typing import Any, cast
 
 import pydantic
 
-from plait import approval, errors, ids, serde
+from plait import approval, errors, serde
 from plait.app import FunctionDef, WorkflowDef
 from plait.cancel_guard import uncancelled
 from plait.durations import parse_duration
@@ -79,10 +79,6 @@ class CodeReplay:
         #: the workflow is being handed outcomes an earlier pass handed it already: what
         #: it does now it did before (``wf.logger`` stays silent)
         self.replaying = self.ledger.next_delivered > 0
-        #: the workflow called ``wf.continue_as_new``, with this input (stored JSON): the
-        #: pass stops there and ends the run ``continued``
-        self.continues = False
-        self.continue_input: str | None = None
 
     # -- wf.do --------------------------------------------------------------------------------
     async def do(self, key: str, name: str, target: Any, data: Any, options: dict[str, Any]) -> Any:
@@ -261,21 +257,6 @@ class CodeReplay:
         ledger.add(steps.record_value(step, make(), ledger.now()))
         return serde.loads(step.output)
 
-    def continue_as_new(self, payload: str | None) -> None:
-        """The workflow continues as new with ``payload`` (its input, JSON already): it is
-        checked as a start checks an input (the workflow's input type), then the pass
-        stops handing outcomes and ends the run ``continued`` (``_decide``). The first
-        call wins; in an unwind (a ``finally`` reached because the pass is ending) it
-        raises ``Unwind``, as a step does."""
-        if self.closing:
-            self.key("__continue_as_new")  # raises Unwind (once per task)
-            return
-        wdef = self.wdef
-        if wdef is not None and wdef.input_codec is not None:
-            wdef.decode_input(payload)  # InputValidationError, raised where it was called
-        if not self.continues:
-            self.continues, self.continue_input = True, payload
-
     # -- the whole pass -----------------------------------------------------------------------
     def key(self, name: str) -> str:
         """The key of the step the workflow takes now. New steps may be taken only while
@@ -371,10 +352,8 @@ class CodeReplay:
         inflight = self.inflight
         while True:
             wloop.run_ready()
-            if ledger.conflict or ledger.aborted or self.continues:
-                # a continue as new: no outcome is handed to the workflow after it, no
-                # step called is started; attempts already running end (``join``)
-                break
+            if ledger.conflict or ledger.aborted or ledger.continued:
+                break  # after a continue as new, nothing starts and nothing is handed on
             new = self.new_calls
             while new:
                 call = new.popleft()
@@ -486,9 +465,8 @@ class CodeReplay:
             return runs.failed_control(ledger.conflict, errors.VERSION_CONFLICT)
         if self.wloop.refused is not None:
             return runs.failed_record(serde.error_record(self.wloop.refused))
-        if self.continues:
-            _kind, version = self.host.catalog.describe(ledger.run.workflow)
-            return runs.continued(ledger.run, ids.new_run_id(), self.continue_input, version)
+        if ledger.continued is not None:
+            return ledger.continued
         waiting = [call for call in self.waiting if call not in abandoned]
         suspended = next((c for c in waiting if c.outcome == "suspended"), None)
         if main.done():

@@ -85,8 +85,6 @@ class Replay(Protocol):
 
     def set_value(self, key: str, name: str, value: str | None) -> None: ...
 
-    def continue_as_new(self, payload: str | None) -> None: ...
-
 
 #: the pass whose workflow code runs in this context (set for the workflow's own tasks)
 CURRENT_REPLAY: contextvars.ContextVar[Replay | None] = contextvars.ContextVar(
@@ -445,12 +443,15 @@ class Workflow:
         cancelled, timers and job steps dropped (an attempt already running ends, and
         its outcome is kept but handed to no one)."""
         replay = self._replay
+        # a pass that unwinds the code raises Unwind here, as at a step; none is recorded
+        key = replay.key("__continue_as_new")
         payload = serde.dumps(
             input,
             what=f"the input of workflow {self.name!r} continued as new",
             limits=replay.ledger.host.limits,
         )
-        replay.continue_as_new(payload)
+        if key:  # none while a pass unwinds code that caught its Unwind
+            replay.ledger.continue_as_new(payload)
         stop: asyncio.Future[NoReturn] = asyncio.Future(loop=replay.wloop)
         return stop  # never resolved: the pass ends the run, and unwinds the wait
 
