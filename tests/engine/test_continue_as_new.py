@@ -19,6 +19,7 @@ import pytest
 
 import plait
 from plait.records import Run
+from plait.testing import TestEngine
 from support.polling import eventually
 
 app = plait.App("continuing")
@@ -300,3 +301,23 @@ async def test_a_run_of_a_queue_continues_through_its_queue(
         for run in chain:
             assert (run.queue, run.key, run.priority) == ("one", "k", 3)
             assert run.admitted_at is not None  # each was admitted as a start is
+
+
+@app.workflow
+async def daily(wf: plait.Workflow, day: int) -> int:
+    """A loop that sleeps a day between runs of its chain."""
+    await wf.sleep("night", "1d")
+    if day < 5:
+        await wf.continue_as_new(day + 1)
+    return day
+
+
+async def test_the_testing_engine_skips_time_along_a_chain(database: str) -> None:
+    async with TestEngine(app, database) as env:
+        began, started_at = time.monotonic(), env.now()
+        first = await env.start("daily", 1)
+        last = await env.wait(first, timeout=10)
+        assert last.output == 5 and last.id != first
+        assert env.now() - started_at >= timedelta(days=5)
+        assert time.monotonic() - began < 5
+        assert len(await chain_of(env, first)) == 5
