@@ -73,6 +73,8 @@ class Run(_Record, Generic[Output]):
     start_at: datetime | None = None
     #: the run this one was forked from (``Engine.fork``), else None
     forked_from: str | None = None
+    #: when the run fails ``RUN_TIMEOUT`` unless it ended before (``timeout=``), else None
+    deadline_at: datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True)

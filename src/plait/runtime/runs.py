@@ -11,6 +11,7 @@
                                   suspended              suspended
                                   (or it stays running)  pass_status
     queued | running | suspended  cancelled              cancel (a user's)
+    queued | running | suspended  failed                 timed_out (its deadline passed)
     queued                        running                ADMITTED (the worker's admission)
     suspended                     running                resume
     failed                        running | queued       retry (queued: a run of a queue)
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
 from plait import errors, serde
@@ -166,6 +168,55 @@ def cancel(reason: str | None) -> RunCancel:
     """A user cancels the run (``Engine.cancel``), with ``reason`` as its message."""
     error = steps.run_cancelled_error(reason)
     return RunCancel(error, steps.child_step_end(None, "cancelled", None, error))
+
+
+# -- a deadline ---------------------------------------------------------------------------
+
+
+def deadline(now: float, timeout: float | None, parent: float | None = None) -> float | None:
+    """When a run started at ``now`` with ``timeout`` seconds (None: none of its own) must
+    have ended: never later than its parent's deadline ``parent``, which a child with a
+    later deadline, or none, takes instead."""
+    own = None if timeout is None else now + timeout
+    if parent is None:
+        return own
+    return parent if own is None else min(own, parent)
+
+
+def deadline_error(deadline_at: float) -> str:
+    """The error of a run whose deadline passed, naming the deadline."""
+    when = datetime.fromtimestamp(deadline_at, UTC).isoformat()
+    message = f"the run did not end before its deadline {when}"
+    return _text({"message": message, "type": "RunTimeout", "code": errors.RUN_TIMEOUT})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunTimeout:
+    """What a run's deadline writes, wherever the run is (queued, running or
+    suspended): the run ends ``failed`` with ``error`` (code ``RUN_TIMEOUT``) as a
+    cancel ends it, its steps in flight cut short (``cut``: a running attempt is
+    cancelled) and its parent's step ending as ``parent`` says; its live child runs end
+    ``cancelled`` as ``children`` says, as a user's cancel would end them."""
+
+    error: str
+    parent: StepEnd
+    children: CancelChildren
+    cut: CancelCut = steps.CANCEL_CUT
+    status: RunStatusName = "failed"
+
+
+def timed_out(run_id: str, deadline_at: float) -> RunTimeout:
+    """Run ``run_id``'s deadline ``deadline_at`` passed before it ended."""
+    error = deadline_error(deadline_at)
+    message = f"parent run {run_id} did not end before its deadline"
+    child_error = _text({"message": message, "type": "Cancel", "code": errors.WORKFLOW_CANCELLED})
+    children = CancelChildren(
+        "cancelled",
+        child_error,
+        steps.child_step_end(None, "cancelled", None, child_error),
+        steps.CANCEL_CUT,
+    )
+    return RunTimeout(error, steps.child_step_end(run_id, "failed", None, error), children)
 
 
 # -- a run that goes on again -------------------------------------------------------------

@@ -41,6 +41,8 @@ class NewRun:
     scheduled_at: float | None = None
     #: the starter's trace context (JSON), with tracing on (``plait.tracing``)
     trace: str | None = None
+    #: when the run must have ended (unix seconds, ``runs.deadline``); None: never
+    deadline_at: float | None = None
 
 
 @dataclasses.dataclass
@@ -75,6 +77,8 @@ class RunRow:
     forked_from: str | None = None
     #: the trace context the run was started in (JSON), or None when not traced
     trace: str | None = None
+    #: when the run must have ended (unix seconds); None: no deadline
+    deadline_at: float | None = None
 
 
 @dataclasses.dataclass
@@ -297,6 +301,8 @@ class Pending:
     next_start: float | None = None
     #: the next tick of an active schedule; None when no schedule is active
     next_tick: float | None = None
+    #: the earliest deadline of a live run; None when no live run has one
+    next_deadline: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

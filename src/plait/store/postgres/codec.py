@@ -76,6 +76,7 @@ _RUN_ADDED_FIELDS = (
     "admitted_at",
     "forked_from",
     "trace",
+    "deadline_at",
 )
 _STEP_FIELDS = len(dataclasses.fields(StepRow))
 
@@ -112,6 +113,7 @@ def new_run_value(n: NewRun) -> tuple[Any, ...]:
         n.not_before,
         n.scheduled_at,
         n.trace,
+        n.deadline_at,
     )
 
 

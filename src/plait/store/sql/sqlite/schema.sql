@@ -39,7 +39,10 @@ CREATE TABLE plait_runs (
     forked_from     TEXT,                   -- the run a fork was made from
     -- the W3C trace context of the code that started it (JSON, the propagator's
     -- carrier), so every pass and step joins the starter's trace; NULL: not traced
-    trace           TEXT
+    trace           TEXT,
+    -- the time by which the run must have ended (``timeout=``); past it, the deadline
+    -- loop fails it RUN_TIMEOUT wherever it is; NULL: no deadline
+    deadline_at     REAL
 );
 
 -- A step of a run, one row per step key, with its latest attempt on the row.
@@ -215,6 +218,9 @@ CREATE INDEX plait_runs_ended ON plait_runs (updated_at, id)
 -- running runs nothing will wake, for the idle sweep
 CREATE INDEX plait_runs_idle ON plait_runs (updated_at)
     WHERE status = 'running' AND wake_at IS NULL AND lease_owner IS NULL;
+-- live runs with a deadline, soonest first: what the deadline loop reads
+CREATE INDEX plait_runs_deadline ON plait_runs (deadline_at)
+    WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended');
 -- open and closed approval gates across runs (list_approvals), without a scan of steps
 CREATE INDEX plait_steps_gates ON plait_steps (status, created_at) WHERE kind = 'approval';
 CREATE INDEX plait_jobs_due ON plait_jobs (available_at);
