@@ -158,9 +158,7 @@ async def test_a_suspended_run_fails_at_its_deadline(engine_factory) -> None:
         run_id = await engine.start("paused")
         assert (await engine.wait(run_id, timeout=10)).status == "suspended"
         clock.move_to(clock.now() + 30)
-        run = await eventually(
-            lambda: _ended(engine, run_id), what="the suspended run to time out"
-        )
+        run = await eventually(lambda: _ended(engine, run_id), what="the suspended run to time out")
         assert (run.status, _code(run)) == ("failed", "RUN_TIMEOUT")
 
 

@@ -305,7 +305,9 @@ async def test_start_with_wait_answers_200_with_the_finished_run(
 async def test_start_with_wait_and_timeout_answers_202_while_running(
     engine: plait.Engine, alice: httpx.AsyncClient
 ) -> None:
-    response = await alice.post("/api/workflows/waiter/runs", json={"wait": True, "wait_timeout": 0.2})
+    response = await alice.post(
+        "/api/workflows/waiter/runs", json={"wait": True, "wait_timeout": 0.2}
+    )
     assert response.status_code == 202
     assert response.json()["status"] == "running"
     await engine.cancel(response.json()["id"])

@@ -203,9 +203,9 @@ class TestEngine(Engine):
 
     def _next_time(self, pending: Pending) -> float | None:
         """The next time the clock may jump to: a run's or a job's wake-up, a queued run's
-        start, a schedule's tick, a run's deadline (a queued run already due waits for a slot, not a time).
-        It is the time exactly as the store holds it, so that after the jump the store
-        finds it due."""
+        start, a schedule's tick, a run's deadline (a queued run already due waits for a
+        slot, not a time). It is the time exactly as the store holds it, so that after the
+        jump the store finds it due."""
         now = self.virtual_clock.now()
         times = [
             t for t in (pending.next_due, pending.next_tick, pending.next_deadline) if t is not None
