@@ -1,6 +1,7 @@
 """The Engine: open and close it, its definitions, start runs, wait for them and read
 them. What it does to runs, schedules, approval gates, values, queues and forks is each
-in a module of its own in this package, mixed into ``Engine``."""
+in a module of its own in this package, mixed into ``Engine`` (``check``, a dry replay
+of live runs on this code, too)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from plait.durations import parse_duration, run_timeout, timeout_seconds
 from plait.engine.actions import ActionsMixin
 from plait.engine.approvals import ApprovalsMixin
 from plait.engine.base import Duration
+from plait.engine.check import CheckMixin
 from plait.engine.filters import run_filter
 from plait.engine.fork import ForkMixin
 from plait.engine.queues import QueuesMixin
@@ -94,7 +96,15 @@ def workflow_name(workflow: WorkflowRef) -> str:
     return name
 
 
-class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixin, ValuesMixin):
+class Engine(
+    ActionsMixin,
+    ApprovalsMixin,
+    CheckMixin,
+    ForkMixin,
+    QueuesMixin,
+    SchedulesMixin,
+    ValuesMixin,
+):
     """A handle on one database plus (with ``workers=True``) the loops that work it.
 
     Use it as ``async with plait.Engine(app, url) as engine:``. Several engines and
@@ -470,7 +480,9 @@ class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixi
         workflow: WorkflowRef | None = None,
     ) -> Run[Any]:
         """Wait until the run is completed, failed, cancelled or suspended. ``timeout``
-        is seconds, a string such as ``"30s"`` or a ``timedelta``.
+        is seconds, a string such as ``"30s"`` or a ``timedelta``. A run that continued
+        as new is followed along its chain (``Run.continued_to``) within that timeout:
+        the ``Run`` returned is the last one, whose id may not be ``run_id``.
 
         With ``workflow`` (the function ``@app.workflow`` registered), the ``Run`` is
         typed by what that workflow returns, and a run of another workflow is a
@@ -483,7 +495,8 @@ class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixi
     ) -> Run:
         """``wait`` with its arguments checked: ``TestEngine`` moves its clock here. A
         ``fresh`` run (just made and driven here, its pass not begun) is not read before
-        the first wait: it is running, and its end is told to the watch set up first."""
+        the first wait: it is running, and its end is told to the watch set up first. A
+        run that continued as new hands the wait on to the run that continues it."""
         deadline = None if seconds is None else time.monotonic() + seconds
         status = "running"
         while True:
@@ -497,6 +510,9 @@ class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixi
                         raise ValueError(
                             f"run {run_id} is a run of workflow {run.workflow!r}, not {workflow!r}"
                         )
+                    if run.status == RunStatus.CONTINUED and run.continued_to is not None:
+                        run_id = run.continued_to
+                        continue  # the wait goes on with the next run of the chain
                     if run.status in SETTLED:
                         return run
                     status = run.status
@@ -520,15 +536,19 @@ class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixi
         version: str | None = None,
         owner: str | None = None,
         visible_to: str | None = None,
+        hide_continued: bool = False,
         limit: int = 50,
         offset: int = 0,
     ) -> list[Run]:
+        """Runs newest first. ``hide_continued`` leaves out the runs that continued as
+        new: of each chain, only its last run is listed."""
         runs, _total = await self.count_runs(
             workflow=workflow,
             status=status,
             version=version,
             owner=owner,
             visible_to=visible_to,
+            hide_continued=hide_continued,
             limit=limit,
             offset=offset,
         )

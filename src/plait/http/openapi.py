@@ -252,6 +252,13 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
                             "schema": {"type": "boolean"},
                         },
                         {
+                            "name": "hide_continued",
+                            "in": "query",
+                            "description": "leave out runs that continued as new (of each"
+                            " chain, its last run only)",
+                            "schema": {"type": "boolean"},
+                        },
+                        {
                             "name": "parent",
                             "in": "query",
                             "description": "only the children of this run",
@@ -464,6 +471,10 @@ def _schemas() -> dict[str, Any]:
         input={},
         output={},
         error=error,
+        # a chain of runs continued as new: the run this one continues, the one that
+        # continues it
+        continued_from=text_or_null,
+        continued_to=text_or_null,
     )
     # a summary counts the children the caller may see; a run lists them
     summary["properties"]["children"] = {"type": "integer"}
@@ -486,6 +497,7 @@ def _schemas() -> dict[str, Any]:
         updated_at=timestamp,
         wake_at=maybe_timestamp,
         reached_after={"type": ["array", "null"], "items": {"type": "string"}},
+        label={"type": "string"},
     )
     attempt = _object(
         run_id={"type": "string"},

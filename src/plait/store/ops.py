@@ -160,13 +160,17 @@ class EndRun:
     end of a child run also ends the parent's waiting step as ``parent`` says (only if
     that step still waits for this child) and wakes the parent. With ``cut`` the end is
     a cancel: the run's live child runs end as it does (``CancelChildren``), and its
-    steps still in flight as ``cut`` says."""
+    steps still in flight as ``cut`` says. With ``successor`` the run continues as new:
+    if the end moves the run, that run is created in the same transaction, linked both
+    ways (``continued_from`` / ``continued_to``), and takes over the parent's waiting
+    step (the step then waits for it)."""
 
     status: RunStatusName
     output: str | None = None
     error: str | None = None
     parent: StepEnd | None = None
     cut: CancelCut | None = None
+    successor: NewRun | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -181,6 +185,14 @@ class CancelChildren:
     error: str | None
     parent: StepEnd | None
     cut: CancelCut
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordVersion:
+    """Record the version of the code the run replays on, if it has none yet: a fork
+    made by a process that lacks the workflow's code leaves it to its first pass."""
+
+    version: str
 
 
 Op = (
@@ -198,6 +210,7 @@ Op = (
     | SetValue
     | GuardStep
     | TakeDecision
+    | RecordVersion
 )
 
 

@@ -28,6 +28,7 @@ from plait.store.ops import (
     GuardStep,
     Op,
     PutStep,
+    RecordVersion,
     SetState,
     SetTimer,
     SetValue,
@@ -56,7 +57,8 @@ _FIRST_ATTEMPT_ROWS = 16
 
 def op_value(op: Op) -> tuple[Any, ...]:
     """An op as the schema's ``op`` type: (kind, step, attempt, worker, status, output,
-    error, key, purpose, at, function, event_id, run, name, parent, cut)."""
+    error, key, purpose, at, function, event_id, run, name, parent, cut). An end's run is
+    the run that continues it as new, if any."""
     if isinstance(op, PutStep):
         return ("put_step", step_value(op.step), *(None,) * 14)
     if isinstance(op, StartAttempt):
@@ -102,6 +104,8 @@ def op_value(op: Op) -> tuple[Any, ...]:
         return ("set_state", *(None,) * 4, op.value, *(None,) * 7, op.name, None, None)
     if isinstance(op, SetValue):
         return ("set_value", *(None,) * 4, op.value, *(None,) * 7, op.key, None, None)
+    if isinstance(op, RecordVersion):
+        return ("record_version", *(None,) * 12, op.version, None, None)
     if isinstance(op, GuardStep):
         return ("guard_step", None, None, None, op.status, None, None, op.key, *(None,) * 8)
     if isinstance(op, TakeDecision):
@@ -125,6 +129,7 @@ def op_value(op: Op) -> tuple[Any, ...]:
             None,
         )
     if isinstance(op, EndRun):
+        successor = None if op.successor is None else new_run_value(op.successor)
         return (
             "end_run",
             None,
@@ -133,7 +138,9 @@ def op_value(op: Op) -> tuple[Any, ...]:
             op.status,
             op.output,
             op.error,
-            *(None,) * 7,
+            *(None,) * 5,
+            successor,
+            None,
             step_end_value(op.parent),
             cut_value(op.cut),
         )

@@ -79,7 +79,7 @@ WHERE dedup = ? AND status IN ('queued', 'running', 'suspended')
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
-    forked_from, trace, deadline_at
+    forked_from, trace, continued_from, continued_to, deadline_at
 FROM plait_runs WHERE id = ?
 
 -- name: run_statuses
@@ -104,6 +104,7 @@ id_contains: instr(lower(id), lower(:id_contains)) > 0
 created_after: created_at >= :created_after
 created_before: created_at < :created_before
 top_level: parent_run_id IS NULL
+hide_continued: continued_to IS NULL
 
 -- name: count_runs
 -- The filters given go in place of /*filters*/ (run_filters).
@@ -114,7 +115,7 @@ WHERE /*filters*/ 1
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
-    forked_from, trace, deadline_at
+    forked_from, trace, continued_from, continued_to, deadline_at
 FROM plait_runs
 WHERE /*filters*/ 1
 ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
@@ -136,7 +137,7 @@ ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
-    forked_from, trace, deadline_at
+    forked_from, trace, continued_from, continued_to, deadline_at
 FROM plait_runs WHERE parent_run_id = ?
 ORDER BY created_at DESC, id DESC LIMIT ?
 
@@ -177,6 +178,19 @@ UPDATE plait_steps SET status = :step, error = :error,
     attempt_finished = CASE WHEN attempt_status = :open THEN :now ELSE attempt_finished END,
     updated_at = :now
 WHERE run_id = :run AND (attempt_status = :open OR status = 'running')
+
+-- name: link_continued
+-- A run that continued as new (end_run moved it) and its successor, linked both ways.
+UPDATE plait_runs SET
+    continued_to = CASE WHEN id = :old THEN :new ELSE continued_to END,
+    continued_from = CASE WHEN id = :new THEN :old ELSE continued_from END
+WHERE id IN (:old, :new)
+
+-- name: hand_over_child_step
+-- The parent's step that waited for a child run that continued as new waits for the
+-- child's successor.
+UPDATE plait_steps SET child_run_id = :new
+WHERE run_id = :parent AND key = :key AND child_run_id = :old
 
 -- name: run_deadline
 -- A run's status and deadline, for its time-out.
@@ -327,6 +341,31 @@ WHERE run_id = ? AND consumed_by IS NULL ORDER BY id
 -- name: pass_state
 SELECT name, value FROM plait_state WHERE run_id = ?
 
+-- name: list_pass_runs
+-- A page of runs for list_passes (the statuses a JSON list), in id order.
+SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
+    parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
+    lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
+    forked_from, trace
+FROM plait_runs
+WHERE status IN (SELECT value FROM json_each(:statuses)) AND kind = :kind
+    AND (:workflow IS NULL OR workflow = :workflow) AND id > :after
+ORDER BY id LIMIT :limit
+
+-- name: page_steps
+-- pass_steps of the runs of a page (their ids a JSON list).
+SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
+    failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
+    queued, wake_at, created_at, updated_at, delivered, retried_failures, reached_after
+FROM plait_steps WHERE run_id IN (SELECT value FROM json_each(?))
+
+-- name: page_events
+SELECT run_id, id, name, payload FROM plait_events
+WHERE run_id IN (SELECT value FROM json_each(?)) AND consumed_by IS NULL ORDER BY id
+
+-- name: page_state
+SELECT run_id, name, value FROM plait_state WHERE run_id IN (SELECT value FROM json_each(?))
+
 -- name: claim_run
 UPDATE plait_runs SET lease_owner = ?, lease_until = ?
 WHERE id = ? AND status = 'running' AND (lease_owner IS NULL OR lease_until < ?)
@@ -407,7 +446,7 @@ SELECT id FROM plait_runs WHERE lease_owner = ? AND status != 'running'
     AND id IN (SELECT value FROM json_each(?))
 UNION
 SELECT id FROM plait_runs WHERE id IN (SELECT value FROM json_each(?))
-    AND status IN ('completed', 'failed', 'cancelled')
+    AND status IN ('completed', 'failed', 'cancelled', 'continued')
 
 -- name: next_due_runs
 -- When the next pass becomes due (a leased run: when its lease runs out): the earliest
@@ -758,12 +797,16 @@ ORDER BY s.created_at LIMIT :limit
 -- name: set_forked_from
 UPDATE plait_runs SET forked_from = ? WHERE id = ?
 
+-- name: record_version
+-- The version of the code a fork made without it replays on, written by its first pass.
+UPDATE plait_runs SET version = ? WHERE id = ? AND version IS NULL
+
 -- name: prune_roots
 -- The next ended top-level runs to prune, oldest first after the cursor, read from the
 -- index plait_runs_ended (its predicate is repeated word for word): the status index
 -- would sort every ended run for each batch.
 SELECT id, updated_at FROM plait_runs INDEXED BY plait_runs_ended
-WHERE status IN ('completed', 'failed', 'cancelled') AND parent_run_id IS NULL
+WHERE status IN ('completed', 'failed', 'cancelled', 'continued') AND parent_run_id IS NULL
     AND status IN (SELECT value FROM json_each(:statuses)) AND updated_at < :cutoff
     AND (updated_at > :after_at OR (updated_at = :after_at AND id > :after_id))
 ORDER BY updated_at, id LIMIT :limit
@@ -776,7 +819,7 @@ WITH RECURSIVE tree(root, id, status) AS (
     SELECT t.root, c.id, c.status FROM plait_runs c JOIN tree t ON c.parent_run_id = t.id
 ), whole AS (
     SELECT root FROM tree GROUP BY root
-    HAVING min(status IN ('completed', 'failed', 'cancelled')) = 1
+    HAVING min(status IN ('completed', 'failed', 'cancelled', 'continued')) = 1
 )
 SELECT t.id FROM tree t JOIN whole w ON w.root = t.root
 
