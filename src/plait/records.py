@@ -101,6 +101,8 @@ class Run(_Record, Generic[Output]):
     continued_from: str | None = None
     #: the run that continues this one, once it ended ``continued``, else None
     continued_to: str | None = None
+    #: when the run fails ``RUN_TIMEOUT`` unless it ended before (``timeout=``), else None
+    deadline_at: datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True)

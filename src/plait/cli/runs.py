@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import typer
@@ -114,6 +115,15 @@ def runs_show(
     run_async(go)
 
 
+def _deadline(run: Run) -> str:
+    """When the run must have ended, and how long it has left while it is live."""
+    when = f"{run.deadline_at:%Y-%m-%d %H:%M:%S} UTC"
+    if run.status.is_terminal or run.deadline_at is None:
+        return when
+    left = (run.deadline_at - datetime.now(UTC)).total_seconds()
+    return f"{when}   ({format_duration(left)} left)" if left > 0 else f"{when}   (passed)"
+
+
 def render_run(
     run: Run,
     steps: list[Step],
@@ -135,6 +145,8 @@ def render_run(
         console.print(f"continues run {esc(run.continued_from)}")
     if run.continued_to:
         console.print(f"continued as new in run {esc(run.continued_to)}")
+    if run.deadline_at is not None:
+        console.print(f"deadline {_deadline(run)}")
     patches = [s.key.removeprefix("__patch:") for s in steps if s.kind == "patch"]
     if patches:  # markers, not work: said once here, not as rows of the table
         console.print(f"patches  {esc(', '.join(patches))}")

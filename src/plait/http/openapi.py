@@ -189,7 +189,7 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
                         "200": _json(_ref("RunWithSteps"), "with `wait`: the settled run"),
                         "202": _json(
                             _ref("RunWithSteps"),
-                            "with `wait`: still going after `timeout` (default 300 s), or"
+                            "with `wait`: still going after `wait_timeout` (default 300 s), or"
                             " the server is shutting down",
                         ),
                         **_errors(*_CHANGES, 404, 409, 422),

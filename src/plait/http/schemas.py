@@ -85,7 +85,10 @@ class StartRun(BaseModel):
     wait: StrictBool = False
     #: seconds to wait with ``wait`` (default 300); past it the answer is 202 with the
     #: unfinished run
-    timeout: float | None = Field(default=None, gt=0, le=3600)
+    wait_timeout: float | None = Field(default=None, gt=0, le=3600)
+    #: the run's deadline (see ``Engine.start``): seconds, or a duration such as ``"1h"``;
+    #: checked by the engine, which names the field
+    timeout: Any = Field(default=None, json_schema_extra={"type": ["number", "string", "null"]})
     start_node: str | None = Field(default=None, min_length=1, max_length=200)
     #: flow control (see ``Engine.start``); checked by the engine, which names the field.
     #: The document still says what each takes, so a client knows without trying.

@@ -14,6 +14,7 @@
                                   (or it stays running)  pass_status
     queued | running | suspended  cancelled              cancel (a user's), replaced
                                                          (a fork made with replace)
+    queued | running | suspended  failed                 timed_out (its deadline passed)
     queued                        running                ADMITTED (the worker's admission)
     suspended                     running                resume
     failed                        running | queued       retry (queued: a run of a queue)
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
 from plait import errors, serde
@@ -113,10 +115,11 @@ def continued(run: RunRow, new_id: str, input: str | None, version: str | None) 
     ``continued`` and run ``new_id`` of the same workflow starts on ``version`` (the code
     deployed now) in the same commit. The new run keeps what the old one was started
     with: owner, queue, queue key, priority, de-duplication key (one live run per key
-    holds across the chain), trace, and its parent's link (the parent's step waits for
-    the new run). A run its queue admitted waits for admission again, as a start does
-    (it gave its slot back as it ended); a child that runs beside a parent of its queue
-    without admission (``drive.Driver.child``) goes on at once, as it started."""
+    holds across the chain), trace, deadline (it bounds the whole chain) and its
+    parent's link (the parent's step waits for the new run). A run its queue admitted
+    waits for admission again, as a start does (it gave its slot back as it ended); a
+    child that runs beside a parent of its queue without admission
+    (``drive.Driver.child``) goes on at once, as it started."""
     successor = NewRun(
         id=new_id,
         workflow=run.workflow,
@@ -132,6 +135,7 @@ def continued(run: RunRow, new_id: str, input: str | None, version: str | None) 
         priority=run.priority,
         dedup=run.dedup,
         trace=run.trace,
+        deadline_at=run.deadline_at,
     )
     return EndRun(CONTINUED, successor=successor)
 
@@ -217,6 +221,55 @@ def replaced(fork_id: str) -> EndRun:
     reason naming the fork, in the transaction that makes the fork."""
     cut = cancel(f"replaced by fork {fork_id}")
     return EndRun(cut.status, None, cut.error, cut.parent, cut.cut)
+
+
+# -- a deadline ---------------------------------------------------------------------------
+
+
+def deadline(now: float, timeout: float | None, parent: float | None = None) -> float | None:
+    """When a run started at ``now`` with ``timeout`` seconds (None: none of its own) must
+    have ended: never later than its parent's deadline ``parent``, which a child with a
+    later deadline, or none, takes instead."""
+    own = None if timeout is None else now + timeout
+    if parent is None:
+        return own
+    return parent if own is None else min(own, parent)
+
+
+def deadline_error(deadline_at: float) -> str:
+    """The error of a run whose deadline passed, naming the deadline."""
+    when = datetime.fromtimestamp(deadline_at, UTC).isoformat()
+    message = f"the run did not end before its deadline {when}"
+    return _text({"message": message, "type": "RunTimeout", "code": errors.RUN_TIMEOUT})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunTimeout:
+    """What a run's deadline writes, wherever the run is (queued, running or
+    suspended): the run ends ``failed`` with ``error`` (code ``RUN_TIMEOUT``) as a
+    cancel ends it, its steps in flight cut short (``cut``: a running attempt is
+    cancelled) and its parent's step ending as ``parent`` says; its live child runs end
+    ``cancelled`` as ``children`` says, as a user's cancel would end them."""
+
+    error: str
+    parent: StepEnd
+    children: CancelChildren
+    cut: CancelCut = steps.CANCEL_CUT
+    status: RunStatusName = "failed"
+
+
+def timed_out(run_id: str, deadline_at: float) -> RunTimeout:
+    """Run ``run_id``'s deadline ``deadline_at`` passed before it ended."""
+    error = deadline_error(deadline_at)
+    message = f"parent run {run_id} did not end before its deadline"
+    child_error = _text({"message": message, "type": "Cancel", "code": errors.WORKFLOW_CANCELLED})
+    children = CancelChildren(
+        "cancelled",
+        child_error,
+        steps.child_step_end(None, "cancelled", None, child_error),
+        steps.CANCEL_CUT,
+    )
+    return RunTimeout(error, steps.child_step_end(run_id, "failed", None, error), children)
 
 
 # -- a run that goes on again -------------------------------------------------------------

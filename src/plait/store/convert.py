@@ -61,6 +61,7 @@ def run_record(row: RunRow) -> Run:
         forked_from=row.forked_from,
         continued_from=row.continued_from,
         continued_to=row.continued_to,
+        deadline_at=ts_or_none(row.deadline_at),
     )
 
 

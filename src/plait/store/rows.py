@@ -41,6 +41,8 @@ class NewRun:
     scheduled_at: float | None = None
     #: the starter's trace context (JSON), with tracing on (``plait.tracing``)
     trace: str | None = None
+    #: when the run must have ended (unix seconds, ``runs.deadline``); None: never
+    deadline_at: float | None = None
 
 
 @dataclasses.dataclass
@@ -79,6 +81,8 @@ class RunRow:
     continued_from: str | None = None
     #: the run that continues this one (set as this one ends ``continued``)
     continued_to: str | None = None
+    #: when the run must have ended (unix seconds); None: no deadline
+    deadline_at: float | None = None
 
 
 @dataclasses.dataclass
@@ -304,6 +308,8 @@ class Pending:
     next_start: float | None = None
     #: the next tick of an active schedule; None when no schedule is active
     next_tick: float | None = None
+    #: the earliest deadline of a live run; None when no live run has one
+    next_deadline: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

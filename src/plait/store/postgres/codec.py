@@ -78,6 +78,7 @@ _RUN_ADDED_FIELDS = (
     "trace",
     "continued_from",
     "continued_to",
+    "deadline_at",
 )
 _STEP_FIELDS = len(dataclasses.fields(StepRow))
 
@@ -114,6 +115,7 @@ def new_run_value(n: NewRun) -> tuple[Any, ...]:
         n.not_before,
         n.scheduled_at,
         n.trace,
+        n.deadline_at,
     )
 
 

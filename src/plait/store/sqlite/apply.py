@@ -162,6 +162,7 @@ def insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> bool:
             new.dedup,
             new.scheduled_at,
             new.trace,
+            new.deadline_at,
         ),
     )
     return cur.rowcount == 1

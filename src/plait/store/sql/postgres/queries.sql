@@ -380,8 +380,9 @@ GROUP BY j.function
 
 -- name: pending_work
 -- Leases held on running runs and their jobs; when the next wake-up of a running run or
--- job of these functions is due; the earliest start of a queued run and the next tick of
--- an active schedule: what a virtual clock looks at before it jumps.
+-- job of these functions is due; the earliest start of a queued run, the next tick of an
+-- active schedule and the earliest deadline of a live run: what a virtual clock looks at
+-- before it jumps.
 SELECT
     (SELECT count(*) FROM @schema@.runs WHERE lease_owner IS NOT NULL AND status = 'running')
     + (SELECT count(*) FROM @schema@.jobs j WHERE j.lease_owner IS NOT NULL
@@ -394,7 +395,9 @@ SELECT
                          WHERE r.id = j.run_id AND r.status = 'running'))
     ),
     (SELECT min(wake_at) FROM @schema@.runs WHERE status = 'queued'),
-    (SELECT min(next_tick) FROM @schema@.schedules WHERE status = 'active')
+    (SELECT min(next_tick) FROM @schema@.schedules WHERE status = 'active'),
+    (SELECT min(deadline_at) FROM @schema@.runs
+     WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended'))
 
 -- name: next_due_jobs
 -- When the next queued step of these functions becomes due (held: when its lease runs out);
@@ -451,6 +454,25 @@ SELECT @schema@.wake_run($1, $2, $3)
 
 -- name: cancel_run
 SELECT @schema@.cancel_run($1, $2, $3, $4::@schema@.step_end, $5::@schema@.cancel_cut, $6)
+
+-- name: time_out_run
+SELECT @schema@.time_out_run($1, $2, $3, $4::@schema@.step_end, $5::@schema@.cancel_cut,
+    $6, $7, $8::@schema@.step_end, $9)
+
+-- name: due_deadlines
+-- Live runs past their deadline (with it), soonest first; a child whose live parent is past its own
+-- deadline too is left to the parent's time-out, which cancels it.
+SELECT r.id, r.deadline_at FROM @schema@.runs r
+WHERE r.deadline_at <= $1 AND r.deadline_at IS NOT NULL
+    AND r.status IN ('queued', 'running', 'suspended')
+    AND NOT EXISTS (SELECT 1 FROM @schema@.runs p WHERE p.id = r.parent_run_id
+                    AND p.deadline_at <= $1
+                    AND p.status IN ('queued', 'running', 'suspended'))
+ORDER BY r.deadline_at LIMIT $2
+
+-- name: next_deadline
+SELECT min(deadline_at) FROM @schema@.runs
+WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended')
 
 -- name: reopen_run
 SELECT r FROM @schema@.reopen_run($1, $2, $3, $4, $5::@schema@.op[], $6) r

@@ -52,7 +52,10 @@ CREATE TABLE @schema@.runs (
     -- a chain of runs continued as new (wf.continue_as_new): the run this one continues,
     -- and the run that continues this one (plain ids: a pruned run's link may dangle)
     continued_from  text,
-    continued_to    text
+    continued_to    text,
+    -- the time by which the run must have ended (``timeout=``); past it, the deadline
+    -- loop fails it RUN_TIMEOUT wherever it is; NULL: no deadline
+    deadline_at     timestamptz
 ) WITH (fillfactor = 80);
 ALTER SEQUENCE @schema@.runs_start_seq OWNED BY @schema@.runs.start_seq;
 
@@ -233,7 +236,8 @@ CREATE TYPE @schema@.new_run AS (
     dedup           text,
     not_before      timestamptz,
     scheduled_at    timestamptz,
-    trace           text
+    trace           text,
+    deadline_at     timestamptz
 );
 
 -- How a parent's step ends when its child run ends (plait.store.ops.StepEnd).
@@ -288,6 +292,9 @@ CREATE INDEX runs_workflow ON @schema@.runs (workflow, status, created_at DESC);
 CREATE INDEX runs_status ON @schema@.runs (status, created_at DESC);
 CREATE INDEX runs_owner ON @schema@.runs (owner, created_at DESC) WHERE owner IS NOT NULL;
 CREATE INDEX runs_parent ON @schema@.runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+-- live runs with a deadline, soonest first: what the deadline loop reads
+CREATE INDEX runs_deadline ON @schema@.runs (deadline_at)
+    WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended');
 CREATE INDEX runs_queued ON @schema@.runs (wake_at) WHERE status = 'queued';
 CREATE INDEX runs_queue_active ON @schema@.runs (queue, queue_key)
     WHERE queue IS NOT NULL AND status IN ('running', 'suspended');

@@ -66,8 +66,9 @@ ON CONFLICT (id) DO UPDATE SET version = excluded.version
 -- A run, unless its id (or its de-duplication key, among live runs) is taken.
 INSERT INTO plait_runs (id, workflow, kind, version, status, input, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
-    lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, trace)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)
+    lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, trace,
+    deadline_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT DO NOTHING
 
 -- name: live_dedup_run
@@ -78,7 +79,7 @@ WHERE dedup = ? AND status IN ('queued', 'running', 'suspended')
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
-    forked_from, trace, continued_from, continued_to
+    forked_from, trace, continued_from, continued_to, deadline_at
 FROM plait_runs WHERE id = ?
 
 -- name: run_statuses
@@ -114,7 +115,7 @@ WHERE /*filters*/ 1
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
-    forked_from, trace, continued_from, continued_to
+    forked_from, trace, continued_from, continued_to, deadline_at
 FROM plait_runs
 WHERE /*filters*/ 1
 ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
@@ -136,7 +137,7 @@ ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
-    forked_from, trace, continued_from, continued_to
+    forked_from, trace, continued_from, continued_to, deadline_at
 FROM plait_runs WHERE parent_run_id = ?
 ORDER BY created_at DESC, id DESC LIMIT ?
 
@@ -190,6 +191,25 @@ WHERE id IN (:old, :new)
 -- child's successor.
 UPDATE plait_steps SET child_run_id = :new
 WHERE run_id = :parent AND key = :key AND child_run_id = :old
+
+-- name: run_deadline
+-- A run's status and deadline, for its time-out.
+SELECT status, deadline_at FROM plait_runs WHERE id = ?
+
+-- name: due_deadlines
+-- Live runs past their deadline (with it), soonest first; a child whose live parent is past its own
+-- deadline too is left to the parent's time-out, which cancels it.
+SELECT r.id, r.deadline_at FROM plait_runs r INDEXED BY plait_runs_deadline
+WHERE r.deadline_at <= :now AND r.deadline_at IS NOT NULL
+    AND r.status IN ('queued', 'running', 'suspended')
+    AND NOT EXISTS (SELECT 1 FROM plait_runs p WHERE p.id = r.parent_run_id
+                    AND p.deadline_at <= :now
+                    AND p.status IN ('queued', 'running', 'suspended'))
+ORDER BY r.deadline_at LIMIT :limit
+
+-- name: next_deadline
+SELECT min(deadline_at) FROM plait_runs INDEXED BY plait_runs_deadline
+WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended')
 
 -- name: live_children
 SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'suspended', 'queued')
@@ -461,8 +481,8 @@ GROUP BY j.function
 -- name: pending_work
 -- Leases held on running runs and their jobs, the next wake-up of a running run, the
 -- next job of some functions (? is a JSON array of their names), the earliest start of a
--- queued run and the next tick of an active schedule: what a virtual clock looks at
--- before it jumps.
+-- queued run, the next tick of an active schedule and the earliest deadline of a live
+-- run: what a virtual clock looks at before it jumps.
 SELECT
     (SELECT count(*) FROM plait_runs WHERE lease_owner IS NOT NULL AND status = 'running')
     + (SELECT count(*) FROM plait_jobs j WHERE j.lease_owner IS NOT NULL
@@ -472,7 +492,9 @@ SELECT
      WHERE j.function IN (SELECT value FROM json_each(?))
          AND EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = j.run_id AND r.status = 'running')),
     (SELECT min(wake_at) FROM plait_runs WHERE status = 'queued'),
-    (SELECT min(next_tick) FROM plait_schedules WHERE status = 'active')
+    (SELECT min(next_tick) FROM plait_schedules WHERE status = 'active'),
+    (SELECT min(deadline_at) FROM plait_runs
+     WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended'))
 
 -- == queued steps ============================================================================
 

@@ -43,7 +43,10 @@ CREATE TABLE plait_runs (
     -- a chain of runs continued as new (wf.continue_as_new): the run this one continues,
     -- and the run that continues this one (plain ids: a pruned run's link may dangle)
     continued_from  TEXT,
-    continued_to    TEXT
+    continued_to    TEXT,
+    -- the time by which the run must have ended (``timeout=``); past it, the deadline
+    -- loop fails it RUN_TIMEOUT wherever it is; NULL: no deadline
+    deadline_at     REAL
 );
 
 -- A step of a run, one row per step key, with its latest attempt on the row.
@@ -219,6 +222,9 @@ CREATE INDEX plait_runs_idle ON plait_runs (updated_at)
 -- ended top-level runs oldest first: what a prune walks through, batch by batch
 CREATE INDEX plait_runs_ended ON plait_runs (updated_at, id)
     WHERE status IN ('completed', 'failed', 'cancelled', 'continued') AND parent_run_id IS NULL;
+-- live runs with a deadline, soonest first: what the deadline loop reads
+CREATE INDEX plait_runs_deadline ON plait_runs (deadline_at)
+    WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended');
 -- open and closed approval gates across runs (list_approvals), without a scan of steps
 CREATE INDEX plait_steps_gates ON plait_steps (status, created_at) WHERE kind = 'approval';
 CREATE INDEX plait_jobs_due ON plait_jobs (available_at);
