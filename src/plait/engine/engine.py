@@ -25,6 +25,7 @@ from plait.engine.base import Duration
 from plait.engine.filters import run_filter
 from plait.engine.fork import ForkMixin
 from plait.engine.queues import QueuesMixin
+from plait.engine.requests import RequestsMixin
 from plait.engine.schedules import SchedulesMixin
 from plait.engine.values import ValuesMixin
 from plait.errors import (
@@ -93,7 +94,15 @@ def workflow_name(workflow: WorkflowRef) -> str:
     return name
 
 
-class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixin, ValuesMixin):
+class Engine(
+    ActionsMixin,
+    ApprovalsMixin,
+    ForkMixin,
+    QueuesMixin,
+    RequestsMixin,
+    SchedulesMixin,
+    ValuesMixin,
+):
     """A handle on one database plus (with ``workers=True``) the loops that work it.
 
     Use it as ``async with plait.Engine(app, url) as engine:``. Several engines and

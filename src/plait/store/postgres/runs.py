@@ -18,6 +18,7 @@ from plait.store.postgres.codec import (
     RUN_EXISTS,
     filter_args,
     new_run_value,
+    request_row,
     run_record,
     run_row,
     step_row,
@@ -110,7 +111,8 @@ class Runs(Part):
             steps[step.key] = step
         events = [EventRow(e["id"], e["name"], e["payload"]) for e in row["events"]]
         state = {s["name"]: s["value"] for s in row["state"]}
-        return PassSnapshot(run_row(row["r"]), steps, events, state)
+        requests = [request_row(q) for q in row["requests"]]
+        return PassSnapshot(run_row(row["r"]), steps, events, state, requests)
 
     async def _load_one(self, run_id: str) -> Any:
         (row,) = await self._load_many([run_id])
