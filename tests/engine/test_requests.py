@@ -11,7 +11,6 @@ import pydantic
 import pytest
 
 import plait
-from plait import serde
 from support.polling import eventually
 
 app = plait.App("requests")
@@ -159,3 +158,131 @@ async def test_request_to_a_missing_or_ended_run(engine_factory: Callable[..., A
             await engine.request(run.id, "__ask", 1)
         with pytest.raises(plait.NotJSONError):
             await engine.request(run.id, "ask", object())
+
+
+@app.workflow
+async def gated_order(wf: plait.Workflow) -> list[str]:
+    """Takes requests only once told to go, so requests sent before are judged then."""
+    await wf.wait_for_event("go")
+    skus: list[str] = []
+    for _ in range(2):
+        req = await wf.wait_for_request("add", schema=Item)
+        skus.append(req.data.sku)
+        await req.reply(len(skus))
+    return skus
+
+
+async def test_a_schema_violation_sent_before_the_wait_is_refused_when_judged(
+    engine_factory: Callable[..., Any],
+) -> None:
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("gated_order")
+        first = asyncio.create_task(engine.request(run_id, "add", {"sku": "a", "qty": 1}))
+        await eventually(lambda: _sent(engine, run_id, 1), what="the first request stored")
+        bad = asyncio.create_task(engine.request(run_id, "add", {"sku": "b"}))
+        await eventually(lambda: _sent(engine, run_id, 2), what="the bad request stored")
+        last = asyncio.create_task(engine.request(run_id, "add", {"sku": "c", "qty": 1}))
+        await eventually(lambda: _sent(engine, run_id, 3), what="the last request stored")
+        await engine.send_event(run_id, "go")
+        assert await first == 1
+        with pytest.raises(plait.ValidationError) as raised:
+            await bad
+        assert [p["field"] for p in raised.value.problems] == ["qty"]
+        assert await last == 2
+        run = await engine.wait(run_id, timeout=10)
+        assert run.output == ["a", "c"]  # the workflow never saw "b"
+
+
+@app.workflow
+async def after_go(wf: plait.Workflow) -> Any:
+    await wf.wait_for_event("go")
+    try:
+        req = await wf.wait_for_request("ask", timeout="0.5s")
+    except plait.RequestTimeout:
+        return "nothing"
+    await req.reply("late")
+    return req.data
+
+
+async def test_a_timed_out_request_never_reaches_the_workflow_later(
+    engine_factory: Callable[..., Any],
+) -> None:
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("after_go")
+        with pytest.raises(TimeoutError, match="withdrawn"):
+            await engine.request(run_id, "ask", "too late", timeout=0.3)
+        await engine.send_event(run_id, "go")
+        run = await engine.wait(run_id, timeout=10)
+        assert run.output == "nothing"
+
+
+async def test_a_hundred_concurrent_requests_are_answered_in_arrival_order(
+    engine_factory: Callable[..., Any],
+) -> None:
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("counter", 100)
+        replies = await asyncio.gather(
+            *(engine.request(run_id, "add", n, timeout=120) for n in range(1, 101))
+        )
+        run = await engine.wait(run_id, timeout=30)
+        assert run.status == "completed" and run.output == 5050
+        # in the order the workflow reached its waits
+        taken = [s for s in await engine.get_steps(run_id) if s.kind == "request"]
+        assert len(taken) == 100
+        ids = [s.output["id"] for s in taken]
+        assert ids == sorted(ids)  # taken oldest first
+        running, expected = 0, {}
+        for step in taken:  # each sender got the running total up to its own request
+            running += step.output["data"]
+            expected[step.output["data"]] = running
+        assert replies == [expected[n] for n in range(1, 101)]
+
+
+#: whether ``hold`` blocks (the first engine), and what it saw
+HOLD = {"block": True, "calls": 0}
+
+
+@app.function
+async def hold(n: int) -> int:
+    HOLD["calls"] += 1
+    while HOLD["block"]:
+        await asyncio.sleep(0.01)
+    return n * 10
+
+
+@app.workflow
+async def slow_answer(wf: plait.Workflow) -> Any:
+    req = await wf.wait_for_request("ask")
+    value = await wf.do("work", hold, req.data)
+    await req.reply({"value": value})
+    await wf.wait_for_event("done")  # one more pass, which replays the answer
+    return value
+
+
+async def test_a_reply_survives_a_restart_and_is_given_once(
+    engine_factory: Callable[..., Any],
+) -> None:
+    HOLD.update(block=True, calls=0)
+    async with engine_factory(app, workers=False) as client:
+        opening = engine_factory(app)  # held: its engine closes when it is collected
+        first = await opening.__aenter__()
+        run_id = await first.start("slow_answer")
+        asked = asyncio.create_task(client.request(run_id, "ask", 4, timeout=60))
+
+        await eventually(lambda: HOLD["calls"] == 1, what="the step after the take running")
+        steps = {s.key: s for s in await client.get_steps(run_id)}
+        assert steps["__request:ask"].status == "succeeded"  # taken, not answered
+        await first.close()  # between the take and the reply
+        assert not asked.done()
+        HOLD["block"] = False
+        async with engine_factory(app) as second:
+            assert await asked == {"value": 40}
+            await second.send_event(run_id, "done")
+            run = await second.wait(run_id, timeout=10)
+            assert run.output == 40
+            answers = [s for s in await second.get_steps(run_id) if s.kind == "reply"]
+            assert [(s.input, s.output) for s in answers] == [(4, {"value": 40})]
+            (taken,) = [s for s in await second.get_steps(run_id) if s.kind == "request"]
+            sent = await second.store.get_request(taken.output["id"])
+            assert sent is not None and sent.status == "replied"
+            assert sent.reply is not None and sent.reply.replace(" ", "") == '{"value":40}'

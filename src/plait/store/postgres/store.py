@@ -17,8 +17,9 @@ pass locks its run row and checks the lease before it writes (the fence).
 The methods are grouped by concern, one class per file: ``commit`` (a pass's writes),
 ``runs`` (creating and reading runs, loading passes), ``leases``, ``jobs`` (queued steps),
 ``queues`` (admission), ``schedules``, ``actions`` (from outside a pass), ``requests``
-(requests with a reply, actions too) and ``versions``; ``PostgresStore`` is all of them, opened, migrated and closed here. Values cross to and
-from PostgreSQL through ``codec``; the pool is in ``pool``, LISTEN/NOTIFY in ``listen``.
+(requests with a reply, actions too) and ``versions``; ``PostgresStore`` is all of them,
+opened, migrated and closed here. Values cross to and from PostgreSQL through ``codec``;
+the pool is in ``pool``, LISTEN/NOTIFY in ``listen``.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ changes several methods share are in ``apply``, and the statements themselves ar
 queries in ``sql/sqlite/queries.sql``. The methods are grouped by concern, one class per
 file: ``commit`` (a pass's writes), ``runs`` (creating and reading runs, loading passes),
 ``leases``, ``jobs`` (queued steps), ``queues`` (admission), ``schedules``, ``actions``
-(from outside a pass), ``requests`` (requests with a reply) and ``versions``; ``SQLiteStore`` is all of them, opened, migrated
-and closed here.
+(from outside a pass), ``requests`` (requests with a reply) and ``versions``;
+``SQLiteStore`` is all of them, opened, migrated and closed here.
 """
 
 from __future__ import annotations
