@@ -238,15 +238,16 @@ async def test_a_hundred_concurrent_requests_are_answered_in_arrival_order(
         assert replies == [expected[n] for n in range(1, 101)]
 
 
-#: whether ``hold`` blocks (the first engine), and what it saw
-HOLD = {"block": True, "calls": 0}
+#: how often ``hold`` ran, and what it waits for before it returns (None: nothing)
+HOLD: dict[str, Any] = {"calls": 0, "release": None}
 
 
 @app.function
 async def hold(n: int) -> int:
     HOLD["calls"] += 1
-    while HOLD["block"]:
-        await asyncio.sleep(0.01)
+    release: asyncio.Event | None = HOLD["release"]
+    if release is not None:
+        await release.wait()
     return n * 10
 
 
@@ -262,7 +263,7 @@ async def slow_answer(wf: plait.Workflow) -> Any:
 async def test_a_reply_survives_a_restart_and_is_given_once(
     engine_factory: Callable[..., Any],
 ) -> None:
-    HOLD.update(block=True, calls=0)
+    HOLD.update(calls=0, release=asyncio.Event())
     async with engine_factory(app, workers=False) as client:
         opening = engine_factory(app)  # held: its engine closes when it is collected
         first = await opening.__aenter__()
@@ -274,7 +275,7 @@ async def test_a_reply_survives_a_restart_and_is_given_once(
         assert steps["__request:ask"].status == "succeeded"  # taken, not answered
         await first.close()  # between the take and the reply
         assert not asked.done()
-        HOLD["block"] = False
+        HOLD["release"] = None
         async with engine_factory(app) as second:
             assert await asked == {"value": 40}
             await second.send_event(run_id, "done")
