@@ -5,7 +5,7 @@ how the workflow takes and answers it is the runtime's (``runtime.replay``)."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 from plait import request, serde
 from plait.engine.base import EngineBase, existing_id
@@ -123,7 +123,7 @@ def _open_schema(snapshot: PassSnapshot, name: str) -> dict[str, Any] | None:
             info = request.wait_info(step.input)
             if info.get("request") == name:
                 schema = info.get("schema")
-                return schema if isinstance(schema, dict) else None
+                return cast(dict[str, Any], schema) if isinstance(schema, dict) else None
     return None
 
 

@@ -582,7 +582,8 @@ def answer_request(
         step.output = reply
         answer = AnswerRequest(request_id, request.REPLIED, request.TAKEN, reply=reply)
     else:
-        reason = (serde.loads(refusal) or {}).get("message")
+        record: dict[str, Any] = serde.loads(refusal) or {}
+        reason = record.get("message")
         step.output = serde.dumps({"refused": reason})
         answer = AnswerRequest(request_id, request.REFUSED, request.TAKEN, refusal=refusal)
     step.status, step.updated_at = "succeeded", now
