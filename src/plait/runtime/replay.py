@@ -7,10 +7,9 @@ queue, a child run) and simply never resolves in this pass. Outcomes are handed 
 workflow one at a time, each once its loop has nothing left to run, in the order the run
 first saw them; that order is stored with each step (``delivered``), so concurrent
 branches take the same keys and the same results on every replay (``runtime.order``).
-Approval gates are ``runtime.gates``; requests are waits like events, answered by a step
-of their own. When the workflow can go no further, the pass
-decides how the run ends (``runtime.runs``), unwinds the workflow's code without letting
-it take new steps, and commits with the lease's release.
+Approval gates are ``runtime.gates``, requests ``runtime.requests``. When the workflow
+can go no further, the pass decides how the run ends (``runtime.runs``), unwinds the
+workflow's code without letting it take new steps, and commits with the lease's release.
 """
 
 from __future__ import annotations
@@ -24,11 +23,11 @@ from typing import Any, cast
 
 import pydantic
 
-from plait import approval, errors, request, serde
+from plait import approval, errors, serde
 from plait.app import FunctionDef, WorkflowDef
 from plait.cancel_guard import uncancelled
 from plait.durations import parse_duration
-from plait.errors import Cancel, EventTimeout, RequestTimeout, StepError
+from plait.errors import Cancel, EventTimeout, StepError
 from plait.records import Decision
 from plait.retry import resolve_policy
 from plait.runtime import runs, steps
@@ -38,10 +37,11 @@ from plait.runtime.gates import Found, Gates, raise_if_cancelled
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.order import ReachedAfter, deliverable, event_order
+from plait.runtime.requests import Requests
 from plait.runtime.workflow import CURRENT_REPLAY, Request, StepCall, Workflow
 from plait.runtime.workflow_loop import WorkflowLoop, current_task
 from plait.store.ops import EndRun
-from plait.store.rows import PassSnapshot, RequestRow
+from plait.store.rows import PassSnapshot
 
 
 class CodeReplay:
@@ -60,6 +60,7 @@ class CodeReplay:
         self.order = ReachedAfter(self.wloop, self.reached)
         self.wloop.on_task = self.order.task_made
         self.gates = Gates(self.ledger, host)
+        self.requests = Requests(self.ledger, host)
         self.main: asyncio.Task[Any] | None = None
         self.wdef: WorkflowDef | None = None
         #: steps called and not yet started, in call order
@@ -221,71 +222,17 @@ class CodeReplay:
             raise EventTimeout(name, key)
         raise ledger.pause(key, step.wake_at)
 
-    async def wait_for_request(
+    def wait_for_request(
         self, key: str, name: str, schema: type[pydantic.BaseModel] | None, timeout: float | None
-    ) -> Any:
-        """A wait for the oldest request ``name`` sent and not taken, like an event wait.
-        The wait stores its schema (as JSON Schema) so a request sent while it waits is
-        judged on arrival; one sent before is judged here, and refused (never taken) if
-        its data does not fit. A request past its sender's deadline is left alone: its
-        sender withdraws it."""
-        ledger = self.ledger
-        step = ledger.steps.get(key)
-        now = ledger.now()
-        if step is None:
-            info = {
-                "request": name,
-                "schema": schema.model_json_schema() if schema is not None else None,
-            }
-            step = ledger.new_step(key, key, steps.REQUEST_KIND, input=serde.dumps(info))
-            ledger.add(steps.wait_request(step, timeout, now))
-        else:
-            ledger.check_same(step, steps.REQUEST_KIND, None)
-            raise_if_cancelled(step)
-        if step.status == "succeeded":
-            taken: dict[str, Any] = serde.loads(step.output) or {}
-            data = taken.get("data")
-            return Request(self, name, int(taken["id"]), _request_data(schema, data), data)
-        if step.status == "failed":
-            raise RequestTimeout(name, key)
-        for sent in [r for r in ledger.requests if r.name == name]:
-            ledger.requests.remove(sent)
-            if sent.deadline <= now:
-                continue
-            data = serde.loads(sent.data)
-            try:
-                value = _request_data(schema, data)
-            except pydantic.ValidationError as exc:
-                found = [
-                    {"field": ".".join(str(p) for p in e.get("loc", ())), "message": e["msg"]}
-                    for e in exc.errors(include_url=False)
-                ]
-                ledger.add(steps.refuse_sent_request(sent.id, request.invalid(found)))
-                continue
-            return Found(name, (), request=sent, data=value)  # taken when delivered
-        timed_out = steps.time_out_request(step, name, now)
-        if timed_out is not None:
-            ledger.add(timed_out)
-            if self.host.telemetry is not None:
-                self.host.telemetry.timer_fired(ledger.run.id, key, "request timeout of")
-            raise RequestTimeout(name, key)
-        raise ledger.pause(key, step.wake_at)
+    ) -> Coroutine[Any, Any, Request[Any] | Found]:
+        """A wait for a request (``runtime.requests``)."""
+        return self.requests.wait(self, key, name, schema, timeout)
 
-    async def answer_request(
+    def answer_request(
         self, key: str, request_id: int, data: str | None, reply: str | None, refusal: str | None
-    ) -> None:
-        """Answer a taken request once: recorded as a step (its input the request's data,
-        its output the reply), committed at once so its sender hears it now. A replay
-        finds the step and answers nothing again."""
-        ledger = self.ledger
-        step = ledger.steps.get(key)
-        if step is not None:
-            ledger.check_same(step, steps.ANSWER_KIND, None)
-            return
-        step = ledger.new_step(key, key, steps.ANSWER_KIND, input=data)
-        ledger.add(steps.answer_request(step, request_id, reply, refusal, ledger.now()))
-        ledger.published = True  # its sender watches the run
-        await ledger.flush()
+    ) -> Coroutine[Any, Any, None]:
+        """The answer of a taken request (``runtime.requests``)."""
+        return self.requests.answer(key, request_id, data, reply, refusal)
 
     def approval(
         self,
@@ -525,16 +472,14 @@ class CodeReplay:
             for event in found.events:
                 bisect.insort(ledger.events, event, key=event_order)
             if found.request is not None:
-                bisect.insort(ledger.requests, found.request, key=_request_order)
+                self.requests.put_back(found.request)
             call.outcome = "paused"
             self.waiting.append(call)
             ledger.due_again = True
             return False
         step = ledger.steps[call.key]
-        sent = found.request
-        if sent is not None:
-            ledger.add(steps.take_request(step, sent.id, sent.data, ledger.now()))
-            call.result = Request(self, found.name, sent.id, found.data, serde.loads(sent.data))
+        if found.request is not None:
+            call.result = self.requests.take(self, step, found)
             return True
         gate = found.gate
         if gate is None:
@@ -645,16 +590,6 @@ _UNWIND_ROUNDS = 5
 
 async def _raise(exc: Exception) -> Any:
     raise exc
-
-
-def _request_order(sent: RequestRow) -> int:
-    return sent.id
-
-
-def _request_data(schema: type[pydantic.BaseModel] | None, data: Any) -> Any:
-    """A request's data as the workflow sees it: validated by the wait's schema
-    (``pydantic.ValidationError`` if it does not fit)."""
-    return data if schema is None else schema.model_validate(data)
 
 
 def _principal(exc: BaseException) -> BaseException:
