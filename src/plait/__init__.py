@@ -43,6 +43,7 @@ from plait.queues import Queue
 from plait.records import (
     Approval,
     ApprovalDecision,
+    CheckResult,
     Decision,
     Run,
     RunStatus,
@@ -64,6 +65,7 @@ __all__ = [
     "ApprovalForbiddenError",
     "ApprovalResolvedError",
     "Cancel",
+    "CheckResult",
     "Decision",
     "Engine",
     "EventTimeout",

@@ -3,7 +3,7 @@
 ``engine.py`` holds the class (its lifecycle, start, run, wait and the reads); each other
 concern it offers is a module of its own: ``actions`` (resume, retry, cancel, events,
 prune), ``requests`` (requests with a reply), ``schedules``, ``approvals``, ``fork``,
-``values`` and ``queues``.
+``check``, ``values`` and ``queues``.
 """
 
 from plait.engine.base import Duration

@@ -214,6 +214,14 @@ class CancelChildren:
     cut: CancelCut
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordVersion:
+    """Record the version of the code the run replays on, if it has none yet: a fork
+    made by a process that lacks the workflow's code leaves it to its first pass."""
+
+    version: str
+
+
 Op = (
     PutStep
     | StartAttempt
@@ -231,6 +239,7 @@ Op = (
     | TakeDecision
     | TakeRequest
     | AnswerRequest
+    | RecordVersion
 )
 
 

@@ -29,6 +29,7 @@ from plait.store.ops import (
     GuardStep,
     Op,
     PutStep,
+    RecordVersion,
     SetState,
     SetTimer,
     SetValue,
@@ -104,6 +105,8 @@ def op_value(op: Op) -> tuple[Any, ...]:
         return ("set_state", *(None,) * 4, op.value, *(None,) * 7, op.name, None, None)
     if isinstance(op, SetValue):
         return ("set_value", *(None,) * 4, op.value, *(None,) * 7, op.key, None, None)
+    if isinstance(op, RecordVersion):
+        return ("record_version", *(None,) * 12, op.version, None, None)
     if isinstance(op, GuardStep):
         return ("guard_step", None, None, None, op.status, None, None, op.key, *(None,) * 8)
     if isinstance(op, TakeDecision):

@@ -28,6 +28,7 @@ from plait.store.ops import (
     GuardStep,
     Op,
     PutStep,
+    RecordVersion,
     SetState,
     SetTimer,
     SetValue,
@@ -117,6 +118,8 @@ def _apply_rare(conn: sqlite3.Connection, run_id: str, op: Op, now: float) -> No
             SQL["answer_request"],
             (op.status, op.reply, op.refusal, now, op.request_id, run_id, op.from_status),
         )
+    elif isinstance(op, RecordVersion):
+        conn.execute(SQL["record_version"], (op.version, run_id))
     else:  # pragma: no cover - a new op without a store implementation
         raise TypeError(f"unknown store operation {op!r}")
 

@@ -72,6 +72,8 @@ BEGIN
             ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value,
                 updated_at = excluded.updated_at;
             PERFORM pg_notify(@channel@, 'run:' || p_run);
+        WHEN 'record_version' THEN
+            UPDATE @schema@.runs SET version = o.name WHERE id = p_run AND version IS NULL;
         WHEN 'guard_step' THEN
             PERFORM 1 FROM @schema@.steps
             WHERE run_id = p_run AND key = o.key AND status = o.status;
