@@ -77,12 +77,14 @@ class RequestsMixin(EngineBase):
         while True:
             event = self.notifier.watch(run_id)
             try:
+                # the run first: an answer commits before (or with) the run's end, so a
+                # run read ended after it is read says the request read next is final
+                run = await self.get_run(run_id)
                 sent = await self.store.get_request(request_id)
                 if sent is None:  # its run was pruned
                     raise RunNotFoundError(run_id)
                 if sent.status in (request.REPLIED, request.REFUSED):
                     return _answered(run_id, name, sent)
-                run = await self.get_run(run_id)
                 if run.status in TERMINAL:
                     await self.store.withdraw_request(request_id, request.SENT, request.WITHDRAWN)
                     raise RunStateError(run_id, str(run.status), f"answer request {name!r} of")
