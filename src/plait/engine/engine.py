@@ -463,7 +463,9 @@ class Engine(
         workflow: WorkflowRef | None = None,
     ) -> Run[Any]:
         """Wait until the run is completed, failed, cancelled or suspended. ``timeout``
-        is seconds, a string such as ``"30s"`` or a ``timedelta``.
+        is seconds, a string such as ``"30s"`` or a ``timedelta``. A run that continued
+        as new is followed along its chain (``Run.continued_to``) within that timeout:
+        the ``Run`` returned is the last one, whose id may not be ``run_id``.
 
         With ``workflow`` (the function ``@app.workflow`` registered), the ``Run`` is
         typed by what that workflow returns, and a run of another workflow is a
@@ -476,7 +478,8 @@ class Engine(
     ) -> Run:
         """``wait`` with its arguments checked: ``TestEngine`` moves its clock here. A
         ``fresh`` run (just made and driven here, its pass not begun) is not read before
-        the first wait: it is running, and its end is told to the watch set up first."""
+        the first wait: it is running, and its end is told to the watch set up first. A
+        run that continued as new hands the wait on to the run that continues it."""
         deadline = None if seconds is None else time.monotonic() + seconds
         status = "running"
         while True:
@@ -490,6 +493,9 @@ class Engine(
                         raise ValueError(
                             f"run {run_id} is a run of workflow {run.workflow!r}, not {workflow!r}"
                         )
+                    if run.status == RunStatus.CONTINUED and run.continued_to is not None:
+                        run_id = run.continued_to
+                        continue  # the wait goes on with the next run of the chain
                     if run.status in SETTLED:
                         return run
                     status = run.status
@@ -513,15 +519,19 @@ class Engine(
         version: str | None = None,
         owner: str | None = None,
         visible_to: str | None = None,
+        hide_continued: bool = False,
         limit: int = 50,
         offset: int = 0,
     ) -> list[Run]:
+        """Runs newest first. ``hide_continued`` leaves out the runs that continued as
+        new: of each chain, only its last run is listed."""
         runs, _total = await self.count_runs(
             workflow=workflow,
             status=status,
             version=version,
             owner=owner,
             visible_to=visible_to,
+            hide_continued=hide_continued,
             limit=limit,
             offset=offset,
         )

@@ -183,7 +183,7 @@ class Api:
         """Newest first, only runs the caller may read, with the total for paging. Each
         run is a summary: a page costs the same whatever the runs' inputs and outputs.
         Filters: workflow, status, a part of the id, a time range, top-level runs only or
-        the children of one run."""
+        the children of one run, runs that continued as new left out."""
         query = runs_query(request)
         try:
             runs, total = await self.engine.run_summaries(
@@ -196,6 +196,7 @@ class Api:
                 created_after=query.since,
                 created_before=query.until,
                 top_level=bool(query.top_level),
+                hide_continued=bool(query.hide_continued),
                 parent_run_id=query.parent,
             )
         except ValueError as exc:

@@ -253,6 +253,13 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
                             "schema": {"type": "boolean"},
                         },
                         {
+                            "name": "hide_continued",
+                            "in": "query",
+                            "description": "leave out runs that continued as new (of each"
+                            " chain, its last run only)",
+                            "schema": {"type": "boolean"},
+                        },
+                        {
                             "name": "parent",
                             "in": "query",
                             "description": "only the children of this run",
@@ -505,6 +512,10 @@ def _schemas() -> dict[str, Any]:
         input={},
         output={},
         error=error,
+        # a chain of runs continued as new: the run this one continues, the one that
+        # continues it
+        continued_from=text_or_null,
+        continued_to=text_or_null,
     )
     # a summary counts the children the caller may see; a run lists them
     summary["properties"]["children"] = {"type": "integer"}

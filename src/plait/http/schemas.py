@@ -22,7 +22,15 @@ from plait.ids import (
     reserved_run_id,
 )
 
-RUN_STATUSES = ("queued", "running", "suspended", "completed", "failed", "cancelled")
+RUN_STATUSES = (
+    "queued",
+    "running",
+    "suspended",
+    "completed",
+    "failed",
+    "cancelled",
+    "continued",
+)
 MAX_PAGE = 500
 #: the largest ``offset`` of a page of runs
 MAX_OFFSET = 2**31 - 1
@@ -154,9 +162,10 @@ class RunsQuery(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     workflow: str | None = Field(default=None, max_length=200, pattern=NAME_PATTERN)
-    status: Literal["queued", "running", "suspended", "completed", "failed", "cancelled"] | None = (
-        None
-    )
+    status: (
+        Literal["queued", "running", "suspended", "completed", "failed", "cancelled", "continued"]
+        | None
+    ) = None
     limit: int = Field(default=50, ge=1, le=MAX_PAGE)
     offset: int = Field(default=0, ge=0, le=MAX_OFFSET)
     #: runs whose id holds this text, in any case (a short id, a part of one)
@@ -167,12 +176,14 @@ class RunsQuery(BaseModel):
     until: datetime | None = None
     #: only runs that are no other run's child (children fold under their parents)
     top_level: StrictBool | None = None
+    #: leave out runs that continued as new (of each chain, its last run only)
+    hide_continued: StrictBool | None = None
     #: only the children of this run
     parent: str | None = Field(
         default=None, min_length=1, max_length=200, pattern=f"^{RUN_ID_PATTERN}$"
     )
 
-    @field_validator("top_level", mode="before")
+    @field_validator("top_level", "hide_continued", mode="before")
     @classmethod
     def _flag(cls, value: Any) -> Any:
         """``true``/``false`` (and ``1``/``0``) as a query string spells them."""

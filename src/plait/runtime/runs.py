@@ -8,6 +8,8 @@
                                   failed                 failed, failed_record,
                                                          failed_control, raised
                                   cancelled              cancelled, raised
+                                  continued              continued (and a new run:
+                                                         queued | running)
                                   suspended              suspended
                                   (or it stays running)  pass_status
     queued | running | suspended  cancelled              cancel (a user's), replaced
@@ -23,6 +25,10 @@ here alone; the stores receive them as data and only move rows. What a transitio
 to the run's steps is the step state machine's (``runtime.steps``): an end takes the
 live child runs with it (``end_ops``), a cancel cuts short the steps in flight
 (``steps.CANCEL_CUT``), a resume releases suspends and a retry reopens failed steps.
+
+A run that continues as new (``wf.continue_as_new``) ends ``continued`` and starts its
+successor in the same commit (``continued``): one chain never has two live runs, nor
+none, whatever crashes.
 """
 
 from __future__ import annotations
@@ -37,10 +43,13 @@ from plait.runtime import steps
 from plait.runtime.control_flow import PauseSignal, SuspendSignal, Unwind
 from plait.statuses import TERMINAL, RunStatusName
 from plait.store.ops import CancelChildren, CancelCut, EndRun, Op, StepEnd
-from plait.store.rows import PassSnapshot, RunRow, StepRow
+from plait.store.rows import NewRun, PassSnapshot, RunRow, StepRow
 
 #: the ends that take the run's live child runs with them (a cancel does so itself)
-TAKES_CHILDREN: frozenset[str] = frozenset({"completed", "failed"})
+TAKES_CHILDREN: frozenset[str] = frozenset({"completed", "failed", "continued"})
+#: the end of a run whose successor goes on in its place: a parent's step that waits for
+#: the run waits for the successor, and is not settled
+CONTINUED: RunStatusName = "continued"
 
 
 # -- start --------------------------------------------------------------------------------
@@ -99,6 +108,34 @@ def cancelled(message: str) -> EndRun:
     return EndRun("cancelled", error=error, cut=steps.CANCEL_CUT)
 
 
+def continued(run: RunRow, new_id: str, input: str | None, version: str | None) -> EndRun:
+    """The workflow continued as new with ``input`` (stored JSON): the run ends
+    ``continued`` and run ``new_id`` of the same workflow starts on ``version`` (the code
+    deployed now) in the same commit. The new run keeps what the old one was started
+    with: owner, queue, queue key, priority, de-duplication key (one live run per key
+    holds across the chain), trace, and its parent's link (the parent's step waits for
+    the new run). A run its queue admitted waits for admission again, as a start does
+    (it gave its slot back as it ended); a child that runs beside a parent of its queue
+    without admission (``drive.Driver.child``) goes on at once, as it started."""
+    successor = NewRun(
+        id=new_id,
+        workflow=run.workflow,
+        kind=run.kind,
+        version=version,
+        input=input,
+        owner=run.owner,
+        parent_run_id=run.parent_run_id,
+        parent_step_key=run.parent_step_key,
+        status=initial_status(run.queue is not None and run.admitted_at is not None),
+        queue=run.queue,
+        queue_key=run.queue_key,
+        priority=run.priority,
+        dedup=run.dedup,
+        trace=run.trace,
+    )
+    return EndRun(CONTINUED, successor=successor)
+
+
 def raised(exc: BaseException) -> EndRun:
     """How the run ends when its workflow raised ``exc``: cancelled for ``Cancel``,
     failed naming the step for a step's failure, failed with the error otherwise. One
@@ -119,9 +156,11 @@ def pass_status(end: EndRun | None) -> RunStatusName:
 
 def end_ops(run: RunRow, end: EndRun, recorded: Iterable[StepRow]) -> tuple[list[Op], list[str]]:
     """The writes of a pass's end, and the live child runs it ends. A child run's end
-    also says how its parent's waiting step ends; a run that fails or completes while a
-    child run it started is still live takes that child with it (``children_left``)."""
-    if end.status in TERMINAL and run.parent_run_id and end.parent is None:
+    also says how its parent's waiting step ends (but a continued one's: its successor
+    is waited for); a run that fails, completes or continues while a child run it
+    started is still live takes that child with it (``children_left``)."""
+    settles_parent = end.status in TERMINAL and end.status != CONTINUED
+    if settles_parent and run.parent_run_id and end.parent is None:
         parent = steps.child_step_end(run.id, end.status, end.output, end.error)
         end = dataclasses.replace(end, parent=parent)
     ops: list[Op] = [end]

@@ -75,6 +75,10 @@ class RunRow:
     forked_from: str | None = None
     #: the trace context the run was started in (JSON), or None when not traced
     trace: str | None = None
+    #: the run this one continues (its workflow called ``wf.continue_as_new``)
+    continued_from: str | None = None
+    #: the run that continues this one (set as this one ends ``continued``)
+    continued_to: str | None = None
 
 
 @dataclasses.dataclass
@@ -240,6 +244,9 @@ class RunFilter:
     created_before: float | None = None
     #: only runs that are no other run's child
     top_level: bool = False
+    #: leave out the runs another run continues (``wf.continue_as_new``): of each chain,
+    #: only its last run
+    hide_continued: bool = False
     limit: int = 50
     offset: int = 0
 

@@ -141,6 +141,9 @@ class TestEngine(Engine):
         while True:
             pending = await self._settle(None)
             run = await self.store.get_run(run_id)
+            if run is not None and run.continued_to is not None:
+                run_id = run.continued_to  # the wait follows the chain
+                continue
             if run is None or run.status in SETTLED:
                 return
             due = self._next_time(pending)

@@ -85,6 +85,8 @@ _RUN_ADDED_FIELDS = (
     "admitted_at",
     "forked_from",
     "trace",
+    "continued_from",
+    "continued_to",
 )
 _STEP_FIELDS = len(dataclasses.fields(StepRow))
 
@@ -149,6 +151,7 @@ def filter_args(where: RunFilter) -> tuple[Any, ...]:
         where.created_after,
         where.created_before,
         where.top_level,
+        where.hide_continued,
     )
 
 

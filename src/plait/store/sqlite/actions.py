@@ -18,7 +18,7 @@ from plait.store.sqlite.writer import SQL
 
 #: a held decision waits in a run that has not ended; any other is kept for every run
 _LIVE = ("queued", "running", "suspended")
-_ANY_STATUS = (*_LIVE, "completed", "failed", "cancelled")
+_ANY_STATUS = (*_LIVE, "completed", "failed", "cancelled", "continued")
 #: what a pruned run leaves in each table, the run row itself last
 _PRUNED = (
     SQL["prune_attempts"],

@@ -138,6 +138,9 @@ export function runPage() {
         crumb.replaceChildren(shortLink(data.parent_run_id), h("span", { "aria-hidden": "true", text: " / " }));
       }
     }
+    // a chain of runs continued as new (wf.continue_as_new): the run before and after
+    if (data.continued_from) meta.push(["Continued from", shortLink(data.continued_from)]);
+    if (data.continued_to) meta.push(["Continued as new in", shortLink(data.continued_to)]);
     $("run-meta").replaceChildren(...meta.map(([k, v]) => h("div", {}, h("dt", { text: k }), h("dd", {}, v))));
 
     $("run-input").textContent = pretty(data.input);

@@ -85,9 +85,10 @@ SELECT created, run FROM @schema@.create_run($1::@schema@.new_run, $2)
 SELECT created, run FROM @schema@.create_runs($1::@schema@.new_run[], $2)
 
 -- name: list_runs
--- Newest first, and how many match in all; a filter left NULL (or $12, top_level, false)
--- matches every run ($6 is visible_to: the runs of that owner and the ones without an
--- owner; $9 a text the id holds, any case; $10 and $11 bound created_at).
+-- Newest first, and how many match in all; a filter left NULL (or $12, top_level, or $13,
+-- hide_continued, false) matches every run ($6 is visible_to: the runs of that owner and
+-- the ones without an owner; $9 a text the id holds, any case; $10 and $11 bound
+-- created_at).
 SELECT
     (SELECT count(*) FROM @schema@.runs
      WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR status = $2)
@@ -97,7 +98,8 @@ SELECT
          AND ($9::text IS NULL OR strpos(lower(id), lower($9)) > 0)
          AND ($10::timestamptz IS NULL OR created_at >= $10)
          AND ($11::timestamptz IS NULL OR created_at < $11)
-         AND (NOT $12::boolean OR parent_run_id IS NULL)) AS total,
+         AND (NOT $12::boolean OR parent_run_id IS NULL)
+         AND (NOT $13::boolean OR continued_to IS NULL)) AS total,
     ARRAY(SELECT r FROM @schema@.runs r
           WHERE ($1::text IS NULL OR r.workflow = $1) AND ($2::text IS NULL OR r.status = $2)
               AND ($3::text IS NULL OR r.version = $3) AND ($4::text IS NULL OR r.owner = $4)
@@ -107,6 +109,7 @@ SELECT
               AND ($10::timestamptz IS NULL OR r.created_at >= $10)
               AND ($11::timestamptz IS NULL OR r.created_at < $11)
               AND (NOT $12::boolean OR r.parent_run_id IS NULL)
+              AND (NOT $13::boolean OR r.continued_to IS NULL)
           ORDER BY r.created_at DESC, r.id DESC LIMIT $7 OFFSET $8) AS runs
 
 -- name: list_run_summaries
@@ -121,7 +124,8 @@ SELECT
          AND ($9::text IS NULL OR strpos(lower(id), lower($9)) > 0)
          AND ($10::timestamptz IS NULL OR created_at >= $10)
          AND ($11::timestamptz IS NULL OR created_at < $11)
-         AND (NOT $12::boolean OR parent_run_id IS NULL)) AS total,
+         AND (NOT $12::boolean OR parent_run_id IS NULL)
+         AND (NOT $13::boolean OR continued_to IS NULL)) AS total,
     ARRAY(SELECT ROW(r.id, r.workflow, r.kind, r.status, r.version, r.owner,
                      r.parent_run_id, r.created_at, r.updated_at, r.queue, r.queue_key,
                      r.priority, r.scheduled_at, r.admitted_at, r.wake_at,
@@ -136,6 +140,7 @@ SELECT
               AND ($10::timestamptz IS NULL OR r.created_at >= $10)
               AND ($11::timestamptz IS NULL OR r.created_at < $11)
               AND (NOT $12::boolean OR r.parent_run_id IS NULL)
+              AND (NOT $13::boolean OR r.continued_to IS NULL)
           ORDER BY r.created_at DESC, r.id DESC LIMIT $7 OFFSET $8) AS runs
 
 -- name: get_children
@@ -222,7 +227,7 @@ SELECT @schema@.commit_steps($1, $2, $3::@schema@.op[], $4)
 -- out, as commit_steps leaves out those ops). NULL, with nothing written, when $2 no longer holds the lease (the
 -- run's row is locked first, as in commit_steps).
 WITH fence AS (
-    SELECT status IN ('completed', 'failed', 'cancelled') AS ended
+    SELECT status IN ('completed', 'failed', 'cancelled', 'continued') AS ended
     FROM @schema@.runs WHERE id = $1 AND lease_owner = $2 FOR UPDATE
 ), written AS (
     INSERT INTO @schema@.steps (run_id, key, seq, name, kind, function, status, input, output,
@@ -304,7 +309,7 @@ WITH runs_renewed AS (
 SELECT id FROM runs_renewed WHERE status <> 'running'
 UNION
 SELECT id FROM @schema@.runs WHERE id = ANY($3::text[])
-    AND status IN ('completed', 'failed', 'cancelled')
+    AND status IN ('completed', 'failed', 'cancelled', 'continued')
 
 -- name: leases_of
 -- Leases held under a worker id ($1 is "<worker id>#") by other processes than $2: an

@@ -78,7 +78,7 @@ WHERE dedup = ? AND status IN ('queued', 'running', 'suspended')
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
-    forked_from, trace
+    forked_from, trace, continued_from, continued_to
 FROM plait_runs WHERE id = ?
 
 -- name: run_statuses
@@ -103,6 +103,7 @@ id_contains: instr(lower(id), lower(:id_contains)) > 0
 created_after: created_at >= :created_after
 created_before: created_at < :created_before
 top_level: parent_run_id IS NULL
+hide_continued: continued_to IS NULL
 
 -- name: count_runs
 -- The filters given go in place of /*filters*/ (run_filters).
@@ -113,7 +114,7 @@ WHERE /*filters*/ 1
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
-    forked_from, trace
+    forked_from, trace, continued_from, continued_to
 FROM plait_runs
 WHERE /*filters*/ 1
 ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
@@ -135,7 +136,7 @@ ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
-    forked_from, trace
+    forked_from, trace, continued_from, continued_to
 FROM plait_runs WHERE parent_run_id = ?
 ORDER BY created_at DESC, id DESC LIMIT ?
 
@@ -176,6 +177,19 @@ UPDATE plait_steps SET status = :step, error = :error,
     attempt_finished = CASE WHEN attempt_status = :open THEN :now ELSE attempt_finished END,
     updated_at = :now
 WHERE run_id = :run AND (attempt_status = :open OR status = 'running')
+
+-- name: link_continued
+-- A run that continued as new (end_run moved it) and its successor, linked both ways.
+UPDATE plait_runs SET
+    continued_to = CASE WHEN id = :old THEN :new ELSE continued_to END,
+    continued_from = CASE WHEN id = :new THEN :old ELSE continued_from END
+WHERE id IN (:old, :new)
+
+-- name: hand_over_child_step
+-- The parent's step that waited for a child run that continued as new waits for the
+-- child's successor.
+UPDATE plait_steps SET child_run_id = :new
+WHERE run_id = :parent AND key = :key AND child_run_id = :old
 
 -- name: live_children
 SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'suspended', 'queued')
@@ -416,7 +430,7 @@ SELECT id FROM plait_runs WHERE lease_owner = ? AND status != 'running'
     AND id IN (SELECT value FROM json_each(?))
 UNION
 SELECT id FROM plait_runs WHERE id IN (SELECT value FROM json_each(?))
-    AND status IN ('completed', 'failed', 'cancelled')
+    AND status IN ('completed', 'failed', 'cancelled', 'continued')
 
 -- name: next_due_runs
 -- When the next pass becomes due (a leased run: when its lease runs out): the earliest
@@ -774,7 +788,7 @@ UPDATE plait_runs SET version = ? WHERE id = ? AND version IS NULL
 -- index plait_runs_ended (its predicate is repeated word for word): the status index
 -- would sort every ended run for each batch.
 SELECT id, updated_at FROM plait_runs INDEXED BY plait_runs_ended
-WHERE status IN ('completed', 'failed', 'cancelled') AND parent_run_id IS NULL
+WHERE status IN ('completed', 'failed', 'cancelled', 'continued') AND parent_run_id IS NULL
     AND status IN (SELECT value FROM json_each(:statuses)) AND updated_at < :cutoff
     AND (updated_at > :after_at OR (updated_at = :after_at AND id > :after_id))
 ORDER BY updated_at, id LIMIT :limit
@@ -787,7 +801,7 @@ WITH RECURSIVE tree(root, id, status) AS (
     SELECT t.root, c.id, c.status FROM plait_runs c JOIN tree t ON c.parent_run_id = t.id
 ), whole AS (
     SELECT root FROM tree GROUP BY root
-    HAVING min(status IN ('completed', 'failed', 'cancelled')) = 1
+    HAVING min(status IN ('completed', 'failed', 'cancelled', 'continued')) = 1
 )
 SELECT t.id FROM tree t JOIN whole w ON w.root = t.root
 

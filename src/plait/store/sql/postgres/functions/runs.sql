@@ -188,6 +188,25 @@ BEGIN
     RETURN moved;
 END $$;
 
+-- The run that continues p_run as new (p_run just ended continued): created, linked both
+-- ways, and waited for by the parent's step that waited for p_run, in the transaction of
+-- the end, so a chain never has two live runs, nor none. SQLSTATE PLT06: its id is taken.
+CREATE OR REPLACE FUNCTION @schema@.start_successor(
+    p_run text, n @schema@.new_run, p_now timestamptz
+) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT @schema@.insert_run(n, p_now) THEN
+        RAISE EXCEPTION 'run % cannot continue as new: run % exists', p_run, n.id
+            USING ERRCODE = 'PLT06';
+    END IF;
+    UPDATE @schema@.runs SET continued_from = p_run WHERE id = n.id;
+    UPDATE @schema@.runs SET continued_to = n.id WHERE id = p_run;
+    IF n.parent_run_id IS NOT NULL AND n.parent_step_key IS NOT NULL THEN
+        UPDATE @schema@.steps SET child_run_id = n.id
+        WHERE run_id = n.parent_run_id AND key = n.parent_step_key AND child_run_id = p_run;
+    END IF;
+END $$;
+
 -- Cancel a run (a queued one too): it ends p_status, as end_run ends it with the cut
 -- p_cut. The run's parent is locked before the run, as every other writer that ends a
 -- child does (the child's own end, a parent's end that cancels it): a cancel that locked
