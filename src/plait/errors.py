@@ -31,6 +31,8 @@ PAYLOAD_TOO_DEEP = "PAYLOAD_TOO_DEEP"
 #: a value that does not fit the annotation it is decoded as
 TYPE_MISMATCH = "TYPE_MISMATCH"
 INVALID_INPUT = "INVALID_INPUT"
+#: ``wf.send_event`` found no run it may send to, or the run had ended
+EVENT_NOT_SENT = "EVENT_NOT_SENT"
 
 
 class PlaitError(Exception):

@@ -56,6 +56,8 @@ def label(step: Step) -> str:
         return key.removeprefix("__")
     if step.kind == "patch":
         return f"patch: {key.removeprefix('__patch:')}"
+    if step.kind == "send_event":
+        return f"send event: {key.removeprefix('__send:')}"
     if step.kind == "sleep":
         return f"sleep: {key}"
     if step.kind == "child":
@@ -76,6 +78,8 @@ def detail(step: Step, width: int | None = RESULT_WIDTH) -> str:
         else:
             failed = compact(step.error.get("message", "")) if step.error else ""
             text = f"{failed}; next attempt at {until}" if failed else f"next attempt at {until}"
+    elif step.kind == "send_event" and isinstance(step.input, dict):
+        text = f"to run {step.input.get('run_id')}"
     elif step.kind == "child":
         text = f"child run {step.child_run_id or '-'}"
         if step.status == "succeeded":

@@ -23,7 +23,14 @@ from plait.http.guard import require_json
 from plait.http.lifecycle import Ended, Lifecycle
 from plait.http.operating import Operating
 from plait.http.problems import ApiError, bad_input, from_plait, invalid, validate
-from plait.http.schemas import RegisterGraph, StartRun, json_body, path_name, runs_query
+from plait.http.schemas import (
+    RegisterGraph,
+    StartRun,
+    event_dedup,
+    json_body,
+    path_name,
+    runs_query,
+)
 from plait.http.sse import stream_run
 from plait.records import Run
 
@@ -245,12 +252,15 @@ class Api:
         return JSONResponse(current.to_dict(), status_code=202)
 
     async def send_event(self, request: Request, principal: Principal) -> Response:
-        """Deliver an event; the body (any JSON, or nothing) is its payload."""
+        """Deliver an event; the body (any JSON, or nothing) is its payload, and the query
+        parameter ``dedup`` its de-duplication key (the body is the payload whole, so a
+        field of it could not be told from the payload's own)."""
         run = await self._readable_run(request, principal)
         name = path_name(request, "event")
+        dedup = event_dedup(request)
         payload = await json_body(request)
         try:
-            waiting = await self.engine.send_event(run.id, name, payload)
+            waiting = await self.engine.send_event(run.id, name, payload, dedup=dedup)
         except (TypeError, ValueError) as exc:
             mapped = from_plait(exc)
             if mapped is not None:

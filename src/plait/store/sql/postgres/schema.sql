@@ -144,7 +144,9 @@ CREATE TABLE @schema@.events (
     decided_by  text,
     outcome     text,
     reason      jsonb,
-    judged_at   timestamptz
+    judged_at   timestamptz,
+    -- the sender's de-duplication key: a run takes each key once (held or consumed)
+    dedup       text
 );
 
 -- A run's named state (wf.state).
@@ -301,5 +303,8 @@ CREATE INDEX timers_due ON @schema@.timers (wake_at);
 CREATE INDEX events_open ON @schema@.events (run_id, id) WHERE consumed_by IS NULL;
 -- a run's decisions are read, and a pruned run's events deleted, by run
 CREATE INDEX events_run ON @schema@.events (run_id);
+-- a run takes an event of a de-duplication key once, held or consumed: a second send of
+-- the key stores nothing (the insert's conflict), whichever process sends it
+CREATE UNIQUE INDEX events_dedup ON @schema@.events (run_id, dedup) WHERE dedup IS NOT NULL;
 CREATE INDEX queue_admissions_at ON @schema@.queue_admissions (queue, at);
 CREATE INDEX schedules_due ON @schema@.schedules (next_tick) WHERE status = 'active';

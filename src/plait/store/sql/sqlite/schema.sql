@@ -132,7 +132,9 @@ CREATE TABLE plait_events (
     decided_by  TEXT,
     outcome     TEXT,
     reason      TEXT,
-    judged_at   REAL
+    judged_at   REAL,
+    -- the sender's de-duplication key: a run takes each key once (held or consumed)
+    dedup       TEXT
 );
 
 -- A run's named state (wf.state).
@@ -222,6 +224,9 @@ CREATE INDEX plait_timers_due ON plait_timers (wake_at);
 CREATE INDEX plait_events_open ON plait_events (run_id, name) WHERE consumed_by IS NULL;
 -- a run's decisions are read, and a pruned run's events deleted, by run
 CREATE INDEX plait_events_run ON plait_events (run_id);
+-- a run takes an event of a de-duplication key once, held or consumed: a second send of
+-- the key stores nothing (the insert's conflict), whichever process sends it
+CREATE UNIQUE INDEX plait_events_dedup ON plait_events (run_id, dedup) WHERE dedup IS NOT NULL;
 CREATE INDEX plait_queue_admissions_at ON plait_queue_admissions (queue, at);
 CREATE INDEX plait_schedules_due ON plait_schedules (next_tick) WHERE status = 'active';
 
