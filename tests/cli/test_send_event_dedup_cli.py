@@ -64,3 +64,25 @@ def test_a_bad_key_is_a_usage_error_naming_dedup(tmp_path: Path) -> None:
         assert code == 2, out
         assert "--dedup" in out and "dedup" in out.split("--dedup", 1)[1], out
     assert not (tmp_path / "t.db").exists()  # refused before the database was opened
+
+
+@app.workflow
+async def notify(wf: plait.Workflow, to: str) -> None:
+    await wf.send_event(to, "item", "hello")
+
+
+def test_runs_show_names_a_send_and_the_run_it_went_to(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 't.db'}"
+
+    async def start() -> str:
+        async with plait.Engine(app, db) as engine:
+            to = await engine.start("later")
+            sender = await engine.start("notify", to)
+            await engine.wait(sender, timeout=30)
+            return sender
+
+    sender = asyncio.run(start())
+    code, out = run("runs", "show", sender, "-d", db)
+    assert code == 0, out
+    (line,) = [ln for ln in out.splitlines() if "send event: item" in ln]
+    assert "succeeded" in line and "to run" in line, out

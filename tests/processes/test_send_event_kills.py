@@ -5,9 +5,9 @@ commit, and the event's key is the step's invocation id."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
-import time
 from pathlib import Path
 
 import pytest
@@ -87,7 +87,7 @@ async def test_each_event_is_delivered_once_under_20_sigkills(
             worker = start_worker("send-w0")
             for kill in range(KILLS):
                 await _at_work(tail, worker, pairs)
-                time.sleep(rng.uniform(0.05, 0.4))  # blocking: the kill lands when chosen
+                await asyncio.sleep(rng.uniform(0.05, 0.4))  # a random point to kill at
                 worker.sigkill()
                 made = await pairs.sends_made()
                 mid_way += any(0 < n <= COUNT for n in made.values())
