@@ -28,9 +28,9 @@ from plait.app import FunctionDef, WorkflowDef
 from plait.cancel_guard import uncancelled
 from plait.durations import parse_duration
 from plait.errors import Cancel, EventTimeout, StepError
-from plait.records import Decision, Run
+from plait.records import Decision
 from plait.retry import resolve_policy
-from plait.runtime import runs, steps
+from plait.runtime import runs, sends, steps
 from plait.runtime.control_flow import PassAborted, PauseSignal, SuspendSignal, Unwind
 from plait.runtime.drive import Driver, dump_input
 from plait.runtime.gates import Found, Gates, raise_if_cancelled
@@ -39,7 +39,6 @@ from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.order import ReachedAfter, deliverable, event_order
 from plait.runtime.workflow import CURRENT_REPLAY, StepCall, Workflow
 from plait.runtime.workflow_loop import WorkflowLoop, current_task
-from plait.statuses import TERMINAL
 from plait.store.ops import EndRun
 from plait.store.rows import PassSnapshot
 
@@ -221,34 +220,11 @@ class CodeReplay:
             raise EventTimeout(name, key)
         raise ledger.pause(key, step.wake_at)
 
-    async def send_event(self, key: str, run_id: str, name: str, payload: Any) -> None:
-        """``wf.send_event``: recorded once, with the event, in one commit (see
-        ``steps.send_event``); a replay finds the step and sends nothing again. The target
-        is read first: a run that does not exist, has ended, or that this run may not send
-        to (``sending_refused``) fails the step at once, naming the run."""
-        ledger = self.ledger
-        fields = {"run_id": run_id, "event": name, "payload": payload}
-        step = ledger.steps.get(key)
-        if step is None:
-            step = ledger.new_step(
-                key, key, steps.SEND_KIND, input=dump_input(fields, key, self.host.limits)
-            )
-        else:
-            ledger.check_same(step, steps.SEND_KIND, None, dump_input(fields, key))
-        if step.status == "succeeded":
-            return None
-        if step.status == "failed":
-            raise StepError(step.key, serde.loads(step.error) or {})
-        # not sent yet (a pending step a commit carried before the pass could send it)
-        payload_text = serde.dumps(payload, what=f"event {name!r}", limits=self.host.limits)
-        target = await self.host.read_run(run_id)
-        refusal = sending_refused(ledger.run.id, ledger.run.owner, run_id, target)
-        if refusal is not None:
-            ledger.add(steps.refuse_send(step, f"event {name!r} not sent: {refusal}", ledger.now()))
-            raise StepError(step.key, serde.loads(step.error) or {})
-        ledger.add(steps.send_event(step, run_id, name, payload_text, ledger.now()))
-        ledger.sent_to.append(run_id)
-        return None
+    def send_event(
+        self, key: str, run_id: str, name: str, payload: Any
+    ) -> Coroutine[Any, Any, None]:
+        """``wf.send_event`` (``runtime.sends``)."""
+        return sends.send_event(self.ledger, self.host, key, run_id, name, payload)
 
     def approval(
         self,
@@ -597,24 +573,6 @@ class CodeReplay:
 
 
 _UNWIND_ROUNDS = 5
-
-
-def sending_refused(
-    sender_id: str, sender_owner: str | None, run_id: str, target: Run | None
-) -> str | None:
-    """Why run ``sender_id`` (owned by ``sender_owner``) may not send an event to
-    ``target`` (run ``run_id`` as read now, None if there is none), or None if it may.
-
-    A run may send to the runs its owner could send to over HTTP: her own and runs
-    without an owner. A run without an owner was started by trusted code and may send
-    to any run. So a user who starts a workflow reaches no run through it that she could
-    not reach herself; and a run she may not reach is refused in the words of one that
-    does not exist, as HTTP's 403 says nothing of another user's run either."""
-    if target is None or (sender_owner is not None and target.owner not in (None, sender_owner)):
-        return f"no run {run_id!r} that run {sender_id!r} may send to"
-    if target.status in TERMINAL:
-        return f"run {run_id!r} has ended ({target.status})"
-    return None
 
 
 async def _raise(exc: Exception) -> Any:
