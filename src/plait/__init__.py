@@ -41,6 +41,7 @@ from plait.queues import Queue
 from plait.records import (
     Approval,
     ApprovalDecision,
+    CheckResult,
     Decision,
     Run,
     RunStatus,
@@ -62,6 +63,7 @@ __all__ = [
     "ApprovalForbiddenError",
     "ApprovalResolvedError",
     "Cancel",
+    "CheckResult",
     "Decision",
     "Engine",
     "EventTimeout",

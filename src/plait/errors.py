@@ -107,8 +107,9 @@ class ScheduleNotFoundError(PlaitError, LookupError):
 class RunStateError(PlaitError):
     """An action that the run's current status does not allow (HTTP 409)."""
 
-    def __init__(self, run_id: str, status: str, action: str) -> None:
-        super().__init__(f"cannot {action} run {run_id!r}: it is {status}")
+    def __init__(self, run_id: str, status: str, action: str, hint: str | None = None) -> None:
+        said = f"; {hint}" if hint else ""
+        super().__init__(f"cannot {action} run {run_id!r}: it is {status}{said}")
         self.run_id = run_id
         self.status = status
         self.action = action

@@ -1,6 +1,7 @@
 """The Engine: open and close it, its definitions, start runs, wait for them and read
 them. What it does to runs, schedules, approval gates, values, queues and forks is each
-in a module of its own in this package, mixed into ``Engine``."""
+in a module of its own in this package, mixed into ``Engine`` (``check``, a dry replay
+of live runs on this code, too)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from plait.durations import parse_duration, timeout_seconds
 from plait.engine.actions import ActionsMixin
 from plait.engine.approvals import ApprovalsMixin
 from plait.engine.base import Duration
+from plait.engine.check import CheckMixin
 from plait.engine.filters import run_filter
 from plait.engine.fork import ForkMixin
 from plait.engine.queues import QueuesMixin
@@ -93,7 +95,15 @@ def workflow_name(workflow: WorkflowRef) -> str:
     return name
 
 
-class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixin, ValuesMixin):
+class Engine(
+    ActionsMixin,
+    ApprovalsMixin,
+    CheckMixin,
+    ForkMixin,
+    QueuesMixin,
+    SchedulesMixin,
+    ValuesMixin,
+):
     """A handle on one database plus (with ``workers=True``) the loops that work it.
 
     Use it as ``async with plait.Engine(app, url) as engine:``. Several engines and

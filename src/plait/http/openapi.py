@@ -495,6 +495,7 @@ def _schemas() -> dict[str, Any]:
         updated_at=timestamp,
         wake_at=maybe_timestamp,
         reached_after={"type": ["array", "null"], "items": {"type": "string"}},
+        label={"type": "string"},
     )
     attempt = _object(
         run_id={"type": "string"},

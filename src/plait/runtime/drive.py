@@ -79,6 +79,8 @@ class Driver:
             if step.status == "failed":
                 await self.compensate(step, on_error)
                 raise StepError(step.key, serde.loads(step.error) or {})
+            if ledger.dry:
+                raise ledger.pause(step.key)  # a dry pass starts nothing (``runtime.check``)
             if step.queued:
                 if step.status == "pending":
                     ledger.add(steps.enqueue(step, ledger.now()))
@@ -248,6 +250,8 @@ class Driver:
             return serde.loads(step.output)
         if step.status == "failed":
             raise StepError(key, serde.loads(step.error) or {})
+        if ledger.dry:
+            raise ledger.pause(key)  # a dry pass starts no child run (``runtime.check``)
         if step.status == "pending":
             kind, version = target or self.host.catalog.describe(workflow)
             ledger.add(steps.begin_child(step, ledger.owner, ledger.now()))

@@ -49,6 +49,10 @@ class PassResult:
 class Ledger:
     """The state of one pass; discarded when it ends."""
 
+    #: a dry pass (``runtime.check``): steps are resolved from what is recorded, but no
+    #: attempt, job or child run starts, and nothing is committed
+    dry = False
+
     def __init__(self, host: Host, snapshot: PassSnapshot, owner: str) -> None:
         self.host = host
         #: the host clock's ``now``: every time this pass records
@@ -307,10 +311,14 @@ class Ledger:
     ) -> None:
         """A recorded step must be what the code asks for now, with the same input when
         ``input`` is given, or the replay has diverged: the code is not deterministic, or
-        it is another version. Never hand a step another call's result."""
+        it is another version. Never hand a step another call's result. A step a fork
+        kept from its source (``ids.kept_step``) is compared by kind and function only:
+        its input may hold the source's run id."""
         self.unreached.discard(step.key)
         if step.kind == kind and step.function == function:
             if input is False or input == step.input or _same_json(input, step.input):
+                return
+            if ids.kept_step(self.run.id, step.key, step.invocation_id):
                 return
             self.conflict = (
                 f"step {step.key!r} was recorded with input {_clip(step.input)} but the "

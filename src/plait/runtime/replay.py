@@ -46,10 +46,14 @@ from plait.store.rows import PassSnapshot
 class CodeReplay:
     """One pass of a code workflow."""
 
-    def __init__(self, host: Host, snapshot: PassSnapshot, owner: str) -> None:
+    def __init__(
+        self, host: Host, snapshot: PassSnapshot, owner: str, ledger: Ledger | None = None
+    ) -> None:
+        """``ledger``: where the pass keeps its bookkeeping (a dry pass brings its own,
+        ``runtime.check``); by default a new ``Ledger`` of ``snapshot``."""
         self.host = host
         self.app = host.catalog.app
-        self.ledger = Ledger(host, snapshot, owner)
+        self.ledger = Ledger(host, snapshot, owner) if ledger is None else ledger
         self.ledger.ordered = True
         self.reached = self.ledger.reached
         self.driver = Driver(self.ledger, host)

@@ -10,7 +10,8 @@
                                   cancelled              cancelled, raised
                                   suspended              suspended
                                   (or it stays running)  pass_status
-    queued | running | suspended  cancelled              cancel (a user's)
+    queued | running | suspended  cancelled              cancel (a user's), replaced
+                                                         (a fork made with replace)
     queued                        running                ADMITTED (the worker's admission)
     suspended                     running                resume
     failed                        running | queued       retry (queued: a run of a queue)
@@ -166,6 +167,17 @@ def cancel(reason: str | None) -> RunCancel:
     """A user cancels the run (``Engine.cancel``), with ``reason`` as its message."""
     error = steps.run_cancelled_error(reason)
     return RunCancel(error, steps.child_step_end(None, "cancelled", None, error))
+
+
+#: the statuses a user's cancel ends a run from
+CANCELLABLE: frozenset[RunStatusName] = frozenset({"queued", "running", "suspended"})
+
+
+def replaced(fork_id: str) -> EndRun:
+    """A fork made with ``replace`` ends its live source as a user's cancel does, with a
+    reason naming the fork, in the transaction that makes the fork."""
+    cut = cancel(f"replaced by fork {fork_id}")
+    return EndRun(cut.status, None, cut.error, cut.parent, cut.cut)
 
 
 # -- a run that goes on again -------------------------------------------------------------

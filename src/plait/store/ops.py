@@ -197,6 +197,14 @@ class CancelChildren:
     cut: CancelCut
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordVersion:
+    """Record the version of the code the run replays on, if it has none yet: a fork
+    made by a process that lacks the workflow's code leaves it to its first pass."""
+
+    version: str
+
+
 Op = (
     PutStep
     | StartAttempt
@@ -213,6 +221,7 @@ Op = (
     | GuardStep
     | TakeDecision
     | SendEvent
+    | RecordVersion
 )
 
 

@@ -28,6 +28,7 @@ from plait.store.ops import (
     GuardStep,
     Op,
     PutStep,
+    RecordVersion,
     SendEvent,
     SetState,
     SetTimer,
@@ -103,6 +104,8 @@ def op_value(op: Op) -> tuple[Any, ...]:
         return ("set_state", *(None,) * 4, op.value, *(None,) * 7, op.name, None, None)
     if isinstance(op, SetValue):
         return ("set_value", *(None,) * 4, op.value, *(None,) * 7, op.key, None, None)
+    if isinstance(op, RecordVersion):
+        return ("record_version", *(None,) * 12, op.version, None, None)
     if isinstance(op, SendEvent):
         # key: the run it goes to; the payload rides in output, the dedup key in purpose
         return (

@@ -27,6 +27,7 @@ from plait.store.ops import (
     GuardStep,
     Op,
     PutStep,
+    RecordVersion,
     SendEvent,
     SetState,
     SetTimer,
@@ -106,6 +107,8 @@ def _apply_rare(conn: sqlite3.Connection, run_id: str, op: Op, now: float) -> No
             conn.execute(
                 SQL["refuse_accepted_decision"], (op.outcome, op.reason, now, run_id, op.key)
             )
+    elif isinstance(op, RecordVersion):
+        conn.execute(SQL["record_version"], (op.version, run_id))
     else:  # pragma: no cover - a new op without a store implementation
         raise TypeError(f"unknown store operation {op!r}")
 

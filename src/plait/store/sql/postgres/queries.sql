@@ -172,6 +172,19 @@ SELECT r.id, r,
     ARRAY(SELECT st FROM @schema@.state st WHERE st.run_id = r.id) AS state
 FROM @schema@.runs r WHERE r.id = ANY($1::text[])
 
+-- name: list_passes
+-- As load_passes, for a page of runs in one of the statuses $1 of kind $2 (of workflow $3
+-- when given) whose ids come after $4, in id order.
+SELECT r.id, r,
+    ARRAY(SELECT s FROM @schema@.steps s WHERE s.run_id = r.id) AS steps,
+    ARRAY(SELECT e FROM @schema@.events e
+          WHERE e.run_id = r.id AND e.consumed_by IS NULL ORDER BY e.id) AS events,
+    ARRAY(SELECT st FROM @schema@.state st WHERE st.run_id = r.id) AS state
+FROM @schema@.runs r
+WHERE r.status = ANY($1::text[]) AND r.kind = $2 AND ($3::text IS NULL OR r.workflow = $3)
+    AND r.id > $4
+ORDER BY r.id LIMIT $5
+
 -- name: claim_run
 UPDATE @schema@.runs SET lease_owner = $2, lease_until = $3
 WHERE id = $1 AND status = 'running' AND (lease_owner IS NULL OR lease_until < $4)
@@ -564,7 +577,9 @@ ORDER BY s.created_at LIMIT $2
 SELECT key, value FROM @schema@.run_values WHERE run_id = $1 ORDER BY key
 
 -- name: fork_run
-SELECT r FROM @schema@.fork_run($1::@schema@.new_run, $2, $3::@schema@.op[], $4) r
+SELECT forked, moved
+FROM @schema@.fork_run($1::@schema@.new_run, $2, $3::@schema@.op[], $4, $5::text[],
+                       $6::@schema@.op)
 
 -- name: prune_runs
 SELECT deleted, last_at, last_id FROM @schema@.prune_runs($1::text[], $2, $3, $4, $5)

@@ -316,6 +316,31 @@ WHERE run_id = ? AND consumed_by IS NULL ORDER BY id
 -- name: pass_state
 SELECT name, value FROM plait_state WHERE run_id = ?
 
+-- name: list_pass_runs
+-- A page of runs for list_passes (the statuses a JSON list), in id order.
+SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
+    parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
+    lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
+    forked_from, trace
+FROM plait_runs
+WHERE status IN (SELECT value FROM json_each(:statuses)) AND kind = :kind
+    AND (:workflow IS NULL OR workflow = :workflow) AND id > :after
+ORDER BY id LIMIT :limit
+
+-- name: page_steps
+-- pass_steps of the runs of a page (their ids a JSON list).
+SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
+    failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
+    queued, wake_at, created_at, updated_at, delivered, retried_failures, reached_after
+FROM plait_steps WHERE run_id IN (SELECT value FROM json_each(?))
+
+-- name: page_events
+SELECT run_id, id, name, payload FROM plait_events
+WHERE run_id IN (SELECT value FROM json_each(?)) AND consumed_by IS NULL ORDER BY id
+
+-- name: page_state
+SELECT run_id, name, value FROM plait_state WHERE run_id IN (SELECT value FROM json_each(?))
+
 -- name: claim_run
 UPDATE plait_runs SET lease_owner = ?, lease_until = ?
 WHERE id = ? AND status = 'running' AND (lease_owner IS NULL OR lease_until < ?)
@@ -744,6 +769,10 @@ ORDER BY s.created_at LIMIT :limit
 
 -- name: set_forked_from
 UPDATE plait_runs SET forked_from = ? WHERE id = ?
+
+-- name: record_version
+-- The version of the code a fork made without it replays on, written by its first pass.
+UPDATE plait_runs SET version = ? WHERE id = ? AND version IS NULL
 
 -- name: prune_roots
 -- The next ended top-level runs to prune, oldest first after the cursor, read from the

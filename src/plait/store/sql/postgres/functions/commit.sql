@@ -73,6 +73,8 @@ BEGIN
             ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value,
                 updated_at = excluded.updated_at;
             PERFORM pg_notify(@channel@, 'run:' || p_run);
+        WHEN 'record_version' THEN
+            UPDATE @schema@.runs SET version = o.name WHERE id = p_run AND version IS NULL;
         WHEN 'send_event' THEN
             -- key: the run it goes to, output: the payload, purpose: its dedup key
             PERFORM @schema@.store_event(o.key, o.name, o.output, o.purpose, p_now);

@@ -240,16 +240,36 @@ BEGIN
     RETURN QUERY SELECT * FROM @schema@.runs WHERE id = p_run;
 END $$;
 
--- A fork: the new run (p_new) with the steps it keeps (p_ops), and where it came from.
+-- A fork: the new run (p_new) with the steps it keeps (p_ops), and where it came from, if
+-- the source is still one of p_allowed (PLT02 / PLT03 as lock_for_action says if not).
+-- With p_replace (an end_run op: a cancel's end) a live source then ends as a cancel ends
+-- it, in the same transaction, its parent locked first as cancel_run locks it. Returns
+-- the fork and the runs the cancel moved.
 CREATE OR REPLACE FUNCTION @schema@.fork_run(
-    p_new @schema@.new_run, p_from text, p_ops @schema@.op[], p_now timestamptz
-) RETURNS SETOF @schema@.runs LANGUAGE plpgsql AS $$
+    p_new @schema@.new_run, p_from text, p_ops @schema@.op[], p_now timestamptz,
+    p_allowed text[], p_replace @schema@.op
+) RETURNS TABLE (forked @schema@.runs, moved text[]) LANGUAGE plpgsql AS $$
+DECLARE
+    parent text;
+    v_moved text[] := ARRAY[]::text[];
 BEGIN
+    IF (p_replace).kind IS NOT NULL THEN
+        SELECT r.parent_run_id INTO parent FROM @schema@.runs r WHERE r.id = p_from;
+        IF parent IS NOT NULL THEN
+            PERFORM 1 FROM @schema@.runs r WHERE r.id = parent FOR UPDATE;
+        END IF;
+    END IF;
+    PERFORM @schema@.lock_for_action(p_from, p_allowed);
     IF NOT @schema@.insert_run(p_new, p_now) THEN
         RAISE EXCEPTION 'run % exists', p_new.id USING ERRCODE = 'PLT06';
     END IF;
-    UPDATE @schema@.runs SET forked_from = p_from WHERE id = p_new.id;
+    UPDATE @schema@.runs r SET forked_from = p_from WHERE r.id = p_new.id;
     PERFORM @schema@.apply_ops(p_new.id, p_ops, p_now);
+    IF (p_replace).kind IS NOT NULL THEN
+        v_moved := @schema@.end_run(p_from, (p_replace).status, NULL, (p_replace).error,
+                                    (p_replace).parent, (p_replace).cut, p_now,
+                                    ARRAY['running', 'suspended', 'queued']);
+    END IF;
     PERFORM pg_notify(@channel@, 'work');
-    RETURN QUERY SELECT * FROM @schema@.runs WHERE id = p_new.id;
+    RETURN QUERY SELECT r, v_moved FROM @schema@.runs r WHERE r.id = p_new.id;
 END $$;
