@@ -39,6 +39,8 @@ async def send_event(
         return
     if step.status == "failed":
         raise StepError(step.key, serde.loads(step.error) or {})
+    if ledger.dry:
+        raise ledger.pause(key)  # a dry pass sends nothing (``runtime.check``)
     # not sent yet (or a pending step a commit carried before this pass could send it)
     payload_text = serde.dumps(payload, what=f"event {name!r}", limits=host.limits)
     target = await host.read_run(run_id)
