@@ -23,6 +23,8 @@ STEP_INTERRUPTED = "STEP_INTERRUPTED"
 STEP_FAILED = "STEP_FAILED"
 NOT_JSON = "NOT_JSON"
 EVENT_TIMEOUT = "EVENT_TIMEOUT"
+#: the run's deadline (``@app.workflow(timeout=)``, ``start(timeout=)``) passed first
+RUN_TIMEOUT = "RUN_TIMEOUT"
 CHILD_FAILED = "CHILD_FAILED"
 #: the workflow waits on something that is not a step and can never be woken
 WORKFLOW_BLOCKED = "WORKFLOW_BLOCKED"

@@ -99,6 +99,12 @@ class Run(_Record, Generic[Output]):
     start_at: datetime | None = None
     #: the run this one was forked from (``Engine.fork``), else None
     forked_from: str | None = None
+    #: the run this one continues (``wf.continue_as_new``), else None
+    continued_from: str | None = None
+    #: the run that continues this one, once it ended ``continued``, else None
+    continued_to: str | None = None
+    #: when the run fails ``RUN_TIMEOUT`` unless it ended before (``timeout=``), else None
+    deadline_at: datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True)

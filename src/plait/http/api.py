@@ -37,9 +37,18 @@ from plait.records import Run
 Handler = Callable[[Request], Awaitable[Response]]
 
 #: the fields of a start an engine error may name, most specific first
-START_FIELDS = ("start_node", "start_at", "queue", "priority", "dedup", "delay", "key")
+START_FIELDS = (
+    "start_node",
+    "start_at",
+    "queue",
+    "priority",
+    "dedup",
+    "delay",
+    "key",
+    "timeout",
+)
 
-#: ``wait`` without a ``timeout`` still gives up (202, run still going) after this long, so
+#: ``wait`` without a ``wait_timeout`` still gives up (202, run still going) after this long, so
 #: an abandoned request cannot hold a server task for ever
 MAX_WAIT_SECONDS = 300.0
 
@@ -142,6 +151,7 @@ class Api:
                 dedup=body.dedup,
                 delay=body.delay,
                 start_at=body.start_at,
+                timeout=body.timeout,
             )
         except RunIdTakenError as exc:
             # the id answers only to the owner of the run that holds it
@@ -163,7 +173,7 @@ class Api:
             raise ApiError(403, "FORBIDDEN", "the dedup key is held by a run of another user")
         if not body.wait:
             return JSONResponse({"run_id": run_id}, status_code=201)
-        wait = self.engine.wait(run_id, timeout=body.timeout or MAX_WAIT_SECONDS)
+        wait = self.engine.wait(run_id, timeout=body.wait_timeout or MAX_WAIT_SECONDS)
         try:
             settled = await self.lifecycle.watch(wait, request.receive, "waits")
         except TimeoutError:
@@ -180,7 +190,7 @@ class Api:
         """Newest first, only runs the caller may read, with the total for paging. Each
         run is a summary: a page costs the same whatever the runs' inputs and outputs.
         Filters: workflow, status, a part of the id, a time range, top-level runs only or
-        the children of one run."""
+        the children of one run, runs that continued as new left out."""
         query = runs_query(request)
         try:
             runs, total = await self.engine.run_summaries(
@@ -193,6 +203,7 @@ class Api:
                 created_after=query.since,
                 created_before=query.until,
                 top_level=bool(query.top_level),
+                hide_continued=bool(query.hide_continued),
                 parent_run_id=query.parent,
             )
         except ValueError as exc:

@@ -189,7 +189,7 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
                         "200": _json(_ref("RunWithSteps"), "with `wait`: the settled run"),
                         "202": _json(
                             _ref("RunWithSteps"),
-                            "with `wait`: still going after `timeout` (default 300 s), or"
+                            "with `wait`: still going after `wait_timeout` (default 300 s), or"
                             " the server is shutting down",
                         ),
                         **_errors(*_CHANGES, 404, 409, 422),
@@ -249,6 +249,13 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
                             "name": "top_level",
                             "in": "query",
                             "description": "only runs that are no other run's child",
+                            "schema": {"type": "boolean"},
+                        },
+                        {
+                            "name": "hide_continued",
+                            "in": "query",
+                            "description": "leave out runs that continued as new (of each"
+                            " chain, its last run only)",
                             "schema": {"type": "boolean"},
                         },
                         {
@@ -473,6 +480,10 @@ def _schemas() -> dict[str, Any]:
         input={},
         output={},
         error=error,
+        # a chain of runs continued as new: the run this one continues, the one that
+        # continues it
+        continued_from=text_or_null,
+        continued_to=text_or_null,
     )
     # a summary counts the children the caller may see; a run lists them
     summary["properties"]["children"] = {"type": "integer"}

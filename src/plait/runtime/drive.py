@@ -285,6 +285,12 @@ class Driver:
                             status=runs.initial_status(admit),
                             queue=queue,
                             trace=self._child_trace(),
+                            # never later than the parent's: nothing waits for it after
+                            deadline_at=runs.deadline(
+                                ledger.now(),
+                                None if wdef is None else wdef.timeout,
+                                ledger.run.deadline_at,
+                            ),
                         )
                     )
                 ]

@@ -31,8 +31,11 @@ from plait.store.rows import PassSnapshot, StepRow
 class PassResult:
     """How a pass ended, for the worker that drove it."""
 
-    #: running (it waits), completed, failed, cancelled, suspended (``runs.pass_status``)
+    #: running (it waits), completed, failed, cancelled, continued, suspended
+    #: (``runs.pass_status``)
     status: RunStatusName
+    #: runs this pass started that this process drives at once: child runs, and the run
+    #: that continues this one
     children: list[str] = dataclasses.field(default_factory=list)  # pyright: ignore[reportUnknownVariableType]
     #: the pass put a job step on the job table: the step loops should look
     enqueued: bool = False
@@ -86,6 +89,9 @@ class Ledger:
             + 1
         )
         self.conflict: str | None = None
+        #: the run's end once the workflow continued as new (``continue_as_new``): the
+        #: pass stops there
+        self.continued: EndRun | None = None
         #: replaying on code that is not the version the run started on
         self.foreign_version = False
         #: a new step must not come before a recorded one (a code replay: see ``_check_new``)
@@ -116,6 +122,27 @@ class Ledger:
         self.end_error = end.error
         if end.status in runs.TAKES_CHILDREN:
             self.ended_children = ended
+        successor = end.successor
+        if successor is not None:
+            # the run that continues this one: driven here at once, as a child run is,
+            # unless it waits for its queue's admission
+            if successor.status == runs.ADMITTED:
+                self.children.append(successor.id)
+            else:
+                self.admit = True
+
+    def continue_as_new(self, payload: str | None) -> None:
+        """The workflow continues as new with ``payload`` (its input as JSON): checked as
+        a start checks it (the workflow's input type raises ``InputValidationError``
+        where it was called), then the first call decides the run's end: ``continued``,
+        with the new run on the code deployed now (``runs.continued``)."""
+        workflow = self.run.workflow
+        wdef = self.host.catalog.app.workflows.get(workflow)
+        if wdef is not None and wdef.input_codec is not None:
+            wdef.decode_input(payload)
+        if self.continued is None:
+            _kind, version = self.host.catalog.describe(workflow)
+            self.continued = runs.continued(self.run, ids.new_run_id(), payload, version)
 
     def put(self, step: StepRow) -> None:
         """Write the step's current row with the next commit."""

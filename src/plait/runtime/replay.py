@@ -27,16 +27,17 @@ from plait import approval, errors, serde
 from plait.app import FunctionDef, WorkflowDef
 from plait.cancel_guard import uncancelled
 from plait.durations import parse_duration
-from plait.errors import Cancel, EventTimeout, StepError
+from plait.errors import Cancel, StepError
 from plait.records import Decision
 from plait.retry import resolve_policy
 from plait.runtime import runs, sends, steps
 from plait.runtime.control_flow import PassAborted, PauseSignal, SuspendSignal, Unwind
 from plait.runtime.drive import Driver, dump_input
-from plait.runtime.gates import Found, Gates, raise_if_cancelled
+from plait.runtime.gates import Found, Gates
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.order import ReachedAfter, deliverable, event_order
+from plait.runtime.waits import Waits
 from plait.runtime.workflow import CURRENT_REPLAY, StepCall, Workflow
 from plait.runtime.workflow_loop import WorkflowLoop, current_task
 from plait.store.ops import EndRun
@@ -63,6 +64,7 @@ class CodeReplay:
         self.order = ReachedAfter(self.wloop, self.reached)
         self.wloop.on_task = self.order.task_made
         self.gates = Gates(self.ledger, host)
+        self.waits = Waits(self.ledger, host)
         self.main: asyncio.Task[Any] | None = None
         self.wdef: WorkflowDef | None = None
         #: steps called and not yet started, in call order
@@ -161,68 +163,19 @@ class CodeReplay:
         return await self.driver.drive(step, fn, options.get("on_error"), no_retry_on)
 
     # -- sleeps, suspends, events, values -----------------------------------------------------
-    async def sleep(self, key: str, name: str, seconds: float) -> None:
-        ledger = self.ledger
-        step = ledger.steps.get(key)
-        now = ledger.now()
-        if step is None:
-            step = ledger.new_step(key, name, "sleep", input=serde.dumps({"seconds": seconds}))
-            ledger.add(steps.schedule_sleep(step, seconds, now))
-        else:
-            ledger.check_same(step, "sleep", None)
-            raise_if_cancelled(step)
-        if step.status == "succeeded":
-            return
-        fired = steps.fire_timer(step, now)
-        if fired is not None:
-            ledger.add(fired)
-            if self.host.telemetry is not None:
-                self.host.telemetry.timer_fired(ledger.run.id, key, "sleep")
-            return
-        raise ledger.pause(key, step.wake_at)
+    def sleep(self, key: str, name: str, seconds: float) -> Coroutine[Any, Any, None]:
+        """A sleep (``runtime.waits``)."""
+        return self.waits.sleep(key, name, seconds)
 
-    async def suspend(self, key: str, reason: str) -> None:
-        ledger = self.ledger
-        step = ledger.steps.get(key)
-        if step is None:
-            step = ledger.new_step(
-                key,
-                key,
-                "suspend",
-                input=serde.dumps({"reason": reason, "suspended_at": ledger.now()}),
-            )
-            ledger.add(steps.open_suspend(step, ledger.owner, ledger.now()))
-        else:
-            ledger.check_same(step, "suspend", None)
-        if step.status == "succeeded":
-            return
-        raise SuspendSignal(reason, errors.WORKFLOW_SUSPENDED)
+    def suspend(self, key: str, reason: str) -> Coroutine[Any, Any, None]:
+        """A suspend (``runtime.waits``)."""
+        return self.waits.suspend(key, reason)
 
-    async def wait_for_event(self, key: str, name: str, timeout: float | None) -> Any:
-        ledger = self.ledger
-        step = ledger.steps.get(key)
-        now = ledger.now()
-        if step is None:
-            step = ledger.new_step(key, key, "event", input=serde.dumps({"event": name}))
-            ledger.add(steps.wait_event(step, timeout, now))
-        else:
-            ledger.check_same(step, "event", None)
-            raise_if_cancelled(step)
-        if step.status == "succeeded":
-            return serde.loads(step.output)
-        if step.status == "failed":
-            raise EventTimeout(name, key)
-        for event in ledger.events:
-            if event.name == name:
-                ledger.events.remove(event)
-                return Found(name, (event,))  # taken when delivered (``_take``)
-        timed_out = steps.time_out_event(step, name, now)
-        if timed_out is not None:
-            ledger.add(timed_out)
-            if self.host.telemetry is not None:
-                self.host.telemetry.timer_fired(ledger.run.id, key, "event timeout of")
-            raise EventTimeout(name, key)
-        raise ledger.pause(key, step.wake_at)
+    def wait_for_event(
+        self, key: str, name: str, timeout: float | None
+    ) -> Coroutine[Any, Any, Any]:
+        """An event wait (``runtime.waits``)."""
+        return self.waits.wait_for_event(key, name, timeout)
 
     def send_event(
         self, key: str, run_id: str, name: str, payload: Any
@@ -387,8 +340,8 @@ class CodeReplay:
         inflight = self.inflight
         while True:
             wloop.run_ready()
-            if ledger.conflict or ledger.aborted:
-                break
+            if ledger.conflict or ledger.aborted or ledger.continued:
+                break  # after a continue as new, nothing starts and nothing is handed on
             new = self.new_calls
             while new:
                 call = new.popleft()
@@ -500,6 +453,8 @@ class CodeReplay:
             return runs.failed_control(ledger.conflict, errors.VERSION_CONFLICT)
         if self.wloop.refused is not None:
             return runs.failed_record(serde.error_record(self.wloop.refused))
+        if ledger.continued is not None:
+            return ledger.continued
         waiting = [call for call in self.waiting if call not in abandoned]
         suspended = next((c for c in waiting if c.outcome == "suspended"), None)
         if main.done():

@@ -8,7 +8,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Generic, Protocol, TypedDict, TypeVar, Unpack, overload
+from typing import Any, Generic, NoReturn, Protocol, TypedDict, TypeVar, Unpack, overload
 
 import pydantic
 
@@ -478,6 +478,33 @@ class Workflow:
         key = replay.key(f"__patch:{patch_id}")
         if key:
             replay.deprecate_patch(key)
+
+    def continue_as_new(self, input: Any = None) -> Awaitable[NoReturn]:
+        """End this run ``continued`` and start a new run of this workflow with ``input``,
+        in one commit: the way for a loop that never ends (a chat agent, an entity) to
+        run for ever in bounded storage. Await it: the workflow's code stops there and
+        nothing after it runs (``finally`` blocks unwind, taking no new step).
+
+        The new run has no step history; it keeps this run's owner, queue, key,
+        priority, de-duplication key and parent (a parent waiting for this run gets the
+        last run's output), and runs the code deployed now. ``input`` is checked at
+        once, as a start checks it: input that is not JSON, too large, or that the
+        workflow's input type refuses raises here, and the run goes on. Steps still in
+        flight in other branches end with the run, as at any end: live child runs are
+        cancelled, timers and job steps dropped (an attempt already running ends, and
+        its outcome is kept but handed to no one)."""
+        replay = self._replay
+        # a pass that unwinds the code raises Unwind here, as at a step; none is recorded
+        key = replay.key("__continue_as_new")
+        payload = serde.dumps(
+            input,
+            what=f"the input of workflow {self.name!r} continued as new",
+            limits=replay.ledger.host.limits,
+        )
+        if key:  # none while a pass unwinds code that caught its Unwind
+            replay.ledger.continue_as_new(payload)
+        stop: asyncio.Future[NoReturn] = asyncio.Future(loop=replay.wloop)
+        return stop  # never resolved: the pass ends the run, and unwinds the wait
 
     def now(self) -> datetime:
         """The time, recorded on first reach so every replay sees the same value."""

@@ -18,7 +18,7 @@ from plait.clock import Clock
 from plait.notify import Notifier
 from plait.records import Run, RunSummary, Step, StepAttempt
 from plait.statuses import RunStatusName
-from plait.store.ops import Batch, CancelCut, EndRun, Op, StepEnd
+from plait.store.ops import Batch, CancelChildren, CancelCut, EndRun, Op, StepEnd
 from plait.store.rows import (
     DecisionRow,
     GateRow,
@@ -183,6 +183,31 @@ class Store(Protocol):
         ``parent`` says, and its steps in flight as ``cut`` says. Returns every run that
         moved. ``RunNotFoundError`` / ``RunStateError`` when the run is missing or
         ended."""
+        ...
+
+    async def time_out_run(
+        self,
+        run_id: str,
+        status: RunStatusName,
+        error: str,
+        parent: StepEnd,
+        cut: CancelCut,
+        children: CancelChildren,
+    ) -> list[str]:
+        """End a live run past its deadline as ``cancel_run`` ends it (``status``,
+        ``error``, ``parent``, ``cut``), except that its live child runs (and theirs) end
+        as ``children`` says. Returns every run that moved: none when the run is gone, has
+        ended, or its deadline is still to come (another process timed it out first)."""
+        ...
+
+    async def due_deadlines(self, now: float, limit: int) -> list[tuple[str, float]]:
+        """Up to ``limit`` live runs whose deadline is at or before ``now``, each with its
+        deadline, soonest first, leaving out a child whose live parent is past its deadline too (the
+        parent's time-out ends it)."""
+        ...
+
+    async def next_deadline(self) -> float | None:
+        """The earliest deadline of a live run (None: no live run has one)."""
         ...
 
     async def reopen_run(

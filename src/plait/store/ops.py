@@ -174,13 +174,17 @@ class EndRun:
     end of a child run also ends the parent's waiting step as ``parent`` says (only if
     that step still waits for this child) and wakes the parent. With ``cut`` the end is
     a cancel: the run's live child runs end as it does (``CancelChildren``), and its
-    steps still in flight as ``cut`` says."""
+    steps still in flight as ``cut`` says. With ``successor`` the run continues as new:
+    if the end moves the run, that run is created in the same transaction, linked both
+    ways (``continued_from`` / ``continued_to``), and takes over the parent's waiting
+    step (the step then waits for it)."""
 
     status: RunStatusName
     output: str | None = None
     error: str | None = None
     parent: StepEnd | None = None
     cut: CancelCut | None = None
+    successor: NewRun | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -41,6 +41,8 @@ class NewRun:
     scheduled_at: float | None = None
     #: the starter's trace context (JSON), with tracing on (``plait.tracing``)
     trace: str | None = None
+    #: when the run must have ended (unix seconds, ``runs.deadline``); None: never
+    deadline_at: float | None = None
 
 
 @dataclasses.dataclass
@@ -75,6 +77,12 @@ class RunRow:
     forked_from: str | None = None
     #: the trace context the run was started in (JSON), or None when not traced
     trace: str | None = None
+    #: the run this one continues (its workflow called ``wf.continue_as_new``)
+    continued_from: str | None = None
+    #: the run that continues this one (set as this one ends ``continued``)
+    continued_to: str | None = None
+    #: when the run must have ended (unix seconds); None: no deadline
+    deadline_at: float | None = None
 
 
 @dataclasses.dataclass
@@ -219,6 +227,9 @@ class RunFilter:
     created_before: float | None = None
     #: only runs that are no other run's child
     top_level: bool = False
+    #: leave out the runs another run continues (``wf.continue_as_new``): of each chain,
+    #: only its last run
+    hide_continued: bool = False
     limit: int = 50
     offset: int = 0
 
@@ -297,6 +308,8 @@ class Pending:
     next_start: float | None = None
     #: the next tick of an active schedule; None when no schedule is active
     next_tick: float | None = None
+    #: the earliest deadline of a live run; None when no live run has one
+    next_deadline: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

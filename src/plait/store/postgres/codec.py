@@ -76,6 +76,9 @@ _RUN_ADDED_FIELDS = (
     "admitted_at",
     "forked_from",
     "trace",
+    "continued_from",
+    "continued_to",
+    "deadline_at",
 )
 _STEP_FIELDS = len(dataclasses.fields(StepRow))
 
@@ -112,6 +115,7 @@ def new_run_value(n: NewRun) -> tuple[Any, ...]:
         n.not_before,
         n.scheduled_at,
         n.trace,
+        n.deadline_at,
     )
 
 
@@ -140,6 +144,7 @@ def filter_args(where: RunFilter) -> tuple[Any, ...]:
         where.created_after,
         where.created_before,
         where.top_level,
+        where.hide_continued,
     )
 
 

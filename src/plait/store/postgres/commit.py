@@ -58,7 +58,8 @@ _FIRST_ATTEMPT_ROWS = 16
 
 def op_value(op: Op) -> tuple[Any, ...]:
     """An op as the schema's ``op`` type: (kind, step, attempt, worker, status, output,
-    error, key, purpose, at, function, event_id, run, name, parent, cut)."""
+    error, key, purpose, at, function, event_id, run, name, parent, cut). An end's run is
+    the run that continues it as new, if any."""
     if isinstance(op, PutStep):
         return ("put_step", step_value(op.step), *(None,) * 14)
     if isinstance(op, StartAttempt):
@@ -143,6 +144,7 @@ def op_value(op: Op) -> tuple[Any, ...]:
             None,
         )
     if isinstance(op, EndRun):
+        successor = None if op.successor is None else new_run_value(op.successor)
         return (
             "end_run",
             None,
@@ -151,7 +153,9 @@ def op_value(op: Op) -> tuple[Any, ...]:
             op.status,
             op.output,
             op.error,
-            *(None,) * 7,
+            *(None,) * 5,
+            successor,
+            None,
             step_end_value(op.parent),
             cut_value(op.cut),
         )

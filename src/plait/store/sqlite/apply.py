@@ -165,6 +165,7 @@ def insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> bool:
             new.dedup,
             new.scheduled_at,
             new.trace,
+            new.deadline_at,
         ),
     )
     return cur.rowcount == 1
@@ -309,7 +310,23 @@ def end_run(
     parent_id, parent_key = row
     if parent_id and parent_key and end.parent is not None:
         settle_parent_step(conn, parent_id, parent_key, run_id, end.parent, now)
+    if end.successor is not None:
+        start_successor(conn, run_id, end.successor, now)
     return moved
+
+
+def start_successor(conn: sqlite3.Connection, run_id: str, new: NewRun, now: float) -> None:
+    """The run that continues ``run_id`` (which just ended): created, linked both ways,
+    and waited for by the parent's step that waited for ``run_id``. All in the
+    transaction of the end, so a chain never has two live runs, nor none."""
+    if not insert_run(conn, new, now):
+        raise RuntimeError(f"run {run_id} cannot continue as new: run {new.id} exists")
+    conn.execute(SQL["link_continued"], {"old": run_id, "new": new.id})
+    if new.parent_run_id and new.parent_step_key:
+        conn.execute(
+            SQL["hand_over_child_step"],
+            {"new": new.id, "parent": new.parent_run_id, "key": new.parent_step_key, "old": run_id},
+        )
 
 
 def cancel_children(
@@ -367,6 +384,7 @@ __all__ = [
     "require_status",
     "settle_parent_step",
     "start_attempt",
+    "start_successor",
     "store_event",
     "wake",
 ]

@@ -10,8 +10,9 @@
 -- a take_decision claims. take_decision with purpose 'refuse' turns the accepted decision
 -- of gate key into a refused one. cancel_children ends the run's live children, and
 -- theirs, as end_run cancels (status and error: each child's, parent: how the run's step
--- for each ends, cut: how each child's steps in flight end). send_event stores an event
--- for another run (or this one) through store_event.
+-- for each ends, cut: how each child's steps in flight end). An end_run with a run (a new
+-- run) continues as new: the run that continues it starts if the end moved the run.
+-- send_event stores an event for another run (or this one) through store_event.
 CREATE OR REPLACE FUNCTION @schema@.apply_ops(
     p_run text, p_ops @schema@.op[], p_now timestamptz
 ) RETURNS void LANGUAGE plpgsql AS $$
@@ -57,8 +58,11 @@ BEGIN
             INSERT INTO @schema@.state (run_id, name, value) VALUES (p_run, o.name, o.output)
             ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value;
         WHEN 'end_run' THEN
-            PERFORM @schema@.end_run(p_run, o.status, o.output, o.error, o.parent, o.cut,
-                                     p_now, ARRAY['running']);
+            IF cardinality(@schema@.end_run(p_run, o.status, o.output, o.error, o.parent,
+                                            o.cut, p_now, ARRAY['running'])) > 0
+                    AND (o.run).id IS NOT NULL THEN
+                PERFORM @schema@.start_successor(p_run, o.run, p_now);
+            END IF;
         WHEN 'cancel_children' THEN
             FOR v_child IN SELECT id FROM @schema@.runs
                 WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued')
@@ -181,7 +185,7 @@ BEGIN
         IF NOT FOUND OR holder IS DISTINCT FROM p_fence THEN
             RETURN 'lost';
         END IF;
-        IF v_status IN ('completed', 'failed', 'cancelled') THEN
+        IF v_status IN ('completed', 'failed', 'cancelled', 'continued') THEN
             kept := cardinality(p_ops) - (
                 SELECT count(*) FROM unnest(p_ops) AS x WHERE x.kind = 'start_attempt'
             );
@@ -238,7 +242,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 'lost';
     END IF;
-    IF v_status IN ('completed', 'failed', 'cancelled') THEN
+    IF v_status IN ('completed', 'failed', 'cancelled', 'continued') THEN
         IF EXISTS (SELECT FROM unnest(p_ops) AS x WHERE x.kind = 'start_attempt') THEN
             answer := 'ended';
         END IF;
@@ -316,7 +320,7 @@ DECLARE
     o @schema@.op;
 BEGIN
     SELECT coalesce(array_agg(l.id), '{}'), coalesce(array_agg(l.lease_owner), '{}'),
-        coalesce(array_agg(l.status IN ('completed', 'failed', 'cancelled')), '{}')
+        coalesce(array_agg(l.status IN ('completed', 'failed', 'cancelled', 'continued')), '{}')
     INTO held, holders, ended
     FROM (
         SELECT r.id, r.lease_owner, r.status FROM @schema@.runs AS r

@@ -65,7 +65,8 @@ BEGIN
         v_consumed := NULL;
     ELSE
         PERFORM @schema@.lock_for_action(p_run,
-            ARRAY['queued', 'running', 'suspended', 'completed', 'failed', 'cancelled']);
+            ARRAY['queued', 'running', 'suspended', 'completed', 'failed', 'cancelled',
+                  'continued']);
     END IF;
     IF p_outcome = 'accepted' THEN
         SELECT status, wake_at INTO v_status, v_deadline FROM @schema@.steps
@@ -112,5 +113,6 @@ DROP TRIGGER IF EXISTS runs_end_refuses_held ON @schema@.runs;
 CREATE TRIGGER runs_end_refuses_held
 AFTER UPDATE OF status ON @schema@.runs
 FOR EACH ROW
-WHEN (NEW.status IN ('completed', 'cancelled') AND OLD.status NOT IN ('completed', 'cancelled'))
+WHEN (NEW.status IN ('completed', 'cancelled', 'continued')
+      AND OLD.status NOT IN ('completed', 'cancelled', 'continued'))
 EXECUTE FUNCTION @schema@.refuse_held_decisions();
