@@ -38,6 +38,8 @@ REQUEST_REFUSED = "REQUEST_REFUSED"
 REQUEST_INVALID = "REQUEST_INVALID"
 #: ``wf.wait_for_request`` saw no request before its timeout
 REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
+#: ``wf.send_event`` found no run it may send to, or the run had ended
+EVENT_NOT_SENT = "EVENT_NOT_SENT"
 
 
 class PlaitError(Exception):

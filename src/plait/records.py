@@ -53,6 +53,8 @@ def step_label(key: str, kind: str) -> str:
         return key.removeprefix("__")
     if kind == "patch":
         return f"patch: {key.removeprefix('__patch:')}"
+    if kind == "send_event":
+        return f"send event: {key.removeprefix('__send:')}"
     if kind == "sleep":
         return f"sleep: {key}"
     if kind == "child":

@@ -20,6 +20,7 @@ from plait.store.ops import (
     FinishAttempt,
     Op,
     PutStep,
+    SendEvent,
     SetTimer,
     StartAttempt,
     StepEnd,
@@ -291,6 +292,84 @@ async def test_send_event_says_whether_the_run_waits_for_it(store: Store) -> Non
     wait.status = "failed"  # timed out
     await write(store, "r1", PutStep(wait))
     assert await store.send_event("r1", "paid", None) is False
+
+
+async def _events(store: Store, run_id: str) -> list[tuple[str, str | None]]:
+    snapshot = await store.load_pass(run_id)
+    assert snapshot is not None
+    return [(e.name, e.payload) for e in snapshot.events]
+
+
+async def test_send_event_with_a_key_the_run_took_stores_nothing(store: Store) -> None:
+    await new_run(store, "r1")
+    await idle(store, "r1")
+    seen = await wakeups(store, "r1")
+    await store.send_event("r1", "paid", "1", "k1")
+    assert await store.send_event("r1", "paid", "2", "k1") is False
+    assert await wakeups(store, "r1") == seen + 1  # the duplicate woke nothing
+    await store.send_event("r1", "paid", "3", "k2")
+    await store.send_event("r1", "paid", "4")
+    await store.send_event("r1", "paid", "5")
+    assert await _events(store, "r1") == [("paid", p) for p in ("1", "3", "4", "5")]
+    # a key the run took answers False whatever became of the run; a new one cannot go in
+    await write(store, "r1", EndRun("completed", "null"))
+    assert await store.send_event("r1", "paid", "2", "k1") is False
+    with pytest.raises(RunStateError):
+        await store.send_event("r1", "paid", "2", "k3")
+    with pytest.raises(RunNotFoundError):
+        await store.send_event("nope", "paid", "2", "k1")
+
+
+async def test_senders_racing_with_one_key_store_one_event(store: Store) -> None:
+    await new_run(store, "r1")
+    for turn in range(5):
+        await asyncio.gather(
+            *(store.send_event("r1", "go", str(turn), f"key-{turn}") for _ in range(8))
+        )
+    assert await _events(store, "r1") == [("go", str(turn)) for turn in range(5)]
+
+
+async def test_a_passs_send_is_written_with_its_commit_once(store: Store) -> None:
+    """``SendEvent`` in a pass's batch: the event and the step land together, a batch
+    applied twice (its answer lost) sends once, and a run that ended (or never was)
+    takes nothing while the rest of the batch is written."""
+    await new_run(store, "r1", lease_owner="w1", lease_seconds=60.0)
+    await new_run(store, "r2")
+    await idle(store, "r2")
+    seen = await wakeups(store, "r2")
+    sent = step("r1", "__send:go", kind="send_event", function=None, status="succeeded")
+    batch = [PutStep(sent), SendEvent("r2", "go", '"x"', sent.invocation_id)]
+    for _ in range(2):
+        await store.commit(Batch("r1", list(batch), fence="w1"))
+    assert await _events(store, "r2") == [("go", '"x"')]
+    assert await wakeups(store, "r2") == seen + 1
+    assert await store.claim_due_runs("w2", 60.0, 10) == ["r2"]
+    await write(store, "r2", EndRun("completed", "null"))
+    late = step("r1", "__send:go#1", kind="send_event", function=None, status="succeeded")
+    await store.commit(
+        Batch(
+            "r1",
+            [PutStep(late), SendEvent("r2", "go", "1", "a"), SendEvent("nope", "go", "1", "b")],
+            fence="w1",
+        )
+    )
+    assert await _events(store, "r2") == [("go", '"x"')]
+    assert await store.load_pass("nope") is None
+    assert [s.key for s in await store.get_steps("r1")] == ["__send:go", "__send:go#1"]
+
+
+async def test_runs_sending_to_each_other_at_once_both_commit(store: Store) -> None:
+    """Two passes sending to each other lock the same two runs: neither waits for the
+    other for ever."""
+    await new_run(store, "r1", lease_owner="w1", lease_seconds=60.0)
+    await new_run(store, "r2", lease_owner="w2", lease_seconds=60.0)
+    for turn in range(10):
+        await asyncio.gather(
+            store.commit(Batch("r1", [SendEvent("r2", "go", str(turn), f"a{turn}")], fence="w1")),
+            store.commit(Batch("r2", [SendEvent("r1", "go", str(turn), f"b{turn}")], fence="w2")),
+        )
+    for run_id in ("r1", "r2"):
+        assert await _events(store, run_id) == [("go", str(turn)) for turn in range(10)]
 
 
 async def test_send_event_to_a_suspended_run_keeps_it_for_later(store: Store) -> None:

@@ -53,6 +53,12 @@ class ListHost:
     def published(self, run_id: str) -> None:
         pass
 
+    def sent_event(self, run_id: str) -> None:
+        pass
+
+    async def read_run(self, run_id: str) -> Any:
+        return None
+
     async def read_state(self, run_id: str) -> dict[str, Any]:
         return {}
 

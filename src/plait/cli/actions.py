@@ -7,11 +7,12 @@ import json
 
 import typer
 
-from plait import request
+from plait import queues, request
 from plait.cli.app import (
     RUN_ID_HELP,
     DatabaseOption,
     JsonOption,
+    UsageError,
     cli,
     console,
     emit_json,
@@ -86,6 +87,12 @@ def send_event(
     run_id: str = typer.Argument(..., help=RUN_ID_HELP),
     name: str = typer.Argument(..., help="The event's name (wf.wait_for_event(name))."),
     data: str | None = typer.Option(None, "--data", help="The event's payload as JSON."),
+    dedup: str | None = typer.Option(
+        None,
+        "--dedup",
+        help="A de-duplication key (1-512 characters): the run takes one event of each key, "
+        "so sending again with it changes nothing.",
+    ),
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
@@ -96,13 +103,24 @@ def send_event(
     async def go() -> None:
         nonlocal run_id  # the whole id of what was given
         payload = parse_json(data, "--data")
+        if dedup is not None:
+            try:
+                queues.check_text(dedup, "dedup")
+            except ValueError as exc:
+                raise UsageError(f"--dedup: {exc}") from None
         async with make_engine(None, database) as engine:
             run_id = await find_run_id(engine, run_id)
-            waiting = await engine.send_event(run_id, name, payload)
+            waiting = await engine.send_event(run_id, name, payload, dedup=dedup)
         if as_json:
             emit_json({"run_id": run_id, "event": name, "waiting": waiting})
         elif waiting:
             console.print(f"event {esc(repr(name))} delivered to run {esc(run_id)}")
+        elif dedup is not None:
+            console.print(
+                f"event {esc(repr(name))} not delivered now to run {esc(run_id)}: it is held "
+                "until the run waits for it, or the run took an event of key "
+                f"{esc(repr(dedup))} already (then nothing changed)"
+            )
         else:
             console.print(
                 f"event {esc(repr(name))} held for run {esc(run_id)}: it is not waiting for "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -60,6 +60,8 @@ def detail(step: Step, width: int | None = RESULT_WIDTH) -> str:
         else:
             failed = compact(step.error.get("message", "")) if step.error else ""
             text = f"{failed}; next attempt at {until}" if failed else f"next attempt at {until}"
+    elif step.kind == "send_event":  # its input is what wf.send_event recorded, a dict
+        text = f"to run {cast(dict[str, Any], step.input or {}).get('run_id', '-')}"
     elif step.kind == "child":
         text = f"child run {step.child_run_id or '-'}"
         if step.status == "succeeded":

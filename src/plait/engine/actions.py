@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from plait import serde
+from plait import queues, serde
 from plait.durations import parse_duration
 from plait.engine.base import EngineBase, existing_id
 from plait.errors import (
@@ -78,13 +78,23 @@ class ActionsMixin(EngineBase):
         await self._cancelled(moved)
         return await self.get_run(run_id)
 
-    async def send_event(self, run_id: str, name: str, payload: Any = None) -> bool:
+    async def send_event(
+        self, run_id: str, name: str, payload: Any = None, *, dedup: str | None = None
+    ) -> bool:
         """Deliver to ``wf.wait_for_event(name)``; kept until the run waits for it.
         Returns whether the run was waiting for it: False means the event is held for a
-        wait the run has not reached, or may never reach (its wait timed out already)."""
+        wait the run has not reached, or may never reach (its wait timed out already).
+
+        ``dedup`` (a string of 1 to 512 characters) makes a send idempotent: a run takes
+        one event of each key, held or consumed, so a webhook delivered twice is consumed
+        once. A key the run took already changes nothing and returns False, even once the
+        run has ended; two processes sending one key at once store one event. The keys go
+        with the run's events when it is pruned (a send to a pruned run finds no run)."""
         if not isinstance(name, str) or not name:
             raise TypeError(f"event name must be a non-empty string, got {name!r}")
         check_name(name, "event name")
+        if dedup is not None:
+            queues.check_text(dedup, "dedup")
         existing_id(run_id)
         if name.startswith("__"):
             raise ValueError(
@@ -92,7 +102,7 @@ class ActionsMixin(EngineBase):
                 "messages (an approval is decided with engine.approve)"
             )
         payload_text = serde.dumps(payload, what=f"event {name!r}", limits=self.limits)
-        waiting = await self.store.send_event(run_id, name, payload_text)
+        waiting = await self.store.send_event(run_id, name, payload_text, dedup)
         self._wake(run_id)
         return waiting
 

@@ -27,6 +27,7 @@ from plait.http.schemas import (
     RegisterGraph,
     SendRequest,
     StartRun,
+    event_dedup,
     json_body,
     path_name,
     runs_query,
@@ -266,12 +267,15 @@ class Api:
         return JSONResponse(current.to_dict(), status_code=202)
 
     async def send_event(self, request: Request, principal: Principal) -> Response:
-        """Deliver an event; the body (any JSON, or nothing) is its payload."""
+        """Deliver an event; the body (any JSON, or nothing) is its payload, and the query
+        parameter ``dedup`` its de-duplication key (the body is the payload whole, so a
+        field of it could not be told from the payload's own)."""
         run = await self._readable_run(request, principal)
         name = path_name(request, "event")
+        dedup = event_dedup(request)
         payload = await json_body(request)
         try:
-            waiting = await self.engine.send_event(run.id, name, payload)
+            waiting = await self.engine.send_event(run.id, name, payload, dedup=dedup)
         except (TypeError, ValueError) as exc:
             mapped = from_plait(exc)
             if mapped is not None:

@@ -370,6 +370,15 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
                             "required": True,
                             "schema": {"type": "string"},
                         },
+                        {
+                            "name": "dedup",
+                            "in": "query",
+                            "required": False,
+                            "description": "a de-duplication key: the run takes one event of"
+                            " each key (held or consumed); a send with a key it took already"
+                            " changes nothing and answers waiting: false",
+                            "schema": {"type": "string", "minLength": 1, "maxLength": 512},
+                        },
                     ],
                     "requestBody": {
                         "required": False,

@@ -217,6 +217,21 @@ def _utc(value: datetime) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
+def event_dedup(request: Request) -> str | None:
+    """The ``dedup`` query parameter of an event's send (None: none), if it is a
+    de-duplication key (1 to 512 characters, no control characters); else 422 naming
+    ``dedup``."""
+    values = request.query_params.getlist("dedup")
+    if not values:
+        return None
+    try:
+        if len(values) > 1:
+            raise ValueError("dedup is given more than once")
+        return queues.check_text(values[0], "dedup")
+    except ValueError as exc:
+        raise invalid([{"field": "dedup", "message": str(exc)}], "query string") from None
+
+
 async def json_body(request: Request, *, empty: Any = None) -> Any:
     """The parsed JSON body; ``empty`` when there is none; 422 naming what is wrong when
     it is not UTF-8 JSON, or nests deeper than plait stores (checked on the text first,

@@ -34,7 +34,7 @@ from typing import Any
 from plait import serde
 from plait.catalog import Catalog
 from plait.clock import Clock
-from plait.records import CheckResult, step_label
+from plait.records import CheckResult, Run, step_label
 from plait.runtime.control_flow import PassAborted, SuspendSignal
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger, PassResult
@@ -71,6 +71,12 @@ class DryHost:
 
     def published(self, run_id: str) -> None:
         raise AssertionError(f"a dry pass of run {run_id!r} published a value")
+
+    def sent_event(self, run_id: str) -> None:
+        raise AssertionError(f"a dry pass sent an event to run {run_id!r}")
+
+    async def read_run(self, run_id: str) -> Run | None:
+        raise AssertionError(f"a dry pass read run {run_id!r} to send it an event")
 
     async def read_state(self, run_id: str) -> dict[str, Any]:
         raise AssertionError(f"a dry pass of run {run_id!r} ran a graph node")

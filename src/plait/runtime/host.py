@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from plait.catalog import Catalog
 from plait.clock import Clock
 from plait.observe import Telemetry
+from plait.records import Run
 from plait.serde import Limits
 from plait.store.ops import Batch
 
@@ -66,6 +67,16 @@ class Host(Protocol):
     def published(self, run_id: str) -> None:
         """``run_id`` published a value (``wf.set_value``) in a commit that just ended:
         tell whoever watches the run."""
+        ...
+
+    def sent_event(self, run_id: str) -> None:
+        """A commit that just ended stored an event for ``run_id`` (``wf.send_event``),
+        and woke it in the database: wake this process's loops and watchers too."""
+        ...
+
+    async def read_run(self, run_id: str) -> Run | None:
+        """The run ``run_id`` as stored now (None: no such run), for a pass that sends
+        it an event."""
         ...
 
     async def read_state(self, run_id: str) -> dict[str, Any]:

@@ -107,6 +107,8 @@ class Ledger:
         self.aborted: PassAborted | None = None
         #: the pass published a value (``wf.set_value``) not yet told to its watchers
         self.published = False
+        #: runs this pass sent events to (``wf.send_event``) in writes not yet committed
+        self.sent_to: list[str] = []
         #: per step key reached in this pass, the keys of the steps it was reached after
         #: (a code replay fills it in; ``new_step`` records it with the step's first write)
         self.reached: dict[str, tuple[str, ...]] = {}
@@ -194,6 +196,8 @@ class Ledger:
             raise self.aborted from exc
         if self.published:
             self._tell_published()
+        if self.sent_to:
+            self._tell_sent()
 
     async def finish(self, status: RunStatusName) -> PassResult:
         """The last writes of the pass and the release of its lease, in one commit. A
@@ -208,6 +212,8 @@ class Ledger:
             raise PassAborted(exc) from exc
         if self.published:
             self._tell_published()
+        if self.sent_to:
+            self._tell_sent()
         return PassResult(
             status,
             self.children,
@@ -223,6 +229,13 @@ class Ledger:
         not when the pass ends."""
         self.published = False
         self.host.published(self.run.id)
+
+    def _tell_sent(self) -> None:
+        """The runs a committed ``wf.send_event`` stored events for wake at once in this
+        process too (the commit woke them in the database, and told other processes)."""
+        sent, self.sent_to = self.sent_to, []
+        for run_id in sent:
+            self.host.sent_event(run_id)
 
     # -- tasks --------------------------------------------------------------------------------
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:

@@ -30,7 +30,7 @@ from plait.durations import parse_duration
 from plait.errors import Cancel, StepError
 from plait.records import Decision
 from plait.retry import resolve_policy
-from plait.runtime import runs, steps
+from plait.runtime import patches, runs, sends, steps
 from plait.runtime.control_flow import PassAborted, PauseSignal, SuspendSignal, Unwind
 from plait.runtime.drive import Driver, dump_input
 from plait.runtime.gates import Found, Gates
@@ -191,6 +191,12 @@ class CodeReplay:
         """The answer of a taken request (``runtime.requests``)."""
         return self.requests.answer(key, request_id, data, reply, refusal)
 
+    def send_event(
+        self, key: str, run_id: str, name: str, payload: Any
+    ) -> Coroutine[Any, Any, None]:
+        """``wf.send_event`` (``runtime.sends``)."""
+        return sends.send_event(self.ledger, self.host, key, run_id, name, payload)
+
     def approval(
         self,
         key: str,
@@ -230,28 +236,13 @@ class CodeReplay:
         return serde.loads(step.output)
 
     def patched(self, key: str, patch_id: str) -> bool:
-        """``wf.patched``: a recorded marker says yes; with none, yes only where the run's
-        history (on this branch of the workflow, see ``Ledger.ahead``) ends here. A
-        marker is no point of the order: what follows it comes after what came before
-        it, so runs with and without it line up."""
-        ledger = self.ledger
-        step = ledger.steps.get(key)
-        if step is not None:
-            ledger.check_same(step, steps.PATCH_KIND, None)
-            return True
-        self.reached[key] = self.order.known.get(current_task(self.wloop), ())
-        if ledger.ahead(key) is not None:
-            del self.reached[key]
-            return False
-        step = ledger.new_step(key, key, steps.PATCH_KIND, input=serde.dumps({"patch": patch_id}))
-        ledger.add(steps.mark_patch(step, ledger.now()))
-        return True
+        """``wf.patched`` (``runtime.patches``), decided for the branch that calls it."""
+        known = self.order.known.get(current_task(self.wloop), ())
+        return patches.patched(self.ledger, known, key, patch_id)
 
     def deprecate_patch(self, key: str) -> None:
-        """``wf.deprecate_patch``: a recorded marker is reached; none is recorded."""
-        step = self.ledger.steps.get(key)
-        if step is not None:
-            self.ledger.check_same(step, steps.PATCH_KIND, None)
+        """``wf.deprecate_patch`` (``runtime.patches``)."""
+        patches.deprecate(self.ledger, key)
 
     # -- the whole pass -----------------------------------------------------------------------
     def key(self, name: str) -> str:

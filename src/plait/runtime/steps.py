@@ -32,6 +32,7 @@ from plait.store.ops import (
     GuardStep,
     Op,
     PutStep,
+    SendEvent,
     SetTimer,
     SetValue,
     StartAttempt,
@@ -63,6 +64,9 @@ MAX_AFTER = 32
 
 #: step kind of a patch marker (``wf.patched``): the run took the patched path there
 PATCH_KIND = "patch"
+
+#: step kind of an event sent to a run (``wf.send_event``)
+SEND_KIND = "send_event"
 
 #: step kind of a graph node instance
 NODE_KIND = "node"
@@ -608,6 +612,30 @@ def publish_value(step: StepRow, key: str, value: str | None, now: float) -> lis
     nothing again, and never puts an older value back), and published with it."""
     step.status, step.output, step.updated_at = "succeeded", value, now
     return [_put(step), SetValue(key, value)]
+
+
+def send_event(step: StepRow, run_id: str, name: str, payload: str | None, now: float) -> list[Op]:
+    """``wf.send_event``: the step succeeds with the event stored for ``run_id``, both in
+    one commit, so a crash leaves both or neither. The event's de-duplication key is the
+    step's invocation id: a commit applied twice (its answer lost) still sends once."""
+    step.status, step.output, step.updated_at = "succeeded", None, now
+    return [_put(step), SendEvent(run_id, name, payload, step.invocation_id)]
+
+
+def refuse_send(step: StepRow, message: str, now: float) -> list[Op]:
+    """``wf.send_event`` to a run that does not exist, has ended, or that this run may not
+    send to: the step fails at once (no attempt would change that), with ``message``."""
+    step.status, step.updated_at = "failed", now
+    step.failures += 1
+    step.error = _text(
+        {
+            "message": message,
+            "type": "EventNotSent",
+            "code": errors.EVENT_NOT_SENT,
+            "retryable": False,
+        }
+    )
+    return [_put(step)]
 
 
 # -- for_each nodes -----------------------------------------------------------------------

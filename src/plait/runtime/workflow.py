@@ -85,6 +85,10 @@ class Replay(Protocol):
 
     def value(self, key: str, make: Callable[[], Any]) -> Any: ...
 
+    def send_event(
+        self, key: str, run_id: str, name: str, payload: Any
+    ) -> Coroutine[Any, Any, None]: ...
+
     def approval(
         self,
         key: str,
@@ -428,6 +432,22 @@ class Workflow:
         replay = self._replay
         key = replay.key(f"__event:{name}")
         return StepCall(replay, key, replay.wait_for_event, key, name, seconds)
+
+    def send_event(self, run_id: str, name: str, payload: Any = None) -> StepCall[None]:
+        """Send event ``name`` with ``payload`` to run ``run_id`` (another run, or this
+        one), as ``engine.send_event`` does, as a durable step: recorded once, in the
+        commit that stores the event, so no replay, retry or crash sends it twice (the
+        event's de-duplication key is the step's invocation id). The run it goes to wakes
+        at once. A run that does not exist or has ended fails the step at once
+        (``StepError``, code ``EVENT_NOT_SENT``, no retry), and so does a run this run
+        may not send to: a run with an owner sends only to its owner's runs and to runs
+        without an owner."""
+        ids.check_run_id(run_id)
+        ids.check_name(self._check_name(name, "event"), "event name")
+        serde.dumps(payload, what=f"event {name!r}")  # not JSON: raised here, at the call
+        replay = self._replay
+        key = replay.key(f"__send:{name}")
+        return StepCall(replay, key, replay.send_event, key, run_id, name, payload)
 
     @overload
     def wait_for_request(

@@ -225,9 +225,14 @@ class Store(Protocol):
         the caller read it; ``RunNotFoundError`` / ``RunStateError`` as for cancel."""
         ...
 
-    async def send_event(self, run_id: str, name: str, payload: str | None) -> bool:
+    async def send_event(
+        self, run_id: str, name: str, payload: str | None, dedup: str | None = None
+    ) -> bool:
         """Store the event for the run; True if the run waits for ``name`` right now
-        (else it is kept for a later wait, which may never come)."""
+        (else it is kept for a later wait, which may never come). With ``dedup``, a key
+        the run took already (its event held or consumed) stores nothing and answers
+        False, whatever the run's status now; two senders racing with one key store one
+        event (a unique index decides)."""
         ...
 
     # requests

@@ -96,6 +96,20 @@ class ConsumeEvent:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class SendEvent:
+    """Store event ``name`` for run ``run_id`` (another run, or this one) and wake it, as
+    ``engine.send_event`` does, unless that run already took an event of key ``dedup``
+    (then nothing is written: a batch applied twice sends once). A run that does not
+    exist or has ended takes nothing; the pass read it live before it chose to send, so
+    the send counts as made before that end."""
+
+    run_id: str
+    name: str
+    payload: str | None
+    dedup: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class CreateChildRun:
     run: NewRun
 
@@ -243,6 +257,7 @@ Op = (
     | TakeDecision
     | TakeRequest
     | AnswerRequest
+    | SendEvent
     | RecordVersion
 )
 

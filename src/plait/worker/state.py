@@ -21,6 +21,7 @@ from plait.catalog import Catalog
 from plait.clock import Clock
 from plait.notify import Notifier
 from plait.observe import Telemetry
+from plait.records import Run
 from plait.store.contract import Store
 from plait.store.ops import Batch
 from plait.store.rows import QueueLimits
@@ -86,6 +87,12 @@ class WorkerState(abc.ABC):
 
     @abc.abstractmethod
     def published(self, run_id: str) -> None: ...
+
+    @abc.abstractmethod
+    def sent_event(self, run_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def read_run(self, run_id: str) -> Run | None: ...
 
     @abc.abstractmethod
     async def read_state(self, run_id: str) -> dict[str, Any]: ...

@@ -28,7 +28,7 @@ from plait.catalog import Catalog
 from plait.clock import SYSTEM_CLOCK, Clock
 from plait.notify import Notifier
 from plait.observe import Telemetry
-from plait.records import SETTLED, RunStatus
+from plait.records import SETTLED, Run, RunStatus
 from plait.store.contract import Store
 from plait.store.ops import Batch
 from plait.worker.admission import Admission
@@ -153,6 +153,14 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention):
     def published(self, run_id: str) -> None:
         # a value committed mid-pass: the run goes on, so waiters for its end sleep on
         self.notifier.local_run_changed(run_id, settled=False)
+
+    def sent_event(self, run_id: str) -> None:
+        # the commit woke the run in the database and told the other processes
+        self.notifier.local_run_changed(run_id, settled=False)
+        self.notifier.local_work()
+
+    async def read_run(self, run_id: str) -> Run | None:
+        return await self.store.get_run(run_id)
 
     async def read_state(self, run_id: str) -> dict[str, Any]:
         snapshot = await self.store.load_pass(run_id)

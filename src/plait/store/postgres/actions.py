@@ -117,7 +117,9 @@ class Actions(Part):
         )
         return None if rec is None else run_record(rec)
 
-    async def send_event(self, run_id: str, name: str, payload: str | None) -> bool:
+    async def send_event(
+        self, run_id: str, name: str, payload: str | None, dedup: str | None = None
+    ) -> bool:
         sent: bool = await self._action(
             f"send event {name!r} to",
             run_id,
@@ -125,6 +127,7 @@ class Actions(Part):
             self._q["send_event"],
             name,
             payload,
+            dedup,
             self._now(),
         )
         return sent

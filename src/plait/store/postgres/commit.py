@@ -30,6 +30,7 @@ from plait.store.ops import (
     Op,
     PutStep,
     RecordVersion,
+    SendEvent,
     SetState,
     SetTimer,
     SetValue,
@@ -108,6 +109,20 @@ def op_value(op: Op) -> tuple[Any, ...]:
         return ("set_value", *(None,) * 4, op.value, *(None,) * 7, op.key, None, None)
     if isinstance(op, RecordVersion):
         return ("record_version", *(None,) * 12, op.version, None, None)
+    if isinstance(op, SendEvent):
+        # key: the run it goes to; the payload rides in output, the dedup key in purpose
+        return (
+            "send_event",
+            *(None,) * 4,
+            op.payload,
+            None,
+            op.run_id,
+            op.dedup,
+            *(None,) * 4,
+            op.name,
+            None,
+            None,
+        )
     if isinstance(op, GuardStep):
         return ("guard_step", None, None, None, op.status, None, None, op.key, *(None,) * 8)
     if isinstance(op, TakeDecision):

@@ -8,6 +8,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
+from plait.errors import RunNotFoundError
 from plait.records import Run
 from plait.statuses import RunStatusName
 from plait.store.ops import CancelChildren, CancelCut, EndRun, Op, StepEnd
@@ -114,14 +115,20 @@ class Actions(Part):
 
         return await self._write(go)
 
-    async def send_event(self, run_id: str, name: str, payload: str | None) -> bool:
+    async def send_event(
+        self, run_id: str, name: str, payload: str | None, dedup: str | None = None
+    ) -> bool:
         def go(conn: sqlite3.Connection) -> bool:
             now = self._now()
-            apply.require_status(
-                conn, run_id, ("running", "suspended", "queued"), f"send event {name!r} to"
-            )
-            conn.execute(SQL["insert_event"], (run_id, name, payload, now))
-            apply.wake(conn, run_id, now, now)
+            if dedup is not None:
+                # a key the run took already changes nothing, whatever became of the run
+                if conn.execute(SQL["run_status"], (run_id,)).fetchone() is None:
+                    raise RunNotFoundError(run_id)
+                if conn.execute(SQL["event_dedup_taken"], (run_id, dedup)).fetchone()[0]:
+                    return False
+            apply.require_status(conn, run_id, _LIVE, f"send event {name!r} to")
+            if not apply.store_event(conn, run_id, name, payload, dedup, now):
+                return False
             return bool(conn.execute(SQL["waits_for_event"], (run_id, name)).fetchone()[0])
 
         return await self._write(go)

@@ -29,6 +29,7 @@ from plait.store.ops import (
     Op,
     PutStep,
     RecordVersion,
+    SendEvent,
     SetState,
     SetTimer,
     SetValue,
@@ -91,6 +92,8 @@ def _apply_rare(conn: sqlite3.Connection, run_id: str, op: Op, now: float) -> No
         cancel_children(conn, run_id, op, now)
     elif isinstance(op, SetValue):
         conn.execute(SQL["set_value"], (run_id, op.key, op.value, now))
+    elif isinstance(op, SendEvent):
+        store_event(conn, op.run_id, op.name, op.payload, op.dedup, now)
     elif isinstance(op, GuardStep):
         row = conn.execute(SQL["step_status"], (run_id, op.key)).fetchone()
         if row is None or row[0] != op.status:
@@ -196,6 +199,26 @@ def require_status(
         raise RunNotFoundError(run_id)
     if row[0] not in allowed:
         raise RunStateError(run_id, row[0], action)
+
+
+def store_event(
+    conn: sqlite3.Connection,
+    run_id: str,
+    name: str,
+    payload: str | None,
+    dedup: str | None,
+    now: float,
+) -> bool:
+    """Store an event for ``run_id`` and wake it, unless the run has ended (or does not
+    exist) or took an event of key ``dedup`` already; True if it was stored."""
+    cur = conn.execute(
+        SQL["insert_event"],
+        {"run": run_id, "name": name, "payload": payload, "now": now, "dedup": dedup},
+    )
+    if cur.rowcount != 1:
+        return False
+    wake(conn, run_id, now, now)
+    return True
 
 
 def wake(conn: sqlite3.Connection, run_id: str, now: float, at: float) -> None:
@@ -376,5 +399,6 @@ __all__ = [
     "settle_parent_step",
     "start_attempt",
     "start_successor",
+    "store_event",
     "wake",
 ]

@@ -90,6 +90,9 @@ export function renderSteps(run, attempts, openSteps, rerunFrom) {
     if (step.child_run_id) {
       body.append(h("p", {}, "Child run ", h("a", { class: "mono", href: "./" + enc(step.child_run_id), text: step.child_run_id })));
     }
+    if (step.kind === "send_event" && step.input && typeof step.input.run_id === "string") {
+      body.append(h("p", {}, "Event " + JSON.stringify(step.input.event) + " to run ", h("a", { class: "mono", href: "./" + enc(step.input.run_id), text: step.input.run_id })));
+    }
     if (mine.length) {
       body.append(
         h(

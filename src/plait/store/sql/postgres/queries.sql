@@ -480,10 +480,11 @@ WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended')
 SELECT r FROM @schema@.reopen_run($1, $2, $3, $4, $5::@schema@.op[], $6) r
 
 -- name: send_event
--- The event is stored, and the answer says whether the run waits for it right now.
-SELECT EXISTS (SELECT 1 FROM @schema@.steps s WHERE s.run_id = $1 AND s.kind = 'event'
-               AND s.status = 'scheduled' AND s.input ->> 'event' = $2)
-FROM @schema@.send_event($1, $2, $3, $4)
+-- The event is stored (unless its de-duplication key was taken), and the answer says
+-- whether it was and the run waits for it right now.
+SELECT stored AND EXISTS (SELECT 1 FROM @schema@.steps s WHERE s.run_id = $1
+               AND s.kind = 'event' AND s.status = 'scheduled' AND s.input ->> 'event' = $2)
+FROM @schema@.send_event($1, $2, $3, $4, $5) AS stored
 
 -- == queues ==================================================================================
 

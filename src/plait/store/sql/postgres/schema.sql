@@ -151,7 +151,9 @@ CREATE TABLE @schema@.events (
     decided_by  text,
     outcome     text,
     reason      jsonb,
-    judged_at   timestamptz
+    judged_at   timestamptz,
+    -- the sender's de-duplication key: a run takes each key once (held or consumed)
+    dedup       text
 );
 
 -- Requests sent to runs (engine.request), each answered once: sent (waiting for the
@@ -335,5 +337,8 @@ CREATE INDEX events_run ON @schema@.events (run_id);
 -- the requests a pass may take, oldest first; a pruned run's requests go by run
 CREATE INDEX requests_sent ON @schema@.requests (run_id, id) WHERE status = 'sent';
 CREATE INDEX requests_run ON @schema@.requests (run_id);
+-- a run takes an event of a de-duplication key once, held or consumed: a second send of
+-- the key stores nothing (the insert's conflict), whichever process sends it
+CREATE UNIQUE INDEX events_dedup ON @schema@.events (run_id, dedup) WHERE dedup IS NOT NULL;
 CREATE INDEX queue_admissions_at ON @schema@.queue_admissions (queue, at);
 CREATE INDEX schedules_due ON @schema@.schedules (next_tick) WHERE status = 'active';

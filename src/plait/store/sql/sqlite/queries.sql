@@ -215,7 +215,16 @@ WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended')
 SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'suspended', 'queued')
 
 -- name: insert_event
-INSERT INTO plait_events (run_id, name, payload, created_at) VALUES (?, ?, ?, ?)
+-- An event for a run that has not ended, unless the run took one of the same
+-- de-duplication key already (the unique index's conflict: nothing is stored).
+INSERT INTO plait_events (run_id, name, payload, created_at, dedup)
+SELECT :run, :name, :payload, :now, :dedup
+WHERE EXISTS (SELECT 1 FROM plait_runs
+              WHERE id = :run AND status IN ('queued', 'running', 'suspended'))
+ON CONFLICT DO NOTHING
+
+-- name: event_dedup_taken
+SELECT EXISTS (SELECT 1 FROM plait_events WHERE run_id = ? AND dedup = ?)
 
 -- name: waits_for_event
 SELECT EXISTS (SELECT 1 FROM plait_steps WHERE run_id = ? AND kind = 'event'

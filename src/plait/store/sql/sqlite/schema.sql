@@ -139,7 +139,9 @@ CREATE TABLE plait_events (
     decided_by  TEXT,
     outcome     TEXT,
     reason      TEXT,
-    judged_at   REAL
+    judged_at   REAL,
+    -- the sender's de-duplication key: a run takes each key once (held or consumed)
+    dedup       TEXT
 );
 
 -- Requests sent to runs (engine.request), each answered once: sent (waiting for the
@@ -253,6 +255,9 @@ CREATE INDEX plait_events_run ON plait_events (run_id);
 -- the requests a pass may take, oldest first; a pruned run's requests go by run
 CREATE INDEX plait_requests_sent ON plait_requests (run_id, id) WHERE status = 'sent';
 CREATE INDEX plait_requests_run ON plait_requests (run_id);
+-- a run takes an event of a de-duplication key once, held or consumed: a second send of
+-- the key stores nothing (the insert's conflict), whichever process sends it
+CREATE UNIQUE INDEX plait_events_dedup ON plait_events (run_id, dedup) WHERE dedup IS NOT NULL;
 CREATE INDEX plait_queue_admissions_at ON plait_queue_admissions (queue, at);
 CREATE INDEX plait_schedules_due ON plait_schedules (next_tick) WHERE status = 'active';
 

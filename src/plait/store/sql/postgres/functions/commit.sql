@@ -12,6 +12,7 @@
 -- theirs, as end_run cancels (status and error: each child's, parent: how the run's step
 -- for each ends, cut: how each child's steps in flight end). An end_run with a run (a new
 -- run) continues as new: the run that continues it starts if the end moved the run.
+-- send_event stores an event for another run (or this one) through store_event.
 CREATE OR REPLACE FUNCTION @schema@.apply_ops(
     p_run text, p_ops @schema@.op[], p_now timestamptz
 ) RETURNS void LANGUAGE plpgsql AS $$
@@ -78,6 +79,9 @@ BEGIN
             PERFORM pg_notify(@channel@, 'run:' || p_run);
         WHEN 'record_version' THEN
             UPDATE @schema@.runs SET version = o.name WHERE id = p_run AND version IS NULL;
+        WHEN 'send_event' THEN
+            -- key: the run it goes to, output: the payload, purpose: its dedup key
+            PERFORM @schema@.store_event(o.key, o.name, o.output, o.purpose, p_now);
         WHEN 'guard_step' THEN
             PERFORM 1 FROM @schema@.steps
             WHERE run_id = p_run AND key = o.key AND status = o.status;
@@ -130,7 +134,9 @@ END $$;
 -- no child run, timer, job nor attempt, and interrupts no attempt (an interruption sends
 -- the step to run again elsewhere, which an ended run never does, and would undo how the
 -- cancel ended it). The answer is 'ended' when a start was dropped, so the pass stops
--- before the step's body.
+-- before the step's body. A batch that sends events locks the rows of the runs it sends to
+-- and its own in the order of their ids (two runs sending to each other lock alike), or,
+-- not waiting, answers 'busy' when one of them is locked elsewhere.
 CREATE OR REPLACE FUNCTION @schema@.try_commit_batch(
     p_run text, p_fence text, p_ops @schema@.op[], p_now timestamptz, p_wait boolean
 ) RETURNS text LANGUAGE plpgsql AS $$
@@ -143,6 +149,9 @@ DECLARE
     keys text[] := '{}';
     kept integer;
     answer text := 'done';
+    targets text[] := ARRAY(
+        SELECT DISTINCT x.key FROM unnest(p_ops) AS x WHERE x.kind = 'send_event'
+    );
 BEGIN
     FOREACH o IN ARRAY p_ops LOOP
         IF o.kind NOT IN ('put_step', 'start_attempt', 'finish_attempt')
@@ -166,6 +175,16 @@ BEGIN
             EXIT;
         END IF;
     END LOOP;
+    IF cardinality(targets) > 0 THEN
+        targets := array_append(targets, p_run);
+        IF p_wait THEN
+            PERFORM 1 FROM @schema@.runs WHERE id = ANY (targets) ORDER BY id FOR UPDATE;
+        ELSIF (SELECT count(*) FROM (
+                SELECT 1 FROM @schema@.runs WHERE id = ANY (targets) FOR UPDATE SKIP LOCKED
+            ) AS l) < (SELECT count(*) FROM @schema@.runs WHERE id = ANY (targets)) THEN
+            RETURN 'busy';
+        END IF;
+    END IF;
     IF p_fence IS NOT NULL THEN
         IF p_wait THEN
             SELECT lease_owner, status INTO holder, v_status

@@ -1,15 +1,44 @@
 -- Events, approval decisions and requests sent to a run from outside its passes.
 
--- An event for a run, which wakes it (a queued run keeps it for its wait). SQLSTATE PLT02
--- / PLT03 as lock_for_action raises them.
-CREATE OR REPLACE FUNCTION @schema@.send_event(
-    p_run text, p_name text, p_payload jsonb, p_now timestamptz
-) RETURNS void LANGUAGE plpgsql AS $$
+-- Store an event for a run that has not ended and wake it, unless the run took an event of
+-- de-duplication key p_dedup already (the unique index's conflict; NULL: no key). False
+-- when nothing was stored. A pass's send_event op writes through it too: a run that ended
+-- (or was pruned) since the pass read it takes nothing.
+CREATE OR REPLACE FUNCTION @schema@.store_event(
+    p_run text, p_name text, p_payload jsonb, p_dedup text, p_now timestamptz
+) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM @schema@.lock_for_action(p_run, ARRAY['running', 'suspended', 'queued']);
-    INSERT INTO @schema@.events (run_id, name, payload, created_at)
-    VALUES (p_run, p_name, p_payload, p_now);
+    INSERT INTO @schema@.events (run_id, name, payload, created_at, dedup)
+    SELECT p_run, p_name, p_payload, p_now, p_dedup
+    WHERE EXISTS (SELECT 1 FROM @schema@.runs
+                  WHERE id = p_run AND status IN ('running', 'suspended', 'queued'))
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
     PERFORM @schema@.wake_run(p_run, p_now, p_now);
+    RETURN true;
+END $$;
+
+-- An event for a run, which wakes it (a queued run keeps it for its wait). SQLSTATE PLT02
+-- / PLT03 as lock_for_action raises them. With p_dedup, a key the run took already (held
+-- or consumed) changes nothing, whatever became of the run since: false. False too when
+-- nothing was stored; true once the event is stored.
+CREATE OR REPLACE FUNCTION @schema@.send_event(
+    p_run text, p_name text, p_payload jsonb, p_dedup text, p_now timestamptz
+) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_dedup IS NOT NULL THEN
+        PERFORM 1 FROM @schema@.runs WHERE id = p_run FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'run % not found', p_run USING ERRCODE = 'PLT02';
+        END IF;
+        IF EXISTS (SELECT 1 FROM @schema@.events WHERE run_id = p_run AND dedup = p_dedup) THEN
+            RETURN false;
+        END IF;
+    END IF;
+    PERFORM @schema@.lock_for_action(p_run, ARRAY['running', 'suspended', 'queued']);
+    RETURN @schema@.store_event(p_run, p_name, p_payload, p_dedup, p_now);
 END $$;
 
 -- A decision on an approval gate, from outside a pass, in one transaction. p_key names the

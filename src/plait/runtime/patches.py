@@ -1,0 +1,38 @@
+"""Patches in a code replay: ``wf.patched`` and ``wf.deprecate_patch``.
+
+A patch marker is a step of kind ``patch`` that records that a run took the patched path.
+It is no point of the delivery order (``runtime.order``): what follows it comes after what
+came before it, so runs with and without the marker line up. With no marker recorded, a
+run takes the patched path only where its history, on the branch that asks, ends here
+(``Ledger.ahead``): an old run that older code took past this point keeps to the path it
+recorded, and its replay matches.
+"""
+
+from __future__ import annotations
+
+from plait import serde
+from plait.runtime import steps
+from plait.runtime.ledger import Ledger
+
+
+def patched(ledger: Ledger, known: tuple[str, ...], key: str, patch_id: str) -> bool:
+    """Whether the run at ``key`` takes the patched path; ``known``: the outcomes the
+    calling task has received, the point it is at."""
+    step = ledger.steps.get(key)
+    if step is not None:
+        ledger.check_same(step, steps.PATCH_KIND, None)
+        return True
+    ledger.reached[key] = known
+    if ledger.ahead(key) is not None:
+        del ledger.reached[key]
+        return False
+    step = ledger.new_step(key, key, steps.PATCH_KIND, input=serde.dumps({"patch": patch_id}))
+    ledger.add(steps.mark_patch(step, ledger.now()))
+    return True
+
+
+def deprecate(ledger: Ledger, key: str) -> None:
+    """A recorded marker is reached; none is recorded."""
+    step = ledger.steps.get(key)
+    if step is not None:
+        ledger.check_same(step, steps.PATCH_KIND, None)
