@@ -3,8 +3,9 @@ wins). Once the deadline passes the run fails ``RUN_TIMEOUT`` wherever it is: as
 waiting for an event, in a step (whose body is cancelled), queued for admission,
 suspended; its live children end cancelled, and a child's deadline is never later than its
 parent's. The deadline is stored on the run (``Run.deadline_at``), with its timeout
-(``Run.timeout``), which a retry (or a resume past the deadline) counts again from then. The process test
-(``tests/processes/test_deadline_crash.py``) shows it fires after its worker was killed.
+(``Run.timeout``), which a retry (or a resume past the deadline) counts again from then.
+The process test (``tests/processes/test_deadline_crash.py``) shows it fires after its
+worker was killed.
 """
 
 from __future__ import annotations
