@@ -33,6 +33,10 @@ StepStatusName = Literal["pending", "scheduled", "running", "succeeded", "failed
 #: (its process died or shut down: no retry budget spent) | ``cancelled`` (its run or
 #: its workflow cancelled it)
 AttemptStatusName = Literal["running", "succeeded", "failed", "interrupted", "cancelled"]
+#: a request (``engine.request``): ``sent`` (waiting for the workflow to take it),
+#: ``taken`` (by a ``wf.wait_for_request``), then ``replied`` | ``refused`` |
+#: ``withdrawn`` (its sender gave up before the workflow took it)
+RequestStatusName = Literal["sent", "taken", "replied", "refused", "withdrawn"]
 
 
 class RunStatus(enum.StrEnum):

@@ -157,6 +157,7 @@ ROUTES = [
     ("POST", "/api/runs/RID/resume"),
     ("POST", "/api/runs/RID/retry"),
     ("POST", "/api/runs/RID/events/go"),
+    ("POST", "/api/runs/RID/requests/ask"),
     ("GET", "/api/graphs"),
     ("POST", "/api/graphs"),
     ("GET", "/api/schedules"),
@@ -195,6 +196,7 @@ def test_every_api_route_is_in_the_route_list_above(engine: plait.Engine) -> Non
     }
     listed = {(m, p.replace("RID", "{run_id}").replace("simple", "{name}")) for m, p in ROUTES}
     listed = {(m, p.replace("events/go", "events/{name}")) for m, p in listed}
+    listed = {(m, p.replace("requests/ask", "requests/{name}")) for m, p in listed}
     listed |= {(m, "/api/session") for m in ("GET", "POST", "DELETE")}  # the sign-in
     listed = {(m, p.replace("approvals/gate", "approvals/{name}")) for m, p in listed}
     assert {(m, p) for m, p in declared if m != "HEAD"} == listed

@@ -27,6 +27,7 @@ from plait.engine.check import CheckMixin
 from plait.engine.filters import run_filter
 from plait.engine.fork import ForkMixin
 from plait.engine.queues import QueuesMixin
+from plait.engine.requests import RequestsMixin
 from plait.engine.schedules import SchedulesMixin
 from plait.engine.values import ValuesMixin
 from plait.errors import (
@@ -102,6 +103,7 @@ class Engine(
     CheckMixin,
     ForkMixin,
     QueuesMixin,
+    RequestsMixin,
     SchedulesMixin,
     ValuesMixin,
 ):

@@ -16,14 +16,21 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from plait.engine import Engine
-from plait.errors import RunIdTakenError
+from plait.errors import REQUEST_TIMEOUT, RequestRefused, RunIdTakenError
 from plait.http import graphview
 from plait.http.auth import Authenticator, Principal
 from plait.http.guard import require_json
 from plait.http.lifecycle import Ended, Lifecycle
 from plait.http.operating import Operating
 from plait.http.problems import ApiError, bad_input, from_plait, invalid, validate
-from plait.http.schemas import RegisterGraph, StartRun, json_body, path_name, runs_query
+from plait.http.schemas import (
+    RegisterGraph,
+    SendRequest,
+    StartRun,
+    json_body,
+    path_name,
+    runs_query,
+)
 from plait.http.sse import stream_run
 from plait.records import Run
 
@@ -69,6 +76,9 @@ class Api:
             Route("/runs/{run_id}/resume", self._wrap(self.resume), methods=["POST"]),
             Route("/runs/{run_id}/retry", self._wrap(self.retry), methods=["POST"]),
             Route("/runs/{run_id}/events/{name}", self._wrap(self.send_event), methods=["POST"]),
+            Route(
+                "/runs/{run_id}/requests/{name}", self._wrap(self.send_request), methods=["POST"]
+            ),
             Route("/graphs", self._wrap(self.list_graphs), methods=["GET"]),
             Route("/graphs", self._wrap(self.register_graph), methods=["POST"]),
             *Operating(self.engine).routes(self._wrap),
@@ -270,6 +280,27 @@ class Api:
         # "waiting": false tells the sender the event is only held (the run has not
         # reached its wait, or its wait already timed out)
         return JSONResponse({"run_id": run.id, "event": name, "waiting": waiting}, status_code=202)
+
+    async def send_request(self, request: Request, principal: Principal) -> Response:
+        """Send a request and wait for the workflow's answer: 200 with the reply. 409
+        when the workflow refuses it (with its ``reason``) or the run has ended, 422 when
+        its data does not fit the wait's schema (or the body is wrong), 504 when no
+        answer came within ``timeout`` (a request not taken by then is withdrawn)."""
+        run = await self._readable_run(request, principal)
+        name = path_name(request, "request")
+        body: SendRequest = validate(SendRequest, await json_body(request, empty={}))
+        try:
+            reply = await self.engine.request(run.id, name, body.data, timeout=body.timeout)
+        except RequestRefused as exc:
+            raise ApiError(409, exc.code, str(exc), extra={"reason": exc.reason}) from None
+        except TimeoutError as exc:
+            raise ApiError(504, REQUEST_TIMEOUT, str(exc)) from None
+        except (TypeError, ValueError) as exc:
+            mapped = from_plait(exc)
+            if mapped is not None:
+                raise mapped from None
+            raise bad_input(exc, "data") from None
+        return JSONResponse({"run_id": run.id, "request": name, "reply": reply})
 
     async def list_graphs(self, request: Request, principal: Principal) -> Response:
         """Graphs this app declares plus the versions the caller registered at run time

@@ -21,6 +21,7 @@ from plait.http.schemas import (
     RUN_STATUSES,
     CreateSchedule,
     RegisterGraph,
+    SendRequest,
     StartRun,
 )
 from plait.http.signin import SignIn
@@ -392,6 +393,46 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
                     },
                 }
             },
+            "/api/runs/{run_id}/requests/{name}": {
+                "post": {
+                    "summary": "Send a request and wait for the workflow's answer"
+                    " (wf.wait_for_request, req.reply)",
+                    "parameters": [
+                        _RUN_ID,
+                        {
+                            "name": "name",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        },
+                    ],
+                    "requestBody": {
+                        "required": False,
+                        "content": {"application/json": {"schema": _ref("SendRequest")}},
+                    },
+                    "responses": {
+                        "200": _json(
+                            _object(
+                                run_id={"type": "string"},
+                                request={"type": "string"},
+                                reply={"description": "the workflow's reply (any JSON)"},
+                            ),
+                            "the workflow's reply",
+                        ),
+                        "409": _json(
+                            _ref("Problem"),
+                            "the workflow refused the request (`reason` says why), or the"
+                            " run has ended",
+                        ),
+                        "504": _json(
+                            _ref("Problem"),
+                            "no answer within `timeout`; a request not taken by then is"
+                            " withdrawn, so the workflow never sees it",
+                        ),
+                        **_errors(*_CHANGES, 404, 422),
+                    },
+                }
+            },
             "/api/graphs": {
                 "get": {
                     "summary": "Graphs of the app and the graphs the caller registered"
@@ -566,6 +607,7 @@ def _schemas() -> dict[str, Any]:
         "Problem": problem,
         "SignIn": SignIn.model_json_schema(),
         "StartRun": StartRun.model_json_schema(),
+        "SendRequest": SendRequest.model_json_schema(),
         "RegisterGraph": RegisterGraph.model_json_schema(),
     }
 

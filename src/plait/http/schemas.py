@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from starlette.requests import Request
 
-from plait import queues, schedules, serde
+from plait import queues, request, schedules, serde
 from plait.http.problems import ApiError, invalid, validate
 from plait.ids import (
     CALLER_RUN_ID_PATTERN,
@@ -70,6 +70,17 @@ def caller_run_id(value: Any) -> Any:
     if isinstance(value, str) and value.startswith(SCHEDULE_RUN_ID_PREFIX):
         raise ValueError(reserved_run_id(value))
     return value
+
+
+class SendRequest(BaseModel):
+    """Body of ``POST /api/runs/{run_id}/requests/{name}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: the request's data (any JSON)
+    data: Any = None
+    #: seconds to wait for the answer (more than 0, at most 300)
+    timeout: float = Field(default=request.DEFAULT_TIMEOUT, gt=0, le=request.MAX_TIMEOUT)
 
 
 class StartRun(BaseModel):

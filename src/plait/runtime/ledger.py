@@ -1,6 +1,7 @@
 """A pass's ledger: what it read, what it will write, and the tasks it started.
 
-A pass reads the run, its steps, its unconsumed events and its state in one round trip
+A pass reads the run, its steps, its unconsumed events, the requests sent to it and not
+taken yet, and its state in one round trip
 (the snapshot), then collects its writes here as ops and commits them in as few
 transactions as the promise allows: an attempt's start before its body runs (so a crash
 shows up as an interrupted attempt), everything else with the next commit or the end of
@@ -64,6 +65,8 @@ class Ledger:
         self.run = snapshot.run
         self.steps: dict[str, StepRow] = snapshot.steps
         self.events = list(snapshot.events)
+        #: the requests sent to the run and not taken yet, oldest first
+        self.requests = list(snapshot.requests)
         self.state: dict[str, Any] = {k: serde.loads(v) for k, v in snapshot.state.items()}
         self.input: Any = serde.loads(self.run.input)
         self.ops: list[Op] = []

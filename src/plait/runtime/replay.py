@@ -7,9 +7,9 @@ queue, a child run) and simply never resolves in this pass. Outcomes are handed 
 workflow one at a time, each once its loop has nothing left to run, in the order the run
 first saw them; that order is stored with each step (``delivered``), so concurrent
 branches take the same keys and the same results on every replay (``runtime.order``).
-Approval gates are ``runtime.gates``. When the workflow can go no further, the pass
-decides how the run ends (``runtime.runs``), unwinds the workflow's code without letting
-it take new steps, and commits with the lease's release.
+Approval gates are ``runtime.gates``, requests ``runtime.requests``. When the workflow
+can go no further, the pass decides how the run ends (``runtime.runs``), unwinds the
+workflow's code without letting it take new steps, and commits with the lease's release.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ from plait.runtime.gates import Found, Gates
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.order import ReachedAfter, deliverable, event_order
+from plait.runtime.requests import Requests
 from plait.runtime.waits import Waits
-from plait.runtime.workflow import CURRENT_REPLAY, StepCall, Workflow
+from plait.runtime.workflow import CURRENT_REPLAY, Request, StepCall, Workflow
 from plait.runtime.workflow_loop import WorkflowLoop, current_task
 from plait.store.ops import EndRun
 from plait.store.rows import PassSnapshot
@@ -65,6 +66,7 @@ class CodeReplay:
         self.wloop.on_task = self.order.task_made
         self.gates = Gates(self.ledger, host)
         self.waits = Waits(self.ledger, host)
+        self.requests = Requests(self.ledger, host)
         self.main: asyncio.Task[Any] | None = None
         self.wdef: WorkflowDef | None = None
         #: steps called and not yet started, in call order
@@ -176,6 +178,18 @@ class CodeReplay:
     ) -> Coroutine[Any, Any, Any]:
         """An event wait (``runtime.waits``)."""
         return self.waits.wait_for_event(key, name, timeout)
+
+    def wait_for_request(
+        self, key: str, name: str, schema: type[pydantic.BaseModel] | None, timeout: float | None
+    ) -> Coroutine[Any, Any, Request[Any] | Found]:
+        """A wait for a request (``runtime.requests``)."""
+        return self.requests.wait(self, key, name, schema, timeout)
+
+    def answer_request(
+        self, key: str, request_id: int, data: str | None, reply: str | None, refusal: str | None
+    ) -> Coroutine[Any, Any, None]:
+        """The answer of a taken request (``runtime.requests``)."""
+        return self.requests.answer(key, request_id, data, reply, refusal)
 
     def approval(
         self,
@@ -414,11 +428,16 @@ class CodeReplay:
         if call.future.done():
             for event in found.events:
                 bisect.insort(ledger.events, event, key=event_order)
+            if found.request is not None:
+                self.requests.put_back(found.request)
             call.outcome = "paused"
             self.waiting.append(call)
             ledger.due_again = True
             return False
         step = ledger.steps[call.key]
+        if found.request is not None:
+            call.result = self.requests.take(self, step, found)
+            return True
         gate = found.gate
         if gate is None:
             (event,) = found.events

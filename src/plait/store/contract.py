@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from plait.clock import Clock
 from plait.notify import Notifier
 from plait.records import Run, RunSummary, Step, StepAttempt
-from plait.statuses import RunStatusName
+from plait.statuses import RequestStatusName, RunStatusName
 from plait.store.ops import Batch, CancelChildren, CancelCut, EndRun, Op, StepEnd
 from plait.store.rows import (
     DecisionRow,
@@ -29,6 +29,7 @@ from plait.store.rows import (
     PruneBatch,
     QueueDepth,
     QueueLimits,
+    RequestRow,
     RunFilter,
     ScheduleRow,
     StepJob,
@@ -229,6 +230,31 @@ class Store(Protocol):
     async def send_event(self, run_id: str, name: str, payload: str | None) -> bool:
         """Store the event for the run; True if the run waits for ``name`` right now
         (else it is kept for a later wait, which may never come)."""
+        ...
+
+    # requests
+    async def send_request(
+        self,
+        run_id: str,
+        name: str,
+        data: str | None,
+        status: RequestStatusName,
+        refusal: str | None,
+        deadline: float,
+        live: Sequence[RunStatusName],
+    ) -> int:
+        """Store a request for the run, ``status`` (with ``refusal`` for one refused on
+        arrival), waiting until ``deadline``, and wake the run; returns its id. Requests
+        get increasing ids in the order they commit (the order a workflow takes them).
+        ``RunNotFoundError``; ``RunStateError`` unless the run is one of ``live``."""
+        ...
+
+    async def get_request(self, request_id: int) -> RequestRow | None: ...
+    async def withdraw_request(
+        self, request_id: int, from_status: RequestStatusName, status: RequestStatusName
+    ) -> bool:
+        """Move the request to ``status`` if it is still ``from_status``, in one
+        conditional write (a pass taking it writes the same way: one of them wins)."""
         ...
 
     # queues

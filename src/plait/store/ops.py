@@ -12,7 +12,12 @@ from __future__ import annotations
 import dataclasses
 
 from plait.errors import RunEndedElsewhereError
-from plait.statuses import AttemptStatusName, RunStatusName, StepStatusName
+from plait.statuses import (
+    AttemptStatusName,
+    RequestStatusName,
+    RunStatusName,
+    StepStatusName,
+)
 from plait.store.rows import NewRun, StepRow
 
 
@@ -132,6 +137,32 @@ class TakeDecision:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class TakeRequest:
+    """Request ``request_id`` is taken by the wait ``key``: it moves from
+    ``from_status`` to ``status`` in one conditional write, or the whole batch is
+    refused (``GateClosedError``) when it is no longer ``from_status`` (its sender
+    withdrew it first), and the run is replayed from what is stored."""
+
+    request_id: int
+    key: str
+    status: RequestStatusName
+    from_status: RequestStatusName
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AnswerRequest:
+    """Record the answer of request ``request_id``: its ``reply`` (JSON) or its
+    ``refusal`` (a JSON record), moving it from ``from_status`` to ``status``. Nothing
+    is written when it is no longer ``from_status`` (answered, or withdrawn)."""
+
+    request_id: int
+    status: RequestStatusName
+    from_status: RequestStatusName
+    reply: str | None = None
+    refusal: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class StepEnd:
     """How the parent's step of a child run ends when the child ends (decided by
     ``runtime.steps.child_step_end``): ``status`` is ``succeeded`` or ``failed``, and
@@ -210,6 +241,8 @@ Op = (
     | SetValue
     | GuardStep
     | TakeDecision
+    | TakeRequest
+    | AnswerRequest
     | RecordVersion
 )
 

@@ -144,6 +144,25 @@ class EventRow:
 
 
 @dataclasses.dataclass
+class RequestRow:
+    """A request sent to a run (``Engine.request``), and what became of it: ``status``
+    is a ``RequestStatusName``; ``taken_by`` the key of the wait that took it; ``reply``
+    (JSON) or ``refusal`` (a JSON record) its answer; ``deadline`` when its sender stops
+    waiting (unix seconds)."""
+
+    id: int
+    run_id: str
+    name: str
+    data: str | None
+    status: str
+    taken_by: str | None
+    reply: str | None
+    refusal: str | None
+    created_at: float
+    deadline: float
+
+
+@dataclasses.dataclass
 class PassSnapshot:
     """Everything one orchestrator pass reads, in one round trip."""
 
@@ -151,6 +170,8 @@ class PassSnapshot:
     steps: dict[str, StepRow]
     events: list[EventRow]
     state: dict[str, str | None]
+    #: the requests sent to the run and not taken yet, oldest first
+    requests: list[RequestRow] = dataclasses.field(default_factory=list)  # pyright: ignore[reportUnknownVariableType]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,6 +17,7 @@ from plait.cancel_guard import holding_task, uncancelled
 from plait.errors import GateClosedError, LeaseLostError, RunEndedElsewhereError
 from plait.store import convert
 from plait.store.ops import (
+    AnswerRequest,
     Batch,
     CancelChildren,
     ClearTimer,
@@ -34,6 +35,7 @@ from plait.store.ops import (
     SetValue,
     StartAttempt,
     TakeDecision,
+    TakeRequest,
     ended_elsewhere,
 )
 from plait.store.postgres.codec import (
@@ -127,6 +129,35 @@ def op_value(op: Op) -> tuple[Any, ...]:
             None,
             None,
             None,
+        )
+    if isinstance(op, TakeRequest):
+        # the status it must still have rides in purpose
+        return (
+            "take_request",
+            *(None,) * 3,
+            op.status,
+            None,
+            None,
+            op.key,
+            op.from_status,
+            None,
+            None,
+            op.request_id,
+            *(None,) * 4,
+        )
+    if isinstance(op, AnswerRequest):
+        return (
+            "answer_request",
+            *(None,) * 3,
+            op.status,
+            op.reply,
+            op.refusal,
+            None,
+            op.from_status,
+            None,
+            None,
+            op.request_id,
+            *(None,) * 4,
         )
     if isinstance(op, EndRun):
         successor = None if op.successor is None else new_run_value(op.successor)

@@ -20,6 +20,7 @@ from plait.store.postgres.codec import (
     RUN_STATE,
     filter_args,
     new_run_value,
+    request_row,
     run_record,
     run_row,
     step_row,
@@ -180,4 +181,6 @@ def _snapshot(row: Any) -> PassSnapshot:
         steps[step.key] = step
     events = [EventRow(e["id"], e["name"], e["payload"]) for e in row["events"]]
     state = {s["name"]: s["value"] for s in row["state"]}
-    return PassSnapshot(run_row(row["r"]), steps, events, state)
+    # a page of ``list_passes`` (a dry check) reads no requests
+    requests = [request_row(q) for q in row.get("requests") or ()]
+    return PassSnapshot(run_row(row["r"]), steps, events, state, requests)

@@ -24,6 +24,7 @@ _PRUNED = (
     SQL["prune_attempts"],
     SQL["prune_steps"],
     SQL["prune_events"],
+    SQL["prune_requests"],
     SQL["prune_timers"],
     SQL["prune_jobs"],
     SQL["prune_state"],

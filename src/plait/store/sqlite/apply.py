@@ -17,6 +17,7 @@ from plait.records import Run
 from plait.statuses import AttemptStatusName
 from plait.store import convert
 from plait.store.ops import (
+    AnswerRequest,
     CancelChildren,
     ClearTimer,
     ConsumeEvent,
@@ -34,6 +35,7 @@ from plait.store.ops import (
     StartAttempt,
     StepEnd,
     TakeDecision,
+    TakeRequest,
 )
 from plait.store.rows import NewRun, StepRow
 from plait.store.sqlite.writer import SQL
@@ -83,7 +85,7 @@ def apply_ops(conn: sqlite3.Connection, run_id: str, ops: Iterable[Op], now: flo
 
 
 def _apply_rare(conn: sqlite3.Connection, run_id: str, op: Op, now: float) -> None:
-    """The ops of approvals, published values and a run's children: after the ones
+    """The ops of approvals, requests, published values and a run's children: after the ones
     every step writes, so those are found first."""
     if isinstance(op, CancelChildren):
         cancel_children(conn, run_id, op, now)
@@ -104,6 +106,18 @@ def _apply_rare(conn: sqlite3.Connection, run_id: str, op: Op, now: float) -> No
             conn.execute(
                 SQL["refuse_accepted_decision"], (op.outcome, op.reason, now, run_id, op.key)
             )
+    elif isinstance(op, TakeRequest):
+        # one conditional write decides between this take and the sender's withdrawal
+        cur = conn.execute(
+            SQL["take_request"], (op.status, op.key, op.request_id, run_id, op.from_status)
+        )
+        if cur.rowcount != 1:
+            raise GateClosedError(f"request {op.request_id} was withdrawn before the pass took it")
+    elif isinstance(op, AnswerRequest):
+        conn.execute(
+            SQL["answer_request"],
+            (op.status, op.reply, op.refusal, now, op.request_id, run_id, op.from_status),
+        )
     elif isinstance(op, RecordVersion):
         conn.execute(SQL["record_version"], (op.version, run_id))
     else:  # pragma: no cover - a new op without a store implementation

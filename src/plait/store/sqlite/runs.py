@@ -15,7 +15,7 @@ from plait.errors import RunIdTakenError
 from plait.records import Run, RunSummary, Step, StepAttempt
 from plait.store import convert
 from plait.store.ops import EndRun, Op
-from plait.store.rows import EventRow, GateRow, NewRun, PassSnapshot, RunFilter
+from plait.store.rows import EventRow, GateRow, NewRun, PassSnapshot, RequestRow, RunFilter
 from plait.store.sqlite import apply
 from plait.store.sqlite.part import Part
 from plait.store.sqlite.writer import SQL
@@ -150,7 +150,8 @@ class Runs(Part):
             steps = {r[1]: convert.step_row(r) for r in conn.execute(SQL["pass_steps"], (run_id,))}
             events = [EventRow(*r) for r in conn.execute(SQL["pass_events"], (run_id,))]
             state = dict(conn.execute(SQL["pass_state"], (run_id,)))
-            return PassSnapshot(convert.run_row(row), steps, events, state)
+            requests = [RequestRow(*r) for r in conn.execute(SQL["pass_requests"], (run_id,))]
+            return PassSnapshot(convert.run_row(row), steps, events, state, requests)
 
         return await self._read_here(go)
 

@@ -174,7 +174,9 @@ SELECT r.id, r,
     ARRAY(SELECT s FROM @schema@.steps s WHERE s.run_id = r.id) AS steps,
     ARRAY(SELECT e FROM @schema@.events e
           WHERE e.run_id = r.id AND e.consumed_by IS NULL ORDER BY e.id) AS events,
-    ARRAY(SELECT st FROM @schema@.state st WHERE st.run_id = r.id) AS state
+    ARRAY(SELECT st FROM @schema@.state st WHERE st.run_id = r.id) AS state,
+    ARRAY(SELECT q FROM @schema@.requests q
+          WHERE q.run_id = r.id AND q.status = 'sent' ORDER BY q.id) AS requests
 FROM @schema@.runs r WHERE r.id = ANY($1::text[])
 
 -- name: list_passes
@@ -618,3 +620,17 @@ SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload
 -- name: keepalive
 -- The LISTEN connection's probe of a server that may have vanished without a word.
 SELECT 1
+
+-- == requests ================================================================================
+
+-- name: send_request
+SELECT @schema@.send_request($1, $2, $3, $4, $5, $6, $7::text[], $8)
+
+-- name: get_request
+SELECT id, run_id, name, data, status, taken_by, reply, refusal, created_at, deadline
+FROM @schema@.requests WHERE id = $1
+
+-- name: withdraw_request
+UPDATE @schema@.requests SET status = $3, answered_at = $4
+WHERE id = $1 AND status = $2
+RETURNING id

@@ -157,6 +157,25 @@ CREATE TABLE @schema@.events (
     judged_at   timestamptz
 );
 
+-- Requests sent to runs (engine.request), each answered once: sent (waiting for the
+-- workflow to take it, oldest first), taken (by the wait step taken_by), replied (reply),
+-- refused (refusal: a JSON record), withdrawn (its sender stopped waiting at deadline
+-- before the workflow took it). Ids follow commit order: a request is inserted under its
+-- run's row lock.
+CREATE TABLE @schema@.requests (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id      text NOT NULL,
+    name        text NOT NULL,
+    data        jsonb,
+    status      text NOT NULL,
+    taken_by    text,
+    reply       jsonb,
+    refusal     jsonb,
+    created_at  timestamptz NOT NULL,
+    deadline    timestamptz NOT NULL,
+    answered_at timestamptz
+);
+
 -- A run's named state (wf.state).
 CREATE TABLE @schema@.state (
     run_id text NOT NULL,
@@ -317,5 +336,8 @@ CREATE INDEX timers_due ON @schema@.timers (wake_at);
 CREATE INDEX events_open ON @schema@.events (run_id, id) WHERE consumed_by IS NULL;
 -- a run's decisions are read, and a pruned run's events deleted, by run
 CREATE INDEX events_run ON @schema@.events (run_id);
+-- the requests a pass may take, oldest first; a pruned run's requests go by run
+CREATE INDEX requests_sent ON @schema@.requests (run_id, id) WHERE status = 'sent';
+CREATE INDEX requests_run ON @schema@.requests (run_id);
 CREATE INDEX queue_admissions_at ON @schema@.queue_admissions (queue, at);
 CREATE INDEX schedules_due ON @schema@.schedules (next_tick) WHERE status = 'active';

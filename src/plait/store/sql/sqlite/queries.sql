@@ -341,6 +341,10 @@ FROM plait_steps WHERE run_id = ?
 SELECT id, name, payload FROM plait_events
 WHERE run_id = ? AND consumed_by IS NULL ORDER BY id
 
+-- name: pass_requests
+SELECT id, run_id, name, data, status, taken_by, reply, refusal, created_at, deadline
+FROM plait_requests WHERE run_id = ? AND status = 'sent' ORDER BY id
+
 -- name: pass_state
 SELECT name, value FROM plait_state WHERE run_id = ?
 
@@ -836,6 +840,9 @@ DELETE FROM plait_steps WHERE run_id IN (SELECT value FROM json_each(?))
 -- name: prune_events
 DELETE FROM plait_events WHERE run_id IN (SELECT value FROM json_each(?))
 
+-- name: prune_requests
+DELETE FROM plait_requests WHERE run_id IN (SELECT value FROM json_each(?))
+
 -- name: prune_timers
 DELETE FROM plait_timers WHERE run_id IN (SELECT value FROM json_each(?))
 
@@ -850,3 +857,23 @@ DELETE FROM plait_values WHERE run_id IN (SELECT value FROM json_each(?))
 
 -- name: prune_runs
 DELETE FROM plait_runs WHERE id IN (SELECT value FROM json_each(?))
+
+-- == requests ================================================================================
+
+-- name: insert_request
+INSERT INTO plait_requests (run_id, name, data, status, refusal, created_at, deadline)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+
+-- name: get_request
+SELECT id, run_id, name, data, status, taken_by, reply, refusal, created_at, deadline
+FROM plait_requests WHERE id = ?
+
+-- name: take_request
+UPDATE plait_requests SET status = ?, taken_by = ? WHERE id = ? AND run_id = ? AND status = ?
+
+-- name: answer_request
+UPDATE plait_requests SET status = ?, reply = ?, refusal = ?, answered_at = ?
+WHERE id = ? AND run_id = ? AND status = ?
+
+-- name: withdraw_request
+UPDATE plait_requests SET status = ?, answered_at = ? WHERE id = ? AND status = ?

@@ -145,6 +145,24 @@ CREATE TABLE plait_events (
     judged_at   REAL
 );
 
+-- Requests sent to runs (engine.request), each answered once: sent (waiting for the
+-- workflow to take it, oldest first), taken (by the wait step taken_by), replied (reply:
+-- JSON), refused (refusal: a JSON record), withdrawn (its sender stopped waiting at
+-- deadline before the workflow took it).
+CREATE TABLE plait_requests (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id      TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    data        TEXT,
+    status      TEXT NOT NULL,
+    taken_by    TEXT,
+    reply       TEXT,
+    refusal     TEXT,
+    created_at  REAL NOT NULL,
+    deadline    REAL NOT NULL,
+    answered_at REAL
+);
+
 -- A run's named state (wf.state).
 CREATE TABLE plait_state (
     run_id TEXT NOT NULL,
@@ -235,6 +253,9 @@ CREATE INDEX plait_timers_due ON plait_timers (wake_at);
 CREATE INDEX plait_events_open ON plait_events (run_id, name) WHERE consumed_by IS NULL;
 -- a run's decisions are read, and a pruned run's events deleted, by run
 CREATE INDEX plait_events_run ON plait_events (run_id);
+-- the requests a pass may take, oldest first; a pruned run's requests go by run
+CREATE INDEX plait_requests_sent ON plait_requests (run_id, id) WHERE status = 'sent';
+CREATE INDEX plait_requests_run ON plait_requests (run_id);
 CREATE INDEX plait_queue_admissions_at ON plait_queue_admissions (queue, at);
 CREATE INDEX plait_schedules_due ON plait_schedules (next_tick) WHERE status = 'active';
 

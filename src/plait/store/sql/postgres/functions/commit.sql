@@ -6,8 +6,8 @@
 
 -- Apply the writes of a pass in order (plait.store.ops). SQLSTATE PLT01: an event
 -- was consumed by another pass (the whole statement rolls back, like a lost lease); PLT05:
--- a guard_step's step no longer has the status it names, or another pass took the decision
--- a take_decision claims. take_decision with purpose 'refuse' turns the accepted decision
+-- a guard_step's step no longer has the status it names, another pass took the decision
+-- a take_decision claims, or the request a take_request claims was withdrawn. take_decision with purpose 'refuse' turns the accepted decision
 -- of gate key into a refused one. cancel_children ends the run's live children, and
 -- theirs, as end_run cancels (status and error: each child's, parent: how the run's step
 -- for each ends, cut: how each child's steps in flight end). An end_run with a run (a new
@@ -99,6 +99,20 @@ BEGIN
                     judged_at = p_now
                 WHERE run_id = p_run AND consumed_by = o.key AND outcome = 'accepted';
             END IF;
+        WHEN 'take_request' THEN
+            -- one conditional write decides between this take and the sender's withdrawal
+            UPDATE @schema@.requests SET status = o.status, taken_by = o.key
+            WHERE id = o.event_id AND run_id = p_run AND status = o.purpose;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'request % was withdrawn before the pass took it', o.event_id
+                    USING ERRCODE = 'PLT05';
+            END IF;
+        WHEN 'answer_request' THEN
+            UPDATE @schema@.requests SET status = o.status, reply = o.output,
+                refusal = o.error, answered_at = p_now
+            WHERE id = o.event_id AND run_id = p_run AND status = o.purpose;
+            -- its sender waits on the run: an answer settles nothing
+            PERFORM pg_notify(@channel@, 'busy:' || p_run);
         ELSE
             RAISE EXCEPTION 'unknown store operation %', o.kind;
         END CASE;

@@ -44,6 +44,7 @@ BEGIN
     DELETE FROM @schema@.attempts WHERE run_id = ANY (doomed);
     DELETE FROM @schema@.steps WHERE run_id = ANY (doomed);
     DELETE FROM @schema@.events WHERE run_id = ANY (doomed);
+    DELETE FROM @schema@.requests WHERE run_id = ANY (doomed);
     DELETE FROM @schema@.timers WHERE run_id = ANY (doomed);
     DELETE FROM @schema@.jobs WHERE run_id = ANY (doomed);
     DELETE FROM @schema@.state WHERE run_id = ANY (doomed);
