@@ -105,6 +105,9 @@ class Run(_Record, Generic[Output]):
     continued_to: str | None = None
     #: when the run fails ``RUN_TIMEOUT`` unless it ended before (``timeout=``), else None
     deadline_at: datetime | None = None
+    #: the seconds from the run's start to its deadline, which a retry counts again from
+    #: the retry (a child's is its own deadline's, its parent's cap included), else None
+    timeout: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -91,10 +91,12 @@ def test_start_timeout_sets_the_deadline_runs_show_prints(db: str) -> None:
     created = datetime.fromisoformat(shown["created_at"])
     deadline = datetime.fromisoformat(shown["deadline_at"])
     assert abs((deadline - created).total_seconds() - 7200) < 5
+    assert shown["timeout"] == 7200
     code, out = run("runs", "show", run_id, "--database", db)
     assert code == 0, out
     line = next(line for line in out.splitlines() if line.startswith("deadline"))
     assert f"{deadline:%Y-%m-%d %H:%M:%S} UTC" in line and "left" in line
+    assert "(timeout 2 h 0 m)" in line
 
 
 @pytest.mark.parametrize("bad", ["soon", "0s", "-1h"])

@@ -2,8 +2,10 @@
 wins). Once the deadline passes the run fails ``RUN_TIMEOUT`` wherever it is: asleep,
 waiting for an event, in a step (whose body is cancelled), queued for admission,
 suspended; its live children end cancelled, and a child's deadline is never later than its
-parent's. The deadline is stored on the run (``Run.deadline_at``). The process test
-(``tests/processes/test_deadline_crash.py``) shows it fires after its worker was killed.
+parent's. The deadline is stored on the run (``Run.deadline_at``), with its timeout
+(``Run.timeout``), which a retry (or a resume past the deadline) counts again from then.
+The process test (``tests/processes/test_deadline_crash.py``) shows it fires after its
+worker was killed.
 """
 
 from __future__ import annotations
@@ -192,6 +194,8 @@ async def test_live_children_end_cancelled_and_never_outlive_the_parent(engine_f
         child = await engine.get_run(child_id)
         assert parent.deadline_at is not None
         assert child.deadline_at == parent.deadline_at
+        # capped by its parent's deadline: its timeout is the time the parent left it
+        assert (parent.timeout, child.timeout) == (20.0, pytest.approx(20.0))
         clock.move_to(clock.now() + 20)
         parent = await engine.wait(run_id, timeout=10)
         assert (parent.status, _code(parent)) == ("failed", "RUN_TIMEOUT")
@@ -229,6 +233,7 @@ async def test_a_child_with_an_earlier_deadline_times_out_alone(engine_factory) 
         parent = await engine.get_run(run_id)
         assert child.deadline_at is not None and parent.deadline_at is not None
         assert child.deadline_at < parent.deadline_at
+        assert (child.timeout, parent.timeout) == (5.0, 3600.0)
         clock.move_to(clock.now() + 5)
         run = await engine.wait(run_id, timeout=10)
         assert (run.status, run.output) == ("completed", "RUN_TIMEOUT")
@@ -280,6 +285,66 @@ async def test_a_run_that_ends_first_keeps_its_end(engine_factory) -> None:
         later = await engine.start("fast", timeout="1m")  # the loop looks again
         assert (await engine.wait(later, timeout=10)).status == "completed"
         assert (await engine.get_run(run_id)).status == "completed"
+
+
+async def test_a_retried_timed_out_run_gets_its_timeout_again_from_the_retry(
+    engine_factory,
+) -> None:
+    app = plait.App()
+
+    @app.workflow(timeout="2s")
+    async def listener(wf: plait.Workflow) -> Any:
+        return await wf.wait_for_event("go")
+
+    clock = VirtualClock()
+    async with engine_factory(app, clock=clock) as engine:
+        run_id = await engine.start("listener")
+        await eventually(lambda: _waiting(engine, run_id, "go"), what="the wait for 'go'")
+        clock.move_to(clock.now() + 2)
+        run = await engine.wait(run_id, timeout=10)
+        assert (run.status, _code(run), run.timeout) == ("failed", "RUN_TIMEOUT", 2.0)
+        clock.move_to(clock.now() + 100)
+        retried_at = clock.now()
+        run = await engine.retry(run_id)
+        assert run.status == "running" and run.deadline_at is not None
+        assert run.deadline_at.timestamp() == pytest.approx(retried_at + 2, abs=1e-3)
+        assert run.timeout == 2.0
+        stored = await engine.get_run(run_id)
+        assert (stored.deadline_at, stored.timeout) == (run.deadline_at, 2.0)
+        # its work fits in the fresh deadline now: the event comes a second after the retry
+        await eventually(lambda: _waiting(engine, run_id, "go"), what="the wait again")
+        clock.move_to(retried_at + 1)
+        await engine.send_event(run_id, "go", "in time")
+        run = await engine.wait(run_id, timeout=10)
+        assert (run.status, run.output) == ("completed", "in time")
+
+
+async def test_a_resume_before_the_deadline_keeps_it(engine_factory) -> None:
+    app = plait.App()
+
+    @app.workflow(timeout="30s")
+    async def paused(wf: plait.Workflow) -> Any:
+        await wf.suspend("review")
+        return await wf.wait_for_event("go")
+
+    clock = VirtualClock()
+    async with engine_factory(app, clock=clock) as engine:
+        run_id = await engine.start("paused")
+        suspended = await engine.wait(run_id, timeout=10)
+        assert suspended.status == "suspended" and suspended.deadline_at is not None
+        clock.move_to(clock.now() + 10)
+        run = await engine.resume(run_id)
+        assert (run.status, run.deadline_at, run.timeout) == (
+            "running",
+            suspended.deadline_at,
+            30.0,
+        )
+        await eventually(lambda: _waiting(engine, run_id, "go"), what="the wait for 'go'")
+        # the first deadline still holds: 20 s after the resume, not 30
+        clock.move_to(clock.now() + 20)
+        run = await engine.wait(run_id, timeout=10)
+        assert (run.status, _code(run)) == ("failed", "RUN_TIMEOUT")
+        assert run.deadline_at == suspended.deadline_at
 
 
 @pytest.mark.parametrize("bad", ["soon", "-2s", 0, -1, True, "0s", [1]])

@@ -203,7 +203,7 @@ def _resumed_pause() -> FinishAttempt:
 async def test_reopen_run_resumes_a_suspended_run(store: Store) -> None:
     await _suspended(store)
     seen = await wakeups(store, "r1")
-    run = await store.reopen_run("r1", "suspended", "running", seen, [_resumed_pause()])
+    run = await store.reopen_run("r1", "suspended", "running", None, seen, [_resumed_pause()])
     assert run is not None and (run.id, run.status, run.error, run.output) == (
         "r1",
         "running",
@@ -227,7 +227,7 @@ async def test_reopen_run_retries_a_failed_run(store: Store) -> None:
     again = broken.copy()
     again.status, again.failures, again.updated_at = "scheduled", 0, T0 + 1
     ops = [PutStep(again), EnqueueJob("q", "fn", T0)]
-    run = await store.reopen_run("r1", "failed", "running", await wakeups(store, "r1"), ops)
+    run = await store.reopen_run("r1", "failed", "running", None, await wakeups(store, "r1"), ops)
     assert run is not None and (run.status, run.error, run.output) == ("running", None, None)
     (reopened,) = await store.get_steps("r1")
     assert (reopened.status, reopened.attempts) == ("scheduled", 2)
@@ -236,10 +236,25 @@ async def test_reopen_run_retries_a_failed_run(store: Store) -> None:
     assert await store.claim_due_runs("w1", 60.0, 10) == ["r1"]
 
 
+async def test_reopen_run_writes_the_deadline_it_is_given(store: Store) -> None:
+    await new_run(store, "r1", deadline_at=T0 + 2, timeout=2.0)
+    await write(store, "r1", EndRun("failed", None, error("RUN_TIMEOUT")))
+    run = await store.reopen_run("r1", "failed", "running", T0 + 50, await wakeups(store, "r1"), [])
+    assert run is not None and run.deadline_at is not None
+    assert (run.deadline_at.timestamp(), run.timeout) == (T0 + 50, 2.0)
+    assert await store.get_run("r1") == run
+    snapshot = await store.load_pass("r1")
+    assert snapshot is not None
+    assert (snapshot.run.deadline_at, snapshot.run.timeout) == (T0 + 50, 2.0)
+
+
 async def test_reopen_run_with_stale_wakeups_writes_nothing(store: Store) -> None:
     await _suspended(store)
     stale = await wakeups(store, "r1") - 1
-    assert await store.reopen_run("r1", "suspended", "running", stale, [_resumed_pause()]) is None
+    assert (
+        await store.reopen_run("r1", "suspended", "running", None, stale, [_resumed_pause()])
+        is None
+    )
     run = await store.get_run("r1")
     assert run is not None and run.status == "suspended"
     (pause,) = await store.get_steps("r1")
@@ -250,19 +265,19 @@ async def test_reopen_run_from_the_wrong_status_raises_state_error(store: Store)
     await _suspended(store)
     seen = await wakeups(store, "r1")
     with pytest.raises(RunStateError) as caught:
-        await store.reopen_run("r1", "failed", "running", seen, [_resumed_pause()])
+        await store.reopen_run("r1", "failed", "running", None, seen, [_resumed_pause()])
     assert (caught.value.status, caught.value.action) == ("suspended", "retry")
     (pause,) = await store.get_steps("r1")
     assert pause.status == "pending"
     await new_run(store, "r2")
     with pytest.raises(RunStateError) as caught:
-        await store.reopen_run("r2", "suspended", "running", await wakeups(store, "r2"), [])
+        await store.reopen_run("r2", "suspended", "running", None, await wakeups(store, "r2"), [])
     assert (caught.value.status, caught.value.action) == ("running", "resume")
 
 
 async def test_reopen_run_of_an_unknown_run_raises_not_found(store: Store) -> None:
     with pytest.raises(RunNotFoundError):
-        await store.reopen_run("nope", "suspended", "running", 0, [])
+        await store.reopen_run("nope", "suspended", "running", None, 0, [])
 
 
 # -- events ----------------------------------------------------------------------------------

@@ -128,7 +128,9 @@ async def test_begin_queued_step_of_a_suspended_run_keeps_the_job(store: Store) 
     assert untouched.status == "scheduled"
     assert await store.leases_of("host", "host#other") == []
     # resumed, the job is there to claim at once: its lease was given back
-    reopened = await store.reopen_run("r1", "suspended", "running", await wakeups(store, "r1"), [])
+    reopened = await store.reopen_run(
+        "r1", "suspended", "running", None, await wakeups(store, "r1"), []
+    )
     assert reopened is not None
     assert (await _claim(store, W2)).deliveries == 2
 

@@ -208,7 +208,7 @@ async def test_a_retried_run_of_a_queue_takes_the_status_it_is_handed(store: Sto
     await write(store, "r1", EndRun("failed", None, '{"message": "no"}'))
     failed = await store.load_pass("r1")
     assert failed is not None and failed.run.status == "failed"
-    run = await store.reopen_run("r1", "failed", "queued", failed.run.wakeups, [])
+    run = await store.reopen_run("r1", "failed", "queued", None, failed.run.wakeups, [])
     assert run is not None and run.status == "queued"
     assert await store.claim_due_runs("w2", 60.0, 10) == []
     assert await store.admit_runs("w2", 60.0, 10, [], "running") == ["r1"]

@@ -174,6 +174,36 @@ def test_a_retried_run_of_a_queue_waits_for_admission_again() -> None:
     assert runs.retry().status(run(status="failed", queue="q")) == "queued"
 
 
+@pytest.mark.parametrize(
+    ("action", "deadline_at", "timeout", "renewed"),
+    [
+        ("retry", T0 - 1, 30.0, T0 + 30),  # the deadline that failed it is counted again
+        ("retry", T0 + 5, 30.0, T0 + 30),  # failed otherwise: a new attempt all the same
+        ("resume", T0 + 5, 30.0, T0 + 5),  # before its deadline: a resume keeps it
+        ("resume", T0 - 1, 30.0, T0 + 30),  # past it: counted again, as a retry's
+        ("retry", None, None, None),  # no deadline, none given
+    ],
+)
+def test_a_reopened_run_with_a_timeout_gets_it_again_once_its_attempt_is_over(
+    action: str, deadline_at: float | None, timeout: float | None, renewed: float | None
+) -> None:
+    reopen = runs.retry() if action == "retry" else runs.resume()
+    assert reopen.deadline(run(deadline_at=deadline_at, timeout=timeout), T0) == renewed
+
+
+def test_a_reopened_child_never_passes_its_live_parents_deadline() -> None:
+    child = run(deadline_at=T0 - 1, timeout=30.0)
+    assert runs.retry().deadline(child, T0, parent=T0 + 10) == T0 + 10
+
+
+def test_a_capped_child_stores_the_time_its_parent_left_it_as_its_timeout() -> None:
+    assert runs.timeout_of(T0, 60.0, parent=T0 + 20) == 20.0
+    assert runs.timeout_of(T0, 10.0, parent=T0 + 20) == 10.0
+    assert runs.timeout_of(T0, None, parent=T0 + 20) == 20.0
+    assert runs.timeout_of(T0, None) is None
+    assert runs.timeout_of(T0, 10.0, parent=T0 - 5) == 0.0  # the parent's passed already
+
+
 def test_the_status_types_and_enums_name_the_same_values() -> None:
     assert set(get_args(statuses.RunStatusName)) == {s.value for s in statuses.RunStatus}
     assert set(get_args(statuses.StepStatusName)) == {s.value for s in statuses.StepStatus}

@@ -116,8 +116,11 @@ def runs_show(
 
 
 def _deadline(run: Run) -> str:
-    """When the run must have ended, and how long it has left while it is live."""
+    """When the run must have ended (and its timeout, which a retry counts again), and
+    how long it has left while it is live."""
     when = f"{run.deadline_at:%Y-%m-%d %H:%M:%S} UTC"
+    if run.timeout is not None:
+        when += f"   (timeout {format_duration(run.timeout)})"
     if run.status.is_terminal or run.deadline_at is None:
         return when
     left = (run.deadline_at - datetime.now(UTC)).total_seconds()

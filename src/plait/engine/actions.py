@@ -17,6 +17,7 @@ from plait.errors import (
 from plait.ids import check_name
 from plait.records import Run
 from plait.runtime import runs
+from plait.store.rows import PassSnapshot
 from plait.worker import retention
 
 #: reads of a run that ``resume`` and ``retry`` make before giving up on one that
@@ -30,7 +31,11 @@ class ActionsMixin(EngineBase):
     async def resume(self, run_id: str, reason: str | None = None) -> Run:
         """A suspended run continues (status back to ``running``). With ``reason`` only
         ``wf.suspend(reason)`` is released; without, every open suspend. A run suspended
-        for a missing function tries it again either way."""
+        for a missing function tries it again either way.
+
+        A resume is not a new attempt: a run with a deadline keeps it, unless it has
+        passed already (before the deadline loop ended the run), in which case the run
+        gets its timeout again from now, as a retry does."""
         if reason is not None and not isinstance(reason, str):
             raise TypeError(f"reason must be a string, got {type(reason).__name__}")
 
@@ -45,7 +50,12 @@ class ActionsMixin(EngineBase):
         body never runs twice; the step the run's error names always runs again (the
         rule: ``steps.reopened``). Steps that were still waiting on a timer when the
         run failed (sleeps, event timeouts, retry back-offs, approval deadlines) get
-        their timers back."""
+        their timers back.
+
+        A retry is a new attempt of the whole run: a run with a deadline (``timeout=``)
+        gets a fresh one, its timeout counted from now, so a run that failed
+        ``RUN_TIMEOUT`` has as long again (a child run: never past its live parent's
+        deadline)."""
 
         return await self._reopen(run_id, runs.retry())
 
@@ -59,14 +69,34 @@ class ActionsMixin(EngineBase):
                 raise RunNotFoundError(run_id)
             if snapshot.run.status != reopen.from_status:
                 raise RunStateError(run_id, snapshot.run.status, reopen.action)
-            ops = reopen.ops(snapshot, self.clock.now())
+            now = self.clock.now()
+            ops = reopen.ops(snapshot, now)
+            deadline_at = reopen.deadline(snapshot.run, now, await self._parent_deadline(snapshot))
             run = await self.store.reopen_run(
-                run_id, reopen.from_status, reopen.status(snapshot.run), snapshot.run.wakeups, ops
+                run_id,
+                reopen.from_status,
+                reopen.status(snapshot.run),
+                deadline_at,
+                snapshot.run.wakeups,
+                ops,
             )
             if run is not None:
+                if deadline_at is not None and deadline_at != snapshot.run.deadline_at:
+                    self.worker.deadline_set(deadline_at)
                 self._wake(run_id)
                 return run
         raise RuntimeError(f"cannot {reopen.action} run {run_id!r}: it kept changing while read")
+
+    async def _parent_deadline(self, snapshot: PassSnapshot) -> float | None:
+        """The deadline of the live parent of a child run with a timeout, which a reopened
+        child's deadline never passes; None for any other run."""
+        run = snapshot.run
+        if run.parent_run_id is None or run.timeout is None:
+            return None
+        parent = await self.store.get_run(run.parent_run_id)
+        if parent is None or parent.status.is_terminal or parent.deadline_at is None:
+            return None
+        return parent.deadline_at.timestamp()
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Run:
         """End the run ``cancelled`` with its children; running steps are cancelled and

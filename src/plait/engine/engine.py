@@ -397,6 +397,7 @@ class Engine(
             lease_seconds=self.lease_seconds,
             trace=None if telemetry is None else telemetry.run_created(run_id, name),
             deadline_at=runs.deadline(starts, timeout),
+            timeout=timeout,
             **flow,
         )
         run, created = await self.store.create_run(new)

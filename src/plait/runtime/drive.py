@@ -263,6 +263,7 @@ class Driver:
             # for good); it is still a run of the queue, counted until it ends
             wdef = self.app.workflows.get(workflow) if target is None else None
             queue = None if wdef is None else wdef.queue
+            timeout = None if wdef is None else wdef.timeout
             admit = queue is not None and not (
                 queue == ledger.run.queue
                 or (
@@ -287,10 +288,9 @@ class Driver:
                             trace=self._child_trace(),
                             # never later than the parent's: nothing waits for it after
                             deadline_at=runs.deadline(
-                                ledger.now(),
-                                None if wdef is None else wdef.timeout,
-                                ledger.run.deadline_at,
+                                ledger.now(), timeout, ledger.run.deadline_at
                             ),
+                            timeout=runs.timeout_of(ledger.now(), timeout, ledger.run.deadline_at),
                         )
                     )
                 ]

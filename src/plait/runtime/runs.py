@@ -136,6 +136,7 @@ def continued(run: RunRow, new_id: str, input: str | None, version: str | None) 
         dedup=run.dedup,
         trace=run.trace,
         deadline_at=run.deadline_at,
+        timeout=run.timeout,
     )
     return EndRun(CONTINUED, successor=successor)
 
@@ -236,6 +237,16 @@ def deadline(now: float, timeout: float | None, parent: float | None = None) -> 
     return parent if own is None else min(own, parent)
 
 
+def timeout_of(now: float, timeout: float | None, parent: float | None = None) -> float | None:
+    """The seconds from ``now`` to the deadline ``deadline`` gives a run started then
+    (None: none), stored beside it so that a retry can count them again: ``timeout``
+    itself, or, for a child whose parent's deadline comes first, the time left to that
+    (the child's effective timeout, never below zero)."""
+    if parent is None or (timeout is not None and now + timeout <= parent):
+        return timeout
+    return max(0.0, parent - now)
+
+
 def deadline_error(deadline_at: float) -> str:
     """The error of a run whose deadline passed, naming the deadline."""
     when = datetime.fromtimestamp(deadline_at, UTC).isoformat()
@@ -289,6 +300,21 @@ class Reopen:
         """``running``; a retried run of a queue is ``queued``: it gave its slot back
         when it failed, and waits for admission again."""
         return initial_status(self.action == "retry" and run.queue is not None)
+
+    def deadline(self, run: RunRow, now: float, parent: float | None = None) -> float | None:
+        """The run's deadline once it goes on at ``now``. Its deadline was for the attempt
+        that ended: a retry is a new attempt of the whole run, so a run with a timeout
+        gets a fresh deadline, its timeout from now (else the deadline that failed it
+        would fail it again at once). A resume is not a new attempt: the deadline stays,
+        unless it has passed already (the run was resumed before the deadline loop ended
+        it), which is counted again from now as a retry's. Never later than ``parent``,
+        the deadline of the live parent of a child run."""
+        if run.timeout is None:
+            return run.deadline_at
+        passed = run.deadline_at is not None and run.deadline_at <= now
+        if self.action == "resume" and not passed:
+            return run.deadline_at
+        return deadline(now, run.timeout, parent)
 
 
 def resume(reason: str | None = None) -> Reopen:

@@ -216,12 +216,14 @@ class Store(Protocol):
         run_id: str,
         from_status: str,
         status: RunStatusName,
+        deadline_at: float | None,
         wakeups_seen: int,
         ops: Sequence[Op],
     ) -> Run | None:
         """A suspended or failed run goes on (``resume``, ``retry``): write ``ops`` (the
-        steps the caller reopened) and make the run ``status`` and due now, if it is
-        still ``from_status`` with ``wakeups_seen`` wake-ups. None when it changed since
+        steps the caller reopened) and make the run ``status``, with ``deadline_at`` (its
+        deadline from now on, ``runs.Reopen.deadline``), and due now, if it is still
+        ``from_status`` with ``wakeups_seen`` wake-ups. None when it changed since
         the caller read it; ``RunNotFoundError`` / ``RunStateError`` as for cancel."""
         ...
 

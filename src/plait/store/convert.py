@@ -62,6 +62,7 @@ def run_record(row: RunRow) -> Run:
         continued_from=row.continued_from,
         continued_to=row.continued_to,
         deadline_at=ts_or_none(row.deadline_at),
+        timeout=row.timeout,
     )
 
 

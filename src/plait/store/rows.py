@@ -43,6 +43,8 @@ class NewRun:
     trace: str | None = None
     #: when the run must have ended (unix seconds, ``runs.deadline``); None: never
     deadline_at: float | None = None
+    #: the seconds from its start to ``deadline_at`` (``runs.timeout_of``); None: no deadline
+    timeout: float | None = None
 
 
 @dataclasses.dataclass
@@ -83,6 +85,8 @@ class RunRow:
     continued_to: str | None = None
     #: when the run must have ended (unix seconds); None: no deadline
     deadline_at: float | None = None
+    #: the seconds its deadline was counted from its start with (a retry counts them again)
+    timeout: float | None = None
 
 
 @dataclasses.dataclass

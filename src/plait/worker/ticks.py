@@ -140,4 +140,5 @@ class Ticks(WorkerState):
             queue=queue,
             scheduled_at=tick,
             deadline_at=runs.deadline(self.clock.now(), timeout),
+            timeout=timeout,
         )

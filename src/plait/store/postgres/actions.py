@@ -101,6 +101,7 @@ class Actions(Part):
         run_id: str,
         from_status: str,
         status: RunStatusName,
+        deadline_at: float | None,
         wakeups_seen: int,
         ops: Sequence[Op],
     ) -> Run | None:
@@ -111,6 +112,7 @@ class Actions(Part):
             self._q["reopen_run"],
             from_status,
             status,
+            deadline_at,
             wakeups_seen,
             [op_value(op) for op in ops],
             self._now(),

@@ -88,6 +88,7 @@ _RUN_ADDED_FIELDS = (
     "continued_from",
     "continued_to",
     "deadline_at",
+    "timeout",
 )
 _STEP_FIELDS = len(dataclasses.fields(StepRow))
 
@@ -125,6 +126,7 @@ def new_run_value(n: NewRun) -> tuple[Any, ...]:
         n.scheduled_at,
         n.trace,
         n.deadline_at,
+        n.timeout,
     )
 
 

@@ -97,6 +97,7 @@ class Actions(Part):
         run_id: str,
         from_status: str,
         status: RunStatusName,
+        deadline_at: float | None,
         wakeups_seen: int,
         ops: Sequence[Op],
     ) -> Run | None:
@@ -106,7 +107,8 @@ class Actions(Part):
             now = self._now()
             apply.require_status(conn, run_id, (from_status,), action)
             cur = conn.execute(
-                SQL["reopen_run"], (status, now, now, run_id, from_status, wakeups_seen)
+                SQL["reopen_run"],
+                (status, deadline_at, now, now, run_id, from_status, wakeups_seen),
             )
             if cur.rowcount == 0:
                 return None  # woken since it was read: the caller reads it again

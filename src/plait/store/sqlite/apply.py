@@ -180,6 +180,7 @@ def insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> bool:
             new.scheduled_at,
             new.trace,
             new.deadline_at,
+            new.timeout,
         ),
     )
     return cur.rowcount == 1

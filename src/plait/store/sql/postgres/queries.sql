@@ -477,7 +477,7 @@ SELECT min(deadline_at) FROM @schema@.runs
 WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended')
 
 -- name: reopen_run
-SELECT r FROM @schema@.reopen_run($1, $2, $3, $4, $5::@schema@.op[], $6) r
+SELECT r FROM @schema@.reopen_run($1, $2, $3, $4, $5, $6::@schema@.op[], $7) r
 
 -- name: send_event
 -- The event is stored (unless its de-duplication key was taken), and the answer says

@@ -55,7 +55,10 @@ CREATE TABLE @schema@.runs (
     continued_to    text,
     -- the time by which the run must have ended (``timeout=``); past it, the deadline
     -- loop fails it RUN_TIMEOUT wherever it is; NULL: no deadline
-    deadline_at     timestamptz
+    deadline_at     timestamptz,
+    -- the seconds from its start to deadline_at: a retry (or a resume past it) gives the
+    -- run a deadline this far from then; NULL: no deadline
+    timeout         double precision
 ) WITH (fillfactor = 80);
 ALTER SEQUENCE @schema@.runs_start_seq OWNED BY @schema@.runs.start_seq;
 
@@ -258,7 +261,8 @@ CREATE TYPE @schema@.new_run AS (
     not_before      timestamptz,
     scheduled_at    timestamptz,
     trace           text,
-    deadline_at     timestamptz
+    deadline_at     timestamptz,
+    timeout         double precision
 );
 
 -- How a parent's step ends when its child run ends (plait.store.ops.StepEnd).

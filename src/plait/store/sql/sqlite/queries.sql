@@ -67,8 +67,8 @@ ON CONFLICT (id) DO UPDATE SET version = excluded.version
 INSERT INTO plait_runs (id, workflow, kind, version, status, input, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, trace,
-    deadline_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    deadline_at, timeout)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT DO NOTHING
 
 -- name: live_dedup_run
@@ -79,7 +79,8 @@ WHERE dedup = ? AND status IN ('queued', 'running', 'suspended')
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
-    forked_from, trace, continued_from, continued_to, deadline_at
+    forked_from, trace, continued_from, continued_to, deadline_at,
+    timeout
 FROM plait_runs WHERE id = ?
 
 -- name: run_statuses
@@ -115,7 +116,8 @@ WHERE /*filters*/ 1
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
-    forked_from, trace, continued_from, continued_to, deadline_at
+    forked_from, trace, continued_from, continued_to, deadline_at,
+    timeout
 FROM plait_runs
 WHERE /*filters*/ 1
 ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
@@ -137,7 +139,8 @@ ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
-    forked_from, trace, continued_from, continued_to, deadline_at
+    forked_from, trace, continued_from, continued_to, deadline_at,
+    timeout
 FROM plait_runs WHERE parent_run_id = ?
 ORDER BY created_at DESC, id DESC LIMIT ?
 
@@ -573,9 +576,10 @@ SELECT owner FROM plait_graph_owners WHERE workflow = ?
 -- name: reopen_run
 -- A suspended or failed run goes on in the status the runtime gives it (a retried run of
 -- a queue waits for admission again), if nothing changed it since the caller read it; a
--- de-duplication key another live run took meanwhile stays with that run.
+-- de-duplication key another live run took meanwhile stays with that run. Its deadline is
+-- the one the runtime gave it (runs.Reopen.deadline).
 UPDATE plait_runs SET
-    status = ?,
+    status = ?, deadline_at = ?,
     error = NULL, output = NULL, updated_at = ?, wake_at = ?, wakeups = wakeups + 1,
     dedup = CASE WHEN EXISTS (SELECT 1 FROM plait_runs o
                               WHERE o.dedup = plait_runs.dedup AND o.id != plait_runs.id

@@ -46,7 +46,10 @@ CREATE TABLE plait_runs (
     continued_to    TEXT,
     -- the time by which the run must have ended (``timeout=``); past it, the deadline
     -- loop fails it RUN_TIMEOUT wherever it is; NULL: no deadline
-    deadline_at     REAL
+    deadline_at     REAL,
+    -- the seconds from its start to deadline_at: a retry (or a resume past it) gives the
+    -- run a deadline this far from then; NULL: no deadline
+    timeout         REAL
 );
 
 -- A step of a run, one row per step key, with its latest attempt on the row.

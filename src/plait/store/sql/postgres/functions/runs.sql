@@ -49,13 +49,13 @@ BEGIN
     INSERT INTO @schema@.runs (id, workflow, kind, version, status, input, parent_run_id,
         parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
         lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, trace,
-        deadline_at)
+        deadline_at, timeout)
     VALUES (n.id, n.workflow, n.kind, n.version, n.status, n.input, n.parent_run_id,
         n.parent_step_key, n.owner, n.start_node, p_now, p_now,
         greatest(p_now, coalesce(n.not_before, p_now)), 1, n.lease_owner,
         CASE WHEN leased THEN p_now + make_interval(secs => n.lease_seconds) END,
         n.queue, n.queue_key, coalesce(n.priority, 0), n.dedup, n.scheduled_at, n.trace,
-        n.deadline_at)
+        n.deadline_at, n.timeout)
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
         RETURN false;
@@ -269,13 +269,13 @@ END $$;
 
 -- A suspended or failed run goes on (resume, retry): if it is still p_from with p_seen
 -- wake-ups, write p_ops (the steps the runtime reopened) and make it p_status (a retried
--- run of a queue waits for admission again: it gave its slot back when it failed) and due
--- now; a de-duplication key another live run took meanwhile stays with that run. No row
+-- run of a queue waits for admission again: it gave its slot back when it failed) with the
+-- deadline p_deadline the runtime gave it, and due now; a de-duplication key another live run took meanwhile stays with that run. No row
 -- when it changed since the caller read it (nothing is written then). Listeners hear
 -- 'busy:<run>': a reopen never ends a run.
 CREATE OR REPLACE FUNCTION @schema@.reopen_run(
-    p_run text, p_from text, p_status text, p_seen bigint, p_ops @schema@.op[],
-    p_now timestamptz
+    p_run text, p_from text, p_status text, p_deadline timestamptz, p_seen bigint,
+    p_ops @schema@.op[], p_now timestamptz
 ) RETURNS SETOF @schema@.runs LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM @schema@.lock_for_action(p_run, ARRAY[p_from]);
@@ -285,7 +285,7 @@ BEGIN
     END IF;
     PERFORM @schema@.apply_ops(p_run, p_ops, p_now);
     UPDATE @schema@.runs r SET
-        status = p_status,
+        status = p_status, deadline_at = p_deadline,
         error = NULL, output = NULL, updated_at = p_now, wake_at = p_now,
         wakeups = r.wakeups + 1,
         dedup = CASE WHEN EXISTS (SELECT 1 FROM @schema@.runs o

@@ -1,8 +1,10 @@
--- Run deadlines: the time by which a run must have ended, and the index the deadline loop
--- reads the live runs past it from.
+-- Run deadlines: the time by which a run must have ended and the timeout it was counted
+-- with (a retry counts it again), and the index the deadline loop reads the live runs past
+-- it from.
 -- description: run deadlines
 
 ALTER TABLE plait_runs ADD COLUMN deadline_at REAL;
+ALTER TABLE plait_runs ADD COLUMN timeout REAL;
 
 CREATE INDEX plait_runs_deadline ON plait_runs (deadline_at)
     WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended');
