@@ -31,6 +31,9 @@ PAYLOAD_TOO_DEEP = "PAYLOAD_TOO_DEEP"
 #: a value that does not fit the annotation it is decoded as
 TYPE_MISMATCH = "TYPE_MISMATCH"
 INVALID_INPUT = "INVALID_INPUT"
+#: a step whose task the workflow cancelled (``task.cancel()``, a failing task group
+#: sibling, a loser of ``asyncio.wait``): its attempt was cut short, or it never started
+CANCELLED = "CANCELLED"
 
 
 class PlaitError(Exception):

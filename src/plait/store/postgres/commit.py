@@ -19,6 +19,7 @@ from plait.store import convert
 from plait.store.ops import (
     Batch,
     CancelChildren,
+    CancelJob,
     ClearTimer,
     ConsumeEvent,
     CreateChildRun,
@@ -148,6 +149,8 @@ def op_value(op: Op) -> tuple[Any, ...]:
             step_end_value(op.parent),
             cut_value(op.cut),
         )
+    if isinstance(op, CancelJob):
+        return ("cancel_job", step_value(op.step), *(None,) * 13, cut_value(op.cut))
     raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
 
 
