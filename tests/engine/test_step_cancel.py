@@ -9,6 +9,7 @@ waits for a body that ignores the cancel, whose late outcome is thrown away."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from typing import Any
@@ -121,10 +122,8 @@ async def test_a_step_cancelled_before_it_started_never_starts(engine_factory: A
         task.cancel()
         job.cancel()
         for waited in (task, job):
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await waited
-            except asyncio.CancelledError:
-                pass
         return await wf.do("after", "effect", "after")
 
     async def boom() -> None:
@@ -338,7 +337,7 @@ async def test_a_step_nobody_awaits_still_runs(engine_factory: Any) -> None:
 
     @app.workflow
     async def fire_and_forget(wf: plait.Workflow) -> str:
-        asyncio.create_task(wf.do("effect", "effect"))
+        asyncio.create_task(wf.do("effect", "effect"))  # noqa: RUF006 - on purpose
         return "returned"
 
     async with engine_factory(app, lease_seconds=LEASE) as engine:
