@@ -129,6 +129,13 @@ def make_cases(seeds: Iterable[int], prefix: str) -> list[Case]:
 def count_pauses(cases: Iterable[Case], figures: Figures) -> None:
     """The pauses each program forces on itself (each ends a pass; the next replays)."""
     for case in cases:
+        for stmt in statements(case.program["body"]).values():
+            if stmt["op"] == "cancel":
+                figures.faults["cancel: task.cancel() of a slow step"] += 1
+            elif stmt["op"] == "race":
+                figures.faults["cancel: asyncio.wait loser"] += 1
+            elif stmt["op"] == "taskgroup" and any(map(programs.can_fail, stmt["branches"])):
+                figures.faults["cancel: task group that may fail"] += 1
         for r in case.expected.reached:
             if not r.definite:
                 continue
@@ -290,13 +297,14 @@ def check_ledger(
         wins = [ln for ln in group if ln["event"] == "end" and ln["ok"]]
         fails = [ln for ln in group if ln["event"] == "end" and not ln["ok"]]
         starts = [ln for ln in group if ln["event"] == "start"]
+        cancels = [ln for ln in group if ln["event"] == "cancelled"]
         live_wins = [ln for ln in wins if ln["pid"] not in killed]
         if len(live_wins) > 1 or (len(wins) > 1 and len(wins) - len(live_wins) < len(wins) - 1):
             problems.append(
                 f"{where}: succeeded {len(wins)} times (pids {[ln['pid'] for ln in wins]}, "
                 f"keys {[ln['key'] for ln in wins]}, attempts {[ln['attempt'] for ln in wins]})"
             )
-        unended = len(starts) - len(wins) - len(fails)
+        unended = len(starts) - len(wins) - len(fails) - len(cancels)
         if unended and not interrupted_ok and not any(ln["pid"] in killed for ln in starts):
             problems.append(f"{where}: {unended} bodies started and never ended")
         if reached is None or not reached.definite:
@@ -364,6 +372,10 @@ async def check_all(
     interrupted_ok: bool,
 ) -> None:
     lines = programs.ledger_lines()
+    tags = {case.tag for case in cases}
+    figures.faults["step bodies that got CancelledError"] += sum(
+        1 for ln in lines if ln["event"] == "cancelled" and ln["run"].split("/")[0] in tags
+    )
     for case in cases:
         figures.programs += 1
         if await _gave_up(engine, case.tag):
