@@ -513,14 +513,20 @@ class ProgramWorker(WorkerProcess):
 
 
 async def _first_work(worker: ProgramWorker, driving: asyncio.Task[None]) -> None:
-    """Wait (polling, with a deadline) until ``worker`` has started a step body, so that
-    kills land in work rather than in start-up; give up when every run ended or the
+    """Wait (polling, with a deadline) until ``worker`` has ended a step body (not a
+    slow one, which only waits to be cancelled), so that kills land in work rather than
+    in start-up and the runs get somewhere between kills; give up when every run ended or the
     remaining runs have nothing for it to do for a while (they sleep or wait)."""
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline and not driving.done():
         if not worker.alive():
             raise AssertionError(f"worker {worker.worker_id} exited:\n{worker.log_tail()}")
-        if any(ln["pid"] == worker.pid for ln in programs.ledger_lines()):
+        # a body that ended: a slow step's (a replay starts it again at once, and it
+        # only waits to be cancelled) is no progress
+        lines = programs.ledger_lines()
+        if any(
+            ln["pid"] == worker.pid and ln["event"] == "end" and not ln.get("slow") for ln in lines
+        ):
             return
         await asyncio.sleep(POLL)
 

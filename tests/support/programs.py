@@ -187,13 +187,13 @@ SLOW_SECONDS = 3600.0
 
 async def slow_body(data: dict[str, Any], ctx: plait.StepContext | None = None) -> int:
     """The body of a slow step: it runs until it is cancelled (a ledger line says so)."""
-    record("start", data, ctx)
+    record("start", data, ctx, slow=True)
     try:
         await asyncio.sleep(SLOW_SECONDS)
     except asyncio.CancelledError:
-        record("cancelled", data, ctx)
+        record("cancelled", data, ctx, slow=True)
         raise
-    record("end", data, ctx, ok=True)
+    record("end", data, ctx, ok=True, slow=True)
     return step_value(data)
 
 

@@ -424,11 +424,11 @@ class CodeReplay:
         has come), so the workflow sees it before the step ends and may cancel the step
         (a deadline)."""
         inflight = self.inflight
+        done: set[asyncio.Task[None]] = set()
         if not self.timed:
             done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
         else:
             left = min(until for until, _ in self.timed) - self.ledger.now()
-            done = set()
             if left > 0:
                 done, _ = await asyncio.wait(
                     inflight, timeout=left, return_when=asyncio.FIRST_COMPLETED
