@@ -7,7 +7,9 @@ tiny ``wf.sleep``s, events (sent before the run reaches them, sent once it waits
 sent and timed out), ``asyncio.gather`` of branches that reuse step names (with and
 without ``return_exceptions``), ``TaskGroup``s, ``create_task``, ``try/except/finally``
 and ``async with`` whose exits take steps, loops, child runs, ``wf.now()``/``wf.uuid()``
-and suspends. Step bodies sleep random real times, so branches finish in another order
+and suspends, and slow steps (inline and jobs) that the program cancels with
+``task.cancel()`` or as the loser of a deadline in ``asyncio.wait`` (a failing
+``TaskGroup`` branch cancels its siblings' steps too). Step bodies sleep random real times, so branches finish in another order
 on every run. The test compares status, output or failing site with the reference, and
 holds the side-effect ledger the step bodies write against the promise: a step body that
 succeeded ran to success once per site, unless a killed process lost its result.
