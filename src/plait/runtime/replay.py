@@ -31,6 +31,7 @@ from plait.errors import Cancel, EventTimeout, StepError
 from plait.records import Decision
 from plait.retry import resolve_policy
 from plait.runtime import runs, steps
+from plait.runtime.cancels import PassTimers, StepCancels
 from plait.runtime.control_flow import (
     PassAborted,
     PauseSignal,
@@ -45,7 +46,6 @@ from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.order import ReachedAfter, deliverable, event_order
 from plait.runtime.workflow import CURRENT_REPLAY, StepCall, Workflow
 from plait.runtime.workflow_loop import WorkflowLoop, current_task
-from plait.statuses import STEP_IN_FLIGHT
 from plait.store.ops import EndRun
 from plait.store.rows import PassSnapshot
 
@@ -77,10 +77,10 @@ class CodeReplay:
         self.inflight: dict[asyncio.Task[None], StepCall[Any]] = {}
         #: steps whose outcome is known and not yet handed to the workflow
         self.finished: list[StepCall[Any]] = []
-        #: waits of ``waiting`` with a time of their own (a sleep, an event wait's
-        #: timeout), with that time: while steps are in flight the pass fires them
-        #: itself when it comes (see ``_wait``)
-        self.timed: list[tuple[float, StepCall[Any]]] = []
+        #: the waits of ``waiting`` the pass fires itself while steps are in flight
+        self.timers = PassTimers()
+        #: cancels the steps whose awaiting tasks the workflow cancels
+        self.cancels = StepCancels(self.ledger)
         #: steps that failed in this pass: their errors' tracebacks tie them in cycles
         #: (see ``_release``)
         self.failed: list[StepCall[Any]] = []
@@ -343,7 +343,7 @@ class CodeReplay:
         self.order.clear()
         self.new_calls.clear()
         self.waiting.clear()
-        self.timed.clear()
+        self.timers.clear()
         self.inflight.clear()
         self.finished.clear()
         self.unwound.clear()
@@ -392,15 +392,15 @@ class CodeReplay:
             wloop.run_ready()
             if ledger.conflict or ledger.aborted:
                 break
+            new = self.new_calls
             if wloop.cancels != cancels:
                 cancels = wloop.cancels
-                self._cancelled_by_workflow()
-            new = self.new_calls
+                self.cancels.sweep(new, inflight, self.waiting)
             while new:
                 call = new.popleft()
                 if call.late:
                     continue
-                if not inflight and not new and not self.finished and not self.timed:
+                if not inflight and not new and not self.finished and not self.timers:
                     # the only thing going on: resolve it here, with no task of its own
                     # (nothing can cancel it meanwhile: the workflow runs only between)
                     await self._resolve(call)
@@ -425,102 +425,20 @@ class CodeReplay:
         (a deadline)."""
         inflight = self.inflight
         done: set[asyncio.Task[None]] = set()
-        if not self.timed:
+        if not self.timers:
             done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
         else:
-            left = min(until for until, _ in self.timed) - self.ledger.now()
+            left = self.timers.next_at() - self.ledger.now()
             if left > 0:
                 done, _ = await asyncio.wait(
                     inflight, timeout=left, return_when=asyncio.FIRST_COMPLETED
                 )
-            self._fire_due()
+            for call in self.timers.take_due(self.ledger.now()):
+                self.waiting.remove(call)
+                call.outcome = None
+                inflight[self.ledger.spawn(self._resolve(call))] = call
         for task in done:
             inflight.pop(task)
-
-    def _fire_due(self) -> None:
-        """Resolve again the timed waits whose time has come (a wait the workflow gave
-        up is left to be closed at the pass's end)."""
-        now, ledger = self.ledger.now(), self.ledger
-        kept: list[tuple[float, StepCall[Any]]] = []
-        for until, call in self.timed:
-            if call.future.done():
-                continue
-            if until > now:
-                kept.append((until, call))
-                continue
-            self.waiting.remove(call)
-            call.outcome = None
-            self.inflight[ledger.spawn(self._resolve(call))] = call
-        self.timed = kept
-
-    def _cancelled_by_workflow(self) -> None:
-        """The workflow cancelled tasks in its last turn: each step such a task awaited
-        (its call's future is cancelled) is cancelled wherever it is. One not started
-        yet never starts; one whose body runs (inline) is recorded cancelled now and its
-        body cancelled, and the pass goes on without waiting for it; one whose start is
-        being written stops itself once it is (``Driver.attempt``); a job step loses
-        its job and its step worker learns it at its next lease renewal. A wait (a
-        sleep, an event, a gate) is closed at the pass's end (``_abandoned``); a child
-        run is not cancelled: the run waits for it as for a step nobody awaits."""
-        ledger = self.ledger
-        new = self.new_calls
-        if any(call.future.cancelled() for call in new):
-            kept = [call for call in new if not call.future.cancelled()]
-            for call in new:
-                if call.future.cancelled() and not call.late:
-                    self._never_started(call)
-            new.clear()
-            new.extend(kept)
-        for task, call in list(self.inflight.items()):
-            if not call.future.cancelled() or call.outcome is not None:
-                continue
-            ledger.cancelled.add(call.key)
-            if ledger.bodies.get(call.key) is task:
-                self._cut_body(task, call)
-        for call in [c for c in self.waiting if c.future.cancelled()]:
-            if self._cancellable(call):
-                self.waiting.remove(call)
-                self._cancel_step(call)
-
-    def _cancellable(self, call: StepCall[Any]) -> bool:
-        """A step with a body (``wf.do`` of a function or a closure) not ended yet."""
-        step = self.ledger.steps.get(call.key)
-        return step is not None and step.kind == "do" and step.status in STEP_IN_FLIGHT
-
-    def _cancel_step(self, call: StepCall[Any]) -> None:
-        """Record the step of ``call`` cancelled (``steps.cancel_step``) where the
-        workflow cancelled it: it takes the next place in the delivery order."""
-        ledger = self.ledger
-        step = ledger.steps[call.key]
-        ledger.cancelled.add(call.key)
-        ledger.add(steps.cancel_step(step, ledger.now()))
-        ledger.mark_delivered(step)
-        ledger.cancelled_jobs = ledger.cancelled_jobs or step.queued
-        call.outcome = "cancelled"
-
-    def _never_started(self, call: StepCall[Any]) -> None:
-        """A step the workflow cancelled before the pass started it: it never starts,
-        and nothing is recorded (a replay cancels it again before it starts). A step
-        an earlier pass recorded is reached, and cancelled if it is still in flight."""
-        ledger = self.ledger
-        ledger.cancelled.add(call.key)
-        call.outcome = "cancelled"
-        if call.key in ledger.steps:
-            ledger.reach(call.key)
-            if self._cancellable(call):
-                self._cancel_step(call)
-
-    def _cut_body(self, task: asyncio.Task[None], call: StepCall[Any]) -> None:
-        """Cancel a step whose body runs in ``task``: the cancel is recorded now, the
-        body gets ``CancelledError``, and the pass no longer waits for the task (a body
-        that ignores the cancel, or a sync one, runs on; what it does is thrown away)."""
-        ledger = self.ledger
-        del ledger.bodies[call.key]
-        self._cancel_step(call)
-        del self.inflight[task]
-        ledger.tasks.remove(task)
-        _detach(task)
-        task.cancel()
 
     async def _resolve(self, call: StepCall[Any]) -> None:
         """Run the pass side of one step; its outcome waits in ``finished`` for delivery."""
@@ -529,14 +447,13 @@ class CodeReplay:
             call.result = await fn(*args)
             call.outcome = "ok"
         except PauseSignal as sig:
-            if call.key in self.ledger.cancelled and self._cancellable(call):
-                self._cancel_step(call)  # cancelled while it went to the job table
+            if call.key in self.ledger.cancelled and self.cancels.cancellable(call):
+                self.cancels.cancel(call)  # cancelled while it went to the job table
                 return
             call.outcome = "paused"
             self.waiting.append(call)
             step = self.ledger.steps.get(call.key)
-            if sig.until is not None and step is not None and step.kind in _TIMED:
-                self.timed.append((sig.until, call))
+            self.timers.add(call, sig.until, step.kind if step is not None else None)
             return
         except StepCancelled:
             call.outcome = "cancelled"
@@ -659,7 +576,7 @@ class CodeReplay:
         """A wait the workflow cancelled (a deadline that lost a race, a branch it gave
         up): no work stands behind it and nothing will take its outcome, so the run does
         not wait for it, as a program would not. A step with a body whose task the
-        workflow cancelled was cancelled as soon as it did (``_cancelled_by_workflow``);
+        workflow cancelled was cancelled as soon as it did (``StepCancels.sweep``);
         a step nobody awaits still runs, and the run waits for it."""
         if not call.future.cancelled():
             return False
@@ -697,24 +614,6 @@ class CodeReplay:
 
 
 _UNWIND_ROUNDS = 5
-
-#: the waits a pass fires itself when their time comes while steps are in flight
-_TIMED = frozenset({"sleep", "event"})
-
-#: tasks of steps the workflow cancelled whose bodies run on after their pass let them
-#: go: kept until they end (asyncio keeps only weak references to tasks)
-_DETACHED: set[asyncio.Task[Any]] = set()
-
-
-def _detach(task: asyncio.Task[Any]) -> None:
-    _DETACHED.add(task)
-    task.add_done_callback(_forget)
-
-
-def _forget(task: asyncio.Task[Any]) -> None:
-    _DETACHED.discard(task)
-    if not task.cancelled():
-        task.exception()  # retrieved: what a cancelled step did is thrown away
 
 
 async def _raise(exc: Exception) -> Any:
