@@ -21,6 +21,8 @@ from plait.errors import (
     PayloadTooDeepError,
     PayloadTooLargeError,
     PlaitError,
+    RequestRefused,
+    RequestTimeout,
     RunIdTakenError,
     RunNotFoundError,
     RunStateError,
@@ -41,6 +43,7 @@ from plait.queues import Queue
 from plait.records import (
     Approval,
     ApprovalDecision,
+    CheckResult,
     Decision,
     Run,
     RunStatus,
@@ -50,7 +53,7 @@ from plait.records import (
     StepAttempt,
     StepStatus,
 )
-from plait.runtime.workflow import Workflow
+from plait.runtime.workflow import Request, Workflow
 from plait.schedules import ScheduleSpec
 
 __version__ = "0.1.0"
@@ -62,6 +65,7 @@ __all__ = [
     "ApprovalForbiddenError",
     "ApprovalResolvedError",
     "Cancel",
+    "CheckResult",
     "Decision",
     "Engine",
     "EventTimeout",
@@ -77,6 +81,9 @@ __all__ = [
     "PayloadTooLargeError",
     "PlaitError",
     "Queue",
+    "Request",
+    "RequestRefused",
+    "RequestTimeout",
     "Run",
     "RunIdTakenError",
     "RunNotFoundError",

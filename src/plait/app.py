@@ -18,7 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from plait import serde
 from plait.context import StepContext
-from plait.durations import Duration, parse_duration
+from plait.durations import Duration, parse_duration, run_timeout
 from plait.errors import InputValidationError, TypeMismatchError, WorkflowNotFoundError
 from plait.queues import Queue, check_queue_name, make_queue
 from plait.retry import (
@@ -160,6 +160,9 @@ class WorkflowDef:
     takes_data: bool = True
     #: the queue its runs are admitted through, unless ``start(queue=...)`` says otherwise
     queue: str | None = None
+    #: seconds from a run's start to its deadline, unless ``start(timeout=...)`` says
+    #: otherwise (None: no deadline)
+    timeout: float | None = None
 
     @functools.cached_property
     def input_codec(self) -> serde.Codec | None:
@@ -461,12 +464,20 @@ class App:
     def workflow(self, fn: W, /) -> W: ...
     @overload
     def workflow(
-        self, /, *, name: str | None = None, version: str | None = None, queue: str | None = None
+        self,
+        /,
+        *,
+        name: str | None = None,
+        version: str | None = None,
+        queue: str | None = None,
+        timeout: Duration | None = None,
     ) -> Callable[[W], W]: ...
 
     def workflow(self, fn: W | None = None, /, **options: Any) -> W | Callable[[W], W]:
         """Register an async workflow ``(wf, data) -> output``. The function comes back
-        unchanged: ``engine.run(fn, data)`` is typed by its output annotation."""
+        unchanged: ``engine.run(fn, data)`` is typed by its output annotation. With
+        ``timeout`` (a duration) each of its runs fails ``RUN_TIMEOUT`` once that long has
+        passed since it started, wherever it is (``start(timeout=...)`` overrides it)."""
         if fn is not None:
             return self._add_workflow(fn, **options)
         return lambda f: self._add_workflow(f, **options)
@@ -478,10 +489,12 @@ class App:
         name: str | None = None,
         version: str | None = None,
         queue: str | None = None,
+        timeout: Duration | None = None,
     ) -> W:
         wname = name or fn.__name__
         if queue is not None:
             check_queue_name(queue, f"queue of workflow {wname!r}")
+        seconds = run_timeout(timeout, what=f"timeout of workflow {wname!r}")
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"workflow {wname!r} must be an async function (async def)")
         if version is not None and (not isinstance(version, str) or not version):
@@ -493,6 +506,7 @@ class App:
             version=version if version is not None else _source_version(fn),
             takes_data=len(params) >= 2,
             queue=queue,
+            timeout=seconds,
         )
         self._check_workflow_name(wdef, explicit_version=version is not None)
         self.workflows[wname] = wdef

@@ -103,3 +103,14 @@ def timeout_seconds(
     if isinstance(value, str):
         return parse_duration(value, what=what)
     return None if value is None else float(value)
+
+
+def run_timeout(value: object, *, what: str) -> float | None:
+    """Seconds for a run's ``timeout=`` (its deadline, counted from its start), None for
+    None; a ``ValueError`` naming ``what`` for a bad duration or one of no time at all."""
+    if value is None:
+        return None
+    seconds = parse_duration(value, what=what)
+    if seconds <= 0:
+        raise ValueError(f"invalid {what}: {value!r} (must be more than 0)")
+    return seconds

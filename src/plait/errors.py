@@ -23,6 +23,8 @@ STEP_INTERRUPTED = "STEP_INTERRUPTED"
 STEP_FAILED = "STEP_FAILED"
 NOT_JSON = "NOT_JSON"
 EVENT_TIMEOUT = "EVENT_TIMEOUT"
+#: the run's deadline (``@app.workflow(timeout=)``, ``start(timeout=)``) passed first
+RUN_TIMEOUT = "RUN_TIMEOUT"
 CHILD_FAILED = "CHILD_FAILED"
 #: the workflow waits on something that is not a step and can never be woken
 WORKFLOW_BLOCKED = "WORKFLOW_BLOCKED"
@@ -31,6 +33,11 @@ PAYLOAD_TOO_DEEP = "PAYLOAD_TOO_DEEP"
 #: a value that does not fit the annotation it is decoded as
 TYPE_MISMATCH = "TYPE_MISMATCH"
 INVALID_INPUT = "INVALID_INPUT"
+#: a request the workflow refused (``req.refuse``), or whose data failed its schema
+REQUEST_REFUSED = "REQUEST_REFUSED"
+REQUEST_INVALID = "REQUEST_INVALID"
+#: ``wf.wait_for_request`` saw no request before its timeout
+REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
 #: a step whose task the workflow cancelled (``task.cancel()``, a failing task group
 #: sibling, a loser of ``asyncio.wait``): its attempt was cut short, or it never started
 CANCELLED = "CANCELLED"
@@ -108,8 +115,9 @@ class ScheduleNotFoundError(PlaitError, LookupError):
 class RunStateError(PlaitError):
     """An action that the run's current status does not allow (HTTP 409)."""
 
-    def __init__(self, run_id: str, status: str, action: str) -> None:
-        super().__init__(f"cannot {action} run {run_id!r}: it is {status}")
+    def __init__(self, run_id: str, status: str, action: str, hint: str | None = None) -> None:
+        said = f"; {hint}" if hint else ""
+        super().__init__(f"cannot {action} run {run_id!r}: it is {status}{said}")
         self.run_id = run_id
         self.status = status
         self.action = action
@@ -277,6 +285,27 @@ class EventTimeout(PlaitError, TimeoutError):
         self.code = EVENT_TIMEOUT
 
 
+class RequestTimeout(PlaitError, TimeoutError):
+    """``wf.wait_for_request`` saw no request before its timeout."""
+
+    def __init__(self, name: str, step_key: str) -> None:
+        super().__init__(f"no request {name!r} arrived before the timeout (step {step_key!r})")
+        self.name = name
+        self.code = REQUEST_TIMEOUT
+
+
+class RequestRefused(PlaitError):
+    """The workflow refused the request (``req.refuse(reason)``); ``reason`` is what it
+    said (HTTP 409)."""
+
+    def __init__(self, run_id: str, name: str, reason: str) -> None:
+        super().__init__(f"run {run_id!r} refused request {name!r}: {reason}")
+        self.run_id = run_id
+        self.name = name
+        self.reason = reason
+        self.code = REQUEST_REFUSED
+
+
 class Cancel(Exception):
     """Raise inside a workflow to end its run ``cancelled`` with this reason."""
 
@@ -309,14 +338,17 @@ APPROVAL_INVALID = "APPROVAL_INVALID"
 
 
 class ValidationError(PlaitError, ValueError):
-    """Data that does not fit the schema it was sent for (an approval's decision).
+    """Data that does not fit the schema it was sent for (an approval's decision, a
+    request's data).
     ``problems`` lists every problem as ``{"field": "a.b", "message": ...}``."""
 
-    def __init__(self, what: str, problems: list[dict[str, str]]) -> None:
+    def __init__(
+        self, what: str, problems: list[dict[str, str]], *, code: str = APPROVAL_INVALID
+    ) -> None:
         listed = "; ".join(f"{p['field'] or '(root)'}: {p['message']}" for p in problems)
         super().__init__(f"{what} is invalid: {listed}")
         self.problems = problems
-        self.code = APPROVAL_INVALID
+        self.code = code
 
 
 class ApprovalForbiddenError(PlaitError, PermissionError):

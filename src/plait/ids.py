@@ -24,6 +24,14 @@ def invocation_id(run_id: str, step_key: str) -> str:
     return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
 
 
+def kept_step(run_id: str, step_key: str, invocation: str) -> bool:
+    """Whether run ``run_id``'s step ``step_key`` is one a fork kept from its source: a
+    kept step keeps the invocation id its result was produced under (the source's), so
+    it is the one step whose invocation id is not this run's own. Computed only where a
+    replay needs to know (a kept step's input may differ from what the code passes now)."""
+    return invocation != invocation_id(run_id, step_key)
+
+
 def child_run_id(invocation: str, attempt: int) -> str:
     """One child run per attempt of a parent step, so starting it again is a no-op."""
     return str(uuid.uuid5(NAMESPACE, f"child:{invocation}:{attempt}"))

@@ -36,6 +36,30 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def step_label(key: str, kind: str) -> str:
+    """The name ``plait runs show`` and the dashboard display for a step: plait's own
+    keys said in words (``__event:approval`` of an event wait reads ``wait for event:
+    approval``), a user's key as it is. ``Engine.fork`` takes this name as well as the
+    key, so it is written once, here."""
+    if kind == "approval":
+        return f"approval: {key.removeprefix('__approval:')}"
+    if kind == "set_value":
+        return f"set value: {key.removeprefix('__value:')}"
+    if kind == "suspend":
+        return f"suspend: {key.removeprefix('__suspend:')}"
+    if kind == "event":
+        return f"wait for event: {key.removeprefix('__event:')}"
+    if kind == "value":
+        return key.removeprefix("__")
+    if kind == "patch":
+        return f"patch: {key.removeprefix('__patch:')}"
+    if kind == "sleep":
+        return f"sleep: {key}"
+    if kind == "child":
+        return f"{key} (child run)"
+    return key
+
+
 class _Record:
     def to_dict(self) -> dict[str, Any]:
         """A plain dict with datetimes as ISO strings, ready for ``json.dumps``."""
@@ -73,6 +97,12 @@ class Run(_Record, Generic[Output]):
     start_at: datetime | None = None
     #: the run this one was forked from (``Engine.fork``), else None
     forked_from: str | None = None
+    #: the run this one continues (``wf.continue_as_new``), else None
+    continued_from: str | None = None
+    #: the run that continues this one, once it ended ``continued``, else None
+    continued_to: str | None = None
+    #: when the run fails ``RUN_TIMEOUT`` unless it ended before (``timeout=``), else None
+    deadline_at: datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +150,15 @@ class Step(_Record):
     #: keys of the steps whose outcomes the workflow had received, in the task that
     #: reached this step, when it did: what this step came after (None: not recorded)
     reached_after: list[str] | None = None
+
+    @property
+    def label(self) -> str:
+        """The name the dashboard and ``plait runs show`` display (``step_label``)."""
+        return step_label(self.key, self.kind)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As every record's, with the ``label`` the dashboard displays."""
+        return {**super().to_dict(), "label": self.label}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,3 +240,21 @@ class ApprovalDecision(_Record):
     outcome: str
     reason: dict[str, Any] | None
     judged_at: datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult(_Record):
+    """What ``Engine.check`` found of one run replayed on the code deployed now.
+
+    ``ok`` is True when the code still follows what the run recorded; otherwise ``step``
+    is the key of the first step where it takes another path or passes other input,
+    ``step_name`` that step as ``plait runs show`` names it, and ``reason`` says what
+    the run recorded and what the code does now (a run whose workflow the app does not
+    register has no ``step``)."""
+
+    run_id: str
+    workflow: str
+    ok: bool
+    step: str | None = None
+    step_name: str | None = None
+    reason: str | None = None

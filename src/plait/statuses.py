@@ -20,8 +20,11 @@ from typing import Literal
 
 #: a run: ``queued`` (waiting for admission or its start time), ``running`` (passes
 #: drive it), ``suspended`` (until a resume), then ended ``completed`` | ``failed`` |
-#: ``cancelled``
-RunStatusName = Literal["queued", "running", "suspended", "completed", "failed", "cancelled"]
+#: ``cancelled`` | ``continued`` (its workflow continued as new: a new run of the same
+#: workflow, ``Run.continued_to``, goes on in its place)
+RunStatusName = Literal[
+    "queued", "running", "suspended", "completed", "failed", "cancelled", "continued"
+]
 #: a step: ``pending`` (no attempt yet, or an open suspend or gate), ``scheduled`` (a
 #: timer or the job table), ``running`` (an attempt or a child run in flight), then
 #: ``succeeded`` | ``failed``
@@ -30,6 +33,10 @@ StepStatusName = Literal["pending", "scheduled", "running", "succeeded", "failed
 #: (its process died or shut down: no retry budget spent) | ``cancelled`` (its run or
 #: its workflow cancelled it)
 AttemptStatusName = Literal["running", "succeeded", "failed", "interrupted", "cancelled"]
+#: a request (``engine.request``): ``sent`` (waiting for the workflow to take it),
+#: ``taken`` (by a ``wf.wait_for_request``), then ``replied`` | ``refused`` |
+#: ``withdrawn`` (its sender gave up before the workflow took it)
+RequestStatusName = Literal["sent", "taken", "replied", "refused", "withdrawn"]
 
 
 class RunStatus(enum.StrEnum):
@@ -40,10 +47,12 @@ class RunStatus(enum.StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    #: ended by ``wf.continue_as_new``: its successor (``Run.continued_to``) goes on
+    CONTINUED = "continued"
 
     @property
     def is_terminal(self) -> bool:
-        return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+        return self in TERMINAL
 
 
 class StepStatus(enum.StrEnum):
@@ -54,9 +63,12 @@ class StepStatus(enum.StrEnum):
     FAILED = "failed"
 
 
-#: Run statuses at which ``Engine.wait`` returns.
-SETTLED: frozenset[RunStatusName] = frozenset({"completed", "failed", "cancelled", "suspended"})
+#: Run statuses at which a wait for the run wakes: ``Engine.wait`` returns at each of them
+#: but ``continued``, where it goes on waiting for the run that continues it.
+SETTLED: frozenset[RunStatusName] = frozenset(
+    {"completed", "failed", "cancelled", "continued", "suspended"}
+)
 #: Run statuses of a run that ended (only a retry moves one on: ``failed`` to ``running``).
-TERMINAL: frozenset[RunStatusName] = frozenset({"completed", "failed", "cancelled"})
+TERMINAL: frozenset[RunStatusName] = frozenset({"completed", "failed", "cancelled", "continued"})
 #: Step statuses of a step not ended yet.
 STEP_IN_FLIGHT: frozenset[StepStatusName] = frozenset({"pending", "scheduled", "running"})

@@ -82,6 +82,28 @@ def test_bad_start_options_are_one_line(db: str, options: list[str], names: str)
     assert names in out and len(out.strip().splitlines()) == 1
 
 
+def test_start_timeout_sets_the_deadline_runs_show_prints(db: str) -> None:
+    code, out = run("start", APP, "report", "--timeout", "2h", "--database", db)
+    assert code == 0, out
+    run_id = out.strip()
+    code, out = run("runs", "show", run_id, "--json", "--database", db)
+    shown = json.loads(out)["run"]
+    created = datetime.fromisoformat(shown["created_at"])
+    deadline = datetime.fromisoformat(shown["deadline_at"])
+    assert abs((deadline - created).total_seconds() - 7200) < 5
+    code, out = run("runs", "show", run_id, "--database", db)
+    assert code == 0, out
+    line = next(line for line in out.splitlines() if line.startswith("deadline"))
+    assert f"{deadline:%Y-%m-%d %H:%M:%S} UTC" in line and "left" in line
+
+
+@pytest.mark.parametrize("bad", ["soon", "0s", "-1h"])
+def test_a_bad_start_timeout_is_one_line(db: str, bad: str) -> None:
+    code, out = run("start", APP, "report", "--timeout", bad, "--database", db)
+    assert code != 0
+    assert "--timeout" in out and len(out.strip().splitlines()) == 1
+
+
 def test_schedules_commands(db: str) -> None:
     # the worker-less engine of `plait start` stores the app's schedules when it opens
     assert run("start", APP, "report", "--delay", "1h", "--database", db)[0] == 0

@@ -38,6 +38,13 @@ async def quick(wf: plait.Workflow, data: Any) -> Any:
     return await wf.do("only", lambda: "done")
 
 
+@app.workflow
+async def held(wf: plait.Workflow, data: Any) -> Any:
+    await wf.do("first", lambda: "first")
+    await wf.suspend("review")
+    return await wf.do("last", lambda: "last")
+
+
 async def plait_cli(*args: str) -> Any:
     """The CLI in a thread (it runs its own event loop)."""
     return await asyncio.to_thread(CliRunner().invoke, cli, list(args))
@@ -206,3 +213,43 @@ def test_worker_retain_refuses_a_bad_duration(tmp_path: Path) -> None:
         ],
     )
     assert zero.exit_code == 2 and "more than 0" in zero.output
+
+
+async def test_fork_replace_from_the_command_line(engine_factory, database: str) -> None:
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("held")
+        assert (await engine.wait(run_id, timeout=10)).status == "suspended"
+        refused = await plait_cli("fork", run_id, "--from", "last", "--database", database)
+        assert refused.exit_code == 1 and "it is suspended; only an ended run forks" in (
+            refused.output
+        )
+        for bad in ("", "  ", "suspend:\x01review"):
+            malformed = await plait_cli(
+                "fork", run_id, "--from", bad, "--replace", "--database", database
+            )
+            assert malformed.exit_code == 2, malformed.output
+            assert "--from" in malformed.output and "control characters" in malformed.output
+        unknown = await plait_cli(
+            "fork", "no-such-run", "--from", "last", "--replace", "--database", database
+        )
+        assert unknown.exit_code == 1 and "no run matches 'no-such-run'" in unknown.output
+        assert (await engine.get_run(run_id)).status == "suspended"
+
+        forked = await plait_cli(
+            "fork",
+            run_id,
+            "--from",
+            "suspend: review",
+            "--replace",
+            "--json",
+            "--database",
+            database,
+        )
+        assert forked.exit_code == 0, forked.output
+        answer = json.loads(forked.output)
+        assert answer["forked_from"] == run_id and answer["replaced"] is True
+        source = await engine.get_run(run_id)
+        assert source.status == "cancelled"
+        assert source.error["message"] == f"replaced by fork {answer['run_id']}"
+        fork = await engine.wait(answer["run_id"], timeout=10)
+        assert fork.status == "suspended" and fork.forked_from == run_id

@@ -226,7 +226,10 @@ async def test_fork_refuses_what_it_cannot_do(engine_factory, tmp_path: Path) ->
     async with engine_factory(app) as engine:
         done = await engine.start("parent", 7)
         assert (await engine.wait(done, timeout=10)).output == 7
-        with pytest.raises(ValueError, match=r"has no step 'nope' \(its steps: 'child', 'after'\)"):
+        listed = (
+            r"has no step 'nope' \(its steps: 'child' \(shown as 'child \(child run\)'\), 'after'\)"
+        )
+        with pytest.raises(ValueError, match=listed):
             await engine.fork(done, from_step="nope")
         with pytest.raises(
             ValueError, match=r"is a step of child run .* fork run .* from step 'child'"

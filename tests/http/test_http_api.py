@@ -157,6 +157,7 @@ ROUTES = [
     ("POST", "/api/runs/RID/resume"),
     ("POST", "/api/runs/RID/retry"),
     ("POST", "/api/runs/RID/events/go"),
+    ("POST", "/api/runs/RID/requests/ask"),
     ("GET", "/api/graphs"),
     ("POST", "/api/graphs"),
     ("GET", "/api/schedules"),
@@ -195,6 +196,7 @@ def test_every_api_route_is_in_the_route_list_above(engine: plait.Engine) -> Non
     }
     listed = {(m, p.replace("RID", "{run_id}").replace("simple", "{name}")) for m, p in ROUTES}
     listed = {(m, p.replace("events/go", "events/{name}")) for m, p in listed}
+    listed = {(m, p.replace("requests/ask", "requests/{name}")) for m, p in listed}
     listed |= {(m, "/api/session") for m in ("GET", "POST", "DELETE")}  # the sign-in
     listed = {(m, p.replace("approvals/gate", "approvals/{name}")) for m, p in listed}
     assert {(m, p) for m, p in declared if m != "HEAD"} == listed
@@ -305,10 +307,35 @@ async def test_start_with_wait_answers_200_with_the_finished_run(
 async def test_start_with_wait_and_timeout_answers_202_while_running(
     engine: plait.Engine, alice: httpx.AsyncClient
 ) -> None:
-    response = await alice.post("/api/workflows/waiter/runs", json={"wait": True, "timeout": 0.2})
+    response = await alice.post(
+        "/api/workflows/waiter/runs", json={"wait": True, "wait_timeout": 0.2}
+    )
     assert response.status_code == 202
     assert response.json()["status"] == "running"
     await engine.cancel(response.json()["id"])
+
+
+async def test_start_timeout_is_the_run_deadline(
+    engine: plait.Engine, alice: httpx.AsyncClient
+) -> None:
+    response = await alice.post("/api/workflows/waiter/runs", json={"timeout": "1h"})
+    assert response.status_code == 201, response.text
+    run = await engine.get_run(response.json()["run_id"])
+    assert run.deadline_at is not None
+    assert abs((run.deadline_at - run.created_at).total_seconds() - 3600) < 5
+    shown = (await alice.get(f"/api/runs/{run.id}")).json()
+    assert shown["deadline_at"] == run.deadline_at.isoformat()
+    await engine.cancel(run.id)
+
+
+@pytest.mark.parametrize("bad", ["soon", "-5s", 0, -1, True, [60]])
+async def test_a_bad_start_timeout_is_422_naming_the_field(
+    engine: plait.Engine, alice: httpx.AsyncClient, bad: Any
+) -> None:
+    response = await alice.post("/api/workflows/waiter/runs", json={"timeout": bad})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["problems"][0]["field"] == "timeout"
+    assert await engine.list_runs() == []
 
 
 async def test_start_unknown_workflow_is_404(alice: httpx.AsyncClient) -> None:
@@ -374,7 +401,7 @@ async def test_a_dedup_key_answers_only_to_the_owner_of_its_run(
     assert again.status_code == 201 and again.json() == {"run_id": run_id}
     # Bob's start resolves to Alice's live run: 403, as a run id of hers would, and
     # nothing of her run (not even its id) is in the answer; with "wait" nobody waits
-    for extra in ({}, {"wait": True, "timeout": 5}, {"run_id": "bobs-own"}):
+    for extra in ({}, {"wait": True, "wait_timeout": 5}, {"run_id": "bobs-own"}):
         began = time.monotonic()
         response = await bob.post(
             "/api/workflows/waiter/runs", json={"input": None, "dedup": "order-7", **extra}

@@ -262,7 +262,7 @@ def _bounded(case: Any) -> Any:
     """A start that waits does so for a moment only: a fuzzed run may be delayed for
     years, and the document's default wait is five minutes."""
     if isinstance(case.body, dict) and case.body.get("wait") is True:
-        case.body = {**case.body, "timeout": 0.2}
+        case.body = {**case.body, "wait_timeout": 0.2}
     return case
 
 

@@ -159,7 +159,7 @@ async def test_fork_over_http(engine: plait.Engine, alice: Any, bob: Any) -> Non
     assert unknown.status_code == 422 and "has no step 'nope'" in unknown.json()["error"]["message"]
     forked = await alice.post(path, json={"from_step": "last", "run_id": "fork-http"})
     assert forked.status_code == 201
-    assert forked.json() == {"run_id": "fork-http", "forked_from": run_id}
+    assert forked.json() == {"run_id": "fork-http", "forked_from": run_id, "replaced": False}
     run = await base.settled(engine, "fork-http")
     assert run.output == done["output"] and run.owner == "alice"
     taken = await alice.post(path, json={"from_step": "last", "run_id": "fork-http"})
@@ -168,7 +168,23 @@ async def test_fork_over_http(engine: plait.Engine, alice: Any, bob: Any) -> Non
     running = await alice.post(f"/api/runs/{live}/fork", json={"from_step": "before"})
     assert running.status_code == 409
     assert (await alice.post("/api/runs/nope/fork", json={"from_step": "x"})).status_code == 404
-    await engine.cancel(live)
+    # replace: the way forward for a live run, which the fork's commit cancels
+    body = {"from_step": "before", "replace": "sometimes"}
+
+    async def reached() -> bool:
+        return any(s.key == "before" for s in await engine.get_steps(live))
+
+    await eventually(reached, what="the live run's first step")
+    assert (await alice.post(f"/api/runs/{live}/fork", json=body)).status_code == 422
+    assert (
+        await bob.post(f"/api/runs/{live}/fork", json={**body, "replace": True})
+    ).status_code == 403
+    replaced = await alice.post(f"/api/runs/{live}/fork", json={**body, "replace": True})
+    assert replaced.status_code == 201 and replaced.json()["replaced"] is True
+    source = await engine.get_run(live)
+    assert source.status == "cancelled"
+    assert source.error["message"] == f"replaced by fork {replaced.json()['run_id']}"
+    await engine.cancel(replaced.json()["run_id"])
 
 
 async def test_a_fork_into_a_taken_run_id_answers_like_a_start(

@@ -9,10 +9,11 @@ without ``return_exceptions``), ``TaskGroup``s, ``create_task``, ``try/except/fi
 and ``async with`` whose exits take steps, loops, child runs, ``wf.now()``/``wf.uuid()``
 and suspends, and slow steps (inline and jobs) that the program cancels with
 ``task.cancel()`` or as the loser of a deadline in ``asyncio.wait`` (a failing
-``TaskGroup`` branch cancels its siblings' steps too). Step bodies sleep random real times, so branches finish in another order
-on every run. The test compares status, output or failing site with the reference, and
-holds the side-effect ledger the step bodies write against the promise: a step body that
-succeeded ran to success once per site, unless a killed process lost its result.
+``TaskGroup`` branch cancels its siblings' steps too). Step bodies sleep random real
+times, so branches finish in another order on every run. The test compares status,
+output or failing site with the reference, and holds the side-effect ledger the step
+bodies write against the promise: a step body that succeeded ran to success once per
+site, unless a killed process lost its result.
 
 Faults:
 

@@ -16,6 +16,7 @@ from plait.store.ops import (
     FinishAttempt,
     GuardStep,
     PutStep,
+    RecordVersion,
     SetValue,
     StartAttempt,
     TakeDecision,
@@ -135,17 +136,26 @@ async def test_list_gates_reads_gates_of_live_runs(store: Store) -> None:
     assert await store.list_gates("succeeded", 10) == []
 
 
+#: the statuses the tests below let a fork's source be in (the engine decides which)
+ANY_STATUS = ("queued", "running", "suspended", "completed", "failed", "cancelled")
+ENDED = ("completed", "failed", "cancelled")
+
+
 async def test_fork_run_creates_the_run_with_its_kept_steps(store: Store) -> None:
     await new_run(store, "src")
     kept = step("copy", "a", status="succeeded", output="1")
-    run = await store.fork_run(
-        NewRun("copy", "wf", "workflow", None, "{}", status="running"), "src", [PutStep(kept)]
+    run, moved = await store.fork_run(
+        NewRun("copy", "wf", "workflow", None, "{}", status="running"),
+        "src",
+        [PutStep(kept)],
+        ANY_STATUS,
     )
-    assert run.forked_from == "src" and run.status == "running"
+    assert run.forked_from == "src" and run.status == "running" and moved == []
     assert [s.key for s in await store.get_steps("copy")] == ["a"]
+    assert (await store.get_run("src")).status == "running"  # type: ignore[union-attr]
     with pytest.raises(RunIdTakenError):
         await store.fork_run(
-            NewRun("copy", "wf", "workflow", None, "{}", status="running"), "src", []
+            NewRun("copy", "wf", "workflow", None, "{}", status="running"), "src", [], ANY_STATUS
         )
 
 
@@ -163,12 +173,74 @@ async def test_fork_run_of_a_queue_waits_with_its_values(store: Store) -> None:
         queue_key="k1",
         priority=4,
     )
-    run = await store.fork_run(new, "src", [PutStep(kept), SetValue("v", '"x"')])
+    run, _ = await store.fork_run(new, "src", [PutStep(kept), SetValue("v", '"x"')], ANY_STATUS)
     assert (run.status, run.queue, run.key, run.priority) == ("queued", "work", "k1", 4)
     assert run.forked_from == "src" and run.admitted_at is None
     assert await store.get_values("q-copy") == {"v": '"x"'}
     (depth,) = [d for d in await store.queue_depths() if d.queue == "work"]
     assert (depth.queued, depth.active) == (1, 0)
+
+
+async def test_fork_run_refuses_a_source_in_another_status_and_writes_nothing(
+    store: Store,
+) -> None:
+    await new_run(store, "src", status="suspended")
+    kept = step("copy", "a", status="succeeded", output="1")
+    new = NewRun("copy", "wf", "workflow", None, "{}", status="running")
+    with pytest.raises(RunStateError, match="cannot fork run 'src': it is suspended"):
+        await store.fork_run(new, "src", [PutStep(kept)], ENDED)
+    with pytest.raises(RunNotFoundError):
+        await store.fork_run(new, "nope", [PutStep(kept)], ANY_STATUS)
+    assert await store.get_run("copy") is None
+    assert await store.get_steps("copy") == []
+
+
+async def test_fork_run_replacing_cancels_a_live_source_in_the_same_transaction(
+    store: Store,
+) -> None:
+    await new_run(store, "src")
+    await new_run(store, "kid", parent_run_id="src", parent_step_key="k")
+    await write(store, "src", StartAttempt(step("src", "slow", attempts=1), 1, "running"))
+    error = json.dumps({"message": "replaced by fork copy", "code": "WORKFLOW_CANCELLED"})
+    end = EndRun("cancelled", error=error, parent=None, cut=CUT)
+    new = NewRun("copy", "wf", "workflow", None, "{}", status="running")
+    run, moved = await store.fork_run(new, "src", [], ANY_STATUS, end)
+    assert run.id == "copy" and sorted(moved) == ["kid", "src"]
+    source = await store.get_run("src")
+    assert source is not None and source.status == "cancelled"
+    assert source.error == {"message": "replaced by fork copy", "code": "WORKFLOW_CANCELLED"}
+    assert (await store.get_run("kid")).status == "cancelled"  # type: ignore[union-attr]
+    (slow,) = await store.get_steps("src")
+    assert slow.status != "running"  # cut short, as a cancel cuts it
+    # an ended source is not moved again
+    _, again = await store.fork_run(
+        NewRun("copy-2", "wf", "workflow", None, "{}", status="running"), "src", [], ANY_STATUS, end
+    )
+    assert again == []
+
+
+async def test_fork_run_replacing_is_undone_with_a_fork_that_cannot_be_made(store: Store) -> None:
+    await new_run(store, "src", status="suspended")
+    await new_run(store, "taken")
+    end = EndRun("cancelled", error='{"message": "x"}', parent=None, cut=CUT)
+    with pytest.raises(RunIdTakenError):
+        await store.fork_run(
+            NewRun("taken", "wf", "workflow", None, "{}", status="running"),
+            "src",
+            [],
+            ANY_STATUS,
+            end,
+        )
+    assert (await store.get_run("src")).status == "suspended"  # type: ignore[union-attr]
+
+
+async def test_record_version_fills_in_a_run_without_one_only(store: Store) -> None:
+    await new_run(store, "none")
+    await new_run(store, "some", version="v1")
+    await write(store, "none", RecordVersion("v2"))
+    await write(store, "some", RecordVersion("v2"))
+    assert (await store.get_run("none")).version == "v2"  # type: ignore[union-attr]
+    assert (await store.get_run("some")).version == "v1"  # type: ignore[union-attr]
 
 
 async def test_prune_batch_walks_ended_trees_with_a_cursor(store: Store) -> None:

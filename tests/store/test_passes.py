@@ -71,6 +71,40 @@ async def test_passes_starting_at_once_each_read_their_own_run(store: Store) -> 
         assert snapshot.state == {"n": run_id[1:]}
 
 
+async def test_list_passes_reads_a_page_of_runs_by_id_with_their_records(store: Store) -> None:
+    """A page holds what load_pass reads of each run (steps, unconsumed events, state),
+    only runs of the statuses, kind and workflow asked for, in id order after ``after``."""
+    for n in range(5):
+        run_id = f"r{n}"
+        await new_run(store, run_id, status="suspended" if n % 2 else "running")
+        await write(store, run_id, PutStep(step(run_id, "a")), SetState("n", str(n)))
+        await store.send_event(run_id, "e", f'"{run_id}"')
+    await new_run(store, "other", workflow="wf2")
+    await new_run(store, "ended")
+    await write(store, "ended", EndRun("completed"))
+    await store.create_run(NewRun("graph", "wf", "graph", None, "{}", status="running"))
+    live = ["running", "suspended"]
+
+    page = await store.list_passes(live, "workflow", "wf", "", 3)
+    assert [p.run.id for p in page] == ["r0", "r1", "r2"]
+    for snapshot in page:
+        expected = await store.load_pass(snapshot.run.id)
+        assert expected is not None and snapshot.run == expected.run
+        assert {k: plain(v) for k, v in snapshot.steps.items()} == {
+            k: plain(v) for k, v in expected.steps.items()
+        }
+        assert snapshot.events == expected.events and snapshot.state == expected.state
+    rest = await store.list_passes(live, "workflow", "wf", "r2", 3)
+    assert [p.run.id for p in rest] == ["r3", "r4"]
+    assert [p.run.id for p in await store.list_passes(["suspended"], "workflow", None, "", 9)] == [
+        "r1",
+        "r3",
+    ]
+    every = await store.list_passes(live, "workflow", None, "", 9)
+    assert [p.run.id for p in every] == ["other", "r0", "r1", "r2", "r3", "r4"]
+    assert [p.run.id for p in await store.list_passes(live, "graph", None, "", 9)] == ["graph"]
+
+
 async def test_load_pass_lists_unconsumed_events_in_order(store: Store) -> None:
     await new_run(store, "r1")
     await store.send_event("r1", "paid", '{"amount": 5}')

@@ -102,6 +102,7 @@ async def test_schema_option_keeps_tenants_apart(pg_url: str) -> None:
         "graph_owners",
         "jobs",
         "queue_admissions",
+        "requests",
         "run_values",
         "runs",
         "schedules",

@@ -70,8 +70,9 @@ def test_postgres_queries_are_filled_once_per_schema() -> None:
 
 def test_migrations_are_numbered_without_gaps() -> None:
     sqlite, postgres = migrations("sqlite"), migrations("postgres")
-    assert [m.version for m in sqlite.scripts] == [1]
-    assert [m.version for m in postgres.scripts] == [1]
+    assert [m.version for m in sqlite.scripts] == list(range(1, len(sqlite.scripts) + 1))
+    assert [m.version for m in postgres.scripts] == list(range(1, len(postgres.scripts) + 1))
+    assert [m.name for m in sqlite.scripts] == [m.name for m in postgres.scripts]
     assert sqlite.pending(0, where="x") == sqlite.scripts
     latest = len(sqlite.scripts)
     assert sqlite.pending(latest, where="x") == ()

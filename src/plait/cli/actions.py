@@ -1,9 +1,13 @@
-"""Acting on one run: ``plait cancel``, ``resume``, ``retry`` and ``send-event``."""
+"""Acting on one run: ``plait cancel``, ``resume``, ``retry``, ``send-event`` and
+``request``."""
 
 from __future__ import annotations
 
+import json
+
 import typer
 
+from plait import request
 from plait.cli.app import (
     RUN_ID_HELP,
     DatabaseOption,
@@ -11,6 +15,7 @@ from plait.cli.app import (
     cli,
     console,
     emit_json,
+    fail,
     find_run_id,
     make_engine,
     parse_json,
@@ -103,5 +108,42 @@ def send_event(
                 f"event {esc(repr(name))} held for run {esc(run_id)}: it is not waiting for "
                 "it now (it gets it when it does)"
             )
+
+    run_async(go)
+
+
+@cli.command("request")
+def send_request(
+    run_id: str = typer.Argument(..., help=RUN_ID_HELP),
+    name: str = typer.Argument(..., help="The request's name (wf.wait_for_request(name))."),
+    data: str | None = typer.Option(None, "--data", help="The request's data as JSON."),
+    timeout: float = typer.Option(
+        request.DEFAULT_TIMEOUT,
+        "--timeout",
+        help=f"Seconds to wait for the answer (at most {request.MAX_TIMEOUT:g}).",
+    ),
+    as_json: bool = JsonOption,
+    database: str | None = DatabaseOption,
+) -> None:
+    """Send a request to a run and print the workflow's reply as JSON.
+
+    Exits 1 when the workflow refuses it (with its reason), when its data does not fit
+    the wait's schema, or when no answer comes within --timeout (a request not taken by
+    then is withdrawn)."""
+
+    async def go() -> None:
+        nonlocal run_id  # the whole id of what was given
+        value = parse_json(data, "--data")
+        async with make_engine(None, database) as engine:
+            run_id = await find_run_id(engine, run_id)
+            try:
+                reply = await engine.request(run_id, name, value, timeout=timeout)
+            except TimeoutError as exc:
+                fail(str(exc), 1)
+                return
+        if as_json:
+            emit_json({"run_id": run_id, "request": name, "reply": reply})
+        else:
+            print(json.dumps(reply))
 
     run_async(go)

@@ -29,7 +29,7 @@ from plait.cli.terminal import clean, esc, one_line
 from plait.durations import format_duration, parse_duration
 from plait.engine import Engine
 from plait.errors import PlaitError
-from plait.records import Run
+from plait.records import TERMINAL, Run
 from plait.store import resolve_url
 
 T = TypeVar("T")
@@ -111,6 +111,7 @@ STATUS_STYLE = {
     "suspended": "yellow",
     "failed": "red",
     "cancelled": "magenta",
+    "continued": "green",
     "interrupted": "yellow",
     "queued": "cyan",
     "active": "blue",
@@ -363,6 +364,6 @@ def status_markup(status: str) -> str:
 
 def run_took(run: Run) -> str:
     """How long an ended run took, or ``-`` while it has not ended."""
-    if run.status not in ("completed", "failed", "cancelled"):
+    if run.status not in TERMINAL:
         return "-"
     return format_duration((run.updated_at - run.created_at).total_seconds())

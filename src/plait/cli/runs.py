@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import typer
@@ -37,6 +38,11 @@ def runs_list(
     version: str | None = typer.Option(None, "--version", help="Filter by workflow version."),
     limit: int = typer.Option(50, "--limit", min=1, max=10_000),
     offset: int = typer.Option(0, "--offset", min=0),
+    hide_continued: bool = typer.Option(
+        False,
+        "--hide-continued",
+        help="Leave out runs that continued as new: of each chain, only its last run.",
+    ),
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
@@ -45,7 +51,12 @@ def runs_list(
     async def go() -> None:
         async with make_engine(None, database) as engine:
             runs, total = await engine.count_runs(
-                status=status, workflow=workflow, version=version, limit=limit, offset=offset
+                status=status,
+                workflow=workflow,
+                version=version,
+                hide_continued=hide_continued,
+                limit=limit,
+                offset=offset,
             )
         if as_json:
             emit_json({"runs": dicts(runs), "total": total})
@@ -104,6 +115,15 @@ def runs_show(
     run_async(go)
 
 
+def _deadline(run: Run) -> str:
+    """When the run must have ended, and how long it has left while it is live."""
+    when = f"{run.deadline_at:%Y-%m-%d %H:%M:%S} UTC"
+    if run.status.is_terminal or run.deadline_at is None:
+        return when
+    left = (run.deadline_at - datetime.now(UTC)).total_seconds()
+    return f"{when}   ({format_duration(left)} left)" if left > 0 else f"{when}   (passed)"
+
+
 def render_run(
     run: Run,
     steps: list[Step],
@@ -121,6 +141,12 @@ def render_run(
         console.print(f"parent   {esc(run.parent_run_id)}")
     if run.forked_from:
         console.print(f"forked   from run {esc(run.forked_from)}")
+    if run.continued_from:
+        console.print(f"continues run {esc(run.continued_from)}")
+    if run.continued_to:
+        console.print(f"continued as new in run {esc(run.continued_to)}")
+    if run.deadline_at is not None:
+        console.print(f"deadline {_deadline(run)}")
     patches = [s.key.removeprefix("__patch:") for s in steps if s.kind == "patch"]
     if patches:  # markers, not work: said once here, not as rows of the table
         console.print(f"patches  {esc(', '.join(patches))}")
@@ -227,7 +253,7 @@ def runs_prune(
         ..., "--older-than", help="Age of the runs to delete, e.g. 30d."
     ),
     status: list[str] = typer.Option(
-        ["completed", "cancelled", "failed"],
+        ["completed", "cancelled", "failed", "continued"],
         "--status",
         help="Ended statuses to prune (repeat the option).",
     ),

@@ -21,6 +21,7 @@ from plait.cli.app import (
     make_engine,
     parse_json,
     parse_time,
+    positive_duration,
     run_async,
     status_markup,
 )
@@ -49,6 +50,9 @@ def start(
     start_at: str | None = typer.Option(
         None, "--start-at", help="Start at this ISO 8601 time (with a time zone)."
     ),
+    timeout: str | None = typer.Option(
+        None, "--timeout", help="The run's deadline, e.g. 1h: past it the run fails RUN_TIMEOUT."
+    ),
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
@@ -63,6 +67,7 @@ def start(
         app = load_app(app_ref)
         data = parse_json(input, "--input")
         when = parse_time(start_at, "--start-at")
+        deadline = None if timeout is None else positive_duration(timeout, "--timeout")
         flow: dict[str, Any] = {
             "queue": queue,
             "key": key,
@@ -70,6 +75,7 @@ def start(
             "dedup": dedup,
             "delay": delay,
             "start_at": when,
+            "timeout": deadline,
         }
         wdef = app.workflows.get(workflow)
         queued = queue is not None or delay is not None or when is not None

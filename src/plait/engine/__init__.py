@@ -2,7 +2,8 @@
 
 ``engine.py`` holds the class (its lifecycle, start, run, wait and the reads); each other
 concern it offers is a module of its own: ``actions`` (resume, retry, cancel, events,
-prune), ``schedules``, ``approvals``, ``fork``, ``values`` and ``queues``.
+prune), ``requests`` (requests with a reply), ``schedules``, ``approvals``, ``fork``,
+``check``, ``values`` and ``queues``.
 """
 
 from plait.engine.base import Duration

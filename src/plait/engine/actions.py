@@ -3,7 +3,6 @@ send it an event, and prune ended runs."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
@@ -76,19 +75,7 @@ class ActionsMixin(EngineBase):
         moved = await self.store.cancel_run(
             existing_id(run_id), cut.status, cut.error, cut.parent, cut.cut
         )
-        self.worker.cancel_local(moved)
-        # a cancelled run of a queue frees its slot (or its place in the line)
-        self.notifier.publish_work()
-        if self.telemetry is not None:
-            for rid in moved:
-                ended = await self.store.get_run(rid)
-                self.telemetry.run_ended(rid, ended.workflow if ended else "?", "cancelled")
-        # give this process's cancelled work a moment to record how it ended
-        local = [t for rid in moved if (t := self.worker.driving.get(rid)) is not None]
-        if local:
-            await asyncio.wait(local, timeout=5.0)
-        for rid in moved:
-            self.notifier.run_changed(rid)
+        await self._cancelled(moved)
         return await self.get_run(run_id)
 
     async def send_event(self, run_id: str, name: str, payload: Any = None) -> bool:

@@ -10,6 +10,7 @@ run, tell this process and the others that work for a run arrived).
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from plait import serde
@@ -60,6 +61,24 @@ class EngineBase:
         end it)."""
         self.notifier.run_changed(run_id, settled=False)
         self.notifier.publish_work()
+
+    async def _cancelled(self, moved: list[str]) -> None:
+        """The store just cancelled the runs ``moved`` (a cancel, a fork that replaces
+        its source): stop their work in this process, free their queues' slots, and
+        tell their watchers once that work recorded how it ended."""
+        self.worker.cancel_local(moved)
+        # a cancelled run of a queue frees its slot (or its place in the line)
+        self.notifier.publish_work()
+        if self.telemetry is not None:
+            for rid in moved:
+                ended = await self.store.get_run(rid)
+                self.telemetry.run_ended(rid, ended.workflow if ended else "?", "cancelled")
+        # give this process's cancelled work a moment to record how it ended
+        local = [t for rid in moved if (t := self.worker.driving.get(rid)) is not None]
+        if local:
+            await asyncio.wait(local, timeout=5.0)
+        for rid in moved:
+            self.notifier.run_changed(rid)
 
 
 def existing_id(run_id: str) -> str:

@@ -1,6 +1,7 @@
 """The Engine: open and close it, its definitions, start runs, wait for them and read
 them. What it does to runs, schedules, approval gates, values, queues and forks is each
-in a module of its own in this package, mixed into ``Engine``."""
+in a module of its own in this package, mixed into ``Engine`` (``check``, a dry replay
+of live runs on this code, too)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,15 @@ from plait import serde
 from plait.app import App
 from plait.catalog import Catalog
 from plait.clock import SYSTEM_CLOCK, Clock
-from plait.durations import parse_duration, timeout_seconds
+from plait.durations import parse_duration, run_timeout, timeout_seconds
 from plait.engine.actions import ActionsMixin
 from plait.engine.approvals import ApprovalsMixin
 from plait.engine.base import Duration
+from plait.engine.check import CheckMixin
 from plait.engine.filters import run_filter
 from plait.engine.fork import ForkMixin
 from plait.engine.queues import QueuesMixin
+from plait.engine.requests import RequestsMixin
 from plait.engine.schedules import SchedulesMixin
 from plait.engine.values import ValuesMixin
 from plait.errors import (
@@ -46,6 +49,7 @@ from plait.records import (
     Step,
     StepAttempt,
 )
+from plait.runtime import runs
 from plait.runtime.workflow import Workflow
 from plait.store import make_store, resolve_url
 from plait.store.contract import Store
@@ -93,7 +97,16 @@ def workflow_name(workflow: WorkflowRef) -> str:
     return name
 
 
-class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixin, ValuesMixin):
+class Engine(
+    ActionsMixin,
+    ApprovalsMixin,
+    CheckMixin,
+    ForkMixin,
+    QueuesMixin,
+    RequestsMixin,
+    SchedulesMixin,
+    ValuesMixin,
+):
     """A handle on one database plus (with ``workers=True``) the loops that work it.
 
     Use it as ``async with plait.Engine(app, url) as engine:``. Several engines and
@@ -285,6 +298,7 @@ class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixi
         dedup: str | None = None,
         delay: float | str | timedelta | None = None,
         start_at: datetime | None = None,
+        timeout: float | str | timedelta | None = None,
     ) -> str:
         """Create a durable run and return its id. ``run_id`` is an idempotency key: the
         same id again returns the existing run without a second one.
@@ -294,6 +308,10 @@ class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixi
         first, ``dedup`` returns the id of a live run holding the same key instead of
         starting another, ``delay`` / ``start_at`` hold the start until then. Such a run
         is ``queued`` until a worker admits it. ``name`` may be the workflow's function.
+
+        ``timeout`` (default: the workflow's own ``timeout``) is the run's deadline,
+        counted from its start (a delayed run: from its start time): once it passes, the
+        run fails ``RUN_TIMEOUT`` wherever it is, queued, running, waiting or suspended.
         """
         run_id, _fresh = await self._start(
             name,
@@ -308,11 +326,17 @@ class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixi
             dedup=dedup,
             delay=delay,
             start_at=start_at,
+            deadline=timeout,
         )
         return run_id
 
     async def _start(
-        self, name: WorkflowRef, data: Any, **options: Unpack[StartOptions]
+        self,
+        name: WorkflowRef,
+        data: Any,
+        *,
+        deadline: Duration | None = None,
+        **options: Unpack[StartOptions],
     ) -> tuple[str, bool]:
         """``start``, also telling whether the run is one it made and drives here (inline):
         such a run cannot have ended before its starter looks, so ``run`` need not read
@@ -329,6 +353,7 @@ class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixi
             raise TypeError(f"owner must be a string, got {type(owner).__name__}")
         if start_node is not None and kind != "graph":
             raise ValueError(f"start_node applies to graph workflows; {name!r} is code")
+        timeout = run_timeout(deadline, what="timeout")
         flow = self._flow_options(
             name,
             options.get("queue"),
@@ -350,6 +375,9 @@ class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixi
             validate_or_raise(graph, start_node=start_node)
         payload = serde.dumps(data, what=f"the input of workflow {name!r}", limits=self.limits)
         wdef = self.app.workflows.get(name) if kind == "workflow" else None
+        if timeout is None and wdef is not None:
+            timeout = wdef.timeout
+        starts = flow["not_before"] or self.clock.now()
         if wdef is not None and wdef.input_codec is not None:
             wdef.decode_input(payload)  # bad input is refused here, not by a failed run
         if not self._opened:
@@ -368,6 +396,7 @@ class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixi
             lease_owner=worker.owner if inline else None,
             lease_seconds=self.lease_seconds,
             trace=None if telemetry is None else telemetry.run_created(run_id, name),
+            deadline_at=runs.deadline(starts, timeout),
             **flow,
         )
         run, created = await self.store.create_run(new)
@@ -377,6 +406,8 @@ class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixi
             if run.workflow != name:
                 raise RunIdTakenError(run.id, run.workflow, name)
             return run.id, False
+        if new.deadline_at is not None:
+            worker.deadline_set(new.deadline_at)
         if inline:
             worker.drive(run.id, claimed=True, follow=not self.workers)
         else:
@@ -451,7 +482,9 @@ class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixi
         workflow: WorkflowRef | None = None,
     ) -> Run[Any]:
         """Wait until the run is completed, failed, cancelled or suspended. ``timeout``
-        is seconds, a string such as ``"30s"`` or a ``timedelta``.
+        is seconds, a string such as ``"30s"`` or a ``timedelta``. A run that continued
+        as new is followed along its chain (``Run.continued_to``) within that timeout:
+        the ``Run`` returned is the last one, whose id may not be ``run_id``.
 
         With ``workflow`` (the function ``@app.workflow`` registered), the ``Run`` is
         typed by what that workflow returns, and a run of another workflow is a
@@ -464,7 +497,8 @@ class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixi
     ) -> Run:
         """``wait`` with its arguments checked: ``TestEngine`` moves its clock here. A
         ``fresh`` run (just made and driven here, its pass not begun) is not read before
-        the first wait: it is running, and its end is told to the watch set up first."""
+        the first wait: it is running, and its end is told to the watch set up first. A
+        run that continued as new hands the wait on to the run that continues it."""
         deadline = None if seconds is None else time.monotonic() + seconds
         status = "running"
         while True:
@@ -478,6 +512,9 @@ class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixi
                         raise ValueError(
                             f"run {run_id} is a run of workflow {run.workflow!r}, not {workflow!r}"
                         )
+                    if run.status == RunStatus.CONTINUED and run.continued_to is not None:
+                        run_id = run.continued_to
+                        continue  # the wait goes on with the next run of the chain
                     if run.status in SETTLED:
                         return run
                     status = run.status
@@ -501,15 +538,19 @@ class Engine(ActionsMixin, ApprovalsMixin, ForkMixin, QueuesMixin, SchedulesMixi
         version: str | None = None,
         owner: str | None = None,
         visible_to: str | None = None,
+        hide_continued: bool = False,
         limit: int = 50,
         offset: int = 0,
     ) -> list[Run]:
+        """Runs newest first. ``hide_continued`` leaves out the runs that continued as
+        new: of each chain, only its last run is listed."""
         runs, _total = await self.count_runs(
             workflow=workflow,
             status=status,
             version=version,
             owner=owner,
             visible_to=visible_to,
+            hide_continued=hide_continued,
             limit=limit,
             offset=offset,
         )

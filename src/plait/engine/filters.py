@@ -44,6 +44,7 @@ def run_filter(filters: dict[str, Any]) -> RunFilter:
             isinstance(value, bool) or not isinstance(value, int | float) or value != value
         ):
             raise ValueError(f"invalid {name} filter: {value!r} (a datetime or epoch seconds)")
-    if not isinstance(filters.get("top_level", False), bool):
-        raise ValueError(f"invalid top_level filter: {filters['top_level']!r}")
+    for name in ("top_level", "hide_continued"):
+        if not isinstance(filters.get(name, False), bool):
+            raise ValueError(f"invalid {name} filter: {filters[name]!r} (True or False)")
     return RunFilter(**filters)

@@ -16,23 +16,39 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from plait.engine import Engine
-from plait.errors import RunIdTakenError
+from plait.errors import REQUEST_TIMEOUT, RequestRefused, RunIdTakenError
 from plait.http import graphview
 from plait.http.auth import Authenticator, Principal
 from plait.http.guard import require_json
 from plait.http.lifecycle import Ended, Lifecycle
 from plait.http.operating import Operating
 from plait.http.problems import ApiError, bad_input, from_plait, invalid, validate
-from plait.http.schemas import RegisterGraph, StartRun, json_body, path_name, runs_query
+from plait.http.schemas import (
+    RegisterGraph,
+    SendRequest,
+    StartRun,
+    json_body,
+    path_name,
+    runs_query,
+)
 from plait.http.sse import stream_run
 from plait.records import Run
 
 Handler = Callable[[Request], Awaitable[Response]]
 
 #: the fields of a start an engine error may name, most specific first
-START_FIELDS = ("start_node", "start_at", "queue", "priority", "dedup", "delay", "key")
+START_FIELDS = (
+    "start_node",
+    "start_at",
+    "queue",
+    "priority",
+    "dedup",
+    "delay",
+    "key",
+    "timeout",
+)
 
-#: ``wait`` without a ``timeout`` still gives up (202, run still going) after this long, so
+#: ``wait`` without a ``wait_timeout`` still gives up (202, run still going) after this long, so
 #: an abandoned request cannot hold a server task for ever
 MAX_WAIT_SECONDS = 300.0
 
@@ -60,6 +76,9 @@ class Api:
             Route("/runs/{run_id}/resume", self._wrap(self.resume), methods=["POST"]),
             Route("/runs/{run_id}/retry", self._wrap(self.retry), methods=["POST"]),
             Route("/runs/{run_id}/events/{name}", self._wrap(self.send_event), methods=["POST"]),
+            Route(
+                "/runs/{run_id}/requests/{name}", self._wrap(self.send_request), methods=["POST"]
+            ),
             Route("/graphs", self._wrap(self.list_graphs), methods=["GET"]),
             Route("/graphs", self._wrap(self.register_graph), methods=["POST"]),
             *Operating(self.engine).routes(self._wrap),
@@ -135,6 +154,7 @@ class Api:
                 dedup=body.dedup,
                 delay=body.delay,
                 start_at=body.start_at,
+                timeout=body.timeout,
             )
         except RunIdTakenError as exc:
             # the id answers only to the owner of the run that holds it
@@ -156,7 +176,7 @@ class Api:
             raise ApiError(403, "FORBIDDEN", "the dedup key is held by a run of another user")
         if not body.wait:
             return JSONResponse({"run_id": run_id}, status_code=201)
-        wait = self.engine.wait(run_id, timeout=body.timeout or MAX_WAIT_SECONDS)
+        wait = self.engine.wait(run_id, timeout=body.wait_timeout or MAX_WAIT_SECONDS)
         try:
             settled = await self.lifecycle.watch(wait, request.receive, "waits")
         except TimeoutError:
@@ -173,7 +193,7 @@ class Api:
         """Newest first, only runs the caller may read, with the total for paging. Each
         run is a summary: a page costs the same whatever the runs' inputs and outputs.
         Filters: workflow, status, a part of the id, a time range, top-level runs only or
-        the children of one run."""
+        the children of one run, runs that continued as new left out."""
         query = runs_query(request)
         try:
             runs, total = await self.engine.run_summaries(
@@ -186,6 +206,7 @@ class Api:
                 created_after=query.since,
                 created_before=query.until,
                 top_level=bool(query.top_level),
+                hide_continued=bool(query.hide_continued),
                 parent_run_id=query.parent,
             )
         except ValueError as exc:
@@ -259,6 +280,27 @@ class Api:
         # "waiting": false tells the sender the event is only held (the run has not
         # reached its wait, or its wait already timed out)
         return JSONResponse({"run_id": run.id, "event": name, "waiting": waiting}, status_code=202)
+
+    async def send_request(self, request: Request, principal: Principal) -> Response:
+        """Send a request and wait for the workflow's answer: 200 with the reply. 409
+        when the workflow refuses it (with its ``reason``) or the run has ended, 422 when
+        its data does not fit the wait's schema (or the body is wrong), 504 when no
+        answer came within ``timeout`` (a request not taken by then is withdrawn)."""
+        run = await self._readable_run(request, principal)
+        name = path_name(request, "request")
+        body: SendRequest = validate(SendRequest, await json_body(request, empty={}))
+        try:
+            reply = await self.engine.request(run.id, name, body.data, timeout=body.timeout)
+        except RequestRefused as exc:
+            raise ApiError(409, exc.code, str(exc), extra={"reason": exc.reason}) from None
+        except TimeoutError as exc:
+            raise ApiError(504, REQUEST_TIMEOUT, str(exc)) from None
+        except (TypeError, ValueError) as exc:
+            mapped = from_plait(exc)
+            if mapped is not None:
+                raise mapped from None
+            raise bad_input(exc, "data") from None
+        return JSONResponse({"run_id": run.id, "request": name, "reply": reply})
 
     async def list_graphs(self, request: Request, principal: Principal) -> Response:
         """Graphs this app declares plus the versions the caller registered at run time

@@ -21,6 +21,7 @@ from plait.http.schemas import (
     RUN_STATUSES,
     CreateSchedule,
     RegisterGraph,
+    SendRequest,
     StartRun,
 )
 from plait.http.signin import SignIn
@@ -189,7 +190,7 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
                         "200": _json(_ref("RunWithSteps"), "with `wait`: the settled run"),
                         "202": _json(
                             _ref("RunWithSteps"),
-                            "with `wait`: still going after `timeout` (default 300 s), or"
+                            "with `wait`: still going after `wait_timeout` (default 300 s), or"
                             " the server is shutting down",
                         ),
                         **_errors(*_CHANGES, 404, 409, 422),
@@ -249,6 +250,13 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
                             "name": "top_level",
                             "in": "query",
                             "description": "only runs that are no other run's child",
+                            "schema": {"type": "boolean"},
+                        },
+                        {
+                            "name": "hide_continued",
+                            "in": "query",
+                            "description": "leave out runs that continued as new (of each"
+                            " chain, its last run only)",
                             "schema": {"type": "boolean"},
                         },
                         {
@@ -385,6 +393,46 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
                     },
                 }
             },
+            "/api/runs/{run_id}/requests/{name}": {
+                "post": {
+                    "summary": "Send a request and wait for the workflow's answer"
+                    " (wf.wait_for_request, req.reply)",
+                    "parameters": [
+                        _RUN_ID,
+                        {
+                            "name": "name",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        },
+                    ],
+                    "requestBody": {
+                        "required": False,
+                        "content": {"application/json": {"schema": _ref("SendRequest")}},
+                    },
+                    "responses": {
+                        "200": _json(
+                            _object(
+                                run_id={"type": "string"},
+                                request={"type": "string"},
+                                reply={"description": "the workflow's reply (any JSON)"},
+                            ),
+                            "the workflow's reply",
+                        ),
+                        "409": _json(
+                            _ref("Problem"),
+                            "the workflow refused the request (`reason` says why), or the"
+                            " run has ended",
+                        ),
+                        "504": _json(
+                            _ref("Problem"),
+                            "no answer within `timeout`; a request not taken by then is"
+                            " withdrawn, so the workflow never sees it",
+                        ),
+                        **_errors(*_CHANGES, 404, 422),
+                    },
+                }
+            },
             "/api/graphs": {
                 "get": {
                     "summary": "Graphs of the app and the graphs the caller registered"
@@ -464,6 +512,10 @@ def _schemas() -> dict[str, Any]:
         input={},
         output={},
         error=error,
+        # a chain of runs continued as new: the run this one continues, the one that
+        # continues it
+        continued_from=text_or_null,
+        continued_to=text_or_null,
     )
     # a summary counts the children the caller may see; a run lists them
     summary["properties"]["children"] = {"type": "integer"}
@@ -486,6 +538,7 @@ def _schemas() -> dict[str, Any]:
         updated_at=timestamp,
         wake_at=maybe_timestamp,
         reached_after={"type": ["array", "null"], "items": {"type": "string"}},
+        label={"type": "string"},
     )
     attempt = _object(
         run_id={"type": "string"},
@@ -554,6 +607,7 @@ def _schemas() -> dict[str, Any]:
         "Problem": problem,
         "SignIn": SignIn.model_json_schema(),
         "StartRun": StartRun.model_json_schema(),
+        "SendRequest": SendRequest.model_json_schema(),
         "RegisterGraph": RegisterGraph.model_json_schema(),
     }
 

@@ -41,6 +41,9 @@ class ForkRun(BaseModel):
         default=None, min_length=1, max_length=200, pattern=f"^{CALLER_RUN_ID_PATTERN}$"
     )
 
+    #: cancel the run if it has not ended, in the commit that makes the fork
+    replace: bool = False
+
     _run_id = field_validator("run_id", mode="before")(caller_run_id)
 
 
@@ -91,14 +94,18 @@ class Operating:
         principal.require_access(run)
         body: ForkRun = validate(ForkRun, await json_body(request, empty={}))
         try:
-            new_id = await self.engine.fork(run.id, from_step=body.from_step, run_id=body.run_id)
+            new_id = await self.engine.fork(
+                run.id, from_step=body.from_step, run_id=body.run_id, replace=body.replace
+            )
         except RunIdTakenError as exc:
             # as for a start: the id answers only to the owner of the run that holds it
             principal.require_access(await self.engine.get_run(exc.run_id))
             raise ApiError(409, "RUN_ID_TAKEN", str(exc)) from None
         except ValueError as exc:
             raise bad_input(exc, "from_step") from None
-        return JSONResponse({"run_id": new_id, "forked_from": run.id}, status_code=201)
+        return JSONResponse(
+            {"run_id": new_id, "forked_from": run.id, "replaced": body.replace}, status_code=201
+        )
 
 
 def openapi_paths(

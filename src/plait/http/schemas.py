@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from starlette.requests import Request
 
-from plait import queues, schedules, serde
+from plait import queues, request, schedules, serde
 from plait.http.problems import ApiError, invalid, validate
 from plait.ids import (
     CALLER_RUN_ID_PATTERN,
@@ -22,7 +22,15 @@ from plait.ids import (
     reserved_run_id,
 )
 
-RUN_STATUSES = ("queued", "running", "suspended", "completed", "failed", "cancelled")
+RUN_STATUSES = (
+    "queued",
+    "running",
+    "suspended",
+    "completed",
+    "failed",
+    "cancelled",
+    "continued",
+)
 MAX_PAGE = 500
 #: the largest ``offset`` of a page of runs
 MAX_OFFSET = 2**31 - 1
@@ -64,6 +72,17 @@ def caller_run_id(value: Any) -> Any:
     return value
 
 
+class SendRequest(BaseModel):
+    """Body of ``POST /api/runs/{run_id}/requests/{name}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: the request's data (any JSON)
+    data: Any = None
+    #: seconds to wait for the answer (more than 0, at most 300)
+    timeout: float = Field(default=request.DEFAULT_TIMEOUT, gt=0, le=request.MAX_TIMEOUT)
+
+
 class StartRun(BaseModel):
     """Body of ``POST /api/workflows/{name}/runs``."""
 
@@ -77,7 +96,10 @@ class StartRun(BaseModel):
     wait: StrictBool = False
     #: seconds to wait with ``wait`` (default 300); past it the answer is 202 with the
     #: unfinished run
-    timeout: float | None = Field(default=None, gt=0, le=3600)
+    wait_timeout: float | None = Field(default=None, gt=0, le=3600)
+    #: the run's deadline (see ``Engine.start``): seconds, or a duration such as ``"1h"``;
+    #: checked by the engine, which names the field
+    timeout: Any = Field(default=None, json_schema_extra={"type": ["number", "string", "null"]})
     start_node: str | None = Field(default=None, min_length=1, max_length=200)
     #: flow control (see ``Engine.start``); checked by the engine, which names the field.
     #: The document still says what each takes, so a client knows without trying.
@@ -143,9 +165,10 @@ class RunsQuery(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     workflow: str | None = Field(default=None, max_length=200, pattern=NAME_PATTERN)
-    status: Literal["queued", "running", "suspended", "completed", "failed", "cancelled"] | None = (
-        None
-    )
+    status: (
+        Literal["queued", "running", "suspended", "completed", "failed", "cancelled", "continued"]
+        | None
+    ) = None
     limit: int = Field(default=50, ge=1, le=MAX_PAGE)
     offset: int = Field(default=0, ge=0, le=MAX_OFFSET)
     #: runs whose id holds this text, in any case (a short id, a part of one)
@@ -156,12 +179,14 @@ class RunsQuery(BaseModel):
     until: datetime | None = None
     #: only runs that are no other run's child (children fold under their parents)
     top_level: StrictBool | None = None
+    #: leave out runs that continued as new (of each chain, its last run only)
+    hide_continued: StrictBool | None = None
     #: only the children of this run
     parent: str | None = Field(
         default=None, min_length=1, max_length=200, pattern=f"^{RUN_ID_PATTERN}$"
     )
 
-    @field_validator("top_level", mode="before")
+    @field_validator("top_level", "hide_continued", mode="before")
     @classmethod
     def _flag(cls, value: Any) -> Any:
         """``true``/``false`` (and ``1``/``0``) as a query string spells them."""

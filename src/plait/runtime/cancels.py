@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Callable
 from typing import Any
 
 from plait.runtime import steps
 from plait.runtime.ledger import Ledger
 from plait.runtime.workflow import StepCall
 from plait.statuses import STEP_IN_FLIGHT
+from plait.store.rows import StepRow
 
 #: the waits a pass fires itself when their time comes while steps are in flight
 TIMED_KINDS = frozenset({"sleep", "event"})
@@ -36,12 +38,34 @@ class PassTimers:
     def __bool__(self) -> bool:
         return bool(self.timed)
 
-    def add(self, call: StepCall[Any], until: float | None, kind: str | None) -> None:
-        if until is not None and kind in TIMED_KINDS:
+    def add(self, call: StepCall[Any], until: float | None, step: StepRow | None) -> None:
+        """``call`` paused until ``until``: kept if it is a timed wait."""
+        if until is not None and step is not None and step.kind in TIMED_KINDS:
             self.timed.append((until, call))
 
-    def next_at(self) -> float:
-        return min(until for until, _ in self.timed)
+    async def wait(
+        self,
+        inflight: dict[asyncio.Task[None], StepCall[Any]],
+        now: Callable[[], float],
+        fire: Callable[[StepCall[Any]], None],
+    ) -> None:
+        """Wait until a step in flight ends (it leaves ``inflight``) or a timed wait's
+        time comes (``fire`` resolves it again). A timer that comes due while a step's
+        body runs wins the race as it would in plain asyncio: the workflow sees it
+        before the step ends and may cancel the step (a deadline)."""
+        done: set[asyncio.Task[None]] = set()
+        if not self.timed:
+            done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+        else:
+            left = min(until for until, _ in self.timed) - now()
+            if left > 0:
+                done, _ = await asyncio.wait(
+                    inflight, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+            for call in self.take_due(now()):
+                fire(call)
+        for task in done:
+            inflight.pop(task)
 
     def take_due(self, now: float) -> list[StepCall[Any]]:
         """The waits whose time has come, taken off the list; a wait the workflow gave
@@ -82,7 +106,7 @@ class StepCancels:
         (``Driver.attempt``); one ``waiting`` (a job step, a retry's back-off) is
         recorded cancelled, and a job step's step worker learns it at its next lease
         check. A wait (a sleep, an event, a gate) is closed at the pass's end
-        (``CodeReplay._abandoned``); a child run is not cancelled: the run waits for it
+        (``abandoned``); a child run is not cancelled: the run waits for it
         as for a step nobody awaits."""
         ledger = self.ledger
         if any(call.future.cancelled() for call in new):
@@ -102,6 +126,36 @@ class StepCancels:
             if self.cancellable(call):
                 waiting.remove(call)
                 self.cancel(call)
+
+    def cancelled_paused(self, call: StepCall[Any]) -> bool:
+        """Whether a step that paused (a job step on the job table, a retry's back-off)
+        was cancelled meanwhile, as ``sweep`` found: it is recorded cancelled now."""
+        if call.key in self.ledger.cancelled and self.cancellable(call):
+            self.cancel(call)
+            return True
+        return False
+
+    def abandoned(self, call: StepCall[Any]) -> bool:
+        """A wait the workflow cancelled (a deadline that lost a race, a branch it gave
+        up): no work stands behind it and nothing will take its outcome, so the run does
+        not wait for it, as a program would not. A step with a body whose task the
+        workflow cancelled was cancelled as soon as it did (``sweep``); a step nobody
+        awaits still runs, and the run waits for it."""
+        if not call.future.cancelled():
+            return False
+        step = self.ledger.steps.get(call.key)
+        return step is not None and step.kind in steps.WAITS
+
+    def close_abandoned(self, abandoned: list[StepCall[Any]]) -> None:
+        """The waits the workflow cancelled in this pass end now, cancelled, and their
+        timers go. Left open, every replay would resolve them again before the
+        workflow cancels them again: an event or a decision sent later for the same
+        name would be taken by a wait that throws it away, and never reach the wait of
+        that name still open. Replays deliver the cancelled outcome after every outcome
+        the workflow saw before, when it has cancelled the wait again."""
+        ledger = self.ledger
+        for call in abandoned:
+            ledger.add(steps.cancel_wait(ledger.steps[call.key], ledger.now()))
 
     def cancellable(self, call: StepCall[Any]) -> bool:
         """A step with a body (``wf.do`` of a function or a closure) not ended yet."""

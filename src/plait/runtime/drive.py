@@ -80,6 +80,8 @@ class Driver:
                 if not steps.cancelled_by_workflow(step):
                     await self.compensate(step, on_error)
                 raise StepError(step.key, serde.loads(step.error) or {})
+            if ledger.dry:
+                raise ledger.pause(step.key)  # a dry pass starts nothing (``runtime.check``)
             if step.queued:
                 if step.status == "pending":
                     ledger.add(steps.enqueue(step, ledger.now()))
@@ -265,6 +267,8 @@ class Driver:
             return serde.loads(step.output)
         if step.status == "failed":
             raise StepError(key, serde.loads(step.error) or {})
+        if ledger.dry:
+            raise ledger.pause(key)  # a dry pass starts no child run (``runtime.check``)
         if step.status == "pending":
             kind, version = target or self.host.catalog.describe(workflow)
             ledger.add(steps.begin_child(step, ledger.owner, ledger.now()))
@@ -298,6 +302,12 @@ class Driver:
                             status=runs.initial_status(admit),
                             queue=queue,
                             trace=self._child_trace(),
+                            # never later than the parent's: nothing waits for it after
+                            deadline_at=runs.deadline(
+                                ledger.now(),
+                                None if wdef is None else wdef.timeout,
+                                ledger.run.deadline_at,
+                            ),
                         )
                     )
                 ]

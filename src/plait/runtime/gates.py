@@ -26,7 +26,7 @@ from plait.runtime import steps
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger
 from plait.store.ops import TakeDecision
-from plait.store.rows import EventRow, StepRow
+from plait.store.rows import EventRow, RequestRow, StepRow
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -39,11 +39,14 @@ class Gate:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Found:
     """What a wait returns when it finds what it waits for: an event for a wait of
-    ``name``, the decisions held for a gate (``gate`` set), not taken yet."""
+    ``name``, the decisions held for a gate (``gate`` set), or a request (``request``
+    set, with its ``data`` as the wait's schema made it), not taken yet."""
 
     name: str
     events: tuple[EventRow, ...]
     gate: Gate | None = None
+    request: RequestRow | None = None
+    data: Any = None
 
 
 class Gates:

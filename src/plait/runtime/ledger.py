@@ -1,6 +1,7 @@
 """A pass's ledger: what it read, what it will write, and the tasks it started.
 
-A pass reads the run, its steps, its unconsumed events and its state in one round trip
+A pass reads the run, its steps, its unconsumed events, the requests sent to it and not
+taken yet, and its state in one round trip
 (the snapshot), then collects its writes here as ops and commits them in as few
 transactions as the promise allows: an attempt's start before its body runs (so a crash
 shows up as an interrupted attempt), everything else with the next commit or the end of
@@ -31,8 +32,11 @@ from plait.store.rows import PassSnapshot, StepRow
 class PassResult:
     """How a pass ended, for the worker that drove it."""
 
-    #: running (it waits), completed, failed, cancelled, suspended (``runs.pass_status``)
+    #: running (it waits), completed, failed, cancelled, continued, suspended
+    #: (``runs.pass_status``)
     status: RunStatusName
+    #: runs this pass started that this process drives at once: child runs, and the run
+    #: that continues this one
     children: list[str] = dataclasses.field(default_factory=list)  # pyright: ignore[reportUnknownVariableType]
     #: the pass put a job step on the job table: the step loops should look
     enqueued: bool = False
@@ -52,6 +56,10 @@ class PassResult:
 class Ledger:
     """The state of one pass; discarded when it ends."""
 
+    #: a dry pass (``runtime.check``): steps are resolved from what is recorded, but no
+    #: attempt, job or child run starts, and nothing is committed
+    dry = False
+
     def __init__(self, host: Host, snapshot: PassSnapshot, owner: str) -> None:
         self.host = host
         #: the host clock's ``now``: every time this pass records
@@ -60,6 +68,8 @@ class Ledger:
         self.run = snapshot.run
         self.steps: dict[str, StepRow] = snapshot.steps
         self.events = list(snapshot.events)
+        #: the requests sent to the run and not taken yet, oldest first
+        self.requests = list(snapshot.requests)
         self.state: dict[str, Any] = {k: serde.loads(v) for k, v in snapshot.state.items()}
         self.input: Any = serde.loads(self.run.input)
         self.ops: list[Op] = []
@@ -85,6 +95,9 @@ class Ledger:
             + 1
         )
         self.conflict: str | None = None
+        #: the run's end once the workflow continued as new (``continue_as_new``): the
+        #: pass stops there
+        self.continued: EndRun | None = None
         #: replaying on code that is not the version the run started on
         self.foreign_version = False
         #: a new step must not come before a recorded one (a code replay: see ``_check_new``)
@@ -120,6 +133,27 @@ class Ledger:
         self.end_error = end.error
         if end.status in runs.TAKES_CHILDREN:
             self.ended_children = ended
+        successor = end.successor
+        if successor is not None:
+            # the run that continues this one: driven here at once, as a child run is,
+            # unless it waits for its queue's admission
+            if successor.status == runs.ADMITTED:
+                self.children.append(successor.id)
+            else:
+                self.admit = True
+
+    def continue_as_new(self, payload: str | None) -> None:
+        """The workflow continues as new with ``payload`` (its input as JSON): checked as
+        a start checks it (the workflow's input type raises ``InputValidationError``
+        where it was called), then the first call decides the run's end: ``continued``,
+        with the new run on the code deployed now (``runs.continued``)."""
+        workflow = self.run.workflow
+        wdef = self.host.catalog.app.workflows.get(workflow)
+        if wdef is not None and wdef.input_codec is not None:
+            wdef.decode_input(payload)
+        if self.continued is None:
+            _kind, version = self.host.catalog.describe(workflow)
+            self.continued = runs.continued(self.run, ids.new_run_id(), payload, version)
 
     def put(self, step: StepRow) -> None:
         """Write the step's current row with the next commit."""
@@ -305,10 +339,14 @@ class Ledger:
     ) -> None:
         """A recorded step must be what the code asks for now, with the same input when
         ``input`` is given, or the replay has diverged: the code is not deterministic, or
-        it is another version. Never hand a step another call's result."""
+        it is another version. Never hand a step another call's result. A step a fork
+        kept from its source (``ids.kept_step``) is compared by kind and function only:
+        its input may hold the source's run id."""
         self.unreached.discard(step.key)
         if step.kind == kind and step.function == function:
             if input is False or input == step.input or _same_json(input, step.input):
+                return
+            if ids.kept_step(self.run.id, step.key, step.invocation_id):
                 return
             self.conflict = (
                 f"step {step.key!r} was recorded with input {_clip(step.input)} but the "

@@ -7,6 +7,7 @@ from plait.runtime import runs
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.replay import CodeReplay
+from plait.store.ops import RecordVersion
 from plait.store.rows import PassSnapshot
 
 
@@ -30,4 +31,9 @@ async def execute_pass(host: Host, snapshot: PassSnapshot, owner: str) -> PassRe
         return await ledger.finish(runs.pass_status(end))
     replay = CodeReplay(host, snapshot, owner)
     replay.ledger.foreign_version = foreign
+    if run.version is None and run.forked_from is not None:
+        # a fork made where the code was not known: the code of its first pass is the
+        # version it runs, and the passes after it replay on that version
+        replay.ledger.add([RecordVersion(wdef.version)])
+        run.version = wdef.version
     return await replay.execute(wdef)

@@ -7,9 +7,9 @@ queue, a child run) and simply never resolves in this pass. Outcomes are handed 
 workflow one at a time, each once its loop has nothing left to run, in the order the run
 first saw them; that order is stored with each step (``delivered``), so concurrent
 branches take the same keys and the same results on every replay (``runtime.order``).
-Approval gates are ``runtime.gates``. When the workflow can go no further, the pass
-decides how the run ends (``runtime.runs``), unwinds the workflow's code without letting
-it take new steps, and commits with the lease's release.
+Approval gates are ``runtime.gates``, requests ``runtime.requests``. When the workflow
+can go no further, the pass decides how the run ends (``runtime.runs``), unwinds the
+workflow's code without letting it take new steps, and commits with the lease's release.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from plait import approval, errors, serde
 from plait.app import FunctionDef, WorkflowDef
 from plait.cancel_guard import uncancelled
 from plait.durations import parse_duration
-from plait.errors import Cancel, EventTimeout, StepError
+from plait.errors import Cancel, StepError
 from plait.records import Decision
 from plait.retry import resolve_policy
 from plait.runtime import runs, steps
@@ -40,11 +40,13 @@ from plait.runtime.control_flow import (
     Unwind,
 )
 from plait.runtime.drive import Driver, dump_input
-from plait.runtime.gates import Found, Gates, raise_if_cancelled
+from plait.runtime.gates import Found, Gates
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger, PassResult
 from plait.runtime.order import ReachedAfter, deliverable, event_order
-from plait.runtime.workflow import CURRENT_REPLAY, StepCall, Workflow
+from plait.runtime.requests import Requests
+from plait.runtime.waits import Waits
+from plait.runtime.workflow import CURRENT_REPLAY, Request, StepCall, Workflow
 from plait.runtime.workflow_loop import WorkflowLoop, current_task
 from plait.store.ops import EndRun
 from plait.store.rows import PassSnapshot
@@ -53,10 +55,14 @@ from plait.store.rows import PassSnapshot
 class CodeReplay:
     """One pass of a code workflow."""
 
-    def __init__(self, host: Host, snapshot: PassSnapshot, owner: str) -> None:
+    def __init__(
+        self, host: Host, snapshot: PassSnapshot, owner: str, ledger: Ledger | None = None
+    ) -> None:
+        """``ledger``: where the pass keeps its bookkeeping (a dry pass brings its own,
+        ``runtime.check``); by default a new ``Ledger`` of ``snapshot``."""
         self.host = host
         self.app = host.catalog.app
-        self.ledger = Ledger(host, snapshot, owner)
+        self.ledger = Ledger(host, snapshot, owner) if ledger is None else ledger
         self.ledger.ordered = True
         self.reached = self.ledger.reached
         self.driver = Driver(self.ledger, host)
@@ -66,6 +72,8 @@ class CodeReplay:
         self.order = ReachedAfter(self.wloop, self.reached)
         self.wloop.on_task = self.order.task_made
         self.gates = Gates(self.ledger, host)
+        self.waits = Waits(self.ledger, host)
+        self.requests = Requests(self.ledger, host)
         self.main: asyncio.Task[Any] | None = None
         self.wdef: WorkflowDef | None = None
         #: steps called and not yet started, in call order
@@ -77,10 +85,9 @@ class CodeReplay:
         self.inflight: dict[asyncio.Task[None], StepCall[Any]] = {}
         #: steps whose outcome is known and not yet handed to the workflow
         self.finished: list[StepCall[Any]] = []
-        #: the waits of ``waiting`` the pass fires itself while steps are in flight
-        self.timers = PassTimers()
-        #: cancels the steps whose awaiting tasks the workflow cancels
-        self.cancels = StepCancels(self.ledger)
+        #: the waits the pass fires itself while steps are in flight; the steps and
+        #: waits whose awaiting tasks the workflow cancels
+        self.timers, self.cancels = PassTimers(), StepCancels(self.ledger)
         #: steps that failed in this pass: their errors' tracebacks tie them in cycles
         #: (see ``_release``)
         self.failed: list[StepCall[Any]] = []
@@ -168,68 +175,31 @@ class CodeReplay:
         return await self.driver.drive(step, fn, options.get("on_error"), no_retry_on)
 
     # -- sleeps, suspends, events, values -----------------------------------------------------
-    async def sleep(self, key: str, name: str, seconds: float) -> None:
-        ledger = self.ledger
-        step = ledger.steps.get(key)
-        now = ledger.now()
-        if step is None:
-            step = ledger.new_step(key, name, "sleep", input=serde.dumps({"seconds": seconds}))
-            ledger.add(steps.schedule_sleep(step, seconds, now))
-        else:
-            ledger.check_same(step, "sleep", None)
-            raise_if_cancelled(step)
-        if step.status == "succeeded":
-            return
-        fired = steps.fire_timer(step, now)
-        if fired is not None:
-            ledger.add(fired)
-            if self.host.telemetry is not None:
-                self.host.telemetry.timer_fired(ledger.run.id, key, "sleep")
-            return
-        raise ledger.pause(key, step.wake_at)
+    def sleep(self, key: str, name: str, seconds: float) -> Coroutine[Any, Any, None]:
+        """A sleep (``runtime.waits``)."""
+        return self.waits.sleep(key, name, seconds)
 
-    async def suspend(self, key: str, reason: str) -> None:
-        ledger = self.ledger
-        step = ledger.steps.get(key)
-        if step is None:
-            step = ledger.new_step(
-                key,
-                key,
-                "suspend",
-                input=serde.dumps({"reason": reason, "suspended_at": ledger.now()}),
-            )
-            ledger.add(steps.open_suspend(step, ledger.owner, ledger.now()))
-        else:
-            ledger.check_same(step, "suspend", None)
-        if step.status == "succeeded":
-            return
-        raise SuspendSignal(reason, errors.WORKFLOW_SUSPENDED)
+    def suspend(self, key: str, reason: str) -> Coroutine[Any, Any, None]:
+        """A suspend (``runtime.waits``)."""
+        return self.waits.suspend(key, reason)
 
-    async def wait_for_event(self, key: str, name: str, timeout: float | None) -> Any:
-        ledger = self.ledger
-        step = ledger.steps.get(key)
-        now = ledger.now()
-        if step is None:
-            step = ledger.new_step(key, key, "event", input=serde.dumps({"event": name}))
-            ledger.add(steps.wait_event(step, timeout, now))
-        else:
-            ledger.check_same(step, "event", None)
-            raise_if_cancelled(step)
-        if step.status == "succeeded":
-            return serde.loads(step.output)
-        if step.status == "failed":
-            raise EventTimeout(name, key)
-        for event in ledger.events:
-            if event.name == name:
-                ledger.events.remove(event)
-                return Found(name, (event,))  # taken when delivered (``_take``)
-        timed_out = steps.time_out_event(step, name, now)
-        if timed_out is not None:
-            ledger.add(timed_out)
-            if self.host.telemetry is not None:
-                self.host.telemetry.timer_fired(ledger.run.id, key, "event timeout of")
-            raise EventTimeout(name, key)
-        raise ledger.pause(key, step.wake_at)
+    def wait_for_event(
+        self, key: str, name: str, timeout: float | None
+    ) -> Coroutine[Any, Any, Any]:
+        """An event wait (``runtime.waits``)."""
+        return self.waits.wait_for_event(key, name, timeout)
+
+    def wait_for_request(
+        self, key: str, name: str, schema: type[pydantic.BaseModel] | None, timeout: float | None
+    ) -> Coroutine[Any, Any, Request[Any] | Found]:
+        """A wait for a request (``runtime.requests``)."""
+        return self.requests.wait(self, key, name, schema, timeout)
+
+    def answer_request(
+        self, key: str, request_id: int, data: str | None, reply: str | None, refusal: str | None
+    ) -> Coroutine[Any, Any, None]:
+        """The answer of a taken request (``runtime.requests``)."""
+        return self.requests.answer(key, request_id, data, reply, refusal)
 
     def approval(
         self,
@@ -372,12 +342,12 @@ class CodeReplay:
             CURRENT_REPLAY.reset(token)
         await self._pump()
         # read before the unwind, which cancels every wait still open
-        abandoned = [call for call in self.waiting if self._abandoned(call)]
+        abandoned = [call for call in self.waiting if self.cancels.abandoned(call)]
         end = self._decide(abandoned)
         self._unwind()
         if ledger.aborted is not None:
             raise ledger.aborted
-        self._close_abandoned(abandoned)
+        self.cancels.close_abandoned(abandoned)
         if end is not None:
             ledger.end(end)
         return await ledger.finish(runs.pass_status(end))
@@ -390,8 +360,8 @@ class CodeReplay:
         cancels = wloop.cancels
         while True:
             wloop.run_ready()
-            if ledger.conflict or ledger.aborted:
-                break
+            if ledger.conflict or ledger.aborted or ledger.continued:
+                break  # after a continue as new, nothing starts and nothing is handed on
             new = self.new_calls
             if wloop.cancels != cancels:
                 cancels = wloop.cancels
@@ -413,32 +383,15 @@ class CodeReplay:
                 continue
             if not inflight:
                 break
-            await self._wait()
+            await self.timers.wait(inflight, self.ledger.now, self._refire)
         # whatever was still in flight when the pump stopped early has ended
         await ledger.join()
 
-    async def _wait(self) -> None:
-        """Wait until a step in flight ends or a timed wait's time comes. A timer that
-        comes due while a step's body runs wins the race as it would in plain asyncio:
-        the pass fires it itself (the wait's pass side runs again and finds its time
-        has come), so the workflow sees it before the step ends and may cancel the step
-        (a deadline)."""
-        inflight = self.inflight
-        done: set[asyncio.Task[None]] = set()
-        if not self.timers:
-            done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
-        else:
-            left = self.timers.next_at() - self.ledger.now()
-            if left > 0:
-                done, _ = await asyncio.wait(
-                    inflight, timeout=left, return_when=asyncio.FIRST_COMPLETED
-                )
-            for call in self.timers.take_due(self.ledger.now()):
-                self.waiting.remove(call)
-                call.outcome = None
-                inflight[self.ledger.spawn(self._resolve(call))] = call
-        for task in done:
-            inflight.pop(task)
+    def _refire(self, call: StepCall[Any]) -> None:
+        """A timed wait whose time came while steps were in flight (``PassTimers``)."""
+        self.waiting.remove(call)
+        call.outcome = None
+        self.inflight[self.ledger.spawn(self._resolve(call))] = call
 
     async def _resolve(self, call: StepCall[Any]) -> None:
         """Run the pass side of one step; its outcome waits in ``finished`` for delivery."""
@@ -447,13 +400,10 @@ class CodeReplay:
             call.result = await fn(*args)
             call.outcome = "ok"
         except PauseSignal as sig:
-            if call.key in self.ledger.cancelled and self.cancels.cancellable(call):
-                self.cancels.cancel(call)  # cancelled while it went to the job table
-                return
-            call.outcome = "paused"
-            self.waiting.append(call)
-            step = self.ledger.steps.get(call.key)
-            self.timers.add(call, sig.until, step.kind if step is not None else None)
+            if not self.cancels.cancelled_paused(call):
+                call.outcome = "paused"
+                self.waiting.append(call)
+                self.timers.add(call, sig.until, self.ledger.steps.get(call.key))
             return
         except StepCancelled:
             call.outcome = "cancelled"
@@ -503,11 +453,16 @@ class CodeReplay:
         if call.future.done():
             for event in found.events:
                 bisect.insort(ledger.events, event, key=event_order)
+            if found.request is not None:
+                self.requests.put_back(found.request)
             call.outcome = "paused"
             self.waiting.append(call)
             ledger.due_again = True
             return False
         step = ledger.steps[call.key]
+        if found.request is not None:
+            call.result = self.requests.take(self, step, found)
+            return True
         gate = found.gate
         if gate is None:
             (event,) = found.events
@@ -536,6 +491,8 @@ class CodeReplay:
             return runs.failed_control(ledger.conflict, errors.VERSION_CONFLICT)
         if self.wloop.refused is not None:
             return runs.failed_record(serde.error_record(self.wloop.refused))
+        if ledger.continued is not None:
+            return ledger.continued
         waiting = [call for call in self.waiting if call not in abandoned]
         suspended = next((c for c in waiting if c.outcome == "suspended"), None)
         if main.done():
@@ -571,28 +528,6 @@ class CodeReplay:
             )
             return runs.failed_control(message, errors.WORKFLOW_BLOCKED)
         return None
-
-    def _abandoned(self, call: StepCall[Any]) -> bool:
-        """A wait the workflow cancelled (a deadline that lost a race, a branch it gave
-        up): no work stands behind it and nothing will take its outcome, so the run does
-        not wait for it, as a program would not. A step with a body whose task the
-        workflow cancelled was cancelled as soon as it did (``StepCancels.sweep``);
-        a step nobody awaits still runs, and the run waits for it."""
-        if not call.future.cancelled():
-            return False
-        step = self.ledger.steps.get(call.key)
-        return step is not None and step.kind in steps.WAITS
-
-    def _close_abandoned(self, abandoned: list[StepCall[Any]]) -> None:
-        """The waits the workflow cancelled in this pass end now, cancelled, and their
-        timers go. Left open, every replay would resolve them again before the
-        workflow cancels them again: an event or a decision sent later for the same
-        name would be taken by a wait that throws it away, and never reach the wait of
-        that name still open. Replays deliver the cancelled outcome after every outcome
-        the workflow saw before, when it has cancelled the wait again."""
-        ledger = self.ledger
-        for call in abandoned:
-            ledger.add(steps.cancel_wait(ledger.steps[call.key], ledger.now()))
 
     def _unwind(self) -> None:
         """Stop the workflow's code without letting it take new steps: every task still

@@ -8,9 +8,13 @@
                                   failed                 failed, failed_record,
                                                          failed_control, raised
                                   cancelled              cancelled, raised
+                                  continued              continued (and a new run:
+                                                         queued | running)
                                   suspended              suspended
                                   (or it stays running)  pass_status
-    queued | running | suspended  cancelled              cancel (a user's)
+    queued | running | suspended  cancelled              cancel (a user's), replaced
+                                                         (a fork made with replace)
+    queued | running | suspended  failed                 timed_out (its deadline passed)
     queued                        running                ADMITTED (the worker's admission)
     suspended                     running                resume
     failed                        running | queued       retry (queued: a run of a queue)
@@ -22,12 +26,17 @@ here alone; the stores receive them as data and only move rows. What a transitio
 to the run's steps is the step state machine's (``runtime.steps``): an end takes the
 live child runs with it (``end_ops``), a cancel cuts short the steps in flight
 (``steps.CANCEL_CUT``), a resume releases suspends and a retry reopens failed steps.
+
+A run that continues as new (``wf.continue_as_new``) ends ``continued`` and starts its
+successor in the same commit (``continued``): one chain never has two live runs, nor
+none, whatever crashes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
 from plait import errors, serde
@@ -36,10 +45,13 @@ from plait.runtime import steps
 from plait.runtime.control_flow import PauseSignal, SuspendSignal, Unwind
 from plait.statuses import TERMINAL, RunStatusName
 from plait.store.ops import CancelChildren, CancelCut, EndRun, Op, StepEnd
-from plait.store.rows import PassSnapshot, RunRow, StepRow
+from plait.store.rows import NewRun, PassSnapshot, RunRow, StepRow
 
 #: the ends that take the run's live child runs with them (a cancel does so itself)
-TAKES_CHILDREN: frozenset[str] = frozenset({"completed", "failed"})
+TAKES_CHILDREN: frozenset[str] = frozenset({"completed", "failed", "continued"})
+#: the end of a run whose successor goes on in its place: a parent's step that waits for
+#: the run waits for the successor, and is not settled
+CONTINUED: RunStatusName = "continued"
 
 
 # -- start --------------------------------------------------------------------------------
@@ -98,6 +110,36 @@ def cancelled(message: str) -> EndRun:
     return EndRun("cancelled", error=error, cut=steps.CANCEL_CUT)
 
 
+def continued(run: RunRow, new_id: str, input: str | None, version: str | None) -> EndRun:
+    """The workflow continued as new with ``input`` (stored JSON): the run ends
+    ``continued`` and run ``new_id`` of the same workflow starts on ``version`` (the code
+    deployed now) in the same commit. The new run keeps what the old one was started
+    with: owner, queue, queue key, priority, de-duplication key (one live run per key
+    holds across the chain), trace, deadline (it bounds the whole chain) and its
+    parent's link (the parent's step waits for the new run). A run its queue admitted
+    waits for admission again, as a start does (it gave its slot back as it ended); a
+    child that runs beside a parent of its queue without admission
+    (``drive.Driver.child``) goes on at once, as it started."""
+    successor = NewRun(
+        id=new_id,
+        workflow=run.workflow,
+        kind=run.kind,
+        version=version,
+        input=input,
+        owner=run.owner,
+        parent_run_id=run.parent_run_id,
+        parent_step_key=run.parent_step_key,
+        status=initial_status(run.queue is not None and run.admitted_at is not None),
+        queue=run.queue,
+        queue_key=run.queue_key,
+        priority=run.priority,
+        dedup=run.dedup,
+        trace=run.trace,
+        deadline_at=run.deadline_at,
+    )
+    return EndRun(CONTINUED, successor=successor)
+
+
 def raised(exc: BaseException) -> EndRun:
     """How the run ends when its workflow raised ``exc``: cancelled for ``Cancel``,
     failed naming the step for a step's failure, failed with the error otherwise. One
@@ -118,9 +160,11 @@ def pass_status(end: EndRun | None) -> RunStatusName:
 
 def end_ops(run: RunRow, end: EndRun, recorded: Iterable[StepRow]) -> tuple[list[Op], list[str]]:
     """The writes of a pass's end, and the live child runs it ends. A child run's end
-    also says how its parent's waiting step ends; a run that fails or completes while a
-    child run it started is still live takes that child with it (``children_left``)."""
-    if end.status in TERMINAL and run.parent_run_id and end.parent is None:
+    also says how its parent's waiting step ends (but a continued one's: its successor
+    is waited for); a run that fails, completes or continues while a child run it
+    started is still live takes that child with it (``children_left``)."""
+    settles_parent = end.status in TERMINAL and end.status != CONTINUED
+    if settles_parent and run.parent_run_id and end.parent is None:
         parent = steps.child_step_end(run.id, end.status, end.output, end.error)
         end = dataclasses.replace(end, parent=parent)
     ops: list[Op] = [end]
@@ -166,6 +210,66 @@ def cancel(reason: str | None) -> RunCancel:
     """A user cancels the run (``Engine.cancel``), with ``reason`` as its message."""
     error = steps.run_cancelled_error(reason)
     return RunCancel(error, steps.child_step_end(None, "cancelled", None, error))
+
+
+#: the statuses a user's cancel ends a run from
+CANCELLABLE: frozenset[RunStatusName] = frozenset({"queued", "running", "suspended"})
+
+
+def replaced(fork_id: str) -> EndRun:
+    """A fork made with ``replace`` ends its live source as a user's cancel does, with a
+    reason naming the fork, in the transaction that makes the fork."""
+    cut = cancel(f"replaced by fork {fork_id}")
+    return EndRun(cut.status, None, cut.error, cut.parent, cut.cut)
+
+
+# -- a deadline ---------------------------------------------------------------------------
+
+
+def deadline(now: float, timeout: float | None, parent: float | None = None) -> float | None:
+    """When a run started at ``now`` with ``timeout`` seconds (None: none of its own) must
+    have ended: never later than its parent's deadline ``parent``, which a child with a
+    later deadline, or none, takes instead."""
+    own = None if timeout is None else now + timeout
+    if parent is None:
+        return own
+    return parent if own is None else min(own, parent)
+
+
+def deadline_error(deadline_at: float) -> str:
+    """The error of a run whose deadline passed, naming the deadline."""
+    when = datetime.fromtimestamp(deadline_at, UTC).isoformat()
+    message = f"the run did not end before its deadline {when}"
+    return _text({"message": message, "type": "RunTimeout", "code": errors.RUN_TIMEOUT})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunTimeout:
+    """What a run's deadline writes, wherever the run is (queued, running or
+    suspended): the run ends ``failed`` with ``error`` (code ``RUN_TIMEOUT``) as a
+    cancel ends it, its steps in flight cut short (``cut``: a running attempt is
+    cancelled) and its parent's step ending as ``parent`` says; its live child runs end
+    ``cancelled`` as ``children`` says, as a user's cancel would end them."""
+
+    error: str
+    parent: StepEnd
+    children: CancelChildren
+    cut: CancelCut = steps.CANCEL_CUT
+    status: RunStatusName = "failed"
+
+
+def timed_out(run_id: str, deadline_at: float) -> RunTimeout:
+    """Run ``run_id``'s deadline ``deadline_at`` passed before it ended."""
+    error = deadline_error(deadline_at)
+    message = f"parent run {run_id} did not end before its deadline"
+    child_error = _text({"message": message, "type": "Cancel", "code": errors.WORKFLOW_CANCELLED})
+    children = CancelChildren(
+        "cancelled",
+        child_error,
+        steps.child_step_end(None, "cancelled", None, child_error),
+        steps.CANCEL_CUT,
+    )
+    return RunTimeout(error, steps.child_step_end(run_id, "failed", None, error), children)
 
 
 # -- a run that goes on again -------------------------------------------------------------

@@ -18,11 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, cast
 
-from plait import errors, ids, serde
+from plait import errors, ids, request, serde
 from plait.retry import RetryPolicy
 from plait.runtime.attempt import Outcome
 from plait.statuses import STEP_IN_FLIGHT, AttemptStatusName, StepStatusName
 from plait.store.ops import (
+    AnswerRequest,
     CancelCut,
     CancelJob,
     ClearTimer,
@@ -36,6 +37,7 @@ from plait.store.ops import (
     SetValue,
     StartAttempt,
     StepEnd,
+    TakeRequest,
 )
 from plait.store.rows import StepRow
 
@@ -50,7 +52,11 @@ MAX_INTERRUPTIONS = 10
 ON_ERROR = ":on_error"
 
 #: steps that only wait, with no body of their own: one the workflow cancels is over
-WAITS = frozenset({"sleep", "event", "approval"})
+WAITS = frozenset({"sleep", "event", "approval", "request"})
+
+#: step kind of a wait for a request (``wf.wait_for_request``), and of its answer
+REQUEST_KIND = "request"
+ANSWER_KIND = "reply"
 
 #: the most steps a step records it was reached after (the last ones of a wider gather;
 #: ``reopened`` reads a full list knowing it may miss some)
@@ -338,6 +344,8 @@ def reopen_failed(step: StepRow, now: float) -> list[Op]:
         return [_put(step), *rearm_timer(step)]
     if step.kind == "event":
         return wait_event(step, step.timeout, now)
+    if step.kind == REQUEST_KIND:
+        return wait_request(step, step.timeout, now)
     step.status, step.wake_at = "pending", None
     return [_put(step)]
 
@@ -515,7 +523,9 @@ def rearm_timer(step: StepRow) -> list[Op]:
         return [SetTimer(step.key, "approval", step.wake_at)]
     if step.status != "scheduled":
         return []
-    purpose = {"sleep": "sleep", "event": "event_timeout"}.get(step.kind, "retry")
+    purpose = {"sleep": "sleep", "event": "event_timeout", REQUEST_KIND: "request_timeout"}.get(
+        step.kind, "retry"
+    )
     return [SetTimer(step.key, purpose, step.wake_at)]
 
 
@@ -565,6 +575,75 @@ def time_out_event(step: StepRow, name: str, now: float) -> list[Op] | None:
         return None
     step.status, step.error, step.updated_at = "failed", event_timeout_error(name), now
     return [_put(step), ClearTimer(step.key)]
+
+
+# -- requests -----------------------------------------------------------------------------
+#
+# A wait for a request is a step like an event wait: ``scheduled`` until it takes a
+# request (it succeeds with the request's id and data) or its timeout passes (it fails).
+# Its answer is a step of its own, recorded once with the request's answer.
+
+
+def request_timeout_error(name: str) -> str:
+    return _text(
+        {
+            "message": f"no request {name!r} before the timeout",
+            "type": "RequestTimeout",
+            "code": errors.REQUEST_TIMEOUT,
+        }
+    )
+
+
+def wait_request(step: StepRow, timeout: float | None, now: float) -> list[Op]:
+    """A new wait for a request, with a durable timer for its timeout (kept on the step,
+    so a retried run waits again as long)."""
+    step.status, step.timeout = "scheduled", timeout
+    if timeout is None:
+        return [_put(step)]
+    step.wake_at = now + timeout
+    return [_put(step), SetTimer(step.key, "request_timeout", step.wake_at)]
+
+
+def take_request(step: StepRow, request_id: int, data: str | None, now: float) -> list[Op]:
+    """The wait succeeds with the request (its id and data), which is taken by it in one
+    conditional write: a request its sender withdrew first refuses the whole batch."""
+    output = f'{{"id":{int(request_id)},"data":{data if data is not None else "null"}}}'
+    step.status, step.output, step.updated_at = "succeeded", output, now
+    ops: list[Op] = [_put(step), TakeRequest(request_id, step.key, request.TAKEN, request.SENT)]
+    if step.wake_at is not None:
+        ops.append(ClearTimer(step.key))
+    return ops
+
+
+def refuse_sent_request(request_id: int, refusal: str) -> list[Op]:
+    """A request whose data does not fit the wait's schema is refused, never taken (no
+    write if its sender withdrew it first)."""
+    return [AnswerRequest(request_id, request.REFUSED, request.SENT, refusal=refusal)]
+
+
+def time_out_request(step: StepRow, name: str, now: float) -> list[Op] | None:
+    """The writes of a wait for a request whose timeout passed, or None while it has not."""
+    if step.wake_at is None or step.wake_at > now:
+        return None
+    step.status, step.error, step.updated_at = "failed", request_timeout_error(name), now
+    return [_put(step), ClearTimer(step.key)]
+
+
+def answer_request(
+    step: StepRow, request_id: int, reply: str | None, refusal: str | None, now: float
+) -> list[Op]:
+    """The answer step of a taken request: it succeeds with the reply (or with the
+    refusal's reason), and the request is answered in the same write."""
+    if refusal is None:
+        step.output = reply
+        answer = AnswerRequest(request_id, request.REPLIED, request.TAKEN, reply=reply)
+    else:
+        record: dict[str, Any] = serde.loads(refusal) or {}
+        reason = record.get("message")
+        step.output = serde.dumps({"refused": reason})
+        answer = AnswerRequest(request_id, request.REFUSED, request.TAKEN, refusal=refusal)
+    step.status, step.updated_at = "succeeded", now
+    return [_put(step), answer]
 
 
 def record_value(step: StepRow, value: Any, now: float) -> list[Op]:

@@ -1,4 +1,5 @@
-"""The ``wf`` object a code workflow receives, and the awaitable each of its steps is."""
+"""The ``wf`` object a code workflow receives, the awaitable each of its steps is, and the
+request a workflow takes (``Request``)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Generic, Protocol, TypedDict, TypeVar, Unpack, overload
+from typing import Any, Generic, NoReturn, Protocol, TypedDict, TypeVar, Unpack, overload
 
 import pydantic
 
-from plait import approval, ids, serde
+from plait import approval, ids, request, serde
 from plait.context import StepContext
 from plait.durations import Duration, parse_duration
 from plait.records import Decision
@@ -23,6 +24,8 @@ from plait.runtime.ledger import Ledger
 _ORDINAL = re.compile(r"#\d+$")
 _STEP_OPTIONS = frozenset({"retries", "retry_delay", "timeout", "on_error", "no_retry_on"})
 M = TypeVar("M", bound=pydantic.BaseModel)
+#: the data of a request, as its wait's schema makes it
+D = TypeVar("D")
 #: what a step's awaitable resolves to
 T = TypeVar("T")
 #: the data a step's function takes, and what it returns
@@ -71,6 +74,14 @@ class Replay(Protocol):
     def wait_for_event(
         self, key: str, name: str, timeout: float | None
     ) -> Coroutine[Any, Any, Any]: ...
+
+    def wait_for_request(
+        self, key: str, name: str, schema: type[pydantic.BaseModel] | None, timeout: float | None
+    ) -> Coroutine[Any, Any, Any]: ...
+
+    def answer_request(
+        self, key: str, request_id: int, data: str | None, reply: str | None, refusal: str | None
+    ) -> Coroutine[Any, Any, None]: ...
 
     def value(self, key: str, make: Callable[[], Any]) -> Any: ...
 
@@ -219,6 +230,57 @@ class StepCall(Coroutine[Any, Any, T], Generic[T]):
     def close(self) -> None:
         if self._iter is not None:
             self._iter.close()
+
+
+class Request(Generic[D]):
+    """A request the workflow took (``wf.wait_for_request``): its ``name``, its ``id``
+    and its ``data`` (an instance of the wait's schema, when it has one). Answer it once,
+    with ``await req.reply(value)`` or ``await req.refuse(reason)``: each is a durable
+    step, recorded once, so a replay never answers again and the sender gets the one
+    answer."""
+
+    __slots__ = ("_answered", "_raw", "_replay", "data", "id", "name")
+
+    def __init__(self, replay: Replay, name: str, request_id: int, data: D, raw: Any) -> None:
+        self._replay = replay
+        self.name = name
+        self.id = request_id
+        self.data: D = data
+        #: the data as sent (JSON), the answer step's input
+        self._raw = raw
+        self._answered = False
+
+    def __repr__(self) -> str:
+        return f"Request(name={self.name!r}, id={self.id}, data={self.data!r})"
+
+    def reply(self, value: Any) -> StepCall[None]:
+        """Answer with ``value`` (JSON, checked like a step's result); the sender's
+        ``engine.request`` returns it."""
+        text = serde.dumps(
+            value,
+            what=f"the reply to request {self.name!r}",
+            limits=self._replay.ledger.host.limits,
+        )
+        return self._answer(text, None)
+
+    def refuse(self, reason: str) -> StepCall[None]:
+        """Refuse the request: the sender's ``engine.request`` raises
+        ``plait.RequestRefused`` with ``reason``."""
+        if not isinstance(reason, str) or not reason:
+            raise TypeError(
+                f"request {self.name!r}: the reason of a refusal must be a non-empty string, "
+                f"got {reason!r}"
+            )
+        return self._answer(None, request.refused(reason))
+
+    def _answer(self, reply: str | None, refusal: str | None) -> StepCall[None]:
+        if self._answered:
+            raise RuntimeError(f"request {self.name!r} (id {self.id}) was answered already")
+        self._answered = True
+        replay = self._replay
+        key = replay.key(request.ANSWER_PREFIX + self.name)
+        data = serde.dumps(self._raw, what=f"the data of request {self.name!r}")
+        return StepCall(replay, key, replay.answer_request, key, self.id, data, reply, refusal)
 
 
 class Workflow:
@@ -375,6 +437,47 @@ class Workflow:
         return StepCall(replay, key, replay.wait_for_event, key, name, seconds)
 
     @overload
+    def wait_for_request(
+        self, name: str, *, schema: type[M], timeout: Duration | None = None
+    ) -> StepCall[Request[M]]: ...
+
+    @overload
+    def wait_for_request(
+        self, name: str, *, schema: None = None, timeout: Duration | None = None
+    ) -> StepCall[Request[Any]]: ...
+
+    def wait_for_request(
+        self,
+        name: str,
+        *,
+        schema: type[pydantic.BaseModel] | None = None,
+        timeout: Duration | None = None,
+    ) -> StepCall[Request[Any]]:
+        """The oldest request ``name`` sent by ``engine.request(run_id, name, data)`` and
+        not taken yet (requests queue in arrival order), as a ``Request`` to answer once.
+        With ``schema`` (a pydantic model), ``req.data`` is an instance of it: a request
+        whose data does not fit is refused at once (its sender gets
+        ``plait.ValidationError``) and the wait goes on. With ``timeout``,
+        ``plait.RequestTimeout`` once it passes with no request (a durable timer). A
+        request whose sender stopped waiting before it was taken is never seen."""
+        ids.check_name(self._check_name(name, "request"), "request name")
+        if schema is not None and not (
+            isinstance(schema, type) and issubclass(schema, pydantic.BaseModel)
+        ):
+            raise TypeError(
+                f"request {name!r}: schema must be a pydantic model class, "
+                f"got {type(schema).__name__} {schema!r}"
+            )
+        seconds = (
+            None
+            if timeout is None
+            else parse_duration(timeout, what=f"timeout of request {name!r}")
+        )
+        replay = self._replay
+        key = replay.key(request.PREFIX + name)
+        return StepCall(replay, key, replay.wait_for_request, key, name, schema, seconds)
+
+    @overload
     def approval(
         self,
         name: str,
@@ -465,6 +568,33 @@ class Workflow:
         key = replay.key(f"__patch:{patch_id}")
         if key:
             replay.deprecate_patch(key)
+
+    def continue_as_new(self, input: Any = None) -> Awaitable[NoReturn]:
+        """End this run ``continued`` and start a new run of this workflow with ``input``,
+        in one commit: the way for a loop that never ends (a chat agent, an entity) to
+        run for ever in bounded storage. Await it: the workflow's code stops there and
+        nothing after it runs (``finally`` blocks unwind, taking no new step).
+
+        The new run has no step history; it keeps this run's owner, queue, key,
+        priority, de-duplication key and parent (a parent waiting for this run gets the
+        last run's output), and runs the code deployed now. ``input`` is checked at
+        once, as a start checks it: input that is not JSON, too large, or that the
+        workflow's input type refuses raises here, and the run goes on. Steps still in
+        flight in other branches end with the run, as at any end: live child runs are
+        cancelled, timers and job steps dropped (an attempt already running ends, and
+        its outcome is kept but handed to no one)."""
+        replay = self._replay
+        # a pass that unwinds the code raises Unwind here, as at a step; none is recorded
+        key = replay.key("__continue_as_new")
+        payload = serde.dumps(
+            input,
+            what=f"the input of workflow {self.name!r} continued as new",
+            limits=replay.ledger.host.limits,
+        )
+        if key:  # none while a pass unwinds code that caught its Unwind
+            replay.ledger.continue_as_new(payload)
+        stop: asyncio.Future[NoReturn] = asyncio.Future(loop=replay.wloop)
+        return stop  # never resolved: the pass ends the run, and unwinds the wait
 
     def now(self) -> datetime:
         """The time, recorded on first reach so every replay sees the same value."""

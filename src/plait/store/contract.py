@@ -17,8 +17,8 @@ from typing import Any, Protocol
 from plait.clock import Clock
 from plait.notify import Notifier
 from plait.records import Run, RunSummary, Step, StepAttempt
-from plait.statuses import RunStatusName
-from plait.store.ops import Batch, CancelCut, Op, StepEnd
+from plait.statuses import RequestStatusName, RunStatusName
+from plait.store.ops import Batch, CancelChildren, CancelCut, EndRun, Op, StepEnd
 from plait.store.rows import (
     DecisionRow,
     GateRow,
@@ -29,6 +29,7 @@ from plait.store.rows import (
     PruneBatch,
     QueueDepth,
     QueueLimits,
+    RequestRow,
     RunFilter,
     ScheduleRow,
     StepJob,
@@ -88,6 +89,16 @@ class Store(Protocol):
 
     # orchestrator passes
     async def load_pass(self, run_id: str) -> PassSnapshot | None: ...
+    async def list_passes(
+        self, statuses: Sequence[str], kind: str, workflow: str | None, after: str, limit: int
+    ) -> list[PassSnapshot]:
+        """What a pass reads (as ``load_pass``) of up to ``limit`` runs of ``kind`` in one
+        of ``statuses`` (of ``workflow`` only, when given) whose ids come after ``after``,
+        in id order: a dry pass over many runs (``Engine.check``) reads them a page at a
+        time, and a page goes on where the last ended however runs moved meanwhile. A
+        plain read: it takes no lease and writes nothing."""
+        ...
+
     async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool: ...
     async def claim_due_runs(self, owner: str, lease_seconds: float, limit: int) -> list[str]: ...
     async def commit(self, batch: Batch) -> bool:
@@ -182,6 +193,31 @@ class Store(Protocol):
         ended."""
         ...
 
+    async def time_out_run(
+        self,
+        run_id: str,
+        status: RunStatusName,
+        error: str,
+        parent: StepEnd,
+        cut: CancelCut,
+        children: CancelChildren,
+    ) -> list[str]:
+        """End a live run past its deadline as ``cancel_run`` ends it (``status``,
+        ``error``, ``parent``, ``cut``), except that its live child runs (and theirs) end
+        as ``children`` says. Returns every run that moved: none when the run is gone, has
+        ended, or its deadline is still to come (another process timed it out first)."""
+        ...
+
+    async def due_deadlines(self, now: float, limit: int) -> list[tuple[str, float]]:
+        """Up to ``limit`` live runs whose deadline is at or before ``now``, each with its
+        deadline, soonest first, leaving out a child whose live parent is past its deadline too (the
+        parent's time-out ends it)."""
+        ...
+
+    async def next_deadline(self) -> float | None:
+        """The earliest deadline of a live run (None: no live run has one)."""
+        ...
+
     async def reopen_run(
         self,
         run_id: str,
@@ -199,6 +235,31 @@ class Store(Protocol):
     async def send_event(self, run_id: str, name: str, payload: str | None) -> bool:
         """Store the event for the run; True if the run waits for ``name`` right now
         (else it is kept for a later wait, which may never come)."""
+        ...
+
+    # requests
+    async def send_request(
+        self,
+        run_id: str,
+        name: str,
+        data: str | None,
+        status: RequestStatusName,
+        refusal: str | None,
+        deadline: float,
+        live: Sequence[RunStatusName],
+    ) -> int:
+        """Store a request for the run, ``status`` (with ``refusal`` for one refused on
+        arrival), waiting until ``deadline``, and wake the run; returns its id. Requests
+        get increasing ids in the order they commit (the order a workflow takes them).
+        ``RunNotFoundError``; ``RunStateError`` unless the run is one of ``live``."""
+        ...
+
+    async def get_request(self, request_id: int) -> RequestRow | None: ...
+    async def withdraw_request(
+        self, request_id: int, from_status: RequestStatusName, status: RequestStatusName
+    ) -> bool:
+        """Move the request to ``status`` if it is still ``from_status``, in one
+        conditional write (a pass taking it writes the same way: one of them wins)."""
         ...
 
     # queues
@@ -282,9 +343,21 @@ class Store(Protocol):
         """The run's published values (JSON text) by key."""
         ...
 
-    async def fork_run(self, new: NewRun, forked_from: str, ops: Sequence[Op]) -> Run:
+    async def fork_run(
+        self,
+        new: NewRun,
+        forked_from: str,
+        ops: Sequence[Op],
+        from_statuses: Sequence[str],
+        replace: EndRun | None = None,
+    ) -> tuple[Run, list[str]]:
         """Create run ``new`` recording ``forked_from``, with ``ops`` (the steps it
-        keeps) written in the same transaction. ``RunIdTakenError`` if the id exists."""
+        keeps) written in the same transaction, if the source is in one of
+        ``from_statuses`` then (``RunNotFoundError`` / ``RunStateError`` if not, with
+        nothing written). With ``replace`` (a cancel's end, as ``cancel_run`` takes it)
+        a source that is queued, running or suspended ends as a cancel ends it, in the
+        same transaction. Returns the fork and the runs the cancel moved (the source and
+        its live descendants). ``RunIdTakenError`` if the id exists."""
         ...
 
     async def prune_batch(

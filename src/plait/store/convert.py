@@ -59,6 +59,9 @@ def run_record(row: RunRow) -> Run:
         admitted_at=ts_or_none(row.admitted_at),
         start_at=ts_or_none(row.wake_at) if row.status == "queued" else None,
         forked_from=row.forked_from,
+        continued_from=row.continued_from,
+        continued_to=row.continued_to,
+        deadline_at=ts_or_none(row.deadline_at),
     )
 
 

@@ -12,7 +12,12 @@ from __future__ import annotations
 import dataclasses
 
 from plait.errors import RunEndedElsewhereError
-from plait.statuses import AttemptStatusName, RunStatusName, StepStatusName
+from plait.statuses import (
+    AttemptStatusName,
+    RequestStatusName,
+    RunStatusName,
+    StepStatusName,
+)
 from plait.store.rows import NewRun, StepRow
 
 
@@ -132,6 +137,32 @@ class TakeDecision:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class TakeRequest:
+    """Request ``request_id`` is taken by the wait ``key``: it moves from
+    ``from_status`` to ``status`` in one conditional write, or the whole batch is
+    refused (``GateClosedError``) when it is no longer ``from_status`` (its sender
+    withdrew it first), and the run is replayed from what is stored."""
+
+    request_id: int
+    key: str
+    status: RequestStatusName
+    from_status: RequestStatusName
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AnswerRequest:
+    """Record the answer of request ``request_id``: its ``reply`` (JSON) or its
+    ``refusal`` (a JSON record), moving it from ``from_status`` to ``status``. Nothing
+    is written when it is no longer ``from_status`` (answered, or withdrawn)."""
+
+    request_id: int
+    status: RequestStatusName
+    from_status: RequestStatusName
+    reply: str | None = None
+    refusal: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class StepEnd:
     """How the parent's step of a child run ends when the child ends (decided by
     ``runtime.steps.child_step_end``): ``status`` is ``succeeded`` or ``failed``, and
@@ -175,13 +206,17 @@ class EndRun:
     end of a child run also ends the parent's waiting step as ``parent`` says (only if
     that step still waits for this child) and wakes the parent. With ``cut`` the end is
     a cancel: the run's live child runs end as it does (``CancelChildren``), and its
-    steps still in flight as ``cut`` says."""
+    steps still in flight as ``cut`` says. With ``successor`` the run continues as new:
+    if the end moves the run, that run is created in the same transaction, linked both
+    ways (``continued_from`` / ``continued_to``), and takes over the parent's waiting
+    step (the step then waits for it)."""
 
     status: RunStatusName
     output: str | None = None
     error: str | None = None
     parent: StepEnd | None = None
     cut: CancelCut | None = None
+    successor: NewRun | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -196,6 +231,14 @@ class CancelChildren:
     error: str | None
     parent: StepEnd | None
     cut: CancelCut
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordVersion:
+    """Record the version of the code the run replays on, if it has none yet: a fork
+    made by a process that lacks the workflow's code leaves it to its first pass."""
+
+    version: str
 
 
 Op = (
@@ -213,6 +256,9 @@ Op = (
     | SetValue
     | GuardStep
     | TakeDecision
+    | TakeRequest
+    | AnswerRequest
+    | RecordVersion
     | CancelJob
 )
 

@@ -41,6 +41,8 @@ class NewRun:
     scheduled_at: float | None = None
     #: the starter's trace context (JSON), with tracing on (``plait.tracing``)
     trace: str | None = None
+    #: when the run must have ended (unix seconds, ``runs.deadline``); None: never
+    deadline_at: float | None = None
 
 
 @dataclasses.dataclass
@@ -75,6 +77,12 @@ class RunRow:
     forked_from: str | None = None
     #: the trace context the run was started in (JSON), or None when not traced
     trace: str | None = None
+    #: the run this one continues (its workflow called ``wf.continue_as_new``)
+    continued_from: str | None = None
+    #: the run that continues this one (set as this one ends ``continued``)
+    continued_to: str | None = None
+    #: when the run must have ended (unix seconds); None: no deadline
+    deadline_at: float | None = None
 
 
 @dataclasses.dataclass
@@ -132,6 +140,25 @@ class EventRow:
 
 
 @dataclasses.dataclass
+class RequestRow:
+    """A request sent to a run (``Engine.request``), and what became of it: ``status``
+    is a ``RequestStatusName``; ``taken_by`` the key of the wait that took it; ``reply``
+    (JSON) or ``refusal`` (a JSON record) its answer; ``deadline`` when its sender stops
+    waiting (unix seconds)."""
+
+    id: int
+    run_id: str
+    name: str
+    data: str | None
+    status: str
+    taken_by: str | None
+    reply: str | None
+    refusal: str | None
+    created_at: float
+    deadline: float
+
+
+@dataclasses.dataclass
 class PassSnapshot:
     """Everything one orchestrator pass reads, in one round trip."""
 
@@ -139,6 +166,8 @@ class PassSnapshot:
     steps: dict[str, StepRow]
     events: list[EventRow]
     state: dict[str, str | None]
+    #: the requests sent to the run and not taken yet, oldest first
+    requests: list[RequestRow] = dataclasses.field(default_factory=list)  # pyright: ignore[reportUnknownVariableType]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,6 +248,9 @@ class RunFilter:
     created_before: float | None = None
     #: only runs that are no other run's child
     top_level: bool = False
+    #: leave out the runs another run continues (``wf.continue_as_new``): of each chain,
+    #: only its last run
+    hide_continued: bool = False
     limit: int = 50
     offset: int = 0
 
@@ -297,6 +329,8 @@ class Pending:
     next_start: float | None = None
     #: the next tick of an active schedule; None when no schedule is active
     next_tick: float | None = None
+    #: the earliest deadline of a live run; None when no live run has one
+    next_deadline: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,9 +6,9 @@ It jumps only when the database shows nothing in flight: no run or job step unde
 lease, no run and no job step due now, no schedule tick due now, no queued run due now
 that a free slot would admit, and this process has no pass or step in hand. Then every
 live run waits on the outside world or on a timer (a sleep, a retry back-off, an event
-timeout, a delayed start), and the clock moves to the earliest of those timers or to the
-next tick of a schedule. Because a jump
-happens only when nobody holds a lease, no lease ever looks expired because of one.
+timeout, a delayed start, a run's deadline), and the clock moves to the earliest of
+those timers or to the next tick of a schedule. Because a jump happens only when nobody
+holds a lease, no lease ever looks expired because of one.
 
 Jumps happen while the test awaits the engine for an outcome (``wait``, ``run``) and
 inside ``advance``, never between two calls of the test: a test that starts a run and
@@ -141,6 +141,9 @@ class TestEngine(Engine):
         while True:
             pending = await self._settle(None)
             run = await self.store.get_run(run_id)
+            if run is not None and run.continued_to is not None:
+                run_id = run.continued_to  # the wait follows the chain
+                continue
             if run is None or run.status in SETTLED:
                 return
             due = self._next_time(pending)
@@ -191,6 +194,8 @@ class TestEngine(Engine):
             return None  # due now: a pass or a step is about to start
         if pending.next_tick is not None and pending.next_tick <= now:
             return None  # a schedule's tick: the schedule loop is about to start its run
+        if pending.next_deadline is not None and pending.next_deadline <= now:
+            return None  # a run's deadline: the deadline loop is about to end it
         if pending.next_start is not None and pending.next_start <= now:
             # a queued run may start: quiet only once the admission loop has looked at
             # this time, with nothing changed since, and left it to a slot or the window
@@ -201,11 +206,13 @@ class TestEngine(Engine):
 
     def _next_time(self, pending: Pending) -> float | None:
         """The next time the clock may jump to: a run's or a job's wake-up, a queued run's
-        start, a schedule's tick (a queued run already due waits for a slot, not a time).
-        It is the time exactly as the store holds it, so that after the jump the store
-        finds it due."""
+        start, a schedule's tick, a run's deadline (a queued run already due waits for a
+        slot, not a time). It is the time exactly as the store holds it, so that after the
+        jump the store finds it due."""
         now = self.virtual_clock.now()
-        times = [t for t in (pending.next_due, pending.next_tick) if t is not None]
+        times = [
+            t for t in (pending.next_due, pending.next_tick, pending.next_deadline) if t is not None
+        ]
         if pending.next_start is not None and pending.next_start > now:
             times.append(pending.next_start)
         return min(times) if times else None

@@ -12,6 +12,7 @@ the ``Host`` it offers the runtime:
 * ``jobs``: the step loop, which claims and runs the jobs of job steps;
 * ``admission``: the queues' limits, and the loop that admits queued runs;
 * ``ticks``: the schedule loop, which starts the run of each due tick;
+* ``deadlines``: the deadline loop, which fails the runs past their deadline;
 * ``leases``: the lease loop; ``stall_guard``, the thread that keeps the leases while the
   event loop is blocked;
 * ``retention``: pruning ended runs (``Engine.prune`` and the ``--retain`` loop).

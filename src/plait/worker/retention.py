@@ -21,8 +21,8 @@ from plait.worker.state import WorkerState
 log = logging.getLogger("plait.worker")
 
 #: what a prune deletes unless told otherwise
-EndedStatus = Literal["completed", "cancelled", "failed"]
-ENDED: tuple[EndedStatus, ...] = ("completed", "cancelled", "failed")
+EndedStatus = Literal["completed", "cancelled", "failed", "continued"]
+ENDED: tuple[EndedStatus, ...] = ("completed", "cancelled", "failed", "continued")
 #: top-level runs looked at per transaction: small enough that one batch holds SQLite's write lock
 #: for a few milliseconds
 BATCH = 100

@@ -1,7 +1,7 @@
 """What the worker's loops share, declared once so each loop can live in a file of its own.
 
 ``Worker`` (``worker.py``) is its loops: ``Passes``, ``Jobs``, ``Admission``, ``Ticks``,
-``Leases`` and ``Retention``, each a class over ``WorkerState``. The loops share one
+``Deadlines``, ``Leases`` and ``Retention``, each a class over ``WorkerState``. The loops share one
 process's work in hand (the runs it drives, the jobs it runs, the wake-ups between them)
 and call on each other (the admission loop drives what it admits; the step loop waits the
 way the pass loop does), so this class names what they share: the attributes
@@ -66,6 +66,7 @@ class WorkerState(abc.ABC):
     _lease_task: asyncio.Task[Any] | None
     _unknown_schedules: set[str]
     admission_blocked_at: float | None
+    deadline_look_at: float | None
     steps_run: int
     pruned: int
 
@@ -75,6 +76,7 @@ class WorkerState(abc.ABC):
     check_leases: asyncio.Event
     wake_admissions: asyncio.Event
     wake_schedules: asyncio.Event
+    wake_deadlines: asyncio.Event
 
     # -- the host of passes and jobs (worker.py)
     @abc.abstractmethod

@@ -125,6 +125,7 @@ class Ticks(WorkerState):
         (``ScheduleSpec.queue``), so the run never skips its queue for want of code."""
         wdef = self.catalog.app.workflows.get(workflow)
         queue = wdef.queue if wdef is not None else stored_queue
+        timeout = None if wdef is None else wdef.timeout
         return NewRun(
             id=schedules.run_id_for(name, tick),
             workflow=workflow,
@@ -138,4 +139,5 @@ class Ticks(WorkerState):
             status=runs.initial_status(queue is not None),
             queue=queue,
             scheduled_at=tick,
+            deadline_at=runs.deadline(self.clock.now(), timeout),
         )

@@ -32,6 +32,7 @@ from plait.records import SETTLED, RunStatus
 from plait.store.contract import Store
 from plait.store.ops import Batch
 from plait.worker.admission import Admission
+from plait.worker.deadlines import Deadlines
 from plait.worker.jobs import Jobs
 from plait.worker.leases import Leases
 from plait.worker.passes import Passes
@@ -58,7 +59,7 @@ def _dead_here(owner: str) -> bool:
     return False
 
 
-class Worker(Passes, Jobs, Admission, Ticks, Leases, Retention):
+class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention):
     """Drives runs and runs job steps of one database. ``owner`` is this process's lease
     name. With ``take_work`` off it only drives what this process starts inline."""
 
@@ -114,6 +115,10 @@ class Worker(Passes, Jobs, Admission, Ticks, Leases, Retention):
         #: set when this process changes a schedule; other processes' changes are read at
         #: the next poll (a wake-up for every start would cost each start two reads here)
         self.wake_schedules = asyncio.Event()
+        #: set when this process starts a run whose deadline comes before the deadline
+        #: loop's next look (``deadline_look_at``, the clock's time; None: not planned)
+        self.wake_deadlines = asyncio.Event()
+        self.deadline_look_at: float | None = None
         #: the clock's time of the admission loop's last look when queued runs were due
         #: that the queues' limits kept out (None: its last look left nothing due behind);
         #: a test engine's clock may jump past such runs, since only a finished run or a
@@ -227,6 +232,7 @@ class Worker(Passes, Jobs, Admission, Ticks, Leases, Retention):
             self.loops.append(asyncio.create_task(self._pass_loop(), name="plait-passes"))
             self.loops.append(asyncio.create_task(self._admit_loop(), name="plait-admissions"))
             self.loops.append(asyncio.create_task(self._schedule_loop(), name="plait-schedules"))
+            self.loops.append(asyncio.create_task(self._deadline_loop(), name="plait-deadlines"))
         if steps:
             self.loops.append(asyncio.create_task(self._step_loop(), name="plait-steps"))
         if self.retain is not None:

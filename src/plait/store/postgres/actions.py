@@ -12,7 +12,7 @@ import asyncpg
 from plait.errors import RunNotFoundError, RunStateError
 from plait.records import Run
 from plait.statuses import RunStatusName
-from plait.store.ops import CancelCut, Op, StepEnd
+from plait.store.ops import CancelChildren, CancelCut, Op, StepEnd
 from plait.store.postgres.codec import (
     RUN_NOT_FOUND,
     RUN_STATE,
@@ -62,6 +62,39 @@ class Actions(Part):
             self._now(),
         )
         return list(moved or [])
+
+    async def time_out_run(
+        self,
+        run_id: str,
+        status: RunStatusName,
+        error: str,
+        parent: StepEnd,
+        cut: CancelCut,
+        children: CancelChildren,
+    ) -> list[str]:
+        async with self._in_order(run_id):
+            moved = await self._call(
+                "fetchval",
+                self._q["time_out_run"],
+                run_id,
+                status,
+                error,
+                step_end_value(parent),
+                cut_value(cut),
+                children.status,
+                children.error,
+                step_end_value(children.parent),
+                self._now(),
+            )
+        return list(moved or [])
+
+    async def due_deadlines(self, now: float, limit: int) -> list[tuple[str, float]]:
+        rows = await self._call("fetch", self._q["due_deadlines"], now, limit, read=True)
+        return [(r[0], float(r[1])) for r in rows]
+
+    async def next_deadline(self) -> float | None:
+        due = await self._call("fetchval", self._q["next_deadline"], read=True)
+        return float(due) if due is not None else None
 
     async def reopen_run(
         self,

@@ -20,7 +20,16 @@ import asyncpg
 from plait.records import Run
 from plait.store import convert
 from plait.store.ops import CancelCut, StepEnd
-from plait.store.rows import NewRun, QueueLimits, RunFilter, RunRow, ScheduleRow, StepJob, StepRow
+from plait.store.rows import (
+    NewRun,
+    QueueLimits,
+    RequestRow,
+    RunFilter,
+    RunRow,
+    ScheduleRow,
+    StepJob,
+    StepRow,
+)
 
 # timestamptz travels as microseconds since 2000-01-01 UTC; plait speaks unix seconds
 _PG_EPOCH_US = 946_684_800_000_000
@@ -76,6 +85,9 @@ _RUN_ADDED_FIELDS = (
     "admitted_at",
     "forked_from",
     "trace",
+    "continued_from",
+    "continued_to",
+    "deadline_at",
 )
 _STEP_FIELDS = len(dataclasses.fields(StepRow))
 
@@ -112,6 +124,7 @@ def new_run_value(n: NewRun) -> tuple[Any, ...]:
         n.not_before,
         n.scheduled_at,
         n.trace,
+        n.deadline_at,
     )
 
 
@@ -140,6 +153,7 @@ def filter_args(where: RunFilter) -> tuple[Any, ...]:
         where.created_after,
         where.created_before,
         where.top_level,
+        where.hide_continued,
     )
 
 
@@ -183,6 +197,22 @@ def queue_arrays(queues: Sequence[QueueLimits]) -> tuple[list[Any], ...]:
 def step_row(rec: Any) -> StepRow:
     """A steps record as a StepRow (the attempt columns after its fields left out)."""
     return convert.step_row(tuple(rec)[:_STEP_FIELDS])
+
+
+def request_row(rec: Any) -> RequestRow:
+    """A requests record (a row or a composite) as a RequestRow."""
+    return RequestRow(
+        rec["id"],
+        rec["run_id"],
+        rec["name"],
+        rec["data"],
+        rec["status"],
+        rec["taken_by"],
+        rec["reply"],
+        rec["refusal"],
+        rec["created_at"],
+        rec["deadline"],
+    )
 
 
 def run_record(rec: Any) -> Run:

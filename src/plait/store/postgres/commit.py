@@ -17,6 +17,7 @@ from plait.cancel_guard import holding_task, uncancelled
 from plait.errors import GateClosedError, LeaseLostError, RunEndedElsewhereError
 from plait.store import convert
 from plait.store.ops import (
+    AnswerRequest,
     Batch,
     CancelChildren,
     CancelJob,
@@ -29,11 +30,13 @@ from plait.store.ops import (
     GuardStep,
     Op,
     PutStep,
+    RecordVersion,
     SetState,
     SetTimer,
     SetValue,
     StartAttempt,
     TakeDecision,
+    TakeRequest,
     ended_elsewhere,
 )
 from plait.store.postgres.codec import (
@@ -57,7 +60,8 @@ _FIRST_ATTEMPT_ROWS = 16
 
 def op_value(op: Op) -> tuple[Any, ...]:
     """An op as the schema's ``op`` type: (kind, step, attempt, worker, status, output,
-    error, key, purpose, at, function, event_id, run, name, parent, cut)."""
+    error, key, purpose, at, function, event_id, run, name, parent, cut). An end's run is
+    the run that continues it as new, if any."""
     if isinstance(op, PutStep):
         return ("put_step", step_value(op.step), *(None,) * 14)
     if isinstance(op, StartAttempt):
@@ -103,6 +107,8 @@ def op_value(op: Op) -> tuple[Any, ...]:
         return ("set_state", *(None,) * 4, op.value, *(None,) * 7, op.name, None, None)
     if isinstance(op, SetValue):
         return ("set_value", *(None,) * 4, op.value, *(None,) * 7, op.key, None, None)
+    if isinstance(op, RecordVersion):
+        return ("record_version", *(None,) * 12, op.version, None, None)
     if isinstance(op, GuardStep):
         return ("guard_step", None, None, None, op.status, None, None, op.key, *(None,) * 8)
     if isinstance(op, TakeDecision):
@@ -125,7 +131,37 @@ def op_value(op: Op) -> tuple[Any, ...]:
             None,
             None,
         )
+    if isinstance(op, TakeRequest):
+        # the status it must still have rides in purpose
+        return (
+            "take_request",
+            *(None,) * 3,
+            op.status,
+            None,
+            None,
+            op.key,
+            op.from_status,
+            None,
+            None,
+            op.request_id,
+            *(None,) * 4,
+        )
+    if isinstance(op, AnswerRequest):
+        return (
+            "answer_request",
+            *(None,) * 3,
+            op.status,
+            op.reply,
+            op.refusal,
+            None,
+            op.from_status,
+            None,
+            None,
+            op.request_id,
+            *(None,) * 4,
+        )
     if isinstance(op, EndRun):
+        successor = None if op.successor is None else new_run_value(op.successor)
         return (
             "end_run",
             None,
@@ -134,7 +170,9 @@ def op_value(op: Op) -> tuple[Any, ...]:
             op.status,
             op.output,
             op.error,
-            *(None,) * 7,
+            *(None,) * 5,
+            successor,
+            None,
             step_end_value(op.parent),
             cut_value(op.cut),
         )

@@ -379,9 +379,10 @@ def steps_only(run_id: str, ops: list[Op]) -> bool:
 def written_as_sets(run_id: str, ops: list[Op]) -> bool:
     """Whether a group fences a batch of ``run_id`` with its other step writes and writes
     its steps as sets: step writes only, or step writes and then the end of a run that
-    is no child (a child's end locks its parent first, so it is committed op by op)."""
+    is no child (a child's end locks its parent first, so it is committed op by op) and
+    starts no successor (a run continued as new is committed op by op too)."""
     if ops and isinstance(end := ops[-1], EndRun):
-        return end.parent is None and steps_only(run_id, ops[:-1])
+        return end.parent is None and end.successor is None and steps_only(run_id, ops[:-1])
     return steps_only(run_id, ops)
 
 

@@ -102,12 +102,13 @@ class Leases(Part):
 
     async def pending(self, functions: Sequence[str]) -> Pending:
         row = await self._call("fetchrow", self._q["pending_work"], list(functions), read=True)
-        due, start, tick = row[1], row[2], row[3]
+        due, start, tick, deadline = row[1], row[2], row[3], row[4]
         return Pending(
             int(row[0]),
             float(due) if due is not None else None,
             float(start) if start is not None else None,
             float(tick) if tick is not None else None,
+            float(deadline) if deadline is not None else None,
         )
 
 

@@ -10,14 +10,17 @@ from typing import Any
 
 import asyncpg
 
-from plait.errors import RunIdTakenError
+from plait.errors import RunIdTakenError, RunNotFoundError, RunStateError
 from plait.records import Run, RunSummary, Step, StepAttempt
 from plait.store import convert
-from plait.store.ops import Op
+from plait.store.ops import EndRun, Op
 from plait.store.postgres.codec import (
     RUN_EXISTS,
+    RUN_NOT_FOUND,
+    RUN_STATE,
     filter_args,
     new_run_value,
+    request_row,
     run_record,
     run_row,
     step_row,
@@ -104,13 +107,15 @@ class Runs(Part):
         # a new pass of this run starts: an earlier pass's failed write no longer matters
         if self._tainted:
             self._tainted = {t for t in self._tainted if t[0] != run_id}
-        steps: dict[str, StepRow] = {}
-        for rec in row["steps"]:
-            step = step_row(rec)
-            steps[step.key] = step
-        events = [EventRow(e["id"], e["name"], e["payload"]) for e in row["events"]]
-        state = {s["name"]: s["value"] for s in row["state"]}
-        return PassSnapshot(run_row(row["r"]), steps, events, state)
+        return _snapshot(row)
+
+    async def list_passes(
+        self, statuses: Sequence[str], kind: str, workflow: str | None, after: str, limit: int
+    ) -> list[PassSnapshot]:
+        rows = await self._call(
+            "fetch", self._q["list_passes"], list(statuses), kind, workflow, after, limit, read=True
+        )
+        return [_snapshot(row) for row in rows]
 
     async def _load_one(self, run_id: str) -> Any:
         (row,) = await self._load_many([run_id])
@@ -121,24 +126,39 @@ class Runs(Part):
         found = {row["id"]: row for row in rows}
         return [found.get(run_id) for run_id in run_ids]
 
-    async def fork_run(self, new: NewRun, forked_from: str, ops: Sequence[Op]) -> Run:
+    async def fork_run(
+        self,
+        new: NewRun,
+        forked_from: str,
+        ops: Sequence[Op],
+        from_statuses: Sequence[str],
+        replace: EndRun | None = None,
+    ) -> tuple[Run, list[str]]:
         try:
-            rec = await self._call(
-                "fetchval",
-                self._q["fork_run"],
-                new_run_value(new),
-                forked_from,
-                [op_value(op) for op in ops],
-                self._now(),
-            )
+            # in order with this process's other writes to the source, as a cancel is
+            async with self._in_order(forked_from):
+                row = await self._call(
+                    "fetchrow",
+                    self._q["fork_run"],
+                    new_run_value(new),
+                    forked_from,
+                    [op_value(op) for op in ops],
+                    self._now(),
+                    list(from_statuses),
+                    None if replace is None else op_value(replace),
+                )
         except asyncpg.PostgresError as exc:
             if exc.sqlstate == RUN_EXISTS:
                 existing = await self.get_run(new.id)
                 raise RunIdTakenError(
                     new.id, existing.workflow if existing else "?", new.workflow
                 ) from None
+            if exc.sqlstate == RUN_NOT_FOUND:
+                raise RunNotFoundError(forked_from) from None
+            if exc.sqlstate == RUN_STATE:
+                raise RunStateError(forked_from, exc.detail or "unknown", "fork") from None
             raise
-        return run_record(rec)
+        return run_record(row["forked"]), list(row["moved"] or [])
 
     async def get_decisions(self, run_id: str) -> list[dict[str, Any]]:
         rows = await self._call("fetch", self._q["get_decisions"], run_id, read=True)
@@ -151,3 +171,16 @@ class Runs(Part):
     async def get_values(self, run_id: str) -> dict[str, str | None]:
         rows = await self._call("fetch", self._q["get_values"], run_id, read=True)
         return {r["key"]: r["value"] for r in rows}
+
+
+def _snapshot(row: Any) -> PassSnapshot:
+    """A pass's snapshot from a row of ``load_passes`` or ``list_passes``."""
+    steps: dict[str, StepRow] = {}
+    for rec in row["steps"]:
+        step = step_row(rec)
+        steps[step.key] = step
+    events = [EventRow(e["id"], e["name"], e["payload"]) for e in row["events"]]
+    state = {s["name"]: s["value"] for s in row["state"]}
+    # a page of ``list_passes`` (a dry check) reads no requests
+    requests = [request_row(q) for q in row.get("requests") or ()]
+    return PassSnapshot(run_row(row["r"]), steps, events, state, requests)

@@ -16,9 +16,10 @@ pass locks its run row and checks the lease before it writes (the fence).
 
 The methods are grouped by concern, one class per file: ``commit`` (a pass's writes),
 ``runs`` (creating and reading runs, loading passes), ``leases``, ``jobs`` (queued steps),
-``queues`` (admission), ``schedules``, ``actions`` (from outside a pass) and ``versions``;
-``PostgresStore`` is all of them, opened, migrated and closed here. Values cross to and
-from PostgreSQL through ``codec``; the pool is in ``pool``, LISTEN/NOTIFY in ``listen``.
+``queues`` (admission), ``schedules``, ``actions`` (from outside a pass), ``requests``
+(requests with a reply, actions too) and ``versions``; ``PostgresStore`` is all of them,
+opened, migrated and closed here. Values cross to and from PostgreSQL through ``codec``;
+the pool is in ``pool``, LISTEN/NOTIFY in ``listen``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from plait.notify import Notifier
 from plait.records import Run
 from plait.store import queries
 from plait.store.migrations import functions, migrations
-from plait.store.postgres.actions import Actions
 from plait.store.postgres.commit import Commits, first_attempts_statement, op_value
 from plait.store.postgres.group import GroupCommit, Together
 from plait.store.postgres.jobs import Jobs
@@ -50,6 +50,7 @@ from plait.store.postgres.pool import (
     split_url,
 )
 from plait.store.postgres.queues import Queues
+from plait.store.postgres.requests import Requests
 from plait.store.postgres.runs import Runs
 from plait.store.postgres.schedules import Schedules
 from plait.store.postgres.versions import Versions
@@ -78,7 +79,7 @@ _WARM_STATEMENTS = (
 )
 
 
-class PostgresStore(Commits, Runs, Leases, Jobs, Queues, Schedules, Actions, Versions):
+class PostgresStore(Commits, Runs, Leases, Jobs, Queues, Schedules, Requests, Versions):
     """A store in one PostgreSQL schema, shared by any number of processes.
 
     ``url`` is a ``postgresql://`` DSN; its query string may also carry ``schema``,

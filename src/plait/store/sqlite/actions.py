@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from plait.records import Run
 from plait.statuses import RunStatusName
-from plait.store.ops import CancelCut, EndRun, Op, StepEnd
+from plait.store.ops import CancelChildren, CancelCut, EndRun, Op, StepEnd
 from plait.store.rows import DecisionRow, PruneBatch
 from plait.store.sqlite import apply
 from plait.store.sqlite.part import Part
@@ -18,12 +18,13 @@ from plait.store.sqlite.writer import SQL
 
 #: a held decision waits in a run that has not ended; any other is kept for every run
 _LIVE = ("queued", "running", "suspended")
-_ANY_STATUS = (*_LIVE, "completed", "failed", "cancelled")
+_ANY_STATUS = (*_LIVE, "completed", "failed", "cancelled", "continued")
 #: what a pruned run leaves in each table, the run row itself last
 _PRUNED = (
     SQL["prune_attempts"],
     SQL["prune_steps"],
     SQL["prune_events"],
+    SQL["prune_requests"],
     SQL["prune_timers"],
     SQL["prune_jobs"],
     SQL["prune_state"],
@@ -52,6 +53,43 @@ class Actions(Part):
             return apply.end_run(conn, run_id, end, self._now(), from_suspended=True)
 
         return await self._write(go)
+
+    async def time_out_run(
+        self,
+        run_id: str,
+        status: RunStatusName,
+        error: str,
+        parent: StepEnd,
+        cut: CancelCut,
+        children: CancelChildren,
+    ) -> list[str]:
+        end = EndRun(status, None, error, parent, cut)
+
+        def go(conn: sqlite3.Connection) -> list[str]:
+            now = self._now()
+            row = conn.execute(SQL["run_deadline"], (run_id,)).fetchone()
+            if row is None or row[0] not in _LIVE or row[1] is None or row[1] > now:
+                return []
+            # the children first, as the children's end says; the run's own end then
+            # finds none left to take with it
+            moved = apply.cancel_children(conn, run_id, children, now)
+            return apply.end_run(conn, run_id, end, now, from_suspended=True) + moved
+
+        return await self._write(go)
+
+    async def due_deadlines(self, now: float, limit: int) -> list[tuple[str, float]]:
+        def go(conn: sqlite3.Connection) -> list[tuple[str, float]]:
+            rows = conn.execute(SQL["due_deadlines"], {"now": now, "limit": limit})
+            return [(r[0], r[1]) for r in rows]
+
+        return await self._read_here(go)
+
+    async def next_deadline(self) -> float | None:
+        def go(conn: sqlite3.Connection) -> float | None:
+            found = conn.execute(SQL["next_deadline"]).fetchone()
+            return None if found is None else found[0]
+
+        return await self._read_here(go)
 
     async def reopen_run(
         self,

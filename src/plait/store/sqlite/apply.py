@@ -18,6 +18,7 @@ from plait.records import Run
 from plait.statuses import STEP_IN_FLIGHT, AttemptStatusName
 from plait.store import convert
 from plait.store.ops import (
+    AnswerRequest,
     CancelChildren,
     CancelJob,
     ClearTimer,
@@ -29,12 +30,14 @@ from plait.store.ops import (
     GuardStep,
     Op,
     PutStep,
+    RecordVersion,
     SetState,
     SetTimer,
     SetValue,
     StartAttempt,
     StepEnd,
     TakeDecision,
+    TakeRequest,
 )
 from plait.store.rows import NewRun, StepRow
 from plait.store.sqlite.writer import SQL
@@ -86,7 +89,7 @@ def apply_ops(conn: sqlite3.Connection, run_id: str, ops: Iterable[Op], now: flo
 
 
 def _apply_rare(conn: sqlite3.Connection, run_id: str, op: Op, now: float) -> None:
-    """The ops of approvals, published values and a run's children: after the ones
+    """The ops of approvals, requests, published values and a run's children: after the ones
     every step writes, so those are found first."""
     if isinstance(op, CancelChildren):
         cancel_children(conn, run_id, op, now)
@@ -109,6 +112,20 @@ def _apply_rare(conn: sqlite3.Connection, run_id: str, op: Op, now: float) -> No
             conn.execute(
                 SQL["refuse_accepted_decision"], (op.outcome, op.reason, now, run_id, op.key)
             )
+    elif isinstance(op, TakeRequest):
+        # one conditional write decides between this take and the sender's withdrawal
+        cur = conn.execute(
+            SQL["take_request"], (op.status, op.key, op.request_id, run_id, op.from_status)
+        )
+        if cur.rowcount != 1:
+            raise GateClosedError(f"request {op.request_id} was withdrawn before the pass took it")
+    elif isinstance(op, AnswerRequest):
+        conn.execute(
+            SQL["answer_request"],
+            (op.status, op.reply, op.refusal, now, op.request_id, run_id, op.from_status),
+        )
+    elif isinstance(op, RecordVersion):
+        conn.execute(SQL["record_version"], (op.version, run_id))
     else:  # pragma: no cover - a new op without a store implementation
         raise TypeError(f"unknown store operation {op!r}")
 
@@ -165,6 +182,7 @@ def insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> bool:
             new.dedup,
             new.scheduled_at,
             new.trace,
+            new.deadline_at,
         ),
     )
     return cur.rowcount == 1
@@ -307,7 +325,23 @@ def end_run(
     parent_id, parent_key = row
     if parent_id and parent_key and end.parent is not None:
         settle_parent_step(conn, parent_id, parent_key, run_id, end.parent, now)
+    if end.successor is not None:
+        start_successor(conn, run_id, end.successor, now)
     return moved
+
+
+def start_successor(conn: sqlite3.Connection, run_id: str, new: NewRun, now: float) -> None:
+    """The run that continues ``run_id`` (which just ended): created, linked both ways,
+    and waited for by the parent's step that waited for ``run_id``. All in the
+    transaction of the end, so a chain never has two live runs, nor none."""
+    if not insert_run(conn, new, now):
+        raise RuntimeError(f"run {run_id} cannot continue as new: run {new.id} exists")
+    conn.execute(SQL["link_continued"], {"old": run_id, "new": new.id})
+    if new.parent_run_id and new.parent_step_key:
+        conn.execute(
+            SQL["hand_over_child_step"],
+            {"new": new.id, "parent": new.parent_run_id, "key": new.parent_step_key, "old": run_id},
+        )
 
 
 def cancel_children(
@@ -365,5 +399,6 @@ __all__ = [
     "require_status",
     "settle_parent_step",
     "start_attempt",
+    "start_successor",
     "wake",
 ]

@@ -136,9 +136,9 @@ class Leases(Part):
 
         def go(conn: sqlite3.Connection) -> Pending:
             row = conn.execute(SQL["pending_work"], params).fetchone()
-            leases, runs_due, jobs_due, next_start, next_tick = row
+            leases, runs_due, jobs_due, next_start, next_tick, deadline = row
             due = [t for t in (runs_due, jobs_due) if t is not None]
-            return Pending(int(leases), min(due) if due else None, next_start, next_tick)
+            return Pending(int(leases), min(due) if due else None, next_start, next_tick, deadline)
 
         return await self._read_here(go)
 

@@ -14,8 +14,8 @@ from plait.clock import micros
 from plait.errors import RunIdTakenError
 from plait.records import Run, RunSummary, Step, StepAttempt
 from plait.store import convert
-from plait.store.ops import Op
-from plait.store.rows import EventRow, GateRow, NewRun, PassSnapshot, RunFilter
+from plait.store.ops import EndRun, Op
+from plait.store.rows import EventRow, GateRow, NewRun, PassSnapshot, RequestRow, RunFilter
 from plait.store.sqlite import apply
 from plait.store.sqlite.part import Part
 from plait.store.sqlite.writer import SQL
@@ -150,19 +150,58 @@ class Runs(Part):
             steps = {r[1]: convert.step_row(r) for r in conn.execute(SQL["pass_steps"], (run_id,))}
             events = [EventRow(*r) for r in conn.execute(SQL["pass_events"], (run_id,))]
             state = dict(conn.execute(SQL["pass_state"], (run_id,)))
-            return PassSnapshot(convert.run_row(row), steps, events, state)
+            requests = [RequestRow(*r) for r in conn.execute(SQL["pass_requests"], (run_id,))]
+            return PassSnapshot(convert.run_row(row), steps, events, state, requests)
 
         return await self._read_here(go)
 
-    async def fork_run(self, new: NewRun, forked_from: str, ops: Sequence[Op]) -> Run:
-        def go(conn: sqlite3.Connection) -> Run:
+    async def list_passes(
+        self, statuses: Sequence[str], kind: str, workflow: str | None, after: str, limit: int
+    ) -> list[PassSnapshot]:
+        params = {
+            "statuses": json.dumps(list(statuses)),
+            "kind": kind,
+            "workflow": workflow,
+            "after": after,
+            "limit": limit,
+        }
+
+        def go(conn: sqlite3.Connection) -> list[PassSnapshot]:
+            runs = [convert.run_row(r) for r in conn.execute(SQL["list_pass_runs"], params)]
+            if not runs:
+                return []
+            ids = json.dumps([run.id for run in runs])
+            snapshots = {run.id: PassSnapshot(run, {}, [], {}) for run in runs}
+            for r in conn.execute(SQL["page_steps"], (ids,)):
+                snapshots[r[0]].steps[r[1]] = convert.step_row(r)
+            for r in conn.execute(SQL["page_events"], (ids,)):
+                snapshots[r[0]].events.append(EventRow(*r[1:]))
+            for run_id, name, value in conn.execute(SQL["page_state"], (ids,)):
+                snapshots[run_id].state[name] = value
+            return list(snapshots.values())
+
+        return await self._read(go)
+
+    async def fork_run(
+        self,
+        new: NewRun,
+        forked_from: str,
+        ops: Sequence[Op],
+        from_statuses: Sequence[str],
+        replace: EndRun | None = None,
+    ) -> tuple[Run, list[str]]:
+        def go(conn: sqlite3.Connection) -> tuple[Run, list[str]]:
             now = self._now()
+            apply.require_status(conn, forked_from, tuple(from_statuses), "fork")
             if not apply.insert_run(conn, new, now):
                 existing = apply.load_run(conn, new.id)
                 raise RunIdTakenError(new.id, existing.workflow, new.workflow)
             conn.execute(SQL["set_forked_from"], (forked_from, new.id))
             apply.apply_ops(conn, new.id, ops, now)
-            return apply.load_run(conn, new.id)
+            moved: list[str] = []
+            if replace is not None:  # a live source ends as a cancel ends it
+                moved = apply.end_run(conn, forked_from, replace, now, from_suspended=True)
+            return apply.load_run(conn, new.id), moved
 
         return await self._write(go)
 

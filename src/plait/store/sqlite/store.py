@@ -6,8 +6,8 @@ changes several methods share are in ``apply``, and the statements themselves ar
 queries in ``sql/sqlite/queries.sql``. The methods are grouped by concern, one class per
 file: ``commit`` (a pass's writes), ``runs`` (creating and reading runs, loading passes),
 ``leases``, ``jobs`` (queued steps), ``queues`` (admission), ``schedules``, ``actions``
-(from outside a pass) and ``versions``; ``SQLiteStore`` is all of them, opened, migrated
-and closed here.
+(from outside a pass), ``requests`` (requests with a reply) and ``versions``;
+``SQLiteStore`` is all of them, opened, migrated and closed here.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from plait.store.sqlite.commit import Commits
 from plait.store.sqlite.jobs import Jobs
 from plait.store.sqlite.leases import Leases
 from plait.store.sqlite.queues import Queues
+from plait.store.sqlite.requests import Requests
 from plait.store.sqlite.runs import Runs
 from plait.store.sqlite.schedules import Schedules
 from plait.store.sqlite.versions import Versions
@@ -38,7 +39,7 @@ _MIGRATIONS = migrations("sqlite")
 SCHEMA_VERSION = _MIGRATIONS.latest
 
 
-class SQLiteStore(Commits, Runs, Leases, Jobs, Queues, Schedules, Actions, Versions):
+class SQLiteStore(Commits, Runs, Leases, Jobs, Queues, Schedules, Actions, Requests, Versions):
     """A store in one SQLite file (or in memory, for tests)."""
 
     def __init__(

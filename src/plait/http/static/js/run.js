@@ -130,6 +130,13 @@ export function runPage() {
       ["Duration", duration(runDuration(data)) + (SETTLED.includes(data.status) ? "" : " so far")],
       ["Version", h("span", { class: "mono", text: data.version || "—" })],
     ];
+    if (data.deadline_at) {
+      // a live run: the time it has left before it fails RUN_TIMEOUT
+      const left = Date.parse(data.deadline_at) - Date.now();
+      const ended = ["completed", "failed", "cancelled"].includes(data.status);
+      const note = ended ? "" : left > 0 ? " (" + duration(left) + " left)" : " (passed)";
+      meta.push(["Deadline", h("span", { title: data.deadline_at, text: when(data.deadline_at) + note })]);
+    }
     if (data.parent_run_id) {
       meta.push(["Parent", shortLink(data.parent_run_id)]);
       const crumb = $("crumb-parent");
@@ -138,6 +145,9 @@ export function runPage() {
         crumb.replaceChildren(shortLink(data.parent_run_id), h("span", { "aria-hidden": "true", text: " / " }));
       }
     }
+    // a chain of runs continued as new (wf.continue_as_new): the run before and after
+    if (data.continued_from) meta.push(["Continued from", shortLink(data.continued_from)]);
+    if (data.continued_to) meta.push(["Continued as new in", shortLink(data.continued_to)]);
     $("run-meta").replaceChildren(...meta.map(([k, v]) => h("div", {}, h("dt", { text: k }), h("dd", {}, v))));
 
     $("run-input").textContent = pretty(data.input);

@@ -70,7 +70,8 @@ export function renderSteps(run, attempts, openSteps, rerunFrom) {
           }),
         ];
     const state = { pending: "waiting", scheduled: "waiting" }[step.status] || step.status;
-    const label = step.name.startsWith("__") ? step.name.slice(2).replace(":", ": ") : step.name;
+    // the server names the step (plait.records.step_label), as `plait runs show` does
+    const label = step.label;
     const kindText = step.kind === "do" || step.kind === "node" ? step.function || step.kind : step.kind;
     const summary = h(
       "summary",

@@ -85,9 +85,10 @@ SELECT created, run FROM @schema@.create_run($1::@schema@.new_run, $2)
 SELECT created, run FROM @schema@.create_runs($1::@schema@.new_run[], $2)
 
 -- name: list_runs
--- Newest first, and how many match in all; a filter left NULL (or $12, top_level, false)
--- matches every run ($6 is visible_to: the runs of that owner and the ones without an
--- owner; $9 a text the id holds, any case; $10 and $11 bound created_at).
+-- Newest first, and how many match in all; a filter left NULL (or $12, top_level, or $13,
+-- hide_continued, false) matches every run ($6 is visible_to: the runs of that owner and
+-- the ones without an owner; $9 a text the id holds, any case; $10 and $11 bound
+-- created_at).
 SELECT
     (SELECT count(*) FROM @schema@.runs
      WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR status = $2)
@@ -97,7 +98,8 @@ SELECT
          AND ($9::text IS NULL OR strpos(lower(id), lower($9)) > 0)
          AND ($10::timestamptz IS NULL OR created_at >= $10)
          AND ($11::timestamptz IS NULL OR created_at < $11)
-         AND (NOT $12::boolean OR parent_run_id IS NULL)) AS total,
+         AND (NOT $12::boolean OR parent_run_id IS NULL)
+         AND (NOT $13::boolean OR continued_to IS NULL)) AS total,
     ARRAY(SELECT r FROM @schema@.runs r
           WHERE ($1::text IS NULL OR r.workflow = $1) AND ($2::text IS NULL OR r.status = $2)
               AND ($3::text IS NULL OR r.version = $3) AND ($4::text IS NULL OR r.owner = $4)
@@ -107,6 +109,7 @@ SELECT
               AND ($10::timestamptz IS NULL OR r.created_at >= $10)
               AND ($11::timestamptz IS NULL OR r.created_at < $11)
               AND (NOT $12::boolean OR r.parent_run_id IS NULL)
+              AND (NOT $13::boolean OR r.continued_to IS NULL)
           ORDER BY r.created_at DESC, r.id DESC LIMIT $7 OFFSET $8) AS runs
 
 -- name: list_run_summaries
@@ -121,7 +124,8 @@ SELECT
          AND ($9::text IS NULL OR strpos(lower(id), lower($9)) > 0)
          AND ($10::timestamptz IS NULL OR created_at >= $10)
          AND ($11::timestamptz IS NULL OR created_at < $11)
-         AND (NOT $12::boolean OR parent_run_id IS NULL)) AS total,
+         AND (NOT $12::boolean OR parent_run_id IS NULL)
+         AND (NOT $13::boolean OR continued_to IS NULL)) AS total,
     ARRAY(SELECT ROW(r.id, r.workflow, r.kind, r.status, r.version, r.owner,
                      r.parent_run_id, r.created_at, r.updated_at, r.queue, r.queue_key,
                      r.priority, r.scheduled_at, r.admitted_at, r.wake_at,
@@ -136,6 +140,7 @@ SELECT
               AND ($10::timestamptz IS NULL OR r.created_at >= $10)
               AND ($11::timestamptz IS NULL OR r.created_at < $11)
               AND (NOT $12::boolean OR r.parent_run_id IS NULL)
+              AND (NOT $13::boolean OR r.continued_to IS NULL)
           ORDER BY r.created_at DESC, r.id DESC LIMIT $7 OFFSET $8) AS runs
 
 -- name: get_children
@@ -169,8 +174,23 @@ SELECT r.id, r,
     ARRAY(SELECT s FROM @schema@.steps s WHERE s.run_id = r.id) AS steps,
     ARRAY(SELECT e FROM @schema@.events e
           WHERE e.run_id = r.id AND e.consumed_by IS NULL ORDER BY e.id) AS events,
-    ARRAY(SELECT st FROM @schema@.state st WHERE st.run_id = r.id) AS state
+    ARRAY(SELECT st FROM @schema@.state st WHERE st.run_id = r.id) AS state,
+    ARRAY(SELECT q FROM @schema@.requests q
+          WHERE q.run_id = r.id AND q.status = 'sent' ORDER BY q.id) AS requests
 FROM @schema@.runs r WHERE r.id = ANY($1::text[])
+
+-- name: list_passes
+-- As load_passes, for a page of runs in one of the statuses $1 of kind $2 (of workflow $3
+-- when given) whose ids come after $4, in id order.
+SELECT r.id, r,
+    ARRAY(SELECT s FROM @schema@.steps s WHERE s.run_id = r.id) AS steps,
+    ARRAY(SELECT e FROM @schema@.events e
+          WHERE e.run_id = r.id AND e.consumed_by IS NULL ORDER BY e.id) AS events,
+    ARRAY(SELECT st FROM @schema@.state st WHERE st.run_id = r.id) AS state
+FROM @schema@.runs r
+WHERE r.status = ANY($1::text[]) AND r.kind = $2 AND ($3::text IS NULL OR r.workflow = $3)
+    AND r.id > $4
+ORDER BY r.id LIMIT $5
 
 -- name: claim_run
 UPDATE @schema@.runs SET lease_owner = $2, lease_until = $3
@@ -207,7 +227,7 @@ SELECT @schema@.commit_steps($1, $2, $3::@schema@.op[], $4)
 -- out, as commit_steps leaves out those ops). NULL, with nothing written, when $2 no longer holds the lease (the
 -- run's row is locked first, as in commit_steps).
 WITH fence AS (
-    SELECT status IN ('completed', 'failed', 'cancelled') AS ended
+    SELECT status IN ('completed', 'failed', 'cancelled', 'continued') AS ended
     FROM @schema@.runs WHERE id = $1 AND lease_owner = $2 FOR UPDATE
 ), written AS (
     INSERT INTO @schema@.steps (run_id, key, seq, name, kind, function, status, input, output,
@@ -289,7 +309,7 @@ WITH runs_renewed AS (
 SELECT id FROM runs_renewed WHERE status <> 'running'
 UNION
 SELECT id FROM @schema@.runs WHERE id = ANY($3::text[])
-    AND status IN ('completed', 'failed', 'cancelled')
+    AND status IN ('completed', 'failed', 'cancelled', 'continued')
 
 -- name: leases_of
 -- Leases held under a worker id ($1 is "<worker id>#") by other processes than $2: an
@@ -362,8 +382,9 @@ GROUP BY j.function
 
 -- name: pending_work
 -- Leases held on running runs and their jobs; when the next wake-up of a running run or
--- job of these functions is due; the earliest start of a queued run and the next tick of
--- an active schedule: what a virtual clock looks at before it jumps.
+-- job of these functions is due; the earliest start of a queued run, the next tick of an
+-- active schedule and the earliest deadline of a live run: what a virtual clock looks at
+-- before it jumps.
 SELECT
     (SELECT count(*) FROM @schema@.runs WHERE lease_owner IS NOT NULL AND status = 'running')
     + (SELECT count(*) FROM @schema@.jobs j WHERE j.lease_owner IS NOT NULL
@@ -376,7 +397,9 @@ SELECT
                          WHERE r.id = j.run_id AND r.status = 'running'))
     ),
     (SELECT min(wake_at) FROM @schema@.runs WHERE status = 'queued'),
-    (SELECT min(next_tick) FROM @schema@.schedules WHERE status = 'active')
+    (SELECT min(next_tick) FROM @schema@.schedules WHERE status = 'active'),
+    (SELECT min(deadline_at) FROM @schema@.runs
+     WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended'))
 
 -- name: next_due_jobs
 -- When the next queued step of these functions becomes due (held: when its lease runs out);
@@ -440,6 +463,25 @@ SELECT @schema@.wake_run($1, $2, $3)
 
 -- name: cancel_run
 SELECT @schema@.cancel_run($1, $2, $3, $4::@schema@.step_end, $5::@schema@.cancel_cut, $6)
+
+-- name: time_out_run
+SELECT @schema@.time_out_run($1, $2, $3, $4::@schema@.step_end, $5::@schema@.cancel_cut,
+    $6, $7, $8::@schema@.step_end, $9)
+
+-- name: due_deadlines
+-- Live runs past their deadline (with it), soonest first; a child whose live parent is past its own
+-- deadline too is left to the parent's time-out, which cancels it.
+SELECT r.id, r.deadline_at FROM @schema@.runs r
+WHERE r.deadline_at <= $1 AND r.deadline_at IS NOT NULL
+    AND r.status IN ('queued', 'running', 'suspended')
+    AND NOT EXISTS (SELECT 1 FROM @schema@.runs p WHERE p.id = r.parent_run_id
+                    AND p.deadline_at <= $1
+                    AND p.status IN ('queued', 'running', 'suspended'))
+ORDER BY r.deadline_at LIMIT $2
+
+-- name: next_deadline
+SELECT min(deadline_at) FROM @schema@.runs
+WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended')
 
 -- name: reopen_run
 SELECT r FROM @schema@.reopen_run($1, $2, $3, $4, $5::@schema@.op[], $6) r
@@ -570,7 +612,9 @@ ORDER BY s.created_at LIMIT $2
 SELECT key, value FROM @schema@.run_values WHERE run_id = $1 ORDER BY key
 
 -- name: fork_run
-SELECT r FROM @schema@.fork_run($1::@schema@.new_run, $2, $3::@schema@.op[], $4) r
+SELECT forked, moved
+FROM @schema@.fork_run($1::@schema@.new_run, $2, $3::@schema@.op[], $4, $5::text[],
+                       $6::@schema@.op)
 
 -- name: prune_runs
 SELECT deleted, last_at, last_id FROM @schema@.prune_runs($1::text[], $2, $3, $4, $5)
@@ -583,3 +627,17 @@ SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload
 -- name: keepalive
 -- The LISTEN connection's probe of a server that may have vanished without a word.
 SELECT 1
+
+-- == requests ================================================================================
+
+-- name: send_request
+SELECT @schema@.send_request($1, $2, $3, $4, $5, $6, $7::text[], $8)
+
+-- name: get_request
+SELECT id, run_id, name, data, status, taken_by, reply, refusal, created_at, deadline
+FROM @schema@.requests WHERE id = $1
+
+-- name: withdraw_request
+UPDATE @schema@.requests SET status = $3, answered_at = $4
+WHERE id = $1 AND status = $2
+RETURNING id

@@ -48,7 +48,14 @@ CREATE TABLE @schema@.runs (
     trace           text,
     -- the order runs were inserted in: admission breaks ties with it (the children one
     -- pass starts share an instant, and their ids come in no order)
-    start_seq       bigint DEFAULT nextval('@schema@.runs_start_seq')
+    start_seq       bigint DEFAULT nextval('@schema@.runs_start_seq'),
+    -- a chain of runs continued as new (wf.continue_as_new): the run this one continues,
+    -- and the run that continues this one (plain ids: a pruned run's link may dangle)
+    continued_from  text,
+    continued_to    text,
+    -- the time by which the run must have ended (``timeout=``); past it, the deadline
+    -- loop fails it RUN_TIMEOUT wherever it is; NULL: no deadline
+    deadline_at     timestamptz
 ) WITH (fillfactor = 80);
 ALTER SEQUENCE @schema@.runs_start_seq OWNED BY @schema@.runs.start_seq;
 
@@ -147,6 +154,25 @@ CREATE TABLE @schema@.events (
     judged_at   timestamptz
 );
 
+-- Requests sent to runs (engine.request), each answered once: sent (waiting for the
+-- workflow to take it, oldest first), taken (by the wait step taken_by), replied (reply),
+-- refused (refusal: a JSON record), withdrawn (its sender stopped waiting at deadline
+-- before the workflow took it). Ids follow commit order: a request is inserted under its
+-- run's row lock.
+CREATE TABLE @schema@.requests (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id      text NOT NULL,
+    name        text NOT NULL,
+    data        jsonb,
+    status      text NOT NULL,
+    taken_by    text,
+    reply       jsonb,
+    refusal     jsonb,
+    created_at  timestamptz NOT NULL,
+    deadline    timestamptz NOT NULL,
+    answered_at timestamptz
+);
+
 -- A run's named state (wf.state).
 CREATE TABLE @schema@.state (
     run_id text NOT NULL,
@@ -229,7 +255,8 @@ CREATE TYPE @schema@.new_run AS (
     dedup           text,
     not_before      timestamptz,
     scheduled_at    timestamptz,
-    trace           text
+    trace           text,
+    deadline_at     timestamptz
 );
 
 -- How a parent's step ends when its child run ends (plait.store.ops.StepEnd).
@@ -249,8 +276,9 @@ CREATE TYPE @schema@.cancel_cut AS (
 );
 
 -- One write of a pass (plait.store.ops.Op); which fields are set depends on kind. An
--- end_run op carries in parent the end of the parent's step that waits for the run, and
--- in cut (with cancel_children) how a cancel ends the steps in flight.
+-- end_run op carries in parent the end of the parent's step that waits for the run, in
+-- cut (with cancel_children) how a cancel ends the steps in flight, and in run the run
+-- that continues it as new.
 CREATE TYPE @schema@.op AS (
     kind     text,
     step     @schema@.steps,
@@ -283,6 +311,9 @@ CREATE INDEX runs_workflow ON @schema@.runs (workflow, status, created_at DESC);
 CREATE INDEX runs_status ON @schema@.runs (status, created_at DESC);
 CREATE INDEX runs_owner ON @schema@.runs (owner, created_at DESC) WHERE owner IS NOT NULL;
 CREATE INDEX runs_parent ON @schema@.runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+-- live runs with a deadline, soonest first: what the deadline loop reads
+CREATE INDEX runs_deadline ON @schema@.runs (deadline_at)
+    WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended');
 CREATE INDEX runs_queued ON @schema@.runs (wake_at) WHERE status = 'queued';
 CREATE INDEX runs_queue_active ON @schema@.runs (queue, queue_key)
     WHERE queue IS NOT NULL AND status IN ('running', 'suspended');
@@ -292,7 +323,7 @@ CREATE UNIQUE INDEX runs_dedup ON @schema@.runs (dedup)
     WHERE dedup IS NOT NULL AND status IN ('queued', 'running', 'suspended');
 -- ended top-level runs oldest first: what a prune walks through, batch by batch
 CREATE INDEX runs_ended ON @schema@.runs (updated_at, id)
-    WHERE status IN ('completed', 'failed', 'cancelled') AND parent_run_id IS NULL;
+    WHERE status IN ('completed', 'failed', 'cancelled', 'continued') AND parent_run_id IS NULL;
 -- approval gates across runs (list_approvals) by creation time, without a scan of steps
 CREATE INDEX steps_gates ON @schema@.steps (created_at) WHERE kind = 'approval';
 CREATE INDEX jobs_due ON @schema@.jobs (available_at) WHERE lease_owner IS NULL;
@@ -301,5 +332,8 @@ CREATE INDEX timers_due ON @schema@.timers (wake_at);
 CREATE INDEX events_open ON @schema@.events (run_id, id) WHERE consumed_by IS NULL;
 -- a run's decisions are read, and a pruned run's events deleted, by run
 CREATE INDEX events_run ON @schema@.events (run_id);
+-- the requests a pass may take, oldest first; a pruned run's requests go by run
+CREATE INDEX requests_sent ON @schema@.requests (run_id, id) WHERE status = 'sent';
+CREATE INDEX requests_run ON @schema@.requests (run_id);
 CREATE INDEX queue_admissions_at ON @schema@.queue_admissions (queue, at);
 CREATE INDEX schedules_due ON @schema@.schedules (next_tick) WHERE status = 'active';

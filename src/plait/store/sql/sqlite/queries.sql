@@ -66,8 +66,9 @@ ON CONFLICT (id) DO UPDATE SET version = excluded.version
 -- A run, unless its id (or its de-duplication key, among live runs) is taken.
 INSERT INTO plait_runs (id, workflow, kind, version, status, input, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
-    lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, trace)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)
+    lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, trace,
+    deadline_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT DO NOTHING
 
 -- name: live_dedup_run
@@ -78,7 +79,7 @@ WHERE dedup = ? AND status IN ('queued', 'running', 'suspended')
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
-    forked_from, trace
+    forked_from, trace, continued_from, continued_to, deadline_at
 FROM plait_runs WHERE id = ?
 
 -- name: run_statuses
@@ -103,6 +104,7 @@ id_contains: instr(lower(id), lower(:id_contains)) > 0
 created_after: created_at >= :created_after
 created_before: created_at < :created_before
 top_level: parent_run_id IS NULL
+hide_continued: continued_to IS NULL
 
 -- name: count_runs
 -- The filters given go in place of /*filters*/ (run_filters).
@@ -113,7 +115,7 @@ WHERE /*filters*/ 1
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
-    forked_from, trace
+    forked_from, trace, continued_from, continued_to, deadline_at
 FROM plait_runs
 WHERE /*filters*/ 1
 ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
@@ -135,7 +137,7 @@ ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
-    forked_from, trace
+    forked_from, trace, continued_from, continued_to, deadline_at
 FROM plait_runs WHERE parent_run_id = ?
 ORDER BY created_at DESC, id DESC LIMIT ?
 
@@ -176,6 +178,38 @@ UPDATE plait_steps SET status = :step, error = :error,
     attempt_finished = CASE WHEN attempt_status = :open THEN :now ELSE attempt_finished END,
     updated_at = :now
 WHERE run_id = :run AND (attempt_status = :open OR status = 'running')
+
+-- name: link_continued
+-- A run that continued as new (end_run moved it) and its successor, linked both ways.
+UPDATE plait_runs SET
+    continued_to = CASE WHEN id = :old THEN :new ELSE continued_to END,
+    continued_from = CASE WHEN id = :new THEN :old ELSE continued_from END
+WHERE id IN (:old, :new)
+
+-- name: hand_over_child_step
+-- The parent's step that waited for a child run that continued as new waits for the
+-- child's successor.
+UPDATE plait_steps SET child_run_id = :new
+WHERE run_id = :parent AND key = :key AND child_run_id = :old
+
+-- name: run_deadline
+-- A run's status and deadline, for its time-out.
+SELECT status, deadline_at FROM plait_runs WHERE id = ?
+
+-- name: due_deadlines
+-- Live runs past their deadline (with it), soonest first; a child whose live parent is past its own
+-- deadline too is left to the parent's time-out, which cancels it.
+SELECT r.id, r.deadline_at FROM plait_runs r INDEXED BY plait_runs_deadline
+WHERE r.deadline_at <= :now AND r.deadline_at IS NOT NULL
+    AND r.status IN ('queued', 'running', 'suspended')
+    AND NOT EXISTS (SELECT 1 FROM plait_runs p WHERE p.id = r.parent_run_id
+                    AND p.deadline_at <= :now
+                    AND p.status IN ('queued', 'running', 'suspended'))
+ORDER BY r.deadline_at LIMIT :limit
+
+-- name: next_deadline
+SELECT min(deadline_at) FROM plait_runs INDEXED BY plait_runs_deadline
+WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended')
 
 -- name: live_children
 SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'suspended', 'queued')
@@ -304,8 +338,37 @@ FROM plait_steps WHERE run_id = ?
 SELECT id, name, payload FROM plait_events
 WHERE run_id = ? AND consumed_by IS NULL ORDER BY id
 
+-- name: pass_requests
+SELECT id, run_id, name, data, status, taken_by, reply, refusal, created_at, deadline
+FROM plait_requests WHERE run_id = ? AND status = 'sent' ORDER BY id
+
 -- name: pass_state
 SELECT name, value FROM plait_state WHERE run_id = ?
+
+-- name: list_pass_runs
+-- A page of runs for list_passes (the statuses a JSON list), in id order.
+SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
+    parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
+    lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
+    forked_from, trace
+FROM plait_runs
+WHERE status IN (SELECT value FROM json_each(:statuses)) AND kind = :kind
+    AND (:workflow IS NULL OR workflow = :workflow) AND id > :after
+ORDER BY id LIMIT :limit
+
+-- name: page_steps
+-- pass_steps of the runs of a page (their ids a JSON list).
+SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
+    failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
+    queued, wake_at, created_at, updated_at, delivered, retried_failures, reached_after
+FROM plait_steps WHERE run_id IN (SELECT value FROM json_each(?))
+
+-- name: page_events
+SELECT run_id, id, name, payload FROM plait_events
+WHERE run_id IN (SELECT value FROM json_each(?)) AND consumed_by IS NULL ORDER BY id
+
+-- name: page_state
+SELECT run_id, name, value FROM plait_state WHERE run_id IN (SELECT value FROM json_each(?))
 
 -- name: claim_run
 UPDATE plait_runs SET lease_owner = ?, lease_until = ?
@@ -387,7 +450,7 @@ SELECT id FROM plait_runs WHERE lease_owner = ? AND status != 'running'
     AND id IN (SELECT value FROM json_each(?))
 UNION
 SELECT id FROM plait_runs WHERE id IN (SELECT value FROM json_each(?))
-    AND status IN ('completed', 'failed', 'cancelled')
+    AND status IN ('completed', 'failed', 'cancelled', 'continued')
 
 -- name: next_due_runs
 -- When the next pass becomes due (a leased run: when its lease runs out): the earliest
@@ -422,8 +485,8 @@ GROUP BY j.function
 -- name: pending_work
 -- Leases held on running runs and their jobs, the next wake-up of a running run, the
 -- next job of some functions (? is a JSON array of their names), the earliest start of a
--- queued run and the next tick of an active schedule: what a virtual clock looks at
--- before it jumps.
+-- queued run, the next tick of an active schedule and the earliest deadline of a live
+-- run: what a virtual clock looks at before it jumps.
 SELECT
     (SELECT count(*) FROM plait_runs WHERE lease_owner IS NOT NULL AND status = 'running')
     + (SELECT count(*) FROM plait_jobs j WHERE j.lease_owner IS NOT NULL
@@ -433,7 +496,9 @@ SELECT
      WHERE j.function IN (SELECT value FROM json_each(?))
          AND EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = j.run_id AND r.status = 'running')),
     (SELECT min(wake_at) FROM plait_runs WHERE status = 'queued'),
-    (SELECT min(next_tick) FROM plait_schedules WHERE status = 'active')
+    (SELECT min(next_tick) FROM plait_schedules WHERE status = 'active'),
+    (SELECT min(deadline_at) FROM plait_runs
+     WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended'))
 
 -- == queued steps ============================================================================
 
@@ -756,12 +821,16 @@ ORDER BY s.created_at LIMIT :limit
 -- name: set_forked_from
 UPDATE plait_runs SET forked_from = ? WHERE id = ?
 
+-- name: record_version
+-- The version of the code a fork made without it replays on, written by its first pass.
+UPDATE plait_runs SET version = ? WHERE id = ? AND version IS NULL
+
 -- name: prune_roots
 -- The next ended top-level runs to prune, oldest first after the cursor, read from the
 -- index plait_runs_ended (its predicate is repeated word for word): the status index
 -- would sort every ended run for each batch.
 SELECT id, updated_at FROM plait_runs INDEXED BY plait_runs_ended
-WHERE status IN ('completed', 'failed', 'cancelled') AND parent_run_id IS NULL
+WHERE status IN ('completed', 'failed', 'cancelled', 'continued') AND parent_run_id IS NULL
     AND status IN (SELECT value FROM json_each(:statuses)) AND updated_at < :cutoff
     AND (updated_at > :after_at OR (updated_at = :after_at AND id > :after_id))
 ORDER BY updated_at, id LIMIT :limit
@@ -774,7 +843,7 @@ WITH RECURSIVE tree(root, id, status) AS (
     SELECT t.root, c.id, c.status FROM plait_runs c JOIN tree t ON c.parent_run_id = t.id
 ), whole AS (
     SELECT root FROM tree GROUP BY root
-    HAVING min(status IN ('completed', 'failed', 'cancelled')) = 1
+    HAVING min(status IN ('completed', 'failed', 'cancelled', 'continued')) = 1
 )
 SELECT t.id FROM tree t JOIN whole w ON w.root = t.root
 
@@ -786,6 +855,9 @@ DELETE FROM plait_steps WHERE run_id IN (SELECT value FROM json_each(?))
 
 -- name: prune_events
 DELETE FROM plait_events WHERE run_id IN (SELECT value FROM json_each(?))
+
+-- name: prune_requests
+DELETE FROM plait_requests WHERE run_id IN (SELECT value FROM json_each(?))
 
 -- name: prune_timers
 DELETE FROM plait_timers WHERE run_id IN (SELECT value FROM json_each(?))
@@ -801,3 +873,23 @@ DELETE FROM plait_values WHERE run_id IN (SELECT value FROM json_each(?))
 
 -- name: prune_runs
 DELETE FROM plait_runs WHERE id IN (SELECT value FROM json_each(?))
+
+-- == requests ================================================================================
+
+-- name: insert_request
+INSERT INTO plait_requests (run_id, name, data, status, refusal, created_at, deadline)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+
+-- name: get_request
+SELECT id, run_id, name, data, status, taken_by, reply, refusal, created_at, deadline
+FROM plait_requests WHERE id = ?
+
+-- name: take_request
+UPDATE plait_requests SET status = ?, taken_by = ? WHERE id = ? AND run_id = ? AND status = ?
+
+-- name: answer_request
+UPDATE plait_requests SET status = ?, reply = ?, refusal = ?, answered_at = ?
+WHERE id = ? AND run_id = ? AND status = ?
+
+-- name: withdraw_request
+UPDATE plait_requests SET status = ?, answered_at = ? WHERE id = ? AND status = ?

@@ -39,7 +39,14 @@ CREATE TABLE plait_runs (
     forked_from     TEXT,                   -- the run a fork was made from
     -- the W3C trace context of the code that started it (JSON, the propagator's
     -- carrier), so every pass and step joins the starter's trace; NULL: not traced
-    trace           TEXT
+    trace           TEXT,
+    -- a chain of runs continued as new (wf.continue_as_new): the run this one continues,
+    -- and the run that continues this one (plain ids: a pruned run's link may dangle)
+    continued_from  TEXT,
+    continued_to    TEXT,
+    -- the time by which the run must have ended (``timeout=``); past it, the deadline
+    -- loop fails it RUN_TIMEOUT wherever it is; NULL: no deadline
+    deadline_at     REAL
 );
 
 -- A step of a run, one row per step key, with its latest attempt on the row.
@@ -135,6 +142,24 @@ CREATE TABLE plait_events (
     judged_at   REAL
 );
 
+-- Requests sent to runs (engine.request), each answered once: sent (waiting for the
+-- workflow to take it, oldest first), taken (by the wait step taken_by), replied (reply:
+-- JSON), refused (refusal: a JSON record), withdrawn (its sender stopped waiting at
+-- deadline before the workflow took it).
+CREATE TABLE plait_requests (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id      TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    data        TEXT,
+    status      TEXT NOT NULL,
+    taken_by    TEXT,
+    reply       TEXT,
+    refusal     TEXT,
+    created_at  REAL NOT NULL,
+    deadline    REAL NOT NULL,
+    answered_at REAL
+);
+
 -- A run's named state (wf.state).
 CREATE TABLE plait_state (
     run_id TEXT NOT NULL,
@@ -209,12 +234,15 @@ CREATE INDEX plait_runs_queue_active ON plait_runs (queue, queue_key)
 -- has ended (the row leaves this partial index)
 CREATE UNIQUE INDEX plait_runs_dedup ON plait_runs (dedup)
     WHERE dedup IS NOT NULL AND status IN ('queued', 'running', 'suspended');
--- ended top-level runs oldest first: what a prune walks through, batch by batch
-CREATE INDEX plait_runs_ended ON plait_runs (updated_at, id)
-    WHERE status IN ('completed', 'failed', 'cancelled') AND parent_run_id IS NULL;
 -- running runs nothing will wake, for the idle sweep
 CREATE INDEX plait_runs_idle ON plait_runs (updated_at)
     WHERE status = 'running' AND wake_at IS NULL AND lease_owner IS NULL;
+-- ended top-level runs oldest first: what a prune walks through, batch by batch
+CREATE INDEX plait_runs_ended ON plait_runs (updated_at, id)
+    WHERE status IN ('completed', 'failed', 'cancelled', 'continued') AND parent_run_id IS NULL;
+-- live runs with a deadline, soonest first: what the deadline loop reads
+CREATE INDEX plait_runs_deadline ON plait_runs (deadline_at)
+    WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended');
 -- open and closed approval gates across runs (list_approvals), without a scan of steps
 CREATE INDEX plait_steps_gates ON plait_steps (status, created_at) WHERE kind = 'approval';
 CREATE INDEX plait_jobs_due ON plait_jobs (available_at);
@@ -222,19 +250,23 @@ CREATE INDEX plait_timers_due ON plait_timers (wake_at);
 CREATE INDEX plait_events_open ON plait_events (run_id, name) WHERE consumed_by IS NULL;
 -- a run's decisions are read, and a pruned run's events deleted, by run
 CREATE INDEX plait_events_run ON plait_events (run_id);
+-- the requests a pass may take, oldest first; a pruned run's requests go by run
+CREATE INDEX plait_requests_sent ON plait_requests (run_id, id) WHERE status = 'sent';
+CREATE INDEX plait_requests_run ON plait_requests (run_id);
 CREATE INDEX plait_queue_admissions_at ON plait_queue_admissions (queue, at);
 CREATE INDEX plait_schedules_due ON plait_schedules (next_tick) WHERE status = 'active';
 
 -- == triggers ================================================================================
 
 -- A decision sent before the run reaches its gate is held, and judged when the gate is
--- reached. A run that completes or is cancelled first never reaches it, and the pass that
--- ended it may not even have seen the decision (it arrived while the pass ran). So the
--- run's end refuses what is still held, whoever ends it. A failed run keeps them: a retry
--- may still reach the gate.
+-- reached. A run that completes, is cancelled or continues as new first never reaches it,
+-- and the pass that ended it may not even have seen the decision (it arrived while the
+-- pass ran). So the run's end refuses what is still held, whoever ends it. A failed run
+-- keeps them: a retry may still reach the gate.
 CREATE TRIGGER plait_runs_end_refuses_held
 AFTER UPDATE OF status ON plait_runs
-WHEN NEW.status IN ('completed', 'cancelled') AND OLD.status NOT IN ('completed', 'cancelled')
+WHEN NEW.status IN ('completed', 'cancelled', 'continued')
+    AND OLD.status NOT IN ('completed', 'cancelled', 'continued')
 BEGIN
     UPDATE plait_events
     SET outcome = 'refused',

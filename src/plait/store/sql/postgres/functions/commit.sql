@@ -6,12 +6,13 @@
 
 -- Apply the writes of a pass in order (plait.store.ops). SQLSTATE PLT01: an event
 -- was consumed by another pass (the whole statement rolls back, like a lost lease); PLT05:
--- a guard_step's step no longer has the status it names, or another pass took the decision
--- a take_decision claims. take_decision with purpose 'refuse' turns the accepted decision
+-- a guard_step's step no longer has the status it names, another pass took the decision
+-- a take_decision claims, or the request a take_request claims was withdrawn. take_decision with purpose 'refuse' turns the accepted decision
 -- of gate key into a refused one. cancel_children ends the run's live children, and
 -- theirs, as end_run cancels (status and error: each child's, parent: how the run's step
--- for each ends, cut: how each child's steps in flight end). cancel_job (step, cut) ends a
--- job step the workflow cancelled (plait.store.ops.CancelJob).
+-- for each ends, cut: how each child's steps in flight end). An end_run with a run (a new
+-- run) continues as new: the run that continues it starts if the end moved the run.
+-- cancel_job (step, cut) ends a job step the workflow cancelled (plait.store.ops.CancelJob).
 CREATE OR REPLACE FUNCTION @schema@.apply_ops(
     p_run text, p_ops @schema@.op[], p_now timestamptz
 ) RETURNS void LANGUAGE plpgsql AS $$
@@ -57,8 +58,11 @@ BEGIN
             INSERT INTO @schema@.state (run_id, name, value) VALUES (p_run, o.name, o.output)
             ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value;
         WHEN 'end_run' THEN
-            PERFORM @schema@.end_run(p_run, o.status, o.output, o.error, o.parent, o.cut,
-                                     p_now, ARRAY['running']);
+            IF cardinality(@schema@.end_run(p_run, o.status, o.output, o.error, o.parent,
+                                            o.cut, p_now, ARRAY['running'])) > 0
+                    AND (o.run).id IS NOT NULL THEN
+                PERFORM @schema@.start_successor(p_run, o.run, p_now);
+            END IF;
         WHEN 'cancel_children' THEN
             FOR v_child IN SELECT id FROM @schema@.runs
                 WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued')
@@ -73,6 +77,8 @@ BEGIN
             ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value,
                 updated_at = excluded.updated_at;
             PERFORM pg_notify(@channel@, 'run:' || p_run);
+        WHEN 'record_version' THEN
+            UPDATE @schema@.runs SET version = o.name WHERE id = p_run AND version IS NULL;
         WHEN 'guard_step' THEN
             PERFORM 1 FROM @schema@.steps
             WHERE run_id = p_run AND key = o.key AND status = o.status;
@@ -111,6 +117,20 @@ BEGIN
                     judged_at = p_now
                 WHERE run_id = p_run AND consumed_by = o.key AND outcome = 'accepted';
             END IF;
+        WHEN 'take_request' THEN
+            -- one conditional write decides between this take and the sender's withdrawal
+            UPDATE @schema@.requests SET status = o.status, taken_by = o.key
+            WHERE id = o.event_id AND run_id = p_run AND status = o.purpose;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'request % was withdrawn before the pass took it', o.event_id
+                    USING ERRCODE = 'PLT05';
+            END IF;
+        WHEN 'answer_request' THEN
+            UPDATE @schema@.requests SET status = o.status, reply = o.output,
+                refusal = o.error, answered_at = p_now
+            WHERE id = o.event_id AND run_id = p_run AND status = o.purpose;
+            -- its sender waits on the run: an answer settles nothing
+            PERFORM pg_notify(@channel@, 'busy:' || p_run);
         ELSE
             RAISE EXCEPTION 'unknown store operation %', o.kind;
         END CASE;
@@ -178,7 +198,7 @@ BEGIN
         IF NOT FOUND OR holder IS DISTINCT FROM p_fence THEN
             RETURN 'lost';
         END IF;
-        IF v_status IN ('completed', 'failed', 'cancelled') THEN
+        IF v_status IN ('completed', 'failed', 'cancelled', 'continued') THEN
             kept := cardinality(p_ops) - (
                 SELECT count(*) FROM unnest(p_ops) AS x WHERE x.kind = 'start_attempt'
             );
@@ -235,7 +255,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 'lost';
     END IF;
-    IF v_status IN ('completed', 'failed', 'cancelled') THEN
+    IF v_status IN ('completed', 'failed', 'cancelled', 'continued') THEN
         IF EXISTS (SELECT FROM unnest(p_ops) AS x WHERE x.kind = 'start_attempt') THEN
             answer := 'ended';
         END IF;
@@ -313,7 +333,7 @@ DECLARE
     o @schema@.op;
 BEGIN
     SELECT coalesce(array_agg(l.id), '{}'), coalesce(array_agg(l.lease_owner), '{}'),
-        coalesce(array_agg(l.status IN ('completed', 'failed', 'cancelled')), '{}')
+        coalesce(array_agg(l.status IN ('completed', 'failed', 'cancelled', 'continued')), '{}')
     INTO held, holders, ended
     FROM (
         SELECT r.id, r.lease_owner, r.status FROM @schema@.runs AS r

@@ -1,4 +1,4 @@
--- Events and approval decisions sent to a run from outside its passes.
+-- Events, approval decisions and requests sent to a run from outside its passes.
 
 -- An event for a run, which wakes it (a queued run keeps it for its wait). SQLSTATE PLT02
 -- / PLT03 as lock_for_action raises them.
@@ -36,7 +36,8 @@ BEGIN
         v_consumed := NULL;
     ELSE
         PERFORM @schema@.lock_for_action(p_run,
-            ARRAY['queued', 'running', 'suspended', 'completed', 'failed', 'cancelled']);
+            ARRAY['queued', 'running', 'suspended', 'completed', 'failed', 'cancelled',
+                  'continued']);
     END IF;
     IF p_outcome = 'accepted' THEN
         SELECT status, wake_at INTO v_status, v_deadline FROM @schema@.steps
@@ -83,5 +84,25 @@ DROP TRIGGER IF EXISTS runs_end_refuses_held ON @schema@.runs;
 CREATE TRIGGER runs_end_refuses_held
 AFTER UPDATE OF status ON @schema@.runs
 FOR EACH ROW
-WHEN (NEW.status IN ('completed', 'cancelled') AND OLD.status NOT IN ('completed', 'cancelled'))
+WHEN (NEW.status IN ('completed', 'cancelled', 'continued')
+      AND OLD.status NOT IN ('completed', 'cancelled', 'continued'))
 EXECUTE FUNCTION @schema@.refuse_held_decisions();
+
+-- A request for a run (engine.request), stored p_status (with p_refusal for one refused on
+-- arrival), which wakes the run. It is inserted under the run's row lock, so ids follow
+-- commit order, the order a workflow takes requests in. Returns its id. SQLSTATE PLT02 /
+-- PLT03 as lock_for_action raises them (p_live: the statuses a run may take one in).
+CREATE OR REPLACE FUNCTION @schema@.send_request(
+    p_run text, p_name text, p_data jsonb, p_status text, p_refusal jsonb,
+    p_deadline timestamptz, p_live text[], p_now timestamptz
+) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    PERFORM @schema@.lock_for_action(p_run, p_live);
+    INSERT INTO @schema@.requests (run_id, name, data, status, refusal, created_at, deadline)
+    VALUES (p_run, p_name, p_data, p_status, p_refusal, p_now, p_deadline)
+    RETURNING id INTO v_id;
+    PERFORM @schema@.wake_run(p_run, p_now, p_now);
+    RETURN v_id;
+END $$;

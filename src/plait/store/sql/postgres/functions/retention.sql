@@ -15,7 +15,7 @@ BEGIN
     SELECT array_agg(id ORDER BY updated_at, id) INTO roots
     FROM (
         SELECT id, updated_at FROM @schema@.runs
-        WHERE status IN ('completed', 'failed', 'cancelled') AND parent_run_id IS NULL
+        WHERE status IN ('completed', 'failed', 'cancelled', 'continued') AND parent_run_id IS NULL
             AND status = ANY (p_statuses) AND updated_at < p_cutoff
             AND (p_after_at IS NULL OR (updated_at, id) > (p_after_at, p_after_id))
         ORDER BY updated_at, id LIMIT p_limit
@@ -35,7 +35,7 @@ BEGIN
         SELECT t.root, c.id, c.status FROM @schema@.runs c JOIN tree t ON c.parent_run_id = t.id
     ), whole AS (
         SELECT root FROM tree GROUP BY root
-        HAVING bool_and(status IN ('completed', 'failed', 'cancelled'))
+        HAVING bool_and(status IN ('completed', 'failed', 'cancelled', 'continued'))
     )
     SELECT array_agg(t.id) INTO doomed FROM tree t JOIN whole w ON w.root = t.root;
     IF doomed IS NULL THEN
@@ -44,6 +44,7 @@ BEGIN
     DELETE FROM @schema@.attempts WHERE run_id = ANY (doomed);
     DELETE FROM @schema@.steps WHERE run_id = ANY (doomed);
     DELETE FROM @schema@.events WHERE run_id = ANY (doomed);
+    DELETE FROM @schema@.requests WHERE run_id = ANY (doomed);
     DELETE FROM @schema@.timers WHERE run_id = ANY (doomed);
     DELETE FROM @schema@.jobs WHERE run_id = ANY (doomed);
     DELETE FROM @schema@.state WHERE run_id = ANY (doomed);

@@ -48,12 +48,14 @@ DECLARE
 BEGIN
     INSERT INTO @schema@.runs (id, workflow, kind, version, status, input, parent_run_id,
         parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
-        lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, trace)
+        lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, trace,
+        deadline_at)
     VALUES (n.id, n.workflow, n.kind, n.version, n.status, n.input, n.parent_run_id,
         n.parent_step_key, n.owner, n.start_node, p_now, p_now,
         greatest(p_now, coalesce(n.not_before, p_now)), 1, n.lease_owner,
         CASE WHEN leased THEN p_now + make_interval(secs => n.lease_seconds) END,
-        n.queue, n.queue_key, coalesce(n.priority, 0), n.dedup, n.scheduled_at, n.trace)
+        n.queue, n.queue_key, coalesce(n.priority, 0), n.dedup, n.scheduled_at, n.trace,
+        n.deadline_at)
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
         RETURN false;
@@ -188,6 +190,25 @@ BEGIN
     RETURN moved;
 END $$;
 
+-- The run that continues p_run as new (p_run just ended continued): created, linked both
+-- ways, and waited for by the parent's step that waited for p_run, in the transaction of
+-- the end, so a chain never has two live runs, nor none. SQLSTATE PLT06: its id is taken.
+CREATE OR REPLACE FUNCTION @schema@.start_successor(
+    p_run text, n @schema@.new_run, p_now timestamptz
+) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT @schema@.insert_run(n, p_now) THEN
+        RAISE EXCEPTION 'run % cannot continue as new: run % exists', p_run, n.id
+            USING ERRCODE = 'PLT06';
+    END IF;
+    UPDATE @schema@.runs SET continued_from = p_run WHERE id = n.id;
+    UPDATE @schema@.runs SET continued_to = n.id WHERE id = p_run;
+    IF n.parent_run_id IS NOT NULL AND n.parent_step_key IS NOT NULL THEN
+        UPDATE @schema@.steps SET child_run_id = n.id
+        WHERE run_id = n.parent_run_id AND key = n.parent_step_key AND child_run_id = p_run;
+    END IF;
+END $$;
+
 -- Cancel a run (a queued one too): it ends p_status, as end_run ends it with the cut
 -- p_cut. The run's parent is locked before the run, as every other writer that ends a
 -- child does (the child's own end, a parent's end that cancels it): a cancel that locked
@@ -207,6 +228,43 @@ BEGIN
     PERFORM @schema@.lock_for_action(p_run, ARRAY['running', 'suspended', 'queued']);
     RETURN @schema@.end_run(p_run, p_status, NULL, p_error, p_parent, p_cut, p_now,
                             ARRAY['running', 'suspended', 'queued']);
+END $$;
+
+-- A run past its deadline (queued, running or suspended, with deadline_at <= p_now) ends
+-- p_status with p_error as cancel_run ends it (the cut p_cut, its parent's step as p_parent
+-- says), but its live children end p_child_status with p_child_error first, their steps
+-- in it as p_child_parent says. Locks as cancel_run does: the parent, the run, then its
+-- children. Returns every run that moved, none when the run ended already or its deadline
+-- is still to come.
+CREATE OR REPLACE FUNCTION @schema@.time_out_run(
+    p_run text, p_status text, p_error jsonb, p_parent @schema@.step_end,
+    p_cut @schema@.cancel_cut, p_child_status text, p_child_error jsonb,
+    p_child_parent @schema@.step_end, p_now timestamptz
+) RETURNS text[] LANGUAGE plpgsql AS $$
+DECLARE
+    parent text;
+    children text[];
+    child text;
+    moved text[] := ARRAY[]::text[];
+BEGIN
+    SELECT parent_run_id INTO parent FROM @schema@.runs WHERE id = p_run;
+    IF parent IS NOT NULL THEN
+        PERFORM 1 FROM @schema@.runs WHERE id = parent FOR UPDATE;
+    END IF;
+    PERFORM 1 FROM @schema@.runs WHERE id = p_run AND deadline_at <= p_now
+        AND status IN ('queued', 'running', 'suspended') FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN moved;
+    END IF;
+    SELECT array_agg(id ORDER BY id) INTO children FROM @schema@.runs
+    WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued');
+    FOREACH child IN ARRAY coalesce(children, ARRAY[]::text[]) LOOP
+        moved := moved || @schema@.end_run(child, p_child_status, NULL, p_child_error,
+                                           p_child_parent, p_cut, p_now,
+                                           ARRAY['running', 'suspended', 'queued']);
+    END LOOP;
+    RETURN @schema@.end_run(p_run, p_status, NULL, p_error, p_parent, p_cut, p_now,
+                            ARRAY['running', 'suspended', 'queued']) || moved;
 END $$;
 
 -- A suspended or failed run goes on (resume, retry): if it is still p_from with p_seen
@@ -240,16 +298,36 @@ BEGIN
     RETURN QUERY SELECT * FROM @schema@.runs WHERE id = p_run;
 END $$;
 
--- A fork: the new run (p_new) with the steps it keeps (p_ops), and where it came from.
+-- A fork: the new run (p_new) with the steps it keeps (p_ops), and where it came from, if
+-- the source is still one of p_allowed (PLT02 / PLT03 as lock_for_action says if not).
+-- With p_replace (an end_run op: a cancel's end) a live source then ends as a cancel ends
+-- it, in the same transaction, its parent locked first as cancel_run locks it. Returns
+-- the fork and the runs the cancel moved.
 CREATE OR REPLACE FUNCTION @schema@.fork_run(
-    p_new @schema@.new_run, p_from text, p_ops @schema@.op[], p_now timestamptz
-) RETURNS SETOF @schema@.runs LANGUAGE plpgsql AS $$
+    p_new @schema@.new_run, p_from text, p_ops @schema@.op[], p_now timestamptz,
+    p_allowed text[], p_replace @schema@.op
+) RETURNS TABLE (forked @schema@.runs, moved text[]) LANGUAGE plpgsql AS $$
+DECLARE
+    parent text;
+    v_moved text[] := ARRAY[]::text[];
 BEGIN
+    IF (p_replace).kind IS NOT NULL THEN
+        SELECT r.parent_run_id INTO parent FROM @schema@.runs r WHERE r.id = p_from;
+        IF parent IS NOT NULL THEN
+            PERFORM 1 FROM @schema@.runs r WHERE r.id = parent FOR UPDATE;
+        END IF;
+    END IF;
+    PERFORM @schema@.lock_for_action(p_from, p_allowed);
     IF NOT @schema@.insert_run(p_new, p_now) THEN
         RAISE EXCEPTION 'run % exists', p_new.id USING ERRCODE = 'PLT06';
     END IF;
-    UPDATE @schema@.runs SET forked_from = p_from WHERE id = p_new.id;
+    UPDATE @schema@.runs r SET forked_from = p_from WHERE r.id = p_new.id;
     PERFORM @schema@.apply_ops(p_new.id, p_ops, p_now);
+    IF (p_replace).kind IS NOT NULL THEN
+        v_moved := @schema@.end_run(p_from, (p_replace).status, NULL, (p_replace).error,
+                                    (p_replace).parent, (p_replace).cut, p_now,
+                                    ARRAY['running', 'suspended', 'queued']);
+    END IF;
     PERFORM pg_notify(@channel@, 'work');
-    RETURN QUERY SELECT * FROM @schema@.runs WHERE id = p_new.id;
+    RETURN QUERY SELECT r, v_moved FROM @schema@.runs r WHERE r.id = p_new.id;
 END $$;
