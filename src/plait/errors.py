@@ -40,6 +40,9 @@ REQUEST_INVALID = "REQUEST_INVALID"
 REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
 #: ``wf.send_event`` found no run it may send to, or the run had ended
 EVENT_NOT_SENT = "EVENT_NOT_SENT"
+#: a step whose task the workflow cancelled (``task.cancel()``, a failing task group
+#: sibling, a loser of ``asyncio.wait``): its attempt was cut short, or it never started
+CANCELLED = "CANCELLED"
 
 
 class PlaitError(Exception):

@@ -7,10 +7,13 @@ tiny ``wf.sleep``s, events (sent before the run reaches them, sent once it waits
 sent and timed out), ``asyncio.gather`` of branches that reuse step names (with and
 without ``return_exceptions``), ``TaskGroup``s, ``create_task``, ``try/except/finally``
 and ``async with`` whose exits take steps, loops, child runs, ``wf.now()``/``wf.uuid()``
-and suspends. Step bodies sleep random real times, so branches finish in another order
-on every run. The test compares status, output or failing site with the reference, and
-holds the side-effect ledger the step bodies write against the promise: a step body that
-succeeded ran to success once per site, unless a killed process lost its result.
+and suspends, and slow steps (inline and jobs) that the program cancels with
+``task.cancel()`` or as the loser of a deadline in ``asyncio.wait`` (a failing
+``TaskGroup`` branch cancels its siblings' steps too). Step bodies sleep random real
+times, so branches finish in another order on every run. The test compares status,
+output or failing site with the reference, and holds the side-effect ledger the step
+bodies write against the promise: a step body that succeeded ran to success once per
+site, unless a killed process lost its result.
 
 Faults:
 
@@ -129,6 +132,13 @@ def make_cases(seeds: Iterable[int], prefix: str) -> list[Case]:
 def count_pauses(cases: Iterable[Case], figures: Figures) -> None:
     """The pauses each program forces on itself (each ends a pass; the next replays)."""
     for case in cases:
+        for stmt in statements(case.program["body"]).values():
+            if stmt["op"] == "cancel":
+                figures.faults["cancel: task.cancel() of a slow step"] += 1
+            elif stmt["op"] == "race":
+                figures.faults["cancel: asyncio.wait loser"] += 1
+            elif stmt["op"] == "taskgroup" and any(map(programs.can_fail, stmt["branches"])):
+                figures.faults["cancel: task group that may fail"] += 1
         for r in case.expected.reached:
             if not r.definite:
                 continue
@@ -290,13 +300,14 @@ def check_ledger(
         wins = [ln for ln in group if ln["event"] == "end" and ln["ok"]]
         fails = [ln for ln in group if ln["event"] == "end" and not ln["ok"]]
         starts = [ln for ln in group if ln["event"] == "start"]
+        cancels = [ln for ln in group if ln["event"] == "cancelled"]
         live_wins = [ln for ln in wins if ln["pid"] not in killed]
         if len(live_wins) > 1 or (len(wins) > 1 and len(wins) - len(live_wins) < len(wins) - 1):
             problems.append(
                 f"{where}: succeeded {len(wins)} times (pids {[ln['pid'] for ln in wins]}, "
                 f"keys {[ln['key'] for ln in wins]}, attempts {[ln['attempt'] for ln in wins]})"
             )
-        unended = len(starts) - len(wins) - len(fails)
+        unended = len(starts) - len(wins) - len(fails) - len(cancels)
         if unended and not interrupted_ok and not any(ln["pid"] in killed for ln in starts):
             problems.append(f"{where}: {unended} bodies started and never ended")
         if reached is None or not reached.definite:
@@ -364,6 +375,10 @@ async def check_all(
     interrupted_ok: bool,
 ) -> None:
     lines = programs.ledger_lines()
+    tags = {case.tag for case in cases}
+    figures.faults["step bodies that got CancelledError"] += sum(
+        1 for ln in lines if ln["event"] == "cancelled" and ln["run"].split("/")[0] in tags
+    )
     for case in cases:
         figures.programs += 1
         if await _gave_up(engine, case.tag):
@@ -501,14 +516,20 @@ class ProgramWorker(WorkerProcess):
 
 
 async def _first_work(worker: ProgramWorker, driving: asyncio.Task[None]) -> None:
-    """Wait (polling, with a deadline) until ``worker`` has started a step body, so that
-    kills land in work rather than in start-up; give up when every run ended or the
+    """Wait (polling, with a deadline) until ``worker`` has ended a step body (not a
+    slow one, which only waits to be cancelled), so that kills land in work rather than
+    in start-up and the runs get somewhere between kills; give up when every run ended or the
     remaining runs have nothing for it to do for a while (they sleep or wait)."""
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline and not driving.done():
         if not worker.alive():
             raise AssertionError(f"worker {worker.worker_id} exited:\n{worker.log_tail()}")
-        if any(ln["pid"] == worker.pid for ln in programs.ledger_lines()):
+        # a body that ended: a slow step's (a replay starts it again at once, and it
+        # only waits to be cancelled) is no progress
+        lines = programs.ledger_lines()
+        if any(
+            ln["pid"] == worker.pid and ln["event"] == "end" and not ln.get("slow") for ln in lines
+        ):
             return
         await asyncio.sleep(POLL)
 

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 from plait.store import Store
-from plait.store.ops import EndRun, EnqueueJob, FinishAttempt, Op, PutStep, StartAttempt
+from plait.store.ops import (
+    CancelJob,
+    EndRun,
+    EnqueueJob,
+    FinishAttempt,
+    Op,
+    PutStep,
+    StartAttempt,
+)
 from plait.store.rows import StepJob, StepRow
 
 from .rows import CUT, T0, error, idle, new_run, plain, step, wakeups, write
@@ -212,3 +221,80 @@ async def test_drop_job_removes_the_job(store: Store) -> None:
     assert await store.leases_of("host", "host#other") == []
     (still,) = await store.get_steps("r1")
     assert still.status == "scheduled"
+
+
+# -- a job step its workflow cancelled -----------------------------------------------------
+
+
+async def _row(store: Store, run_id: str = "r1", key: str = "q") -> StepRow:
+    snapshot = await store.load_pass(run_id)
+    assert snapshot is not None
+    return snapshot.steps[key]
+
+
+def _cancelled(row: StepRow, delivered: int) -> StepRow:
+    """The row the pass writes for a job step its workflow cancelled."""
+    cut = row.copy()
+    cut.status, cut.error, cut.wake_at, cut.delivered = (
+        "failed",
+        error("gone", "CANCELLED"),
+        None,
+        delivered,
+    )
+    return cut
+
+
+async def test_cancel_job_takes_an_unclaimed_job_off_the_table(store: Store) -> None:
+    row = await _queued(store)
+    await write(store, "r1", CancelJob(_cancelled(row, 3), CUT))
+    assert await store.claim_step_jobs(W1, 60.0, 10, ["fn"]) == []
+    stored = await _row(store)
+    assert (stored.status, stored.delivered) == ("failed", 3)
+    assert stored.error is not None and json.loads(stored.error)["code"] == "CANCELLED"
+    assert await store.get_history("r1") == []  # no attempt began
+
+
+async def test_cancel_job_closes_a_running_attempt_and_refuses_its_end(store: Store) -> None:
+    row = await _queued(store)
+    job = await _claim(store)
+    assert await store.begin_queued_step(job, W1, _started(row, W1))
+    assert await store.lost_jobs(W1, [("r1", "q")]) == set()
+    await write(store, "r1", CancelJob(_cancelled(row, 0), CUT))
+    assert await store.lost_jobs(W1, [("r1", "q")]) == {("r1", "q")}
+    done = row.copy()
+    done.status, done.attempts, done.output = "succeeded", 1, '"late"'
+    assert not await store.finish_queued_step(job, W1, [FinishAttempt(done, 1, "succeeded")])
+    stored = await _row(store)
+    assert stored.status == "failed" and stored.output is None
+    assert [(a.attempt, a.status) for a in await store.get_history("r1")] == [(1, "cancelled")]
+
+
+async def test_cancel_job_keeps_the_end_of_a_step_that_ended_first(store: Store) -> None:
+    """The step worker's end committed before the pass's cancel: the step keeps it, and
+    takes the place in the delivery order the cancel gives it."""
+    row = await _queued(store)
+    job = await _claim(store)
+    assert await store.begin_queued_step(job, W1, _started(row, W1))
+    done = row.copy()
+    done.status, done.attempts, done.output = "succeeded", 1, '"first"'
+    assert await store.finish_queued_step(job, W1, [FinishAttempt(done, 1, "succeeded")])
+    await write(store, "r1", CancelJob(_cancelled(row, 5), CUT))
+    stored = await _row(store)
+    assert (stored.status, json.loads(stored.output or ""), stored.delivered) == (
+        "succeeded",
+        "first",
+        5,
+    )
+    assert [a.status for a in await store.get_history("r1")] == ["succeeded"]
+
+
+async def test_lost_jobs_names_the_jobs_an_owner_no_longer_holds(store: Store) -> None:
+    await _queued(store, "r1")
+    await _claim(store, W1)
+    await _queued(store, "r2")
+    await _claim(store, W1, lease=-1.0)  # run out: another worker takes it
+    assert (await _claim(store, W2)).run_id == "r2"
+    asked = [("r1", "q"), ("r2", "q"), ("r3", "gone")]
+    assert await store.lost_jobs(W1, asked) == {("r2", "q"), ("r3", "gone")}
+    assert await store.lost_jobs(W2, asked) == {("r1", "q"), ("r3", "gone")}
+    assert await store.lost_jobs(W1, []) == set()

@@ -16,6 +16,11 @@ branches are written, never in the order they finished), so it does not depend o
 timing, while the step bodies sleep for random real times so that finish order differs
 from run to run and from the first pass to the replays.
 
+Slow steps (``SLOW_KINDS``) run until they are cancelled: a program cancels each one it
+starts, with ``task.cancel()`` (``cancel``) or as the loser of a deadline in
+``asyncio.wait`` (``race``); a ``TaskGroup`` whose branch fails cancels the steps its other
+branches are running. A cancelled body writes a ``cancelled`` ledger line.
+
 Programs obey two rules that keep the reference well defined (see ``can_fail``): in a
 ``gather`` without ``return_exceptions`` and in a ``TaskGroup`` at most one branch can
 raise, so which failure wins never depends on timing; events are either sent (and waited
@@ -139,7 +144,11 @@ def _should_fail(data: dict[str, Any]) -> bool:
 async def step_body(data: dict[str, Any], ctx: plait.StepContext | None = None) -> int:
     """The body of every async step, closure or registered function."""
     record("start", data, ctx)
-    await asyncio.sleep(_jitter.uniform(0.0, 0.012))
+    try:
+        await asyncio.sleep(_jitter.uniform(0.0, 0.012))
+    except asyncio.CancelledError:
+        record("cancelled", data, ctx)
+        raise
     if _should_fail(data):
         record("end", data, ctx, ok=False)
         raise SiteFailure(f"site {data['site']} fails")
@@ -171,7 +180,44 @@ async def prog_step_queued(data: dict[str, Any], ctx: plait.StepContext) -> int:
     return await step_body(data, ctx)
 
 
-FUNCTIONS = {"fn": "prog_step", "sync": "prog_step_sync", "queued": "prog_step_queued"}
+#: how long a slow step's body would run: for ever, as far as a program goes (its
+#: workflow always cancels it first)
+SLOW_SECONDS = 3600.0
+
+
+async def slow_body(data: dict[str, Any], ctx: plait.StepContext | None = None) -> int:
+    """The body of a slow step: it runs until it is cancelled (a ledger line says so)."""
+    record("start", data, ctx, slow=True)
+    try:
+        await asyncio.sleep(SLOW_SECONDS)
+    except asyncio.CancelledError:
+        record("cancelled", data, ctx, slow=True)
+        raise
+    record("end", data, ctx, ok=True, slow=True)
+    return step_value(data)
+
+
+@app.function(retries=0)
+async def prog_step_slow(data: dict[str, Any], ctx: plait.StepContext) -> int:
+    """A registered slow step, run in the pass."""
+    return await slow_body(data, ctx)
+
+
+@app.function(queued=True, retries=0)
+async def prog_step_slow_queued(data: dict[str, Any], ctx: plait.StepContext) -> int:
+    """A registered slow step run as a job: its cancel reaches it at a lease check."""
+    return await slow_body(data, ctx)
+
+
+FUNCTIONS = {
+    "fn": "prog_step",
+    "sync": "prog_step_sync",
+    "queued": "prog_step_queued",
+    "slow_fn": "prog_step_slow",
+    "slow_queued": "prog_step_slow_queued",
+}
+#: the kinds of slow steps (``slow_closure``: a closure with a slow body)
+SLOW_KINDS = ("slow_closure", "slow_fn", "slow_queued")
 
 
 # -- the interpreter -------------------------------------------------------------------------
@@ -336,6 +382,10 @@ class Interpreter:
             await self._try(stmt, site, st, scope, out)
         elif op in ("gather", "taskgroup", "tasks"):
             await self._concurrent(op, stmt, site, st, scope, out)
+        elif op == "cancel":
+            await self._cancel(stmt, site, st, scope, out)
+        elif op == "race":
+            await self._race(stmt, site, st, scope, out)
         elif op == "child":
             b.reach(site, stmt, scope)
             data = {"tag": f"{b.tag}/{site}", "acc": st.acc, "body": stmt["body"]}
@@ -373,6 +423,35 @@ class Interpreter:
         finally:
             if stmt.get("finally") is not None:
                 await self.block(stmt["finally"], st, scope, out)
+
+    def _slow_branch(self, stmt: Stmt, st: State, scope: Scope, what: str) -> Any:
+        """The branch of ``cancel`` and ``race``: steps that cannot fail, then a slow step;
+        how far it gets before it is cancelled is timing, so its sites are orphaned."""
+        inner = Scope(scope)
+        inner.orphaned = True
+        state = State(mix(st.acc, what), st.salt, st.path)
+        return self.block(stmt["branches"][0], state, inner, [])
+
+    async def _cancel(self, stmt: Stmt, site: str, st: State, scope: Scope, out: list) -> None:
+        """``task.cancel()`` of a task running a slow step, after ``between`` (nothing in
+        between: the task is cancelled before it ever ran)."""
+        task = asyncio.create_task(self._slow_branch(stmt, st, scope, "cancel"))
+        try:
+            await self.block(stmt["between"], st, scope, out)
+        finally:
+            task.cancel()
+        await asyncio.wait([task])
+        out.append(["cancelled", site, task.cancelled()])
+
+    async def _race(self, stmt: Stmt, site: str, st: State, scope: Scope, out: list) -> None:
+        """A slow step against a deadline (``asyncio.wait``, first completed); the loser is
+        cancelled and left behind."""
+        step = asyncio.create_task(self._slow_branch(stmt, st, scope, "race"))
+        deadline = asyncio.create_task(self.b.sleep(stmt["name"], stmt["seconds"]))
+        done, pending = await asyncio.wait([step, deadline], return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        out.append(["race", site, deadline in done])
 
     async def _concurrent(
         self, op: str, stmt: Stmt, site: str, st: State, scope: Scope, out: list
@@ -458,6 +537,12 @@ class PlaitBackend:
                 return await step_body(d)
 
             return self.wf.do(name, closure, data, **options)
+        if kind == "slow_closure":
+
+            async def slow(d: dict[str, Any]) -> int:
+                return await slow_body(d)
+
+            return self.wf.do(name, slow, data, **options)
         return self.wf.do(name, FUNCTIONS[kind], data, **options)
 
     def sleep(self, name: str, seconds: float) -> Awaitable[None]:
@@ -519,6 +604,8 @@ class ReferenceBackend:
 
     async def do(self, name: str, kind: str, data: dict[str, Any], retries: int) -> Any:
         await self._jitter()
+        if kind in SLOW_KINDS:
+            await asyncio.sleep(SLOW_SECONDS)
         fail = int(data["fail"])
         if fail < 0 or fail > retries:
             raise StepError(name, {"message": f"site {data['site']} fails"})
@@ -664,15 +751,16 @@ class Generator:
             choices.append(("suspend", 0.4))
         if where.depth < self.MAX_DEPTH:
             choices += [("gather", 2.2), ("taskgroup", 1.3), ("tasks", 1.3), ("try", 2),
-                        ("with", 1.2), ("loop", 1.2)]  # fmt: skip
+                        ("with", 1.2), ("loop", 1.2), ("cancel", 0.8), ("race", 0.8)]  # fmt: skip
             if not where.child:
                 choices.append(("child", 0.8))
         op = rng.choices([c for c, _ in choices], [w for _, w in choices])[0]
         return getattr(self, f"_{op}")(where) | {"op": op}
 
-    def _do(self, where: Where) -> Stmt:
+    def _do(self, where: Where, *, inline: bool = False) -> Stmt:
         rng = self.rng
-        kind = rng.choices(["closure", "fn", "sync", "queued"], [4, 3.5, 1, 1.5])[0]
+        kinds = ["closure", "fn", "sync"] + ([] if inline else ["queued"])
+        kind = rng.choices(kinds, [4, 3.5, 1, 1.5][: len(kinds)])[0]
         roll = rng.random()
         if roll < 0.12 and not where.nofail:
             fail, retries = -1, rng.choice([0, 0, 1])
@@ -736,6 +824,30 @@ class Generator:
                           rng.randint(1, 3))  # fmt: skip
         return {"id": self._id(), "body": body, "handler": handler, "finally": final}
 
+    def _slow_branch(self, where: Where) -> Block:
+        """Steps that cannot fail for good, then a slow step (see ``Interpreter._cancel``)."""
+        inner = where.deeper(top=False, nofail=True)
+        prefix = [self._do(inner) | {"op": "do"} for _ in range(self.rng.randint(0, 2))]
+        slow = {"op": "do", "id": self._id(), "name": self.rng.choice(NAMES),
+                "kind": self.rng.choice(SLOW_KINDS), "fail": 0, "retries": 0}  # fmt: skip
+        return [*prefix, slow]
+
+    def _cancel(self, where: Where) -> Stmt:
+        # between: what a pass sees while a slow step runs in it (steps run in the pass
+        # with no retry back-off, timers), so that it gets to the cancel
+        between: Block = []
+        for _ in range(self.rng.randint(0, 2)):
+            if self.rng.random() < 0.7:
+                step = self._do(where.deeper(), inline=True)
+                between.append(step | {"op": "do", "fail": 0})
+            else:
+                between.append(self._sleep(where) | {"op": "sleep"})
+        return {"id": self._id(), "branches": [self._slow_branch(where)], "between": between}
+
+    def _race(self, where: Where) -> Stmt:
+        return {"id": self._id(), "name": "deadline", "branches": [self._slow_branch(where)],
+                "seconds": round(self.rng.uniform(0.005, 0.03), 4)}  # fmt: skip
+
     def _with(self, where: Where) -> Stmt:
         return {"id": self._id(), "name": self.rng.choice(NAMES),
                 "body": self.block(where.deeper(), self.rng.randint(1, 3))}  # fmt: skip
@@ -769,6 +881,8 @@ def can_fail(stmts: Block) -> bool:
         if op == "taskgroup" and any(can_fail(b) for b in s["branches"]):
             return True
         if op == "tasks" and (can_fail(s["between"]) or any(can_fail(b) for b in s["branches"])):
+            return True
+        if op == "cancel" and can_fail(s["between"]):
             return True
     return False
 

@@ -41,3 +41,13 @@ class Unwind(BaseException):
 
     def __init__(self) -> None:
         super().__init__("the pass is ending; this step is taken when the run gets here")
+
+
+class StepCancelled(BaseException):
+    """The workflow cancelled the task awaiting a step: its cancel is recorded (the
+    pass side of the step raises this once it has written it, or the pass wrote it
+    itself while the body ran on), and nothing the step does is recorded after it."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"step {key!r} was cancelled by the workflow")
+        self.key = key

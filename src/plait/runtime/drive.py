@@ -21,7 +21,7 @@ from plait.observe import NO_REPORT
 from plait.retry import NoRetryOn, RetryPolicy
 from plait.runtime import runs, steps
 from plait.runtime.attempt import NOT_DECODED, Outcome, finished_on_stop, result_codec, run_attempt
-from plait.runtime.control_flow import SuspendSignal
+from plait.runtime.control_flow import StepCancelled, SuspendSignal
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger
 from plait.store.ops import CreateChildRun
@@ -77,7 +77,8 @@ class Driver:
                         return codec.decode(step.output, f"the result of step {step.key!r}")
                 return serde.loads(step.output)
             if step.status == "failed":
-                await self.compensate(step, on_error)
+                if not steps.cancelled_by_workflow(step):
+                    await self.compensate(step, on_error)
                 raise StepError(step.key, serde.loads(step.error) or {})
             if ledger.dry:
                 raise ledger.pause(step.key)  # a dry pass starts nothing (``runtime.check``)
@@ -112,6 +113,11 @@ class Driver:
         if not go:
             return NOT_DECODED
         await ledger.flush()
+        if step.key in ledger.cancelled:
+            # the workflow cancelled it while its start was being written: no body runs
+            ledger.add(steps.cancel_step(step, ledger.now()))
+            ledger.mark_delivered(step)
+            raise StepCancelled(step.key)
         ctx = StepContext(
             run_id=ledger.run.id,
             step_key=step.key,
@@ -127,11 +133,15 @@ class Driver:
             if telemetry is None
             else telemetry.attempting(run.id, run.workflow, None, step)  # inside its pass
         ) as report:
+            bodies = ledger.bodies
+            bodies[step.key] = asyncio.current_task()  # type: ignore[assignment]
             try:
                 outcome = await run_attempt(
                     body, serde.loads(step.input), ctx, step.timeout, self.host.limits, no_retry_on
                 )
             except asyncio.CancelledError as exc:
+                if step.key in ledger.cancelled:
+                    raise  # the workflow cancelled it: the pass recorded that already
                 cancelled = self.host.cancelling(run.id)
                 finished = finished_on_stop(exc, cancelled)
                 if finished is not None:
@@ -140,6 +150,13 @@ class Driver:
                 else:
                     ledger.add(steps.interrupt(step, ledger.now(), cancelled=cancelled))
                 raise
+            finally:
+                if bodies.get(step.key) is asyncio.current_task():
+                    del bodies[step.key]
+            if step.key in ledger.cancelled:
+                # a body that ran on after the workflow cancelled it: its outcome is not
+                # written over the cancel
+                raise StepCancelled(step.key)
             if self.hook is not None:
                 outcome = self.hook.finish(step, ctx, outcome)
             report.outcome = outcome

@@ -72,7 +72,8 @@ async def run_job(
                 if cancelled:
                     # the cancel dropped the job with the run; the attempt's end is still
                     # recorded, and nothing else can run this step any more
-                    await uncancelled(host.commit(Batch(step.run_id, ops)))
+                    guarded = [steps.while_running(step), *ops]
+                    await uncancelled(host.commit(Batch(step.run_id, guarded)))
                 else:
                     await uncancelled(finish(ops))
             raise

@@ -48,6 +48,9 @@ class PassResult:
     ended_children: list[str] = dataclasses.field(default_factory=list)  # pyright: ignore[reportUnknownVariableType]
     #: the error the pass ended the run with (its stored JSON), for the worker's log
     error: str | None = None
+    #: the pass took job steps off the job table (their workflow cancelled them): a
+    #: step worker of this process may be running one, to be stopped
+    cancelled_jobs: bool = False
 
 
 class Ledger:
@@ -109,6 +112,13 @@ class Ledger:
         self.published = False
         #: runs this pass sent events to (``wf.send_event``) in writes not yet committed
         self.sent_to: list[str] = []
+        #: steps the workflow cancelled in this pass (``CodeReplay``): no attempt of
+        #: theirs starts, and what an attempt that ran on does is thrown away
+        self.cancelled: set[str] = set()
+        #: per step key, the task running its attempt's body now (``Driver.attempt``)
+        self.bodies: dict[str, asyncio.Task[Any]] = {}
+        #: a job step was cancelled in this pass (``PassResult.cancelled_jobs``)
+        self.cancelled_jobs = False
         #: per step key reached in this pass, the keys of the steps it was reached after
         #: (a code replay fills it in; ``new_step`` records it with the step's first write)
         self.reached: dict[str, tuple[str, ...]] = {}
@@ -222,6 +232,7 @@ class Ledger:
             admit=self.admit,
             ended_children=self.ended_children,
             error=self.end_error,
+            cancelled_jobs=self.cancelled_jobs,
         )
 
     def _tell_published(self) -> None:

@@ -31,7 +31,14 @@ from plait.errors import Cancel, StepError
 from plait.records import Decision
 from plait.retry import resolve_policy
 from plait.runtime import patches, runs, sends, steps
-from plait.runtime.control_flow import PassAborted, PauseSignal, SuspendSignal, Unwind
+from plait.runtime.cancels import PassTimers, StepCancels
+from plait.runtime.control_flow import (
+    PassAborted,
+    PauseSignal,
+    StepCancelled,
+    SuspendSignal,
+    Unwind,
+)
 from plait.runtime.drive import Driver, dump_input
 from plait.runtime.gates import Found, Gates
 from plait.runtime.host import Host
@@ -78,6 +85,9 @@ class CodeReplay:
         self.inflight: dict[asyncio.Task[None], StepCall[Any]] = {}
         #: steps whose outcome is known and not yet handed to the workflow
         self.finished: list[StepCall[Any]] = []
+        #: the waits the pass fires itself while steps are in flight; the steps and
+        #: waits whose awaiting tasks the workflow cancels
+        self.timers, self.cancels = PassTimers(), StepCancels(self.ledger)
         #: steps that failed in this pass: their errors' tracebacks tie them in cycles
         #: (see ``_release``)
         self.failed: list[StepCall[Any]] = []
@@ -294,6 +304,7 @@ class CodeReplay:
         self.order.clear()
         self.new_calls.clear()
         self.waiting.clear()
+        self.timers.clear()
         self.inflight.clear()
         self.finished.clear()
         self.unwound.clear()
@@ -322,12 +333,12 @@ class CodeReplay:
             CURRENT_REPLAY.reset(token)
         await self._pump()
         # read before the unwind, which cancels every wait still open
-        abandoned = [call for call in self.waiting if self._abandoned(call)]
+        abandoned = [call for call in self.waiting if self.cancels.abandoned(call)]
         end = self._decide(abandoned)
         self._unwind()
         if ledger.aborted is not None:
             raise ledger.aborted
-        self._close_abandoned(abandoned)
+        self.cancels.close_abandoned(abandoned)
         if end is not None:
             ledger.end(end)
         return await ledger.finish(runs.pass_status(end))
@@ -337,17 +348,22 @@ class CodeReplay:
         can go no further in this pass. See ``order.deliverable`` for the order."""
         ledger, wloop = self.ledger, self.wloop
         inflight = self.inflight
+        cancels = wloop.cancels
         while True:
             wloop.run_ready()
             if ledger.conflict or ledger.aborted or ledger.continued:
                 break  # after a continue as new, nothing starts and nothing is handed on
             new = self.new_calls
+            if wloop.cancels != cancels:
+                cancels = wloop.cancels
+                self.cancels.sweep(new, inflight, self.waiting)
             while new:
                 call = new.popleft()
                 if call.late:
                     continue
-                if not inflight and not new and not self.finished:
+                if not inflight and not new and not self.finished and not self.timers:
                     # the only thing going on: resolve it here, with no task of its own
+                    # (nothing can cancel it meanwhile: the workflow runs only between)
                     await self._resolve(call)
                 else:
                     task = ledger.spawn(self._resolve(call))
@@ -358,11 +374,15 @@ class CodeReplay:
                 continue
             if not inflight:
                 break
-            done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                inflight.pop(task)
+            await self.timers.wait(inflight, self.ledger.now, self._refire)
         # whatever was still in flight when the pump stopped early has ended
         await ledger.join()
+
+    def _refire(self, call: StepCall[Any]) -> None:
+        """A timed wait whose time came while steps were in flight (``PassTimers``)."""
+        self.waiting.remove(call)
+        call.outcome = None
+        self.inflight[self.ledger.spawn(self._resolve(call))] = call
 
     async def _resolve(self, call: StepCall[Any]) -> None:
         """Run the pass side of one step; its outcome waits in ``finished`` for delivery."""
@@ -370,9 +390,14 @@ class CodeReplay:
             fn, args = call.make
             call.result = await fn(*args)
             call.outcome = "ok"
-        except PauseSignal:
-            call.outcome = "paused"
-            self.waiting.append(call)
+        except PauseSignal as sig:
+            if not self.cancels.cancelled_paused(call):
+                call.outcome = "paused"
+                self.waiting.append(call)
+                self.timers.add(call, sig.until, self.ledger.steps.get(call.key))
+            return
+        except StepCancelled:
+            call.outcome = "cancelled"
             return
         except SuspendSignal as sig:
             call.outcome, call.error = "suspended", sig
@@ -494,27 +519,6 @@ class CodeReplay:
             )
             return runs.failed_control(message, errors.WORKFLOW_BLOCKED)
         return None
-
-    def _abandoned(self, call: StepCall[Any]) -> bool:
-        """A wait the workflow cancelled (a deadline that lost a race, a branch it gave
-        up): no work stands behind it and nothing will take its outcome, so the run does
-        not wait for it, as a program would not. A step with a body is never abandoned:
-        a step nobody awaits still runs, and the run waits for it."""
-        if not call.future.cancelled():
-            return False
-        step = self.ledger.steps.get(call.key)
-        return step is not None and step.kind in steps.WAITS
-
-    def _close_abandoned(self, abandoned: list[StepCall[Any]]) -> None:
-        """The waits the workflow cancelled in this pass end now, cancelled, and their
-        timers go. Left open, every replay would resolve them again before the
-        workflow cancels them again: an event or a decision sent later for the same
-        name would be taken by a wait that throws it away, and never reach the wait of
-        that name still open. Replays deliver the cancelled outcome after every outcome
-        the workflow saw before, when it has cancelled the wait again."""
-        ledger = self.ledger
-        for call in abandoned:
-            ledger.add(steps.cancel_wait(ledger.steps[call.key], ledger.now()))
 
     def _unwind(self) -> None:
         """Stop the workflow's code without letting it take new steps: every task still

@@ -25,6 +25,7 @@ from plait.statuses import STEP_IN_FLIGHT, AttemptStatusName, StepStatusName
 from plait.store.ops import (
     AnswerRequest,
     CancelCut,
+    CancelJob,
     ClearTimer,
     ConsumeEvent,
     EnqueueJob,
@@ -106,6 +107,18 @@ def interrupted_error(key: str, times: int = MAX_INTERRUPTIONS) -> str:
 def cancelled_error() -> str:
     return _text(
         {"message": "cancelled", "type": "CancelledError", "code": errors.WORKFLOW_CANCELLED}
+    )
+
+
+def step_cancelled_error() -> str:
+    """The error of a step whose task the workflow cancelled."""
+    return _text(
+        {
+            "message": "the workflow cancelled the task awaiting this step",
+            "type": "CancelledError",
+            "code": errors.CANCELLED,
+            "retryable": False,
+        }
     )
 
 
@@ -234,6 +247,44 @@ def interrupt(step: StepRow, now: float, *, cancelled: bool) -> list[Op]:
         ]
     step.status = "pending"
     return [FinishAttempt(step, attempt, "interrupted")]
+
+
+def cancel_step(step: StepRow, now: float) -> list[Op]:
+    """The workflow cancelled the task awaiting a step with a body (``task.cancel()``, a
+    failing task group sibling, a loser of ``asyncio.wait``): the step fails ``CANCELLED``
+    for good, with no retry and no ``on_error``. Its running attempt ends ``cancelled``;
+    a retry's back-off timer goes; a job step's job goes (``CancelJob``: a step worker
+    may be running it, so the store ends the step only while it is still in flight)."""
+    step.updated_at = now
+    step.error = step_cancelled_error()
+    was, step.wake_at = step.status, None
+    step.status = CANCEL_CUT.step
+    if step.queued:
+        return [CancelJob(step, CANCEL_CUT)]
+    if was == "running":
+        return [FinishAttempt(step, step.attempts, CANCEL_CUT.attempt, None, step.error)]
+    if was == "scheduled":
+        return [_put(step), ClearTimer(step.key)]
+    return [_put(step)]
+
+
+def cancelled_by_workflow(step: StepRow) -> bool:
+    """A step recorded failed because the workflow cancelled the task awaiting it
+    (``cancel_step``): a replay hands the workflow no error for it (it cancels the task
+    again at the same point) and runs no ``on_error`` handler."""
+    if step.status != "failed" or step.error is None or errors.CANCELLED not in step.error:
+        return False
+    record = serde.loads(step.error)
+    return isinstance(record, dict) and (
+        cast(dict[str, Any], record).get("code") == errors.CANCELLED
+    )
+
+
+def while_running(step: StepRow) -> Op:
+    """A guard that lets a step worker's record of its attempt's cancel through only
+    while the step still runs in the store: one that ended meanwhile (its workflow
+    cancelled it, its run's cancel closed it) keeps the end it has."""
+    return GuardStep(step.key, "running")
 
 
 def cancel_waiting(step: StepRow, now: float) -> list[Op]:
@@ -394,7 +445,12 @@ def reopened(
       its outcome, so the replay stays consistent whatever the new attempt gives.
     """
     rows = {step.key: step for step in recorded}
-    failed = {key for key, step in rows.items() if step.status == "failed"}
+    # a step the workflow cancelled is cancelled again where it was: it stays as it is
+    failed = {
+        key
+        for key, step in rows.items()
+        if step.status == "failed" and not cancelled_by_workflow(step)
+    }
     if not failed:
         return set()
     handled: set[str] = set()

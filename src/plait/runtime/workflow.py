@@ -189,7 +189,8 @@ class StepCall(Coroutine[Any, Any, T], Generic[T]):
         #: the pass-side coroutine function that resolves the step, and its arguments
         self.make = (resolve, args)
         self.future: asyncio.Future[Any] = asyncio.Future(loop=replay.wloop)
-        #: how the pass-side work ended: None (not yet), "ok", "error", "paused", "suspended"
+        #: how the pass-side work ended: None (not yet), "ok", "error", "paused",
+        #: "suspended", "aborted", "cancelled" (the workflow cancelled the step)
         self.outcome: str | None = None
         self.result: Any = None
         self.error: BaseException | None = None
@@ -209,6 +210,12 @@ class StepCall(Coroutine[Any, Any, T], Generic[T]):
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         if self._iter is None:
             self._iter = self.future.__await__()
+            if isinstance(val if val is not None else typ, asyncio.CancelledError) or (
+                val is None and typ is asyncio.CancelledError
+            ):
+                # a task cancelled before it first ran: the step it was made for is
+                # cancelled as well, as one it was waiting on would be
+                self.future.cancel()
         try:
             if val is None:
                 return self._iter.throw(typ)

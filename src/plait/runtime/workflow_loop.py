@@ -136,6 +136,20 @@ class _Handle:
         return self._cancelled
 
 
+class _WorkflowTask(asyncio.Task[T]):
+    """A task of workflow code: its loop counts the cancels of its tasks, so that a pass
+    looks for steps the workflow cancelled only after a turn in which it cancelled
+    something (``WorkflowLoop.cancels``)."""
+
+    __slots__ = ()
+
+    def cancel(self, msg: Any = None) -> bool:
+        loop = self.get_loop()
+        if isinstance(loop, WorkflowLoop):
+            loop.cancels += 1
+        return super().cancel(msg)
+
+
 class WorkflowLoop(asyncio.AbstractEventLoop):
     """A loop that runs only when told to and only what is ready; see the module."""
 
@@ -156,6 +170,8 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         #: ``as_completed``): the run fails with it even if the code caught it, since
         #: ``except Exception`` around a ``wait_for`` would otherwise hide it for good
         self.refused: Exception | None = None
+        #: how many times a task of this loop was cancelled
+        self.cancels = 0
 
     # -- what the pass calls ----------------------------------------------------------------
     def run_ready(self) -> None:
@@ -253,7 +269,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
             place = _place_among_siblings(coro)
         except OrderUnknown as exc:
             raise self._refuse(exc) from None
-        task = asyncio.Task(coro, loop=self, name=name, context=context)
+        task = _WorkflowTask(coro, loop=self, name=name, context=context)
         self.tasks.append(task)
         if place is not None:
             self._start_in_given_order(place)

@@ -174,6 +174,13 @@ class Store(Protocol):
         job enqueued again since is someone else's business)."""
         ...
 
+    async def lost_jobs(self, owner: str, jobs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Of the jobs (run id, step key) whose attempts ``owner`` is running, those it no
+        longer holds: the run's pass cancelled the step (``CancelJob``), the run ended, or
+        the job's lease ran out and another worker took it. Their bodies must stop: their
+        ends would be refused."""
+        ...
+
     # actions from outside a pass
     async def wake(self, run_id: str, at: float | None = None) -> None: ...
     async def cancel_run(

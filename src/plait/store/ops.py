@@ -199,6 +199,21 @@ class CancelCut:
     open_attempt: AttemptStatusName
 
 
+@dataclasses.dataclass(frozen=True, init=False)
+class CancelJob:
+    """The workflow cancelled a job step: its job goes (a step worker that holds it
+    learns so at its next lease renewal, and its end is refused), and the step, if it
+    is still in flight in the store, ends as ``cut`` says with the error of ``step``
+    (an open attempt is closed). A step that ended before this commit keeps its end.
+    Either way the step takes ``step``'s ``delivered``: the workflow reached it here."""
+
+    step: StepRow
+    cut: CancelCut
+
+    def __init__(self, step: StepRow, cut: CancelCut) -> None:
+        self.__dict__.update(step=step.copy(), cut=cut)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class EndRun:
     """Move the run to ``status``; only from ``running`` (the terminal guard). A terminal
@@ -259,6 +274,7 @@ Op = (
     | AnswerRequest
     | SendEvent
     | RecordVersion
+    | CancelJob
 )
 
 

@@ -143,10 +143,20 @@ class Jobs(WorkerState):
         if fdef is None:  # pragma: no cover - claim filters on the functions we have
             return
 
+        key = (job.run_id, job.step_key)
+
         async def finish(ops: list[Op]) -> bool:
+            self.attempting.pop(key, None)  # its end is on its way: no cancel cuts it
             return await self.store.finish_queued_step(job, self.owner, ops)
 
-        finished = await run_job(self, step, fdef, finish, job.workflow, job.trace)
+        task = asyncio.current_task()
+        if task is not None:
+            self.attempting[key] = task
+        try:
+            finished = await run_job(self, step, fdef, finish, job.workflow, job.trace)
+        finally:
+            if self.attempting.get(key) is task:
+                del self.attempting[key]
         self.steps_run += 1
         if not finished:
             log.warning(

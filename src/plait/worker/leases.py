@@ -2,7 +2,8 @@
 
 A lease is renewed every quarter of its length while this process drives the run or runs
 one of its jobs; a renewal that finds a run gone (cancelled, or ended by another process)
-stops its work here (``cancel_local``). The loop also beats the ``StallGuard``'s heart, so
+stops its work here (``cancel_local``), and so does one that finds a job gone (its
+workflow cancelled the step). The loop also beats the ``StallGuard``'s heart, so
 a blocked event loop is noticed, and now and then sweeps runs that no one is driving.
 """
 
@@ -48,6 +49,22 @@ class Leases(WorkerState):
                 continue
             if gone:
                 self.cancel_local(gone)
+            if self.attempting:
+                await self._stop_lost_jobs()
+
+    async def _stop_lost_jobs(self) -> None:
+        """Cancel the bodies of jobs this process no longer holds: the workflow cancelled
+        their steps (its pass deleted the job), or another worker took them. Their ends
+        would be refused; a sync body runs on to its end in its thread all the same."""
+        try:
+            lost = await self.store.lost_jobs(self.owner, sorted(self.attempting))
+        except Exception:
+            log.exception("checking the jobs in hand failed")
+            return
+        for key in lost:
+            task = self.attempting.pop(key, None)
+            if task is not None:
+                task.cancel()
 
     def cancel_local(self, run_ids: list[str] | set[str]) -> None:
         """Stop in-process work of cancelled runs right away."""

@@ -149,6 +149,9 @@ class Passes(WorkerState):
             for child in result.ended_children:  # one may have ended on its own first
                 self.notifier.run_changed(child, settled=True)
             self.check_leases.set()
+        if result.cancelled_jobs and self.attempting:
+            # its workflow cancelled job steps: one may run here, stop it now
+            self.check_leases.set()
         if result.admit or (snapshot.run.queue is not None and result.status in TERMINAL):
             # a child waits for its queue, or a queue slot is free: every process may
             # admit the next run

@@ -58,6 +58,7 @@ class WorkerState(abc.ABC):
     # -- its work in hand
     driving: dict[str, asyncio.Task[Any]]
     stepping: dict[tuple[str, str], asyncio.Task[Any]]
+    attempting: dict[tuple[str, str], asyncio.Task[Any]]
     tasks: set[asyncio.Task[Any]]
     slots: asyncio.Semaphore
     stopping: bool

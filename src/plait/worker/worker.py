@@ -103,6 +103,8 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention):
         self.lease = lease_seconds
         self.driving: dict[str, asyncio.Task[Any]] = {}
         self.stepping: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        #: the jobs of ``stepping`` whose bodies run now (begun, not ending yet)
+        self.attempting: dict[tuple[str, str], asyncio.Task[Any]] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self.wake_passes = asyncio.Event()
         self.wake_steps = asyncio.Event()

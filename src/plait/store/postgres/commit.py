@@ -20,6 +20,7 @@ from plait.store.ops import (
     AnswerRequest,
     Batch,
     CancelChildren,
+    CancelJob,
     ClearTimer,
     ConsumeEvent,
     CreateChildRun,
@@ -201,6 +202,8 @@ def op_value(op: Op) -> tuple[Any, ...]:
             step_end_value(op.parent),
             cut_value(op.cut),
         )
+    if isinstance(op, CancelJob):
+        return ("cancel_job", step_value(op.step), *(None,) * 13, cut_value(op.cut))
     raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
 
 

@@ -71,3 +71,16 @@ class Jobs(Part):
 
     async def drop_job(self, job: StepJob, owner: str) -> None:
         await self._call("execute", self._q["drop_job"], job.run_id, job.step_key, owner)
+
+    async def lost_jobs(self, owner: str, jobs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        if not jobs:
+            return set()
+        rows = await self._call(
+            "fetch",
+            self._q["lost_jobs"],
+            [run_id for run_id, _ in jobs],
+            [key for _, key in jobs],
+            owner,
+            read=True,
+        )
+        return {(r[0], r[1]) for r in rows}

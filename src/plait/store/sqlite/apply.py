@@ -9,16 +9,18 @@ pass's commit looks nothing up.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable
 
 from plait.errors import GateClosedError, LeaseLostError, RunNotFoundError, RunStateError
 from plait.records import Run
-from plait.statuses import AttemptStatusName
+from plait.statuses import STEP_IN_FLIGHT, AttemptStatusName
 from plait.store import convert
 from plait.store.ops import (
     AnswerRequest,
     CancelChildren,
+    CancelJob,
     ClearTimer,
     ConsumeEvent,
     CreateChildRun,
@@ -54,6 +56,8 @@ _INSERT_RUN = SQL["insert_run"]
 _SELECT_RUN = SQL["select_run"]
 _WAKE_RUN = SQL["wake_run"]
 _RELEASE_RUN = SQL["release_run"]
+#: the statuses of a step not ended yet, as a JSON array
+_IN_FLIGHT = json.dumps(sorted(STEP_IN_FLIGHT))
 
 
 def apply_ops(conn: sqlite3.Connection, run_id: str, ops: Iterable[Op], now: float) -> None:
@@ -90,6 +94,8 @@ def _apply_rare(conn: sqlite3.Connection, run_id: str, op: Op, now: float) -> No
     every step writes, so those are found first."""
     if isinstance(op, CancelChildren):
         cancel_children(conn, run_id, op, now)
+    elif isinstance(op, CancelJob):
+        cancel_job(conn, run_id, op, now)
     elif isinstance(op, SetValue):
         conn.execute(SQL["set_value"], (run_id, op.key, op.value, now))
     elif isinstance(op, SendEvent):
@@ -238,6 +244,24 @@ def release(conn: sqlite3.Connection, run_id: str, owner: str, seen: int, now: f
 
 def delete_job(conn: sqlite3.Connection, run_id: str, key: str) -> None:
     conn.execute(SQL["delete_job"], (run_id, key))
+
+
+def cancel_job(conn: sqlite3.Connection, run_id: str, op: CancelJob, now: float) -> None:
+    """The workflow cancelled a job step (see ``CancelJob``)."""
+    step, cut = op.step, op.cut
+    conn.execute(SQL["delete_job"], (run_id, step.key))
+    params = {
+        "run": run_id,
+        "key": step.key,
+        "step": cut.step,
+        "attempt": cut.attempt,
+        "open": cut.open_attempt,
+        "error": step.error,
+        "now": now,
+        "in_flight": _IN_FLIGHT,
+    }
+    conn.execute(SQL["cancel_job_step"], params)
+    conn.execute(SQL["set_delivered"], (step.delivered, run_id, step.key))
 
 
 def start_attempt(

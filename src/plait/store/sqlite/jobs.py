@@ -85,3 +85,13 @@ class Jobs(Part):
     async def drop_job(self, job: StepJob, owner: str) -> None:
         params = (job.run_id, job.step_key, owner)
         await self._write(lambda conn: conn.execute(SQL["drop_held_job"], params))
+
+    async def lost_jobs(self, owner: str, jobs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        if not jobs:
+            return set()
+        params = (json.dumps([list(job) for job in jobs]), owner)
+
+        def go(conn: sqlite3.Connection) -> set[tuple[str, str]]:
+            return {(r[0], r[1]) for r in conn.execute(SQL["lost_jobs"], params)}
+
+        return await self._read(go)

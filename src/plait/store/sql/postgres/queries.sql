@@ -446,6 +446,13 @@ SELECT @schema@.finish_queued_step($1, $2, $3, $4::@schema@.op[], $5)
 -- Only while the job is still the caller's: a job enqueued again since is left alone.
 DELETE FROM @schema@.jobs WHERE run_id = $1 AND step_key = $2 AND lease_owner = $3
 
+-- name: lost_jobs
+-- Of the jobs ($1 run ids, $2 step keys) $3 runs, those it no longer holds: their run's
+-- pass cancelled them, their run ended, or another worker took them.
+SELECT g.run_id, g.step_key FROM unnest($1::text[], $2::text[]) AS g(run_id, step_key)
+WHERE NOT EXISTS (SELECT 1 FROM @schema@.jobs j WHERE j.run_id = g.run_id
+                  AND j.step_key = g.step_key AND j.lease_owner = $3)
+
 -- name: repair_job
 -- A job that names the wrong function goes back on the queue under the right one.
 UPDATE @schema@.jobs SET function = $3, lease_owner = NULL, lease_until = NULL

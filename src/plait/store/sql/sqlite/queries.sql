@@ -546,6 +546,26 @@ DELETE FROM plait_jobs WHERE run_id = ? AND step_key = ? AND lease_owner = ?
 -- name: delete_job
 DELETE FROM plait_jobs WHERE run_id = ? AND step_key = ?
 
+-- name: cancel_job_step
+-- A job step the workflow cancelled, while it is still in flight (:in_flight, a JSON array
+-- of statuses): it takes :step with :error, an attempt that is :open takes :attempt.
+UPDATE plait_steps SET status = :step, error = :error, wake_at = NULL, updated_at = :now,
+    attempt_status = CASE WHEN attempt_status = :open THEN :attempt ELSE attempt_status END,
+    attempt_error = CASE WHEN attempt_status = :open THEN :error ELSE attempt_error END,
+    attempt_finished = CASE WHEN attempt_status = :open THEN :now ELSE attempt_finished END
+WHERE run_id = :run AND key = :key AND status IN (SELECT value FROM json_each(:in_flight))
+
+-- name: set_delivered
+UPDATE plait_steps SET delivered = ? WHERE run_id = ? AND key = ?
+
+-- name: lost_jobs
+-- Of the jobs (run id, step key) in the JSON array ?, those ? no longer holds: their run's
+-- pass cancelled them, their run ended, or another worker took them.
+SELECT json_extract(j.value, '$[0]'), json_extract(j.value, '$[1]') FROM json_each(?) AS j
+WHERE NOT EXISTS (SELECT 1 FROM plait_jobs
+                  WHERE run_id = json_extract(j.value, '$[0]')
+                      AND step_key = json_extract(j.value, '$[1]') AND lease_owner = ?)
+
 -- == workflow versions =======================================================================
 
 -- name: put_version

@@ -13,6 +13,7 @@
 -- for each ends, cut: how each child's steps in flight end). An end_run with a run (a new
 -- run) continues as new: the run that continues it starts if the end moved the run.
 -- send_event stores an event for another run (or this one) through store_event.
+-- cancel_job (step, cut) ends a job step the workflow cancelled (plait.store.ops.CancelJob).
 CREATE OR REPLACE FUNCTION @schema@.apply_ops(
     p_run text, p_ops @schema@.op[], p_now timestamptz
 ) RETURNS void LANGUAGE plpgsql AS $$
@@ -89,6 +90,23 @@ BEGIN
                 RAISE EXCEPTION 'step % of run % changed under the pass', o.key, p_run
                     USING ERRCODE = 'PLT05';
             END IF;
+        WHEN 'cancel_job' THEN
+            -- the workflow cancelled a job step: its job goes; the step ends as the cut
+            -- says while it is still in flight (a step worker's end committed first
+            -- stays); the workflow reached it here either way
+            DELETE FROM @schema@.jobs WHERE run_id = p_run AND step_key = (o.step).key;
+            UPDATE @schema@.steps SET delivered = (o.step).delivered
+            WHERE run_id = p_run AND key = (o.step).key;
+            UPDATE @schema@.steps SET status = (o.cut).step, error = (o.step).error,
+                wake_at = NULL, updated_at = p_now,
+                attempt_status = CASE WHEN attempt_status = (o.cut).open_attempt
+                    THEN (o.cut).attempt ELSE attempt_status END,
+                attempt_error = CASE WHEN attempt_status = (o.cut).open_attempt
+                    THEN (o.step).error ELSE attempt_error END,
+                attempt_finished = CASE WHEN attempt_status = (o.cut).open_attempt
+                    THEN p_now ELSE attempt_finished END
+            WHERE run_id = p_run AND key = (o.step).key
+                AND status IN ('pending', 'scheduled', 'running');
         WHEN 'take_decision' THEN
             IF o.purpose = 'take' THEN
                 UPDATE @schema@.events SET consumed_by = o.key, outcome = o.status,
