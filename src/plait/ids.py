@@ -125,3 +125,19 @@ def new_run_id() -> str:
 def random_uuid() -> str:
     """What ``wf.uuid()`` records: nothing in it says when it was made."""
     return str(uuid.uuid4())
+
+
+#: the start of the de-duplication keys of events a workflow sends (``wf.send_event``):
+#: a sender's own keys may not take it, so none can stand in for a run's send
+SEND_DEDUP_PREFIX = "__send:"
+
+
+def check_event_dedup(value: str) -> str:
+    """A de-duplication key an event's sender gives (checked as a key already): keys of
+    plait's own sends are not the sender's to take."""
+    if value.startswith(SEND_DEDUP_PREFIX):
+        raise ValueError(
+            f"invalid dedup {value!r}: keys starting {SEND_DEDUP_PREFIX!r} are plait's own "
+            "(the sends of wf.send_event)"
+        )
+    return value

@@ -59,7 +59,7 @@ def test_send_event_with_a_key_is_taken_once(tmp_path: Path) -> None:
 
 def test_a_bad_key_is_a_usage_error_naming_dedup(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 't.db'}"
-    for bad in ("", "x" * 513, "a\tb"):
+    for bad in ("", "x" * 513, "a\tb", "__send:1"):
         code, out = run("send-event", "some-run", "item", "--dedup", bad, "-d", db)
         assert code == 2, out
         assert "--dedup" in out and "dedup" in out.split("--dedup", 1)[1], out

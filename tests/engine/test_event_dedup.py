@@ -98,6 +98,7 @@ async def test_a_bad_key_is_refused_naming_dedup(engine_factory: Callable[..., A
             ("a\x00b", ValueError),
             (5, TypeError),
             (b"key", TypeError),
+            ("__send:0f4b", ValueError),  # the keys of wf.send_event's own sends
         ):
             with pytest.raises(error, match="dedup"):
                 await engine.send_event(run_id, "item", 1, dedup=bad)  # type: ignore[arg-type]

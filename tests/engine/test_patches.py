@@ -290,3 +290,49 @@ async def test_a_patch_id_must_be_a_plain_name(engine_factory, bad: Any, error: 
     async with engine_factory(_app(Counter(), body)) as engine:
         out = await engine.run("order", timeout=10)
         assert out.startswith("refused: patch name")
+
+
+@pytest.mark.parametrize("patched", [False, True])
+async def test_a_step_inserted_before_one_reached_through_a_replayed_sibling(
+    engine_factory, patched: bool
+) -> None:
+    """``c`` was reached after ``b``, which a sibling task replays before the inserted
+    step is reached: ``c`` still comes after the inserted step's point, so the step may
+    not run there (it would run after ``c``, out of order)."""
+    counter = Counter()
+
+    def flow(inserted: bool) -> Body:
+        async def body(wf: plait.Workflow, c: Counter) -> list[Any]:
+            a = await wf.do("a", _step(c, "a"))
+
+            async def sibling() -> str:
+                return await wf.do("b", _step(c, "b"))
+
+            task = asyncio.ensure_future(sibling())
+            await asyncio.sleep(0)  # the sibling reaches "b" first
+            x = None
+            if inserted and (not patched or wf.patched("x")):
+                x = await wf.do("x", _step(c, "x"))
+            b = await task
+            last = await wf.do("c", _step(c, "c"))
+            go = await wf.wait_for_event("shipped")
+            return [a, b, x, last, go]
+
+        return body
+
+    async with engine_factory(_app(counter, flow(False))) as engine:
+        run_id = await engine.start("order")
+        await eventually(
+            lambda: _has_kind(engine, run_id, "event"), what="the run waits for its event"
+        )
+    async with engine_factory(_app(counter, flow(True))) as engine:
+        (checked,) = await engine.check()
+        assert checked.ok is patched, checked
+        run = await _finish(engine, run_id)
+        assert counter["x"] == 0
+        if patched:
+            assert run.status == "completed", run.error
+            assert run.output == ["a", "b", None, "c", "yes"]
+        else:
+            assert run.status == "failed" and run.error["code"] == "VERSION_CONFLICT"
+            assert "'x'" in run.error["message"] and "'c'" in run.error["message"]

@@ -98,9 +98,12 @@ async def test_each_send_is_keyed_by_its_steps_invocation_id(
         sender = await engine.start("send_to", receiver)
         assert (await engine.wait(sender, timeout=30)).output == "sent"
         (step,) = [s for s in await engine.get_steps(sender) if s.kind == "send_event"]
-        # the event holds the step's invocation id as its key: the same send again
-        # (a batch applied twice) stores nothing
-        assert await engine.send_event(receiver, "item", "hello", dedup=step.invocation_id) is False
+        # the event's key is the step's invocation id, in plait's own keys: the same send
+        # again (a batch applied twice) stores nothing, and no sender may give that key
+        own_key = f"__send:{step.invocation_id}"
+        assert await engine.store.send_event(receiver, "item", '"hello"', own_key) is False
+        with pytest.raises(ValueError, match="dedup"):
+            await engine.send_event(receiver, "item", "forged", dedup=own_key)
         await engine.send_event(receiver, "item", "stop")
         assert (await engine.wait(receiver, timeout=30)).output == ["hello"]
 

@@ -84,7 +84,8 @@ async def test_an_event_sent_three_times_with_one_key_is_taken_once(
 async def test_a_bad_key_is_422_naming_dedup(engine: plait.Engine, clients: dict[str, Any]) -> None:
     alice = clients["alice"]
     run_id = await _start(alice, "later")
-    for query in ("dedup=", "dedup=" + "x" * 513, "dedup=a%00b", "dedup=a&dedup=b"):
+    queries = ("dedup=", "dedup=" + "x" * 513, "dedup=a%00b", "dedup=a&dedup=b", "dedup=__send:1")
+    for query in queries:
         sent = await alice.post(f"/api/runs/{run_id}/events/item?{query}", json=1)
         assert sent.status_code == 422, (query, sent.text)
         assert [p["field"] for p in sent.json()["error"]["problems"]] == ["dedup"]

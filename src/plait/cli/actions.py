@@ -7,7 +7,7 @@ import json
 
 import typer
 
-from plait import queues, request
+from plait import ids, queues, request
 from plait.cli.app import (
     RUN_ID_HELP,
     DatabaseOption,
@@ -105,7 +105,7 @@ def send_event(
         payload = parse_json(data, "--data")
         if dedup is not None:
             try:
-                queues.check_text(dedup, "dedup")
+                ids.check_event_dedup(queues.check_text(dedup, "dedup"))
             except ValueError as exc:
                 raise UsageError(f"--dedup: {exc}") from None
         async with make_engine(None, database) as engine:

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from plait import queues, serde
+from plait import ids, queues, serde
 from plait.durations import parse_duration
 from plait.engine.base import EngineBase, existing_id
 from plait.errors import (
@@ -124,7 +124,7 @@ class ActionsMixin(EngineBase):
             raise TypeError(f"event name must be a non-empty string, got {name!r}")
         check_name(name, "event name")
         if dedup is not None:
-            queues.check_text(dedup, "dedup")
+            ids.check_event_dedup(queues.check_text(dedup, "dedup"))
         existing_id(run_id)
         if name.startswith("__"):
             raise ValueError(

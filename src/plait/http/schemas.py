@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from starlette.requests import Request
 
-from plait import queues, request, schedules, serde
+from plait import ids, queues, request, schedules, serde
 from plait.http.problems import ApiError, invalid, validate
 from plait.ids import (
     CALLER_RUN_ID_PATTERN,
@@ -227,7 +227,7 @@ def event_dedup(request: Request) -> str | None:
     try:
         if len(values) > 1:
             raise ValueError("dedup is given more than once")
-        return queues.check_text(values[0], "dedup")
+        return ids.check_event_dedup(queues.check_text(values[0], "dedup"))
     except ValueError as exc:
         raise invalid([{"field": "dedup", "message": str(exc)}], "query string") from None
 

@@ -379,29 +379,38 @@ class Ledger:
         self.unreached.discard(key)
 
     def ahead(self, key: str) -> str | None:
-        """The first recorded step the run reached, in the history of the task now at
-        ``key``, after the point where that task is: the history goes on past this point
-        (None: it ends here, or before).
+        """The first recorded step the run has not reached again in this pass that comes,
+        in the run's history, after the point where the task now at ``key`` is: the
+        history goes on past this point (None: it ends here, or before).
 
         A task is where the outcomes it has received put it (``reached``, see
-        ``runtime.order``); a recorded step comes after that point when it was reached
-        after one of those outcomes, or after a step that itself comes after it. Steps
-        another branch of a gather reached are not ahead of this one, so new code in one
-        branch does not depend on how far the others got. A step recorded before the
-        run stored what it was reached after counts as ahead of every point."""
+        ``runtime.order``). A recorded step comes after that point when it was reached
+        after one of those outcomes, or after a step that itself comes after it, reached
+        again in this pass or not (a sibling task may have replayed it already: what came
+        after it is still ahead). A step recorded before the run stored what it was
+        reached after counts as ahead of every point. Steps of another branch of a
+        gather that started from the same point count as ahead too: the record does not
+        tell branches apart, and taking a new step there for one that belongs after the
+        recorded ones would run it out of order without a word."""
         unreached = self.unreached
         if not unreached:
             return None
-        steps = self.steps
         behind = set(self.reached.get(key, ()))
         start = not behind
-        for step in sorted((steps[k] for k in unreached), key=_by_seq):
+        later = set(behind)
+        for step in sorted(self.steps.values(), key=_by_seq):
+            if step.key == key or step.kind == PATCH_KIND:
+                continue
             after = step.reached_after
             if after is None:
-                return step.key
+                if step.key in unreached:
+                    return step.key
+                continue
             keys: list[str] = serde.loads(after)
-            if (start and not keys) or not behind.isdisjoint(keys):
-                return step.key
+            if (start and not keys) or not later.isdisjoint(keys):
+                if step.key in unreached:
+                    return step.key
+                later.add(step.key)
         return None
 
     def _check_new(self, key: str) -> None:

@@ -673,9 +673,11 @@ def publish_value(step: StepRow, key: str, value: str | None, now: float) -> lis
 def send_event(step: StepRow, run_id: str, name: str, payload: str | None, now: float) -> list[Op]:
     """``wf.send_event``: the step succeeds with the event stored for ``run_id``, both in
     one commit, so a crash leaves both or neither. The event's de-duplication key is the
-    step's invocation id: a commit applied twice (its answer lost) still sends once."""
+    step's invocation id, in plait's own space of keys (no sender may give one there): a
+    commit applied twice (its answer lost) still sends once."""
     step.status, step.output, step.updated_at = "succeeded", None, now
-    return [_put(step), SendEvent(run_id, name, payload, step.invocation_id)]
+    dedup = f"{ids.SEND_DEDUP_PREFIX}{step.invocation_id}"
+    return [_put(step), SendEvent(run_id, name, payload, dedup)]
 
 
 def refuse_send(step: StepRow, message: str, now: float) -> list[Op]:

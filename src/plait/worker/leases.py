@@ -56,14 +56,18 @@ class Leases(WorkerState):
         """Cancel the bodies of jobs this process no longer holds: the workflow cancelled
         their steps (its pass deleted the job), or another worker took them. Their ends
         would be refused; a sync body runs on to its end in its thread all the same."""
+        asked = dict(self.attempting)
         try:
-            lost = await self.store.lost_jobs(self.owner, sorted(self.attempting))
+            lost = await self.store.lost_jobs(self.owner, sorted(asked))
         except Exception:
             log.exception("checking the jobs in hand failed")
             return
         for key in lost:
-            task = self.attempting.pop(key, None)
-            if task is not None:
+            # only the attempt asked about: while the store answered, it may have ended
+            # and the step's next attempt (same key) begun here, which this worker holds
+            task = self.attempting.get(key)
+            if task is not None and task is asked.get(key):
+                del self.attempting[key]
                 task.cancel()
 
     def cancel_local(self, run_ids: list[str] | set[str]) -> None:
