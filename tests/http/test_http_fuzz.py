@@ -181,6 +181,10 @@ def known_requests(live: LiveServer, operation: Any) -> list[Known]:
         if path.endswith("/stream"):
             # a stream lasts as long as its run waits: only settled runs end theirs
             runs = {kind: run for kind, run in runs.items() if SEEDS[kind][1] is None}
+        if path.endswith("/requests/{name}"):
+            # a request waits its timeout (up to minutes) for a live run to answer, a
+            # suspended one too: only ended runs answer at once (409)
+            runs = {kind: run for kind, run in runs.items() if kind in ("completed", "failed")}
         known = [Known({"run_id": run_id}) for run_id, _first in runs.values()]
         if path.endswith("/events/{name}"):
             known.append(Known({"run_id": runs["waiting"][0], "name": "go"}))

@@ -115,11 +115,11 @@ async def test_http_request_status_codes(
     assert ended.json()["error"]["code"] == "RUN_STATE_CONFLICT"
 
 
-async def test_an_unanswered_http_request_times_out_with_504(
+async def test_an_unanswered_http_request_times_out_with_409(
     clients: dict[str, httpx.AsyncClient],
 ) -> None:
     alice = clients["alice"]
     run_id = await _cart(alice)
     late = await alice.post(f"/api/runs/{run_id}/requests/other", json={"timeout": 0.2})
-    assert late.status_code == 504, late.text
+    assert late.status_code == 409, late.text
     assert late.json()["error"]["code"] == "REQUEST_TIMEOUT"

@@ -287,9 +287,10 @@ class Api:
 
     async def send_request(self, request: Request, principal: Principal) -> Response:
         """Send a request and wait for the workflow's answer: 200 with the reply. 409
-        when the workflow refuses it (with its ``reason``) or the run has ended, 422 when
-        its data does not fit the wait's schema (or the body is wrong), 504 when no
-        answer came within ``timeout`` (a request not taken by then is withdrawn)."""
+        when the workflow refuses it (with its ``reason``), the run has ended, or no
+        answer came within ``timeout`` (code ``REQUEST_TIMEOUT``; a request not taken by
+        then is withdrawn): the run's state, not a fault of the server. 422 when its data
+        does not fit the wait's schema (or the body is wrong)."""
         run = await self._readable_run(request, principal)
         name = path_name(request, "request")
         body: SendRequest = validate(SendRequest, await json_body(request, empty={}))
@@ -298,7 +299,7 @@ class Api:
         except RequestRefused as exc:
             raise ApiError(409, exc.code, str(exc), extra={"reason": exc.reason}) from None
         except TimeoutError as exc:
-            raise ApiError(504, REQUEST_TIMEOUT, str(exc)) from None
+            raise ApiError(409, REQUEST_TIMEOUT, str(exc)) from None
         except (TypeError, ValueError) as exc:
             mapped = from_plait(exc)
             if mapped is not None:

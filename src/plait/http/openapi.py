@@ -428,16 +428,13 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
                             ),
                             "the workflow's reply",
                         ),
-                        "409": _json(
-                            _ref("Problem"),
-                            "the workflow refused the request (`reason` says why), or the"
-                            " run has ended",
-                        ),
-                        "504": _json(
-                            _ref("Problem"),
-                            "no answer within `timeout`; a request not taken by then is"
-                            " withdrawn, so the workflow never sees it",
-                        ),
+                        "409": {
+                            "description": "the workflow refused the request (`reason`"
+                            " says why), the run has ended, or no answer came within"
+                            " `timeout` (code `REQUEST_TIMEOUT`; a request not taken by"
+                            " then is withdrawn, so the workflow never sees it)",
+                            "content": {PROBLEM_JSON: {"schema": _ref("Problem")}},
+                        },
                         **_errors(*_CHANGES, 404, 422),
                     },
                 }
