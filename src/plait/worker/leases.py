@@ -65,10 +65,11 @@ class Leases(WorkerState):
         for key in lost:
             # only the attempt asked about: while the store answered, it may have ended
             # and the step's next attempt (same key) begun here, which this worker holds
-            task = self.attempting.get(key)
-            if task is not None and task is asked.get(key):
+            task = asked.get(key)
+            current = self.attempting.get(key)
+            if task is not None and current is not None and current is task:
                 del self.attempting[key]
-                task.cancel()
+                current.cancel()
 
     def cancel_local(self, run_ids: list[str] | set[str]) -> None:
         """Stop in-process work of cancelled runs right away."""
