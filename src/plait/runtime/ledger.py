@@ -378,10 +378,10 @@ class Ledger:
         """A recorded step the code reached again, checked by its caller."""
         self.unreached.discard(key)
 
-    def ahead(self, key: str) -> str | None:
+    def ahead(self, known: tuple[str, ...]) -> str | None:
         """The first recorded step the run has not reached again in this pass that comes,
-        in the run's history, after the point where the task now at ``key`` is: the
-        history goes on past this point (None: it ends here, or before).
+        in the run's history, after the point where a task that received the outcomes
+        ``known`` is: the history goes on past this point (None: it ends here, or before).
 
         A task is where the outcomes it has received put it (``reached``, see
         ``runtime.order``). A recorded step comes after that point when it was reached
@@ -395,11 +395,10 @@ class Ledger:
         unreached = self.unreached
         if not unreached:
             return None
-        behind = set(self.reached.get(key, ()))
-        start = not behind
-        later = set(behind)
+        start = not known
+        later = set(known)
         for step in sorted(self.steps.values(), key=_by_seq):
-            if step.key == key or step.kind == PATCH_KIND:
+            if step.kind == PATCH_KIND:
                 continue
             after = step.reached_after
             if after is None:
@@ -420,7 +419,7 @@ class Ledger:
         deterministic), and running it would do out of order what the old code never
         did. The run stops with a ``VERSION_CONFLICT`` naming both steps; ``wf.patched``
         is the way to insert a step that old runs skip."""
-        first = self.ahead(key)
+        first = self.ahead(self.reached.get(key, ()))
         if first is None:
             return
         where = "in this version of" if self.foreign_version else "in"

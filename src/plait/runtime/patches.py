@@ -22,10 +22,9 @@ def patched(ledger: Ledger, known: tuple[str, ...], key: str, patch_id: str) -> 
     if step is not None:
         ledger.check_same(step, steps.PATCH_KIND, None)
         return True
-    ledger.reached[key] = known
-    if ledger.ahead(key) is not None:
-        del ledger.reached[key]
+    if ledger.ahead(known) is not None:
         return False
+    ledger.reached[key] = known  # recorded with the marker, which changes no one's point
     step = ledger.new_step(key, key, steps.PATCH_KIND, input=serde.dumps({"patch": patch_id}))
     ledger.add(steps.mark_patch(step, ledger.now()))
     return True

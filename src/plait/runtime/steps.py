@@ -554,14 +554,29 @@ def fire_timer(step: StepRow, now: float) -> list[Op] | None:
     return [_put(step), ClearTimer(step.key)]
 
 
-def wait_event(step: StepRow, timeout: float | None, now: float) -> list[Op]:
-    """A new event step, with a durable timer for its timeout (kept on the step, so a
-    retried run waits again as long)."""
+def _open_wait(step: StepRow, timeout: float | None, now: float, timer: str) -> list[Op]:
+    """A new wait (an event's, a request's), with a durable timer of kind ``timer`` for
+    its timeout (kept on the step, so a retried run waits again as long)."""
     step.status, step.timeout = "scheduled", timeout
     if timeout is None:
         return [_put(step)]
     step.wake_at = now + timeout
-    return [_put(step), SetTimer(step.key, "event_timeout", step.wake_at)]
+    return [_put(step), SetTimer(step.key, timer, step.wake_at)]
+
+
+def _time_out(step: StepRow, error: str, now: float) -> list[Op] | None:
+    """The writes of a wait whose timeout passed (it fails with ``error``), or None while
+    it has not."""
+    if step.wake_at is None or step.wake_at > now:
+        return None
+    step.status, step.error, step.updated_at = "failed", error, now
+    return [_put(step), ClearTimer(step.key)]
+
+
+def wait_event(step: StepRow, timeout: float | None, now: float) -> list[Op]:
+    """A new event step, with a durable timer for its timeout (kept on the step, so a
+    retried run waits again as long)."""
+    return _open_wait(step, timeout, now, "event_timeout")
 
 
 def consume_event(step: StepRow, event_id: int, payload: str | None, now: float) -> list[Op]:
@@ -575,10 +590,7 @@ def consume_event(step: StepRow, event_id: int, payload: str | None, now: float)
 
 def time_out_event(step: StepRow, name: str, now: float) -> list[Op] | None:
     """The writes of an event wait whose timeout passed, or None while it has not."""
-    if step.wake_at is None or step.wake_at > now:
-        return None
-    step.status, step.error, step.updated_at = "failed", event_timeout_error(name), now
-    return [_put(step), ClearTimer(step.key)]
+    return _time_out(step, event_timeout_error(name), now)
 
 
 # -- requests -----------------------------------------------------------------------------
@@ -601,11 +613,7 @@ def request_timeout_error(name: str) -> str:
 def wait_request(step: StepRow, timeout: float | None, now: float) -> list[Op]:
     """A new wait for a request, with a durable timer for its timeout (kept on the step,
     so a retried run waits again as long)."""
-    step.status, step.timeout = "scheduled", timeout
-    if timeout is None:
-        return [_put(step)]
-    step.wake_at = now + timeout
-    return [_put(step), SetTimer(step.key, "request_timeout", step.wake_at)]
+    return _open_wait(step, timeout, now, "request_timeout")
 
 
 def take_request(step: StepRow, request_id: int, data: str | None, now: float) -> list[Op]:
@@ -627,10 +635,7 @@ def refuse_sent_request(request_id: int, refusal: str) -> list[Op]:
 
 def time_out_request(step: StepRow, name: str, now: float) -> list[Op] | None:
     """The writes of a wait for a request whose timeout passed, or None while it has not."""
-    if step.wake_at is None or step.wake_at > now:
-        return None
-    step.status, step.error, step.updated_at = "failed", request_timeout_error(name), now
-    return [_put(step), ClearTimer(step.key)]
+    return _time_out(step, request_timeout_error(name), now)
 
 
 def answer_request(
