@@ -71,6 +71,8 @@ async def _check_race(engine: plait.Engine, lines: list[tuple[str, float]]) -> N
         what=lambda: f"the body's cancel (lines: {lines})",
     )
     assert cancelled - started < DEADLINE + LEASE / 4 + SLACK, cancelled - started
+    print(f"a {DEADLINE} s deadline won the race: run ended after {took:.3f} s, the loser's body")
+    print(f"cancelled after {cancelled - started:.3f} s (lease {LEASE} s)")
     assert "finished" not in [what for what, _ in lines]
     steps = {s.key: s for s in await engine.get_steps(run_id)}
     assert steps["slow"].status == "failed"
