@@ -43,6 +43,8 @@ def step_label(key: str, kind: str) -> str:
     key, so it is written once, here."""
     if kind == "approval":
         return f"approval: {key.removeprefix('__approval:')}"
+    if kind == "set_tags":
+        return "set tags"
     if kind == "set_value":
         return f"set value: {key.removeprefix('__value:')}"
     if kind == "suspend":
@@ -108,6 +110,8 @@ class Run(_Record, Generic[Output]):
     #: the seconds from the run's start to its deadline, which a retry counts again from
     #: the retry (a child's is its own deadline's, its parent's cap included), else None
     timeout: float | None = None
+    #: its tags (``engine.start(tags=)``, the workflow's, ``wf.set_tags``, its parent's)
+    tags: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +136,8 @@ class RunSummary(_Record):
     start_at: datetime | None = None
     #: how many child runs it has (that the reader may see)
     children: int = 0
+    #: its tags
+    tags: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

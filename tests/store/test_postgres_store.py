@@ -103,6 +103,7 @@ async def test_schema_option_keeps_tenants_apart(pg_url: str) -> None:
         "jobs",
         "queue_admissions",
         "requests",
+        "run_tags",
         "run_values",
         "runs",
         "schedules",

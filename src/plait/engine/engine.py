@@ -10,12 +10,13 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal, Self, TypedDict, TypeVar, Unpack, overload
 
 from plait import serde
+from plait import tags as tags_rules
 from plait.app import App
 from plait.catalog import Catalog
 from plait.clock import SYSTEM_CLOCK, Clock
@@ -81,6 +82,7 @@ class StartOptions(TypedDict, total=False):
     dedup: str | None
     delay: Duration | None
     start_at: datetime | None
+    tags: Mapping[str, str] | None
 
 
 def workflow_name(workflow: WorkflowRef) -> str:
@@ -299,6 +301,7 @@ class Engine(
         delay: float | str | timedelta | None = None,
         start_at: datetime | None = None,
         timeout: float | str | timedelta | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> str:
         """Create a durable run and return its id. ``run_id`` is an idempotency key: the
         same id again returns the existing run without a second one.
@@ -312,6 +315,9 @@ class Engine(
         ``timeout`` (default: the workflow's own ``timeout``) is the run's deadline,
         counted from its start (a delayed run: from its start time): once it passes, the
         run fails ``RUN_TIMEOUT`` wherever it is, queued, running, waiting or suspended.
+
+        ``tags`` (``{"customer": "acme"}``) are merged over the workflow's own
+        (``@app.workflow(tags=)``); ``list_runs(tags=...)`` finds the run by them.
         """
         run_id, _fresh = await self._start(
             name,
@@ -327,6 +333,7 @@ class Engine(
             delay=delay,
             start_at=start_at,
             deadline=timeout,
+            tags=tags,
         )
         return run_id
 
@@ -354,6 +361,7 @@ class Engine(
         if start_node is not None and kind != "graph":
             raise ValueError(f"start_node applies to graph workflows; {name!r} is code")
         timeout = run_timeout(deadline, what="timeout")
+        given_tags = tags_rules.check(options.get("tags"), "tags")
         flow = self._flow_options(
             name,
             options.get("queue"),
@@ -377,6 +385,8 @@ class Engine(
         wdef = self.app.workflows.get(name) if kind == "workflow" else None
         if timeout is None and wdef is not None:
             timeout = wdef.timeout
+        run_tags = tags_rules.merge(None if wdef is None else wdef.tags, given_tags)
+        tags_rules.limit(run_tags, f"the tags of a run of {name!r}")
         starts = flow["not_before"] or self.clock.now()
         if wdef is not None and wdef.input_codec is not None:
             wdef.decode_input(payload)  # bad input is refused here, not by a failed run
@@ -398,6 +408,7 @@ class Engine(
             trace=None if telemetry is None else telemetry.run_created(run_id, name),
             deadline_at=runs.deadline(starts, timeout),
             timeout=timeout,
+            tags=tags_rules.dumps(run_tags),
             **flow,
         )
         run, created = await self.store.create_run(new)
@@ -540,11 +551,14 @@ class Engine(
         owner: str | None = None,
         visible_to: str | None = None,
         hide_continued: bool = False,
+        tags: Mapping[str, str] | None = None,
+        queue: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[Run]:
         """Runs newest first. ``hide_continued`` leaves out the runs that continued as
-        new: of each chain, only its last run is listed."""
+        new: of each chain, only its last run is listed. ``tags`` lists the runs that
+        carry every pair given (through an index on both stores)."""
         runs, _total = await self.count_runs(
             workflow=workflow,
             status=status,
@@ -552,6 +566,8 @@ class Engine(
             owner=owner,
             visible_to=visible_to,
             hide_continued=hide_continued,
+            tags=tags,
+            queue=queue,
             limit=limit,
             offset=offset,
         )

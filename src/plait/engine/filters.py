@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from plait import tags as tag_rules
 from plait.records import RunStatus
 from plait.store.rows import RunFilter
 
@@ -27,7 +28,19 @@ def run_filter(filters: dict[str, Any]) -> RunFilter:
             raise ValueError(f"invalid {name}: {value!r}")
         if value > _MAX_PAGE_NUMBER:
             raise ValueError(f"invalid {name}: {value!r} (at most {_MAX_PAGE_NUMBER})")
-    for name in ("workflow", "version", "owner", "visible_to", "parent_run_id", "id_contains"):
+    tags = filters.get("tags")
+    if tags is not None:
+        checked = tag_rules.check(tags, "tags filter")
+        filters["tags"] = tuple(sorted(checked.items())) or None
+    for name in (
+        "workflow",
+        "version",
+        "owner",
+        "visible_to",
+        "parent_run_id",
+        "id_contains",
+        "queue",
+    ):
         value = filters.get(name)
         if value is not None and (not isinstance(value, str) or "\x00" in value):
             raise ValueError(f"invalid {name} filter: {value!r}")

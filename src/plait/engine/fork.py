@@ -122,6 +122,7 @@ class ForkMixin(EngineBase):
             queue_key=source.queue_key,
             priority=source.priority,
             scheduled_at=source.scheduled_at,
+            tags=source.tags,
             trace=None
             if self.telemetry is None
             else self.telemetry.run_created(new_id, source.workflow),

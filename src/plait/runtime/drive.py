@@ -308,6 +308,7 @@ class Driver:
                                 ledger.now(), timeout, ledger.run.deadline_at
                             ),
                             timeout=runs.timeout_of(ledger.now(), timeout, ledger.run.deadline_at),
+                            tags=runs.inherited_tags(ledger.run.tags, wdef),
                         )
                     )
                 ]

@@ -24,6 +24,7 @@ from typing import Any, cast
 import pydantic
 
 from plait import approval, errors, serde
+from plait import tags as tag_rules
 from plait.app import FunctionDef, WorkflowDef
 from plait.cancel_guard import uncancelled
 from plait.durations import parse_duration
@@ -232,6 +233,23 @@ class CodeReplay:
         step = ledger.new_step(key, key, "set_value", input=serde.dumps({"key": name}))
         ledger.add(steps.publish_value(step, name, value, ledger.now()))
         ledger.published = True
+
+    def set_tags(self, key: str, tags: dict[str, str]) -> None:
+        """Merge ``tags`` into the run's tags once, when the run first gets here
+        (``wf.set_tags``); a replay finds the step recorded and writes nothing again.
+        ``ValueError`` if the run would carry more than ``plait.tags.MAX_TAGS``."""
+        ledger = self.ledger
+        self.order.reached_now(key)
+        step = ledger.steps.get(key)
+        if step is not None:
+            ledger.check_same(step, "set_tags", None)
+            return
+        merged = tag_rules.merge(tag_rules.loads(ledger.run.tags), tags)
+        tag_rules.limit(merged, "the run's tags")
+        text = tag_rules.dumps(tags) or "{}"
+        step = ledger.new_step(key, key, "set_tags", input=text)
+        ledger.add(steps.record_tags(step, text, ledger.now()))
+        ledger.run.tags = tag_rules.dumps(merged)
 
     def value(self, key: str, make: Callable[[], Any]) -> Any:
         """A value recorded once and replayed ever after (``wf.now()``, ``wf.uuid()``)."""

@@ -40,6 +40,8 @@ from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
 from plait import errors, serde
+from plait import tags as tag_rules
+from plait.app import WorkflowDef
 from plait.errors import Cancel, StepError
 from plait.runtime import steps
 from plait.runtime.control_flow import PauseSignal, SuspendSignal, Unwind
@@ -65,6 +67,17 @@ def initial_status(waits_for_admission: bool) -> RunStatusName:
 
 #: a queued run's status once its queue admits it (the worker's admission)
 ADMITTED: RunStatusName = "running"
+
+
+def inherited_tags(parent: str | None, wdef: WorkflowDef | None) -> str | None:
+    """A child run's tags (stored JSON): its workflow's own (``@app.workflow(tags=)``)
+    with its parent's ``parent`` merged over them; the parent's alone if the two make
+    more than ``plait.tags.MAX_TAGS``."""
+    own = {} if wdef is None else dict(wdef.tags)
+    merged = tag_rules.merge(own, tag_rules.loads(parent))
+    if len(merged) > tag_rules.MAX_TAGS:
+        return parent
+    return tag_rules.dumps(merged)
 
 
 # -- the end of a pass --------------------------------------------------------------------
@@ -119,7 +132,7 @@ def continued(run: RunRow, new_id: str, input: str | None, version: str | None) 
     parent's link (the parent's step waits for the new run). A run its queue admitted
     waits for admission again, as a start does (it gave its slot back as it ended); a
     child that runs beside a parent of its queue without admission
-    (``drive.Driver.child``) goes on at once, as it started."""
+    (``drive.Driver.child``) goes on at once, as it started. It carries the run's tags."""
     successor = NewRun(
         id=new_id,
         workflow=run.workflow,
@@ -137,6 +150,7 @@ def continued(run: RunRow, new_id: str, input: str | None, version: str | None) 
         trace=run.trace,
         deadline_at=run.deadline_at,
         timeout=run.timeout,
+        tags=run.tags,
     )
     return EndRun(CONTINUED, successor=successor)
 

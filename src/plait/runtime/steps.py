@@ -34,6 +34,7 @@ from plait.store.ops import (
     Op,
     PutStep,
     SendEvent,
+    SetTags,
     SetTimer,
     SetValue,
     StartAttempt,
@@ -673,6 +674,14 @@ def publish_value(step: StepRow, key: str, value: str | None, now: float) -> lis
     nothing again, and never puts an older value back), and published with it."""
     step.status, step.output, step.updated_at = "succeeded", value, now
     return [_put(step), SetValue(key, value)]
+
+
+def record_tags(step: StepRow, tags: str, now: float) -> list[Op]:
+    """``wf.set_tags``: recorded as a step on first reach (so a replay merges nothing
+    again, and never puts an older value of a key back), with the tags merged into the
+    run's in the same commit."""
+    step.status, step.updated_at = "succeeded", now
+    return [_put(step), SetTags(tags)]
 
 
 def send_event(step: StepRow, run_id: str, name: str, payload: str | None, now: float) -> list[Op]:

@@ -7,13 +7,14 @@ import asyncio
 import contextvars
 import logging
 import re
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, NoReturn, Protocol, TypedDict, TypeVar, Unpack, overload
 
 import pydantic
 
 from plait import approval, ids, request, serde
+from plait import tags as tag_rules
 from plait.context import StepContext
 from plait.durations import Duration, parse_duration
 from plait.records import Decision
@@ -99,6 +100,8 @@ class Replay(Protocol):
     ) -> Coroutine[Any, Any, Any]: ...
 
     def set_value(self, key: str, name: str, value: str | None) -> None: ...
+
+    def set_tags(self, key: str, tags: dict[str, str]) -> None: ...
 
     def patched(self, key: str, patch_id: str) -> bool: ...
 
@@ -560,6 +563,19 @@ class Workflow:
         step_key = replay.key(f"__value:{key}")
         if step_key:  # none while a pass unwinds code that caught its Unwind
             replay.set_value(step_key, key, text)
+        return _published()
+
+    def set_tags(self, tags: Mapping[str, str]) -> Awaitable[None]:
+        """Merge ``tags`` into the run's tags (a key given again takes the new value), so
+        that ``list_runs(tags=...)`` finds the run by what it learnt while running (the
+        customer an order belongs to). Recorded once where the run first gets here: a
+        replay merges nothing again. ``ValueError`` names a bad key or value, or says the
+        run would carry more than 16 tags."""
+        checked = tag_rules.check(tags, "wf.set_tags")
+        replay = self._replay
+        step_key = replay.key("__tags")
+        if step_key:  # none while a pass unwinds code that caught its Unwind
+            replay.set_tags(step_key, checked)
         return _published()
 
     def patched(self, patch_id: str) -> bool:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from plait import serde
+from plait import serde, tags
 from plait.records import Run, RunStatus, RunSummary, Schedule, Step, StepAttempt, StepStatus
 from plait.store.rows import RunRow, ScheduleRow, StepRow, Version
 
@@ -63,6 +63,7 @@ def run_record(row: RunRow) -> Run:
         continued_to=row.continued_to,
         deadline_at=ts_or_none(row.deadline_at),
         timeout=row.timeout,
+        tags=tags.loads(row.tags),
     )
 
 
@@ -178,9 +179,10 @@ def version_record(row: Any) -> Version:
 def run_summary(row: Any) -> RunSummary:
     """A run summary from its columns: ``RunSummary``'s fields up to ``updated_at``, then
     queue, queue key, priority, scheduled_at, admitted_at, wake_at and the number of
-    children."""
+    children, then its tags."""
     (run_id, workflow, kind, status, version, owner, parent, created_at, updated_at) = row[:9]
     queue, key, priority, scheduled_at, admitted_at, wake_at = row[9:15]
+    stored_tags = row[16] if len(row) > 16 else None
     return RunSummary(
         id=run_id,
         workflow=workflow,
@@ -198,4 +200,5 @@ def run_summary(row: Any) -> RunSummary:
         admitted_at=ts_or_none(admitted_at),
         start_at=ts_or_none(wake_at) if status == "queued" else None,
         children=int(row[15]) if len(row) > 15 else 0,
+        tags=tags.loads(stored_tags),
     )

@@ -129,6 +129,14 @@ class SetValue:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class SetTags:
+    """Merge ``tags`` (a JSON object of str to str, ``plait.tags``) into the run's tags
+    (``wf.set_tags``): a key given again takes the new value."""
+
+    tags: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class GuardStep:
     """Refuse the whole batch (``GateClosedError``) unless the step's stored status is
     still ``status``: a pass closing an approval gate must not overwrite a decision that
@@ -268,6 +276,7 @@ Op = (
     | EndRun
     | CancelChildren
     | SetValue
+    | SetTags
     | GuardStep
     | TakeDecision
     | TakeRequest

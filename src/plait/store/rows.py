@@ -45,6 +45,8 @@ class NewRun:
     deadline_at: float | None = None
     #: the seconds from its start to ``deadline_at`` (``runs.timeout_of``); None: no deadline
     timeout: float | None = None
+    #: its tags (``plait.tags.dumps``: sorted JSON), or None for none
+    tags: str | None = None
 
 
 @dataclasses.dataclass
@@ -87,6 +89,8 @@ class RunRow:
     deadline_at: float | None = None
     #: the seconds its deadline was counted from its start with (a retry counts them again)
     timeout: float | None = None
+    #: its tags (JSON, ``plait.tags``), or None for none
+    tags: str | None = None
 
 
 @dataclasses.dataclass
@@ -255,6 +259,10 @@ class RunFilter:
     #: leave out the runs another run continues (``wf.continue_as_new``): of each chain,
     #: only its last run
     hide_continued: bool = False
+    #: runs of this queue
+    queue: str | None = None
+    #: runs that carry every one of these (key, value) pairs (``plait.tags``)
+    tags: tuple[tuple[str, str], ...] | None = None
     limit: int = 50
     offset: int = 0
 

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from plait import schedules, serde
+from plait import tags as tag_rules
 from plait.runtime import runs
 from plait.store.rows import NewRun, ScheduleRow
 from plait.worker.state import WorkerState
@@ -141,4 +142,5 @@ class Ticks(WorkerState):
             scheduled_at=tick,
             deadline_at=runs.deadline(self.clock.now(), timeout),
             timeout=timeout,
+            tags=None if wdef is None else tag_rules.dumps(wdef.tags),
         )

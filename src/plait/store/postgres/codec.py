@@ -89,6 +89,7 @@ _RUN_ADDED_FIELDS = (
     "continued_to",
     "deadline_at",
     "timeout",
+    "tags",
 )
 _STEP_FIELDS = len(dataclasses.fields(StepRow))
 
@@ -127,6 +128,7 @@ def new_run_value(n: NewRun) -> tuple[Any, ...]:
         n.trace,
         n.deadline_at,
         n.timeout,
+        n.tags,
     )
 
 
@@ -156,6 +158,9 @@ def filter_args(where: RunFilter) -> tuple[Any, ...]:
         where.created_before,
         where.top_level,
         where.hide_continued,
+        where.queue,
+        None if where.tags is None else [key for key, _ in where.tags],
+        None if where.tags is None else [value for _, value in where.tags],
     )
 
 

@@ -33,6 +33,7 @@ from plait.store.ops import (
     RecordVersion,
     SendEvent,
     SetState,
+    SetTags,
     SetTimer,
     SetValue,
     StartAttempt,
@@ -108,6 +109,8 @@ def op_value(op: Op) -> tuple[Any, ...]:
         return ("set_state", *(None,) * 4, op.value, *(None,) * 7, op.name, None, None)
     if isinstance(op, SetValue):
         return ("set_value", *(None,) * 4, op.value, *(None,) * 7, op.key, None, None)
+    if isinstance(op, SetTags):
+        return ("set_tags", *(None,) * 4, op.tags, *(None,) * 10)
     if isinstance(op, RecordVersion):
         return ("record_version", *(None,) * 12, op.version, None, None)
     if isinstance(op, SendEvent):

@@ -33,6 +33,7 @@ from plait.store.ops import (
     RecordVersion,
     SendEvent,
     SetState,
+    SetTags,
     SetTimer,
     SetValue,
     StartAttempt,
@@ -98,6 +99,8 @@ def _apply_rare(conn: sqlite3.Connection, run_id: str, op: Op, now: float) -> No
         cancel_job(conn, run_id, op, now)
     elif isinstance(op, SetValue):
         conn.execute(SQL["set_value"], (run_id, op.key, op.value, now))
+    elif isinstance(op, SetTags):
+        put_tags(conn, run_id, op.tags)
     elif isinstance(op, SendEvent):
         store_event(conn, op.run_id, op.name, op.payload, op.dedup, now)
     elif isinstance(op, GuardStep):
@@ -187,9 +190,21 @@ def insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> bool:
             new.trace,
             new.deadline_at,
             new.timeout,
+            new.tags,
         ),
     )
-    return cur.rowcount == 1
+    if cur.rowcount != 1:
+        return False
+    if new.tags is not None:
+        conn.execute(SQL["put_run_tag_rows"], {"run": new.id, "tags": new.tags})
+    return True
+
+
+def put_tags(conn: sqlite3.Connection, run_id: str, tags: str) -> None:
+    """Merge ``tags`` (JSON) into the run's tags column and its rows of plait_run_tags."""
+    params = {"run": run_id, "tags": tags}
+    conn.execute(SQL["put_run_tags"], params)
+    conn.execute(SQL["put_run_tag_rows"], params)
 
 
 def load_run(conn: sqlite3.Connection, run_id: str) -> Run:

@@ -26,13 +26,14 @@ MAX_CHILDREN = 10_000
 _SELECT_RUN = SQL["select_run"]
 #: each filter's condition (a field of RunFilter: a condition on its named parameter)
 _RUN_FILTERS = dict(line.split(": ", 1) for line in SQL["run_filters"].splitlines() if ": " in line)
+_TAG_FILTER = SQL["tag_filter"].strip()
 _LISTING = {
     "count_runs": SQL["count_runs"],
     "list_runs": SQL["list_runs"],
     "list_run_summaries": SQL["list_run_summaries"],
 }
 #: listing statements by name and the filters they hold, made once per combination
-_LISTINGS: dict[tuple[str, tuple[str, ...]], str] = {}
+_LISTINGS: dict[tuple[str, tuple[str, ...], int], str] = {}
 
 
 def listing(name: str, where: RunFilter) -> tuple[str, dict[str, Any]]:
@@ -42,12 +43,22 @@ def listing(name: str, where: RunFilter) -> tuple[str, dict[str, Any]]:
     for bound in ("created_after", "created_before"):
         if params[bound] is not None:
             params[bound] = _microsecond_edge(params[bound])
+    pairs = params.pop("tags") or ()
+    for i, (key, value) in enumerate(pairs):
+        params[f"tag_key_{i}"], params[f"tag_value_{i}"] = key, value
     given = tuple(f for f in _RUN_FILTERS if params[f] not in (None, False))
-    sql = _LISTINGS.get((name, given))
+    sql = _LISTINGS.get((name, given, len(pairs)))
     if sql is None:
         conditions = "".join(f"{_RUN_FILTERS[f]} AND " for f in given)
-        sql = _LISTINGS[(name, given)] = _LISTING[name].replace("/*filters*/ ", conditions)
+        conditions += "".join(f"{_tag_condition(i)} AND " for i in range(len(pairs)))
+        sql = _LISTING[name].replace("/*filters*/ ", conditions)
+        _LISTINGS[(name, given, len(pairs))] = sql
     return sql, params
+
+
+def _tag_condition(i: int) -> str:
+    """The condition of the ``i``th tag pair of a filter (``tag_filter``)."""
+    return _TAG_FILTER.replace("_N", f"_{i}")
 
 
 def _microsecond_edge(when: float) -> float:

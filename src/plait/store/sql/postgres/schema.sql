@@ -58,7 +58,9 @@ CREATE TABLE @schema@.runs (
     deadline_at     timestamptz,
     -- the seconds from its start to deadline_at: a retry (or a resume past it) gives the
     -- run a deadline this far from then; NULL: no deadline
-    timeout         double precision
+    timeout         double precision,
+    -- its tags (a JSON object of str to str; plait.tags), mirrored in run_tags; NULL: none
+    tags            jsonb
 ) WITH (fillfactor = 80);
 ALTER SEQUENCE @schema@.runs_start_seq OWNED BY @schema@.runs.start_seq;
 
@@ -195,6 +197,15 @@ CREATE TABLE @schema@.run_values (
     PRIMARY KEY (run_id, key)
 );
 
+-- A run's tags, one row per (key, value), written with the run's tags column: the index
+-- on (key, value, run_id) finds the runs of a tag (list_runs(tags=...)).
+CREATE TABLE @schema@.run_tags (
+    run_id text NOT NULL,
+    key    text NOT NULL,
+    value  text NOT NULL,
+    PRIMARY KEY (run_id, key)
+);
+
 -- The versions of each workflow and graph, and who registered each graph version.
 CREATE TABLE @schema@.workflow_versions (
     workflow      text NOT NULL,
@@ -262,7 +273,8 @@ CREATE TYPE @schema@.new_run AS (
     scheduled_at    timestamptz,
     trace           text,
     deadline_at     timestamptz,
-    timeout         double precision
+    timeout         double precision,
+    tags            jsonb
 );
 
 -- How a parent's step ends when its child run ends (plait.store.ops.StepEnd).
@@ -341,6 +353,7 @@ CREATE INDEX events_run ON @schema@.events (run_id);
 -- the requests a pass may take, oldest first; a pruned run's requests go by run
 CREATE INDEX requests_sent ON @schema@.requests (run_id, id) WHERE status = 'sent';
 CREATE INDEX requests_run ON @schema@.requests (run_id);
+CREATE INDEX run_tags_pair ON @schema@.run_tags (key, value, run_id);
 -- a run takes an event of a de-duplication key once, held or consumed: a second send of
 -- the key stores nothing (the insert's conflict), whichever process sends it
 CREATE UNIQUE INDEX events_dedup ON @schema@.events (run_id, dedup) WHERE dedup IS NOT NULL;

@@ -67,9 +67,18 @@ ON CONFLICT (id) DO UPDATE SET version = excluded.version
 INSERT INTO plait_runs (id, workflow, kind, version, status, input, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, trace,
-    deadline_at, timeout)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    deadline_at, timeout, tags)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT DO NOTHING
+
+-- name: put_run_tags
+-- A run's tags (a JSON object) merged into its row and its plait_run_tags rows.
+UPDATE plait_runs SET tags = json_patch(coalesce(tags, '{}'), :tags) WHERE id = :run
+
+-- name: put_run_tag_rows
+INSERT INTO plait_run_tags (run_id, key, value)
+SELECT :run, key, value FROM json_each(:tags) WHERE true
+ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value
 
 -- name: live_dedup_run
 SELECT id FROM plait_runs
@@ -80,7 +89,7 @@ SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
     forked_from, trace, continued_from, continued_to, deadline_at,
-    timeout
+    timeout, tags
 FROM plait_runs WHERE id = ?
 
 -- name: run_statuses
@@ -91,7 +100,8 @@ SELECT id, status FROM plait_runs WHERE id IN (SELECT value FROM json_each(?))
 SELECT status FROM plait_runs WHERE id = ?
 
 -- name: run_filters
--- The condition of each filter of store.rows.RunFilter. The listing statements below hold
+-- The condition of each filter of store.rows.RunFilter (tags aside: runs.listing adds one
+-- tag_filter per pair). The listing statements below hold
 -- only the conditions of the filters given (in place of /*filters*/): SQLite's planner
 -- cannot use an index for a term like (:x IS NULL OR column = :x), and would walk every
 -- run newest first to fill a page.
@@ -106,6 +116,12 @@ created_after: created_at >= :created_after
 created_before: created_at < :created_before
 top_level: parent_run_id IS NULL
 hide_continued: continued_to IS NULL
+queue: queue = :queue
+
+-- name: tag_filter
+-- The condition of the Nth pair of RunFilter.tags (N filled in by runs.listing): the run
+-- carries it, found through plait_run_tags' (key, value, run_id) index.
+id IN (SELECT run_id FROM plait_run_tags WHERE key = :tag_key_N AND value = :tag_value_N)
 
 -- name: count_runs
 -- The filters given go in place of /*filters*/ (run_filters).
@@ -117,7 +133,7 @@ SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
     forked_from, trace, continued_from, continued_to, deadline_at,
-    timeout
+    timeout, tags
 FROM plait_runs
 WHERE /*filters*/ 1
 ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
@@ -128,7 +144,8 @@ ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
 SELECT id, workflow, kind, status, version, owner, parent_run_id, created_at, updated_at,
     queue, queue_key, priority, scheduled_at, admitted_at, wake_at,
     (SELECT count(*) FROM plait_runs c WHERE c.parent_run_id = plait_runs.id
-        AND (:visible_to IS NULL OR c.owner IS NULL OR c.owner = :visible_to)) AS children
+        AND (:visible_to IS NULL OR c.owner IS NULL OR c.owner = :visible_to)) AS children,
+    tags
 FROM plait_runs
 WHERE /*filters*/ 1
 ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
@@ -140,7 +157,7 @@ SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
     forked_from, trace, continued_from, continued_to, deadline_at,
-    timeout
+    timeout, tags
 FROM plait_runs WHERE parent_run_id = ?
 ORDER BY created_at DESC, id DESC LIMIT ?
 
@@ -883,6 +900,9 @@ DELETE FROM plait_state WHERE run_id IN (SELECT value FROM json_each(?))
 
 -- name: prune_values
 DELETE FROM plait_values WHERE run_id IN (SELECT value FROM json_each(?))
+
+-- name: prune_tags
+DELETE FROM plait_run_tags WHERE run_id IN (SELECT value FROM json_each(?))
 
 -- name: prune_runs
 DELETE FROM plait_runs WHERE id IN (SELECT value FROM json_each(?))

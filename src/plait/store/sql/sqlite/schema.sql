@@ -49,7 +49,10 @@ CREATE TABLE plait_runs (
     deadline_at     REAL,
     -- the seconds from its start to deadline_at: a retry (or a resume past it) gives the
     -- run a deadline this far from then; NULL: no deadline
-    timeout         REAL
+    timeout         REAL,
+    -- its tags (a JSON object of str to str; plait.tags), mirrored in plait_run_tags;
+    -- NULL: none
+    tags            TEXT
 );
 
 -- A step of a run, one row per step key, with its latest attempt on the row.
@@ -182,6 +185,15 @@ CREATE TABLE plait_values (
     PRIMARY KEY (run_id, key)
 ) WITHOUT ROWID;
 
+-- A run's tags, one row per (key, value), written with the run's tags column: the index
+-- on (key, value, run_id) finds the runs of a tag (list_runs(tags=...)).
+CREATE TABLE plait_run_tags (
+    run_id TEXT NOT NULL,
+    key    TEXT NOT NULL,
+    value  TEXT NOT NULL,
+    PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
+
 -- The versions of each workflow and graph, and who registered each graph version.
 CREATE TABLE plait_workflow_versions (
     workflow      TEXT NOT NULL,
@@ -258,6 +270,7 @@ CREATE INDEX plait_events_run ON plait_events (run_id);
 -- the requests a pass may take, oldest first; a pruned run's requests go by run
 CREATE INDEX plait_requests_sent ON plait_requests (run_id, id) WHERE status = 'sent';
 CREATE INDEX plait_requests_run ON plait_requests (run_id);
+CREATE INDEX plait_run_tags_pair ON plait_run_tags (key, value, run_id);
 -- a run takes an event of a de-duplication key once, held or consumed: a second send of
 -- the key stores nothing (the insert's conflict), whichever process sends it
 CREATE UNIQUE INDEX plait_events_dedup ON plait_events (run_id, dedup) WHERE dedup IS NOT NULL;

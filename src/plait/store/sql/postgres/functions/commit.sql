@@ -78,6 +78,8 @@ BEGIN
             ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value,
                 updated_at = excluded.updated_at;
             PERFORM pg_notify(@channel@, 'run:' || p_run);
+        WHEN 'set_tags' THEN
+            PERFORM @schema@.put_tags(p_run, o.output);
         WHEN 'record_version' THEN
             UPDATE @schema@.runs SET version = o.name WHERE id = p_run AND version IS NULL;
         WHEN 'send_event' THEN

@@ -49,21 +49,36 @@ BEGIN
     INSERT INTO @schema@.runs (id, workflow, kind, version, status, input, parent_run_id,
         parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
         lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, trace,
-        deadline_at, timeout)
+        deadline_at, timeout, tags)
     VALUES (n.id, n.workflow, n.kind, n.version, n.status, n.input, n.parent_run_id,
         n.parent_step_key, n.owner, n.start_node, p_now, p_now,
         greatest(p_now, coalesce(n.not_before, p_now)), 1, n.lease_owner,
         CASE WHEN leased THEN p_now + make_interval(secs => n.lease_seconds) END,
         n.queue, n.queue_key, coalesce(n.priority, 0), n.dedup, n.scheduled_at, n.trace,
-        n.deadline_at, n.timeout)
+        n.deadline_at, n.timeout, n.tags)
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
         RETURN false;
+    END IF;
+    IF n.tags IS NOT NULL THEN
+        INSERT INTO @schema@.run_tags (run_id, key, value)
+        SELECT n.id, t.key, t.value FROM jsonb_each_text(n.tags) t;
     END IF;
     IF NOT leased THEN
         PERFORM pg_notify(@channel@, 'work');
     END IF;
     RETURN true;
+END $$;
+
+-- Merge p_tags (a JSON object of str to str) into a run's tags: its column and its rows of
+-- run_tags (wf.set_tags).
+CREATE OR REPLACE FUNCTION @schema@.put_tags(p_run text, p_tags jsonb)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE @schema@.runs SET tags = coalesce(tags, '{}'::jsonb) || p_tags WHERE id = p_run;
+    INSERT INTO @schema@.run_tags (run_id, key, value)
+    SELECT p_run, t.key, t.value FROM jsonb_each_text(p_tags) t
+    ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value;
 END $$;
 
 -- create_run: the run with this id (or the live run holding its de-duplication key), and

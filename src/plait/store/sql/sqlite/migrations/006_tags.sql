@@ -1,0 +1,16 @@
+-- Run tags: a run's tags on its row (JSON, read with the run), and one row per tag in
+-- plait_run_tags, whose index on (key, value, run_id) finds the runs of a tag without a
+-- walk through every run.
+-- description: run tags
+
+ALTER TABLE plait_runs ADD COLUMN tags TEXT;
+
+-- A run's tags, one row per (key, value), written with the run's tags column.
+CREATE TABLE plait_run_tags (
+    run_id TEXT NOT NULL,
+    key    TEXT NOT NULL,
+    value  TEXT NOT NULL,
+    PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
+
+CREATE INDEX plait_run_tags_pair ON plait_run_tags (key, value, run_id);
