@@ -24,6 +24,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from plait import __version__, loading
+from plait import tags as tag_rules
 from plait.app import App
 from plait.cli.terminal import clean, esc, one_line
 from plait.durations import format_duration, parse_duration
@@ -212,6 +213,32 @@ def parse_time(text: str | None, what: str) -> datetime | None:
     if moment.tzinfo is None:
         raise UsageError(f"{what} {text!r} has no time zone (add Z or +02:00)")
     return moment
+
+
+#: the help of a repeatable ``--tag k=v`` option
+TAG_HELP = "A tag key=value (repeat the option for more): the run carries it."
+FILTER_TAG_HELP = "Only runs with this tag key=value (repeat: runs with every one)."
+
+
+def parse_tags(pairs: list[str] | None, option: str = "--tag") -> dict[str, str] | None:
+    """The tags of a repeatable ``--tag key=value`` option (None: none given); a bad one
+    is a usage error naming the option and what was given."""
+    if not pairs:
+        return None
+    found: dict[str, str] = {}
+    for pair in pairs:
+        try:
+            key, value = tag_rules.parse_pair(pair, "=", option)
+        except ValueError as exc:
+            fail(str(exc))
+            raise
+        found[key] = value
+    try:
+        tag_rules.limit(found, option)
+    except ValueError as exc:
+        fail(str(exc))
+        raise
+    return found
 
 
 def positive_duration(text: str, option: str) -> float:

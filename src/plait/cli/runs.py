@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from plait.cli.app import (
+    FILTER_TAG_HELP,
     RUN_ID_HELP,
     DatabaseOption,
     JsonOption,
@@ -18,6 +19,7 @@ from plait.cli.app import (
     emit_json,
     find_run_id,
     make_engine,
+    parse_tags,
     positive_duration,
     run_async,
     run_took,
@@ -43,10 +45,12 @@ def runs_list(
         "--hide-continued",
         help="Leave out runs that continued as new: of each chain, only its last run.",
     ),
+    tag: list[str] | None = typer.Option(None, "--tag", help=FILTER_TAG_HELP),
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
     """List runs, newest first."""
+    tags = parse_tags(tag)
 
     async def go() -> None:
         async with make_engine(None, database) as engine:
@@ -55,6 +59,7 @@ def runs_list(
                 workflow=workflow,
                 version=version,
                 hide_continued=hide_continued,
+                tags=tags,
                 limit=limit,
                 offset=offset,
             )
@@ -62,7 +67,7 @@ def runs_list(
             emit_json({"runs": dicts(runs), "total": total})
             return
         table = Table(title=f"{len(runs)} of {total} runs", title_justify="left")
-        for column in ("run", "workflow", "version", "status", "started", "took"):
+        for column in ("run", "workflow", "version", "status", "started", "took", "tags"):
             table.add_column(column)
         for run in runs:
             table.add_row(
@@ -72,6 +77,7 @@ def runs_list(
                 status_markup(run.status),
                 f"{run.created_at:%m-%d %H:%M:%S}",
                 run_took(run),
+                Text(clean(format_tags(run.tags))),
             )
         console.print(table)
 
@@ -115,6 +121,11 @@ def runs_show(
     run_async(go)
 
 
+def format_tags(tags: dict[str, str]) -> str:
+    """A run's tags on one line, as ``--tag`` takes them: ``k=v k2=v2``."""
+    return " ".join(f"{key}={value}" for key, value in sorted(tags.items()))
+
+
 def _deadline(run: Run) -> str:
     """When the run must have ended (and its timeout, which a retry counts again), and
     how long it has left while it is live."""
@@ -150,6 +161,8 @@ def render_run(
         console.print(f"continued as new in run {esc(run.continued_to)}")
     if run.deadline_at is not None:
         console.print(f"deadline {_deadline(run)}")
+    if run.tags:
+        console.print(Text(f"tags     {clean(format_tags(run.tags))}"))
     patches = [s.key.removeprefix("__patch:") for s in steps if s.kind == "patch"]
     if patches:  # markers, not work: said once here, not as rows of the table
         console.print(f"patches  {esc(', '.join(patches))}")

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from plait.app import App
 from plait.cli.app import (
+    TAG_HELP,
     DatabaseOption,
     JsonOption,
     cli,
@@ -20,6 +21,7 @@ from plait.cli.app import (
     load_app,
     make_engine,
     parse_json,
+    parse_tags,
     parse_time,
     positive_duration,
     run_async,
@@ -53,6 +55,7 @@ def start(
     timeout: str | None = typer.Option(
         None, "--timeout", help="The run's deadline, e.g. 1h: past it the run fails RUN_TIMEOUT."
     ),
+    tag: list[str] | None = typer.Option(None, "--tag", help=TAG_HELP),
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
@@ -76,6 +79,7 @@ def start(
             "delay": delay,
             "start_at": when,
             "timeout": deadline,
+            "tags": parse_tags(tag),
         }
         wdef = app.workflows.get(workflow)
         queued = queue is not None or delay is not None or when is not None

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from plait import tags as tag_rules
 from plait.engine import Engine
 from plait.errors import REQUEST_TIMEOUT, RequestRefused, RunIdTakenError
 from plait.http import graphview
@@ -31,6 +32,7 @@ from plait.http.schemas import (
     json_body,
     path_name,
     runs_query,
+    tags_query,
 )
 from plait.http.sse import stream_run
 from plait.records import Run
@@ -143,6 +145,10 @@ class Api:
         name = request.path_params["name"]
         body: StartRun = validate(StartRun, await json_body(request, empty={}))
         try:
+            tags = tag_rules.check(body.tags, "tags")
+        except ValueError as exc:
+            raise bad_input(exc, "tags") from None
+        try:
             run_id = await self.engine.start(
                 name,
                 body.input,
@@ -156,6 +162,7 @@ class Api:
                 delay=body.delay,
                 start_at=body.start_at,
                 timeout=body.timeout,
+                tags=tags,
             )
         except RunIdTakenError as exc:
             # the id answers only to the owner of the run that holds it
@@ -194,8 +201,10 @@ class Api:
         """Newest first, only runs the caller may read, with the total for paging. Each
         run is a summary: a page costs the same whatever the runs' inputs and outputs.
         Filters: workflow, status, a part of the id, a time range, top-level runs only or
-        the children of one run, runs that continued as new left out."""
+        the children of one run, runs that continued as new left out, a queue, and tags
+        (``tag=key:value``, repeatable: runs that carry every one)."""
         query = runs_query(request)
+        tags = tags_query(request)
         try:
             runs, total = await self.engine.run_summaries(
                 workflow=query.workflow,
@@ -209,6 +218,8 @@ class Api:
                 top_level=bool(query.top_level),
                 hide_continued=bool(query.hide_continued),
                 parent_run_id=query.parent,
+                queue=query.queue,
+                tags=tags,
             )
         except ValueError as exc:
             raise invalid([{"field": "query", "message": str(exc)}], "query string") from None

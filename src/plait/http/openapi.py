@@ -265,6 +265,21 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
                             "description": "only the children of this run",
                             "schema": {"type": "string", "pattern": f"^{RUN_ID_PATTERN}$"},
                         },
+                        {
+                            "name": "queue",
+                            "in": "query",
+                            "description": "only runs of this queue",
+                            "schema": {"type": "string"},
+                        },
+                        {
+                            "name": "tag",
+                            "in": "query",
+                            "description": "only runs with this tag, as key:value (repeat"
+                            " it: runs with every one)",
+                            "schema": {"type": "array", "items": {"type": "string"}},
+                            "style": "form",
+                            "explode": True,
+                        },
                     ],
                     "responses": {
                         "200": _json(
@@ -512,6 +527,7 @@ def _schemas() -> dict[str, Any]:
         scheduled_at=maybe_timestamp,
         admitted_at=maybe_timestamp,
         start_at=maybe_timestamp,
+        tags={"type": "object", "additionalProperties": {"type": "string"}},
     )
     run = _object(
         **summary["properties"],

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from starlette.requests import Request
 
 from plait import ids, queues, request, schedules, serde
+from plait import tags as tag_rules
 from plait.http.problems import ApiError, invalid, validate
 from plait.ids import (
     CALLER_RUN_ID_PATTERN,
@@ -117,6 +118,16 @@ class StartRun(BaseModel):
     #: seconds, or a duration such as ``"5m"``
     delay: Any = Field(default=None, json_schema_extra={"type": ["number", "string", "null"]})
     start_at: datetime | None = None
+    #: the run's tags (see ``plait.tags``), merged over the workflow's; checked by the
+    #: engine's rules, which name the key
+    tags: Any = Field(
+        default=None,
+        json_schema_extra={
+            "type": ["object", "null"],
+            "additionalProperties": {"type": "string", "maxLength": 256},
+            "maxProperties": 16,
+        },
+    )
 
     _run_id = field_validator("run_id", mode="before")(caller_run_id)
 
@@ -169,6 +180,8 @@ class RunsQuery(BaseModel):
         Literal["queued", "running", "suspended", "completed", "failed", "cancelled", "continued"]
         | None
     ) = None
+    #: runs of this queue
+    queue: str | None = Field(default=None, min_length=1, max_length=200)
     limit: int = Field(default=50, ge=1, le=MAX_PAGE)
     offset: int = Field(default=0, ge=0, le=MAX_OFFSET)
     #: runs whose id holds this text, in any case (a short id, a part of one)
@@ -266,6 +279,23 @@ def _no_constant(name: str) -> Any:
 
 def _not_json(reason: str) -> ApiError:
     return invalid([{"field": "body", "message": f"not valid JSON: {reason}"}], "request body")
+
+
+def tags_query(request: Request) -> dict[str, str] | None:
+    """The repeatable ``tag=key:value`` parameter of ``GET /api/runs`` (None: none); a bad
+    one is a 422 naming the parameter and what was given."""
+    pairs = request.query_params.getlist("tag")
+    if not pairs:
+        return None
+    found: dict[str, str] = {}
+    try:
+        for pair in pairs:
+            key, value = tag_rules.parse_pair(pair, ":", "tag")
+            found[key] = value
+        tag_rules.limit(found, "tag")
+    except ValueError as exc:
+        raise invalid([{"field": "tag", "message": str(exc)}], "query string") from None
+    return found
 
 
 def runs_query(request: Request) -> RunsQuery:
