@@ -171,6 +171,7 @@ ROUTES = [
     ("GET", "/api/approvals"),
     ("POST", "/api/runs/RID/approvals/gate"),
     ("POST", "/api/runs/RID/fork"),
+    ("POST", "/api/runs/bulk"),
 ]
 
 

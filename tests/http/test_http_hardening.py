@@ -552,6 +552,7 @@ async def test_run_lists_are_summaries(serve: Serve) -> None:
                     "admitted_at",
                     "start_at",
                     "children",
+                    "tags",
                 }
 
 

@@ -11,6 +11,7 @@ line uses.
 from plait.cli import start as start
 from plait.cli import runs as runs
 from plait.cli import actions as actions
+from plait.cli import bulk as bulk
 from plait.cli import schedules as schedules
 from plait.cli import queues as queues
 from plait.cli import worker as worker

@@ -26,7 +26,7 @@ from plait.cli.app import (
 from plait.cli.terminal import esc
 
 
-def _act(
+def act_on_one(
     action: str,
     run_id: str,
     database: str | None,
@@ -59,7 +59,7 @@ def cancel(
     database: str | None = DatabaseOption,
 ) -> None:
     """Cancel a run and its child runs."""
-    _act("cancel", run_id, database, as_json, reason)
+    act_on_one("cancel", run_id, database, as_json, reason)
 
 
 @cli.command()
@@ -69,7 +69,7 @@ def resume(
     database: str | None = DatabaseOption,
 ) -> None:
     """Resume a suspended run (workers continue it)."""
-    _act("resume", run_id, database, as_json)
+    act_on_one("resume", run_id, database, as_json)
 
 
 @cli.command()
@@ -79,7 +79,7 @@ def retry(
     database: str | None = DatabaseOption,
 ) -> None:
     """Retry a failed run from the failed step (workers continue it)."""
-    _act("retry", run_id, database, as_json)
+    act_on_one("retry", run_id, database, as_json)
 
 
 @cli.command("send-event")

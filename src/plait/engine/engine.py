@@ -21,9 +21,9 @@ from plait.app import App
 from plait.catalog import Catalog
 from plait.clock import SYSTEM_CLOCK, Clock
 from plait.durations import parse_duration, run_timeout, timeout_seconds
-from plait.engine.actions import ActionsMixin
 from plait.engine.approvals import ApprovalsMixin
 from plait.engine.base import Duration
+from plait.engine.bulk import BulkMixin
 from plait.engine.check import CheckMixin
 from plait.engine.filters import run_filter
 from plait.engine.fork import ForkMixin
@@ -100,7 +100,7 @@ def workflow_name(workflow: WorkflowRef) -> str:
 
 
 class Engine(
-    ActionsMixin,
+    BulkMixin,  # and ActionsMixin, whose single-run actions it repeats
     ApprovalsMixin,
     CheckMixin,
     ForkMixin,
@@ -315,10 +315,7 @@ class Engine(
         ``timeout`` (default: the workflow's own ``timeout``) is the run's deadline,
         counted from its start (a delayed run: from its start time): once it passes, the
         run fails ``RUN_TIMEOUT`` wherever it is, queued, running, waiting or suspended.
-
-        ``tags`` (``{"customer": "acme"}``) are merged over the workflow's own
-        (``@app.workflow(tags=)``); ``list_runs(tags=...)`` finds the run by them.
-        """
+        ``tags`` are merged over the workflow's own (``@app.workflow(tags=)``)."""
         run_id, _fresh = await self._start(
             name,
             data,
@@ -557,8 +554,7 @@ class Engine(
         offset: int = 0,
     ) -> list[Run]:
         """Runs newest first. ``hide_continued`` leaves out the runs that continued as
-        new: of each chain, only its last run is listed. ``tags`` lists the runs that
-        carry every pair given (through an index on both stores)."""
+        new: of each chain, only its last run is listed. ``tags``: every pair given."""
         runs, _total = await self.count_runs(
             workflow=workflow,
             status=status,

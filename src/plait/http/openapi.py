@@ -503,6 +503,9 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
     doc["components"]["schemas"]["CreateSchedule"] = CreateSchedule.model_json_schema()
     doc["paths"].update(operating.openapi_paths(_json, _errors, _RUN_ID, _ref))
     doc["components"]["schemas"]["ForkRun"] = operating.ForkRun.model_json_schema()
+    bulk = operating.BulkAction.model_json_schema(ref_template=_REF + "{model}")
+    doc["components"]["schemas"].update(bulk.pop("$defs", {}))
+    doc["components"]["schemas"]["BulkAction"] = bulk
     return doc
 
 

@@ -10,7 +10,8 @@ run holds is 403, as for a start.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from datetime import datetime
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.requests import Request
@@ -47,6 +48,33 @@ class ForkRun(BaseModel):
     _run_id = field_validator("run_id", mode="before")(caller_run_id)
 
 
+class BulkFilter(BaseModel):
+    """The runs ``POST /api/runs/bulk`` acts on: those that match every field given."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workflow: str | None = Field(default=None, min_length=1, max_length=200)
+    status: str | None = None
+    version: str | None = Field(default=None, min_length=1, max_length=200)
+    #: runs created at or after ``since`` and before ``until`` (ISO 8601)
+    since: datetime | None = None
+    until: datetime | None = None
+    #: runs that carry every one of these tags
+    tags: dict[str, str] | None = None
+    queue: str | None = Field(default=None, min_length=1, max_length=200)
+    #: with the ``admin`` scope: the runs of this owner (without: always the caller's)
+    owner: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class BulkAction(BaseModel):
+    """Body of ``POST /api/runs/bulk``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["cancel", "retry", "resume"]
+    filter: BulkFilter = Field(default_factory=BulkFilter)
+
+
 class Operating:
     """Handlers; ``Api`` authenticates and maps engine errors around each of them."""
 
@@ -58,6 +86,7 @@ class Operating:
             Route("/approvals", wrap(self.list_approvals), methods=["GET"]),
             Route("/runs/{run_id}/approvals/{name}", wrap(self.decide), methods=["POST"]),
             Route("/runs/{run_id}/fork", wrap(self.fork), methods=["POST"]),
+            Route("/runs/bulk", wrap(self.bulk), methods=["POST"]),
         ]
 
     async def list_approvals(self, request: Request, principal: Principal) -> Response:
@@ -107,6 +136,24 @@ class Operating:
             {"run_id": new_id, "forked_from": run.id, "replaced": body.replace}, status_code=201
         )
 
+    async def bulk(self, request: Request, principal: Principal) -> Response:
+        """Cancel, retry or resume every run the filter matches, among the caller's own
+        runs (every user's with the ``admin`` scope); answers how many were acted on."""
+        body: BulkAction = validate(BulkAction, await json_body(request, empty={}))
+        given = body.filter.model_dump(exclude_none=True)
+        if principal.has_scope("admin"):
+            owner = given.pop("owner", None)
+        else:
+            if given.get("owner") not in (None, principal.user):
+                principal.require_scope("admin", "acting on another user's runs")
+            owner = principal.user
+            given.pop("owner", None)
+        try:
+            acted = await self.engine.act_on_runs(body.action, owner=owner, **given)
+        except ValueError as exc:
+            raise bad_input(exc, "filter") from None
+        return JSONResponse({"action": body.action, "acted": acted})
+
 
 def openapi_paths(
     json: Any, errors: Any, run_id: dict[str, Any], ref: Any
@@ -154,6 +201,20 @@ def openapi_paths(
                 },
             }
         },
+        "/api/runs/bulk": {
+            "post": {
+                "summary": "Cancel, retry or resume every run a filter matches (the caller's"
+                " own; every user's with the admin scope)",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": ref("BulkAction")}},
+                },
+                "responses": {
+                    "200": json({"type": "object"}, "the action and how many runs it acted on"),
+                    **errors(400, 401, 403, 413, 415, 422),
+                },
+            }
+        },
         "/api/runs/{run_id}/fork": {
             "post": {
                 "summary": "A new run that reruns this one from a step",
@@ -176,4 +237,4 @@ def _gate_name(recorded: Any) -> Any:
     return cast(dict[str, Any], recorded).get("name") if isinstance(recorded, dict) else None
 
 
-__all__ = ["APPROVAL_STATUSES", "ForkRun", "Operating", "openapi_paths"]
+__all__ = ["APPROVAL_STATUSES", "BulkAction", "ForkRun", "Operating", "openapi_paths"]

@@ -235,21 +235,9 @@ class CodeReplay:
         ledger.published = True
 
     def set_tags(self, key: str, tags: dict[str, str]) -> None:
-        """Merge ``tags`` into the run's tags once, when the run first gets here
-        (``wf.set_tags``); a replay finds the step recorded and writes nothing again.
-        ``ValueError`` if the run would carry more than ``plait.tags.MAX_TAGS``."""
-        ledger = self.ledger
+        """``wf.set_tags``, recorded once (``_set_tags``)."""
         self.order.reached_now(key)
-        step = ledger.steps.get(key)
-        if step is not None:
-            ledger.check_same(step, "set_tags", None)
-            return
-        merged = tag_rules.merge(tag_rules.loads(ledger.run.tags), tags)
-        tag_rules.limit(merged, "the run's tags")
-        text = tag_rules.dumps(tags) or "{}"
-        step = ledger.new_step(key, key, "set_tags", input=text)
-        ledger.add(steps.record_tags(step, text, ledger.now()))
-        ledger.run.tags = tag_rules.dumps(merged)
+        _set_tags(self.ledger, key, tags)
 
     def value(self, key: str, make: Callable[[], Any]) -> Any:
         """A value recorded once and replayed ever after (``wf.now()``, ``wf.uuid()``)."""
@@ -577,6 +565,22 @@ def _principal(exc: BaseException) -> BaseException:
         elif isinstance(current, Cancel | StepError):
             return current
     return cast(BaseException, exc)
+
+
+def _set_tags(ledger: Ledger, key: str, tags: dict[str, str]) -> None:
+    """Merge ``tags`` into the run's tags once, when the run first gets here; a replay
+    finds the step recorded and writes nothing again. ``ValueError`` if the run would
+    carry more than ``plait.tags.MAX_TAGS``."""
+    step = ledger.steps.get(key)
+    if step is not None:
+        ledger.check_same(step, "set_tags", None)
+        return
+    merged = tag_rules.merge(tag_rules.loads(ledger.run.tags), tags)
+    tag_rules.limit(merged, "the run's tags")
+    text = tag_rules.dumps(tags) or "{}"
+    step = ledger.new_step(key, key, "set_tags", input=text)
+    ledger.add(steps.record_tags(step, text, ledger.now()))
+    ledger.run.tags = tag_rules.dumps(merged)
 
 
 def _suspended(call: StepCall[Any]) -> EndRun:

@@ -229,6 +229,8 @@ def cancel(reason: str | None) -> RunCancel:
 
 #: the statuses a user's cancel ends a run from
 CANCELLABLE: frozenset[RunStatusName] = frozenset({"queued", "running", "suspended"})
+#: the statuses a retry goes on from
+RETRYABLE: frozenset[RunStatusName] = frozenset({"failed"})
 
 
 def replaced(fork_id: str) -> EndRun:

@@ -1,0 +1,201 @@
+"""Acting on many runs at once: ``cancel_runs``, ``retry_runs``, ``resume_runs``.
+
+The runs a filter matches are read first (only those created before the call: a run
+started meanwhile is not one the caller saw), then acted on in batches of ``BATCH``,
+each run through the same transition a single ``cancel``/``retry``/``resume`` writes,
+yielding to the event loop between batches so that live work in this process (passes,
+step bodies, commits) is not starved. A matched run is acted on once; one that is not
+in a state the action applies to by its turn (it ended, or was retried by someone else)
+is skipped and not counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, Literal
+
+from plait.engine.actions import ActionsMixin
+from plait.engine.filters import run_filter
+from plait.errors import RunNotFoundError, RunStateError
+from plait.records import RunStatus
+from plait.runtime import runs
+from plait.statuses import RunStatusName
+
+#: runs acted on together before the batch yields to other work
+BATCH = 200
+#: runs read per page while the filter's matches are collected
+_PAGE = 1000
+#: what each action applies to: a run in another status is skipped
+BulkAction = Literal["cancel", "retry", "resume"]
+APPLIES: dict[BulkAction, frozenset[RunStatusName]] = {
+    "cancel": runs.CANCELLABLE,
+    "retry": runs.RETRYABLE,
+    "resume": frozenset({"suspended"}),
+}
+#: the filters a bulk action takes (``list_runs``'s and a created-time range)
+FILTERS = (
+    "workflow",
+    "status",
+    "version",
+    "owner",
+    "visible_to",
+    "since",
+    "until",
+    "tags",
+    "queue",
+)
+#: called after each batch with (done, matched)
+Progress = Callable[[int, int], None]
+
+
+class BulkMixin(ActionsMixin):
+    """``Engine.cancel_runs``, ``retry_runs``, ``resume_runs`` and ``match_runs``."""
+
+    async def cancel_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: RunStatus | RunStatusName | None = None,
+        version: str | None = None,
+        owner: str | None = None,
+        visible_to: str | None = None,
+        since: datetime | float | None = None,
+        until: datetime | float | None = None,
+        tags: Mapping[str, str] | None = None,
+        queue: str | None = None,
+        reason: str | None = None,
+        progress: Progress | None = None,
+    ) -> int:
+        """Cancel every live run the filters match (``list_runs``'s, plus ``since`` /
+        ``until`` on the created time, ``tags`` and ``queue``); returns how many were
+        cancelled."""
+        filters = _given(locals())
+        return await self._bulk("cancel", filters, progress, reason)
+
+    async def retry_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: RunStatus | RunStatusName | None = None,
+        version: str | None = None,
+        owner: str | None = None,
+        visible_to: str | None = None,
+        since: datetime | float | None = None,
+        until: datetime | float | None = None,
+        tags: Mapping[str, str] | None = None,
+        queue: str | None = None,
+        progress: Progress | None = None,
+    ) -> int:
+        """Retry every failed (or ``needs_attention``) run the filters match; returns how
+        many were retried."""
+        return await self._bulk("retry", _given(locals()), progress)
+
+    async def resume_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: RunStatus | RunStatusName | None = None,
+        version: str | None = None,
+        owner: str | None = None,
+        visible_to: str | None = None,
+        since: datetime | float | None = None,
+        until: datetime | float | None = None,
+        tags: Mapping[str, str] | None = None,
+        queue: str | None = None,
+        progress: Progress | None = None,
+    ) -> int:
+        """Resume every suspended run the filters match; returns how many were resumed."""
+        return await self._bulk("resume", _given(locals()), progress)
+
+    async def act_on_runs(
+        self, action: BulkAction, *, progress: Progress | None = None, **filters: Any
+    ) -> int:
+        """``cancel_runs``, ``retry_runs`` or ``resume_runs`` by the action's name."""
+        if action not in APPLIES:
+            raise ValueError(f"invalid action {action!r} (use cancel, retry or resume)")
+        return await self._bulk(action, filters, progress)
+
+    async def match_runs(self, action: BulkAction, **filters: Any) -> list[str]:
+        """The ids of the runs ``action`` would act on now (the filters of
+        ``cancel_runs``), newest first: what a bulk action counts before it asks."""
+        if action not in APPLIES:
+            raise ValueError(f"invalid action {action!r} (use cancel, retry or resume)")
+        unknown = sorted(set(filters) - set(FILTERS))
+        if unknown:
+            raise ValueError(f"unknown filter {unknown[0]!r} (use {', '.join(FILTERS)})")
+        given = {k: v for k, v in filters.items() if v is not None}
+        given["created_after"] = given.pop("since", None)
+        given["created_before"] = given.pop("until", None)
+        if given["created_before"] is None:
+            given["created_before"] = time.time()  # not the runs started from now on
+        statuses = sorted(APPLIES[action])
+        wanted = given.pop("status", None)
+        if wanted is not None:
+            run_filter({"status": wanted})  # a bad status is refused naming it
+            if wanted not in statuses:
+                return []
+            statuses = [str(wanted)]
+        found: list[str] = []
+        seen: set[str] = set()
+        for status in statuses:
+            offset = 0
+            while True:
+                where = run_filter({**given, "status": status, "limit": _PAGE, "offset": offset})
+                page, _total = await self.store.list_run_summaries(where)
+                for run in page:
+                    if run.id not in seen:
+                        seen.add(run.id)
+                        found.append(run.id)
+                if len(page) < _PAGE:
+                    break
+                offset += _PAGE
+        return found
+
+    async def _bulk(
+        self,
+        action: BulkAction,
+        filters: dict[str, Any],
+        progress: Progress | None,
+        reason: str | None = None,
+    ) -> int:
+        run_ids = await self.match_runs(action, **filters)
+        done = acted = 0
+        for start in range(0, len(run_ids), BATCH):
+            batch = run_ids[start : start + BATCH]
+            results = await asyncio.gather(*(self._act_once(action, r, reason) for r in batch))
+            acted += sum(results)
+            done += len(batch)
+            if progress is not None:
+                progress(done, len(run_ids))
+            await asyncio.sleep(0)  # live work of this process goes on between batches
+        return acted
+
+    async def _act_once(self, action: BulkAction, run_id: str, reason: str | None) -> bool:
+        """Act on one matched run; False if it is no longer in a state the action
+        applies to (or gone)."""
+        try:
+            if action == "cancel":
+                run = await self.store.get_run(run_id)
+                if run is None or run.status not in APPLIES["cancel"]:
+                    return False
+                cut = runs.cancel(reason)
+                moved = await self.store.cancel_run(
+                    run_id, cut.status, cut.error, cut.parent, cut.cut
+                )
+                await self._cancelled(moved)
+                return run_id in moved
+            if action == "retry":
+                await self.retry(run_id)
+            else:
+                await self.resume(run_id)
+        except (RunStateError, RunNotFoundError):
+            return False
+        return True
+
+
+def _given(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The filters among a bulk method's arguments."""
+    return {name: arguments[name] for name in FILTERS}

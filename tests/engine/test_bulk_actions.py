@@ -1,0 +1,130 @@
+"""Bulk cancel, retry and resume on both stores: each matched run acted on once, runs in
+another state skipped and not counted, live runs going on meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import plait
+from plait.engine import bulk
+
+app = plait.App("bulk-tests")
+#: the bodies of ``shaky`` that ran, by run id
+BODIES: dict[str, int] = {}
+#: set by a test: ``shaky`` fails while this is True
+BROKEN = {"now": True}
+
+
+@app.function(retries=0)
+def shaky(data: str) -> str:
+    BODIES[data] = BODIES.get(data, 0) + 1
+    if BROKEN["now"]:
+        raise RuntimeError("partner API down")
+    return data
+
+
+@app.workflow
+async def sync(wf: plait.Workflow, data: str) -> str:
+    return str(await wf.do("call", shaky, data))
+
+
+@app.workflow
+async def ticker(wf: plait.Workflow, data: int) -> int:
+    for n in range(data):
+        await wf.do(f"tick{n}", lambda x: x, n)
+    return data
+
+
+@app.workflow
+async def waiter(wf: plait.Workflow, data: Any) -> str:
+    await wf.suspend("hold")
+    return "resumed"
+
+
+async def _failed_runs(engine: plait.Engine, count: int, tags: dict[str, str]) -> list[str]:
+    ids = [
+        await engine.start(sync, f"r{n}-{tags.get('batch', '')}", tags=tags) for n in range(count)
+    ]
+    for run_id in ids:
+        assert (await engine.wait(run_id, timeout=30)).status == "failed"
+    return ids
+
+
+async def test_bulk_retry_retries_each_matched_run_once_while_live_runs_go_on(
+    engine_factory: Any,
+) -> None:
+    BODIES.clear()
+    BROKEN["now"] = True
+    async with engine_factory(app) as engine:
+        failed = await _failed_runs(engine, 30, {"batch": "a"})
+        other = await _failed_runs(engine, 3, {"batch": "b"})
+        BROKEN["now"] = False
+        live = [await engine.start(ticker, 40) for _ in range(5)]
+        ticks_before = sum([len(await engine.get_steps(r)) for r in live])
+        acted = await engine.retry_runs(tags={"batch": "a"})
+        assert acted == 30
+        for run_id in failed:
+            assert (await engine.wait(run_id, timeout=30)).status == "completed"
+        # each matched run's body ran once more: once failed, once retried
+        assert all([BODIES[(await engine.get_run(r)).input] == 2 for r in failed])
+        # the runs of another tag were not touched
+        assert all([(await engine.get_run(r)).status == "failed" for r in other])
+        for run_id in live:
+            assert (await engine.wait(run_id, timeout=30)).output == 40
+        assert sum([len(await engine.get_steps(r)) for r in live]) > ticks_before
+        # a second retry finds nothing left to retry: completed runs are not counted
+        assert await engine.retry_runs(tags={"batch": "a"}) == 0
+
+
+async def test_bulk_cancel_counts_only_live_runs_and_resume_only_suspended(
+    engine_factory: Any,
+) -> None:
+    BROKEN["now"] = True
+    async with engine_factory(app) as engine:
+        waiting = [await engine.start(waiter, None, tags={"team": "x"}) for _ in range(4)]
+        for run_id in waiting:
+            assert (await engine.wait(run_id, timeout=30)).status == "suspended"
+        failed = await _failed_runs(engine, 2, {"team": "x"})
+        assert await engine.resume_runs(tags={"team": "x"}, status="failed") == 0
+        assert await engine.resume_runs(tags={"team": "x"}) == 4
+        for run_id in waiting:
+            assert (await engine.wait(run_id, timeout=30)).output == "resumed"
+        again = [await engine.start(waiter, None, tags={"team": "x"}) for _ in range(3)]
+        for run_id in again:
+            await engine.wait(run_id, timeout=30)
+        assert len(await engine.match_runs("cancel", tags={"team": "x"})) == 3
+        assert await engine.cancel_runs(tags={"team": "x"}, reason="stop") == 3
+        assert all([(await engine.get_run(r)).status == "cancelled" for r in again])
+        assert all([(await engine.get_run(r)).status == "failed" for r in failed])
+
+
+async def test_bulk_filters_are_checked(engine_factory: Any) -> None:
+    async with engine_factory(app) as engine:
+        with pytest.raises(ValueError, match="'Bad'"):
+            await engine.cancel_runs(tags={"Bad": "x"})
+        with pytest.raises(ValueError, match="invalid status filter: 'nope'"):
+            await engine.retry_runs(status="nope")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="unknown filter 'colour'"):
+            await engine.act_on_runs("cancel", colour="red")
+        with pytest.raises(ValueError, match="invalid action 'drop'"):
+            await engine.act_on_runs("drop")  # type: ignore[arg-type]
+
+
+async def test_batches_yield_between_them(
+    engine_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    BROKEN["now"] = True
+    monkeypatch.setattr(bulk, "BATCH", 4)
+    async with engine_factory(app) as engine:
+        await _failed_runs(engine, 10, {"batch": "y"})
+        BROKEN["now"] = False
+        seen: list[tuple[int, int]] = []
+        acted = await engine.retry_runs(
+            tags={"batch": "y"}, progress=lambda done, total: seen.append((done, total))
+        )
+        assert acted == 10
+        assert seen == [(4, 10), (8, 10), (10, 10)]
+        await asyncio.sleep(0)
