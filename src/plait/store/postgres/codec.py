@@ -143,7 +143,8 @@ def cut_value(cut: CancelCut | None) -> tuple[str, str, str] | None:
 
 
 def filter_args(where: RunFilter) -> tuple[Any, ...]:
-    """A run filter as the parameters of list_runs and list_run_summaries, in order."""
+    """A run filter as the parameters of list_runs and list_run_summaries, in order (and
+    of their ``_tagged`` forms, which take the tags' keys and values last)."""
     return (
         where.workflow,
         where.status,
@@ -159,8 +160,7 @@ def filter_args(where: RunFilter) -> tuple[Any, ...]:
         where.top_level,
         where.hide_continued,
         where.queue,
-        None if where.tags is None else [key for key, _ in where.tags],
-        None if where.tags is None else [value for _, value in where.tags],
+        *(() if not where.tags else ([k for k, _ in where.tags], [v for _, v in where.tags])),
     )
 
 
