@@ -80,8 +80,9 @@ def fill_sqlite(path: Path, runs: int, tagged: int) -> None:
             ],
         )
         conn.executemany(
-            "INSERT INTO plait_run_tags (run_id, key, value) VALUES (?, 'customer', 'acme')",
-            [(f"old-{n:08d}",) for n in sorted(marked)],
+            "INSERT INTO plait_run_tags (run_id, key, value, run_created_at)"
+            " VALUES (?, 'customer', 'acme', ?)",
+            [(f"old-{n:08d}", old + n) for n in sorted(marked)],
         )
         conn.executemany(
             "INSERT INTO plait_steps (run_id, key, seq, name, kind, function, status, input,"

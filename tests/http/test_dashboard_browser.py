@@ -337,6 +337,33 @@ def test_runs_list_updates_and_filters(server: Server, api: Any, page: Any) -> N
     expect(page.locator("#run-status")).to_have_text("completed")
 
 
+def test_tag_chips_filter_the_runs_list(server: Server, api: Any, page: Any) -> None:
+    acme = start(api, "notify", 1, wait=True, tags={"customer": "acme", "tier": "gold"})
+    globex = start(api, "notify", 2, wait=True, tags={"customer": "globex"})
+    sign_in(page, server.url)
+    row = page.locator(f'tr[data-run-id="{acme["id"]}"]')
+    expect(row.locator(".chip")).to_have_text(["customer:acme", "tier:gold"])
+    expect(page.locator(f'tr[data-run-id="{globex["id"]}"]')).to_be_visible()
+
+    row.locator('.chip[data-tag="customer:acme"]').click()
+    expect(page.locator(f'tr[data-run-id="{globex["id"]}"]')).to_have_count(0)
+    expect(page.locator("#runs-body tr[data-run-id]")).to_have_count(1)
+    expect(page.locator('#f-tags .chip.active[data-tag="customer:acme"]')).to_be_visible()
+    assert "tag=customer%3Aacme" in page.url
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "runs-tags.png"), full_page=True)
+
+    page.locator("#f-tags .chip-off").click()
+    expect(page.locator(f'tr[data-run-id="{globex["id"]}"]')).to_be_visible()
+
+    page.goto(server.url + f"/runs/{acme['id']}")
+    chip = page.locator('#run-meta .chip:text("tier:gold")')
+    expect(chip).to_be_visible()
+    chip.click()
+    expect(page.locator(f'tr[data-run-id="{acme["id"]}"]')).to_be_visible()
+    expect(page.locator("#runs-body tr[data-run-id]")).to_have_count(1)
+
+
 def test_sign_in_sign_out_and_a_token_in_a_link(server: Server, api: Any, page: Any) -> None:
     run_id = start(api, "notify", 7, wait=True)["id"]
     # a link with a token (someone else's, say) signs nobody in and leaves the address bar

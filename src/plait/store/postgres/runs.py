@@ -74,12 +74,13 @@ class Runs(Part):
         return {row[0]: row[1] for row in rows}
 
     async def list_runs(self, where: RunFilter) -> tuple[list[Run], int]:
-        query = self._q["list_runs_tagged" if where.tags else "list_runs"]
+        query = self._q["list_runs_tagged"] if where.tags else self._q["list_runs"]
         row = await self._call("fetchrow", query, *filter_args(where), read=True)
         return [run_record(r) for r in row["runs"]], int(row["total"])
 
     async def list_run_summaries(self, where: RunFilter) -> tuple[list[RunSummary], int]:
-        query = self._q["list_run_summaries_tagged" if where.tags else "list_run_summaries"]
+        tagged = self._q["list_run_summaries_tagged"]
+        query = tagged if where.tags else self._q["list_run_summaries"]
         row = await self._call("fetchrow", query, *filter_args(where), read=True)
         return [convert.run_summary(tuple(r)) for r in row["runs"]], int(row["total"])
 

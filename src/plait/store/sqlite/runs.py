@@ -31,6 +31,8 @@ _LISTING = {
     "count_runs": SQL["count_runs"],
     "list_runs": SQL["list_runs"],
     "list_run_summaries": SQL["list_run_summaries"],
+    "list_runs_tagged": SQL["list_runs_tagged"],
+    "list_run_summaries_tagged": SQL["list_run_summaries_tagged"],
 }
 #: listing statements by name and the filters they hold, made once per combination
 _LISTINGS: dict[tuple[str, tuple[str, ...], int], str] = {}
@@ -49,9 +51,14 @@ def listing(name: str, where: RunFilter) -> tuple[str, dict[str, Any]]:
     given = tuple(f for f in _RUN_FILTERS if params[f] not in (None, False))
     sql = _LISTINGS.get((name, given, len(pairs)))
     if sql is None:
+        # a page of a tag's runs is read through the tag's index in the list's order
+        # (``*_tagged``, which holds the first pair); a count counts the tag's runs
+        paged = pairs and name != "count_runs"
         conditions = "".join(f"{_RUN_FILTERS[f]} AND " for f in given)
-        conditions += "".join(f"{_tag_condition(i)} AND " for i in range(len(pairs)))
-        sql = _LISTING[name].replace("/*filters*/ ", conditions)
+        first = 1 if paged else 0
+        conditions += "".join(f"{_tag_condition(i)} AND " for i in range(first, len(pairs)))
+        template = _LISTING[f"{name}_tagged" if paged else name]
+        sql = template.replace("/*filters*/ ", conditions)
         _LISTINGS[(name, given, len(pairs))] = sql
     return sql, params
 

@@ -148,6 +148,9 @@ export function runPage() {
     // a chain of runs continued as new (wf.continue_as_new): the run before and after
     if (data.continued_from) meta.push(["Continued from", shortLink(data.continued_from)]);
     if (data.continued_to) meta.push(["Continued as new in", shortLink(data.continued_to)]);
+    // each tag links to the runs list filtered by it
+    const tags = Object.entries(data.tags || {}).sort();
+    if (tags.length) meta.push(["Tags", h("span", { class: "chips" }, ...tags.map(([k, v]) => h("a", { class: "chip", href: ROOT + "/?tag=" + encodeURIComponent(k + ":" + v), title: "Runs with this tag", text: k + ":" + v })))]);
     $("run-meta").replaceChildren(...meta.map(([k, v]) => h("div", {}, h("dt", { text: k }), h("dd", {}, v))));
 
     $("run-input").textContent = pretty(data.input);

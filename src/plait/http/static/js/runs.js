@@ -35,6 +35,11 @@ export function runsPage() {
   const given = new URLSearchParams(location.search);
   let rawSince = given.get("since") || "";
   let rawUntil = given.get("until") || "";
+  // the tags the list is filtered by ("key:value"): a run's chip adds one, an active
+  // one's × takes it off
+  const tagFilters = new Set(given.getAll("tag"));
+  const tagBar = h("div", { id: "f-tags", class: "chips" });
+  filters.after(tagBar);
 
   if (given.get("fold") === "0") foldBox.checked = false;
   if (RELATIVE[given.get("when")]) whenSelect.value = given.get("when");
@@ -69,6 +74,7 @@ export function runsPage() {
       if (rawUntil) params.set("until", rawUntil);
     }
     if (!foldBox.checked) params.set("fold", "0");
+    for (const tag of tagFilters) params.append("tag", tag);
     if (offset) params.set("offset", String(offset));
     return params;
   }
@@ -87,13 +93,42 @@ export function runsPage() {
     }
     // a search by id finds a child run too
     if (folding()) params.set("top_level", "true");
+    for (const tag of tagFilters) params.append("tag", tag);
     if (offset) params.set("offset", String(offset));
     params.set("limit", String(PAGE));
     return params;
   }
 
   function folding() {
-    return foldBox.checked && !idField.value.trim();
+    return foldBox.checked && !idField.value.trim() && !tagFilters.size;
+  }
+
+  function filterByTag(tag, on) {
+    if (on) tagFilters.add(tag);
+    else tagFilters.delete(tag);
+    offset = 0;
+    showTags();
+    remember();
+    load();
+  }
+
+  function showTags() {
+    tagBar.replaceChildren(
+      ...[...tagFilters].map((tag) =>
+        h("span", { class: "chip active", "data-tag": tag }, tag, h("button", { type: "button", class: "chip-off", title: "Stop filtering by " + tag, "aria-label": "Stop filtering by " + tag, text: "×", onclick: () => filterByTag(tag, false) }))
+      )
+    );
+  }
+  showTags();
+
+  function chips(run) {
+    const tags = Object.entries(run.tags || {}).sort();
+    if (!tags.length) return null;
+    return h(
+      "span",
+      { class: "chips" },
+      ...tags.map(([k, v]) => h("button", { type: "button", class: "chip", "data-tag": k + ":" + v, title: "Show only runs with this tag", text: k + ":" + v, onclick: () => filterByTag(k + ":" + v, true) }))
+    );
   }
 
   function remember() {
@@ -152,7 +187,7 @@ export function runsPage() {
         h("span", { class: "run-id", style: depth ? { paddingLeft: Math.min(depth, 6) * 14 + "px" } : null }, depth ? h("span", { class: "branch", "aria-hidden": "true", text: "↳ " }) : null, h("a", { href: href, title: run.id, text: shortId(run.id) }), copyButton(run.id, "run id"), toggle),
         parent
       ),
-      h("td", { "data-label": "Workflow" }, h("a", { href: href, text: run.workflow }), run.kind === "graph" ? h("span", { class: "tag", text: "graph" }) : null),
+      h("td", { "data-label": "Workflow" }, h("a", { href: href, text: run.workflow }), run.kind === "graph" ? h("span", { class: "tag", text: "graph" }) : null, chips(run)),
       h("td", { "data-label": "Status" }, badge(run.status)),
       h("td", { "data-label": "Started", title: when(run.created_at), text: ago(run.created_at) }),
       h("td", { class: "opt num", "data-label": "Duration", text: duration(runDuration(run)) }),

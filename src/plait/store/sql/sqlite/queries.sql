@@ -76,8 +76,9 @@ ON CONFLICT DO NOTHING
 UPDATE plait_runs SET tags = json_patch(coalesce(tags, '{}'), :tags) WHERE id = :run
 
 -- name: put_run_tag_rows
-INSERT INTO plait_run_tags (run_id, key, value)
-SELECT :run, key, value FROM json_each(:tags) WHERE true
+INSERT INTO plait_run_tags (run_id, key, value, run_created_at)
+SELECT :run, key, value, (SELECT created_at FROM plait_runs WHERE id = :run)
+FROM json_each(:tags) WHERE true
 ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value
 
 -- name: live_dedup_run
@@ -149,6 +150,32 @@ SELECT id, workflow, kind, status, version, owner, parent_run_id, created_at, up
 FROM plait_runs
 WHERE /*filters*/ 1
 ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
+
+-- name: list_runs_tagged
+-- As list_runs, of the runs that carry tag pair 0 (and the others, each a tag_filter in
+-- /*filters*/): read from plait_run_tags' index in the list's order, so a page costs
+-- the same however many runs carry the tag.
+SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
+    parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
+    lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, admitted_at,
+    forked_from, trace, continued_from, continued_to, deadline_at,
+    timeout, tags
+FROM plait_run_tags t JOIN plait_runs ON plait_runs.id = t.run_id
+WHERE t.key = :tag_key_0 AND t.value = :tag_value_0 AND /*filters*/ 1
+ORDER BY t.run_created_at DESC, t.run_id DESC LIMIT :limit OFFSET :offset
+
+-- name: list_run_summaries_tagged
+-- As list_run_summaries, of the runs that carry tag pair 0 (and the others, each a tag_filter in
+-- /*filters*/): read from plait_run_tags' index in the list's order, so a page costs
+-- the same however many runs carry the tag.
+SELECT id, workflow, kind, status, version, owner, parent_run_id, created_at, updated_at,
+    queue, queue_key, priority, scheduled_at, admitted_at, wake_at,
+    (SELECT count(*) FROM plait_runs c WHERE c.parent_run_id = plait_runs.id
+        AND (:visible_to IS NULL OR c.owner IS NULL OR c.owner = :visible_to)) AS children,
+    tags
+FROM plait_run_tags t JOIN plait_runs ON plait_runs.id = t.run_id
+WHERE t.key = :tag_key_0 AND t.value = :tag_value_0 AND /*filters*/ 1
+ORDER BY t.run_created_at DESC, t.run_id DESC LIMIT :limit OFFSET :offset
 
 -- name: get_children
 -- The newest children of a run (parent_run_id has its own index, which the filters of

@@ -186,11 +186,13 @@ CREATE TABLE plait_values (
 ) WITHOUT ROWID;
 
 -- A run's tags, one row per (key, value), written with the run's tags column: the index
--- on (key, value, run_id) finds the runs of a tag (list_runs(tags=...)).
+-- on (key, value, created time, run_id) finds the runs of a tag (list_runs(tags=...)) in
+-- the list's order (run_created_at is the run's created_at).
 CREATE TABLE plait_run_tags (
     run_id TEXT NOT NULL,
     key    TEXT NOT NULL,
     value  TEXT NOT NULL,
+    run_created_at REAL NOT NULL,
     PRIMARY KEY (run_id, key)
 ) WITHOUT ROWID;
 
@@ -270,7 +272,7 @@ CREATE INDEX plait_events_run ON plait_events (run_id);
 -- the requests a pass may take, oldest first; a pruned run's requests go by run
 CREATE INDEX plait_requests_sent ON plait_requests (run_id, id) WHERE status = 'sent';
 CREATE INDEX plait_requests_run ON plait_requests (run_id);
-CREATE INDEX plait_run_tags_pair ON plait_run_tags (key, value, run_id);
+CREATE INDEX plait_run_tags_pair ON plait_run_tags (key, value, run_created_at DESC, run_id);
 -- a run takes an event of a de-duplication key once, held or consumed: a second send of
 -- the key stores nothing (the insert's conflict), whichever process sends it
 CREATE UNIQUE INDEX plait_events_dedup ON plait_events (run_id, dedup) WHERE dedup IS NOT NULL;
