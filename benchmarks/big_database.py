@@ -164,8 +164,9 @@ async def latencies(urls: dict[str, str], samples: int) -> dict[str, dict[str, f
             "tagged": lambda e, n: e.list_runs(tags=TAG, limit=50),
         }
         took: dict[str, dict[str, list[float]]] = {label: {} for label in engines}
-        for what, call in calls.items():
-            for n in range(samples):
+        # call by call, every latency in turn: a noisy moment lands on all of them alike
+        for n in range(samples):
+            for what, call in calls.items():
                 for label, engine in engines.items():
                     took[label].setdefault(what, []).append(await _timed(call(engine, n)))
     return {

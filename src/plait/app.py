@@ -12,7 +12,7 @@ import inspect
 import logging
 import textwrap
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, Literal, TypeVar, cast, overload
+from typing import Any, TypeVar, overload
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -39,18 +39,6 @@ W = TypeVar("W", bound=Callable[..., Coroutine[Any, Any, Any]])
 
 _PLAIN = (inspect.Parameter.empty, Any, dict, object, "dict", "Any", "object")
 
-#: what a step does once its last attempt failed: ``fail`` (the workflow gets the
-#: error) or ``park`` (the run waits ``needs_attention`` until a retry or a cancel)
-OnExhausted = Literal["fail", "park"]
-ON_EXHAUSTED: tuple[OnExhausted, ...] = ("fail", "park")
-
-
-def check_on_exhausted(value: Any, what: str) -> OnExhausted | None:
-    """``value`` if it is one of ``ON_EXHAUSTED`` (or None), else ``ValueError`` naming it."""
-    if value is None or value in ON_EXHAUSTED:
-        return cast("OnExhausted | None", value)
-    raise ValueError(f"invalid {what}: {value!r} (use 'fail' or 'park')")
-
 
 @dataclasses.dataclass(frozen=True)
 class FunctionDef:
@@ -70,9 +58,6 @@ class FunctionDef:
     adapter: TypeAdapter[Any] | None = None
     #: the queue its steps are admitted through (a queued function)
     queue: str | None = None
-    #: what a step whose last attempt failed does: ``"park"`` (its run waits
-    #: ``needs_attention``), ``"fail"``, or None for its workflow's choice
-    on_exhausted: OnExhausted | None = None
 
     @property
     def options(self) -> dict[str, Any]:
@@ -180,9 +165,7 @@ class WorkflowDef:
     #: otherwise (None: no deadline)
     timeout: float | None = None
     #: every run's tags (``plait.tags``), a start's merged over them
-    tags: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    #: what a step does once its last attempt failed, unless its function says
-    on_exhausted: OnExhausted = "fail"
+    tags: Mapping[str, str] = dataclasses.field(default_factory=dict[str, str])
 
     @functools.cached_property
     def input_codec(self) -> serde.Codec | None:
@@ -317,7 +300,6 @@ def _function_options(fdef: FunctionDef) -> tuple[Any, ...]:
         fdef.on_error,
         fdef.no_retry_on,
         fdef.queue,
-        fdef.on_exhausted,
     )
 
 
@@ -399,18 +381,13 @@ class App:
         on_error: str | None = None,
         no_retry_on: Sequence[type[BaseException]] | None = None,
         queue: str | None = None,
-        on_exhausted: OnExhausted | None = None,
     ) -> Callable[[F], F]: ...
 
     def function(self, fn: F | None = None, /, **options: Any) -> F | Callable[[F], F]:
         """Register a function (sync or async) that workflows call by name or object.
 
         The function comes back unchanged, so it stays callable as plain Python and keeps
-        its signature for type checkers (``wf.do`` types a step by it).
-
-        ``on_exhausted="park"``: once a step of it fails its last attempt, its run does
-        not fail but waits ``needs_attention`` with the error, until ``retry`` gives the
-        step a new retry budget or ``cancel`` ends the run (None: as its workflow says)."""
+        its signature for type checkers (``wf.do`` types a step by it)."""
         if fn is not None:
             return self._add_function(fn, **options)
         return lambda f: self._add_function(f, **options)
@@ -427,12 +404,10 @@ class App:
         on_error: str | None = None,
         no_retry_on: Sequence[type[BaseException]] | None = None,
         queue: str | None = None,
-        on_exhausted: OnExhausted | None = None,
     ) -> F:
         fname = name or getattr(fn, "__name__", None)
         if not isinstance(fname, str) or not fname:
             raise TypeError("a function needs a name: pass name=...")
-        exhausted = check_on_exhausted(on_exhausted, f"on_exhausted of function {fname!r}")
         if queue is not None:
             # a step admitted through a queue is a job step
             check_queue_name(queue, f"queue of function {fname!r}")
@@ -468,7 +443,6 @@ class App:
             takes_ctx=takes_ctx,
             adapter=adapter,
             queue=queue,
-            on_exhausted=exhausted,
         )
         existing = self.functions.get(fname)
         if existing is not None:
@@ -501,7 +475,6 @@ class App:
         queue: str | None = None,
         timeout: Duration | None = None,
         tags: Mapping[str, str] | None = None,
-        on_exhausted: OnExhausted = "fail",
     ) -> Callable[[W], W]: ...
 
     def workflow(self, fn: W | None = None, /, **options: Any) -> W | Callable[[W], W]:
@@ -509,9 +482,7 @@ class App:
         unchanged: ``engine.run(fn, data)`` is typed by its output annotation. With
         ``timeout`` (a duration) each of its runs fails ``RUN_TIMEOUT`` once that long has
         passed since it started, wherever it is (``start(timeout=...)`` overrides it).
-        ``tags`` are every run's tags (a start's ``tags=`` are merged over them);
-        ``on_exhausted="park"`` parks the run of any of its steps that fails its last
-        attempt (``needs_attention``) instead of failing it."""
+        ``tags`` are every run's tags (a start's ``tags=`` are merged over them)."""
         if fn is not None:
             return self._add_workflow(fn, **options)
         return lambda f: self._add_workflow(f, **options)
@@ -525,11 +496,9 @@ class App:
         queue: str | None = None,
         timeout: Duration | None = None,
         tags: Mapping[str, str] | None = None,
-        on_exhausted: OnExhausted = "fail",
     ) -> W:
         wname = name or fn.__name__
         run_tags = check_tags(tags, f"tags of workflow {wname!r}")
-        exhausted = check_on_exhausted(on_exhausted, f"on_exhausted of workflow {wname!r}")
         if queue is not None:
             check_queue_name(queue, f"queue of workflow {wname!r}")
         seconds = run_timeout(timeout, what=f"timeout of workflow {wname!r}")
@@ -546,7 +515,6 @@ class App:
             queue=queue,
             timeout=seconds,
             tags=run_tags,
-            on_exhausted=exhausted or "fail",
         )
         self._check_workflow_name(wdef, explicit_version=version is not None)
         self.workflows[wname] = wdef

@@ -111,7 +111,7 @@ class Run(_Record, Generic[Output]):
     #: the retry (a child's is its own deadline's, its parent's cap included), else None
     timeout: float | None = None
     #: its tags (``engine.start(tags=)``, the workflow's, ``wf.set_tags``, its parent's)
-    tags: dict[str, str] = dataclasses.field(default_factory=dict)
+    tags: dict[str, str] = dataclasses.field(default_factory=dict[str, str])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +137,7 @@ class RunSummary(_Record):
     #: how many child runs it has (that the reader may see)
     children: int = 0
     #: its tags
-    tags: dict[str, str] = dataclasses.field(default_factory=dict)
+    tags: dict[str, str] = dataclasses.field(default_factory=dict[str, str])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 #: the most tags a run carries
 MAX_TAGS = 16
@@ -32,7 +32,7 @@ def check(tags: Any, what: str = "tags") -> dict[str, str]:
     if not isinstance(tags, Mapping):
         raise ValueError(f"{what} must be a dict of str to str, got {type(tags).__name__}")
     checked: dict[str, str] = {}
-    for key, value in tags.items():
+    for key, value in cast("Mapping[object, object]", tags).items():
         if not isinstance(key, str) or not _KEY.match(key):
             raise ValueError(
                 f"invalid tag key {key!r} in {what}: 1 to {MAX_KEY} characters of [a-z0-9_.-]"

@@ -130,7 +130,7 @@ class BulkMixin(ActionsMixin):
         given["created_before"] = given.pop("until", None)
         if given["created_before"] is None:
             given["created_before"] = time.time()  # not the runs started from now on
-        statuses = sorted(APPLIES[action])
+        statuses: list[str] = sorted(APPLIES[action])
         wanted = given.pop("status", None)
         if wanted is not None:
             run_filter({"status": wanted})  # a bad status is refused naming it

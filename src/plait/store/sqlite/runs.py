@@ -45,7 +45,8 @@ def listing(name: str, where: RunFilter) -> tuple[str, dict[str, Any]]:
     for bound in ("created_after", "created_before"):
         if params[bound] is not None:
             params[bound] = _microsecond_edge(params[bound])
-    pairs = params.pop("tags") or ()
+    pairs: tuple[tuple[str, str], ...] = where.tags or ()
+    del params["tags"]
     for i, (key, value) in enumerate(pairs):
         params[f"tag_key_{i}"], params[f"tag_value_{i}"] = key, value
     given = tuple(f for f in _RUN_FILTERS if params[f] not in (None, False))
