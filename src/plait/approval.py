@@ -196,6 +196,6 @@ __all__ = [
     "names",
     "problems",
     "reason",
-    "without_data",
     "resolved",
+    "without_data",
 ]

@@ -61,7 +61,7 @@ async def gave_up(wf: plait.Workflow, data: Any) -> Any:
     """Gives up its first gate ``ok`` (a deadline wins), then waits, then opens another."""
     first = asyncio.ensure_future(wf.approval("ok"))
     deadline = asyncio.ensure_future(wf.sleep("deadline", 0.05))
-    done, pending = await asyncio.wait({first, deadline}, return_when=asyncio.FIRST_COMPLETED)
+    _, pending = await asyncio.wait({first, deadline}, return_when=asyncio.FIRST_COMPLETED)
     for task in pending:
         task.cancel()
     await wf.wait_for_event("nap over")

@@ -72,7 +72,9 @@ async def test_declared_and_others_schedules_need_the_schedules_scope(
 ) -> None:
     alice, bob, ops = users["alice"], users["bob"], users["ops"]
     await engine.create_schedule("ownerless", workflow="job", every="1h")
-    made = await alice.post("/api/schedules", json={"name": "mine", "workflow": "job", "every": 3600})
+    made = await alice.post(
+        "/api/schedules", json={"name": "mine", "workflow": "job", "every": 3600}
+    )
     assert made.status_code == 201, made.text
     assert await names(alice) == {"mine"}
     assert await names(bob) == set()
@@ -103,17 +105,25 @@ async def test_a_user_owns_at_most_the_cap(
     for name in ("one", "two"):
         body = {"name": name, "workflow": "job", "every": "1h"}
         assert (await alice.post("/api/schedules", json=body)).status_code == 201
-    over = await alice.post("/api/schedules", json={"name": "three", "workflow": "job", "every": "1h"})
+    over = await alice.post(
+        "/api/schedules", json={"name": "three", "workflow": "job", "every": "1h"}
+    )
     assert over.status_code == 429, over.text
     error = over.json()["error"]
     assert error["code"] == "TOO_MANY_SCHEDULES" and error["limit"] == 2
     assert "max_schedules_per_user=2" in error["message"]
     # replacing one of hers is no new one; another user has her own count
-    again = await alice.post("/api/schedules", json={"name": "two", "workflow": "job", "every": "2h"})
+    again = await alice.post(
+        "/api/schedules", json={"name": "two", "workflow": "job", "every": "2h"}
+    )
     assert again.status_code == 201, again.text
-    assert (await bob.post("/api/schedules", json={"name": "b", "workflow": "job", "every": "1h"})).status_code == 201
+    assert (
+        await bob.post("/api/schedules", json={"name": "b", "workflow": "job", "every": "1h"})
+    ).status_code == 201
     assert (await alice.delete("/api/schedules/one")).status_code == 204
-    assert (await alice.post("/api/schedules", json={"name": "three", "workflow": "job", "every": "1h"})).status_code == 201
+    assert (
+        await alice.post("/api/schedules", json={"name": "three", "workflow": "job", "every": "1h"})
+    ).status_code == 201
     assert {s.name for s in await engine.list_schedules()} == {"declared", "two", "three", "b"}
 
 

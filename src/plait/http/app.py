@@ -66,10 +66,11 @@ def create_app(
     Request bodies over ``max_body`` bytes get 413. A user owns at most
     ``max_schedules_per_user`` schedules made over HTTP (429 past it). At most
     ``max_streams`` event streams are open at once, and ``max_streams_per_user`` of one
-    user (default: a quarter of ``max_streams``, at least 1); 429 past either. When run by an ASGI server, the app
-    opens ``engine`` on start-up if it is not open yet and closes it again on shut-down;
-    the server should call ``app.state.lifecycle.begin_shutdown()`` as it starts to shut
-    down (``plait serve`` does), so open streams and waits end at once. Mounted inside
+    user (default: a quarter of ``max_streams``, at least 1); 429 past either. When run
+    by an ASGI server, the app opens ``engine`` on start-up if it is not open yet and
+    closes it again on shut-down; the server should call
+    ``app.state.lifecycle.begin_shutdown()`` as it starts to shut down (``plait serve``
+    does), so open streams and waits end at once. Mounted inside
     another app (whose lifespan does not reach mounted apps), open the engine yourself.
     """
     sessions = Sessions(session_seconds)

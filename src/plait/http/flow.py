@@ -136,16 +136,16 @@ class FlowApi:
                 "owner): only an unrestricted caller may replace it",
             )
         mine = [s for s in stored if s.owner is not None and s.owner == principal.user]
-        if not principal.unrestricted and body.name not in {s.name for s in mine}:
-            if len(mine) >= self.max_schedules_per_user:
-                raise ApiError(
-                    429,
-                    "TOO_MANY_SCHEDULES",
-                    f"user {principal.user!r} owns {len(mine)} schedules, the most one user "
-                    f"may own (max_schedules_per_user={self.max_schedules_per_user}): "
-                    "delete one first",
-                    extra={"limit": self.max_schedules_per_user},
-                )
+        new = body.name not in {s.name for s in mine}
+        if not principal.unrestricted and new and len(mine) >= self.max_schedules_per_user:
+            raise ApiError(
+                429,
+                "TOO_MANY_SCHEDULES",
+                f"user {principal.user!r} owns {len(mine)} schedules, the most one user "
+                f"may own (max_schedules_per_user={self.max_schedules_per_user}): "
+                "delete one first",
+                extra={"limit": self.max_schedules_per_user},
+            )
         try:
             if not principal.has_scope("admin"):
                 self._check_interval(body)

@@ -105,8 +105,8 @@ class Operating:
         for step in await self.engine.get_steps(run_id):
             if step.kind != "approval" or step.status != "pending":
                 continue
-            recorded = step.input if isinstance(step.input, dict) else {}
-            info = cast(dict[str, Any], recorded)
+            recorded: Any = step.input
+            info = cast(dict[str, Any], recorded) if isinstance(recorded, dict) else {}
             if info.get("name") == name and approval.names(info.get("approvers"), principal.user):
                 return True
         return False
@@ -140,7 +140,7 @@ def openapi_paths(
     return {
         "/api/approvals": {
             "get": {
-                "summary": "Approval gates of live runs the caller may decide (and read, unless named)",
+                "summary": "Approval gates of live runs the caller may decide",
                 "parameters": [
                     {
                         "name": "status",

@@ -14,9 +14,7 @@ from plait.http.problems import ApiError
 #: what each scope lets a token do beyond starting and reading its own runs
 SCOPES: dict[str, str] = {
     "graphs": "register and replace graphs over HTTP, and read their definitions",
-    "schedules": (
-        "see and operate schedules of other users, without an owner or declared in code"
-    ),
+    "schedules": ("see and operate schedules of other users, without an owner or declared in code"),
     "admin": "read and operate every user's runs, decide their gates, and make schedules "
     "that fire more often than once a minute",
 }
