@@ -1,19 +1,19 @@
 """Acting on many runs at once: ``cancel_runs``, ``retry_runs``, ``resume_runs``.
 
 The runs a filter matches are read first (only those created before the call: a run
-started meanwhile is not one the caller saw), then acted on in batches of ``BATCH``,
-each run through the same transition a single ``cancel``/``retry``/``resume`` writes,
-yielding to the event loop between batches so that live work in this process (passes,
-step bodies, commits) is not starved. A matched run is acted on once; one that is not
-in a state the action applies to by its turn (it ended, or was retried by someone else)
-is skipped and not counted.
+started meanwhile is not one the caller saw), then acted on in batches of ``BATCH``
+(``IN_FLIGHT`` at a time), each run through the same transition a single
+``cancel``/``retry``/``resume`` writes, yielding to the event loop between batches so
+that live work in this process (passes, step bodies, commits) is not starved. A matched
+run is acted on once; one that is not in a state the action applies to by its turn (it
+ended, or was retried by someone else) is skipped and not counted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, Literal
 
@@ -24,8 +24,11 @@ from plait.records import RunStatus
 from plait.runtime import runs
 from plait.statuses import RunStatusName
 
-#: runs acted on together before the batch yields to other work
+#: runs acted on per batch before the bulk action yields to other work
 BATCH = 200
+#: of a batch, the runs acted on at once: each action is a transaction of its own, and a
+#: few at a time keep the writer's queue short for the live work's commits
+IN_FLIGHT = 4
 #: runs read per page while the filter's matches are collected
 _PAGE = 1000
 #: what each action applies to: a run in another status is skipped
@@ -163,13 +166,24 @@ class BulkMixin(ActionsMixin):
         run_ids = await self.match_runs(action, **filters)
         done = acted = 0
         for start in range(0, len(run_ids), BATCH):
-            batch = run_ids[start : start + BATCH]
-            results = await asyncio.gather(*(self._act_once(action, r, reason) for r in batch))
-            acted += sum(results)
-            done += len(batch)
+            batch = iter(run_ids[start : start + BATCH])
+            counts = await asyncio.gather(
+                *(self._act_on(action, batch, reason) for _ in range(IN_FLIGHT))
+            )
+            acted += sum(counts)
+            batch_size = min(BATCH, len(run_ids) - start)
+            done += batch_size
             if progress is not None:
                 progress(done, len(run_ids))
             await asyncio.sleep(0)  # live work of this process goes on between batches
+        return acted
+
+    async def _act_on(self, action: BulkAction, run_ids: Iterator[str], reason: str | None) -> int:
+        """Act on runs taken one after another from ``run_ids`` (shared by the lanes of a
+        batch); how many were acted on."""
+        acted = 0
+        for run_id in run_ids:
+            acted += await self._act_once(action, run_id, reason)
         return acted
 
     async def _act_once(self, action: BulkAction, run_id: str, reason: str | None) -> bool:

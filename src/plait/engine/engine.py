@@ -17,7 +17,7 @@ from typing import Any, Literal, Self, TypedDict, TypeVar, Unpack, overload
 
 from plait import serde
 from plait import tags as tags_rules
-from plait.app import App
+from plait.app import App, WorkflowDef
 from plait.catalog import Catalog
 from plait.clock import SYSTEM_CLOCK, Clock
 from plait.durations import parse_duration, run_timeout, timeout_seconds
@@ -314,8 +314,7 @@ class Engine(
 
         ``timeout`` (default: the workflow's own ``timeout``) is the run's deadline,
         counted from its start (a delayed run: from its start time): once it passes, the
-        run fails ``RUN_TIMEOUT`` wherever it is, queued, running, waiting or suspended.
-        ``tags`` are merged over the workflow's own (``@app.workflow(tags=)``)."""
+        run fails ``RUN_TIMEOUT`` wherever it is, queued, running, waiting or suspended."""
         run_id, _fresh = await self._start(
             name,
             data,
@@ -358,7 +357,6 @@ class Engine(
         if start_node is not None and kind != "graph":
             raise ValueError(f"start_node applies to graph workflows; {name!r} is code")
         timeout = run_timeout(deadline, what="timeout")
-        given_tags = tags_rules.check(options.get("tags"), "tags")
         flow = self._flow_options(
             name,
             options.get("queue"),
@@ -382,8 +380,6 @@ class Engine(
         wdef = self.app.workflows.get(name) if kind == "workflow" else None
         if timeout is None and wdef is not None:
             timeout = wdef.timeout
-        run_tags = tags_rules.merge(None if wdef is None else wdef.tags, given_tags)
-        tags_rules.limit(run_tags, f"the tags of a run of {name!r}")
         starts = flow["not_before"] or self.clock.now()
         if wdef is not None and wdef.input_codec is not None:
             wdef.decode_input(payload)  # bad input is refused here, not by a failed run
@@ -405,7 +401,7 @@ class Engine(
             trace=None if telemetry is None else telemetry.run_created(run_id, name),
             deadline_at=runs.deadline(starts, timeout),
             timeout=timeout,
-            tags=tags_rules.dumps(run_tags),
+            tags=_run_tags(wdef, options.get("tags"), name),
             **flow,
         )
         run, created = await self.store.create_run(new)
@@ -603,6 +599,14 @@ class Engine(
             return None
         await metrics.refresh(self.store)
         return metrics.render()
+
+
+def _run_tags(wdef: WorkflowDef | None, given: Any, name: str) -> str | None:
+    """A new run's tags as stored: ``given`` (a start's ``tags=``, checked here) merged
+    over its workflow's own (``@app.workflow(tags=)``)."""
+    merged = tags_rules.merge(None if wdef is None else wdef.tags, tags_rules.check(given))
+    tags_rules.limit(merged, f"the tags of a run of {name!r}")
+    return tags_rules.dumps(merged)
 
 
 def _output_or_raise(run: Run) -> Any:
