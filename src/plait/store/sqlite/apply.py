@@ -98,7 +98,7 @@ def _apply_rare(conn: sqlite3.Connection, run_id: str, op: Op, now: float) -> No
     elif isinstance(op, CancelJob):
         cancel_job(conn, run_id, op, now)
     elif isinstance(op, AppendStream):
-        conn.execute(SQL["append_stream_entry"], (run_id, op.stream, op.value, None, None, now))
+        conn.execute(SQL["append_stream_entry"], (run_id, op.stream, op.value, now))
     elif isinstance(op, SetValue):
         conn.execute(SQL["set_value"], (run_id, op.key, op.value, now))
     elif isinstance(op, SendEvent):

@@ -27,13 +27,27 @@ class Streams(Part):
             row = conn.execute(SQL["run_status"], (run_id,)).fetchone()
             if row is None or row[0] not in live:
                 return 0
+            # one look per attempt and per stream, then one insert statement for all
+            attempts = {(w.step_key, w.attempt) for w in writes}
+            reset = {
+                a
+                for a in attempts
+                if conn.execute(SQL["attempt_reset"], (run_id, *a)).fetchone() is not None
+            }
+            offsets = {
+                stream: conn.execute(SQL["next_stream_offset"], (run_id, stream)).fetchone()[0]
+                for stream in {w.stream for w in writes}
+            }
             now = self._now()
-            sql = SQL["append_stream_entry"]
-            written = 0
+            rows: list[tuple[object, ...]] = []
             for w in writes:
-                cur = conn.execute(sql, (run_id, w.stream, w.value, w.step_key, w.attempt, now))
-                written += cur.rowcount
-            return written
+                if (w.step_key, w.attempt) in reset:
+                    continue
+                offset = offsets[w.stream]
+                offsets[w.stream] = offset + 1
+                rows.append((run_id, w.stream, offset, w.value, w.step_key, w.attempt, now))
+            conn.executemany(SQL["insert_stream_entry"], rows)
+            return len(rows)
 
         return await self._write(go)
 

@@ -913,16 +913,22 @@ UPDATE plait_requests SET status = ?, answered_at = ? WHERE id = ? AND status = 
 -- == streams =================================================================================
 
 -- name: append_stream_entry
--- A 'data' entry (?3 the value) at the stream's next offset, written by the workflow
--- (?4, ?5 NULL) or by step ?4's attempt ?5, unless that attempt has been reset already.
+-- The workflow's own 'data' entry (?3 the value) at the stream's next offset.
 INSERT INTO plait_stream_entries (run_id, stream, "offset", kind, value, step_key, attempt, at)
-SELECT ?1, ?2,
-    (SELECT coalesce(max("offset") + 1, 0) FROM plait_stream_entries
-     WHERE run_id = ?1 AND stream = ?2),
-    'data', ?3, ?4, ?5, ?6
-WHERE ?4 IS NULL OR NOT EXISTS (
-    SELECT 1 FROM plait_stream_entries
-    WHERE run_id = ?1 AND step_key = ?4 AND attempt = ?5 AND kind = 'reset')
+SELECT ?1, ?2, coalesce(max("offset") + 1, 0), 'data', ?3, NULL, NULL, ?4
+FROM plait_stream_entries WHERE run_id = ?1 AND stream = ?2
+
+-- name: next_stream_offset
+SELECT coalesce(max("offset") + 1, 0) FROM plait_stream_entries WHERE run_id = ? AND stream = ?
+
+-- name: attempt_reset
+-- Whether step ?2's attempt ?3 has been reset (its late entries are left out).
+SELECT 1 FROM plait_stream_entries
+WHERE run_id = ? AND step_key = ? AND attempt = ? AND kind = 'reset'
+
+-- name: insert_stream_entry
+INSERT INTO plait_stream_entries (run_id, stream, "offset", kind, value, step_key, attempt, at)
+VALUES (?, ?, ?, 'data', ?, ?, ?, ?)
 
 -- name: read_stream
 SELECT "offset", kind, value, step_key, attempt, at FROM plait_stream_entries
