@@ -17,6 +17,7 @@ from plait.cli.app import (
     run_async,
 )
 from plait.cli.terminal import clean, compact
+from plait.context import check_stream_name
 from plait.records import StreamEntry
 
 #: entries read at a time without --follow
@@ -71,6 +72,10 @@ def stream(
     """Print a run's stream: text values run on (as a chat reply does), other values one
     per line. With --json, one JSON object per entry and line (offset, kind, value,
     attempt, at, step)."""
+    try:
+        check_stream_name(name)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'NAME'") from None
 
     async def go() -> None:
         nonlocal run_id

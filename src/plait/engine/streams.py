@@ -3,7 +3,7 @@ their entries commit."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from plait.context import check_stream_name
 from plait.engine.base import EngineBase
@@ -62,7 +62,7 @@ class StreamsMixin(EngineBase):
 
     async def follow_stream(
         self, run_id: str, name: str, *, after: int = -1, settled_only: bool = False
-    ) -> AsyncIterator[StreamEntry]:
+    ) -> AsyncGenerator[StreamEntry, None]:
         """The entries of the run's stream ``name`` after ``after`` as they commit, until
         its ``end`` (the run ended; a stream never written ends with its run, with no
         entry). Woken by the commits that write them, not by polling. With
