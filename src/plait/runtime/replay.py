@@ -236,8 +236,7 @@ class CodeReplay:
         ledger.published = True
 
     def stream_write(self, key: str, name: str, value: str | None) -> None:
-        """Append the workflow's own entry to stream ``name`` once, when the run first
-        gets here (``wf.stream(name).write``): a replay finds its step and writes none."""
+        """``wf.stream(name).write``, once: a replay finds its step and writes none."""
         ledger = self.ledger
         self.order.reached_now(key)
         step = ledger.steps.get(key)
@@ -316,6 +315,7 @@ class CodeReplay:
         the garbage collector, whose full collections grow with every pass left to it
         and stall the event loop of a busy worker for tens of milliseconds."""
         self.main = None
+        self.workflow = None  # it holds this replay
         self.order.clear()
         self.new_calls.clear()
         self.waiting.clear()
