@@ -179,3 +179,25 @@ async def test_another_users_token_gets_403_and_bad_offsets_422(engine_factory) 
             long_name = await client.get(f"/api/runs/{run_id}/streams/{'x' * 201}", headers=ALICE)
             assert long_name.status_code == 422 and "invalid stream name" in long_name.text
             await engine.cancel(run_id)
+
+
+async def test_a_runs_stream_holds_a_slot_of_the_event_stream_limits(engine_factory) -> None:
+    async with engine_factory(_app()) as engine:
+        web = create_app(engine, tokens=TOKENS, max_streams=4, max_streams_per_user=1)
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=web),
+            base_url="http://test",
+            headers={"Content-Type": "application/json"},
+        ) as client:
+            started = await client.post("/api/workflows/talker/runs", headers=ALICE, json={})
+            run_id = started.json()["run_id"]
+            path = f"/api/runs/{run_id}/streams/out"
+            async with SseClient(web, path, ALICE) as sse:
+                assert (await sse.next()) is not None  # open, and holding alice's one slot
+                refused = await client.get(path, headers=ALICE)
+                assert refused.status_code == 429 and "TOO_MANY_STREAMS" in refused.text
+                run_stream = await client.get(f"/api/runs/{run_id}/stream", headers=ALICE)
+                assert run_stream.status_code == 429
+            await engine.cancel(run_id)
+            after = await client.get(path, headers=ALICE)  # the slot was given back
+            assert after.status_code == 200 and "event: end" in after.text

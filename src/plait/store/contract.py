@@ -375,6 +375,12 @@ class Store(Protocol):
         """The streams the run has written to, by name."""
         ...
 
+    async def run_marks(self, run_id: str) -> tuple[Any, ...] | None:
+        """A few numbers and times that change whenever the run, its steps, values,
+        decisions, children or streams change (None: no such run), read without reading any of
+        them: a follower reads the run again only when these moved."""
+        ...
+
     async def fork_run(
         self,
         new: NewRun,

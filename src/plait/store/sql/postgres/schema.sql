@@ -364,3 +364,5 @@ CREATE INDEX schedules_due ON @schema@.schedules (next_tick) WHERE status = 'act
 -- the entries of one step attempt (a reset finds the streams it wrote to)
 CREATE INDEX stream_entries_attempt ON @schema@.stream_entries (run_id, step_key, attempt)
     WHERE step_key IS NOT NULL;
+-- the first entry of each stream: the run's page counts its streams in its marks
+CREATE INDEX stream_entries_first ON @schema@.stream_entries (run_id) WHERE "offset" = 0;

@@ -282,6 +282,8 @@ CREATE INDEX plait_schedules_due ON plait_schedules (next_tick) WHERE status = '
 -- the entries of one step attempt (a reset finds the streams it wrote to)
 CREATE INDEX plait_stream_entries_attempt ON plait_stream_entries (run_id, step_key, attempt)
     WHERE step_key IS NOT NULL;
+-- the first entry of each stream: the run's page counts its streams in its marks
+CREATE INDEX plait_stream_entries_first ON plait_stream_entries (run_id) WHERE "offset" = 0;
 
 -- == triggers ================================================================================
 

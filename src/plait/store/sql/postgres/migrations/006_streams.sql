@@ -21,3 +21,5 @@ CREATE TABLE @schema@.stream_entries (
 -- the entries of one step attempt (a reset finds the streams it wrote to)
 CREATE INDEX stream_entries_attempt ON @schema@.stream_entries (run_id, step_key, attempt)
     WHERE step_key IS NOT NULL;
+-- the first entry of each stream: the run's page counts its streams in its marks
+CREATE INDEX stream_entries_first ON @schema@.stream_entries (run_id) WHERE "offset" = 0;

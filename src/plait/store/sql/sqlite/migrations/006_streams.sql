@@ -21,6 +21,8 @@ CREATE TABLE plait_stream_entries (
 -- the entries of one step attempt (a reset finds the streams it wrote to)
 CREATE INDEX plait_stream_entries_attempt ON plait_stream_entries (run_id, step_key, attempt)
     WHERE step_key IS NOT NULL;
+-- the first entry of each stream: the run's page counts its streams in its marks
+CREATE INDEX plait_stream_entries_first ON plait_stream_entries (run_id) WHERE "offset" = 0;
 
 -- An attempt that ends failed, interrupted or cancelled resets what it wrote: readers drop
 -- its entries. Whoever ends it (a pass, a step worker, a takeover, a cancel), the reset
