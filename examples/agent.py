@@ -64,7 +64,9 @@ def scripted(messages: list[ModelMessage]) -> ModelResponse:
     return ModelResponse(parts=[TextPart(f"Sorry about that. {results[1]}.")])
 
 
-async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+async def stream(
+    messages: list[ModelMessage], info: AgentInfo
+) -> AsyncIterator[str | DeltaToolCalls]:
     """The scripted answer, streamed: text word by word, a tool call at once."""
     for index, part in enumerate(scripted(messages).parts):
         if isinstance(part, TextPart):
@@ -72,7 +74,11 @@ async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator
                 yield word + " "
         elif isinstance(part, ToolCallPart):
             args = json.dumps(part.args)
-            yield {index: DeltaToolCall(name=part.tool_name, json_args=args, tool_call_id=part.tool_call_id)}
+            yield {
+                index: DeltaToolCall(
+                    name=part.tool_name, json_args=args, tool_call_id=part.tool_call_id
+                )
+            }
 
 
 agent = Agent(
@@ -112,12 +118,15 @@ async def main() -> None:
         run_id = await engine.start("support", "My kettle from order A-1001 arrived broken.")
         print(f"run {run_id} started")
 
-        while not (gates := [g for g in await engine.list_approvals() if g.run_id == run_id]):
+        # a person would look at the open approvals now and then (the dashboard, the CLI)
+        while not (gates := [g for g in await engine.list_approvals() if g.run_id == run_id]):  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         gate = gates[0].name
         print(f"the run waits at approval {gate!r}; a person approves it, as with")
         print(f"    plait approve {run_id} {gate} --data '{{\"approved\": true}}'")
-        await engine.approve(run_id, gate, ToolApproval(approved=True).model_dump(), decided_by="dana")
+        await engine.approve(
+            run_id, gate, ToolApproval(approved=True).model_dump(), decided_by="dana"
+        )
 
         run = await engine.wait(run_id, timeout=60)
         print("steps:")

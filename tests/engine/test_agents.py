@@ -56,9 +56,7 @@ async def test_a_two_tool_run_takes_one_step_per_model_request_and_tool_call(
         run_id = await engine.start("support", "A1 5")
         run = await engine.wait(run_id, timeout=30)
         assert run.status == "completed", run.error
-        assert run.output == (
-            "Done for A1: {'order': 'A1', 'state': 'delivered'}; refunded 5 "
-        )
+        assert run.output == ("Done for A1: {'order': 'A1', 'state': 'delivered'}; refunded 5 ")
         assert await _keys(engine, run_id) == TWO_TOOL_STEPS
         # a model response is stored as JSON in Pydantic AI's own message shape
         steps = {s.key: s for s in await engine.get_steps(run_id)}
@@ -193,7 +191,7 @@ async def test_outside_a_workflow_the_agent_runs_as_usual() -> None:
 
 
 def test_bad_step_options_are_named() -> None:
-    with pytest.raises(ValueError, match="step_options: unknown step option.*'retry'"):
+    with pytest.raises(ValueError, match=r"step_options: unknown step option.*'retry'"):
         PlaitDurability(step_options={"retry": 3})
     with pytest.raises(TypeError, match="tool_step_options must be a mapping"):
         PlaitDurability(tool_step_options=3)  # type: ignore[arg-type]

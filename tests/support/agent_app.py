@@ -75,11 +75,14 @@ def plan(messages: list[ModelMessage]) -> ModelResponse:
 async def _wait_for_gate(seen: int) -> None:
     gate = os.environ.get("AGENT_GATE")
     if gate and seen == 1:
-        while not Path(gate).exists():
+        # the file is made by the test, in another process: nothing to wait on but it
+        while not Path(gate).exists():  # noqa: ASYNC110, ASYNC240
             await asyncio.sleep(0.02)
 
 
-async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+async def stream(
+    messages: list[ModelMessage], info: AgentInfo
+) -> AsyncIterator[str | DeltaToolCalls]:
     """The streamed form of ``plan`` (an agent whose events are written streams its
     model requests): text word by word, a tool call in one delta."""
     response = plan(messages)
@@ -93,7 +96,11 @@ async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator
                 yield word + " "
         elif isinstance(part, ToolCallPart):
             args = json.dumps(part.args)
-            yield {index: DeltaToolCall(name=part.tool_name, json_args=args, tool_call_id=part.tool_call_id)}
+            yield {
+                index: DeltaToolCall(
+                    name=part.tool_name, json_args=args, tool_call_id=part.tool_call_id
+                )
+            }
 
 
 def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:

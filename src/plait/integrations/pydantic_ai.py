@@ -86,7 +86,12 @@ TOOL_CONFIG_KEY = "plait"
 
 #: what a step body may raise that no later attempt would change: Pydantic AI's
 #: control-flow signals (normally carried as recorded values) and its usage errors
-NOT_RETRIED: tuple[type[BaseException], ...] = (ModelRetry, CallDeferred, ApprovalRequired, UserError)
+NOT_RETRIED: tuple[type[BaseException], ...] = (
+    ModelRetry,
+    CallDeferred,
+    ApprovalRequired,
+    UserError,
+)
 
 #: the ``wf.do`` options a step of an agent may be given
 _STEP_OPTIONS = frozenset({"retries", "retry_delay", "timeout", "on_error", "no_retry_on"})
@@ -116,7 +121,8 @@ def _current_workflow() -> plait.Workflow | None:
         replay = CURRENT_REPLAY.get()
         return None if replay is None else Workflow(replay)
     try:
-        return current()
+        wf: plait.Workflow = current()
+        return wf
     except RuntimeError:
         return None
 
@@ -391,7 +397,10 @@ class PlaitDurability(BaseDurabilityCapability[AgentDepsT]):
         if wf is None or not self._approvals or not requests.approvals:
             return None
         decisions = await asyncio.gather(
-            *(self._decide(wf, call, requests.metadata.get(call.tool_call_id)) for call in requests.approvals)
+            *(
+                self._decide(wf, call, requests.metadata.get(call.tool_call_id))
+                for call in requests.approvals
+            )
         )
         return DeferredToolResults(
             approvals={
