@@ -5,7 +5,7 @@ after a crash, a restart or a deploy the run replays and goes on where it stoppe
 """
 
 from plait.app import App, FunctionDef, WorkflowDef
-from plait.context import StepContext
+from plait.context import StepContext, current_step
 from plait.engine import Engine
 from plait.errors import (
     ApprovalForbiddenError,
@@ -52,8 +52,9 @@ from plait.records import (
     Step,
     StepAttempt,
     StepStatus,
+    StreamEntry,
 )
-from plait.runtime.workflow import Request, Workflow
+from plait.runtime.workflow import Request, Workflow, current_workflow
 from plait.schedules import ScheduleSpec
 
 __version__ = "0.1.0"
@@ -100,6 +101,7 @@ __all__ = [
     "StepFunctionMismatchError",
     "StepStatus",
     "StepTimeoutError",
+    "StreamEntry",
     "TypeMismatchError",
     "ValidationError",
     "ValueNotSetError",
@@ -110,4 +112,6 @@ __all__ = [
     "WorkflowNotFoundError",
     "WorkflowSuspendedError",
     "__version__",
+    "current_step",
+    "current_workflow",
 ]

@@ -57,6 +57,8 @@ def step_label(key: str, kind: str) -> str:
         return f"send event: {key.removeprefix('__send:')}"
     if kind == "sleep":
         return f"sleep: {key}"
+    if kind == "stream":
+        return f"stream: {key.removeprefix('__stream:')}"
     if kind == "child":
         return f"{key} (child run)"
     return key
@@ -176,6 +178,26 @@ class StepAttempt(_Record):
     error: dict[str, Any] | None
     started_at: datetime
     finished_at: datetime | None
+
+
+#: what a stream entry is: a written value, the ``reset`` of a step attempt that failed or
+#: was interrupted (its readers drop that attempt's entries), or the ``end`` of the stream
+StreamEntryKind = Literal["data", "reset", "end"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamEntry(_Record):
+    """One entry of a run's stream (``wf.stream`` / ``ctx.stream``). ``offset`` counts
+    from 0 in each stream, with no gap. ``attempt`` (and ``step``, the step key) name the
+    step attempt that wrote a ``data`` entry, or that a ``reset`` drops; both are None for
+    a write of the workflow itself and for the ``end``."""
+
+    offset: int
+    kind: StreamEntryKind
+    value: Any
+    attempt: int | None
+    at: datetime
+    step: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

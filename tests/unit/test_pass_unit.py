@@ -50,6 +50,10 @@ class ListHost:
     def ended_elsewhere(self, run_id: str) -> None:
         pass
 
+    @property
+    def streams(self) -> Any:
+        return None  # no step of these passes writes to a stream
+
     def published(self, run_id: str) -> None:
         pass
 

@@ -29,6 +29,7 @@ from plait.engine.fork import ForkMixin
 from plait.engine.queues import QueuesMixin
 from plait.engine.requests import RequestsMixin
 from plait.engine.schedules import SchedulesMixin
+from plait.engine.streams import StreamsMixin
 from plait.engine.values import ValuesMixin
 from plait.errors import (
     RunIdTakenError,
@@ -105,6 +106,7 @@ class Engine(
     QueuesMixin,
     RequestsMixin,
     SchedulesMixin,
+    StreamsMixin,
     ValuesMixin,
 ):
     """A handle on one database plus (with ``workers=True``) the loops that work it.

@@ -34,6 +34,7 @@ from typing import Any
 from plait import serde
 from plait.catalog import Catalog
 from plait.clock import Clock
+from plait.context import StreamSink
 from plait.records import CheckResult, Run, step_label
 from plait.runtime.control_flow import PassAborted, SuspendSignal
 from plait.runtime.host import Host
@@ -68,6 +69,10 @@ class DryHost:
 
     def ended_elsewhere(self, run_id: str) -> None:
         raise AssertionError(f"a dry pass of run {run_id!r} committed nothing to be refused")
+
+    @property
+    def streams(self) -> StreamSink:
+        raise AssertionError("a dry pass ran a step body that could write to a stream")
 
     def published(self, run_id: str) -> None:
         raise AssertionError(f"a dry pass of run {run_id!r} published a value")

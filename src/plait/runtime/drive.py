@@ -124,6 +124,7 @@ class Driver:
             invocation_id=step.invocation_id,
             attempt=step.attempts,
             workflow=ledger.run.workflow,
+            _streams=self.host.streams,
         )
         if self.hook is not None:
             self.hook.prepare(step, ctx)

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from plait.catalog import Catalog
 from plait.clock import Clock
+from plait.context import StreamSink
 from plait.observe import Telemetry
 from plait.records import Run
 from plait.serde import Limits
@@ -62,6 +63,11 @@ class Host(Protocol):
     def ended_elsewhere(self, run_id: str) -> None:
         """``run_id`` ended in another process (a cancel) while this one's pass had its lease,
         as a commit found: stop its work here as a cancel here does."""
+        ...
+
+    @property
+    def streams(self) -> StreamSink:
+        """Where step bodies' stream entries go (``runtime.streams.StreamWriter``)."""
         ...
 
     def published(self, run_id: str) -> None:

@@ -43,6 +43,7 @@ async def run_job(
         invocation_id=step.invocation_id,
         attempt=step.attempts,
         workflow=workflow,
+        _streams=host.streams,
     )
     hook = None
     if step.kind in steps.GRAPH_STEP_KINDS:

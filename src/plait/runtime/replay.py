@@ -75,6 +75,8 @@ class CodeReplay:
         self.waits = Waits(self.ledger, host)
         self.requests = Requests(self.ledger, host)
         self.main: asyncio.Task[Any] | None = None
+        #: the ``wf`` handed to the workflow's code (``plait.current_workflow()``)
+        self.workflow: Workflow | None = None
         self.wdef: WorkflowDef | None = None
         #: steps called and not yet started, in call order
         self.new_calls: collections.deque[StepCall[Any]] = collections.deque()
@@ -231,6 +233,20 @@ class CodeReplay:
             self.host.limits.check(value, f"value {name!r}")
         step = ledger.new_step(key, key, "set_value", input=serde.dumps({"key": name}))
         ledger.add(steps.publish_value(step, name, value, ledger.now()))
+        ledger.published = True
+
+    def stream_write(self, key: str, name: str, value: str | None) -> None:
+        """Append the workflow's own entry to stream ``name`` once, when the run first
+        gets here (``wf.stream(name).write``): its step records that it was written, so
+        a replay writes nothing again."""
+        ledger = self.ledger
+        self.order.reached_now(key)
+        step = ledger.steps.get(key)
+        if step is not None:
+            ledger.check_same(step, "stream", None)
+            return
+        step = ledger.new_step(key, key, "stream", input=serde.dumps({"stream": name}))
+        ledger.add(steps.write_stream(step, name, value, ledger.now()))
         ledger.published = True
 
     def value(self, key: str, make: Callable[[], Any]) -> Any:

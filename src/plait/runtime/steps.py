@@ -24,6 +24,7 @@ from plait.runtime.attempt import Outcome
 from plait.statuses import STEP_IN_FLIGHT, AttemptStatusName, StepStatusName
 from plait.store.ops import (
     AnswerRequest,
+    AppendStream,
     CancelCut,
     CancelJob,
     ClearTimer,
@@ -673,6 +674,13 @@ def publish_value(step: StepRow, key: str, value: str | None, now: float) -> lis
     nothing again, and never puts an older value back), and published with it."""
     step.status, step.output, step.updated_at = "succeeded", value, now
     return [_put(step), SetValue(key, value)]
+
+
+def write_stream(step: StepRow, stream: str, value: str | None, now: float) -> list[Op]:
+    """``wf.stream(name).write``: recorded as a step on first reach (so a replay writes
+    nothing again), and appended to the stream with it."""
+    step.status, step.output, step.updated_at = "succeeded", value, now
+    return [_put(step), AppendStream(stream, value)]
 
 
 def send_event(step: StepRow, run_id: str, name: str, payload: str | None, now: float) -> list[Op]:

@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 from plait.clock import Clock
 from plait.notify import Notifier
-from plait.records import Run, RunSummary, Step, StepAttempt
-from plait.statuses import RequestStatusName, RunStatusName
+from plait.records import Run, RunSummary, Step, StepAttempt, StreamEntry
+from plait.statuses import RequestStatusName, RunStatusName, StepStatusName
 from plait.store.ops import Batch, CancelChildren, CancelCut, EndRun, Op, StepEnd
 from plait.store.rows import (
     DecisionRow,
@@ -33,6 +33,7 @@ from plait.store.rows import (
     RunFilter,
     ScheduleRow,
     StepJob,
+    StreamWrite,
     Version,
 )
 
@@ -348,6 +349,30 @@ class Store(Protocol):
 
     async def get_values(self, run_id: str) -> dict[str, str | None]:
         """The run's published values (JSON text) by key."""
+        ...
+
+    # streams
+    async def append_stream(
+        self, run_id: str, writes: Sequence[StreamWrite], live: Sequence[RunStatusName]
+    ) -> int:
+        """Append ``writes`` (step attempts' entries, in order) as ``data`` entries at
+        their streams' next offsets, in one transaction, if the run is one of ``live``;
+        an entry of an attempt already reset (a late flush of a process that lost it) is
+        left out. Returns how many were written. A workflow's own entries ride with its
+        pass's batch (``AppendStream``); a failed or interrupted attempt's ``reset`` and a
+        run's ``end`` are written by the store in the transaction that ends them."""
+        ...
+
+    async def read_stream(
+        self, run_id: str, stream: str, after: int, limit: int, settled: StepStatusName | None
+    ) -> list[StreamEntry]:
+        """Up to ``limit`` entries of the stream with offsets above ``after``, in order.
+        With ``settled`` (the status of a step whose latest attempt succeeded), only the
+        workflow's own entries, the ends, and the entries of attempts that succeeded."""
+        ...
+
+    async def stream_names(self, run_id: str) -> list[str]:
+        """The streams the run has written to, by name."""
         ...
 
     async def fork_run(

@@ -7,7 +7,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from plait import serde
-from plait.records import Run, RunStatus, RunSummary, Schedule, Step, StepAttempt, StepStatus
+from plait.records import (
+    Run,
+    RunStatus,
+    RunSummary,
+    Schedule,
+    Step,
+    StepAttempt,
+    StepStatus,
+    StreamEntry,
+)
 from plait.store.rows import RunRow, ScheduleRow, StepRow, Version
 
 
@@ -199,3 +208,9 @@ def run_summary(row: Any) -> RunSummary:
         start_at=ts_or_none(wake_at) if status == "queued" else None,
         children=int(row[15]) if len(row) > 15 else 0,
     )
+
+
+def stream_entry(row: Any) -> StreamEntry:
+    """A stored stream entry: ("offset", kind, value, step_key, attempt, at)."""
+    offset, kind, value, step_key, attempt, at = row
+    return StreamEntry(int(offset), kind, _json(value), attempt, ts(at), step_key)

@@ -348,3 +348,14 @@ class Lease:
     step_key: str
     owner: str
     until: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamWrite:
+    """A ``data`` entry a step attempt's body wrote (``ctx.stream``), waiting to be
+    appended: its stream, its value (JSON text), and the step and attempt that wrote it."""
+
+    stream: str
+    value: str | None
+    step_key: str
+    attempt: int

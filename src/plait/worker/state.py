@@ -22,6 +22,7 @@ from plait.clock import Clock
 from plait.notify import Notifier
 from plait.observe import Telemetry
 from plait.records import Run
+from plait.runtime.streams import StreamWriter
 from plait.store.contract import Store
 from plait.store.ops import Batch
 from plait.store.rows import QueueLimits
@@ -54,6 +55,7 @@ class WorkerState(abc.ABC):
     lease: float
     commit: CommitBatch
     stall_guard: StallGuard
+    streams: StreamWriter
 
     # -- its work in hand
     driving: dict[str, asyncio.Task[Any]]

@@ -29,6 +29,7 @@ from plait.clock import SYSTEM_CLOCK, Clock
 from plait.notify import Notifier
 from plait.observe import Telemetry
 from plait.records import SETTLED, Run, RunStatus
+from plait.runtime.streams import StreamWriter
 from plait.store.contract import Store
 from plait.store.ops import Batch
 from plait.worker.admission import Admission
@@ -137,6 +138,8 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention):
         self._lease_task: asyncio.Task[Any] | None = None
         self.steps_run = 0
         #: keeps the leases while a step blocks the event loop
+        #: where step bodies' stream entries go, committed in batches
+        self.streams = StreamWriter(store.append_stream, self.stream_written, self.limits)
         self.stall_guard = StallGuard(store, self.owner, lease_seconds, self.holding)
 
     def holding(self) -> list[str]:
@@ -151,6 +154,11 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention):
 
     def ended_elsewhere(self, run_id: str) -> None:
         self.cancel_local([run_id])
+
+    def stream_written(self, run_id: str) -> None:
+        # entries of a step committed: their readers here look (other processes hear
+        # of them from the store)
+        self.notifier.local_run_changed(run_id, settled=False)
 
     def published(self, run_id: str) -> None:
         # a value committed mid-pass: the run goes on, so waiters for its end sleep on

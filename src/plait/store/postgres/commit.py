@@ -18,6 +18,7 @@ from plait.errors import GateClosedError, LeaseLostError, RunEndedElsewhereError
 from plait.store import convert
 from plait.store.ops import (
     AnswerRequest,
+    AppendStream,
     Batch,
     CancelChildren,
     CancelJob,
@@ -108,6 +109,8 @@ def op_value(op: Op) -> tuple[Any, ...]:
         return ("set_state", *(None,) * 4, op.value, *(None,) * 7, op.name, None, None)
     if isinstance(op, SetValue):
         return ("set_value", *(None,) * 4, op.value, *(None,) * 7, op.key, None, None)
+    if isinstance(op, AppendStream):
+        return ("append_stream", *(None,) * 4, op.value, *(None,) * 7, op.stream, None, None)
     if isinstance(op, RecordVersion):
         return ("record_version", *(None,) * 12, op.version, None, None)
     if isinstance(op, SendEvent):

@@ -53,6 +53,7 @@ from plait.store.postgres.queues import Queues
 from plait.store.postgres.requests import Requests
 from plait.store.postgres.runs import Runs
 from plait.store.postgres.schedules import Schedules
+from plait.store.postgres.streams import Streams
 from plait.store.postgres.versions import Versions
 from plait.store.rows import NewRun
 
@@ -79,7 +80,7 @@ _WARM_STATEMENTS = (
 )
 
 
-class PostgresStore(Commits, Runs, Leases, Jobs, Queues, Schedules, Requests, Versions):
+class PostgresStore(Commits, Runs, Leases, Jobs, Queues, Schedules, Requests, Streams, Versions):
     """A store in one PostgreSQL schema, shared by any number of processes.
 
     ``url`` is a ``postgresql://`` DSN; its query string may also carry ``schema``,

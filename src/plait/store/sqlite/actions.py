@@ -30,6 +30,7 @@ _PRUNED = (
     SQL["prune_jobs"],
     SQL["prune_state"],
     SQL["prune_values"],
+    SQL["prune_stream_entries"],
     SQL["prune_runs"],
 )
 

@@ -29,6 +29,7 @@ from plait.store.sqlite.queues import Queues
 from plait.store.sqlite.requests import Requests
 from plait.store.sqlite.runs import Runs
 from plait.store.sqlite.schedules import Schedules
+from plait.store.sqlite.streams import Streams
 from plait.store.sqlite.versions import Versions
 from plait.store.sqlite.writer import SQL, Connections, while_locked
 
@@ -39,7 +40,9 @@ _MIGRATIONS = migrations("sqlite")
 SCHEMA_VERSION = _MIGRATIONS.latest
 
 
-class SQLiteStore(Commits, Runs, Leases, Jobs, Queues, Schedules, Actions, Requests, Versions):
+class SQLiteStore(
+    Commits, Runs, Leases, Jobs, Queues, Schedules, Actions, Requests, Streams, Versions
+):
     """A store in one SQLite file (or in memory, for tests)."""
 
     def __init__(

@@ -642,3 +642,28 @@ FROM @schema@.requests WHERE id = $1
 UPDATE @schema@.requests SET status = $3, answered_at = $4
 WHERE id = $1 AND status = $2
 RETURNING id
+
+-- == streams =================================================================================
+
+-- name: append_stream
+SELECT @schema@.append_stream($1, $2::text[], $3::text[], $4::text[], $5::integer[],
+                              $6::text[], $7)
+
+-- name: read_stream
+SELECT "offset", kind, value, step_key, attempt, at FROM @schema@.stream_entries
+WHERE run_id = $1 AND stream = $2 AND "offset" > $3 ORDER BY "offset" LIMIT $4
+
+-- name: read_stream_settled
+-- Without resets, and without the entries of attempts that did not succeed ($5: the
+-- status of a step whose latest attempt succeeded).
+SELECT e."offset", e.kind, e.value, e.step_key, e.attempt, e.at
+FROM @schema@.stream_entries AS e
+WHERE e.run_id = $1 AND e.stream = $2 AND e."offset" > $3 AND e.kind <> 'reset'
+    AND (e.step_key IS NULL OR EXISTS (
+        SELECT 1 FROM @schema@.steps AS s
+        WHERE s.run_id = e.run_id AND s.key = e.step_key AND s.attempts = e.attempt
+            AND s.status = $5))
+ORDER BY e."offset" LIMIT $4
+
+-- name: stream_names
+SELECT DISTINCT stream FROM @schema@.stream_entries WHERE run_id = $1 ORDER BY stream

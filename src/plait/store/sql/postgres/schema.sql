@@ -195,6 +195,21 @@ CREATE TABLE @schema@.run_values (
     PRIMARY KEY (run_id, key)
 );
 
+-- One entry of a run's stream: 'data' (value: the JSON written; step_key and attempt: the
+-- step attempt that wrote it, NULL for the workflow's own writes), 'reset' (step_key and
+-- attempt: the attempt whose entries readers drop) or 'end'.
+CREATE TABLE @schema@.stream_entries (
+    run_id   text NOT NULL,
+    stream   text NOT NULL,
+    "offset" integer NOT NULL,
+    kind     text NOT NULL,
+    value    jsonb,
+    step_key text,
+    attempt  integer,
+    at       timestamptz NOT NULL,
+    PRIMARY KEY (run_id, stream, "offset")
+);
+
 -- The versions of each workflow and graph, and who registered each graph version.
 CREATE TABLE @schema@.workflow_versions (
     workflow      text NOT NULL,
@@ -346,3 +361,6 @@ CREATE INDEX requests_run ON @schema@.requests (run_id);
 CREATE UNIQUE INDEX events_dedup ON @schema@.events (run_id, dedup) WHERE dedup IS NOT NULL;
 CREATE INDEX queue_admissions_at ON @schema@.queue_admissions (queue, at);
 CREATE INDEX schedules_due ON @schema@.schedules (next_tick) WHERE status = 'active';
+-- the entries of one step attempt (a reset finds the streams it wrote to)
+CREATE INDEX stream_entries_attempt ON @schema@.stream_entries (run_id, step_key, attempt)
+    WHERE step_key IS NOT NULL;

@@ -884,6 +884,9 @@ DELETE FROM plait_state WHERE run_id IN (SELECT value FROM json_each(?))
 -- name: prune_values
 DELETE FROM plait_values WHERE run_id IN (SELECT value FROM json_each(?))
 
+-- name: prune_stream_entries
+DELETE FROM plait_stream_entries WHERE run_id IN (SELECT value FROM json_each(?))
+
 -- name: prune_runs
 DELETE FROM plait_runs WHERE id IN (SELECT value FROM json_each(?))
 
@@ -906,3 +909,36 @@ WHERE id = ? AND run_id = ? AND status = ?
 
 -- name: withdraw_request
 UPDATE plait_requests SET status = ?, answered_at = ? WHERE id = ? AND status = ?
+
+-- == streams =================================================================================
+
+-- name: append_stream_entry
+-- A 'data' entry (?3 the value) at the stream's next offset, written by the workflow
+-- (?4, ?5 NULL) or by step ?4's attempt ?5, unless that attempt has been reset already.
+INSERT INTO plait_stream_entries (run_id, stream, "offset", kind, value, step_key, attempt, at)
+SELECT ?1, ?2,
+    (SELECT coalesce(max("offset") + 1, 0) FROM plait_stream_entries
+     WHERE run_id = ?1 AND stream = ?2),
+    'data', ?3, ?4, ?5, ?6
+WHERE ?4 IS NULL OR NOT EXISTS (
+    SELECT 1 FROM plait_stream_entries
+    WHERE run_id = ?1 AND step_key = ?4 AND attempt = ?5 AND kind = 'reset')
+
+-- name: read_stream
+SELECT "offset", kind, value, step_key, attempt, at FROM plait_stream_entries
+WHERE run_id = ? AND stream = ? AND "offset" > ? ORDER BY "offset" LIMIT ?
+
+-- name: read_stream_settled
+-- Without resets, and without the entries of attempts that did not succeed (?4: the
+-- status of a step whose latest attempt succeeded).
+SELECT e."offset", e.kind, e.value, e.step_key, e.attempt, e.at
+FROM plait_stream_entries AS e
+WHERE e.run_id = ?1 AND e.stream = ?2 AND e."offset" > ?3 AND e.kind <> 'reset'
+    AND (e.step_key IS NULL OR EXISTS (
+        SELECT 1 FROM plait_steps AS s
+        WHERE s.run_id = e.run_id AND s.key = e.step_key AND s.attempts = e.attempt
+            AND s.status = ?4))
+ORDER BY e."offset" LIMIT ?5
+
+-- name: stream_names
+SELECT DISTINCT stream FROM plait_stream_entries WHERE run_id = ? ORDER BY stream

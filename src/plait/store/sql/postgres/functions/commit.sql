@@ -14,6 +14,7 @@
 -- run) continues as new: the run that continues it starts if the end moved the run.
 -- send_event stores an event for another run (or this one) through store_event.
 -- cancel_job (step, cut) ends a job step the workflow cancelled (plait.store.ops.CancelJob).
+-- append_stream (name, output) appends the workflow's own entry to stream name.
 CREATE OR REPLACE FUNCTION @schema@.apply_ops(
     p_run text, p_ops @schema@.op[], p_now timestamptz
 ) RETURNS void LANGUAGE plpgsql AS $$
@@ -78,6 +79,9 @@ BEGIN
             ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value,
                 updated_at = excluded.updated_at;
             PERFORM pg_notify(@channel@, 'run:' || p_run);
+        WHEN 'append_stream' THEN
+            -- name: the stream, output: the value (wf.stream)
+            PERFORM @schema@.append_stream_entry(p_run, o.name, o.output, p_now);
         WHEN 'record_version' THEN
             UPDATE @schema@.runs SET version = o.name WHERE id = p_run AND version IS NULL;
         WHEN 'send_event' THEN
@@ -227,7 +231,7 @@ BEGIN
             p_ops := ARRAY(
                 SELECT x FROM unnest(p_ops) AS x
                 WHERE x.kind NOT IN ('create_child_run', 'set_timer', 'enqueue_job',
-                    'start_attempt')
+                    'start_attempt', 'append_stream')
                     AND NOT (x.kind = 'finish_attempt' AND x.status = 'interrupted')
             );
         END IF;
