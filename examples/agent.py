@@ -132,11 +132,9 @@ async def main() -> None:
         print("steps:")
         for step in await engine.get_steps(run_id):
             print(f"    {step.key:38} {step.status}")
-        read_stream = getattr(engine, "read_stream", None)
-        if read_stream is not None:
-            entries = await read_stream(run_id, "agent")
-            kinds = [e.value.get("event_kind") for e in entries if e.kind == "data"]
-            print(f"events in stream 'agent': {len(kinds)} ({', '.join(dict.fromkeys(kinds))})")
+        entries = await engine.read_stream(run_id, "agent")
+        kinds = [e.value["event_kind"] for e in entries if e.kind == "data"]
+        print(f"events in stream 'agent': {len(kinds)} ({', '.join(dict.fromkeys(kinds))})")
         print(f"{run.status}: {run.output}")
 
 

@@ -114,15 +114,8 @@ class ToolApproval(pydantic.BaseModel):
 
 def _current_workflow() -> plait.Workflow | None:
     """The workflow whose code runs here, or None (a step body, or no run at all)."""
-    current = getattr(plait, "current_workflow", None)
-    if current is None:  # TEMPORARY until plait.current_workflow lands
-        from plait.runtime.workflow import CURRENT_REPLAY, Workflow
-
-        replay = CURRENT_REPLAY.get()
-        return None if replay is None else Workflow(replay)
     try:
-        wf: plait.Workflow = current()
-        return wf
+        return plait.current_workflow()
     except RuntimeError:
         return None
 
@@ -137,9 +130,7 @@ def _workflow_here(what: str) -> plait.Workflow:
 async def _write_event(wf: plait.Workflow, value: Any) -> None:
     """Append ``value`` to the run's agent stream (recorded once: a replay never writes
     it again)."""
-    stream = getattr(wf, "stream", None)
-    if stream is not None:  # TEMPORARY until wf.stream lands
-        await stream(EVENTS_STREAM).write(value)
+    await wf.stream(EVENTS_STREAM).write(value)
 
 
 def event_json(event: AgentStreamEvent) -> Any:
