@@ -109,6 +109,7 @@ async def test_schema_option_keeps_tenants_apart(pg_url: str) -> None:
         "schema_version",
         "state",
         "steps",
+        "stream_entries",
         "timers",
         "workflow_versions",
     ]

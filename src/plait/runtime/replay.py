@@ -237,8 +237,7 @@ class CodeReplay:
 
     def stream_write(self, key: str, name: str, value: str | None) -> None:
         """Append the workflow's own entry to stream ``name`` once, when the run first
-        gets here (``wf.stream(name).write``): its step records that it was written, so
-        a replay writes nothing again."""
+        gets here (``wf.stream(name).write``): a replay finds its step and writes none."""
         ledger = self.ledger
         self.order.reached_now(key)
         step = ledger.steps.get(key)
