@@ -236,11 +236,11 @@ WITH fence AS (
         retried_failures, reached_after, worker, attempt_status, attempt_error,
         attempt_started, attempt_finished)
     SELECT * FROM (VALUES ($3::text, $4::text, $5::integer, $6::text, $7::text, $8::text,
-        $9::text, $10::jsonb, $11::jsonb, $12::jsonb, $13::integer, $14::integer,
+        $9::text, $10::json, $11::json, $12::json, $13::integer, $14::integer,
         $15::integer, $16::double precision, $17::double precision, $18::text, $19::text,
         $20::text, $21::text, $22::boolean, $23::timestamptz, $24::timestamptz,
-        $25::timestamptz, $26::integer, $27::integer, $28::jsonb, $29::text, $30::text,
-        $31::jsonb, $32::timestamptz, $33::timestamptz)) AS u (run_id, key, seq, name, kind,
+        $25::timestamptz, $26::integer, $27::integer, $28::json, $29::text, $30::text,
+        $31::json, $32::timestamptz, $33::timestamptz)) AS u (run_id, key, seq, name, kind,
         function, status, input, output, error, attempts, failures, retries, retry_delay,
         timeout, invocation_id, child_run_id, branch, from_key, queued, wake_at, created_at,
         updated_at, delivered, retried_failures, reached_after, worker, attempt_status,
@@ -531,7 +531,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
 ON CONFLICT (name) DO UPDATE SET workflow = excluded.workflow,
     definition = excluded.definition, source = excluded.source, owner = excluded.owner,
     next_tick = excluded.next_tick, updated_at = excluded.updated_at
-WHERE schedules.definition IS DISTINCT FROM excluded.definition
+WHERE schedules.definition::text IS DISTINCT FROM excluded.definition::text
     OR schedules.owner IS DISTINCT FROM excluded.owner
 RETURNING name
 
