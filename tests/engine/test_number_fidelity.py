@@ -105,9 +105,7 @@ async def test_a_tricky_number_comes_back_as_it_went_in(engine_factory, value: A
 @given(value=JSON_VALUES)
 @example(value=TRICKY)
 @example(value={"\U0001f600 \u2028 \ufeff": ["\u00e9", "\U0010ffff"]})
-def test_any_json_value_round_trips_through_every_kind_of_record(
-    database: str, value: Any
-) -> None:
+def test_any_json_value_round_trips_through_every_kind_of_record(database: str, value: Any) -> None:
     """Through a step's input, result and history, a run's input and output, an event's
     payload and a published value, on a replay too."""
     runner = _runner(database)

@@ -35,7 +35,7 @@ async def _make_version_5(url: str) -> None:
             await conn.execute(q["record_functions_version"], functions().version - 1, "older")
             await conn.execute(
                 "INSERT INTO plait.runs (id, workflow, status, input, created_at, updated_at)"
-                ' VALUES (\'old\', \'wf\', \'running\', \'{"big": 1e16, "zero": -0.0, "s": "é"}\','
+                " VALUES ('old', 'wf', 'running', '{\"big\": 1e16, \"zero\": -0.0, \"s\": \"é\"}',"
                 " now(), now())"
             )
             await conn.execute(

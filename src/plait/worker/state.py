@@ -59,6 +59,9 @@ class WorkerState(abc.ABC):
     driving: dict[str, asyncio.Task[Any]]
     stepping: dict[tuple[str, str], asyncio.Task[Any]]
     attempting: dict[tuple[str, str], asyncio.Task[Any]]
+    #: the monotonic deadlines of the run leases held (a run's pass), and of the jobs'
+    run_leases: dict[str, float]
+    job_leases: dict[tuple[str, str], float]
     tasks: set[asyncio.Task[Any]]
     slots: asyncio.Semaphore
     stopping: bool
@@ -131,3 +134,9 @@ class WorkerState(abc.ABC):
     # -- leases (leases.py)
     @abc.abstractmethod
     def cancel_local(self, run_ids: list[str] | set[str]) -> None: ...
+
+    @abc.abstractmethod
+    def leased(self, run_ids: list[str] | set[str], since: float) -> None: ...
+
+    @abc.abstractmethod
+    def jobs_leased(self, keys: list[tuple[str, str]], since: float) -> None: ...

@@ -297,19 +297,26 @@ RETURNING wake_at IS NOT NULL AND wake_at <= $4
 
 -- name: renew_leases
 -- Extend the leases this owner holds on the runs it drives ($4, by id: no index holds a
--- run's lease) and on its jobs; the ids returned are runs that ended meanwhile
--- (cancelled from elsewhere), whose work in this process must stop.
+-- run's lease) and on its jobs. Rows say what the renewal found: 'ended', runs that ended
+-- meanwhile (cancelled from elsewhere), whose work in this process must stop; 'lost',
+-- runs of $4 whose lease is not this owner's; 'job', the jobs it holds (id, key).
 WITH runs_renewed AS (
     UPDATE @schema@.runs SET lease_until = $2
     WHERE id = ANY($4::text[]) AND lease_owner = $1
     RETURNING id, status
 ), jobs_renewed AS (
-    UPDATE @schema@.jobs SET lease_until = $2 WHERE lease_owner = $1 RETURNING run_id
+    UPDATE @schema@.jobs SET lease_until = $2 WHERE lease_owner = $1
+    RETURNING run_id, step_key
 )
-SELECT id FROM runs_renewed WHERE status <> 'running'
+(SELECT 'ended' AS what, id, '' AS key FROM runs_renewed WHERE status <> 'running'
 UNION
-SELECT id FROM @schema@.runs WHERE id = ANY($3::text[])
-    AND status IN ('completed', 'failed', 'cancelled', 'continued')
+SELECT 'ended', id, '' FROM @schema@.runs WHERE id = ANY($3::text[])
+    AND status IN ('completed', 'failed', 'cancelled', 'continued'))
+UNION ALL
+SELECT 'lost', h.id, '' FROM unnest($4::text[]) AS h (id)
+WHERE h.id NOT IN (SELECT id FROM runs_renewed)
+UNION ALL
+SELECT 'job', run_id, step_key FROM jobs_renewed
 
 -- name: leases_of
 -- Leases held under a worker id ($1 is "<worker id>#") by other processes than $2: an
