@@ -115,7 +115,7 @@ async def soak_flow(wf: plait.Workflow, data: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, function in SOAK_STEPS[:3]:
         out[key] = await wf.do(key, function, data)
-    await wf.sleep(0.1)
+    await wf.sleep("nap", 0.1)
     for key, function in SOAK_STEPS[3:]:
         out[key] = await wf.do(key, function, data)
     return out

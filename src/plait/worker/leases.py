@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
-
+from collections.abc import Collection
 from typing import Any
 
 from plait.store.rows import LeaseRenewal
@@ -127,7 +127,7 @@ class Leases(WorkerState):
             leases[item] = self.lease_deadline(since)
         return False
 
-    def lose_runs(self, run_ids: set[str]) -> None:
+    def lose_runs(self, run_ids: Collection[str]) -> None:
         """Stop the passes of runs whose leases another worker holds now: their writes
         would be refused, and nothing more of them may start here. Unlike a cancel, the
         run goes on, elsewhere."""
@@ -157,7 +157,7 @@ class Leases(WorkerState):
                 del self.attempting[key]
                 current.cancel()
 
-    def cancel_local(self, run_ids: list[str] | set[str]) -> None:
+    def cancel_local(self, run_ids: Collection[str]) -> None:
         """Stop in-process work of cancelled runs right away."""
         self.cancelled.update(run_ids)
         for run_id in run_ids:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Collection
 from typing import Any, Protocol
 
 from plait import serde
@@ -119,7 +119,14 @@ class WorkerState(abc.ABC):
 
     # -- passes (passes.py)
     @abc.abstractmethod
-    def drive(self, run_id: str, *, claimed: bool = False, follow: bool = False) -> None: ...
+    def drive(
+        self,
+        run_id: str,
+        *,
+        claimed: bool = False,
+        follow: bool = False,
+        since: float | None = None,
+    ) -> None: ...
 
     @abc.abstractmethod
     async def _due(self, wake: asyncio.Event, functions: list[str] | None) -> bool: ...
@@ -133,7 +140,10 @@ class WorkerState(abc.ABC):
 
     # -- leases (leases.py)
     @abc.abstractmethod
-    def cancel_local(self, run_ids: list[str] | set[str]) -> None: ...
+    def cancel_local(self, run_ids: Collection[str]) -> None: ...
+
+    @abc.abstractmethod
+    async def keep_lease(self, run_id: str, key: str | None = None) -> bool: ...
 
     @abc.abstractmethod
     def leased(self, run_ids: list[str] | set[str], since: float) -> None: ...
