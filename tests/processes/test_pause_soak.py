@@ -14,8 +14,9 @@ attempt, monotonic and wall time) and end (its result's token). The checks:
 * no body starts under a lost lease: no execution starts after a later attempt of its
   step has started elsewhere (a takeover), nor after its run has ended.
 
-``PAUSE_SOAK_FAULTS`` sets the kills and pauses per store (default 16, under a minute);
-the figures are printed (``-s``). A long run::
+``PAUSE_SOAK_FAULTS`` sets the kills and pauses per store (default 16, under a minute),
+``PAUSE_SOAK_SECONDS`` a time after which no more are made, ``PAUSE_SOAK_SEED`` the seed of
+the random choices; the figures are printed (``-s``). A long run::
 
     PAUSE_SOAK_FAULTS=1000 .venv/bin/python -m pytest tests/processes/test_pause_soak.py -s
 """
@@ -41,6 +42,8 @@ from support.ledger import WorkerProcess, read_ledger, ready
 from support.polling import eventually
 
 FAULTS = int(os.environ.get("PAUSE_SOAK_FAULTS", "16"))
+#: stop faulting after this many seconds, however many faults were made (0: no limit)
+SECONDS = float(os.environ.get("PAUSE_SOAK_SECONDS", "0"))
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300 + FAULTS * 3)]
 
 LEASE = 1.0
@@ -126,7 +129,8 @@ class PauseSoak:
         live[live.index(worker)] = self.start_worker(worker.worker_id if same else None)
 
     async def run_faults(self, live: list[WorkerProcess]) -> None:
-        while len(self.faults) < FAULTS:
+        stop_at = time.monotonic() + SECONDS if SECONDS else float("inf")
+        while len(self.faults) < FAULTS and time.monotonic() < stop_at:
             await self.top_up()
             await asyncio.sleep(self.rng.uniform(0.1, 0.5))
             with self.lock:

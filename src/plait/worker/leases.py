@@ -55,17 +55,15 @@ class Leases(WorkerState):
                 continue
             try:
                 stepping = sorted({run_id for run_id, _key in self.stepping})
+                held = self.holding()
                 since = time.monotonic()
-                renewal = await self.store.renew_leases(
-                    self.owner, self.lease, self.holding(), stepping
-                )
+                renewal = await self.store.renew_leases(self.owner, self.lease, held, stepping)
             except Exception:
                 log.exception("renewing leases failed")
                 continue
-            self._renewed(renewal, since)
+            lost = self._renewed(renewal, since, held)
             if renewal.ended:
                 self.cancel_local(renewal.ended)
-            lost = renewal.lost & self.run_leases.keys()
             if lost:
                 self.lose_runs(lost)
             if self.attempting:
@@ -90,14 +88,26 @@ class Leases(WorkerState):
         for key in keys:
             self.job_leases[key] = deadline
 
-    def _renewed(self, renewal: LeaseRenewal, since: float) -> None:
-        """Move the deadlines of the leases the renewal confirmed; the others keep theirs
-        and run out."""
+    def _renewed(self, renewal: LeaseRenewal, since: float, held: list[str]) -> list[str]:
+        """Move the deadlines of the leases the renewal (sent at ``since`` for the runs
+        ``held``) confirmed, and return the runs whose passes hold a lease it found lost.
+        A lease taken after the renewal was sent (its deadline is later) is left as it is:
+        the renewal may have seen the run between two passes, released."""
         deadline = self.lease_deadline(since)
-        for run_id in self.run_leases.keys() - renewal.lost:
-            self.run_leases[run_id] = deadline
-        for key in self.job_leases.keys() & renewal.jobs:
-            self.job_leases[key] = deadline
+        lost: list[str] = []
+        for run_id in held:
+            current = self.run_leases.get(run_id)
+            if current is None or current > deadline:
+                continue  # between passes, or claimed again since
+            if run_id in renewal.lost:
+                lost.append(run_id)
+            else:
+                self.run_leases[run_id] = deadline
+        for key in renewal.jobs:
+            current = self.job_leases.get(key)
+            if current is not None and current < deadline:
+                self.job_leases[key] = deadline
+        return lost
 
     async def keep_lease(self, run_id: str, key: str | None = None) -> bool:
         """Whether the lease on ``run_id`` (on its job ``key``, for a job step) is still

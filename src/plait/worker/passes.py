@@ -118,7 +118,15 @@ class Passes(WorkerState):
         return True
 
     async def _one_pass(self, run_id: str) -> bool:
-        """One pass under the lease we hold; True if another is due right away."""
+        """One pass under the lease we hold; True if another is due right away. The lease
+        is given back (or lost) with the pass, and its deadline goes with it: a renewal
+        that finds the run released between passes takes nothing from this process."""
+        try:
+            return await self._pass_under_lease(run_id)
+        finally:
+            self.run_leases.pop(run_id, None)
+
+    async def _pass_under_lease(self, run_id: str) -> bool:
         try:
             snapshot = await self.store.load_pass(run_id)
             if snapshot is None:
@@ -132,13 +140,12 @@ class Passes(WorkerState):
                 with self.telemetry.passing(snapshot.run) as report:
                     result = await execute_pass(self, snapshot, self.owner)
                     report.status = result.status
+            self.run_leases.pop(run_id, None)  # no body starts after the pass
             again = result.again
             if again is None:
                 seen = -1 if self.stopping else snapshot.run.wakeups
-                self.run_leases.pop(run_id, None)
                 again = await self.store.release_run(run_id, self.owner, seen)
         except asyncio.CancelledError:
-            self.run_leases.pop(run_id, None)
             with contextlib.suppress(Exception):
                 await uncancelled(self.store.release_run(run_id, self.owner, -1))
             raise
