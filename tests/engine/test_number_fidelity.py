@@ -146,3 +146,39 @@ async def test_a_lone_surrogate_is_refused_naming_the_value(engine_factory) -> N
         with pytest.raises(NotJSONError, match="surrogate") as info:
             await engine.start("echo", {"text": "broken \ud800 half"})
         assert "input" in str(info.value)
+
+
+def gates_app() -> plait.App:
+    app = plait.App()
+
+    @app.workflow
+    async def asks(wf: plait.Workflow, data: Any) -> Any:
+        req = await wf.wait_for_request("ask", timeout=30)
+        await req.reply({"back": req.data})
+        decision = await wf.approval("gate")
+        return {"request": req.data, "approval": decision.data, "input": data}
+
+    return app
+
+
+async def test_request_approval_and_schedule_values_come_back_as_they_went_in(
+    engine_factory,
+) -> None:
+    """The values of requests (data and reply), approval decisions and schedules (their
+    input, and the input of the runs they start) keep their numbers too."""
+    value = {"n": TRICKY, "zero": -0.0, "big": 2**70}
+    async with engine_factory(gates_app()) as engine:
+        run_id = await engine.start("asks", value)
+        reply = await engine.request(run_id, "ask", value)
+        assert same(reply, {"back": value}), reply
+        await engine.approve(run_id, "gate", value)
+        run = await engine.wait(run_id, timeout=20)
+        assert run.status == "completed", run.error
+        assert same(run.output, {"request": value, "approval": value, "input": value})
+        (decision,) = await engine.get_decisions(run_id)
+        assert same(decision.data, value)
+        made = await engine.create_schedule("tricky", workflow="asks", every="1h", input=value)
+        assert same(made.input, value)
+        assert same((await engine.get_schedule("tricky")).input, value)
+        started = await engine.trigger_schedule("tricky")
+        assert same((await engine.get_run(started)).input, value)
