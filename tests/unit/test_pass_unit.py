@@ -60,6 +60,9 @@ class ListHost:
     def sent_event(self, run_id: str) -> None:
         pass
 
+    async def keep_lease(self, run_id: str, key: str | None = None) -> bool:
+        return True
+
     async def read_run(self, run_id: str) -> Any:
         return None
 

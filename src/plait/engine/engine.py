@@ -402,6 +402,7 @@ class Engine(
             timeout=timeout,
             **flow,
         )
+        since = time.monotonic()  # an inline run is created leased to this process
         run, created = await self.store.create_run(new)
         if not created:
             if run.id != new.id:
@@ -412,7 +413,7 @@ class Engine(
         if new.deadline_at is not None:
             worker.deadline_set(new.deadline_at)
         if inline:
-            worker.drive(run.id, claimed=True, follow=not self.workers)
+            worker.drive(run.id, claimed=True, follow=not self.workers, since=since)
         else:
             self.notifier.publish_work()
         return run.id, inline

@@ -80,6 +80,9 @@ class DryHost:
     def sent_event(self, run_id: str) -> None:
         raise AssertionError(f"a dry pass sent an event to run {run_id!r}")
 
+    async def keep_lease(self, run_id: str, key: str | None = None) -> bool:
+        raise AssertionError(f"a dry pass of run {run_id!r} was about to start a step body")
+
     async def read_run(self, run_id: str) -> Run | None:
         raise AssertionError(f"a dry pass read run {run_id!r} to send it an event")
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from plait import errors, serde
 from plait.app import FunctionDef
 from plait.context import StepContext
-from plait.errors import StepError
+from plait.errors import LeaseLostError, StepError
 from plait.observe import NO_REPORT
 from plait.retry import NoRetryOn, RetryPolicy
 from plait.runtime import runs, steps
@@ -129,6 +129,10 @@ class Driver:
         if self.hook is not None:
             self.hook.prepare(step, ctx)
         run = ledger.run
+        if not await self.host.keep_lease(run.id):
+            # a freeze outlived the lease and another worker has the run: its body is
+            # that worker's to start, and this pass's writes would be refused
+            raise LeaseLostError(f"run {run.id}: lease lost before step {step.key!r} started")
         with (
             NO_REPORT
             if telemetry is None

@@ -80,6 +80,13 @@ class Host(Protocol):
         and woke it in the database: wake this process's loops and watchers too."""
         ...
 
+    async def keep_lease(self, run_id: str, key: str | None = None) -> bool:
+        """Whether this process still holds the lease on ``run_id`` (on its job ``key``
+        for a job step), asked right before a step body starts: False when it lost it (a
+        freeze outlived it and another worker took over), and then no body starts.
+        True means the caller may start the body at once, with no await in between."""
+        ...
+
     async def read_run(self, run_id: str) -> Run | None:
         """The run ``run_id`` as stored now (None: no such run), for a pass that sends
         it an event."""

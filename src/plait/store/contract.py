@@ -23,6 +23,7 @@ from plait.store.rows import (
     DecisionRow,
     GateRow,
     Lease,
+    LeaseRenewal,
     NewRun,
     PassSnapshot,
     Pending,
@@ -119,11 +120,12 @@ class Store(Protocol):
         lease_seconds: float,
         holding: Sequence[str],
         stepping: Sequence[str] = (),
-    ) -> set[str]:
+    ) -> LeaseRenewal:
         """Extend the leases ``owner`` holds on the runs in ``holding`` (those it drives:
         a worker knows them, and the store need not look leases up) and on its jobs.
-        Returns the runs that ended meanwhile among those it holds and those whose queued
-        steps it is running (``stepping``): their work in this process must stop."""
+        Says which runs ended meanwhile among those it holds and those whose queued steps
+        it is running (``stepping``), which runs of ``holding`` are no longer its own,
+        and which jobs it holds: work whose lease is gone must stop, and start nothing."""
         ...
 
     def lease_keeper(self) -> LeaseKeeper | None:

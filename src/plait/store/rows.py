@@ -338,6 +338,20 @@ class Pending:
 
 
 @dataclasses.dataclass(frozen=True)
+class LeaseRenewal:
+    """What a renewal of a worker's leases found (``Store.renew_leases``)."""
+
+    #: runs that ended meanwhile among those it holds (cancelled from elsewhere) and
+    #: among those whose queued steps it runs: their work in this process must stop
+    ended: frozenset[str] = frozenset()
+    #: runs among those it holds whose lease is no longer its own (it ran out and another
+    #: worker took it, or was given up): nothing more of them may start here
+    lost: frozenset[str] = frozenset()
+    #: the jobs (run id, step key) it holds, their leases renewed
+    jobs: frozenset[tuple[str, str]] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
 class Lease:
     """A lease as read by ``Store.leases_of``: expiring it needs the exact values read,
     so a lease its holder renewed since then is left alone."""

@@ -57,6 +57,7 @@ class Jobs(WorkerState):
             jobs: list[StepJob] = []
             looking = functions + (sorted(in_limited) if try_limited else [])
             if free and looking and (more or await self._due(self.wake_steps, looking)):
+                since = time.monotonic()
                 try:
                     if functions:
                         jobs = await self.store.claim_step_jobs(
@@ -73,6 +74,7 @@ class Jobs(WorkerState):
                 except Exception:
                     log.exception("claiming step jobs failed; retrying")
                 more = len(jobs) == free
+                self.jobs_leased([(job.run_id, job.step_key) for job in jobs], since)
                 for job in jobs:
                     key = (job.run_id, job.step_key)
                     task = self.spawn(self._run_job(job), name=f"plait-step-{job.step_key}")
@@ -80,6 +82,7 @@ class Jobs(WorkerState):
 
                     def forget(_task: asyncio.Task[Any], key: tuple[str, str] = key) -> None:
                         self.stepping.pop(key, None)
+                        self.job_leases.pop(key, None)
 
                     task.add_done_callback(forget)
             elif free and not looking:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Collection
 from typing import Any, Protocol
 
 from plait import serde
@@ -61,6 +61,9 @@ class WorkerState(abc.ABC):
     driving: dict[str, asyncio.Task[Any]]
     stepping: dict[tuple[str, str], asyncio.Task[Any]]
     attempting: dict[tuple[str, str], asyncio.Task[Any]]
+    #: the monotonic deadlines of the run leases held (a run's pass), and of the jobs'
+    run_leases: dict[str, float]
+    job_leases: dict[tuple[str, str], float]
     tasks: set[asyncio.Task[Any]]
     slots: asyncio.Semaphore
     stopping: bool
@@ -118,7 +121,14 @@ class WorkerState(abc.ABC):
 
     # -- passes (passes.py)
     @abc.abstractmethod
-    def drive(self, run_id: str, *, claimed: bool = False, follow: bool = False) -> None: ...
+    def drive(
+        self,
+        run_id: str,
+        *,
+        claimed: bool = False,
+        follow: bool = False,
+        since: float | None = None,
+    ) -> None: ...
 
     @abc.abstractmethod
     async def _due(self, wake: asyncio.Event, functions: list[str] | None) -> bool: ...
@@ -132,4 +142,13 @@ class WorkerState(abc.ABC):
 
     # -- leases (leases.py)
     @abc.abstractmethod
-    def cancel_local(self, run_ids: list[str] | set[str]) -> None: ...
+    def cancel_local(self, run_ids: Collection[str]) -> None: ...
+
+    @abc.abstractmethod
+    async def keep_lease(self, run_id: str, key: str | None = None) -> bool: ...
+
+    @abc.abstractmethod
+    def leased(self, run_ids: list[str] | set[str], since: float) -> None: ...
+
+    @abc.abstractmethod
+    def jobs_leased(self, keys: list[tuple[str, str]], since: float) -> None: ...

@@ -106,6 +106,8 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention):
         self.stepping: dict[tuple[str, str], asyncio.Task[Any]] = {}
         #: the jobs of ``stepping`` whose bodies run now (begun, not ending yet)
         self.attempting: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        self.run_leases: dict[str, float] = {}
+        self.job_leases: dict[tuple[str, str], float] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self.wake_passes = asyncio.Event()
         self.wake_steps = asyncio.Event()

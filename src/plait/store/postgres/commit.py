@@ -105,7 +105,7 @@ def op_value(op: Op) -> tuple[Any, ...]:
     if isinstance(op, CreateChildRun):
         return ("create_child_run", *(None,) * 11, new_run_value(op.run), None, None, None)
     if isinstance(op, SetState):
-        # the value rides in the output column (both are jsonb)
+        # the value rides in the output column (both are json)
         return ("set_state", *(None,) * 4, op.value, *(None,) * 7, op.name, None, None)
     if isinstance(op, SetValue):
         return ("set_value", *(None,) * 4, op.value, *(None,) * 7, op.key, None, None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
+from typing import Any
 
 import asyncpg
 
@@ -14,7 +15,7 @@ from plait.clock import Clock
 from plait.store.contract import LeaseKeeper
 from plait.store.postgres.codec import set_codecs
 from plait.store.postgres.part import Part
-from plait.store.rows import Lease, Pending
+from plait.store.rows import Lease, LeaseRenewal, Pending
 
 
 class Leases(Part):
@@ -40,12 +41,17 @@ class Leases(Part):
         lease_seconds: float,
         holding: Sequence[str],
         stepping: Sequence[str] = (),
-    ) -> set[str]:
+    ) -> LeaseRenewal:
         until = self._now() + lease_seconds
         rows = await self._call(
             "fetch", self._q["renew_leases"], owner, until, list(stepping), list(holding)
         )
-        return {r["id"] for r in rows}
+        found: dict[str, set[Any]] = {"ended": set(), "lost": set(), "job": set()}
+        for r in rows:
+            found[r["what"]].add(r["id"] if r["what"] != "job" else (r["id"], r["key"]))
+        return LeaseRenewal(
+            frozenset(found["ended"]), frozenset(found["lost"]), frozenset(found["job"])
+        )
 
     def lease_keeper(self) -> LeaseKeeper | None:
         return ThreadLeaseKeeper(

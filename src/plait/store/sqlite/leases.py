@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from plait.clock import Clock
 from plait.store.contract import LeaseKeeper
-from plait.store.rows import Lease, Pending
+from plait.store.rows import Lease, LeaseRenewal, Pending
 from plait.store.sqlite import apply
 from plait.store.sqlite.part import Part
 from plait.store.sqlite.writer import SQL
@@ -93,13 +93,19 @@ class Leases(Part):
         lease_seconds: float,
         holding: Sequence[str],
         stepping: Sequence[str] = (),
-    ) -> set[str]:
-        def go(conn: sqlite3.Connection) -> set[str]:
+    ) -> LeaseRenewal:
+        def go(conn: sqlite3.Connection) -> LeaseRenewal:
             held = json.dumps(list(holding))
             apply.renew_leases(conn, owner, self._now() + lease_seconds, held)
             ids = json.dumps(list(stepping))
-            rows = conn.execute(SQL["ended_leased_runs"], (owner, held, ids)).fetchall()
-            return {r[0] for r in rows}
+            ended = conn.execute(SQL["ended_leased_runs"], (owner, held, ids)).fetchall()
+            lost = conn.execute(SQL["lost_leased_runs"], (held, owner)).fetchall()
+            jobs = conn.execute(SQL["leased_jobs"], (owner,)).fetchall()
+            return LeaseRenewal(
+                frozenset(r[0] for r in ended),
+                frozenset(r[0] for r in lost),
+                frozenset((r[0], r[1]) for r in jobs),
+            )
 
         return await self._write(go)
 

@@ -236,11 +236,11 @@ WITH fence AS (
         retried_failures, reached_after, worker, attempt_status, attempt_error,
         attempt_started, attempt_finished)
     SELECT * FROM (VALUES ($3::text, $4::text, $5::integer, $6::text, $7::text, $8::text,
-        $9::text, $10::jsonb, $11::jsonb, $12::jsonb, $13::integer, $14::integer,
+        $9::text, $10::json, $11::json, $12::json, $13::integer, $14::integer,
         $15::integer, $16::double precision, $17::double precision, $18::text, $19::text,
         $20::text, $21::text, $22::boolean, $23::timestamptz, $24::timestamptz,
-        $25::timestamptz, $26::integer, $27::integer, $28::jsonb, $29::text, $30::text,
-        $31::jsonb, $32::timestamptz, $33::timestamptz)) AS u (run_id, key, seq, name, kind,
+        $25::timestamptz, $26::integer, $27::integer, $28::json, $29::text, $30::text,
+        $31::json, $32::timestamptz, $33::timestamptz)) AS u (run_id, key, seq, name, kind,
         function, status, input, output, error, attempts, failures, retries, retry_delay,
         timeout, invocation_id, child_run_id, branch, from_key, queued, wake_at, created_at,
         updated_at, delivered, retried_failures, reached_after, worker, attempt_status,
@@ -297,19 +297,26 @@ RETURNING wake_at IS NOT NULL AND wake_at <= $4
 
 -- name: renew_leases
 -- Extend the leases this owner holds on the runs it drives ($4, by id: no index holds a
--- run's lease) and on its jobs; the ids returned are runs that ended meanwhile
--- (cancelled from elsewhere), whose work in this process must stop.
+-- run's lease) and on its jobs. Rows say what the renewal found: 'ended', runs that ended
+-- meanwhile (cancelled from elsewhere), whose work in this process must stop; 'lost',
+-- runs of $4 whose lease is not this owner's; 'job', the jobs it holds (id, key).
 WITH runs_renewed AS (
     UPDATE @schema@.runs SET lease_until = $2
     WHERE id = ANY($4::text[]) AND lease_owner = $1
     RETURNING id, status
 ), jobs_renewed AS (
-    UPDATE @schema@.jobs SET lease_until = $2 WHERE lease_owner = $1 RETURNING run_id
+    UPDATE @schema@.jobs SET lease_until = $2 WHERE lease_owner = $1
+    RETURNING run_id, step_key
 )
-SELECT id FROM runs_renewed WHERE status <> 'running'
+(SELECT 'ended' AS what, id, '' AS key FROM runs_renewed WHERE status <> 'running'
 UNION
-SELECT id FROM @schema@.runs WHERE id = ANY($3::text[])
-    AND status IN ('completed', 'failed', 'cancelled', 'continued')
+SELECT 'ended', id, '' FROM @schema@.runs WHERE id = ANY($3::text[])
+    AND status IN ('completed', 'failed', 'cancelled', 'continued'))
+UNION ALL
+SELECT 'lost', h.id, '' FROM unnest($4::text[]) AS h (id)
+WHERE h.id NOT IN (SELECT id FROM runs_renewed)
+UNION ALL
+SELECT 'job', run_id, step_key FROM jobs_renewed
 
 -- name: leases_of
 -- Leases held under a worker id ($1 is "<worker id>#") by other processes than $2: an
@@ -531,7 +538,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
 ON CONFLICT (name) DO UPDATE SET workflow = excluded.workflow,
     definition = excluded.definition, source = excluded.source, owner = excluded.owner,
     next_tick = excluded.next_tick, updated_at = excluded.updated_at
-WHERE schedules.definition IS DISTINCT FROM excluded.definition
+WHERE schedules.definition::text IS DISTINCT FROM excluded.definition::text
     OR schedules.owner IS DISTINCT FROM excluded.owner
 RETURNING name
 

@@ -6,7 +6,8 @@
 --
 -- @schema@ is the quoted schema name. Times are timestamptz (the store converts them to
 -- and from unix seconds at the edge); durations (retry_delay, timeout) are seconds in
--- double precision; JSON is jsonb.
+-- double precision; JSON is json, kept as plait wrote it (jsonb would
+-- change numbers: 1e300 into a 301-digit int, -0.0 into 0).
 
 -- == runs ====================================================================================
 
@@ -19,9 +20,9 @@ CREATE TABLE @schema@.runs (
     kind            text NOT NULL DEFAULT 'workflow',   -- 'workflow' (code) or 'graph'
     version         text,
     status          text NOT NULL,
-    input           jsonb,
-    output          jsonb,
-    error           jsonb,
+    input           json,
+    output          json,
+    error           json,
     parent_run_id   text,
     parent_step_key text,
     owner           text,
@@ -73,9 +74,9 @@ CREATE TABLE @schema@.steps (
     kind             text NOT NULL,     -- do, child, sleep, suspend, event, value, on_error, node
     function         text,
     status           text NOT NULL,
-    input            jsonb,
-    output           jsonb,
-    error            jsonb,
+    input            json,
+    output           json,
+    error            json,
     attempts         integer NOT NULL DEFAULT 0,
     failures         integer NOT NULL DEFAULT 0,
     retries          integer NOT NULL DEFAULT 0,
@@ -96,10 +97,10 @@ CREATE TABLE @schema@.steps (
     retried_failures integer NOT NULL DEFAULT 0,
     -- the keys of the steps whose outcomes the reaching task had received when it reached
     -- this one (a JSON list), written with the step's first write; NULL for graph steps
-    reached_after    jsonb,
+    reached_after    json,
     worker           text,
     attempt_status   text,              -- NULL: no attempt on the row
-    attempt_error    jsonb,
+    attempt_error    json,
     attempt_started  timestamptz,
     attempt_finished timestamptz,
     PRIMARY KEY (run_id, key)
@@ -111,8 +112,8 @@ CREATE TABLE @schema@.attempts (
     key         text NOT NULL,
     attempt     integer NOT NULL,
     status      text NOT NULL,          -- running, succeeded, failed, interrupted, cancelled
-    output      jsonb,
-    error       jsonb,
+    output      json,
+    error       json,
     worker      text,
     started_at  timestamptz NOT NULL,
     finished_at timestamptz,
@@ -148,12 +149,12 @@ CREATE TABLE @schema@.events (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     run_id      text NOT NULL,
     name        text NOT NULL,
-    payload     jsonb,
+    payload     json,
     created_at  timestamptz NOT NULL,
     consumed_by text,
     decided_by  text,
     outcome     text,
-    reason      jsonb,
+    reason      json,
     judged_at   timestamptz,
     -- the sender's de-duplication key: a run takes each key once (held or consumed)
     dedup       text
@@ -168,11 +169,11 @@ CREATE TABLE @schema@.requests (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     run_id      text NOT NULL,
     name        text NOT NULL,
-    data        jsonb,
+    data        json,
     status      text NOT NULL,
     taken_by    text,
-    reply       jsonb,
-    refusal     jsonb,
+    reply       json,
+    refusal     json,
     created_at  timestamptz NOT NULL,
     deadline    timestamptz NOT NULL,
     answered_at timestamptz
@@ -182,7 +183,7 @@ CREATE TABLE @schema@.requests (
 CREATE TABLE @schema@.state (
     run_id text NOT NULL,
     name   text NOT NULL,
-    value  jsonb,
+    value  json,
     PRIMARY KEY (run_id, name)
 );
 
@@ -190,7 +191,7 @@ CREATE TABLE @schema@.state (
 CREATE TABLE @schema@.run_values (
     run_id     text NOT NULL,
     key        text NOT NULL,
-    value      jsonb,
+    value      json,
     updated_at timestamptz NOT NULL,
     PRIMARY KEY (run_id, key)
 );
@@ -215,7 +216,7 @@ CREATE TABLE @schema@.workflow_versions (
     workflow      text NOT NULL,
     version       text NOT NULL,
     kind          text NOT NULL,        -- 'workflow' or 'graph'
-    definition    jsonb,                -- graphs: the definition; code workflows: NULL
+    definition    json,                -- graphs: the definition; code workflows: NULL
     status        text NOT NULL DEFAULT 'active',
     created_at    timestamptz NOT NULL,
     updated_at    timestamptz NOT NULL,
@@ -242,7 +243,7 @@ CREATE TABLE @schema@.queue_admissions (
 CREATE TABLE @schema@.schedules (
     name        text PRIMARY KEY,
     workflow    text NOT NULL,
-    definition  jsonb NOT NULL,         -- plait.schedules.ScheduleSpec.definition()
+    definition  json NOT NULL,         -- plait.schedules.ScheduleSpec.definition()
     status      text NOT NULL DEFAULT 'active',   -- active | paused
     source      text NOT NULL,          -- app (declared in code) | api (made at run time)
     owner       text,
@@ -261,7 +262,7 @@ CREATE TYPE @schema@.new_run AS (
     workflow        text,
     kind            text,
     version         text,
-    input           jsonb,
+    input           json,
     owner           text,
     parent_run_id   text,
     parent_step_key text,
@@ -283,8 +284,8 @@ CREATE TYPE @schema@.new_run AS (
 -- How a parent's step ends when its child run ends (plait.store.ops.StepEnd).
 CREATE TYPE @schema@.step_end AS (
     status   text,      -- succeeded | failed
-    output   jsonb,
-    error    jsonb,
+    output   json,
+    error    json,
     failures integer    -- the failures it adds to the step's count
 );
 
@@ -306,8 +307,8 @@ CREATE TYPE @schema@.op AS (
     attempt  integer,
     worker   text,
     status   text,
-    output   jsonb,
-    error    jsonb,
+    output   json,
+    error    json,
     key      text,
     purpose  text,
     at       timestamptz,

@@ -464,6 +464,14 @@ UNION
 SELECT id FROM plait_runs WHERE id IN (SELECT value FROM json_each(?))
     AND status IN ('completed', 'failed', 'cancelled', 'continued')
 
+-- name: lost_leased_runs
+-- Runs among those this owner drives (a JSON array of ids) whose lease is not its own.
+SELECT h.value FROM json_each(?) AS h
+WHERE NOT EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = h.value AND r.lease_owner = ?)
+
+-- name: leased_jobs
+SELECT run_id, step_key FROM plait_jobs WHERE lease_owner = ?
+
 -- name: next_due_runs
 -- When the next pass becomes due (a leased run: when its lease runs out): the earliest
 -- unleased wake-up, read off the wake_at index, and the leased runs (a few per worker).

@@ -141,7 +141,7 @@ END $$;
 -- but not an interruption: see try_commit_batch). A run's end settles the parent's
 -- waiting step as p_parent says (NULL: it settles nothing).
 CREATE OR REPLACE FUNCTION @schema@.end_run(
-    p_run text, p_status text, p_output jsonb, p_error jsonb, p_parent @schema@.step_end,
+    p_run text, p_status text, p_output json, p_error json, p_parent @schema@.step_end,
     p_cut @schema@.cancel_cut, p_now timestamptz, p_from text[]
 ) RETURNS text[] LANGUAGE plpgsql AS $$
 DECLARE
@@ -215,7 +215,7 @@ END $$;
 -- the child first, then its parent to settle its step, could deadlock with that parent
 -- ending at the same moment.
 CREATE OR REPLACE FUNCTION @schema@.cancel_run(
-    p_run text, p_status text, p_error jsonb, p_parent @schema@.step_end,
+    p_run text, p_status text, p_error json, p_parent @schema@.step_end,
     p_cut @schema@.cancel_cut, p_now timestamptz
 ) RETURNS text[] LANGUAGE plpgsql AS $$
 DECLARE
@@ -237,8 +237,8 @@ END $$;
 -- children. Returns every run that moved, none when the run ended already or its deadline
 -- is still to come.
 CREATE OR REPLACE FUNCTION @schema@.time_out_run(
-    p_run text, p_status text, p_error jsonb, p_parent @schema@.step_end,
-    p_cut @schema@.cancel_cut, p_child_status text, p_child_error jsonb,
+    p_run text, p_status text, p_error json, p_parent @schema@.step_end,
+    p_cut @schema@.cancel_cut, p_child_status text, p_child_error json,
     p_child_parent @schema@.step_end, p_now timestamptz
 ) RETURNS text[] LANGUAGE plpgsql AS $$
 DECLARE
