@@ -204,7 +204,7 @@ CREATE TABLE @schema@.stream_entries (
     stream   text NOT NULL,
     "offset" integer NOT NULL,
     kind     text NOT NULL,
-    value    jsonb,
+    value    json,
     step_key text,
     attempt  integer,
     at       timestamptz NOT NULL,

@@ -29,7 +29,7 @@ BEGIN
                                          attempt, at)
     SELECT p_run, u.stream,
         b.next + row_number() OVER (PARTITION BY u.stream ORDER BY u.n) - 1,
-        'data', u.value::jsonb, u.step, u.attempt, p_now
+        'data', u.value::json, u.step, u.attempt, p_now
     FROM unnest(p_streams, p_values, p_steps, p_attempts) WITH ORDINALITY
         AS u(stream, value, step, attempt, n)
     CROSS JOIN LATERAL (
@@ -49,7 +49,7 @@ END $$;
 
 -- One entry a pass writes with its batch (wf.stream): the workflow's own, no attempt.
 CREATE OR REPLACE FUNCTION @schema@.append_stream_entry(
-    p_run text, p_stream text, p_value jsonb, p_now timestamptz
+    p_run text, p_stream text, p_value json, p_now timestamptz
 ) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM @schema@.lock_streams(p_run);

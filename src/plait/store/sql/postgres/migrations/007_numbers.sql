@@ -57,3 +57,6 @@ CREATE TYPE @schema@.op AS (
     parent   @schema@.step_end,
     cut      @schema@.cancel_cut
 );
+
+-- stream entries keep their values as written too
+ALTER TABLE @schema@.stream_entries ALTER COLUMN value TYPE json USING value::json;
