@@ -52,6 +52,8 @@ from plait.records import (
     Step,
     StepAttempt,
     StepStatus,
+    WaitingOn,
+    WorkerInfo,
 )
 from plait.runtime.workflow import Request, Workflow
 from plait.schedules import ScheduleSpec
@@ -103,6 +105,8 @@ __all__ = [
     "TypeMismatchError",
     "ValidationError",
     "ValueNotSetError",
+    "WaitingOn",
+    "WorkerInfo",
     "Workflow",
     "WorkflowCancelledError",
     "WorkflowDef",

@@ -97,6 +97,7 @@ async def test_schema_option_keeps_tenants_apart(pg_url: str) -> None:
     )
     assert tables == [
         "attempts",
+        "brakes",
         "events",
         "functions_version",
         "graph_owners",
@@ -110,6 +111,7 @@ async def test_schema_option_keeps_tenants_apart(pg_url: str) -> None:
         "state",
         "steps",
         "timers",
+        "workers",
         "workflow_versions",
     ]
 

@@ -10,7 +10,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal, Self, TypedDict, TypeVar, Unpack, overload
@@ -26,6 +26,7 @@ from plait.engine.base import Duration
 from plait.engine.check import CheckMixin
 from plait.engine.filters import run_filter
 from plait.engine.fork import ForkMixin
+from plait.engine.operations import OperationsMixin, worker_scope
 from plait.engine.queues import QueuesMixin
 from plait.engine.requests import RequestsMixin
 from plait.engine.schedules import SchedulesMixin
@@ -102,6 +103,7 @@ class Engine(
     ApprovalsMixin,
     CheckMixin,
     ForkMixin,
+    OperationsMixin,
     QueuesMixin,
     RequestsMixin,
     SchedulesMixin,
@@ -137,6 +139,8 @@ class Engine(
         tracing: bool = False,
         metrics: bool = False,
         log_work: bool = False,
+        worker_workflows: Sequence[str] | None = None,
+        worker_queues: Sequence[str] | None = None,
         **store_options: Any,
     ) -> None:
         if not isinstance(app, App):
@@ -178,6 +182,11 @@ class Engine(
         #: ``metrics``) and INFO lines per attempt (``log_work``); None when all are off,
         #: and then neither library is imported
         self.telemetry = make_telemetry(tracing=tracing, metrics=metrics, log_work=log_work)
+        #: with workers: the only workflows and queues its worker works (None: every
+        #: workflow its app registers, every queue); checked against the app
+        self.worker_workflows, self.worker_queues = worker_scope(
+            app, worker_workflows, worker_queues
+        )
         self._worker = None
         self._opened = False
 
@@ -223,6 +232,8 @@ class Engine(
             retain=self.retain if self.workers else None,
             clock=self.clock,
             telemetry=self.telemetry,
+            only_workflows=self.worker_workflows,
+            only_queues=self.worker_queues,
         )
         if self.telemetry is not None and self.telemetry.metrics is not None:
             worker = self._worker
@@ -230,6 +241,8 @@ class Engine(
         self.notifier.on_work(self._worker.wake)
         await self._store_app_schedules()
         await self.store.attach_notifier(self.notifier)
+        await self._worker.refresh_brakes()
+        await self._worker.beat(force=True)
         self._worker.start_loops(passes=self.workers, steps=self.workers)
         self._opened = True
 
@@ -368,6 +381,10 @@ class Engine(
                 "inline=True cannot start a queued run (a queue, delay or start_at): "
                 "a worker admits it"
             )
+        if self._opened and self.worker.braked(name, flow["queue"]):
+            # its workflow or queue is paused: accepted, it waits for admission
+            flow["status"] = runs.initial_status(True)
+            inline = False
         if kind == "graph":
             graph = await self.graph_for(name, version)
             from plait.graph import validate_or_raise  # graphs only (see plait.graph)
