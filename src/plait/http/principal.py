@@ -15,6 +15,7 @@ from plait.http.problems import ApiError
 SCOPES: dict[str, str] = {
     "graphs": "register and replace graphs over HTTP, and read their definitions",
     "schedules": "delete schedules of other users, without an owner or declared in code",
+    "admin": "pause and resume workflows and queues, and see where every worker runs",
 }
 
 
