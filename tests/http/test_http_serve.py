@@ -157,7 +157,10 @@ def test_a_malformed_tokens_entry_is_one_line_without_its_token(tmp_path: Path) 
         process.close()
     output = process.text()
     assert "very-secret-token" not in output and "Traceback" not in output
-    assert "invalid PLAIT_TOKENS entry 1 (user 'alice'): unknown scope (allowed: admin, graphs" in output
+    assert (
+        "invalid PLAIT_TOKENS entry 1 (user 'alice'): unknown scope (allowed: admin, graphs"
+        in output
+    )
     assert "nosuchscope" not in output  # it may be the second half of a token with a ":"
     assert not (TESTS / "x.db").exists()
 
