@@ -3,9 +3,9 @@ process (the ``admin`` scope), what is paused, and the worker registry.
 
 A brake stops work that belongs to every user, so it needs the ``admin`` scope (403
 without it). ``GET /api/paused`` and ``GET /api/workers`` are open to any authenticated
-caller: what is paused explains why one's own runs wait. A caller without ``admin``
-sees each worker without its host and process id (where the machines are is an
-operator's business); with ``admin`` it sees them whole.
+caller: what is paused explains why one's own runs wait, and a worker's record (id,
+host, pid, app, version, queues, workflows, started, last seen) carries no run data
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from plait.http.auth import Principal
 from plait.http.problems import invalid
 from plait.http.schemas import NAME_PATTERN
 
-#: what a non-admin caller does not see of a worker
-_ADMIN_ONLY = ("host", "pid")
 _NAME = re.compile(NAME_PATTERN)
 
 
@@ -84,15 +82,8 @@ class Brakes:
         return JSONResponse({"paused": await self.engine.list_paused()})
 
     async def list_workers(self, request: Request, principal: Principal) -> Response:
-        """Live and recently seen workers (host and pid with ``admin`` only)."""
-        admin = principal.has_scope("admin")
-        workers = []
-        for worker in await self.engine.list_workers():
-            data = worker.to_dict()
-            if not admin:
-                for field in _ADMIN_ONLY:
-                    data.pop(field)
-            workers.append(data)
+        """Live and recently seen workers."""
+        workers = [worker.to_dict() for worker in await self.engine.list_workers()]
         return JSONResponse({"workers": workers})
 
 
@@ -120,7 +111,7 @@ def openapi_paths(json: Any, errors: Any) -> dict[str, dict[str, Any]]:
     }
     paths["/api/workers"] = {
         "get": {
-            "summary": "Live and recently seen workers (host and pid with admin only)",
+            "summary": "Live and recently seen workers",
             "responses": {"200": json({"type": "object"}, "the workers"), **errors(401)},
         }
     }
