@@ -68,7 +68,7 @@ def runs_list(
         table = Table(title=f"{len(runs)} of {total} runs", title_justify="left")
         columns = ["run", "workflow", "version", "status", "started", "took"]
         for column in [*columns, *(["waiting on"] if waiting else [])]:
-            table.add_column(column)
+            table.add_column(column, no_wrap=column == "run")
         for run in runs:
             cells = [
                 esc(run.id),
@@ -80,7 +80,7 @@ def runs_list(
             ]
             if waiting:
                 why = waiting.get(run.id)
-                cells.append(esc(why.message) if why is not None else "")
+                cells.append(_WAITING_SHORT[why.kind] if why is not None else "")
             table.add_row(*cells)
         console.print(table)
 
@@ -124,6 +124,14 @@ def runs_show(
         render_run(run, steps, history, children, values, decisions, waiting)
 
     run_async(go)
+
+
+#: the "waiting on" column of ``runs list``, short (``runs show`` says it in full)
+_WAITING_SHORT = {
+    "paused_workflow": "paused workflow",
+    "paused_queue": "paused queue",
+    "no_worker": "no live worker",
+}
 
 
 def _waiting_dict(waiting: WaitingOn | None) -> dict[str, Any] | None:

@@ -88,15 +88,10 @@ def start(
             if not wait:
                 waiting = await engine.waiting_on(rid)
                 if as_json:
-                    emit_json(
-                        {
-                            "run_id": rid,
-                            "waiting_on": None if waiting is None else waiting.to_dict(),
-                        }
-                    )
+                    emit_json({"run_id": rid})
                 else:
                     console.print(esc(rid), highlight=False)
-                if waiting is not None and not as_json:
+                if waiting is not None and not as_json:  # on stderr: stdout stays the id
                     err.print(f"[yellow]note:[/yellow] {_note(waiting)}", highlight=False)
                 return
             if as_json:
