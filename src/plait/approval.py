@@ -43,16 +43,31 @@ def check_policy(approvers: object, name: str) -> Policy:
     )
 
 
-def may_decide(approvers: Policy, owner: str | None, user: str | None) -> bool:
-    """Whether ``user`` may decide a gate of a run owned by ``owner``. ``owner`` and
-    ``not_owner`` need a known decider: four eyes mean two named people."""
+def may_decide(
+    approvers: Policy, owner: str | None, user: str | None, *, reader: bool = True
+) -> bool:
+    """Whether ``user`` may decide a gate of a run owned by ``owner``.
+
+    A gate is decided by someone who may read its run (``reader``), unless its policy
+    names user ids: ``any`` admits every reader, ``owner`` the owner alone, ``not_owner``
+    (four eyes) every reader but the owner, and a list exactly the users it names,
+    whether they may read the run or not. Trusted code (the engine, the CLI) vouches
+    for its decider, so ``reader`` is True unless the HTTP API found the caller may not
+    read the run. ``owner`` and ``not_owner`` need a known decider: four eyes mean two
+    named people."""
     if approvers == "any":
-        return True
+        return reader
     if approvers == "owner":
         return user is not None and owner is not None and user == owner
     if approvers == "not_owner":
-        return user is not None and user != owner
+        return reader and user is not None and user != owner
     return user is not None and user in approvers
+
+
+def names(approvers: object, user: str | None) -> bool:
+    """Whether the policy names ``user`` (a list of user ids that holds it): the one way
+    a user who may not read a run may still decide its gate."""
+    return user is not None and isinstance(approvers, list) and user in approvers
 
 
 def problems(schema: dict[str, Any] | None, data: Any) -> list[dict[str, str]]:
@@ -80,16 +95,30 @@ def gate_info(step_input: str | None) -> dict[str, Any]:
 
 
 def envelope(
-    data: Any, decided_by: str | None, decided_at: float, limits: serde.Limits | None = None
+    data: Any,
+    decided_by: str | None,
+    decided_at: float,
+    limits: serde.Limits | None = None,
+    *,
+    reader: bool = True,
 ) -> str:
     """A decision as its stored message, which the pass reads back. Its data comes from
-    outside, like an event's payload, so it is held to ``limits``."""
+    outside, like an event's payload, so it is held to ``limits``. ``reader`` False
+    (the sender may not read the run: the policy names her) is kept, so a pass judges
+    the decision as the engine would have."""
     serde.dumps(data, what="the data of the decision", limits=limits)
-    text = serde.dumps(
-        {"data": data, "decided_by": decided_by, "decided_at": decided_at},
-        what="the data of the decision",
-    )
+    record: dict[str, Any] = {"data": data, "decided_by": decided_by, "decided_at": decided_at}
+    if not reader:
+        record["reader"] = False
+    text = serde.dumps(record, what="the data of the decision")
     return cast(str, text)  # None only for None, never for a dict
+
+
+def without_data(decided_by: str | None, decided_at: float) -> str:
+    """The stored message of a refused decision: who sent it and when, never its data
+    (a refused sender must not grow the run by what she sends)."""
+    text = serde.dumps({"data": None, "decided_by": decided_by, "decided_at": decided_at})
+    return cast(str, text)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -109,15 +138,23 @@ class Refusal:
 
 
 def judge(
-    info: dict[str, Any], owner: str | None, user: str | None, data: Any, *, run_id: str, name: str
+    info: dict[str, Any],
+    owner: str | None,
+    user: str | None,
+    data: Any,
+    *,
+    run_id: str,
+    name: str,
+    reader: bool = True,
 ) -> Refusal | None:
     """Why a decision on gate ``name`` of run ``run_id`` (owned by ``owner``) is refused,
     or None to take it: the gate's approver policy must admit ``user``, and ``data``
     must fit the gate's JSON Schema (``info`` is what the gate stored, ``gate_info``).
+    ``reader``: whether ``user`` may read the run (``may_decide``).
     The same rules judge a decision the engine takes at once and one held until the run
     reaches its gate."""
     policy = info.get("approvers", "any")
-    if not may_decide(policy, owner, user):
+    if not may_decide(policy, owner, user, reader=reader):
         forbidden = errors.ApprovalForbiddenError(run_id, name, user, policy)
         return Refusal(errors.APPROVAL_FORBIDDEN, str(forbidden), forbidden)
     found = problems(info.get("schema"), data)
@@ -156,7 +193,9 @@ __all__ = [
     "gate_info",
     "judge",
     "may_decide",
+    "names",
     "problems",
     "reason",
     "resolved",
+    "without_data",
 ]

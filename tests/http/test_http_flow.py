@@ -73,9 +73,9 @@ async def test_a_schedule_belongs_to_its_creator(
     assert made.status_code == 201, made.text
     assert made.json()["owner"] == "alice"
     names = {s["name"] for s in (await alice.get("/api/schedules")).json()["schedules"]}
-    assert names == {"shared", "mine"}
+    assert names == {"mine"}  # a declared schedule needs the schedules scope
     bobs = {s["name"] for s in (await bob.get("/api/schedules")).json()["schedules"]}
-    assert bobs == {"shared"}
+    assert bobs == set()
     for action in ("pause", "resume", "trigger"):
         answer = await bob.post(f"/api/schedules/mine/{action}")
         assert answer.status_code == 403, action
@@ -91,8 +91,8 @@ async def test_a_schedule_belongs_to_its_creator(
     assert triggered.status_code == 202
     run = await engine.wait(triggered.json()["run_id"], timeout=20)
     assert run.owner == "alice" and run.output == {"n": 1} and run.scheduled_at is not None
-    # a shared schedule: anyone may operate it
-    assert (await bob.post("/api/schedules/shared/pause")).status_code == 202
+    # a shared schedule: only the schedules scope operates it
+    assert (await bob.post("/api/schedules/shared/pause")).status_code == 403
     assert (await bob.post("/api/schedules/nothing/pause")).status_code == 404
     # but nobody takes it over by storing another schedule under its name
     hijack = await bob.post(
@@ -131,7 +131,7 @@ async def test_bad_schedules_are_422_naming_the_field(
     assert answer.status_code == 422, answer.text
     assert answer.json()["error"]["problems"][0]["field"] == field
     names = {s["name"] for s in (await clients["alice"].get("/api/schedules")).json()["schedules"]}
-    assert names == {"shared"}  # nothing stored
+    assert names == set()  # nothing stored
 
 
 async def test_an_unknown_workflow_is_404(clients: dict[str, httpx.AsyncClient]) -> None:

@@ -16,7 +16,7 @@ httpx = pytest.importorskip("httpx", reason="httpx is needed to call the ASGI ap
 pytest.importorskip("starlette", reason="the http extra (starlette) is not installed")
 
 import test_http_api as base  # noqa: E402
-from plait.http import create_app  # noqa: E402
+from plait.http import Principal, create_app  # noqa: E402
 from test_http_api import ALICE, TOKENS, AsgiStream  # noqa: E402
 
 app = base.app
@@ -64,49 +64,61 @@ async def gate_open(engine: plait.Engine, run_id: str) -> None:
     await eventually(listed)
 
 
-async def test_four_eyes_over_http(engine: plait.Engine, alice: Any, bob: Any) -> None:
+@pytest.fixture
+def admin(client_for: Any) -> Any:
+    """A token with the ``admin`` scope: it reads every run, so it decides their gates."""
+    tokens = {**TOKENS, "t-admin": Principal("admin", frozenset({"admin"}))}
+    return client_for({"Authorization": "Bearer t-admin"}, tokens=tokens)
+
+
+async def test_four_eyes_over_http(engine: plait.Engine, alice: Any, bob: Any, admin: Any) -> None:
+    """Four eyes: a user who may read the run other than its owner (here the admin)
+    decides; bob, who may not read it, neither sees nor decides the gate."""
     run_id = (await base.start(alice, "shipping"))["run_id"]
     await gate_open(engine, run_id)
-    for_bob = (await bob.get("/api/approvals")).json()["approvals"]
-    assert [a["run_id"] for a in for_bob] == [run_id]
-    assert for_bob[0]["schema"]["required"] == ["approved"]
+    for_admin = (await admin.get("/api/approvals")).json()["approvals"]
+    assert [a["run_id"] for a in for_admin] == [run_id]
+    assert for_admin[0]["schema"]["required"] == ["approved"]
     assert (await alice.get("/api/approvals")).json()["approvals"] == []
+    assert (await bob.get("/api/approvals")).json()["approvals"] == []
 
     path = f"/api/runs/{run_id}/approvals/ship"
     forbidden = await alice.post(path, json={"approved": True})
     assert forbidden.status_code == 403
     assert forbidden.json()["error"]["code"] == "APPROVAL_FORBIDDEN"
-    invalid = await bob.post(path, json={"approved": "yes"})
+    outsider = await bob.post(path, json={"approved": True})
+    assert outsider.status_code == 403 and outsider.json()["error"]["code"] == "FORBIDDEN"
+    invalid = await admin.post(path, json={"approved": "yes"})
     assert invalid.status_code == 422
     assert invalid.json()["error"]["problems"] == [
         {"field": "approved", "message": "'yes' is not of type 'boolean'"}
     ]
-    not_json = await bob.post(path, content=b"{", headers={"content-type": "application/json"})
+    not_json = await admin.post(path, content=b"{", headers={"content-type": "application/json"})
     assert not_json.status_code == 422
-    accepted = await bob.post(path, json={"approved": True, "note": "ok"})
+    accepted = await admin.post(path, json={"approved": True, "note": "ok"})
     assert accepted.status_code == 200, accepted.text
-    assert accepted.json()["outcome"] == "accepted" and accepted.json()["decided_by"] == "bob"
-    again = await bob.post(path, json={"approved": False})
+    assert accepted.json()["outcome"] == "accepted" and accepted.json()["decided_by"] == "admin"
+    again = await admin.post(path, json={"approved": False})
     assert again.status_code == 409
     assert again.json()["error"]["code"] == "APPROVAL_RESOLVED"
     assert again.json()["error"]["outcome"] == "decided"
 
     run = await base.settled(engine, run_id)
-    assert run.output == {"approved": True, "by": "bob"}
+    assert run.output == {"approved": True, "by": "admin"}
     shown = (await alice.get(f"/api/runs/{run_id}")).json()
     assert shown["values"] == {"progress": 1.0}
     assert [(d["decided_by"], d["outcome"]) for d in shown["decisions"]] == [
         ("alice", "refused"),
-        ("bob", "refused"),
-        ("bob", "accepted"),
-        ("bob", "refused"),
+        ("admin", "refused"),
+        ("admin", "accepted"),
+        ("admin", "refused"),
     ]
-    ended = await bob.post(path, json={"approved": True})
+    ended = await admin.post(path, json={"approved": True})
     assert ended.status_code == 409
 
 
 async def test_a_decision_before_the_gate_needs_access_to_the_run(
-    engine: plait.Engine, alice: Any, bob: Any
+    engine: plait.Engine, alice: Any, bob: Any, admin: Any
 ) -> None:
     run_id = (await base.start(alice, "shipping", "late"))["run_id"]
     path = f"/api/runs/{run_id}/approvals/ship"
@@ -122,8 +134,8 @@ async def test_a_decision_before_the_gate_needs_access_to_the_run(
     await gate_open(engine, run_id)  # the owner's held decision was refused when judged
     decisions = (await alice.get(f"/api/runs/{run_id}")).json()["decisions"]
     assert [d["outcome"] for d in decisions] == ["refused"]
-    assert (await bob.post(path, json={"approved": False})).status_code == 200
-    assert (await base.settled(engine, run_id)).output["by"] == "bob"
+    assert (await admin.post(path, json={"approved": False})).status_code == 200
+    assert (await base.settled(engine, run_id)).output["by"] == "admin"
 
 
 # (a newline never gets this far: no route of /api matches a path that holds one, 404)

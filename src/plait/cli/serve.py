@@ -29,6 +29,12 @@ def serve(
     max_body: str = typer.Option(
         "1MiB", "--max-body", help="Largest request body (and stored value), e.g. 512KiB."
     ),
+    max_streams: int = typer.Option(
+        100, "--max-streams", min=1, help="Event streams open at once (a quarter per user)."
+    ),
+    max_streams_per_user: int | None = typer.Option(
+        None, "--max-streams-per-user", min=1, help="Event streams one user may hold open."
+    ),
     allowed_host: list[str] = typer.Option(
         [],
         "--allowed-host",
@@ -86,6 +92,8 @@ def serve(
             no_auth=no_auth,
             log_level=log_level.lower(),
             max_body=size,
+            max_streams=max_streams,
+            max_streams_per_user=max_streams_per_user,
             allowed_hosts=allowed_host,
             metrics=metrics,
             tracing=tracing,

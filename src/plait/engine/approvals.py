@@ -4,11 +4,13 @@ what deciding does to the gate's step is ``runtime.steps``'s."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal, cast
 
 from plait import approval, errors, serde
 from plait.engine.base import EngineBase
 from plait.errors import (
+    ApprovalForbiddenError,
     ApprovalResolvedError,
     RunNotFoundError,
     RunStateError,
@@ -24,12 +26,22 @@ from plait.runtime import steps
 from plait.store.convert import ts, ts_or_none
 from plait.store.rows import DecisionRow, StepRow
 
+#: refused decisions kept per gate (the first ones, with who sent them and why): a sender
+#: refused again and again does not grow the run's record past this
+MAX_REFUSED_PER_GATE = 50
+
 
 class ApprovalsMixin(EngineBase):
     """``Engine.approve``, ``list_approvals`` and ``get_decisions``."""
 
     async def approve(
-        self, run_id: str, name: str, data: Any = None, *, decided_by: str | None = None
+        self,
+        run_id: str,
+        name: str,
+        data: Any = None,
+        *,
+        decided_by: str | None = None,
+        reader: bool = True,
     ) -> ApprovalDecision:
         """Decide approval gate ``name`` of the run with ``data``, as ``decided_by``.
 
@@ -39,7 +51,12 @@ class ApprovalsMixin(EngineBase):
         past its deadline refuses it (``ApprovalResolvedError``): the decision that
         commits first wins. A decision for a gate the run has not reached is held and
         judged when it gets there (outcome ``held``). Every decision is kept, accepted
-        or refused, with who sent it and when (``get_decisions``)."""
+        or refused, with who sent it and when (``get_decisions``); a refused one without
+        its data, and at most ``MAX_REFUSED_PER_GATE`` refused ones per gate.
+
+        ``reader`` False says ``decided_by`` may not read the run (the HTTP API knows):
+        then only an open gate whose policy names her takes a decision, and anything
+        else is refused (``ApprovalForbiddenError``) with nothing stored."""
         if not isinstance(name, str) or not name:
             raise TypeError(f"approval name must be a non-empty string, got {name!r}")
         check_name(name, "approval name")
@@ -50,7 +67,7 @@ class ApprovalsMixin(EngineBase):
         # to the microsecond, as PostgreSQL keeps it: the workflow reads the time from the
         # decision's payload and get_decisions from the stored column, the same instant
         now = round(self.clock.now(), 6)
-        payload = approval.envelope(data, decided_by, now, self.limits)
+        payload = approval.envelope(data, decided_by, now, self.limits, reader=reader)
         snapshot = await self.store.load_pass(run_id)
         if snapshot is None:
             raise RunNotFoundError(run_id)
@@ -75,8 +92,17 @@ class ApprovalsMixin(EngineBase):
         async def refuse(code: str, message: str, found: Any = None) -> None:
             why = approval.reason(code, message, found)
             key = gate.key if gate is not None else (gates[-1].key if gates else None)
-            await self.store.submit_decision(run_id, row("refused", why, key=key), ())
+            if await self._refused_for(run_id, key or "") >= MAX_REFUSED_PER_GATE:
+                return
+            stored = approval.without_data(decided_by, now)
+            refused = DecisionRow(name, stored, decided_by, now, "refused", why, key=key)
+            await self.store.submit_decision(run_id, refused, ())
 
+        if not reader:
+            policy = None if gate is None else approval.gate_info(gate.input).get("approvers")
+            if policy is None or not approval.names(policy, decided_by):
+                # nothing stored: a sender who may not read the run leaves no trace on it
+                raise ApprovalForbiddenError(run_id, name, decided_by, policy or "any")
         if run.status in TERMINAL and (gate is not None or not gates):
             raise RunStateError(run_id, run.status, f"decide approval {name!r} of")
         if gate is None and gates:
@@ -88,7 +114,9 @@ class ApprovalsMixin(EngineBase):
             self._wake(run_id)
             return _decision_record(run_id, name, data, decided_by, now, "held", None, None)
         info = approval.gate_info(gate.input)
-        refusal = approval.judge(info, run.owner, decided_by, data, run_id=run_id, name=name)
+        refusal = approval.judge(
+            info, run.owner, decided_by, data, run_id=run_id, name=name, reader=reader
+        )
         if refusal is not None:
             await refuse(refusal.code, refusal.message, refusal.problems)
             raise refusal.error
@@ -105,6 +133,11 @@ class ApprovalsMixin(EngineBase):
         self._wake(run_id)
         return _decision_record(run_id, name, data, decided_by, now, "accepted", None, now)
 
+    async def _refused_for(self, run_id: str, key: str) -> int:
+        """How many refused decisions gate ``key`` (``""``: none reached) has stored."""
+        stored = await self.store.get_decisions(run_id)
+        return sum(1 for d in stored if d["outcome"] == "refused" and (d["key"] or "") == key)
+
     async def _closed_how(self, run_id: str, gate: StepRow) -> Literal["expired", "decided"]:
         for step in await self.store.get_steps(run_id):
             if step.key == gate.key:
@@ -119,10 +152,13 @@ class ApprovalsMixin(EngineBase):
         status: ApprovalStatus | None = "open",
         user: str | None = None,
         limit: int = 100,
+        reader: Callable[[str | None], bool] | None = None,
     ) -> list[Approval]:
         """Approval gates of live runs, oldest first: ``open`` ones (default),
         ``decided``, ``expired`` or all (None); with ``user``, only those that user may
-        decide. Each carries the JSON Schema its decision must fit."""
+        decide, ``reader(owner)`` saying whether she may read a run of that owner
+        (default: trusted, she may). Each carries the JSON Schema its decision must
+        fit."""
         if status not in (None, "open", "decided", "expired"):
             raise ValueError(f"invalid approval status {status!r}: use open, decided or expired")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -135,7 +171,10 @@ class ApprovalsMixin(EngineBase):
             if status is not None and state != status:
                 continue
             policy = info.get("approvers", "any")
-            if user is not None and not approval.may_decide(policy, gate.owner, user):
+            may_read = True if reader is None else reader(gate.owner)
+            if user is not None and not approval.may_decide(
+                policy, gate.owner, user, reader=may_read
+            ):
                 continue
             expires = info.get("expires_at")
             found.append(

@@ -594,6 +594,12 @@ class Engine(
     async def get_children(self, run_id: str) -> list[Run]:
         return await self.store.get_children(run_id)
 
+    async def run_marks(self, run_id: str) -> tuple[Any, ...] | None:
+        """Marks that change whenever the run, its steps, values, decisions or children
+        change (None: no such run), read without reading any of them. Compare two for
+        equality only: a follower reads the run again only when they differ."""
+        return await self.store.run_marks(run_id)
+
     async def metrics_text(self) -> bytes | None:
         """This process's metrics in the Prometheus text format (the queue depths read
         now), or None when the engine was opened without ``metrics=True``."""

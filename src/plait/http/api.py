@@ -33,7 +33,7 @@ from plait.http.schemas import (
     path_name,
     runs_query,
 )
-from plait.http.sse import stream_run
+from plait.http.sse import StreamLimits, stream_run
 from plait.records import Run
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -59,10 +59,17 @@ class Api:
     """The ``/api`` routes for one engine; every route authenticates before anything else,
     so an anonymous caller learns nothing (not even whether a run exists)."""
 
-    def __init__(self, engine: Engine, auth: Authenticator, lifecycle: Lifecycle) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        auth: Authenticator,
+        lifecycle: Lifecycle,
+        streams: StreamLimits | None = None,
+    ) -> None:
         self.engine = engine
         self.auth = auth
         self.lifecycle = lifecycle
+        self.streams = streams if streams is not None else StreamLimits()
 
     def routes(self) -> list[Route]:
         return [
@@ -244,10 +251,16 @@ class Api:
         return JSONResponse(view)
 
     async def stream(self, request: Request, principal: Principal) -> Response:
-        """Server-sent events with the run and its steps until it ends or suspends."""
+        """Server-sent events with the run and its steps until it ends or suspends: the
+        whole run first, then only what changed. 429 past the limits on open streams."""
         run = await self._readable_run(request, principal)
+        slot = self.streams.take(principal.user)
         return stream_run(
-            self.engine, run.id, lambda r: self._run_with_steps(r, principal), self.lifecycle
+            self.engine,
+            run.id,
+            lambda r: self._run_with_steps(r, principal),
+            self.lifecycle,
+            slot,
         )
 
     async def cancel(self, request: Request, principal: Principal) -> Response:

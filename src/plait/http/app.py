@@ -18,7 +18,7 @@ from plait.engine import Engine
 from plait.http.api import Api
 from plait.http.auth import Authenticate, Authenticator, Tokens
 from plait.http.dashboard import dashboard_routes
-from plait.http.flow import FlowApi
+from plait.http.flow import MAX_SCHEDULES_PER_USER, FlowApi
 from plait.http.guard import MAX_BODY, Guard
 from plait.http.lifecycle import Lifecycle
 from plait.http.openapi import openapi_document
@@ -30,6 +30,7 @@ from plait.http.problems import (
 )
 from plait.http.sessions import SESSION_SECONDS, Sessions
 from plait.http.signin import SignInRoutes
+from plait.http.sse import MAX_STREAMS, StreamLimits
 
 log = logging.getLogger("plait.http")
 
@@ -46,6 +47,9 @@ def create_app(
     max_body: int = MAX_BODY,
     allowed_hosts: Iterable[str] = (),
     session_seconds: float = SESSION_SECONDS,
+    max_schedules_per_user: int = MAX_SCHEDULES_PER_USER,
+    max_streams: int = MAX_STREAMS,
+    max_streams_per_user: int | None = None,
 ) -> Starlette:
     """The plait web app for ``engine``: ``/api``, ``/openapi.json`` and the dashboard at ``/``.
 
@@ -59,10 +63,14 @@ def create_app(
     (its own address, a loopback name, or one of ``allowed_hosts``) and come from no
     other site's page are served.
 
-    Request bodies over ``max_body`` bytes get 413. When run by an ASGI server, the app
-    opens ``engine`` on start-up if it is not open yet and closes it again on shut-down;
-    the server should call ``app.state.lifecycle.begin_shutdown()`` as it starts to shut
-    down (``plait serve`` does), so open streams and waits end at once. Mounted inside
+    Request bodies over ``max_body`` bytes get 413. A user owns at most
+    ``max_schedules_per_user`` schedules made over HTTP (429 past it). At most
+    ``max_streams`` event streams are open at once, and ``max_streams_per_user`` of one
+    user (default: a quarter of ``max_streams``, at least 1); 429 past either. When run
+    by an ASGI server, the app opens ``engine`` on start-up if it is not open yet and
+    closes it again on shut-down; the server should call
+    ``app.state.lifecycle.begin_shutdown()`` as it starts to shut down (``plait serve``
+    does), so open streams and waits end at once. Mounted inside
     another app (whose lifespan does not reach mounted apps), open the engine yourself.
     """
     sessions = Sessions(session_seconds)
@@ -70,7 +78,8 @@ def create_app(
         tokens=tokens, authenticate=authenticate, no_auth=no_auth, sessions=sessions
     )
     lifecycle = Lifecycle()
-    api = Api(engine, auth, lifecycle)
+    limits = StreamLimits(max_streams, max_streams_per_user)
+    api = Api(engine, auth, lifecycle, limits)
     signin = SignInRoutes(auth, sessions)
     document = openapi_document([*engine.app.workflows, *engine.app.graphs])
 
@@ -108,7 +117,11 @@ def create_app(
                     *signin.routes(),
                     *api.routes(),
                     # the flow routes share the API's request handling
-                    *FlowApi(engine, api._wrap).routes(),  # pyright: ignore[reportPrivateUsage]
+                    *FlowApi(
+                        engine,
+                        api._wrap,  # pyright: ignore[reportPrivateUsage]
+                        max_schedules_per_user,
+                    ).routes(),
                 ],
             ),
             *dashboard_routes(),
@@ -125,6 +138,8 @@ def create_app(
     )
     app.state.engine = engine
     app.state.lifecycle = lifecycle
+    #: open event streams, in total and by user; any stream route takes a slot of it
+    app.state.streams = limits
     app.state.sessions = sessions
     return app
 

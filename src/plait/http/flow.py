@@ -1,11 +1,13 @@
 """The ``/api`` routes of flow control: schedules and queue depths.
 
-A schedule made over HTTP belongs to the caller: only its owner (or an unrestricted
-caller) sees and operates it, and the runs it starts are the owner's, by the same rule as
-runs. Schedules declared in code or made without an owner are shared: anyone operates
-them, only an unrestricted caller replaces them. Deleting a schedule that is not the
-caller's own (another user's, a shared one, one declared in code) needs the
-``schedules`` scope.
+A schedule made over HTTP belongs to the caller: only its owner sees and operates it,
+and the runs it starts are the owner's, by the same rule as runs. Seeing or operating
+(reading its input, pausing, resuming, triggering, deleting) any other schedule, another
+user's, one declared in code or one made without an owner, needs the ``schedules``
+scope; only an unrestricted caller replaces a shared one. A user owns at most
+``max_schedules_per_user`` schedules, and without the ``admin`` scope makes none that
+fires more often than once every ``MIN_INTERVAL_SECONDS``: a six-field cron could
+otherwise start a run every second.
 """
 
 from __future__ import annotations
@@ -16,35 +18,67 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from plait import schedules
 from plait.engine import Engine
 from plait.http.auth import Principal
-from plait.http.problems import ApiError, bad_input, from_plait, validate
+from plait.http.problems import ApiError, bad_input, from_plait, invalid, validate
 from plait.http.schemas import CreateSchedule, json_body
 from plait.records import Schedule
 
 #: the fields of a schedule an engine error may name, most specific first
 SCHEDULE_FIELDS = ("cron", "every", "timezone", "overlap", "catchup", "workflow", "name")
 
+#: the shortest time between two ticks of a schedule a user without the ``admin`` scope
+#: makes over HTTP
+MIN_INTERVAL_SECONDS = 60.0
+#: the schedules one user may own, unless ``create_app(max_schedules_per_user=...)`` says
+MAX_SCHEDULES_PER_USER = 100
+#: consecutive ticks looked at to find a schedule's shortest interval (a cron that fires
+#: twice in a row a second apart shows within a few)
+_TICKS_SAMPLED = 20
+
 
 def may_operate(principal: Principal, schedule: Schedule) -> bool:
-    return principal.unrestricted or schedule.owner is None or schedule.owner == principal.user
-
-
-def may_delete(principal: Principal, schedule: Schedule) -> bool:
-    """A schedule is deleted by its owner, or with the ``schedules`` scope: a shared one
-    (declared in code or made without an owner) is every user's to operate, and nobody's
-    to take away from the others."""
+    """Her own schedule is the caller's; any other needs the ``schedules`` scope."""
     own = schedule.owner is not None and schedule.owner == principal.user
     return own or principal.has_scope("schedules")
+
+
+#: deleting follows the rule of operating
+may_delete = may_operate
+
+
+def shortest_interval(spec: schedules.ScheduleSpec, now: float) -> float:
+    """The shortest time between consecutive ticks of ``spec`` over its next few."""
+    if spec.every is not None:
+        return spec.every
+    tick = spec.next_tick(now)
+    shortest = float("inf")
+    for _ in range(_TICKS_SAMPLED):
+        following = spec.next_tick(tick)
+        shortest = min(shortest, following - tick)
+        tick = following
+    return shortest
 
 
 class FlowApi:
     """Schedules and queues for one engine; ``wrap`` authenticates and maps errors (the
     ``Api``'s own wrapper, so every route answers alike)."""
 
-    def __init__(self, engine: Engine, wrap: Any) -> None:
+    def __init__(
+        self, engine: Engine, wrap: Any, max_schedules_per_user: int = MAX_SCHEDULES_PER_USER
+    ) -> None:
+        if (
+            isinstance(max_schedules_per_user, bool)
+            or not isinstance(max_schedules_per_user, int)
+            or max_schedules_per_user < 0
+        ):
+            raise ValueError(
+                f"invalid max_schedules_per_user: {max_schedules_per_user!r} (an int, >= 0)"
+            )
         self.engine = engine
         self.wrap = wrap
+        self.max_schedules_per_user = max_schedules_per_user
 
     def routes(self) -> list[Route]:
         return [
@@ -71,7 +105,7 @@ class FlowApi:
         """The schedule the path names, if the caller may operate it."""
         schedule = await self._named(request)
         if not may_operate(principal, schedule):
-            raise ApiError(403, "FORBIDDEN", f"schedule {schedule.name!r} belongs to another user")
+            principal.require_scope("schedules", f"operating {_whose(schedule)}")
         return schedule
 
     async def list_schedules(self, request: Request, principal: Principal) -> Response:
@@ -88,7 +122,8 @@ class FlowApi:
         """Store a schedule owned by the caller (201); a bad cron, time zone, interval,
         overlap or catch-up is a 422 naming the field."""
         body: CreateSchedule = validate(CreateSchedule, await json_body(request, empty={}))
-        existing = [s for s in await self.engine.list_schedules() if s.name == body.name]
+        stored = await self.engine.list_schedules()
+        existing = [s for s in stored if s.name == body.name]
         if existing and not may_operate(principal, existing[0]):
             raise ApiError(403, "FORBIDDEN", f"schedule {body.name!r} belongs to another user")
         if existing and existing[0].owner is None and not principal.unrestricted:
@@ -100,7 +135,20 @@ class FlowApi:
                 f"schedule {body.name!r} is shared (declared in code or made without an "
                 "owner): only an unrestricted caller may replace it",
             )
+        mine = [s for s in stored if s.owner is not None and s.owner == principal.user]
+        new = body.name not in {s.name for s in mine}
+        if not principal.unrestricted and new and len(mine) >= self.max_schedules_per_user:
+            raise ApiError(
+                429,
+                "TOO_MANY_SCHEDULES",
+                f"user {principal.user!r} owns {len(mine)} schedules, the most one user "
+                f"may own (max_schedules_per_user={self.max_schedules_per_user}): "
+                "delete one first",
+                extra={"limit": self.max_schedules_per_user},
+            )
         try:
+            if not principal.has_scope("admin"):
+                self._check_interval(body)
             schedule = await self.engine.create_schedule(
                 body.name,
                 workflow=body.workflow,
@@ -117,6 +165,28 @@ class FlowApi:
             raise (from_plait(exc) or bad_input(exc, _field(exc))) from None
         return JSONResponse(schedule.to_dict(), status_code=201)
 
+    def _check_interval(self, body: CreateSchedule) -> None:
+        """422 naming ``cron`` or ``every`` for a schedule that fires more often than
+        once every ``MIN_INTERVAL_SECONDS`` (a bad field raises as the engine would)."""
+        spec = schedules.make_spec(
+            body.name,
+            workflow=body.workflow,
+            cron=body.cron,
+            every=body.every,
+            timezone=body.timezone,
+            overlap=body.overlap,
+            catchup=body.catchup,
+        )
+        gap = shortest_interval(spec, self.engine.clock.now())
+        if gap < MIN_INTERVAL_SECONDS:
+            field = "every" if spec.every is not None else "cron"
+            message = (
+                f"schedule {spec.name!r} would fire every {gap:g}s: a schedule made over HTTP"
+                f" fires at most once every {MIN_INTERVAL_SECONDS:g}s (the 'admin' scope may"
+                " go below)"
+            )
+            raise invalid([{"field": field, "message": message}], "schedule")
+
     async def delete_schedule(self, request: Request, principal: Principal) -> Response:
         """Remove a schedule (204); the runs it started stay. The caller's own schedule
         is hers to delete; any other (another user's, a shared one, one declared in
@@ -124,14 +194,7 @@ class FlowApi:
         ``schedules`` scope."""
         schedule = await self._named(request)
         if not may_delete(principal, schedule):
-            whose = (
-                "another user's schedule"
-                if schedule.owner is not None
-                else "a schedule declared in code"
-                if schedule.source == "app"
-                else "a shared schedule"
-            )
-            principal.require_scope("schedules", f"deleting {whose}")
+            principal.require_scope("schedules", f"deleting {_whose(schedule)}")
         await self.engine.delete_schedule(schedule.name)
         return Response(status_code=204)
 
@@ -154,6 +217,12 @@ class FlowApi:
         return JSONResponse({"queues": await self.engine.queue_depths()})
 
 
+def _whose(schedule: Schedule) -> str:
+    if schedule.owner is not None:
+        return "another user's schedule"
+    return "a schedule declared in code" if schedule.source == "app" else "a shared schedule"
+
+
 def _field(exc: Exception) -> str:
     text = str(exc)
     if "schedule name" in text:
@@ -166,4 +235,11 @@ def _field(exc: Exception) -> str:
     return "body"
 
 
-__all__ = ["FlowApi", "may_delete", "may_operate"]
+__all__ = [
+    "MAX_SCHEDULES_PER_USER",
+    "MIN_INTERVAL_SECONDS",
+    "FlowApi",
+    "may_delete",
+    "may_operate",
+    "shortest_interval",
+]

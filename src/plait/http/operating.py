@@ -1,15 +1,18 @@
 """Routes for operating runs: deciding approval gates, forking a run from a step.
 
-Who may decide a gate is the gate's approver policy, not the run's owner: four eyes
-means someone other than the owner decides, so a decider need not be able to read the
-run. A decision for a gate the run has not reached yet is held, and sending one needs
-access to the run (nobody learns of others' runs by guessing gate names). Forking needs
+A gate is decided by someone who may read its run (its owner, anyone for a run without
+an owner, a token with the ``admin`` scope), as its approver policy says (``any``: each
+of them, ``owner``, ``not_owner``: each of them but the owner); a policy that lists user
+ids names others, who decide that open gate without reading the run. Anyone else is
+refused (403) before anything is looked at or stored: not a held decision for a gate
+the run has not reached, not a refused one for a gate it has. Forking needs
 access to the run, and the fork keeps its owner; a fork's ``run_id`` that another user's
 run holds is 403, as for a start.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -17,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from plait import approval
 from plait.engine import Engine
 from plait.errors import RunIdTakenError
 from plait.http.auth import Principal
@@ -68,25 +72,44 @@ class Operating:
                 [{"field": "status", "message": f"must be one of {', '.join(APPROVAL_STATUSES)}"}],
                 "query string",
             )
-        user = None if principal.unrestricted else principal.user
-        gates = await self.engine.list_approvals(status=status, user=user)
+        if principal.unrestricted:
+            gates = await self.engine.list_approvals(status=status)
+        else:
+            gates = await self.engine.list_approvals(
+                status=status,
+                user=principal.user,
+                reader=lambda owner: principal.may_access(_Owner(owner)),
+            )
         return JSONResponse({"approvals": [g.to_dict() for g in gates]})
 
     async def decide(self, request: Request, principal: Principal) -> Response:
         """Decide gate ``name``; the body (any JSON) is the decision's data. A name no
         gate can have (the rule of event names) is 422 before any run is looked at."""
         run_id, name = request.path_params["run_id"], path_name(request, "approval")
-        data = await json_body(request)
         run = await self.engine.get_run(run_id)
-        steps = await self.engine.get_steps(run_id)
-        reached = any(s.kind == "approval" and _gate_name(s.input) == name for s in steps)
-        if not reached:
+        reader = principal.may_access(run)
+        if not reader and not await self._named_at_open_gate(run_id, name, principal):
             principal.require_access(run)
+        data = await json_body(request)
         try:
-            decision = await self.engine.approve(run_id, name, data, decided_by=principal.user)
+            decision = await self.engine.approve(
+                run_id, name, data, decided_by=principal.user, reader=reader
+            )
         except TypeError as exc:
             raise bad_input(exc, "body") from None
         return JSONResponse(decision.to_dict(), status_code=200)
+
+    async def _named_at_open_gate(self, run_id: str, name: str, principal: Principal) -> bool:
+        """Whether the run waits at an open gate ``name`` whose policy lists the caller
+        (the only gate a caller who may not read the run may decide)."""
+        for step in await self.engine.get_steps(run_id):
+            if step.kind != "approval" or step.status != "pending":
+                continue
+            recorded: Any = step.input
+            info = cast(dict[str, Any], recorded) if isinstance(recorded, dict) else {}
+            if info.get("name") == name and approval.names(info.get("approvers"), principal.user):
+                return True
+        return False
 
     async def fork(self, request: Request, principal: Principal) -> Response:
         """A new run from a step of this one (201 with its id)."""
@@ -171,9 +194,12 @@ def openapi_paths(
     }
 
 
-def _gate_name(recorded: Any) -> Any:
-    """The name an approval step recorded as its input (None for anything else)."""
-    return cast(dict[str, Any], recorded).get("name") if isinstance(recorded, dict) else None
+@dataclasses.dataclass(frozen=True)
+class _Owner:
+    """A run of ``owner``, as ``Principal.may_access`` takes it (a gate's run)."""
+
+    owner: str | None
+    id: str = ""
 
 
 __all__ = ["APPROVAL_STATUSES", "ForkRun", "Operating", "openapi_paths"]

@@ -14,8 +14,9 @@ from plait.http.problems import ApiError
 #: what each scope lets a token do beyond starting and reading its own runs
 SCOPES: dict[str, str] = {
     "graphs": "register and replace graphs over HTTP, and read their definitions",
-    "schedules": "delete schedules of other users, without an owner or declared in code",
-    "admin": "pause and resume workflows and queues, and see where every worker runs",
+    "schedules": ("see and operate schedules of other users, without an owner or declared in code"),
+    "admin": "read and operate every user's runs, decide their gates, make schedules "
+    "that fire more often than once a minute, and pause and resume workflows and queues",
 }
 
 
@@ -40,8 +41,11 @@ class Principal:
     unrestricted: bool = False
 
     def may_access(self, run: Owned) -> bool:
-        """Runs without an owner are shared; an owned run belongs to its owner alone."""
-        return self.unrestricted or run.owner is None or run.owner == self.user
+        """Runs without an owner are shared; an owned run belongs to its owner alone (and
+        to holders of the ``admin`` scope)."""
+        if self.unrestricted or run.owner is None or run.owner == self.user:
+            return True
+        return "admin" in self.scopes
 
     def require_access(self, run: Owned) -> None:
         if not self.may_access(run):
@@ -63,7 +67,7 @@ class Principal:
     @property
     def visible_to(self) -> str | None:
         """The ``visible_to`` filter for listing runs (None: no filter)."""
-        return None if self.unrestricted else self.user
+        return None if self.has_scope("admin") else self.user
 
     def to_dict(self) -> dict[str, Any]:
         return {

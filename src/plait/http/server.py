@@ -28,6 +28,7 @@ from uvicorn.importer import import_from_string
 from plait.engine import Engine
 from plait.http.guard import MAX_BODY
 from plait.http.lifecycle import Lifecycle
+from plait.http.sse import MAX_STREAMS
 from plait.loading import load_app
 
 log = logging.getLogger("plait.http")
@@ -173,6 +174,8 @@ def serve(
     allowed_hosts: Iterable[str] = (),
     metrics: bool = False,
     tracing: bool = False,
+    max_streams: int = MAX_STREAMS,
+    max_streams_per_user: int | None = None,
 ) -> None:
     """Serve the API, ``/openapi.json`` and the dashboard until interrupted.
 
@@ -181,7 +184,8 @@ def serve(
     ``max_payload`` is ``max_body``: one size for what the server takes in and what it
     stores. Bad settings (a database URL, ``PLAIT_TOKENS``) raise ``ValueError`` before
     anything is served. With ``metrics``, ``/metrics`` serves the engine's Prometheus
-    metrics.
+    metrics. At most ``max_streams`` event streams are open at once,
+    ``max_streams_per_user`` of one user (default: a quarter of them).
     """
     from plait.http.app import create_app
 
@@ -194,5 +198,12 @@ def serve(
     )
     if no_auth and not _is_loopback(host):
         log.warning("serving %s without authentication: anyone who reaches it can act", host)
-    asgi = create_app(engine, no_auth=no_auth, max_body=max_body, allowed_hosts=allowed_hosts)
+    asgi = create_app(
+        engine,
+        no_auth=no_auth,
+        max_body=max_body,
+        allowed_hosts=allowed_hosts,
+        max_streams=max_streams,
+        max_streams_per_user=max_streams_per_user,
+    )
     make_server(asgi, host=host, port=port, log_level=log_level).run()

@@ -178,6 +178,7 @@ class Gates:
             payload.get("data"),
             run_id=run.id,
             name=name,
+            reader=payload.get("reader", True) is not False,
         )
         if refusal is not None:
             return refusal.reason()

@@ -412,6 +412,12 @@ class Store(Protocol):
         """The run's published values (JSON text) by key."""
         ...
 
+    async def run_marks(self, run_id: str) -> tuple[Any, ...] | None:
+        """A few numbers and times that change whenever the run, its steps, values,
+        decisions or children change (None: no such run), read without reading any of
+        them: a follower reads the run again only when these moved."""
+        ...
+
     async def fork_run(
         self,
         new: NewRun,

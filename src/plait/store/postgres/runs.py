@@ -172,6 +172,10 @@ class Runs(Part):
         rows = await self._call("fetch", self._q["get_values"], run_id, read=True)
         return {r["key"]: r["value"] for r in rows}
 
+    async def run_marks(self, run_id: str) -> tuple[Any, ...] | None:
+        row = await self._call("fetchrow", self._q["run_marks"], run_id, read=True)
+        return None if row is None else tuple(row)
+
 
 def _snapshot(row: Any) -> PassSnapshot:
     """A pass's snapshot from a row of ``load_passes`` or ``list_passes``."""

@@ -226,3 +226,10 @@ class Runs(Part):
             return dict(conn.execute(SQL["get_values"], (run_id,)).fetchall())
 
         return await self._read_here(go)
+
+    async def run_marks(self, run_id: str) -> tuple[Any, ...] | None:
+        def go(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
+            row = conn.execute(SQL["run_marks"], (run_id,)).fetchone()
+            return None if row is None else tuple(row)
+
+        return await self._read(go)

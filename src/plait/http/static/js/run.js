@@ -217,6 +217,21 @@ export function runPage() {
     }
   }
 
+  // A partial "run" event carries only what changed: merge it into the run shown.
+  function withChanges(current, change) {
+    if (!current) return change;
+    const next = Object.assign({}, current, change);
+    delete next.partial;
+    delete next.removed_steps;
+    if (change.steps || change.removed_steps) {
+      const byKey = new Map((current.steps || []).map((s) => [s.key, s]));
+      for (const s of change.steps || []) byKey.set(s.key, s);
+      for (const key of change.removed_steps || []) byKey.delete(key);
+      next.steps = Array.from(byKey.values());
+    }
+    return next;
+  }
+
   function follow() {
     if (following || !run || SETTLED.includes(run.status)) return;
     following = new AbortController();
@@ -224,7 +239,7 @@ export function runPage() {
       path + "/stream",
       (name, data) => {
         if (name === "run") {
-          renderRun(data);
+          renderRun(data.partial ? withChanges(run, data) : data);
           scheduleExtras();
         }
       },

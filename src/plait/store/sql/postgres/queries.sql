@@ -698,6 +698,21 @@ ORDER BY s.created_at LIMIT $2
 -- name: get_values
 SELECT key, value FROM @schema@.run_values WHERE run_id = $1 ORDER BY key
 
+-- name: run_marks
+-- What changes when anything a run's page shows changes, read without its values: an
+-- event stream reads this every tick and the run itself only when it moved.
+SELECT r.status, r.updated_at,
+    (SELECT count(*) FROM @schema@.steps WHERE run_id = r.id),
+    (SELECT max(updated_at) FROM @schema@.steps WHERE run_id = r.id),
+    (SELECT count(*) FROM @schema@.run_values WHERE run_id = r.id),
+    (SELECT max(updated_at) FROM @schema@.run_values WHERE run_id = r.id),
+    (SELECT count(*) FROM @schema@.events WHERE run_id = r.id AND outcome IS NOT NULL),
+    (SELECT max(coalesce(judged_at, created_at)) FROM @schema@.events
+     WHERE run_id = r.id AND outcome IS NOT NULL),
+    (SELECT count(*) FROM @schema@.runs WHERE parent_run_id = r.id),
+    (SELECT max(updated_at) FROM @schema@.runs WHERE parent_run_id = r.id)
+FROM @schema@.runs r WHERE r.id = $1
+
 -- name: fork_run
 SELECT forked, moved
 FROM @schema@.fork_run($1::@schema@.new_run, $2, $3::@schema@.op[], $4, $5::text[],

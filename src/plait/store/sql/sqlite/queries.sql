@@ -891,6 +891,21 @@ ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value,
 -- name: get_values
 SELECT key, value FROM plait_values WHERE run_id = ? ORDER BY key
 
+-- name: run_marks
+-- What changes when anything a run's page shows changes, read without its values: an
+-- event stream reads this every tick and the run itself only when it moved.
+SELECT r.status, r.updated_at,
+    (SELECT count(*) FROM plait_steps WHERE run_id = r.id),
+    (SELECT max(updated_at) FROM plait_steps WHERE run_id = r.id),
+    (SELECT count(*) FROM plait_values WHERE run_id = r.id),
+    (SELECT max(updated_at) FROM plait_values WHERE run_id = r.id),
+    (SELECT count(*) FROM plait_events WHERE run_id = r.id AND outcome IS NOT NULL),
+    (SELECT max(coalesce(judged_at, created_at)) FROM plait_events
+     WHERE run_id = r.id AND outcome IS NOT NULL),
+    (SELECT count(*) FROM plait_runs WHERE parent_run_id = r.id),
+    (SELECT max(updated_at) FROM plait_runs WHERE parent_run_id = r.id)
+FROM plait_runs r WHERE r.id = ?
+
 -- name: step_status
 SELECT status, wake_at FROM plait_steps WHERE run_id = ? AND key = ?
 
