@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from plait import ids
 from plait.app import App
@@ -62,6 +63,14 @@ class OperationsMixin(EngineBase):
             {"kind": b.kind, "name": b.name, "paused_at": _iso(b.paused_at)}
             for b in await self.store.list_brakes()
         ]
+
+    def _start_braked(self, name: str, flow: dict[str, Any], inline: bool) -> bool:
+        """A new run of a paused workflow or queue is accepted and waits ``queued``
+        (``flow`` says so), not inline; returns whether it still starts inline."""
+        if self._worker is None or not self._worker.braked(name, flow["queue"]):
+            return inline
+        flow["status"] = runs.initial_status(True)
+        return False
 
     async def _known_workflow(self, name: object) -> str:
         """``name`` if a workflow of that name is known to this database: this app's, or

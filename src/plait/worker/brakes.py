@@ -63,6 +63,11 @@ class Brakes(WorkerState):
         if self.brakes and self.take_work:
             await self.park_braked()
 
+    async def announce(self) -> None:
+        """As the worker starts: read the brakes, and record itself (``Registry``)."""
+        await self.refresh_brakes()
+        await self.beat(force=True)
+
     async def park_braked(self) -> None:
         """Runs of a paused workflow or queue that no pass holds become ``paused``."""
         try:

@@ -153,6 +153,9 @@ class WorkerState(abc.ABC):
     @abc.abstractmethod
     async def park_braked(self) -> None: ...
 
+    @abc.abstractmethod
+    async def announce(self) -> None: ...
+
     # -- registry (registry.py)
     @abc.abstractmethod
     async def beat(self, *, force: bool = False) -> None: ...
