@@ -53,6 +53,8 @@ from plait.records import (
     StepAttempt,
     StepStatus,
     StreamEntry,
+    WaitingOn,
+    WorkerInfo,
 )
 from plait.runtime.workflow import Request, Workflow, current_workflow
 from plait.schedules import ScheduleSpec
@@ -105,6 +107,8 @@ __all__ = [
     "TypeMismatchError",
     "ValidationError",
     "ValueNotSetError",
+    "WaitingOn",
+    "WorkerInfo",
     "Workflow",
     "WorkflowCancelledError",
     "WorkflowDef",

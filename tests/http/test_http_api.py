@@ -172,6 +172,12 @@ ROUTES = [
     ("GET", "/api/approvals"),
     ("POST", "/api/runs/RID/approvals/gate"),
     ("POST", "/api/runs/RID/fork"),
+    ("POST", "/api/workflows/simple/pause"),
+    ("POST", "/api/workflows/simple/resume"),
+    ("POST", "/api/queues/{name}/pause"),
+    ("POST", "/api/queues/{name}/resume"),
+    ("GET", "/api/paused"),
+    ("GET", "/api/workers"),
 ]
 
 

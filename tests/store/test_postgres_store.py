@@ -97,6 +97,7 @@ async def test_schema_option_keeps_tenants_apart(pg_url: str) -> None:
     )
     assert tables == [
         "attempts",
+        "brakes",
         "events",
         "functions_version",
         "graph_owners",
@@ -111,6 +112,7 @@ async def test_schema_option_keeps_tenants_apart(pg_url: str) -> None:
         "steps",
         "stream_entries",
         "timers",
+        "workers",
         "workflow_versions",
     ]
 

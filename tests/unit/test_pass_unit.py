@@ -43,6 +43,9 @@ class ListHost:
     def cancelling(self, run_id: str) -> bool:
         return False
 
+    def braked(self, workflow: str, queue: str | None) -> bool:
+        return False
+
     async def commit(self, batch: Batch) -> bool:
         self.batches.append(batch)
         return False

@@ -14,6 +14,7 @@ from plait.cli import actions as actions
 from plait.cli import schedules as schedules
 from plait.cli import queues as queues
 from plait.cli import worker as worker
+from plait.cli import operations as operations
 from plait.cli import approvals as approvals
 from plait.cli import fork as fork
 from plait.cli import stream as stream

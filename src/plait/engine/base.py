@@ -1,8 +1,9 @@
 """What every concern of the Engine shares.
 
 ``Engine`` is put together from one mixin per concern (``actions``, ``approvals``,
-``fork``, ``queues``, ``schedules``, ``values``), so that ``engine.approve(...)`` stays a
-method of the one object a user holds while its code lives with its concern. Each mixin
+``definitions``, ``fork``, ``operations``, ``queues``, ``schedules``, ``values``), so
+that ``engine.approve(...)`` stays a method of the one object a user holds while its code
+lives with its concern. Each mixin
 is an ``EngineBase``: the collaborators ``Engine.__init__`` sets, declared once here so
 every concern is type-checked against them, and the steps every concern takes (read a
 run, tell this process and the others that work for a run arrived).

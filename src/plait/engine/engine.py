@@ -5,15 +5,14 @@ of live runs on this code, too)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Literal, Self, TypedDict, TypeVar, Unpack, overload
+from typing import Any, Self, TypedDict, TypeVar, Unpack, overload
 
 from plait import serde
 from plait.app import App
@@ -24,8 +23,10 @@ from plait.engine.actions import ActionsMixin
 from plait.engine.approvals import ApprovalsMixin
 from plait.engine.base import Duration
 from plait.engine.check import CheckMixin
+from plait.engine.definitions import DefinitionsMixin
 from plait.engine.filters import run_filter
 from plait.engine.fork import ForkMixin
+from plait.engine.operations import OperationsMixin, worker_scope
 from plait.engine.queues import QueuesMixin
 from plait.engine.requests import RequestsMixin
 from plait.engine.schedules import SchedulesMixin
@@ -42,7 +43,6 @@ from plait.notify import Notifier, RunEndPoll, wait_event
 from plait.observe import make_telemetry
 from plait.records import (
     SETTLED,
-    GraphStatus,
     Run,
     RunStatus,
     RunStatusName,
@@ -102,7 +102,9 @@ class Engine(
     ActionsMixin,
     ApprovalsMixin,
     CheckMixin,
+    DefinitionsMixin,
     ForkMixin,
+    OperationsMixin,
     QueuesMixin,
     RequestsMixin,
     SchedulesMixin,
@@ -139,6 +141,8 @@ class Engine(
         tracing: bool = False,
         metrics: bool = False,
         log_work: bool = False,
+        worker_workflows: Sequence[str] | None = None,
+        worker_queues: Sequence[str] | None = None,
         **store_options: Any,
     ) -> None:
         if not isinstance(app, App):
@@ -180,6 +184,10 @@ class Engine(
         #: ``metrics``) and INFO lines per attempt (``log_work``); None when all are off,
         #: and then neither library is imported
         self.telemetry = make_telemetry(tracing=tracing, metrics=metrics, log_work=log_work)
+        #: the only workflows and queues its worker works (None: all the app has)
+        self.worker_workflows, self.worker_queues = worker_scope(
+            app, worker_workflows, worker_queues
+        )
         self._worker = None
         self._opened = False
 
@@ -225,6 +233,8 @@ class Engine(
             retain=self.retain if self.workers else None,
             clock=self.clock,
             telemetry=self.telemetry,
+            only_workflows=self.worker_workflows,
+            only_queues=self.worker_queues,
         )
         if self.telemetry is not None and self.telemetry.metrics is not None:
             worker = self._worker
@@ -232,6 +242,7 @@ class Engine(
         self.notifier.on_work(self._worker.wake)
         await self._store_app_schedules()
         await self.store.attach_notifier(self.notifier)
+        await self._worker.announce()
         self._worker.start_loops(passes=self.workers, steps=self.workers)
         self._opened = True
 
@@ -248,41 +259,6 @@ class Engine(
     @property
     def is_open(self) -> bool:
         return self._opened
-
-    # -- definitions ----------------------------------------------------------------------------
-    def describe(self, name: str) -> tuple[str, str | None]:
-        """(kind, version) a new run of ``name`` records."""
-        return self.catalog.describe(name)
-
-    async def register_graph(
-        self,
-        name: str,
-        definition: Any,
-        *,
-        status: GraphStatus = "active",
-        registered_by: str | None = None,
-    ) -> str:
-        """Store a graph definition at run time; every process on this database can start
-        it once it is ``active``. Returns its content hash (the version runs record).
-
-        ``registered_by`` names the user it is registered for (the HTTP API passes the
-        caller): a graph name then belongs to the first user who registered it, and
-        nobody else may register versions of it, nor of a name the app's code defines
-        (``plait.GraphOwnerError``). Without it the caller is trusted code."""
-        return await self.catalog.register_graph(name, definition, status, registered_by)
-
-    async def list_graphs(
-        self, status: GraphStatus | Literal["deployed"] | None = None
-    ) -> list[dict[str, Any]]:
-        """Graphs registered at run time (newest first), with their status and hash."""
-        if status not in (None, "draft", "active", "deployed"):
-            raise ValueError(f"invalid graph status: {status!r} (use draft, active or deployed)")
-        versions = await self.store.list_versions(status=status)
-        return [dataclasses.asdict(v) for v in versions if v.kind == "graph"]
-
-    async def graph_for(self, name: str, version: str | None) -> Any:
-        """The graph definition a run started on, even if the graph changed since."""
-        return await self.catalog.graph_for(name, version)
 
     # -- starting runs --------------------------------------------------------------------------
     async def start(
@@ -370,6 +346,7 @@ class Engine(
                 "inline=True cannot start a queued run (a queue, delay or start_at): "
                 "a worker admits it"
             )
+        inline = self._start_braked(name, flow, inline)
         if kind == "graph":
             graph = await self.graph_for(name, version)
             from plait.graph import validate_or_raise  # graphs only (see plait.graph)

@@ -20,6 +20,7 @@ from plait.engine import Engine
 from plait.errors import REQUEST_TIMEOUT, RequestRefused, RunIdTakenError
 from plait.http import graphview
 from plait.http.auth import Authenticator, Principal
+from plait.http.brakes import Brakes
 from plait.http.guard import require_json
 from plait.http.lifecycle import Ended, Lifecycle
 from plait.http.operating import Operating
@@ -94,6 +95,7 @@ class Api:
             Route("/graphs", self._wrap(self.list_graphs), methods=["GET"]),
             Route("/graphs", self._wrap(self.register_graph), methods=["POST"]),
             *Operating(self.engine).routes(self._wrap),
+            *Brakes(self.engine).routes(self._wrap),
         ]
 
     def _wrap(self, handler: Callable[[Request, Principal], Awaitable[Response]]) -> Handler:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from plait import __version__
-from plait.http import operating
+from plait.http import brakes, operating
 from plait.http.problems import PROBLEM_JSON
 from plait.http.schemas import (
     MAX_OFFSET,
@@ -551,6 +551,7 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
     doc["components"]["schemas"]["CreateSchedule"] = CreateSchedule.model_json_schema()
     doc["paths"].update(operating.openapi_paths(_json, _errors, _RUN_ID, _ref))
     doc["components"]["schemas"]["ForkRun"] = operating.ForkRun.model_json_schema()
+    doc["paths"].update(brakes.openapi_paths(_json, _errors))
     return doc
 
 

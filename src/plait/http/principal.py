@@ -15,8 +15,8 @@ from plait.http.problems import ApiError
 SCOPES: dict[str, str] = {
     "graphs": "register and replace graphs over HTTP, and read their definitions",
     "schedules": ("see and operate schedules of other users, without an owner or declared in code"),
-    "admin": "read and operate every user's runs, decide their gates, and make schedules "
-    "that fire more often than once a minute",
+    "admin": "read and operate every user's runs, decide their gates, make schedules "
+    "that fire more often than once a minute, and pause and resume workflows and queues",
 }
 
 

@@ -26,6 +26,7 @@ RUN_STATUSES = (
     "queued",
     "running",
     "suspended",
+    "paused",
     "completed",
     "failed",
     "cancelled",
@@ -166,7 +167,16 @@ class RunsQuery(BaseModel):
 
     workflow: str | None = Field(default=None, max_length=200, pattern=NAME_PATTERN)
     status: (
-        Literal["queued", "running", "suspended", "completed", "failed", "cancelled", "continued"]
+        Literal[
+            "queued",
+            "running",
+            "suspended",
+            "paused",
+            "completed",
+            "failed",
+            "cancelled",
+            "continued",
+        ]
         | None
     ) = None
     limit: int = Field(default=50, ge=1, le=MAX_PAGE)

@@ -64,6 +64,9 @@ class DryHost:
     def cancelling(self, run_id: str) -> bool:
         return False
 
+    def braked(self, workflow: str, queue: str | None) -> bool:
+        return False
+
     def commit(self, batch: Batch, /) -> Awaitable[bool]:
         raise AssertionError(f"a dry pass of run {batch.run_id!r} tried to commit a write")
 

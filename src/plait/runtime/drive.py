@@ -91,6 +91,11 @@ class Driver:
                 raise ledger.pause(step.key, step.wake_at)
             if self.host.stopping:
                 raise ledger.pause(step.key)  # shutting down: start no new attempt here
+            if self.host.braked(ledger.run.workflow, ledger.run.queue):
+                # paused: start no new attempt; the run is given back due, the claims
+                # leave it to the brake, and it waits ``paused`` until it is resumed
+                ledger.due_again = True
+                raise ledger.pause(step.key)
             value = await self.attempt(step, body, no_retry_on)
             if value is not NOT_DECODED and step.status == "succeeded" and self.hook is None:
                 return value

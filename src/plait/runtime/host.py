@@ -51,6 +51,11 @@ class Host(Protocol):
         """The process is shutting down: start no new attempt."""
         ...
 
+    def braked(self, workflow: str, queue: str | None) -> bool:
+        """The workflow or the queue is paused (``Engine.pause_workflow``, as this
+        process last read the brakes): a pass starts no new attempt of its runs."""
+        ...
+
     def cancelling(self, run_id: str) -> bool:
         """A user cancelled ``run_id``: a step cut short now failed, it was not merely
         interrupted."""

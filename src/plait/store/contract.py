@@ -20,6 +20,9 @@ from plait.records import Run, RunSummary, Step, StepAttempt, StreamEntry
 from plait.statuses import RequestStatusName, RunStatusName, StepStatusName
 from plait.store.ops import Batch, CancelChildren, CancelCut, EndRun, Op, StepEnd
 from plait.store.rows import (
+    ANY_SCOPE,
+    Brake,
+    ClaimScope,
     DecisionRow,
     GateRow,
     Lease,
@@ -36,6 +39,7 @@ from plait.store.rows import (
     StepJob,
     StreamWrite,
     Version,
+    WorkerRow,
 )
 
 
@@ -101,8 +105,20 @@ class Store(Protocol):
         plain read: it takes no lease and writes nothing."""
         ...
 
-    async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool: ...
-    async def claim_due_runs(self, owner: str, lease_seconds: float, limit: int) -> list[str]: ...
+    async def claim_run(
+        self, run_id: str, owner: str, lease_seconds: float, scope: ClaimScope = ANY_SCOPE
+    ) -> bool:
+        """Lease the running run ``run_id`` to ``owner`` if no live lease holds it, it
+        is in ``scope`` and neither its workflow nor its queue is paused."""
+        ...
+
+    async def claim_due_runs(
+        self, owner: str, lease_seconds: float, limit: int, scope: ClaimScope = ANY_SCOPE
+    ) -> list[str]:
+        """Lease up to ``limit`` due running runs of ``scope`` to ``owner``, soonest due
+        first, leaving out those of a paused workflow or queue."""
+        ...
+
     async def commit(self, batch: Batch) -> bool:
         """Write the batch in one transaction; with ``release_wakeups_seen``, give the run back and
         say whether it is due again at once. A fenced batch raises ``LeaseLostError``
@@ -136,7 +152,13 @@ class Store(Protocol):
     async def leases_of(self, worker_id: str, owner: str) -> list[Lease]: ...
     async def expire_leases(self, leases: Sequence[Lease]) -> int: ...
     async def sweep_idle(self, base: float = 30.0, cap: float = 600.0, limit: int = 100) -> int: ...
-    async def next_due(self, functions: Sequence[str] | None = None) -> float | None: ...
+    async def next_due(
+        self, functions: Sequence[str] | None = None, scope: ClaimScope = ANY_SCOPE
+    ) -> float | None:
+        """When the next pass of a run ``claim_due_runs`` would take with ``scope`` is
+        due (``functions`` None), or the next job of ``functions``."""
+        ...
+
     async def job_depths(self) -> dict[str, int]:
         """Queued steps a worker could claim now, per function: due (not in a retry's
         back-off), of running runs, held by no live lease (a dead worker's expired one
@@ -280,11 +302,12 @@ class Store(Protocol):
         limit: int,
         queues: Sequence[QueueLimits],
         status: RunStatusName,
+        scope: ClaimScope = ANY_SCOPE,
     ) -> list[str]:
-        """Admit up to ``limit`` due ``queued`` runs, highest priority first, within the
-        limits of ``queues`` (a queue not given has none), and lease them to ``owner``,
-        in one conditional write: they are ``status`` (an admitted run's) and this
-        worker's to drive."""
+        """Admit up to ``limit`` due ``queued`` runs of ``scope``, highest priority
+        first, within the limits of ``queues`` (a queue not given has none), and lease them
+        to ``owner``, in one conditional write: they are ``status`` (an admitted run's) and
+        this worker's to drive. A run of a paused workflow or queue waits."""
         ...
 
     async def next_queued(self) -> float | None:
@@ -299,6 +322,45 @@ class Store(Protocol):
         ...
 
     async def queue_depths(self) -> list[QueueDepth]: ...
+
+    # brakes: paused workflows and queues
+    async def pause(
+        self, kind: str, name: str, status: RunStatusName, from_status: RunStatusName
+    ) -> list[str]:
+        """Pause workflow or queue ``name`` (``kind``: ``workflow`` or ``queue``) for
+        every process: no claim takes its runs from now on, and those of its runs that
+        are ``from_status`` with no live lease become ``status`` (``park_braked``).
+        Returns the runs that moved. Pausing it again changes nothing."""
+        ...
+
+    async def unpause(
+        self, kind: str, name: str, status: RunStatusName, paused: RunStatusName
+    ) -> list[str]:
+        """Resume workflow or queue ``name``: every run ``paused`` that no other brake
+        holds becomes ``status``, due at once. Returns them."""
+        ...
+
+    async def park_braked(self, status: RunStatusName, from_status: RunStatusName) -> list[str]:
+        """Runs ``from_status`` of a paused workflow or queue that no live lease holds
+        (a pass that held one ended, or its worker died) become ``status``."""
+        ...
+
+    async def list_brakes(self) -> list[Brake]:
+        """The paused workflows and queues."""
+        ...
+
+    # the worker registry
+    async def put_worker(self, row: WorkerRow) -> None:
+        """Record a worker, or its heartbeat (``seen_at``) when it is recorded."""
+        ...
+
+    async def list_workers(self, seen_since: float) -> list[WorkerRow]:
+        """Workers seen at ``seen_since`` or later, oldest first."""
+        ...
+
+    async def forget_workers(self, seen_before: float) -> None:
+        """Delete the records of workers last seen before ``seen_before``."""
+        ...
 
     # schedules
     async def put_schedule(self, row: ScheduleRow) -> bool:

@@ -98,7 +98,7 @@ def step_record(row: StepRow) -> Step:
 
 
 def attempt_record(row: Any) -> StepAttempt:
-    run_id, key, attempt, status, output, error, started_at, finished_at = row
+    run_id, key, attempt, status, output, error, started_at, finished_at, worker = row
     return StepAttempt(
         run_id=run_id,
         key=key,
@@ -108,6 +108,7 @@ def attempt_record(row: Any) -> StepAttempt:
         error=_json(error),
         started_at=ts(started_at),
         finished_at=ts_or_none(finished_at),
+        worker=worker,
     )
 
 

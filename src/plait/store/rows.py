@@ -205,6 +205,49 @@ class QueueLimits:
 
 
 @dataclasses.dataclass(frozen=True)
+class ClaimScope:
+    """Which runs a worker claims (drives, admits): those of ``workflows`` (None: any),
+    and, with ``graphs``, of any graph stored at run time (their definitions are data
+    every process can run); in one of ``queues`` (None: any; a run started on no queue
+    is in ``plait.queues.DEFAULT_QUEUE``). A worker passes what its app registers, so it
+    never claims a run whose code it lacks."""
+
+    workflows: tuple[str, ...] | None = None
+    graphs: bool = True
+    queues: tuple[str, ...] | None = None
+
+
+#: every run: what a caller that names no scope claims
+ANY_SCOPE = ClaimScope()
+
+
+@dataclasses.dataclass(frozen=True)
+class Brake:
+    """A paused workflow (``kind`` ``workflow``) or queue (``queue``), since
+    ``paused_at``: no process claims its runs until it is resumed."""
+
+    kind: str
+    name: str
+    paused_at: float
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerRow:
+    """A worker process as it recorded itself (``plait_workers``); ``seen_at`` is its
+    last heartbeat. ``queues`` None: every queue."""
+
+    id: str
+    host: str
+    pid: int
+    app: str
+    version: str
+    queues: tuple[str, ...] | None
+    workflows: tuple[str, ...]
+    started_at: float
+    seen_at: float
+
+
+@dataclasses.dataclass(frozen=True)
 class QueueDepth:
     """How many runs of a queue wait and how many hold a slot (``queue`` None: runs
     delayed without a queue)."""

@@ -62,7 +62,12 @@ class Admission(WorkerState):
                 if due is not None and due <= now and free:
                     since = time.monotonic()
                     admitted = await self.store.admit_runs(
-                        self.owner, self.lease, free, self.queue_limits(), runs.ADMITTED
+                        self.owner,
+                        self.lease,
+                        free,
+                        self.queue_limits(),
+                        runs.ADMITTED,
+                        self.claim_scope(),
                     )
                     if len(admitted) < free:
                         # what is still due waits for a slot or the rate window

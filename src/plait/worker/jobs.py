@@ -44,12 +44,14 @@ class Jobs(WorkerState):
                 full_until = 0.0
             self.wake_steps.clear()
             # read each time: a function registered after start-up is worked too
-            functions = [name for name, f in self.catalog.app.functions.items() if f.queued]
+            functions = self.job_functions()
             if not functions:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake_steps.wait(), self.poll_interval)
                 continue
             limited = [q for q in self.queue_limits() if q.functions]
+            if self.only_queues is not None:
+                limited = [q for q in limited if q.name in self.only_queues]
             in_limited = limited_functions(limited)
             functions = [name for name in functions if name not in in_limited]
             try_limited = bool(limited) and time.monotonic() >= full_until

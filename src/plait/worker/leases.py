@@ -4,7 +4,9 @@ A lease is renewed every quarter of its length while this process drives the run
 one of its jobs; a renewal that finds a run gone (cancelled, or ended by another process)
 stops its work here (``cancel_local``), and so does one that finds a job gone (its
 workflow cancelled the step). The loop also beats the ``StallGuard``'s heart, so
-a blocked event loop is noticed, and now and then sweeps runs that no one is driving.
+a blocked event loop is noticed, reads the brakes (``worker.brakes``), records this
+worker's heartbeat (``worker.registry``), and now and then sweeps runs that no one is
+driving.
 
 No step body starts under a lease this process may have lost (``keep_lease``). Each lease
 it holds has a deadline on the monotonic clock: the time just before the claim or the
@@ -44,6 +46,10 @@ class Leases(WorkerState):
                 await asyncio.wait_for(self.check_leases.wait(), every)
             self.check_leases.clear()
             self.stall_guard.beat()
+            # a brake set by another process reaches this one's passes within a quarter
+            # of a lease; the heartbeat of the worker registry rides along
+            await self.refresh_brakes()
+            await self.beat()
             if self.take_work and not self.stopping and time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + 5.0
                 try:

@@ -77,7 +77,9 @@ class Passes(WorkerState):
             async with self.slots:
                 try:
                     since = time.monotonic()
-                    got = claimed or await self.store.claim_run(run_id, self.owner, self.lease)
+                    got = claimed or await self.store.claim_run(
+                        run_id, self.owner, self.lease, self.claim_scope()
+                    )
                     if got and not claimed:
                         self.leased([run_id], since)
                 except Exception:
@@ -162,6 +164,9 @@ class Passes(WorkerState):
             await self._release_after_error(run_id)
             return False
         self.run_changed(run_id, result.status, snapshot.run.workflow)
+        if result.status == "running" and self.braked(snapshot.run.workflow, snapshot.run.queue):
+            # it stopped for a brake and gave the run back: it waits ``paused`` now
+            await self.park_braked()
         if self.telemetry is not None and result.status != "running":
             self.telemetry.run_ended(run_id, snapshot.run.workflow, result.status, result.error)
         for child in result.children:
@@ -206,7 +211,9 @@ class Passes(WorkerState):
             if free and (more or await self._due(self.wake_passes, None)):
                 since = time.monotonic()
                 try:
-                    claimed = await self.store.claim_due_runs(self.owner, self.lease, free)
+                    claimed = await self.store.claim_due_runs(
+                        self.owner, self.lease, free, self.claim_scope()
+                    )
                 except Exception:
                     log.exception("claiming due runs failed; retrying")
                 more = len(claimed) == free
@@ -219,7 +226,7 @@ class Passes(WorkerState):
         """Whether anything is due now (runs, or jobs for ``functions``); a cheap read
         that spares the claim's write when there is nothing to take."""
         try:
-            due = await self.store.next_due(functions)
+            due = await self.store.next_due(functions, self.claim_scope())
         except Exception:
             log.exception("reading the queue failed; retrying")
             return False

@@ -25,7 +25,7 @@ from plait.records import Run
 from plait.runtime.streams import StreamWriter
 from plait.store.contract import Store
 from plait.store.ops import Batch
-from plait.store.rows import QueueLimits
+from plait.store.rows import ClaimScope, QueueLimits
 from plait.worker.stall_guard import StallGuard
 
 
@@ -75,6 +75,15 @@ class WorkerState(abc.ABC):
     deadline_look_at: float | None
     steps_run: int
     pruned: int
+    #: ``plait worker --workflows``: the only workflows it works (None: its app's)
+    only_workflows: tuple[str, ...] | None
+    #: ``plait worker --queues``: the only queues it works (None: every queue)
+    only_queues: tuple[str, ...] | None
+    #: the paused workflows and queues, (kind, name), as last read
+    brakes: frozenset[tuple[str, str]]
+    #: when it started (the clock's time) and when its next heartbeat is due (monotonic)
+    started_at: float
+    next_beat: float
 
     # -- its wake-ups
     wake_passes: asyncio.Event
@@ -139,6 +148,29 @@ class WorkerState(abc.ABC):
     # -- admission (admission.py)
     @abc.abstractmethod
     def queue_limits(self) -> list[QueueLimits]: ...
+
+    # -- scope and brakes (brakes.py)
+    @abc.abstractmethod
+    def claim_scope(self) -> ClaimScope: ...
+
+    @abc.abstractmethod
+    def job_functions(self) -> list[str]: ...
+
+    @abc.abstractmethod
+    def braked(self, workflow: str, queue: str | None) -> bool: ...
+
+    @abc.abstractmethod
+    async def refresh_brakes(self) -> None: ...
+
+    @abc.abstractmethod
+    async def park_braked(self) -> None: ...
+
+    @abc.abstractmethod
+    async def announce(self) -> None: ...
+
+    # -- registry (registry.py)
+    @abc.abstractmethod
+    async def beat(self, *, force: bool = False) -> None: ...
 
     # -- leases (leases.py)
     @abc.abstractmethod

@@ -36,6 +36,7 @@ from plait.notify import Notifier
 from plait.records import Run
 from plait.store import queries
 from plait.store.migrations import functions, migrations
+from plait.store.postgres.brakes import Brakes
 from plait.store.postgres.commit import Commits, first_attempts_statement, op_value
 from plait.store.postgres.group import GroupCommit, Together
 from plait.store.postgres.jobs import Jobs
@@ -80,7 +81,9 @@ _WARM_STATEMENTS = (
 )
 
 
-class PostgresStore(Commits, Runs, Leases, Jobs, Queues, Schedules, Requests, Streams, Versions):
+class PostgresStore(
+    Commits, Runs, Leases, Jobs, Queues, Schedules, Requests, Streams, Versions, Brakes
+):
     """A store in one PostgreSQL schema, shared by any number of processes.
 
     ``url`` is a ``postgresql://`` DSN; its query string may also carry ``schema``,

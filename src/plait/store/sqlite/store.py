@@ -22,6 +22,7 @@ from plait.notify import Notifier
 from plait.store import redact
 from plait.store.migrations import migrations
 from plait.store.sqlite.actions import Actions
+from plait.store.sqlite.brakes import Brakes
 from plait.store.sqlite.commit import Commits
 from plait.store.sqlite.jobs import Jobs
 from plait.store.sqlite.leases import Leases
@@ -41,7 +42,8 @@ SCHEMA_VERSION = _MIGRATIONS.latest
 
 
 class SQLiteStore(
-    Commits, Runs, Leases, Jobs, Queues, Schedules, Actions, Requests, Streams, Versions
+    Commits, Runs, Leases, Jobs, Queues, Schedules, Actions, Requests, Streams, Versions,
+    Brakes,
 ):
     """A store in one SQLite file (or in memory, for tests)."""
 

@@ -320,6 +320,27 @@ CREATE TYPE @schema@.op AS (
     cut      @schema@.cancel_cut
 );
 
+-- a paused workflow (kind 'workflow') or queue (kind 'queue'): claims leave its runs
+CREATE TABLE @schema@.brakes (
+    kind      text NOT NULL,
+    name      text NOT NULL,
+    paused_at timestamptz NOT NULL,
+    PRIMARY KEY (kind, name)
+);
+
+-- a worker process, as it recorded itself; seen_at moves with its heartbeat
+CREATE TABLE @schema@.workers (
+    id         text PRIMARY KEY,
+    host       text NOT NULL,
+    pid        integer NOT NULL,
+    app        text NOT NULL,
+    version    text NOT NULL,
+    queues     text,                -- JSON array; NULL: every queue
+    workflows  text NOT NULL,       -- JSON array of the workflows it works
+    started_at timestamptz NOT NULL,
+    seen_at    timestamptz NOT NULL
+);
+
 -- == indexes =================================================================================
 
 -- No index holds a run's lease nor a step's status: taking or giving back a lease, and a
@@ -337,12 +358,6 @@ CREATE INDEX runs_parent ON @schema@.runs (parent_run_id) WHERE parent_run_id IS
 CREATE INDEX runs_deadline ON @schema@.runs (deadline_at)
     WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended');
 CREATE INDEX runs_queued ON @schema@.runs (wake_at) WHERE status = 'queued';
-CREATE INDEX runs_queue_active ON @schema@.runs (queue, queue_key)
-    WHERE queue IS NOT NULL AND status IN ('running', 'suspended');
--- a de-duplication key belongs to one live run at a time; it is free again once that run
--- has ended (the row leaves this partial index)
-CREATE UNIQUE INDEX runs_dedup ON @schema@.runs (dedup)
-    WHERE dedup IS NOT NULL AND status IN ('queued', 'running', 'suspended');
 -- ended top-level runs oldest first: what a prune walks through, batch by batch
 CREATE INDEX runs_ended ON @schema@.runs (updated_at, id)
     WHERE status IN ('completed', 'failed', 'cancelled', 'continued') AND parent_run_id IS NULL;
@@ -367,3 +382,10 @@ CREATE INDEX stream_entries_attempt ON @schema@.stream_entries (run_id, step_key
     WHERE step_key IS NOT NULL;
 -- the first entry of each stream: the run's page counts its streams in its marks
 CREATE INDEX stream_entries_first ON @schema@.stream_entries (run_id) WHERE "offset" = 0;
+-- made again by migration 008 (paused runs hold their slot and key), so created last
+CREATE INDEX runs_queue_active ON @schema@.runs (queue, queue_key)
+    WHERE queue IS NOT NULL AND status IN ('running', 'suspended', 'paused');
+-- a de-duplication key belongs to one live run at a time; it is free again once that run
+-- has ended (the row leaves this partial index)
+CREATE UNIQUE INDEX runs_dedup ON @schema@.runs (dedup)
+    WHERE dedup IS NOT NULL AND status IN ('queued', 'running', 'suspended', 'paused');

@@ -240,6 +240,27 @@ CREATE TABLE plait_schedules (
     updated_at  REAL NOT NULL
 ) WITHOUT ROWID;
 
+-- a paused workflow (kind 'workflow') or queue (kind 'queue'): claims leave its runs
+CREATE TABLE plait_brakes (
+    kind      TEXT NOT NULL,
+    name      TEXT NOT NULL,
+    paused_at REAL NOT NULL,
+    PRIMARY KEY (kind, name)
+) WITHOUT ROWID;
+
+-- a worker process, as it recorded itself; seen_at moves with its heartbeat
+CREATE TABLE plait_workers (
+    id         TEXT PRIMARY KEY,
+    host       TEXT NOT NULL,
+    pid        INTEGER NOT NULL,
+    app        TEXT NOT NULL,
+    version    TEXT NOT NULL,
+    queues     TEXT,                -- JSON array; NULL: every queue
+    workflows  TEXT NOT NULL,       -- JSON array of the workflows it works
+    started_at REAL NOT NULL,
+    seen_at    REAL NOT NULL
+) WITHOUT ROWID;
+
 -- == indexes =================================================================================
 
 CREATE INDEX plait_runs_due ON plait_runs (wake_at) WHERE wake_at IS NOT NULL;
@@ -249,12 +270,6 @@ CREATE INDEX plait_runs_status ON plait_runs (status, created_at DESC);
 CREATE INDEX plait_runs_parent ON plait_runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
 CREATE INDEX plait_runs_lease ON plait_runs (lease_owner) WHERE lease_owner IS NOT NULL;
 CREATE INDEX plait_runs_queued ON plait_runs (wake_at) WHERE status = 'queued';
-CREATE INDEX plait_runs_queue_active ON plait_runs (queue, queue_key)
-    WHERE queue IS NOT NULL AND status IN ('running', 'suspended');
--- a de-duplication key belongs to one live run at a time; it is free again once that run
--- has ended (the row leaves this partial index)
-CREATE UNIQUE INDEX plait_runs_dedup ON plait_runs (dedup)
-    WHERE dedup IS NOT NULL AND status IN ('queued', 'running', 'suspended');
 -- running runs nothing will wake, for the idle sweep
 CREATE INDEX plait_runs_idle ON plait_runs (updated_at)
     WHERE status = 'running' AND wake_at IS NULL AND lease_owner IS NULL;
@@ -284,6 +299,13 @@ CREATE INDEX plait_stream_entries_attempt ON plait_stream_entries (run_id, step_
     WHERE step_key IS NOT NULL;
 -- the first entry of each stream: the run's page counts its streams in its marks
 CREATE INDEX plait_stream_entries_first ON plait_stream_entries (run_id) WHERE "offset" = 0;
+-- made again by migration 008 (paused runs hold their slot and key), so created last
+CREATE INDEX plait_runs_queue_active ON plait_runs (queue, queue_key)
+    WHERE queue IS NOT NULL AND status IN ('running', 'suspended', 'paused');
+-- a de-duplication key belongs to one live run at a time; it is free again once that run
+-- has ended (the row leaves this partial index)
+CREATE UNIQUE INDEX plait_runs_dedup ON plait_runs (dedup)
+    WHERE dedup IS NOT NULL AND status IN ('queued', 'running', 'suspended', 'paused');
 
 -- == triggers ================================================================================
 
