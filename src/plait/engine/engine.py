@@ -10,7 +10,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal, Self, TypedDict, TypeVar, Unpack, overload
@@ -31,6 +31,7 @@ from plait.engine.requests import RequestsMixin
 from plait.engine.schedules import SchedulesMixin
 from plait.engine.values import ValuesMixin
 from plait.errors import (
+    InputValidationError,
     RunIdTakenError,
     WorkflowCancelledError,
     WorkflowFailedError,
@@ -330,6 +331,87 @@ class Engine(
         )
         return run_id
 
+    async def start_many(
+        self,
+        name: WorkflowRef,
+        inputs: Iterable[Any],
+        *,
+        run_ids: Sequence[str] | None = None,
+        inline: bool = False,
+        owner: str | None = None,
+        start_node: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
+        priority: int = 0,
+        dedup: str | None = None,
+        delay: float | str | timedelta | None = None,
+        start_at: datetime | None = None,
+        timeout: float | str | timedelta | None = None,
+    ) -> list[str]:
+        """Start one run per item of ``inputs`` in one commit and return their ids in the
+        order of ``inputs``: an import or a fan-out pays one durable write, not one each.
+
+        Each run is started as ``start`` starts it, with the same options for all;
+        ``run_ids`` (one per input, else each is generated) are idempotency keys as
+        ``run_id`` is: an id that exists already gives the existing run, and ``dedup``
+        gives the live run that holds the key (a later input with the key of an earlier
+        one gets the earlier one's id). Every input is checked before anything is
+        written: an input that cannot be stored is an error naming its index, and then
+        no run is started. The workers of every process see the runs once they exist.
+        """
+        if isinstance(inputs, str | bytes | dict) or not isinstance(inputs, Iterable):
+            raise TypeError(
+                f"inputs must be a list with one input per run, got {type(inputs).__name__}"
+            )
+        items = list(inputs)
+        if run_ids is not None:
+            if isinstance(run_ids, str) or not isinstance(run_ids, Sequence):
+                raise TypeError(f"run_ids must be a list of run ids, got {type(run_ids).__name__}")
+            if len(run_ids) != len(items):
+                raise ValueError(
+                    f"run_ids has {len(run_ids)} ids for {len(items)} inputs (one per input)"
+                )
+            for i, run_id in enumerate(run_ids):
+                try:
+                    check_caller_run_id(run_id)
+                except (TypeError, ValueError) as exc:
+                    raise type(exc)(f"run_ids[{i}]: {exc}") from None
+        label = workflow_name(name)
+        news: list[NewRun] = []
+        for i, data in enumerate(items):
+            run_id = None if run_ids is None else run_ids[i]
+            try:
+                new = await self._new_run(
+                    name,
+                    data,
+                    deadline=timeout,
+                    what=f"inputs[{i}] of workflow {label!r}",
+                    run_id=run_id,
+                    inline=inline,
+                    owner=owner,
+                    start_node=start_node,
+                    queue=queue,
+                    key=key,
+                    priority=priority,
+                    dedup=dedup,
+                    delay=delay,
+                    start_at=start_at,
+                )
+            except InputValidationError as exc:
+                raise InputValidationError(f"inputs[{i}]: {exc}") from None
+            news.append(new)
+        if not news:
+            await self.catalog.resolve(label)  # an unknown workflow is an error even so
+            return []
+        outcomes = await self.store.create_runs(news)
+        ids = [
+            self._started(new, run, created)[0]
+            for new, (run, created) in zip(news, outcomes, strict=True)
+        ]
+        if not inline and any(created for _run, created in outcomes):
+            self.notifier.publish_work()
+        return ids
+
     async def _start(
         self,
         name: WorkflowRef,
@@ -341,6 +423,24 @@ class Engine(
         """``start``, also telling whether the run is one it made and drives here (inline):
         such a run cannot have ended before its starter looks, so ``run`` need not read
         it before it waits."""
+        new = await self._new_run(name, data, deadline=deadline, **options)
+        run, created = await self.store.create_run(new)
+        started = self._started(new, run, created)
+        if created and new.lease_owner is None:
+            self.notifier.publish_work()
+        return started
+
+    async def _new_run(
+        self,
+        name: WorkflowRef,
+        data: Any,
+        *,
+        deadline: Duration | None = None,
+        what: str | None = None,
+        **options: Unpack[StartOptions],
+    ) -> NewRun:
+        """The run ``start`` would create, every option and the input checked (``what``
+        names the input in an error); nothing is written."""
         run_id = options.get("run_id")
         inline = options.get("inline", False)
         owner = options.get("owner")
@@ -373,7 +473,8 @@ class Engine(
             from plait.graph import validate_or_raise  # graphs only (see plait.graph)
 
             validate_or_raise(graph, start_node=start_node)
-        payload = serde.dumps(data, what=f"the input of workflow {name!r}", limits=self.limits)
+        what = what or f"the input of workflow {name!r}"
+        payload = serde.dumps(data, what=what, limits=self.limits)
         wdef = self.app.workflows.get(name) if kind == "workflow" else None
         if timeout is None and wdef is not None:
             timeout = wdef.timeout
@@ -385,7 +486,7 @@ class Engine(
         worker = self.worker
         run_id = run_id or new_run_id()
         telemetry = self.telemetry
-        new = NewRun(
+        return NewRun(
             id=run_id,
             workflow=name,
             kind=kind,
@@ -400,19 +501,24 @@ class Engine(
             timeout=timeout,
             **flow,
         )
-        run, created = await self.store.create_run(new)
+
+    def _started(self, new: NewRun, run: Run, created: bool) -> tuple[str, bool]:
+        """After the commit that holds ``new``: the id its starter gets, and whether the
+        run is one made and driven here (inline). A run this start created has its
+        deadline watched and, inline, its first pass begun; the caller tells the workers
+        of a run they may take (once for many)."""
         if not created:
             if run.id != new.id:
                 return run.id, False  # the live run that holds the de-duplication key
-            if run.workflow != name:
-                raise RunIdTakenError(run.id, run.workflow, name)
+            if run.workflow != new.workflow:
+                raise RunIdTakenError(run.id, run.workflow, new.workflow)
             return run.id, False
+        worker = self.worker
         if new.deadline_at is not None:
             worker.deadline_set(new.deadline_at)
+        inline = new.lease_owner is not None
         if inline:
             worker.drive(run.id, claimed=True, follow=not self.workers)
-        else:
-            self.notifier.publish_work()
         return run.id, inline
 
     # Given the workflow's function, ``run`` is typed by it: its data must be what the
