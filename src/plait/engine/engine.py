@@ -10,7 +10,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal, Self, TypedDict, TypeVar, Unpack, overload
@@ -359,10 +359,9 @@ class Engine(
         written: an input that cannot be stored is an error naming its index, and then
         no run is started. The workers of every process see the runs once they exist.
         """
-        if isinstance(inputs, str | bytes | dict) or not isinstance(inputs, Iterable):
-            raise TypeError(
-                f"inputs must be a list with one input per run, got {type(inputs).__name__}"
-            )
+        kind = type(inputs).__name__
+        if isinstance(inputs, str | bytes | Mapping) or not isinstance(inputs, Iterable):
+            raise TypeError(f"inputs must be a list with one input per run, got {kind}")
         items = list(inputs)
         if run_ids is not None:
             if isinstance(run_ids, str) or not isinstance(run_ids, Sequence):
@@ -371,9 +370,9 @@ class Engine(
                 raise ValueError(
                     f"run_ids has {len(run_ids)} ids for {len(items)} inputs (one per input)"
                 )
-            for i, run_id in enumerate(run_ids):
+            for i, given in enumerate(run_ids):
                 try:
-                    check_caller_run_id(run_id)
+                    check_caller_run_id(given)
                 except (TypeError, ValueError) as exc:
                     raise type(exc)(f"run_ids[{i}]: {exc}") from None
         label = workflow_name(name)
