@@ -10,7 +10,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal, Self, TypedDict, TypeVar, Unpack, overload
@@ -22,17 +22,16 @@ from plait.clock import SYSTEM_CLOCK, Clock
 from plait.durations import parse_duration, run_timeout, timeout_seconds
 from plait.engine.actions import ActionsMixin
 from plait.engine.approvals import ApprovalsMixin
-from plait.engine.base import Duration
+from plait.engine.base import Duration, WorkflowRef, workflow_name
 from plait.engine.check import CheckMixin
 from plait.engine.filters import run_filter
 from plait.engine.fork import ForkMixin
 from plait.engine.queues import QueuesMixin
 from plait.engine.requests import RequestsMixin
 from plait.engine.schedules import SchedulesMixin
+from plait.engine.starts import StartsMixin
 from plait.engine.values import ValuesMixin
 from plait.errors import (
-    InputValidationError,
-    RunIdTakenError,
     WorkflowCancelledError,
     WorkflowFailedError,
     WorkflowSuspendedError,
@@ -65,8 +64,6 @@ DEFAULT_CONCURRENCY = 100
 
 In = TypeVar("In")
 Out = TypeVar("Out")
-#: a workflow by name, or as the function ``@app.workflow`` registered
-WorkflowRef = str | Callable[..., Awaitable[Any]]
 
 
 class StartOptions(TypedDict, total=False):
@@ -84,21 +81,8 @@ class StartOptions(TypedDict, total=False):
     start_at: datetime | None
 
 
-def workflow_name(workflow: WorkflowRef) -> str:
-    """The name ``workflow`` is registered under: a name is itself, a function is the
-    name ``@app.workflow`` gave it (``TypeError`` for one it never registered)."""
-    if isinstance(workflow, str):
-        return workflow
-    name = getattr(workflow, "__plait_workflow__", None)
-    if not isinstance(name, str):
-        raise TypeError(
-            f"workflow name must be a string or a function registered with @app.workflow, "
-            f"got {type(workflow).__name__} {workflow!r}"
-        )
-    return name
-
-
 class Engine(
+    StartsMixin,
     ActionsMixin,
     ApprovalsMixin,
     CheckMixin,
@@ -331,86 +315,6 @@ class Engine(
         )
         return run_id
 
-    async def start_many(
-        self,
-        name: WorkflowRef,
-        inputs: Iterable[Any],
-        *,
-        run_ids: Sequence[str] | None = None,
-        inline: bool = False,
-        owner: str | None = None,
-        start_node: str | None = None,
-        queue: str | None = None,
-        key: str | None = None,
-        priority: int = 0,
-        dedup: str | None = None,
-        delay: float | str | timedelta | None = None,
-        start_at: datetime | None = None,
-        timeout: float | str | timedelta | None = None,
-    ) -> list[str]:
-        """Start one run per item of ``inputs`` in one commit and return their ids in the
-        order of ``inputs``: an import or a fan-out pays one durable write, not one each.
-
-        Each run is started as ``start`` starts it, with the same options for all;
-        ``run_ids`` (one per input, else each is generated) are idempotency keys as
-        ``run_id`` is: an id that exists already gives the existing run, and ``dedup``
-        gives the live run that holds the key (a later input with the key of an earlier
-        one gets the earlier one's id). Every input is checked before anything is
-        written: an input that cannot be stored is an error naming its index, and then
-        no run is started. The workers of every process see the runs once they exist.
-        """
-        kind = type(inputs).__name__
-        if isinstance(inputs, str | bytes | Mapping) or not isinstance(inputs, Iterable):
-            raise TypeError(f"inputs must be a list with one input per run, got {kind}")
-        items = list(inputs)
-        if run_ids is not None:
-            if isinstance(run_ids, str) or not isinstance(run_ids, Sequence):
-                raise TypeError(f"run_ids must be a list of run ids, got {type(run_ids).__name__}")
-            if len(run_ids) != len(items):
-                raise ValueError(
-                    f"run_ids has {len(run_ids)} ids for {len(items)} inputs (one per input)"
-                )
-            for i, given in enumerate(run_ids):
-                try:
-                    check_caller_run_id(given)
-                except (TypeError, ValueError) as exc:
-                    raise type(exc)(f"run_ids[{i}]: {exc}") from None
-        label = workflow_name(name)
-        news: list[NewRun] = []
-        for i, data in enumerate(items):
-            run_id = None if run_ids is None else run_ids[i]
-            try:
-                new = await self._new_run(
-                    name,
-                    data,
-                    deadline=timeout,
-                    what=f"inputs[{i}] of workflow {label!r}",
-                    run_id=run_id,
-                    inline=inline,
-                    owner=owner,
-                    start_node=start_node,
-                    queue=queue,
-                    key=key,
-                    priority=priority,
-                    dedup=dedup,
-                    delay=delay,
-                    start_at=start_at,
-                )
-            except InputValidationError as exc:
-                raise InputValidationError(f"inputs[{i}]: {exc}") from None
-            news.append(new)
-        if not news:
-            await self.catalog.resolve(label)  # an unknown workflow is an error even so
-            return []
-        outcomes = await self.store.create_runs(news)
-        ids = [
-            self._started(new, run, created)[0]
-            for new, (run, created) in zip(news, outcomes, strict=True)
-        ]
-        if not inline and any(created for _run, created in outcomes):
-            self.notifier.publish_work()
-        return ids
-
     async def _start(
         self,
         name: WorkflowRef,
@@ -424,10 +328,7 @@ class Engine(
         it before it waits."""
         new = await self._new_run(name, data, deadline=deadline, **options)
         run, created = await self.store.create_run(new)
-        started = self._started(new, run, created)
-        if created and new.lease_owner is None:
-            self.notifier.publish_work()
-        return started
+        return self._started(new, run, created)
 
     async def _new_run(
         self,
@@ -438,8 +339,7 @@ class Engine(
         what: str | None = None,
         **options: Unpack[StartOptions],
     ) -> NewRun:
-        """The run ``start`` would create, every option and the input checked (``what``
-        names the input in an error); nothing is written."""
+        """The run ``start`` creates, every option and the input (``what``) checked."""
         run_id = options.get("run_id")
         inline = options.get("inline", False)
         owner = options.get("owner")
@@ -500,25 +400,6 @@ class Engine(
             timeout=timeout,
             **flow,
         )
-
-    def _started(self, new: NewRun, run: Run, created: bool) -> tuple[str, bool]:
-        """After the commit that holds ``new``: the id its starter gets, and whether the
-        run is one made and driven here (inline). A run this start created has its
-        deadline watched and, inline, its first pass begun; the caller tells the workers
-        of a run they may take (once for many)."""
-        if not created:
-            if run.id != new.id:
-                return run.id, False  # the live run that holds the de-duplication key
-            if run.workflow != new.workflow:
-                raise RunIdTakenError(run.id, run.workflow, new.workflow)
-            return run.id, False
-        worker = self.worker
-        if new.deadline_at is not None:
-            worker.deadline_set(new.deadline_at)
-        inline = new.lease_owner is not None
-        if inline:
-            worker.drive(run.id, claimed=True, follow=not self.workers)
-        return run.id, inline
 
     # Given the workflow's function, ``run`` is typed by it: its data must be what the
     # workflow takes, and the output is what it returns. By name, both are ``Any``.
