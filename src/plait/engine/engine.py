@@ -21,7 +21,7 @@ from plait.clock import SYSTEM_CLOCK, Clock
 from plait.durations import parse_duration, run_timeout, timeout_seconds
 from plait.engine.actions import ActionsMixin
 from plait.engine.approvals import ApprovalsMixin
-from plait.engine.base import Duration
+from plait.engine.base import Duration, WorkflowRef, workflow_name
 from plait.engine.check import CheckMixin
 from plait.engine.definitions import DefinitionsMixin
 from plait.engine.filters import run_filter
@@ -30,10 +30,10 @@ from plait.engine.operations import OperationsMixin, worker_scope
 from plait.engine.queues import QueuesMixin
 from plait.engine.requests import RequestsMixin
 from plait.engine.schedules import SchedulesMixin
+from plait.engine.starts import StartsMixin
 from plait.engine.streams import StreamsMixin
 from plait.engine.values import ValuesMixin
 from plait.errors import (
-    RunIdTakenError,
     WorkflowCancelledError,
     WorkflowFailedError,
     WorkflowSuspendedError,
@@ -65,8 +65,6 @@ DEFAULT_CONCURRENCY = 100
 
 In = TypeVar("In")
 Out = TypeVar("Out")
-#: a workflow by name, or as the function ``@app.workflow`` registered
-WorkflowRef = str | Callable[..., Awaitable[Any]]
 
 
 class StartOptions(TypedDict, total=False):
@@ -84,21 +82,8 @@ class StartOptions(TypedDict, total=False):
     start_at: datetime | None
 
 
-def workflow_name(workflow: WorkflowRef) -> str:
-    """The name ``workflow`` is registered under: a name is itself, a function is the
-    name ``@app.workflow`` gave it (``TypeError`` for one it never registered)."""
-    if isinstance(workflow, str):
-        return workflow
-    name = getattr(workflow, "__plait_workflow__", None)
-    if not isinstance(name, str):
-        raise TypeError(
-            f"workflow name must be a string or a function registered with @app.workflow, "
-            f"got {type(workflow).__name__} {workflow!r}"
-        )
-    return name
-
-
 class Engine(
+    StartsMixin,
     ActionsMixin,
     ApprovalsMixin,
     CheckMixin,
@@ -319,6 +304,21 @@ class Engine(
         """``start``, also telling whether the run is one it made and drives here (inline):
         such a run cannot have ended before its starter looks, so ``run`` need not read
         it before it waits."""
+        new = await self._new_run(name, data, deadline=deadline, **options)
+        since = time.monotonic()  # an inline run is created leased to this process
+        run, created = await self.store.create_run(new)
+        return self._started(new, run, created, since=since)
+
+    async def _new_run(
+        self,
+        name: WorkflowRef,
+        data: Any,
+        *,
+        deadline: Duration | None = None,
+        what: str | None = None,
+        **options: Unpack[StartOptions],
+    ) -> NewRun:
+        """The run ``start`` creates, every option and the input (``what``) checked."""
         run_id = options.get("run_id")
         inline = options.get("inline", False)
         owner = options.get("owner")
@@ -352,7 +352,8 @@ class Engine(
             from plait.graph import validate_or_raise  # graphs only (see plait.graph)
 
             validate_or_raise(graph, start_node=start_node)
-        payload = serde.dumps(data, what=f"the input of workflow {name!r}", limits=self.limits)
+        what = what or f"the input of workflow {name!r}"
+        payload = serde.dumps(data, what=what, limits=self.limits)
         wdef = self.app.workflows.get(name) if kind == "workflow" else None
         if timeout is None and wdef is not None:
             timeout = wdef.timeout
@@ -364,7 +365,7 @@ class Engine(
         worker = self.worker
         run_id = run_id or new_run_id()
         telemetry = self.telemetry
-        new = NewRun(
+        return NewRun(
             id=run_id,
             workflow=name,
             kind=kind,
@@ -379,21 +380,6 @@ class Engine(
             timeout=timeout,
             **flow,
         )
-        since = time.monotonic()  # an inline run is created leased to this process
-        run, created = await self.store.create_run(new)
-        if not created:
-            if run.id != new.id:
-                return run.id, False  # the live run that holds the de-duplication key
-            if run.workflow != name:
-                raise RunIdTakenError(run.id, run.workflow, name)
-            return run.id, False
-        if new.deadline_at is not None:
-            worker.deadline_set(new.deadline_at)
-        if inline:
-            worker.drive(run.id, claimed=True, follow=not self.workers, since=since)
-        else:
-            self.notifier.publish_work()
-        return run.id, inline
 
     # Given the workflow's function, ``run`` is typed by it: its data must be what the
     # workflow takes, and the output is what it returns. By name, both are ``Any``.

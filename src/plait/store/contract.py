@@ -75,6 +75,12 @@ class Store(Protocol):
 
     # runs and their records
     async def create_run(self, new: NewRun) -> tuple[Run, bool]: ...
+    async def create_runs(self, news: Sequence[NewRun]) -> list[tuple[Run, bool]]:
+        """Each of ``news`` created as ``create_run`` creates it alone, in order, all in
+        one transaction: a later one sees the earlier ones (an id or a de-duplication key
+        given twice gives the first's run)."""
+        ...
+
     async def get_run(self, run_id: str) -> Run | None: ...
     async def run_statuses(self, run_ids: Sequence[str]) -> dict[str, str]:
         """The status of each of ``run_ids`` that exists, in one read: one look for

@@ -32,6 +32,7 @@ from plait.store.sqlite.runs import Runs
 from plait.store.sqlite.schedules import Schedules
 from plait.store.sqlite.streams import Streams
 from plait.store.sqlite.versions import Versions
+from plait.store.sqlite.wake import WakeChannel
 from plait.store.sqlite.writer import SQL, Connections, while_locked
 
 log = logging.getLogger("plait.store.sqlite")
@@ -42,7 +43,16 @@ SCHEMA_VERSION = _MIGRATIONS.latest
 
 
 class SQLiteStore(
-    Commits, Runs, Leases, Jobs, Queues, Schedules, Actions, Requests, Streams, Versions,
+    Commits,
+    Runs,
+    Leases,
+    Jobs,
+    Queues,
+    Schedules,
+    Actions,
+    Requests,
+    Streams,
+    Versions,
     Brakes,
 ):
     """A store in one SQLite file (or in memory, for tests)."""
@@ -54,8 +64,15 @@ class SQLiteStore(
         synchronous: str = "FULL",
         busy_timeout: float = 30.0,
         clock: Clock = SYSTEM_CLOCK,
+        watch_interval: float = 0.05,
     ):
+        if watch_interval <= 0:
+            raise ValueError(f"invalid watch_interval: {watch_interval!r} (must be > 0)")
         self.url = url
+        #: how often an idle process looks for other processes' commits: the safety net
+        #: under the wake-up sockets (``wake``), which tell it at once
+        self.watch_interval = float(watch_interval)
+        self._wake: WakeChannel | None = None
         self.clock = clock
         self.path = _path_from_url(url)
         self.memory = self.path == ":memory:"
@@ -122,18 +139,31 @@ class SQLiteStore(
             conn.execute(SQL["rollback"])
             raise
 
-    async def attach_notifier(self, notifier: Notifier, interval: float = 0.05) -> None:
+    async def attach_notifier(self, notifier: Notifier, interval: float | None = None) -> None:
         """Wake this process when another process commits to the same file.
 
-        SQLite has no LISTEN/NOTIFY; the writer watches the file's data version instead
-        (see ``Connections.watch``), every ``interval`` seconds while idle.
+        SQLite has no LISTEN/NOTIFY. The processes of one file tell each other through
+        datagram sockets (``wake``) what they publish after a commit; under that, the
+        writer watches the file's data version (see ``Connections.watch``), every
+        ``interval`` seconds while idle (``watch_interval`` unless told).
         """
         if self.memory:
             return
         loop = asyncio.get_running_loop()
-        self._db.watch(lambda: loop.call_soon_threadsafe(notifier.everything_changed), interval)
+        if self._wake is None:
+            wake = WakeChannel(self.path)
+            if wake.attach(notifier):
+                self._wake = wake
+                notifier.remote = wake.publish
+        self._db.watch(
+            lambda: loop.call_soon_threadsafe(notifier.everything_changed),
+            self.watch_interval if interval is None else interval,
+        )
 
     async def close(self) -> None:
+        if self._wake is not None:
+            self._wake.close()
+            self._wake = None
         await self._db.close()
 
 
