@@ -4,7 +4,6 @@ follows a start's commit, which ``start`` and ``start_many`` share."""
 from __future__ import annotations
 
 import time
-
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
