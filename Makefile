@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py $(if $(BENCH_PLOT),--plot $(BENCH_PLOT)) $(BENCH_ARGS)
 	$(BIN)/python benchmarks/telemetry.py $(BENCH_PG)
 	$(BIN)/python benchmarks/flow_control.py $(BENCH_PG)
+	$(BIN)/python benchmarks/latency.py $(BENCH_PG)
 	$(BIN)/python benchmarks/big_database.py
 	$(BIN)/python benchmarks/distance.py
 

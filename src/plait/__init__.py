@@ -5,7 +5,7 @@ after a crash, a restart or a deploy the run replays and goes on where it stoppe
 """
 
 from plait.app import App, FunctionDef, WorkflowDef
-from plait.context import StepContext
+from plait.context import StepContext, current_step
 from plait.engine import Engine
 from plait.errors import (
     ApprovalForbiddenError,
@@ -52,8 +52,11 @@ from plait.records import (
     Step,
     StepAttempt,
     StepStatus,
+    StreamEntry,
+    WaitingOn,
+    WorkerInfo,
 )
-from plait.runtime.workflow import Request, Workflow
+from plait.runtime.workflow import Request, Workflow, current_workflow
 from plait.schedules import ScheduleSpec
 
 __version__ = "0.1.0"
@@ -100,9 +103,12 @@ __all__ = [
     "StepFunctionMismatchError",
     "StepStatus",
     "StepTimeoutError",
+    "StreamEntry",
     "TypeMismatchError",
     "ValidationError",
     "ValueNotSetError",
+    "WaitingOn",
+    "WorkerInfo",
     "Workflow",
     "WorkflowCancelledError",
     "WorkflowDef",
@@ -110,4 +116,6 @@ __all__ = [
     "WorkflowNotFoundError",
     "WorkflowSuspendedError",
     "__version__",
+    "current_step",
+    "current_workflow",
 ]

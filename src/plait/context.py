@@ -2,9 +2,44 @@
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from plait import ids, serde
+
+#: the most characters of a stream's name (as of every name plait stores)
+MAX_STREAM_NAME = ids.MAX_NAME
+
+
+class StreamSink(Protocol):
+    """Where a step attempt's stream entries go (``runtime.streams.StreamWriter``): they
+    are published at once, gathered with other writes into shared commits."""
+
+    @property
+    def limits(self) -> serde.Limits:
+        """How large and deep an entry's value may be (the engine's value limits)."""
+        ...
+
+    def write(
+        self, run_id: str, stream: str, value: str | None, step_key: str, attempt: int
+    ) -> Awaitable[None]: ...
+
+    def flush(self, run_id: str) -> Awaitable[None]:
+        """Wait until every entry written for ``run_id`` so far has committed."""
+        ...
+
+
+def check_stream_name(name: object) -> str:
+    """A stream's name: a non-empty string of at most ``MAX_STREAM_NAME`` characters."""
+    return ids.check_name(name, "stream name", limit=MAX_STREAM_NAME)
+
+
+def stream_value(name: str, value: Any, limits: serde.Limits) -> str | None:
+    """An entry's value as the JSON text stored, within ``limits``; an error naming the
+    stream when it is not JSON or too large."""
+    return serde.dumps(value, what=f"an entry of stream {name!r}", limits=limits)
 
 
 @dataclasses.dataclass
@@ -26,6 +61,10 @@ class StepContext:
     _state_writes: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)  # pyright: ignore[reportUnknownVariableType]
     _state: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)  # pyright: ignore[reportUnknownVariableType]
     _on_state: Callable[[str, Any], None] | None = dataclasses.field(default=None, repr=False)
+    #: where ``stream`` writes go; None where no engine runs the step (a direct call)
+    _streams: StreamSink | None = dataclasses.field(default=None, repr=False)
+    #: whether this attempt wrote to a stream (its end waits for those writes)
+    _streamed: bool = dataclasses.field(default=False, repr=False)
 
     def branch(self, key: str) -> None:
         """Choose the branch of a graph node's ``next`` map to follow."""
@@ -43,3 +82,53 @@ class StepContext:
 
     def get_state(self) -> dict[str, Any]:
         return dict(self._state)
+
+    def stream(self, name: str) -> StepStream:
+        """The run's stream ``name``, to write to from this step: each entry is published
+        at once (readers see it before the step ends), tagged with this attempt. If the
+        attempt fails or is interrupted, a ``reset`` entry follows and readers drop its
+        entries; ``settled_only`` readers see them only once the attempt succeeded."""
+        return StepStream(self, check_stream_name(name))
+
+
+class StepStream:
+    """A run's stream as a step attempt writes to it (``ctx.stream(name)``)."""
+
+    __slots__ = ("_ctx", "name")
+
+    def __init__(self, ctx: StepContext, name: str) -> None:
+        self._ctx = ctx
+        self.name = name
+
+    async def write(self, value: Any) -> None:
+        """Append ``value`` (JSON) to the stream. It returns once the entry is on its way
+        (entries written together share a commit); the step's end waits for them all."""
+        ctx = self._ctx
+        sink = ctx._streams  # pyright: ignore[reportPrivateUsage]
+        if sink is None:
+            raise RuntimeError(
+                f"stream {self.name!r}: step {ctx.step_key!r} is not run by a plait engine "
+                "here, so it has no stream to write to"
+            )
+        text = stream_value(self.name, value, sink.limits)
+        ctx._streamed = True  # pyright: ignore[reportPrivateUsage]
+        await sink.write(ctx.run_id, self.name, text, ctx.step_key, ctx.attempt)
+
+
+#: the step attempt whose body runs in this context (set by the runtime around a body)
+CURRENT_STEP: contextvars.ContextVar[StepContext | None] = contextvars.ContextVar(
+    "plait_current_step", default=None
+)
+
+
+def current_step() -> StepContext:
+    """The ``StepContext`` of the step body running now, for library code that was not
+    handed ``ctx`` (``plait.current_step().stream("tokens")``). ``RuntimeError`` outside
+    a step body."""
+    ctx = CURRENT_STEP.get()
+    if ctx is None:
+        raise RuntimeError(
+            "plait.current_step() called outside a step body: it works only in a function "
+            "plait runs as a step (inline or on a step worker)"
+        )
+    return ctx

@@ -55,6 +55,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "http": ("starlette", "uvicorn"),
     "otel": ("opentelemetry",),
     "metrics": ("prometheus_client",),
+    "pydantic-ai": ("pydantic_ai",),
 }
 
 

@@ -90,6 +90,10 @@ class Queue:
         }
 
 
+#: the queue of a run started on none, as ``plait worker --queues`` names it
+DEFAULT_QUEUE = "default"
+
+
 def check_queue_name(name: object, what: str = "queue") -> str:
     """A queue name: a non-empty string without control characters (``ids.check_name``)."""
     return check_name(name, what)

@@ -59,6 +59,8 @@ def step_label(key: str, kind: str) -> str:
         return f"send event: {key.removeprefix('__send:')}"
     if kind == "sleep":
         return f"sleep: {key}"
+    if kind == "stream":
+        return f"stream: {key.removeprefix('__stream:')}"
     if kind == "child":
         return f"{key} (child run)"
     return key
@@ -182,6 +184,64 @@ class StepAttempt(_Record):
     error: dict[str, Any] | None
     started_at: datetime
     finished_at: datetime | None
+    #: the worker that ran it (``WorkerInfo.id``: its lease name; an inline run's is its
+    #: engine's), None where no worker was recorded
+    worker: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerInfo(_Record):
+    """A worker process as it recorded itself (``Engine.list_workers``). ``live``: its
+    last heartbeat is recent enough that it is working now."""
+
+    id: str
+    host: str
+    pid: int
+    app: str
+    version: str
+    #: the queues it works (None: every queue)
+    queues: list[str] | None
+    #: the workflows it works (a worker never claims a run of any other)
+    workflows: list[str]
+    started_at: datetime
+    last_seen: datetime
+    live: bool
+
+
+#: why a run that has not ended is not moving (``Engine.waiting_on``): its workflow or
+#: its queue is paused, or no live worker works its workflow (or its queue)
+WaitingKind = Literal["paused_workflow", "paused_queue", "no_worker"]
+
+
+@dataclasses.dataclass(frozen=True)
+class WaitingOn(_Record):
+    """What a run waits on that no step of its own explains (``Engine.waiting_on``)."""
+
+    kind: WaitingKind
+    #: the paused workflow's or queue's name, or the workflow no live worker works
+    name: str
+    #: said in words, as ``plait runs show`` prints it
+    message: str
+
+
+#: what a stream entry is: a written value, the ``reset`` of a step attempt that failed or
+#: was interrupted (its readers drop that attempt's entries), or the ``end`` of the stream
+StreamEntryKind = Literal["data", "reset", "end"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamEntry(_Record):
+    """One entry of a run's stream (``wf.stream`` / ``ctx.stream``). ``offset`` counts
+    from 0 in each stream, with no gap. ``attempt`` (and ``step``, the step key) name the
+    step attempt that wrote a ``data`` entry, or that a ``reset`` drops; both are None for
+    a write of the workflow itself and for the ``end``."""
+
+    offset: int
+    kind: StreamEntryKind
+    value: Any
+    attempt: int | None
+    at: datetime
+    step: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -137,7 +137,8 @@ def size_over(text: str, limit: int) -> int | None:
 
 def unstorable(text: str) -> str | None:
     """Why a store could not hold JSON ``text`` (None: every store can): PostgreSQL's
-    jsonb has no NUL character, and neither store takes half of a surrogate pair."""
+    text has no NUL character (a ``\\u0000`` in a json value cannot be read out as text),
+    and neither store takes half of a surrogate pair (it is no UTF-8)."""
     if "\\u0000" in text and _NUL.search(text):
         return "it contains a NUL character (\\u0000), which plait does not store"
     if _SURROGATE.search(text):

@@ -19,11 +19,12 @@ import enum
 from typing import Literal
 
 #: a run: ``queued`` (waiting for admission or its start time), ``running`` (passes
-#: drive it), ``suspended`` (until a resume), then ended ``completed`` | ``failed`` |
+#: drive it), ``suspended`` (until a resume), ``paused`` (its workflow or queue is
+#: paused: it goes on when they are resumed), then ended ``completed`` | ``failed`` |
 #: ``cancelled`` | ``continued`` (its workflow continued as new: a new run of the same
 #: workflow, ``Run.continued_to``, goes on in its place)
 RunStatusName = Literal[
-    "queued", "running", "suspended", "completed", "failed", "cancelled", "continued"
+    "queued", "running", "suspended", "paused", "completed", "failed", "cancelled", "continued"
 ]
 #: a step: ``pending`` (no attempt yet, or an open suspend or gate), ``scheduled`` (a
 #: timer or the job table), ``running`` (an attempt or a child run in flight), then
@@ -44,6 +45,9 @@ class RunStatus(enum.StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     SUSPENDED = "suspended"
+    #: its workflow or its queue is paused (``Engine.pause_workflow``): not ended, no
+    #: worker claims it; it goes on where it stopped once they are resumed
+    PAUSED = "paused"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"

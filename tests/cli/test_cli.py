@@ -345,7 +345,15 @@ def test_send_event_and_json_documents(shop: Path) -> None:
     code, out = run("runs", "show", document["run"]["id"], "-d", db, "--json")
     shown = json.loads(out)
     assert code == 0 and shown["run"]["id"] == document["run"]["id"]
-    assert set(shown) == {"run", "steps", "attempts", "children", "values", "decisions"}
+    assert set(shown) == {
+        "run",
+        "waiting_on",
+        "steps",
+        "attempts",
+        "children",
+        "values",
+        "decisions",
+    }
     code, out = run("cancel", run_id, "-d", db, "--json")
     assert code == 0 and json.loads(out)["run"]["status"] == "cancelled"
     code, out = run("runs", "prune", "--older-than", "30d", "-d", db, "--json")

@@ -47,7 +47,7 @@ def test_start_with_queue_options_and_list_queued(db: str) -> None:
         db,
     )
     assert code == 0, out
-    run_id = out.strip()
+    run_id = out.splitlines()[0].strip()  # then a note: no worker runs it yet
     code, again = run(
         "start",
         APP,
@@ -59,7 +59,7 @@ def test_start_with_queue_options_and_list_queued(db: str) -> None:
         "--database",
         db,
     )
-    assert code == 0 and again.strip() == run_id
+    assert code == 0 and again.splitlines()[0].strip() == run_id
     code, out = run("runs", "list", "--status", "queued", "--database", db)
     assert code == 0 and run_id in out
     code, out = run("queues", "--json", "--database", db)
@@ -85,7 +85,7 @@ def test_bad_start_options_are_one_line(db: str, options: list[str], names: str)
 def test_start_timeout_sets_the_deadline_runs_show_prints(db: str) -> None:
     code, out = run("start", APP, "report", "--timeout", "2h", "--database", db)
     assert code == 0, out
-    run_id = out.strip()
+    run_id = out.splitlines()[0].strip()  # then a note: no worker runs it yet
     code, out = run("runs", "show", run_id, "--json", "--database", db)
     shown = json.loads(out)["run"]
     created = datetime.fromisoformat(shown["created_at"])
@@ -139,7 +139,7 @@ def test_a_schedule_triggered_from_the_command_line_goes_through_its_queue(db: s
     # the command line loads no app: the queue comes with the stored schedule
     code, out = run("schedules", "trigger", "imports", "--database", db)
     assert code == 0, out
-    code, shown = run("runs", "show", out.strip(), "--json", "--database", db)
+    code, shown = run("runs", "show", out.splitlines()[0].strip(), "--json", "--database", db)
     assert code == 0, shown
     run_json = json.loads(shown)["run"]
     assert (run_json["status"], run_json["queue"]) == ("queued", "imports")
@@ -151,7 +151,7 @@ def test_start_at_through_a_named_queue_and_a_start_by_hand(db: str) -> None:
     at = "2031-06-01T12:00:00+03:00"
     code, out = run("start", APP, "report", "--queue", "emails", "--start-at", at, "--database", db)
     assert code == 0, out
-    code, shown = run("runs", "show", out.strip(), "--json", "--database", db)
+    code, shown = run("runs", "show", out.splitlines()[0].strip(), "--json", "--database", db)
     document = json.loads(shown)["run"]
     assert code == 0 and document["status"] == "queued" and document["queue"] == "emails"
     assert datetime.fromisoformat(document["start_at"]) == datetime.fromisoformat(at)

@@ -29,13 +29,13 @@ async def test_a_claim_that_filled_every_slot_is_followed_by_a_claim_not_a_read(
     log: list[tuple[str, int, int]] = []
     next_due, claim = store.next_due, store.claim_due_runs
 
-    async def reading(functions: Any = None) -> Any:
+    async def reading(functions: Any = None, *scope: Any) -> Any:
         if functions is None:
             log.append(("read", 0, 0))
-        return await next_due(functions)
+        return await next_due(functions, *scope)
 
-    async def claiming(owner: str, lease: float, limit: int) -> list[str]:
-        got = await claim(owner, lease, limit)
+    async def claiming(owner: str, lease: float, limit: int, *scope: Any) -> list[str]:
+        got = await claim(owner, lease, limit, *scope)
         log.append(("claim", limit, len(got)))
         return got
 
@@ -77,10 +77,10 @@ async def test_a_step_job_claim_that_filled_every_slot_is_followed_by_a_claim(
     log: list[tuple[str, int, int]] = []
     next_due, claim = store.next_due, store.claim_step_jobs
 
-    async def reading(functions: Any = None) -> Any:
+    async def reading(functions: Any = None, *scope: Any) -> Any:
         if functions is not None:
             log.append(("read", 0, 0))
-        return await next_due(functions)
+        return await next_due(functions, *scope)
 
     async def claiming(owner: str, lease: float, limit: int, functions: Any) -> list[Any]:
         got = await claim(owner, lease, limit, functions)
@@ -143,9 +143,9 @@ async def test_a_run_that_ends_with_nothing_for_the_loops_costs_no_read_of_the_q
     reads: list[int] = []
     next_due = store.next_due
 
-    async def reading(functions: Any = None) -> Any:
+    async def reading(functions: Any = None, *scope: Any) -> Any:
         reads.append(1)
-        return await next_due(functions)
+        return await next_due(functions, *scope)
 
     store.next_due = reading
     async with engine:

@@ -153,6 +153,7 @@ ROUTES = [
     ("GET", "/api/runs/RID/history"),
     ("GET", "/api/runs/RID/graph"),
     ("GET", "/api/runs/RID/stream"),
+    ("GET", "/api/runs/RID/streams/out"),
     ("POST", "/api/runs/RID/cancel"),
     ("POST", "/api/runs/RID/resume"),
     ("POST", "/api/runs/RID/retry"),
@@ -172,6 +173,12 @@ ROUTES = [
     ("POST", "/api/runs/RID/approvals/gate"),
     ("POST", "/api/runs/RID/fork"),
     ("POST", "/api/runs/bulk"),
+    ("POST", "/api/workflows/simple/pause"),
+    ("POST", "/api/workflows/simple/resume"),
+    ("POST", "/api/queues/{name}/pause"),
+    ("POST", "/api/queues/{name}/resume"),
+    ("GET", "/api/paused"),
+    ("GET", "/api/workers"),
 ]
 
 
@@ -198,6 +205,7 @@ def test_every_api_route_is_in_the_route_list_above(engine: plait.Engine) -> Non
     listed = {(m, p.replace("RID", "{run_id}").replace("simple", "{name}")) for m, p in ROUTES}
     listed = {(m, p.replace("events/go", "events/{name}")) for m, p in listed}
     listed = {(m, p.replace("requests/ask", "requests/{name}")) for m, p in listed}
+    listed = {(m, p.replace("streams/out", "streams/{name}")) for m, p in listed}
     listed |= {(m, "/api/session") for m in ("GET", "POST", "DELETE")}  # the sign-in
     listed = {(m, p.replace("approvals/gate", "approvals/{name}")) for m, p in listed}
     assert {(m, p) for m, p in declared if m != "HEAD"} == listed

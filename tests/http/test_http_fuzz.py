@@ -181,9 +181,10 @@ def known_requests(live: LiveServer, operation: Any) -> list[Known]:
         if path.endswith("/stream"):
             # a stream lasts as long as its run waits: only settled runs end theirs
             runs = {kind: run for kind, run in runs.items() if SEEDS[kind][1] is None}
-        if path.endswith("/requests/{name}"):
+        if path.endswith(("/requests/{name}", "/streams/{name}")):
             # a request waits its timeout (up to minutes) for a live run to answer, a
-            # suspended one too: only ended runs answer at once (409)
+            # suspended one too: only ended runs answer at once (409); a run's stream
+            # lasts until the run ends, through a suspend
             runs = {kind: run for kind, run in runs.items() if kind in ("completed", "failed")}
         known = [Known({"run_id": run_id}) for run_id, _first in runs.values()]
         if path.endswith("/events/{name}"):

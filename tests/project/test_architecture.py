@@ -164,3 +164,26 @@ def test_low_floors_import_nothing_above_them(imports) -> None:
 
 def test_the_checker_sees_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _third_party(path: Path) -> set[str]:
+    """The top-level names of the modules a file imports from outside plait."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_only_the_integrations_import_the_libraries_they_integrate(imports) -> None:
+    """plait's core never imports an agent framework; its integration module does, and
+    nothing in plait imports that module (a user imports it, with its extra)."""
+    integrated = {"pydantic_ai": "plait.integrations.pydantic_ai"}
+    for name, path in _modules().items():
+        for library, home in integrated.items():
+            if library in _third_party(path):
+                assert name == home, f"{name} imports {library}: only {home} may"
+    users = [m for m, targets in imports.items() if "plait.integrations.pydantic_ai" in targets]
+    assert users == []

@@ -24,7 +24,7 @@ from plait.store.ops import (
     SetTimer,
     StartAttempt,
 )
-from plait.store.rows import Lease, NewRun
+from plait.store.rows import Lease, LeaseRenewal, NewRun
 
 from .rows import CUT, T0, error, idle, new_run, plain, step, wake_at, wakeups, write
 
@@ -171,7 +171,9 @@ async def test_claim_due_runs_takes_over_expired_leases(store: Store) -> None:
     assert await store.claim_due_runs("w2", 60.0, 10) == ["r1"]
 
 
-async def test_renew_leases_extends_runs_and_jobs_and_names_ended_runs(store: Store) -> None:
+async def test_renew_leases_extends_runs_and_jobs_and_names_ended_and_lost_runs(
+    store: Store,
+) -> None:
     """The runs renewed are those the worker says it holds; a lease it holds on a run it
     no longer drives is left to run out, and another worker takes that run over."""
     for run_id in ("r1", "r2", "r3"):
@@ -181,12 +183,16 @@ async def test_renew_leases_extends_runs_and_jobs_and_names_ended_runs(store: St
         assert await store.claim_run(run_id, "w1", -1.0)
     assert [j.step_key for j in await store.claim_step_jobs("w1", -1.0, 10, ["fn"])] == ["q"]
     await write(store, "r2", EndRun("cancelled", None, error("stop"), cut=CUT))
-    assert await store.renew_leases("w1", 60.0, ["r1", "r2"]) == {"r2"}
+    renewal = await store.renew_leases("w1", 60.0, ["r1", "r2"])
+    assert renewal == LeaseRenewal(frozenset({"r2"}), frozenset(), frozenset({("r1", "q")}))
     assert not await store.claim_run("r1", "w2", 60.0)
     assert await store.claim_step_jobs("w2", 60.0, 10, ["fn"]) == []
     assert await store.claim_run("r3", "w2", 60.0)
-    assert await store.renew_leases("nobody", 60.0, ["r1", "r2", "r3"]) == set()
-    assert await store.renew_leases("w1", 60.0, ["r3"]) == set()  # r3 is w2's now
+    nobody = await store.renew_leases("nobody", 60.0, ["r1", "r2", "r3"])
+    assert nobody == LeaseRenewal(lost=frozenset({"r1", "r2", "r3"}))
+    # r3 is w2's now: the renewal says so, and w1 must start nothing more of it
+    renewal = await store.renew_leases("w1", 60.0, ["r3"])
+    assert renewal == LeaseRenewal(lost=frozenset({"r3"}), jobs=frozenset({("r1", "q")}))
     assert not await store.claim_run("r3", "w3", 60.0)
 
 

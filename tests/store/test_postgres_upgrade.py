@@ -98,6 +98,7 @@ async def _schema_shape(url: str) -> dict[str, Any]:
             "SELECT tgname, pg_get_triggerdef(t.oid) FROM pg_trigger t"
             " JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n"
             " ON n.oid = c.relnamespace WHERE n.nspname = 'plait' AND NOT tgisinternal"
+            " ORDER BY tgname"
         )
         versions = await conn.fetch("SELECT version FROM plait.schema_version ORDER BY 1")
         recorded = await conn.fetchrow("SELECT version, digest FROM plait.functions_version")

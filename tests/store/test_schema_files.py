@@ -161,7 +161,11 @@ async def test_postgres_schema_file_is_what_the_migrations_build(pg_cluster: Any
     names = {signature.split("(")[0] for signature, _ in made["functions"]}
     assert names == set(functions().names)
     assert len(made["functions"]) == len(names), "one signature per function"
-    assert [name for _, name, _ in made["triggers"]] == ["runs_end_refuses_held"]
+    assert [name for _, name, _ in made["triggers"]] == [
+        "runs_end_ends_streams",
+        "runs_end_refuses_held",
+        "steps_attempt_resets_streams",
+    ]
 
 
 def test_every_function_is_defined_once_and_no_migration_defines_one() -> None:

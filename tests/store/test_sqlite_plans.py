@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 import plait
+from plait.store.rows import ClaimScope
+from plait.store.sqlite.leases import scope_params
 from plait.store.sqlite.writer import SQL
 
 RUNS = 20_000
@@ -41,7 +43,9 @@ def _fill(path: Path) -> None:
     conn.close()
 
 
-def _plan(conn: sqlite3.Connection, name: str, params: tuple[object, ...]) -> str:
+def _plan(
+    conn: sqlite3.Connection, name: str, params: tuple[object, ...] | dict[str, object]
+) -> str:
     rows = conn.execute("EXPLAIN QUERY PLAN " + SQL[name], params).fetchall()
     return " | ".join(str(row[3]) for row in rows)
 
@@ -54,9 +58,15 @@ async def test_claims_and_the_next_wake_up_search_an_index(tmp_path: Path, fille
         _fill(path)
     conn = sqlite3.connect(path)
     now = time.time()
+    # a worker's claims name its app's workflows
+    scope = scope_params(ClaimScope(("nap",), True, None))
     plans = {
-        "claim_due_runs": _plan(conn, "claim_due_runs", ("w", now + 60, now, now, 64)),
-        "next_due_runs": _plan(conn, "next_due_runs", ()),
+        "claim_due_runs": _plan(
+            conn,
+            "claim_due_runs",
+            {"owner": "w", "until": now + 60, "now": now, "limit": 64, **scope},
+        ),
+        "next_due_runs": _plan(conn, "next_due_runs", scope),
         "sweep_idle": _plan(conn, "sweep_idle", (now, now, 600.0, 30.0, 100)),
     }
     conn.close()

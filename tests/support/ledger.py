@@ -46,6 +46,7 @@ class WorkerProcess:
         drain: float = 10.0,
         concurrency: int = 64,
         app: str = "support.crash_app:app",
+        extra: Iterable[str] = (),
     ) -> None:
         self.worker_id = worker_id
         self.log = log
@@ -75,6 +76,7 @@ class WorkerProcess:
             str(drain),
             "--concurrency",
             str(concurrency),
+            *extra,
         ]
         self._log_file = log.open("ab")
         self.started_at = time.time()

@@ -43,6 +43,9 @@ class ListHost:
     def cancelling(self, run_id: str) -> bool:
         return False
 
+    def braked(self, workflow: str, queue: str | None) -> bool:
+        return False
+
     async def commit(self, batch: Batch) -> bool:
         self.batches.append(batch)
         return False
@@ -50,11 +53,18 @@ class ListHost:
     def ended_elsewhere(self, run_id: str) -> None:
         pass
 
+    @property
+    def streams(self) -> Any:
+        return None  # no step of these passes writes to a stream
+
     def published(self, run_id: str) -> None:
         pass
 
     def sent_event(self, run_id: str) -> None:
         pass
+
+    async def keep_lease(self, run_id: str, key: str | None = None) -> bool:
+        return True
 
     async def read_run(self, run_id: str) -> Any:
         return None

@@ -15,8 +15,10 @@ from plait.cli import bulk as bulk
 from plait.cli import schedules as schedules
 from plait.cli import queues as queues
 from plait.cli import worker as worker
+from plait.cli import operations as operations
 from plait.cli import approvals as approvals
 from plait.cli import fork as fork
+from plait.cli import stream as stream
 from plait.cli import check as check
 from plait.cli import graph as graph
 from plait.cli import serve as serve

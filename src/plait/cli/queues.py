@@ -21,13 +21,14 @@ def queues(
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
-    """Runs waiting in each queue and runs holding its slots."""
+    """Runs waiting in each queue and runs holding its slots, and what is paused."""
 
     async def go() -> None:
         async with make_engine(None, database) as engine:
             depths = await engine.queue_depths()
+            paused = await engine.list_paused()
         if as_json:
-            emit_json({"queues": depths})
+            emit_json({"queues": depths, "paused": paused})
             return
         table = Table(title="Queues", title_justify="left")
         for column in ("queue", "queued", "active"):
@@ -36,5 +37,10 @@ def queues(
             name = depth["queue"] if depth["queue"] is not None else "(delayed, no queue)"
             table.add_row(esc(name), str(depth["queued"]), str(depth["active"]))
         console.print(table)
+        for brake in paused:
+            console.print(
+                f"[yellow]paused[/yellow] {esc(brake['kind'])} {esc(brake['name'])} "
+                f"since {esc(brake['paused_at'])}"
+            )
 
     run_async(go)

@@ -29,7 +29,7 @@ from plait.cli.app import (
 from plait.cli.follow import detail, label
 from plait.cli.terminal import clean, esc, pretty
 from plait.durations import format_duration
-from plait.records import ApprovalDecision, Run, Step, StepAttempt
+from plait.records import ApprovalDecision, Run, Step, StepAttempt, WaitingOn
 from plait.worker.retention import EndedStatus
 
 
@@ -63,14 +63,19 @@ def runs_list(
                 limit=limit,
                 offset=offset,
             )
+            waiting = await engine.waiting_on_runs(runs)
         if as_json:
-            emit_json({"runs": dicts(runs), "total": total})
+            listed = [
+                {**run.to_dict(), "waiting_on": _waiting_dict(waiting.get(run.id))} for run in runs
+            ]
+            emit_json({"runs": listed, "total": total})
             return
         table = Table(title=f"{len(runs)} of {total} runs", title_justify="left")
-        for column in ("run", "workflow", "version", "status", "started", "took", "tags"):
-            table.add_column(column)
+        columns = ["run", "workflow", "version", "status", "started", "took", "tags"]
+        for column in [*columns, *(["waiting on"] if waiting else [])]:
+            table.add_column(column, no_wrap=column == "run")
         for run in runs:
-            table.add_row(
+            cells: list[str | Text] = [
                 esc(run.id),
                 esc(run.workflow),
                 esc(run.version or ""),
@@ -78,7 +83,11 @@ def runs_list(
                 f"{run.created_at:%m-%d %H:%M:%S}",
                 run_took(run),
                 Text(clean(format_tags(run.tags))),
-            )
+            ]
+            if waiting:
+                why = waiting.get(run.id)
+                cells.append(_WAITING_SHORT[why.kind] if why is not None else "")
+            table.add_row(*cells)
         console.print(table)
 
     run_async(go)
@@ -104,10 +113,12 @@ def runs_show(
             children = await engine.get_children(run_id)
             values = await engine.get_values(run_id)
             decisions = await engine.get_decisions(run_id)
+            waiting = await engine.waiting_on(run)
         if as_json:
             emit_json(
                 {
                     "run": run.to_dict(),
+                    "waiting_on": _waiting_dict(waiting),
                     "steps": dicts(steps),
                     "attempts": dicts(history),
                     "children": dicts(children),
@@ -116,7 +127,7 @@ def runs_show(
                 }
             )
             return
-        render_run(run, steps, history, children, values, decisions)
+        render_run(run, steps, history, children, values, decisions, waiting)
 
     run_async(go)
 
@@ -124,6 +135,18 @@ def runs_show(
 def format_tags(tags: dict[str, str]) -> str:
     """A run's tags on one line, as ``--tag`` takes them: ``k=v k2=v2``."""
     return " ".join(f"{key}={value}" for key, value in sorted(tags.items()))
+
+
+#: the "waiting on" column of ``runs list``, short (``runs show`` says it in full)
+_WAITING_SHORT = {
+    "paused_workflow": "paused workflow",
+    "paused_queue": "paused queue",
+    "no_worker": "no live worker",
+}
+
+
+def _waiting_dict(waiting: WaitingOn | None) -> dict[str, Any] | None:
+    return None if waiting is None else waiting.to_dict()
 
 
 def _deadline(run: Run) -> str:
@@ -145,11 +168,14 @@ def render_run(
     children: list[Run],
     values: dict[str, Any] | None = None,
     decisions: list[ApprovalDecision] | None = None,
+    waiting: WaitingOn | None = None,
 ) -> None:
     """Print a run so that someone who never saw plait can follow what happened: every
     value in full, and the traceback of what failed."""
     console.rule(f"[bold]{esc(run.workflow)}[/bold]  run {esc(run.id)}")
     console.print(f"status   {status_markup(run.status)}   version {esc(run.version or '-')}")
+    if waiting is not None:
+        console.print(f"waiting  [yellow]{esc(waiting.message)}[/yellow]")
     console.print(f"started  {run.created_at:%Y-%m-%d %H:%M:%S} UTC   took {run_took(run)}")
     if run.parent_run_id:
         console.print(f"parent   {esc(run.parent_run_id)}")
@@ -201,7 +227,7 @@ def render_run(
     if history:
         origin = run.created_at
         timeline = Table(title="Timeline of attempts", title_justify="left")
-        for column in ("at", "step", "attempt", "outcome", "took"):
+        for column in ("at", "step", "attempt", "outcome", "took", "worker"):
             timeline.add_column(column, overflow="fold")
         for a in history:
             offset = (a.started_at - origin).total_seconds()
@@ -215,6 +241,7 @@ def render_run(
                 str(a.attempt),
                 outcome,
                 "" if took is None else format_duration(took),
+                Text(clean(a.worker or "-")),
             )
         console.print(timeline)
     _print_tracebacks(run, steps)

@@ -30,7 +30,7 @@ from plait.cli.app import (
 from plait.cli.follow import LineReporter, LiveReporter, Reporter, follow
 from plait.cli.terminal import clean, esc, pretty
 from plait.engine import Engine
-from plait.records import Run
+from plait.records import Run, WaitingOn
 
 
 @cli.command()
@@ -90,10 +90,13 @@ def start(
                 workflow, data, run_id=run_id, inline=wait and not queued, **flow
             )
             if not wait:
+                waiting = await engine.waiting_on(rid)
                 if as_json:
                     emit_json({"run_id": rid})
                 else:
                     console.print(esc(rid), highlight=False)
+                if waiting is not None and not as_json:  # on stderr: stdout stays the id
+                    err.print(f"[yellow]note:[/yellow] {_note(waiting)}", highlight=False)
                 return
             if as_json:
                 run = await engine.wait(rid)
@@ -125,6 +128,16 @@ async def _follow(engine: Engine, app: App, run_id: str) -> Run:
             highlight=False,
         )
         raise
+
+
+def _note(waiting: WaitingOn) -> str:
+    """What to tell someone who started a run that nothing will move yet."""
+    if waiting.kind == "no_worker":
+        return (
+            f"{esc(waiting.message)}: nothing will run workflow {esc(repr(waiting.name))} "
+            "until a worker starts (plait worker APP, or plait start --wait)"
+        )
+    return f"{esc(waiting.message)}: the run waits until it is resumed (plait unpause)"
 
 
 def _print_ending(run: Run) -> None:

@@ -19,6 +19,7 @@ from plait.cli.app import (
     run_async,
 )
 from plait.engine import DEFAULT_CONCURRENCY, Engine
+from plait.engine.operations import worker_scope
 from plait.logs import LOG_FORMATS
 from plait.logs import configure as configure_logs
 from plait.store import redact, resolve_url
@@ -62,6 +63,14 @@ def worker(
     tracing: bool = typer.Option(
         False, "--tracing", help="OpenTelemetry spans for passes and attempts (extra 'otel')."
     ),
+    queues: str | None = typer.Option(
+        None,
+        "--queues",
+        help="Work only these queues, comma-separated ('default': runs started on none).",
+    ),
+    workflows: str | None = typer.Option(
+        None, "--workflows", help="Work only these workflows, comma-separated."
+    ),
     database: str | None = DatabaseOption,
 ) -> None:
     """Work the queues of a database until SIGTERM or SIGINT."""
@@ -73,11 +82,17 @@ def worker(
     if tracing and not installed("opentelemetry"):
         fail("--tracing needs the 'otel' extra: pip install 'plait[otel]'")
     configure_logs(log_format)
+    only_queues = _names(queues, "--queues")
+    only_workflows = _names(workflows, "--workflows")
 
     async def go() -> None:
         app = load_app(app_ref)
         url = resolve_url(database)
         check_database(url, create=True)
+        try:
+            scoped_workflows, scoped_queues = worker_scope(app, only_workflows, only_queues)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         engine = Engine(
             app,
             url,
@@ -90,6 +105,8 @@ def worker(
             tracing=tracing,
             metrics=metrics_port is not None,
             log_work=True,
+            worker_workflows=scoped_workflows,
+            worker_queues=scoped_queues,
         )
         server = None
         if metrics_port is not None:
@@ -103,10 +120,12 @@ def worker(
                 ) from None
         await engine.open()
         logging.getLogger("plait.worker").info(
-            "worker %s working %s (concurrency %d)",
+            "worker %s working %s (concurrency %d; workflows %s; queues %s)",
             engine.worker_id,
             redact(engine.url),
             concurrency,
+            ", ".join(engine.worker.claim_scope().workflows or ()) or "none",
+            ", ".join(only_queues) if only_queues is not None else "all",
         )
 
         async def close(seconds: float) -> None:
@@ -117,3 +136,13 @@ def worker(
         await engine.worker.run_until_signal(close, drain=drain, grace=STOP_GRACE)
 
     run_async(go)
+
+
+def _names(value: str | None, option: str) -> list[str] | None:
+    """A comma-separated option as its names (None: not given)."""
+    if value is None:
+        return None
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if not names:
+        fail(f"{option} names nothing: give one or more names, comma-separated")
+    return names

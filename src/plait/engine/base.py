@@ -1,8 +1,9 @@
 """What every concern of the Engine shares.
 
 ``Engine`` is put together from one mixin per concern (``actions``, ``approvals``,
-``fork``, ``queues``, ``schedules``, ``values``), so that ``engine.approve(...)`` stays a
-method of the one object a user holds while its code lives with its concern. Each mixin
+``definitions``, ``fork``, ``operations``, ``queues``, ``schedules``, ``values``), so
+that ``engine.approve(...)`` stays a method of the one object a user holds while its code
+lives with its concern. Each mixin
 is an ``EngineBase``: the collaborators ``Engine.__init__`` sets, declared once here so
 every concern is type-checked against them, and the steps every concern takes (read a
 run, tell this process and the others that work for a run arrived).
@@ -11,7 +12,9 @@ run, tell this process and the others that work for a run arrived).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
 from plait import serde
 from plait.app import App
@@ -26,6 +29,22 @@ from plait.worker import Worker
 
 #: a duration: seconds, a string such as ``"30s"``, or a ``timedelta``
 Duration = float | str | timedelta
+#: a workflow by name, or as the function ``@app.workflow`` registered
+WorkflowRef = str | Callable[..., Awaitable[Any]]
+
+
+def workflow_name(workflow: WorkflowRef) -> str:
+    """The name ``workflow`` is registered under: a name is itself, a function is the
+    name ``@app.workflow`` gave it (``TypeError`` for one it never registered)."""
+    if isinstance(workflow, str):
+        return workflow
+    name = getattr(workflow, "__plait_workflow__", None)
+    if not isinstance(name, str):
+        raise TypeError(
+            f"workflow name must be a string or a function registered with @app.workflow, "
+            f"got {type(workflow).__name__} {workflow!r}"
+        )
+    return name
 
 
 class EngineBase:

@@ -5,15 +5,14 @@ of live runs on this code, too)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Literal, Self, TypedDict, TypeVar, Unpack, overload
+from typing import Any, Self, TypedDict, TypeVar, Unpack, overload
 
 from plait import serde
 from plait import tags as tags_rules
@@ -22,17 +21,20 @@ from plait.catalog import Catalog
 from plait.clock import SYSTEM_CLOCK, Clock
 from plait.durations import parse_duration, run_timeout, timeout_seconds
 from plait.engine.approvals import ApprovalsMixin
-from plait.engine.base import Duration
+from plait.engine.base import Duration, WorkflowRef, workflow_name
 from plait.engine.bulk import BulkMixin
 from plait.engine.check import CheckMixin
+from plait.engine.definitions import DefinitionsMixin
 from plait.engine.filters import run_filter
 from plait.engine.fork import ForkMixin
+from plait.engine.operations import OperationsMixin, worker_scope
 from plait.engine.queues import QueuesMixin
 from plait.engine.requests import RequestsMixin
 from plait.engine.schedules import SchedulesMixin
+from plait.engine.starts import StartsMixin
+from plait.engine.streams import StreamsMixin
 from plait.engine.values import ValuesMixin
 from plait.errors import (
-    RunIdTakenError,
     WorkflowCancelledError,
     WorkflowFailedError,
     WorkflowSuspendedError,
@@ -42,7 +44,6 @@ from plait.notify import Notifier, RunEndPoll, wait_event
 from plait.observe import make_telemetry
 from plait.records import (
     SETTLED,
-    GraphStatus,
     Run,
     RunStatus,
     RunStatusName,
@@ -65,8 +66,6 @@ DEFAULT_CONCURRENCY = 100
 
 In = TypeVar("In")
 Out = TypeVar("Out")
-#: a workflow by name, or as the function ``@app.workflow`` registered
-WorkflowRef = str | Callable[..., Awaitable[Any]]
 
 
 class StartOptions(TypedDict, total=False):
@@ -85,28 +84,18 @@ class StartOptions(TypedDict, total=False):
     tags: Mapping[str, str] | None
 
 
-def workflow_name(workflow: WorkflowRef) -> str:
-    """The name ``workflow`` is registered under: a name is itself, a function is the
-    name ``@app.workflow`` gave it (``TypeError`` for one it never registered)."""
-    if isinstance(workflow, str):
-        return workflow
-    name = getattr(workflow, "__plait_workflow__", None)
-    if not isinstance(name, str):
-        raise TypeError(
-            f"workflow name must be a string or a function registered with @app.workflow, "
-            f"got {type(workflow).__name__} {workflow!r}"
-        )
-    return name
-
-
 class Engine(
+    StartsMixin,
     BulkMixin,  # and ActionsMixin, whose single-run actions it repeats
     ApprovalsMixin,
     CheckMixin,
+    DefinitionsMixin,
     ForkMixin,
+    OperationsMixin,
     QueuesMixin,
     RequestsMixin,
     SchedulesMixin,
+    StreamsMixin,
     ValuesMixin,
 ):
     """A handle on one database plus (with ``workers=True``) the loops that work it.
@@ -139,6 +128,8 @@ class Engine(
         tracing: bool = False,
         metrics: bool = False,
         log_work: bool = False,
+        worker_workflows: Sequence[str] | None = None,
+        worker_queues: Sequence[str] | None = None,
         **store_options: Any,
     ) -> None:
         if not isinstance(app, App):
@@ -180,6 +171,10 @@ class Engine(
         #: ``metrics``) and INFO lines per attempt (``log_work``); None when all are off,
         #: and then neither library is imported
         self.telemetry = make_telemetry(tracing=tracing, metrics=metrics, log_work=log_work)
+        #: the only workflows and queues its worker works (None: all the app has)
+        self.worker_workflows, self.worker_queues = worker_scope(
+            app, worker_workflows, worker_queues
+        )
         self._worker = None
         self._opened = False
 
@@ -225,6 +220,8 @@ class Engine(
             retain=self.retain if self.workers else None,
             clock=self.clock,
             telemetry=self.telemetry,
+            only_workflows=self.worker_workflows,
+            only_queues=self.worker_queues,
         )
         if self.telemetry is not None and self.telemetry.metrics is not None:
             worker = self._worker
@@ -232,6 +229,7 @@ class Engine(
         self.notifier.on_work(self._worker.wake)
         await self._store_app_schedules()
         await self.store.attach_notifier(self.notifier)
+        await self._worker.announce()
         self._worker.start_loops(passes=self.workers, steps=self.workers)
         self._opened = True
 
@@ -248,41 +246,6 @@ class Engine(
     @property
     def is_open(self) -> bool:
         return self._opened
-
-    # -- definitions ----------------------------------------------------------------------------
-    def describe(self, name: str) -> tuple[str, str | None]:
-        """(kind, version) a new run of ``name`` records."""
-        return self.catalog.describe(name)
-
-    async def register_graph(
-        self,
-        name: str,
-        definition: Any,
-        *,
-        status: GraphStatus = "active",
-        registered_by: str | None = None,
-    ) -> str:
-        """Store a graph definition at run time; every process on this database can start
-        it once it is ``active``. Returns its content hash (the version runs record).
-
-        ``registered_by`` names the user it is registered for (the HTTP API passes the
-        caller): a graph name then belongs to the first user who registered it, and
-        nobody else may register versions of it, nor of a name the app's code defines
-        (``plait.GraphOwnerError``). Without it the caller is trusted code."""
-        return await self.catalog.register_graph(name, definition, status, registered_by)
-
-    async def list_graphs(
-        self, status: GraphStatus | Literal["deployed"] | None = None
-    ) -> list[dict[str, Any]]:
-        """Graphs registered at run time (newest first), with their status and hash."""
-        if status not in (None, "draft", "active", "deployed"):
-            raise ValueError(f"invalid graph status: {status!r} (use draft, active or deployed)")
-        versions = await self.store.list_versions(status=status)
-        return [dataclasses.asdict(v) for v in versions if v.kind == "graph"]
-
-    async def graph_for(self, name: str, version: str | None) -> Any:
-        """The graph definition a run started on, even if the graph changed since."""
-        return await self.catalog.graph_for(name, version)
 
     # -- starting runs --------------------------------------------------------------------------
     async def start(
@@ -344,6 +307,21 @@ class Engine(
         """``start``, also telling whether the run is one it made and drives here (inline):
         such a run cannot have ended before its starter looks, so ``run`` need not read
         it before it waits."""
+        new = await self._new_run(name, data, deadline=deadline, **options)
+        since = time.monotonic()  # an inline run is created leased to this process
+        run, created = await self.store.create_run(new)
+        return self._started(new, run, created, since=since)
+
+    async def _new_run(
+        self,
+        name: WorkflowRef,
+        data: Any,
+        *,
+        deadline: Duration | None = None,
+        what: str | None = None,
+        **options: Unpack[StartOptions],
+    ) -> NewRun:
+        """The run ``start`` creates, every option and the input (``what``) checked."""
         run_id = options.get("run_id")
         inline = options.get("inline", False)
         owner = options.get("owner")
@@ -371,12 +349,14 @@ class Engine(
                 "inline=True cannot start a queued run (a queue, delay or start_at): "
                 "a worker admits it"
             )
+        inline = self._start_braked(name, flow, inline)
         if kind == "graph":
             graph = await self.graph_for(name, version)
             from plait.graph import validate_or_raise  # graphs only (see plait.graph)
 
             validate_or_raise(graph, start_node=start_node)
-        payload = serde.dumps(data, what=f"the input of workflow {name!r}", limits=self.limits)
+        what = what or f"the input of workflow {name!r}"
+        payload = serde.dumps(data, what=what, limits=self.limits)
         wdef = self.app.workflows.get(name) if kind == "workflow" else None
         if timeout is None and wdef is not None:
             timeout = wdef.timeout
@@ -388,7 +368,7 @@ class Engine(
         worker = self.worker
         run_id = run_id or new_run_id()
         telemetry = self.telemetry
-        new = NewRun(
+        return NewRun(
             id=run_id,
             workflow=name,
             kind=kind,
@@ -404,20 +384,6 @@ class Engine(
             tags=_run_tags(wdef, options.get("tags"), name),
             **flow,
         )
-        run, created = await self.store.create_run(new)
-        if not created:
-            if run.id != new.id:
-                return run.id, False  # the live run that holds the de-duplication key
-            if run.workflow != name:
-                raise RunIdTakenError(run.id, run.workflow, name)
-            return run.id, False
-        if new.deadline_at is not None:
-            worker.deadline_set(new.deadline_at)
-        if inline:
-            worker.drive(run.id, claimed=True, follow=not self.workers)
-        else:
-            self.notifier.publish_work()
-        return run.id, inline
 
     # Given the workflow's function, ``run`` is typed by it: its data must be what the
     # workflow takes, and the output is what it returns. By name, both are ``Any``.

@@ -16,10 +16,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from plait import tags as tag_rules
+from plait.context import check_stream_name
 from plait.engine import Engine
 from plait.errors import REQUEST_TIMEOUT, RequestRefused, RunIdTakenError
 from plait.http import graphview
 from plait.http.auth import Authenticator, Principal
+from plait.http.brakes import Brakes
 from plait.http.guard import require_json
 from plait.http.lifecycle import Ended, Lifecycle
 from plait.http.operating import Operating
@@ -34,7 +36,7 @@ from plait.http.schemas import (
     runs_query,
     tags_query,
 )
-from plait.http.sse import StreamLimits, stream_run
+from plait.http.sse import StreamLimits, stream_entries, stream_run
 from plait.records import Run
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -82,6 +84,9 @@ class Api:
             Route("/runs/{run_id}/history", self._wrap(self.get_history), methods=["GET"]),
             Route("/runs/{run_id}/graph", self._wrap(self.get_graph), methods=["GET"]),
             Route("/runs/{run_id}/stream", self._wrap(self.stream), methods=["GET"]),
+            Route(
+                "/runs/{run_id}/streams/{name}", self._wrap(self.stream_entries), methods=["GET"]
+            ),
             Route("/runs/{run_id}/cancel", self._wrap(self.cancel), methods=["POST"]),
             Route("/runs/{run_id}/resume", self._wrap(self.resume), methods=["POST"]),
             Route("/runs/{run_id}/retry", self._wrap(self.retry), methods=["POST"]),
@@ -92,6 +97,7 @@ class Api:
             Route("/graphs", self._wrap(self.list_graphs), methods=["GET"]),
             Route("/graphs", self._wrap(self.register_graph), methods=["POST"]),
             *Operating(self.engine).routes(self._wrap),
+            *Brakes(self.engine).routes(self._wrap),
         ]
 
     def _wrap(self, handler: Callable[[Request, Principal], Awaitable[Response]]) -> Handler:
@@ -129,6 +135,7 @@ class Api:
         data["steps"] = [s.to_dict() for s in steps]
         data["children"] = [_summary(child) for child in children if principal.may_access(child)]
         data["values"] = await self.engine.get_values(run.id)
+        data["streams"] = await self.engine.stream_names(run.id)
         data["decisions"] = [d.to_dict() for d in await self.engine.get_decisions(run.id)]
         return data
 
@@ -272,6 +279,28 @@ class Api:
             slot,
         )
 
+    async def stream_entries(self, request: Request, principal: Principal) -> Response:
+        """Server-sent events with the entries of one of the run's streams as they
+        commit, until its end; ``id`` is each entry's offset. A client that comes back
+        with ``Last-Event-ID`` (or ``?after=``) goes on after that offset;
+        ``?settled_only=true`` leaves out the entries of attempts that did not succeed."""
+        run = await self._readable_run(request, principal)
+        name = request.path_params["name"]
+        try:
+            check_stream_name(name)
+        except ValueError as exc:
+            raise ApiError(
+                422, "INVALID_REQUEST", str(exc), problems=[{"field": "name", "message": str(exc)}]
+            ) from None
+        after = _offset(request.headers.get("last-event-id"), "Last-Event-ID")
+        if after is None:
+            after = _offset(request.query_params.get("after"), "after")
+        settled = request.query_params.get("settled_only", "false").lower() in ("1", "true")
+        slot = self.streams.take(principal.user)  # 429 past the limits on open streams
+        return stream_entries(
+            self.engine, run.id, name, -1 if after is None else after, settled, self.lifecycle, slot
+        )
+
     async def cancel(self, request: Request, principal: Principal) -> Response:
         run = await self._readable_run(request, principal)
         return await self._act(run, "cancel")
@@ -410,3 +439,19 @@ async def _graph_definition(engine: Engine, run: Run) -> Any:
 
 
 __all__ = ["Api"]
+
+
+def _offset(text: str | None, field: str) -> int | None:
+    """A stream offset a client sent (``Last-Event-ID``, ``?after=``): an int >= -1."""
+    if text is None or text == "":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = -2
+    if value < -1:
+        message = f"{field} must be a stream offset (an integer >= -1), got {text[:40]!r}"
+        raise ApiError(
+            422, "INVALID_REQUEST", message, problems=[{"field": field, "message": message}]
+        )
+    return value

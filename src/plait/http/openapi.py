@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from plait import __version__
-from plait.http import operating
+from plait.http import brakes, operating
 from plait.http.problems import PROBLEM_JSON
 from plait.http.schemas import (
     MAX_OFFSET,
@@ -371,6 +371,69 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
                     },
                 }
             },
+            "/api/runs/{run_id}/streams/{name}": {
+                "get": {
+                    "summary": "Server-sent events with the entries of one of the run's streams",
+                    "description": "One event per entry as it commits, named by its kind: "
+                    "`data` (a value written by the workflow, or by a step attempt), `reset` "
+                    "(drop the entries of the attempt it names: it failed or was "
+                    "interrupted) and `end` (the run ended; the stream closes). `id` is the "
+                    "entry's offset: a client that reconnects with `Last-Event-ID` (or "
+                    "`?after=`) goes on after it. `data` is the entry (offset, kind, value, "
+                    "attempt, at, step). When the server shuts down, `event: close` closes "
+                    "it.",
+                    "parameters": [
+                        _RUN_ID,
+                        {
+                            "name": "name",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+                        },
+                        {
+                            "name": "after",
+                            "in": "query",
+                            "required": False,
+                            "description": "the offset to go on after (Last-Event-ID wins)",
+                            "schema": {"type": "integer", "minimum": -1},
+                        },
+                        {
+                            "name": "settled_only",
+                            "in": "query",
+                            "required": False,
+                            "description": "only the entries of attempts that succeeded "
+                            "(each once its attempt succeeded), no resets",
+                            "schema": {"type": "boolean"},
+                        },
+                        {
+                            "name": "Last-Event-ID",
+                            "in": "header",
+                            "required": False,
+                            "schema": {"type": "string"},
+                        },
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "an event stream; the schema is that of one event,"
+                            " whose `data` is JSON text",
+                            "content": {
+                                "text/event-stream": {
+                                    "schema": {
+                                        "type": "object",
+                                        "properties": {
+                                            "event": {"enum": ["data", "reset", "end", "close"]},
+                                            "id": {"type": "string"},
+                                            "data": {"type": "string"},
+                                        },
+                                        "required": ["event", "data"],
+                                    }
+                                }
+                            },
+                        },
+                        **_errors(*_ALWAYS, 404, 422),
+                    },
+                }
+            },
             "/api/runs/{run_id}/cancel": _run_action("Cancel a run and its child runs"),
             "/api/runs/{run_id}/resume": _run_action("Resume a suspended run"),
             "/api/runs/{run_id}/retry": _run_action("Retry a failed run from the failed step"),
@@ -506,6 +569,7 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
     bulk = operating.BulkAction.model_json_schema(ref_template=_REF + "{model}")
     doc["components"]["schemas"].update(bulk.pop("$defs", {}))
     doc["components"]["schemas"]["BulkAction"] = bulk
+    doc["paths"].update(brakes.openapi_paths(_json, _errors))
     return doc
 
 

@@ -16,8 +16,8 @@ SCOPES: dict[str, str] = {
     "graphs": "register and replace graphs over HTTP, and read their definitions",
     "schedules": ("see and operate schedules of other users, without an owner or declared in code"),
     "admin": "read and operate every user's runs (one by one and in bulk, POST "
-    "/api/runs/bulk), decide their gates, and make schedules that fire more often than "
-    "once a minute",
+    "/api/runs/bulk), decide their gates, make schedules that fire more often than once a "
+    "minute, and pause and resume workflows and queues",
 }
 
 

@@ -27,6 +27,7 @@ RUN_STATUSES = (
     "queued",
     "running",
     "suspended",
+    "paused",
     "completed",
     "failed",
     "cancelled",
@@ -177,7 +178,16 @@ class RunsQuery(BaseModel):
 
     workflow: str | None = Field(default=None, max_length=200, pattern=NAME_PATTERN)
     status: (
-        Literal["queued", "running", "suspended", "completed", "failed", "cancelled", "continued"]
+        Literal[
+            "queued",
+            "running",
+            "suspended",
+            "paused",
+            "completed",
+            "failed",
+            "cancelled",
+            "continued",
+        ]
         | None
     ) = None
     #: runs of this queue

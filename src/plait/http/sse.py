@@ -19,9 +19,10 @@ the server shuts down: then a last ``close`` event tells the client to come back
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -32,7 +33,7 @@ from plait.engine import Engine
 from plait.http.lifecycle import Ended, Lifecycle
 from plait.http.problems import ApiError
 from plait.notify import wait_event
-from plait.records import SETTLED, Run
+from plait.records import SETTLED, Run, StreamEntry
 
 Snapshot = Callable[[Run], Awaitable[dict[str, Any]]]
 
@@ -256,3 +257,63 @@ def stream_run(
     slot: StreamSlot | None = None,
 ) -> EventStream:
     return EventStream(run_events(engine, run_id, snapshot), lifecycle, run_id, slot)
+
+
+async def stream_entry_events(
+    engine: Engine,
+    run_id: str,
+    name: str,
+    *,
+    after: int,
+    settled_only: bool,
+    heartbeat: float = HEARTBEAT_SECONDS,
+) -> AsyncGenerator[str, None]:
+    """The messages of a run's stream (``engine.follow_stream``): one event per entry,
+    named by its kind (``data``, ``reset``, ``end``), whose ``id`` is its offset, so a
+    client that reconnects with ``Last-Event-ID`` goes on after the last it got. Returns
+    after the ``end`` (an ``end`` without an id for a stream its ended run never wrote)."""
+    entries = engine.follow_stream(run_id, name, after=after, settled_only=settled_only)
+    waiting: asyncio.Task[StreamEntry] | None = None
+    try:
+        while True:
+            if waiting is None:
+                waiting = asyncio.get_running_loop().create_task(
+                    _next_entry(entries), name="plait-http-stream-entry"
+                )
+            done, _ = await asyncio.wait([waiting], timeout=heartbeat)
+            if not done:
+                yield ": keep-alive\n\n"
+                continue
+            try:
+                entry = waiting.result()
+            except StopAsyncIteration:
+                yield format_event("end", {"run_id": run_id, "stream": name, "offset": None})
+                return
+            waiting = None
+            yield format_event(entry.kind, entry.to_dict(), entry.offset)
+            if entry.kind == "end":
+                return
+    finally:
+        if waiting is not None:
+            waiting.cancel()
+            await asyncio.wait([waiting])
+        await entries.aclose()
+
+
+async def _next_entry(entries: AsyncIterator[StreamEntry]) -> StreamEntry:
+    return await anext(entries)
+
+
+def stream_entries(
+    engine: Engine,
+    run_id: str,
+    name: str,
+    after: int,
+    settled_only: bool,
+    lifecycle: Lifecycle,
+    slot: StreamSlot | None = None,
+) -> EventStream:
+    """A run's stream as server-sent events, bounded as every event stream is (its
+    ``slot`` of the app's ``StreamLimits`` given back when it ends)."""
+    events = stream_entry_events(engine, run_id, name, after=after, settled_only=settled_only)
+    return EventStream(events, lifecycle, run_id, slot)

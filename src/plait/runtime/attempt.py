@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import inspect
 from collections.abc import Callable
@@ -10,7 +11,8 @@ from typing import Any
 
 from plait import serde
 from plait.app import FinishedAfterCancel, FunctionDef, call_maybe_async
-from plait.context import StepContext
+from plait.cancel_guard import uncancelled
+from plait.context import CURRENT_STEP, StepContext
 from plait.errors import NotJSONError, StepTimeoutError, TypeMismatchError
 from plait.retry import NoRetryOn
 from plait.runtime.control_flow import PauseSignal, SuspendSignal
@@ -36,6 +38,50 @@ class Outcome:
 
 
 async def run_attempt(
+    body: FunctionDef | Callable[..., Any],
+    data: Any,
+    ctx: StepContext,
+    timeout: float | None,
+    limits: serde.Limits | None = None,
+    no_retry_on: NoRetryOn | None = None,
+) -> Outcome:
+    """Call the body once (``_call_body``), with ``plait.current_step()`` answering
+    ``ctx`` inside it. What the body wrote to streams is committed before the attempt
+    ends, so a ``reset`` of a failed attempt follows all its entries: a success whose
+    entries cannot be written fails (and is retried)."""
+    token = CURRENT_STEP.set(ctx)
+    try:
+        outcome = await _call_body(body, data, ctx, timeout, limits, no_retry_on)
+    except BaseException:
+        if ctx._streamed:  # pyright: ignore[reportPrivateUsage]
+            # interrupted: what it wrote is committed before the interruption is (the
+            # cancel that interrupts it is the one raised here, whatever comes meanwhile)
+            with contextlib.suppress(asyncio.CancelledError):
+                await _flush_streams(ctx)
+        raise
+    finally:
+        CURRENT_STEP.reset(token)
+    if ctx._streamed:  # pyright: ignore[reportPrivateUsage]
+        error = await _flush_streams(ctx)
+        if error is not None and outcome.ok:
+            return _failed(error)
+    return outcome
+
+
+async def _flush_streams(ctx: StepContext) -> BaseException | None:
+    """Wait for the attempt's stream entries to commit (a cancel of the caller waits for
+    that too); the error that kept them out, if any."""
+    sink = ctx._streams  # pyright: ignore[reportPrivateUsage]
+    if sink is None:
+        return None
+    try:
+        await uncancelled(sink.flush(ctx.run_id))
+    except Exception as exc:
+        return exc
+    return None
+
+
+async def _call_body(
     body: FunctionDef | Callable[..., Any],
     data: Any,
     ctx: StepContext,

@@ -34,6 +34,7 @@ from typing import Any
 from plait import serde
 from plait.catalog import Catalog
 from plait.clock import Clock
+from plait.context import StreamSink
 from plait.records import CheckResult, Run, step_label
 from plait.runtime.control_flow import PassAborted, SuspendSignal
 from plait.runtime.host import Host
@@ -63,17 +64,27 @@ class DryHost:
     def cancelling(self, run_id: str) -> bool:
         return False
 
+    def braked(self, workflow: str, queue: str | None) -> bool:
+        return False
+
     def commit(self, batch: Batch, /) -> Awaitable[bool]:
         raise AssertionError(f"a dry pass of run {batch.run_id!r} tried to commit a write")
 
     def ended_elsewhere(self, run_id: str) -> None:
         raise AssertionError(f"a dry pass of run {run_id!r} committed nothing to be refused")
 
+    @property
+    def streams(self) -> StreamSink:
+        raise AssertionError("a dry pass ran a step body that could write to a stream")
+
     def published(self, run_id: str) -> None:
         raise AssertionError(f"a dry pass of run {run_id!r} published a value")
 
     def sent_event(self, run_id: str) -> None:
         raise AssertionError(f"a dry pass sent an event to run {run_id!r}")
+
+    async def keep_lease(self, run_id: str, key: str | None = None) -> bool:
+        raise AssertionError(f"a dry pass of run {run_id!r} was about to start a step body")
 
     async def read_run(self, run_id: str) -> Run | None:
         raise AssertionError(f"a dry pass read run {run_id!r} to send it an event")

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from plait import errors, serde
 from plait.app import FunctionDef
 from plait.context import StepContext
-from plait.errors import StepError
+from plait.errors import LeaseLostError, StepError
 from plait.observe import NO_REPORT
 from plait.retry import NoRetryOn, RetryPolicy
 from plait.runtime import runs, steps
@@ -91,6 +91,11 @@ class Driver:
                 raise ledger.pause(step.key, step.wake_at)
             if self.host.stopping:
                 raise ledger.pause(step.key)  # shutting down: start no new attempt here
+            if self.host.braked(ledger.run.workflow, ledger.run.queue):
+                # paused: start no new attempt; the run is given back due, the claims
+                # leave it to the brake, and it waits ``paused`` until it is resumed
+                ledger.due_again = True
+                raise ledger.pause(step.key)
             value = await self.attempt(step, body, no_retry_on)
             if value is not NOT_DECODED and step.status == "succeeded" and self.hook is None:
                 return value
@@ -124,10 +129,15 @@ class Driver:
             invocation_id=step.invocation_id,
             attempt=step.attempts,
             workflow=ledger.run.workflow,
+            _streams=self.host.streams,
         )
         if self.hook is not None:
             self.hook.prepare(step, ctx)
         run = ledger.run
+        if not await self.host.keep_lease(run.id):
+            # a freeze outlived the lease and another worker has the run: its body is
+            # that worker's to start, and this pass's writes would be refused
+            raise LeaseLostError(f"run {run.id}: lease lost before step {step.key!r} started")
         with (
             NO_REPORT
             if telemetry is None

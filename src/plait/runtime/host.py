@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from plait.catalog import Catalog
 from plait.clock import Clock
+from plait.context import StreamSink
 from plait.observe import Telemetry
 from plait.records import Run
 from plait.serde import Limits
@@ -50,6 +51,11 @@ class Host(Protocol):
         """The process is shutting down: start no new attempt."""
         ...
 
+    def braked(self, workflow: str, queue: str | None) -> bool:
+        """The workflow or the queue is paused (``Engine.pause_workflow``, as this
+        process last read the brakes): a pass starts no new attempt of its runs."""
+        ...
+
     def cancelling(self, run_id: str) -> bool:
         """A user cancelled ``run_id``: a step cut short now failed, it was not merely
         interrupted."""
@@ -64,6 +70,11 @@ class Host(Protocol):
         as a commit found: stop its work here as a cancel here does."""
         ...
 
+    @property
+    def streams(self) -> StreamSink:
+        """Where step bodies' stream entries go (``runtime.streams.StreamWriter``)."""
+        ...
+
     def published(self, run_id: str) -> None:
         """``run_id`` published a value (``wf.set_value``) in a commit that just ended:
         tell whoever watches the run."""
@@ -72,6 +83,13 @@ class Host(Protocol):
     def sent_event(self, run_id: str) -> None:
         """A commit that just ended stored an event for ``run_id`` (``wf.send_event``),
         and woke it in the database: wake this process's loops and watchers too."""
+        ...
+
+    async def keep_lease(self, run_id: str, key: str | None = None) -> bool:
+        """Whether this process still holds the lease on ``run_id`` (on its job ``key``
+        for a job step), asked right before a step body starts: False when it lost it (a
+        freeze outlived it and another worker took over), and then no body starts.
+        True means the caller may start the body at once, with no await in between."""
         ...
 
     async def read_run(self, run_id: str) -> Run | None:

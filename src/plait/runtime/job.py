@@ -43,6 +43,7 @@ async def run_job(
         invocation_id=step.invocation_id,
         attempt=step.attempts,
         workflow=workflow,
+        _streams=host.streams,
     )
     hook = None
     if step.kind in steps.GRAPH_STEP_KINDS:
@@ -52,6 +53,8 @@ async def run_job(
         hook = await job_node_hook(host, step)
     if hook is not None:
         hook.prepare(step, ctx)
+    if not await host.keep_lease(step.run_id, step.key):
+        return False  # the job's lease ran out and another worker has it: its body is theirs
     telemetry = host.telemetry
     with (
         NO_REPORT if telemetry is None else telemetry.attempting(step.run_id, workflow, trace, step)

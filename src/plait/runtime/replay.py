@@ -76,6 +76,8 @@ class CodeReplay:
         self.waits = Waits(self.ledger, host)
         self.requests = Requests(self.ledger, host)
         self.main: asyncio.Task[Any] | None = None
+        #: the ``wf`` handed to the workflow's code (``plait.current_workflow()``)
+        self.workflow: Workflow | None = None
         self.wdef: WorkflowDef | None = None
         #: steps called and not yet started, in call order
         self.new_calls: collections.deque[StepCall[Any]] = collections.deque()
@@ -239,6 +241,11 @@ class CodeReplay:
         self.order.reached_now(key)
         _set_tags(self.ledger, key, tags)
 
+    def stream_write(self, key: str, name: str, value: str | None) -> None:
+        """``wf.stream(name).write``, recorded once (``_stream_write``)."""
+        self.order.reached_now(key)
+        _stream_write(self.ledger, key, name, value)
+
     def value(self, key: str, make: Callable[[], Any]) -> Any:
         """A value recorded once and replayed ever after (``wf.now()``, ``wf.uuid()``)."""
         ledger = self.ledger
@@ -307,6 +314,7 @@ class CodeReplay:
         the garbage collector, whose full collections grow with every pass left to it
         and stall the event loop of a busy worker for tens of milliseconds."""
         self.main = None
+        self.workflow = None  # it holds this replay
         self.order.clear()
         self.new_calls.clear()
         self.waiting.clear()
@@ -581,6 +589,18 @@ def _set_tags(ledger: Ledger, key: str, tags: dict[str, str]) -> None:
     step = ledger.new_step(key, key, "set_tags", input=text)
     ledger.add(steps.record_tags(step, text, ledger.now()))
     ledger.run.tags = tag_rules.dumps(merged)
+
+
+def _stream_write(ledger: Ledger, key: str, name: str, value: str | None) -> None:
+    """Append ``value`` to the run's stream ``name`` once, when the run first gets here; a
+    replay finds the step recorded and writes none."""
+    step = ledger.steps.get(key)
+    if step is not None:
+        ledger.check_same(step, "stream", None)
+        return
+    step = ledger.new_step(key, key, "stream", input=serde.dumps({"stream": name}))
+    ledger.add(steps.write_stream(step, name, value, ledger.now()))
+    ledger.published = True
 
 
 def _suspended(call: StepCall[Any]) -> EndRun:

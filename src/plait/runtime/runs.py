@@ -17,15 +17,22 @@
     queued | running | suspended  failed                 timed_out (its deadline passed)
     queued                        running                ADMITTED (the worker's admission)
     suspended                     running                resume
+    running (no pass holds it)    paused                 PAUSED (its workflow's or
+                                                         queue's brake)
+    paused                        running                RELEASED (no brake holds it)
     failed                        running | queued       retry (queued: a run of a queue)
 
 A run ``queued`` waits for admission by its queue or for its start time; the worker's
-admission moves it to ``ADMITTED``. Each function here returns the record or the ops a
-transition writes and never touches a database, so the rules can be read (and tested)
-here alone; the stores receive them as data and only move rows. What a transition does
-to the run's steps is the step state machine's (``runtime.steps``): an end takes the
-live child runs with it (``end_ops``), a cancel cuts short the steps in flight
-(``steps.CANCEL_CUT``), a resume releases suspends and a retry reopens failed steps.
+admission moves it to ``ADMITTED``. A brake (``Engine.pause_workflow``, ``pause_queue``)
+stops a running run between two steps: the pass that holds it starts no new attempt
+(``braked``) and gives it back, and it becomes ``PAUSED`` with no pass holding it; a
+new run of a paused workflow starts ``queued`` (``initial_status``) and waits there.
+Each function here returns the record or the ops a transition writes and never touches
+a database, so the rules can be read (and tested) here alone; the stores receive them
+as data and only move rows. What a transition does to the run's steps is the step
+state machine's (``runtime.steps``): an end takes the live child runs with it
+(``end_ops``), a cancel cuts short the steps in flight (``steps.CANCEL_CUT``), a resume
+releases suspends and a retry reopens failed steps.
 
 A run that continues as new (``wf.continue_as_new``) ends ``continued`` and starts its
 successor in the same commit (``continued``): one chain never has two live runs, nor
@@ -78,6 +85,17 @@ def inherited_tags(parent: str | None, wdef: WorkflowDef | None) -> str | None:
     if len(merged) > tag_rules.MAX_TAGS:
         return parent
     return tag_rules.dumps(merged)
+
+
+# -- brakes -------------------------------------------------------------------------------
+
+#: the status a brake stops a run from (no pass holds it) ...
+BRAKED_FROM: RunStatusName = "running"
+#: ... the status it waits in: not ended, and no worker claims it ...
+PAUSED: RunStatusName = "paused"
+#: ... and the status it goes on in once no brake holds it (due at once: its next pass
+#: replays what it did and starts the step it stopped before)
+RELEASED: RunStatusName = "running"
 
 
 # -- the end of a pass --------------------------------------------------------------------
@@ -228,7 +246,7 @@ def cancel(reason: str | None) -> RunCancel:
 
 
 #: the statuses a user's cancel ends a run from
-CANCELLABLE: frozenset[RunStatusName] = frozenset({"queued", "running", "suspended"})
+CANCELLABLE: frozenset[RunStatusName] = frozenset({"queued", "running", "suspended", "paused"})
 #: the statuses a retry goes on from
 RETRYABLE: frozenset[RunStatusName] = frozenset({"failed"})
 

@@ -24,6 +24,7 @@ from plait.runtime.attempt import Outcome
 from plait.statuses import STEP_IN_FLIGHT, AttemptStatusName, StepStatusName
 from plait.store.ops import (
     AnswerRequest,
+    AppendStream,
     CancelCut,
     CancelJob,
     ClearTimer,
@@ -682,6 +683,13 @@ def record_tags(step: StepRow, tags: str, now: float) -> list[Op]:
     run's in the same commit."""
     step.status, step.updated_at = "succeeded", now
     return [_put(step), SetTags(tags)]
+
+
+def write_stream(step: StepRow, stream: str, value: str | None, now: float) -> list[Op]:
+    """``wf.stream(name).write``: recorded as a step on first reach (so a replay writes
+    nothing again), and appended to the stream with it."""
+    step.status, step.output, step.updated_at = "succeeded", value, now
+    return [_put(step), AppendStream(stream, value)]
 
 
 def send_event(step: StepRow, run_id: str, name: str, payload: str | None, now: float) -> list[Op]:

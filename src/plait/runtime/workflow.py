@@ -15,7 +15,7 @@ import pydantic
 
 from plait import approval, ids, request, serde
 from plait import tags as tag_rules
-from plait.context import StepContext
+from plait.context import CURRENT_STEP, StepContext, check_stream_name, stream_value
 from plait.durations import Duration, parse_duration
 from plait.records import Decision
 from plait.retry import parse_no_retry_on, resolve_policy
@@ -48,6 +48,8 @@ class Replay(Protocol):
     """What ``wf`` needs of the pass that replays it (``runtime.replay.CodeReplay``)."""
 
     ledger: Ledger
+    #: the ``wf`` its workflow's code was handed (``plait.current_workflow()``)
+    workflow: Workflow | None
 
     @property
     def wloop(self) -> asyncio.AbstractEventLoop: ...
@@ -102,6 +104,8 @@ class Replay(Protocol):
     def set_value(self, key: str, name: str, value: str | None) -> None: ...
 
     def set_tags(self, key: str, tags: dict[str, str]) -> None: ...
+
+    def stream_write(self, key: str, name: str, value: str | None) -> None: ...
 
     def patched(self, key: str, patch_id: str) -> bool: ...
 
@@ -295,6 +299,7 @@ class Workflow:
 
     def __init__(self, replay: Replay) -> None:
         self._replay = replay
+        replay.workflow = self
         run = replay.ledger.run
         self.run_id: str = run.id
         self.name: str = run.workflow
@@ -578,6 +583,14 @@ class Workflow:
             replay.set_tags(step_key, checked)
         return _published()
 
+    def stream(self, name: str) -> WorkflowStream:
+        """The run's stream ``name`` (``engine.read_stream``, ``follow_stream``, the
+        run page): ``await wf.stream(name).write(value)`` appends a JSON value, recorded
+        once where the run first gets here, so a replay never writes it again. Step
+        bodies write to the same streams with ``ctx.stream(name)``."""
+        self._check_name(name, "stream")
+        return WorkflowStream(self._replay, check_stream_name(name))
+
     def patched(self, patch_id: str) -> bool:
         """Whether the run takes the code a deploy added under ``if wf.patched(id):``.
 
@@ -649,5 +662,45 @@ class Workflow:
         return str(self._replay.value(key, ids.random_uuid))
 
 
+class WorkflowStream:
+    """A run's stream as its workflow writes to it (``wf.stream(name)``)."""
+
+    __slots__ = ("_replay", "name")
+
+    def __init__(self, replay: Replay, name: str) -> None:
+        self._replay = replay
+        self.name = name
+
+    def write(self, value: Any) -> Awaitable[None]:
+        """Append ``value`` (JSON) to the stream, once: recorded (a step of its own)
+        with the pass's next commit; a replay passes over it. Await it, as any call of
+        ``wf``; the entry is on its way when it returns."""
+        replay = self._replay
+        text = stream_value(self.name, value, replay.ledger.host.limits)
+        step_key = replay.key(f"__stream:{self.name}")
+        if step_key:  # none while a pass unwinds code that caught its Unwind
+            replay.stream_write(step_key, self.name, text)
+        return _published()
+
+
 async def _published() -> None:
     """What ``wf.set_value`` returns: the value is recorded when it is called."""
+
+
+def current_workflow() -> Workflow:
+    """The ``wf`` of the workflow whose code runs now, for library code that was not
+    handed it (``plait.current_workflow().stream("agent")``). ``RuntimeError`` outside
+    a workflow's code, and inside a step body (a step takes no steps of its own)."""
+    if CURRENT_STEP.get() is not None:
+        raise RuntimeError(
+            "plait.current_workflow() called inside a step body: workflow methods are "
+            "for the workflow's code; in a step, use plait.current_step()"
+        )
+    replay = CURRENT_REPLAY.get()
+    workflow = None if replay is None else replay.workflow
+    if workflow is None:
+        raise RuntimeError(
+            "plait.current_workflow() called outside a workflow: it works only in the code "
+            "of a workflow plait runs (and the tasks it starts)"
+        )
+    return workflow

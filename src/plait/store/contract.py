@@ -16,13 +16,17 @@ from typing import Any, Protocol
 
 from plait.clock import Clock
 from plait.notify import Notifier
-from plait.records import Run, RunSummary, Step, StepAttempt
-from plait.statuses import RequestStatusName, RunStatusName
+from plait.records import Run, RunSummary, Step, StepAttempt, StreamEntry
+from plait.statuses import RequestStatusName, RunStatusName, StepStatusName
 from plait.store.ops import Batch, CancelChildren, CancelCut, EndRun, Op, StepEnd
 from plait.store.rows import (
+    ANY_SCOPE,
+    Brake,
+    ClaimScope,
     DecisionRow,
     GateRow,
     Lease,
+    LeaseRenewal,
     NewRun,
     PassSnapshot,
     Pending,
@@ -33,7 +37,9 @@ from plait.store.rows import (
     RunFilter,
     ScheduleRow,
     StepJob,
+    StreamWrite,
     Version,
+    WorkerRow,
 )
 
 
@@ -69,6 +75,12 @@ class Store(Protocol):
 
     # runs and their records
     async def create_run(self, new: NewRun) -> tuple[Run, bool]: ...
+    async def create_runs(self, news: Sequence[NewRun]) -> list[tuple[Run, bool]]:
+        """Each of ``news`` created as ``create_run`` creates it alone, in order, all in
+        one transaction: a later one sees the earlier ones (an id or a de-duplication key
+        given twice gives the first's run)."""
+        ...
+
     async def get_run(self, run_id: str) -> Run | None: ...
     async def run_statuses(self, run_ids: Sequence[str]) -> dict[str, str]:
         """The status of each of ``run_ids`` that exists, in one read: one look for
@@ -99,8 +111,20 @@ class Store(Protocol):
         plain read: it takes no lease and writes nothing."""
         ...
 
-    async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool: ...
-    async def claim_due_runs(self, owner: str, lease_seconds: float, limit: int) -> list[str]: ...
+    async def claim_run(
+        self, run_id: str, owner: str, lease_seconds: float, scope: ClaimScope = ANY_SCOPE
+    ) -> bool:
+        """Lease the running run ``run_id`` to ``owner`` if no live lease holds it, it
+        is in ``scope`` and neither its workflow nor its queue is paused."""
+        ...
+
+    async def claim_due_runs(
+        self, owner: str, lease_seconds: float, limit: int, scope: ClaimScope = ANY_SCOPE
+    ) -> list[str]:
+        """Lease up to ``limit`` due running runs of ``scope`` to ``owner``, soonest due
+        first, leaving out those of a paused workflow or queue."""
+        ...
+
     async def commit(self, batch: Batch) -> bool:
         """Write the batch in one transaction; with ``release_wakeups_seen``, give the run back and
         say whether it is due again at once. A fenced batch raises ``LeaseLostError``
@@ -118,11 +142,12 @@ class Store(Protocol):
         lease_seconds: float,
         holding: Sequence[str],
         stepping: Sequence[str] = (),
-    ) -> set[str]:
+    ) -> LeaseRenewal:
         """Extend the leases ``owner`` holds on the runs in ``holding`` (those it drives:
         a worker knows them, and the store need not look leases up) and on its jobs.
-        Returns the runs that ended meanwhile among those it holds and those whose queued
-        steps it is running (``stepping``): their work in this process must stop."""
+        Says which runs ended meanwhile among those it holds and those whose queued steps
+        it is running (``stepping``), which runs of ``holding`` are no longer its own,
+        and which jobs it holds: work whose lease is gone must stop, and start nothing."""
         ...
 
     def lease_keeper(self) -> LeaseKeeper | None:
@@ -133,7 +158,13 @@ class Store(Protocol):
     async def leases_of(self, worker_id: str, owner: str) -> list[Lease]: ...
     async def expire_leases(self, leases: Sequence[Lease]) -> int: ...
     async def sweep_idle(self, base: float = 30.0, cap: float = 600.0, limit: int = 100) -> int: ...
-    async def next_due(self, functions: Sequence[str] | None = None) -> float | None: ...
+    async def next_due(
+        self, functions: Sequence[str] | None = None, scope: ClaimScope = ANY_SCOPE
+    ) -> float | None:
+        """When the next pass of a run ``claim_due_runs`` would take with ``scope`` is
+        due (``functions`` None), or the next job of ``functions``."""
+        ...
+
     async def job_depths(self) -> dict[str, int]:
         """Queued steps a worker could claim now, per function: due (not in a retry's
         back-off), of running runs, held by no live lease (a dead worker's expired one
@@ -277,11 +308,12 @@ class Store(Protocol):
         limit: int,
         queues: Sequence[QueueLimits],
         status: RunStatusName,
+        scope: ClaimScope = ANY_SCOPE,
     ) -> list[str]:
-        """Admit up to ``limit`` due ``queued`` runs, highest priority first, within the
-        limits of ``queues`` (a queue not given has none), and lease them to ``owner``,
-        in one conditional write: they are ``status`` (an admitted run's) and this
-        worker's to drive."""
+        """Admit up to ``limit`` due ``queued`` runs of ``scope``, highest priority
+        first, within the limits of ``queues`` (a queue not given has none), and lease them
+        to ``owner``, in one conditional write: they are ``status`` (an admitted run's) and
+        this worker's to drive. A run of a paused workflow or queue waits."""
         ...
 
     async def next_queued(self) -> float | None:
@@ -296,6 +328,45 @@ class Store(Protocol):
         ...
 
     async def queue_depths(self) -> list[QueueDepth]: ...
+
+    # brakes: paused workflows and queues
+    async def pause(
+        self, kind: str, name: str, status: RunStatusName, from_status: RunStatusName
+    ) -> list[str]:
+        """Pause workflow or queue ``name`` (``kind``: ``workflow`` or ``queue``) for
+        every process: no claim takes its runs from now on, and those of its runs that
+        are ``from_status`` with no live lease become ``status`` (``park_braked``).
+        Returns the runs that moved. Pausing it again changes nothing."""
+        ...
+
+    async def unpause(
+        self, kind: str, name: str, status: RunStatusName, paused: RunStatusName
+    ) -> list[str]:
+        """Resume workflow or queue ``name``: every run ``paused`` that no other brake
+        holds becomes ``status``, due at once. Returns them."""
+        ...
+
+    async def park_braked(self, status: RunStatusName, from_status: RunStatusName) -> list[str]:
+        """Runs ``from_status`` of a paused workflow or queue that no live lease holds
+        (a pass that held one ended, or its worker died) become ``status``."""
+        ...
+
+    async def list_brakes(self) -> list[Brake]:
+        """The paused workflows and queues."""
+        ...
+
+    # the worker registry
+    async def put_worker(self, row: WorkerRow) -> None:
+        """Record a worker, or its heartbeat (``seen_at``) when it is recorded."""
+        ...
+
+    async def list_workers(self, seen_since: float) -> list[WorkerRow]:
+        """Workers seen at ``seen_since`` or later, oldest first."""
+        ...
+
+    async def forget_workers(self, seen_before: float) -> None:
+        """Delete the records of workers last seen before ``seen_before``."""
+        ...
 
     # schedules
     async def put_schedule(self, row: ScheduleRow) -> bool:
@@ -350,9 +421,33 @@ class Store(Protocol):
         """The run's published values (JSON text) by key."""
         ...
 
+    # streams
+    async def append_stream(
+        self, run_id: str, writes: Sequence[StreamWrite], live: Sequence[RunStatusName]
+    ) -> int:
+        """Append ``writes`` (step attempts' entries, in order) as ``data`` entries at
+        their streams' next offsets, in one transaction, if the run is one of ``live``;
+        an entry of an attempt already reset (a late flush of a process that lost it) is
+        left out. Returns how many were written. A workflow's own entries ride with its
+        pass's batch (``AppendStream``); a failed or interrupted attempt's ``reset`` and a
+        run's ``end`` are written by the store in the transaction that ends them."""
+        ...
+
+    async def read_stream(
+        self, run_id: str, stream: str, after: int, limit: int, settled: StepStatusName | None
+    ) -> list[StreamEntry]:
+        """Up to ``limit`` entries of the stream with offsets above ``after``, in order.
+        With ``settled`` (the status of a step whose latest attempt succeeded), only the
+        workflow's own entries, the ends, and the entries of attempts that succeeded."""
+        ...
+
+    async def stream_names(self, run_id: str) -> list[str]:
+        """The streams the run has written to, by name."""
+        ...
+
     async def run_marks(self, run_id: str) -> tuple[Any, ...] | None:
         """A few numbers and times that change whenever the run, its steps, values,
-        decisions or children change (None: no such run), read without reading any of
+        decisions, children or streams change (None: no such run), read without reading any of
         them: a follower reads the run again only when these moved."""
         ...
 

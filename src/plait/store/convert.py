@@ -7,7 +7,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from plait import serde, tags
-from plait.records import Run, RunStatus, RunSummary, Schedule, Step, StepAttempt, StepStatus
+from plait.records import (
+    Run,
+    RunStatus,
+    RunSummary,
+    Schedule,
+    Step,
+    StepAttempt,
+    StepStatus,
+    StreamEntry,
+)
 from plait.store.rows import RunRow, ScheduleRow, StepRow, Version
 
 
@@ -90,7 +99,7 @@ def step_record(row: StepRow) -> Step:
 
 
 def attempt_record(row: Any) -> StepAttempt:
-    run_id, key, attempt, status, output, error, started_at, finished_at = row
+    run_id, key, attempt, status, output, error, started_at, finished_at, worker = row
     return StepAttempt(
         run_id=run_id,
         key=key,
@@ -100,6 +109,7 @@ def attempt_record(row: Any) -> StepAttempt:
         error=_json(error),
         started_at=ts(started_at),
         finished_at=ts_or_none(finished_at),
+        worker=worker,
     )
 
 
@@ -202,3 +212,9 @@ def run_summary(row: Any) -> RunSummary:
         children=int(row[15]) if len(row) > 15 else 0,
         tags=tags.loads(stored_tags),
     )
+
+
+def stream_entry(row: Any) -> StreamEntry:
+    """A stored stream entry: ("offset", kind, value, step_key, attempt, at)."""
+    offset, kind, value, step_key, attempt, at = row
+    return StreamEntry(int(offset), kind, _json(value), attempt, ts(at), step_key)

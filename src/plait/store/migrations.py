@@ -39,10 +39,11 @@ FUNCTION_FILES = (
     "schedules",
     "events",
     "retention",
+    "streams",
 )
 #: the version of those functions: raised with every change to them, so that a database
 #: whose functions a newer plait applied is refused by an older one, as a newer schema is
-FUNCTIONS_VERSION = 9
+FUNCTIONS_VERSION = 12
 
 
 @dataclasses.dataclass(frozen=True)

@@ -137,6 +137,16 @@ class SetTags:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class AppendStream:
+    """Append ``value`` (JSON) to the run's stream ``stream``: a write of the workflow
+    itself (``wf.stream``), recorded once by its step, in the same transaction. A batch
+    committed after its run ended elsewhere leaves it out (the stream has ended)."""
+
+    stream: str
+    value: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class GuardStep:
     """Refuse the whole batch (``GateClosedError``) unless the step's stored status is
     still ``status``: a pass closing an approval gate must not overwrite a decision that
@@ -277,6 +287,7 @@ Op = (
     | CancelChildren
     | SetValue
     | SetTags
+    | AppendStream
     | GuardStep
     | TakeDecision
     | TakeRequest

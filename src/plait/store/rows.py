@@ -209,6 +209,49 @@ class QueueLimits:
 
 
 @dataclasses.dataclass(frozen=True)
+class ClaimScope:
+    """Which runs a worker claims (drives, admits): those of ``workflows`` (None: any),
+    and, with ``graphs``, of any graph stored at run time (their definitions are data
+    every process can run); in one of ``queues`` (None: any; a run started on no queue
+    is in ``plait.queues.DEFAULT_QUEUE``). A worker passes what its app registers, so it
+    never claims a run whose code it lacks."""
+
+    workflows: tuple[str, ...] | None = None
+    graphs: bool = True
+    queues: tuple[str, ...] | None = None
+
+
+#: every run: what a caller that names no scope claims
+ANY_SCOPE = ClaimScope()
+
+
+@dataclasses.dataclass(frozen=True)
+class Brake:
+    """A paused workflow (``kind`` ``workflow``) or queue (``queue``), since
+    ``paused_at``: no process claims its runs until it is resumed."""
+
+    kind: str
+    name: str
+    paused_at: float
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerRow:
+    """A worker process as it recorded itself (``plait_workers``); ``seen_at`` is its
+    last heartbeat. ``queues`` None: every queue."""
+
+    id: str
+    host: str
+    pid: int
+    app: str
+    version: str
+    queues: tuple[str, ...] | None
+    workflows: tuple[str, ...]
+    started_at: float
+    seen_at: float
+
+
+@dataclasses.dataclass(frozen=True)
 class QueueDepth:
     """How many runs of a queue wait and how many hold a slot (``queue`` None: runs
     delayed without a queue)."""
@@ -346,6 +389,20 @@ class Pending:
 
 
 @dataclasses.dataclass(frozen=True)
+class LeaseRenewal:
+    """What a renewal of a worker's leases found (``Store.renew_leases``)."""
+
+    #: runs that ended meanwhile among those it holds (cancelled from elsewhere) and
+    #: among those whose queued steps it runs: their work in this process must stop
+    ended: frozenset[str] = frozenset()
+    #: runs among those it holds whose lease is no longer its own (it ran out and another
+    #: worker took it, or was given up): nothing more of them may start here
+    lost: frozenset[str] = frozenset()
+    #: the jobs (run id, step key) it holds, their leases renewed
+    jobs: frozenset[tuple[str, str]] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
 class Lease:
     """A lease as read by ``Store.leases_of``: expiring it needs the exact values read,
     so a lease its holder renewed since then is left alone."""
@@ -356,3 +413,14 @@ class Lease:
     step_key: str
     owner: str
     until: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamWrite:
+    """A ``data`` entry a step attempt's body wrote (``ctx.stream``), waiting to be
+    appended: its stream, its value (JSON text), and the step and attempt that wrote it."""
+
+    stream: str
+    value: str | None
+    step_key: str
+    attempt: int

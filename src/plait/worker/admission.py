@@ -53,14 +53,21 @@ class Admission(WorkerState):
             self.wake_admissions.clear()
             wait = self.poll_interval
             admitted: list[str] = []
+            since = time.monotonic()
             free = max(0, self.concurrency - len(self.driving))
             blocked = None
             try:
                 due = await self.store.next_queued()
                 now = self.clock.now()
                 if due is not None and due <= now and free:
+                    since = time.monotonic()
                     admitted = await self.store.admit_runs(
-                        self.owner, self.lease, free, self.queue_limits(), runs.ADMITTED
+                        self.owner,
+                        self.lease,
+                        free,
+                        self.queue_limits(),
+                        runs.ADMITTED,
+                        self.claim_scope(),
                     )
                     if len(admitted) < free:
                         # what is still due waits for a slot or the rate window
@@ -72,7 +79,7 @@ class Admission(WorkerState):
             self.admission_blocked_at = blocked
             for run_id in admitted:
                 self.notifier.run_changed(run_id, settled=False)
-                self.drive(run_id, claimed=True)
+                self.drive(run_id, claimed=True, since=since)
             if admitted and len(admitted) == free:
                 await asyncio.sleep(0)
                 continue

@@ -44,12 +44,14 @@ class Jobs(WorkerState):
                 full_until = 0.0
             self.wake_steps.clear()
             # read each time: a function registered after start-up is worked too
-            functions = [name for name, f in self.catalog.app.functions.items() if f.queued]
+            functions = self.job_functions()
             if not functions:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake_steps.wait(), self.poll_interval)
                 continue
             limited = [q for q in self.queue_limits() if q.functions]
+            if self.only_queues is not None:
+                limited = [q for q in limited if q.name in self.only_queues]
             in_limited = limited_functions(limited)
             functions = [name for name in functions if name not in in_limited]
             try_limited = bool(limited) and time.monotonic() >= full_until
@@ -57,6 +59,7 @@ class Jobs(WorkerState):
             jobs: list[StepJob] = []
             looking = functions + (sorted(in_limited) if try_limited else [])
             if free and looking and (more or await self._due(self.wake_steps, looking)):
+                since = time.monotonic()
                 try:
                     if functions:
                         jobs = await self.store.claim_step_jobs(
@@ -73,6 +76,7 @@ class Jobs(WorkerState):
                 except Exception:
                     log.exception("claiming step jobs failed; retrying")
                 more = len(jobs) == free
+                self.jobs_leased([(job.run_id, job.step_key) for job in jobs], since)
                 for job in jobs:
                     key = (job.run_id, job.step_key)
                     task = self.spawn(self._run_job(job), name=f"plait-step-{job.step_key}")
@@ -80,6 +84,7 @@ class Jobs(WorkerState):
 
                     def forget(_task: asyncio.Task[Any], key: tuple[str, str] = key) -> None:
                         self.stepping.pop(key, None)
+                        self.job_leases.pop(key, None)
 
                     task.add_done_callback(forget)
             elif free and not looking:

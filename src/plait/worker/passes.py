@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 from plait.cancel_guard import uncancelled
@@ -26,9 +27,20 @@ log = logging.getLogger("plait.worker")
 class Passes(WorkerState):
     """Passes: drive a run, one pass, the pass loop, waiting for due work."""
 
-    def drive(self, run_id: str, *, claimed: bool = False, follow: bool = False) -> None:
+    def drive(
+        self,
+        run_id: str,
+        *,
+        claimed: bool = False,
+        follow: bool = False,
+        since: float | None = None,
+    ) -> None:
         """Run passes of ``run_id`` in this process until it pauses (or ends, if
-        ``follow``: an inline run on an engine without worker loops keeps its driver)."""
+        ``follow``: an inline run on an engine without worker loops keeps its driver).
+        A ``claimed`` run's lease was taken by a request sent at ``since`` (the monotonic
+        clock; None: unknown, and its first step body asks the store first)."""
+        if claimed and since is not None:
+            self.leased([run_id], since)
         if self.stopping:
             return
         existing = self.driving.get(run_id)
@@ -50,6 +62,7 @@ class Passes(WorkerState):
             self.drive(run_id, claimed=True)
 
     def _done_driving(self, run_id: str) -> None:
+        self.run_leases.pop(run_id, None)
         if self.driving.pop(run_id, None) is not None and len(self.driving) == self.concurrency - 1:
             # a full worker has a slot again: the pass loop, which found none, may claim
             self.wake_passes.set()
@@ -63,7 +76,12 @@ class Passes(WorkerState):
             again = False
             async with self.slots:
                 try:
-                    got = claimed or await self.store.claim_run(run_id, self.owner, self.lease)
+                    since = time.monotonic()
+                    got = claimed or await self.store.claim_run(
+                        run_id, self.owner, self.lease, self.claim_scope()
+                    )
+                    if got and not claimed:
+                        self.leased([run_id], since)
                 except Exception:
                     log.warning("run %s: claiming failed; retrying", run_id)
                     got = False
@@ -102,7 +120,15 @@ class Passes(WorkerState):
         return True
 
     async def _one_pass(self, run_id: str) -> bool:
-        """One pass under the lease we hold; True if another is due right away."""
+        """One pass under the lease we hold; True if another is due right away. The lease
+        is given back (or lost) with the pass, and its deadline goes with it: a renewal
+        that finds the run released between passes takes nothing from this process."""
+        try:
+            return await self._pass_under_lease(run_id)
+        finally:
+            self.run_leases.pop(run_id, None)
+
+    async def _pass_under_lease(self, run_id: str) -> bool:
         try:
             snapshot = await self.store.load_pass(run_id)
             if snapshot is None:
@@ -116,6 +142,7 @@ class Passes(WorkerState):
                 with self.telemetry.passing(snapshot.run) as report:
                     result = await execute_pass(self, snapshot, self.owner)
                     report.status = result.status
+            self.run_leases.pop(run_id, None)  # no body starts after the pass
             again = result.again
             if again is None:
                 seen = -1 if self.stopping else snapshot.run.wakeups
@@ -137,6 +164,9 @@ class Passes(WorkerState):
             await self._release_after_error(run_id)
             return False
         self.run_changed(run_id, result.status, snapshot.run.workflow)
+        if result.status == "running" and self.braked(snapshot.run.workflow, snapshot.run.queue):
+            # it stopped for a brake and gave the run back: it waits ``paused`` now
+            await self.park_braked()
         if self.telemetry is not None and result.status != "running":
             self.telemetry.run_ended(run_id, snapshot.run.workflow, result.status, result.error)
         for child in result.children:
@@ -179,13 +209,16 @@ class Passes(WorkerState):
             free = max(0, self.concurrency - len(self.driving))
             claimed: list[str] = []
             if free and (more or await self._due(self.wake_passes, None)):
+                since = time.monotonic()
                 try:
-                    claimed = await self.store.claim_due_runs(self.owner, self.lease, free)
+                    claimed = await self.store.claim_due_runs(
+                        self.owner, self.lease, free, self.claim_scope()
+                    )
                 except Exception:
                     log.exception("claiming due runs failed; retrying")
                 more = len(claimed) == free
                 for run_id in claimed:
-                    self.drive(run_id, claimed=True)
+                    self.drive(run_id, claimed=True, since=since)
             if not (claimed and len(claimed) == free):
                 await self._idle(self.wake_passes)
 
@@ -193,7 +226,7 @@ class Passes(WorkerState):
         """Whether anything is due now (runs, or jobs for ``functions``); a cheap read
         that spares the claim's write when there is nothing to take."""
         try:
-            due = await self.store.next_due(functions)
+            due = await self.store.next_due(functions, self.claim_scope())
         except Exception:
             log.exception("reading the queue failed; retrying")
             return False

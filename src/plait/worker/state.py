@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Collection
 from typing import Any, Protocol
 
 from plait import serde
@@ -22,9 +22,10 @@ from plait.clock import Clock
 from plait.notify import Notifier
 from plait.observe import Telemetry
 from plait.records import Run
+from plait.runtime.streams import StreamWriter
 from plait.store.contract import Store
 from plait.store.ops import Batch
-from plait.store.rows import QueueLimits
+from plait.store.rows import ClaimScope, QueueLimits
 from plait.worker.stall_guard import StallGuard
 
 
@@ -54,11 +55,15 @@ class WorkerState(abc.ABC):
     lease: float
     commit: CommitBatch
     stall_guard: StallGuard
+    streams: StreamWriter
 
     # -- its work in hand
     driving: dict[str, asyncio.Task[Any]]
     stepping: dict[tuple[str, str], asyncio.Task[Any]]
     attempting: dict[tuple[str, str], asyncio.Task[Any]]
+    #: the monotonic deadlines of the run leases held (a run's pass), and of the jobs'
+    run_leases: dict[str, float]
+    job_leases: dict[tuple[str, str], float]
     tasks: set[asyncio.Task[Any]]
     slots: asyncio.Semaphore
     stopping: bool
@@ -70,6 +75,15 @@ class WorkerState(abc.ABC):
     deadline_look_at: float | None
     steps_run: int
     pruned: int
+    #: ``plait worker --workflows``: the only workflows it works (None: its app's)
+    only_workflows: tuple[str, ...] | None
+    #: ``plait worker --queues``: the only queues it works (None: every queue)
+    only_queues: tuple[str, ...] | None
+    #: the paused workflows and queues, (kind, name), as last read
+    brakes: frozenset[tuple[str, str]]
+    #: when it started (the clock's time) and when its next heartbeat is due (monotonic)
+    started_at: float
+    next_beat: float
 
     # -- its wake-ups
     wake_passes: asyncio.Event
@@ -116,7 +130,14 @@ class WorkerState(abc.ABC):
 
     # -- passes (passes.py)
     @abc.abstractmethod
-    def drive(self, run_id: str, *, claimed: bool = False, follow: bool = False) -> None: ...
+    def drive(
+        self,
+        run_id: str,
+        *,
+        claimed: bool = False,
+        follow: bool = False,
+        since: float | None = None,
+    ) -> None: ...
 
     @abc.abstractmethod
     async def _due(self, wake: asyncio.Event, functions: list[str] | None) -> bool: ...
@@ -128,6 +149,38 @@ class WorkerState(abc.ABC):
     @abc.abstractmethod
     def queue_limits(self) -> list[QueueLimits]: ...
 
+    # -- scope and brakes (brakes.py)
+    @abc.abstractmethod
+    def claim_scope(self) -> ClaimScope: ...
+
+    @abc.abstractmethod
+    def job_functions(self) -> list[str]: ...
+
+    @abc.abstractmethod
+    def braked(self, workflow: str, queue: str | None) -> bool: ...
+
+    @abc.abstractmethod
+    async def refresh_brakes(self) -> None: ...
+
+    @abc.abstractmethod
+    async def park_braked(self) -> None: ...
+
+    @abc.abstractmethod
+    async def announce(self) -> None: ...
+
+    # -- registry (registry.py)
+    @abc.abstractmethod
+    async def beat(self, *, force: bool = False) -> None: ...
+
     # -- leases (leases.py)
     @abc.abstractmethod
-    def cancel_local(self, run_ids: list[str] | set[str]) -> None: ...
+    def cancel_local(self, run_ids: Collection[str]) -> None: ...
+
+    @abc.abstractmethod
+    async def keep_lease(self, run_id: str, key: str | None = None) -> bool: ...
+
+    @abc.abstractmethod
+    def leased(self, run_ids: list[str] | set[str], since: float) -> None: ...
+
+    @abc.abstractmethod
+    def jobs_leased(self, keys: list[tuple[str, str]], since: float) -> None: ...

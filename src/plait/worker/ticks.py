@@ -133,8 +133,9 @@ class Ticks(WorkerState):
             kind=kind,
             version=version,
             # not checked against this process's limits again: they were when the schedule
-            # was made, and PostgreSQL's jsonb may spell a stored number longer than it came
-            # (1e300 as 301 digits), so a second measure could refuse what was accepted
+            # was made, and a definition PostgreSQL stored as jsonb (before schema 6) may
+            # spell a number longer than it came (1e300 as 301 digits), so a second measure
+            # could refuse what was accepted
             input=serde.dumps(data, what=f"the input of schedule {name!r}"),
             owner=owner,
             status=runs.initial_status(queue is not None),

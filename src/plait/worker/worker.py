@@ -29,13 +29,16 @@ from plait.clock import SYSTEM_CLOCK, Clock
 from plait.notify import Notifier
 from plait.observe import Telemetry
 from plait.records import SETTLED, Run, RunStatus
+from plait.runtime.streams import StreamWriter
 from plait.store.contract import Store
 from plait.store.ops import Batch
 from plait.worker.admission import Admission
+from plait.worker.brakes import Brakes
 from plait.worker.deadlines import Deadlines
 from plait.worker.jobs import Jobs
 from plait.worker.leases import Leases
 from plait.worker.passes import Passes
+from plait.worker.registry import Registry
 from plait.worker.retention import Retention
 from plait.worker.stall_guard import StallGuard
 from plait.worker.ticks import Ticks
@@ -59,7 +62,7 @@ def _dead_here(owner: str) -> bool:
     return False
 
 
-class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention):
+class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention, Brakes, Registry):
     """Drives runs and runs job steps of one database. ``owner`` is this process's lease
     name. With ``take_work`` off it only drives what this process starts inline."""
 
@@ -79,6 +82,8 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention):
         retain: float | None = None,
         clock: Clock = SYSTEM_CLOCK,
         telemetry: Telemetry | None = None,
+        only_workflows: tuple[str, ...] | None = None,
+        only_queues: tuple[str, ...] | None = None,
     ) -> None:
         self.store = store
         #: the time of timers and leases (the store's clock: they compare with its rows)
@@ -105,6 +110,8 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention):
         self.stepping: dict[tuple[str, str], asyncio.Task[Any]] = {}
         #: the jobs of ``stepping`` whose bodies run now (begun, not ending yet)
         self.attempting: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        self.run_leases: dict[str, float] = {}
+        self.job_leases: dict[tuple[str, str], float] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self.wake_passes = asyncio.Event()
         self.wake_steps = asyncio.Event()
@@ -136,7 +143,14 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention):
         self.loops: list[asyncio.Task[Any]] = []
         self._lease_task: asyncio.Task[Any] | None = None
         self.steps_run = 0
+        self.only_workflows = only_workflows
+        self.only_queues = only_queues
+        self.brakes = frozenset()
+        self.started_at = clock.now()
+        self.next_beat = 0.0
         #: keeps the leases while a step blocks the event loop
+        #: where step bodies' stream entries go, committed in batches
+        self.streams = StreamWriter(store.append_stream, self.stream_written, self.limits)
         self.stall_guard = StallGuard(store, self.owner, lease_seconds, self.holding)
 
     def holding(self) -> list[str]:
@@ -151,6 +165,11 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention):
 
     def ended_elsewhere(self, run_id: str) -> None:
         self.cancel_local([run_id])
+
+    def stream_written(self, run_id: str) -> None:
+        # entries of a step committed: their readers here look (other processes hear
+        # of them from the store)
+        self.notifier.local_run_changed(run_id, settled=False)
 
     def published(self, run_id: str) -> None:
         # a value committed mid-pass: the run goes on, so waiters for its end sleep on

@@ -3,9 +3,10 @@ filters, queue limits, a child's end as the schema's row and composite types) an
 comes back (records as rows), the ``timestamptz`` codec every connection uses, and the
 SQLSTATEs the schema's functions raise.
 
-JSON arrives as encoded text, is stored as ``jsonb`` and comes back as text, so
-``store.convert`` works unchanged. Times cross the store boundary as unix seconds (floats),
-like the SQLite store, and are ``timestamptz`` in the database.
+JSON arrives as encoded text, is stored as ``json`` (the text as plait wrote it: ``jsonb``
+would change numbers) and comes back as that text, so ``store.convert`` works unchanged.
+Times cross the store boundary as unix seconds (floats), like the SQLite store, and are
+``timestamptz`` in the database.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from plait.errors import GateClosedError, LeaseLostError, RunEndedElsewhereError
 from plait.store import convert
 from plait.store.ops import (
     AnswerRequest,
+    AppendStream,
     Batch,
     CancelChildren,
     CancelJob,
@@ -105,12 +106,14 @@ def op_value(op: Op) -> tuple[Any, ...]:
     if isinstance(op, CreateChildRun):
         return ("create_child_run", *(None,) * 11, new_run_value(op.run), None, None, None)
     if isinstance(op, SetState):
-        # the value rides in the output column (both are jsonb)
+        # the value rides in the output column (both are json)
         return ("set_state", *(None,) * 4, op.value, *(None,) * 7, op.name, None, None)
     if isinstance(op, SetValue):
         return ("set_value", *(None,) * 4, op.value, *(None,) * 7, op.key, None, None)
     if isinstance(op, SetTags):
         return ("set_tags", *(None,) * 4, op.tags, *(None,) * 10)
+    if isinstance(op, AppendStream):
+        return ("append_stream", *(None,) * 4, op.value, *(None,) * 7, op.stream, None, None)
     if isinstance(op, RecordVersion):
         return ("record_version", *(None,) * 12, op.version, None, None)
     if isinstance(op, SendEvent):

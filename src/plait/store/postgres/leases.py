@@ -7,30 +7,48 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
+from typing import Any
 
 import asyncpg
 
 from plait.clock import Clock
+from plait.queues import DEFAULT_QUEUE
 from plait.store.contract import LeaseKeeper
 from plait.store.postgres.codec import set_codecs
 from plait.store.postgres.part import Part
-from plait.store.rows import Lease, Pending
+from plait.store.rows import ANY_SCOPE, ClaimScope, Lease, LeaseRenewal, Pending
 
 
 class Leases(Part):
     """Claims, leases and what is due."""
 
-    async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool:
+    async def claim_run(
+        self, run_id: str, owner: str, lease_seconds: float, scope: ClaimScope = ANY_SCOPE
+    ) -> bool:
         now = self._now()
         got = await self._call(
-            "fetchval", self._q["claim_run"], run_id, owner, now + lease_seconds, now
+            "fetchval",
+            self._q["claim_run"],
+            run_id,
+            owner,
+            now + lease_seconds,
+            now,
+            *scope_args(scope),
         )
         return got is not None
 
-    async def claim_due_runs(self, owner: str, lease_seconds: float, limit: int) -> list[str]:
+    async def claim_due_runs(
+        self, owner: str, lease_seconds: float, limit: int, scope: ClaimScope = ANY_SCOPE
+    ) -> list[str]:
         now = self._now()
         rows = await self._call(
-            "fetch", self._q["claim_due_runs"], owner, now + lease_seconds, now, limit
+            "fetch",
+            self._q["claim_due_runs"],
+            owner,
+            now + lease_seconds,
+            now,
+            limit,
+            *scope_args(scope),
         )
         return [r["id"] for r in rows]
 
@@ -40,12 +58,17 @@ class Leases(Part):
         lease_seconds: float,
         holding: Sequence[str],
         stepping: Sequence[str] = (),
-    ) -> set[str]:
+    ) -> LeaseRenewal:
         until = self._now() + lease_seconds
         rows = await self._call(
             "fetch", self._q["renew_leases"], owner, until, list(stepping), list(holding)
         )
-        return {r["id"] for r in rows}
+        found: dict[str, set[Any]] = {"ended": set(), "lost": set(), "job": set()}
+        for r in rows:
+            found[r["what"]].add(r["id"] if r["what"] != "job" else (r["id"], r["key"]))
+        return LeaseRenewal(
+            frozenset(found["ended"]), frozenset(found["lost"]), frozenset(found["job"])
+        )
 
     def lease_keeper(self) -> LeaseKeeper | None:
         return ThreadLeaseKeeper(
@@ -87,11 +110,15 @@ class Leases(Part):
             self._listener.publish("work", "")
         return swept
 
-    async def next_due(self, functions: Sequence[str] | None = None) -> float | None:
-        """When the next run pass (``functions`` None) or job for ``functions`` is due,
-        counting a leased one as due when its lease runs out."""
+    async def next_due(
+        self, functions: Sequence[str] | None = None, scope: ClaimScope = ANY_SCOPE
+    ) -> float | None:
+        """When the next run pass (``functions`` None) of ``scope`` or job for
+        ``functions`` is due, counting a leased one as due when its lease runs out."""
         if functions is None:
-            due = await self._call("fetchval", self._q["next_due_runs"], read=True)
+            due = await self._call(
+                "fetchval", self._q["next_due_runs"], *scope_args(scope), read=True
+            )
         else:
             due = await self._call("fetchval", self._q["next_due_jobs"], list(functions), read=True)
         return float(due) if due is not None else None
@@ -110,6 +137,13 @@ class Leases(Part):
             float(tick) if tick is not None else None,
             float(deadline) if deadline is not None else None,
         )
+
+
+def scope_args(scope: ClaimScope) -> tuple[object, ...]:
+    """A claim's scope as the last four parameters of its statement (``claim_run``)."""
+    workflows = None if scope.workflows is None else list(scope.workflows)
+    queues = None if scope.queues is None else list(scope.queues)
+    return (workflows, scope.graphs, queues, DEFAULT_QUEUE)
 
 
 class ThreadLeaseKeeper:

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 
 from plait.statuses import RunStatusName
 from plait.store.postgres.codec import queue_arrays, step_job
+from plait.store.postgres.leases import scope_args
 from plait.store.postgres.part import Part
-from plait.store.rows import QueueDepth, QueueLimits, StepJob
+from plait.store.rows import ANY_SCOPE, ClaimScope, QueueDepth, QueueLimits, StepJob
 
 
 class Queues(Part):
@@ -22,6 +23,7 @@ class Queues(Part):
         limit: int,
         queues: Sequence[QueueLimits],
         status: RunStatusName,
+        scope: ClaimScope = ANY_SCOPE,
     ) -> list[str]:
         now = self._now()
         rows = await self._call(
@@ -33,6 +35,7 @@ class Queues(Part):
             limit,
             *queue_arrays(queues),
             status,
+            *scope_args(scope),
         )
         return [r[0] for r in rows]
 

@@ -47,6 +47,9 @@ class Runs(Part):
     async def create_run(self, new: NewRun) -> tuple[Run, bool]:
         return await self._starts(new)
 
+    async def create_runs(self, news: Sequence[NewRun]) -> list[tuple[Run, bool]]:
+        return await self._create_many(list(news)) if news else []
+
     async def _create_one(self, new: NewRun) -> tuple[Run, bool]:
         row = await self._call("fetchrow", self._q["create_run"], new_run_value(new), self._now())
         return run_record(row["run"]), bool(row["created"])

@@ -36,6 +36,7 @@ from plait.notify import Notifier
 from plait.records import Run
 from plait.store import queries
 from plait.store.migrations import functions, migrations
+from plait.store.postgres.brakes import Brakes
 from plait.store.postgres.commit import Commits, first_attempts_statement, op_value
 from plait.store.postgres.group import GroupCommit, Together
 from plait.store.postgres.jobs import Jobs
@@ -53,6 +54,7 @@ from plait.store.postgres.queues import Queues
 from plait.store.postgres.requests import Requests
 from plait.store.postgres.runs import Runs
 from plait.store.postgres.schedules import Schedules
+from plait.store.postgres.streams import Streams
 from plait.store.postgres.versions import Versions
 from plait.store.rows import NewRun
 
@@ -79,7 +81,9 @@ _WARM_STATEMENTS = (
 )
 
 
-class PostgresStore(Commits, Runs, Leases, Jobs, Queues, Schedules, Requests, Versions):
+class PostgresStore(
+    Commits, Runs, Leases, Jobs, Queues, Schedules, Requests, Streams, Versions, Brakes
+):
     """A store in one PostgreSQL schema, shared by any number of processes.
 
     ``url`` is a ``postgresql://`` DSN; its query string may also carry ``schema``,

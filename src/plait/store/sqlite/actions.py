@@ -18,7 +18,7 @@ from plait.store.sqlite.part import Part
 from plait.store.sqlite.writer import SQL
 
 #: a held decision waits in a run that has not ended; any other is kept for every run
-_LIVE = ("queued", "running", "suspended")
+_LIVE = ("queued", "running", "suspended", "paused")
 _ANY_STATUS = (*_LIVE, "completed", "failed", "cancelled", "continued")
 #: what a pruned run leaves in each table, the run row itself last
 _PRUNED = (
@@ -31,6 +31,7 @@ _PRUNED = (
     SQL["prune_state"],
     SQL["prune_values"],
     SQL["prune_tags"],
+    SQL["prune_stream_entries"],
     SQL["prune_runs"],
 )
 
@@ -51,7 +52,7 @@ class Actions(Part):
         end = EndRun(status, None, error, parent, cut)
 
         def go(conn: sqlite3.Connection) -> list[str]:
-            apply.require_status(conn, run_id, ("running", "suspended", "queued"), "cancel")
+            apply.require_status(conn, run_id, _LIVE, "cancel")
             return apply.end_run(conn, run_id, end, self._now(), from_suspended=True)
 
         return await self._write(go)

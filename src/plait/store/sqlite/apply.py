@@ -19,6 +19,7 @@ from plait.statuses import STEP_IN_FLIGHT, AttemptStatusName
 from plait.store import convert
 from plait.store.ops import (
     AnswerRequest,
+    AppendStream,
     CancelChildren,
     CancelJob,
     ClearTimer,
@@ -97,6 +98,8 @@ def _apply_rare(conn: sqlite3.Connection, run_id: str, op: Op, now: float) -> No
         cancel_children(conn, run_id, op, now)
     elif isinstance(op, CancelJob):
         cancel_job(conn, run_id, op, now)
+    elif isinstance(op, AppendStream):
+        conn.execute(SQL["append_stream_entry"], (run_id, op.stream, op.value, now))
     elif isinstance(op, SetValue):
         conn.execute(SQL["set_value"], (run_id, op.key, op.value, now))
     elif isinstance(op, SetTags):
@@ -144,7 +147,7 @@ def renew_leases(conn: sqlite3.Connection, owner: str, until: float, holding: st
 
 
 #: the ops that start work, which a batch committed after its run ended does not write
-STARTS_WORK = (CreateChildRun, SetTimer, EnqueueJob, StartAttempt)
+STARTS_WORK = (CreateChildRun, SetTimer, EnqueueJob, StartAttempt, AppendStream)
 
 
 def records_only(ops: Iterable[Op]) -> list[Op]:

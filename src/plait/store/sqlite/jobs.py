@@ -53,8 +53,8 @@ class Jobs(Part):
             if held is None:
                 return False
             status = conn.execute(SQL["run_status"], (job.run_id,)).fetchone()
-            if status is not None and status[0] == "suspended":
-                # keep the job for when the run is resumed; claims skip suspended runs
+            if status is not None and status[0] in ("suspended", "paused"):
+                # keep the job for when the run goes on; claims skip such runs
                 conn.execute(SQL["unlease_job"], (job.run_id, job.step_key))
                 return False
             if status is None or status[0] != "running":

@@ -9,8 +9,9 @@ import sqlite3
 from collections.abc import Sequence
 
 from plait.clock import Clock
+from plait.queues import DEFAULT_QUEUE
 from plait.store.contract import LeaseKeeper
-from plait.store.rows import Lease, Pending
+from plait.store.rows import ANY_SCOPE, ClaimScope, Lease, LeaseRenewal, Pending
 from plait.store.sqlite import apply
 from plait.store.sqlite.part import Part
 from plait.store.sqlite.writer import SQL
@@ -19,21 +20,25 @@ from plait.store.sqlite.writer import SQL
 class Leases(Part):
     """Claims, leases and what is due."""
 
-    async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool:
+    async def claim_run(
+        self, run_id: str, owner: str, lease_seconds: float, scope: ClaimScope = ANY_SCOPE
+    ) -> bool:
         def go(conn: sqlite3.Connection) -> bool:
             now = self._now()
-            cur = conn.execute(SQL["claim_run"], (owner, now + lease_seconds, run_id, now))
+            params = {"owner": owner, "until": now + lease_seconds, "run": run_id, "now": now}
+            cur = conn.execute(SQL["claim_run"], {**params, **scope_params(scope)})
             return cur.rowcount == 1
 
         return await self._write(go)
 
-    async def claim_due_runs(self, owner: str, lease_seconds: float, limit: int) -> list[str]:
+    async def claim_due_runs(
+        self, owner: str, lease_seconds: float, limit: int, scope: ClaimScope = ANY_SCOPE
+    ) -> list[str]:
         def go(conn: sqlite3.Connection) -> list[str]:
             now = self._now()
-            rows = conn.execute(
-                SQL["claim_due_runs"], (owner, now + lease_seconds, now, now, limit)
-            ).fetchall()
-            return [r[0] for r in rows]
+            params = {"owner": owner, "until": now + lease_seconds, "now": now, "limit": limit}
+            rows = conn.execute(SQL["claim_due_runs"], {**params, **scope_params(scope)})
+            return [r[0] for r in rows.fetchall()]
 
         return await self._write(go)
 
@@ -93,13 +98,19 @@ class Leases(Part):
         lease_seconds: float,
         holding: Sequence[str],
         stepping: Sequence[str] = (),
-    ) -> set[str]:
-        def go(conn: sqlite3.Connection) -> set[str]:
+    ) -> LeaseRenewal:
+        def go(conn: sqlite3.Connection) -> LeaseRenewal:
             held = json.dumps(list(holding))
             apply.renew_leases(conn, owner, self._now() + lease_seconds, held)
             ids = json.dumps(list(stepping))
-            rows = conn.execute(SQL["ended_leased_runs"], (owner, held, ids)).fetchall()
-            return {r[0] for r in rows}
+            ended = conn.execute(SQL["ended_leased_runs"], (owner, held, ids)).fetchall()
+            lost = conn.execute(SQL["lost_leased_runs"], (held, owner)).fetchall()
+            jobs = conn.execute(SQL["leased_jobs"], (owner,)).fetchall()
+            return LeaseRenewal(
+                frozenset(r[0] for r in ended),
+                frozenset(r[0] for r in lost),
+                frozenset((r[0], r[1]) for r in jobs),
+            )
 
         return await self._write(go)
 
@@ -108,12 +119,14 @@ class Leases(Part):
             return None
         return ThreadLeaseKeeper(self.path, self.busy_timeout, self.clock)
 
-    async def next_due(self, functions: Sequence[str] | None = None) -> float | None:
-        """When the next run pass (``functions`` None) or job for ``functions`` is due,
-        counting a leased one as due when its lease runs out."""
-        params: tuple[str, ...]
+    async def next_due(
+        self, functions: Sequence[str] | None = None, scope: ClaimScope = ANY_SCOPE
+    ) -> float | None:
+        """When the next run pass (``functions`` None) of ``scope`` or job for
+        ``functions`` is due, counting a leased one as due when its lease runs out."""
+        params: tuple[str, ...] | dict[str, object]
         if functions is None:
-            sql, params = SQL["next_due_runs"], ()
+            sql, params = SQL["next_due_runs"], scope_params(scope)
         else:
             sql, params = SQL["next_due_jobs"], (json.dumps(list(functions)),)
 
@@ -163,3 +176,13 @@ class ThreadLeaseKeeper:
 
     def close(self) -> None:
         self._conn.close()
+
+
+def scope_params(scope: ClaimScope) -> dict[str, object]:
+    """A claim's scope as the named parameters its statement takes (``claim_run``)."""
+    return {
+        "scope_workflows": None if scope.workflows is None else json.dumps(list(scope.workflows)),
+        "scope_graphs": int(scope.graphs),
+        "scope_queues": None if scope.queues is None else json.dumps(list(scope.queues)),
+        "default_queue": DEFAULT_QUEUE,
+    }

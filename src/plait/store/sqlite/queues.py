@@ -9,8 +9,9 @@ import sqlite3
 from collections.abc import Sequence
 
 from plait.statuses import RunStatusName
-from plait.store.rows import QueueDepth, QueueLimits, StepJob
+from plait.store.rows import ANY_SCOPE, ClaimScope, QueueDepth, QueueLimits, StepJob
 from plait.store.sqlite.jobs import claimed
+from plait.store.sqlite.leases import scope_params
 from plait.store.sqlite.part import Part
 from plait.store.sqlite.writer import SQL
 
@@ -25,6 +26,7 @@ class Queues(Part):
         limit: int,
         queues: Sequence[QueueLimits],
         status: RunStatusName,
+        scope: ClaimScope = ANY_SCOPE,
     ) -> list[str]:
         conf = json.dumps([_queue_conf(q) for q in queues])
         rated = {q.name: q.window for q in queues if q.rate is not None}
@@ -38,6 +40,7 @@ class Queues(Part):
                 "owner": owner,
                 "until": now + lease_seconds,
                 "status": status,
+                **scope_params(scope),
             }
             rows = conn.execute(SQL["admit_runs"], params).fetchall()
             _log_admissions(conn, [queue for _id, queue in rows], rated, now)

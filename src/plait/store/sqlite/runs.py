@@ -97,16 +97,23 @@ class Runs(Part):
     """Creating, forking and reading runs, and loading passes."""
 
     async def create_run(self, new: NewRun) -> tuple[Run, bool]:
-        def go(conn: sqlite3.Connection) -> tuple[Run, bool]:
-            created = apply.insert_run(conn, new, self._now())
-            row = conn.execute(_SELECT_RUN, (new.id,)).fetchone()
-            if row is None:
-                # the de-duplication key belongs to a live run: that run is the answer
-                live = conn.execute(SQL["live_dedup_run"], (new.dedup,)).fetchone()
-                row = conn.execute(_SELECT_RUN, (live[0],)).fetchone()
-            return convert.run_record(convert.run_row(row)), created
+        return await self._write(lambda conn: self._create(conn, new, self._now()))
+
+    async def create_runs(self, news: Sequence[NewRun]) -> list[tuple[Run, bool]]:
+        def go(conn: sqlite3.Connection) -> list[tuple[Run, bool]]:
+            now = self._now()
+            return [self._create(conn, new, now) for new in news]
 
         return await self._write(go)
+
+    def _create(self, conn: sqlite3.Connection, new: NewRun, now: float) -> tuple[Run, bool]:
+        created = apply.insert_run(conn, new, now)
+        row = conn.execute(_SELECT_RUN, (new.id,)).fetchone()
+        if row is None:
+            # the de-duplication key belongs to a live run: that run is the answer
+            live = conn.execute(SQL["live_dedup_run"], (new.dedup,)).fetchone()
+            row = conn.execute(_SELECT_RUN, (live[0],)).fetchone()
+        return convert.run_record(convert.run_row(row)), created
 
     async def get_run(self, run_id: str) -> Run | None:
         def go(conn: sqlite3.Connection) -> Run | None:

@@ -22,6 +22,7 @@ from plait.notify import Notifier
 from plait.store import redact
 from plait.store.migrations import migrations
 from plait.store.sqlite.actions import Actions
+from plait.store.sqlite.brakes import Brakes
 from plait.store.sqlite.commit import Commits
 from plait.store.sqlite.jobs import Jobs
 from plait.store.sqlite.leases import Leases
@@ -29,7 +30,9 @@ from plait.store.sqlite.queues import Queues
 from plait.store.sqlite.requests import Requests
 from plait.store.sqlite.runs import Runs
 from plait.store.sqlite.schedules import Schedules
+from plait.store.sqlite.streams import Streams
 from plait.store.sqlite.versions import Versions
+from plait.store.sqlite.wake import WakeChannel
 from plait.store.sqlite.writer import SQL, Connections, while_locked
 
 log = logging.getLogger("plait.store.sqlite")
@@ -39,7 +42,19 @@ _MIGRATIONS = migrations("sqlite")
 SCHEMA_VERSION = _MIGRATIONS.latest
 
 
-class SQLiteStore(Commits, Runs, Leases, Jobs, Queues, Schedules, Actions, Requests, Versions):
+class SQLiteStore(
+    Commits,
+    Runs,
+    Leases,
+    Jobs,
+    Queues,
+    Schedules,
+    Actions,
+    Requests,
+    Streams,
+    Versions,
+    Brakes,
+):
     """A store in one SQLite file (or in memory, for tests)."""
 
     def __init__(
@@ -49,8 +64,15 @@ class SQLiteStore(Commits, Runs, Leases, Jobs, Queues, Schedules, Actions, Reque
         synchronous: str = "FULL",
         busy_timeout: float = 30.0,
         clock: Clock = SYSTEM_CLOCK,
+        watch_interval: float = 0.05,
     ):
+        if watch_interval <= 0:
+            raise ValueError(f"invalid watch_interval: {watch_interval!r} (must be > 0)")
         self.url = url
+        #: how often an idle process looks for other processes' commits: the safety net
+        #: under the wake-up sockets (``wake``), which tell it at once
+        self.watch_interval = float(watch_interval)
+        self._wake: WakeChannel | None = None
         self.clock = clock
         self.path = _path_from_url(url)
         self.memory = self.path == ":memory:"
@@ -117,18 +139,31 @@ class SQLiteStore(Commits, Runs, Leases, Jobs, Queues, Schedules, Actions, Reque
             conn.execute(SQL["rollback"])
             raise
 
-    async def attach_notifier(self, notifier: Notifier, interval: float = 0.05) -> None:
+    async def attach_notifier(self, notifier: Notifier, interval: float | None = None) -> None:
         """Wake this process when another process commits to the same file.
 
-        SQLite has no LISTEN/NOTIFY; the writer watches the file's data version instead
-        (see ``Connections.watch``), every ``interval`` seconds while idle.
+        SQLite has no LISTEN/NOTIFY. The processes of one file tell each other through
+        datagram sockets (``wake``) what they publish after a commit; under that, the
+        writer watches the file's data version (see ``Connections.watch``), every
+        ``interval`` seconds while idle (``watch_interval`` unless told).
         """
         if self.memory:
             return
         loop = asyncio.get_running_loop()
-        self._db.watch(lambda: loop.call_soon_threadsafe(notifier.everything_changed), interval)
+        if self._wake is None:
+            wake = WakeChannel(self.path)
+            if wake.attach(notifier):
+                self._wake = wake
+                notifier.remote = wake.publish
+        self._db.watch(
+            lambda: loop.call_soon_threadsafe(notifier.everything_changed),
+            self.watch_interval if interval is None else interval,
+        )
 
     async def close(self) -> None:
+        if self._wake is not None:
+            self._wake.close()
+            self._wake = None
         await self._db.close()
 
 

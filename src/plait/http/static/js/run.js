@@ -7,6 +7,7 @@ import { h, $, badge, notice, copyButton } from "./dom.js";
 import { SETTLED, enc, duration, when, runDuration, pretty, shortId } from "./format.js";
 import { stream } from "./live.js";
 import { renderSteps } from "./steps.js";
+import { streamsPanel } from "./streams.js";
 
 function renderValues(values) {
   const entries = Object.entries(values || {});
@@ -49,6 +50,7 @@ export function runPage() {
   let extrasTimer = null;
   const openSteps = new Set();
   const approvals = approvalsPanel(runId);
+  const streams = streamsPanel(path);
   // made once, so a refresh of the page's data keeps what they show ("Copied")
   const copyId = copyButton(runId, "run id");
   const copyOutput = copyButton(() => pretty(run && run.output), "output");
@@ -165,6 +167,7 @@ export function runPage() {
       $("run-error").textContent = err.traceback || pretty(err);
     }
     renderValues(data.values);
+    streams(data.streams);
     renderDecisions(data.decisions);
     if (data.forked_from) {
       meta.push(["Forked from", shortLink(data.forked_from)]);

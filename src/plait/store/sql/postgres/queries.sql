@@ -241,15 +241,15 @@ SELECT s FROM @schema@.steps s WHERE s.run_id = $1 ORDER BY s.seq
 -- name: get_history
 -- Earlier attempts from attempts, the latest of each step from its step row; oldest first,
 -- attempts that started at one instant (a clock that stands still) in step order.
-SELECT run_id, key, attempt, status, output, error, started_at, finished_at FROM (
+SELECT run_id, key, attempt, status, output, error, started_at, finished_at, worker FROM (
     SELECT a.run_id, a.key, a.attempt, a.status, a.output, a.error, a.started_at,
-        a.finished_at, s.seq
+        a.finished_at, a.worker, s.seq
     FROM @schema@.attempts a JOIN @schema@.steps s ON s.run_id = a.run_id AND s.key = a.key
     WHERE a.run_id = $1
     UNION ALL
     SELECT run_id, key, attempts, attempt_status,
         CASE WHEN attempt_status = 'succeeded' THEN output END, attempt_error,
-        attempt_started, attempt_finished, seq
+        attempt_started, attempt_finished, worker, seq
     FROM @schema@.steps WHERE run_id = $1 AND attempt_status IS NOT NULL
 ) AS h
 ORDER BY started_at, seq, attempt
@@ -280,15 +280,28 @@ WHERE r.status = ANY($1::text[]) AND r.kind = $2 AND ($3::text IS NULL OR r.work
 ORDER BY r.id LIMIT $5
 
 -- name: claim_run
+-- Only a run of the claimer's scope (its app's workflows, its queues: $5-$8) whose
+-- workflow and queue are not paused (brakes).
 UPDATE @schema@.runs SET lease_owner = $2, lease_until = $3
 WHERE id = $1 AND status = 'running' AND (lease_owner IS NULL OR lease_until < $4)
+    AND ($5::text[] IS NULL OR workflow = ANY ($5::text[]) OR (kind = 'graph' AND $6::boolean))
+    AND ($7::text[] IS NULL OR coalesce(queue, $8::text) = ANY ($7::text[]))
+    AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
+                    WHERE (b.kind = 'workflow' AND b.name = workflow)
+                        OR (b.kind = 'queue' AND b.name = queue))
 RETURNING id
 
 -- name: claim_due_runs
+-- Only runs of the claimer's scope ($5-$8) whose workflow and queue are not paused.
 UPDATE @schema@.runs SET lease_owner = $1, lease_until = $2
 WHERE id IN (
     SELECT id FROM @schema@.runs
     WHERE wake_at <= $3 AND status = 'running' AND (lease_owner IS NULL OR lease_until < $3)
+        AND ($5::text[] IS NULL OR workflow = ANY ($5::text[]) OR (kind = 'graph' AND $6::boolean))
+    AND ($7::text[] IS NULL OR coalesce(queue, $8::text) = ANY ($7::text[]))
+    AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
+                    WHERE (b.kind = 'workflow' AND b.name = workflow)
+                        OR (b.kind = 'queue' AND b.name = queue))
     ORDER BY wake_at LIMIT $4
     FOR UPDATE SKIP LOCKED
 )
@@ -323,11 +336,11 @@ WITH fence AS (
         retried_failures, reached_after, worker, attempt_status, attempt_error,
         attempt_started, attempt_finished)
     SELECT * FROM (VALUES ($3::text, $4::text, $5::integer, $6::text, $7::text, $8::text,
-        $9::text, $10::jsonb, $11::jsonb, $12::jsonb, $13::integer, $14::integer,
+        $9::text, $10::json, $11::json, $12::json, $13::integer, $14::integer,
         $15::integer, $16::double precision, $17::double precision, $18::text, $19::text,
         $20::text, $21::text, $22::boolean, $23::timestamptz, $24::timestamptz,
-        $25::timestamptz, $26::integer, $27::integer, $28::jsonb, $29::text, $30::text,
-        $31::jsonb, $32::timestamptz, $33::timestamptz)) AS u (run_id, key, seq, name, kind,
+        $25::timestamptz, $26::integer, $27::integer, $28::json, $29::text, $30::text,
+        $31::json, $32::timestamptz, $33::timestamptz)) AS u (run_id, key, seq, name, kind,
         function, status, input, output, error, attempts, failures, retries, retry_delay,
         timeout, invocation_id, child_run_id, branch, from_key, queued, wake_at, created_at,
         updated_at, delivered, retried_failures, reached_after, worker, attempt_status,
@@ -384,19 +397,26 @@ RETURNING wake_at IS NOT NULL AND wake_at <= $4
 
 -- name: renew_leases
 -- Extend the leases this owner holds on the runs it drives ($4, by id: no index holds a
--- run's lease) and on its jobs; the ids returned are runs that ended meanwhile
--- (cancelled from elsewhere), whose work in this process must stop.
+-- run's lease) and on its jobs. Rows say what the renewal found: 'ended', runs that ended
+-- meanwhile (cancelled from elsewhere), whose work in this process must stop; 'lost',
+-- runs of $4 whose lease is not this owner's; 'job', the jobs it holds (id, key).
 WITH runs_renewed AS (
     UPDATE @schema@.runs SET lease_until = $2
     WHERE id = ANY($4::text[]) AND lease_owner = $1
     RETURNING id, status
 ), jobs_renewed AS (
-    UPDATE @schema@.jobs SET lease_until = $2 WHERE lease_owner = $1 RETURNING run_id
+    UPDATE @schema@.jobs SET lease_until = $2 WHERE lease_owner = $1
+    RETURNING run_id, step_key
 )
-SELECT id FROM runs_renewed WHERE status <> 'running'
+(SELECT 'ended' AS what, id, '' AS key FROM runs_renewed WHERE status <> 'running'
 UNION
-SELECT id FROM @schema@.runs WHERE id = ANY($3::text[])
-    AND status IN ('completed', 'failed', 'cancelled', 'continued')
+SELECT 'ended', id, '' FROM @schema@.runs WHERE id = ANY($3::text[])
+    AND status IN ('completed', 'failed', 'cancelled', 'continued'))
+UNION ALL
+SELECT 'lost', h.id, '' FROM unnest($4::text[]) AS h (id)
+WHERE h.id NOT IN (SELECT id FROM runs_renewed)
+UNION ALL
+SELECT 'job', run_id, step_key FROM jobs_renewed
 
 -- name: leases_of
 -- Leases held under a worker id ($1 is "<worker id>#") by other processes than $2: an
@@ -452,11 +472,22 @@ SELECT count(*) FROM swept
 
 -- name: next_due_runs
 -- When the next pass becomes due (a leased run: when its lease runs out).
+-- Only runs the claimer may claim (claim_due_runs' scope and brakes).
 SELECT least(
     (SELECT min(wake_at) FROM @schema@.runs
-     WHERE wake_at IS NOT NULL AND status = 'running' AND lease_owner IS NULL),
+     WHERE wake_at IS NOT NULL AND status = 'running' AND lease_owner IS NULL
+        AND ($1::text[] IS NULL OR workflow = ANY ($1::text[]) OR (kind = 'graph' AND $2::boolean))
+    AND ($3::text[] IS NULL OR coalesce(queue, $4::text) = ANY ($3::text[]))
+    AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
+                    WHERE (b.kind = 'workflow' AND b.name = workflow)
+                        OR (b.kind = 'queue' AND b.name = queue))),
     (SELECT min(greatest(wake_at, lease_until)) FROM @schema@.runs
-     WHERE wake_at IS NOT NULL AND status = 'running' AND lease_owner IS NOT NULL)
+     WHERE wake_at IS NOT NULL AND status = 'running' AND lease_owner IS NOT NULL
+        AND ($1::text[] IS NULL OR workflow = ANY ($1::text[]) OR (kind = 'graph' AND $2::boolean))
+    AND ($3::text[] IS NULL OR coalesce(queue, $4::text) = ANY ($3::text[]))
+    AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
+                    WHERE (b.kind = 'workflow' AND b.name = workflow)
+                        OR (b.kind = 'queue' AND b.name = queue)))
 )
 
 -- name: job_depths
@@ -495,11 +526,17 @@ SELECT least(
     (SELECT min(j.available_at) FROM @schema@.jobs j
      WHERE j.lease_owner IS NULL AND j.function = ANY ($1::text[])
          AND EXISTS (SELECT 1 FROM @schema@.runs r
-                     WHERE r.id = j.run_id AND r.status = 'running')),
+                     WHERE r.id = j.run_id AND r.status = 'running'
+                         AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
+                             WHERE (b.kind = 'workflow' AND b.name = r.workflow)
+                                 OR (b.kind = 'queue' AND b.name = r.queue)))),
     (SELECT min(greatest(j.available_at, j.lease_until)) FROM @schema@.jobs j
      WHERE j.lease_owner IS NOT NULL AND j.function = ANY ($1::text[])
          AND EXISTS (SELECT 1 FROM @schema@.runs r
-                     WHERE r.id = j.run_id AND r.status = 'running'))
+                     WHERE r.id = j.run_id AND r.status = 'running'
+                         AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
+                             WHERE (b.kind = 'workflow' AND b.name = r.workflow)
+                                 OR (b.kind = 'queue' AND b.name = r.queue))))
 )
 
 -- name: claim_step_jobs
@@ -512,7 +549,10 @@ WITH claimed AS (
         WHERE j.available_at <= $3 AND (j.lease_owner IS NULL OR j.lease_until < $3)
             AND j.function = ANY ($5::text[])
             AND EXISTS (SELECT 1 FROM @schema@.runs r
-                        WHERE r.id = j.run_id AND r.status = 'running')
+                        WHERE r.id = j.run_id AND r.status = 'running'
+                         AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
+                             WHERE (b.kind = 'workflow' AND b.name = r.workflow)
+                                 OR (b.kind = 'queue' AND b.name = r.queue)))
         ORDER BY j.available_at LIMIT $4
         FOR UPDATE SKIP LOCKED
     )
@@ -584,7 +624,8 @@ FROM @schema@.send_event($1, $2, $3, $4, $5) AS stored
 
 -- name: admit_runs
 SELECT id FROM @schema@.admit_runs($1, $2, $3, $4, $5::text[], $6::integer[],
-    $7::integer[], $8::integer[], $9::float8[], $10) AS id
+    $7::integer[], $8::integer[], $9::float8[], $10, $11::text[], $12::boolean, $13::text[],
+    $14::text) AS id
 
 -- name: next_queued
 SELECT min(wake_at) FROM @schema@.runs WHERE status = 'queued'
@@ -602,10 +643,62 @@ ORDER BY c.available_at
 
 -- name: queue_depths
 SELECT queue, count(*) FILTER (WHERE status = 'queued'),
-    count(*) FILTER (WHERE status IN ('running', 'suspended'))
+    count(*) FILTER (WHERE status IN ('running', 'suspended', 'paused'))
 FROM @schema@.runs
-WHERE status = 'queued' OR (queue IS NOT NULL AND status IN ('running', 'suspended'))
+WHERE status = 'queued'
+    OR (queue IS NOT NULL AND status IN ('running', 'suspended', 'paused'))
 GROUP BY queue ORDER BY queue
+
+-- == brakes and workers =====================================================================
+
+-- name: put_brake
+-- Pause a workflow or a queue; pausing one that is paused changes nothing.
+INSERT INTO @schema@.brakes (kind, name, paused_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING
+
+-- name: delete_brake
+DELETE FROM @schema@.brakes WHERE kind = $1 AND name = $2
+
+-- name: list_brakes
+SELECT kind, name, paused_at FROM @schema@.brakes ORDER BY kind, name
+
+-- name: park_braked
+-- Runs $2 (running) of a paused workflow or queue that no live lease holds stop as $1:
+-- no pass is theirs now, and none starts until they are resumed. A lease run out is
+-- cleared, so a stalled holder's next write is refused.
+UPDATE @schema@.runs r SET status = $1, lease_owner = NULL, lease_until = NULL,
+    wake_at = NULL, updated_at = $3
+WHERE r.status = $2 AND (r.lease_owner IS NULL OR r.lease_until < $3)
+    AND EXISTS (SELECT 1 FROM @schema@.brakes b
+                WHERE (b.kind = 'workflow' AND b.name = r.workflow)
+                    OR (b.kind = 'queue' AND b.name = r.queue))
+RETURNING r.id
+
+-- name: release_unbraked
+-- Paused runs ($2) no brake holds any more go on as $1, due at once: their next pass
+-- replays what they did and starts the step they stopped before.
+UPDATE @schema@.runs r SET status = $1, wake_at = $3, wakeups = r.wakeups + 1,
+    idle_sweeps = 0, updated_at = $3
+WHERE r.status = $2
+    AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
+                    WHERE (b.kind = 'workflow' AND b.name = r.workflow)
+                        OR (b.kind = 'queue' AND b.name = r.queue))
+RETURNING r.id
+
+-- name: put_worker
+-- A worker records itself as it starts, and again with each heartbeat (seen_at).
+INSERT INTO @schema@.workers (id, host, pid, app, version, queues, workflows, started_at,
+    seen_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at, workflows = excluded.workflows,
+    queues = excluded.queues
+
+-- name: list_workers
+SELECT id, host, pid, app, version, queues, workflows, started_at, seen_at
+FROM @schema@.workers WHERE seen_at >= $1 ORDER BY started_at, id
+
+-- name: forget_workers
+DELETE FROM @schema@.workers WHERE seen_at < $1
+
 
 -- == schedules ===============================================================================
 
@@ -618,7 +711,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
 ON CONFLICT (name) DO UPDATE SET workflow = excluded.workflow,
     definition = excluded.definition, source = excluded.source, owner = excluded.owner,
     next_tick = excluded.next_tick, updated_at = excluded.updated_at
-WHERE schedules.definition IS DISTINCT FROM excluded.definition
+WHERE schedules.definition::text IS DISTINCT FROM excluded.definition::text
     OR schedules.owner IS DISTINCT FROM excluded.owner
 RETURNING name
 
@@ -693,7 +786,7 @@ FROM @schema@.events WHERE run_id = $1 AND outcome IS NOT NULL ORDER BY id
 SELECT s, r.workflow, r.owner, r.status AS run_status
 FROM @schema@.steps s JOIN @schema@.runs r ON r.id = s.run_id
 WHERE s.kind = 'approval' AND ($1::text IS NULL OR s.status = $1)
-    AND r.status IN ('running', 'suspended')
+    AND r.status IN ('running', 'suspended', 'paused')
 ORDER BY s.created_at LIMIT $2
 
 -- name: get_values
@@ -711,7 +804,8 @@ SELECT r.status, r.updated_at,
     (SELECT max(coalesce(judged_at, created_at)) FROM @schema@.events
      WHERE run_id = r.id AND outcome IS NOT NULL),
     (SELECT count(*) FROM @schema@.runs WHERE parent_run_id = r.id),
-    (SELECT max(updated_at) FROM @schema@.runs WHERE parent_run_id = r.id)
+    (SELECT max(updated_at) FROM @schema@.runs WHERE parent_run_id = r.id),
+    (SELECT count(*) FROM @schema@.stream_entries WHERE run_id = r.id AND "offset" = 0)
 FROM @schema@.runs r WHERE r.id = $1
 
 -- name: fork_run
@@ -744,3 +838,28 @@ FROM @schema@.requests WHERE id = $1
 UPDATE @schema@.requests SET status = $3, answered_at = $4
 WHERE id = $1 AND status = $2
 RETURNING id
+
+-- == streams =================================================================================
+
+-- name: append_stream
+SELECT @schema@.append_stream($1, $2::text[], $3::text[], $4::text[], $5::integer[],
+                              $6::text[], $7)
+
+-- name: read_stream
+SELECT "offset", kind, value, step_key, attempt, at FROM @schema@.stream_entries
+WHERE run_id = $1 AND stream = $2 AND "offset" > $3 ORDER BY "offset" LIMIT $4
+
+-- name: read_stream_settled
+-- Without resets, and without the entries of attempts that did not succeed ($5: the
+-- status of a step whose latest attempt succeeded).
+SELECT e."offset", e.kind, e.value, e.step_key, e.attempt, e.at
+FROM @schema@.stream_entries AS e
+WHERE e.run_id = $1 AND e.stream = $2 AND e."offset" > $3 AND e.kind <> 'reset'
+    AND (e.step_key IS NULL OR EXISTS (
+        SELECT 1 FROM @schema@.steps AS s
+        WHERE s.run_id = e.run_id AND s.key = e.step_key AND s.attempts = e.attempt
+            AND s.status = $5))
+ORDER BY e."offset" LIMIT $4
+
+-- name: stream_names
+SELECT DISTINCT stream FROM @schema@.stream_entries WHERE run_id = $1 ORDER BY stream

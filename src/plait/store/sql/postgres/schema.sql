@@ -6,7 +6,8 @@
 --
 -- @schema@ is the quoted schema name. Times are timestamptz (the store converts them to
 -- and from unix seconds at the edge); durations (retry_delay, timeout) are seconds in
--- double precision; JSON is jsonb.
+-- double precision; JSON is json, kept as plait wrote it (jsonb would
+-- change numbers: 1e300 into a 301-digit int, -0.0 into 0).
 
 -- == runs ====================================================================================
 
@@ -19,9 +20,9 @@ CREATE TABLE @schema@.runs (
     kind            text NOT NULL DEFAULT 'workflow',   -- 'workflow' (code) or 'graph'
     version         text,
     status          text NOT NULL,
-    input           jsonb,
-    output          jsonb,
-    error           jsonb,
+    input           json,
+    output          json,
+    error           json,
     parent_run_id   text,
     parent_step_key text,
     owner           text,
@@ -60,7 +61,7 @@ CREATE TABLE @schema@.runs (
     -- run a deadline this far from then; NULL: no deadline
     timeout         double precision,
     -- its tags (a JSON object of str to str; plait.tags), mirrored in run_tags; NULL: none
-    tags            jsonb
+    tags            json
 ) WITH (fillfactor = 80);
 ALTER SEQUENCE @schema@.runs_start_seq OWNED BY @schema@.runs.start_seq;
 
@@ -75,9 +76,9 @@ CREATE TABLE @schema@.steps (
     kind             text NOT NULL,     -- do, child, sleep, suspend, event, value, on_error, node
     function         text,
     status           text NOT NULL,
-    input            jsonb,
-    output           jsonb,
-    error            jsonb,
+    input            json,
+    output           json,
+    error            json,
     attempts         integer NOT NULL DEFAULT 0,
     failures         integer NOT NULL DEFAULT 0,
     retries          integer NOT NULL DEFAULT 0,
@@ -98,10 +99,10 @@ CREATE TABLE @schema@.steps (
     retried_failures integer NOT NULL DEFAULT 0,
     -- the keys of the steps whose outcomes the reaching task had received when it reached
     -- this one (a JSON list), written with the step's first write; NULL for graph steps
-    reached_after    jsonb,
+    reached_after    json,
     worker           text,
     attempt_status   text,              -- NULL: no attempt on the row
-    attempt_error    jsonb,
+    attempt_error    json,
     attempt_started  timestamptz,
     attempt_finished timestamptz,
     PRIMARY KEY (run_id, key)
@@ -113,8 +114,8 @@ CREATE TABLE @schema@.attempts (
     key         text NOT NULL,
     attempt     integer NOT NULL,
     status      text NOT NULL,          -- running, succeeded, failed, interrupted, cancelled
-    output      jsonb,
-    error       jsonb,
+    output      json,
+    error       json,
     worker      text,
     started_at  timestamptz NOT NULL,
     finished_at timestamptz,
@@ -150,12 +151,12 @@ CREATE TABLE @schema@.events (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     run_id      text NOT NULL,
     name        text NOT NULL,
-    payload     jsonb,
+    payload     json,
     created_at  timestamptz NOT NULL,
     consumed_by text,
     decided_by  text,
     outcome     text,
-    reason      jsonb,
+    reason      json,
     judged_at   timestamptz,
     -- the sender's de-duplication key: a run takes each key once (held or consumed)
     dedup       text
@@ -170,11 +171,11 @@ CREATE TABLE @schema@.requests (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     run_id      text NOT NULL,
     name        text NOT NULL,
-    data        jsonb,
+    data        json,
     status      text NOT NULL,
     taken_by    text,
-    reply       jsonb,
-    refusal     jsonb,
+    reply       json,
+    refusal     json,
     created_at  timestamptz NOT NULL,
     deadline    timestamptz NOT NULL,
     answered_at timestamptz
@@ -184,7 +185,7 @@ CREATE TABLE @schema@.requests (
 CREATE TABLE @schema@.state (
     run_id text NOT NULL,
     name   text NOT NULL,
-    value  jsonb,
+    value  json,
     PRIMARY KEY (run_id, name)
 );
 
@@ -192,7 +193,7 @@ CREATE TABLE @schema@.state (
 CREATE TABLE @schema@.run_values (
     run_id     text NOT NULL,
     key        text NOT NULL,
-    value      jsonb,
+    value      json,
     updated_at timestamptz NOT NULL,
     PRIMARY KEY (run_id, key)
 );
@@ -206,12 +207,27 @@ CREATE TABLE @schema@.run_tags (
     PRIMARY KEY (run_id, key)
 );
 
+-- One entry of a run's stream: 'data' (value: the JSON written; step_key and attempt: the
+-- step attempt that wrote it, NULL for the workflow's own writes), 'reset' (step_key and
+-- attempt: the attempt whose entries readers drop) or 'end'.
+CREATE TABLE @schema@.stream_entries (
+    run_id   text NOT NULL,
+    stream   text NOT NULL,
+    "offset" integer NOT NULL,
+    kind     text NOT NULL,
+    value    json,
+    step_key text,
+    attempt  integer,
+    at       timestamptz NOT NULL,
+    PRIMARY KEY (run_id, stream, "offset")
+);
+
 -- The versions of each workflow and graph, and who registered each graph version.
 CREATE TABLE @schema@.workflow_versions (
     workflow      text NOT NULL,
     version       text NOT NULL,
     kind          text NOT NULL,        -- 'workflow' or 'graph'
-    definition    jsonb,                -- graphs: the definition; code workflows: NULL
+    definition    json,                -- graphs: the definition; code workflows: NULL
     status        text NOT NULL DEFAULT 'active',
     created_at    timestamptz NOT NULL,
     updated_at    timestamptz NOT NULL,
@@ -238,7 +254,7 @@ CREATE TABLE @schema@.queue_admissions (
 CREATE TABLE @schema@.schedules (
     name        text PRIMARY KEY,
     workflow    text NOT NULL,
-    definition  jsonb NOT NULL,         -- plait.schedules.ScheduleSpec.definition()
+    definition  json NOT NULL,         -- plait.schedules.ScheduleSpec.definition()
     status      text NOT NULL DEFAULT 'active',   -- active | paused
     source      text NOT NULL,          -- app (declared in code) | api (made at run time)
     owner       text,
@@ -257,7 +273,7 @@ CREATE TYPE @schema@.new_run AS (
     workflow        text,
     kind            text,
     version         text,
-    input           jsonb,
+    input           json,
     owner           text,
     parent_run_id   text,
     parent_step_key text,
@@ -274,14 +290,14 @@ CREATE TYPE @schema@.new_run AS (
     trace           text,
     deadline_at     timestamptz,
     timeout         double precision,
-    tags            jsonb
+    tags            json
 );
 
 -- How a parent's step ends when its child run ends (plait.store.ops.StepEnd).
 CREATE TYPE @schema@.step_end AS (
     status   text,      -- succeeded | failed
-    output   jsonb,
-    error    jsonb,
+    output   json,
+    error    json,
     failures integer    -- the failures it adds to the step's count
 );
 
@@ -303,8 +319,8 @@ CREATE TYPE @schema@.op AS (
     attempt  integer,
     worker   text,
     status   text,
-    output   jsonb,
-    error    jsonb,
+    output   json,
+    error    json,
     key      text,
     purpose  text,
     at       timestamptz,
@@ -314,6 +330,27 @@ CREATE TYPE @schema@.op AS (
     name     text,
     parent   @schema@.step_end,
     cut      @schema@.cancel_cut
+);
+
+-- a paused workflow (kind 'workflow') or queue (kind 'queue'): claims leave its runs
+CREATE TABLE @schema@.brakes (
+    kind      text NOT NULL,
+    name      text NOT NULL,
+    paused_at timestamptz NOT NULL,
+    PRIMARY KEY (kind, name)
+);
+
+-- a worker process, as it recorded itself; seen_at moves with its heartbeat
+CREATE TABLE @schema@.workers (
+    id         text PRIMARY KEY,
+    host       text NOT NULL,
+    pid        integer NOT NULL,
+    app        text NOT NULL,
+    version    text NOT NULL,
+    queues     text,                -- JSON array; NULL: every queue
+    workflows  text NOT NULL,       -- JSON array of the workflows it works
+    started_at timestamptz NOT NULL,
+    seen_at    timestamptz NOT NULL
 );
 
 -- == indexes =================================================================================
@@ -333,12 +370,6 @@ CREATE INDEX runs_parent ON @schema@.runs (parent_run_id) WHERE parent_run_id IS
 CREATE INDEX runs_deadline ON @schema@.runs (deadline_at)
     WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended');
 CREATE INDEX runs_queued ON @schema@.runs (wake_at) WHERE status = 'queued';
-CREATE INDEX runs_queue_active ON @schema@.runs (queue, queue_key)
-    WHERE queue IS NOT NULL AND status IN ('running', 'suspended');
--- a de-duplication key belongs to one live run at a time; it is free again once that run
--- has ended (the row leaves this partial index)
-CREATE UNIQUE INDEX runs_dedup ON @schema@.runs (dedup)
-    WHERE dedup IS NOT NULL AND status IN ('queued', 'running', 'suspended');
 -- ended top-level runs oldest first: what a prune walks through, batch by batch
 CREATE INDEX runs_ended ON @schema@.runs (updated_at, id)
     WHERE status IN ('completed', 'failed', 'cancelled', 'continued') AND parent_run_id IS NULL;
@@ -359,3 +390,15 @@ CREATE INDEX run_tags_pair ON @schema@.run_tags (key, value, run_id);
 CREATE UNIQUE INDEX events_dedup ON @schema@.events (run_id, dedup) WHERE dedup IS NOT NULL;
 CREATE INDEX queue_admissions_at ON @schema@.queue_admissions (queue, at);
 CREATE INDEX schedules_due ON @schema@.schedules (next_tick) WHERE status = 'active';
+-- the entries of one step attempt (a reset finds the streams it wrote to)
+CREATE INDEX stream_entries_attempt ON @schema@.stream_entries (run_id, step_key, attempt)
+    WHERE step_key IS NOT NULL;
+-- the first entry of each stream: the run's page counts its streams in its marks
+CREATE INDEX stream_entries_first ON @schema@.stream_entries (run_id) WHERE "offset" = 0;
+-- made again by migration 008 (paused runs hold their slot and key), so created last
+CREATE INDEX runs_queue_active ON @schema@.runs (queue, queue_key)
+    WHERE queue IS NOT NULL AND status IN ('running', 'suspended', 'paused');
+-- a de-duplication key belongs to one live run at a time; it is free again once that run
+-- has ended (the row leaves this partial index)
+CREATE UNIQUE INDEX runs_dedup ON @schema@.runs (dedup)
+    WHERE dedup IS NOT NULL AND status IN ('queued', 'running', 'suspended', 'paused');

@@ -83,7 +83,7 @@ ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value
 
 -- name: live_dedup_run
 SELECT id FROM plait_runs
-WHERE dedup = ? AND status IN ('queued', 'running', 'suspended')
+WHERE dedup = ? AND status IN ('queued', 'running', 'suspended', 'paused')
 
 -- name: select_run
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
@@ -204,7 +204,7 @@ RETURNING parent_run_id, parent_step_key
 -- name: end_live_run
 -- The same from running, suspended or queued (a cancel, and its cascade to children).
 UPDATE plait_runs SET status = ?, output = ?, error = ?, updated_at = ?, wake_at = NULL
-WHERE id = ? AND status IN ('running', 'suspended', 'queued')
+WHERE id = ? AND status IN ('running', 'suspended', 'queued', 'paused')
 RETURNING parent_run_id, parent_step_key
 
 -- name: delete_run_timers
@@ -259,7 +259,7 @@ SELECT min(deadline_at) FROM plait_runs INDEXED BY plait_runs_deadline
 WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended')
 
 -- name: live_children
-SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'suspended', 'queued')
+SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'suspended', 'queued', 'paused')
 
 -- name: insert_event
 -- An event for a run that has not ended, unless the run took one of the same
@@ -267,7 +267,7 @@ SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'sus
 INSERT INTO plait_events (run_id, name, payload, created_at, dedup)
 SELECT :run, :name, :payload, :now, :dedup
 WHERE EXISTS (SELECT 1 FROM plait_runs
-              WHERE id = :run AND status IN ('queued', 'running', 'suspended'))
+              WHERE id = :run AND status IN ('queued', 'running', 'suspended', 'paused'))
 ON CONFLICT DO NOTHING
 
 -- name: event_dedup_taken
@@ -288,15 +288,15 @@ FROM plait_steps WHERE run_id = ? ORDER BY seq
 -- name: get_history
 -- Earlier attempts from plait_attempts, the latest of each step from its step row; oldest
 -- first, attempts that started at one instant (a clock that stands still) in step order.
-SELECT run_id, key, attempt, status, output, error, started_at, finished_at FROM (
+SELECT run_id, key, attempt, status, output, error, started_at, finished_at, worker FROM (
     SELECT a.run_id, a.key, a.attempt, a.status, a.output, a.error, a.started_at,
-        a.finished_at, s.seq
+        a.finished_at, a.worker, s.seq
     FROM plait_attempts a JOIN plait_steps s ON s.run_id = a.run_id AND s.key = a.key
     WHERE a.run_id = ?
     UNION ALL
     SELECT run_id, key, attempts, attempt_status,
         CASE WHEN attempt_status = 'succeeded' THEN output END, attempt_error,
-        attempt_started, attempt_finished, seq
+        attempt_started, attempt_finished, worker, seq
     FROM plait_steps WHERE run_id = ? AND attempt_status IS NOT NULL
 )
 ORDER BY started_at, seq, attempt
@@ -427,17 +427,32 @@ WHERE run_id IN (SELECT value FROM json_each(?)) AND consumed_by IS NULL ORDER B
 SELECT run_id, name, value FROM plait_state WHERE run_id IN (SELECT value FROM json_each(?))
 
 -- name: claim_run
-UPDATE plait_runs SET lease_owner = ?, lease_until = ?
-WHERE id = ? AND status = 'running' AND (lease_owner IS NULL OR lease_until < ?)
+-- Only a run of the claimer's scope (its app's workflows, its queues) whose workflow and
+-- queue are not paused (plait_brakes).
+UPDATE plait_runs SET lease_owner = :owner, lease_until = :until
+WHERE id = :run AND status = 'running' AND (lease_owner IS NULL OR lease_until < :now)
+    AND (:scope_workflows IS NULL OR workflow IN (SELECT value FROM json_each(:scope_workflows))
+        OR (kind = 'graph' AND :scope_graphs))
+    AND (:scope_queues IS NULL OR coalesce(queue, :default_queue) IN (SELECT value FROM json_each(:scope_queues)))
+    AND NOT EXISTS (SELECT 1 FROM plait_brakes b
+                    WHERE (b.kind = 'workflow' AND b.name = workflow)
+                        OR (b.kind = 'queue' AND b.name = queue))
 
 -- name: claim_due_runs
 -- The index is named: without statistics the planner would rather walk every running
 -- run by status and sort them (tests/store/test_sqlite_plans.py).
-UPDATE plait_runs SET lease_owner = ?, lease_until = ?
+-- Only runs of the claimer's scope whose workflow and queue are not paused.
+UPDATE plait_runs SET lease_owner = :owner, lease_until = :until
 WHERE id IN (
     SELECT id FROM plait_runs INDEXED BY plait_runs_due
-    WHERE wake_at <= ? AND status = 'running' AND (lease_owner IS NULL OR lease_until < ?)
-    ORDER BY wake_at LIMIT ?
+    WHERE wake_at <= :now AND status = 'running' AND (lease_owner IS NULL OR lease_until < :now)
+    AND (:scope_workflows IS NULL OR workflow IN (SELECT value FROM json_each(:scope_workflows))
+        OR (kind = 'graph' AND :scope_graphs))
+    AND (:scope_queues IS NULL OR coalesce(queue, :default_queue) IN (SELECT value FROM json_each(:scope_queues)))
+    AND NOT EXISTS (SELECT 1 FROM plait_brakes b
+                    WHERE (b.kind = 'workflow' AND b.name = workflow)
+                        OR (b.kind = 'queue' AND b.name = queue))
+    ORDER BY wake_at LIMIT :limit
 )
 RETURNING id
 
@@ -508,17 +523,38 @@ UNION
 SELECT id FROM plait_runs WHERE id IN (SELECT value FROM json_each(?))
     AND status IN ('completed', 'failed', 'cancelled', 'continued')
 
+-- name: lost_leased_runs
+-- Runs among those this owner drives (a JSON array of ids) whose lease is not its own.
+SELECT h.value FROM json_each(?) AS h
+WHERE NOT EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = h.value AND r.lease_owner = ?)
+
+-- name: leased_jobs
+SELECT run_id, step_key FROM plait_jobs WHERE lease_owner = ?
+
 -- name: next_due_runs
 -- When the next pass becomes due (a leased run: when its lease runs out): the earliest
 -- unleased wake-up, read off the wake_at index, and the leased runs (a few per worker).
+-- Only runs the claimer may claim (claim_due_runs' scope and brakes).
 SELECT min(due) FROM (
     SELECT * FROM (
         SELECT wake_at AS due FROM plait_runs INDEXED BY plait_runs_due
         WHERE wake_at IS NOT NULL AND status = 'running' AND lease_owner IS NULL
+            AND (:scope_workflows IS NULL OR workflow IN (SELECT value FROM json_each(:scope_workflows))
+        OR (kind = 'graph' AND :scope_graphs))
+    AND (:scope_queues IS NULL OR coalesce(queue, :default_queue) IN (SELECT value FROM json_each(:scope_queues)))
+    AND NOT EXISTS (SELECT 1 FROM plait_brakes b
+                    WHERE (b.kind = 'workflow' AND b.name = workflow)
+                        OR (b.kind = 'queue' AND b.name = queue))
         ORDER BY wake_at LIMIT 1)
     UNION ALL
     SELECT max(wake_at, lease_until) FROM plait_runs INDEXED BY plait_runs_lease
     WHERE lease_owner IS NOT NULL AND status = 'running' AND wake_at IS NOT NULL
+        AND (:scope_workflows IS NULL OR workflow IN (SELECT value FROM json_each(:scope_workflows))
+        OR (kind = 'graph' AND :scope_graphs))
+    AND (:scope_queues IS NULL OR coalesce(queue, :default_queue) IN (SELECT value FROM json_each(:scope_queues)))
+    AND NOT EXISTS (SELECT 1 FROM plait_brakes b
+                    WHERE (b.kind = 'workflow' AND b.name = workflow)
+                        OR (b.kind = 'queue' AND b.name = queue))
 )
 
 -- name: next_due_jobs
@@ -528,7 +564,10 @@ SELECT min(CASE WHEN lease_owner IS NULL THEN available_at
 FROM plait_jobs
 WHERE function IN (SELECT value FROM json_each(?))
     AND EXISTS (SELECT 1 FROM plait_runs r
-                WHERE r.id = plait_jobs.run_id AND r.status = 'running')
+                WHERE r.id = plait_jobs.run_id AND r.status = 'running'
+                    AND NOT EXISTS (SELECT 1 FROM plait_brakes b
+                                    WHERE (b.kind = 'workflow' AND b.name = r.workflow)
+                                        OR (b.kind = 'queue' AND b.name = r.queue)))
 
 -- name: job_depths
 -- Jobs a worker could claim now (claim_step_jobs' test), per function: due, of a running
@@ -566,7 +605,10 @@ WHERE rowid IN (
     WHERE available_at <= ? AND (lease_owner IS NULL OR lease_until < ?)
         AND function IN (SELECT value FROM json_each(?))
         AND EXISTS (SELECT 1 FROM plait_runs r
-                    WHERE r.id = plait_jobs.run_id AND r.status = 'running')
+                    WHERE r.id = plait_jobs.run_id AND r.status = 'running'
+                        AND NOT EXISTS (SELECT 1 FROM plait_brakes b
+                                    WHERE (b.kind = 'workflow' AND b.name = r.workflow)
+                                        OR (b.kind = 'queue' AND b.name = r.queue)))
     ORDER BY available_at LIMIT ?
 )
 RETURNING run_id, step_key, function, deliveries
@@ -647,7 +689,7 @@ UPDATE plait_runs SET
     error = NULL, output = NULL, updated_at = ?, wake_at = ?, wakeups = wakeups + 1,
     dedup = CASE WHEN EXISTS (SELECT 1 FROM plait_runs o
                               WHERE o.dedup = plait_runs.dedup AND o.id != plait_runs.id
-                                  AND o.status IN ('queued', 'running', 'suspended'))
+                                  AND o.status IN ('queued', 'running', 'suspended', 'paused'))
                  THEN NULL ELSE dedup END
 WHERE id = ? AND status = ? AND wakeups = ?
 
@@ -691,12 +733,12 @@ WITH conf AS (
     FROM json_each(:queues)
 ), active AS (
     SELECT a.queue, count(*) AS n FROM plait_runs a JOIN conf c ON c.name = a.queue
-    WHERE a.status IN ('running', 'suspended')
+    WHERE a.status IN ('running', 'suspended', 'paused')
     GROUP BY a.queue
 ), active_keys AS (
     SELECT a.queue, a.queue_key, count(*) AS n FROM plait_runs a
     JOIN conf c ON c.name = a.queue AND c.per_key IS NOT NULL
-    WHERE a.status IN ('running', 'suspended') AND a.queue_key IS NOT NULL
+    WHERE a.status IN ('running', 'suspended', 'paused') AND a.queue_key IS NOT NULL
     GROUP BY a.queue, a.queue_key
 ), recent AS (
     SELECT q.queue, count(*) AS n FROM plait_queue_admissions q
@@ -710,6 +752,12 @@ WITH conf AS (
             ORDER BY r.priority DESC, r.wake_at, r.created_at, r.rowid) AS nth_key
     FROM plait_runs r LEFT JOIN conf c ON c.name = r.queue
     WHERE r.status = 'queued' AND r.wake_at <= :now
+        AND (:scope_workflows IS NULL OR r.workflow IN (SELECT value FROM json_each(:scope_workflows))
+        OR (r.kind = 'graph' AND :scope_graphs))
+    AND (:scope_queues IS NULL OR coalesce(r.queue, :default_queue) IN (SELECT value FROM json_each(:scope_queues)))
+    AND NOT EXISTS (SELECT 1 FROM plait_brakes b
+                    WHERE (b.kind = 'workflow' AND b.name = r.workflow)
+                        OR (b.kind = 'queue' AND b.name = r.queue))
 ), key_fits AS (
     SELECT d.*, row_number() OVER (PARTITION BY d.queue
             ORDER BY d.priority DESC, d.wake_at, d.created_at, d.seq) AS nth
@@ -764,7 +812,10 @@ WITH conf AS (
             ORDER BY j.available_at, j.run_id, j.step_key) AS nth
     FROM plait_jobs j JOIN fmap m ON m.fn = j.function JOIN conf c ON c.name = m.queue
     WHERE j.available_at <= :now AND (j.lease_owner IS NULL OR j.lease_until < :now)
-        AND EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = j.run_id AND r.status = 'running')
+        AND EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = j.run_id AND r.status = 'running'
+                    AND NOT EXISTS (SELECT 1 FROM plait_brakes b
+                                    WHERE (b.kind = 'workflow' AND b.name = r.workflow)
+                                        OR (b.kind = 'queue' AND b.name = r.queue)))
 ), fits AS (
     SELECT d.rid FROM due d
     LEFT JOIN held h ON h.queue = d.queue
@@ -780,10 +831,62 @@ WHERE rowid IN (SELECT rid FROM fits)
 RETURNING run_id, step_key, function, deliveries
 
 -- name: queue_depths
-SELECT queue, sum(status = 'queued'), sum(status IN ('running', 'suspended'))
+SELECT queue, sum(status = 'queued'), sum(status IN ('running', 'suspended', 'paused'))
 FROM plait_runs
-WHERE status = 'queued' OR (queue IS NOT NULL AND status IN ('running', 'suspended'))
+WHERE status = 'queued'
+    OR (queue IS NOT NULL AND status IN ('running', 'suspended', 'paused'))
 GROUP BY queue ORDER BY queue
+
+-- == brakes and workers =====================================================================
+
+-- name: put_brake
+-- Pause a workflow or a queue; pausing one that is paused changes nothing.
+INSERT INTO plait_brakes (kind, name, paused_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING
+
+-- name: delete_brake
+DELETE FROM plait_brakes WHERE kind = ? AND name = ?
+
+-- name: list_brakes
+SELECT kind, name, paused_at FROM plait_brakes ORDER BY kind, name
+
+-- name: park_braked
+-- Runs :from (running) of a paused workflow or queue that no live lease holds stop as
+-- :paused: no pass is theirs now, and none starts until they are resumed. A lease run
+-- out is cleared, so a stalled holder's next write is refused.
+UPDATE plait_runs SET status = :paused, lease_owner = NULL, lease_until = NULL,
+    wake_at = NULL, updated_at = :now
+WHERE status = :from AND (lease_owner IS NULL OR lease_until < :now)
+    AND EXISTS (SELECT 1 FROM plait_brakes b
+                WHERE (b.kind = 'workflow' AND b.name = plait_runs.workflow)
+                    OR (b.kind = 'queue' AND b.name = plait_runs.queue))
+RETURNING id
+
+-- name: release_unbraked
+-- Paused runs no brake holds any more go on as :to, due at once: their next pass
+-- replays what they did and starts the step they stopped before.
+UPDATE plait_runs SET status = :to, wake_at = :now, wakeups = wakeups + 1,
+    idle_sweeps = 0, updated_at = :now
+WHERE status = :paused
+    AND NOT EXISTS (SELECT 1 FROM plait_brakes b
+                    WHERE (b.kind = 'workflow' AND b.name = plait_runs.workflow)
+                        OR (b.kind = 'queue' AND b.name = plait_runs.queue))
+RETURNING id
+
+-- name: put_worker
+-- A worker records itself as it starts, and again with each heartbeat (seen_at).
+INSERT INTO plait_workers (id, host, pid, app, version, queues, workflows, started_at,
+    seen_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at, workflows = excluded.workflows,
+    queues = excluded.queues
+
+-- name: list_workers
+SELECT id, host, pid, app, version, queues, workflows, started_at, seen_at
+FROM plait_workers WHERE seen_at >= ? ORDER BY started_at, id
+
+-- name: forget_workers
+DELETE FROM plait_workers WHERE seen_at < ?
+
 
 -- == schedules ===============================================================================
 
@@ -852,7 +955,8 @@ SELECT r.status, r.updated_at,
     (SELECT max(coalesce(judged_at, created_at)) FROM plait_events
      WHERE run_id = r.id AND outcome IS NOT NULL),
     (SELECT count(*) FROM plait_runs WHERE parent_run_id = r.id),
-    (SELECT max(updated_at) FROM plait_runs WHERE parent_run_id = r.id)
+    (SELECT max(updated_at) FROM plait_runs WHERE parent_run_id = r.id),
+    (SELECT count(*) FROM plait_stream_entries WHERE run_id = r.id AND "offset" = 0)
 FROM plait_runs r WHERE r.id = ?
 
 -- name: step_status
@@ -887,7 +991,7 @@ SELECT s.run_id, s.key, s.seq, s.name, s.kind, s.function, s.status, s.input, s.
     s.delivered, s.retried_failures, r.workflow, r.owner, r.status
 FROM plait_steps s JOIN plait_runs r ON r.id = s.run_id
 WHERE s.kind = 'approval' AND (:status IS NULL OR s.status = :status)
-    AND r.status IN ('running', 'suspended')
+    AND r.status IN ('running', 'suspended', 'paused')
 ORDER BY s.created_at LIMIT :limit
 
 -- name: set_forked_from
@@ -946,6 +1050,9 @@ DELETE FROM plait_values WHERE run_id IN (SELECT value FROM json_each(?))
 -- name: prune_tags
 DELETE FROM plait_run_tags WHERE run_id IN (SELECT value FROM json_each(?))
 
+-- name: prune_stream_entries
+DELETE FROM plait_stream_entries WHERE run_id IN (SELECT value FROM json_each(?))
+
 -- name: prune_runs
 DELETE FROM plait_runs WHERE id IN (SELECT value FROM json_each(?))
 
@@ -968,3 +1075,42 @@ WHERE id = ? AND run_id = ? AND status = ?
 
 -- name: withdraw_request
 UPDATE plait_requests SET status = ?, answered_at = ? WHERE id = ? AND status = ?
+
+-- == streams =================================================================================
+
+-- name: append_stream_entry
+-- The workflow's own 'data' entry (?3 the value) at the stream's next offset.
+INSERT INTO plait_stream_entries (run_id, stream, "offset", kind, value, step_key, attempt, at)
+SELECT ?1, ?2, coalesce(max("offset") + 1, 0), 'data', ?3, NULL, NULL, ?4
+FROM plait_stream_entries WHERE run_id = ?1 AND stream = ?2
+
+-- name: next_stream_offset
+SELECT coalesce(max("offset") + 1, 0) FROM plait_stream_entries WHERE run_id = ? AND stream = ?
+
+-- name: attempt_reset
+-- Whether step ?2's attempt ?3 has been reset (its late entries are left out).
+SELECT 1 FROM plait_stream_entries
+WHERE run_id = ? AND step_key = ? AND attempt = ? AND kind = 'reset'
+
+-- name: insert_stream_entry
+INSERT INTO plait_stream_entries (run_id, stream, "offset", kind, value, step_key, attempt, at)
+VALUES (?, ?, ?, 'data', ?, ?, ?, ?)
+
+-- name: read_stream
+SELECT "offset", kind, value, step_key, attempt, at FROM plait_stream_entries
+WHERE run_id = ? AND stream = ? AND "offset" > ? ORDER BY "offset" LIMIT ?
+
+-- name: read_stream_settled
+-- Without resets, and without the entries of attempts that did not succeed (?4: the
+-- status of a step whose latest attempt succeeded).
+SELECT e."offset", e.kind, e.value, e.step_key, e.attempt, e.at
+FROM plait_stream_entries AS e
+WHERE e.run_id = ?1 AND e.stream = ?2 AND e."offset" > ?3 AND e.kind <> 'reset'
+    AND (e.step_key IS NULL OR EXISTS (
+        SELECT 1 FROM plait_steps AS s
+        WHERE s.run_id = e.run_id AND s.key = e.step_key AND s.attempts = e.attempt
+            AND s.status = ?4))
+ORDER BY e."offset" LIMIT ?5
+
+-- name: stream_names
+SELECT DISTINCT stream FROM plait_stream_entries WHERE run_id = ? ORDER BY stream

@@ -196,6 +196,22 @@ CREATE TABLE plait_run_tags (
     PRIMARY KEY (run_id, key)
 ) WITHOUT ROWID;
 
+-- One entry of a run's stream (wf.stream, ctx.stream), offsets dense from 0 in each
+-- stream: 'data' (value: the JSON written; step_key and attempt: the step attempt that
+-- wrote it, NULL for the workflow's own writes), 'reset' (step_key and attempt: the
+-- attempt whose entries readers drop) or 'end'.
+CREATE TABLE plait_stream_entries (
+    run_id   TEXT NOT NULL,
+    stream   TEXT NOT NULL,
+    "offset" INTEGER NOT NULL,
+    kind     TEXT NOT NULL,
+    value    TEXT,
+    step_key TEXT,
+    attempt  INTEGER,
+    at       REAL NOT NULL,
+    PRIMARY KEY (run_id, stream, "offset")
+) WITHOUT ROWID;
+
 -- The versions of each workflow and graph, and who registered each graph version.
 CREATE TABLE plait_workflow_versions (
     workflow      TEXT NOT NULL,
@@ -238,6 +254,27 @@ CREATE TABLE plait_schedules (
     updated_at  REAL NOT NULL
 ) WITHOUT ROWID;
 
+-- a paused workflow (kind 'workflow') or queue (kind 'queue'): claims leave its runs
+CREATE TABLE plait_brakes (
+    kind      TEXT NOT NULL,
+    name      TEXT NOT NULL,
+    paused_at REAL NOT NULL,
+    PRIMARY KEY (kind, name)
+) WITHOUT ROWID;
+
+-- a worker process, as it recorded itself; seen_at moves with its heartbeat
+CREATE TABLE plait_workers (
+    id         TEXT PRIMARY KEY,
+    host       TEXT NOT NULL,
+    pid        INTEGER NOT NULL,
+    app        TEXT NOT NULL,
+    version    TEXT NOT NULL,
+    queues     TEXT,                -- JSON array; NULL: every queue
+    workflows  TEXT NOT NULL,       -- JSON array of the workflows it works
+    started_at REAL NOT NULL,
+    seen_at    REAL NOT NULL
+) WITHOUT ROWID;
+
 -- == indexes =================================================================================
 
 CREATE INDEX plait_runs_due ON plait_runs (wake_at) WHERE wake_at IS NOT NULL;
@@ -247,12 +284,6 @@ CREATE INDEX plait_runs_status ON plait_runs (status, created_at DESC);
 CREATE INDEX plait_runs_parent ON plait_runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
 CREATE INDEX plait_runs_lease ON plait_runs (lease_owner) WHERE lease_owner IS NOT NULL;
 CREATE INDEX plait_runs_queued ON plait_runs (wake_at) WHERE status = 'queued';
-CREATE INDEX plait_runs_queue_active ON plait_runs (queue, queue_key)
-    WHERE queue IS NOT NULL AND status IN ('running', 'suspended');
--- a de-duplication key belongs to one live run at a time; it is free again once that run
--- has ended (the row leaves this partial index)
-CREATE UNIQUE INDEX plait_runs_dedup ON plait_runs (dedup)
-    WHERE dedup IS NOT NULL AND status IN ('queued', 'running', 'suspended');
 -- running runs nothing will wake, for the idle sweep
 CREATE INDEX plait_runs_idle ON plait_runs (updated_at)
     WHERE status = 'running' AND wake_at IS NULL AND lease_owner IS NULL;
@@ -278,6 +309,18 @@ CREATE INDEX plait_run_tags_pair ON plait_run_tags (key, value, run_created_at D
 CREATE UNIQUE INDEX plait_events_dedup ON plait_events (run_id, dedup) WHERE dedup IS NOT NULL;
 CREATE INDEX plait_queue_admissions_at ON plait_queue_admissions (queue, at);
 CREATE INDEX plait_schedules_due ON plait_schedules (next_tick) WHERE status = 'active';
+-- the entries of one step attempt (a reset finds the streams it wrote to)
+CREATE INDEX plait_stream_entries_attempt ON plait_stream_entries (run_id, step_key, attempt)
+    WHERE step_key IS NOT NULL;
+-- the first entry of each stream: the run's page counts its streams in its marks
+CREATE INDEX plait_stream_entries_first ON plait_stream_entries (run_id) WHERE "offset" = 0;
+-- made again by migration 008 (paused runs hold their slot and key), so created last
+CREATE INDEX plait_runs_queue_active ON plait_runs (queue, queue_key)
+    WHERE queue IS NOT NULL AND status IN ('running', 'suspended', 'paused');
+-- a de-duplication key belongs to one live run at a time; it is free again once that run
+-- has ended (the row leaves this partial index)
+CREATE UNIQUE INDEX plait_runs_dedup ON plait_runs (dedup)
+    WHERE dedup IS NOT NULL AND status IN ('queued', 'running', 'suspended', 'paused');
 
 -- == triggers ================================================================================
 
@@ -297,4 +340,35 @@ BEGIN
                              'message', 'the run ended before it reached the gate'),
         judged_at = NEW.updated_at
     WHERE run_id = NEW.id AND outcome = 'held';
+END;
+
+-- An attempt that ends failed, interrupted or cancelled resets what it wrote: readers drop
+-- its entries. Whoever ends it (a pass, a step worker, a takeover, a cancel), the reset
+-- follows in the same transaction.
+CREATE TRIGGER plait_steps_attempt_resets_streams
+AFTER UPDATE OF attempt_status ON plait_steps
+WHEN OLD.attempt_status = 'running'
+    AND NEW.attempt_status IN ('failed', 'interrupted', 'cancelled')
+BEGIN
+    INSERT INTO plait_stream_entries (run_id, stream, "offset", kind, value, step_key,
+                                      attempt, at)
+    SELECT NEW.run_id, w.stream,
+        (SELECT max(e."offset") + 1 FROM plait_stream_entries AS e
+         WHERE e.run_id = NEW.run_id AND e.stream = w.stream),
+        'reset', NULL, NEW.key, NEW.attempts, NEW.updated_at
+    FROM (SELECT DISTINCT stream FROM plait_stream_entries
+          WHERE run_id = NEW.run_id AND step_key = NEW.key AND attempt = NEW.attempts
+              AND kind = 'data') AS w;
+END;
+
+-- A run's end ends each of its streams, whoever ends it.
+CREATE TRIGGER plait_runs_end_ends_streams
+AFTER UPDATE OF status ON plait_runs
+WHEN NEW.status IN ('completed', 'failed', 'cancelled', 'continued')
+    AND OLD.status NOT IN ('completed', 'failed', 'cancelled', 'continued')
+BEGIN
+    INSERT INTO plait_stream_entries (run_id, stream, "offset", kind, value, step_key,
+                                      attempt, at)
+    SELECT NEW.id, stream, max("offset") + 1, 'end', NULL, NULL, NULL, NEW.updated_at
+    FROM plait_stream_entries WHERE run_id = NEW.id GROUP BY stream;
 END;

@@ -14,6 +14,7 @@
 -- run) continues as new: the run that continues it starts if the end moved the run.
 -- send_event stores an event for another run (or this one) through store_event.
 -- cancel_job (step, cut) ends a job step the workflow cancelled (plait.store.ops.CancelJob).
+-- append_stream (name, output) appends the workflow's own entry to stream name.
 CREATE OR REPLACE FUNCTION @schema@.apply_ops(
     p_run text, p_ops @schema@.op[], p_now timestamptz
 ) RETURNS void LANGUAGE plpgsql AS $$
@@ -66,11 +67,11 @@ BEGIN
             END IF;
         WHEN 'cancel_children' THEN
             FOR v_child IN SELECT id FROM @schema@.runs
-                WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued')
+                WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued', 'paused')
                 ORDER BY id
             LOOP
                 PERFORM @schema@.end_run(v_child, o.status, NULL, o.error, o.parent, o.cut,
-                                         p_now, ARRAY['running', 'suspended', 'queued']);
+                                         p_now, ARRAY['running', 'suspended', 'queued', 'paused']);
             END LOOP;
         WHEN 'set_value' THEN
             INSERT INTO @schema@.run_values (run_id, key, value, updated_at)
@@ -80,6 +81,9 @@ BEGIN
             PERFORM pg_notify(@channel@, 'run:' || p_run);
         WHEN 'set_tags' THEN
             PERFORM @schema@.put_tags(p_run, o.output);
+        WHEN 'append_stream' THEN
+            -- name: the stream, output: the value (wf.stream)
+            PERFORM @schema@.append_stream_entry(p_run, o.name, o.output, p_now);
         WHEN 'record_version' THEN
             UPDATE @schema@.runs SET version = o.name WHERE id = p_run AND version IS NULL;
         WHEN 'send_event' THEN
@@ -229,7 +233,7 @@ BEGIN
             p_ops := ARRAY(
                 SELECT x FROM unnest(p_ops) AS x
                 WHERE x.kind NOT IN ('create_child_run', 'set_timer', 'enqueue_job',
-                    'start_attempt')
+                    'start_attempt', 'append_stream')
                     AND NOT (x.kind = 'finish_attempt' AND x.status = 'interrupted')
             );
         END IF;

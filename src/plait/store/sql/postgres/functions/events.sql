@@ -5,13 +5,13 @@
 -- when nothing was stored. A pass's send_event op writes through it too: a run that ended
 -- (or was pruned) since the pass read it takes nothing.
 CREATE OR REPLACE FUNCTION @schema@.store_event(
-    p_run text, p_name text, p_payload jsonb, p_dedup text, p_now timestamptz
+    p_run text, p_name text, p_payload json, p_dedup text, p_now timestamptz
 ) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO @schema@.events (run_id, name, payload, created_at, dedup)
     SELECT p_run, p_name, p_payload, p_now, p_dedup
     WHERE EXISTS (SELECT 1 FROM @schema@.runs
-                  WHERE id = p_run AND status IN ('running', 'suspended', 'queued'))
+                  WHERE id = p_run AND status IN ('running', 'suspended', 'queued', 'paused'))
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
         RETURN false;
@@ -25,7 +25,7 @@ END $$;
 -- or consumed) changes nothing, whatever became of the run since: false. False too when
 -- nothing was stored; true once the event is stored.
 CREATE OR REPLACE FUNCTION @schema@.send_event(
-    p_run text, p_name text, p_payload jsonb, p_dedup text, p_now timestamptz
+    p_run text, p_name text, p_payload json, p_dedup text, p_now timestamptz
 ) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
     IF p_dedup IS NOT NULL THEN
@@ -37,7 +37,7 @@ BEGIN
             RETURN false;
         END IF;
     END IF;
-    PERFORM @schema@.lock_for_action(p_run, ARRAY['running', 'suspended', 'queued']);
+    PERFORM @schema@.lock_for_action(p_run, ARRAY['running', 'suspended', 'queued', 'paused']);
     RETURN @schema@.store_event(p_run, p_name, p_payload, p_dedup, p_now);
 END $$;
 
@@ -49,23 +49,23 @@ END $$;
 -- 'closed' or 'expired'. SQLSTATE PLT02 / PLT03 as for the other actions (a held decision
 -- needs a running or suspended run).
 CREATE OR REPLACE FUNCTION @schema@.submit_decision(
-    p_run text, p_name text, p_payload jsonb, p_by text, p_outcome text, p_reason jsonb,
-    p_key text, p_ops @schema@.op[], p_if_closed jsonb, p_if_expired jsonb,
+    p_run text, p_name text, p_payload json, p_by text, p_outcome text, p_reason json,
+    p_key text, p_ops @schema@.op[], p_if_closed json, p_if_expired json,
     p_now timestamptz
 ) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     v_status text;
     v_deadline timestamptz;
     v_result text := p_outcome;
-    v_reason jsonb := p_reason;
+    v_reason json := p_reason;
     v_consumed text := p_key;
 BEGIN
     IF p_outcome = 'held' THEN
-        PERFORM @schema@.lock_for_action(p_run, ARRAY['queued', 'running', 'suspended']);
+        PERFORM @schema@.lock_for_action(p_run, ARRAY['queued', 'running', 'suspended', 'paused']);
         v_consumed := NULL;
     ELSE
         PERFORM @schema@.lock_for_action(p_run,
-            ARRAY['queued', 'running', 'suspended', 'completed', 'failed', 'cancelled',
+            ARRAY['queued', 'running', 'suspended', 'paused', 'completed', 'failed', 'cancelled',
                   'continued']);
     END IF;
     IF p_outcome = 'accepted' THEN
@@ -102,7 +102,7 @@ CREATE OR REPLACE FUNCTION @schema@.refuse_held_decisions() RETURNS trigger LANG
 BEGIN
     UPDATE @schema@.events
     SET outcome = 'refused',
-        reason = jsonb_build_object('code', 'APPROVAL_RESOLVED',
+        reason = json_build_object('code', 'APPROVAL_RESOLVED',
                                     'message', 'the run ended before it reached the gate'),
         judged_at = NEW.updated_at
     WHERE run_id = NEW.id AND outcome = 'held';
@@ -122,7 +122,7 @@ EXECUTE FUNCTION @schema@.refuse_held_decisions();
 -- commit order, the order a workflow takes requests in. Returns its id. SQLSTATE PLT02 /
 -- PLT03 as lock_for_action raises them (p_live: the statuses a run may take one in).
 CREATE OR REPLACE FUNCTION @schema@.send_request(
-    p_run text, p_name text, p_data jsonb, p_status text, p_refusal jsonb,
+    p_run text, p_name text, p_data json, p_status text, p_refusal json,
     p_deadline timestamptz, p_live text[], p_now timestamptz
 ) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE

@@ -2,7 +2,8 @@
 -- when its step ends.
 
 -- Write the start of a queued attempt (p_ops) if p_owner still holds the job and the run
--- is running. A suspended run's job is released (kept for its resume; claims skip it);
+-- is running. A suspended or paused run's job is released (kept for when it goes on;
+-- claims skip it);
 -- the job of a run that ended or is gone is deleted. False when nothing was written.
 CREATE OR REPLACE FUNCTION @schema@.begin_queued_step(
     p_run text, p_key text, p_owner text, p_ops @schema@.op[], p_now timestamptz
@@ -18,7 +19,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    IF run_status = 'suspended' THEN
+    IF run_status IN ('suspended', 'paused') THEN
         UPDATE @schema@.jobs SET lease_owner = NULL, lease_until = NULL
         WHERE run_id = p_run AND step_key = p_key;
         RETURN false;

@@ -23,10 +23,17 @@ END $$;
 -- p_owner. The limits of the queues the caller knows come as parallel arrays (NULL: no
 -- such limit); a queue not among them has none. per_key applies to runs that have a key.
 -- A run holds its queue slot from admission until it ends.
+-- Only runs of the admitting worker's scope (p_workflows: NULL any, with p_graphs any
+-- graph; p_queues: NULL any, a run of no queue in p_default_queue) whose workflow and
+-- queue are not paused (brakes).
+DROP FUNCTION IF EXISTS @schema@.admit_runs(
+    text, timestamptz, timestamptz, integer, text[], integer[], integer[], integer[], float8[],
+    text);
 CREATE OR REPLACE FUNCTION @schema@.admit_runs(
     p_owner text, p_until timestamptz, p_now timestamptz, p_limit integer,
     p_names text[], p_concurrency integer[], p_per_key integer[], p_rate integer[],
-    p_window float8[], p_status text
+    p_window float8[], p_status text, p_workflows text[], p_graphs boolean, p_queues text[],
+    p_default_queue text
 ) RETURNS SETOF text LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM @schema@.lock_queues(p_names);
@@ -38,12 +45,12 @@ BEGIN
             AS c(name, concurrency, per_key, rate, rate_window)
     ), active AS (
         SELECT a.queue, count(*) AS n FROM @schema@.runs a
-        WHERE a.queue = ANY (p_names) AND a.status IN ('running', 'suspended')
+        WHERE a.queue = ANY (p_names) AND a.status IN ('running', 'suspended', 'paused')
         GROUP BY a.queue
     ), active_keys AS (
         SELECT a.queue, a.queue_key, count(*) AS n FROM @schema@.runs a
         JOIN conf c ON c.name = a.queue AND c.per_key IS NOT NULL
-        WHERE a.status IN ('running', 'suspended') AND a.queue_key IS NOT NULL
+        WHERE a.status IN ('running', 'suspended', 'paused') AND a.queue_key IS NOT NULL
         GROUP BY a.queue, a.queue_key
     ), recent AS (
         SELECT q.queue, count(*) AS n FROM @schema@.queue_admissions q
@@ -58,6 +65,12 @@ BEGIN
                     r.id) AS nth_key
         FROM @schema@.runs r LEFT JOIN conf c ON c.name = r.queue
         WHERE r.status = 'queued' AND r.wake_at <= p_now
+            AND (p_workflows IS NULL OR r.workflow = ANY (p_workflows)
+                 OR (r.kind = 'graph' AND p_graphs))
+            AND (p_queues IS NULL OR coalesce(r.queue, p_default_queue) = ANY (p_queues))
+            AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
+                            WHERE (b.kind = 'workflow' AND b.name = r.workflow)
+                                OR (b.kind = 'queue' AND b.name = r.queue))
     ), key_fits AS (
         SELECT d.*, row_number() OVER (PARTITION BY d.queue
                 ORDER BY d.priority DESC, d.wake_at, d.created_at, d.start_seq NULLS FIRST,
@@ -125,7 +138,10 @@ BEGIN
         JOIN conf c ON c.name = m.queue
         WHERE j.available_at <= p_now AND (j.lease_owner IS NULL OR j.lease_until < p_now)
             AND EXISTS (SELECT 1 FROM @schema@.runs r
-                        WHERE r.id = j.run_id AND r.status = 'running')
+                        WHERE r.id = j.run_id AND r.status = 'running'
+                            AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
+                                WHERE (b.kind = 'workflow' AND b.name = r.workflow)
+                                    OR (b.kind = 'queue' AND b.name = r.queue)))
     ), fits AS (
         SELECT d.run_id, d.step_key, d.queue, d.rate, d.available_at FROM due d
         LEFT JOIN held h ON h.queue = d.queue

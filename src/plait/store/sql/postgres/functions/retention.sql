@@ -50,6 +50,7 @@ BEGIN
     DELETE FROM @schema@.state WHERE run_id = ANY (doomed);
     DELETE FROM @schema@.run_values WHERE run_id = ANY (doomed);
     DELETE FROM @schema@.run_tags WHERE run_id = ANY (doomed);
+    DELETE FROM @schema@.stream_entries WHERE run_id = ANY (doomed);
     DELETE FROM @schema@.runs WHERE id = ANY (doomed);
     deleted := array_length(doomed, 1);
 END $$;

@@ -62,7 +62,7 @@ BEGIN
     END IF;
     IF n.tags IS NOT NULL THEN
         INSERT INTO @schema@.run_tags (run_id, key, value)
-        SELECT n.id, t.key, t.value FROM jsonb_each_text(n.tags) t;
+        SELECT n.id, t.key, t.value FROM json_each_text(n.tags) t;
     END IF;
     IF NOT leased THEN
         PERFORM pg_notify(@channel@, 'work');
@@ -72,12 +72,15 @@ END $$;
 
 -- Merge p_tags (a JSON object of str to str) into a run's tags: its column and its rows of
 -- run_tags (wf.set_tags).
-CREATE OR REPLACE FUNCTION @schema@.put_tags(p_run text, p_tags jsonb)
+CREATE OR REPLACE FUNCTION @schema@.put_tags(p_run text, p_tags json)
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE @schema@.runs SET tags = coalesce(tags, '{}'::jsonb) || p_tags WHERE id = p_run;
+    -- merged as jsonb (a key given again takes the new value), stored as json like every
+    -- JSON column
+    UPDATE @schema@.runs SET tags = (coalesce(tags::jsonb, '{}'::jsonb) || p_tags::jsonb)::json
+    WHERE id = p_run;
     INSERT INTO @schema@.run_tags (run_id, key, value)
-    SELECT p_run, t.key, t.value FROM jsonb_each_text(p_tags) t
+    SELECT p_run, t.key, t.value FROM json_each_text(p_tags) t
     ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value;
 END $$;
 
@@ -95,7 +98,7 @@ BEGIN
             RETURN;
         END IF;
         SELECT * INTO run FROM @schema@.runs
-        WHERE dedup = n.dedup AND status IN ('queued', 'running', 'suspended');
+        WHERE dedup = n.dedup AND status IN ('queued', 'running', 'suspended', 'paused');
         IF FOUND THEN
             RETURN;
         END IF;
@@ -156,7 +159,7 @@ END $$;
 -- but not an interruption: see try_commit_batch). A run's end settles the parent's
 -- waiting step as p_parent says (NULL: it settles nothing).
 CREATE OR REPLACE FUNCTION @schema@.end_run(
-    p_run text, p_status text, p_output jsonb, p_error jsonb, p_parent @schema@.step_end,
+    p_run text, p_status text, p_output json, p_error json, p_parent @schema@.step_end,
     p_cut @schema@.cancel_cut, p_now timestamptz, p_from text[]
 ) RETURNS text[] LANGUAGE plpgsql AS $$
 DECLARE
@@ -182,11 +185,11 @@ BEGIN
     DELETE FROM @schema@.jobs WHERE run_id = p_run;
     IF p_cut IS NOT NULL THEN
         SELECT array_agg(id ORDER BY id) INTO children FROM @schema@.runs
-        WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued');
+        WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued', 'paused');
         FOREACH child IN ARRAY coalesce(children, ARRAY[]::text[]) LOOP
             moved := moved || @schema@.end_run(child, p_status, NULL, p_error, p_parent,
                                                p_cut, p_now,
-                                               ARRAY['running', 'suspended', 'queued']);
+                                               ARRAY['running', 'suspended', 'queued', 'paused']);
         END LOOP;
         UPDATE @schema@.steps SET status = p_cut.step, error = p_error,
             attempt_status = CASE WHEN attempt_status = p_cut.open_attempt THEN p_cut.attempt
@@ -230,7 +233,7 @@ END $$;
 -- the child first, then its parent to settle its step, could deadlock with that parent
 -- ending at the same moment.
 CREATE OR REPLACE FUNCTION @schema@.cancel_run(
-    p_run text, p_status text, p_error jsonb, p_parent @schema@.step_end,
+    p_run text, p_status text, p_error json, p_parent @schema@.step_end,
     p_cut @schema@.cancel_cut, p_now timestamptz
 ) RETURNS text[] LANGUAGE plpgsql AS $$
 DECLARE
@@ -240,9 +243,9 @@ BEGIN
     IF parent IS NOT NULL THEN
         PERFORM 1 FROM @schema@.runs WHERE id = parent FOR UPDATE;
     END IF;
-    PERFORM @schema@.lock_for_action(p_run, ARRAY['running', 'suspended', 'queued']);
+    PERFORM @schema@.lock_for_action(p_run, ARRAY['running', 'suspended', 'queued', 'paused']);
     RETURN @schema@.end_run(p_run, p_status, NULL, p_error, p_parent, p_cut, p_now,
-                            ARRAY['running', 'suspended', 'queued']);
+                            ARRAY['running', 'suspended', 'queued', 'paused']);
 END $$;
 
 -- A run past its deadline (queued, running or suspended, with deadline_at <= p_now) ends
@@ -252,8 +255,8 @@ END $$;
 -- children. Returns every run that moved, none when the run ended already or its deadline
 -- is still to come.
 CREATE OR REPLACE FUNCTION @schema@.time_out_run(
-    p_run text, p_status text, p_error jsonb, p_parent @schema@.step_end,
-    p_cut @schema@.cancel_cut, p_child_status text, p_child_error jsonb,
+    p_run text, p_status text, p_error json, p_parent @schema@.step_end,
+    p_cut @schema@.cancel_cut, p_child_status text, p_child_error json,
     p_child_parent @schema@.step_end, p_now timestamptz
 ) RETURNS text[] LANGUAGE plpgsql AS $$
 DECLARE
@@ -267,19 +270,19 @@ BEGIN
         PERFORM 1 FROM @schema@.runs WHERE id = parent FOR UPDATE;
     END IF;
     PERFORM 1 FROM @schema@.runs WHERE id = p_run AND deadline_at <= p_now
-        AND status IN ('queued', 'running', 'suspended') FOR UPDATE;
+        AND status IN ('queued', 'running', 'suspended', 'paused') FOR UPDATE;
     IF NOT FOUND THEN
         RETURN moved;
     END IF;
     SELECT array_agg(id ORDER BY id) INTO children FROM @schema@.runs
-    WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued');
+    WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued', 'paused');
     FOREACH child IN ARRAY coalesce(children, ARRAY[]::text[]) LOOP
         moved := moved || @schema@.end_run(child, p_child_status, NULL, p_child_error,
                                            p_child_parent, p_cut, p_now,
-                                           ARRAY['running', 'suspended', 'queued']);
+                                           ARRAY['running', 'suspended', 'queued', 'paused']);
     END LOOP;
     RETURN @schema@.end_run(p_run, p_status, NULL, p_error, p_parent, p_cut, p_now,
-                            ARRAY['running', 'suspended', 'queued']) || moved;
+                            ARRAY['running', 'suspended', 'queued', 'paused']) || moved;
 END $$;
 
 -- A suspended or failed run goes on (resume, retry): if it is still p_from with p_seen
@@ -305,7 +308,7 @@ BEGIN
         wakeups = r.wakeups + 1,
         dedup = CASE WHEN EXISTS (SELECT 1 FROM @schema@.runs o
                                   WHERE o.dedup = r.dedup AND o.id <> r.id
-                                      AND o.status IN ('queued', 'running', 'suspended'))
+                                      AND o.status IN ('queued', 'running', 'suspended', 'paused'))
                      THEN NULL ELSE r.dedup END
     WHERE r.id = p_run;
     PERFORM pg_notify(@channel@, 'busy:' || p_run);
@@ -341,7 +344,7 @@ BEGIN
     IF (p_replace).kind IS NOT NULL THEN
         v_moved := @schema@.end_run(p_from, (p_replace).status, NULL, (p_replace).error,
                                     (p_replace).parent, (p_replace).cut, p_now,
-                                    ARRAY['running', 'suspended', 'queued']);
+                                    ARRAY['running', 'suspended', 'queued', 'paused']);
     END IF;
     PERFORM pg_notify(@channel@, 'work');
     RETURN QUERY SELECT r, v_moved FROM @schema@.runs r WHERE r.id = p_new.id;

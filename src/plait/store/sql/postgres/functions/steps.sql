@@ -47,8 +47,8 @@ END $$;
 -- next starts, and the step row may already count the next, written in the same batch).
 -- The attempt's output is the step's (a success's result).
 CREATE OR REPLACE FUNCTION @schema@.close_attempt(
-    p_run text, p_key text, p_attempt integer, p_status text, p_output jsonb,
-    p_error jsonb, p_now timestamptz
+    p_run text, p_key text, p_attempt integer, p_status text, p_output json,
+    p_error json, p_now timestamptz
 ) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE @schema@.steps SET attempt_status = p_status, attempt_error = p_error,

@@ -1,9 +1,9 @@
--- Run tags: a run's tags on its row (JSON, read with the run), and one row per tag in
+-- Run tags: a run's tags on its row (json, read with the run), and one row per tag in
 -- run_tags, whose index on (key, value, run_id) finds the runs of a tag without a walk
 -- through every run.
 -- description: run tags
 
-ALTER TABLE @schema@.runs ADD COLUMN tags jsonb;
+ALTER TABLE @schema@.runs ADD COLUMN tags json;
 
 -- A run's tags, one row per (key, value), written with the run's tags column.
 CREATE TABLE @schema@.run_tags (
@@ -15,4 +15,4 @@ CREATE TABLE @schema@.run_tags (
 
 CREATE INDEX run_tags_pair ON @schema@.run_tags (key, value, run_id);
 
-ALTER TYPE @schema@.new_run ADD ATTRIBUTE tags jsonb;
+ALTER TYPE @schema@.new_run ADD ATTRIBUTE tags json;

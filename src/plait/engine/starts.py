@@ -1,0 +1,135 @@
+"""Starting runs in bulk: ``Engine.start_many`` creates many runs in one commit, and what
+follows a start's commit, which ``start`` and ``start_many`` share."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from plait.engine.base import EngineBase, WorkflowRef, workflow_name
+from plait.errors import InputValidationError, RunIdTakenError
+from plait.ids import check_caller_run_id
+from plait.records import Run
+from plait.store.rows import NewRun
+
+
+class StartsMixin(EngineBase):
+    """``Engine.start_many``, and the end of every start."""
+
+    #: whether this engine's loops take work (``Engine(workers=...)``)
+    workers: bool
+    #: ``Engine._new_run``: the run ``start`` creates, every option and the input
+    #: (``what``) checked, nothing written
+    _new_run: Callable[..., Awaitable[NewRun]]
+
+    async def start_many(
+        self,
+        name: WorkflowRef,
+        inputs: Iterable[Any],
+        *,
+        run_ids: Sequence[str] | None = None,
+        inline: bool = False,
+        owner: str | None = None,
+        start_node: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
+        priority: int = 0,
+        dedup: str | None = None,
+        delay: float | str | timedelta | None = None,
+        start_at: datetime | None = None,
+        timeout: float | str | timedelta | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """Start one run per item of ``inputs`` in one commit and return their ids in the
+        order of ``inputs``: an import or a fan-out pays one durable write, not one each.
+
+        Each run is started as ``start`` starts it, with the same options (``tags``
+        too) for all;
+        ``run_ids`` (one per input, else each is generated) are idempotency keys as
+        ``run_id`` is: an id that exists already gives the existing run, and ``dedup``
+        gives the live run that holds the key (a later input with the key of an earlier
+        one gets the earlier one's id). Every input is checked before anything is
+        written: an input that cannot be stored is an error naming its index, and then
+        no run is started. The workers of every process see the runs once they exist.
+        """
+        kind = type(inputs).__name__
+        if isinstance(inputs, str | bytes | Mapping) or not isinstance(inputs, Iterable):
+            raise TypeError(f"inputs must be a list with one input per run, got {kind}")
+        items = list(inputs)
+        if run_ids is not None:
+            if isinstance(run_ids, str) or not isinstance(run_ids, Sequence):
+                raise TypeError(f"run_ids must be a list of run ids, got {type(run_ids).__name__}")
+            if len(run_ids) != len(items):
+                raise ValueError(
+                    f"run_ids has {len(run_ids)} ids for {len(items)} inputs (one per input)"
+                )
+            for i, given in enumerate(run_ids):
+                try:
+                    check_caller_run_id(given)
+                except (TypeError, ValueError) as exc:
+                    raise type(exc)(f"run_ids[{i}]: {exc}") from None
+        label = workflow_name(name)
+        news: list[NewRun] = []
+        for i, data in enumerate(items):
+            run_id = None if run_ids is None else run_ids[i]
+            try:
+                new = await self._new_run(
+                    name,
+                    data,
+                    deadline=timeout,
+                    what=f"inputs[{i}] of workflow {label!r}",
+                    run_id=run_id,
+                    inline=inline,
+                    owner=owner,
+                    start_node=start_node,
+                    queue=queue,
+                    key=key,
+                    priority=priority,
+                    dedup=dedup,
+                    delay=delay,
+                    start_at=start_at,
+                    tags=tags,
+                )
+            except InputValidationError as exc:
+                raise InputValidationError(f"inputs[{i}]: {exc}") from None
+            news.append(new)
+        if not news:
+            await self.catalog.resolve(label)  # an unknown workflow is an error even so
+            return []
+        since = time.monotonic()  # inline runs are created leased to this process
+        outcomes = await self.store.create_runs(news)
+        pairs = zip(news, outcomes, strict=True)
+        ids = [
+            self._started(new, run, made, since=since, publish=False)[0]
+            for new, (run, made) in pairs
+        ]
+        if not inline and any(created for _run, created in outcomes):
+            self.notifier.publish_work()
+        return ids
+
+    def _started(
+        self, new: NewRun, run: Run, created: bool, *, since: float, publish: bool = True
+    ) -> tuple[str, bool]:
+        """After the commit that holds ``new``: the id its starter gets, and whether the
+        run is one made and driven here (inline). A run this start created has its
+        deadline watched and, inline, its first pass begun; the workers of every process
+        are told of one they may take (unless ``publish`` is off: a caller that started
+        many tells them once). ``since``: the monotonic time before the commit, from which
+        an inline run's lease counts."""
+        if not created:
+            if run.id != new.id:
+                return run.id, False  # the live run that holds the de-duplication key
+            if run.workflow != new.workflow:
+                raise RunIdTakenError(run.id, run.workflow, new.workflow)
+            return run.id, False
+        worker = self.worker
+        if new.deadline_at is not None:
+            worker.deadline_set(new.deadline_at)
+        inline = new.lease_owner is not None
+        if inline:
+            worker.drive(run.id, claimed=True, follow=not self.workers, since=since)
+        elif publish:
+            self.notifier.publish_work()
+        return run.id, inline

@@ -1,0 +1,136 @@
+"""The streams a run writes (``wf.stream``, ``ctx.stream``): read them, or follow them as
+their entries commit."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+
+from plait.context import check_stream_name
+from plait.engine.base import EngineBase
+from plait.notify import wait_event
+from plait.records import TERMINAL, StreamEntry
+from plait.statuses import StepStatusName
+
+#: the status of a step whose latest attempt succeeded: a settled read keeps its entries
+_SUCCEEDED: StepStatusName = "succeeded"
+#: the most entries one read returns
+MAX_READ = 10_000
+#: the entries a follower reads at a time
+_FOLLOW_PAGE = 1000
+#: the slow look a follower takes in case a wake-up was lost (it doubles, up to the most)
+_FOLLOW_SAFETY = 0.05
+_FOLLOW_SAFETY_MAX = 2.0
+
+
+def _check_read(name: object, after: object, limit: object) -> str:
+    stream = check_stream_name(name)
+    if isinstance(after, bool) or not isinstance(after, int) or after < -1:
+        raise ValueError(
+            f"stream {stream!r}: after must be an offset (an int >= -1), got {after!r}"
+        )
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_READ:
+        raise ValueError(
+            f"stream {stream!r}: limit must be an int from 1 to {MAX_READ}, got {limit!r}"
+        )
+    return stream
+
+
+class StreamsMixin(EngineBase):
+    """``Engine.read_stream``, ``follow_stream`` and ``stream_names``."""
+
+    async def read_stream(
+        self,
+        run_id: str,
+        name: str,
+        *,
+        after: int = -1,
+        limit: int = 1000,
+        settled_only: bool = False,
+    ) -> list[StreamEntry]:
+        """Up to ``limit`` entries of the run's stream ``name`` with offsets above
+        ``after``, in order. ``settled_only`` leaves out the entries of step attempts that
+        did not succeed (yet, or ever) and the resets: what is left never changes."""
+        stream = _check_read(name, after, limit)
+        await self.get_run(run_id)
+        settled = _SUCCEEDED if settled_only else None
+        return await self.store.read_stream(run_id, stream, after, limit, settled)
+
+    async def stream_names(self, run_id: str) -> list[str]:
+        """The names of the streams the run has written to."""
+        await self.get_run(run_id)
+        return await self.store.stream_names(run_id)
+
+    async def follow_stream(
+        self, run_id: str, name: str, *, after: int = -1, settled_only: bool = False
+    ) -> AsyncGenerator[StreamEntry, None]:
+        """The entries of the run's stream ``name`` after ``after`` as they commit, until
+        its ``end`` (the run ended; a stream never written ends with its run, with no
+        entry). Woken by the commits that write them, not by polling. With
+        ``settled_only``, an attempt's entries come once it succeeded (never, if it did
+        not), the workflow's own at once, still in offset order."""
+        stream = _check_read(name, after, 1)
+        await self.get_run(run_id)
+        cursor, page, safety = after, _FOLLOW_PAGE, _FOLLOW_SAFETY
+        while True:
+            event = self.notifier.watch(run_id)
+            try:
+                if settled_only:
+                    entries, cursor, blocked = await self._settled_page(
+                        run_id, stream, cursor, page
+                    )
+                    # an undecided attempt that wrote a full page: look further for its reset
+                    page = min(MAX_READ, page * 2) if blocked else _FOLLOW_PAGE
+                else:
+                    entries = await self.store.read_stream(run_id, stream, cursor, page, None)
+                    if entries:
+                        cursor = entries[-1].offset
+                for entry in entries:
+                    yield entry
+                    if entry.kind == "end":
+                        return
+                if entries:
+                    safety = _FOLLOW_SAFETY
+                    continue
+                run = await self.get_run(run_id)
+                if run.status in TERMINAL and not await self.store.read_stream(
+                    run_id, stream, cursor, 1, None
+                ):
+                    return  # ended, and never written to: no end entry will come
+                await wait_event(event, safety)
+                safety = min(_FOLLOW_SAFETY_MAX, safety * 2)
+            finally:
+                self.notifier.unwatch(run_id, event)
+
+    async def _settled_page(
+        self, run_id: str, stream: str, cursor: int, page: int
+    ) -> tuple[list[StreamEntry], int, bool]:
+        """The settled entries after ``cursor`` up to the first entry of an attempt not
+        decided yet (neither succeeded nor reset), the cursor after them, and whether
+        that undecided attempt filled the page (its reset may lie beyond it)."""
+        raw = await self.store.read_stream(run_id, stream, cursor, page, None)
+        if not raw:
+            return [], cursor, False
+        settled = {
+            e.offset
+            for e in await self.store.read_stream(run_id, stream, cursor, len(raw), _SUCCEEDED)
+        }
+        reset = {(e.step, e.attempt) for e in raw if e.kind == "reset"}
+        ended = any(e.kind == "end" for e in raw)
+        out: list[StreamEntry] = []
+        for entry in raw:
+            if entry.kind == "end":
+                out.append(entry)
+                return out, entry.offset, False
+            if entry.kind == "reset":
+                cursor = entry.offset
+            elif entry.step is None or entry.offset in settled:
+                out.append(entry)
+                cursor = entry.offset
+            elif (entry.step, entry.attempt) in reset or ended:
+                cursor = entry.offset  # its attempt failed, or the run ended without it
+            else:
+                return out, cursor, len(raw) == page  # wait for its attempt to end
+        return out, cursor, False
+
+
+__all__ = ["MAX_READ", "StreamsMixin"]

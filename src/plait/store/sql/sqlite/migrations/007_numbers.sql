@@ -1,0 +1,4 @@
+-- Values come back as they went in (PostgreSQL's 006 moves its jsonb columns to json). SQLite
+-- has kept every value as the TEXT plait wrote all along, so its rows need no change: this
+-- version only keeps the two dialects' versions in step.
+-- description: values: json, as written

@@ -1,0 +1,79 @@
+"""What a worker may claim: its scope (the workflows its app registers, the queues it
+was told to work) and the brakes (paused workflows and queues) as it last read them.
+
+The claims themselves leave out what is out of scope or paused, in the database, so
+every process obeys a brake the moment it commits. A pass that is already running a
+run learns of a brake from this worker's copy of the brakes, read with every lease
+renewal (a quarter of a lease): it starts no new attempt once its run is braked
+(``runtime.drive``), so no step body starts later than a lease after the pause.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from plait.queues import DEFAULT_QUEUE
+from plait.runtime import runs
+from plait.store.rows import ClaimScope
+from plait.worker.state import WorkerState
+
+log = logging.getLogger("plait.worker")
+
+
+class Brakes(WorkerState):
+    """The claim scope and the brakes."""
+
+    def claim_scope(self) -> ClaimScope:
+        """The runs this worker claims: those of the workflows its app registers now
+        (read each time, like the functions) or of ``only_workflows``; any graph stored
+        at run time unless ``only_workflows`` names what to work; ``only_queues``."""
+        if self.only_workflows is not None:
+            return ClaimScope(self.only_workflows, False, self.only_queues)
+        workflows = tuple(sorted(self.catalog.app.workflows))
+        return ClaimScope(workflows, True, self.only_queues)
+
+    def job_functions(self) -> list[str]:
+        """The queued functions whose jobs this worker claims: the app's, in the queues
+        it works (a function of no queue is in ``DEFAULT_QUEUE``)."""
+        app = self.catalog.app
+        queues = self.only_queues
+        return [
+            name
+            for name, f in app.functions.items()
+            if f.queued and (queues is None or (f.queue or DEFAULT_QUEUE) in queues)
+        ]
+
+    def braked(self, workflow: str, queue: str | None) -> bool:
+        brakes = self.brakes
+        if not brakes:
+            return False
+        return ("workflow", workflow) in brakes or (
+            queue is not None and ("queue", queue) in brakes
+        )
+
+    async def refresh_brakes(self) -> None:
+        """Read the brakes again; while any is set, stop the runs it holds that no pass
+        holds now (a pass that stopped for it gave its run back)."""
+        try:
+            found = await self.store.list_brakes()
+        except Exception:
+            log.exception("reading the paused workflows and queues failed")
+            return
+        self.brakes = frozenset((b.kind, b.name) for b in found)
+        if self.brakes and self.take_work:
+            await self.park_braked()
+
+    async def announce(self) -> None:
+        """As the worker starts: read the brakes, and record itself (``Registry``)."""
+        await self.refresh_brakes()
+        await self.beat(force=True)
+
+    async def park_braked(self) -> None:
+        """Runs of a paused workflow or queue that no pass holds become ``paused``."""
+        try:
+            parked = await self.store.park_braked(runs.PAUSED, runs.BRAKED_FROM)
+        except Exception:
+            log.exception("pausing the runs of paused workflows and queues failed")
+            return
+        for run_id in parked:
+            self.notifier.run_changed(run_id, settled=False)

@@ -1,0 +1,209 @@
+"""Pydantic AI agents on plait (``plait.integrations.pydantic_ai``), on both stores,
+offline: each model request and tool call is a step with a pinned name, a tool that
+needs approval waits on a gate ``plait approve`` decides, control-flow signals are not
+retried, and the agent's events land in the run's ``agent`` stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pydantic_ai", reason="the pydantic-ai extra is not installed")
+
+from pydantic_ai import Agent, ModelRetry
+from pydantic_ai.models.test import TestModel
+from typer.testing import CliRunner
+
+import plait
+from plait.cli import cli
+from plait.integrations.pydantic_ai import PlaitDurability, ToolApproval
+from support import agent_app
+from support.polling import eventually
+
+#: the steps of an agent run that calls two tools: compatibility data, never renamed
+#: without a migration of the runs in flight
+TWO_TOOL_STEPS = [
+    "__uuid",
+    "agent:support:model_request",
+    "agent:support:tool:lookup",
+    "agent:support:model_request#1",
+    "agent:support:tool:refund",
+    "agent:support:model_request#2",
+]
+
+
+async def _keys(engine: plait.Engine, run_id: str) -> list[str]:
+    steps = await engine.get_steps(run_id)
+    return [s.key for s in steps]
+
+
+async def _stream(engine: plait.Engine, run_id: str) -> list[Any]:
+    """The agent stream's data values."""
+    return [e.value for e in await engine.read_stream(run_id, "agent") if e.kind == "data"]
+
+
+async def test_a_two_tool_run_takes_one_step_per_model_request_and_tool_call(
+    engine_factory,
+) -> None:
+    agent_app.model_calls.clear()
+    async with engine_factory(agent_app.app) as engine:
+        run_id = await engine.start("support", "A1 5")
+        run = await engine.wait(run_id, timeout=30)
+        assert run.status == "completed", run.error
+        assert run.output == ("Done for A1: {'order': 'A1', 'state': 'delivered'}; refunded 5 ")
+        keys = await _keys(engine, run_id)
+        # each event written to the agent stream is recorded once, under a key of its own
+        assert [k for k in keys if not k.startswith("__stream:agent")] == TWO_TOOL_STEPS
+        written = [k for k in keys if k.startswith("__stream:agent")]
+        # a model response is stored as JSON in Pydantic AI's own message shape
+        steps = {s.key: s for s in await engine.get_steps(run_id)}
+        first = steps["agent:support:model_request"].output
+        assert first["parts"][0]["part_kind"] == "tool-call"
+        assert first["parts"][0]["tool_name"] == "lookup"
+        assert agent_app.model_calls == [0, 1, 2]
+
+        kinds = [e["event_kind"] for e in await _stream(engine, run_id)]
+        assert len(written) == len(kinds)
+        tool = ["part_start", "part_end", "function_tool_call", "function_tool_result"]
+        assert kinds == [*tool, *tool, "part_start", "final_result", "part_end"]
+
+
+async def test_a_replay_reads_model_responses_back_as_pydantic_ai_messages(
+    engine_factory,
+) -> None:
+    """A workflow that runs the agent, then sleeps: the pass after the sleep replays the
+    whole agent run from the record, calling neither the model nor a tool again."""
+    app = plait.App("agent-replay")
+
+    @app.workflow
+    async def twice(wf: plait.Workflow, prompt: str) -> Any:
+        result = await agent_app.agent.run(prompt)
+        await wf.sleep("pause", 0.05)
+        messages = result.all_messages()
+        return {"output": result.output, "messages": len(messages)}
+
+    agent_app.model_calls.clear()
+    async with engine_factory(app) as engine:
+        run = await engine.wait(await engine.start("twice", "B2 7"), timeout=30)
+        assert run.status == "completed", run.error
+        assert run.output == {
+            "output": "Done for B2: {'order': 'B2', 'state': 'delivered'}; refunded 7 ",
+            "messages": 6,
+        }
+        assert agent_app.model_calls == [0, 1, 2]
+
+
+async def plait_cli(*args: str) -> Any:
+    """The CLI in a thread (it runs its own event loop)."""
+    return await asyncio.to_thread(CliRunner().invoke, cli, list(args))
+
+
+async def _gate(engine: plait.Engine, run_id: str) -> Any:
+    async def opened() -> Any:
+        gates = [g for g in await engine.list_approvals() if g.run_id == run_id]
+        return gates[0] if gates else None
+
+    return await eventually(opened, timeout=30, what="the refund's approval gate")
+
+
+async def test_a_tool_needing_approval_waits_for_plait_approve(
+    engine_factory, database: str
+) -> None:
+    async with engine_factory(agent_app.app) as engine:
+        run_id = await engine.start("support", "C3 500")
+        gate = await _gate(engine, run_id)
+        assert gate.name == "agent:support:tool:refund"
+        assert (await engine.get_run(run_id)).status == "running"
+        decided = await plait_cli(
+            "approve",
+            run_id,
+            "agent:support:tool:refund",
+            "--data",
+            json.dumps({"approved": True}),
+            "--by",
+            "dana",
+            "--database",
+            database,
+        )
+        assert decided.exit_code == 0, decided.output
+        run = await engine.wait(run_id, timeout=30)
+        assert run.status == "completed", run.error
+        assert run.output.endswith("refunded 500 ")
+        events = await _stream(engine, run_id)
+        asked = [e for e in events if e["event_kind"] == "approval_requested"]
+        assert asked == [
+            {
+                "event_kind": "approval_requested",
+                "approval": "agent:support:tool:refund",
+                "tool_name": "refund",
+                "tool_call_id": "c2",
+                "args": {"order": "C3", "amount": 500},
+                "metadata": {"amount": 500},
+            }
+        ]
+
+
+async def test_a_denied_tool_call_tells_the_model_why(engine_factory) -> None:
+    async with engine_factory(agent_app.app) as engine:
+        run_id = await engine.start("support", "D4 900")
+        await _gate(engine, run_id)
+        decision = ToolApproval(approved=False, reason="too much").model_dump()
+        await engine.approve(run_id, "agent:support:tool:refund", decision, decided_by="dana")
+        run = await engine.wait(run_id, timeout=30)
+        assert run.status == "completed", run.error
+        assert run.output.endswith("; too much ")
+
+
+async def test_model_retry_is_not_retried_by_plait(engine_factory) -> None:
+    """A tool's ``ModelRetry`` goes back to the model, recorded as the step's result:
+    one attempt, and the model's next request is a step of its own."""
+    tries: list[int] = []
+    agent = Agent(
+        TestModel(call_tools=["pick"]),
+        name="picky",
+        capabilities=[PlaitDurability(step_options={"retries": 3})],
+    )
+
+    @agent.tool_plain
+    def pick(n: int) -> int:
+        tries.append(n)
+        if len(tries) == 1:
+            raise ModelRetry("pick again")
+        return n
+
+    app = plait.App("agent-retry")
+
+    @app.workflow
+    async def picking(wf: plait.Workflow) -> str:
+        return (await agent.run("pick")).output
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("picking")
+        run = await engine.wait(run_id, timeout=30)
+        assert run.status == "completed", run.error
+        assert len(tries) == 2
+        steps = {s.key: s for s in await engine.get_steps(run_id)}
+        assert steps["agent:picky:tool:pick"].attempts == 1
+        assert steps["agent:picky:tool:pick#1"].status == "succeeded"
+
+
+async def test_outside_a_workflow_the_agent_runs_as_usual() -> None:
+    agent_app.model_calls.clear()
+    result = await agent_app.agent.run("E5 3")
+    assert result.output == "Done for E5: {'order': 'E5', 'state': 'delivered'}; refunded 3"
+    assert agent_app.model_calls == [0, 1, 2]
+
+
+def test_bad_step_options_are_named() -> None:
+    with pytest.raises(ValueError, match=r"step_options: unknown step option.*'retry'"):
+        PlaitDurability(step_options={"retry": 3})
+    with pytest.raises(TypeError, match="tool_step_options must be a mapping"):
+        PlaitDurability(tool_step_options=3)  # type: ignore[arg-type]
+
+
+def test_an_agent_without_a_name_is_refused() -> None:
+    with pytest.raises(Exception, match="needs to have a unique `name`"):
+        Agent(TestModel(), capabilities=[PlaitDurability()])

@@ -1,0 +1,130 @@
+"""Brakes through the Engine, on every store: a paused workflow's or queue's running run
+stops after the step it is in and waits ``paused``, a new run waits ``queued``, and a
+resume goes on where each stopped with no step run twice; a paused run can be cancelled;
+bad names are refused by name. (Real worker processes: tests/processes/test_pool_workers.py.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+
+import plait
+from support.polling import eventually
+
+
+def make_app() -> tuple[plait.App, Counter[str], dict[str, asyncio.Event]]:
+    app = plait.App("brakes")
+    app.queue("slow", concurrency=4)
+    ran: Counter[str] = Counter()
+    gates: dict[str, asyncio.Event] = {}
+
+    @app.function(name="work")
+    async def work(data: dict[str, Any], ctx: plait.StepContext) -> str:
+        ran[f"{ctx.run_id}/{ctx.step_key}"] += 1
+        gate = gates.get(ctx.step_key)
+        if gate is not None:
+            await asyncio.wait_for(gate.wait(), 30)
+        return ctx.step_key
+
+    async def three(wf: plait.Workflow, data: Any = None) -> list[str]:
+        return [await wf.do(f"s{i}", work, {}) for i in range(3)]
+
+    app.workflow(name="three")(three)
+    app.workflow(name="three_slow", queue="slow")(three)
+    return app, ran, gates
+
+
+async def status(engine: plait.Engine, run_id: str) -> str:
+    return (await engine.get_run(run_id)).status.value
+
+
+async def test_a_paused_workflow_stops_after_its_step_and_resumes(
+    engine_factory: Any,
+) -> None:
+    app, ran, gates = make_app()
+    gates["s0"] = asyncio.Event()
+    async with engine_factory(app, lease_seconds=1.0) as engine:
+        first = await engine.start("three")
+        await eventually(lambda: ran[f"{first}/s0"] == 1, what="the first step running")
+        await engine.pause_workflow("three")
+        gates["s0"].set()  # the step it is in ends; the next one must not start
+        await eventually(lambda: _is(engine, first, "paused"), timeout=10, what="the run paused")
+        assert ran[f"{first}/s1"] == 0
+        assert (await engine.waiting_on(first)) == plait.WaitingOn(
+            "paused_workflow", "three", "workflow 'three' is paused"
+        )
+        later = await engine.start("three")
+        assert await status(engine, later) == "queued"  # accepted, and waits
+        paused = await engine.list_paused()
+        assert [(p["kind"], p["name"]) for p in paused] == [("workflow", "three")]
+        await asyncio.sleep(0.3)  # the workers poll meanwhile: nothing of it may start
+        assert ran[f"{first}/s1"] == 0 and ran[f"{later}/s0"] == 0
+
+        resumed = await engine.resume_workflow("three")
+        assert resumed == [first]
+        for run_id in (first, later):
+            run = await engine.wait(run_id, timeout=20)
+            assert run.status == "completed" and run.output == ["s0", "s1", "s2"]
+        assert await engine.list_paused() == []
+    assert set(ran.values()) == {1}  # no step ran twice
+    assert len(ran) == 6
+
+
+async def _is(engine: plait.Engine, run_id: str, wanted: str) -> bool:
+    return await status(engine, run_id) == wanted
+
+
+async def test_a_paused_queue_holds_new_runs_queued_and_running_ones_paused(
+    engine_factory: Any,
+) -> None:
+    app, ran, gates = make_app()
+    gates["s1"] = asyncio.Event()
+    async with engine_factory(app, lease_seconds=1.0) as engine:
+        running = await engine.start("three_slow")
+        await eventually(lambda: ran[f"{running}/s1"] == 1, what="the second step running")
+        await engine.pause_queue("slow")
+        waiting = await engine.start("three_slow")
+        gates["s1"].set()
+        await eventually(lambda: _is(engine, running, "paused"), timeout=10, what="paused")
+        assert await status(engine, waiting) == "queued"
+        why = await engine.waiting_on(waiting)
+        assert why is not None and why.kind == "paused_queue" and why.name == "slow"
+        # a paused run holds its queue slot and can be cancelled
+        depth = next(d for d in await engine.queue_depths() if d["queue"] == "slow")
+        assert depth["active"] == 1 and depth["queued"] == 1
+        await engine.cancel(waiting)
+        assert await status(engine, waiting) == "cancelled"
+        await engine.resume_queue("slow")
+        run = await engine.wait(running, timeout=20)
+        assert run.status == "completed"
+    assert ran[f"{running}/s1"] == 1 and ran[f"{running}/s2"] == 1
+    assert ran[f"{waiting}/s0"] == 0
+
+
+async def test_a_paused_run_can_be_cancelled(engine_factory: Any) -> None:
+    app, ran, gates = make_app()
+    gates["s0"] = asyncio.Event()
+    async with engine_factory(app, lease_seconds=1.0) as engine:
+        run_id = await engine.start("three")
+        await eventually(lambda: ran[f"{run_id}/s0"] == 1, what="the first step running")
+        await engine.pause_workflow("three")
+        gates["s0"].set()
+        await eventually(lambda: _is(engine, run_id, "paused"), timeout=10, what="paused")
+        await engine.cancel(run_id, reason="not needed")
+        assert await status(engine, run_id) == "cancelled"
+        await engine.resume_workflow("three")
+        assert await status(engine, run_id) == "cancelled"
+
+
+async def test_bad_names_are_refused_by_name(engine_factory: Any) -> None:
+    app, _ran, _gates = make_app()
+    async with engine_factory(app) as engine:
+        with pytest.raises(plait.WorkflowNotFoundError, match="nope"):
+            await engine.pause_workflow("nope")
+        with pytest.raises(ValueError, match="queue"):
+            await engine.pause_queue("")
+        assert await engine.list_paused() == []

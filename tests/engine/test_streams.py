@@ -1,0 +1,246 @@
+"""Durable streams: the workflow's own writes recorded once, a step attempt's writes
+published at once and reset when the attempt fails, the end when the run ends; read and
+followed, settled or not, on both stores."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import plait
+from plait import NotJSONError, PayloadTooLargeError
+
+
+def _shape(entries: list[plait.StreamEntry]) -> list[tuple[str, Any, int | None]]:
+    return [(e.kind, e.value, e.attempt) for e in entries]
+
+
+async def _collect(aiter: Any) -> list[plait.StreamEntry]:
+    return [entry async for entry in aiter]
+
+
+@pytest.mark.parametrize("queued", [False, True], ids=["inline", "job"])
+async def test_a_failed_attempt_is_reset_and_settled_readers_see_only_the_retry(
+    engine_factory, queued: bool
+) -> None:
+    app = plait.App()
+
+    @app.function(retries=1, retry_delay=0, queued=queued)
+    async def talk(n: int, ctx: plait.StepContext) -> str:
+        for i in range(n):
+            await ctx.stream("tokens").write(f"{ctx.attempt}.{i} ")
+        if ctx.attempt == 1:
+            raise RuntimeError("the model hung up")
+        return "said"
+
+    @app.workflow
+    async def chat(wf: plait.Workflow) -> str:
+        return await wf.do("talk", talk, 5)
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("chat")
+        followed = asyncio.create_task(_collect(engine.follow_stream(run_id, "tokens")))
+        settled = asyncio.create_task(
+            _collect(engine.follow_stream(run_id, "tokens", settled_only=True))
+        )
+        assert (await engine.wait(run_id, timeout=20)).output == "said"
+        seen = await asyncio.wait_for(followed, 20)
+        first = [("data", f"1.{i} ", 1) for i in range(5)]
+        second = [("data", f"2.{i} ", 2) for i in range(5)]
+        assert _shape(seen) == [*first, ("reset", None, 1), *second, ("end", None, None)]
+        assert [e.offset for e in seen] == list(range(12))
+        assert {e.step for e in seen if e.kind != "end"} == {"talk"}
+        assert _shape(await asyncio.wait_for(settled, 20)) == [*second, ("end", None, None)]
+        read = await engine.read_stream(run_id, "tokens", settled_only=True)
+        assert _shape(read) == [*second, ("end", None, None)]
+        assert [e.offset for e in read] == [6, 7, 8, 9, 10, 11]
+        assert _shape(await engine.read_stream(run_id, "tokens", after=4, limit=2)) == [
+            ("reset", None, 1),
+            ("data", "2.0 ", 2),
+        ]
+        assert await engine.stream_names(run_id) == ["tokens"]
+
+
+async def test_a_step_entry_is_published_before_the_step_ends(engine_factory) -> None:
+    app = plait.App()
+    seen = asyncio.Event()
+
+    @app.function
+    async def slow(data: None, ctx: plait.StepContext) -> None:
+        await ctx.stream("progress").write({"done": 1})
+        await asyncio.wait_for(seen.wait(), 20)  # the reader saw it while this still runs
+
+    @app.workflow
+    async def job(wf: plait.Workflow) -> None:
+        await wf.do("slow", slow)
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("job")
+        entries = engine.follow_stream(run_id, "progress")
+        first = await asyncio.wait_for(anext(entries), 20)
+        assert (first.kind, first.value, first.attempt) == ("data", {"done": 1}, 1)
+        assert (await engine.get_run(run_id)).status == "running"
+        seen.set()
+        assert _shape([e async for e in entries]) == [("end", None, None)]
+        await engine.wait(run_id, timeout=20)
+
+
+async def test_a_workflow_write_is_recorded_once_across_passes(engine_factory) -> None:
+    app = plait.App()
+
+    @app.workflow
+    async def steps(wf: plait.Workflow) -> int:
+        await wf.stream("log").write("start")
+        await wf.sleep("pause", 0.05)  # a new pass replays the write
+        await wf.stream("log").write("middle")
+        await wf.sleep("again", 0.05)
+        await wf.stream("log").write(["end", 3])
+        return 3
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("steps")
+        assert (await engine.wait(run_id, timeout=20)).output == 3
+        entries = await engine.read_stream(run_id, "log")
+        assert _shape(entries) == [
+            ("data", "start", None),
+            ("data", "middle", None),
+            ("data", ["end", 3], None),
+            ("end", None, None),
+        ]
+        assert await engine.read_stream(run_id, "log", settled_only=True) == entries
+        steps = {s.key: s.kind for s in await engine.get_steps(run_id)}
+        assert [k for k, kind in steps.items() if kind == "stream"] == [
+            "__stream:log",
+            "__stream:log#1",
+            "__stream:log#2",
+        ]
+
+
+async def test_a_stream_never_written_ends_with_its_run(engine_factory) -> None:
+    app = plait.App()
+
+    @app.workflow
+    async def quiet(wf: plait.Workflow) -> None:
+        return None
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("quiet")
+        await engine.wait(run_id, timeout=20)
+        assert await _collect(engine.follow_stream(run_id, "nothing")) == []
+        assert await engine.read_stream(run_id, "nothing") == []
+
+
+async def test_bad_stream_names_and_values_are_refused_naming_them(engine_factory) -> None:
+    app = plait.App()
+    errors: dict[str, str] = {}
+
+    async def _try(what: str, call: Any) -> None:
+        try:
+            await call()
+        except Exception as exc:
+            errors[what] = f"{type(exc).__name__}: {exc}"
+
+    @app.function
+    async def body(data: None, ctx: plait.StepContext) -> None:
+        await _try("step empty", lambda: ctx.stream("").write(1))
+        await _try("step value", lambda: ctx.stream("out").write(object()))
+
+    @app.workflow
+    async def flow(wf: plait.Workflow) -> None:
+        await _try("wf number", lambda: wf.stream(7).write(1))  # type: ignore[arg-type]
+        await _try("wf long", lambda: wf.stream("x" * 201).write(1))
+        await _try("wf value", lambda: wf.stream("out").write(object()))
+        await _try("wf large", lambda: wf.stream("out").write("y" * 2_000_000))
+        await wf.do("body", body)
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("flow")
+        await engine.wait(run_id, timeout=20)
+        with pytest.raises(ValueError, match="stream name"):
+            await engine.read_stream(run_id, "")
+        with pytest.raises(ValueError, match="after must be an offset"):
+            await engine.read_stream(run_id, "out", after=-2)
+        with pytest.raises(ValueError, match="limit must be an int from 1"):
+            await engine.read_stream(run_id, "out", limit=0)
+        with pytest.raises(plait.RunNotFoundError):
+            await engine.read_stream("no-such-run", "out")
+    assert errors["wf number"].startswith("TypeError: stream name must be a string")
+    assert "invalid stream name" in errors["wf long"] and "200 characters" in errors["wf long"]
+    assert errors["step empty"].startswith("ValueError: invalid stream name ''")
+    for what in ("wf value", "step value"):
+        assert errors[what].startswith(NotJSONError.__name__), errors[what]
+        assert "stream 'out'" in errors[what]
+    assert errors["wf large"].startswith(PayloadTooLargeError.__name__)
+    assert "stream 'out'" in errors["wf large"]
+
+
+async def test_current_workflow_and_current_step(engine_factory) -> None:
+    app = plait.App()
+    seen: dict[str, Any] = {}
+
+    async def library_code() -> None:
+        # a library that was handed neither wf nor ctx
+        await plait.current_workflow().stream("lib").write("from the workflow")
+
+    @app.function
+    async def step(data: None, ctx: plait.StepContext) -> None:
+        seen["step is ctx"] = plait.current_step() is ctx
+        await plait.current_step().stream("lib").write("from the step")
+        try:
+            plait.current_workflow()
+        except RuntimeError as exc:
+            seen["workflow in step"] = str(exc)
+
+    @app.workflow
+    async def flow(wf: plait.Workflow) -> None:
+        seen["wf"] = plait.current_workflow() is wf
+        await library_code()
+        await wf.do("step", step)
+        try:
+            plait.current_step()
+        except RuntimeError as exc:
+            seen["step in workflow"] = str(exc)
+
+    with pytest.raises(RuntimeError, match="outside a workflow"):
+        plait.current_workflow()
+    with pytest.raises(RuntimeError, match="outside a step body"):
+        plait.current_step()
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("flow")
+        await engine.wait(run_id, timeout=20)
+        assert [e.value for e in await engine.read_stream(run_id, "lib")] == [
+            "from the workflow",
+            "from the step",
+            None,
+        ]
+    assert seen["wf"] and seen["step is ctx"]
+    assert "inside a step body" in seen["workflow in step"]
+    assert "outside a step body" in seen["step in workflow"]
+
+
+async def test_many_small_entries_share_commits(engine_factory) -> None:
+    app = plait.App()
+
+    @app.function
+    async def chatty(n: int, ctx: plait.StepContext) -> int:
+        stream = ctx.stream("tokens")
+        for i in range(n):
+            await stream.write(i)
+            if i % 10 == 0:
+                await asyncio.sleep(0)  # a model's tokens come between awaits
+        return n
+
+    @app.workflow
+    async def flow(wf: plait.Workflow) -> int:
+        return await wf.do("chatty", chatty, 1000)
+
+    async with engine_factory(app) as engine:
+        before = engine.store.commits  # type: ignore[attr-defined]
+        run_id = await engine.start("flow")
+        assert (await engine.wait(run_id, timeout=30)).output == 1000
+        commits = engine.store.commits - before  # type: ignore[attr-defined]
+        entries = await engine.read_stream(run_id, "tokens", limit=2000)
+        assert [e.value for e in entries[:-1]] == list(range(1000))
+        assert commits < 100, f"{commits} commits for 1000 entries"

@@ -1,0 +1,108 @@
+"""A worker frozen (SIGSTOP) past its lease and woken (SIGCONT) after another worker took
+its run over and finished it starts no step body it no longer owns.
+
+The frozen worker stops itself at the worst moment (``pause_app``): right after the commit
+that began an attempt, before the body starts. That commit was the last write the lease
+fenced; the body is guarded only by the worker's look at its lease's monotonic deadline.
+The side-effect ledger on disk is the witness of what started where.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import plait
+from support import pause_app
+from support.ledger import WorkerProcess, read_ledger, ready
+from support.polling import eventually
+
+pytestmark = [pytest.mark.timeout(120)]
+
+LEASE = 1.0
+#: the frozen worker is woken by then at the latest, whatever the driver is doing (on
+#: SQLite the driver could wait on a lock the frozen worker holds)
+WAKE_BY = 30.0
+
+
+def _freeze_line(ledger: Path) -> dict[str, Any] | None:
+    return next((ln for ln in read_ledger(ledger) if ln["event"] == "freeze"), None)
+
+
+@pytest.mark.parametrize("workflow", ["pair", "pair_queued"], ids=["inline", "job"])
+async def test_a_worker_woken_from_a_pause_starts_no_body_it_lost(
+    database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workflow: str
+) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    marker = tmp_path / "freeze-once"
+    marker.touch()
+    monkeypatch.setenv("PAUSE_BEFORE_BODY", "second")
+    monkeypatch.setenv("PAUSE_MARKER", str(marker))
+    frozen = WorkerProcess(
+        database,
+        ledger,
+        tmp_path / "frozen.log",
+        worker_id="frozen",
+        lease=LEASE,
+        app="support.pause_app:app",
+    )
+    monkeypatch.delenv("PAUSE_BEFORE_BODY")
+    waker: threading.Timer | None = None
+    taker: WorkerProcess | None = None
+    try:
+        async with plait.Engine(pause_app.app, database, workers=False) as engine:
+            await eventually(ready(frozen), timeout=30, what="the first worker to start")
+            run_id = await engine.start(workflow, {"n": 1})
+            line = await eventually(
+                lambda: _freeze_line(ledger), timeout=30, what="the worker to freeze"
+            )
+            assert line["pid"] == frozen.pid
+            waker = threading.Timer(WAKE_BY, os.kill, (frozen.pid, signal.SIGCONT))
+            waker.start()
+            taker = WorkerProcess(
+                database,
+                ledger,
+                tmp_path / "taker.log",
+                worker_id="taker",
+                lease=LEASE,
+                app="support.pause_app:app",
+            )
+            run = await engine.wait(run_id, timeout=WAKE_BY - 5)
+            assert run.status == "completed", run.error
+            waker.cancel()
+            os.kill(frozen.pid, signal.SIGCONT)
+            woke = frozen.proc.pid  # the frozen worker runs again from here
+
+            def decided() -> bool:
+                started = [
+                    ln
+                    for ln in read_ledger(ledger)
+                    if ln["event"] == "start" and ln["pid"] == woke and ln["key"] == line["key"]
+                ]
+                return bool(started) or "starting nothing more" in frozen.log.read_text(
+                    errors="replace"
+                )
+
+            await eventually(decided, timeout=15, what="the woken worker to decide")
+            starts = [ln for ln in read_ledger(ledger) if ln["event"] == "start"]
+            late = [ln for ln in starts if ln["pid"] == frozen.pid and ln["mono"] > line["mono"]]
+            assert late == [], f"the woken worker started bodies it had lost: {late}"
+            # the run's second step ran once, on the worker that took it over, and the
+            # run's output is that execution's
+            second = [ln for ln in starts if ln["key"] == line["key"]]
+            assert [ln["pid"] for ln in second] == [taker.pid]
+            assert run.output["second"]["pid"] == taker.pid
+            assert frozen.alive(), frozen.log_tail()
+    finally:
+        if waker is not None:
+            waker.cancel()
+        if frozen.alive():
+            os.kill(frozen.pid, signal.SIGCONT)
+        frozen.stop()
+        if taker is not None:
+            taker.stop()
