@@ -238,3 +238,12 @@ async def test_the_engine_stores_nothing_for_a_decider_who_may_not_read_the_run(
         # trusted code vouches for its decider
         await engine.approve(run_id, "ship", {"approved": True}, decided_by="bob")
         assert (await engine.wait(run_id, timeout=15)).output == {"approved": True, "by": "bob"}
+
+
+async def test_an_empty_or_unknown_status_filter_is_refused(
+    users: dict[str, httpx.AsyncClient],
+) -> None:
+    for given in ("", "closed"):
+        answer = await users["alice"].get("/api/approvals", params={"status": given})
+        refused_as(answer, 422, "INVALID_REQUEST")
+        assert "status" in answer.text

@@ -95,7 +95,7 @@ class Operating:
 
     async def list_approvals(self, request: Request, principal: Principal) -> Response:
         """Open gates (or ``?status=decided|expired``) the caller may decide."""
-        status = request.query_params.get("status") or "open"
+        status = request.query_params.get("status", "open")
         if status not in APPROVAL_STATUSES:
             raise invalid(
                 [{"field": "status", "message": f"must be one of {', '.join(APPROVAL_STATUSES)}"}],
