@@ -131,11 +131,12 @@ class Leases(WorkerState):
             since = time.monotonic()
             holding = [run_id] if key is None else []
             renewal = await self.store.renew_leases(self.owner, self.lease, holding, [])
-            if (run_id in renewal.lost) if key is None else (item not in renewal.jobs):
+            gone = run_id in renewal.lost or run_id in renewal.ended
+            if gone if key is None else (item not in renewal.jobs):
                 leases.pop(item, None)
                 log.warning(
                     "run %s%s: the lease ran out while this process was held up and another "
-                    "worker has it; starting nothing more of it here",
+                    "worker has it (or the run ended); starting nothing more of it here",
                     run_id,
                     "" if key is None else f" step {key}",
                 )
