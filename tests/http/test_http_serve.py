@@ -279,7 +279,9 @@ async def test_soak_200_streams_and_200_abandoned_waits_then_sigterm(
     away; then, with a few of each still open, SIGTERM (or SIGINT, a Ctrl-C): the server
     is gone within 2 s, the open ones were ended cleanly, and nothing was left behind
     (the server looks for tasks of its own, all named plait*, and logs any it finds)."""
-    with plait_serve(tmp_path, database) as (server, url):
+    # one user holds up to 50 streams at once: above the default share of one user
+    limits = ("--max-streams", "100", "--max-streams-per-user", "100")
+    with plait_serve(tmp_path, database, *limits) as (server, url):
         port = int(url.rsplit(":", 1)[1])
         async with httpx.AsyncClient(base_url=url, headers=AUTH, timeout=30) as api:
             started = await api.post("/api/workflows/waiter/runs", json={})
