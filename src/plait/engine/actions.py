@@ -101,12 +101,18 @@ class ActionsMixin(EngineBase):
     async def cancel(self, run_id: str, reason: str | None = None) -> Run:
         """End the run ``cancelled`` with its children; running steps are cancelled and
         its timers never fire."""
+        await self._cancel_one(run_id, reason)
+        return await self.get_run(run_id)
+
+    async def _cancel_one(self, run_id: str, reason: str | None) -> list[str]:
+        """The cancel itself, shared with ``cancel_runs``: the ids of the runs it ended
+        (the run and its children); the store refuses a run that is not live."""
         cut = runs.cancel(reason)
         moved = await self.store.cancel_run(
             existing_id(run_id), cut.status, cut.error, cut.parent, cut.cut
         )
         await self._cancelled(moved)
-        return await self.get_run(run_id)
+        return moved
 
     async def send_event(
         self, run_id: str, name: str, payload: Any = None, *, dedup: str | None = None

@@ -191,15 +191,7 @@ class BulkMixin(ActionsMixin):
         applies to (or gone)."""
         try:
             if action == "cancel":
-                run = await self.store.get_run(run_id)
-                if run is None or run.status not in APPLIES["cancel"]:
-                    return False
-                cut = runs.cancel(reason)
-                moved = await self.store.cancel_run(
-                    run_id, cut.status, cut.error, cut.parent, cut.cut
-                )
-                await self._cancelled(moved)
-                return run_id in moved
+                return run_id in await self._cancel_one(run_id, reason)
             if action == "retry":
                 await self.retry(run_id)
             else:
