@@ -92,10 +92,17 @@ class ApprovalsMixin(EngineBase):
         async def refuse(code: str, message: str, found: Any = None) -> None:
             why = approval.reason(code, message, found)
             key = gate.key if gate is not None else (gates[-1].key if gates else None)
-            if await self._refused_for(run_id, key or "") >= MAX_REFUSED_PER_GATE:
-                return
             stored = approval.without_data(decided_by, now)
-            refused = DecisionRow(name, stored, decided_by, now, "refused", why, key=key)
+            refused = DecisionRow(
+                name,
+                stored,
+                decided_by,
+                now,
+                "refused",
+                why,
+                key=key,
+                refused_cap=MAX_REFUSED_PER_GATE,
+            )
             await self.store.submit_decision(run_id, refused, ())
 
         if not reader:
@@ -124,7 +131,14 @@ class ApprovalsMixin(EngineBase):
         expired = approval.resolved("expired")
         result = await self.store.submit_decision(
             run_id,
-            row("accepted", key=gate.key, if_closed=closed, if_expired=expired),
+            # found closed or past its deadline, it is stored refused: under the cap too
+            row(
+                "accepted",
+                key=gate.key,
+                if_closed=closed,
+                if_expired=expired,
+                refused_cap=MAX_REFUSED_PER_GATE,
+            ),
             steps.decide_gate(gate, payload, now),
         )
         if result in ("closed", "expired"):
@@ -132,11 +146,6 @@ class ApprovalsMixin(EngineBase):
             raise ApprovalResolvedError(run_id, name, outcome)
         self._wake(run_id)
         return _decision_record(run_id, name, data, decided_by, now, "accepted", None, now)
-
-    async def _refused_for(self, run_id: str, key: str) -> int:
-        """How many refused decisions gate ``key`` (``""``: none reached) has stored."""
-        stored = await self.store.get_decisions(run_id)
-        return sum(1 for d in stored if d["outcome"] == "refused" and (d["key"] or "") == key)
 
     async def _closed_how(self, run_id: str, gate: StepRow) -> Literal["expired", "decided"]:
         for step in await self.store.get_steps(run_id):

@@ -330,6 +330,10 @@ class DecisionRow:
     #: deadline (the store only tells which)
     if_closed: str | None = None
     if_expired: str | None = None
+    #: a refused decision is not stored once its gate (``key``; none reached: ``""``)
+    #: holds this many refused ones (None: no cap); the store counts them in the
+    #: transaction that stores it, so concurrent senders cannot pass the cap
+    refused_cap: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -150,6 +150,7 @@ class Actions(Part):
             decision.if_closed,
             decision.if_expired,
             decision.decided_at,
+            decision.refused_cap,
         )
         return str(result)
 

@@ -155,17 +155,24 @@ class Actions(Part):
                     result, reason = "expired", decision.if_expired
                 else:
                     apply.apply_ops(conn, run_id, ops, now)
-            outcome = "refused" if result in ("closed", "expired") else result
+            refused = result in ("refused", "closed", "expired")
+            # the write transaction serializes the decisions, so the count sees every
+            # refusal stored before this one
+            if refused and decision.refused_cap is not None:
+                found = conn.execute(SQL["refused_decisions"], (run_id, consumed)).fetchone()
+                if found[0] >= decision.refused_cap:
+                    return result
             conn.execute(
                 SQL["insert_decision"],
                 (
                     run_id,
                     "__approval:" + decision.name,
-                    decision.payload,
+                    # a refused decision keeps who sent it, when and why, never its data
+                    None if refused else decision.payload,
                     now,
                     consumed,
                     decision.decided_by,
-                    outcome,
+                    "refused" if refused else result,
                     reason,
                     None if result == "held" else now,
                 ),

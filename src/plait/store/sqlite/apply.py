@@ -112,14 +112,14 @@ def _apply_rare(conn: sqlite3.Connection, run_id: str, op: Op, now: float) -> No
             raise GateClosedError(f"step {op.key!r} of run {run_id} changed under the pass")
     elif isinstance(op, TakeDecision):
         if op.event_id is not None:
-            cur = conn.execute(
-                SQL["take_decision"], (op.key, op.outcome, op.reason, now, op.event_id)
-            )
+            taken = {"key": op.key, "outcome": op.outcome, "reason": op.reason, "now": now}
+            cur = conn.execute(SQL["take_decision"], {**taken, "event_id": op.event_id})
             if cur.rowcount != 1:
                 raise GateClosedError(f"decision {op.event_id} was taken by another pass")
         else:
+            refused = {"outcome": op.outcome, "reason": op.reason, "now": now}
             conn.execute(
-                SQL["refuse_accepted_decision"], (op.outcome, op.reason, now, run_id, op.key)
+                SQL["refuse_accepted_decision"], {**refused, "run_id": run_id, "key": op.key}
             )
     elif isinstance(op, TakeRequest):
         # one conditional write decides between this take and the sender's withdrawal

@@ -774,7 +774,7 @@ ORDER BY updated_at DESC, version
 -- == approvals, values, forks, retention ===================================================
 
 -- name: submit_decision
-SELECT @schema@.submit_decision($1, $2, $3, $4, $5, $6, $7, $8::@schema@.op[], $9, $10, $11)
+SELECT @schema@.submit_decision($1, $2, $3, $4, $5, $6, $7, $8::@schema@.op[], $9, $10, $11, $12)
 
 -- name: get_decisions
 SELECT id, name, payload, decided_by, created_at AS decided_at, outcome, reason, judged_at,

@@ -963,14 +963,18 @@ FROM plait_runs r WHERE r.id = ?
 SELECT status, wake_at FROM plait_steps WHERE run_id = ? AND key = ?
 
 -- name: take_decision
--- A held decision taken by a pass (only if no other pass took it first).
-UPDATE plait_events SET consumed_by = ?, outcome = ?, reason = ?, judged_at = ?
-WHERE id = ? AND consumed_by IS NULL
+-- A held decision taken by a pass (only if no other pass took it first); a refused one
+-- keeps who sent it, when and why, never its data.
+UPDATE plait_events SET consumed_by = :key, outcome = :outcome, reason = :reason,
+    judged_at = :now, payload = CASE WHEN :outcome = 'refused' THEN NULL ELSE payload END
+WHERE id = :event_id AND consumed_by IS NULL
 
 -- name: refuse_accepted_decision
--- The accepted decision of a gate is refused after all (the workflow's schema failed it).
-UPDATE plait_events SET outcome = ?, reason = ?, judged_at = ?
-WHERE run_id = ? AND consumed_by = ? AND outcome = 'accepted'
+-- The accepted decision of a gate is refused after all (the workflow's schema failed it):
+-- it keeps who sent it, when and why, never its data.
+UPDATE plait_events SET outcome = :outcome, reason = :reason, judged_at = :now,
+    payload = CASE WHEN :outcome = 'refused' THEN NULL ELSE payload END
+WHERE run_id = :run_id AND consumed_by = :key AND outcome = 'accepted'
 
 -- name: insert_decision
 -- consumed_by: the gate's key for a judged decision, '' for one refused before any gate
@@ -978,6 +982,10 @@ WHERE run_id = ? AND consumed_by = ? AND outcome = 'accepted'
 INSERT INTO plait_events (run_id, name, payload, created_at, consumed_by, decided_by,
     outcome, reason, judged_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: refused_decisions
+-- How many refused decisions gate ? (consumed_by; '' for none reached) of run ? holds.
+SELECT count(*) FROM plait_events WHERE run_id = ? AND consumed_by = ? AND outcome = 'refused'
 
 -- name: get_decisions
 SELECT id, name, payload, decided_by, created_at, outcome, reason, judged_at, consumed_by

@@ -327,15 +327,16 @@ CREATE UNIQUE INDEX plait_runs_dedup ON plait_runs (dedup)
 -- A decision sent before the run reaches its gate is held, and judged when the gate is
 -- reached. A run that completes, is cancelled or continues as new first never reaches it,
 -- and the pass that ended it may not even have seen the decision (it arrived while the
--- pass ran). So the run's end refuses what is still held, whoever ends it. A failed run
--- keeps them: a retry may still reach the gate.
+-- pass ran). So the run's end refuses what is still held, whoever ends it, and drops
+-- its data (a refused decision keeps who sent it, when and why). A failed run keeps
+-- them: a retry may still reach the gate.
 CREATE TRIGGER plait_runs_end_refuses_held
 AFTER UPDATE OF status ON plait_runs
 WHEN NEW.status IN ('completed', 'cancelled', 'continued')
     AND OLD.status NOT IN ('completed', 'cancelled', 'continued')
 BEGIN
     UPDATE plait_events
-    SET outcome = 'refused',
+    SET outcome = 'refused', payload = NULL,
         reason = json_object('code', 'APPROVAL_RESOLVED',
                              'message', 'the run ended before it reached the gate'),
         judged_at = NEW.updated_at

@@ -115,8 +115,10 @@ BEGIN
                 AND status IN ('pending', 'scheduled', 'running');
         WHEN 'take_decision' THEN
             IF o.purpose = 'take' THEN
+                -- a refused decision keeps who sent it, when and why, never its data
                 UPDATE @schema@.events SET consumed_by = o.key, outcome = o.status,
-                    reason = o.error, judged_at = p_now
+                    reason = o.error, judged_at = p_now,
+                    payload = CASE WHEN o.status = 'refused' THEN NULL ELSE payload END
                 WHERE id = o.event_id AND consumed_by IS NULL;
                 IF NOT FOUND THEN
                     RAISE EXCEPTION 'decision % was taken by another pass', o.event_id
@@ -124,7 +126,8 @@ BEGIN
                 END IF;
             ELSE
                 UPDATE @schema@.events SET outcome = o.status, reason = o.error,
-                    judged_at = p_now
+                    judged_at = p_now,
+                    payload = CASE WHEN o.status = 'refused' THEN NULL ELSE payload END
                 WHERE run_id = p_run AND consumed_by = o.key AND outcome = 'accepted';
             END IF;
         WHEN 'take_request' THEN

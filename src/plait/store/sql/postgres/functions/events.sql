@@ -45,13 +45,15 @@ END $$;
 -- open gate it decides (NULL: none is open; the decision is held for the gate, or refused
 -- as p_outcome says). An accepted decision is written (with p_ops: how the gate closes)
 -- only while the gate is still open and p_now is before its deadline; otherwise it is
--- stored refused with p_if_closed / p_if_expired. Returns 'accepted', 'held', 'refused',
+-- stored refused with p_if_closed / p_if_expired. A refused decision is stored without its
+-- payload (who, when and why stay), and not at all once its gate (p_key, '' for none)
+-- holds p_refused_cap refused ones (NULL: no cap). Returns 'accepted', 'held', 'refused',
 -- 'closed' or 'expired'. SQLSTATE PLT02 / PLT03 as for the other actions (a held decision
 -- needs a running or suspended run).
 CREATE OR REPLACE FUNCTION @schema@.submit_decision(
     p_run text, p_name text, p_payload json, p_by text, p_outcome text, p_reason json,
     p_key text, p_ops @schema@.op[], p_if_closed json, p_if_expired json,
-    p_now timestamptz
+    p_now timestamptz, p_refused_cap integer
 ) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     v_status text;
@@ -59,6 +61,7 @@ DECLARE
     v_result text := p_outcome;
     v_reason json := p_reason;
     v_consumed text := p_key;
+    v_refused boolean;
 BEGIN
     IF p_outcome = 'held' THEN
         PERFORM @schema@.lock_for_action(p_run, ARRAY['queued', 'running', 'suspended', 'paused']);
@@ -67,6 +70,7 @@ BEGIN
         PERFORM @schema@.lock_for_action(p_run,
             ARRAY['queued', 'running', 'suspended', 'paused', 'completed', 'failed', 'cancelled',
                   'continued']);
+        v_consumed := coalesce(p_key, '');
     END IF;
     IF p_outcome = 'accepted' THEN
         SELECT status, wake_at INTO v_status, v_deadline FROM @schema@.steps
@@ -81,11 +85,21 @@ BEGIN
             PERFORM @schema@.apply_ops(p_run, p_ops, p_now);
         END IF;
     END IF;
+    v_refused := v_result IN ('refused', 'closed', 'expired');
+    -- the run's row lock (lock_for_action) serializes the decisions of a run, so this
+    -- count and the insert below see every refusal committed before them
+    IF v_refused AND p_refused_cap IS NOT NULL AND (
+        SELECT count(*) FROM @schema@.events
+        WHERE run_id = p_run AND consumed_by = v_consumed AND outcome = 'refused'
+    ) >= p_refused_cap THEN
+        RETURN v_result;
+    END IF;
+    -- a refused decision keeps who sent it, when and why, never its data
     INSERT INTO @schema@.events (run_id, name, payload, created_at, consumed_by, decided_by,
                                  outcome, reason, judged_at)
-    VALUES (p_run, '__approval:' || p_name, p_payload, p_now, coalesce(v_consumed, CASE
-                WHEN v_result = 'held' THEN NULL ELSE '' END),
-            p_by, CASE WHEN v_result IN ('closed', 'expired') THEN 'refused' ELSE v_result END,
+    VALUES (p_run, '__approval:' || p_name, CASE WHEN v_refused THEN NULL ELSE p_payload END,
+            p_now, v_consumed, p_by,
+            CASE WHEN v_refused THEN 'refused' ELSE v_result END,
             v_reason, CASE WHEN v_result = 'held' THEN NULL ELSE p_now END);
     IF v_result IN ('accepted', 'held') THEN
         PERFORM @schema@.wake_run(p_run, p_now, p_now);
@@ -101,7 +115,7 @@ END $$;
 CREATE OR REPLACE FUNCTION @schema@.refuse_held_decisions() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE @schema@.events
-    SET outcome = 'refused',
+    SET outcome = 'refused', payload = NULL,
         reason = json_build_object('code', 'APPROVAL_RESOLVED',
                                     'message', 'the run ended before it reached the gate'),
         judged_at = NEW.updated_at
