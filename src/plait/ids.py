@@ -63,6 +63,24 @@ SCHEDULE_RUN_ID_PREFIX = "schedule:"
 CALLER_RUN_ID_PATTERN = rf"(?!{SCHEDULE_RUN_ID_PREFIX}){RUN_ID_PATTERN}"
 
 
+#: the owner of the runs a schedule without an owner starts (one declared in code, or
+#: made by trusted code without ``owner=``): ``schedule:<name>``, which no user id may be.
+#: Such a run belongs to no user, and only a caller who may operate that schedule (the
+#: ``schedules`` scope) or read every run (``admin``) reads it over HTTP; its children
+#: and continuations keep the owner, as every run's do.
+SCHEDULE_OWNER_PREFIX = "schedule:"
+
+
+def schedule_owner(name: str) -> str:
+    """The owner of the runs schedule ``name`` starts when the schedule has none."""
+    return SCHEDULE_OWNER_PREFIX + name
+
+
+def is_schedule_owner(owner: str | None) -> bool:
+    """Whether ``owner`` is a schedule's (``schedule_owner``), not a user's."""
+    return owner is not None and owner.startswith(SCHEDULE_OWNER_PREFIX)
+
+
 def check_caller_run_id(run_id: object) -> str:
     """``run_id`` if a caller may start (or fork) a run with it: a valid run id that does
     not start with ``schedule:``. A schedule's tick starts exactly one run, found by its

@@ -10,11 +10,15 @@ import dataclasses
 from typing import Any, Protocol
 
 from plait.http.problems import ApiError
+from plait.ids import is_schedule_owner
 
 #: what each scope lets a token do beyond starting and reading its own runs
 SCOPES: dict[str, str] = {
     "graphs": "register and replace graphs over HTTP, and read their definitions",
-    "schedules": ("see and operate schedules of other users, without an owner or declared in code"),
+    "schedules": (
+        "see and operate schedules of other users, without an owner or declared in code,"
+        " and read the runs a schedule without an owner starts"
+    ),
     "admin": "read and operate every user's runs (one by one and in bulk, POST "
     "/api/runs/bulk), decide their gates, make schedules that fire more often than once a "
     "minute, and pause and resume workflows and queues",
@@ -41,15 +45,30 @@ class Principal:
     scopes: frozenset[str] = frozenset()
     unrestricted: bool = False
 
+    def __post_init__(self) -> None:
+        if is_schedule_owner(self.user):
+            # the owner of the runs of a schedule without an owner: a user of that id
+            # would read them as her own
+            raise ValueError(
+                f"invalid user id {self.user!r}: ids starting 'schedule:' are reserved"
+                " for the runs of schedules"
+            )
+
     def may_access(self, run: Owned) -> bool:
         """Runs without an owner are shared; an owned run belongs to its owner alone (and
-        to holders of the ``admin`` scope)."""
-        if self.unrestricted or run.owner is None or run.owner == self.user:
+        to holders of the ``admin`` scope). A run a schedule without an owner started
+        (one declared in code) is no user's: it answers to those who may operate that
+        schedule, holders of the ``schedules`` scope (its input may hold a key)."""
+        if self.unrestricted or run.owner is None:
             return True
-        return "admin" in self.scopes
+        if is_schedule_owner(run.owner):
+            return "schedules" in self.scopes or "admin" in self.scopes
+        return run.owner == self.user or "admin" in self.scopes
 
     def require_access(self, run: Owned) -> None:
         if not self.may_access(run):
+            if is_schedule_owner(run.owner):
+                self.require_scope("schedules", f"reading run {run.id!r} of a schedule")
             raise ApiError(403, "FORBIDDEN", f"run {run.id!r} belongs to another user")
 
     def has_scope(self, scope: str) -> bool:

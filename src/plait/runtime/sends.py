@@ -13,6 +13,7 @@ from typing import Any
 
 from plait import serde
 from plait.errors import StepError
+from plait.ids import is_schedule_owner
 from plait.records import Run
 from plait.runtime import steps
 from plait.runtime.drive import dump_input
@@ -60,10 +61,13 @@ def refused(
 
     A run may send to the runs its owner could send to over HTTP: her own and runs
     without an owner. A run without an owner was started by trusted code and may send
-    to any run. So a user who starts a workflow reaches no run through it that she could
+    to any run, and so may a run of a schedule without an owner (``ids.schedule_owner``). So a user who starts a workflow reaches no run through it that she could
     not reach herself; and a run she may not reach is refused in the words of one that
     does not exist, as HTTP's 403 says nothing of another user's run either."""
-    if target is None or (sender_owner is not None and target.owner not in (None, sender_owner)):
+    # a schedule without an owner was made by trusted code (declared in the app): its
+    # runs send as trusted code does
+    limited = sender_owner is not None and not is_schedule_owner(sender_owner)
+    if target is None or (limited and target.owner not in (None, sender_owner)):
         return f"no run {run_id!r} that run {sender_id!r} may send to"
     if target.status in TERMINAL:
         return f"run {run_id!r} has ended ({target.status})"

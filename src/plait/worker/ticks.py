@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import Any
 
-from plait import schedules, serde
+from plait import ids, schedules, serde
 from plait import tags as tag_rules
 from plait.runtime import runs
 from plait.store.rows import NewRun, ScheduleRow
@@ -137,7 +137,10 @@ class Ticks(WorkerState):
             # spell a number longer than it came (1e300 as 301 digits), so a second measure
             # could refuse what was accepted
             input=serde.dumps(data, what=f"the input of schedule {name!r}"),
-            owner=owner,
+            # a schedule without an owner (declared in code, or made by trusted code)
+            # starts runs of no user: the schedule's own owner keeps them from the users
+            # who may not operate it
+            owner=owner if owner is not None else ids.schedule_owner(name),
             status=runs.initial_status(queue is not None),
             queue=queue,
             scheduled_at=tick,
