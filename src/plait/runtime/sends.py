@@ -61,8 +61,9 @@ def refused(
 
     A run may send to the runs its owner could send to over HTTP: her own and runs
     without an owner. A run without an owner was started by trusted code and may send
-    to any run, and so may a run of a schedule without an owner (``ids.schedule_owner``). So a user who starts a workflow reaches no run through it that she could
-    not reach herself; and a run she may not reach is refused in the words of one that
+    to any run, and so may a run of a schedule without an owner (``ids.schedule_owner``).
+    So a user who starts a workflow reaches no run through it that she could not reach
+    herself; and a run she may not reach is refused in the words of one that
     does not exist, as HTTP's 403 says nothing of another user's run either."""
     # a schedule without an owner was made by trusted code (declared in the app): its
     # runs send as trusted code does
