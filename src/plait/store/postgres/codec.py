@@ -12,6 +12,7 @@ Times cross the store boundary as unix seconds (floats), like the SQLite store, 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -144,8 +145,8 @@ def cut_value(cut: CancelCut | None) -> tuple[str, str, str] | None:
 
 
 def filter_args(where: RunFilter) -> tuple[Any, ...]:
-    """A run filter as the parameters of list_runs and list_run_summaries, in order (and
-    of their ``_tagged`` forms, which take the tags' keys and values last)."""
+    """A run filter as the parameters of list_runs and list_run_summaries, in order (with
+    tags, their keys and values last, as ``tag_filter`` takes them)."""
     return (
         where.workflow,
         where.status,
@@ -163,6 +164,16 @@ def filter_args(where: RunFilter) -> tuple[Any, ...]:
         where.queue,
         *(() if not where.tags else ([k for k, _ in where.tags], [v for _, v in where.tags])),
     )
+
+
+@functools.cache
+def with_filters(listing: str, filters: str, tags: str | None) -> str:
+    """A listing statement (``list_runs``, ``list_run_summaries``) with the conditions of
+    a run filter (``run_filter``, and ``tag_filter`` for a filter with tags) in place of
+    each ``/*filters*/``: the conditions are written once, whichever statement holds
+    them. Cached: a store builds each combination once."""
+    conditions = filters if tags is None else f"{filters}\n    AND {tags}"
+    return listing.replace("/*filters*/", conditions)
 
 
 def run_row(rec: Any) -> RunRow:

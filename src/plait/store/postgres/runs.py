@@ -24,6 +24,7 @@ from plait.store.postgres.codec import (
     run_record,
     run_row,
     step_row,
+    with_filters,
 )
 from plait.store.postgres.commit import op_value
 from plait.store.postgres.group import Together
@@ -77,15 +78,20 @@ class Runs(Part):
         return {row[0]: row[1] for row in rows}
 
     async def list_runs(self, where: RunFilter) -> tuple[list[Run], int]:
-        query = self._q["list_runs_tagged"] if where.tags else self._q["list_runs"]
+        query = self._filtered(self._q["list_runs"], where)
         row = await self._call("fetchrow", query, *filter_args(where), read=True)
         return [run_record(r) for r in row["runs"]], int(row["total"])
 
     async def list_run_summaries(self, where: RunFilter) -> tuple[list[RunSummary], int]:
-        tagged = self._q["list_run_summaries_tagged"]
-        query = tagged if where.tags else self._q["list_run_summaries"]
+        query = self._filtered(self._q["list_run_summaries"], where)
         row = await self._call("fetchrow", query, *filter_args(where), read=True)
         return [convert.run_summary(tuple(r)) for r in row["runs"]], int(row["total"])
+
+    def _filtered(self, listing: str, where: RunFilter) -> str:
+        """``listing`` with the filters' conditions (``run_filter``, and ``tag_filter``
+        when ``where`` has tags) in place of its ``/*filters*/``."""
+        tags = self._q["tag_filter"] if where.tags else None
+        return with_filters(listing, self._q["run_filter"], tags)
 
     async def get_children(self, run_id: str) -> list[Run]:
         rows = await self._call("fetch", self._q["get_children"], run_id, _MAX_CHILDREN, read=True)

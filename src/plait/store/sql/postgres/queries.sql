@@ -84,51 +84,47 @@ SELECT created, run FROM @schema@.create_run($1::@schema@.new_run, $2)
 -- Runs started together, in the order given (a row each).
 SELECT created, run FROM @schema@.create_runs($1::@schema@.new_run[], $2)
 
+-- name: run_filter
+-- The conditions of store.rows.RunFilter on a runs row r, which list_runs and
+-- list_run_summaries hold in place of /*filters*/ (postgres/runs.py puts them there): a
+-- filter left NULL (or $12, top_level, or $13, hide_continued, false) matches every run
+-- ($6 is visible_to: the runs of that owner and the ones without an owner; $9 a text the
+-- id holds, any case; $10 and $11 bound created_at; $14 the queue).
+($1::text IS NULL OR r.workflow = $1) AND ($2::text IS NULL OR r.status = $2)
+    AND ($3::text IS NULL OR r.version = $3) AND ($4::text IS NULL OR r.owner = $4)
+    AND ($5::text IS NULL OR r.parent_run_id = $5)
+    AND ($6::text IS NULL OR r.owner IS NULL OR r.owner = $6)
+    AND ($9::text IS NULL OR strpos(lower(r.id), lower($9)) > 0)
+    AND ($10::timestamptz IS NULL OR r.created_at >= $10)
+    AND ($11::timestamptz IS NULL OR r.created_at < $11)
+    AND (NOT $12::boolean OR r.parent_run_id IS NULL)
+    AND (NOT $13::boolean OR r.continued_to IS NULL)
+    AND ($14::text IS NULL OR r.queue = $14)
+
+-- name: tag_filter
+-- The condition of RunFilter.tags on a runs row r ($15 keys, $16 values), added to
+-- run_filter when a listing has tags: the first pair found through run_tags' (key,
+-- value, run_id) index, the others checked on each run.
+r.id IN (SELECT t.run_id FROM @schema@.run_tags t
+         WHERE t.key = ($15::text[])[1] AND t.value = ($16::text[])[1])
+    AND NOT EXISTS (SELECT 1 FROM unnest($15::text[], $16::text[]) AS p(k, v)
+                    WHERE NOT EXISTS (SELECT 1 FROM @schema@.run_tags o
+                        WHERE o.run_id = r.id AND o.key = p.k AND o.value = p.v))
+
 -- name: list_runs
--- Newest first, and how many match in all; a filter left NULL (or $12, top_level, or $13,
--- hide_continued, false) matches every run ($6 is visible_to: the runs of that owner and
--- the ones without an owner; $9 a text the id holds, any case; $10 and $11 bound
--- created_at; $14 the queue).
+-- Newest first, and how many match in all: the runs that pass /*filters*/ (run_filter,
+-- and tag_filter with tags).
 SELECT
-    (SELECT count(*) FROM @schema@.runs
-     WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR status = $2)
-         AND ($3::text IS NULL OR version = $3) AND ($4::text IS NULL OR owner = $4)
-         AND ($5::text IS NULL OR parent_run_id = $5)
-         AND ($6::text IS NULL OR owner IS NULL OR owner = $6)
-         AND ($9::text IS NULL OR strpos(lower(id), lower($9)) > 0)
-         AND ($10::timestamptz IS NULL OR created_at >= $10)
-         AND ($11::timestamptz IS NULL OR created_at < $11)
-         AND (NOT $12::boolean OR parent_run_id IS NULL)
-         AND (NOT $13::boolean OR continued_to IS NULL)
-         AND ($14::text IS NULL OR queue = $14)) AS total,
+    (SELECT count(*) FROM @schema@.runs r WHERE /*filters*/) AS total,
     ARRAY(SELECT r FROM @schema@.runs r
-          WHERE ($1::text IS NULL OR r.workflow = $1) AND ($2::text IS NULL OR r.status = $2)
-              AND ($3::text IS NULL OR r.version = $3) AND ($4::text IS NULL OR r.owner = $4)
-              AND ($5::text IS NULL OR r.parent_run_id = $5)
-              AND ($6::text IS NULL OR r.owner IS NULL OR r.owner = $6)
-              AND ($9::text IS NULL OR strpos(lower(r.id), lower($9)) > 0)
-              AND ($10::timestamptz IS NULL OR r.created_at >= $10)
-              AND ($11::timestamptz IS NULL OR r.created_at < $11)
-              AND (NOT $12::boolean OR r.parent_run_id IS NULL)
-              AND (NOT $13::boolean OR r.continued_to IS NULL)
-              AND ($14::text IS NULL OR r.queue = $14)
+          WHERE /*filters*/
           ORDER BY r.created_at DESC, r.id DESC LIMIT $7 OFFSET $8) AS runs
 
 -- name: list_run_summaries
 -- As list_runs, without the JSON columns (convert.run_summary's column order), with how
 -- many children of each run the caller may see.
 SELECT
-    (SELECT count(*) FROM @schema@.runs
-     WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR status = $2)
-         AND ($3::text IS NULL OR version = $3) AND ($4::text IS NULL OR owner = $4)
-         AND ($5::text IS NULL OR parent_run_id = $5)
-         AND ($6::text IS NULL OR owner IS NULL OR owner = $6)
-         AND ($9::text IS NULL OR strpos(lower(id), lower($9)) > 0)
-         AND ($10::timestamptz IS NULL OR created_at >= $10)
-         AND ($11::timestamptz IS NULL OR created_at < $11)
-         AND (NOT $12::boolean OR parent_run_id IS NULL)
-         AND (NOT $13::boolean OR continued_to IS NULL)
-         AND ($14::text IS NULL OR queue = $14)) AS total,
+    (SELECT count(*) FROM @schema@.runs r WHERE /*filters*/) AS total,
     ARRAY(SELECT ROW(r.id, r.workflow, r.kind, r.status, r.version, r.owner,
                      r.parent_run_id, r.created_at, r.updated_at, r.queue, r.queue_key,
                      r.priority, r.scheduled_at, r.admitted_at, r.wake_at,
@@ -136,98 +132,7 @@ SELECT
                           AND ($6::text IS NULL OR c.owner IS NULL OR c.owner = $6)),
                      r.tags)
           FROM @schema@.runs r
-          WHERE ($1::text IS NULL OR r.workflow = $1) AND ($2::text IS NULL OR r.status = $2)
-              AND ($3::text IS NULL OR r.version = $3) AND ($4::text IS NULL OR r.owner = $4)
-              AND ($5::text IS NULL OR r.parent_run_id = $5)
-              AND ($6::text IS NULL OR r.owner IS NULL OR r.owner = $6)
-              AND ($9::text IS NULL OR strpos(lower(r.id), lower($9)) > 0)
-              AND ($10::timestamptz IS NULL OR r.created_at >= $10)
-              AND ($11::timestamptz IS NULL OR r.created_at < $11)
-              AND (NOT $12::boolean OR r.parent_run_id IS NULL)
-              AND (NOT $13::boolean OR r.continued_to IS NULL)
-              AND ($14::text IS NULL OR r.queue = $14)
-          ORDER BY r.created_at DESC, r.id DESC LIMIT $7 OFFSET $8) AS runs
-
--- name: list_runs_tagged
--- As list_runs, of the runs that carry every tag ($15 keys, $16 values): the first pair
--- found through run_tags' (key, value, run_id) index, the others checked on each run.
-SELECT
-    (SELECT count(*) FROM @schema@.runs
-     WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR status = $2)
-         AND ($3::text IS NULL OR version = $3) AND ($4::text IS NULL OR owner = $4)
-         AND ($5::text IS NULL OR parent_run_id = $5)
-         AND ($6::text IS NULL OR owner IS NULL OR owner = $6)
-         AND ($9::text IS NULL OR strpos(lower(id), lower($9)) > 0)
-         AND ($10::timestamptz IS NULL OR created_at >= $10)
-         AND ($11::timestamptz IS NULL OR created_at < $11)
-         AND (NOT $12::boolean OR parent_run_id IS NULL)
-         AND (NOT $13::boolean OR continued_to IS NULL)
-         AND ($14::text IS NULL OR queue = $14)
-         AND id IN (SELECT t.run_id FROM @schema@.run_tags t
-                    WHERE t.key = ($15::text[])[1] AND t.value = ($16::text[])[1])
-         AND NOT EXISTS (SELECT 1 FROM unnest($15::text[], $16::text[]) AS p(k, v)
-                         WHERE NOT EXISTS (SELECT 1 FROM @schema@.run_tags o
-                             WHERE o.run_id = runs.id AND o.key = p.k AND o.value = p.v))) AS total,
-    ARRAY(SELECT r FROM @schema@.runs r
-          WHERE ($1::text IS NULL OR r.workflow = $1) AND ($2::text IS NULL OR r.status = $2)
-              AND ($3::text IS NULL OR r.version = $3) AND ($4::text IS NULL OR r.owner = $4)
-              AND ($5::text IS NULL OR r.parent_run_id = $5)
-              AND ($6::text IS NULL OR r.owner IS NULL OR r.owner = $6)
-              AND ($9::text IS NULL OR strpos(lower(r.id), lower($9)) > 0)
-              AND ($10::timestamptz IS NULL OR r.created_at >= $10)
-              AND ($11::timestamptz IS NULL OR r.created_at < $11)
-              AND (NOT $12::boolean OR r.parent_run_id IS NULL)
-              AND (NOT $13::boolean OR r.continued_to IS NULL)
-              AND ($14::text IS NULL OR r.queue = $14)
-              AND r.id IN (SELECT t.run_id FROM @schema@.run_tags t
-                           WHERE t.key = ($15::text[])[1] AND t.value = ($16::text[])[1])
-              AND NOT EXISTS (SELECT 1 FROM unnest($15::text[], $16::text[]) AS p(k, v)
-                              WHERE NOT EXISTS (SELECT 1 FROM @schema@.run_tags o
-                                  WHERE o.run_id = r.id AND o.key = p.k AND o.value = p.v))
-          ORDER BY r.created_at DESC, r.id DESC LIMIT $7 OFFSET $8) AS runs
-
--- name: list_run_summaries_tagged
--- As list_run_summaries, of the runs that carry every tag ($15 keys, $16 values): the first pair
--- found through run_tags' (key, value, run_id) index, the others checked on each run.
-SELECT
-    (SELECT count(*) FROM @schema@.runs
-     WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR status = $2)
-         AND ($3::text IS NULL OR version = $3) AND ($4::text IS NULL OR owner = $4)
-         AND ($5::text IS NULL OR parent_run_id = $5)
-         AND ($6::text IS NULL OR owner IS NULL OR owner = $6)
-         AND ($9::text IS NULL OR strpos(lower(id), lower($9)) > 0)
-         AND ($10::timestamptz IS NULL OR created_at >= $10)
-         AND ($11::timestamptz IS NULL OR created_at < $11)
-         AND (NOT $12::boolean OR parent_run_id IS NULL)
-         AND (NOT $13::boolean OR continued_to IS NULL)
-         AND ($14::text IS NULL OR queue = $14)
-         AND id IN (SELECT t.run_id FROM @schema@.run_tags t
-                    WHERE t.key = ($15::text[])[1] AND t.value = ($16::text[])[1])
-         AND NOT EXISTS (SELECT 1 FROM unnest($15::text[], $16::text[]) AS p(k, v)
-                         WHERE NOT EXISTS (SELECT 1 FROM @schema@.run_tags o
-                             WHERE o.run_id = runs.id AND o.key = p.k AND o.value = p.v))) AS total,
-    ARRAY(SELECT ROW(r.id, r.workflow, r.kind, r.status, r.version, r.owner,
-                     r.parent_run_id, r.created_at, r.updated_at, r.queue, r.queue_key,
-                     r.priority, r.scheduled_at, r.admitted_at, r.wake_at,
-                     (SELECT count(*) FROM @schema@.runs c WHERE c.parent_run_id = r.id
-                          AND ($6::text IS NULL OR c.owner IS NULL OR c.owner = $6)),
-                     r.tags)
-          FROM @schema@.runs r
-          WHERE ($1::text IS NULL OR r.workflow = $1) AND ($2::text IS NULL OR r.status = $2)
-              AND ($3::text IS NULL OR r.version = $3) AND ($4::text IS NULL OR r.owner = $4)
-              AND ($5::text IS NULL OR r.parent_run_id = $5)
-              AND ($6::text IS NULL OR r.owner IS NULL OR r.owner = $6)
-              AND ($9::text IS NULL OR strpos(lower(r.id), lower($9)) > 0)
-              AND ($10::timestamptz IS NULL OR r.created_at >= $10)
-              AND ($11::timestamptz IS NULL OR r.created_at < $11)
-              AND (NOT $12::boolean OR r.parent_run_id IS NULL)
-              AND (NOT $13::boolean OR r.continued_to IS NULL)
-              AND ($14::text IS NULL OR r.queue = $14)
-              AND r.id IN (SELECT t.run_id FROM @schema@.run_tags t
-                           WHERE t.key = ($15::text[])[1] AND t.value = ($16::text[])[1])
-              AND NOT EXISTS (SELECT 1 FROM unnest($15::text[], $16::text[]) AS p(k, v)
-                              WHERE NOT EXISTS (SELECT 1 FROM @schema@.run_tags o
-                                  WHERE o.run_id = r.id AND o.key = p.k AND o.value = p.v))
+          WHERE /*filters*/
           ORDER BY r.created_at DESC, r.id DESC LIMIT $7 OFFSET $8) AS runs
 
 -- name: get_children
