@@ -3,7 +3,7 @@ in code (or made by trusted code without an owner) starts runs of no user, owned
 schedule (``schedule:<name>``); they, their children included, answer only to a token
 that may operate the schedule (``schedules`` scope) or read every run (``admin``). Runs
 of a user's schedule stay hers, and runs trusted code starts without an owner stay
-shared."""
+shared. A token with the ``schedules`` scope lists them beside its own runs."""
 
 from __future__ import annotations
 
@@ -117,7 +117,16 @@ async def test_runs_of_a_declared_schedule_need_the_schedules_scope(
         assert answer.json()["input"] == {"key": "secret"}
         assert answer.json()["children"][0]["id"] == child.id
         assert (await client.get(f"/api/runs/{child.id}")).status_code == 200
-    assert run_id in await listed(admin)
+        assert {run_id, child.id, shared} <= await listed(client)
+    # the schedules scope lists the schedule's runs, not other users' runs
+    mine = await alice.post("/api/workflows/nightly/runs", json={"input": 1})
+    assert mine.status_code == 201, mine.text
+    assert mine.json()["run_id"] not in await listed(ops)
+    assert mine.json()["run_id"] in await listed(admin)
+    summaries = (await ops.get("/api/runs", params={"top_level": "true"})).json()["runs"]
+    assert next(r for r in summaries if r["id"] == run_id)["children"] == 1
+    summaries = (await alice.get("/api/runs", params={"top_level": "true"})).json()["runs"]
+    assert run_id not in {r["id"] for r in summaries}
 
 
 async def test_runs_of_a_users_schedule_stay_hers(

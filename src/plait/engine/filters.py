@@ -57,7 +57,7 @@ def run_filter(filters: dict[str, Any]) -> RunFilter:
             isinstance(value, bool) or not isinstance(value, int | float) or value != value
         ):
             raise ValueError(f"invalid {name} filter: {value!r} (a datetime or epoch seconds)")
-    for name in ("top_level", "hide_continued"):
+    for name in ("top_level", "hide_continued", "visible_schedule_runs"):
         if not isinstance(filters.get(name, False), bool):
             raise ValueError(f"invalid {name} filter: {filters[name]!r} (True or False)")
     return RunFilter(**filters)

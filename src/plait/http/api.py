@@ -224,6 +224,7 @@ class Api:
                 workflow=query.workflow,
                 status=query.status,
                 visible_to=principal.visible_to,
+                visible_schedule_runs=principal.has_scope("schedules"),
                 limit=query.limit,
                 offset=query.offset,
                 id_contains=query.id,

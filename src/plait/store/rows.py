@@ -292,6 +292,9 @@ class RunFilter:
     parent_run_id: str | None = None
     #: runs this principal may see: its own and the ones without an owner
     visible_to: str | None = None
+    #: with ``visible_to``, also the runs of schedules without an owner (owner
+    #: ``schedule:<name>``, ``ids.schedule_owner``): a holder of the ``schedules`` scope
+    visible_schedule_runs: bool = False
     #: runs whose id holds this text (any case)
     id_contains: str | None = None
     #: runs created at or after / before this time (seconds since the epoch)

@@ -162,6 +162,7 @@ def filter_args(where: RunFilter) -> tuple[Any, ...]:
         where.top_level,
         where.hide_continued,
         where.queue,
+        where.visible_schedule_runs,
         *(() if not where.tags else ([k for k, _ in where.tags], [v for _, v in where.tags])),
     )
 

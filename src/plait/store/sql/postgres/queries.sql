@@ -88,12 +88,15 @@ SELECT created, run FROM @schema@.create_runs($1::@schema@.new_run[], $2)
 -- The conditions of store.rows.RunFilter on a runs row r, which list_runs and
 -- list_run_summaries hold in place of /*filters*/ (postgres/runs.py puts them there): a
 -- filter left NULL (or $12, top_level, or $13, hide_continued, false) matches every run
--- ($6 is visible_to: the runs of that owner and the ones without an owner; $9 a text the
--- id holds, any case; $10 and $11 bound created_at; $14 the queue).
+-- ($6 is visible_to: the runs of that owner and the ones without an owner, and with $15,
+-- visible_schedule_runs, those of schedules without an owner, owned 'schedule:<name>'
+-- (plait.ids.schedule_owner); $9 a text the id holds, any case; $10 and $11 bound
+-- created_at; $14 the queue).
 ($1::text IS NULL OR r.workflow = $1) AND ($2::text IS NULL OR r.status = $2)
     AND ($3::text IS NULL OR r.version = $3) AND ($4::text IS NULL OR r.owner = $4)
     AND ($5::text IS NULL OR r.parent_run_id = $5)
-    AND ($6::text IS NULL OR r.owner IS NULL OR r.owner = $6)
+    AND ($6::text IS NULL OR r.owner IS NULL OR r.owner = $6
+         OR ($15::boolean AND left(r.owner, 9) = 'schedule:'))
     AND ($9::text IS NULL OR strpos(lower(r.id), lower($9)) > 0)
     AND ($10::timestamptz IS NULL OR r.created_at >= $10)
     AND ($11::timestamptz IS NULL OR r.created_at < $11)
@@ -102,12 +105,12 @@ SELECT created, run FROM @schema@.create_runs($1::@schema@.new_run[], $2)
     AND ($14::text IS NULL OR r.queue = $14)
 
 -- name: tag_filter
--- The condition of RunFilter.tags on a runs row r ($15 keys, $16 values), added to
+-- The condition of RunFilter.tags on a runs row r ($16 keys, $17 values), added to
 -- run_filter when a listing has tags: the first pair found through run_tags' (key,
 -- value, run_id) index, the others checked on each run.
 r.id IN (SELECT t.run_id FROM @schema@.run_tags t
-         WHERE t.key = ($15::text[])[1] AND t.value = ($16::text[])[1])
-    AND NOT EXISTS (SELECT 1 FROM unnest($15::text[], $16::text[]) AS p(k, v)
+         WHERE t.key = ($16::text[])[1] AND t.value = ($17::text[])[1])
+    AND NOT EXISTS (SELECT 1 FROM unnest($16::text[], $17::text[]) AS p(k, v)
                     WHERE NOT EXISTS (SELECT 1 FROM @schema@.run_tags o
                         WHERE o.run_id = r.id AND o.key = p.k AND o.value = p.v))
 
@@ -129,7 +132,8 @@ SELECT
                      r.parent_run_id, r.created_at, r.updated_at, r.queue, r.queue_key,
                      r.priority, r.scheduled_at, r.admitted_at, r.wake_at,
                      (SELECT count(*) FROM @schema@.runs c WHERE c.parent_run_id = r.id
-                          AND ($6::text IS NULL OR c.owner IS NULL OR c.owner = $6)),
+                          AND ($6::text IS NULL OR c.owner IS NULL OR c.owner = $6
+                               OR ($15::boolean AND left(c.owner, 9) = 'schedule:'))),
                      r.tags)
           FROM @schema@.runs r
           WHERE /*filters*/

@@ -105,8 +105,9 @@ SELECT status FROM plait_runs WHERE id = ?
 -- tag_filter per pair). The listing statements below hold
 -- only the conditions of the filters given (in place of /*filters*/): SQLite's planner
 -- cannot use an index for a term like (:x IS NULL OR column = :x), and would walk every
--- run newest first to fill a page.
-visible_to: (owner IS NULL OR owner = :visible_to)
+-- run newest first to fill a page. visible_schedule_runs adds to visible_to the runs of
+-- schedules without an owner (owner 'schedule:<name>', plait.ids.schedule_owner).
+visible_to: (owner IS NULL OR owner = :visible_to OR (:visible_schedule_runs AND substr(owner, 1, 9) = 'schedule:'))
 workflow: workflow = :workflow
 status: status = :status
 version: version = :version
@@ -145,7 +146,8 @@ ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset
 SELECT id, workflow, kind, status, version, owner, parent_run_id, created_at, updated_at,
     queue, queue_key, priority, scheduled_at, admitted_at, wake_at,
     (SELECT count(*) FROM plait_runs c WHERE c.parent_run_id = plait_runs.id
-        AND (:visible_to IS NULL OR c.owner IS NULL OR c.owner = :visible_to)) AS children,
+        AND (:visible_to IS NULL OR c.owner IS NULL OR c.owner = :visible_to
+            OR (:visible_schedule_runs AND substr(c.owner, 1, 9) = 'schedule:'))) AS children,
     tags
 FROM plait_runs
 WHERE /*filters*/ 1
@@ -171,7 +173,8 @@ ORDER BY t.run_created_at DESC, t.run_id DESC LIMIT :limit OFFSET :offset
 SELECT id, workflow, kind, status, version, owner, parent_run_id, created_at, updated_at,
     queue, queue_key, priority, scheduled_at, admitted_at, wake_at,
     (SELECT count(*) FROM plait_runs c WHERE c.parent_run_id = plait_runs.id
-        AND (:visible_to IS NULL OR c.owner IS NULL OR c.owner = :visible_to)) AS children,
+        AND (:visible_to IS NULL OR c.owner IS NULL OR c.owner = :visible_to
+            OR (:visible_schedule_runs AND substr(c.owner, 1, 9) = 'schedule:'))) AS children,
     tags
 FROM plait_run_tags t JOIN plait_runs ON plait_runs.id = t.run_id
 WHERE t.key = :tag_key_0 AND t.value = :tag_value_0 AND /*filters*/ 1
