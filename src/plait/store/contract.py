@@ -401,8 +401,10 @@ class Store(Protocol):
     async def submit_decision(self, run_id: str, decision: DecisionRow, ops: Sequence[Op]) -> str:
         """Store a decision and, when it is ``accepted``, write ``ops`` (the gate's
         close) if gate ``decision.key`` is still ``pending`` and ``decided_at`` is before
-        its deadline (the step's ``wake_at``); else it is stored refused. A held or
-        accepted decision wakes the run. Returns ``accepted``, ``held``, ``refused``,
+        its deadline (the step's ``wake_at``); else it is stored refused. A refused
+        decision is stored without its payload (who, when and why stay), and not at all
+        once its gate holds ``decision.refused_cap`` refused ones, counted in the same
+        transaction. A held or accepted decision wakes the run. Returns ``accepted``, ``held``, ``refused``,
         ``closed`` or ``expired``. ``RunNotFoundError``; ``RunStateError`` when a held
         decision finds the run ended."""
         ...
