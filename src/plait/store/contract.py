@@ -404,9 +404,9 @@ class Store(Protocol):
         its deadline (the step's ``wake_at``); else it is stored refused. A refused
         decision is stored without its payload (who, when and why stay), and not at all
         once its gate holds ``decision.refused_cap`` refused ones, counted in the same
-        transaction. A held or accepted decision wakes the run. Returns ``accepted``, ``held``, ``refused``,
-        ``closed`` or ``expired``. ``RunNotFoundError``; ``RunStateError`` when a held
-        decision finds the run ended."""
+        transaction. A held or accepted decision wakes the run. Returns ``accepted``,
+        ``held``, ``refused``, ``closed`` or ``expired``. ``RunNotFoundError``;
+        ``RunStateError`` when a held decision finds the run ended."""
         ...
 
     async def get_decisions(self, run_id: str) -> list[dict[str, Any]]:
