@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
+from typing import Any
 
 import pytest
 
@@ -283,3 +285,49 @@ async def test_a_dead_process_on_this_machine_is_taken_over_without_waiting(
     assert run.status == "completed"
     assert took < 1.5, took
     assert os.getpid() != gone.pid
+
+
+async def test_a_renewal_that_finds_the_lease_given_back_by_the_pass_stops_nothing(
+    engine_factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A renewal sent while a pass's last commit gives the lease back finds the run
+    released. That is the pass's own release, not a takeover: the pass ends normally and
+    the run ends once, with no warning of a lost lease."""
+    app = plait.App()
+
+    @app.workflow
+    async def quick(wf: plait.Workflow, data: None) -> str:
+        return await wf.do("one", lambda: "done")
+
+    async with engine_factory(app, lease_seconds=30.0) as engine:
+        worker = engine.worker
+        store_renew = worker.store.renew_leases
+        store_commit = worker.commit
+        renewed = asyncio.Event()
+        raced: list[str] = []
+
+        async def renew_leases(*args: Any, **kwargs: Any) -> Any:
+            renewal = await store_renew(*args, **kwargs)
+            renewed.set()
+            return renewal
+
+        async def commit(batch: Batch) -> bool:
+            again = await store_commit(batch)
+            if batch.release_wakeups_seen is not None:
+                # the run is released now; a renewal that still holds it runs here
+                raced.append(batch.run_id)
+                renewed.clear()
+                worker.check_leases.set()
+                await renewed.wait()
+            return again
+
+        worker.store.renew_leases = renew_leases  # type: ignore[method-assign]
+        worker.commit = commit
+        with caplog.at_level(logging.WARNING, logger="plait.worker"):
+            run_id = await engine.start("quick")
+            run = await engine.wait(run_id, timeout=10)
+            await eventually(lambda: not worker.driving, what="the pass to end")
+    assert run.status == "completed" and run.output == "done"
+    assert raced and set(raced) == {run_id}
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [w for w in warned if "taken over" in w], warned

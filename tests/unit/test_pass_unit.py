@@ -53,6 +53,9 @@ class ListHost:
     def ended_elsewhere(self, run_id: str) -> None:
         pass
 
+    def giving_back(self, run_id: str) -> None:
+        pass
+
     @property
     def streams(self) -> Any:
         return None  # no step of these passes writes to a stream

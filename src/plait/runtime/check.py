@@ -73,6 +73,9 @@ class DryHost:
     def ended_elsewhere(self, run_id: str) -> None:
         raise AssertionError(f"a dry pass of run {run_id!r} committed nothing to be refused")
 
+    def giving_back(self, run_id: str) -> None:
+        pass
+
     @property
     def streams(self) -> StreamSink:
         raise AssertionError("a dry pass ran a step body that could write to a stream")

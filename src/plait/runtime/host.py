@@ -70,6 +70,12 @@ class Host(Protocol):
         as a commit found: stop its work here as a cancel here does."""
         ...
 
+    def giving_back(self, run_id: str) -> None:
+        """The pass of ``run_id`` is about to give its lease back in its last commit. A
+        renewal that finds the run released from then on saw that commit, not another
+        worker's takeover, and must not stop the pass while it counts what it wrote."""
+        ...
+
     @property
     def streams(self) -> StreamSink:
         """Where step bodies' stream entries go (``runtime.streams.StreamWriter``)."""

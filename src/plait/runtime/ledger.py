@@ -215,6 +215,7 @@ class Ledger:
         seen = -1 if self.host.stopping or self.due_again else self.run.wakeups
         self._carry_unwritten()
         ops, self.ops = self.ops, []
+        self.host.giving_back(self.run.id)
         try:
             batch = Batch(self.run.id, ops, fence=self.owner, release_wakeups_seen=seen)
             again = await self.host.commit(batch)

@@ -101,6 +101,9 @@ class WorkerState(abc.ABC):
     def ended_elsewhere(self, run_id: str) -> None: ...
 
     @abc.abstractmethod
+    def giving_back(self, run_id: str) -> None: ...
+
+    @abc.abstractmethod
     def published(self, run_id: str) -> None: ...
 
     @abc.abstractmethod

@@ -166,6 +166,11 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention, Brake
     def ended_elsewhere(self, run_id: str) -> None:
         self.cancel_local([run_id])
 
+    def giving_back(self, run_id: str) -> None:
+        # no body starts after the last commit, and a renewal racing it must find no
+        # lease here to lose (``Leases._renewed`` skips runs between passes)
+        self.run_leases.pop(run_id, None)
+
     def stream_written(self, run_id: str) -> None:
         # entries of a step committed: their readers here look (other processes hear
         # of them from the store)
