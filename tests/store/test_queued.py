@@ -298,3 +298,21 @@ async def test_lost_jobs_names_the_jobs_an_owner_no_longer_holds(store: Store) -
     assert await store.lost_jobs(W1, asked) == {("r2", "q"), ("r3", "gone")}
     assert await store.lost_jobs(W2, asked) == {("r1", "q"), ("r3", "gone")}
     assert await store.lost_jobs(W1, []) == set()
+
+
+async def test_release_leases_gives_back_what_a_stopping_owner_holds(store: Store) -> None:
+    await _queued(store, "r1")
+    job = await _claim(store, W1)
+    await new_run(store, "r2")
+    await idle(store, "r2")
+    assert await store.claim_run("r2", W1, 60.0)
+    await new_run(store, "r3")
+    assert await store.claim_run("r3", W2, 60.0)  # another owner's lease stays
+    # r1's run is not among those named: only its job is given back
+    assert await store.release_leases(W1, ["r2", "r3", "gone"]) == 2
+    again = await _claim(store, W2)
+    assert (again.run_id, again.step_key, again.deliveries) == (job.run_id, job.step_key, 2)
+    # r2 is due at once (r1 has been due since it was made)
+    assert sorted(await store.claim_due_runs(W2, 60.0, 10)) == ["r1", "r2"]
+    assert not await store.claim_run("r3", W1, 60.0)
+    assert await store.release_leases(W1, ["r2"]) == 0

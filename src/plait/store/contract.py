@@ -157,6 +157,13 @@ class Store(Protocol):
 
     async def leases_of(self, worker_id: str, owner: str) -> list[Lease]: ...
     async def expire_leases(self, leases: Sequence[Lease]) -> int: ...
+    async def release_leases(self, owner: str, run_ids: Sequence[str]) -> int:
+        """Give back what a stopping ``owner`` still holds: the runs among ``run_ids``
+        (due at once) and all its jobs (back on their queue). Work cancelled before it
+        began releases nothing itself, and would otherwise wait out its lease. Returns
+        how many leases were given back."""
+        ...
+
     async def sweep_idle(self, base: float = 30.0, cap: float = 600.0, limit: int = 100) -> int: ...
     async def next_due(
         self, functions: Sequence[str] | None = None, scope: ClaimScope = ANY_SCOPE

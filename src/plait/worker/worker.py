@@ -295,17 +295,28 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention, Brake
         in_hand = [t for t in self.tasks if not t.done()]
         if in_hand and drain > 0:
             await asyncio.wait(in_hand, timeout=drain)
+        held = {*self.driving, *self.run_leases}
         for task in list(self.tasks):
             task.cancel()
         for task in list(self.tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self._give_back(held)
         if self._lease_task is not None:
             self._lease_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._lease_task
         await asyncio.to_thread(self.stall_guard.stop)
         self.loops.clear()
+
+    async def _give_back(self, held: set[str]) -> None:
+        """A task cancelled before it began (a claimed run whose pass never started, a
+        job not yet begun) released nothing: give back every lease this process still
+        holds, so another worker takes the work now and not when the lease runs out."""
+        try:
+            await self.store.release_leases(self.owner, sorted(held))
+        except Exception:
+            log.warning("giving back the leases of a stopping worker failed", exc_info=True)
 
     def spawn(self, coro: Any, name: str | None = None) -> asyncio.Task[Any]:
         task = guarded_task(coro, name=name)  # its writes can go from the task itself

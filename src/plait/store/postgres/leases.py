@@ -99,6 +99,12 @@ class Leases(Part):
         )
         return int(expired)
 
+    async def release_leases(self, owner: str, run_ids: Sequence[str]) -> int:
+        released = await self._call(
+            "fetchval", self._q["release_leases"], owner, list(run_ids), self._now()
+        )
+        return int(released)
+
     async def sweep_idle(self, base: float = 30.0, cap: float = 600.0, limit: int = 100) -> int:
         """Re-drive runs that are ``running`` with nothing that will ever wake them (a
         safety net: state changes and their wake-ups are committed together); each run's

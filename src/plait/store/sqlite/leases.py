@@ -42,6 +42,15 @@ class Leases(Part):
 
         return await self._write(go)
 
+    async def release_leases(self, owner: str, run_ids: Sequence[str]) -> int:
+        def go(conn: sqlite3.Connection) -> int:
+            runs = conn.execute(
+                SQL["release_owned_runs"], (self._now(), owner, json.dumps(list(run_ids)))
+            )
+            return runs.rowcount + conn.execute(SQL["release_owned_jobs"], (owner,)).rowcount
+
+        return await self._write(go)
+
     async def sweep_idle(self, base: float = 30.0, cap: float = 600.0, limit: int = 100) -> int:
         """Re-drive runs that are ``running`` with nothing that will ever wake them (no
         lease, no timer, no job). A state change and the wake-up it needs are written in

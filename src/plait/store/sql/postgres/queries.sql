@@ -341,6 +341,21 @@ SELECT 'job', run_id, step_key, lease_owner, lease_until
 FROM @schema@.jobs
 WHERE lease_owner IS NOT NULL AND left(lease_owner, length($1)) = $1 AND lease_owner <> $2
 
+-- name: release_leases
+-- A stopping worker ($1) gives back the runs it held among $2 (due at once if still
+-- running) and its jobs; returns how many leases it gave back.
+WITH runs_back AS (
+    UPDATE @schema@.runs SET lease_owner = NULL, lease_until = NULL,
+        wake_at = CASE WHEN status = 'running' THEN $3::timestamptz ELSE NULL END
+    WHERE id = ANY($2::text[]) AND lease_owner = $1
+    RETURNING 1
+), jobs_back AS (
+    UPDATE @schema@.jobs SET lease_owner = NULL, lease_until = NULL
+    WHERE lease_owner = $1
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM runs_back) + (SELECT count(*) FROM jobs_back)
+
 -- name: expire_leases
 -- Expire the given leases if nobody renewed them since they were read (their holder is
 -- dead), so their runs and steps are taken over now; returns how many were expired.

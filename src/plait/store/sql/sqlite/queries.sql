@@ -509,6 +509,16 @@ WHERE id = ? AND lease_owner = ? AND lease_until = ?
 UPDATE plait_jobs SET lease_until = 0
 WHERE run_id = ? AND step_key = ? AND lease_owner = ? AND lease_until = ?
 
+-- name: release_owned_runs
+-- A stopping worker gives back the runs it held among those given (a JSON array of ids):
+-- due at once if still running.
+UPDATE plait_runs SET lease_owner = NULL, lease_until = NULL,
+    wake_at = CASE WHEN status = 'running' THEN ? ELSE NULL END
+WHERE lease_owner = ? AND id IN (SELECT value FROM json_each(?))
+
+-- name: release_owned_jobs
+UPDATE plait_jobs SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = ?
+
 -- name: renew_run_leases
 UPDATE plait_runs SET lease_until = ?
 WHERE lease_owner = ? AND id IN (SELECT value FROM json_each(?))
