@@ -52,6 +52,43 @@ async def test_create_database_returns_working_dsn(cluster: TemporaryCluster) ->
         cluster.create_database(name)
 
 
+async def test_create_database_copies_a_template(cluster: TemporaryCluster) -> None:
+    template = cluster.create_database("a template")
+    conn = await asyncpg.connect(template)
+    try:
+        await conn.execute("CREATE TABLE kept (v int); INSERT INTO kept VALUES (7)")
+    finally:
+        await conn.close()
+    conn = await asyncpg.connect(cluster.create_database("a copy", template="a template"))
+    try:
+        assert await conn.fetchval("SELECT v FROM kept") == 7
+    finally:
+        await conn.close()
+    with pytest.raises(RuntimeError, match=r"no such template.*does not exist"):
+        cluster.create_database("no copy", template="no such template")
+
+
+async def test_create_database_outlives_a_dropped_connection(cluster: TemporaryCluster) -> None:
+    """The kept session that creates databases is opened again if the server dropped
+    it (a restart, an idle timeout): the next database is made all the same."""
+    cluster.create_database("before the drop")
+    conn = await asyncpg.connect(cluster.dsn)
+    try:
+        ended = await conn.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = 'postgres' AND pid <> pg_backend_pid()"
+        )
+    finally:
+        await conn.close()
+    assert ended >= 1
+    dsn = cluster.create_database("after the drop")
+    conn = await asyncpg.connect(dsn)
+    try:
+        assert await conn.fetchval("SELECT current_database()") == "after the drop"
+    finally:
+        await conn.close()
+
+
 async def test_restart_keeps_data_and_drops_connections() -> None:
     with TemporaryCluster() as cluster:
         dsn = cluster.dsn
