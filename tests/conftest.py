@@ -6,7 +6,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,16 +80,21 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(params=STORES)
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh database URL for each test, on each store (on PostgreSQL a copy of
     the migrated template: no run, no row, the schema in place)."""
     global _db_counter
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'plait.db'}"
+        yield f"sqlite:///{tmp_path / 'plait.db'}"
+        return
     cluster = request.getfixturevalue("pg_cluster")
     template = request.getfixturevalue("pg_template")
     _db_counter += 1
-    return cluster.create_database(f"t{os.getpid()}_{_db_counter}", template=template)
+    name = f"t{os.getpid()}_{_db_counter}"
+    yield cluster.create_database(name, template=template)
+    # dropped at once: a run keeping all of them fills gigabytes and spends minutes
+    # deleting them at its end
+    cluster.drop_database(name)
 
 
 @pytest.fixture

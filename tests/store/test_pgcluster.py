@@ -68,6 +68,20 @@ async def test_create_database_copies_a_template(cluster: TemporaryCluster) -> N
         cluster.create_database("no copy", template="no such template")
 
 
+async def test_drop_database_ends_its_sessions(cluster: TemporaryCluster) -> None:
+    dsn = cluster.create_database("to drop")
+    conn = await asyncpg.connect(dsn)
+    try:
+        cluster.drop_database("to drop")
+        with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, OSError)):
+            await conn.fetchval("SELECT 1")
+    finally:
+        await conn.close()
+    with pytest.raises(asyncpg.InvalidCatalogNameError):
+        await asyncpg.connect(dsn)
+    cluster.drop_database("to drop")  # gone already: nothing to do
+
+
 async def test_create_database_outlives_a_dropped_connection(cluster: TemporaryCluster) -> None:
     """The kept session that creates databases is opened again if the server dropped
     it (a restart, an idle timeout): the next database is made all the same."""
