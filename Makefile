@@ -20,7 +20,7 @@ test: $(STAMP)
 	$(BIN)/ruff check --no-cache src tests examples benchmarks
 	$(BIN)/python -m mypy
 	$(BIN)/pyright --pythonpath $(BIN)/python -p pyproject.toml
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rs -n 2
 
 # BENCH_ARGS go after --plot, so a --plot in them wins; BENCH_PLOT= draws no plot.
 BENCH_PLOT ?= docs/benchmarks.png
