@@ -35,6 +35,7 @@ class WireSession:
     def execute(self, statement: str, *, timeout: float = 60.0) -> None:
         """Run one statement (simple query protocol); raise ``WireError`` with the
         server's message if it fails."""
+        error: str | None = None
         with self._lock:
             for tries_left in (1, 0):
                 try:
