@@ -9,13 +9,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 import plait
 from plait import ids, serde
 from plait.catalog import Catalog
 from plait.clock import SYSTEM_CLOCK
+from plait.errors import LeaseLostError
 from plait.retry import RetryPolicy
 from plait.runtime import steps
 from plait.runtime.attempt import Outcome
+from plait.runtime.control_flow import PassAborted
 from plait.runtime.orchestrator import execute_pass
 from plait.store.ops import (
     Batch,
@@ -254,3 +258,39 @@ def test_exponential_retry_delays_are_jittered_and_a_fixed_delay_is_exact() -> N
     ops = steps.end_attempt(step, Outcome(False, None, {"message": "x"}, True), 100.0)
     (timer,) = [op for op in ops if isinstance(op, SetTimer)]
     assert step.wake_at == timer.wake_at and 100.75 <= timer.wake_at <= 101.25
+
+
+class LostLeaseHost(ListHost):
+    """A host whose lease check before a body says the lease is gone (a freeze outlived
+    it), as a worker's does after a long stall."""
+
+    async def keep_lease(self, run_id: str, key: str | None = None) -> bool:
+        return False
+
+
+async def test_a_lease_lost_before_a_body_stops_the_pass_and_not_the_workflow() -> None:
+    """The workflow's code never sees a lost lease: not even a ``try/except Exception``
+    around the step can catch it and fail (or go on with) the run, and the pass writes
+    no outcome of its own, only the attempt's start it had committed."""
+    ran: list[Any] = []
+    app = plait.App()
+
+    @app.function(retries=0)
+    def add(data: dict[str, int]) -> int:
+        ran.append(data)
+        return data["a"] + data["b"]
+
+    @app.workflow
+    async def careful(wf: plait.Workflow, data: dict[str, int]) -> str:
+        try:
+            await wf.do("add", add, data)
+        except Exception as exc:
+            return f"caught {type(exc).__name__}"
+        return "added"
+
+    host = LostLeaseHost(app)
+    with pytest.raises(PassAborted) as aborted:
+        await execute_pass(host, snapshot("careful", {"a": 1, "b": 2}), "me")
+    assert isinstance(aborted.value.cause, LeaseLostError)
+    assert ran == []
+    assert [type(op) for op in host.ops] == [StartAttempt]

@@ -21,7 +21,7 @@ from plait.observe import NO_REPORT
 from plait.retry import NoRetryOn, RetryPolicy
 from plait.runtime import runs, steps
 from plait.runtime.attempt import NOT_DECODED, Outcome, finished_on_stop, result_codec, run_attempt
-from plait.runtime.control_flow import StepCancelled, SuspendSignal
+from plait.runtime.control_flow import PassAborted, StepCancelled, SuspendSignal
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger
 from plait.store.ops import CreateChildRun
@@ -135,9 +135,13 @@ class Driver:
             self.hook.prepare(step, ctx)
         run = ledger.run
         if not await self.host.keep_lease(run.id):
-            # a freeze outlived the lease and another worker has the run: its body is
-            # that worker's to start, and this pass's writes would be refused
-            raise LeaseLostError(f"run {run.id}: lease lost before step {step.key!r} started")
+            # a freeze outlived the lease and another worker may have the run: its body is
+            # that worker's to start. The pass stops as on any store failure: the
+            # workflow's code must not see this (an ``except Exception`` around the step
+            # would fail the run, or go on, under a lease the pass cannot vouch for)
+            lost = LeaseLostError(f"run {run.id}: lease lost before step {step.key!r} started")
+            ledger.aborted = PassAborted(lost)
+            raise ledger.aborted
         with (
             NO_REPORT
             if telemetry is None

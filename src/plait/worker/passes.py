@@ -155,6 +155,9 @@ class Passes(WorkerState):
             cause = exc.cause if isinstance(exc, PassAborted) else exc
             if isinstance(cause, LeaseLostError):
                 log.warning("run %s: lease lost to another worker; leaving it", run_id)
+                # given back if it was ours after all (a lease check that could not
+                # confirm it in time): due at once, not when the lease runs out
+                await self._release_after_error(run_id)
                 return False
             log.warning("run %s: pass stopped by a store error (%s); retrying", run_id, cause)
             await self._release_after_error(run_id)
