@@ -55,7 +55,10 @@ async def test_a_pass_cancelled_from_elsewhere_leaves_no_child_or_timer(engine_f
             return run_id not in runner.worker.driving
 
         await _until(pass_ended, "the cancelled pass to end")
-        assert (await runner.get_steps(run_id))[0].status == "succeeded"  # slow's result
+        # slow's body returned after the cancel committed: its result is kept if its end
+        # commits before this process hears of the cancel, else the cancel's cut stands;
+        # either way it is not left running
+        assert (await runner.get_steps(run_id))[0].status in ("succeeded", "failed")
         assert await runner.get_children(run_id) == []
         assert await runner.store.next_due() is None
         assert (await runner.get_run(run_id)).status == "cancelled"
