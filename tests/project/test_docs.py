@@ -135,6 +135,9 @@ def run_session(
     )
 
 
+# a page runs its blocks one after another, some as programs of their own: the README's
+# take about 50 s on a quiet machine
+@pytest.mark.timeout(400)
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
 def test_every_block_of_the_page_runs(
     path: Path, tmp_path: Path, request: pytest.FixtureRequest
