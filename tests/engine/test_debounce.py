@@ -88,6 +88,21 @@ async def test_keys_debounce_apart_and_run_waits_for_a_debounced_run(database: s
         assert output == {"data": "e", "now": (START + timedelta(minutes=1)).isoformat()}
 
 
+async def test_a_debounced_start_whose_dedup_key_is_held_returns_the_holder(
+    database: str,
+) -> None:
+    async with TestEngine(debounce_app(), database, start=START) as env:
+        holder = await env.start("gate", "holder", dedup="one-at-a-time")
+        debounced = {"debounce": "10s", "dedup": "one-at-a-time"}
+        assert await env.start("gate", "late", **debounced) == holder
+        await env.send_event(holder, "go")
+        assert (await env.wait(holder, timeout=30)).output == "holder"
+        # the key is free: debounced starts share one run, which then holds it
+        first = await env.start("gate", 1, **debounced)
+        assert first != holder and await env.start("gate", 2, **debounced) == first
+        assert (await env.get_run(first)).dedup == "one-at-a-time"
+
+
 async def test_start_many_debounces_its_inputs_into_one_run(database: str) -> None:
     async with TestEngine(debounce_app(), database, start=START) as env:
         ids = await env.start_many("sync", [1, 2, 3], debounce="10s", debounce_key="k")
