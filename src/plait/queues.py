@@ -188,11 +188,67 @@ def start_time(delay: object, start_at: object, now: float) -> float | None:
     return None
 
 
+#: what a start with a de-duplication key does when a live run holds that key: ``skip``
+#: returns the live run, ``replace`` cancels it and starts this one
+DEDUP_POLICIES = ("skip", "replace")
+
+
+def check_dedup_policy(policy: object, dedup: str | None) -> str:
+    """A start's ``dedup_policy``, or an error naming it: one of ``DEDUP_POLICIES``, and
+    ``replace`` only with a ``dedup`` key (it is the key that names the run to replace)."""
+    if not isinstance(policy, str) or policy not in DEDUP_POLICIES:
+        raise ValueError(
+            f"invalid dedup_policy: {shown(policy)} ('skip' returns the live run holding the "
+            "dedup key, 'replace' cancels it and starts this one)"
+        )
+    if policy == "replace" and dedup is None:
+        raise ValueError("dedup_policy='replace' needs a dedup key: it names the run to replace")
+    return policy
+
+
+@dataclasses.dataclass(frozen=True)
+class Debounce:
+    """A debounced start: starts of one workflow with one ``key`` (and owner) share the
+    run that waits to start; each moves its start to ``seconds`` after itself and gives it
+    its input, and the run starts at most ``most`` seconds after the first (None: no
+    limit)."""
+
+    key: str
+    seconds: float
+    most: float | None = None
+
+
+def check_debounce(debounce: object, key: object, most: object, workflow: str) -> Debounce | None:
+    """The ``debounce``, ``debounce_key`` and ``debounce_max`` of a start, each checked and
+    named when wrong; None when the start is not debounced. Without a key, every debounced
+    start of the workflow shares one window: the key is the workflow's name."""
+    if debounce is None:
+        for value, what in ((key, "debounce_key"), (most, "debounce_max")):
+            if value is not None:
+                raise ValueError(f"{what}={shown(value)} needs debounce (the window, e.g. '5s')")
+        return None
+    seconds = parse_duration(debounce, what="debounce")
+    if seconds <= 0:
+        raise ValueError(f"invalid debounce: {debounce!r} (must be more than 0)")
+    limit = None
+    if most is not None:
+        limit = parse_duration(most, what="debounce_max")
+        if limit < seconds:
+            raise ValueError(
+                f"invalid debounce_max: {most!r} (must be at least debounce, {debounce!r})"
+            )
+    return Debounce(workflow if key is None else check_text(key, "debounce_key"), seconds, limit)
+
+
 __all__ = [
+    "DEDUP_POLICIES",
     "MAX_KEY",
     "PRIORITY_RANGE",
+    "Debounce",
     "Queue",
     "Rate",
+    "check_debounce",
+    "check_dedup_policy",
     "check_key_in_queue",
     "check_priority",
     "check_queue_name",

@@ -48,7 +48,24 @@ def start(
     dedup: str | None = typer.Option(
         None, "--dedup", help="Return the live run with this de-duplication key instead."
     ),
+    dedup_policy: str = typer.Option(
+        "skip",
+        "--dedup-policy",
+        help="With --dedup: skip (return the live run) or replace (cancel it, start this one).",
+    ),
     delay: str | None = typer.Option(None, "--delay", help="Start later, e.g. 10m."),
+    debounce: str | None = typer.Option(
+        None,
+        "--debounce",
+        help="Share one waiting run with the starts of the same key; start this long after the"
+        " last, e.g. 5s.",
+    ),
+    debounce_key: str | None = typer.Option(
+        None, "--debounce-key", help="The key debounced starts share (default: the workflow)."
+    ),
+    debounce_max: str | None = typer.Option(
+        None, "--debounce-max", help="Start at most this long after the first start, e.g. 1m."
+    ),
     start_at: str | None = typer.Option(
         None, "--start-at", help="Start at this ISO 8601 time (with a time zone)."
     ),
@@ -61,8 +78,8 @@ def start(
 ) -> None:
     """Start a run and print its id; with --wait, run it here and show its steps.
 
-    Without --wait the run is left to `plait worker` processes; with a queue, a delay
-    or a start time it waits (status queued) until a worker admits it. With --wait its
+    Without --wait the run is left to `plait worker` processes; with a queue, a delay,
+    a start time or --debounce it waits (status queued) until a worker admits it. With --wait its
     steps are shown as they happen, and a run that waits for an event or an approval says
     so, and how to send it."""
 
@@ -76,13 +93,18 @@ def start(
             "key": key,
             "priority": priority,
             "dedup": dedup,
+            "dedup_policy": dedup_policy,
             "delay": delay,
+            "debounce": debounce,
+            "debounce_key": debounce_key,
+            "debounce_max": debounce_max,
             "start_at": when,
             "timeout": deadline,
             "tags": parse_tags(tag),
         }
         wdef = app.workflows.get(workflow)
         queued = queue is not None or delay is not None or when is not None
+        queued = queued or debounce is not None
         queued = queued or (wdef is not None and wdef.queue is not None)
         async with make_engine(app, database, create=True) as engine:
             # a queued run is admitted by a worker; --wait then waits for it there

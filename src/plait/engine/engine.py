@@ -64,6 +64,9 @@ from plait.worker import Worker
 #: fifth less a step than 64 (larger groups); a pass holds no connection while its step runs
 DEFAULT_CONCURRENCY = 100
 
+#: the options of a debounced start, which ``start`` hands to ``_flow_options`` as given
+_DEBOUNCE_OPTIONS = ("debounce", "debounce_key", "debounce_max")
+
 In = TypeVar("In")
 Out = TypeVar("Out")
 
@@ -79,9 +82,13 @@ class StartOptions(TypedDict, total=False):
     key: str | None
     priority: int
     dedup: str | None
+    dedup_policy: str
     delay: Duration | None
     start_at: datetime | None
     tags: Mapping[str, str] | None
+    debounce: Duration | None
+    debounce_key: str | None
+    debounce_max: Duration | None
 
 
 class Engine(
@@ -265,6 +272,10 @@ class Engine(
         start_at: datetime | None = None,
         timeout: float | str | timedelta | None = None,
         tags: Mapping[str, str] | None = None,
+        dedup_policy: str = "skip",
+        debounce: float | str | timedelta | None = None,
+        debounce_key: str | None = None,
+        debounce_max: float | str | timedelta | None = None,
     ) -> str:
         """Create a durable run and return its id. ``run_id`` is an idempotency key: the
         same id again returns the existing run without a second one.
@@ -272,8 +283,12 @@ class Engine(
         Flow control: ``queue`` (default: the workflow's own) admits the run through that
         queue's limits, ``key`` is its key for ``per_key``, higher ``priority`` is admitted
         first, ``dedup`` returns the id of a live run holding the same key instead of
-        starting another, ``delay`` / ``start_at`` hold the start until then. Such a run
-        is ``queued`` until a worker admits it. ``name`` may be the workflow's function.
+        starting another (``dedup_policy="replace"``: cancels it, starts this one),
+        ``delay`` / ``start_at`` hold the start until then. ``debounce``: starts with one
+        ``debounce_key`` (default: the workflow's name) share one waiting run, which takes
+        each one's input and starts ``debounce`` after the last (at most ``debounce_max``
+        after the first). Such a run is ``queued`` until a worker admits it. ``name`` may
+        be the workflow's function.
 
         ``timeout`` (default: the workflow's own ``timeout``) is the run's deadline,
         counted from its start (a delayed run: from its start time): once it passes, the
@@ -293,6 +308,10 @@ class Engine(
             start_at=start_at,
             deadline=timeout,
             tags=tags,
+            dedup_policy=dedup_policy,
+            debounce=debounce,
+            debounce_key=debounce_key,
+            debounce_max=debounce_max,
         )
         return run_id
 
@@ -309,7 +328,7 @@ class Engine(
         it before it waits."""
         new = await self._new_run(name, data, deadline=deadline, **options)
         since = time.monotonic()  # an inline run is created leased to this process
-        run, created = await self.store.create_run(new)
+        run, created = await self._create(new, options.get("dedup_policy", "skip"))
         return self._started(new, run, created, since=since)
 
     async def _new_run(
@@ -330,6 +349,8 @@ class Engine(
         kind, version = await self.catalog.resolve(name)
         if run_id is not None:
             check_caller_run_id(run_id)  # ``schedule:...`` ids are the ticks' own
+            if options.get("debounce") is not None:
+                raise ValueError("run_id does not combine with debounce: the run may be another's")
         if owner is not None and not isinstance(owner, str):
             raise TypeError(f"owner must be a string, got {type(owner).__name__}")
         if start_node is not None and kind != "graph":
@@ -343,11 +364,13 @@ class Engine(
             options.get("dedup"),
             options.get("delay"),
             options.get("start_at"),
+            **{option: options.get(option) for option in _DEBOUNCE_OPTIONS},
+            dedup_policy=options.get("dedup_policy", "skip"),
         )
         if inline and flow["status"] == "queued":
             raise ValueError(
-                "inline=True cannot start a queued run (a queue, delay or start_at): "
-                "a worker admits it"
+                "inline=True cannot start a queued run (a queue, delay, start_at or "
+                "debounce): a worker admits it"
             )
         inline = self._start_braked(name, flow, inline)
         if kind == "graph":

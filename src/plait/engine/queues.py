@@ -22,9 +22,15 @@ class QueuesMixin(EngineBase):
         dedup: object,
         delay: object,
         start_at: object,
+        *,
+        debounce: object = None,
+        debounce_key: object = None,
+        debounce_max: object = None,
+        dedup_policy: object = "skip",
     ) -> dict[str, Any]:
         """The queue fields of a new run (``NewRun``'s), each checked and named when
-        wrong."""
+        wrong; ``dedup_policy`` is checked against them (it is not a field: it decides
+        which write creates the run)."""
         wdef = self.app.workflows.get(name)
         if queue is None and wdef is not None:
             queue = wdef.queue
@@ -34,15 +40,29 @@ class QueuesMixin(EngineBase):
             raise ValueError(f"key={qkey!r} needs a queue: the key counts against per_key")
         if qkey is not None and qname is not None:
             queues.check_key_in_queue(qkey, qname)
-        not_before = queues.start_time(delay, start_at, self.clock.now())
+        now = self.clock.now()
+        not_before = queues.start_time(delay, start_at, now)
+        dkey = None if dedup is None else queues.check_text(dedup, "dedup")
+        policy = queues.check_dedup_policy(dedup_policy, dkey)
+        window = queues.check_debounce(debounce, debounce_key, debounce_max, name)
+        until = None
+        if window is not None:
+            if delay is not None or start_at is not None:
+                raise ValueError("debounce sets the start time: give debounce or delay / start_at")
+            if policy == "replace":
+                raise ValueError("dedup_policy='replace' does not combine with debounce")
+            not_before = now + window.seconds
+            until = None if window.most is None else now + window.most
         queued = qname is not None or not_before is not None
         return {
             "status": runs.initial_status(queued),
             "queue": qname,
             "queue_key": qkey,
             "priority": queues.check_priority(priority),
-            "dedup": None if dedup is None else queues.check_text(dedup, "dedup"),
+            "dedup": dkey,
             "not_before": not_before,
+            "debounce_key": None if window is None else window.key,
+            "debounce_until": until,
         }
 
     async def queue_depths(self) -> list[dict[str, Any]]:

@@ -8,10 +8,12 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from plait import queues
 from plait.engine.base import EngineBase, WorkflowRef, workflow_name
 from plait.errors import InputValidationError, RunIdTakenError
 from plait.ids import check_caller_run_id
 from plait.records import Run
+from plait.runtime import runs
 from plait.store.rows import NewRun
 
 
@@ -41,6 +43,10 @@ class StartsMixin(EngineBase):
         start_at: datetime | None = None,
         timeout: float | str | timedelta | None = None,
         tags: Mapping[str, str] | None = None,
+        dedup_policy: str = "skip",
+        debounce: float | str | timedelta | None = None,
+        debounce_key: str | None = None,
+        debounce_max: float | str | timedelta | None = None,
     ) -> list[str]:
         """Start one run per item of ``inputs`` in one commit and return their ids in the
         order of ``inputs``: an import or a fan-out pays one durable write, not one each.
@@ -53,7 +59,16 @@ class StartsMixin(EngineBase):
         one gets the earlier one's id). Every input is checked before anything is
         written: an input that cannot be stored is an error naming its index, and then
         no run is started. The workers of every process see the runs once they exist.
+
+        With ``debounce`` the inputs are debounced starts in their order: they share one
+        run (with the last input), or join the run of their key waiting already.
+        ``dedup_policy="replace"`` is refused: each input would cancel the one before.
         """
+        if queues.check_dedup_policy(dedup_policy, dedup) == "replace":
+            raise ValueError(
+                "start_many does not take dedup_policy='replace' (each input would cancel "
+                "the run of the one before): start the one run with start()"
+            )
         kind = type(inputs).__name__
         if isinstance(inputs, str | bytes | Mapping) or not isinstance(inputs, Iterable):
             raise TypeError(f"inputs must be a list with one input per run, got {kind}")
@@ -91,6 +106,9 @@ class StartsMixin(EngineBase):
                     delay=delay,
                     start_at=start_at,
                     tags=tags,
+                    debounce=debounce,
+                    debounce_key=debounce_key,
+                    debounce_max=debounce_max,
                 )
             except InputValidationError as exc:
                 raise InputValidationError(f"inputs[{i}]: {exc}") from None
@@ -108,6 +126,20 @@ class StartsMixin(EngineBase):
         if not inline and any(created for _run, created in outcomes):
             self.notifier.publish_work()
         return ids
+
+    async def _create(self, new: NewRun, dedup_policy: str) -> tuple[Run, bool]:
+        """Create ``new`` (the run it found instead, and False). With ``dedup_policy``
+        ``replace`` the live run holding its dedup key is cancelled, as ``cancel`` ends a
+        run, in the transaction that creates ``new``, so that starts racing on one key
+        leave one live run; only a run of the same owner is replaced: another owner's is
+        returned, as a skip returns it."""
+        if dedup_policy != "replace" or new.dedup is None:
+            return await self.store.create_run(new)
+        end = runs.replaced_by_start(new.id, new.dedup)
+        run, created, moved = await self.store.replace_run(new, end)
+        if moved:
+            await self._cancelled(moved)
+        return run, created
 
     def _started(
         self, new: NewRun, run: Run, created: bool, *, since: float, publish: bool = True

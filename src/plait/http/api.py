@@ -47,10 +47,15 @@ START_FIELDS = (
     "start_at",
     "queue",
     "priority",
+    "dedup_policy",
     "dedup",
+    "debounce_key",
+    "debounce_max",
+    "debounce",
     "delay",
     "key",
     "timeout",
+    "run_id",
 )
 
 #: ``wait`` without a ``wait_timeout`` still gives up (202, run still going) after this long, so
@@ -177,6 +182,10 @@ class Api:
                 start_at=body.start_at,
                 timeout=body.timeout,
                 tags=tags,
+                dedup_policy=body.dedup_policy,
+                debounce=body.debounce,
+                debounce_key=body.debounce_key,
+                debounce_max=body.debounce_max,
             )
         except RunIdTakenError as exc:
             # the id answers only to the owner of the run that holds it
@@ -196,6 +205,14 @@ class Api:
             if run_id == body.run_id:
                 principal.require_access(run)
             raise ApiError(403, "FORBIDDEN", "the dedup key is held by a run of another user")
+        if body.dedup_policy == "replace" and run.owner != principal.user:
+            # a replace ends only the caller's own run (the engine left this one as it is)
+            raise ApiError(
+                409,
+                "DEDUP_KEY_HELD",
+                f"the dedup key is held by run {run_id}, which is not the caller's: "
+                "a replace cancels only the caller's own runs",
+            )
         if not body.wait:
             return JSONResponse({"run_id": run_id}, status_code=201)
         wait = self.engine.wait(run_id, timeout=body.wait_timeout or MAX_WAIT_SECONDS)

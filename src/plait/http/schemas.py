@@ -116,8 +116,21 @@ class StartRun(BaseModel):
         },
     )
     dedup: Any = Field(default=None, json_schema_extra=_KEY_OR_NULL)
+    #: what a start does when a live run holds its ``dedup`` key: ``skip`` returns that
+    #: run, ``replace`` cancels it (only one of the caller's own) and starts this one
+    dedup_policy: Any = Field(
+        default="skip", json_schema_extra={"type": "string", "enum": list(queues.DEDUP_POLICIES)}
+    )
     #: seconds, or a duration such as ``"5m"``
     delay: Any = Field(default=None, json_schema_extra={"type": ["number", "string", "null"]})
+    #: debounced starts (see ``Engine.start``): the window (seconds or a duration), the
+    #: key (default: the workflow's name; windows are the caller's own) and the limit
+    #: from the first start
+    debounce: Any = Field(default=None, json_schema_extra={"type": ["number", "string", "null"]})
+    debounce_key: Any = Field(default=None, json_schema_extra=_KEY_OR_NULL)
+    debounce_max: Any = Field(
+        default=None, json_schema_extra={"type": ["number", "string", "null"]}
+    )
     start_at: datetime | None = None
     #: the run's tags (see ``plait.tags``), merged over the workflow's; checked by the
     #: engine's rules, which name the key

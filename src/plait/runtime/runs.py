@@ -258,6 +258,14 @@ def replaced(fork_id: str) -> EndRun:
     return EndRun(cut.status, None, cut.error, cut.parent, cut.cut)
 
 
+def replaced_by_start(run_id: str, dedup: str) -> EndRun:
+    """A start with ``dedup_policy="replace"`` ends the live run holding its dedup key as
+    a user's cancel does, with a reason naming the run that replaces it, in the
+    transaction that creates that run."""
+    cut = cancel(f"replaced by run {run_id} (a start with dedup key {dedup!r})")
+    return EndRun(cut.status, None, cut.error, cut.parent, cut.cut)
+
+
 # -- a deadline ---------------------------------------------------------------------------
 
 

@@ -74,7 +74,22 @@ class Store(Protocol):
         ...
 
     # runs and their records
-    async def create_run(self, new: NewRun) -> tuple[Run, bool]: ...
+    async def create_run(self, new: NewRun) -> tuple[Run, bool]:
+        """Create ``new`` and return it with True; or, with False, the run with its id,
+        the live run holding its ``dedup`` key, or (``new.debounce_key``) the run of its
+        workflow, debounce key and owner still waiting for its start time, which takes
+        ``new``'s input and start (``NewRun.debounce_key``). Atomic across processes: one
+        run holds a dedup key, one run waits per debounce key."""
+        ...
+
+    async def replace_run(self, new: NewRun, end: EndRun) -> tuple[Run, bool, list[str]]:
+        """Create ``new``; a live run holding its ``dedup`` key, if it is of ``new``'s
+        owner, first ends as ``end`` says (a cancel's, as ``cancel_run`` ends a run), in
+        the same transaction. The run with ``new``'s id, if one exists, is returned as
+        it is (nothing ends), and so is a holder of another owner. Returns the run,
+        whether this call created it, and every run the cancel moved."""
+        ...
+
     async def create_runs(self, news: Sequence[NewRun]) -> list[tuple[Run, bool]]:
         """Each of ``news`` created as ``create_run`` creates it alone, in order, all in
         one transaction: a later one sees the earlier ones (an id or a de-duplication key

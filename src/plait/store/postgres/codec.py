@@ -131,6 +131,8 @@ def new_run_value(n: NewRun) -> tuple[Any, ...]:
         n.deadline_at,
         n.timeout,
         n.tags,
+        n.debounce_key,
+        n.debounce_until,
     )
 
 

@@ -61,6 +61,16 @@ class Runs(Part):
         )
         return [(run_record(r["run"]), bool(r["created"])) for r in rows]
 
+    async def replace_run(self, new: NewRun, end: EndRun) -> tuple[Run, bool, list[str]]:
+        # in order with this process's other writes to the run it is likely to end, as a
+        # cancel is (another run may hold the key by the time the function looks)
+        holder = await self._call("fetchval", self._q["live_dedup_run"], new.dedup, read=True)
+        async with self._in_order(holder or new.id):
+            row = await self._call(
+                "fetchrow", self._q["replace_run"], new_run_value(new), self._now(), op_value(end)
+            )
+        return run_record(row["run"]), bool(row["created"]), list(row["moved"] or [])
+
     async def get_run(self, run_id: str) -> Run | None:
         return await self._reads(run_id)
 

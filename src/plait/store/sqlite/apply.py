@@ -194,6 +194,8 @@ def insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> bool:
             new.deadline_at,
             new.timeout,
             new.tags,
+            new.debounce_key,
+            new.debounce_until,
         ),
     )
     if cur.rowcount != 1:
@@ -201,6 +203,26 @@ def insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> bool:
     if new.tags is not None:
         conn.execute(SQL["put_run_tag_rows"], {"run": new.id, "tags": new.tags})
     return True
+
+
+def debounce(conn: sqlite3.Connection, new: NewRun, now: float) -> str | None:
+    """A debounced start (``new.debounce_key``) joins the run of its key still waiting for
+    its start time: the id of that run, which took ``new``'s input and start; None when
+    no run waits, and then a run of the key whose start time has passed has left the
+    window, so that ``new`` may be inserted."""
+    params = {
+        "workflow": new.workflow,
+        "key": new.debounce_key,
+        "owner": new.owner or "",
+        "now": now,
+        "input": new.input,
+        "start": new.not_before if new.not_before is not None else now,
+    }
+    joined = conn.execute(SQL["debounce_run"], params).fetchone()
+    if joined is not None:
+        return str(joined[0])
+    conn.execute(SQL["close_debounce"], params)
+    return None
 
 
 def put_tags(conn: sqlite3.Connection, run_id: str, tags: str) -> None:

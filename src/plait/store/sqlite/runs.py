@@ -107,6 +107,10 @@ class Runs(Part):
         return await self._write(go)
 
     def _create(self, conn: sqlite3.Connection, new: NewRun, now: float) -> tuple[Run, bool]:
+        if new.debounce_key is not None:
+            joined = apply.debounce(conn, new, now)
+            if joined is not None:
+                return apply.load_run(conn, joined), False
         created = apply.insert_run(conn, new, now)
         row = conn.execute(_SELECT_RUN, (new.id,)).fetchone()
         if row is None:
@@ -114,6 +118,23 @@ class Runs(Part):
             live = conn.execute(SQL["live_dedup_run"], (new.dedup,)).fetchone()
             row = conn.execute(_SELECT_RUN, (live[0],)).fetchone()
         return convert.run_record(convert.run_row(row)), created
+
+    async def replace_run(self, new: NewRun, end: EndRun) -> tuple[Run, bool, list[str]]:
+        def go(conn: sqlite3.Connection) -> tuple[Run, bool, list[str]]:
+            now = self._now()
+            if conn.execute(_SELECT_RUN, (new.id,)).fetchone() is not None:
+                return apply.load_run(conn, new.id), False, []  # the id is an idempotency key
+            moved: list[str] = []
+            live = conn.execute(SQL["live_dedup_run"], (new.dedup,)).fetchone()
+            if live is not None:
+                holder = apply.load_run(conn, live[0])
+                if holder.owner != new.owner:
+                    return holder, False, []  # another owner's run: left as it is
+                moved = apply.end_run(conn, holder.id, end, now, from_suspended=True)
+            created = apply.insert_run(conn, new, now)
+            return apply.load_run(conn, new.id), created, moved
+
+        return await self._write(go)
 
     async def get_run(self, run_id: str) -> Run | None:
         def go(conn: sqlite3.Connection) -> Run | None:

@@ -73,6 +73,10 @@ SELECT r FROM @schema@.runs r WHERE r.id = $1
 -- Runs read at once by many callers (one row each that exists, in no order).
 SELECT r FROM @schema@.runs r WHERE r.id = ANY($1::text[])
 
+-- name: live_dedup_run
+SELECT id FROM @schema@.runs
+WHERE dedup = $1 AND status IN ('queued', 'running', 'suspended', 'paused')
+
 -- name: run_statuses
 -- The runs that exist among many, with their status (for the end-watch poll).
 SELECT id, status FROM @schema@.runs WHERE id = ANY($1::text[])
@@ -83,6 +87,10 @@ SELECT created, run FROM @schema@.create_run($1::@schema@.new_run, $2)
 -- name: create_runs
 -- Runs started together, in the order given (a row each).
 SELECT created, run FROM @schema@.create_runs($1::@schema@.new_run[], $2)
+
+-- name: replace_run
+-- A start that replaces the live run holding its de-duplication key.
+SELECT created, run, moved FROM @schema@.replace_run($1::@schema@.new_run, $2, $3::@schema@.op)
 
 -- name: run_filter
 -- The conditions of store.rows.RunFilter on a runs row r, which list_runs and

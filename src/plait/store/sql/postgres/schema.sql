@@ -61,7 +61,13 @@ CREATE TABLE @schema@.runs (
     -- run a deadline this far from then; NULL: no deadline
     timeout         double precision,
     -- its tags (a JSON object of str to str; plait.tags), mirrored in run_tags; NULL: none
-    tags            json
+    tags            json,
+    -- a debounced start's key (engine.start(debounce=...)) while the run waits to start
+    -- and may still take a later start's input; NULL: none, or its window has closed
+    debounce_key    text,
+    -- the latest start a later debounced start may move it to (its first start plus
+    -- debounce_max); NULL: no limit
+    debounce_until  timestamptz
 ) WITH (fillfactor = 80);
 ALTER SEQUENCE @schema@.runs_start_seq OWNED BY @schema@.runs.start_seq;
 
@@ -290,7 +296,9 @@ CREATE TYPE @schema@.new_run AS (
     trace           text,
     deadline_at     timestamptz,
     timeout         double precision,
-    tags            json
+    tags            json,
+    debounce_key    text,
+    debounce_until  timestamptz
 );
 
 -- How a parent's step ends when its child run ends (plait.store.ops.StepEnd).
@@ -402,3 +410,7 @@ CREATE INDEX runs_queue_active ON @schema@.runs (queue, queue_key)
 -- has ended (the row leaves this partial index)
 CREATE UNIQUE INDEX runs_dedup ON @schema@.runs (dedup)
     WHERE dedup IS NOT NULL AND status IN ('queued', 'running', 'suspended', 'paused');
+-- one run per workflow, debounce key and owner waits to start; a run whose start time has
+-- passed leaves the window (its key is cleared) before the next start of the key inserts
+CREATE UNIQUE INDEX runs_debounce ON @schema@.runs (workflow, debounce_key, coalesce(owner, ''))
+    WHERE debounce_key IS NOT NULL AND status = 'queued';

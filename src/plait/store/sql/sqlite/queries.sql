@@ -67,9 +67,28 @@ ON CONFLICT (id) DO UPDATE SET version = excluded.version
 INSERT INTO plait_runs (id, workflow, kind, version, status, input, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
     lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, trace,
-    deadline_at, timeout, tags)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    deadline_at, timeout, tags, debounce_key, debounce_until)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT DO NOTHING
+
+-- name: debounce_run
+-- A debounced start joins the run of its workflow, key and owner that still waits for its
+-- start time: that run takes the start's input and starts at :start (never past its
+-- debounce_until), its deadline moved with its start.
+UPDATE plait_runs SET input = :input, updated_at = :now,
+    wake_at = min(:start, coalesce(debounce_until, :start)),
+    deadline_at = CASE WHEN timeout IS NULL THEN deadline_at
+                       ELSE min(:start, coalesce(debounce_until, :start)) + timeout END
+WHERE workflow = :workflow AND debounce_key = :key AND coalesce(owner, '') = :owner
+    AND status = 'queued' AND wake_at > :now
+RETURNING id
+
+-- name: close_debounce
+-- The run of a debounce key whose start time has passed (it waits for its queue) leaves
+-- the window: the next start of the key makes a new run.
+UPDATE plait_runs SET debounce_key = NULL
+WHERE workflow = :workflow AND debounce_key = :key AND coalesce(owner, '') = :owner
+    AND status = 'queued' AND wake_at <= :now
 
 -- name: put_run_tags
 -- A run's tags (a JSON object) merged into its row and its plait_run_tags rows.

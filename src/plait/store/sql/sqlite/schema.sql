@@ -52,7 +52,13 @@ CREATE TABLE plait_runs (
     timeout         REAL,
     -- its tags (a JSON object of str to str; plait.tags), mirrored in plait_run_tags;
     -- NULL: none
-    tags            TEXT
+    tags            TEXT,
+    -- a debounced start's key (engine.start(debounce=...)) while the run waits to start
+    -- and may still take a later start's input; NULL: none, or its window has closed
+    debounce_key    TEXT,
+    -- the latest start a later debounced start may move it to (its first start plus
+    -- debounce_max); NULL: no limit
+    debounce_until  REAL
 );
 
 -- A step of a run, one row per step key, with its latest attempt on the row.
@@ -321,6 +327,10 @@ CREATE INDEX plait_runs_queue_active ON plait_runs (queue, queue_key)
 -- has ended (the row leaves this partial index)
 CREATE UNIQUE INDEX plait_runs_dedup ON plait_runs (dedup)
     WHERE dedup IS NOT NULL AND status IN ('queued', 'running', 'suspended', 'paused');
+-- one run per workflow, debounce key and owner waits to start; a run whose start time has
+-- passed leaves the window (its key is cleared) before the next start of the key inserts
+CREATE UNIQUE INDEX plait_runs_debounce ON plait_runs (workflow, debounce_key, coalesce(owner, ''))
+    WHERE debounce_key IS NOT NULL AND status = 'queued';
 
 -- == triggers ================================================================================
 

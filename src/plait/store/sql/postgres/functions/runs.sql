@@ -49,13 +49,13 @@ BEGIN
     INSERT INTO @schema@.runs (id, workflow, kind, version, status, input, parent_run_id,
         parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
         lease_owner, lease_until, queue, queue_key, priority, dedup, scheduled_at, trace,
-        deadline_at, timeout, tags)
+        deadline_at, timeout, tags, debounce_key, debounce_until)
     VALUES (n.id, n.workflow, n.kind, n.version, n.status, n.input, n.parent_run_id,
         n.parent_step_key, n.owner, n.start_node, p_now, p_now,
         greatest(p_now, coalesce(n.not_before, p_now)), 1, n.lease_owner,
         CASE WHEN leased THEN p_now + make_interval(secs => n.lease_seconds) END,
         n.queue, n.queue_key, coalesce(n.priority, 0), n.dedup, n.scheduled_at, n.trace,
-        n.deadline_at, n.timeout, n.tags)
+        n.deadline_at, n.timeout, n.tags, n.debounce_key, n.debounce_until)
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
         RETURN false;
@@ -84,22 +84,109 @@ BEGIN
     ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value;
 END $$;
 
--- create_run: the run with this id (or the live run holding its de-duplication key), and
--- whether this call created it. A live run that ends between the insert and the look-up
--- frees its key: the insert is tried again.
+-- A debounced start (n.debounce_key set) joins the run of its workflow, key and owner
+-- that still waits for its start time: that run takes n's input and starts at
+-- n.not_before (never past its debounce_until), its deadline moved with its start. NULL
+-- when no run waits; then a run of the key whose start time has passed (it waits for its
+-- queue) leaves the window, so that n may be inserted. The unique index runs_debounce
+-- keeps one waiting run per key: of two processes debouncing a key at once, the one whose
+-- insert finds the other's row joins it on its next try.
+CREATE OR REPLACE FUNCTION @schema@.debounce_run(n @schema@.new_run, p_now timestamptz)
+RETURNS @schema@.runs LANGUAGE plpgsql AS $$
+DECLARE
+    v_start timestamptz := coalesce(n.not_before, p_now);
+    joined @schema@.runs;
+BEGIN
+    UPDATE @schema@.runs r SET input = n.input, updated_at = p_now,
+        wake_at = least(v_start, coalesce(r.debounce_until, v_start)),
+        deadline_at = CASE WHEN r.timeout IS NULL THEN r.deadline_at
+            ELSE least(v_start, coalesce(r.debounce_until, v_start))
+                 + make_interval(secs => r.timeout) END
+    WHERE r.workflow = n.workflow AND r.debounce_key = n.debounce_key
+        AND coalesce(r.owner, '') = coalesce(n.owner, '')
+        AND r.status = 'queued' AND r.wake_at > p_now
+    RETURNING r.* INTO joined;
+    IF FOUND THEN
+        RETURN joined;
+    END IF;
+    UPDATE @schema@.runs r SET debounce_key = NULL
+    WHERE r.workflow = n.workflow AND r.debounce_key = n.debounce_key
+        AND coalesce(r.owner, '') = coalesce(n.owner, '')
+        AND r.status = 'queued' AND r.wake_at <= p_now;
+    RETURN NULL;
+END $$;
+
+-- create_run: the run with this id (or the live run holding its de-duplication key, or
+-- the waiting run a debounced start joined), and whether this call created it. A live run
+-- that ends between the insert and the look-up frees its key, and a run another process
+-- inserted for a debounce key between the look-up and the insert takes this start on the
+-- next try: the insert is tried again.
 CREATE OR REPLACE FUNCTION @schema@.create_run(
     n @schema@.new_run, p_now timestamptz, OUT created boolean, OUT run @schema@.runs
 ) LANGUAGE plpgsql AS $$
 BEGIN
     FOR attempt IN 1..5 LOOP
+        IF n.debounce_key IS NOT NULL THEN
+            run := @schema@.debounce_run(n, p_now);
+            IF run.id IS NOT NULL THEN
+                created := false;
+                RETURN;
+            END IF;
+        END IF;
         created := @schema@.insert_run(n, p_now);
         SELECT * INTO run FROM @schema@.runs WHERE id = n.id;
-        IF FOUND OR n.dedup IS NULL THEN
+        IF FOUND OR (n.dedup IS NULL AND n.debounce_key IS NULL) THEN
             RETURN;
         END IF;
+        CONTINUE WHEN n.dedup IS NULL;
         SELECT * INTO run FROM @schema@.runs
         WHERE dedup = n.dedup AND status IN ('queued', 'running', 'suspended', 'paused');
         IF FOUND THEN
+            RETURN;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'the key of run % keeps changing hands', n.id;
+END $$;
+
+-- A start with dedup_policy 'replace': the run with n's id if it exists (an idempotency
+-- key: nothing is cancelled then); else the live run holding n's de-duplication key, if it
+-- is of n's owner, ends as p_end says (a cancel's end, its parent locked first as
+-- cancel_run locks it) and n is created, in one transaction. A holder of another owner is
+-- left as it is and returned, as a skip returns it. Returns the run, whether this call
+-- created it, and the runs the cancel moved. Two processes replacing one key at once leave
+-- one live run: the later insert finds the earlier one's run and ends it in turn.
+CREATE OR REPLACE FUNCTION @schema@.replace_run(
+    n @schema@.new_run, p_now timestamptz, p_end @schema@.op
+) RETURNS TABLE (created boolean, run @schema@.runs, moved text[]) LANGUAGE plpgsql AS $$
+DECLARE
+    holder @schema@.runs;
+    v_moved text[] := ARRAY[]::text[];
+    live text[] := ARRAY['queued', 'running', 'suspended', 'paused'];
+BEGIN
+    FOR attempt IN 1..5 LOOP
+        SELECT * INTO run FROM @schema@.runs r WHERE r.id = n.id;
+        IF FOUND THEN
+            RETURN QUERY SELECT false, run, v_moved;
+            RETURN;
+        END IF;
+        SELECT * INTO holder FROM @schema@.runs r WHERE r.dedup = n.dedup AND r.status = ANY (live);
+        IF FOUND THEN
+            IF holder.owner IS DISTINCT FROM n.owner THEN
+                RETURN QUERY SELECT false, holder, v_moved;
+                RETURN;
+            END IF;
+            IF holder.parent_run_id IS NOT NULL THEN
+                PERFORM 1 FROM @schema@.runs r WHERE r.id = holder.parent_run_id FOR UPDATE;
+            END IF;
+            PERFORM 1 FROM @schema@.runs r WHERE r.id = holder.id AND r.status = ANY (live)
+                FOR UPDATE;
+            IF FOUND THEN
+                v_moved := v_moved || @schema@.end_run(holder.id, (p_end).status, NULL,
+                    (p_end).error, (p_end).parent, (p_end).cut, p_now, live);
+            END IF;
+        END IF;
+        IF @schema@.insert_run(n, p_now) THEN
+            RETURN QUERY SELECT true, r, v_moved FROM @schema@.runs r WHERE r.id = n.id;
             RETURN;
         END IF;
     END LOOP;

@@ -1,0 +1,4 @@
+-- A version that changes nothing.
+-- description: no change
+
+SELECT 1;
