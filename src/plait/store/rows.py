@@ -206,6 +206,12 @@ class QueueLimits:
     #: the rate's sliding window in seconds
     window: float | None = None
     functions: tuple[str, ...] = ()
+    #: a fair queue's admissions take keys in turn: what one admission costs a key in
+    #: virtual time (None: the queue is not fair), and the keys whose weights give
+    #: theirs another cost (key, cost). The waiting run whose key has spent the least
+    #: comes first; the database keeps what each key has spent.
+    turn: int | None = None
+    key_costs: tuple[tuple[str, int], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

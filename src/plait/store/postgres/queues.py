@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from plait.statuses import RunStatusName
-from plait.store.postgres.codec import queue_arrays, step_job
+from plait.store.postgres.codec import fair_arrays, queue_arrays, step_job
 from plait.store.postgres.leases import scope_args
 from plait.store.postgres.part import Part
 from plait.store.rows import ANY_SCOPE, ClaimScope, QueueDepth, QueueLimits, StepJob
@@ -36,6 +36,7 @@ class Queues(Part):
             *queue_arrays(queues),
             status,
             *scope_args(scope),
+            *fair_arrays(queues),
         )
         return [r[0] for r in rows]
 

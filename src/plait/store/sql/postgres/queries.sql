@@ -549,7 +549,7 @@ FROM @schema@.send_event($1, $2, $3, $4, $5) AS stored
 -- name: admit_runs
 SELECT id FROM @schema@.admit_runs($1, $2, $3, $4, $5::text[], $6::integer[],
     $7::integer[], $8::integer[], $9::float8[], $10, $11::text[], $12::boolean, $13::text[],
-    $14::text) AS id
+    $14::text, $15::bigint[], $16::text[], $17::text[], $18::bigint[]) AS id
 
 -- name: next_queued
 SELECT min(wake_at) FROM @schema@.runs WHERE status = 'queued'
