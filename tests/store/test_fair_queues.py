@@ -111,3 +111,22 @@ async def test_per_key_still_holds_in_a_fair_queue(store: Store) -> None:
     first = await store.admit_runs("w1", 60.0, 10, limits, "running")
     assert sorted(first) == ["a000", "b000"]
     assert await store.admit_runs("w1", 60.0, 10, limits, "running") == []
+
+
+async def test_queue_keys_counts_each_key_and_its_turn(store: Store) -> None:
+    await enqueue(store, "a", 3)
+    await enqueue(store, "b", 1)
+    await enqueue(store, None, 1)
+    await store.create_run(queued("other", queue="elsewhere", queue_key="a"))
+    (first,) = await store.admit_runs("w1", 60.0, 1, fair(), "running")
+    assert first == "a000"
+    keys = {row.key: row for row in await store.queue_keys("q")}
+    assert (keys["a"].queued, keys["a"].active) == (2, 1)
+    assert (keys["b"].queued, keys["b"].active, keys[None].queued) == (1, 0, 1)
+    # a has had one turn past the clock; b and the runs without a key wait at the clock
+    assert keys["a"].ahead == TURN
+    assert keys["b"].ahead == 0 and keys[None].ahead == 0
+    # a queue that is not fair keeps no turns
+    assert [(r.key, r.queued, r.ahead) for r in await store.queue_keys("elsewhere")] == [
+        ("a", 1, None)
+    ]

@@ -267,6 +267,18 @@ class QueueDepth:
     active: int
 
 
+@dataclasses.dataclass(frozen=True)
+class QueueKeyDepth:
+    """How many runs of one key of a queue wait and how many hold a slot (``key`` None:
+    runs without a key), and in a fair queue how far ahead of the queue's clock the key
+    has been served (``ahead``, in virtual time; None: the key has no turn kept)."""
+
+    key: str | None
+    queued: int
+    active: int
+    ahead: int | None = None
+
+
 @dataclasses.dataclass
 class ScheduleRow:
     """A stored schedule; ``definition`` is ``ScheduleSpec.definition()`` (JSON text)."""

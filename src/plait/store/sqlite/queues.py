@@ -9,7 +9,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from plait.statuses import RunStatusName
-from plait.store.rows import ANY_SCOPE, ClaimScope, QueueDepth, QueueLimits, StepJob
+from plait.store.rows import ANY_SCOPE, ClaimScope, QueueDepth, QueueKeyDepth, QueueLimits, StepJob
 from plait.store.sqlite.jobs import claimed
 from plait.store.sqlite.leases import scope_params
 from plait.store.sqlite.part import Part
@@ -85,6 +85,16 @@ class Queues(Part):
         def go(conn: sqlite3.Connection) -> list[QueueDepth]:
             rows = conn.execute(SQL["queue_depths"]).fetchall()
             return [QueueDepth(q, int(queued or 0), int(active or 0)) for q, queued, active in rows]
+
+        return await self._read(go)
+
+    async def queue_keys(self, queue: str) -> list[QueueKeyDepth]:
+        def go(conn: sqlite3.Connection) -> list[QueueKeyDepth]:
+            rows = conn.execute(SQL["queue_keys"], {"queue": queue}).fetchall()
+            return [
+                QueueKeyDepth(key, int(queued or 0), int(active or 0), ahead)
+                for key, queued, active, ahead in rows
+            ]
 
         return await self._read(go)
 

@@ -573,6 +573,18 @@ WHERE status = 'queued'
     OR (queue IS NOT NULL AND status IN ('running', 'suspended', 'paused'))
 GROUP BY queue ORDER BY queue
 
+-- name: queue_keys
+-- Per key of queue $1 with live runs: waiting, holding a slot, and how far ahead of the
+-- queue's clock a fair queue has served it.
+SELECT r.queue_key, count(*) FILTER (WHERE r.status = 'queued'),
+    count(*) FILTER (WHERE r.status IN ('running', 'suspended', 'paused')),
+    (SELECT t.finish - coalesce(c.clock, 0) FROM @schema@.queue_turns t
+     LEFT JOIN @schema@.queue_clocks c ON c.queue = t.queue
+     WHERE t.queue = $1 AND t.queue_key = coalesce(r.queue_key, ''))
+FROM @schema@.runs r
+WHERE r.queue = $1 AND r.status IN ('queued', 'running', 'suspended', 'paused')
+GROUP BY r.queue_key ORDER BY r.queue_key
+
 -- == brakes and workers =====================================================================
 
 -- name: put_brake

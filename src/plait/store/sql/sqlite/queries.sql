@@ -931,6 +931,17 @@ WHERE status = 'queued'
     OR (queue IS NOT NULL AND status IN ('running', 'suspended', 'paused'))
 GROUP BY queue ORDER BY queue
 
+-- name: queue_keys
+-- Per key of queue :queue with live runs: waiting, holding a slot, and how far ahead of
+-- the queue's clock a fair queue has served it.
+SELECT r.queue_key, sum(r.status = 'queued'), sum(r.status IN ('running', 'suspended', 'paused')),
+    (SELECT t.finish - coalesce(c.clock, 0) FROM plait_queue_turns t
+     LEFT JOIN plait_queue_clocks c ON c.queue = t.queue
+     WHERE t.queue = :queue AND t.queue_key = coalesce(r.queue_key, ''))
+FROM plait_runs r
+WHERE r.queue = :queue AND r.status IN ('queued', 'running', 'suspended', 'paused')
+GROUP BY r.queue_key ORDER BY r.queue_key
+
 -- == brakes and workers =====================================================================
 
 -- name: put_brake
