@@ -785,8 +785,10 @@ WITH conf AS (
                     WHERE (b.kind = 'workflow' AND b.name = r.workflow)
                         OR (b.kind = 'queue' AND b.name = r.queue))
 ), turned AS (
+    -- a fair queue's run with :limit runs of its key before it cannot be admitted now:
+    -- each of those comes before it
     SELECT d.*, t.finish + d.nth_key * coalesce(w.cost, d.turn) AS tag
-    FROM due d
+    FROM (SELECT * FROM due WHERE turn IS NULL OR nth_key <= :limit) d
     LEFT JOIN costs w ON w.queue = d.queue AND w.queue_key = d.queue_key
     LEFT JOIN plait_queue_turns t ON d.turn IS NOT NULL AND t.queue = d.queue
         AND t.queue_key = coalesce(d.queue_key, '')
@@ -832,10 +834,12 @@ RETURNING id, queue, queue_key
 -- A key of fair queue :queue whose runs are due and that has no turn yet arrives at the
 -- queue's clock.
 INSERT INTO plait_queue_turns (queue, queue_key, finish)
-SELECT DISTINCT r.queue, coalesce(r.queue_key, ''),
+SELECT k.queue, k.queue_key,
     coalesce((SELECT clock FROM plait_queue_clocks WHERE queue = :queue), 0)
-FROM plait_runs r
-WHERE r.status = 'queued' AND r.wake_at <= :now AND r.queue = :queue
+FROM (SELECT DISTINCT r.queue, coalesce(r.queue_key, '') AS queue_key FROM plait_runs r
+      WHERE r.status = 'queued' AND r.wake_at <= :now AND r.queue = :queue) k
+WHERE NOT EXISTS (SELECT 1 FROM plait_queue_turns t
+                  WHERE t.queue = k.queue AND t.queue_key = k.queue_key)
 ON CONFLICT (queue, queue_key) DO NOTHING
 
 -- name: advance_turns

@@ -46,18 +46,25 @@ CREATE OR REPLACE FUNCTION @schema@.admit_runs(
     p_default_queue text, p_turn bigint[], p_cost_queues text[], p_cost_keys text[],
     p_costs bigint[]
 ) RETURNS SETOF text LANGUAGE plpgsql AS $$
+DECLARE
+    v_fair text[] := ARRAY(SELECT c.name FROM unnest(p_names, p_turn) AS c(name, turn)
+                           WHERE c.turn IS NOT NULL);
 BEGIN
     PERFORM @schema@.lock_queues(p_names);
     -- a new statement, so a new snapshot: it sees every admission committed before the
     -- locks were granted. A key of a fair queue whose runs are due and that has no turn
     -- yet arrives at the queue's clock.
-    INSERT INTO @schema@.queue_turns AS t (queue, queue_key, finish)
-    SELECT DISTINCT r.queue, coalesce(r.queue_key, ''), coalesce(qc.clock, 0)
-    FROM @schema@.runs r
-    JOIN unnest(p_names, p_turn) AS c(name, turn) ON c.name = r.queue AND c.turn IS NOT NULL
-    LEFT JOIN @schema@.queue_clocks qc ON qc.queue = r.queue
-    WHERE r.status = 'queued' AND r.wake_at <= p_now
-    ON CONFLICT (queue, queue_key) DO NOTHING;
+    IF cardinality(v_fair) > 0 THEN
+        INSERT INTO @schema@.queue_turns (queue, queue_key, finish)
+        SELECT k.queue, k.queue_key, coalesce(qc.clock, 0)
+        FROM (SELECT DISTINCT r.queue, coalesce(r.queue_key, '') AS queue_key
+              FROM @schema@.runs r
+              WHERE r.status = 'queued' AND r.wake_at <= p_now AND r.queue = ANY (v_fair)) k
+        LEFT JOIN @schema@.queue_clocks qc ON qc.queue = k.queue
+        WHERE NOT EXISTS (SELECT 1 FROM @schema@.queue_turns t
+                          WHERE t.queue = k.queue AND t.queue_key = k.queue_key)
+        ON CONFLICT (queue, queue_key) DO NOTHING;
+    END IF;
     RETURN QUERY
     WITH conf AS (
         SELECT * FROM unnest(p_names, p_concurrency, p_per_key, p_rate, p_window, p_turn)
@@ -93,9 +100,11 @@ BEGIN
                             WHERE (b.kind = 'workflow' AND b.name = r.workflow)
                                 OR (b.kind = 'queue' AND b.name = r.queue))
     ), turned AS (
+        -- a fair queue's run with p_limit runs of its key before it cannot be admitted
+        -- now: each of those comes before it
         SELECT d.*, coalesce(w.cost, d.turn) AS cost,
             t.finish + d.nth_key * coalesce(w.cost, d.turn) AS tag
-        FROM due d
+        FROM (SELECT * FROM due WHERE turn IS NULL OR nth_key <= p_limit) d
         LEFT JOIN costs w ON w.queue = d.queue AND w.queue_key = d.queue_key
         LEFT JOIN @schema@.queue_turns t ON d.turn IS NOT NULL AND t.queue = d.queue
             AND t.queue_key = coalesce(d.queue_key, '')
@@ -160,14 +169,13 @@ BEGIN
     )
     SELECT a.id FROM admitted a;
     -- a key with no runs due that the clock has passed is the same as no key: forget it
-    DELETE FROM @schema@.queue_turns t USING @schema@.queue_clocks q
-    WHERE q.queue = t.queue AND t.finish <= q.clock
-        AND t.queue IN (SELECT c.name FROM unnest(p_names, p_turn) AS c(name, turn)
-                        WHERE c.turn IS NOT NULL)
-        AND NOT EXISTS (SELECT 1 FROM @schema@.runs r
-                        WHERE r.status = 'queued' AND r.wake_at <= p_now
-                            AND r.queue = t.queue
-                            AND coalesce(r.queue_key, '') = t.queue_key);
+    IF cardinality(v_fair) > 0 THEN
+        DELETE FROM @schema@.queue_turns t USING @schema@.queue_clocks q
+        WHERE q.queue = t.queue AND t.finish <= q.clock AND t.queue = ANY (v_fair)
+            AND (t.queue, t.queue_key) NOT IN (
+                SELECT r.queue, coalesce(r.queue_key, '') FROM @schema@.runs r
+                WHERE r.status = 'queued' AND r.wake_at <= p_now AND r.queue = ANY (v_fair));
+    END IF;
 END $$;
 
 -- Lease up to p_limit due jobs of functions admitted through limited queues (function
