@@ -14,7 +14,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from plait.durations import parse_duration
 from plait.ids import NAME_FORBIDDEN, check_name, shown
@@ -71,6 +71,10 @@ class Rate:
         return f"{self.count}/{self.window:g}s"
 
 
+def _no_weights() -> dict[str, int]:
+    return {}
+
+
 @dataclasses.dataclass(frozen=True)
 class Queue:
     """A named queue and its limits; a limit left None does not apply.
@@ -90,7 +94,7 @@ class Queue:
     per_key: int | None = None
     rate: Rate | None = None
     fair: bool = False
-    weights: dict[str, int] = dataclasses.field(default_factory=dict, hash=False)
+    weights: dict[str, int] = dataclasses.field(default_factory=lambda: _no_weights(), hash=False)
 
     @property
     def limited(self) -> bool:
@@ -182,10 +186,10 @@ def check_weights(weights: object, fair: bool, queue: str) -> dict[str, int]:
         )
     if weights and not fair:
         raise ValueError(f"weights of queue {queue!r} need fair=True")
+    given = cast("Mapping[object, object]", weights)
     checked: dict[str, int] = {}
-    for key, weight in weights.items():
-        check_text(key, f"key in the weights of queue {queue!r}")
-        check_key_in_queue(key, queue)
+    for named, weight in given.items():
+        key = check_key_in_queue(check_text(named, f"key in the weights of queue {queue!r}"), queue)
         if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_WEIGHT:
             raise ValueError(
                 f"invalid weight of key {shown(key)} in queue {queue!r}: {weight!r} (a whole"

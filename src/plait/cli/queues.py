@@ -56,16 +56,14 @@ def queues(
 
     async def go() -> None:
         app = None if app_ref is None else load_app(app_ref)
-        async with make_engine(app, database) as engine:
-            if keys is not None:
-                per_key = await engine.queue_keys(keys)
-                depths = paused = []
-            else:
-                depths = await engine.queue_depths()
-                paused = await engine.list_paused()
         if keys is not None:
+            async with make_engine(app, database) as engine:
+                per_key = await engine.queue_keys(keys)
             _show_keys(keys, per_key, as_json)
             return
+        async with make_engine(app, database) as engine:
+            depths = await engine.queue_depths()
+            paused = await engine.list_paused()
         if as_json:
             emit_json({"queues": depths, "paused": paused})
             return
