@@ -6,6 +6,8 @@ Or with workers:  plait worker examples.flow_control:app
                   plait start examples.flow_control:app import_user \
                       --input '{"user": 42}' --key user-42
                   plait schedules list
+                  plait queues examples.flow_control:app
+                  plait queues --keys exports
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ app = plait.App("flow-control")
 app.queue("imports", concurrency=4, per_key=1, rate="100/m")
 # At most 2 emails being sent at once, whichever worker sends them.
 app.queue("emails", concurrency=2)
+# Exports of many tenants: 2 at once, the tenants with exports waiting take turns (one
+# tenant's thousand exports do not hold back another's one); "enterprise" gets 3 a turn.
+app.queue("exports", concurrency=2, fair=True, weights={"enterprise": 3})
 
 
 @app.function(queue="emails")
@@ -33,6 +38,11 @@ async def send_email(data: dict[str, Any]) -> str:
 async def import_user(wf: plait.Workflow, data: dict[str, Any]) -> dict[str, Any]:
     note = await wf.do("welcome", send_email, {"to": f"user-{data['user']}@example.com"})
     return {"user": data["user"], "note": note}
+
+
+@app.workflow(queue="exports")
+async def export(wf: plait.Workflow, data: dict[str, Any]) -> str:
+    return f"export {data['n']} of {data['tenant']}"
 
 
 @app.workflow
@@ -64,6 +74,15 @@ async def main() -> None:
         later = await engine.start("import_user", {"user": 2}, key="user-2", delay="1s")
         for run_id in (urgent, again, later):
             print(run_id, (await engine.wait(run_id, timeout=30)).output)
+
+        # a tenant's backlog does not hold back the others: "small" is admitted in turn
+        big = await engine.start_many(
+            "export", [{"tenant": "big", "n": n} for n in range(20)], key="big"
+        )
+        small = await engine.start("export", {"tenant": "small", "n": 0}, key="small")
+        print((await engine.wait(small, timeout=30)).output)
+        for run_id in big:
+            await engine.wait(run_id, timeout=30)
 
         # a schedule made at run time is stored: every worker on the database fires it
         await engine.create_schedule("often", workflow="report", every="1s", input={"kind": "x"})

@@ -327,11 +327,22 @@ class App:
         concurrency: int | None = None,
         per_key: int | None = None,
         rate: str | None = None,
+        fair: bool = False,
+        weights: dict[str, int] | None = None,
     ) -> Queue:
         """Declare a queue's limits (see ``plait.queues.Queue``). Every process that
         admits work from the queue should declare the same limits: they travel with each
-        claim, the database does not store them."""
-        queue = make_queue(name, concurrency=concurrency, per_key=per_key, rate=rate)
+        claim, the database does not store them. ``fair=True`` admits the keys with runs
+        waiting in turn, so one key's backlog does not hold back the others; ``weights``
+        (only with ``fair``) gives a key more admissions per turn."""
+        queue = make_queue(
+            name,
+            concurrency=concurrency,
+            per_key=per_key,
+            rate=rate,
+            fair=fair,
+            weights=weights,
+        )
         self.queues[queue.name] = queue
         return queue
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from plait.durations import parse_duration
 from plait.ids import NAME_FORBIDDEN, check_name, shown
@@ -31,6 +32,14 @@ MAX_KEY = 512
 #: indexes the two in one row of at most 2,704 bytes. Room for any key of ``MAX_KEY``
 #: characters in a queue with a name of up to 200 ASCII characters.
 MAX_QUEUE_AND_KEY_BYTES = 2400
+#: what one admission costs a key of weight 1 in a fair queue's virtual time; a key of
+#: weight w pays ``TURN // w``. Whole numbers keep turns exact on every store (no float
+#: sums drifting apart), and 720720 is divisible by every weight from 1 to 16, so those
+#: share turns without rounding
+TURN = 720720
+#: the largest weight of a key in a fair queue: its admissions still cost over 700
+#: units, so the rounding of ``TURN // w`` moves its share by well under one percent
+MAX_WEIGHT = 1000
 
 
 def check_key_in_queue(key: str, queue: str) -> str:
@@ -62,6 +71,10 @@ class Rate:
         return f"{self.count}/{self.window:g}s"
 
 
+def _no_weights() -> dict[str, int]:
+    return {}
+
+
 @dataclasses.dataclass(frozen=True)
 class Queue:
     """A named queue and its limits; a limit left None does not apply.
@@ -70,16 +83,32 @@ class Queue:
       (while an attempt holds the job) of the queue at once, across every process.
     * ``per_key``: at most this many runs of one ``key`` at once (steps have no key).
     * ``rate``: at most this many admissions in any sliding window.
+    * ``fair``: runs are admitted taking their keys in turn (within a priority), so a key
+      with many runs waiting does not hold back one with few; ``weights`` gives a key
+      that many admissions per turn (a key not named has weight 1, runs without a key
+      share one turn as if they had one key).
     """
 
     name: str
     concurrency: int | None = None
     per_key: int | None = None
     rate: Rate | None = None
+    fair: bool = False
+    weights: dict[str, int] = dataclasses.field(default_factory=lambda: _no_weights(), hash=False)
 
     @property
     def limited(self) -> bool:
-        return self.concurrency is not None or self.per_key is not None or self.rate is not None
+        return (
+            self.concurrency is not None
+            or self.per_key is not None
+            or self.rate is not None
+            or self.fair
+        )
+
+    def key_costs(self) -> tuple[tuple[str, int], ...]:
+        """What one admission costs each weighted key in virtual time (see ``TURN``); a
+        key not named pays ``TURN``."""
+        return tuple((key, TURN // weight) for key, weight in sorted(self.weights.items()))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -87,7 +116,27 @@ class Queue:
             "concurrency": self.concurrency,
             "per_key": self.per_key,
             "rate": None if self.rate is None else str(self.rate),
+            "fair": self.fair,
+            "weights": dict(self.weights) if self.weights else None,
         }
+
+    def describe(self) -> str:
+        """The limits in one line, as ``plait queues`` shows them."""
+        parts = [
+            f"{name}={value}"
+            for name, value in (
+                ("concurrency", self.concurrency),
+                ("per_key", self.per_key),
+                ("rate", self.rate),
+            )
+            if value is not None
+        ]
+        if self.fair:
+            parts.append("fair")
+        if self.weights:
+            shown_weights = ", ".join(f"{k}: {w}" for k, w in sorted(self.weights.items()))
+            parts.append(f"weights {{{shown_weights}}}")
+        return " ".join(parts)
 
 
 #: the queue of a run started on none, as ``plait worker --queues`` names it
@@ -123,16 +172,55 @@ def _positive(value: object, what: str) -> int | None:
     return value
 
 
+def check_weights(weights: object, fair: bool, queue: str) -> dict[str, int]:
+    """The ``weights`` of fair queue ``queue``: a dict of keys (as ``key=`` takes them) to
+    whole numbers from 1 to ``MAX_WEIGHT``; else an error naming the bad key or value.
+    Weights without ``fair=True`` are refused rather than taken to mean it: a queue that
+    changes its admission order should say so where it is declared."""
+    if weights is None:
+        return {}
+    if not isinstance(weights, Mapping):
+        raise TypeError(
+            f"weights of queue {queue!r} must be a dict of key to weight, got "
+            f"{type(weights).__name__} {shown(weights)}"
+        )
+    if weights and not fair:
+        raise ValueError(f"weights of queue {queue!r} need fair=True")
+    given = cast("Mapping[object, object]", weights)
+    checked: dict[str, int] = {}
+    for named, weight in given.items():
+        key = check_key_in_queue(check_text(named, f"key in the weights of queue {queue!r}"), queue)
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_WEIGHT:
+            raise ValueError(
+                f"invalid weight of key {shown(key)} in queue {queue!r}: {weight!r} (a whole"
+                f" number from 1 to {MAX_WEIGHT})"
+            )
+        checked[key] = weight
+    return checked
+
+
 def make_queue(
-    name: object, *, concurrency: object = None, per_key: object = None, rate: object = None
+    name: object,
+    *,
+    concurrency: object = None,
+    per_key: object = None,
+    rate: object = None,
+    fair: object = False,
+    weights: object = None,
 ) -> Queue:
     """A ``Queue`` from what a user wrote, or an error naming the bad field."""
     qname = check_queue_name(name)
+    if not isinstance(fair, bool):
+        raise TypeError(
+            f"fair of queue {qname!r} must be True or False, got {type(fair).__name__} {fair!r}"
+        )
     return Queue(
         qname,
         _positive(concurrency, f"concurrency of queue {qname!r}"),
         _positive(per_key, f"per_key of queue {qname!r}"),
         None if rate is None else parse_rate(rate, what=f"rate of queue {qname!r}"),
+        fair,
+        check_weights(weights, fair, qname),
     )
 
 
@@ -243,7 +331,9 @@ def check_debounce(debounce: object, key: object, most: object, workflow: str) -
 __all__ = [
     "DEDUP_POLICIES",
     "MAX_KEY",
+    "MAX_WEIGHT",
     "PRIORITY_RANGE",
+    "TURN",
     "Debounce",
     "Queue",
     "Rate",
@@ -253,6 +343,7 @@ __all__ = [
     "check_priority",
     "check_queue_name",
     "check_text",
+    "check_weights",
     "make_queue",
     "parse_rate",
     "start_time",

@@ -103,6 +103,8 @@ async def test_schema_option_keeps_tenants_apart(pg_url: str) -> None:
         "graph_owners",
         "jobs",
         "queue_admissions",
+        "queue_clocks",
+        "queue_turns",
         "requests",
         "run_tags",
         "run_values",

@@ -11,7 +11,8 @@ from plait.runtime import runs
 
 
 class QueuesMixin(EngineBase):
-    """``Engine.queue_depths``, and the flow options ``start`` checks."""
+    """``Engine.queue_depths`` and ``queue_keys``, and the flow options ``start``
+    checks."""
 
     def _flow_options(
         self,
@@ -83,3 +84,20 @@ class QueuesMixin(EngineBase):
                 }
             )
         return items
+
+    async def queue_keys(self, queue: str) -> list[dict[str, Any]]:
+        """Per key of ``queue`` with runs waiting (``queued``) or holding a slot
+        (``active``); ``key`` None for runs without one. In a fair queue ``ahead`` is how
+        many turns of a weight-1 key the key has been served past the queue's clock (0:
+        it is next in its turn; None: no turn kept, as a key that arrives is at the clock),
+        so the key with the least ``ahead`` and runs waiting is admitted first."""
+        qname = queues.check_queue_name(queue)
+        return [
+            {
+                "key": row.key,
+                "queued": row.queued,
+                "active": row.active,
+                "ahead": None if row.ahead is None else round(row.ahead / queues.TURN, 2),
+            }
+            for row in await self.store.queue_keys(qname)
+        ]

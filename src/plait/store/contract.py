@@ -32,6 +32,7 @@ from plait.store.rows import (
     Pending,
     PruneBatch,
     QueueDepth,
+    QueueKeyDepth,
     QueueLimits,
     RequestRow,
     RunFilter,
@@ -350,6 +351,11 @@ class Store(Protocol):
         ...
 
     async def queue_depths(self) -> list[QueueDepth]: ...
+
+    async def queue_keys(self, queue: str) -> list[QueueKeyDepth]:
+        """Per key of ``queue`` with runs waiting or holding a slot: how many of each,
+        and how far ahead of the queue's clock a fair queue has served the key."""
+        ...
 
     # brakes: paused workflows and queues
     async def pause(

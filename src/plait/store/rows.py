@@ -213,6 +213,12 @@ class QueueLimits:
     #: the rate's sliding window in seconds
     window: float | None = None
     functions: tuple[str, ...] = ()
+    #: a fair queue's admissions take keys in turn: what one admission costs a key in
+    #: virtual time (None: the queue is not fair), and the keys whose weights give
+    #: theirs another cost (key, cost). The waiting run whose key has spent the least
+    #: comes first; the database keeps what each key has spent.
+    turn: int | None = None
+    key_costs: tuple[tuple[str, int], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,6 +272,18 @@ class QueueDepth:
     queue: str | None
     queued: int
     active: int
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueKeyDepth:
+    """How many runs of one key of a queue wait and how many hold a slot (``key`` None:
+    runs without a key), and in a fair queue how far ahead of the queue's clock the key
+    has been served (``ahead``, in virtual time; None: the key has no turn kept)."""
+
+    key: str | None
+    queued: int
+    active: int
+    ahead: int | None = None
 
 
 @dataclasses.dataclass

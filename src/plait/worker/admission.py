@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 
+from plait.queues import TURN
 from plait.runtime import runs
 from plait.store.rows import QueueLimits
 from plait.worker.state import WorkerState
@@ -41,6 +42,8 @@ class Admission(WorkerState):
                     None if queue.rate is None else queue.rate.count,
                     None if queue.rate is None else queue.rate.window,
                     functions,
+                    TURN if queue.fair else None,
+                    queue.key_costs(),
                 )
             )
         return limits

@@ -216,6 +216,20 @@ def queue_arrays(queues: Sequence[QueueLimits]) -> tuple[list[Any], ...]:
     )
 
 
+def fair_arrays(queues: Sequence[QueueLimits]) -> tuple[list[Any], ...]:
+    """The turns of fair queues as parallel arrays: each queue's cost of one admission
+    (None: not fair), then the weighted keys' queues, keys and costs."""
+    weighted = [
+        (q.name, key, cost) for q in queues if q.turn is not None for key, cost in q.key_costs
+    ]
+    return (
+        [q.turn for q in queues],
+        [name for name, _key, _cost in weighted],
+        [key for _name, key, _cost in weighted],
+        [cost for _name, _key, cost in weighted],
+    )
+
+
 def step_row(rec: Any) -> StepRow:
     """A steps record as a StepRow (the attempt columns after its fields left out)."""
     return convert.step_row(tuple(rec)[:_STEP_FIELDS])

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from plait.statuses import RunStatusName
-from plait.store.postgres.codec import queue_arrays, step_job
+from plait.store.postgres.codec import fair_arrays, queue_arrays, step_job
 from plait.store.postgres.leases import scope_args
 from plait.store.postgres.part import Part
-from plait.store.rows import ANY_SCOPE, ClaimScope, QueueDepth, QueueLimits, StepJob
+from plait.store.rows import ANY_SCOPE, ClaimScope, QueueDepth, QueueKeyDepth, QueueLimits, StepJob
 
 
 class Queues(Part):
@@ -36,6 +36,7 @@ class Queues(Part):
             *queue_arrays(queues),
             status,
             *scope_args(scope),
+            *fair_arrays(queues),
         )
         return [r[0] for r in rows]
 
@@ -69,3 +70,10 @@ class Queues(Part):
     async def queue_depths(self) -> list[QueueDepth]:
         rows = await self._call("fetch", self._q["queue_depths"], read=True)
         return [QueueDepth(r[0], int(r[1]), int(r[2])) for r in rows]
+
+    async def queue_keys(self, queue: str) -> list[QueueKeyDepth]:
+        rows = await self._call("fetch", self._q["queue_keys"], queue, read=True)
+        return [
+            QueueKeyDepth(r[0], int(r[1]), int(r[2]), None if r[3] is None else int(r[3]))
+            for r in rows
+        ]

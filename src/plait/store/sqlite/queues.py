@@ -9,7 +9,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from plait.statuses import RunStatusName
-from plait.store.rows import ANY_SCOPE, ClaimScope, QueueDepth, QueueLimits, StepJob
+from plait.store.rows import ANY_SCOPE, ClaimScope, QueueDepth, QueueKeyDepth, QueueLimits, StepJob
 from plait.store.sqlite.jobs import claimed
 from plait.store.sqlite.leases import scope_params
 from plait.store.sqlite.part import Part
@@ -30,6 +30,7 @@ class Queues(Part):
     ) -> list[str]:
         conf = json.dumps([_queue_conf(q) for q in queues])
         rated = {q.name: q.window for q in queues if q.rate is not None}
+        fair = sorted(q.name for q in queues if q.turn is not None)
 
         def go(conn: sqlite3.Connection) -> list[str]:
             now = self._now()
@@ -42,9 +43,12 @@ class Queues(Part):
                 "status": status,
                 **scope_params(scope),
             }
+            for queue in fair:
+                conn.execute(SQL["arrive_turns"], {"queue": queue, "now": now})
             rows = conn.execute(SQL["admit_runs"], params).fetchall()
-            _log_admissions(conn, [queue for _id, queue in rows], rated, now)
-            return [run_id for run_id, _queue in rows]
+            _log_admissions(conn, [queue for _id, queue, _key in rows], rated, now)
+            _advance_turns(conn, [(queue, key) for _id, queue, key in rows], queues, now)
+            return [run_id for run_id, _queue, _key in rows]
 
         return await self._write(go)
 
@@ -84,6 +88,16 @@ class Queues(Part):
 
         return await self._read(go)
 
+    async def queue_keys(self, queue: str) -> list[QueueKeyDepth]:
+        def go(conn: sqlite3.Connection) -> list[QueueKeyDepth]:
+            rows = conn.execute(SQL["queue_keys"], {"queue": queue}).fetchall()
+            return [
+                QueueKeyDepth(key, int(queued or 0), int(active or 0), ahead)
+                for key, queued, active, ahead in rows
+            ]
+
+        return await self._read(go)
+
 
 def _queue_conf(q: QueueLimits) -> dict[str, object]:
     return {
@@ -92,7 +106,36 @@ def _queue_conf(q: QueueLimits) -> dict[str, object]:
         "per_key": q.per_key,
         "rate": q.rate,
         "window": q.window,
+        "turn": q.turn,
+        "costs": [list(pair) for pair in q.key_costs],
     }
+
+
+def _advance_turns(
+    conn: sqlite3.Connection,
+    admitted: list[tuple[str | None, str | None]],
+    queues: Sequence[QueueLimits],
+    now: float,
+) -> None:
+    """Record the turns the keys of fair queues took in one admission (in its write
+    transaction, so the next admission ranks from them)."""
+    fair = {q.name: q for q in queues if q.turn is not None}
+    counts: dict[tuple[str, str], int] = {}
+    for queue, key in admitted:
+        if queue is not None and queue in fair:
+            counts[queue, key or ""] = counts.get((queue, key or ""), 0) + 1
+    if not counts:
+        return
+    taken = json.dumps(
+        [
+            [queue, key, n, dict(fair[queue].key_costs).get(key, fair[queue].turn)]
+            for (queue, key), n in counts.items()
+        ]
+    )
+    conn.execute(SQL["advance_turns"], {"taken": taken})
+    conn.execute(SQL["advance_clocks"], {"taken": taken})
+    for queue in {queue for queue, _key in counts}:
+        conn.execute(SQL["forget_turns"], {"queue": queue, "now": now})
 
 
 def _log_admissions(

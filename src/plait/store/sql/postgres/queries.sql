@@ -557,7 +557,7 @@ FROM @schema@.send_event($1, $2, $3, $4, $5) AS stored
 -- name: admit_runs
 SELECT id FROM @schema@.admit_runs($1, $2, $3, $4, $5::text[], $6::integer[],
     $7::integer[], $8::integer[], $9::float8[], $10, $11::text[], $12::boolean, $13::text[],
-    $14::text) AS id
+    $14::text, $15::bigint[], $16::text[], $17::text[], $18::bigint[]) AS id
 
 -- name: next_queued
 SELECT min(wake_at) FROM @schema@.runs WHERE status = 'queued'
@@ -580,6 +580,18 @@ FROM @schema@.runs
 WHERE status = 'queued'
     OR (queue IS NOT NULL AND status IN ('running', 'suspended', 'paused'))
 GROUP BY queue ORDER BY queue
+
+-- name: queue_keys
+-- Per key of queue $1 with live runs: waiting, holding a slot, and how far ahead of the
+-- queue's clock a fair queue has served it.
+SELECT r.queue_key, count(*) FILTER (WHERE r.status = 'queued'),
+    count(*) FILTER (WHERE r.status IN ('running', 'suspended', 'paused')),
+    (SELECT t.finish - coalesce(c.clock, 0) FROM @schema@.queue_turns t
+     LEFT JOIN @schema@.queue_clocks c ON c.queue = t.queue
+     WHERE t.queue = $1 AND t.queue_key = coalesce(r.queue_key, ''))
+FROM @schema@.runs r
+WHERE r.queue = $1 AND r.status IN ('queued', 'running', 'suspended', 'paused')
+GROUP BY r.queue_key ORDER BY r.queue_key
 
 -- == brakes and workers =====================================================================
 

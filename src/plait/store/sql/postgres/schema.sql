@@ -256,6 +256,25 @@ CREATE TABLE @schema@.queue_admissions (
     at    timestamptz NOT NULL
 );
 
+-- Fair queues: per key, the virtual time its last admission finished at (what it has
+-- been served, each admission costing TURN / weight), and per queue the clock: the
+-- virtual time the last admission started at. A waiting run's turn is
+-- max(clock, finish) + its rank within its key times the key's cost; the smallest goes
+-- first. A key whose finish the clock has passed is forgotten (it is the same as none:
+-- a key coming back after a pause starts at the clock, with no credit saved up). Runs
+-- without a key share the key ''.
+CREATE TABLE @schema@.queue_turns (
+    queue     text NOT NULL,
+    queue_key text NOT NULL,
+    finish    bigint NOT NULL,
+    PRIMARY KEY (queue, queue_key)
+);
+
+CREATE TABLE @schema@.queue_clocks (
+    queue text PRIMARY KEY,
+    clock bigint NOT NULL
+);
+
 -- Schedules: declared in the app's code or made at run time.
 CREATE TABLE @schema@.schedules (
     name        text PRIMARY KEY,

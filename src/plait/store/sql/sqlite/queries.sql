@@ -753,16 +753,29 @@ SELECT min(wake_at) FROM plait_runs WHERE status = 'queued'
 -- Admit up to :limit due queued runs, highest priority first, then in start order (the
 -- earliest start time, then the row's insertion: the children one pass starts share a
 -- start time, and their ids, taken from their steps, are in no order), within the
--- limits in :queues (a JSON array of objects: name, concurrency, per_key, rate, window;
--- a queue not among them has no limits), and lease them. A run holds its queue slot
--- from admission until it ends; per_key applies to runs with a key.
+-- limits in :queues (a JSON array of objects: name, concurrency, per_key, rate, window,
+-- turn, costs; a queue not among them has no limits), and lease them. A run holds its
+-- queue slot from admission until it ends; per_key applies to runs with a key.
+-- A fair queue (turn not null: what one admission costs a key; costs: [key, cost] of the
+-- keys whose weights make theirs less) takes its keys in turn within a priority
+-- (start-time fair queueing; arrive_turns first gives each key with runs due a turn): a
+-- waiting run's turn is its key's finish + its rank within its key times the key's cost
+-- (plait_queue_turns), the smallest first; the queue's runs keep the places in the order
+-- across queues that its runs in start order would have had. advance_turns,
+-- advance_clocks and forget_turns then record the turns taken.
 WITH conf AS (
     SELECT json_extract(value, '$.name') AS name,
         json_extract(value, '$.concurrency') AS concurrency,
         json_extract(value, '$.per_key') AS per_key,
         json_extract(value, '$.rate') AS rate,
-        json_extract(value, '$.window') AS rate_window
+        json_extract(value, '$.window') AS rate_window,
+        json_extract(value, '$.turn') AS turn,
+        json_extract(value, '$.costs') AS costs
     FROM json_each(:queues)
+), costs AS (
+    SELECT c.name AS queue, json_extract(k.value, '$[0]') AS queue_key,
+        json_extract(k.value, '$[1]') AS cost
+    FROM conf c, json_each(c.costs) k
 ), active AS (
     SELECT a.queue, count(*) AS n FROM plait_runs a JOIN conf c ON c.name = a.queue
     WHERE a.status IN ('running', 'suspended', 'paused')
@@ -779,7 +792,7 @@ WITH conf AS (
     GROUP BY q.queue
 ), due AS (
     SELECT r.id, r.rowid AS seq, r.queue, r.queue_key, r.priority, r.wake_at, r.created_at,
-        c.concurrency, c.per_key, c.rate,
+        c.concurrency, c.per_key, c.rate, c.turn,
         row_number() OVER (PARTITION BY r.queue, r.queue_key
             ORDER BY r.priority DESC, r.wake_at, r.created_at, r.rowid) AS nth_key
     FROM plait_runs r LEFT JOIN conf c ON c.name = r.queue
@@ -790,25 +803,97 @@ WITH conf AS (
     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                     WHERE (b.kind = 'workflow' AND b.name = r.workflow)
                         OR (b.kind = 'queue' AND b.name = r.queue))
+), turned AS (
+    -- a fair queue's run with :limit runs of its key before it cannot be admitted now:
+    -- each of those comes before it
+    SELECT d.*, t.finish + d.nth_key * coalesce(w.cost, d.turn) AS tag
+    FROM (SELECT * FROM due WHERE turn IS NULL OR nth_key <= :limit) d
+    LEFT JOIN costs w ON w.queue = d.queue AND w.queue_key = d.queue_key
+    LEFT JOIN plait_queue_turns t ON d.turn IS NOT NULL AND t.queue = d.queue
+        AND t.queue_key = coalesce(d.queue_key, '')
 ), key_fits AS (
     SELECT d.*, row_number() OVER (PARTITION BY d.queue
-            ORDER BY d.priority DESC, d.wake_at, d.created_at, d.seq) AS nth
-    FROM due d LEFT JOIN active_keys k ON k.queue = d.queue AND k.queue_key = d.queue_key
+            ORDER BY d.priority DESC, d.tag, d.wake_at, d.created_at, d.seq) AS nth
+    FROM turned d LEFT JOIN active_keys k ON k.queue = d.queue AND k.queue_key = d.queue_key
     WHERE d.per_key IS NULL OR d.queue_key IS NULL
         OR d.nth_key <= d.per_key - coalesce(k.n, 0)
 ), fits AS (
-    SELECT f.id FROM key_fits f
+    SELECT f.* FROM key_fits f
     LEFT JOIN active a ON a.queue = f.queue
     LEFT JOIN recent rc ON rc.queue = f.queue
     WHERE (f.concurrency IS NULL OR f.nth <= f.concurrency - coalesce(a.n, 0))
         AND (f.rate IS NULL OR f.nth <= f.rate - coalesce(rc.n, 0))
-    ORDER BY f.priority DESC, f.wake_at, f.created_at, f.seq
+), ranked AS (
+    -- a fair queue's runs, numbered by turn and by start order within a priority
+    SELECT f.*,
+        row_number() OVER (PARTITION BY f.queue, f.priority
+            ORDER BY f.tag, f.wake_at, f.created_at, f.seq) AS by_turn,
+        row_number() OVER (PARTITION BY f.queue, f.priority
+            ORDER BY f.wake_at, f.created_at, f.seq) AS by_start
+    FROM fits f WHERE f.turn IS NOT NULL
+), placed AS (
+    SELECT f.id, f.priority, f.wake_at AS at, f.created_at AS created, f.seq
+    FROM fits f WHERE f.turn IS NULL
+    UNION ALL
+    -- the n-th in turn takes the place of the n-th in start order
+    SELECT a.id, a.priority, b.wake_at, b.created_at, b.seq
+    FROM ranked a JOIN ranked b ON b.queue = a.queue AND b.priority = a.priority
+        AND b.by_start = a.by_turn
+), chosen AS (
+    SELECT p.id FROM placed p
+    ORDER BY p.priority DESC, p.at, p.created, p.seq
     LIMIT :limit
 )
 UPDATE plait_runs SET status = :status, lease_owner = :owner, lease_until = :until,
     wake_at = :now, admitted_at = :now, updated_at = :now
-WHERE id IN (SELECT id FROM fits) AND status = 'queued'
-RETURNING id, queue
+WHERE id IN (SELECT id FROM chosen) AND status = 'queued'
+RETURNING id, queue, queue_key
+
+-- name: arrive_turns
+-- A key of fair queue :queue whose runs are due and that has no turn yet arrives at the
+-- queue's clock.
+INSERT INTO plait_queue_turns (queue, queue_key, finish)
+SELECT k.queue, k.queue_key,
+    coalesce((SELECT clock FROM plait_queue_clocks WHERE queue = :queue), 0)
+FROM (SELECT DISTINCT r.queue, coalesce(r.queue_key, '') AS queue_key FROM plait_runs r
+      WHERE r.status = 'queued' AND r.wake_at <= :now AND r.queue = :queue) k
+WHERE NOT EXISTS (SELECT 1 FROM plait_queue_turns t
+                  WHERE t.queue = k.queue AND t.queue_key = k.queue_key)
+ON CONFLICT (queue, queue_key) DO NOTHING
+
+-- name: advance_turns
+-- The turns a fair queue's keys took in one admission: :taken is a JSON array of
+-- [queue, key ('' for runs without one), runs admitted, cost of one]; each key's finish
+-- moves past its admissions.
+UPDATE plait_queue_turns
+SET finish = finish + (SELECT json_extract(a.value, '$[2]') * json_extract(a.value, '$[3]')
+                       FROM json_each(:taken) a
+                       WHERE json_extract(a.value, '$[0]') = plait_queue_turns.queue
+                           AND json_extract(a.value, '$[1]') = plait_queue_turns.queue_key)
+WHERE EXISTS (SELECT 1 FROM json_each(:taken) a
+              WHERE json_extract(a.value, '$[0]') = plait_queue_turns.queue
+                  AND json_extract(a.value, '$[1]') = plait_queue_turns.queue_key)
+
+-- name: advance_clocks
+-- After advance_turns: each queue's clock moves to the start of its latest turn taken.
+INSERT INTO plait_queue_clocks (queue, clock)
+SELECT json_extract(a.value, '$[0]'), max(t.finish - json_extract(a.value, '$[3]'))
+FROM json_each(:taken) a
+JOIN plait_queue_turns t ON t.queue = json_extract(a.value, '$[0]')
+    AND t.queue_key = json_extract(a.value, '$[1]')
+WHERE true
+GROUP BY 1
+ON CONFLICT (queue) DO UPDATE SET clock = max(clock, excluded.clock)
+
+-- name: forget_turns
+-- A key of fair queue :queue with no runs due that the clock has passed is the same as
+-- no key: forget it.
+DELETE FROM plait_queue_turns
+WHERE queue = :queue
+    AND finish <= (SELECT clock FROM plait_queue_clocks WHERE queue = :queue)
+    AND queue_key NOT IN (SELECT coalesce(r.queue_key, '') FROM plait_runs r
+                          WHERE r.status = 'queued' AND r.wake_at <= :now
+                              AND r.queue = :queue)
 
 -- name: log_admission
 INSERT INTO plait_queue_admissions (queue, at) VALUES (?, ?)
@@ -868,6 +953,17 @@ FROM plait_runs
 WHERE status = 'queued'
     OR (queue IS NOT NULL AND status IN ('running', 'suspended', 'paused'))
 GROUP BY queue ORDER BY queue
+
+-- name: queue_keys
+-- Per key of queue :queue with live runs: waiting, holding a slot, and how far ahead of
+-- the queue's clock a fair queue has served it.
+SELECT r.queue_key, sum(r.status = 'queued'), sum(r.status IN ('running', 'suspended', 'paused')),
+    (SELECT t.finish - coalesce(c.clock, 0) FROM plait_queue_turns t
+     LEFT JOIN plait_queue_clocks c ON c.queue = t.queue
+     WHERE t.queue = :queue AND t.queue_key = coalesce(r.queue_key, ''))
+FROM plait_runs r
+WHERE r.queue = :queue AND r.status IN ('queued', 'running', 'suspended', 'paused')
+GROUP BY r.queue_key ORDER BY r.queue_key
 
 -- == brakes and workers =====================================================================
 

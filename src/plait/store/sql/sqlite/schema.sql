@@ -245,6 +245,25 @@ CREATE TABLE plait_queue_admissions (
     at    REAL NOT NULL
 );
 
+-- Fair queues: per key, the virtual time its last admission finished at (what it has
+-- been served, each admission costing TURN / weight), and per queue the clock: the
+-- virtual time the last admission started at. A waiting run's turn is
+-- max(clock, finish) + its rank within its key times the key's cost; the smallest goes
+-- first. A key whose finish the clock has passed is forgotten (it is the same as none:
+-- a key coming back after a pause starts at the clock, with no credit saved up). Runs
+-- without a key share the key ''.
+CREATE TABLE plait_queue_turns (
+    queue     TEXT NOT NULL,
+    queue_key TEXT NOT NULL,
+    finish    INTEGER NOT NULL,
+    PRIMARY KEY (queue, queue_key)
+) WITHOUT ROWID;
+
+CREATE TABLE plait_queue_clocks (
+    queue TEXT PRIMARY KEY,
+    clock INTEGER NOT NULL
+) WITHOUT ROWID;
+
 -- Schedules: declared in the app's code or made at run time.
 CREATE TABLE plait_schedules (
     name        TEXT PRIMARY KEY,

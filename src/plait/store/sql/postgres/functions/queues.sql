@@ -23,26 +23,54 @@ END $$;
 -- p_owner. The limits of the queues the caller knows come as parallel arrays (NULL: no
 -- such limit); a queue not among them has none. per_key applies to runs that have a key.
 -- A run holds its queue slot from admission until it ends.
+-- A fair queue (p_turn not NULL: what one admission costs a key; p_cost_* the keys whose
+-- weights make theirs less) takes its keys in turn within a priority (start-time fair
+-- queueing): a key arrives, when it has runs due and no turn, at the queue's clock; a
+-- waiting run's turn is its key's finish + its rank within its key times the key's cost
+-- (queue_turns), the smallest first; admitting moves the key's finish past its runs and
+-- the clock (queue_clocks) to the start of the latest turn taken. The queue's runs keep
+-- the places in the order across queues that its runs in start order would have had.
 -- Only runs of the admitting worker's scope (p_workflows: NULL any, with p_graphs any
 -- graph; p_queues: NULL any, a run of no queue in p_default_queue) whose workflow and
 -- queue are not paused (brakes).
 DROP FUNCTION IF EXISTS @schema@.admit_runs(
     text, timestamptz, timestamptz, integer, text[], integer[], integer[], integer[], float8[],
     text);
+DROP FUNCTION IF EXISTS @schema@.admit_runs(
+    text, timestamptz, timestamptz, integer, text[], integer[], integer[], integer[], float8[],
+    text, text[], boolean, text[], text);
 CREATE OR REPLACE FUNCTION @schema@.admit_runs(
     p_owner text, p_until timestamptz, p_now timestamptz, p_limit integer,
     p_names text[], p_concurrency integer[], p_per_key integer[], p_rate integer[],
     p_window float8[], p_status text, p_workflows text[], p_graphs boolean, p_queues text[],
-    p_default_queue text
+    p_default_queue text, p_turn bigint[], p_cost_queues text[], p_cost_keys text[],
+    p_costs bigint[]
 ) RETURNS SETOF text LANGUAGE plpgsql AS $$
+DECLARE
+    v_fair text[] := ARRAY(SELECT c.name FROM unnest(p_names, p_turn) AS c(name, turn)
+                           WHERE c.turn IS NOT NULL);
 BEGIN
     PERFORM @schema@.lock_queues(p_names);
     -- a new statement, so a new snapshot: it sees every admission committed before the
-    -- locks were granted
+    -- locks were granted. A key of a fair queue whose runs are due and that has no turn
+    -- yet arrives at the queue's clock.
+    IF cardinality(v_fair) > 0 THEN
+        INSERT INTO @schema@.queue_turns (queue, queue_key, finish)
+        SELECT k.queue, k.queue_key, coalesce(qc.clock, 0)
+        FROM (SELECT DISTINCT r.queue, coalesce(r.queue_key, '') AS queue_key
+              FROM @schema@.runs r
+              WHERE r.status = 'queued' AND r.wake_at <= p_now AND r.queue = ANY (v_fair)) k
+        LEFT JOIN @schema@.queue_clocks qc ON qc.queue = k.queue
+        WHERE NOT EXISTS (SELECT 1 FROM @schema@.queue_turns t
+                          WHERE t.queue = k.queue AND t.queue_key = k.queue_key)
+        ON CONFLICT (queue, queue_key) DO NOTHING;
+    END IF;
     RETURN QUERY
     WITH conf AS (
-        SELECT * FROM unnest(p_names, p_concurrency, p_per_key, p_rate, p_window)
-            AS c(name, concurrency, per_key, rate, rate_window)
+        SELECT * FROM unnest(p_names, p_concurrency, p_per_key, p_rate, p_window, p_turn)
+            AS c(name, concurrency, per_key, rate, rate_window, turn)
+    ), costs AS (
+        SELECT * FROM unnest(p_cost_queues, p_cost_keys, p_costs) AS k(queue, queue_key, cost)
     ), active AS (
         SELECT a.queue, count(*) AS n FROM @schema@.runs a
         WHERE a.queue = ANY (p_names) AND a.status IN ('running', 'suspended', 'paused')
@@ -59,7 +87,7 @@ BEGIN
         GROUP BY q.queue
     ), due AS (
         SELECT r.id, r.start_seq, r.queue, r.queue_key, r.priority, r.wake_at, r.created_at,
-            c.concurrency, c.per_key, c.rate,
+            c.concurrency, c.per_key, c.rate, c.turn,
             row_number() OVER (PARTITION BY r.queue, r.queue_key
                 ORDER BY r.priority DESC, r.wake_at, r.created_at, r.start_seq NULLS FIRST,
                     r.id) AS nth_key
@@ -71,26 +99,56 @@ BEGIN
             AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                             WHERE (b.kind = 'workflow' AND b.name = r.workflow)
                                 OR (b.kind = 'queue' AND b.name = r.queue))
+    ), turned AS (
+        -- a fair queue's run with p_limit runs of its key before it cannot be admitted
+        -- now: each of those comes before it
+        SELECT d.*, coalesce(w.cost, d.turn) AS cost,
+            t.finish + d.nth_key * coalesce(w.cost, d.turn) AS tag
+        FROM (SELECT * FROM due WHERE turn IS NULL OR nth_key <= p_limit) d
+        LEFT JOIN costs w ON w.queue = d.queue AND w.queue_key = d.queue_key
+        LEFT JOIN @schema@.queue_turns t ON d.turn IS NOT NULL AND t.queue = d.queue
+            AND t.queue_key = coalesce(d.queue_key, '')
     ), key_fits AS (
         SELECT d.*, row_number() OVER (PARTITION BY d.queue
-                ORDER BY d.priority DESC, d.wake_at, d.created_at, d.start_seq NULLS FIRST,
-                    d.id) AS nth
-        FROM due d LEFT JOIN active_keys k ON k.queue = d.queue AND k.queue_key = d.queue_key
+                ORDER BY d.priority DESC, d.tag, d.wake_at, d.created_at,
+                    d.start_seq NULLS FIRST, d.id) AS nth
+        FROM turned d LEFT JOIN active_keys k ON k.queue = d.queue AND k.queue_key = d.queue_key
         WHERE d.per_key IS NULL OR d.queue_key IS NULL
             OR d.nth_key <= d.per_key - coalesce(k.n, 0)
     ), fits AS (
-        SELECT f.id, f.rate FROM key_fits f
+        SELECT f.* FROM key_fits f
         LEFT JOIN active a ON a.queue = f.queue
         LEFT JOIN recent rc ON rc.queue = f.queue
         WHERE (f.concurrency IS NULL OR f.nth <= f.concurrency - coalesce(a.n, 0))
             AND (f.rate IS NULL OR f.nth <= f.rate - coalesce(rc.n, 0))
-        ORDER BY f.priority DESC, f.wake_at, f.created_at, f.start_seq NULLS FIRST, f.id
+    ), ranked AS (
+        -- a fair queue's runs, numbered by turn and by start order within a priority
+        SELECT f.*,
+            row_number() OVER (PARTITION BY f.queue, f.priority
+                ORDER BY f.tag, f.wake_at, f.created_at, f.start_seq NULLS FIRST, f.id)
+                AS by_turn,
+            row_number() OVER (PARTITION BY f.queue, f.priority
+                ORDER BY f.wake_at, f.created_at, f.start_seq NULLS FIRST, f.id) AS by_start
+        FROM fits f WHERE f.turn IS NOT NULL
+    ), placed AS (
+        SELECT f.id, f.rate, f.tag, f.cost, f.priority, f.wake_at AS at,
+            f.created_at AS created, f.start_seq AS seq, f.id AS tie
+        FROM fits f WHERE f.turn IS NULL
+        UNION ALL
+        -- the n-th in turn takes the place of the n-th in start order
+        SELECT a.id, a.rate, a.tag, a.cost, a.priority, b.wake_at, b.created_at,
+            b.start_seq, b.id
+        FROM ranked a JOIN ranked b ON b.queue = a.queue AND b.priority = a.priority
+            AND b.by_start = a.by_turn
+    ), chosen AS (
+        SELECT p.* FROM placed p
+        ORDER BY p.priority DESC, p.at, p.created, p.seq NULLS FIRST, p.tie
         LIMIT p_limit
     ), admitted AS (
         UPDATE @schema@.runs r SET status = p_status, lease_owner = p_owner,
             lease_until = p_until, wake_at = p_now, admitted_at = p_now, updated_at = p_now
-        FROM fits f WHERE r.id = f.id AND r.status = 'queued'
-        RETURNING r.id, r.queue, f.rate
+        FROM chosen f WHERE r.id = f.id AND r.status = 'queued'
+        RETURNING r.id, r.queue, r.queue_key, f.rate, f.tag, f.cost
     ), logged AS (
         INSERT INTO @schema@.queue_admissions (queue, at)
         SELECT a.queue, p_now FROM admitted a WHERE a.rate IS NOT NULL
@@ -98,8 +156,26 @@ BEGIN
         DELETE FROM @schema@.queue_admissions q USING conf c
         WHERE c.name = q.queue AND c.rate IS NOT NULL
             AND q.at <= p_now - make_interval(secs => c.rate_window)
+    ), served AS (
+        INSERT INTO @schema@.queue_turns AS t (queue, queue_key, finish)
+        SELECT a.queue, coalesce(a.queue_key, ''), max(a.tag) FROM admitted a
+        WHERE a.tag IS NOT NULL GROUP BY 1, 2
+        ON CONFLICT (queue, queue_key) DO UPDATE SET finish = excluded.finish
+    ), clocked AS (
+        INSERT INTO @schema@.queue_clocks AS q (queue, clock)
+        SELECT a.queue, max(a.tag - a.cost) FROM admitted a WHERE a.tag IS NOT NULL
+        GROUP BY 1
+        ON CONFLICT (queue) DO UPDATE SET clock = greatest(q.clock, excluded.clock)
     )
     SELECT a.id FROM admitted a;
+    -- a key with no runs due that the clock has passed is the same as no key: forget it
+    IF cardinality(v_fair) > 0 THEN
+        DELETE FROM @schema@.queue_turns t USING @schema@.queue_clocks q
+        WHERE q.queue = t.queue AND t.finish <= q.clock AND t.queue = ANY (v_fair)
+            AND (t.queue, t.queue_key) NOT IN (
+                SELECT r.queue, coalesce(r.queue_key, '') FROM @schema@.runs r
+                WHERE r.status = 'queued' AND r.wake_at <= p_now AND r.queue = ANY (v_fair));
+    END IF;
 END $$;
 
 -- Lease up to p_limit due jobs of functions admitted through limited queues (function

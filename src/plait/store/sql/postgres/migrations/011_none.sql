@@ -1,4 +1,0 @@
--- A version that changes nothing.
--- description: no change
-
-SELECT 1;
