@@ -710,7 +710,7 @@ FROM @schema@.events WHERE run_id = $1 AND outcome IS NOT NULL ORDER BY id
 SELECT s, r.workflow, r.owner, r.status AS run_status
 FROM @schema@.steps s JOIN @schema@.runs r ON r.id = s.run_id
 WHERE s.kind = 'approval' AND ($1::text IS NULL OR s.status = $1)
-    AND r.status IN ('running', 'suspended', 'paused')
+    AND r.status IN ('running', 'suspended', 'paused', 'needs_attention')
 ORDER BY s.created_at LIMIT $2
 
 -- name: get_values

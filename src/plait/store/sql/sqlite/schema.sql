@@ -318,9 +318,11 @@ CREATE INDEX plait_stream_entries_first ON plait_stream_entries (run_id) WHERE "
 CREATE INDEX plait_runs_queue_active ON plait_runs (queue, queue_key)
     WHERE queue IS NOT NULL AND status IN ('running', 'suspended', 'paused');
 -- a de-duplication key belongs to one live run at a time; it is free again once that run
--- has ended (the row leaves this partial index)
+-- has ended (the row leaves this partial index); a run needs_attention keeps it (made
+-- again by migration 014)
 CREATE UNIQUE INDEX plait_runs_dedup ON plait_runs (dedup)
-    WHERE dedup IS NOT NULL AND status IN ('queued', 'running', 'suspended', 'paused');
+    WHERE dedup IS NOT NULL
+        AND status IN ('queued', 'running', 'suspended', 'paused', 'needs_attention');
 
 -- == triggers ================================================================================
 
