@@ -132,7 +132,7 @@ class Telemetry:
             record = _decode_error(error)
             text, more = _error_text(record)
             log.error(
-                "run %s (%s) is parked needs_attention: step %s failed its last attempt "
+                "run %s (%s) is parked needs_attention: step %r failed its last attempt "
                 "(plait retry %s gives it a new budget, plait cancel %s ends the run)%s",
                 run_id,
                 workflow,

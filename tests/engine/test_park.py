@@ -221,3 +221,171 @@ def test_a_bad_on_exhausted_names_the_value_and_the_function_or_workflow() -> No
     with pytest.raises(ValueError, match=r"on_exhausted of workflow 'w' .*'later'"):
         other.workflow(on_exhausted="later")(w)  # type: ignore[call-overload]
     assert other.functions == {} and other.workflows == {}
+
+
+# -- queues, de-duplication keys, parents ----------------------------------------------------
+
+queued_app = plait.App("park-queues")
+queued_app.queue("partner", concurrency=1)
+
+
+@queued_app.function(retries=0, on_exhausted="park")
+def partner(data: str) -> str:
+    return str(_call(data))
+
+
+@queued_app.workflow(queue="partner")
+async def through_queue(wf: plait.Workflow, data: str) -> str:
+    return str(await wf.do("call", partner, data))
+
+
+@queued_app.workflow
+async def parent(wf: plait.Workflow, data: str) -> str:
+    return str(await wf.do("child", "through_queue", data))
+
+
+async def test_a_parked_run_gives_its_queue_slot_back_and_keeps_its_dedup_key(
+    engine_factory: Any,
+) -> None:
+    DOWN.add("stuck")
+    async with engine_factory(queued_app) as engine:
+        stuck = await engine.start(through_queue, "stuck", dedup="order-1")
+        await _parked(engine, stuck)
+        # the queue admits one run at a time: the parked run holds no slot
+        fine = await engine.start(through_queue, "fine")
+        assert (await engine.wait(fine, timeout=30)).output == "fine"
+        # its key is still taken: a start with it gets the parked run
+        assert await engine.start(through_queue, "again", dedup="order-1") == stuck
+        DOWN.clear()
+        retried = await engine.retry(stuck)
+        assert retried.status == "queued"  # it waits for admission again, as it gave its slot
+        assert (await engine.wait(stuck, timeout=30)).output == "stuck"
+        # ended, it frees the key
+        assert await engine.start(through_queue, "next", dedup="order-1") != stuck
+
+
+async def test_a_parent_keeps_waiting_on_a_parked_child_and_goes_on_after_its_retry(
+    engine_factory: Any,
+) -> None:
+    DOWN.add("kid")
+    async with engine_factory(queued_app) as engine:
+        run_id = await engine.start(parent, "kid")
+        steps = await _eventually_child(engine, run_id)
+        child_id = steps["child"].child_run_id
+        assert child_id is not None
+        await _parked(engine, child_id)
+        assert (await engine.get_run(run_id)).status == "running"
+        assert steps["child"].status == "running"
+        DOWN.clear()
+        await engine.retry(child_id)
+        done = await engine.wait(run_id, timeout=30)
+        assert done.status == "completed" and done.output == "kid"
+
+
+async def _eventually_child(engine: plait.Engine, run_id: str) -> dict[str, plait.Step]:
+    from support.polling import eventually
+
+    async def started() -> dict[str, plait.Step] | None:
+        steps = {s.key: s for s in await engine.get_steps(run_id)}
+        child = steps.get("child")
+        return steps if child is not None and child.child_run_id else None
+
+    return await eventually(started, what="the child run to start")
+
+
+async def test_a_cancelled_parent_takes_its_parked_child_with_it(engine_factory: Any) -> None:
+    DOWN.add("orphan")
+    async with engine_factory(queued_app) as engine:
+        run_id = await engine.start(parent, "orphan")
+        child_id = (await _eventually_child(engine, run_id))["child"].child_run_id
+        assert child_id is not None
+        await _parked(engine, child_id)
+        await engine.cancel(run_id)
+        assert (await engine.get_run(child_id)).status == "cancelled"
+
+
+# -- graphs ---------------------------------------------------------------------------------
+
+graph_app = plait.App("park-graphs")
+
+
+@graph_app.function(retries=0, on_exhausted="park")
+def flaky(data: Any) -> str:
+    return str(_call("flaky", "flaky"))
+
+
+@graph_app.function(retries=0, queued=True, on_exhausted="park")
+def flaky_job(data: Any) -> str:
+    return str(_call("flaky_job", "flaky_job"))
+
+
+@graph_app.function
+def first(data: Any) -> str:
+    return str(_call("first", "first"))
+
+
+@graph_app.function
+def handler(data: Any) -> str:
+    return "handled"
+
+
+for _name, _function in (("inline", "flaky"), ("job", "flaky_job")):
+    graph_app.graph(
+        f"graph_{_name}",
+        {
+            "nodes": {
+                "a": {"function": "first", "next": "b"},
+                "b": {"function": _function, "on_error": "h"},
+                "h": {"function": "handler"},
+            },
+            "output": {"b": {"$ref": "b"}},
+        },
+    )
+
+
+@pytest.mark.parametrize("mode", ["inline", "job"])
+async def test_a_graph_node_whose_function_parks_leaves_the_run_needs_attention(
+    engine_factory: Any, mode: str
+) -> None:
+    name = "flaky" if mode == "inline" else "flaky_job"
+    DOWN.add(name)
+    async with engine_factory(graph_app) as engine:
+        run_id = await engine.start(f"graph_{mode}")
+        run = await _parked(engine, run_id)
+        assert run.error is not None and run.error["message"] == f"{name} is down"
+        keys = {s.key for s in await engine.get_steps(run_id)}
+        assert not any(k.startswith("h") for k in keys), keys  # no error edge taken
+        DOWN.clear()
+        await engine.retry(run_id)
+        done = await engine.wait(run_id, timeout=30)
+        assert done.status == "completed", done
+        assert done.output == {"b": name}
+        assert CALLS["first"] == 1 and CALLS[name] == 2
+
+
+# -- logs -----------------------------------------------------------------------------------
+
+
+async def test_parking_is_logged_as_an_error_naming_the_step(
+    database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from plait.testing import TestEngine
+    from support.polling import eventually
+
+    caplog.set_level(logging.INFO, logger="plait.worker")
+    DOWN.add("charge")
+    async with TestEngine(app, database, log_work=True) as env:
+        run_id = await env.start(checkout, 3)
+        await _parked(env, run_id)
+
+        async def logged() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if r.getMessage().startswith(f"run {run_id} ")]
+
+        (line,) = await eventually(logged, what="the log line of the parked run")
+    assert line.levelno == logging.ERROR
+    message = line.getMessage()
+    assert "parked needs_attention: step 'charge' failed its last attempt" in message
+    assert "RuntimeError: charge is down" in message
+    assert getattr(line, "workflow", None) == "checkout"
