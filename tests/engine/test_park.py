@@ -389,3 +389,15 @@ async def test_parking_is_logged_as_an_error_naming_the_step(
     assert "parked needs_attention: step 'charge' failed its last attempt" in message
     assert "RuntimeError: charge is down" in message
     assert getattr(line, "workflow", None) == "checkout"
+
+
+async def test_a_parked_run_is_counted_by_its_status_in_the_metrics(database: str) -> None:
+    pytest.importorskip("prometheus_client", reason="the metrics extra is not installed")
+    from plait.testing import TestEngine
+
+    DOWN.add("charge")
+    async with TestEngine(app, database, metrics=True) as env:
+        run_id = await env.start(checkout, 3)
+        await _parked(env, run_id)
+        text = (await env.metrics_text() or b"").decode()
+    assert 'plait_runs_total{status="needs_attention",workflow="checkout"} 1.0' in text
