@@ -12,7 +12,7 @@ import inspect
 import logging
 import textwrap
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, Literal, TypeVar, cast, overload
+from typing import Any, Literal, TypeVar, overload
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -49,9 +49,10 @@ ON_EXHAUSTED: tuple[OnExhausted, ...] = ("fail", "park")
 def check_on_exhausted(value: Any, owner: str) -> OnExhausted:
     """``value`` as an ``on_exhausted`` setting of ``owner``; ``ValueError`` naming both
     when it is not one, at registration rather than at the first failure."""
-    if value not in ON_EXHAUSTED:
-        raise ValueError(f"on_exhausted of {owner} must be 'fail' or 'park', got {value!r}")
-    return cast(OnExhausted, value)
+    for known in ON_EXHAUSTED:
+        if value == known:
+            return known
+    raise ValueError(f"on_exhausted of {owner} must be 'fail' or 'park', got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -99,3 +99,20 @@ async def test_the_openapi_document_lists_the_status(client: Any) -> None:
     assert "needs_attention" in status["schema"]["enum"]
     retry = spec["paths"]["/api/runs/{run_id}/retry"]["post"]["summary"]
     assert "needs_attention" in retry
+
+
+async def test_a_bulk_retry_of_parked_runs_acts_on_the_callers_own(
+    engine: plait.Engine, client: Any
+) -> None:
+    alice, bob = client("t-alice"), client("t-bob")
+    mine = [await _parked(engine, alice, name) for name in ("a", "b")]
+    theirs = await _parked(engine, bob, "c")
+    BROKEN["now"] = False
+    answer = await alice.post(
+        "/api/runs/bulk", json={"action": "retry", "filter": {"status": "needs_attention"}}
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"action": "retry", "acted": 2}
+    for run_id in mine:
+        assert (await engine.wait(run_id, timeout=30)).status == "completed"
+    assert (await engine.get_run(theirs)).status == "needs_attention"
