@@ -105,6 +105,12 @@ async def test_a_parked_step_leaves_the_run_needs_attention_and_a_retry_complete
         assert CALLS["charge"] == 2  # its whole budget: one try and one retry
         steps = {s.key: s for s in await engine.get_steps(run_id)}
         assert steps["charge"].status == "failed"
+        held = await engine.store.load_pass(run_id)
+        assert held is not None and held.run.lease_owner is None and held.run.wake_at is None
+        # a check of the deployed code replays it as it is, with no body run
+        (checked,) = await engine.check(workflow="checkout")
+        assert (checked.run_id, checked.ok) == (run_id, True)
+        assert CALLS["charge"] == 2
         with pytest.raises(plait.WorkflowNeedsAttentionError, match="needs attention"):
             await engine.run(checkout, 1, run_id=run_id)
         DOWN.clear()
