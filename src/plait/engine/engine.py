@@ -453,11 +453,12 @@ class Engine(
         timeout: Duration | None = None,
         workflow: WorkflowRef | None = None,
     ) -> Run[Any]:
-        """Wait until the run is completed, failed, cancelled, suspended or needs_attention
-        (it waits for a person: ``engine.run`` raises ``WorkflowNeedsAttentionError``). ``timeout``
-        is seconds, a string such as ``"30s"`` or a ``timedelta``. A run that continued
-        as new is followed along its chain (``Run.continued_to``) within that timeout:
-        the ``Run`` returned is the last one, whose id may not be ``run_id``.
+        """Wait until the run is completed, failed, cancelled, suspended or
+        needs_attention (it waits for a person: ``engine.run`` raises
+        ``WorkflowNeedsAttentionError``). ``timeout`` is seconds, a string such as
+        ``"30s"`` or a ``timedelta``. A run that continued as new is followed along its
+        chain (``Run.continued_to``) within that timeout: the ``Run`` returned is the
+        last one, whose id may not be ``run_id``.
 
         With ``workflow`` (the function ``@app.workflow`` registered), the ``Run`` is
         typed by what that workflow returns, and a run of another workflow is a

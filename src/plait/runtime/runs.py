@@ -11,14 +11,14 @@
                                   continued              continued (and a new run:
                                                          queued | running)
                                   suspended              suspended
+                                  needs_attention        needs_attention (a step that
+                                                         parks failed its last attempt)
                                   (or it stays running)  pass_status
     queued | running | suspended  cancelled              cancel (a user's), replaced
                                                          (a fork made with replace)
     queued | running | suspended  failed                 timed_out (its deadline passed)
     queued                        running                ADMITTED (the worker's admission)
     suspended                     running                resume
-                                  needs_attention        needs_attention (a step that
-                                                         parks failed its last attempt)
     running (no pass holds it)    paused                 PAUSED (its workflow's or
                                                          queue's brake)
     paused                        running                RELEASED (no brake holds it)
