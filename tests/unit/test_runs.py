@@ -40,6 +40,12 @@ ENDS: list[tuple[str, EndRun, str, str | None]] = [
         "suspended",
         errors.FUNCTION_NOT_FOUND,
     ),
+    (
+        "a parked step failed its last attempt",
+        runs.needs_attention("s", '{"code": "P"}'),
+        "needs_attention",
+        "P",
+    ),
     ("it cancelled itself", runs.cancelled("enough"), "cancelled", errors.WORKFLOW_CANCELLED),
     ("it raised Cancel", runs.raised(Cancel("enough")), "cancelled", errors.WORKFLOW_CANCELLED),
     ("a step failed it", runs.raised(StepError("s", {"code": "Z"})), "failed", "Z"),
