@@ -35,6 +35,7 @@ from plait.errors import (
     ValueNotSetError,
     WorkflowCancelledError,
     WorkflowFailedError,
+    WorkflowNeedsAttentionError,
     WorkflowNotFoundError,
     WorkflowSuspendedError,
 )
@@ -113,6 +114,7 @@ __all__ = [
     "WorkflowCancelledError",
     "WorkflowDef",
     "WorkflowFailedError",
+    "WorkflowNeedsAttentionError",
     "WorkflowNotFoundError",
     "WorkflowSuspendedError",
     "__version__",

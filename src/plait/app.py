@@ -12,7 +12,7 @@ import inspect
 import logging
 import textwrap
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -39,6 +39,21 @@ W = TypeVar("W", bound=Callable[..., Coroutine[Any, Any, Any]])
 
 _PLAIN = (inspect.Parameter.empty, Any, dict, object, "dict", "Any", "object")
 
+#: what a step does once its last attempt failed: ``fail`` (the workflow gets the error,
+#: and an uncaught one fails the run) or ``park`` (the run waits ``needs_attention`` for
+#: a retry or a cancel)
+OnExhausted = Literal["fail", "park"]
+ON_EXHAUSTED: tuple[OnExhausted, ...] = ("fail", "park")
+
+
+def check_on_exhausted(value: Any, owner: str) -> OnExhausted:
+    """``value`` as an ``on_exhausted`` setting of ``owner``; ``ValueError`` naming both
+    when it is not one, at registration rather than at the first failure."""
+    for known in ON_EXHAUSTED:
+        if value == known:
+            return known
+    raise ValueError(f"on_exhausted of {owner} must be 'fail' or 'park', got {value!r}")
+
 
 @dataclasses.dataclass(frozen=True)
 class FunctionDef:
@@ -58,6 +73,8 @@ class FunctionDef:
     adapter: TypeAdapter[Any] | None = None
     #: the queue its steps are admitted through (a queued function)
     queue: str | None = None
+    #: what its step does once its last attempt failed (None: its workflow's setting)
+    on_exhausted: OnExhausted | None = None
 
     @property
     def options(self) -> dict[str, Any]:
@@ -166,6 +183,8 @@ class WorkflowDef:
     timeout: float | None = None
     #: every run's tags (``plait.tags``), a start's merged over them
     tags: Mapping[str, str] = dataclasses.field(default_factory=dict[str, str])
+    #: what its steps do once their last attempt failed, unless their function says
+    on_exhausted: OnExhausted = "fail"
 
     @functools.cached_property
     def input_codec(self) -> serde.Codec | None:
@@ -300,6 +319,7 @@ def _function_options(fdef: FunctionDef) -> tuple[Any, ...]:
         fdef.on_error,
         fdef.no_retry_on,
         fdef.queue,
+        fdef.on_exhausted,
     )
 
 
@@ -392,13 +412,19 @@ class App:
         on_error: str | None = None,
         no_retry_on: Sequence[type[BaseException]] | None = None,
         queue: str | None = None,
+        on_exhausted: OnExhausted | None = None,
     ) -> Callable[[F], F]: ...
 
     def function(self, fn: F | None = None, /, **options: Any) -> F | Callable[[F], F]:
         """Register a function (sync or async) that workflows call by name or object.
 
         The function comes back unchanged, so it stays callable as plain Python and keeps
-        its signature for type checkers (``wf.do`` types a step by it)."""
+        its signature for type checkers (``wf.do`` types a step by it).
+
+        ``on_exhausted="park"``: once a step of it failed its last attempt, its run does
+        not fail but waits ``needs_attention`` (``engine.retry`` gives the step a new
+        budget, ``engine.cancel`` ends the run); ``"fail"`` fails the step as usual. Not
+        given: the workflow's ``on_exhausted``."""
         if fn is not None:
             return self._add_function(fn, **options)
         return lambda f: self._add_function(f, **options)
@@ -415,10 +441,13 @@ class App:
         on_error: str | None = None,
         no_retry_on: Sequence[type[BaseException]] | None = None,
         queue: str | None = None,
+        on_exhausted: OnExhausted | None = None,
     ) -> F:
         fname = name or getattr(fn, "__name__", None)
         if not isinstance(fname, str) or not fname:
             raise TypeError("a function needs a name: pass name=...")
+        if on_exhausted is not None:
+            check_on_exhausted(on_exhausted, f"function {fname!r}")
         if queue is not None:
             # a step admitted through a queue is a job step
             check_queue_name(queue, f"queue of function {fname!r}")
@@ -454,6 +483,7 @@ class App:
             takes_ctx=takes_ctx,
             adapter=adapter,
             queue=queue,
+            on_exhausted=on_exhausted,
         )
         existing = self.functions.get(fname)
         if existing is not None:
@@ -486,6 +516,7 @@ class App:
         queue: str | None = None,
         timeout: Duration | None = None,
         tags: Mapping[str, str] | None = None,
+        on_exhausted: OnExhausted = "fail",
     ) -> Callable[[W], W]: ...
 
     def workflow(self, fn: W | None = None, /, **options: Any) -> W | Callable[[W], W]:
@@ -493,7 +524,10 @@ class App:
         unchanged: ``engine.run(fn, data)`` is typed by its output annotation. With
         ``timeout`` (a duration) each of its runs fails ``RUN_TIMEOUT`` once that long has
         passed since it started, wherever it is (``start(timeout=...)`` overrides it).
-        ``tags`` are every run's tags (a start's ``tags=`` are merged over them)."""
+        ``tags`` are every run's tags (a start's ``tags=`` are merged over them).
+        ``on_exhausted`` is what its steps do once their last attempt failed, unless
+        their function says otherwise (``App.function``): ``"park"`` leaves the run
+        ``needs_attention``, closures (``wf.do(lambda ...)``) included."""
         if fn is not None:
             return self._add_workflow(fn, **options)
         return lambda f: self._add_workflow(f, **options)
@@ -507,9 +541,11 @@ class App:
         queue: str | None = None,
         timeout: Duration | None = None,
         tags: Mapping[str, str] | None = None,
+        on_exhausted: OnExhausted = "fail",
     ) -> W:
         wname = name or fn.__name__
         run_tags = check_tags(tags, f"tags of workflow {wname!r}")
+        exhausted = check_on_exhausted(on_exhausted, f"workflow {wname!r}")
         if queue is not None:
             check_queue_name(queue, f"queue of workflow {wname!r}")
         seconds = run_timeout(timeout, what=f"timeout of workflow {wname!r}")
@@ -526,6 +562,7 @@ class App:
             queue=queue,
             timeout=seconds,
             tags=run_tags,
+            on_exhausted=exhausted,
         )
         self._check_workflow_name(wdef, explicit_version=version is not None)
         self.workflows[wname] = wdef

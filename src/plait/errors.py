@@ -174,6 +174,17 @@ class WorkflowSuspendedError(_RunEndedError):
         super().__init__(run, f"run {run.id} is suspended: {err.get('message', '')}".rstrip(": "))
 
 
+class WorkflowNeedsAttentionError(_RunEndedError):
+    """The run waits ``needs_attention``: a step with ``on_exhausted="park"`` failed its
+    last attempt. Not ended: ``Engine.retry`` lets it go on, ``Engine.cancel`` ends it."""
+
+    def __init__(self, run: Run) -> None:
+        err = run.error or {}
+        step = f" at step {err['step']!r}" if err.get("step") else ""
+        message = err.get("message", "unknown error")
+        super().__init__(run, f"run {run.id} needs attention{step}: {message}")
+
+
 class StepError(PlaitError):
     """A step failed after its last attempt; raised inside the workflow at ``wf.do``.
 

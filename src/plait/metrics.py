@@ -4,7 +4,8 @@ Imported only by an engine started with ``metrics=True``. Each engine keeps its 
 registry, so two engines in one process (tests) never mix their counts:
 
 * ``plait_runs_total{workflow,status}``: runs this process moved to ``completed``,
-  ``failed``, ``cancelled`` or ``suspended`` (a pass that ended them, or a cancel);
+  ``failed``, ``cancelled``, ``suspended`` or ``needs_attention`` (a pass that ended or
+  parked them, or a cancel);
 * ``plait_steps_total{function,status}``: attempts whose body ran here, by how they ended
   (``succeeded``, ``failed``, ``interrupted``); a replay reads recorded outcomes back and
   runs nothing, so it counts nothing;

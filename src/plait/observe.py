@@ -128,6 +128,20 @@ class Telemetry:
             log.error(
                 "run %s (%s) is now failed%s", run_id, workflow, text, extra={**extra, **more}
             )
+        elif status == "needs_attention":
+            record = _decode_error(error)
+            text, more = _error_text(record)
+            log.error(
+                "run %s (%s) is parked needs_attention: step %r failed its last attempt "
+                "(plait retry %s gives it a new budget, plait cancel %s ends the run)%s",
+                run_id,
+                workflow,
+                (record or {}).get("step", "?"),
+                run_id,
+                run_id,
+                text,
+                extra={**extra, **more},
+            )
         else:
             log.info("run %s (%s) is now %s", run_id, workflow, status, extra=extra)
 

@@ -20,11 +20,21 @@ from typing import Literal
 
 #: a run: ``queued`` (waiting for admission or its start time), ``running`` (passes
 #: drive it), ``suspended`` (until a resume), ``paused`` (its workflow or queue is
-#: paused: it goes on when they are resumed), then ended ``completed`` | ``failed`` |
+#: paused: it goes on when they are resumed), ``needs_attention`` (a step that parks on
+#: exhausted retries failed its last attempt: until a retry or a cancel), then ended
+#: ``completed`` | ``failed`` |
 #: ``cancelled`` | ``continued`` (its workflow continued as new: a new run of the same
 #: workflow, ``Run.continued_to``, goes on in its place)
 RunStatusName = Literal[
-    "queued", "running", "suspended", "paused", "completed", "failed", "cancelled", "continued"
+    "queued",
+    "running",
+    "suspended",
+    "paused",
+    "needs_attention",
+    "completed",
+    "failed",
+    "cancelled",
+    "continued",
 ]
 #: a step: ``pending`` (no attempt yet, or an open suspend or gate), ``scheduled`` (a
 #: timer or the job table), ``running`` (an attempt or a child run in flight), then
@@ -48,6 +58,10 @@ class RunStatus(enum.StrEnum):
     #: its workflow or its queue is paused (``Engine.pause_workflow``): not ended, no
     #: worker claims it; it goes on where it stopped once they are resumed
     PAUSED = "paused"
+    #: a step with ``on_exhausted="park"`` failed its last attempt: not ended, no worker
+    #: drives it, and it holds no queue slot; ``retry`` gives the step a new budget,
+    #: ``cancel`` ends it. Its error is the step's
+    NEEDS_ATTENTION = "needs_attention"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -68,9 +82,10 @@ class StepStatus(enum.StrEnum):
 
 
 #: Run statuses at which a wait for the run wakes: ``Engine.wait`` returns at each of them
-#: but ``continued``, where it goes on waiting for the run that continues it.
+#: but ``continued``, where it goes on waiting for the run that continues it. A run that
+#: waits for a person (``suspended``, ``needs_attention``) is settled without having ended.
 SETTLED: frozenset[RunStatusName] = frozenset(
-    {"completed", "failed", "cancelled", "continued", "suspended"}
+    {"completed", "failed", "cancelled", "continued", "suspended", "needs_attention"}
 )
 #: Run statuses of a run that ended (only a retry moves one on: ``failed`` to ``running``).
 TERMINAL: frozenset[RunStatusName] = frozenset({"completed", "failed", "cancelled", "continued"})

@@ -21,9 +21,10 @@ A shell block runs line by line, as a reader would type it:
   ``--json`` reads of the database the command uses (runs and schedules made by earlier
   blocks, whether a command or Python code made them, as long as it used that database).
   ``RUN_ID`` is the newest run that fits the command: a live run to cancel or to send an
-  event to, a suspended one to resume, a failed one to retry, a run of the drawn workflow
-  for ``graph --run``, one waiting at the gate to approve (else a live run, which holds
-  the decision), an ended one with the ``--from`` step to fork. ``NAME`` is the newest
+  event to, a suspended one to resume, a failed or parked (``needs_attention``) one to
+  retry, a run of the drawn workflow for ``graph --run``, one waiting at the gate to
+  approve (else a live run, which holds the decision), an ended one with the ``--from``
+  step to fork. ``NAME`` is the newest
   schedule for ``schedules``, the open gate for ``approve``. With no fitting run, cancel,
   resume and retry go to the newest run, and their one-line refusal ("cannot resume run
   ...: it is cancelled") passes; other commands are skipped, saying why. ``a|b`` runs
@@ -211,7 +212,8 @@ def pick_run(
     elif command == ("resume",):
         fits, what = [r for r in runs if r["status"] == "suspended"], "suspended run"
     elif command == ("retry",):
-        fits, what = [r for r in runs if r["status"] == "failed"], "failed run"
+        retryable = ("failed", "needs_attention")
+        fits, what = [r for r in runs if r["status"] in retryable], "failed or parked run"
     elif command == ("graph",):
         fits = [r for r in runs if r["workflow"] == params["name"]]
         what = f"run of {params['name']!r}"

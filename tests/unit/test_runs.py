@@ -8,7 +8,7 @@ from typing import Any, get_args
 
 import pytest
 
-from plait import errors, statuses
+from plait import errors, serde, statuses
 from plait.errors import Cancel, StepError
 from plait.runtime import runs, steps
 from plait.runtime.control_flow import PauseSignal
@@ -39,6 +39,12 @@ ENDS: list[tuple[str, EndRun, str, str | None]] = [
         runs.suspended("m", errors.FUNCTION_NOT_FOUND),
         "suspended",
         errors.FUNCTION_NOT_FOUND,
+    ),
+    (
+        "a parked step failed its last attempt",
+        runs.needs_attention("s", '{"code": "P"}'),
+        "needs_attention",
+        "P",
     ),
     ("it cancelled itself", runs.cancelled("enough"), "cancelled", errors.WORKFLOW_CANCELLED),
     ("it raised Cancel", runs.raised(Cancel("enough")), "cancelled", errors.WORKFLOW_CANCELLED),
@@ -210,3 +216,30 @@ def test_the_status_types_and_enums_name_the_same_values() -> None:
     assert statuses.TERMINAL <= statuses.SETTLED <= set(get_args(statuses.RunStatusName))
     assert set(get_args(statuses.StepStatusName)) >= statuses.STEP_IN_FLIGHT
     assert {steps.CANCEL_CUT.attempt} <= set(get_args(statuses.AttemptStatusName))
+
+
+def test_a_retry_moves_a_parked_run_on_too_and_a_resume_does_not() -> None:
+    reopen = runs.retry()
+    assert reopen.goes_on_from("needs_attention") and reopen.goes_on_from("failed")
+    assert not runs.resume().goes_on_from("needs_attention")
+    assert reopen.status(run(status="needs_attention")) == "running"
+    assert reopen.status(run(status="needs_attention", queue="q")) == "queued"
+    parked = step("charge", status="failed", failures=2, error='{"message": "m"}')
+    error = runs.needs_attention("charge", parked.error).error
+    ops = reopen.ops(
+        PassSnapshot(run(status="needs_attention", error=error), {"charge": parked}, [], {}), T0
+    )
+    assert shape(ops) == [("PutStep",)]
+    assert (parked.status, parked.retried_failures) == ("pending", 2)
+
+
+def test_a_parked_step_ends_the_pass_needs_attention_naming_it_and_takes_no_children() -> None:
+    from plait.runtime.control_flow import ParkSignal, SuspendSignal
+
+    end = runs.waits(ParkSignal("charge", '{"message": "down", "type": "RuntimeError"}'))
+    assert end.status == "needs_attention" and end.cut is None
+    assert serde.loads(end.error) == {"message": "down", "type": "RuntimeError", "step": "charge"}
+    assert runs.waits(SuspendSignal("hold", "WORKFLOW_SUSPENDED")).status == "suspended"
+    ops, ended = runs.end_ops(run(parent_run_id="p", parent_step_key="k"), end, [])
+    assert ended == [] and len(ops) == 1 and ops[0].parent is None  # the parent keeps waiting
+    assert "needs_attention" in runs.CANCELLABLE and "needs_attention" in runs.RETRYABLE

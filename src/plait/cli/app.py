@@ -117,6 +117,7 @@ STATUS_STYLE = {
     "queued": "cyan",
     "active": "blue",
     "paused": "yellow",
+    "needs_attention": "bold red",
 }
 
 

@@ -158,7 +158,8 @@ def runs_retry(
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
-    """Retry a run, or every failed run the filter options match (with --yes)."""
+    """Retry a run, or every failed or needs_attention run the filter options match (with
+    --yes)."""
     filters = _filters(
         workflow=workflow,
         status=status,

@@ -87,6 +87,12 @@ def waiting_on(
     rid = run.id
     if run.status == "queued":
         return "queued: waiting for a worker to admit it (plait worker APP)"
+    if run.status == "needs_attention":
+        parked = (run.error or {}).get("step", "?")
+        return (
+            f"needs attention: step {parked!r} failed its last attempt: plait retry {rid} "
+            f"gives it a new budget, plait cancel {rid} ends the run"
+        )
     for step in steps:
         if step.status in ("succeeded", "failed"):
             continue

@@ -29,7 +29,8 @@ class ActionsMixin(EngineBase):
     """``Engine.resume``, ``retry``, ``cancel``, ``send_event`` and ``prune``."""
 
     async def resume(self, run_id: str, reason: str | None = None) -> Run:
-        """A suspended run continues (status back to ``running``). With ``reason`` only
+        """A suspended run continues (status back to ``running``); a run
+        ``needs_attention`` is refused (``RunStateError``: ``retry`` it). With ``reason`` only
         ``wf.suspend(reason)`` is released; without, every open suspend. A run suspended
         for a missing function tries it again either way.
 
@@ -42,7 +43,8 @@ class ActionsMixin(EngineBase):
         return await self._reopen(run_id, runs.resume(reason))
 
     async def retry(self, run_id: str) -> Run:
-        """A failed run goes on from the failed step; succeeded steps are kept.
+        """A failed run goes on from the failed step; succeeded steps are kept. So does a
+        run ``needs_attention``: its parked step gets a fresh retry budget.
 
         A failed step gets a fresh retry budget only if the workflow did not go on past
         its failure: one it caught (or gathered with ``return_exceptions=True``) and then
@@ -67,14 +69,15 @@ class ActionsMixin(EngineBase):
             snapshot = await self.store.load_pass(run_id)
             if snapshot is None:
                 raise RunNotFoundError(run_id)
-            if snapshot.run.status != reopen.from_status:
-                raise RunStateError(run_id, snapshot.run.status, reopen.action)
+            status = snapshot.run.status
+            if not reopen.goes_on_from(status):
+                raise RunStateError(run_id, status, reopen.action, _hint(status))
             now = self.clock.now()
             ops = reopen.ops(snapshot, now)
             deadline_at = reopen.deadline(snapshot.run, now, await self._parent_deadline(snapshot))
             run = await self.store.reopen_run(
                 run_id,
-                reopen.from_status,
+                status,
                 reopen.status(snapshot.run),
                 deadline_at,
                 snapshot.run.wakeups,
@@ -160,3 +163,10 @@ class ActionsMixin(EngineBase):
             cutoff = self.clock.now() - parse_duration(older_than, what="older_than")
         chosen = retention.check_statuses(tuple(statuses))
         return await retention.prune(self.store, cutoff=cutoff, statuses=chosen)
+
+
+def _hint(status: str) -> str | None:
+    """What to do instead with a run an action refused for its ``status``."""
+    if status == runs.NEEDS_ATTENTION:
+        return "retry it (a new budget for its parked step) or cancel it"
+    return None

@@ -92,7 +92,8 @@ class BulkMixin(ActionsMixin):
         queue: str | None = None,
         progress: Progress | None = None,
     ) -> int:
-        """Retry every failed run the filters match; returns how many were retried."""
+        """Retry every failed or needs_attention run the filters match; returns how many
+        were retried."""
         return await self._bulk("retry", _given(locals()), progress)
 
     async def resume_runs(

@@ -37,6 +37,7 @@ from plait.engine.values import ValuesMixin
 from plait.errors import (
     WorkflowCancelledError,
     WorkflowFailedError,
+    WorkflowNeedsAttentionError,
     WorkflowSuspendedError,
 )
 from plait.ids import check_caller_run_id, new_run_id
@@ -475,10 +476,12 @@ class Engine(
         timeout: Duration | None = None,
         workflow: WorkflowRef | None = None,
     ) -> Run[Any]:
-        """Wait until the run is completed, failed, cancelled or suspended. ``timeout``
-        is seconds, a string such as ``"30s"`` or a ``timedelta``. A run that continued
-        as new is followed along its chain (``Run.continued_to``) within that timeout:
-        the ``Run`` returned is the last one, whose id may not be ``run_id``.
+        """Wait until the run is completed, failed, cancelled, suspended or
+        needs_attention (it waits for a person: ``engine.run`` raises
+        ``WorkflowNeedsAttentionError``). ``timeout`` is seconds, a string such as
+        ``"30s"`` or a ``timedelta``. A run that continued as new is followed along its
+        chain (``Run.continued_to``) within that timeout: the ``Run`` returned is the
+        last one, whose id may not be ``run_id``.
 
         With ``workflow`` (the function ``@app.workflow`` registered), the ``Run`` is
         typed by what that workflow returns, and a run of another workflow is a
@@ -605,4 +608,6 @@ def _output_or_raise(run: Run) -> Any:
         raise WorkflowFailedError(run)
     if run.status == "cancelled":
         raise WorkflowCancelledError(run)
+    if run.status == "needs_attention":
+        raise WorkflowNeedsAttentionError(run)
     raise WorkflowSuspendedError(run)

@@ -436,7 +436,10 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
             },
             "/api/runs/{run_id}/cancel": _run_action("Cancel a run and its child runs"),
             "/api/runs/{run_id}/resume": _run_action("Resume a suspended run"),
-            "/api/runs/{run_id}/retry": _run_action("Retry a failed run from the failed step"),
+            "/api/runs/{run_id}/retry": _run_action(
+                "Retry a failed run from the failed step, or a needs_attention run from "
+                "its parked step (a new retry budget)"
+            ),
             "/api/runs/{run_id}/events/{name}": {
                 "post": {
                     "summary": "Send an event; the body (any JSON) is its payload",

@@ -24,6 +24,21 @@ class SuspendSignal(BaseException):
         self.code = code
 
 
+class ParkSignal(SuspendSignal):
+    """A step that parks on exhausted retries (``on_exhausted="park"``) failed its last
+    attempt: the run stops ``needs_attention`` with the step's error (``error``, a stored
+    error record) instead of handing the failure to the workflow. It waits as a suspend
+    waits, so the pass handles it wherever it handles one."""
+
+    def __init__(self, key: str, error: str | None) -> None:
+        super().__init__(
+            f"step {key!r} failed its last attempt and waits for a retry or a cancel",
+            "NEEDS_ATTENTION",
+        )
+        self.key = key
+        self.error = error
+
+
 class PassAborted(BaseException):
     """The store failed under this pass (a lost lease, a database that went away). The
     pass stops without recording an outcome; the run is retried by whoever holds it next,

@@ -21,7 +21,7 @@ from plait.observe import NO_REPORT
 from plait.retry import NoRetryOn, RetryPolicy
 from plait.runtime import runs, steps
 from plait.runtime.attempt import NOT_DECODED, Outcome, finished_on_stop, result_codec, run_attempt
-from plait.runtime.control_flow import PassAborted, StepCancelled, SuspendSignal
+from plait.runtime.control_flow import ParkSignal, PassAborted, StepCancelled, SuspendSignal
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger
 from plait.store.ops import CreateChildRun
@@ -77,6 +77,8 @@ class Driver:
                         return codec.decode(step.output, f"the result of step {step.key!r}")
                 return serde.loads(step.output)
             if step.status == "failed":
+                if self.parks(step, body):
+                    raise ParkSignal(step.key, step.error)
                 if not steps.cancelled_by_workflow(step):
                     await self.compensate(step, on_error)
                 raise StepError(step.key, serde.loads(step.error) or {})
@@ -99,6 +101,24 @@ class Driver:
             value = await self.attempt(step, body, no_retry_on)
             if value is not NOT_DECODED and step.status == "succeeded" and self.hook is None:
                 return value
+
+    def parks(self, step: StepRow, body: FunctionDef | Callable[..., Any]) -> bool:
+        """Whether a step that failed for good stops its run ``needs_attention`` rather
+        than handing the failure to the workflow: its function parks on exhausted
+        retries (``on_exhausted="park"``, or its workflow's for a function that does not
+        say, and for a closure). Not a compensation step, not a step the workflow
+        cancelled, not an error that says no attempt can help (``"retryable": false``),
+        and not a failure the workflow was handed already (a replay hands it the same)."""
+        if step.kind == "on_error" or step.delivered is not None:
+            return False
+        if steps.cancelled_by_workflow(step) or not steps.retryable_error(step.error):
+            return False
+        own = body.on_exhausted if isinstance(body, FunctionDef) else None
+        if own is None and self.hook is None:
+            run = self.ledger.run
+            wdef = self.app.workflow_version(run.workflow, run.version)
+            own = None if wdef is None else wdef.on_exhausted
+        return own == "park"
 
     async def attempt(
         self,

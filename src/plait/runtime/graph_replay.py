@@ -56,7 +56,7 @@ from plait.graph.planner import (
 from plait.retry import RetryPolicy, resolve_policy
 from plait.runtime import runs, steps
 from plait.runtime.attempt import Outcome
-from plait.runtime.control_flow import PauseSignal, SuspendSignal
+from plait.runtime.control_flow import ParkSignal, PauseSignal, SuspendSignal
 from plait.runtime.drive import Driver
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger, PassResult
@@ -209,7 +209,7 @@ class GraphReplay:
         if self.crash is not None and (end is None or end.status != "failed"):
             end = self._crashed(self.crash)
         elif self.suspend is not None and end is None:
-            end = runs.suspended(self.suspend.message, self.suspend.code)
+            end = runs.waits(self.suspend)
         if end is not None:
             p.end(end)
         return await p.finish(runs.pass_status(end))
@@ -228,6 +228,7 @@ class GraphReplay:
         return None
 
     async def _loop(self) -> EndRun | None:
+        self.suspend = self._parked()
         while True:
             if self.crash is not None or self.suspend is not None:
                 return None
@@ -266,6 +267,24 @@ class GraphReplay:
             if not running:
                 return None  # everything in flight waits on the queue, a timer or a child
             await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+
+    def _parked(self) -> ParkSignal | None:
+        """A node step run as a job that failed its last attempt since the last pass and
+        parks on exhausted retries (``Driver.parks``): the run stops ``needs_attention``
+        before the planner takes the step as failed (or follows its error edge). A
+        failure an error edge took already stays taken."""
+        p = self.ledger
+        handled = {s.from_key for s in p.steps.values() if s.kind == NODE_KIND and s.from_key}
+        for step in p.steps.values():
+            if step.kind != NODE_KIND or step.status != "failed" or step.key in handled:
+                continue
+            node = self.graph.nodes.get(node_id_of(step))
+            fdef = self.app.functions.get(step.function or "")
+            if node is None or node.for_each is not None or fdef is None:
+                continue
+            if self.driver.parks(step, fdef):
+                return ParkSignal(step.key, step.error)
+        return None
 
     def _plan(self, states: list[NodeState]) -> Plan:
         return plan(
@@ -414,7 +433,11 @@ class GraphReplay:
             if self.ledger.ops:
                 await self.ledger.flush()
         except SuspendSignal as sig:
-            self.suspend = self.suspend or sig
+            # a parked step wins over a suspend: a retry must reopen it
+            if self.suspend is None or (
+                isinstance(sig, ParkSignal) and not isinstance(self.suspend, ParkSignal)
+            ):
+                self.suspend = sig
         except Exception as exc:
             self.crash = self.crash or exc
 

@@ -34,6 +34,7 @@ from plait.retry import resolve_policy
 from plait.runtime import patches, runs, sends, steps
 from plait.runtime.cancels import PassTimers, StepCancels
 from plait.runtime.control_flow import (
+    ParkSignal,
     PassAborted,
     PauseSignal,
     StepCancelled,
@@ -499,7 +500,7 @@ class CodeReplay:
         if ledger.continued is not None:
             return ledger.continued
         waiting = [call for call in self.waiting if call not in abandoned]
-        suspended = next((c for c in waiting if c.outcome == "suspended"), None)
+        suspended = _stopper(waiting)
         if main.done():
             if main.cancelled():
                 exc: BaseException | None = RuntimeError("the workflow's own task was cancelled")
@@ -603,10 +604,17 @@ def _stream_write(ledger: Ledger, key: str, name: str, value: str | None) -> Non
     ledger.published = True
 
 
+def _stopper(waiting: list[StepCall[Any]]) -> StepCall[Any] | None:
+    """The waiting step that stops the run for a person: a parked step first (the run
+    waits either way, and the parked step is what a retry must reopen), else a suspend."""
+    parked = next((c for c in waiting if isinstance(c.error, ParkSignal)), None)
+    return parked or next((c for c in waiting if c.outcome == "suspended"), None)
+
+
 def _suspended(call: StepCall[Any]) -> EndRun:
     sig = call.error
     assert isinstance(sig, SuspendSignal)
-    return runs.suspended(sig.message, sig.code)
+    return runs.waits(sig)
 
 
 def _timeout(options: dict[str, Any], key: str) -> float | None:

@@ -11,6 +11,8 @@
                                   continued              continued (and a new run:
                                                          queued | running)
                                   suspended              suspended
+                                  needs_attention        needs_attention (a step that
+                                                         parks failed its last attempt)
                                   (or it stays running)  pass_status
     queued | running | suspended  cancelled              cancel (a user's), replaced
                                                          (a fork made with replace)
@@ -20,7 +22,8 @@
     running (no pass holds it)    paused                 PAUSED (its workflow's or
                                                          queue's brake)
     paused                        running                RELEASED (no brake holds it)
-    failed                        running | queued       retry (queued: a run of a queue)
+    failed | needs_attention      running | queued       retry (queued: a run of a queue)
+    needs_attention               cancelled              cancel
 
 A run ``queued`` waits for admission by its queue or for its start time; the worker's
 admission moves it to ``ADMITTED``. A brake (``Engine.pause_workflow``, ``pause_queue``)
@@ -33,6 +36,11 @@ as data and only move rows. What a transition does to the run's steps is the ste
 state machine's (``runtime.steps``): an end takes the live child runs with it
 (``end_ops``), a cancel cuts short the steps in flight (``steps.CANCEL_CUT``), a resume
 releases suspends and a retry reopens failed steps.
+
+A run ``needs_attention`` is not ended: a parent waiting on it keeps waiting, its
+de-duplication key stays taken, and its live child runs go on. No pass holds it and it
+gives its queue slot back (a retried one waits for admission again, as a retried failed
+run does); its timers and jobs go as a failed run's do, and a retry gives them back.
 
 A run that continues as new (``wf.continue_as_new``) ends ``continued`` and starts its
 successor in the same commit (``continued``): one chain never has two live runs, nor
@@ -51,7 +59,7 @@ from plait import tags as tag_rules
 from plait.app import WorkflowDef
 from plait.errors import Cancel, StepError
 from plait.runtime import steps
-from plait.runtime.control_flow import PauseSignal, SuspendSignal, Unwind
+from plait.runtime.control_flow import ParkSignal, PauseSignal, SuspendSignal, Unwind
 from plait.statuses import TERMINAL, RunStatusName
 from plait.store.ops import CancelChildren, CancelCut, EndRun, Op, StepEnd
 from plait.store.rows import NewRun, PassSnapshot, RunRow, StepRow
@@ -132,6 +140,26 @@ def suspended(message: str, code: str) -> EndRun:
     """The run waits for a resume (``wf.suspend``, a missing function or workflow, a
     version conflict the pass met)."""
     return EndRun("suspended", error=control_error(message, code))
+
+
+#: the status of a run whose parked step waits for a retry or a cancel
+NEEDS_ATTENTION: RunStatusName = "needs_attention"
+
+
+def needs_attention(key: str, error: str | None) -> EndRun:
+    """Step ``key``, which parks on exhausted retries, failed its last attempt with
+    ``error``: the run waits ``needs_attention`` with the step's error, naming the step
+    (so a retry reopens it, ``steps.reopened``)."""
+    record: dict[str, Any] = serde.loads(error) or {}
+    return EndRun(NEEDS_ATTENTION, error=_text({**record, "step": key}))
+
+
+def waits(sig: SuspendSignal) -> EndRun:
+    """How a pass that ``sig`` stopped ends the run: ``needs_attention`` for a parked
+    step (``ParkSignal``), ``suspended`` for any other suspend."""
+    if isinstance(sig, ParkSignal):
+        return needs_attention(sig.key, sig.error)
+    return suspended(sig.message, sig.code)
 
 
 def cancelled(message: str) -> EndRun:
@@ -246,9 +274,11 @@ def cancel(reason: str | None) -> RunCancel:
 
 
 #: the statuses a user's cancel ends a run from
-CANCELLABLE: frozenset[RunStatusName] = frozenset({"queued", "running", "suspended", "paused"})
+CANCELLABLE: frozenset[RunStatusName] = frozenset(
+    {"queued", "running", "suspended", "paused", "needs_attention"}
+)
 #: the statuses a retry goes on from
-RETRYABLE: frozenset[RunStatusName] = frozenset({"failed"})
+RETRYABLE: frozenset[RunStatusName] = frozenset({"failed", "needs_attention"})
 
 
 def replaced(fork_id: str) -> EndRun:
@@ -330,13 +360,20 @@ def timed_out(run_id: str, deadline_at: float) -> RunTimeout:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Reopen:
-    """A run that goes on again: from ``from_status`` to the status ``status`` gives the
-    run as read, with the writes ``ops`` makes of it (steps released or reopened, timers
-    and jobs given back). Written only if nothing woke the run since it was read."""
+    """A run that goes on again: from ``from_status`` (or another of ``from_statuses``)
+    to the status ``status`` gives the run as read, with the writes ``ops`` makes of it
+    (steps released or reopened, timers and jobs given back). Written only if nothing
+    woke the run since it was read."""
 
     action: Literal["resume", "retry"]
     from_status: RunStatusName
     ops: Callable[[PassSnapshot, float], list[Op]]
+    #: every status it goes on from (None: ``from_status`` alone)
+    from_statuses: frozenset[RunStatusName] | None = None
+
+    def goes_on_from(self, status: str) -> bool:
+        """Whether a run ``status`` (as stored) goes on by this reopen."""
+        return status in (self.from_statuses or {self.from_status})
 
     def status(self, run: RunRow) -> RunStatusName:
         """``running``; a retried run of a queue is ``queued``: it gave its slot back
@@ -371,13 +408,14 @@ def resume(reason: str | None = None) -> Reopen:
 
 def retry() -> Reopen:
     """A failed run goes on from its failed steps (``steps.retry_ops``: those the
-    workflow did not go on from start over; timers and jobs come back)."""
+    workflow did not go on from start over; timers and jobs come back); so does a run
+    ``needs_attention``, whose parked step gets a fresh retry budget."""
 
     def ops(snapshot: PassSnapshot, now: float) -> list[Op]:
         recorded = snapshot.steps.values()
         return steps.retry_ops(recorded, now, snapshot.run.error, after_cap=steps.MAX_AFTER)
 
-    return Reopen("retry", "failed", ops)
+    return Reopen("retry", "failed", ops, RETRYABLE)
 
 
 def _text(record: dict[str, Any]) -> str:

@@ -232,6 +232,15 @@ def retryable(outcome: Outcome) -> bool:
     return outcome.retryable and record.get("retryable") is not False
 
 
+def retryable_error(error: str | None) -> bool:
+    """Whether a step's stored error leaves room for another attempt: not when it says
+    ``"retryable": false`` (see ``retryable``)."""
+    if error is None or '"retryable"' not in error:
+        return True
+    record = serde.loads(error)
+    return not (isinstance(record, dict) and cast(dict[str, Any], record).get("retryable") is False)
+
+
 def interrupt(step: StepRow, now: float, *, cancelled: bool) -> list[Op]:
     """End the running attempt because its task was cancelled. A user's cancel fails the
     step; a shutdown leaves it to run again (same invocation id, next attempt) wherever

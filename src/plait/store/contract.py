@@ -240,11 +240,11 @@ class Store(Protocol):
     async def cancel_run(
         self, run_id: str, status: RunStatusName, error: str, parent: StepEnd, cut: CancelCut
     ) -> list[str]:
-        """End a queued, running or suspended run ``status`` (a cancel's) with ``error``,
-        and its live descendants with it; each ended run's waiting parent step ends as
-        ``parent`` says, and its steps in flight as ``cut`` says. Returns every run that
-        moved. ``RunNotFoundError`` / ``RunStateError`` when the run is missing or
-        ended."""
+        """End a live run (queued, running, suspended, paused or needs_attention)
+        ``status`` (a cancel's) with ``error``, and its live descendants with it; each
+        ended run's waiting parent step ends as ``parent`` says, and its steps in flight
+        as ``cut`` says. Returns every run that moved. ``RunNotFoundError`` /
+        ``RunStateError`` when the run is missing or ended."""
         ...
 
     async def time_out_run(
@@ -281,11 +281,12 @@ class Store(Protocol):
         wakeups_seen: int,
         ops: Sequence[Op],
     ) -> Run | None:
-        """A suspended or failed run goes on (``resume``, ``retry``): write ``ops`` (the
-        steps the caller reopened) and make the run ``status``, with ``deadline_at`` (its
-        deadline from now on, ``runs.Reopen.deadline``), and due now, if it is still
-        ``from_status`` with ``wakeups_seen`` wake-ups. None when it changed since
-        the caller read it; ``RunNotFoundError`` / ``RunStateError`` as for cancel."""
+        """A suspended, failed or needs_attention run goes on (``resume``, ``retry``):
+        write ``ops`` (the steps the caller reopened) and make the run ``status``, with
+        ``deadline_at`` (its deadline from now on, ``runs.Reopen.deadline``), and due
+        now, if it is still ``from_status`` with ``wakeups_seen`` wake-ups. None when it
+        changed since the caller read it; ``RunNotFoundError`` / ``RunStateError`` as for
+        cancel."""
         ...
 
     async def send_event(

@@ -17,6 +17,7 @@ from typing import Any
 from plait.cancel_guard import uncancelled
 from plait.errors import LeaseLostError
 from plait.records import SETTLED, TERMINAL
+from plait.runtime import runs
 from plait.runtime.control_flow import PassAborted
 from plait.runtime.orchestrator import execute_pass
 from plait.worker.state import WorkerState
@@ -185,7 +186,8 @@ class Passes(WorkerState):
         if result.cancelled_jobs and self.attempting:
             # its workflow cancelled job steps: one may run here, stop it now
             self.check_leases.set()
-        if result.admit or (snapshot.run.queue is not None and result.status in TERMINAL):
+        frees_slot = result.status in TERMINAL or result.status == runs.NEEDS_ATTENTION
+        if result.admit or (snapshot.run.queue is not None and frees_slot):
             # a child waits for its queue, or a queue slot is free: every process may
             # admit the next run
             self.notifier.publish_work()

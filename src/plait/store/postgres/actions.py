@@ -25,7 +25,7 @@ from plait.store.postgres.part import Part
 from plait.store.rows import DecisionRow, PruneBatch
 
 #: what reopen_run does, by the status it reopens from, for RunStateError
-_REOPEN_ACTIONS = {"suspended": "resume", "failed": "retry"}
+_REOPEN_ACTIONS = {"suspended": "resume", "failed": "retry", "needs_attention": "retry"}
 
 
 class Actions(Part):

@@ -1,7 +1,7 @@
 // How the pages show what the API returns: times, durations, run ids and JSON.
 
 // a run in one of these statuses changes no more by itself
-export const SETTLED = ["completed", "failed", "cancelled", "continued", "suspended"];
+export const SETTLED = ["completed", "failed", "cancelled", "continued", "suspended", "needs_attention"];
 
 export const ms = (iso) => (iso ? new Date(iso).getTime() : null);
 export const enc = encodeURIComponent;

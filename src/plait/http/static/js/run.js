@@ -97,7 +97,7 @@ export function runPage() {
   }
 
   function renderEventForm(data) {
-    const open = ["running", "suspended", "queued"].includes(data.status);
+    const open = ["running", "suspended", "queued", "needs_attention"].includes(data.status);
     $("event-send").disabled = !open;
     $("event-send").title = open ? "" : "A " + data.status + " run takes no events";
     const waits = [];
@@ -120,9 +120,9 @@ export function runPage() {
     const status = $("run-status");
     status.textContent = data.status;
     status.dataset.status = data.status;
-    $("btn-cancel").disabled = !["running", "suspended"].includes(data.status);
+    $("btn-cancel").disabled = !["running", "suspended", "needs_attention"].includes(data.status);
     $("btn-resume").disabled = data.status !== "suspended";
-    $("btn-retry").disabled = data.status !== "failed";
+    $("btn-retry").disabled = !["failed", "needs_attention"].includes(data.status);
 
     const meta = [
       ["Run id", h("span", { class: "id-line" }, h("span", { class: "mono", title: data.id, text: data.id }), copyId)],

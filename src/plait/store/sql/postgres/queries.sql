@@ -75,7 +75,7 @@ SELECT r FROM @schema@.runs r WHERE r.id = ANY($1::text[])
 
 -- name: live_dedup_run
 SELECT id FROM @schema@.runs
-WHERE dedup = $1 AND status IN ('queued', 'running', 'suspended', 'paused')
+WHERE dedup = $1 AND status IN ('queued', 'running', 'suspended', 'paused', 'needs_attention')
 
 -- name: run_statuses
 -- The runs that exist among many, with their status (for the end-watch poll).
@@ -730,7 +730,7 @@ FROM @schema@.events WHERE run_id = $1 AND outcome IS NOT NULL ORDER BY id
 SELECT s, r.workflow, r.owner, r.status AS run_status
 FROM @schema@.steps s JOIN @schema@.runs r ON r.id = s.run_id
 WHERE s.kind = 'approval' AND ($1::text IS NULL OR s.status = $1)
-    AND r.status IN ('running', 'suspended', 'paused')
+    AND r.status IN ('running', 'suspended', 'paused', 'needs_attention')
 ORDER BY s.created_at LIMIT $2
 
 -- name: get_values

@@ -102,7 +102,7 @@ ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value
 
 -- name: live_dedup_run
 SELECT id FROM plait_runs
-WHERE dedup = ? AND status IN ('queued', 'running', 'suspended', 'paused')
+WHERE dedup = ? AND status IN ('queued', 'running', 'suspended', 'paused', 'needs_attention')
 
 -- name: select_run
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
@@ -226,7 +226,7 @@ RETURNING parent_run_id, parent_step_key
 -- name: end_live_run
 -- The same from running, suspended or queued (a cancel, and its cascade to children).
 UPDATE plait_runs SET status = ?, output = ?, error = ?, updated_at = ?, wake_at = NULL
-WHERE id = ? AND status IN ('running', 'suspended', 'queued', 'paused')
+WHERE id = ? AND status IN ('running', 'suspended', 'queued', 'paused', 'needs_attention')
 RETURNING parent_run_id, parent_step_key
 
 -- name: delete_run_timers
@@ -281,7 +281,7 @@ SELECT min(deadline_at) FROM plait_runs INDEXED BY plait_runs_deadline
 WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended')
 
 -- name: live_children
-SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'suspended', 'queued', 'paused')
+SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'suspended', 'queued', 'paused', 'needs_attention')
 
 -- name: insert_event
 -- An event for a run that has not ended, unless the run took one of the same
@@ -289,7 +289,7 @@ SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'sus
 INSERT INTO plait_events (run_id, name, payload, created_at, dedup)
 SELECT :run, :name, :payload, :now, :dedup
 WHERE EXISTS (SELECT 1 FROM plait_runs
-              WHERE id = :run AND status IN ('queued', 'running', 'suspended', 'paused'))
+              WHERE id = :run AND status IN ('queued', 'running', 'suspended', 'paused', 'needs_attention'))
 ON CONFLICT DO NOTHING
 
 -- name: event_dedup_taken
@@ -721,7 +721,7 @@ UPDATE plait_runs SET
     error = NULL, output = NULL, updated_at = ?, wake_at = ?, wakeups = wakeups + 1,
     dedup = CASE WHEN EXISTS (SELECT 1 FROM plait_runs o
                               WHERE o.dedup = plait_runs.dedup AND o.id != plait_runs.id
-                                  AND o.status IN ('queued', 'running', 'suspended', 'paused'))
+                                  AND o.status IN ('queued', 'running', 'suspended', 'paused', 'needs_attention'))
                  THEN NULL ELSE dedup END
 WHERE id = ? AND status = ? AND wakeups = ?
 
@@ -1127,7 +1127,7 @@ SELECT s.run_id, s.key, s.seq, s.name, s.kind, s.function, s.status, s.input, s.
     s.delivered, s.retried_failures, r.workflow, r.owner, r.status
 FROM plait_steps s JOIN plait_runs r ON r.id = s.run_id
 WHERE s.kind = 'approval' AND (:status IS NULL OR s.status = :status)
-    AND r.status IN ('running', 'suspended', 'paused')
+    AND r.status IN ('running', 'suspended', 'paused', 'needs_attention')
 ORDER BY s.created_at LIMIT :limit
 
 -- name: set_forked_from

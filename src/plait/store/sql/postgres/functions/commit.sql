@@ -67,11 +67,11 @@ BEGIN
             END IF;
         WHEN 'cancel_children' THEN
             FOR v_child IN SELECT id FROM @schema@.runs
-                WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued', 'paused')
+                WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued', 'paused', 'needs_attention')
                 ORDER BY id
             LOOP
                 PERFORM @schema@.end_run(v_child, o.status, NULL, o.error, o.parent, o.cut,
-                                         p_now, ARRAY['running', 'suspended', 'queued', 'paused']);
+                                         p_now, ARRAY['running', 'suspended', 'queued', 'paused', 'needs_attention']);
             END LOOP;
         WHEN 'set_value' THEN
             INSERT INTO @schema@.run_values (run_id, key, value, updated_at)

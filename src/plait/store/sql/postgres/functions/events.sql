@@ -11,7 +11,7 @@ BEGIN
     INSERT INTO @schema@.events (run_id, name, payload, created_at, dedup)
     SELECT p_run, p_name, p_payload, p_now, p_dedup
     WHERE EXISTS (SELECT 1 FROM @schema@.runs
-                  WHERE id = p_run AND status IN ('running', 'suspended', 'queued', 'paused'))
+                  WHERE id = p_run AND status IN ('running', 'suspended', 'queued', 'paused', 'needs_attention'))
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
         RETURN false;
@@ -37,7 +37,7 @@ BEGIN
             RETURN false;
         END IF;
     END IF;
-    PERFORM @schema@.lock_for_action(p_run, ARRAY['running', 'suspended', 'queued', 'paused']);
+    PERFORM @schema@.lock_for_action(p_run, ARRAY['running', 'suspended', 'queued', 'paused', 'needs_attention']);
     RETURN @schema@.store_event(p_run, p_name, p_payload, p_dedup, p_now);
 END $$;
 
@@ -64,11 +64,11 @@ DECLARE
     v_refused boolean;
 BEGIN
     IF p_outcome = 'held' THEN
-        PERFORM @schema@.lock_for_action(p_run, ARRAY['queued', 'running', 'suspended', 'paused']);
+        PERFORM @schema@.lock_for_action(p_run, ARRAY['queued', 'running', 'suspended', 'paused', 'needs_attention']);
         v_consumed := NULL;
     ELSE
         PERFORM @schema@.lock_for_action(p_run,
-            ARRAY['queued', 'running', 'suspended', 'paused', 'completed', 'failed', 'cancelled',
+            ARRAY['queued', 'running', 'suspended', 'paused', 'needs_attention', 'completed', 'failed', 'cancelled',
                   'continued']);
         v_consumed := coalesce(p_key, '');
     END IF;

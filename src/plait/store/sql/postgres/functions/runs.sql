@@ -140,7 +140,7 @@ BEGIN
         END IF;
         CONTINUE WHEN n.dedup IS NULL;
         SELECT * INTO run FROM @schema@.runs
-        WHERE dedup = n.dedup AND status IN ('queued', 'running', 'suspended', 'paused');
+        WHERE dedup = n.dedup AND status IN ('queued', 'running', 'suspended', 'paused', 'needs_attention');
         IF FOUND THEN
             RETURN;
         END IF;
@@ -161,7 +161,7 @@ CREATE OR REPLACE FUNCTION @schema@.replace_run(
 DECLARE
     holder @schema@.runs;
     v_moved text[] := ARRAY[]::text[];
-    live text[] := ARRAY['queued', 'running', 'suspended', 'paused'];
+    live text[] := ARRAY['queued', 'running', 'suspended', 'paused', 'needs_attention'];
 BEGIN
     FOR attempt IN 1..5 LOOP
         SELECT * INTO run FROM @schema@.runs r WHERE r.id = n.id;
@@ -272,11 +272,11 @@ BEGIN
     DELETE FROM @schema@.jobs WHERE run_id = p_run;
     IF p_cut IS NOT NULL THEN
         SELECT array_agg(id ORDER BY id) INTO children FROM @schema@.runs
-        WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued', 'paused');
+        WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued', 'paused', 'needs_attention');
         FOREACH child IN ARRAY coalesce(children, ARRAY[]::text[]) LOOP
             moved := moved || @schema@.end_run(child, p_status, NULL, p_error, p_parent,
                                                p_cut, p_now,
-                                               ARRAY['running', 'suspended', 'queued', 'paused']);
+                                               ARRAY['running', 'suspended', 'queued', 'paused', 'needs_attention']);
         END LOOP;
         UPDATE @schema@.steps SET status = p_cut.step, error = p_error,
             attempt_status = CASE WHEN attempt_status = p_cut.open_attempt THEN p_cut.attempt
@@ -330,9 +330,9 @@ BEGIN
     IF parent IS NOT NULL THEN
         PERFORM 1 FROM @schema@.runs WHERE id = parent FOR UPDATE;
     END IF;
-    PERFORM @schema@.lock_for_action(p_run, ARRAY['running', 'suspended', 'queued', 'paused']);
+    PERFORM @schema@.lock_for_action(p_run, ARRAY['running', 'suspended', 'queued', 'paused', 'needs_attention']);
     RETURN @schema@.end_run(p_run, p_status, NULL, p_error, p_parent, p_cut, p_now,
-                            ARRAY['running', 'suspended', 'queued', 'paused']);
+                            ARRAY['running', 'suspended', 'queued', 'paused', 'needs_attention']);
 END $$;
 
 -- A run past its deadline (queued, running or suspended, with deadline_at <= p_now) ends
@@ -357,19 +357,19 @@ BEGIN
         PERFORM 1 FROM @schema@.runs WHERE id = parent FOR UPDATE;
     END IF;
     PERFORM 1 FROM @schema@.runs WHERE id = p_run AND deadline_at <= p_now
-        AND status IN ('queued', 'running', 'suspended', 'paused') FOR UPDATE;
+        AND status IN ('queued', 'running', 'suspended', 'paused', 'needs_attention') FOR UPDATE;
     IF NOT FOUND THEN
         RETURN moved;
     END IF;
     SELECT array_agg(id ORDER BY id) INTO children FROM @schema@.runs
-    WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued', 'paused');
+    WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued', 'paused', 'needs_attention');
     FOREACH child IN ARRAY coalesce(children, ARRAY[]::text[]) LOOP
         moved := moved || @schema@.end_run(child, p_child_status, NULL, p_child_error,
                                            p_child_parent, p_cut, p_now,
-                                           ARRAY['running', 'suspended', 'queued', 'paused']);
+                                           ARRAY['running', 'suspended', 'queued', 'paused', 'needs_attention']);
     END LOOP;
     RETURN @schema@.end_run(p_run, p_status, NULL, p_error, p_parent, p_cut, p_now,
-                            ARRAY['running', 'suspended', 'queued', 'paused']) || moved;
+                            ARRAY['running', 'suspended', 'queued', 'paused', 'needs_attention']) || moved;
 END $$;
 
 -- A suspended or failed run goes on (resume, retry): if it is still p_from with p_seen
@@ -395,7 +395,7 @@ BEGIN
         wakeups = r.wakeups + 1,
         dedup = CASE WHEN EXISTS (SELECT 1 FROM @schema@.runs o
                                   WHERE o.dedup = r.dedup AND o.id <> r.id
-                                      AND o.status IN ('queued', 'running', 'suspended', 'paused'))
+                                      AND o.status IN ('queued', 'running', 'suspended', 'paused', 'needs_attention'))
                      THEN NULL ELSE r.dedup END
     WHERE r.id = p_run;
     PERFORM pg_notify(@channel@, 'busy:' || p_run);
@@ -431,7 +431,7 @@ BEGIN
     IF (p_replace).kind IS NOT NULL THEN
         v_moved := @schema@.end_run(p_from, (p_replace).status, NULL, (p_replace).error,
                                     (p_replace).parent, (p_replace).cut, p_now,
-                                    ARRAY['running', 'suspended', 'queued', 'paused']);
+                                    ARRAY['running', 'suspended', 'queued', 'paused', 'needs_attention']);
     END IF;
     PERFORM pg_notify(@channel@, 'work');
     RETURN QUERY SELECT r, v_moved FROM @schema@.runs r WHERE r.id = p_new.id;

@@ -1,0 +1,3 @@
+-- A version that changes nothing (its number belongs to another change).
+-- description: no change
+SELECT 1;

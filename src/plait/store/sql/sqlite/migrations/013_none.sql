@@ -1,0 +1,2 @@
+-- A version that changes nothing (its number belongs to another change).
+-- description: no change
