@@ -425,13 +425,13 @@ CREATE INDEX stream_entries_first ON @schema@.stream_entries (run_id) WHERE "off
 -- made again by migration 008 (paused runs hold their slot and key), so created last
 CREATE INDEX runs_queue_active ON @schema@.runs (queue, queue_key)
     WHERE queue IS NOT NULL AND status IN ('running', 'suspended', 'paused');
+-- one run per workflow, debounce key and owner waits to start; a run whose start time has
+-- passed leaves the window (its key is cleared) before the next start of the key inserts
+CREATE UNIQUE INDEX runs_debounce ON @schema@.runs (workflow, debounce_key, coalesce(owner, ''))
+    WHERE debounce_key IS NOT NULL AND status = 'queued';
 -- a de-duplication key belongs to one live run at a time; it is free again once that run
 -- has ended (the row leaves this partial index); a run needs_attention keeps it (made
 -- again by migration 014)
 CREATE UNIQUE INDEX runs_dedup ON @schema@.runs (dedup)
     WHERE dedup IS NOT NULL
         AND status IN ('queued', 'running', 'suspended', 'paused', 'needs_attention');
--- one run per workflow, debounce key and owner waits to start; a run whose start time has
--- passed leaves the window (its key is cleared) before the next start of the key inserts
-CREATE UNIQUE INDEX runs_debounce ON @schema@.runs (workflow, debounce_key, coalesce(owner, ''))
-    WHERE debounce_key IS NOT NULL AND status = 'queued';

@@ -342,16 +342,16 @@ CREATE INDEX plait_stream_entries_first ON plait_stream_entries (run_id) WHERE "
 -- made again by migration 008 (paused runs hold their slot and key), so created last
 CREATE INDEX plait_runs_queue_active ON plait_runs (queue, queue_key)
     WHERE queue IS NOT NULL AND status IN ('running', 'suspended', 'paused');
+-- one run per workflow, debounce key and owner waits to start; a run whose start time has
+-- passed leaves the window (its key is cleared) before the next start of the key inserts
+CREATE UNIQUE INDEX plait_runs_debounce ON plait_runs (workflow, debounce_key, coalesce(owner, ''))
+    WHERE debounce_key IS NOT NULL AND status = 'queued';
 -- a de-duplication key belongs to one live run at a time; it is free again once that run
 -- has ended (the row leaves this partial index); a run needs_attention keeps it (made
 -- again by migration 014)
 CREATE UNIQUE INDEX plait_runs_dedup ON plait_runs (dedup)
     WHERE dedup IS NOT NULL
         AND status IN ('queued', 'running', 'suspended', 'paused', 'needs_attention');
--- one run per workflow, debounce key and owner waits to start; a run whose start time has
--- passed leaves the window (its key is cleared) before the next start of the key inserts
-CREATE UNIQUE INDEX plait_runs_debounce ON plait_runs (workflow, debounce_key, coalesce(owner, ''))
-    WHERE debounce_key IS NOT NULL AND status = 'queued';
 
 -- == triggers ================================================================================
 
