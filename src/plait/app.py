@@ -327,11 +327,21 @@ class App:
         concurrency: int | None = None,
         per_key: int | None = None,
         rate: str | None = None,
+        budget: dict[str, str] | None = None,
+        budget_per_key: bool = False,
     ) -> Queue:
-        """Declare a queue's limits (see ``plait.queues.Queue``). Every process that
-        admits work from the queue should declare the same limits: they travel with each
-        claim, the database does not store them."""
-        queue = make_queue(name, concurrency=concurrency, per_key=per_key, rate=rate)
+        """Declare a queue's limits (see ``plait.queues.Queue``). They are stored in the
+        database when an engine of this app opens (replacing what was stored for the
+        queue), and every process enforces the stored limits, whether its app declares
+        the queue or not."""
+        queue = make_queue(
+            name,
+            concurrency=concurrency,
+            per_key=per_key,
+            rate=rate,
+            budget=budget,
+            budget_per_key=budget_per_key,
+        )
         self.queues[queue.name] = queue
         return queue
 

@@ -11,6 +11,7 @@ module only describes queues and checks what users write; the stores do the coun
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from datetime import datetime
 from typing import Any
@@ -46,6 +47,9 @@ def check_key_in_queue(key: str, queue: str) -> str:
 
 
 _CONTROL = re.compile(f"[{NAME_FORBIDDEN}]")
+#: a unit of spend (``ctx.spend(tokens=...)``, ``budget={"tokens": ...}``): a Python
+#: identifier, since ``ctx.spend`` takes the units as keyword arguments
+_UNIT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +67,18 @@ class Rate:
 
 
 @dataclasses.dataclass(frozen=True)
+class Budget:
+    """At most ``amount`` of ``unit`` spent (``ctx.spend``) in any ``window`` seconds."""
+
+    unit: str
+    amount: int
+    window: float
+
+    def __str__(self) -> str:
+        return str(Rate(self.amount, self.window))
+
+
+@dataclasses.dataclass(frozen=True)
 class Queue:
     """A named queue and its limits; a limit left None does not apply.
 
@@ -70,16 +86,26 @@ class Queue:
       (while an attempt holds the job) of the queue at once, across every process.
     * ``per_key``: at most this many runs of one ``key`` at once (steps have no key).
     * ``rate``: at most this many admissions in any sliding window.
+    * ``budget``: per unit, the most the steps of the queue may report spent
+      (``ctx.spend``) in a sliding window; a queue that reached one admits nothing new
+      until the window lets it. With ``budget_per_key`` each run ``key`` has its own.
     """
 
     name: str
     concurrency: int | None = None
     per_key: int | None = None
     rate: Rate | None = None
+    budget: tuple[Budget, ...] = ()
+    budget_per_key: bool = False
 
     @property
     def limited(self) -> bool:
-        return self.concurrency is not None or self.per_key is not None or self.rate is not None
+        return (
+            self.concurrency is not None
+            or self.per_key is not None
+            or self.rate is not None
+            or bool(self.budget)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -87,6 +113,8 @@ class Queue:
             "concurrency": self.concurrency,
             "per_key": self.per_key,
             "rate": None if self.rate is None else str(self.rate),
+            "budget": {b.unit: str(b) for b in self.budget} or None,
+            "budget_per_key": self.budget_per_key,
         }
 
 
@@ -123,17 +151,74 @@ def _positive(value: object, what: str) -> int | None:
     return value
 
 
+def check_unit(value: object, what: str = "unit") -> str:
+    """A unit of spend: an identifier of at most 64 characters (``tokens``, ``usd``)."""
+    if not isinstance(value, str) or _UNIT.match(value) is None:
+        raise ValueError(
+            f"invalid {what} {shown(value) if isinstance(value, str) else repr(value)}: a unit"
+            " is a name of letters, digits and _ (not starting with a digit), at most 64"
+        )
+    return value
+
+
+def parse_budget(value: object, queue: str) -> tuple[Budget, ...]:
+    """``{"tokens": "2000000/h", "usd": "50/d"}``: per unit, an amount per window,
+    written as a rate is."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or not value:
+        raise ValueError(
+            f"invalid budget of queue {queue!r}: {value!r} (a dict of unit to amount per"
+            " window, like {'tokens': '2000000/h'})"
+        )
+    budgets: list[Budget] = []
+    for unit, limit in sorted(value.items(), key=lambda item: str(item[0])):
+        unit = check_unit(unit, f"budget unit of queue {queue!r}")
+        rate = parse_rate(limit, what=f"budget {unit!r} of queue {queue!r}")
+        budgets.append(Budget(unit, rate.count, rate.window))
+    return tuple(budgets)
+
+
 def make_queue(
-    name: object, *, concurrency: object = None, per_key: object = None, rate: object = None
+    name: object,
+    *,
+    concurrency: object = None,
+    per_key: object = None,
+    rate: object = None,
+    budget: object = None,
+    budget_per_key: object = False,
 ) -> Queue:
     """A ``Queue`` from what a user wrote, or an error naming the bad field."""
     qname = check_queue_name(name)
+    if not isinstance(budget_per_key, bool):
+        raise ValueError(f"invalid budget_per_key of queue {qname!r}: {budget_per_key!r} (a bool)")
+    budgets = parse_budget(budget, qname)
+    if budget_per_key and not budgets:
+        raise ValueError(f"budget_per_key of queue {qname!r} needs a budget")
     return Queue(
         qname,
         _positive(concurrency, f"concurrency of queue {qname!r}"),
         _positive(per_key, f"per_key of queue {qname!r}"),
         None if rate is None else parse_rate(rate, what=f"rate of queue {qname!r}"),
+        budgets,
+        budget_per_key,
     )
+
+
+def check_spend(amounts: dict[str, object]) -> dict[str, float]:
+    """What ``ctx.spend`` was given: units (see ``check_unit``) with finite numbers >= 0."""
+    checked: dict[str, float] = {}
+    for unit, amount in amounts.items():
+        check_unit(unit, "spend unit")
+        if (
+            isinstance(amount, bool)
+            or not isinstance(amount, int | float)
+            or not math.isfinite(amount)
+            or amount < 0
+        ):
+            raise ValueError(f"invalid spend of {unit!r}: {amount!r} (a finite number >= 0)")
+        checked[unit] = float(amount)
+    return checked
 
 
 def check_priority(value: object) -> int:
@@ -191,13 +276,17 @@ def start_time(delay: object, start_at: object, now: float) -> float | None:
 __all__ = [
     "MAX_KEY",
     "PRIORITY_RANGE",
+    "Budget",
     "Queue",
     "Rate",
     "check_key_in_queue",
     "check_priority",
     "check_queue_name",
+    "check_spend",
     "check_text",
+    "check_unit",
     "make_queue",
+    "parse_budget",
     "parse_rate",
     "start_time",
 ]

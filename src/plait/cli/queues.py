@@ -1,6 +1,10 @@
-"""``plait queues``: how many runs wait in each queue and how many hold its slots."""
+"""``plait queues``: how many runs wait in each queue and how many hold its slots, and
+the limits every process enforces for it (stored in the database) with where they came
+from."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from rich.table import Table
 
@@ -16,12 +20,37 @@ from plait.cli.app import (
 from plait.cli.terminal import esc
 
 
+def format_limits(limits: dict[str, Any] | None) -> str:
+    """A queue's limits on one line: ``concurrency 2, rate 10/s, budget tokens 1000/h``."""
+    if not limits:
+        return "-"
+    parts = [
+        f"{name} {limits[name]}"
+        for name in ("concurrency", "per_key", "rate")
+        if limits.get(name) is not None
+    ]
+    for unit, amount in (limits.get("budget") or {}).items():
+        parts.append(f"budget {unit} {amount}")
+    if limits.get("budget_per_key"):
+        parts.append("budget per key")
+    return ", ".join(parts) or "none"
+
+
+def format_source(depth: dict[str, Any]) -> str:
+    """Where a queue's limits came from: this app's declaration, or the database (stored
+    by an engine of which app)."""
+    if depth.get("source") == "stored":
+        return f"stored by app {depth['stored_by']}"
+    return depth.get("source") or ""
+
+
 @cli.command()
 def queues(
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
-    """Runs waiting in each queue and runs holding its slots, and what is paused."""
+    """Runs waiting in each queue and runs holding its slots, the limits every process
+    enforces (stored in the database) and where they came from, and what is paused."""
 
     async def go() -> None:
         async with make_engine(None, database) as engine:
@@ -31,11 +60,17 @@ def queues(
             emit_json({"queues": depths, "paused": paused})
             return
         table = Table(title="Queues", title_justify="left")
-        for column in ("queue", "queued", "active"):
+        for column in ("queue", "queued", "active", "limits", "from"):
             table.add_column(column)
         for depth in depths:
             name = depth["queue"] if depth["queue"] is not None else "(delayed, no queue)"
-            table.add_row(esc(name), str(depth["queued"]), str(depth["active"]))
+            table.add_row(
+                esc(name),
+                str(depth["queued"]),
+                str(depth["active"]),
+                esc(format_limits(depth["limits"])),
+                esc(format_source(depth)),
+            )
         console.print(table)
         for brake in paused:
             console.print(

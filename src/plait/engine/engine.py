@@ -228,6 +228,7 @@ class Engine(
             self.telemetry.metrics.watch_active(lambda: len(worker.driving))
         self.notifier.on_work(self._worker.wake)
         await self._store_app_schedules()
+        await self._store_app_queues()
         await self.store.attach_notifier(self.notifier)
         await self._worker.announce()
         self._worker.start_loops(passes=self.workers, steps=self.workers)

@@ -8,6 +8,8 @@ from typing import Any
 from plait import queues
 from plait.engine.base import EngineBase
 from plait.runtime import runs
+from plait.store.rows import QueueLimits
+from plait.worker.admission import limits_of
 
 
 class QueuesMixin(EngineBase):
@@ -45,21 +47,62 @@ class QueuesMixin(EngineBase):
             "not_before": not_before,
         }
 
+    async def _store_app_queues(self) -> None:
+        """Store the limits of the queues this app declares, replacing what was stored
+        for them: every process on the database enforces the stored limits, whether its
+        own app declares the queue or not."""
+        declared = [limits_of(q) for q in self.app.queues.values()]
+        if declared:
+            await self.store.put_queue_limits(declared, self.app.name)
+
     async def queue_depths(self) -> list[dict[str, Any]]:
-        """Per queue: runs waiting (``queued``), runs holding a slot (``active``) and the
-        limits this app declares for it. ``queue`` None counts runs only delayed."""
+        """Per queue: runs waiting (``queued``), runs holding a slot (``active``), the
+        limits every process enforces for it (``limits``: those stored in the database,
+        or this app's declaration when none are stored) and where they came from
+        (``source``: ``"declared"`` when this app declares those limits, ``"stored"``
+        when they were stored by another app's engine or an older declaration, with
+        ``stored_by`` naming that app). ``queue`` None counts runs only delayed."""
         depths = {d.queue: d for d in await self.store.queue_depths()}
-        names = sorted({*(q for q in depths if q is not None), *self.app.queues})
+        stored = {s.limits.name: s for s in await self.store.list_queue_limits()}
+        names = sorted({*(q for q in depths if q is not None), *self.app.queues, *stored})
         items: list[dict[str, Any]] = []
         for qname in [*names, *([None] if None in depths else [])]:
             depth = depths.get(qname)
             declared = self.app.queues.get(qname) if qname is not None else None
+            kept = stored.get(qname) if qname is not None else None
+            limits: dict[str, Any] | None = None
+            source: str | None = None
+            if kept is not None:
+                limits = limits_dict(kept.limits)
+                mine = declared is not None and limits_of(declared) == kept.limits
+                source = "declared" if mine else "stored"
+            elif declared is not None:
+                limits, source = declared.to_dict(), "declared"
             items.append(
                 {
                     "queue": qname,
                     "queued": depth.queued if depth else 0,
                     "active": depth.active if depth else 0,
-                    "limits": declared.to_dict() if declared else None,
+                    "limits": limits,
+                    "source": source,
+                    "stored_by": None if kept is None else kept.app,
                 }
             )
         return items
+
+
+def limits_dict(limits: QueueLimits) -> dict[str, Any]:
+    """Stored limits as ``Queue.to_dict`` shows declared ones."""
+    return {
+        "name": limits.name,
+        "concurrency": limits.concurrency,
+        "per_key": limits.per_key,
+        "rate": None
+        if limits.rate is None or limits.window is None
+        else str(queues.Rate(limits.rate, limits.window)),
+        "budget": {
+            unit: str(queues.Rate(int(amount), window)) for unit, amount, window in limits.budget
+        }
+        or None,
+        "budget_per_key": limits.budget_per_key,
+    }

@@ -36,7 +36,10 @@ from plait.store.rows import (
     RequestRow,
     RunFilter,
     ScheduleRow,
+    Spend,
+    SpendTotal,
     StepJob,
+    StoredQueueLimits,
     StreamWrite,
     Version,
     WorkerRow,
@@ -52,7 +55,36 @@ class LeaseKeeper(Protocol):
     def close(self) -> None: ...
 
 
-class Store(Protocol):
+class LimitsStore(Protocol):
+    """Queue limits kept in the database for every process, and the spend that budgets
+    count (``Store`` has these too)."""
+
+    async def put_queue_limits(self, queues: Sequence[QueueLimits], app: str) -> None:
+        """Store each queue's limits (not its ``functions``) as ``app`` declares them,
+        replacing what was stored for that queue."""
+        ...
+
+    async def list_queue_limits(self) -> list[StoredQueueLimits]:
+        """Every stored queue's limits, by name."""
+        ...
+
+    async def record_spend(self, spend: Sequence[Spend]) -> None:
+        """Record what step attempts reported spent, at the clock's time."""
+        ...
+
+    async def spend_totals(
+        self, budgets: Sequence[tuple[str, str, float, bool]]
+    ) -> list[SpendTotal]:
+        """For each (queue, unit, since, per key): the spend recorded after ``since``,
+        summed per key when ``per key`` (else over the queue: key None)."""
+        ...
+
+    async def prune_spend(self, queue: str, before: float) -> None:
+        """Forget the spend of ``queue`` recorded at or before ``before``."""
+        ...
+
+
+class Store(LimitsStore, Protocol):
     """What every store offers. The contract suite (``tests/store/``) is what this
     protocol means in practice: a store that passes it is a store."""
 

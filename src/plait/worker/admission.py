@@ -7,9 +7,12 @@ leases it to that worker in the same write, and the worker drives it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
+from collections.abc import Sequence
 
+from plait.queues import Queue
 from plait.runtime import runs
 from plait.store.rows import QueueLimits
 from plait.worker.state import WorkerState
@@ -17,33 +20,66 @@ from plait.worker.state import WorkerState
 log = logging.getLogger("plait.worker")
 #: the least time between two looks of the admission loop for queued runs to admit
 ADMIT_GAP = 0.05
+#: the most seconds the stored queue limits this worker applies may be old: a changed
+#: declaration reaches every worker within about this long
+LIMITS_FRESH = 1.0
+
+
+def limits_of(queue: Queue, functions: Sequence[str] = ()) -> QueueLimits:
+    """A declared queue's limits, flat, as the store stores and applies them."""
+    return QueueLimits(
+        queue.name,
+        queue.concurrency,
+        queue.per_key,
+        None if queue.rate is None else queue.rate.count,
+        None if queue.rate is None else queue.rate.window,
+        tuple(functions),
+        tuple((b.unit, float(b.amount), b.window) for b in queue.budget),
+        queue.budget_per_key,
+    )
+
+
+def is_limited(limits: QueueLimits) -> bool:
+    return (
+        limits.concurrency is not None
+        or limits.per_key is not None
+        or limits.rate is not None
+        or bool(limits.budget)
+    )
 
 
 class Admission(WorkerState):
     """The queues' limits as the store applies them, and the loop that admits runs."""
 
     def queue_limits(self) -> list[QueueLimits]:
-        """The limits of the app's queues that have any, with the queued functions each
-        admits; read each time, like the functions."""
+        """The limits of every queue that has any, with the queued functions of this app
+        each admits: the limits stored in the database (as last read), whether this app
+        declares the queue or not, and the app's own for a queue none are stored for."""
         app = self.catalog.app
+        found = {q.limits.name: q.limits for q in self.stored_limits}
+        for queue in app.queues.values():
+            found.setdefault(queue.name, limits_of(queue))
         limits: list[QueueLimits] = []
-        for queue in sorted(app.queues.values(), key=lambda q: q.name):
-            if not queue.limited:
+        for name in sorted(found):
+            if not is_limited(found[name]):
                 continue
             functions = tuple(
-                sorted(n for n, f in app.functions.items() if f.queued and f.queue == queue.name)
+                sorted(n for n, f in app.functions.items() if f.queued and f.queue == name)
             )
-            limits.append(
-                QueueLimits(
-                    queue.name,
-                    queue.concurrency,
-                    queue.per_key,
-                    None if queue.rate is None else queue.rate.count,
-                    None if queue.rate is None else queue.rate.window,
-                    functions,
-                )
-            )
+            limits.append(dataclasses.replace(found[name], functions=functions))
         return limits
+
+    async def refresh_limits(self, *, force: bool = False) -> None:
+        """Read the stored queue limits again when the copy is older than
+        ``LIMITS_FRESH`` (or ``force``)."""
+        if not force and time.monotonic() < self.limits_read_at + LIMITS_FRESH:
+            return
+        try:
+            self.stored_limits = await self.store.list_queue_limits()
+        except Exception:
+            log.exception("reading the stored queue limits failed")
+            return
+        self.limits_read_at = time.monotonic()
 
     async def _admit_loop(self) -> None:
         """Admit queued runs whose start time has come, as the queues' limits allow. The
@@ -57,6 +93,7 @@ class Admission(WorkerState):
             free = max(0, self.concurrency - len(self.driving))
             blocked = None
             try:
+                await self.refresh_limits()
                 due = await self.store.next_queued()
                 now = self.clock.now()
                 if due is not None and due <= now and free:

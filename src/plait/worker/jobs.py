@@ -49,6 +49,7 @@ class Jobs(WorkerState):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake_steps.wait(), self.poll_interval)
                 continue
+            await self.refresh_limits()
             limited = [q for q in self.queue_limits() if q.functions]
             if self.only_queues is not None:
                 limited = [q for q in limited if q.name in self.only_queues]

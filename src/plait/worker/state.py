@@ -25,7 +25,7 @@ from plait.records import Run
 from plait.runtime.streams import StreamWriter
 from plait.store.contract import Store
 from plait.store.ops import Batch
-from plait.store.rows import ClaimScope, QueueLimits
+from plait.store.rows import ClaimScope, QueueLimits, StoredQueueLimits
 from plait.worker.stall_guard import StallGuard
 
 
@@ -81,6 +81,9 @@ class WorkerState(abc.ABC):
     only_queues: tuple[str, ...] | None
     #: the paused workflows and queues, (kind, name), as last read
     brakes: frozenset[tuple[str, str]]
+    #: the queue limits stored in the database as last read, and when (monotonic)
+    stored_limits: list[StoredQueueLimits]
+    limits_read_at: float
     #: when it started (the clock's time) and when its next heartbeat is due (monotonic)
     started_at: float
     next_beat: float
@@ -151,6 +154,9 @@ class WorkerState(abc.ABC):
     # -- admission (admission.py)
     @abc.abstractmethod
     def queue_limits(self) -> list[QueueLimits]: ...
+
+    @abc.abstractmethod
+    async def refresh_limits(self, *, force: bool = False) -> None: ...
 
     # -- scope and brakes (brakes.py)
     @abc.abstractmethod

@@ -146,6 +146,8 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention, Brake
         self.only_workflows = only_workflows
         self.only_queues = only_queues
         self.brakes = frozenset()
+        self.stored_limits = []
+        self.limits_read_at = float("-inf")
         self.started_at = clock.now()
         self.next_beat = 0.0
         #: keeps the leases while a step blocks the event loop

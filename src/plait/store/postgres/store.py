@@ -41,6 +41,7 @@ from plait.store.postgres.commit import Commits, first_attempts_statement, op_va
 from plait.store.postgres.group import GroupCommit, Together
 from plait.store.postgres.jobs import Jobs
 from plait.store.postgres.leases import Leases
+from plait.store.postgres.limits import Limits
 from plait.store.postgres.listen import Listener
 from plait.store.postgres.part import RunLock
 from plait.store.postgres.pool import (
@@ -82,7 +83,7 @@ _WARM_STATEMENTS = (
 
 
 class PostgresStore(
-    Commits, Runs, Leases, Jobs, Queues, Schedules, Requests, Streams, Versions, Brakes
+    Commits, Runs, Leases, Jobs, Queues, Schedules, Requests, Streams, Versions, Brakes, Limits
 ):
     """A store in one PostgreSQL schema, shared by any number of processes.
 

@@ -26,6 +26,7 @@ from plait.store.sqlite.brakes import Brakes
 from plait.store.sqlite.commit import Commits
 from plait.store.sqlite.jobs import Jobs
 from plait.store.sqlite.leases import Leases
+from plait.store.sqlite.limits import Limits
 from plait.store.sqlite.queues import Queues
 from plait.store.sqlite.requests import Requests
 from plait.store.sqlite.runs import Runs
@@ -54,6 +55,7 @@ class SQLiteStore(
     Streams,
     Versions,
     Brakes,
+    Limits,
 ):
     """A store in one SQLite file (or in memory, for tests)."""
 

@@ -787,3 +787,41 @@ ORDER BY e."offset" LIMIT $4
 
 -- name: stream_names
 SELECT DISTINCT stream FROM @schema@.stream_entries WHERE run_id = $1 ORDER BY stream
+
+-- == stored queue limits and spend ==========================================================
+
+-- name: put_queue_limits
+-- A queue's limits as an app declares them, replacing what was stored for the queue.
+INSERT INTO @schema@.queue_limits (name, concurrency, per_key, rate, rate_window, budget,
+    budget_per_key, app, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency,
+    per_key = excluded.per_key, rate = excluded.rate, rate_window = excluded.rate_window,
+    budget = excluded.budget, budget_per_key = excluded.budget_per_key, app = excluded.app,
+    updated_at = excluded.updated_at
+
+-- name: list_queue_limits
+SELECT name, concurrency, per_key, rate, rate_window, budget, budget_per_key, app, updated_at
+FROM @schema@.queue_limits ORDER BY name
+
+-- name: insert_spend
+INSERT INTO @schema@.spend (queue, queue_key, unit, amount, at, run_id, step_key, attempt)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::timestamptz[],
+    $6::text[], $7::text[], $8::integer[])
+
+-- name: spend_totals
+-- The spend of each (queue $1[i], unit $2[i]) since $3[i], per key where $4[i], with the
+-- oldest entry counted.
+WITH conf AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::boolean[])
+        AS c(queue, unit, since, per_key)
+)
+SELECT s.queue, CASE WHEN c.per_key THEN s.queue_key END AS key, s.unit, sum(s.amount),
+    min(s.at)
+FROM @schema@.spend s JOIN conf c ON c.queue = s.queue AND c.unit = s.unit
+WHERE s.at > c.since
+GROUP BY s.queue, CASE WHEN c.per_key THEN s.queue_key END, s.unit
+ORDER BY 1, 2, 3
+
+-- name: prune_spend
+DELETE FROM @schema@.spend WHERE queue = $1 AND at <= $2

@@ -1135,3 +1135,41 @@ ORDER BY e."offset" LIMIT ?5
 
 -- name: stream_names
 SELECT DISTINCT stream FROM plait_stream_entries WHERE run_id = ? ORDER BY stream
+
+-- == stored queue limits and spend ==========================================================
+
+-- name: put_queue_limits
+-- A queue's limits as an app declares them, replacing what was stored for the queue.
+INSERT INTO plait_queue_limits (name, concurrency, per_key, rate, rate_window, budget,
+    budget_per_key, app, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency,
+    per_key = excluded.per_key, rate = excluded.rate, rate_window = excluded.rate_window,
+    budget = excluded.budget, budget_per_key = excluded.budget_per_key, app = excluded.app,
+    updated_at = excluded.updated_at
+
+-- name: list_queue_limits
+SELECT name, concurrency, per_key, rate, rate_window, budget, budget_per_key, app, updated_at
+FROM plait_queue_limits ORDER BY name
+
+-- name: insert_spend
+INSERT INTO plait_spend (queue, queue_key, unit, amount, at, run_id, step_key, attempt)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: spend_totals
+-- The spend of each (queue, unit) in :budgets (a JSON array of objects: queue, unit,
+-- since, per_key) since its time, per key where per_key, with the oldest entry counted.
+WITH conf AS (
+    SELECT json_extract(value, '$.queue') AS queue, json_extract(value, '$.unit') AS unit,
+        json_extract(value, '$.since') AS since, json_extract(value, '$.per_key') AS per_key
+    FROM json_each(:budgets)
+)
+SELECT s.queue, CASE WHEN c.per_key THEN s.queue_key END AS key, s.unit, sum(s.amount),
+    min(s.at)
+FROM plait_spend s JOIN conf c ON c.queue = s.queue AND c.unit = s.unit
+WHERE s.at > c.since
+GROUP BY s.queue, CASE WHEN c.per_key THEN s.queue_key END, s.unit
+ORDER BY 1, 2, 3
+
+-- name: prune_spend
+DELETE FROM plait_spend WHERE queue = ? AND at <= ?

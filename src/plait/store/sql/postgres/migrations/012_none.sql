@@ -1,0 +1,3 @@
+-- A version that changes nothing.
+-- description: no change
+SELECT 1;
