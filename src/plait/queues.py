@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -205,7 +206,7 @@ def make_queue(
     )
 
 
-def check_spend(amounts: dict[str, object]) -> dict[str, float]:
+def check_spend(amounts: Mapping[str, object]) -> dict[str, float]:
     """What ``ctx.spend`` was given: units (see ``check_unit``) with finite numbers >= 0."""
     checked: dict[str, float] = {}
     for unit, amount in amounts.items():

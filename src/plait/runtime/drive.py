@@ -20,10 +20,17 @@ from plait.errors import LeaseLostError, StepError
 from plait.observe import NO_REPORT
 from plait.retry import NoRetryOn, RetryPolicy
 from plait.runtime import runs, steps
-from plait.runtime.attempt import NOT_DECODED, Outcome, finished_on_stop, result_codec, run_attempt
+from plait.runtime.attempt import (
+    NOT_DECODED,
+    Outcome,
+    finished_on_stop,
+    result_codec,
+    run_attempt,
+)
 from plait.runtime.control_flow import StepCancelled, SuspendSignal
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger
+from plait.runtime.spending import record_spend
 from plait.store.ops import CreateChildRun
 from plait.store.rows import NewRun, StepRow
 
@@ -170,6 +177,7 @@ class Driver:
             if self.hook is not None:
                 outcome = self.hook.finish(step, ctx, outcome)
             report.outcome = outcome
+            await record_spend(self.host, ctx, None)
             ledger.add(steps.end_attempt(step, outcome, ledger.now()))
             return outcome.value
 

@@ -348,11 +348,13 @@ class Store(LimitsStore, Protocol):
         queues: Sequence[QueueLimits],
         status: RunStatusName,
         scope: ClaimScope = ANY_SCOPE,
+        held: Sequence[tuple[str, str | None]] = (),
     ) -> list[str]:
         """Admit up to ``limit`` due ``queued`` runs of ``scope``, highest priority
         first, within the limits of ``queues`` (a queue not given has none), and lease them
         to ``owner``, in one conditional write: they are ``status`` (an admitted run's) and
-        this worker's to drive. A run of a paused workflow or queue waits."""
+        this worker's to drive. A run of a paused workflow or queue waits, and so does a
+        run of a queue in ``held`` ((queue, None)) or of its key there ((queue, key))."""
         ...
 
     async def next_queued(self) -> float | None:
@@ -360,10 +362,16 @@ class Store(LimitsStore, Protocol):
         ...
 
     async def claim_queue_jobs(
-        self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
+        self,
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+        queues: Sequence[QueueLimits],
+        held: Sequence[tuple[str, str | None]] = (),
     ) -> list[StepJob]:
         """``claim_step_jobs`` for the functions of limited ``queues``: a job holds a slot
-        of its function's queue while its lease runs."""
+        of its function's queue while its lease runs. A job of a queue in ``held`` (or of
+        a run whose key is held there) waits, as for ``admit_runs``."""
         ...
 
     async def queue_depths(self) -> list[QueueDepth]: ...

@@ -224,10 +224,9 @@ class StoredQueueLimits:
 @dataclasses.dataclass(frozen=True)
 class Spend:
     """What one step attempt reported spent (``ctx.spend``), counted against ``queue``
-    (and ``key``) for its budgets."""
+    (None: its run's queue) and its run's key, for the queue's budgets."""
 
-    queue: str
-    key: str | None
+    queue: str | None
     unit: str
     amount: float
     run_id: str

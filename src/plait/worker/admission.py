@@ -12,9 +12,11 @@ import logging
 import time
 from collections.abc import Sequence
 
+from plait.app import App
 from plait.queues import Queue
 from plait.runtime import runs
-from plait.store.rows import QueueLimits
+from plait.store.rows import QueueLimits, StoredQueueLimits
+from plait.worker.budgets import budget_holds
 from plait.worker.state import WorkerState
 
 log = logging.getLogger("plait.worker")
@@ -48,26 +50,31 @@ def is_limited(limits: QueueLimits) -> bool:
     )
 
 
+def merge_limits(stored: Sequence[StoredQueueLimits], app: App) -> list[QueueLimits]:
+    """The limits of every queue that has any, with the queued functions of ``app`` each
+    admits: the limits stored in the database, whether ``app`` declares the queue or not,
+    and the app's own for a queue none are stored for."""
+    found = {q.limits.name: q.limits for q in stored}
+    for queue in app.queues.values():
+        found.setdefault(queue.name, limits_of(queue))
+    limits: list[QueueLimits] = []
+    for name in sorted(found):
+        if not is_limited(found[name]):
+            continue
+        functions = tuple(
+            sorted(n for n, f in app.functions.items() if f.queued and f.queue == name)
+        )
+        limits.append(dataclasses.replace(found[name], functions=functions))
+    return limits
+
+
 class Admission(WorkerState):
     """The queues' limits as the store applies them, and the loop that admits runs."""
 
     def queue_limits(self) -> list[QueueLimits]:
         """The limits of every queue that has any, with the queued functions of this app
-        each admits: the limits stored in the database (as last read), whether this app
-        declares the queue or not, and the app's own for a queue none are stored for."""
-        app = self.catalog.app
-        found = {q.limits.name: q.limits for q in self.stored_limits}
-        for queue in app.queues.values():
-            found.setdefault(queue.name, limits_of(queue))
-        limits: list[QueueLimits] = []
-        for name in sorted(found):
-            if not is_limited(found[name]):
-                continue
-            functions = tuple(
-                sorted(n for n, f in app.functions.items() if f.queued and f.queue == name)
-            )
-            limits.append(dataclasses.replace(found[name], functions=functions))
-        return limits
+        each admits (``merge_limits``, with the stored limits as last read)."""
+        return merge_limits(self.stored_limits, self.catalog.app)
 
     async def refresh_limits(self, *, force: bool = False) -> None:
         """Read the stored queue limits again when the copy is older than
@@ -98,17 +105,25 @@ class Admission(WorkerState):
                 now = self.clock.now()
                 if due is not None and due <= now and free:
                     since = time.monotonic()
+                    limits = self.queue_limits()
+                    holds = await budget_holds(self.store, limits, now)
+                    self.budget_free_at = holds.free_at
                     admitted = await self.store.admit_runs(
                         self.owner,
                         self.lease,
                         free,
-                        self.queue_limits(),
+                        limits,
                         runs.ADMITTED,
                         self.claim_scope(),
+                        holds.held,
                     )
                     if len(admitted) < free:
-                        # what is still due waits for a slot or the rate window
+                        # what is still due waits for a slot, the rate window or a budget
                         blocked = now
+                    if holds.free_at is not None:
+                        # a budget's window frees by itself: look again then, not only
+                        # when new work comes
+                        wait = max(0.001, min(wait, holds.free_at - now + 0.001))
                 elif due is not None:
                     wait = max(0.001, min(wait, due - now + 0.001))
             except Exception:

@@ -31,7 +31,6 @@ class Limits(Part):
             "execute",
             self._q["insert_spend"],
             [s.queue for s in spend],
-            [s.key for s in spend],
             [s.unit for s in spend],
             [s.amount for s in spend],
             [now for _s in spend],

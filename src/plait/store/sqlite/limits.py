@@ -37,7 +37,16 @@ class Limits(Part):
             return
         now = self._now()
         params = [
-            (s.queue, s.key, s.unit, s.amount, now, s.run_id, s.step_key, s.attempt) for s in spend
+            {
+                "queue": s.queue,
+                "unit": s.unit,
+                "amount": s.amount,
+                "at": now,
+                "run_id": s.run_id,
+                "step_key": s.step_key,
+                "attempt": s.attempt,
+            }
+            for s in spend
         ]
         await self._write(lambda conn: conn.executemany(SQL["insert_spend"], params))
 

@@ -549,7 +549,7 @@ FROM @schema@.send_event($1, $2, $3, $4, $5) AS stored
 -- name: admit_runs
 SELECT id FROM @schema@.admit_runs($1, $2, $3, $4, $5::text[], $6::integer[],
     $7::integer[], $8::integer[], $9::float8[], $10, $11::text[], $12::boolean, $13::text[],
-    $14::text) AS id
+    $14::text, $15::text[], $16::text[]) AS id
 
 -- name: next_queued
 SELECT min(wake_at) FROM @schema@.runs WHERE status = 'queued'
@@ -558,7 +558,7 @@ SELECT min(wake_at) FROM @schema@.runs WHERE status = 'queued'
 -- Each claimed job comes with its step's row and its run's workflow and trace.
 WITH claimed AS (
     SELECT * FROM @schema@.claim_queue_jobs($1, $2, $3, $4, $5::text[], $6::integer[],
-        $7::integer[], $8::float8[], $9::text[], $10::text[])
+        $7::integer[], $8::float8[], $9::text[], $10::text[], $11::text[], $12::text[])
 )
 SELECT c.run_id, c.step_key, c.function, c.deliveries, s, r.workflow, r.trace
 FROM claimed c LEFT JOIN @schema@.steps s ON s.run_id = c.run_id AND s.key = c.step_key
@@ -805,9 +805,15 @@ SELECT name, concurrency, per_key, rate, rate_window, budget, budget_per_key, ap
 FROM @schema@.queue_limits ORDER BY name
 
 -- name: insert_spend
+-- Spend of run $5[i]'s step attempt, counted against queue $1[i] (NULL: the run's queue)
+-- with the run's key; spend of a step in no queue is not kept.
 INSERT INTO @schema@.spend (queue, queue_key, unit, amount, at, run_id, step_key, attempt)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::timestamptz[],
-    $6::text[], $7::text[], $8::integer[])
+SELECT coalesce(s.queue, r.queue), r.queue_key, s.unit, s.amount, s.at, s.run_id,
+    s.step_key, s.attempt
+FROM unnest($1::text[], $2::text[], $3::float8[], $4::timestamptz[], $5::text[], $6::text[],
+    $7::integer[]) AS s(queue, unit, amount, at, run_id, step_key, attempt)
+JOIN @schema@.runs r ON r.id = s.run_id
+WHERE coalesce(s.queue, r.queue) IS NOT NULL
 
 -- name: spend_totals
 -- The spend of each (queue $1[i], unit $2[i]) since $3[i], per key where $4[i], with the

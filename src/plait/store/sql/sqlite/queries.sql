@@ -736,7 +736,9 @@ SELECT min(wake_at) FROM plait_runs WHERE status = 'queued'
 -- start time, and their ids, taken from their steps, are in no order), within the
 -- limits in :queues (a JSON array of objects: name, concurrency, per_key, rate, window;
 -- a queue not among them has no limits), and lease them. A run holds its queue slot
--- from admission until it ends; per_key applies to runs with a key.
+-- from admission until it ends; per_key applies to runs with a key. A run of a queue held
+-- in :held (a JSON array of [queue, key]: key null for the whole queue; a spend budget
+-- reached) waits.
 WITH conf AS (
     SELECT json_extract(value, '$.name') AS name,
         json_extract(value, '$.concurrency') AS concurrency,
@@ -771,6 +773,10 @@ WITH conf AS (
     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                     WHERE (b.kind = 'workflow' AND b.name = r.workflow)
                         OR (b.kind = 'queue' AND b.name = r.queue))
+    AND NOT EXISTS (SELECT 1 FROM json_each(:held) h
+                    WHERE json_extract(h.value, '$[0]') = r.queue
+                        AND (json_extract(h.value, '$[1]') IS NULL
+                             OR json_extract(h.value, '$[1]') = r.queue_key))
 ), key_fits AS (
     SELECT d.*, row_number() OVER (PARTITION BY d.queue
             ORDER BY d.priority DESC, d.wake_at, d.created_at, d.seq) AS nth
@@ -800,7 +806,7 @@ DELETE FROM plait_queue_admissions WHERE queue = ? AND at <= ?
 -- name: claim_queue_jobs
 -- claim_step_jobs for functions admitted through limited queues: :queues is a JSON array
 -- of objects (name, concurrency, rate, window, functions); a job holds its queue's slot
--- while its lease runs.
+-- while its lease runs. A job of a queue held in :held (as for admit_runs) waits.
 WITH conf AS (
     SELECT json_extract(value, '$.name') AS name,
         json_extract(value, '$.concurrency') AS concurrency,
@@ -828,7 +834,11 @@ WITH conf AS (
         AND EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = j.run_id AND r.status = 'running'
                     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                                     WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                                        OR (b.kind = 'queue' AND b.name = r.queue)))
+                                        OR (b.kind = 'queue' AND b.name = r.queue))
+                    AND NOT EXISTS (SELECT 1 FROM json_each(:held) h
+                                    WHERE json_extract(h.value, '$[0]') = m.queue
+                                        AND (json_extract(h.value, '$[1]') IS NULL
+                                             OR json_extract(h.value, '$[1]') = r.queue_key)))
 ), fits AS (
     SELECT d.rid FROM due d
     LEFT JOIN held h ON h.queue = d.queue
@@ -1153,8 +1163,12 @@ SELECT name, concurrency, per_key, rate, rate_window, budget, budget_per_key, ap
 FROM plait_queue_limits ORDER BY name
 
 -- name: insert_spend
+-- Spend of a run's step attempt, counted against :queue (null: the run's queue) with the
+-- run's key; spend of a step in no queue is not kept.
 INSERT INTO plait_spend (queue, queue_key, unit, amount, at, run_id, step_key, attempt)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+SELECT coalesce(:queue, r.queue), r.queue_key, :unit, :amount, :at, :run_id, :step_key,
+    :attempt
+FROM plait_runs r WHERE r.id = :run_id AND coalesce(:queue, r.queue) IS NOT NULL
 
 -- name: spend_totals
 -- The spend of each (queue, unit) in :budgets (a JSON array of objects: queue, unit,

@@ -25,7 +25,8 @@ END $$;
 -- A run holds its queue slot from admission until it ends.
 -- Only runs of the admitting worker's scope (p_workflows: NULL any, with p_graphs any
 -- graph; p_queues: NULL any, a run of no queue in p_default_queue) whose workflow and
--- queue are not paused (brakes).
+-- queue are not paused (brakes), and whose queue (p_held_queues[i], p_held_keys[i] NULL) or
+-- queue and key (p_held_keys[i]) is not held (a spend budget reached).
 DROP FUNCTION IF EXISTS @schema@.admit_runs(
     text, timestamptz, timestamptz, integer, text[], integer[], integer[], integer[], float8[],
     text);
@@ -33,7 +34,7 @@ CREATE OR REPLACE FUNCTION @schema@.admit_runs(
     p_owner text, p_until timestamptz, p_now timestamptz, p_limit integer,
     p_names text[], p_concurrency integer[], p_per_key integer[], p_rate integer[],
     p_window float8[], p_status text, p_workflows text[], p_graphs boolean, p_queues text[],
-    p_default_queue text
+    p_default_queue text, p_held_queues text[], p_held_keys text[]
 ) RETURNS SETOF text LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM @schema@.lock_queues(p_names);
@@ -71,6 +72,9 @@ BEGIN
             AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                             WHERE (b.kind = 'workflow' AND b.name = r.workflow)
                                 OR (b.kind = 'queue' AND b.name = r.queue))
+            AND NOT EXISTS (SELECT 1 FROM unnest(p_held_queues, p_held_keys) AS h(queue, key)
+                            WHERE h.queue = r.queue
+                                AND (h.key IS NULL OR h.key = r.queue_key))
     ), key_fits AS (
         SELECT d.*, row_number() OVER (PARTITION BY d.queue
                 ORDER BY d.priority DESC, d.wake_at, d.created_at, d.start_seq NULLS FIRST,
@@ -104,11 +108,13 @@ END $$;
 
 -- Lease up to p_limit due jobs of functions admitted through limited queues (function
 -- p_functions[i] belongs to queue p_function_queues[i]). A job holds its queue slot while
--- its lease runs: a worker that dies gives the slot back when the lease expires.
+-- its lease runs: a worker that dies gives the slot back when the lease expires. A job of a
+-- held queue (p_held_queues[i]), or of a run whose key is held in it (p_held_keys[i]),
+-- waits (a spend budget reached).
 CREATE OR REPLACE FUNCTION @schema@.claim_queue_jobs(
     p_owner text, p_until timestamptz, p_now timestamptz, p_limit integer,
     p_names text[], p_concurrency integer[], p_rate integer[], p_window float8[],
-    p_functions text[], p_function_queues text[]
+    p_functions text[], p_function_queues text[], p_held_queues text[], p_held_keys text[]
 ) RETURNS TABLE (run_id text, step_key text, function text, deliveries integer,
                  available_at timestamptz)
 LANGUAGE plpgsql AS $$
@@ -141,7 +147,11 @@ BEGIN
                         WHERE r.id = j.run_id AND r.status = 'running'
                             AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                                 WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                                    OR (b.kind = 'queue' AND b.name = r.queue)))
+                                    OR (b.kind = 'queue' AND b.name = r.queue))
+                            AND NOT EXISTS (SELECT 1
+                                FROM unnest(p_held_queues, p_held_keys) AS h(queue, key)
+                                WHERE h.queue = m.queue
+                                    AND (h.key IS NULL OR h.key = r.queue_key)))
     ), fits AS (
         SELECT d.run_id, d.step_key, d.queue, d.rate, d.available_at FROM due d
         LEFT JOIN held h ON h.queue = d.queue
