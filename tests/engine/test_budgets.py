@@ -5,6 +5,7 @@ time (``TestEngine``) and in real time on a worker; other keys are not held."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -141,3 +142,44 @@ async def test_queued_steps_of_a_queue_over_its_budget_wait(engine_factory: Any)
     assert run.status == "completed" and run.output == [0, 1, 2]
     # the third call waited until the first two calls' spend left the 2 s window
     assert ran[2] - ran[0] >= 1.9
+
+
+async def test_queue_depths_show_each_key_its_spend_and_why_it_waits(database: str) -> None:
+    async with TestEngine(budget_app(), database) as engine:
+        await engine.wait(await engine.start("agent", {"tokens": 1200}, key="a"), timeout=30)
+        await engine.wait(await engine.start("agent", {"tokens": 10}, key="b"), timeout=30)
+        await engine.start("agent", {"tokens": 1}, key="a")
+        await engine.advance("1s")
+        [llm] = [d for d in await engine.queue_depths() if d["queue"] == "llm"]
+    assert llm["limits"]["budget"] == {"tokens": "1000/10s"}
+    assert llm["limits"]["budget_per_key"] is True
+    keys = {k["key"]: k for k in llm["keys"]}
+    assert keys["a"] == {
+        "key": "a",
+        "queued": 1,
+        "active": 0,
+        "spent": {"tokens": 1200.0},
+        "waiting": "budget",
+    }
+    assert keys["b"]["spent"] == {"tokens": 10.0} and keys["b"]["waiting"] is None
+
+
+def test_plait_queues_prints_the_keys(tmp_path: Any) -> None:
+    from typer.testing import CliRunner
+
+    from plait.cli import cli
+
+    db = f"sqlite:///{tmp_path / 'q.db'}"
+
+    async def spend() -> None:
+        async with TestEngine(budget_app(), db) as engine:
+            await engine.wait(await engine.start("agent", {"tokens": 1200}, key="a"), timeout=30)
+            await engine.start("agent", {"tokens": 1}, key="a")
+            await engine.advance("1s")
+
+    asyncio.run(spend())
+    # the virtual clock started at the wall clock's time: the spend is in the window
+    result = CliRunner().invoke(cli, ["queues", "--database", db])
+    assert result.exit_code == 0, result.output
+    assert "budget tokens 1000/10s, budget per key" in result.output
+    assert "tokens 1200" in result.output

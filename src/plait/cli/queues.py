@@ -36,6 +36,11 @@ def format_limits(limits: dict[str, Any] | None) -> str:
     return ", ".join(parts) or "none"
 
 
+def format_spent(spent: dict[str, float]) -> str:
+    """Spend in the budgets' windows: ``tokens 1200, usd 0.5``."""
+    return ", ".join(f"{unit} {amount:g}" for unit, amount in sorted(spent.items()))
+
+
 def format_source(depth: dict[str, Any]) -> str:
     """Where a queue's limits came from: this app's declaration, or the database (stored
     by an engine of which app)."""
@@ -60,7 +65,7 @@ def queues(
             emit_json({"queues": depths, "paused": paused})
             return
         table = Table(title="Queues", title_justify="left")
-        for column in ("queue", "queued", "active", "limits", "from"):
+        for column in ("queue", "queued", "active", "limits", "from", "spent", "waiting on"):
             table.add_column(column)
         for depth in depths:
             name = depth["queue"] if depth["queue"] is not None else "(delayed, no queue)"
@@ -70,8 +75,25 @@ def queues(
                 str(depth["active"]),
                 esc(format_limits(depth["limits"])),
                 esc(format_source(depth)),
+                esc(format_spent(depth["spent"])),
+                esc(depth["waiting"] or ""),
             )
         console.print(table)
+        keyed = [(d["queue"], k) for d in depths for k in d["keys"]]
+        if keyed:
+            keys = Table(title="Keys", title_justify="left")
+            for column in ("queue", "key", "queued", "active", "spent", "waiting on"):
+                keys.add_column(column)
+            for queue, key in keyed:
+                keys.add_row(
+                    esc(queue),
+                    esc(key["key"]),
+                    str(key["queued"]),
+                    str(key["active"]),
+                    esc(format_spent(key["spent"])),
+                    esc(key["waiting"] or ""),
+                )
+            console.print(keys)
         for brake in paused:
             console.print(
                 f"[yellow]paused[/yellow] {esc(brake['kind'])} {esc(brake['name'])} "

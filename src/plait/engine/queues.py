@@ -9,7 +9,8 @@ from plait import queues
 from plait.engine.base import EngineBase
 from plait.runtime import runs
 from plait.store.rows import QueueLimits
-from plait.worker.admission import limits_of
+from plait.worker.admission import limits_of, merge_limits
+from plait.worker.budgets import Holds, budget_holds
 
 
 class QueuesMixin(EngineBase):
@@ -61,9 +62,27 @@ class QueuesMixin(EngineBase):
         or this app's declaration when none are stored) and where they came from
         (``source``: ``"declared"`` when this app declares those limits, ``"stored"``
         when they were stored by another app's engine or an older declaration, with
-        ``stored_by`` naming that app). ``queue`` None counts runs only delayed."""
+        ``stored_by`` naming that app), the spend in the window of a queue's budget
+        (``spent``, per unit) and ``waiting`` (``"budget"`` when the budget holds its
+        runs); and per key with live runs or spend in the window (``keys``): runs waiting
+        and active, spend, and why its runs wait. ``queue`` None counts runs only
+        delayed."""
         depths = {d.queue: d for d in await self.store.queue_depths()}
-        stored = {s.limits.name: s for s in await self.store.list_queue_limits()}
+        stored_rows = await self.store.list_queue_limits()
+        stored = {s.limits.name: s for s in stored_rows}
+        holds = await budget_holds(
+            self.store, merge_limits(stored_rows, self.app), self.clock.now()
+        )
+        keys: dict[str, list[dict[str, Any]]] = {}
+        seen: set[tuple[str, str]] = set()
+        for kd in await self.store.queue_key_depths():
+            seen.add((kd.queue, kd.key))
+            keys.setdefault(kd.queue, []).append(
+                key_item(kd.key, kd.queued, kd.active, kd.queue, holds)
+            )
+        for q, k in holds.spent:
+            if k is not None and (q, k) not in seen:  # spent in the window, no live run now
+                keys.setdefault(q, []).append(key_item(k, 0, 0, q, holds))
         names = sorted({*(q for q in depths if q is not None), *self.app.queues, *stored})
         items: list[dict[str, Any]] = []
         for qname in [*names, *([None] if None in depths else [])]:
@@ -86,9 +105,29 @@ class QueuesMixin(EngineBase):
                     "limits": limits,
                     "source": source,
                     "stored_by": None if kept is None else kept.app,
+                    "spent": holds.spent.get((qname, None), {}) if qname is not None else {},
+                    "waiting": "budget"
+                    if qname is not None and (qname, None) in holds.held
+                    else None,
+                    "keys": sorted(keys.get(qname, []), key=lambda k: k["key"])
+                    if qname is not None
+                    else [],
                 }
             )
         return items
+
+
+def key_item(key: str, queued: int, active: int, queue: str, holds: Holds) -> dict[str, Any]:
+    """One key of a queue as ``queue_depths`` shows it: its runs waiting and holding a
+    slot, what it spent in its budgets' windows, and why its runs wait (``budget``: it,
+    or its queue, spent a budget)."""
+    return {
+        "key": key,
+        "queued": queued,
+        "active": active,
+        "spent": holds.spent.get((queue, key), {}),
+        "waiting": "budget" if holds.holds(queue, key) else None,
+    }
 
 
 def limits_dict(limits: QueueLimits) -> dict[str, Any]:

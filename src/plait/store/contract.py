@@ -25,6 +25,7 @@ from plait.store.rows import (
     ClaimScope,
     DecisionRow,
     GateRow,
+    KeyDepth,
     Lease,
     LeaseRenewal,
     NewRun,
@@ -81,6 +82,10 @@ class LimitsStore(Protocol):
 
     async def prune_spend(self, queue: str, before: float) -> None:
         """Forget the spend of ``queue`` recorded at or before ``before``."""
+        ...
+
+    async def queue_key_depths(self) -> list[KeyDepth]:
+        """Per queue and key with live runs: how many wait, how many hold a slot."""
         ...
 
 

@@ -235,6 +235,16 @@ class Spend:
 
 
 @dataclasses.dataclass(frozen=True)
+class KeyDepth:
+    """How many runs of one key of a queue wait and how many hold a slot."""
+
+    queue: str
+    key: str
+    queued: int
+    active: int
+
+
+@dataclasses.dataclass(frozen=True)
 class SpendTotal:
     """Spend of one unit in a queue (and a key, for budgets per key) since a time, and
     when its oldest entry then was (the window frees from there)."""

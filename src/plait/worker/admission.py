@@ -94,6 +94,8 @@ class Admission(WorkerState):
         costs no more writes than a run started without a queue."""
         while not self.stopping:
             self.wake_admissions.clear()
+            # what the last look left behind holds only until this look has ended
+            self.admission_blocked_at = None
             wait = self.poll_interval
             admitted: list[str] = []
             since = time.monotonic()

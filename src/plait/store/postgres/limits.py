@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from plait.store.convert import limits_params, stored_limits
 from plait.store.postgres.part import Part
-from plait.store.rows import QueueLimits, Spend, SpendTotal, StoredQueueLimits
+from plait.store.rows import KeyDepth, QueueLimits, Spend, SpendTotal, StoredQueueLimits
 
 
 class Limits(Part):
@@ -57,3 +57,7 @@ class Limits(Part):
 
     async def prune_spend(self, queue: str, before: float) -> None:
         await self._call("execute", self._q["prune_spend"], queue, before)
+
+    async def queue_key_depths(self) -> list[KeyDepth]:
+        rows = await self._call("fetch", self._q["queue_key_depths"], read=True)
+        return [KeyDepth(r[0], r[1], int(r[2]), int(r[3])) for r in rows]

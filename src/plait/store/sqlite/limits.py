@@ -9,7 +9,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from plait.store.convert import limits_params, stored_limits
-from plait.store.rows import QueueLimits, Spend, SpendTotal, StoredQueueLimits
+from plait.store.rows import KeyDepth, QueueLimits, Spend, SpendTotal, StoredQueueLimits
 from plait.store.sqlite.part import Part
 from plait.store.sqlite.writer import SQL
 
@@ -70,3 +70,10 @@ class Limits(Part):
 
     async def prune_spend(self, queue: str, before: float) -> None:
         await self._write(lambda conn: conn.execute(SQL["prune_spend"], (queue, before)))
+
+    async def queue_key_depths(self) -> list[KeyDepth]:
+        def go(conn: sqlite3.Connection) -> list[KeyDepth]:
+            rows = conn.execute(SQL["queue_key_depths"]).fetchall()
+            return [KeyDepth(q, k, int(n or 0), int(a or 0)) for q, k, n, a in rows]
+
+        return await self._read(go)

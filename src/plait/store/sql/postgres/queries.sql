@@ -831,3 +831,12 @@ ORDER BY 1, 2, 3
 
 -- name: prune_spend
 DELETE FROM @schema@.spend WHERE queue = $1 AND at <= $2
+
+-- name: queue_key_depths
+-- Per queue and key: live runs waiting (queued) and holding a slot.
+SELECT queue, queue_key, count(*) FILTER (WHERE status = 'queued'),
+    count(*) FILTER (WHERE status IN ('running', 'suspended', 'paused'))
+FROM @schema@.runs
+WHERE queue IS NOT NULL AND queue_key IS NOT NULL
+    AND status IN ('queued', 'running', 'suspended', 'paused')
+GROUP BY queue, queue_key ORDER BY queue, queue_key

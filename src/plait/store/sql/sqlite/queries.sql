@@ -1187,3 +1187,11 @@ ORDER BY 1, 2, 3
 
 -- name: prune_spend
 DELETE FROM plait_spend WHERE queue = ? AND at <= ?
+
+-- name: queue_key_depths
+-- Per queue and key: live runs waiting (queued) and holding a slot.
+SELECT queue, queue_key, sum(status = 'queued'), sum(status IN ('running', 'suspended', 'paused'))
+FROM plait_runs
+WHERE queue IS NOT NULL AND queue_key IS NOT NULL
+    AND status IN ('queued', 'running', 'suspended', 'paused')
+GROUP BY queue, queue_key ORDER BY queue, queue_key
