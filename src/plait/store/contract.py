@@ -89,7 +89,21 @@ class LimitsStore(Protocol):
         ...
 
 
-class Store(LimitsStore, Protocol):
+class CallerTransactionStore(Protocol):
+    """Runs written in a transaction the caller holds (``Store`` has this too)."""
+
+    async def create_run_in(self, connection: object, new: NewRun) -> tuple[str, str, bool]:
+        """``create_run`` on ``connection``, the caller's own connection to this store's
+        database (``sqlite3`` on SQLite, asyncpg on PostgreSQL), inside its open
+        transaction: nothing is committed here; the caller's commit makes the run (and
+        wakes the workers), its rollback leaves none. Returns the run's id (the live
+        run's that holds ``new.dedup``), its workflow, and whether it was made here.
+        ``TypeError`` for a connection of another kind, ``ValueError`` for one to another
+        database or with no open transaction."""
+        ...
+
+
+class Store(LimitsStore, CallerTransactionStore, Protocol):
     """What every store offers. The contract suite (``tests/store/``) is what this
     protocol means in practice: a store that passes it is a store."""
 

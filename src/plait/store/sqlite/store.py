@@ -23,6 +23,7 @@ from plait.store import redact
 from plait.store.migrations import migrations
 from plait.store.sqlite.actions import Actions
 from plait.store.sqlite.brakes import Brakes
+from plait.store.sqlite.caller import CallerTransactions
 from plait.store.sqlite.commit import Commits
 from plait.store.sqlite.jobs import Jobs
 from plait.store.sqlite.leases import Leases
@@ -56,6 +57,7 @@ class SQLiteStore(
     Versions,
     Brakes,
     Limits,
+    CallerTransactions,
 ):
     """A store in one SQLite file (or in memory, for tests)."""
 

@@ -840,3 +840,19 @@ FROM @schema@.runs
 WHERE queue IS NOT NULL AND queue_key IS NOT NULL
     AND status IN ('queued', 'running', 'suspended', 'paused')
 GROUP BY queue, queue_key ORDER BY queue, queue_key
+
+-- == runs started in the caller's transaction ==============================================
+
+-- name: where_am_i
+-- Which database a connection is on: its name, the server's start time (one per server)
+-- and this schema's oid there (NULL: no such schema); a caller's connection must be on
+-- the store's.
+SELECT current_database(), pg_postmaster_start_time()::text,
+    to_regnamespace('@schema@')::oid::bigint
+
+-- name: create_run_json
+-- create_run on a caller's connection: the run as JSON, the time as unix seconds (the
+-- connection has none of the store's codecs); only the id and workflow come back.
+SELECT c.created, (c.run).id, (c.run).workflow
+FROM @schema@.create_run(json_populate_record(NULL::@schema@.new_run, $1::json),
+    to_timestamp($2::float8)) AS c
