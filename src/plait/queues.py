@@ -15,7 +15,7 @@ import math
 import re
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from plait.durations import parse_duration
 from plait.ids import NAME_FORBIDDEN, check_name, shown
@@ -172,9 +172,10 @@ def parse_budget(value: object, queue: str) -> tuple[Budget, ...]:
             f"invalid budget of queue {queue!r}: {value!r} (a dict of unit to amount per"
             " window, like {'tokens': '2000000/h'})"
         )
+    given = cast(dict[object, object], value)
     budgets: list[Budget] = []
-    for unit, limit in sorted(value.items(), key=lambda item: str(item[0])):
-        unit = check_unit(unit, f"budget unit of queue {queue!r}")
+    for name, limit in sorted(given.items(), key=lambda item: str(item[0])):
+        unit = check_unit(name, f"budget unit of queue {queue!r}")
         rate = parse_rate(limit, what=f"budget {unit!r} of queue {queue!r}")
         budgets.append(Budget(unit, rate.count, rate.window))
     return tuple(budgets)

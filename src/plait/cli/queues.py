@@ -29,7 +29,8 @@ def format_limits(limits: dict[str, Any] | None) -> str:
         for name in ("concurrency", "per_key", "rate")
         if limits.get(name) is not None
     ]
-    for unit, amount in (limits.get("budget") or {}).items():
+    budget: dict[str, str] = limits.get("budget") or {}
+    for unit, amount in budget.items():
         parts.append(f"budget {unit} {amount}")
     if limits.get("budget_per_key"):
         parts.append("budget per key")

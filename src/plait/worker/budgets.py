@@ -29,7 +29,9 @@ class Holds:
     #: when (the clock's time) the first hold may lift: its oldest report leaves the window
     free_at: float | None = None
     #: per (queue, key) (key None: the queue's budget), per unit, the spend in the window
-    spent: dict[Held, dict[str, float]] = dataclasses.field(default_factory=dict)
+    spent: dict[Held, dict[str, float]] = dataclasses.field(
+        default_factory=dict[Held, dict[str, float]]
+    )
 
     def holds(self, queue: str | None, key: str | None) -> bool:
         """Whether a run of ``queue`` with ``key`` waits for a budget."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 
@@ -28,7 +28,8 @@ class CallerTransactions(Part):
                 "connection must be an asyncpg connection to this engine's PostgreSQL"
                 f" database, got {type(connection).__module__}.{type(connection).__name__}"
             )
-        if not connection.is_in_transaction():
+        conn = cast(Any, connection)  # asyncpg's results are not typed
+        if not conn.is_in_transaction():
             raise ValueError(
                 "connection has no open transaction: start(connection=...) writes the run in"
                 " the caller's transaction (async with connection.transaction(): ...)"
@@ -36,8 +37,8 @@ class CallerTransactions(Part):
         query = self._q["where_am_i"]
         if self._home is None:
             self._home = tuple(await self._call("fetchrow", query, read=True))
-        found = await connection.fetchrow(query)
-        theirs = tuple(found) if found is not None else ()
+        found: Any = await conn.fetchrow(query)
+        theirs: tuple[Any, ...] = tuple(found) if found is not None else (None, None, None)
         if theirs != self._home:
             schema = "" if theirs[2] is not None else f", which has no schema {self.schema!r}"
             raise ValueError(
@@ -45,7 +46,7 @@ class CallerTransactions(Part):
                 f" {theirs[1]}{schema}: not to this engine's database {self._home[0]!r}"
                 f" (server started {self._home[1]})"
             )
-        row = await connection.fetchrow(self._q["create_run_json"], new_run_json(new), self._now())
+        row: Any = await conn.fetchrow(self._q["create_run_json"], new_run_json(new), self._now())
         assert row is not None  # create_run returns a row, made or found
         return str(row[1]), str(row[2]), bool(row[0])
 
