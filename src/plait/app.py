@@ -349,12 +349,15 @@ class App:
         rate: str | None = None,
         fair: bool = False,
         weights: dict[str, int] | None = None,
+        budget: dict[str, str] | None = None,
+        budget_per_key: bool = False,
     ) -> Queue:
-        """Declare a queue's limits (see ``plait.queues.Queue``). Every process that
-        admits work from the queue should declare the same limits: they travel with each
-        claim, the database does not store them. ``fair=True`` admits the keys with runs
-        waiting in turn, so one key's backlog does not hold back the others; ``weights``
-        (only with ``fair``) gives a key more admissions per turn."""
+        """Declare a queue's limits (see ``plait.queues.Queue``). They are stored in the
+        database when an engine of this app opens (replacing what was stored for the
+        queue), and every process enforces the stored limits, whether its app declares
+        the queue or not. ``fair=True`` admits the keys with runs waiting in turn, so one
+        key's backlog does not hold back the others; ``weights`` (only with ``fair``) gives
+        a key more admissions per turn."""
         queue = make_queue(
             name,
             concurrency=concurrency,
@@ -362,6 +365,8 @@ class App:
             rate=rate,
             fair=fair,
             weights=weights,
+            budget=budget,
+            budget_per_key=budget_per_key,
         )
         self.queues[queue.name] = queue
         return queue

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from plait import ids, serde
+from plait.queues import check_spend
 
 #: the most characters of a stream's name (as of every name plait stores)
 MAX_STREAM_NAME = ids.MAX_NAME
@@ -65,6 +66,8 @@ class StepContext:
     _streams: StreamSink | None = dataclasses.field(default=None, repr=False)
     #: whether this attempt wrote to a stream (its end waits for those writes)
     _streamed: bool = dataclasses.field(default=False, repr=False)
+    #: what this attempt reported spent (``spend``), per unit: recorded as it ends
+    _spent: dict[str, float] = dataclasses.field(default_factory=dict, repr=False)  # pyright: ignore[reportUnknownVariableType]
 
     def branch(self, key: str) -> None:
         """Choose the branch of a graph node's ``next`` map to follow."""
@@ -82,6 +85,14 @@ class StepContext:
 
     def get_state(self) -> dict[str, Any]:
         return dict(self._state)
+
+    def spend(self, **amounts: float) -> None:
+        """Report what this attempt spent, in any units (``ctx.spend(tokens=1234,
+        usd=0.02)``; numbers >= 0; reports add up). Recorded with the attempt as it ends,
+        against its queue's budgets (``app.queue(..., budget=...)``): a queue, or a key,
+        that spent its budget in the window admits nothing new until the window frees."""
+        for unit, amount in check_spend(amounts).items():
+            self._spent[unit] = self._spent.get(unit, 0.0) + amount
 
     def stream(self, name: str) -> StepStream:
         """The run's stream ``name``, to write to from this step: each entry is published

@@ -11,6 +11,7 @@ module only describes queues and checks what users write; the stores do the coun
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from datetime import datetime
@@ -55,6 +56,9 @@ def check_key_in_queue(key: str, queue: str) -> str:
 
 
 _CONTROL = re.compile(f"[{NAME_FORBIDDEN}]")
+#: a unit of spend (``ctx.spend(tokens=...)``, ``budget={"tokens": ...}``): a Python
+#: identifier, since ``ctx.spend`` takes the units as keyword arguments
+_UNIT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +80,18 @@ def _no_weights() -> dict[str, int]:
 
 
 @dataclasses.dataclass(frozen=True)
+class Budget:
+    """At most ``amount`` of ``unit`` spent (``ctx.spend``) in any ``window`` seconds."""
+
+    unit: str
+    amount: int
+    window: float
+
+    def __str__(self) -> str:
+        return str(Rate(self.amount, self.window))
+
+
+@dataclasses.dataclass(frozen=True)
 class Queue:
     """A named queue and its limits; a limit left None does not apply.
 
@@ -87,6 +103,9 @@ class Queue:
       with many runs waiting does not hold back one with few; ``weights`` gives a key
       that many admissions per turn (a key not named has weight 1, runs without a key
       share one turn as if they had one key).
+    * ``budget``: per unit, the most the steps of the queue may report spent
+      (``ctx.spend``) in a sliding window; a queue that reached one admits nothing new
+      until the window lets it. With ``budget_per_key`` each run ``key`` has its own.
     """
 
     name: str
@@ -95,6 +114,8 @@ class Queue:
     rate: Rate | None = None
     fair: bool = False
     weights: dict[str, int] = dataclasses.field(default_factory=lambda: _no_weights(), hash=False)
+    budget: tuple[Budget, ...] = ()
+    budget_per_key: bool = False
 
     @property
     def limited(self) -> bool:
@@ -103,6 +124,7 @@ class Queue:
             or self.per_key is not None
             or self.rate is not None
             or self.fair
+            or bool(self.budget)
         )
 
     def key_costs(self) -> tuple[tuple[str, int], ...]:
@@ -118,6 +140,8 @@ class Queue:
             "rate": None if self.rate is None else str(self.rate),
             "fair": self.fair,
             "weights": dict(self.weights) if self.weights else None,
+            "budget": {b.unit: str(b) for b in self.budget} or None,
+            "budget_per_key": self.budget_per_key,
         }
 
     def describe(self) -> str:
@@ -199,6 +223,35 @@ def check_weights(weights: object, fair: bool, queue: str) -> dict[str, int]:
     return checked
 
 
+def check_unit(value: object, what: str = "unit") -> str:
+    """A unit of spend: an identifier of at most 64 characters (``tokens``, ``usd``)."""
+    if not isinstance(value, str) or _UNIT.match(value) is None:
+        raise ValueError(
+            f"invalid {what} {shown(value) if isinstance(value, str) else repr(value)}: a unit"
+            " is a name of letters, digits and _ (not starting with a digit), at most 64"
+        )
+    return value
+
+
+def parse_budget(value: object, queue: str) -> tuple[Budget, ...]:
+    """``{"tokens": "2000000/h", "usd": "50/d"}``: per unit, an amount per window,
+    written as a rate is."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or not value:
+        raise ValueError(
+            f"invalid budget of queue {queue!r}: {value!r} (a dict of unit to amount per"
+            " window, like {'tokens': '2000000/h'})"
+        )
+    given = cast(dict[object, object], value)
+    budgets: list[Budget] = []
+    for name, limit in sorted(given.items(), key=lambda item: str(item[0])):
+        unit = check_unit(name, f"budget unit of queue {queue!r}")
+        rate = parse_rate(limit, what=f"budget {unit!r} of queue {queue!r}")
+        budgets.append(Budget(unit, rate.count, rate.window))
+    return tuple(budgets)
+
+
 def make_queue(
     name: object,
     *,
@@ -207,6 +260,8 @@ def make_queue(
     rate: object = None,
     fair: object = False,
     weights: object = None,
+    budget: object = None,
+    budget_per_key: object = False,
 ) -> Queue:
     """A ``Queue`` from what a user wrote, or an error naming the bad field."""
     qname = check_queue_name(name)
@@ -214,6 +269,11 @@ def make_queue(
         raise TypeError(
             f"fair of queue {qname!r} must be True or False, got {type(fair).__name__} {fair!r}"
         )
+    if not isinstance(budget_per_key, bool):
+        raise ValueError(f"invalid budget_per_key of queue {qname!r}: {budget_per_key!r} (a bool)")
+    budgets = parse_budget(budget, qname)
+    if budget_per_key and not budgets:
+        raise ValueError(f"budget_per_key of queue {qname!r} needs a budget")
     return Queue(
         qname,
         _positive(concurrency, f"concurrency of queue {qname!r}"),
@@ -221,7 +281,25 @@ def make_queue(
         None if rate is None else parse_rate(rate, what=f"rate of queue {qname!r}"),
         fair,
         check_weights(weights, fair, qname),
+        budgets,
+        budget_per_key,
     )
+
+
+def check_spend(amounts: Mapping[str, object]) -> dict[str, float]:
+    """What ``ctx.spend`` was given: units (see ``check_unit``) with finite numbers >= 0."""
+    checked: dict[str, float] = {}
+    for unit, amount in amounts.items():
+        check_unit(unit, "spend unit")
+        if (
+            isinstance(amount, bool)
+            or not isinstance(amount, int | float)
+            or not math.isfinite(amount)
+            or amount < 0
+        ):
+            raise ValueError(f"invalid spend of {unit!r}: {amount!r} (a finite number >= 0)")
+        checked[unit] = float(amount)
+    return checked
 
 
 def check_priority(value: object) -> int:
@@ -334,6 +412,7 @@ __all__ = [
     "MAX_WEIGHT",
     "PRIORITY_RANGE",
     "TURN",
+    "Budget",
     "Debounce",
     "Queue",
     "Rate",
@@ -342,9 +421,12 @@ __all__ = [
     "check_key_in_queue",
     "check_priority",
     "check_queue_name",
+    "check_spend",
     "check_text",
+    "check_unit",
     "check_weights",
     "make_queue",
+    "parse_budget",
     "parse_rate",
     "start_time",
 ]

@@ -209,8 +209,9 @@ class WorkerInfo(_Record):
 
 
 #: why a run that has not ended is not moving (``Engine.waiting_on``): its workflow or
-#: its queue is paused, or no live worker works its workflow (or its queue)
-WaitingKind = Literal["paused_workflow", "paused_queue", "no_worker"]
+#: its queue is paused, no live worker works its workflow (or its queue), or its queue
+#: (or its key in the queue) spent its budget in the window
+WaitingKind = Literal["paused_workflow", "paused_queue", "no_worker", "budget"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,7 +219,8 @@ class WaitingOn(_Record):
     """What a run waits on that no step of its own explains (``Engine.waiting_on``)."""
 
     kind: WaitingKind
-    #: the paused workflow's or queue's name, or the workflow no live worker works
+    #: the paused workflow's or queue's name, the workflow no live worker works, or the
+    #: queue whose budget holds the run
     name: str
     #: said in words, as ``plait runs show`` prints it
     message: str

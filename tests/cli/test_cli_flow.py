@@ -166,3 +166,19 @@ def test_the_flow_control_example_runs(tmp_path: Path, monkeypatch: pytest.Monke
 
     asyncio.run(flow_control.main())
     assert (tmp_path / "flow-control.db").exists()
+
+
+def test_queues_shows_the_stored_limits_and_where_they_came_from(db: str) -> None:
+    """``plait queues`` loads no app: the limits it shows are those an engine of the app
+    stored when it opened."""
+    code, out = run("start", APP, "import_user", "--input", '{"user": 1}', "--database", db)
+    assert code == 0, out
+    code, out = run("queues", "--json", "--database", db)
+    depths = {q["queue"]: q for q in json.loads(out)["queues"]}
+    assert depths["imports"]["limits"]["concurrency"] == 4
+    assert depths["imports"]["limits"]["rate"] == "100/m"
+    assert (depths["emails"]["source"], depths["emails"]["stored_by"]) == ("stored", "flow-control")
+    code, out = run("queues", "--database", db)
+    assert code == 0, out
+    assert "concurrency 4, per_key 1, rate 100/m" in out
+    assert "stored by app flow-control" in out

@@ -332,3 +332,30 @@ async def test_catchup_after_a_stop_starts_ticks_in_the_window_only(
     assert len(caught) >= 2  # ...and those inside it started, oldest first
     skipped = [t for t in range(int(ticks[0]), int(first_look)) if float(t) not in ticks]
     assert skipped, "a 6-second stop with a 3-second window must skip some ticks"
+
+
+async def test_workers_whose_app_does_not_declare_the_queue_enforce_the_stored_limit(
+    cluster: Cluster, database: str
+) -> None:
+    # queue_app declares "single" with concurrency=1 and stores it as its engine opens;
+    # the three workers run an app that names the queue but declares no limits
+    async with plait.Engine(queue_app.app, database, workers=False) as engine:
+        workers = [
+            WorkerProcess(
+                database,
+                cluster.ledger,
+                cluster.tmp_path / f"undeclared-{n}.log",
+                worker_id=f"uw{n}",
+                lease=LEASE,
+                drain=2.0,
+                app="support.undeclared_app:app",
+            )
+            for n in range(3)
+        ]
+        cluster.workers += workers
+        await cluster.ready(workers)
+        ids = [await engine.start("in_single", {"n": n}) for n in range(30)]
+        runs = await wait_all(engine, ids)
+    assert all(r.status == "completed" for r in runs)
+    assert len({line["run_id"] for line in cluster.lines("start")}) == 30
+    assert most_at_once(cluster.lines()) == 1

@@ -1,5 +1,6 @@
 """``plait queues``: how many runs wait in each queue and how many hold its slots, the
-limits an app declares for them, and per key of one queue."""
+limits every process enforces for it (stored in the database) with where they came from,
+and per key of one queue."""
 
 from __future__ import annotations
 
@@ -19,21 +20,40 @@ from plait.cli.app import (
     run_async,
 )
 from plait.cli.terminal import esc
-from plait.queues import make_queue
 
 
-def _limits(limits: dict[str, Any] | None) -> str:
-    """A queue's declared limits in one line (``Queue.describe``)."""
+def format_limits(limits: dict[str, Any] | None) -> str:
+    """A queue's limits on one line: ``concurrency 2, rate 10/s, budget tokens 1000/h``."""
     if not limits:
-        return ""
-    return make_queue(
-        limits["name"],
-        concurrency=limits["concurrency"],
-        per_key=limits["per_key"],
-        rate=limits["rate"],
-        fair=limits["fair"],
-        weights=limits["weights"],
-    ).describe()
+        return "-"
+    parts = [
+        f"{name} {limits[name]}"
+        for name in ("concurrency", "per_key", "rate")
+        if limits.get(name) is not None
+    ]
+    budget: dict[str, str] = limits.get("budget") or {}
+    for unit, amount in budget.items():
+        parts.append(f"budget {unit} {amount}")
+    if limits.get("budget_per_key"):
+        parts.append("budget per key")
+    if limits.get("fair"):
+        weights: dict[str, int] = limits.get("weights") or {}
+        shown = ", ".join(f"{key}={weight}" for key, weight in sorted(weights.items()))
+        parts.append(f"fair (weights {shown})" if shown else "fair")
+    return ", ".join(parts) or "none"
+
+
+def format_spent(spent: dict[str, float]) -> str:
+    """Spend in the budgets' windows: ``tokens 1200, usd 0.5``."""
+    return ", ".join(f"{unit} {amount:g}" for unit, amount in sorted(spent.items()))
+
+
+def format_source(depth: dict[str, Any]) -> str:
+    """Where a queue's limits came from: this app's declaration, or the database (stored
+    by an engine of which app)."""
+    if depth.get("source") == "stored":
+        return f"stored by app {depth['stored_by']}"
+    return depth.get("source") or ""
 
 
 @cli.command()
@@ -52,7 +72,8 @@ def queues(
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
-    """Runs waiting in each queue and runs holding its slots, and what is paused."""
+    """Runs waiting in each queue and runs holding its slots, the limits every process
+    enforces (stored in the database) and where they came from, and what is paused."""
 
     async def go() -> None:
         app = None if app_ref is None else load_app(app_ref)
@@ -68,14 +89,35 @@ def queues(
             emit_json({"queues": depths, "paused": paused})
             return
         table = Table(title="Queues", title_justify="left")
-        for column in ("queue", "queued", "active", "limits"):
+        for column in ("queue", "queued", "active", "limits", "from", "spent", "waiting on"):
             table.add_column(column)
         for depth in depths:
             name = depth["queue"] if depth["queue"] is not None else "(delayed, no queue)"
             table.add_row(
-                esc(name), str(depth["queued"]), str(depth["active"]), esc(_limits(depth["limits"]))
+                esc(name),
+                str(depth["queued"]),
+                str(depth["active"]),
+                esc(format_limits(depth["limits"])),
+                esc(format_source(depth)),
+                esc(format_spent(depth["spent"])),
+                esc(depth["waiting"] or ""),
             )
         console.print(table)
+        keyed = [(d["queue"], k) for d in depths for k in d["keys"]]
+        if keyed:
+            key_table = Table(title="Keys", title_justify="left")
+            for column in ("queue", "key", "queued", "active", "spent", "waiting on"):
+                key_table.add_column(column)
+            for queue, key in keyed:
+                key_table.add_row(
+                    esc(queue),
+                    esc(key["key"]),
+                    str(key["queued"]),
+                    str(key["active"]),
+                    esc(format_spent(key["spent"])),
+                    esc(key["waiting"] or ""),
+                )
+            console.print(key_table)
         for brake in paused:
             console.print(
                 f"[yellow]paused[/yellow] {esc(brake['kind'])} {esc(brake['name'])} "

@@ -142,6 +142,7 @@ _WAITING_SHORT = {
     "paused_workflow": "paused workflow",
     "paused_queue": "paused queue",
     "no_worker": "no live worker",
+    "budget": "budget spent",
 }
 
 

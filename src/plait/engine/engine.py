@@ -236,6 +236,7 @@ class Engine(
             self.telemetry.metrics.watch_active(lambda: len(worker.driving))
         self.notifier.on_work(self._worker.wake)
         await self._store_app_schedules()
+        await self._store_app_queues()
         await self.store.attach_notifier(self.notifier)
         await self._worker.announce()
         self._worker.start_loops(passes=self.workers, steps=self.workers)
@@ -277,6 +278,7 @@ class Engine(
         debounce: float | str | timedelta | None = None,
         debounce_key: str | None = None,
         debounce_max: float | str | timedelta | None = None,
+        connection: object = None,
     ) -> str:
         """Create a durable run and return its id. ``run_id`` is an idempotency key: the
         same id again returns the existing run without a second one.
@@ -293,10 +295,14 @@ class Engine(
 
         ``timeout`` (default: the workflow's own ``timeout``) is the run's deadline,
         counted from its start (a delayed run: from its start time): once it passes, the
-        run fails ``RUN_TIMEOUT`` wherever it is, queued, running, waiting or suspended."""
-        run_id, _fresh = await self._start(
-            name,
-            data,
+        run fails ``RUN_TIMEOUT`` wherever it is, queued, running, waiting or suspended.
+
+        ``connection``: write the run in the caller's open transaction on it (an asyncpg
+        connection to this engine's PostgreSQL database, or a ``sqlite3`` connection to
+        its SQLite file), so the run exists exactly when the application's own writes of
+        that transaction do: rolled back, there is no run; committed, workers see it (on
+        PostgreSQL they are woken by the commit). Not with ``inline=True``."""
+        options = StartOptions(
             run_id=run_id,
             inline=inline,
             owner=owner,
@@ -307,13 +313,15 @@ class Engine(
             dedup=dedup,
             delay=delay,
             start_at=start_at,
-            deadline=timeout,
             tags=tags,
             dedup_policy=dedup_policy,
             debounce=debounce,
             debounce_key=debounce_key,
             debounce_max=debounce_max,
         )
+        if connection is not None:
+            return await self._start_in(connection, name, data, deadline=timeout, **options)
+        run_id, _fresh = await self._start(name, data, deadline=timeout, **options)
         return run_id
 
     async def _start(

@@ -21,6 +21,8 @@ from plait.queues import DEFAULT_QUEUE, check_queue_name
 from plait.records import Run, RunSummary, WaitingOn, WorkerInfo
 from plait.runtime import runs
 from plait.store.rows import Brake, WorkerRow
+from plait.worker.admission import merge_limits
+from plait.worker.budgets import NO_HOLDS, Holds, budget_holds
 from plait.worker.registry import live_after
 
 #: what a brake holds: a workflow or a queue
@@ -127,12 +129,25 @@ class OperationsMixin(EngineBase):
             return {}
         brakes = await self.store.list_brakes()
         workers = [w for w in await self.list_workers(recent=0.0) if w.live]
+        holds = NO_HOLDS
+        if any(r.status == "queued" and r.queue is not None for r in live):
+            holds = await self.budget_holds()
         found: dict[str, WaitingOn] = {}
         for run in live:
             why = waiting(run.workflow, run.kind, run.queue, brakes, workers)
+            budget = run.status == "queued" and holds.holds(run.queue, run.key)
+            if budget and (why is None or why.kind == "no_worker"):
+                # a brake says more than a budget; a budget more than a missing worker
+                why = held_by_budget(run.queue or "", run.key, holds)
             if why is not None:
                 found[run.id] = why
         return found
+
+    async def budget_holds(self) -> Holds:
+        """What the spend budgets hold now: the stored limits (and this app's), read
+        with the spend of their windows."""
+        limits = merge_limits(await self.store.list_queue_limits(), self.app)
+        return await budget_holds(self.store, limits, self.clock.now())
 
 
 def worker_scope(
@@ -190,6 +205,15 @@ def waiting(
     where = "" if queue is None else f" in queue {queue!r}"
     return WaitingOn(
         "no_worker", workflow, f"no live worker registers workflow {workflow!r}{where}"
+    )
+
+
+def held_by_budget(queue: str, key: str | None, holds: Holds) -> WaitingOn:
+    """A run of ``queue`` (with ``key``) that a spend budget holds, said in words."""
+    if (queue, None) in holds.held:
+        return WaitingOn("budget", queue, f"queue {queue!r} spent its budget in the window")
+    return WaitingOn(
+        "budget", queue, f"key {key!r} spent its budget of queue {queue!r} in the window"
     )
 
 

@@ -8,6 +8,9 @@ from typing import Any
 from plait import queues
 from plait.engine.base import EngineBase
 from plait.runtime import runs
+from plait.store.rows import QueueLimits
+from plait.worker.admission import limits_of, merge_limits
+from plait.worker.budgets import Holds, budget_holds
 
 
 class QueuesMixin(EngineBase):
@@ -66,21 +69,70 @@ class QueuesMixin(EngineBase):
             "debounce_until": until,
         }
 
+    async def _store_app_queues(self) -> None:
+        """Store the limits of the queues this app declares, replacing what was stored
+        for them: every process on the database enforces the stored limits, whether its
+        own app declares the queue or not."""
+        declared = [limits_of(q) for q in self.app.queues.values()]
+        if declared:
+            await self.store.put_queue_limits(declared, self.app.name)
+
     async def queue_depths(self) -> list[dict[str, Any]]:
-        """Per queue: runs waiting (``queued``), runs holding a slot (``active``) and the
-        limits this app declares for it. ``queue`` None counts runs only delayed."""
+        """Per queue: runs waiting (``queued``), runs holding a slot (``active``), the
+        limits every process enforces for it (``limits``: those stored in the database,
+        or this app's declaration when none are stored) and where they came from
+        (``source``: ``"declared"`` when this app declares those limits, ``"stored"``
+        when they were stored by another app's engine or an older declaration, with
+        ``stored_by`` naming that app), the spend in the window of a queue's budget
+        (``spent``, per unit) and ``waiting`` (``"budget"`` when the budget holds its
+        runs); and per key with live runs or spend in the window (``keys``): runs waiting
+        and active, spend, and why its runs wait. ``queue`` None counts runs only
+        delayed."""
         depths = {d.queue: d for d in await self.store.queue_depths()}
-        names = sorted({*(q for q in depths if q is not None), *self.app.queues})
+        stored_rows = await self.store.list_queue_limits()
+        stored = {s.limits.name: s for s in stored_rows}
+        holds = await budget_holds(
+            self.store, merge_limits(stored_rows, self.app), self.clock.now()
+        )
+        keys: dict[str, list[dict[str, Any]]] = {}
+        seen: set[tuple[str, str]] = set()
+        for kd in await self.store.queue_key_depths():
+            seen.add((kd.queue, kd.key))
+            keys.setdefault(kd.queue, []).append(
+                key_item(kd.key, kd.queued, kd.active, kd.queue, holds)
+            )
+        for q, k in holds.spent:
+            if k is not None and (q, k) not in seen:  # spent in the window, no live run now
+                keys.setdefault(q, []).append(key_item(k, 0, 0, q, holds))
+        names = sorted({*(q for q in depths if q is not None), *self.app.queues, *stored})
         items: list[dict[str, Any]] = []
         for qname in [*names, *([None] if None in depths else [])]:
             depth = depths.get(qname)
             declared = self.app.queues.get(qname) if qname is not None else None
+            kept = stored.get(qname) if qname is not None else None
+            limits: dict[str, Any] | None = None
+            source: str | None = None
+            if kept is not None:
+                limits = limits_dict(kept.limits)
+                mine = declared is not None and limits_of(declared) == kept.limits
+                source = "declared" if mine else "stored"
+            elif declared is not None:
+                limits, source = declared.to_dict(), "declared"
             items.append(
                 {
                     "queue": qname,
                     "queued": depth.queued if depth else 0,
                     "active": depth.active if depth else 0,
-                    "limits": declared.to_dict() if declared else None,
+                    "limits": limits,
+                    "source": source,
+                    "stored_by": None if kept is None else kept.app,
+                    "spent": holds.spent.get((qname, None), {}) if qname is not None else {},
+                    "waiting": "budget"
+                    if qname is not None and (qname, None) in holds.held
+                    else None,
+                    "keys": sorted(keys.get(qname, []), key=lambda k: k["key"])
+                    if qname is not None
+                    else [],
                 }
             )
         return items
@@ -101,3 +153,37 @@ class QueuesMixin(EngineBase):
             }
             for row in await self.store.queue_keys(qname)
         ]
+
+
+def key_item(key: str, queued: int, active: int, queue: str, holds: Holds) -> dict[str, Any]:
+    """One key of a queue as ``queue_depths`` shows it: its runs waiting and holding a
+    slot, what it spent in its budgets' windows, and why its runs wait (``budget``: it,
+    or its queue, spent a budget)."""
+    return {
+        "key": key,
+        "queued": queued,
+        "active": active,
+        "spent": holds.spent.get((queue, key), {}),
+        "waiting": "budget" if holds.holds(queue, key) else None,
+    }
+
+
+def limits_dict(limits: QueueLimits) -> dict[str, Any]:
+    """Stored limits as ``Queue.to_dict`` shows declared ones."""
+    return {
+        "name": limits.name,
+        "concurrency": limits.concurrency,
+        "per_key": limits.per_key,
+        "rate": None
+        if limits.rate is None or limits.window is None
+        else str(queues.Rate(limits.rate, limits.window)),
+        "budget": {
+            unit: str(queues.Rate(int(amount), window)) for unit, amount, window in limits.budget
+        }
+        or None,
+        "budget_per_key": limits.budget_per_key,
+        "fair": limits.turn is not None,
+        "weights": {key: limits.turn // cost for key, cost in limits.key_costs}
+        if limits.turn is not None and limits.key_costs
+        else None,
+    }

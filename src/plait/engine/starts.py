@@ -141,6 +141,31 @@ class StartsMixin(EngineBase):
             await self._cancelled(moved)
         return run, created
 
+    async def _start_in(
+        self, connection: object, name: Any, data: Any, *, inline: bool = False, **options: Any
+    ) -> str:
+        """``start(connection=...)``: the run written in the caller's open transaction on
+        ``connection`` (``Store.create_run_in``), to be committed or rolled back with it.
+        Workers are not told here: the caller's commit is what makes the run, and on
+        PostgreSQL it carries the NOTIFY that wakes them."""
+        if inline:
+            raise ValueError(
+                "inline=True cannot start a run in the caller's transaction: no process"
+                " may drive it before the transaction commits"
+            )
+        if options.get("debounce") is not None or options.get("dedup_policy") == "replace":
+            raise ValueError(
+                "connection= does not combine with debounce or dedup_policy='replace': they"
+                " change runs other than the one this transaction writes"
+            )
+        new = await self._new_run(name, data, **options)
+        rid, workflow, created = await self.store.create_run_in(connection, new)
+        if not created and rid == new.id and workflow != new.workflow:
+            raise RunIdTakenError(rid, workflow, new.workflow)
+        if created and new.deadline_at is not None:
+            self.worker.deadline_set(new.deadline_at)
+        return rid
+
     def _started(
         self, new: NewRun, run: Run, created: bool, *, since: float, publish: bool = True
     ) -> tuple[str, bool]:

@@ -28,7 +28,7 @@ step's removal, and the error is named in the reason.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from plait import serde
@@ -43,7 +43,7 @@ from plait.runtime.replay import CodeReplay
 from plait.serde import Limits
 from plait.statuses import STEP_IN_FLIGHT, RunStatusName
 from plait.store.ops import Batch, EndRun
-from plait.store.rows import PassSnapshot, StepRow
+from plait.store.rows import PassSnapshot, Spend, StepRow
 
 #: the lease owner a dry pass names in the ops it never writes
 DRY_OWNER = "plait-check"
@@ -94,6 +94,9 @@ class DryHost:
 
     async def read_state(self, run_id: str) -> dict[str, Any]:
         raise AssertionError(f"a dry pass of run {run_id!r} ran a graph node")
+
+    async def record_spend(self, spend: Sequence[Spend]) -> None:
+        raise AssertionError("a dry pass ran a step body that reported spend")
 
     async def lineage_queues(self, run_id: str) -> frozenset[str]:
         raise AssertionError(f"a dry pass under run {run_id!r} started a child run")

@@ -24,6 +24,7 @@ from plait.runtime.attempt import NOT_DECODED, Outcome, finished_on_stop, result
 from plait.runtime.control_flow import ParkSignal, PassAborted, StepCancelled, SuspendSignal
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger
+from plait.runtime.spending import record_spend
 from plait.store.ops import CreateChildRun
 from plait.store.rows import NewRun, StepRow
 
@@ -194,6 +195,7 @@ class Driver:
             if self.hook is not None:
                 outcome = self.hook.finish(step, ctx, outcome)
             report.outcome = outcome
+            await record_spend(self.host, ctx, None)
             ledger.add(steps.end_attempt(step, outcome, ledger.now()))
             return outcome.value
 

@@ -9,7 +9,7 @@ Worker, so a pass can be driven by a test with a stand-in host and no database.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol
 
 from plait.catalog import Catalog
@@ -19,6 +19,7 @@ from plait.observe import Telemetry
 from plait.records import Run
 from plait.serde import Limits
 from plait.store.ops import Batch
+from plait.store.rows import Spend
 
 
 class Host(Protocol):
@@ -106,6 +107,11 @@ class Host(Protocol):
     async def read_state(self, run_id: str) -> dict[str, Any]:
         """The run-state variables of ``run_id`` (graph nodes read them in attempts
         of job steps)."""
+        ...
+
+    async def record_spend(self, spend: Sequence[Spend]) -> None:
+        """Record what a step attempt reported spent (``ctx.spend``), before its end is
+        committed: the next admission counts it."""
         ...
 
     async def lineage_queues(self, run_id: str) -> frozenset[str]:

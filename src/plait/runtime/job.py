@@ -21,6 +21,7 @@ from plait.observe import NO_REPORT
 from plait.runtime import steps
 from plait.runtime.attempt import finished_on_stop, run_attempt
 from plait.runtime.host import Host
+from plait.runtime.spending import record_spend
 from plait.store.ops import Batch, Op
 from plait.store.rows import StepRow
 
@@ -83,5 +84,6 @@ async def run_job(
         if hook is not None:
             outcome = hook.finish(step, ctx, outcome)
         report.outcome = outcome
+        await record_spend(host, ctx, fdef.queue)
         written = hook.ops if hook is not None else []
         return await finish([*written, *steps.end_attempt(step, outcome, host.clock.now())])

@@ -25,6 +25,7 @@ from plait.store.rows import (
     ClaimScope,
     DecisionRow,
     GateRow,
+    KeyDepth,
     Lease,
     LeaseRenewal,
     NewRun,
@@ -37,7 +38,10 @@ from plait.store.rows import (
     RequestRow,
     RunFilter,
     ScheduleRow,
+    Spend,
+    SpendTotal,
     StepJob,
+    StoredQueueLimits,
     StreamWrite,
     Version,
     WorkerRow,
@@ -53,7 +57,54 @@ class LeaseKeeper(Protocol):
     def close(self) -> None: ...
 
 
-class Store(Protocol):
+class LimitsStore(Protocol):
+    """Queue limits kept in the database for every process, and the spend that budgets
+    count (``Store`` has these too)."""
+
+    async def put_queue_limits(self, queues: Sequence[QueueLimits], app: str) -> None:
+        """Store each queue's limits (not its ``functions``) as ``app`` declares them,
+        replacing what was stored for that queue."""
+        ...
+
+    async def list_queue_limits(self) -> list[StoredQueueLimits]:
+        """Every stored queue's limits, by name."""
+        ...
+
+    async def record_spend(self, spend: Sequence[Spend]) -> None:
+        """Record what step attempts reported spent, at the clock's time."""
+        ...
+
+    async def spend_totals(
+        self, budgets: Sequence[tuple[str, str, float, bool]]
+    ) -> list[SpendTotal]:
+        """For each (queue, unit, since, per key): the spend recorded after ``since``,
+        summed per key when ``per key`` (else over the queue: key None)."""
+        ...
+
+    async def prune_spend(self, queue: str, before: float) -> None:
+        """Forget the spend of ``queue`` recorded at or before ``before``."""
+        ...
+
+    async def queue_key_depths(self) -> list[KeyDepth]:
+        """Per queue and key with live runs: how many wait, how many hold a slot."""
+        ...
+
+
+class CallerTransactionStore(Protocol):
+    """Runs written in a transaction the caller holds (``Store`` has this too)."""
+
+    async def create_run_in(self, connection: object, new: NewRun) -> tuple[str, str, bool]:
+        """``create_run`` on ``connection``, the caller's own connection to this store's
+        database (``sqlite3`` on SQLite, asyncpg on PostgreSQL), inside its open
+        transaction: nothing is committed here; the caller's commit makes the run (and
+        wakes the workers), its rollback leaves none. Returns the run's id (the live
+        run's that holds ``new.dedup``), its workflow, and whether it was made here.
+        ``TypeError`` for a connection of another kind, ``ValueError`` for one to another
+        database or with no open transaction."""
+        ...
+
+
+class Store(LimitsStore, CallerTransactionStore, Protocol):
     """What every store offers. The contract suite (``tests/store/``) is what this
     protocol means in practice: a store that passes it is a store."""
 
@@ -333,11 +384,13 @@ class Store(Protocol):
         queues: Sequence[QueueLimits],
         status: RunStatusName,
         scope: ClaimScope = ANY_SCOPE,
+        held: Sequence[tuple[str, str | None]] = (),
     ) -> list[str]:
         """Admit up to ``limit`` due ``queued`` runs of ``scope``, highest priority
         first, within the limits of ``queues`` (a queue not given has none), and lease them
         to ``owner``, in one conditional write: they are ``status`` (an admitted run's) and
-        this worker's to drive. A run of a paused workflow or queue waits."""
+        this worker's to drive. A run of a paused workflow or queue waits, and so does a
+        run of a queue in ``held`` ((queue, None)) or of its key there ((queue, key))."""
         ...
 
     async def next_queued(self) -> float | None:
@@ -345,10 +398,16 @@ class Store(Protocol):
         ...
 
     async def claim_queue_jobs(
-        self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
+        self,
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+        queues: Sequence[QueueLimits],
+        held: Sequence[tuple[str, str | None]] = (),
     ) -> list[StepJob]:
         """``claim_step_jobs`` for the functions of limited ``queues``: a job holds a slot
-        of its function's queue while its lease runs."""
+        of its function's queue while its lease runs. A job of a queue in ``held`` (or of
+        a run whose key is held there) waits, as for ``admit_runs``."""
         ...
 
     async def queue_depths(self) -> list[QueueDepth]: ...

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,7 +18,14 @@ from plait.records import (
     StepStatus,
     StreamEntry,
 )
-from plait.store.rows import RunRow, ScheduleRow, StepRow, Version
+from plait.store.rows import (
+    QueueLimits,
+    RunRow,
+    ScheduleRow,
+    StepRow,
+    StoredQueueLimits,
+    Version,
+)
 
 
 def ts(value: Any) -> datetime:
@@ -218,3 +226,40 @@ def stream_entry(row: Any) -> StreamEntry:
     """A stored stream entry: ("offset", kind, value, step_key, attempt, at)."""
     offset, kind, value, step_key, attempt, at = row
     return StreamEntry(int(offset), kind, _json(value), attempt, ts(at), step_key)
+
+
+def limits_params(q: QueueLimits, app: str, now: float) -> tuple[object, ...]:
+    """A queue's limits as ``put_queue_limits`` binds them."""
+    budget = json.dumps([list(b) for b in q.budget])
+    return (
+        q.name,
+        q.concurrency,
+        q.per_key,
+        q.rate,
+        q.window,
+        budget,
+        q.budget_per_key,
+        None if q.turn is None else json.dumps([q.turn, [list(c) for c in q.key_costs]]),
+        app,
+        now,
+    )
+
+
+def stored_limits(row: Sequence[object]) -> StoredQueueLimits:
+    """A row of ``list_queue_limits`` (either store) as ``StoredQueueLimits``."""
+    name, concurrency, per_key, rate, window, budget, per_key_budget, fair, app, updated = row
+    budgets = tuple((str(u), float(a), float(w)) for u, a, w in json.loads(str(budget)))
+    turn, key_costs = (None, []) if fair is None else json.loads(str(fair))
+    limits = QueueLimits(
+        str(name),
+        None if concurrency is None else int(str(concurrency)),
+        None if per_key is None else int(str(per_key)),
+        None if rate is None else int(str(rate)),
+        None if window is None else float(str(window)),
+        (),
+        turn=None if turn is None else int(turn),
+        key_costs=tuple((str(k), int(c)) for k, c in key_costs),
+        budget=budgets,
+        budget_per_key=bool(per_key_budget),
+    )
+    return StoredQueueLimits(limits, str(app), float(str(updated)))

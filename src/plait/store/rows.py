@@ -219,6 +219,54 @@ class QueueLimits:
     #: comes first; the database keeps what each key has spent.
     turn: int | None = None
     key_costs: tuple[tuple[str, int], ...] = ()
+    #: spend budgets: (unit, amount, window in seconds)
+    budget: tuple[tuple[str, float, float], ...] = ()
+    budget_per_key: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredQueueLimits:
+    """A queue's limits as stored (``functions`` empty: which functions a queue admits is
+    each process's app's), the app whose engine stored them and when."""
+
+    limits: QueueLimits
+    app: str
+    updated_at: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Spend:
+    """What one step attempt reported spent (``ctx.spend``), counted against ``queue``
+    (None: its run's queue) and its run's key, for the queue's budgets."""
+
+    queue: str | None
+    unit: str
+    amount: float
+    run_id: str
+    step_key: str
+    attempt: int
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyDepth:
+    """How many runs of one key of a queue wait and how many hold a slot."""
+
+    queue: str
+    key: str
+    queued: int
+    active: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SpendTotal:
+    """Spend of one unit in a queue (and a key, for budgets per key) since a time, and
+    when its oldest entry then was (the window frees from there)."""
+
+    queue: str
+    key: str | None
+    unit: str
+    amount: float
+    oldest: float
 
 
 @dataclasses.dataclass(frozen=True)

@@ -215,6 +215,9 @@ class TestEngine(Engine):
         ]
         if pending.next_start is not None and pending.next_start > now:
             times.append(pending.next_start)
+        lifts = self.worker.budget_free_at
+        if lifts is not None and lifts > now and pending.next_start is not None:
+            times.append(lifts)  # queued runs wait for a spend budget's window to free
         return min(times) if times else None
 
 

@@ -7,46 +7,89 @@ leases it to that worker in the same write, and the worker drives it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
+from collections.abc import Sequence
 
-from plait.queues import TURN
+from plait.app import App
+from plait.queues import TURN, Queue
 from plait.runtime import runs
-from plait.store.rows import QueueLimits
+from plait.store.rows import QueueLimits, StoredQueueLimits
+from plait.worker.budgets import budget_holds
 from plait.worker.state import WorkerState
 
 log = logging.getLogger("plait.worker")
 #: the least time between two looks of the admission loop for queued runs to admit
 ADMIT_GAP = 0.05
+#: the most seconds the stored queue limits this worker applies may be old: a changed
+#: declaration reaches every worker within about this long
+LIMITS_FRESH = 1.0
+
+
+def limits_of(queue: Queue, functions: Sequence[str] = ()) -> QueueLimits:
+    """A declared queue's limits, flat, as the store stores and applies them."""
+    return QueueLimits(
+        queue.name,
+        queue.concurrency,
+        queue.per_key,
+        None if queue.rate is None else queue.rate.count,
+        None if queue.rate is None else queue.rate.window,
+        tuple(functions),
+        turn=TURN if queue.fair else None,
+        key_costs=queue.key_costs(),
+        budget=tuple((b.unit, float(b.amount), b.window) for b in queue.budget),
+        budget_per_key=queue.budget_per_key,
+    )
+
+
+def is_limited(limits: QueueLimits) -> bool:
+    return (
+        limits.concurrency is not None
+        or limits.per_key is not None
+        or limits.rate is not None
+        or limits.turn is not None
+        or bool(limits.budget)
+    )
+
+
+def merge_limits(stored: Sequence[StoredQueueLimits], app: App) -> list[QueueLimits]:
+    """The limits of every queue that has any, with the queued functions of ``app`` each
+    admits: the limits stored in the database, whether ``app`` declares the queue or not,
+    and the app's own for a queue none are stored for."""
+    found = {q.limits.name: q.limits for q in stored}
+    for queue in app.queues.values():
+        found.setdefault(queue.name, limits_of(queue))
+    limits: list[QueueLimits] = []
+    for name in sorted(found):
+        if not is_limited(found[name]):
+            continue
+        functions = tuple(
+            sorted(n for n, f in app.functions.items() if f.queued and f.queue == name)
+        )
+        limits.append(dataclasses.replace(found[name], functions=functions))
+    return limits
 
 
 class Admission(WorkerState):
     """The queues' limits as the store applies them, and the loop that admits runs."""
 
     def queue_limits(self) -> list[QueueLimits]:
-        """The limits of the app's queues that have any, with the queued functions each
-        admits; read each time, like the functions."""
-        app = self.catalog.app
-        limits: list[QueueLimits] = []
-        for queue in sorted(app.queues.values(), key=lambda q: q.name):
-            if not queue.limited:
-                continue
-            functions = tuple(
-                sorted(n for n, f in app.functions.items() if f.queued and f.queue == queue.name)
-            )
-            limits.append(
-                QueueLimits(
-                    queue.name,
-                    queue.concurrency,
-                    queue.per_key,
-                    None if queue.rate is None else queue.rate.count,
-                    None if queue.rate is None else queue.rate.window,
-                    functions,
-                    TURN if queue.fair else None,
-                    queue.key_costs(),
-                )
-            )
-        return limits
+        """The limits of every queue that has any, with the queued functions of this app
+        each admits (``merge_limits``, with the stored limits as last read)."""
+        return merge_limits(self.stored_limits, self.catalog.app)
+
+    async def refresh_limits(self, *, force: bool = False) -> None:
+        """Read the stored queue limits again when the copy is older than
+        ``LIMITS_FRESH`` (or ``force``)."""
+        if not force and time.monotonic() < self.limits_read_at + LIMITS_FRESH:
+            return
+        try:
+            self.stored_limits = await self.store.list_queue_limits()
+        except Exception:
+            log.exception("reading the stored queue limits failed")
+            return
+        self.limits_read_at = time.monotonic()
 
     async def _admit_loop(self) -> None:
         """Admit queued runs whose start time has come, as the queues' limits allow. The
@@ -54,27 +97,38 @@ class Admission(WorkerState):
         costs no more writes than a run started without a queue."""
         while not self.stopping:
             self.wake_admissions.clear()
+            # what the last look left behind holds only until this look has ended
+            self.admission_blocked_at = None
             wait = self.poll_interval
             admitted: list[str] = []
             since = time.monotonic()
             free = max(0, self.concurrency - len(self.driving))
             blocked = None
             try:
+                await self.refresh_limits()
                 due = await self.store.next_queued()
                 now = self.clock.now()
                 if due is not None and due <= now and free:
                     since = time.monotonic()
+                    limits = self.queue_limits()
+                    holds = await budget_holds(self.store, limits, now)
+                    self.budget_free_at = holds.free_at
                     admitted = await self.store.admit_runs(
                         self.owner,
                         self.lease,
                         free,
-                        self.queue_limits(),
+                        limits,
                         runs.ADMITTED,
                         self.claim_scope(),
+                        holds.held,
                     )
                     if len(admitted) < free:
-                        # what is still due waits for a slot or the rate window
+                        # what is still due waits for a slot, the rate window or a budget
                         blocked = now
+                    if holds.free_at is not None:
+                        # a budget's window frees by itself: look again then, not only
+                        # when new work comes
+                        wait = max(0.001, min(wait, holds.free_at - now + 0.001))
                 elif due is not None:
                     wait = max(0.001, min(wait, due - now + 0.001))
             except Exception:

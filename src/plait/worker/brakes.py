@@ -64,8 +64,10 @@ class Brakes(WorkerState):
             await self.park_braked()
 
     async def announce(self) -> None:
-        """As the worker starts: read the brakes, and record itself (``Registry``)."""
+        """As the worker starts: read the brakes and the stored queue limits, and record
+        itself (``Registry``)."""
         await self.refresh_brakes()
+        await self.refresh_limits(force=True)
         await self.beat(force=True)
 
     async def park_braked(self) -> None:

@@ -18,6 +18,7 @@ from plait.runtime import steps
 from plait.runtime.job import run_job
 from plait.store.ops import Op
 from plait.store.rows import QueueLimits, StepJob, StepRow
+from plait.worker.budgets import budget_holds
 from plait.worker.state import WorkerState
 
 log = logging.getLogger("plait.worker")
@@ -49,6 +50,7 @@ class Jobs(WorkerState):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake_steps.wait(), self.poll_interval)
                 continue
+            await self.refresh_limits()
             limited = [q for q in self.queue_limits() if q.functions]
             if self.only_queues is not None:
                 limited = [q for q in limited if q.name in self.only_queues]
@@ -67,8 +69,9 @@ class Jobs(WorkerState):
                         )
                     if try_limited and len(jobs) < free:
                         wanted = free - len(jobs)
+                        holds = await budget_holds(self.store, limited, self.clock.now())
                         got = await self.store.claim_queue_jobs(
-                            self.owner, self.lease, wanted, limited
+                            self.owner, self.lease, wanted, limited, holds.held
                         )
                         if len(got) < wanted:
                             full_until = time.monotonic() + self.poll_interval

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Awaitable, Collection
+from collections.abc import Awaitable, Collection, Sequence
 from typing import Any, Protocol
 
 from plait import serde
@@ -25,7 +25,7 @@ from plait.records import Run
 from plait.runtime.streams import StreamWriter
 from plait.store.contract import Store
 from plait.store.ops import Batch
-from plait.store.rows import ClaimScope, QueueLimits
+from plait.store.rows import ClaimScope, QueueLimits, Spend, StoredQueueLimits
 from plait.worker.stall_guard import StallGuard
 
 
@@ -81,6 +81,12 @@ class WorkerState(abc.ABC):
     only_queues: tuple[str, ...] | None
     #: the paused workflows and queues, (kind, name), as last read
     brakes: frozenset[tuple[str, str]]
+    #: when (the clock's time) the first spend budget that holds queued runs may lift,
+    #: as the admission loop last found (None: none holds any)
+    budget_free_at: float | None
+    #: the queue limits stored in the database as last read, and when (monotonic)
+    stored_limits: list[StoredQueueLimits]
+    limits_read_at: float
     #: when it started (the clock's time) and when its next heartbeat is due (monotonic)
     started_at: float
     next_beat: float
@@ -111,6 +117,9 @@ class WorkerState(abc.ABC):
 
     @abc.abstractmethod
     async def read_run(self, run_id: str) -> Run | None: ...
+
+    @abc.abstractmethod
+    async def record_spend(self, spend: Sequence[Spend]) -> None: ...
 
     @abc.abstractmethod
     async def read_state(self, run_id: str) -> dict[str, Any]: ...
@@ -151,6 +160,9 @@ class WorkerState(abc.ABC):
     # -- admission (admission.py)
     @abc.abstractmethod
     def queue_limits(self) -> list[QueueLimits]: ...
+
+    @abc.abstractmethod
+    async def refresh_limits(self, *, force: bool = False) -> None: ...
 
     # -- scope and brakes (brakes.py)
     @abc.abstractmethod

@@ -19,7 +19,7 @@ import os
 import signal
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from plait import serde
@@ -32,6 +32,7 @@ from plait.records import SETTLED, Run, RunStatus
 from plait.runtime.streams import StreamWriter
 from plait.store.contract import Store
 from plait.store.ops import Batch
+from plait.store.rows import Spend
 from plait.worker.admission import Admission
 from plait.worker.brakes import Brakes
 from plait.worker.deadlines import Deadlines
@@ -146,6 +147,9 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention, Brake
         self.only_workflows = only_workflows
         self.only_queues = only_queues
         self.brakes = frozenset()
+        self.stored_limits = []
+        self.budget_free_at = None
+        self.limits_read_at = float("-inf")
         self.started_at = clock.now()
         self.next_beat = 0.0
         #: keeps the leases while a step blocks the event loop
@@ -187,6 +191,9 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention, Brake
 
     async def read_run(self, run_id: str) -> Run | None:
         return await self.store.get_run(run_id)
+
+    async def record_spend(self, spend: Sequence[Spend]) -> None:
+        await self.store.record_spend(spend)
 
     async def read_state(self, run_id: str) -> dict[str, Any]:
         snapshot = await self.store.load_pass(run_id)

@@ -24,6 +24,7 @@ class Queues(Part):
         queues: Sequence[QueueLimits],
         status: RunStatusName,
         scope: ClaimScope = ANY_SCOPE,
+        held: Sequence[tuple[str, str | None]] = (),
     ) -> list[str]:
         now = self._now()
         rows = await self._call(
@@ -37,6 +38,8 @@ class Queues(Part):
             status,
             *scope_args(scope),
             *fair_arrays(queues),
+            [h[0] for h in held],
+            [h[1] for h in held],
         )
         return [r[0] for r in rows]
 
@@ -45,7 +48,12 @@ class Queues(Part):
         return float(due) if due is not None else None
 
     async def claim_queue_jobs(
-        self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
+        self,
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+        queues: Sequence[QueueLimits],
+        held: Sequence[tuple[str, str | None]] = (),
     ) -> list[StepJob]:
         names, concurrency, _per_key, rate, window = queue_arrays(queues)
         functions = [fn for q in queues for fn in q.functions]
@@ -64,6 +72,8 @@ class Queues(Part):
             window,
             functions,
             function_queues,
+            [h[0] for h in held],
+            [h[1] for h in held],
         )
         return [step_job(r) for r in rows]
 

@@ -37,10 +37,12 @@ from plait.records import Run
 from plait.store import queries
 from plait.store.migrations import functions, migrations
 from plait.store.postgres.brakes import Brakes
+from plait.store.postgres.caller import CallerTransactions
 from plait.store.postgres.commit import Commits, first_attempts_statement, op_value
 from plait.store.postgres.group import GroupCommit, Together
 from plait.store.postgres.jobs import Jobs
 from plait.store.postgres.leases import Leases
+from plait.store.postgres.limits import Limits
 from plait.store.postgres.listen import Listener
 from plait.store.postgres.part import RunLock
 from plait.store.postgres.pool import (
@@ -82,7 +84,18 @@ _WARM_STATEMENTS = (
 
 
 class PostgresStore(
-    Commits, Runs, Leases, Jobs, Queues, Schedules, Requests, Streams, Versions, Brakes
+    Commits,
+    Runs,
+    Leases,
+    Jobs,
+    Queues,
+    Schedules,
+    Requests,
+    Streams,
+    Versions,
+    Brakes,
+    Limits,
+    CallerTransactions,
 ):
     """A store in one PostgreSQL schema, shared by any number of processes.
 

@@ -27,8 +27,10 @@ class Queues(Part):
         queues: Sequence[QueueLimits],
         status: RunStatusName,
         scope: ClaimScope = ANY_SCOPE,
+        held: Sequence[tuple[str, str | None]] = (),
     ) -> list[str]:
         conf = json.dumps([_queue_conf(q) for q in queues])
+        held_json = json.dumps([list(h) for h in held])
         rated = {q.name: q.window for q in queues if q.rate is not None}
         fair = sorted(q.name for q in queues if q.turn is not None)
 
@@ -41,6 +43,7 @@ class Queues(Part):
                 "owner": owner,
                 "until": now + lease_seconds,
                 "status": status,
+                "held": held_json,
                 **scope_params(scope),
             }
             for queue in fair:
@@ -60,9 +63,15 @@ class Queues(Part):
         return await self._read_here(go)
 
     async def claim_queue_jobs(
-        self, owner: str, lease_seconds: float, limit: int, queues: Sequence[QueueLimits]
+        self,
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+        queues: Sequence[QueueLimits],
+        held: Sequence[tuple[str, str | None]] = (),
     ) -> list[StepJob]:
         conf = json.dumps([{**_queue_conf(q), "functions": list(q.functions)} for q in queues])
+        held_json = json.dumps([list(h) for h in held])
         queue_of = {fn: q.name for q in queues for fn in q.functions}
         rated = {q.name: q.window for q in queues if q.rate is not None}
 
@@ -74,6 +83,7 @@ class Queues(Part):
                 "limit": limit,
                 "owner": owner,
                 "until": now + lease_seconds,
+                "held": held_json,
             }
             rows = conn.execute(SQL["claim_queue_jobs"], params).fetchall()
             _log_admissions(conn, [queue_of[r[2]] for r in rows], rated, now)

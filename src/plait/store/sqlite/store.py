@@ -23,9 +23,11 @@ from plait.store import redact
 from plait.store.migrations import migrations
 from plait.store.sqlite.actions import Actions
 from plait.store.sqlite.brakes import Brakes
+from plait.store.sqlite.caller import CallerTransactions
 from plait.store.sqlite.commit import Commits
 from plait.store.sqlite.jobs import Jobs
 from plait.store.sqlite.leases import Leases
+from plait.store.sqlite.limits import Limits
 from plait.store.sqlite.queues import Queues
 from plait.store.sqlite.requests import Requests
 from plait.store.sqlite.runs import Runs
@@ -54,6 +56,8 @@ class SQLiteStore(
     Streams,
     Versions,
     Brakes,
+    Limits,
+    CallerTransactions,
 ):
     """A store in one SQLite file (or in memory, for tests)."""
 

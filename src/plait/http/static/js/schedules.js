@@ -4,7 +4,7 @@
 import { ROOT, api } from "./api.js";
 import { h, $, badge, notice } from "./dom.js";
 import { enc, when } from "./format.js";
-import { queueRow } from "./queues.js";
+import { keyRows, queueRow } from "./queues.js";
 
 function whenText(s) {
   const base = s.cron ? s.cron : "every " + s.every + " s";
@@ -49,8 +49,8 @@ async function load() {
       : [h("tr", { class: "empty" }, h("td", { colspan: "7", text: "No schedules." }))]));
     const qbody = $("queues-body");
     qbody.replaceChildren(...(queues.queues.length
-      ? queues.queues.map(queueRow)
-      : [h("tr", { class: "empty" }, h("td", { colspan: "4", text: "No queued work." }))]));
+      ? queues.queues.flatMap((q) => [queueRow(q), ...keyRows(q)])
+      : [h("tr", { class: "empty" }, h("td", { colspan: "6", text: "No queued work." }))]));
   } catch (err) {
     if (err.status !== 401) notice(err.message, "error");
   }

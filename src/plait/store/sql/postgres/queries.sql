@@ -557,7 +557,8 @@ FROM @schema@.send_event($1, $2, $3, $4, $5) AS stored
 -- name: admit_runs
 SELECT id FROM @schema@.admit_runs($1, $2, $3, $4, $5::text[], $6::integer[],
     $7::integer[], $8::integer[], $9::float8[], $10, $11::text[], $12::boolean, $13::text[],
-    $14::text, $15::bigint[], $16::text[], $17::text[], $18::bigint[]) AS id
+    $14::text, $15::bigint[], $16::text[], $17::text[], $18::bigint[], $19::text[],
+    $20::text[]) AS id
 
 -- name: next_queued
 SELECT min(wake_at) FROM @schema@.runs WHERE status = 'queued'
@@ -566,7 +567,7 @@ SELECT min(wake_at) FROM @schema@.runs WHERE status = 'queued'
 -- Each claimed job comes with its step's row and its run's workflow and trace.
 WITH claimed AS (
     SELECT * FROM @schema@.claim_queue_jobs($1, $2, $3, $4, $5::text[], $6::integer[],
-        $7::integer[], $8::float8[], $9::text[], $10::text[])
+        $7::integer[], $8::float8[], $9::text[], $10::text[], $11::text[], $12::text[])
 )
 SELECT c.run_id, c.step_key, c.function, c.deliveries, s, r.workflow, r.trace
 FROM claimed c LEFT JOIN @schema@.steps s ON s.run_id = c.run_id AND s.key = c.step_key
@@ -807,3 +808,74 @@ ORDER BY e."offset" LIMIT $4
 
 -- name: stream_names
 SELECT DISTINCT stream FROM @schema@.stream_entries WHERE run_id = $1 ORDER BY stream
+
+-- == stored queue limits and spend ==========================================================
+
+-- name: put_queue_limits
+-- A queue's limits as an app declares them, replacing what was stored for the queue.
+INSERT INTO @schema@.queue_limits (name, concurrency, per_key, rate, rate_window, budget,
+    budget_per_key, fair, app, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency,
+    per_key = excluded.per_key, rate = excluded.rate, rate_window = excluded.rate_window,
+    budget = excluded.budget, budget_per_key = excluded.budget_per_key, fair = excluded.fair,
+    app = excluded.app,
+    updated_at = excluded.updated_at
+
+-- name: list_queue_limits
+SELECT name, concurrency, per_key, rate, rate_window, budget, budget_per_key, fair, app,
+    updated_at
+FROM @schema@.queue_limits ORDER BY name
+
+-- name: insert_spend
+-- Spend of run $5[i]'s step attempt, counted against queue $1[i] (NULL: the run's queue)
+-- with the run's key; spend of a step in no queue is not kept.
+INSERT INTO @schema@.spend (queue, queue_key, unit, amount, at, run_id, step_key, attempt)
+SELECT coalesce(s.queue, r.queue), r.queue_key, s.unit, s.amount, s.at, s.run_id,
+    s.step_key, s.attempt
+FROM unnest($1::text[], $2::text[], $3::float8[], $4::timestamptz[], $5::text[], $6::text[],
+    $7::integer[]) AS s(queue, unit, amount, at, run_id, step_key, attempt)
+JOIN @schema@.runs r ON r.id = s.run_id
+WHERE coalesce(s.queue, r.queue) IS NOT NULL
+
+-- name: spend_totals
+-- The spend of each (queue $1[i], unit $2[i]) since $3[i], per key where $4[i], with the
+-- oldest entry counted.
+WITH conf AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::boolean[])
+        AS c(queue, unit, since, per_key)
+)
+SELECT s.queue, CASE WHEN c.per_key THEN s.queue_key END AS key, s.unit, sum(s.amount),
+    min(s.at)
+FROM @schema@.spend s JOIN conf c ON c.queue = s.queue AND c.unit = s.unit
+WHERE s.at > c.since
+GROUP BY s.queue, CASE WHEN c.per_key THEN s.queue_key END, s.unit
+ORDER BY 1, 2, 3
+
+-- name: prune_spend
+DELETE FROM @schema@.spend WHERE queue = $1 AND at <= $2
+
+-- name: queue_key_depths
+-- Per queue and key: live runs waiting (queued) and holding a slot.
+SELECT queue, queue_key, count(*) FILTER (WHERE status = 'queued'),
+    count(*) FILTER (WHERE status IN ('running', 'suspended', 'paused'))
+FROM @schema@.runs
+WHERE queue IS NOT NULL AND queue_key IS NOT NULL
+    AND status IN ('queued', 'running', 'suspended', 'paused')
+GROUP BY queue, queue_key ORDER BY queue, queue_key
+
+-- == runs started in the caller's transaction ==============================================
+
+-- name: where_am_i
+-- Which database a connection is on: its name, the server's start time (one per server)
+-- and this schema's oid there (NULL: no such schema); a caller's connection must be on
+-- the store's.
+SELECT current_database(), pg_postmaster_start_time()::text,
+    to_regnamespace('@schema@')::oid::bigint
+
+-- name: create_run_json
+-- create_run on a caller's connection: the run as JSON, the time as unix seconds (the
+-- connection has none of the store's codecs); only the id and workflow come back.
+SELECT c.created, (c.run).id, (c.run).workflow
+FROM @schema@.create_run(json_populate_record(NULL::@schema@.new_run, $1::json),
+    to_timestamp($2::float8)) AS c

@@ -380,6 +380,32 @@ CREATE TABLE @schema@.workers (
     seen_at    timestamptz NOT NULL
 );
 
+-- a queue's limits as the engine of an app that declares it stored them when it opened
+CREATE TABLE @schema@.queue_limits (
+    name           text PRIMARY KEY,
+    concurrency    integer,
+    per_key        integer,
+    rate           integer,
+    rate_window    float8,
+    budget         text NOT NULL,      -- JSON array of [unit, amount, window in seconds]
+    budget_per_key boolean NOT NULL,
+    fair           text,               -- JSON [turn, [[key, cost], ...]]; NULL: not fair
+    app            text NOT NULL,
+    updated_at     timestamptz NOT NULL
+);
+
+-- what a step attempt reported spent (ctx.spend), counted against a queue (and a key)
+CREATE TABLE @schema@.spend (
+    queue     text NOT NULL,
+    queue_key text,
+    unit      text NOT NULL,
+    amount    float8 NOT NULL,
+    at        timestamptz NOT NULL,
+    run_id    text NOT NULL,
+    step_key  text NOT NULL,
+    attempt   integer NOT NULL
+);
+
 -- == indexes =================================================================================
 
 -- No index holds a run's lease nor a step's status: taking or giving back a lease, and a
@@ -416,6 +442,7 @@ CREATE INDEX run_tags_pair ON @schema@.run_tags (key, value, run_id);
 -- the key stores nothing (the insert's conflict), whichever process sends it
 CREATE UNIQUE INDEX events_dedup ON @schema@.events (run_id, dedup) WHERE dedup IS NOT NULL;
 CREATE INDEX queue_admissions_at ON @schema@.queue_admissions (queue, at);
+CREATE INDEX spend_at ON @schema@.spend (queue, at);
 CREATE INDEX schedules_due ON @schema@.schedules (next_tick) WHERE status = 'active';
 -- the entries of one step attempt (a reset finds the streams it wrote to)
 CREATE INDEX stream_entries_attempt ON @schema@.stream_entries (run_id, step_key, attempt)

@@ -762,7 +762,9 @@ SELECT min(wake_at) FROM plait_runs WHERE status = 'queued'
 -- waiting run's turn is its key's finish + its rank within its key times the key's cost
 -- (plait_queue_turns), the smallest first; the queue's runs keep the places in the order
 -- across queues that its runs in start order would have had. advance_turns,
--- advance_clocks and forget_turns then record the turns taken.
+-- advance_clocks and forget_turns then record the turns taken. A run of a queue held in
+-- :held (a JSON array of [queue, key]: key null for the whole queue; a spend budget
+-- reached) waits.
 WITH conf AS (
     SELECT json_extract(value, '$.name') AS name,
         json_extract(value, '$.concurrency') AS concurrency,
@@ -803,6 +805,10 @@ WITH conf AS (
     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                     WHERE (b.kind = 'workflow' AND b.name = r.workflow)
                         OR (b.kind = 'queue' AND b.name = r.queue))
+    AND NOT EXISTS (SELECT 1 FROM json_each(:held) h
+                    WHERE json_extract(h.value, '$[0]') = r.queue
+                        AND (json_extract(h.value, '$[1]') IS NULL
+                             OR json_extract(h.value, '$[1]') = r.queue_key))
 ), turned AS (
     -- a fair queue's run with :limit runs of its key before it cannot be admitted now:
     -- each of those comes before it
@@ -904,7 +910,7 @@ DELETE FROM plait_queue_admissions WHERE queue = ? AND at <= ?
 -- name: claim_queue_jobs
 -- claim_step_jobs for functions admitted through limited queues: :queues is a JSON array
 -- of objects (name, concurrency, rate, window, functions); a job holds its queue's slot
--- while its lease runs.
+-- while its lease runs. A job of a queue held in :held (as for admit_runs) waits.
 WITH conf AS (
     SELECT json_extract(value, '$.name') AS name,
         json_extract(value, '$.concurrency') AS concurrency,
@@ -932,7 +938,11 @@ WITH conf AS (
         AND EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = j.run_id AND r.status = 'running'
                     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                                     WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                                        OR (b.kind = 'queue' AND b.name = r.queue)))
+                                        OR (b.kind = 'queue' AND b.name = r.queue))
+                    AND NOT EXISTS (SELECT 1 FROM json_each(:held) h
+                                    WHERE json_extract(h.value, '$[0]') = m.queue
+                                        AND (json_extract(h.value, '$[1]') IS NULL
+                                             OR json_extract(h.value, '$[1]') = r.queue_key)))
 ), fits AS (
     SELECT d.rid FROM due d
     LEFT JOIN held h ON h.queue = d.queue
@@ -1250,3 +1260,55 @@ ORDER BY e."offset" LIMIT ?5
 
 -- name: stream_names
 SELECT DISTINCT stream FROM plait_stream_entries WHERE run_id = ? ORDER BY stream
+
+-- == stored queue limits and spend ==========================================================
+
+-- name: put_queue_limits
+-- A queue's limits as an app declares them, replacing what was stored for the queue.
+INSERT INTO plait_queue_limits (name, concurrency, per_key, rate, rate_window, budget,
+    budget_per_key, fair, app, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency,
+    per_key = excluded.per_key, rate = excluded.rate, rate_window = excluded.rate_window,
+    budget = excluded.budget, budget_per_key = excluded.budget_per_key, fair = excluded.fair,
+    app = excluded.app,
+    updated_at = excluded.updated_at
+
+-- name: list_queue_limits
+SELECT name, concurrency, per_key, rate, rate_window, budget, budget_per_key, fair, app,
+    updated_at
+FROM plait_queue_limits ORDER BY name
+
+-- name: insert_spend
+-- Spend of a run's step attempt, counted against :queue (null: the run's queue) with the
+-- run's key; spend of a step in no queue is not kept.
+INSERT INTO plait_spend (queue, queue_key, unit, amount, at, run_id, step_key, attempt)
+SELECT coalesce(:queue, r.queue), r.queue_key, :unit, :amount, :at, :run_id, :step_key,
+    :attempt
+FROM plait_runs r WHERE r.id = :run_id AND coalesce(:queue, r.queue) IS NOT NULL
+
+-- name: spend_totals
+-- The spend of each (queue, unit) in :budgets (a JSON array of objects: queue, unit,
+-- since, per_key) since its time, per key where per_key, with the oldest entry counted.
+WITH conf AS (
+    SELECT json_extract(value, '$.queue') AS queue, json_extract(value, '$.unit') AS unit,
+        json_extract(value, '$.since') AS since, json_extract(value, '$.per_key') AS per_key
+    FROM json_each(:budgets)
+)
+SELECT s.queue, CASE WHEN c.per_key THEN s.queue_key END AS key, s.unit, sum(s.amount),
+    min(s.at)
+FROM plait_spend s JOIN conf c ON c.queue = s.queue AND c.unit = s.unit
+WHERE s.at > c.since
+GROUP BY s.queue, CASE WHEN c.per_key THEN s.queue_key END, s.unit
+ORDER BY 1, 2, 3
+
+-- name: prune_spend
+DELETE FROM plait_spend WHERE queue = ? AND at <= ?
+
+-- name: queue_key_depths
+-- Per queue and key: live runs waiting (queued) and holding a slot.
+SELECT queue, queue_key, sum(status = 'queued'), sum(status IN ('running', 'suspended', 'paused'))
+FROM plait_runs
+WHERE queue IS NOT NULL AND queue_key IS NOT NULL
+    AND status IN ('queued', 'running', 'suspended', 'paused')
+GROUP BY queue, queue_key ORDER BY queue, queue_key

@@ -300,6 +300,32 @@ CREATE TABLE plait_workers (
     seen_at    REAL NOT NULL
 ) WITHOUT ROWID;
 
+-- a queue's limits as the engine of an app that declares it stored them when it opened
+CREATE TABLE plait_queue_limits (
+    name           TEXT PRIMARY KEY,
+    concurrency    INTEGER,
+    per_key        INTEGER,
+    rate           INTEGER,
+    rate_window    REAL,
+    budget         TEXT NOT NULL,      -- JSON array of [unit, amount, window in seconds]
+    budget_per_key INTEGER NOT NULL,
+    fair           TEXT,               -- JSON [turn, [[key, cost], ...]]; NULL: not fair
+    app            TEXT NOT NULL,
+    updated_at     REAL NOT NULL
+) WITHOUT ROWID;
+
+-- what a step attempt reported spent (ctx.spend), counted against a queue (and a key)
+CREATE TABLE plait_spend (
+    queue     TEXT NOT NULL,
+    queue_key TEXT,
+    unit      TEXT NOT NULL,
+    amount    REAL NOT NULL,
+    at        REAL NOT NULL,
+    run_id    TEXT NOT NULL,
+    step_key  TEXT NOT NULL,
+    attempt   INTEGER NOT NULL
+);
+
 -- == indexes =================================================================================
 
 CREATE INDEX plait_runs_due ON plait_runs (wake_at) WHERE wake_at IS NOT NULL;
@@ -333,6 +359,7 @@ CREATE INDEX plait_run_tags_pair ON plait_run_tags (key, value, run_created_at D
 -- the key stores nothing (the insert's conflict), whichever process sends it
 CREATE UNIQUE INDEX plait_events_dedup ON plait_events (run_id, dedup) WHERE dedup IS NOT NULL;
 CREATE INDEX plait_queue_admissions_at ON plait_queue_admissions (queue, at);
+CREATE INDEX plait_spend_at ON plait_spend (queue, at);
 CREATE INDEX plait_schedules_due ON plait_schedules (next_tick) WHERE status = 'active';
 -- the entries of one step attempt (a reset finds the streams it wrote to)
 CREATE INDEX plait_stream_entries_attempt ON plait_stream_entries (run_id, step_key, attempt)

@@ -32,7 +32,8 @@ END $$;
 -- the places in the order across queues that its runs in start order would have had.
 -- Only runs of the admitting worker's scope (p_workflows: NULL any, with p_graphs any
 -- graph; p_queues: NULL any, a run of no queue in p_default_queue) whose workflow and
--- queue are not paused (brakes).
+-- queue are not paused (brakes), and whose queue (p_held_queues[i], p_held_keys[i] NULL) or
+-- queue and key (p_held_keys[i]) is not held (a spend budget reached).
 DROP FUNCTION IF EXISTS @schema@.admit_runs(
     text, timestamptz, timestamptz, integer, text[], integer[], integer[], integer[], float8[],
     text);
@@ -44,7 +45,7 @@ CREATE OR REPLACE FUNCTION @schema@.admit_runs(
     p_names text[], p_concurrency integer[], p_per_key integer[], p_rate integer[],
     p_window float8[], p_status text, p_workflows text[], p_graphs boolean, p_queues text[],
     p_default_queue text, p_turn bigint[], p_cost_queues text[], p_cost_keys text[],
-    p_costs bigint[]
+    p_costs bigint[], p_held_queues text[], p_held_keys text[]
 ) RETURNS SETOF text LANGUAGE plpgsql AS $$
 DECLARE
     v_fair text[] := ARRAY(SELECT c.name FROM unnest(p_names, p_turn) AS c(name, turn)
@@ -99,6 +100,9 @@ BEGIN
             AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                             WHERE (b.kind = 'workflow' AND b.name = r.workflow)
                                 OR (b.kind = 'queue' AND b.name = r.queue))
+            AND NOT EXISTS (SELECT 1 FROM unnest(p_held_queues, p_held_keys) AS h(queue, key)
+                            WHERE h.queue = r.queue
+                                AND (h.key IS NULL OR h.key = r.queue_key))
     ), turned AS (
         -- a fair queue's run with p_limit runs of its key before it cannot be admitted
         -- now: each of those comes before it
@@ -180,11 +184,13 @@ END $$;
 
 -- Lease up to p_limit due jobs of functions admitted through limited queues (function
 -- p_functions[i] belongs to queue p_function_queues[i]). A job holds its queue slot while
--- its lease runs: a worker that dies gives the slot back when the lease expires.
+-- its lease runs: a worker that dies gives the slot back when the lease expires. A job of a
+-- held queue (p_held_queues[i]), or of a run whose key is held in it (p_held_keys[i]),
+-- waits (a spend budget reached).
 CREATE OR REPLACE FUNCTION @schema@.claim_queue_jobs(
     p_owner text, p_until timestamptz, p_now timestamptz, p_limit integer,
     p_names text[], p_concurrency integer[], p_rate integer[], p_window float8[],
-    p_functions text[], p_function_queues text[]
+    p_functions text[], p_function_queues text[], p_held_queues text[], p_held_keys text[]
 ) RETURNS TABLE (run_id text, step_key text, function text, deliveries integer,
                  available_at timestamptz)
 LANGUAGE plpgsql AS $$
@@ -217,7 +223,11 @@ BEGIN
                         WHERE r.id = j.run_id AND r.status = 'running'
                             AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                                 WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                                    OR (b.kind = 'queue' AND b.name = r.queue)))
+                                    OR (b.kind = 'queue' AND b.name = r.queue))
+                            AND NOT EXISTS (SELECT 1
+                                FROM unnest(p_held_queues, p_held_keys) AS h(queue, key)
+                                WHERE h.queue = m.queue
+                                    AND (h.key IS NULL OR h.key = r.queue_key)))
     ), fits AS (
         SELECT d.run_id, d.step_key, d.queue, d.rate, d.available_at FROM due d
         LEFT JOIN held h ON h.queue = d.queue
