@@ -33,7 +33,7 @@ def test_queues_shows_the_limits_an_app_declares(db: str) -> None:
     assert code == 0, out
     code, out = run("queues", APP, "--database", db)
     assert code == 0, out
-    assert "fair weights {enterprise: 3}" in out and "concurrency=2" in out
+    assert "fair (weights enterprise=3)" in out and "concurrency 2" in out
     code, out = run("queues", APP, "--json", "--database", db)
     limits = {q["queue"]: q["limits"] for q in json.loads(out)["queues"]}
     assert limits["exports"]["fair"] is True

@@ -98,7 +98,9 @@ async def test_without_fair_a_backlog_goes_first(engine_factory: Any) -> None:
         order = await admission_order(engine, {"A": 30, "B": 5}, {"A": 29, "B": 4})
     a_last = max(at for at, key, _n, _id in order if key == "A")
     b_first = min(at for at, key, _n, _id in order if key == "B")
-    assert a_last < b_first
+    # two slots freed together are filled in one admission: A's last and B's first may
+    # share its time, but B is never admitted before it
+    assert a_last <= b_first
 
 
 async def test_weights_hold_within_one_turn(engine_factory: Any) -> None:
