@@ -4,7 +4,7 @@
 import { ROOT, api } from "./api.js";
 import { approvalsPanel } from "./approvals.js";
 import { h, $, badge, notice, copyButton } from "./dom.js";
-import { SETTLED, enc, duration, when, runDuration, pretty, shortId } from "./format.js";
+import { SETTLED, ms, enc, duration, when, runDuration, pretty, shortId } from "./format.js";
 import { stream } from "./live.js";
 import { renderSteps } from "./steps.js";
 import { streamsPanel } from "./streams.js";
@@ -39,6 +39,23 @@ function renderDecisions(decisions) {
       )
     )
   );
+}
+
+// The run's queue and how long it waited there: from its start (or its start time, if
+// later) to its admission, or so far while it is queued.
+function queueWait(data) {
+  if (!data.queue && !data.admitted_at && data.status !== "queued") return null;
+  const name = data.queue || "default";
+  const from = Math.max(ms(data.created_at), ms(data.start_at) || 0);
+  if (data.admitted_at) {
+    const waited = Math.max(0, ms(data.admitted_at) - from);
+    return h("span", { title: "admitted " + when(data.admitted_at) }, h("span", { class: "mono", text: name }), " · waited " + duration(waited));
+  }
+  if (data.status === "queued") {
+    const text = data.start_at && ms(data.start_at) > Date.now() ? " · starts at " + when(data.start_at) : " · waiting " + duration(Date.now() - from) + " so far";
+    return h("span", {}, h("span", { class: "mono", text: name }), text);
+  }
+  return h("span", { class: "mono", text: name });
 }
 
 export function runPage() {
@@ -132,6 +149,8 @@ export function runPage() {
       ["Duration", duration(runDuration(data)) + (SETTLED.includes(data.status) ? "" : " so far")],
       ["Version", h("span", { class: "mono", text: data.version || "—" })],
     ];
+    const queued = queueWait(data);
+    if (queued) meta.push(["Queue", queued]);
     if (data.deadline_at) {
       // a live run: the time it has left before it fails RUN_TIMEOUT
       const left = Date.parse(data.deadline_at) - Date.now();
