@@ -42,20 +42,18 @@ function renderDecisions(decisions) {
 }
 
 // The run's queue and how long it waited there: from its start (or its start time, if
-// later) to its admission, or so far while it is queued.
-function queueWait(data) {
-  if (!data.queue && !data.admitted_at && data.status !== "queued") return null;
-  const name = data.queue || "default";
+// later) to its admission, or so far while it is queued. Two entries of the run's facts.
+function queueFacts(data) {
+  if (!data.queue && !data.admitted_at && data.status !== "queued") return [];
+  const facts = [["Queue", h("span", { class: "mono", text: data.queue || "default" })]];
   const from = Math.max(ms(data.created_at), ms(data.start_at) || 0);
   if (data.admitted_at) {
-    const waited = Math.max(0, ms(data.admitted_at) - from);
-    return h("span", { title: "admitted " + when(data.admitted_at) }, h("span", { class: "mono", text: name }), " · waited " + duration(waited));
+    facts.push(["Queue wait", h("span", { title: "admitted " + when(data.admitted_at), text: duration(Math.max(0, ms(data.admitted_at) - from)) })]);
+  } else if (data.status === "queued") {
+    const later = data.start_at && ms(data.start_at) > Date.now();
+    facts.push(["Queue wait", later ? "starts at " + when(data.start_at) : duration(Date.now() - from) + " so far"]);
   }
-  if (data.status === "queued") {
-    const text = data.start_at && ms(data.start_at) > Date.now() ? " · starts at " + when(data.start_at) : " · waiting " + duration(Date.now() - from) + " so far";
-    return h("span", {}, h("span", { class: "mono", text: name }), text);
-  }
-  return h("span", { class: "mono", text: name });
+  return facts;
 }
 
 export function runPage() {
@@ -149,8 +147,7 @@ export function runPage() {
       ["Duration", duration(runDuration(data)) + (SETTLED.includes(data.status) ? "" : " so far")],
       ["Version", h("span", { class: "mono", text: data.version || "—" })],
     ];
-    const queued = queueWait(data);
-    if (queued) meta.push(["Queue", queued]);
+    meta.push(...queueFacts(data));
     if (data.deadline_at) {
       // a live run: the time it has left before it fails RUN_TIMEOUT
       const left = Date.parse(data.deadline_at) - Date.now();

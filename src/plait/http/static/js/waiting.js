@@ -13,8 +13,8 @@ const SAID = {
   resume: () => "a resume",
   admission: (w) => "queue " + w.name + " (admission)",
   start: (w) => "start at " + when(w.until),
-  paused_workflow: () => "paused (workflow)",
-  paused_queue: (w) => "paused (queue " + w.name + ")",
+  paused_workflow: () => "workflow paused",
+  paused_queue: (w) => "queue " + w.name + " paused",
   no_worker: () => "no live worker for this workflow",
 };
 
