@@ -190,6 +190,11 @@ def test_the_waiting_on_column_names_what_each_run_waits_for(
         page.locator('#status-counts .count[data-status=""]').click()
         expect(waiting_cell(page, held)).to_have_attribute("data-waiting", "sleep")
 
+    # the run page says it too
+    page.goto(f"{server.url}/runs/{paid}")
+    expect(page.locator("#run-waiting")).to_have_text("event paid")
+    expect(page.locator("#run-waiting")).to_have_attribute("title", "waiting for event 'paid'")
+
 
 def test_a_bulk_cancel_of_the_filtered_runs_names_the_count(
     server: LiveServer, api: Any, page: Any

@@ -121,6 +121,9 @@ async def test_each_run_says_what_it_waits_on(engine: plait.Engine, client: Any)
     until = datetime.fromisoformat(waits_event["until"])
     assert soon + timedelta(minutes=50) < until < soon + timedelta(minutes=70)
 
+    shown = (await alice.get(f"/api/runs/{event}")).json()
+    assert shown["waiting_on"] == waits_event  # the run itself says the same
+
     waits_gate = await _waits(alice, gate, "approval")
     assert waits_gate == {
         "kind": "approval",
@@ -141,6 +144,7 @@ async def test_each_run_says_what_it_waits_on(engine: plait.Engine, client: Any)
     }
     assert (await engine.wait(done, timeout=20)).status == "completed"
     assert await _waiting(alice, done) is None
+    assert (await alice.get(f"/api/runs/{done}")).json()["waiting_on"] is None
 
     # a paused workflow holds its run whatever the run waits on
     await engine.pause_workflow("on_sleep")

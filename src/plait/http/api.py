@@ -137,6 +137,7 @@ class Api:
         data["values"] = await self.engine.get_values(run.id)
         data["streams"] = await self.engine.stream_names(run.id)
         data["decisions"] = [d.to_dict() for d in await self.engine.get_decisions(run.id)]
+        data["waiting_on"] = _waiting(await self.engine.waiting_on(run))
         return data
 
     # -- routes ---------------------------------------------------------------------------

@@ -629,7 +629,7 @@ def _schemas() -> dict[str, Any]:
     # a summary counts the children the caller may see; a run lists them
     summary["properties"]["children"] = {"type": "integer"}
     # what a live run waits on (``Engine.waiting_on``), null while it moves or once ended
-    summary["properties"]["waiting_on"] = {
+    waiting_on = {
         "type": ["object", "null"],
         "properties": {
             "kind": {"type": "string"},
@@ -639,6 +639,7 @@ def _schemas() -> dict[str, Any]:
         },
         "required": ["kind", "name", "message", "until"],
     }
+    summary["properties"]["waiting_on"] = waiting_on
     summary["required"] = sorted(summary["properties"])
     step = _object(
         run_id={"type": "string"},
@@ -676,6 +677,7 @@ def _schemas() -> dict[str, Any]:
             _object(
                 steps={"type": "array", "items": {"$ref": _REF + "Step"}},
                 children={"type": "array", "items": {"type": "object"}},
+                waiting_on=waiting_on,
             ),
         ]
     }

@@ -8,6 +8,7 @@ import { SETTLED, ms, enc, duration, when, runDuration, pretty, shortId } from "
 import { stream } from "./live.js";
 import { renderSteps } from "./steps.js";
 import { streamsPanel } from "./streams.js";
+import { waitingText } from "./waiting.js";
 
 function renderValues(values) {
   const entries = Object.entries(values || {});
@@ -148,6 +149,8 @@ export function runPage() {
       ["Version", h("span", { class: "mono", text: data.version || "—" })],
     ];
     meta.push(...queueFacts(data));
+    // what the live run waits on, said as in the runs list (the API's sentence as title)
+    if (data.waiting_on) meta.push(["Waiting on", h("span", { class: "wait wait-" + data.waiting_on.kind, id: "run-waiting", "data-waiting": data.waiting_on.kind, title: data.waiting_on.message, text: waitingText(data.waiting_on) })]);
     if (data.deadline_at) {
       // a live run: the time it has left before it fails RUN_TIMEOUT
       const left = Date.parse(data.deadline_at) - Date.now();
