@@ -21,7 +21,7 @@ from plait.engine.base import EngineBase
 from plait.engine.filters import run_filter
 from plait.engine.waits import OPEN_STATUSES, STEPPED, WAIT_KINDS, run_wait
 from plait.queues import DEFAULT_QUEUE, check_queue_name
-from plait.records import Run, RunStatus, RunSummary, WaitingOn, WorkerInfo
+from plait.records import Run, RunStatus, RunSummary, Step, WaitingOn, WorkerInfo
 from plait.runtime import runs
 from plait.store.rows import Brake, WorkerRow
 from plait.worker.registry import live_after
@@ -132,12 +132,14 @@ class OperationsMixin(EngineBase):
             return {}
         brakes = await self.store.list_brakes()
         # the workers seen within the live window (each says whether it is still live)
-        window = self.clock.now() - live_after(self.clock.now(), self.lease_seconds)
-        workers = [w for w in await self.list_workers(recent=window) if w.live]
+        at = self.clock.now()
+        recent = at - live_after(at, self.lease_seconds)
+        workers = [w for w in await self.list_workers(recent=recent) if w.live]
         stepped = [r.id for r in live if r.status in STEPPED]
-        open_steps = (
-            await self.store.waiting_steps(stepped, WAIT_KINDS, OPEN_STATUSES) if stepped else []
-        )
+        open_steps: dict[str, list[Step]] = {}
+        if stepped:
+            for step in await self.store.waiting_steps(stepped, WAIT_KINDS, OPEN_STATUSES):
+                open_steps.setdefault(step.run_id, []).append(step)
         now = self.clock.datetime()
         found: dict[str, WaitingOn] = {}
         for run in live:
@@ -145,8 +147,7 @@ class OperationsMixin(EngineBase):
             if run.status != "suspended":  # a resume, not a worker, moves it on
                 why = waiting(run.workflow, run.kind, run.queue, brakes, workers)
             if why is None:
-                steps = [s for s in open_steps if s.run_id == run.id]
-                why = run_wait(run, steps, now)
+                why = run_wait(run, open_steps.get(run.id, []), now)
             if why is not None:
                 found[run.id] = why
         return found
