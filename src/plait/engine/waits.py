@@ -40,7 +40,7 @@ def run_wait(run: Run | RunSummary, steps: Sequence[Step], now: datetime) -> Wai
             return WaitingOn(
                 "event", name, f"waiting for event {name!r}" + _until(step), step.wake_at
             )
-        if step.kind == "approval" and step.status == "pending":
+        if step.kind == "approval":
             name = step.key.removeprefix("__approval:")
             return WaitingOn("approval", name, f"waiting for approval {name!r}", step.wake_at)
         if step.kind == "sleep" and step.wake_at is not None:
