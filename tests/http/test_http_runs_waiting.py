@@ -203,3 +203,22 @@ async def test_a_bulk_dry_run_counts_and_acts_on_nothing(engine: plait.Engine, c
     bad = await alice.post("/api/runs/bulk", json={**body, "dry_run": "yes"})
     assert bad.status_code == 422
     assert bad.json()["problems"][0]["field"] == "dry_run"
+
+
+async def test_a_run_no_live_worker_takes_says_so(database: str) -> None:
+    from plait.http import create_app
+
+    async with plait.Engine(app, database, workers=False) as engine:
+        web = create_app(engine, tokens=TOKENS)
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=web),
+            base_url="http://test",
+            headers={"Content-Type": "application/json", "Authorization": "Bearer t-alice"},
+        ) as alice:
+            run_id = await _start(alice, "quick", 1)
+            assert await _waiting(alice, run_id) == {
+                "kind": "no_worker",
+                "name": "quick",
+                "message": "no live worker registers workflow 'quick'",
+                "until": None,
+            }
