@@ -210,20 +210,38 @@ class WorkerInfo(_Record):
 
 #: why a run that has not ended is not moving (``Engine.waiting_on``): its workflow or
 #: its queue is paused, no live worker works its workflow (or its queue), or its queue
-#: (or its key in the queue) spent its budget in the window
-WaitingKind = Literal["paused_workflow", "paused_queue", "no_worker", "budget"]
+#: (or its key in the queue) spent its budget in the window; else what it waits on
+#: itself: an ``event``, an ``approval``, a ``sleep``, a ``child`` run, a ``resume``
+#: (suspended), its queue's ``admission``, or its ``start`` time
+WaitingKind = Literal[
+    "paused_workflow",
+    "paused_queue",
+    "no_worker",
+    "budget",
+    "event",
+    "approval",
+    "sleep",
+    "child",
+    "resume",
+    "admission",
+    "start",
+]
 
 
 @dataclasses.dataclass(frozen=True)
 class WaitingOn(_Record):
-    """What a run waits on that no step of its own explains (``Engine.waiting_on``)."""
+    """What a live run waits on (``Engine.waiting_on``)."""
 
     kind: WaitingKind
-    #: the paused workflow's or queue's name, the workflow no live worker works, or the
-    #: queue whose budget holds the run
+    #: the paused workflow's or queue's name, the workflow no live worker works, the
+    #: queue whose budget holds the run, the event's or the approval's name, the sleep's
+    #: step key, the child run's id, the suspended run's id, or the queue that admits it
     name: str
     #: said in words, as ``plait runs show`` prints it
     message: str
+    #: when the wait ends by itself (a sleep's end, an event's or an approval's timeout,
+    #: a delayed start), else None
+    until: datetime | None = None
 
 
 #: what a stream entry is: a written value, the ``reset`` of a step attempt that failed or

@@ -88,6 +88,7 @@ async def test_start_without_a_worker_says_nothing_will_run_it(database: str) ->
         "kind": "no_worker",
         "name": "quick",
         "message": "no live worker registers workflow 'quick'",
+        "until": None,
     }
     table = await plait_cli("runs", "list", "--database", database)
     assert "waiting on" in table.output

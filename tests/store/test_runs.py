@@ -66,6 +66,37 @@ async def _some_runs(store: Store) -> None:
     await write(store, "r3", EndRun("completed", '"done"'))
 
 
+async def test_count_by_status_counts_the_filters_runs_in_each_status(store: Store) -> None:
+    await _some_runs(store)
+    assert await store.count_by_status(RunFilter()) == {"running": 3, "completed": 1}
+    assert await store.count_by_status(RunFilter(workflow="b")) == {
+        "running": 1,
+        "completed": 1,
+    }
+    assert await store.count_by_status(RunFilter(visible_to="bob", top_level=True)) == {
+        "running": 2
+    }
+    assert await store.count_by_status(RunFilter(workflow="none")) == {}
+
+
+async def test_waiting_steps_reads_the_open_waits_of_many_runs(store: Store) -> None:
+    for run_id in ("r1", "r2", "r3"):
+        await new_run(store, run_id)
+    await write(store, "r1", PutStep(step("r1", "a", seq=0)))
+    await write(store, "r1", PutStep(step("r1", "__event:go", seq=1, kind="event")))
+    await write(store, "r2", PutStep(step("r2", "nap", kind="sleep", status="scheduled")))
+    await write(store, "r2", PutStep(step("r2", "old", seq=1, kind="sleep", status="succeeded")))
+    await write(store, "r3", PutStep(step("r3", "__event:x", kind="event")))
+    found = await store.waiting_steps(
+        ["r1", "r2", "missing"], ["event", "sleep"], ["pending", "scheduled"]
+    )
+    assert [(s.run_id, s.key, s.kind) for s in found] == [
+        ("r1", "__event:go", "event"),
+        ("r2", "nap", "sleep"),
+    ]
+    assert await store.waiting_steps([], ["event"], ["pending"]) == []
+
+
 async def test_runs_read_at_once_each_get_their_own(store: Store) -> None:
     """Reads made at once may share a statement (PostgreSQL): each caller still gets its
     own run, None for an id that names none, and a run read twice at once twice."""

@@ -86,7 +86,7 @@ def runs_list(
             ]
             if waiting:
                 why = waiting.get(run.id)
-                cells.append(_WAITING_SHORT[why.kind] if why is not None else "")
+                cells.append(Text(clean(_short(why))) if why is not None else "")
             table.add_row(*cells)
         console.print(table)
 
@@ -143,7 +143,20 @@ _WAITING_SHORT = {
     "paused_queue": "paused queue",
     "no_worker": "no live worker",
     "budget": "budget spent",
+    "event": "event",
+    "approval": "approval",
+    "sleep": "sleep",
+    "child": "child run",
+    "resume": "resume",
+    "admission": "queue",
+    "start": "start time",
 }
+
+
+def _short(why: WaitingOn) -> str:
+    """A run's "waiting on" cell: the kind, and the event's or the approval's name."""
+    named = why.kind in ("event", "approval")
+    return _WAITING_SHORT[why.kind] + (f" {why.name}" if named else "")
 
 
 def _waiting_dict(waiting: WaitingOn | None) -> dict[str, Any] | None:

@@ -117,8 +117,9 @@ def start(
                     emit_json({"run_id": rid})
                 else:
                     console.print(esc(rid), highlight=False)
-                if waiting is not None and not as_json:  # on stderr: stdout stays the id
-                    err.print(f"[yellow]note:[/yellow] {_note(waiting)}", highlight=False)
+                note = None if waiting is None else _note(waiting)
+                if note is not None and not as_json:  # on stderr: stdout stays the id
+                    err.print(f"[yellow]note:[/yellow] {note}", highlight=False)
                 return
             if as_json:
                 run = await engine.wait(rid)
@@ -152,14 +153,17 @@ async def _follow(engine: Engine, app: App, run_id: str) -> Run:
         raise
 
 
-def _note(waiting: WaitingOn) -> str:
-    """What to tell someone who started a run that nothing will move yet."""
+def _note(waiting: WaitingOn) -> str | None:
+    """What to tell someone who started a run that nothing will move yet (None: it waits
+    only for what it was started to wait for, a queue's turn or its start time)."""
     if waiting.kind == "no_worker":
         return (
             f"{esc(waiting.message)}: nothing will run workflow {esc(repr(waiting.name))} "
             "until a worker starts (plait worker APP, or plait start --wait)"
         )
-    return f"{esc(waiting.message)}: the run waits until it is resumed (plait unpause)"
+    if waiting.kind in ("paused_workflow", "paused_queue"):
+        return f"{esc(waiting.message)}: the run waits until it is resumed (plait unpause)"
+    return None
 
 
 def _print_ending(run: Run) -> None:

@@ -1,5 +1,6 @@
 """Operating a database many processes work: brakes (pausing a workflow or a queue
-everywhere), the worker registry, and why a run waits when no step of its own says so.
+everywhere), the worker registry, why a run waits, and how many runs a filter matches in
+each status.
 
 A brake is a row (``plait_brakes``) every claim reads, so every process obeys it as
 soon as it commits: no worker claims, admits or starts a job of a paused workflow's or
@@ -17,8 +18,10 @@ from typing import Any
 from plait import ids
 from plait.app import App
 from plait.engine.base import EngineBase
+from plait.engine.filters import run_filter
+from plait.engine.waits import OPEN_STATUSES, STEPPED, WAIT_KINDS, run_wait
 from plait.queues import DEFAULT_QUEUE, check_queue_name
-from plait.records import Run, RunSummary, WaitingOn, WorkerInfo
+from plait.records import Run, RunStatus, RunSummary, Step, WaitingOn, WorkerInfo
 from plait.runtime import runs
 from plait.store.rows import Brake, WorkerRow
 from plait.worker.admission import merge_limits
@@ -33,7 +36,7 @@ RECENT = 3600.0
 
 class OperationsMixin(EngineBase):
     """``pause_workflow`` / ``resume_workflow``, ``pause_queue`` / ``resume_queue``,
-    ``list_paused``, ``list_workers`` and ``waiting_on``."""
+    ``list_paused``, ``list_workers``, ``waiting_on`` and ``status_counts``."""
 
     lease_seconds: float
 
@@ -114,31 +117,46 @@ class OperationsMixin(EngineBase):
 
     # -- why a run waits -------------------------------------------------------------------
     async def waiting_on(self, run: Run | RunSummary | str) -> WaitingOn | None:
-        """What ``run`` (or the run of that id) waits on outside its own steps: its
-        workflow or its queue is paused, or no live worker works its workflow (in its
-        queue). None when nothing of that kind holds it, or it has ended."""
+        """What ``run`` (or the run of that id) waits on: first what holds it whatever
+        it waits on (its workflow or its queue is paused, no live worker works its
+        workflow in its queue), else what it waits on itself (an event, an approval, a
+        sleep, a child run, a resume, its queue's admission, its start time). None while
+        it moves, or once it has ended."""
         if isinstance(run, str):
             run = await self.get_run(run)
         found = await self.waiting_on_runs([run])
         return found.get(run.id)
 
     async def waiting_on_runs(self, listed: Iterable[Run | RunSummary]) -> dict[str, WaitingOn]:
-        """``waiting_on`` for many runs (a page of a list), in two reads."""
-        live = [r for r in listed if r.status in ("queued", "running", "paused")]
+        """``waiting_on`` for many runs (a page of a list), in three reads."""
+        live = [r for r in listed if r.status in ("queued", "running", "paused", "suspended")]
         if not live:
             return {}
         brakes = await self.store.list_brakes()
-        workers = [w for w in await self.list_workers(recent=0.0) if w.live]
+        # the workers seen within the live window (each says whether it is still live)
+        at = self.clock.now()
+        recent = at - live_after(at, self.lease_seconds)
+        workers = [w for w in await self.list_workers(recent=recent) if w.live]
         holds = NO_HOLDS
         if any(r.status == "queued" and r.queue is not None for r in live):
             holds = await self.budget_holds()
+        stepped = [r.id for r in live if r.status in STEPPED]
+        open_steps: dict[str, list[Step]] = {}
+        if stepped:
+            for step in await self.store.waiting_steps(stepped, WAIT_KINDS, OPEN_STATUSES):
+                open_steps.setdefault(step.run_id, []).append(step)
+        now = self.clock.datetime()
         found: dict[str, WaitingOn] = {}
         for run in live:
-            why = waiting(run.workflow, run.kind, run.queue, brakes, workers)
+            why = None
+            if run.status != "suspended":  # a resume, not a worker, moves it on
+                why = waiting(run.workflow, run.kind, run.queue, brakes, workers)
             budget = run.status == "queued" and holds.holds(run.queue, run.key)
             if budget and (why is None or why.kind == "no_worker"):
                 # a brake says more than a budget; a budget more than a missing worker
                 why = held_by_budget(run.queue or "", run.key, holds)
+            if why is None:
+                why = run_wait(run, open_steps.get(run.id, []), now)
             if why is not None:
                 found[run.id] = why
         return found
@@ -148,6 +166,15 @@ class OperationsMixin(EngineBase):
         with the spend of their windows."""
         limits = merge_limits(await self.store.list_queue_limits(), self.app)
         return await budget_holds(self.store, limits, self.clock.now())
+
+    async def status_counts(self, **filters: Any) -> dict[str, int]:
+        """How many runs the filters (``run_summaries``'s, without ``status``) match in
+        each status, in one read: a list's counts beside its page. A status no run has
+        is left out."""
+        if "status" in filters:
+            raise ValueError("status_counts counts every status: give no status filter")
+        where = run_filter({**filters, "limit": len(RunStatus), "offset": 0})
+        return await self.store.count_by_status(where)
 
 
 def worker_scope(

@@ -37,7 +37,7 @@ from plait.http.schemas import (
     tags_query,
 )
 from plait.http.sse import StreamLimits, stream_entries, stream_run
-from plait.records import Run
+from plait.records import Run, WaitingOn
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -142,6 +142,7 @@ class Api:
         data["values"] = await self.engine.get_values(run.id)
         data["streams"] = await self.engine.stream_names(run.id)
         data["decisions"] = [d.to_dict() for d in await self.engine.get_decisions(run.id)]
+        data["waiting_on"] = _waiting(await self.engine.waiting_on(run))
         return data
 
     # -- routes ---------------------------------------------------------------------------
@@ -233,36 +234,49 @@ class Api:
         run is a summary: a page costs the same whatever the runs' inputs and outputs.
         Filters: workflow, status, a part of the id, a time range, top-level runs only or
         the children of one run, runs that continued as new left out, a queue, and tags
-        (``tag=key:value``, repeatable: runs that carry every one)."""
+        (``tag=key:value``, repeatable: runs that carry every one). Each live run says
+        what it waits on (``waiting_on``, as ``plait runs list``); with ``counts=true``,
+        ``counts`` holds how many runs the filters match in each status (the status
+        filter left out), so a list can show them beside its page."""
         query = runs_query(request)
         tags = tags_query(request)
+        filters: dict[str, Any] = {
+            "workflow": query.workflow,
+            "status": query.status,
+            "visible_to": principal.visible_to,
+            "visible_schedule_runs": principal.has_scope("schedules"),
+            "id_contains": query.id,
+            "created_after": query.since,
+            "created_before": query.until,
+            "top_level": bool(query.top_level),
+            "hide_continued": bool(query.hide_continued),
+            "parent_run_id": query.parent,
+            "queue": query.queue,
+            "tags": tags,
+        }
         try:
             runs, total = await self.engine.run_summaries(
-                workflow=query.workflow,
-                status=query.status,
-                visible_to=principal.visible_to,
-                visible_schedule_runs=principal.has_scope("schedules"),
-                limit=query.limit,
-                offset=query.offset,
-                id_contains=query.id,
-                created_after=query.since,
-                created_before=query.until,
-                top_level=bool(query.top_level),
-                hide_continued=bool(query.hide_continued),
-                parent_run_id=query.parent,
-                queue=query.queue,
-                tags=tags,
+                **filters, limit=query.limit, offset=query.offset
+            )
+            counts = (
+                await self.engine.status_counts(
+                    **{k: v for k, v in filters.items() if k != "status"}
+                )
+                if query.counts
+                else None
             )
         except ValueError as exc:
             raise invalid([{"field": "query", "message": str(exc)}], "query string") from None
-        return JSONResponse(
-            {
-                "runs": [r.to_dict() for r in runs],
-                "total": total,
-                "limit": query.limit,
-                "offset": query.offset,
-            }
-        )
+        waiting = await self.engine.waiting_on_runs(runs)
+        listed: dict[str, Any] = {
+            "runs": [{**r.to_dict(), "waiting_on": _waiting(waiting.get(r.id))} for r in runs],
+            "total": total,
+            "limit": query.limit,
+            "offset": query.offset,
+        }
+        if counts is not None:
+            listed["counts"] = counts
+        return JSONResponse(listed)
 
     async def get_run(self, request: Request, principal: Principal) -> Response:
         """The run with its steps (first-reached order) and its child runs."""
@@ -433,6 +447,10 @@ def field_named(exc: Exception, fields: tuple[str, ...], default: str) -> str:
         if text.startswith((name, f"invalid {name}", f"{name}=")) or f" {name} " in text:
             return name
     return default
+
+
+def _waiting(why: WaitingOn | None) -> dict[str, Any] | None:
+    return None if why is None else why.to_dict()
 
 
 def _summary(run: Run) -> dict[str, Any]:

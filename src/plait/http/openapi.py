@@ -80,6 +80,11 @@ def _object(**properties: Any) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": sorted(properties)}
 
 
+def _with_optional(schema: dict[str, Any], **properties: Any) -> dict[str, Any]:
+    """``schema`` (an ``_object``) with more properties that are not always there."""
+    return {**schema, "properties": {**schema["properties"], **properties}}
+
+
 def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
     """The API description served at /openapi.json; ``workflows`` (names a run can be
     started with) are given as examples of the start route's ``name``."""
@@ -260,6 +265,13 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
                             "schema": {"type": "boolean"},
                         },
                         {
+                            "name": "counts",
+                            "in": "query",
+                            "description": "with true, counts: how many runs the other"
+                            " filters match in each status",
+                            "schema": {"type": "boolean"},
+                        },
+                        {
                             "name": "parent",
                             "in": "query",
                             "description": "only the children of this run",
@@ -283,11 +295,19 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
                     ],
                     "responses": {
                         "200": _json(
-                            _object(
-                                runs={"type": "array", "items": _ref("RunSummary")},
-                                total={"type": "integer"},
-                                limit={"type": "integer"},
-                                offset={"type": "integer"},
+                            _with_optional(
+                                _object(
+                                    runs={"type": "array", "items": _ref("RunSummary")},
+                                    total={"type": "integer"},
+                                    limit={"type": "integer"},
+                                    offset={"type": "integer"},
+                                ),
+                                # with counts=true: runs per status, the status filter
+                                # left out
+                                counts={
+                                    "type": "object",
+                                    "additionalProperties": {"type": "integer"},
+                                },
                             ),
                             "one page of runs and the total that match",
                         ),
@@ -611,6 +631,18 @@ def _schemas() -> dict[str, Any]:
     )
     # a summary counts the children the caller may see; a run lists them
     summary["properties"]["children"] = {"type": "integer"}
+    # what a live run waits on (``Engine.waiting_on``), null while it moves or once ended
+    waiting_on = {
+        "type": ["object", "null"],
+        "properties": {
+            "kind": {"type": "string"},
+            "name": {"type": "string"},
+            "message": {"type": "string"},
+            "until": maybe_timestamp,
+        },
+        "required": ["kind", "name", "message", "until"],
+    }
+    summary["properties"]["waiting_on"] = waiting_on
     summary["required"] = sorted(summary["properties"])
     step = _object(
         run_id={"type": "string"},
@@ -648,6 +680,7 @@ def _schemas() -> dict[str, Any]:
             _object(
                 steps={"type": "array", "items": {"$ref": _REF + "Step"}},
                 children={"type": "array", "items": {"type": "object"}},
+                waiting_on=waiting_on,
             ),
         ]
     }

@@ -16,7 +16,7 @@ import dataclasses
 from datetime import datetime
 from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -77,6 +77,9 @@ class BulkAction(BaseModel):
 
     action: Literal["cancel", "retry", "resume"]
     filter: BulkFilter = Field(default_factory=BulkFilter)
+    #: count the runs the action would act on now (``matched``) and act on none: what a
+    #: confirmation shows before the action is sent
+    dry_run: StrictBool = False
 
 
 class Operating:
@@ -161,7 +164,8 @@ class Operating:
 
     async def bulk(self, request: Request, principal: Principal) -> Response:
         """Cancel, retry or resume every run the filter matches, among the caller's own
-        runs (every user's with the ``admin`` scope); answers how many were acted on."""
+        runs (every user's with the ``admin`` scope); answers how many were acted on, or
+        with ``dry_run`` how many it would act on now."""
         body: BulkAction = validate(BulkAction, await json_body(request, empty={}))
         given = body.filter.model_dump(exclude_none=True)
         if principal.has_scope("admin"):
@@ -172,6 +176,9 @@ class Operating:
             owner = principal.user
             given.pop("owner", None)
         try:
+            if body.dry_run:
+                matched = await self.engine.match_runs(body.action, owner=owner, **given)
+                return JSONResponse({"action": body.action, "matched": len(matched)})
             acted = await self.engine.act_on_runs(body.action, owner=owner, **given)
         except ValueError as exc:
             raise bad_input(exc, "filter") from None
@@ -233,7 +240,11 @@ def openapi_paths(
                     "content": {"application/json": {"schema": ref("BulkAction")}},
                 },
                 "responses": {
-                    "200": json({"type": "object"}, "the action and how many runs it acted on"),
+                    "200": json(
+                        {"type": "object"},
+                        "the action and how many runs it acted on (acted), or with dry_run"
+                        " how many it would act on (matched)",
+                    ),
                     **errors(400, 401, 403, 413, 415, 422),
                 },
             }

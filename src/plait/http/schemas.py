@@ -219,12 +219,14 @@ class RunsQuery(BaseModel):
     top_level: StrictBool | None = None
     #: leave out runs that continued as new (of each chain, its last run only)
     hide_continued: StrictBool | None = None
+    #: with ``true``: how many runs the other filters match in each status (``counts``)
+    counts: StrictBool | None = None
     #: only the children of this run
     parent: str | None = Field(
         default=None, min_length=1, max_length=200, pattern=f"^{RUN_ID_PATTERN}$"
     )
 
-    @field_validator("top_level", "hide_continued", mode="before")
+    @field_validator("top_level", "hide_continued", "counts", mode="before")
     @classmethod
     def _flag(cls, value: Any) -> Any:
         """``true``/``false`` (and ``1``/``0``) as a query string spells them."""

@@ -162,7 +162,19 @@ class Store(LimitsStore, CallerTransactionStore, Protocol):
         """As ``list_runs``, without reading any run's input, output or error."""
         ...
 
+    async def count_by_status(self, where: RunFilter) -> dict[str, int]:
+        """How many runs ``where`` matches in each status (a status none has is left
+        out); ``where``'s page (``limit``, ``offset``) pages the statuses."""
+        ...
+
     async def get_steps(self, run_id: str) -> list[Step]: ...
+    async def waiting_steps(
+        self, run_ids: Sequence[str], kinds: Sequence[str], statuses: Sequence[str]
+    ) -> list[Step]:
+        """The steps of ``run_ids`` of one of ``kinds`` in one of ``statuses``, in run
+        and step order, in one read: what a page of runs waits on."""
+        ...
+
     async def get_history(self, run_id: str) -> list[StepAttempt]: ...
     async def get_children(self, run_id: str) -> list[Run]: ...
 

@@ -97,6 +97,24 @@ class Runs(Part):
         row = await self._call("fetchrow", query, *filter_args(where), read=True)
         return [convert.run_summary(tuple(r)) for r in row["runs"]], int(row["total"])
 
+    async def count_by_status(self, where: RunFilter) -> dict[str, int]:
+        query = self._filtered(self._q["count_by_status"], where)
+        rows = await self._call("fetch", query, *filter_args(where), read=True)
+        return {row[0]: int(row[1]) for row in rows}
+
+    async def waiting_steps(
+        self, run_ids: Sequence[str], kinds: Sequence[str], statuses: Sequence[str]
+    ) -> list[Step]:
+        rows = await self._call(
+            "fetch",
+            self._q["waiting_steps"],
+            list(run_ids),
+            list(kinds),
+            list(statuses),
+            read=True,
+        )
+        return [convert.step_record(step_row(r["s"])) for r in rows]
+
     def _filtered(self, listing: str, where: RunFilter) -> str:
         """``listing`` with the filters' conditions (``run_filter``, and ``tag_filter``
         when ``where`` has tags) in place of its ``/*filters*/``."""

@@ -29,6 +29,7 @@ _RUN_FILTERS = dict(line.split(": ", 1) for line in SQL["run_filters"].splitline
 _TAG_FILTER = SQL["tag_filter"].strip()
 _LISTING = {
     "count_runs": SQL["count_runs"],
+    "count_by_status": SQL["count_by_status"],
     "list_runs": SQL["list_runs"],
     "list_run_summaries": SQL["list_run_summaries"],
     "list_runs_tagged": SQL["list_runs_tagged"],
@@ -54,7 +55,7 @@ def listing(name: str, where: RunFilter) -> tuple[str, dict[str, Any]]:
     if sql is None:
         # a page of a tag's runs is read through the tag's index in the list's order
         # (``*_tagged``, which holds the first pair); a count counts the tag's runs
-        paged = pairs and name != "count_runs"
+        paged = pairs and not name.startswith("count_")
         conditions = "".join(f"{_RUN_FILTERS[f]} AND " for f in given)
         first = 1 if paged else 0
         conditions += "".join(f"{_tag_condition(i)} AND " for i in range(first, len(pairs)))
@@ -164,6 +165,23 @@ class Runs(Part):
             total = conn.execute(*listing("count_runs", where)).fetchone()[0]
             rows = conn.execute(*listing("list_run_summaries", where)).fetchall()
             return [convert.run_summary(r) for r in rows], total
+
+        return await self._read(go)
+
+    async def count_by_status(self, where: RunFilter) -> dict[str, int]:
+        def go(conn: sqlite3.Connection) -> dict[str, int]:
+            return dict(conn.execute(*listing("count_by_status", where)).fetchall())
+
+        return await self._read(go)
+
+    async def waiting_steps(
+        self, run_ids: Sequence[str], kinds: Sequence[str], statuses: Sequence[str]
+    ) -> list[Step]:
+        given = (json.dumps(list(run_ids)), json.dumps(list(kinds)), json.dumps(list(statuses)))
+
+        def go(conn: sqlite3.Connection) -> list[Step]:
+            rows = conn.execute(SQL["waiting_steps"], given).fetchall()
+            return [convert.step_record(convert.step_row(r)) for r in rows]
 
         return await self._read(go)
 

@@ -15,17 +15,36 @@ export function duration(millis) {
   return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " m";
 }
 
+// within the last hour: how long ago; earlier, the time (with its date when not today)
 export function ago(iso) {
   const s = (Date.now() - ms(iso)) / 1000;
   if (s < 5) return "just now";
   if (s < 60) return Math.floor(s) + " s ago";
   if (s < 3600) return Math.floor(s / 60) + " min ago";
-  if (s < 86400) return Math.floor(s / 3600) + " h ago";
-  return new Date(iso).toLocaleDateString();
+  return when(iso);
 }
 
+// the browser's zone as a time is shown with it ("UTC", "CET", "GMT+2")
+function zone(d) {
+  try {
+    const part = new Intl.DateTimeFormat(undefined, { timeZoneName: "short" }).formatToParts(d).find((p) => p.type === "timeZoneName");
+    return part ? part.value : "";
+  } catch (_) {
+    return "";
+  }
+}
+
+// A time as the pages show it: 24-hour, its date when it is not today, and its zone,
+// so a time read off a screen means the same to everyone who reads it.
 export function when(iso) {
-  return iso ? new Date(iso).toLocaleString() : "";
+  if (!iso) return "";
+  const d = new Date(iso);
+  if (isNaN(d.getTime())) return String(iso);
+  const pad = (n) => String(n).padStart(2, "0");
+  const time = pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
+  const today = d.toDateString() === new Date().toDateString();
+  const date = d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate());
+  return ((today ? "" : date + " ") + time + " " + zone(d)).trim();
 }
 
 export function runDuration(run) {

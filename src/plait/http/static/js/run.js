@@ -4,10 +4,11 @@
 import { ROOT, api } from "./api.js";
 import { approvalsPanel } from "./approvals.js";
 import { h, $, badge, notice, copyButton } from "./dom.js";
-import { SETTLED, enc, duration, when, runDuration, pretty, shortId } from "./format.js";
+import { SETTLED, ms, enc, duration, when, runDuration, pretty, shortId } from "./format.js";
 import { stream } from "./live.js";
 import { renderSteps } from "./steps.js";
 import { streamsPanel } from "./streams.js";
+import { waitingText } from "./waiting.js";
 
 function renderValues(values) {
   const entries = Object.entries(values || {});
@@ -39,6 +40,21 @@ function renderDecisions(decisions) {
       )
     )
   );
+}
+
+// The run's queue and how long it waited there: from its start (or its start time, if
+// later) to its admission, or so far while it is queued. Two entries of the run's facts.
+function queueFacts(data) {
+  if (!data.queue && !data.admitted_at && data.status !== "queued") return [];
+  const facts = [["Queue", h("span", { class: "mono", text: data.queue || "default" })]];
+  const from = Math.max(ms(data.created_at), ms(data.start_at) || 0);
+  if (data.admitted_at) {
+    facts.push(["Queue wait", h("span", { title: "admitted " + when(data.admitted_at), text: duration(Math.max(0, ms(data.admitted_at) - from)) })]);
+  } else if (data.status === "queued") {
+    const later = data.start_at && ms(data.start_at) > Date.now();
+    facts.push(["Queue wait", later ? "starts at " + when(data.start_at) : duration(Date.now() - from) + " so far"]);
+  }
+  return facts;
 }
 
 export function runPage() {
@@ -132,6 +148,9 @@ export function runPage() {
       ["Duration", duration(runDuration(data)) + (SETTLED.includes(data.status) ? "" : " so far")],
       ["Version", h("span", { class: "mono", text: data.version || "—" })],
     ];
+    meta.push(...queueFacts(data));
+    // what the live run waits on, said as in the runs list (the API's sentence as title)
+    if (data.waiting_on) meta.push(["Waiting on", h("span", { class: "wait wait-" + data.waiting_on.kind, id: "run-waiting", "data-waiting": data.waiting_on.kind, title: data.waiting_on.message, text: waitingText(data.waiting_on) })]);
     if (data.deadline_at) {
       // a live run: the time it has left before it fails RUN_TIMEOUT
       const left = Date.parse(data.deadline_at) - Date.now();

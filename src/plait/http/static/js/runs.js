@@ -1,8 +1,12 @@
 // The runs list: filters kept in the address, paging, child runs folded under their
-// parents, starting a run, and the approvals waiting for the signed-in user.
+// parents, what each live run waits on, how many runs match in each status, bulk actions
+// on the filtered set, starting a run, and the approvals waiting for the signed-in user.
 
 import { ROOT, api } from "./api.js";
 import { approvalsPanel } from "./approvals.js";
+import { bulkActions } from "./bulk.js";
+import { pausedBanner } from "./paused.js";
+import { waitingCell } from "./waiting.js";
 import { h, $, badge, notice, copyButton } from "./dom.js";
 import { enc, duration, ago, when, runDuration, shortId } from "./format.js";
 
@@ -96,7 +100,43 @@ export function runsPage() {
     for (const tag of tagFilters) params.append("tag", tag);
     if (offset) params.set("offset", String(offset));
     params.set("limit", String(PAGE));
+    params.set("counts", "true");
     return params;
+  }
+
+  // the list's filters as POST /api/runs/bulk takes them, and said in words
+  function bulkFilter() {
+    const filter = {};
+    const said = [];
+    if (workflowSelect.value) {
+      filter.workflow = workflowSelect.value;
+      said.push("workflow " + workflowSelect.value);
+    }
+    if (statusSelect.value) {
+      filter.status = statusSelect.value;
+      said.push("status " + statusSelect.value);
+    }
+    const asked = apiQuery();
+    if (asked.get("since")) {
+      filter.since = asked.get("since");
+      said.push("started since " + when(filter.since));
+    }
+    if (asked.get("until")) {
+      filter.until = asked.get("until");
+      said.push("started before " + when(filter.until));
+    }
+    if (tagFilters.size) {
+      filter.tags = {};
+      for (const tag of tagFilters) {
+        const cut = tag.indexOf(":");
+        filter.tags[tag.slice(0, cut)] = tag.slice(cut + 1);
+      }
+      said.push("tags " + [...tagFilters].join(", "));
+    }
+    let text = said.length ? said.join(", ") : "any run";
+    if (folding()) text += " (child runs included)";
+    const blocked = idField.value.trim() ? "Bulk actions take no run id search: clear it to act on the list." : null;
+    return { filter: filter, text: text, blocked: blocked };
   }
 
   function folding() {
@@ -189,6 +229,7 @@ export function runsPage() {
       ),
       h("td", { "data-label": "Workflow" }, h("a", { href: href, text: run.workflow }), run.kind === "graph" ? h("span", { class: "tag", text: "graph" }) : null, chips(run)),
       h("td", { "data-label": "Status" }, badge(run.status)),
+      waitingCell(run),
       h("td", { "data-label": "Started", title: when(run.created_at), text: ago(run.created_at) }),
       h("td", { class: "opt num", "data-label": "Duration", text: duration(runDuration(run)) }),
       h("td", { class: "opt", "data-label": "Owner", text: run.owner || "—" })
@@ -205,7 +246,7 @@ export function runsPage() {
           const kids = await api("/runs?parent=" + enc(run.id) + "&limit=100");
           rows.push(...(await rowsOf(kids.runs, depth + 1)));
         } catch (err) {
-          rows.push(h("tr", { class: "empty" }, h("td", { colspan: "6", text: err.message })));
+          rows.push(h("tr", { class: "empty" }, h("td", { colspan: "7", text: err.message })));
         }
       }
     }
@@ -222,8 +263,12 @@ export function runsPage() {
       const body = $("runs-body");
       body.replaceChildren(...rows);
       if (!data.runs.length) {
-        body.append(h("tr", { class: "empty" }, h("td", { colspan: "6", text: "No runs match." })));
+        body.append(h("tr", { class: "empty" }, h("td", { colspan: "7", text: "No runs match." })));
       }
+      showCounts(data.counts || {});
+      shown = data.runs;
+      banner();
+      refreshBulk();
       const first = data.runs.length ? offset + 1 : 0;
       $("page-info").textContent = first + "–" + (offset + data.runs.length) + " of " + total;
       $("page-prev").disabled = offset === 0;
@@ -235,13 +280,42 @@ export function runsPage() {
       notice(err.message + problems.map((p) => " · " + (p.field || "query") + ": " + p.message).join(""), "error");
       $("live").classList.add("stale");
       if (err.status === 422) {
-        $("runs-body").replaceChildren(h("tr", { class: "empty" }, h("td", { colspan: "6", text: "Fix the filters above to see runs." })));
+        $("runs-body").replaceChildren(h("tr", { class: "empty" }, h("td", { colspan: "7", text: "Fix the filters above to see runs." })));
         $("page-info").textContent = "";
       }
     } finally {
       inFlight = false;
     }
   }
+
+  // how many runs match in each status (the status filter aside): one button each, which
+  // filters by it
+  function showCounts(counts) {
+    const all = Object.values(counts).reduce((a, b) => a + b, 0);
+    const chip = (status, n, label) =>
+      h(
+        "button",
+        { type: "button", class: "count" + (statusSelect.value === status ? " active" : ""), "data-status": status, "aria-pressed": statusSelect.value === status ? "true" : "false", title: status ? "Show only " + status + " runs" : "Show runs of any status", onclick: () => {
+          statusSelect.value = status;
+          changed();
+        } },
+        h("span", { class: "count-label", text: label }),
+        h("span", { class: "num", text: String(n) })
+      );
+    $("status-counts").replaceChildren(
+      chip("", all, "all"),
+      ...[...statusSelect.options].filter((o) => o.value && counts[o.value]).map((o) => chip(o.value, counts[o.value], o.value))
+    );
+  }
+
+  // the runs on the page (what the paused banner looks at)
+  let shown = [];
+  const banner = pausedBanner(() => ({
+    workflow: workflowSelect.value,
+    workflows: new Set(shown.map((r) => r.workflow)),
+    queues: new Set(shown.map((r) => r.queue).filter((q) => q)),
+  }));
+  const refreshBulk = bulkActions(bulkFilter, () => load());
 
   function changed() {
     offset = 0;

@@ -1,5 +1,6 @@
 // A run's steps: one row each with its status, tries and time, the attempts drawn on a
-// timeline from the run's start, and its details (input, output, errors) folded below.
+// timeline from the run's start, and its details (input, output, errors, the worker of
+// each attempt) folded below.
 
 import { h, $, badge } from "./dom.js";
 import { SETTLED, ms, enc, duration, when, pretty } from "./format.js";
@@ -104,6 +105,8 @@ export function renderSteps(run, attempts, openSteps, rerunFrom) {
               {},
               badge(a.status),
               " attempt " + a.attempt + " · " + when(a.started_at) + (a.finished_at ? " · " + duration(ms(a.finished_at) - ms(a.started_at)) : ""),
+              // the worker that ran it (its lease name: host, process and worker)
+              a.worker ? h("span", { class: "attempt-worker", title: "the worker that ran this attempt" }, " · worker ", h("span", { class: "mono", text: a.worker })) : null,
               a.error ? h("div", { class: "attempt-error", text: (a.error.type ? a.error.type + ": " : "") + (a.error.message || "") }) : null
             )
           )

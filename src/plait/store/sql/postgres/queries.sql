@@ -131,6 +131,13 @@ SELECT
           WHERE /*filters*/
           ORDER BY r.created_at DESC, r.id DESC LIMIT $7 OFFSET $8) AS runs
 
+-- name: count_by_status
+-- How many runs match in each status: the runs that pass /*filters*/ (run_filter, and
+-- tag_filter with tags), the status filter left out by the caller; $7 and $8 page the
+-- statuses (the caller asks for all of them).
+SELECT r.status, count(*) AS runs FROM @schema@.runs r WHERE /*filters*/
+GROUP BY r.status ORDER BY r.status LIMIT $7 OFFSET $8
+
 -- name: list_run_summaries
 -- As list_runs, without the JSON columns (convert.run_summary's column order), with how
 -- many children of each run the caller may see.
@@ -154,6 +161,13 @@ ORDER BY r.created_at DESC, r.id DESC LIMIT $2
 
 -- name: get_steps
 SELECT s FROM @schema@.steps s WHERE s.run_id = $1 ORDER BY s.seq
+
+-- name: waiting_steps
+-- The steps of many runs ($1) of the kinds $2 in the statuses $3, in run and step order:
+-- what a page of runs waits on, in one read.
+SELECT s FROM @schema@.steps s
+WHERE s.run_id = ANY($1::text[]) AND s.kind = ANY($2::text[]) AND s.status = ANY($3::text[])
+ORDER BY s.run_id, s.seq
 
 -- name: get_history
 -- Earlier attempts from attempts, the latest of each step from its step row; oldest first,

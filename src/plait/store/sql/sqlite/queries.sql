@@ -149,6 +149,13 @@ id IN (SELECT run_id FROM plait_run_tags WHERE key = :tag_key_N AND value = :tag
 SELECT count(*) FROM plait_runs
 WHERE /*filters*/ 1
 
+-- name: count_by_status
+-- How many runs match in each status: the filters given go in place of /*filters*/
+-- (run_filters), the status filter left out by the caller.
+SELECT status, count(*) FROM plait_runs
+WHERE /*filters*/ 1
+GROUP BY status
+
 -- name: list_runs
 SELECT id, workflow, kind, version, status, input, output, error, parent_run_id,
     parent_step_key, owner, start_node, created_at, updated_at, wake_at, wakeups,
@@ -306,6 +313,16 @@ SELECT run_id, key, seq, name, kind, function, status, input, output, error, att
     failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
     queued, wake_at, created_at, updated_at, delivered, retried_failures, reached_after
 FROM plait_steps WHERE run_id = ? ORDER BY seq
+
+-- name: waiting_steps
+-- The steps of many runs (json list 1) of the kinds in list 2 and the statuses in list 3,
+-- in run and step order: what a page of runs waits on, in one read.
+SELECT run_id, key, seq, name, kind, function, status, input, output, error, attempts,
+    failures, retries, retry_delay, timeout, invocation_id, child_run_id, branch, from_key,
+    queued, wake_at, created_at, updated_at, delivered, retried_failures, reached_after
+FROM plait_steps WHERE run_id IN (SELECT value FROM json_each(?))
+    AND kind IN (SELECT value FROM json_each(?)) AND status IN (SELECT value FROM json_each(?))
+ORDER BY run_id, seq
 
 -- name: get_history
 -- Earlier attempts from plait_attempts, the latest of each step from its step row; oldest
