@@ -249,7 +249,10 @@ def stored_limits(row: Sequence[object]) -> StoredQueueLimits:
     """A row of ``list_queue_limits`` (either store) as ``StoredQueueLimits``."""
     name, concurrency, per_key, rate, window, budget, per_key_budget, fair, app, updated = row
     budgets = tuple((str(u), float(a), float(w)) for u, a, w in json.loads(str(budget)))
-    turn, key_costs = (None, []) if fair is None else json.loads(str(fair))
+    turn: Any = None
+    key_costs: list[tuple[Any, Any]] = []
+    if fair is not None:
+        turn, key_costs = json.loads(str(fair))
     limits = QueueLimits(
         str(name),
         None if concurrency is None else int(str(concurrency)),
