@@ -16,7 +16,7 @@ from plait.app import App
 from plait.queues import TURN, Queue
 from plait.runtime import runs
 from plait.store.rows import QueueLimits, StoredQueueLimits
-from plait.worker.budgets import budget_holds
+from plait.worker.budgets import budget_holds, prune_spend
 from plait.worker.state import WorkerState
 
 log = logging.getLogger("plait.worker")
@@ -25,6 +25,8 @@ ADMIT_GAP = 0.05
 #: the most seconds the stored queue limits this worker applies may be old: a changed
 #: declaration reaches every worker within about this long
 LIMITS_FRESH = 1.0
+#: how often (seconds) a worker deletes spend that no budget's window counts any more
+SPEND_PRUNE_EVERY = 60.0
 
 
 def limits_of(queue: Queue, functions: Sequence[str] = ()) -> QueueLimits:
@@ -90,6 +92,12 @@ class Admission(WorkerState):
             log.exception("reading the stored queue limits failed")
             return
         self.limits_read_at = time.monotonic()
+        if time.monotonic() >= self.spend_pruned_at + SPEND_PRUNE_EVERY:
+            self.spend_pruned_at = time.monotonic()
+            try:
+                await prune_spend(self.store, self.queue_limits(), self.clock.now())
+            except Exception:
+                log.exception("pruning spend past its budgets' windows failed")
 
     async def _admit_loop(self) -> None:
         """Admit queued runs whose start time has come, as the queues' limits allow. The

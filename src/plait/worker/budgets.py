@@ -69,3 +69,16 @@ async def budget_holds(store: LimitsStore, limits: Sequence[QueueLimits], now: f
             lifts = total.oldest + window
             free_at = lifts if free_at is None else min(free_at, lifts)
     return Holds(tuple(sorted(held, key=lambda h: (h[0], h[1] or ""))), free_at, spent)
+
+
+async def prune_spend(store: LimitsStore, limits: Sequence[QueueLimits], now: float) -> int:
+    """Delete the spend reports no budget counts any more (older than the longest window
+    of their queue's budgets), so the reports of a busy queue do not pile up for ever.
+    Returns how many queues were pruned. A queue whose budget was dropped keeps its
+    reports until a budget is declared for it again (its window is unknown)."""
+    pruned = 0
+    for q in limits:
+        if q.budget:
+            await store.prune_spend(q.name, now - max(window for _u, _a, window in q.budget))
+            pruned += 1
+    return pruned

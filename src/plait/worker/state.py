@@ -87,6 +87,8 @@ class WorkerState(abc.ABC):
     #: the queue limits stored in the database as last read, and when (monotonic)
     stored_limits: list[StoredQueueLimits]
     limits_read_at: float
+    #: when (monotonic) spend past its budgets' windows was last deleted
+    spend_pruned_at: float
     #: when it started (the clock's time) and when its next heartbeat is due (monotonic)
     started_at: float
     next_beat: float

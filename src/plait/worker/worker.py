@@ -150,6 +150,7 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention, Brake
         self.stored_limits = []
         self.budget_free_at = None
         self.limits_read_at = float("-inf")
+        self.spend_pruned_at = float("-inf")
         self.started_at = clock.now()
         self.next_beat = 0.0
         #: keeps the leases while a step blocks the event loop
