@@ -2,12 +2,21 @@
 
     python benchmarks/profile_plait.py                    # both workloads, cProfile
     python benchmarks/profile_plait.py --py-spy PATH      # also sample with py-spy
+    python benchmarks/profile_plait.py --callgrind        # instructions per step (valgrind)
 
 plait does its work on two kinds of threads: the event loop (workflow code, replay, the
 engine's bookkeeping) and the SQLite writer (statements, commits, fsync). A plain
 ``cProfile`` run sees only the thread that started it, so this script profiles every
 thread separately (each thread's ``run`` is wrapped in its own profiler) and prints, per
 thread, the functions with the most time of their own. plait's code is not touched.
+
+With ``--callgrind`` nothing is timed: one sequential run of 10 steps and one of 1,010 on
+``sqlite:///:memory:`` are each run under ``valgrind --tool=callgrind`` in a process of
+their own, and the difference of their instruction counts over the 1,000 extra steps is
+what one step costs. Instructions do not depend on what else the machine does, so this is
+the figure to compare on a busy machine; start-up, imports and the engine's opening and
+closing are in both runs and cancel out. The functions (C level: the interpreter, sqlite3,
+json) that the extra steps spent the most instructions in are listed after it.
 
 With ``--py-spy`` the same workload is also run under py-spy (a sampling profiler that
 sees native frames such as the fsync inside ``sqlite3``), and the samples are summed by
@@ -25,6 +34,7 @@ import io
 import os
 import pstats
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -291,6 +301,90 @@ def _frame(frame: str) -> str:
     return f"{name} ({file})" if file else name
 
 
+#: the two run lengths whose difference is measured under callgrind
+CALLGRIND_STEPS = (10, 1010)
+
+
+async def _callgrind_run(steps: int) -> None:
+    """What runs under callgrind: an engine on an in-memory database, one sequential
+    run of ``steps`` steps (the workflow of the sequential workload), and its close."""
+    async with bench_plait._engine({"db": "sqlite:///:memory:"}) as engine:
+        out = await engine.run("chain", {"n": steps}, timeout=3600)
+        assert out == steps, out
+
+
+def _callgrind_start(steps: int, out: Path, valgrind: str) -> subprocess.Popen[str]:
+    """Start ``steps`` steps under callgrind, writing into ``out``."""
+    code = (
+        f"import asyncio, sys; sys.path.insert(0, {str(HERE)!r}); import profile_plait as p;"
+        f" asyncio.run(p._callgrind_run({steps}))"
+    )
+    cmd = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable]
+    return subprocess.Popen(
+        [*cmd, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _callgrind_count(steps: int, proc: subprocess.Popen[str], out: Path) -> int:
+    """The instructions the callgrind run of ``steps`` steps counted, once it ended."""
+    _, err = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"callgrind run of {steps} steps failed:\n{err[-2000:]}")
+    for line in out.read_text(errors="replace").splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise SystemExit(f"no instruction count in {out}")
+
+
+def _annotate(path: Path, inclusive: bool) -> dict[str, int]:
+    """Instructions by function (``file:function``) that callgrind_annotate reports."""
+    cmd = ["callgrind_annotate", f"--inclusive={'yes' if inclusive else 'no'}"]
+    cmd += ["--threshold=100", str(path)]
+    text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        match = re.match(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(\S.*?)(?:\s+\[.*\])?$", line)
+        if match and ":" in match.group(2):
+            # a cycle's inner entries (``fn'2``) and unnamed code only repeat the outer ones
+            file, _, func = match.group(2).rpartition(":")
+            if "'" in func or func.startswith("0x"):
+                continue
+            name = f"{Path(file).name}:{func}"
+            counts[name] = counts.get(name, 0) + int(match.group(1).replace(",", ""))
+    return counts
+
+
+def run_callgrind(top: int, keep: Path | None) -> int:
+    """Instructions per in-memory sequential step: (I(1010) - I(10)) / 1000."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("--callgrind needs valgrind on the PATH")
+    short, long = CALLGRIND_STEPS
+    extra = long - short
+    with tempfile.TemporaryDirectory(prefix="plait-callgrind-") as tmp:
+        folder = keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        files = {n: folder / f"callgrind.{n}.out" for n in CALLGRIND_STEPS}
+        # side by side: the counts do not depend on what else runs
+        procs = {n: _callgrind_start(n, files[n], valgrind) for n in CALLGRIND_STEPS}
+        counts = {n: _callgrind_count(n, procs[n], files[n]) for n in CALLGRIND_STEPS}
+        per_step = (counts[long] - counts[short]) // extra
+        print("\n=== callgrind, sequential on sqlite:///:memory: (instructions) ===")
+        print(f"   {short:>5} steps: {counts[short]:>15,}")
+        print(f"   {long:>5} steps: {counts[long]:>15,}")
+        print(f"   per step: {per_step:,}  (the difference over {extra:,} steps)")
+        for inclusive in (True, False):
+            few = _annotate(files[short], inclusive)
+            many = _annotate(files[long], inclusive)
+            diff = {f: (many[f] - few.get(f, 0)) / extra for f in many}
+            ranked = sorted(diff.items(), key=lambda kv: -kv[1])[:top]
+            kind = "inclusive" if inclusive else "self"
+            print(f"\n-- {kind} instructions per step, by function")
+            for func, n in ranked:
+                print(f"   {n:10,.0f} {n / per_step * 100:6.1f}%  {func}")
+    return per_step
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     ap.add_argument("--workload", choices=("sequential", "throughput", "both"), default="both")
@@ -300,7 +394,14 @@ def main() -> None:
     ap.add_argument("--save", type=Path, help="write .prof files (snakeviz, pstats) here")
     ap.add_argument("--py-spy", dest="py_spy", help="path to py-spy: also sample with it")
     ap.add_argument("--statements", action="store_true", help="time plait's SQL statements instead")
+    ap.add_argument(
+        "--callgrind", action="store_true", help="count instructions per step (valgrind) only"
+    )
+    ap.add_argument("--keep", type=Path, help="with --callgrind: keep the callgrind files here")
     args = ap.parse_args()
+    if args.callgrind:
+        run_callgrind(args.top, args.keep)
+        return
     names = ("sequential", "throughput") if args.workload == "both" else (args.workload,)
     for name in names:
         steps = args.steps or (1000 if name == "sequential" else 10)
