@@ -6,6 +6,7 @@ registers says so (``Engine.waiting_on``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -25,7 +26,11 @@ LIVE_BEATS = 3
 FORGET_AFTER = 24 * 3600.0
 
 
+@functools.cache
 def plait_version() -> str:
+    """The installed plait's version, read once: the package metadata is parsed anew on
+    every read, and a heartbeat every two seconds would pay for it each time (the code
+    this process runs does not change with the files on disk anyway)."""
     try:
         return metadata.version("plait")
     except metadata.PackageNotFoundError:  # pragma: no cover - run from a source tree
