@@ -553,6 +553,7 @@ async def test_run_lists_are_summaries(serve: Serve) -> None:
                     "start_at",
                     "children",
                     "tags",
+                    "waiting_on",
                 }
 
 

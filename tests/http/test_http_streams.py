@@ -176,6 +176,9 @@ async def test_another_users_token_gets_403_and_bad_offsets_422(engine_factory) 
             assert "Last-Event-ID must be a stream offset" in bad.json()["detail"]
             bad = await client.get(f"{path}?after=-5", headers=ALICE)
             assert bad.status_code == 422 and "after must be a stream offset" in bad.text
+            # past what a store counts (PostgreSQL refused it with a 500 before)
+            huge = await client.get(f"{path}?after=549755813889", headers=ALICE)
+            assert huge.status_code == 422 and "after must be a stream offset" in huge.text
             long_name = await client.get(f"/api/runs/{run_id}/streams/{'x' * 201}", headers=ALICE)
             assert long_name.status_code == 422 and "invalid stream name" in long_name.text
             await engine.cancel(run_id)

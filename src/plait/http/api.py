@@ -477,16 +477,24 @@ async def _graph_definition(engine: Engine, run: Run) -> Any:
 __all__ = ["Api"]
 
 
+#: the largest stream offset (the stores count a stream's entries in 32 bits)
+MAX_OFFSET = 2**31 - 1
+
+
 def _offset(text: str | None, field: str) -> int | None:
-    """A stream offset a client sent (``Last-Event-ID``, ``?after=``): an int >= -1."""
+    """A stream offset a client sent (``Last-Event-ID``, ``?after=``): an int from -1 to
+    ``MAX_OFFSET``."""
     if text is None or text == "":
         return None
     try:
         value = int(text)
     except ValueError:
         value = -2
-    if value < -1:
-        message = f"{field} must be a stream offset (an integer >= -1), got {text[:40]!r}"
+    if not -1 <= value <= MAX_OFFSET:
+        message = (
+            f"{field} must be a stream offset (an integer from -1 to {MAX_OFFSET}), "
+            f"got {text[:40]!r}"
+        )
         raise ApiError(
             422, "INVALID_REQUEST", message, problems=[{"field": field, "message": message}]
         )

@@ -415,7 +415,7 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
                             "in": "query",
                             "required": False,
                             "description": "the offset to go on after (Last-Event-ID wins)",
-                            "schema": {"type": "integer", "minimum": -1},
+                            "schema": {"type": "integer", "minimum": -1, "maximum": 2**31 - 1},
                         },
                         {
                             "name": "settled_only",

@@ -104,7 +104,49 @@ class CallerTransactionStore(Protocol):
         ...
 
 
-class Store(LimitsStore, CallerTransactionStore, Protocol):
+class FleetStore(Protocol):
+    """Brakes (paused workflows and queues) and the worker registry: what operators set
+    and read across every process (``Store`` has these too)."""
+
+    async def pause(
+        self, kind: str, name: str, status: RunStatusName, from_status: RunStatusName
+    ) -> list[str]:
+        """Pause workflow or queue ``name`` (``kind``: ``workflow`` or ``queue``) for
+        every process: no claim takes its runs from now on, and those of its runs that
+        are ``from_status`` with no live lease become ``status`` (``park_braked``).
+        Returns the runs that moved. Pausing it again changes nothing."""
+        ...
+
+    async def unpause(
+        self, kind: str, name: str, status: RunStatusName, paused: RunStatusName
+    ) -> list[str]:
+        """Resume workflow or queue ``name``: every run ``paused`` that no other brake
+        holds becomes ``status``, due at once. Returns them."""
+        ...
+
+    async def park_braked(self, status: RunStatusName, from_status: RunStatusName) -> list[str]:
+        """Runs ``from_status`` of a paused workflow or queue that no live lease holds
+        (a pass that held one ended, or its worker died) become ``status``."""
+        ...
+
+    async def list_brakes(self) -> list[Brake]:
+        """The paused workflows and queues."""
+        ...
+
+    async def put_worker(self, row: WorkerRow) -> None:
+        """Record a worker, or its heartbeat (``seen_at``) when it is recorded."""
+        ...
+
+    async def list_workers(self, seen_since: float) -> list[WorkerRow]:
+        """Workers seen at ``seen_since`` or later, oldest first."""
+        ...
+
+    async def forget_workers(self, seen_before: float) -> None:
+        """Delete the records of workers last seen before ``seen_before``."""
+        ...
+
+
+class Store(LimitsStore, CallerTransactionStore, FleetStore, Protocol):
     """What every store offers. The contract suite (``tests/store/``) is what this
     protocol means in practice: a store that passes it is a store."""
 
@@ -427,45 +469,6 @@ class Store(LimitsStore, CallerTransactionStore, Protocol):
     async def queue_keys(self, queue: str) -> list[QueueKeyDepth]:
         """Per key of ``queue`` with runs waiting or holding a slot: how many of each,
         and how far ahead of the queue's clock a fair queue has served the key."""
-        ...
-
-    # brakes: paused workflows and queues
-    async def pause(
-        self, kind: str, name: str, status: RunStatusName, from_status: RunStatusName
-    ) -> list[str]:
-        """Pause workflow or queue ``name`` (``kind``: ``workflow`` or ``queue``) for
-        every process: no claim takes its runs from now on, and those of its runs that
-        are ``from_status`` with no live lease become ``status`` (``park_braked``).
-        Returns the runs that moved. Pausing it again changes nothing."""
-        ...
-
-    async def unpause(
-        self, kind: str, name: str, status: RunStatusName, paused: RunStatusName
-    ) -> list[str]:
-        """Resume workflow or queue ``name``: every run ``paused`` that no other brake
-        holds becomes ``status``, due at once. Returns them."""
-        ...
-
-    async def park_braked(self, status: RunStatusName, from_status: RunStatusName) -> list[str]:
-        """Runs ``from_status`` of a paused workflow or queue that no live lease holds
-        (a pass that held one ended, or its worker died) become ``status``."""
-        ...
-
-    async def list_brakes(self) -> list[Brake]:
-        """The paused workflows and queues."""
-        ...
-
-    # the worker registry
-    async def put_worker(self, row: WorkerRow) -> None:
-        """Record a worker, or its heartbeat (``seen_at``) when it is recorded."""
-        ...
-
-    async def list_workers(self, seen_since: float) -> list[WorkerRow]:
-        """Workers seen at ``seen_since`` or later, oldest first."""
-        ...
-
-    async def forget_workers(self, seen_before: float) -> None:
-        """Delete the records of workers last seen before ``seen_before``."""
         ...
 
     # schedules

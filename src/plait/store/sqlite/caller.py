@@ -12,6 +12,7 @@ from collections.abc import Callable
 from plait.records import Run
 from plait.store.rows import NewRun
 from plait.store.sqlite.part import Part
+from plait.store.sqlite.writer import SQL
 
 
 class CallerTransactions(Part):
@@ -39,7 +40,7 @@ class CallerTransactions(Part):
 def check_connection(connection: sqlite3.Connection, path: str) -> None:
     """``connection`` is to the file at ``path`` and inside a transaction; else
     ``ValueError`` saying what it is."""
-    files = [row[2] for row in connection.execute("PRAGMA database_list") if row[1] == "main"]
+    files = [row[1] for row in connection.execute(SQL["database_files"]) if row[0] == "main"]
     mine = os.path.realpath(path)
     if not files or not files[0] or os.path.realpath(files[0]) != mine:
         raise ValueError(

@@ -1329,3 +1329,7 @@ FROM plait_runs
 WHERE queue IS NOT NULL AND queue_key IS NOT NULL
     AND status IN ('queued', 'running', 'suspended', 'paused')
 GROUP BY queue, queue_key ORDER BY queue, queue_key
+
+-- name: database_files
+-- The files of a connection's databases (main first): whose file a caller's connection is.
+SELECT name, file FROM pragma_database_list
