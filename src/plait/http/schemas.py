@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from starlette.requests import Request
@@ -22,18 +22,9 @@ from plait.ids import (
     SCHEDULE_RUN_ID_PREFIX,
     reserved_run_id,
 )
+from plait.statuses import RunStatusName
 
-RUN_STATUSES = (
-    "queued",
-    "running",
-    "suspended",
-    "paused",
-    "needs_attention",
-    "completed",
-    "failed",
-    "cancelled",
-    "continued",
-)
+RUN_STATUSES: tuple[str, ...] = get_args(RunStatusName)
 MAX_PAGE = 500
 #: the largest ``offset`` of a page of runs
 MAX_OFFSET = 2**31 - 1
