@@ -130,3 +130,22 @@ async def test_queue_keys_counts_each_key_and_its_turn(store: Store) -> None:
     assert [(r.key, r.queued, r.ahead) for r in await store.queue_keys("elsewhere")] == [
         ("a", 1, None)
     ]
+
+
+async def test_a_key_held_back_saves_up_no_turns_for_a_burst(store: Store) -> None:
+    """A key a budget held while the others took their turns comes back at the queue's
+    clock: it takes its turn beside them, not a run of its own admissions."""
+    for key in "abc":
+        await enqueue(store, key, 30)
+    order: list[str] = []
+    for n in range(32):
+        held = [("q", "a")] if n < 20 else []
+        (run_id,) = await store.admit_runs("w1", 60.0, 10, fair(), "running", held=held)
+        order.append(run_id[0])
+        await end(store, run_id)
+    assert "".join(order[:20]) == "bc" * 10
+    after = "".join(order[20:])
+    # it joins the round the others are in (first on a tie: its runs are older), then
+    # takes one turn a round; held, it had saved up ten (a burst of a's before)
+    assert "aaa" not in after and after.count("a") <= 5, after
+    assert all(after[n : n + 3].count("a") <= 2 for n in range(len(after) - 2)), after

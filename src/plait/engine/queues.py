@@ -183,7 +183,7 @@ def limits_dict(limits: QueueLimits) -> dict[str, Any]:
         or None,
         "budget_per_key": limits.budget_per_key,
         "fair": limits.turn is not None,
-        "weights": {key: limits.turn // cost for key, cost in limits.key_costs}
+        "weights": {key: round(limits.turn / cost) for key, cost in limits.key_costs}
         if limits.turn is not None and limits.key_costs
         else None,
     }

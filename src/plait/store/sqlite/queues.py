@@ -50,7 +50,8 @@ class Queues(Part):
                 conn.execute(SQL["arrive_turns"], {"queue": queue, "now": now})
             rows = conn.execute(SQL["admit_runs"], params).fetchall()
             _log_admissions(conn, [queue for _id, queue, _key in rows], rated, now)
-            _advance_turns(conn, [(queue, key) for _id, queue, key in rows], queues, now)
+            admitted = [(queue, key) for _id, queue, key in rows]
+            _advance_turns(conn, admitted, queues, now, held_json)
             return [run_id for run_id, _queue, _key in rows]
 
         return await self._write(go)
@@ -126,9 +127,11 @@ def _advance_turns(
     admitted: list[tuple[str | None, str | None]],
     queues: Sequence[QueueLimits],
     now: float,
+    held: str,
 ) -> None:
     """Record the turns the keys of fair queues took in one admission (in its write
-    transaction, so the next admission ranks from them)."""
+    transaction, so the next admission ranks from them); ``held`` is the keys the
+    budgets hold, as ``admit_runs`` took them."""
     fair = {q.name: q for q in queues if q.turn is not None}
     counts: dict[tuple[str, str], int] = {}
     for queue, key in admitted:
@@ -145,7 +148,7 @@ def _advance_turns(
     conn.execute(SQL["advance_turns"], {"taken": taken})
     conn.execute(SQL["advance_clocks"], {"taken": taken})
     for queue in {queue for queue, _key in counts}:
-        conn.execute(SQL["forget_turns"], {"queue": queue, "now": now})
+        conn.execute(SQL["forget_turns"], {"queue": queue, "now": now, "held": held})
 
 
 def _log_admissions(
