@@ -12,6 +12,7 @@ import pytest
 
 import plait
 from support.counter import Counter
+from support.polling import eventually
 
 #: the parts of the outside world the tests' functions call, and whether each is down
 DOWN: set[str] = set()
@@ -405,5 +406,11 @@ async def test_a_parked_run_is_counted_by_its_status_in_the_metrics(database: st
     async with TestEngine(app, database, metrics=True) as env:
         run_id = await env.start(checkout, 3)
         await _parked(env, run_id)
-        text = (await env.metrics_text() or b"").decode()
-    assert 'plait_runs_total{status="needs_attention",workflow="checkout"} 1.0' in text
+        counted = 'plait_runs_total{status="needs_attention",workflow="checkout"} 1.0'
+
+        async def shown() -> bool:
+            # the pass counts the move once its commit returned; a waiter may hear of the
+            # move a moment before
+            return counted in (await env.metrics_text() or b"").decode()
+
+        await eventually(shown, what="the parked run to be counted")

@@ -50,5 +50,5 @@ def check_connection(connection: sqlite3.Connection, path: str) -> None:
     if not connection.in_transaction:
         raise ValueError(
             "connection has no open transaction: start(connection=...) writes the run in"
-            " the caller's transaction (write to it first, or execute BEGIN)"
+            " the caller's transaction (write to it first, or begin one)"
         )
