@@ -119,21 +119,23 @@ def worker(
                     f"cannot serve metrics on --metrics-port {metrics_port}: {exc.strerror}"
                 ) from None
         await engine.open()
-        logging.getLogger("plait.worker").info(
-            "worker %s working %s (concurrency %d; workflows %s; queues %s)",
-            engine.worker_id,
-            redact(engine.url),
-            concurrency,
-            ", ".join(engine.worker.claim_scope().workflows or ()) or "none",
-            ", ".join(only_queues) if only_queues is not None else "all",
-        )
+
+        def working() -> None:
+            logging.getLogger("plait.worker").info(
+                "worker %s working %s (concurrency %d; workflows %s; queues %s)",
+                engine.worker_id,
+                redact(engine.url),
+                concurrency,
+                ", ".join(engine.worker.claim_scope().workflows or ()) or "none",
+                ", ".join(only_queues) if only_queues is not None else "all",
+            )
 
         async def close(seconds: float) -> None:
             await engine.close(drain=seconds)
             if server is not None:
                 server.close()
 
-        await engine.worker.run_until_signal(close, drain=drain, grace=STOP_GRACE)
+        await engine.worker.run_until_signal(close, drain=drain, grace=STOP_GRACE, ready=working)
 
     run_async(go)
 

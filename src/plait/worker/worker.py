@@ -244,14 +244,24 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention, Brake
             self.wake()
 
     async def run_until_signal(
-        self, close: Callable[[float], Awaitable[None]], *, drain: float, grace: float = 2.0
+        self,
+        close: Callable[[float], Awaitable[None]],
+        *,
+        drain: float,
+        grace: float = 2.0,
+        ready: Callable[[], None] | None = None,
     ) -> None:
         """Work until SIGTERM or SIGINT, then stop: work in hand gets ``drain`` seconds to
-        finish. ``close`` (given the drain) stops this worker and what it was given."""
+        finish. ``close`` (given the drain) stops this worker and what it was given.
+        ``ready`` is called once the signals are handled: what it says (a worker's
+        "working" line) is true only then, since a SIGTERM before would kill the process
+        without its drain."""
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        if ready is not None:
+            ready()
         try:
             await stop.wait()
             log.info("stopping: finishing work in hand (up to %gs)", drain)
