@@ -4,6 +4,7 @@ another state skipped and not counted, live runs going on meanwhile."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -128,3 +129,57 @@ async def test_batches_yield_between_them(
         assert acted == 10
         assert seen == [(4, 10), (8, 10), (10, 10)]
         await asyncio.sleep(0)
+
+
+async def test_a_bulk_action_is_paced_to_its_rate(
+    engine_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches go out at ``rate`` runs a second: the 4th batch of 5 at 50 runs a second
+    starts no sooner than 0.3 s after the first, and ``rate=None`` does not wait."""
+    monkeypatch.setattr(bulk, "BATCH", 5)
+    async with engine_factory(app) as engine:
+        waiting = [await engine.start(waiter, None, tags={"pace": "p"}) for _ in range(20)]
+        for run_id in waiting:
+            assert (await engine.wait(run_id, timeout=30)).status == "suspended"
+        began = time.monotonic()
+        when: list[float] = []
+        acted = await engine.cancel_runs(
+            tags={"pace": "p"}, rate=50, progress=lambda _d, _t: when.append(time.monotonic())
+        )
+        assert acted == 20
+        # the 4th batch began at least 15 runs / 50 per second after the first
+        assert when[-1] - began >= 15 / 50
+        again = [await engine.start(waiter, None, tags={"pace": "q"}) for _ in range(20)]
+        for run_id in again:
+            await engine.wait(run_id, timeout=30)
+        turns: list[float] = []
+
+        async def spy(at: float) -> None:
+            turns.append(at)
+
+        monkeypatch.setattr(bulk, "wait_for_turn", spy)
+        assert await engine.cancel_runs(tags={"pace": "q"}, rate=None) == 20
+        assert turns == []
+
+
+@pytest.mark.parametrize("rate", [0, -1, float("nan"), float("inf"), True, "fast"])
+async def test_a_bad_rate_is_refused_naming_it_before_anything_is_done(
+    engine_factory: Any, rate: Any
+) -> None:
+    async with engine_factory(app) as engine:
+        run_id = await engine.start(waiter, None, tags={"rate": "bad"})
+        assert (await engine.wait(run_id, timeout=30)).status == "suspended"
+        with pytest.raises(ValueError, match="invalid rate"):
+            await engine.cancel_runs(tags={"rate": "bad"}, rate=rate)
+        with pytest.raises(ValueError, match="invalid rate"):
+            await engine.act_on_runs("cancel", tags={"rate": "bad"}, rate=rate)
+        assert (await engine.get_run(run_id)).status == "suspended"
+
+
+async def test_act_on_runs_takes_a_cancel_reason(engine_factory: Any) -> None:
+    async with engine_factory(app) as engine:
+        run_id = await engine.start(waiter, None, tags={"why": "r"})
+        await engine.wait(run_id, timeout=30)
+        assert await engine.act_on_runs("cancel", tags={"why": "r"}, reason="partner down") == 1
+        run = await engine.get_run(run_id)
+        assert run.status == "cancelled" and "partner down" in str(run.error)

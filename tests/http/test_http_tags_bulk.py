@@ -110,6 +110,10 @@ async def test_bulk_acts_on_the_callers_own_runs_only(engine: plait.Engine, clie
         ({"action": "cancel", "filter": {"tags": {"Bad": "x"}}}, "filter"),
         ({"action": "cancel", "filter": {"status": "nope"}}, "filter"),
         ({"action": "cancel", "extra": 1}, "extra"),
+        ({"action": "retry", "rate": 0}, "rate"),
+        ({"action": "retry", "rate": -5}, "rate"),
+        ({"action": "retry", "rate": "fast"}, "rate"),
+        ({"action": "retry", "rate": 1_000_000}, "rate"),
     ],
 )
 async def test_bulk_refuses_bad_bodies(client: Any, body: dict[str, Any], field: str) -> None:

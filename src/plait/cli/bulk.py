@@ -4,7 +4,9 @@ With a RUN_ID the command acts on that run alone (as ``plait cancel RUN_ID`` doe
 Without one, the filter options pick the runs (``--workflow``, ``--status``,
 ``--version``, ``--owner``, ``--since``, ``--until``, ``--tag``, ``--queue``): the
 command prints how many match and acts only with ``--yes`` (without it, it exits 2
-having changed nothing), with a progress bar while it works through them.
+having changed nothing), with a progress bar while it works through them, at most
+``--rate`` runs a second (200 by default; the runs it retries or resumes go to work at
+that pace beside the live ones).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from plait.cli.app import (
     run_async,
     runs_cli,
 )
-from plait.engine.bulk import BulkAction
+from plait.engine.bulk import DEFAULT_RATE, BulkAction, checked_rate
 
 _ID_HELP = (
     "One run to act on (its id, or a unique prefix or suffix); leave it out to act on "
@@ -45,6 +47,7 @@ def _bulk(
     yes: bool,
     as_json: bool,
     database: str | None,
+    rate: float,
     reason: str | None = None,
 ) -> None:
     given = {k: v for k, v in filters.items() if v is not None}
@@ -55,6 +58,10 @@ def _bulk(
         return
     if not given:
         fail(f"name the runs to {action}: a RUN_ID, or filter options (see --help)")
+    try:
+        checked_rate(rate)
+    except ValueError:
+        fail(f"invalid --rate: {rate!r} (runs per second, a number above 0)")
     given["tags"] = parse_tags(filters.get("tags"))
     for bound in ("since", "until"):
         given[bound] = parse_time(filters.get(bound), f"--{bound}")
@@ -75,7 +82,7 @@ def _bulk(
                     )
                 raise typer.Exit(2)
             show_bar = not as_json and len(matched) >= _BAR_FROM and console.is_terminal
-            options = dict(given)
+            options: dict[str, Any] = {**given, "rate": rate}
             if reason is not None:
                 options["reason"] = reason
             if show_bar:
@@ -111,6 +118,11 @@ UntilOpt = typer.Option(None, "--until", help="Runs created before (ISO 8601).")
 TagOpt = typer.Option(None, "--tag", help=FILTER_TAG_HELP)
 QueueOpt = typer.Option(None, "--queue", help="Runs of this queue.")
 YesOpt = typer.Option(False, "--yes", help="Act on the runs that match (else: only count).")
+RateOpt = typer.Option(
+    DEFAULT_RATE,
+    "--rate",
+    help="Runs acted on per second at most: what they do next is paced beside live work.",
+)
 
 
 @runs_cli.command("cancel")
@@ -126,6 +138,7 @@ def runs_cancel(
     queue: str | None = QueueOpt,
     reason: str | None = typer.Option(None, "--reason", help="Stored as each run's error."),
     yes: bool = YesOpt,
+    rate: float = RateOpt,
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
@@ -140,7 +153,7 @@ def runs_cancel(
         tags=tag,
         queue=queue,
     )
-    _bulk("cancel", run_id, filters, yes, as_json, database, reason)
+    _bulk("cancel", run_id, filters, yes, as_json, database, rate, reason)
 
 
 @runs_cli.command("retry")
@@ -155,6 +168,7 @@ def runs_retry(
     tag: list[str] | None = TagOpt,
     queue: str | None = QueueOpt,
     yes: bool = YesOpt,
+    rate: float = RateOpt,
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
@@ -170,7 +184,7 @@ def runs_retry(
         tags=tag,
         queue=queue,
     )
-    _bulk("retry", run_id, filters, yes, as_json, database)
+    _bulk("retry", run_id, filters, yes, as_json, database, rate)
 
 
 @runs_cli.command("resume")
@@ -185,6 +199,7 @@ def runs_resume(
     tag: list[str] | None = TagOpt,
     queue: str | None = QueueOpt,
     yes: bool = YesOpt,
+    rate: float = RateOpt,
     as_json: bool = JsonOption,
     database: str | None = DatabaseOption,
 ) -> None:
@@ -199,4 +214,4 @@ def runs_resume(
         tags=tag,
         queue=queue,
     )
-    _bulk("resume", run_id, filters, yes, as_json, database)
+    _bulk("resume", run_id, filters, yes, as_json, database, rate)

@@ -3,15 +3,21 @@
 The runs a filter matches are read first (only those created before the call: a run
 started meanwhile is not one the caller saw), then acted on in batches of ``BATCH``
 (``IN_FLIGHT`` at a time), each run through the same transition a single
-``cancel``/``retry``/``resume`` writes, yielding to the event loop between batches so
-that live work in this process (passes, step bodies, commits) is not starved. A matched
-run is acted on once; one that is not in a state the action applies to by its turn (it
-ended, or was retried by someone else) is skipped and not counted.
+``cancel``/``retry``/``resume`` writes. A matched run is acted on once; one that is not in
+a state the action applies to by its turn (it ended, or was retried by someone else) is
+skipped and not counted.
+
+Batches are paced to ``rate`` runs a second (``DEFAULT_RATE``). Acting is cheap; what a
+retried or resumed run does next is not: 5,000 runs made due at once would take every
+worker's slots and the store's writer for as long as they run, and the live runs' steps
+would wait behind them. Paced, they are worked beside the live runs instead of ahead of
+them (``benchmarks/bulk_retry.py`` measures the difference).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
@@ -25,7 +31,9 @@ from plait.runtime import runs
 from plait.statuses import RunStatusName
 
 #: runs acted on per batch before the bulk action yields to other work
-BATCH = 200
+BATCH = 10
+#: runs acted on per second at most, unless the caller gives another ``rate``
+DEFAULT_RATE = 200.0
 #: of a batch, the runs acted on at once: each action is a transaction of its own, and a
 #: few at a time keep the writer's queue short for the live work's commits
 IN_FLIGHT = 4
@@ -71,12 +79,13 @@ class BulkMixin(ActionsMixin):
         queue: str | None = None,
         reason: str | None = None,
         progress: Progress | None = None,
+        rate: float | None = DEFAULT_RATE,
     ) -> int:
         """Cancel every live run the filters match (``list_runs``'s, plus ``since`` /
         ``until`` on the created time, ``tags`` and ``queue``); returns how many were
-        cancelled."""
+        cancelled. At most ``rate`` runs a second (None: as fast as the store takes)."""
         filters = _given(locals())
-        return await self._bulk("cancel", filters, progress, reason)
+        return await self._bulk("cancel", filters, progress, rate, reason)
 
     async def retry_runs(
         self,
@@ -91,10 +100,11 @@ class BulkMixin(ActionsMixin):
         tags: Mapping[str, str] | None = None,
         queue: str | None = None,
         progress: Progress | None = None,
+        rate: float | None = DEFAULT_RATE,
     ) -> int:
         """Retry every failed or needs_attention run the filters match; returns how many
-        were retried."""
-        return await self._bulk("retry", _given(locals()), progress)
+        were retried. At most ``rate`` runs a second: each retried run goes to work."""
+        return await self._bulk("retry", _given(locals()), progress, rate)
 
     async def resume_runs(
         self,
@@ -109,17 +119,25 @@ class BulkMixin(ActionsMixin):
         tags: Mapping[str, str] | None = None,
         queue: str | None = None,
         progress: Progress | None = None,
+        rate: float | None = DEFAULT_RATE,
     ) -> int:
-        """Resume every suspended run the filters match; returns how many were resumed."""
-        return await self._bulk("resume", _given(locals()), progress)
+        """Resume every suspended run the filters match; returns how many were resumed.
+        At most ``rate`` runs a second."""
+        return await self._bulk("resume", _given(locals()), progress, rate)
 
     async def act_on_runs(
-        self, action: BulkAction, *, progress: Progress | None = None, **filters: Any
+        self,
+        action: BulkAction,
+        *,
+        progress: Progress | None = None,
+        rate: float | None = DEFAULT_RATE,
+        **filters: Any,
     ) -> int:
         """``cancel_runs``, ``retry_runs`` or ``resume_runs`` by the action's name."""
         if action not in APPLIES:
             raise ValueError(f"invalid action {action!r} (use cancel, retry or resume)")
-        return await self._bulk(action, filters, progress)
+        reason = filters.pop("reason", None) if action == "cancel" else None
+        return await self._bulk(action, filters, progress, rate, reason)
 
     async def match_runs(self, action: BulkAction, **filters: Any) -> list[str]:
         """The ids of the runs ``action`` would act on now (the filters of
@@ -162,11 +180,16 @@ class BulkMixin(ActionsMixin):
         action: BulkAction,
         filters: dict[str, Any],
         progress: Progress | None,
+        rate: float | None,
         reason: str | None = None,
     ) -> int:
+        pace = checked_rate(rate)
         run_ids = await self.match_runs(action, **filters)
         done = acted = 0
+        began = time.monotonic()
         for start in range(0, len(run_ids), BATCH):
+            if pace is not None:
+                await wait_for_turn(began + start / pace)
             batch = iter(run_ids[start : start + BATCH])
             counts = await asyncio.gather(
                 *(self._act_on(action, batch, reason) for _ in range(IN_FLIGHT))
@@ -200,6 +223,28 @@ class BulkMixin(ActionsMixin):
         except (RunStateError, RunNotFoundError):
             return False
         return True
+
+
+async def wait_for_turn(at: float) -> None:
+    """Sleep until the monotonic clock reads ``at``: a batch's turn at the bulk's pace."""
+    ahead = at - time.monotonic()
+    if ahead > 0:
+        await asyncio.sleep(ahead)
+
+
+def checked_rate(rate: object) -> float | None:
+    """``rate`` as runs per second, or None for no pacing; anything else is refused
+    naming it (a rate of 0 would never finish)."""
+    if rate is None:
+        return None
+    if (
+        isinstance(rate, bool)
+        or not isinstance(rate, int | float)
+        or not math.isfinite(rate)
+        or rate <= 0
+    ):
+        raise ValueError(f"invalid rate: {rate!r} (runs per second, a number above 0, or None)")
+    return float(rate)
 
 
 def _given(arguments: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from plait import approval
 from plait.engine import Engine
+from plait.engine.bulk import DEFAULT_RATE
 from plait.errors import RunIdTakenError
 from plait.http.auth import Principal
 from plait.http.problems import ApiError, bad_input, invalid, validate
@@ -50,6 +51,10 @@ class ForkRun(BaseModel):
     replace: bool = False
 
     _run_id = field_validator("run_id", mode="before")(caller_run_id)
+
+
+#: the fastest pace a bulk action over HTTP may ask for (runs per second)
+MAX_HTTP_RATE = 1000.0
 
 
 class BulkFilter(BaseModel):
@@ -80,6 +85,9 @@ class BulkAction(BaseModel):
     #: count the runs the action would act on now (``matched``) and act on none: what a
     #: confirmation shows before the action is sent
     dry_run: StrictBool = False
+    #: runs acted on per second at most; over HTTP always paced, so that one request
+    #: cannot put thousands of runs ahead of everyone's live work at once
+    rate: float = Field(default=DEFAULT_RATE, gt=0, le=MAX_HTTP_RATE, allow_inf_nan=False)
 
 
 class Operating:
@@ -179,7 +187,7 @@ class Operating:
             if body.dry_run:
                 matched = await self.engine.match_runs(body.action, owner=owner, **given)
                 return JSONResponse({"action": body.action, "matched": len(matched)})
-            acted = await self.engine.act_on_runs(body.action, owner=owner, **given)
+            acted = await self.engine.act_on_runs(body.action, owner=owner, rate=body.rate, **given)
         except ValueError as exc:
             raise bad_input(exc, "filter") from None
         return JSONResponse({"action": body.action, "acted": acted})

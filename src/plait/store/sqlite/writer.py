@@ -6,13 +6,15 @@ turn of the event loop share one commit (group commit), so many concurrent workf
 each fsync. The commit runs on the loop's own thread while that is cheap, and on a writer
 thread when commits are slow or the file is locked (see "the write connection" below).
 Reads use their own connections, which WAL lets run beside the writer. Several processes
-may share one file; SQLite's lock serialises their writers.
+may share one file; SQLite's lock serialises their writers. The log is copied back into
+the file on the writer thread (see "checkpoints" below), never inside a commit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import queue
 import sqlite3
 import threading
@@ -24,6 +26,7 @@ from typing import Any, TypeVar, cast
 from plait.store import queries
 
 T = TypeVar("T")
+log = logging.getLogger("plait.store")
 
 SQL = queries.load("sqlite")
 
@@ -57,6 +60,9 @@ _IDLE = object()
 #: commits slower than this on average (a slow disk) leave the event loop free: the writer
 #: thread runs them
 _INLINE_LIMIT = 0.001
+#: commits between two checkpoints
+_CHECKPOINT_EVERY = 100
+_CHECKPOINT = object()
 _Result = tuple[asyncio.Future[Any], asyncio.AbstractEventLoop, Any, BaseException | None]
 _Settled = tuple[asyncio.Future[Any], Any, BaseException | None]
 
@@ -94,6 +100,9 @@ class Connections:
         #: the write connection; used under _conn_lock by the loop's thread or the writer's
         self._conn: sqlite3.Connection | None = None
         self._conn_lock = threading.Lock()
+        #: commits since the last checkpoint was asked for; checkpoints run (for tests)
+        self._since_checkpoint = 0
+        self.checkpoints = 0
         #: writes gathered on each event loop for the commit that runs at its next turn
         self._gathering: dict[asyncio.AbstractEventLoop, list[Any]] = {}
         #: a moving average of commit times; above _INLINE_LIMIT the writer thread commits
@@ -184,6 +193,8 @@ class Connections:
             start(conn)
             # waits for another process's write lock happen in _begin, never inline
             conn.execute(SQL["busy_timeout_off"])
+            if not self.memory:
+                conn.execute(SQL["wal_autocheckpoint_off"])
         except BaseException as exc:
             loop.call_soon_threadsafe(_settle, ready, None, exc)
             return
@@ -198,7 +209,8 @@ class Connections:
                     item = _IDLE
                 if item is None:
                     break
-                batch = [] if item is _IDLE else [item]
+                checkpoint = item is _CHECKPOINT
+                batch = [] if item is _IDLE or checkpoint else [item]
                 stop = False
                 while batch and len(batch) < _BATCH_LIMIT:
                     try:
@@ -208,7 +220,13 @@ class Connections:
                     if nxt is None:
                         stop = True
                         break
-                    batch.append(nxt)
+                    if nxt is _CHECKPOINT:
+                        checkpoint = True
+                    elif nxt is not _IDLE:
+                        batch.append(nxt)
+                if checkpoint:
+                    with self._conn_lock:
+                        self._checkpoint(conn)
                 if not batch:
                     # Idle: look for other processes' commits, unless a commit of this
                     # process looked a moment ago. Under load the commits look (see
@@ -307,6 +325,10 @@ class Connections:
         started = time.perf_counter()
         conn.execute(_COMMIT)
         self.commits += 1
+        self._since_checkpoint += 1
+        if self._since_checkpoint >= _CHECKPOINT_EVERY and not self.memory:
+            self._since_checkpoint = 0
+            self._writes.put(_CHECKPOINT)
         took = time.perf_counter() - started
         self._commit_time += (took - self._commit_time) * 0.1
         self._slow = self._commit_time > _INLINE_LIMIT
@@ -316,6 +338,28 @@ class Connections:
             # at most one look per interval: a statement per commit would cost a busy
             # process a few per cent of its steps
             self._look_for_foreign(conn)
+
+    # -- checkpoints ----------------------------------------------------------------------
+    #
+    # SQLite's own checkpoint runs inside the commit that finds the log past 1,000 pages:
+    # it copies them into the file and syncs it, tens of milliseconds on a busy disk. On
+    # the event loop's thread that stalled every workflow of the process (the p99 of a
+    # live run's step during a bulk retry). The write connection turns it off; every
+    # ``_CHECKPOINT_EVERY`` commits the writer thread runs one on that same connection,
+    # between two transactions. While it does, the loop's writes find the connection taken
+    # and queue for the writer thread, which commits them together right after; the loop
+    # itself never waits. Being between transactions of the only writer of this process,
+    # a checkpoint usually copies the whole log, and the next commit starts it over from
+    # its beginning (a checkpoint beside a busy writer would never catch up, and the log
+    # would grow without end). A passive one waits for nobody: what another process's
+    # reader still uses is copied by a later one.
+
+    def _checkpoint(self, conn: sqlite3.Connection) -> None:
+        try:
+            conn.execute(SQL["wal_checkpoint"]).fetchall()
+            self.checkpoints += 1
+        except sqlite3.Error as exc:
+            log.warning("checkpoint of %s failed (%s); trying again later", self.path, exc)
 
     def _look_for_foreign(self, conn: sqlite3.Connection) -> None:
         """Tell the notifier if another process committed since the last look (the

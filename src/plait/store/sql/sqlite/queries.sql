@@ -31,6 +31,17 @@ PRAGMA journal_mode = WAL
 -- The writer waits for another process's write lock in its own loop, never inside SQLite.
 PRAGMA busy_timeout = 0
 
+-- name: wal_autocheckpoint_off
+-- The write connection never copies the log back into the file inside a commit: that
+-- copy and its sync would run wherever the commit runs, the event loop's thread included.
+-- The checkpointer thread does it instead.
+PRAGMA wal_autocheckpoint = 0
+
+-- name: wal_checkpoint
+-- Copies what it can of the log into the file without waiting for any reader or writer;
+-- returns (busy, frames in the log, frames copied).
+PRAGMA wal_checkpoint(PASSIVE)
+
 -- name: data_version
 -- Changes whenever another connection commits to the file.
 PRAGMA data_version
