@@ -83,6 +83,15 @@ async def test_bad_bulk_input_is_refused_by_name(engine_factory: Any, database: 
         assert word.exit_code != 0 and "--rate" in word.output
         both = await plait_cli("runs", "cancel", ids[0], "--tag", "batch=d", "-d", database)
         assert both.exit_code != 0 and "not both" in both.output
+        zoneless = await plait_cli(
+            "runs", "retry", "--since", "2026-12-04T10:00", "--database", database
+        )
+        assert zoneless.exit_code == 2, zoneless.output
+        assert "--since '2026-12-04T10:00' has no time zone" in zoneless.output
+        not_a_time = await plait_cli("runs", "resume", "--until", "noon", "-d", database)
+        assert not_a_time.exit_code == 2 and "--until is not an ISO 8601 time" in not_a_time.output
+        bad_tag = await plait_cli("runs", "cancel", "--tag", "nokey", "--yes", "-d", database)
+        assert bad_tag.exit_code == 2 and "--tag" in bad_tag.output, bad_tag.output
         none = await plait_cli("runs", "retry", "--database", database)
         assert none.exit_code != 0 and "name the runs to retry" in none.output
         assert (await engine.get_run(ids[0])).status == "suspended"

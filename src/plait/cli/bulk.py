@@ -62,11 +62,12 @@ def _bulk(
         checked_rate(rate)
     except ValueError:
         fail(f"invalid --rate: {rate!r} (runs per second, a number above 0)")
-    given["tags"] = parse_tags(filters.get("tags"))
-    for bound in ("since", "until"):
-        given[bound] = parse_time(filters.get(bound), f"--{bound}")
 
     async def go() -> None:
+        # a bad tag or time is a usage error, which run_async reports in one line
+        given["tags"] = parse_tags(filters.get("tags"))
+        for bound in ("since", "until"):
+            given[bound] = parse_time(filters.get(bound), f"--{bound}")
         async with make_engine(None, database) as engine:
             try:
                 matched = await engine.match_runs(action, **given)
