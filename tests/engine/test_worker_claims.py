@@ -180,3 +180,55 @@ async def test_a_full_worker_claims_the_next_run_when_one_ends(database: str) ->
         worker._idle = only_when_woken
         runs = [await engine.wait(r, timeout=10) for r in run_ids]
     assert [r.output for r in runs] == list(range(6))
+
+
+async def test_a_worker_told_of_new_work_claims_without_reading_first(database: str) -> None:
+    """A start in another engine tells the worker (NOTIFY on PostgreSQL, a datagram on
+    SQLite). The worker's read of what is due would only say what it was just told, and
+    costs a round trip before the run's first step: told, it claims at once."""
+    app = plait.App()
+
+    @app.workflow
+    async def quick(wf: plait.Workflow, i: int) -> int:
+        return await wf.do("s", lambda: i)
+
+    engine = plait.Engine(app, database, poll_interval=30)
+    store: Any = engine.store
+    log: list[tuple[str, int]] = []
+    next_due, claim = store.next_due, store.claim_due_runs
+
+    async def reading(functions: Any = None, *scope: Any) -> Any:
+        if functions is None:
+            log.append(("read", 0))
+        return await next_due(functions, *scope)
+
+    async def claiming(owner: str, lease: float, limit: int, *scope: Any) -> list[str]:
+        got = await claim(owner, lease, limit, *scope)
+        log.append(("claim", len(got)))
+        return got
+
+    store.next_due, store.claim_due_runs = reading, claiming
+    async with engine, plait.Engine(app, database, workers=False) as starter:
+        assert await engine.run("quick", 0, inline=True, timeout=10) == 0
+        for i in range(1, 4):
+            await _quiet(log)  # after a claim that came back short, the loop reads
+            mark = len(log)
+            run_id = await starter.start("quick", i)
+            assert (await starter.wait(run_id, timeout=10)).output == i
+            told = log[mark:]
+            took = next(n for n, (kind, got) in enumerate(told) if kind == "claim" and got)
+            assert ("read", 0) not in told[:took], told
+
+
+async def _quiet(log: list[Any]) -> None:
+    """Until the worker's loops have settled: nothing logged for a while."""
+    seen, still = -1, 0
+    for _ in range(200):
+        if len(log) == seen:
+            still += 1
+            if still == 5:
+                return
+        else:
+            seen, still = len(log), 0
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"the worker's loops never settled: {log}")

@@ -205,15 +205,18 @@ class Passes(WorkerState):
         return again
 
     async def _pass_loop(self) -> None:
-        # the last claim took as many runs as it asked for, so more may be due: the next
+        # the last claim took as many runs as it asked for, so more may be due, or the
+        # worker was told of new work (a start or an event in another process): the next
         # claim goes without the read that asks first (a busy worker would otherwise pay
-        # two round trips for every claim)
+        # two round trips for every claim, and a told one a round trip before its first
+        # step)
         more = False
         while not self.stopping:
             self.wake_passes.clear()
+            told, self.work_told = self.work_told, False
             free = max(0, self.concurrency - len(self.driving))
             claimed: list[str] = []
-            if free and (more or await self._due(self.wake_passes, None)):
+            if free and (more or told or await self._due(self.wake_passes, None)):
                 since = time.monotonic()
                 try:
                     claimed = await self.store.claim_due_runs(

@@ -95,6 +95,9 @@ class WorkerState(abc.ABC):
 
     # -- its wake-ups
     wake_passes: asyncio.Event
+    #: ``wake`` was called (new work exists somewhere) since the pass loop last claimed:
+    #: its next claim goes without the read that asks first whether anything is due
+    work_told: bool
     wake_steps: asyncio.Event
     check_leases: asyncio.Event
     wake_admissions: asyncio.Event

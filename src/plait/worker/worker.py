@@ -115,6 +115,7 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention, Brake
         self.job_leases: dict[tuple[str, str], float] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self.wake_passes = asyncio.Event()
+        self.work_told = False
         self.wake_steps = asyncio.Event()
         #: look at the leases now, not at the next renewal: a commit of this process
         #: ended runs whose work may run here too
@@ -294,6 +295,7 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention, Brake
 
     def wake(self) -> None:
         """Something new may be due: wake the loops now instead of at their next poll."""
+        self.work_told = True
         self.wake_passes.set()
         self.wake_steps.set()
         self.wake_admissions.set()
