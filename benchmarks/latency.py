@@ -316,6 +316,7 @@ async def main() -> None:
         "--budget", type=float, default=90.0, help="seconds at most for each kind of sample"
     )
     parser.add_argument("--bulk", type=int, default=1000, help="runs per bulk start")
+    parser.add_argument("--markdown", help="also write the tables as Markdown here")
     parser.add_argument("--postgres", action="store_true", help="also PostgreSQL")
     parser.add_argument("--postgres-only", action="store_true")
     parser.add_argument("--no-dbos", action="store_true", help="plait only")
@@ -399,30 +400,31 @@ async def main() -> None:
     finally:
         if cluster is not None:
             cluster.cleanup()
-    print()
-    print(
+    tables = [
         f"Cross-process latency, ms ({args.samples} samples each; DBOS queue poll"
-        f" {args.dbos_poll:g} s)"
-    )
-    print()
-    print(
+        f" {args.dbos_poll:g} s)",
+        "",
         "| store | engine | load | start to first step p50 | p99 | event to next step p50"
-        " | p99 | samples | load runs live at the end |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
-    print("\n".join(latency_rows))
+        " | p99 | samples | load runs live at the end |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *latency_rows,
+        "",
+        "One durable commit on this machine in the same run, ms (the latencies are a few)",
+        "",
+        "| store | commit p50 | p99 |",
+        "|---|---|---|",
+        *floor_rows,
+        "",
+        f"Starting {args.bulk:,} runs, ms (median of 3; ratio to one commit per 100 runs)",
+        "",
+        "| store | one commit per 100 runs | start_many | concurrent start calls |",
+        "|---|---|---|---|",
+        *bulk_rows,
+    ]
     print()
-    print("One durable commit on this machine in the same run, ms (the latencies are a few)")
-    print()
-    print("| store | commit p50 | p99 |")
-    print("|---|---|---|")
-    print("\n".join(floor_rows))
-    print()
-    print(f"Starting {args.bulk:,} runs, ms (median of 3; ratio to one commit per 100 runs)")
-    print()
-    print("| store | one commit per 100 runs | start_many | concurrent start calls |")
-    print("|---|---|---|---|")
-    print("\n".join(bulk_rows))
+    print("\n".join(tables))
+    if args.markdown is not None:
+        await asyncio.to_thread(Path(args.markdown).write_text, "\n".join(tables) + "\n")
 
 
 if __name__ == "__main__":

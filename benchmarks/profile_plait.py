@@ -367,7 +367,7 @@ def _annotate(path: Path, inclusive: bool) -> dict[str, int]:
     return counts
 
 
-def run_callgrind(top: int, keep: Path | None) -> int:
+def run_callgrind(top: int, keep: Path | None, markdown: Path | None = None) -> int:
     """Instructions per in-memory sequential step: (I(1010) - I(10)) / 1000."""
     valgrind = shutil.which("valgrind")
     if valgrind is None:
@@ -386,6 +386,12 @@ def run_callgrind(top: int, keep: Path | None) -> int:
         print(f"   {short:>5} steps: {counts[short]:>15,}")
         print(f"   {long:>5} steps: {counts[long]:>15,}")
         print(f"   per step: {per_step:,}  (the difference over {extra:,} steps)")
+        if markdown is not None:
+            markdown.write_text(
+                "| in-memory sequential run | instructions (callgrind) |\n|---|---:|\n"
+                f"| {short:,} steps | {counts[short]:,} |\n| {long:,} steps | {counts[long]:,} |\n"
+                f"| per step (difference / {extra:,}) | {per_step:,} |\n"
+            )
         for inclusive in (True, False):
             few = _annotate(files[short], inclusive)
             many = _annotate(files[long], inclusive)
@@ -411,9 +417,12 @@ def main() -> None:
         "--callgrind", action="store_true", help="count instructions per step (valgrind) only"
     )
     ap.add_argument("--keep", type=Path, help="with --callgrind: keep the callgrind files here")
+    ap.add_argument(
+        "--markdown", type=Path, help="with --callgrind: also write the counts as Markdown here"
+    )
     args = ap.parse_args()
     if args.callgrind:
-        run_callgrind(args.top, args.keep)
+        run_callgrind(args.top, args.keep, args.markdown)
         return
     names = ("sequential", "throughput") if args.workload == "both" else (args.workload,)
     for name in names:
