@@ -34,7 +34,7 @@ PRAGMA busy_timeout = 0
 -- name: wal_autocheckpoint_off
 -- The write connection never copies the log back into the file inside a commit: that
 -- copy and its sync would run wherever the commit runs, the event loop's thread included.
--- The checkpointer thread does it instead.
+-- The writer thread does it instead, between two transactions.
 PRAGMA wal_autocheckpoint = 0
 
 -- name: wal_checkpoint
