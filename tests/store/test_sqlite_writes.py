@@ -136,3 +136,49 @@ async def test_commits_leave_the_log_to_the_writer_thread(tmp_path: Path) -> Non
         assert biggest < 4 * 1024 * 1024, biggest
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM blobs").fetchone() == (1500,)
+
+
+async def test_a_succeeded_attempt_runs_no_trigger_program(tmp_path: Path) -> None:
+    """SQLite enters a trigger's program (its WHEN clause inside) for every update of a
+    column the trigger watches. The stream-reset trigger watches ``attempt_error``, which
+    only the end of a failed, interrupted or cancelled attempt sets: the end of a
+    succeeded one runs no program (a trace shows a trigger's program as its statement
+    traced once more), and a failed attempt's streams are still reset."""
+    app = plait.App()
+
+    @app.function(retries=1, retry_delay=0)
+    async def talk(words: int, ctx: plait.StepContext) -> str:
+        await ctx.stream("tokens").write(f"{words} words, try {ctx.attempt}")
+        if ctx.attempt == 1:
+            raise RuntimeError("the model hung up")
+        return "said"
+
+    @app.workflow
+    async def chat(wf: plait.Workflow) -> str:
+        first = await wf.do("first", lambda: "plain")
+        return first + " " + await wf.do("talk", talk, 2)
+
+    traced: list[str] = []
+    async with plait.Engine(app, f"sqlite:///{tmp_path / 'a.db'}") as engine:
+        store = engine.store
+        assert isinstance(store, SQLiteStore)
+        await store._write(lambda conn: conn.set_trace_callback(traced.append))
+        run_id = await engine.start("chat", inline=True)
+        assert (await engine.wait(run_id, timeout=20)).output == "plain said"
+        await store._write(lambda conn: conn.set_trace_callback(None))
+        kinds = [e.kind for e in await engine.read_stream(run_id, "tokens")]
+    assert kinds == ["data", "reset", "data", "end"]
+    # each attempt's end, with how many times in a row it was traced
+    ends: list[tuple[str, int]] = []
+    for sql in traced:
+        if not sql.startswith("UPDATE plait_steps SET status"):
+            continue
+        if ends and ends[-1][0] == sql:
+            ends[-1] = (sql, ends[-1][1] + 1)
+        else:
+            ends.append((sql, 1))
+    assert [("'failed'" in sql, times > 1) for sql, times in ends] == [
+        (False, False),  # step "first" succeeded: no trigger program
+        (True, True),  # "talk" failed: its streams are reset by the trigger
+        (False, False),  # "talk" succeeded on its retry
+    ], ends

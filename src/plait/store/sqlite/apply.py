@@ -49,6 +49,7 @@ _UPSERT_STEP = SQL["upsert_step"]
 _START_STEP = SQL["start_step"]
 _ARCHIVE_ATTEMPT = SQL["archive_attempt"]
 _FINISH_STEP = SQL["finish_step"]
+_FINISH_STEP_SUCCEEDED = SQL["finish_step_succeeded"]
 _SET_TIMER = SQL["set_timer"]
 _CLEAR_TIMER = SQL["clear_timer"]
 _ENQUEUE_JOB = SQL["enqueue_job"]
@@ -324,27 +325,25 @@ def finish_attempt(
 ) -> None:
     """An attempt's end: the step's columns it changes and the attempt on the row, in one
     statement. The row exists since the attempt's start was committed (the full upsert is
-    the fallback, so nothing is lost if it does not)."""
-    cur = conn.execute(
-        _FINISH_STEP,
-        (
-            s.status,
-            s.output,
-            s.error,
-            s.attempts,
-            s.failures,
-            s.wake_at,
-            s.branch,
-            s.child_run_id,
-            s.updated_at,
-            s.delivered,
-            status,
-            error,
-            now,
-            s.run_id,
-            s.key,
-        ),
+    the fallback, so nothing is lost if it does not). A succeeded attempt's statement
+    leaves its error as its start left it (none), which spares the stream-reset
+    trigger's program (schema.sql)."""
+    head = (
+        s.status,
+        s.output,
+        s.error,
+        s.attempts,
+        s.failures,
+        s.wake_at,
+        s.branch,
+        s.child_run_id,
+        s.updated_at,
+        s.delivered,
     )
+    if status == "succeeded" and error is None:
+        cur = conn.execute(_FINISH_STEP_SUCCEEDED, (*head, status, now, s.run_id, s.key))
+    else:
+        cur = conn.execute(_FINISH_STEP, (*head, status, error, now, s.run_id, s.key))
     if cur.rowcount == 0:
         conn.execute(_UPSERT_STEP, convert.step_params(s))
 

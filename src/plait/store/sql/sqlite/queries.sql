@@ -409,6 +409,15 @@ UPDATE plait_steps SET status = ?, output = ?, error = ?, attempts = ?, failures
     attempt_finished = CASE WHEN attempt_status IS NULL THEN NULL ELSE ? END
 WHERE run_id = ? AND key = ?
 
+-- name: finish_step_succeeded
+-- finish_step for an attempt that succeeded: its error stays as its start left it (none),
+-- and not naming the column keeps the stream-reset trigger's program from running.
+UPDATE plait_steps SET status = ?, output = ?, error = ?, attempts = ?, failures = ?,
+    wake_at = ?, branch = ?, child_run_id = ?, updated_at = ?, delivered = ?,
+    attempt_status = CASE WHEN attempt_status IS NULL THEN NULL ELSE ? END,
+    attempt_finished = CASE WHEN attempt_status IS NULL THEN NULL ELSE ? END
+WHERE run_id = ? AND key = ?
+
 -- == timers, jobs, events, state =============================================================
 
 -- name: set_timer
