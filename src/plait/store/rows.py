@@ -223,6 +223,18 @@ class QueueLimits:
     budget: tuple[tuple[str, float, float], ...] = ()
     budget_per_key: bool = False
 
+    @property
+    def limited(self) -> bool:
+        """Whether anything holds the queue's runs back (``Queue.limited``, flat): a
+        queue without limits admits every run at once and needs no admission."""
+        return (
+            self.concurrency is not None
+            or self.per_key is not None
+            or self.rate is not None
+            or self.turn is not None
+            or bool(self.budget)
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class StoredQueueLimits:

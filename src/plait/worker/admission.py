@@ -45,16 +45,6 @@ def limits_of(queue: Queue, functions: Sequence[str] = ()) -> QueueLimits:
     )
 
 
-def is_limited(limits: QueueLimits) -> bool:
-    return (
-        limits.concurrency is not None
-        or limits.per_key is not None
-        or limits.rate is not None
-        or limits.turn is not None
-        or bool(limits.budget)
-    )
-
-
 def merge_limits(stored: Sequence[StoredQueueLimits], app: App) -> list[QueueLimits]:
     """The limits of every queue that has any, with the queued functions of ``app`` each
     admits: the limits stored in the database, whether ``app`` declares the queue or not,
@@ -64,7 +54,7 @@ def merge_limits(stored: Sequence[StoredQueueLimits], app: App) -> list[QueueLim
         found.setdefault(queue.name, limits_of(queue))
     limits: list[QueueLimits] = []
     for name in sorted(found):
-        if not is_limited(found[name]):
+        if not found[name].limited:
             continue
         functions = tuple(
             sorted(n for n, f in app.functions.items() if f.queued and f.queue == name)
