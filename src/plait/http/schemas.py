@@ -182,20 +182,7 @@ class RunsQuery(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     workflow: str | None = Field(default=None, max_length=200, pattern=NAME_PATTERN)
-    status: (
-        Literal[
-            "queued",
-            "running",
-            "suspended",
-            "paused",
-            "needs_attention",
-            "completed",
-            "failed",
-            "cancelled",
-            "continued",
-        ]
-        | None
-    ) = None
+    status: RunStatusName | None = None
     #: runs of this queue
     queue: str | None = Field(default=None, min_length=1, max_length=200)
     limit: int = Field(default=50, ge=1, le=MAX_PAGE)
