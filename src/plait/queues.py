@@ -145,7 +145,9 @@ class Queue:
         }
 
     def describe(self) -> str:
-        """The limits in one line, as ``plait queues`` shows them."""
+        """The declared limits in one line (``concurrency=2 fair weights {big: 3}``).
+        ``plait queues`` writes them its own way (``cli.queues.format_limits``), from
+        ``to_dict``, since what it shows may be stored limits with no ``Queue``."""
         parts = [
             f"{name}={value}"
             for name, value in (
