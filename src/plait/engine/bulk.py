@@ -44,7 +44,7 @@ BulkAction = Literal["cancel", "retry", "resume"]
 APPLIES: dict[BulkAction, frozenset[RunStatusName]] = {
     "cancel": runs.CANCELLABLE,
     "retry": runs.RETRYABLE,
-    "resume": runs.RESUMABLE,
+    "resume": frozenset({"suspended"}),
 }
 #: the filters a bulk action takes (``list_runs``'s and a created-time range)
 FILTERS = (

@@ -279,8 +279,6 @@ CANCELLABLE: frozenset[RunStatusName] = frozenset(
 )
 #: the statuses a retry goes on from
 RETRYABLE: frozenset[RunStatusName] = frozenset({"failed", "needs_attention"})
-#: the statuses a resume goes on from
-RESUMABLE: frozenset[RunStatusName] = frozenset({"suspended"})
 
 
 def replaced(fork_id: str) -> EndRun:
@@ -362,18 +360,20 @@ def timed_out(run_id: str, deadline_at: float) -> RunTimeout:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Reopen:
-    """A run that goes on again: from one of ``from_statuses`` to the status ``status``
-    gives the run as read, with the writes ``ops`` makes of it (steps released or
-    reopened, timers and jobs given back). Written only if nothing woke the run since it
-    was read."""
+    """A run that goes on again: from ``from_status`` (or another of ``from_statuses``)
+    to the status ``status`` gives the run as read, with the writes ``ops`` makes of it
+    (steps released or reopened, timers and jobs given back). Written only if nothing
+    woke the run since it was read."""
 
     action: Literal["resume", "retry"]
-    from_statuses: frozenset[RunStatusName]
+    from_status: RunStatusName
     ops: Callable[[PassSnapshot, float], list[Op]]
+    #: every status it goes on from (None: ``from_status`` alone)
+    from_statuses: frozenset[RunStatusName] | None = None
 
     def goes_on_from(self, status: str) -> bool:
         """Whether a run ``status`` (as stored) goes on by this reopen."""
-        return status in self.from_statuses
+        return status in (self.from_statuses or {self.from_status})
 
     def status(self, run: RunRow) -> RunStatusName:
         """``running``; a retried run of a queue is ``queued``: it gave its slot back
@@ -403,7 +403,7 @@ def resume(reason: str | None = None) -> Reopen:
     def ops(snapshot: PassSnapshot, now: float) -> list[Op]:
         return steps.resume_ops(snapshot.steps.values(), now, reason)
 
-    return Reopen("resume", RESUMABLE, ops)
+    return Reopen("resume", "suspended", ops)
 
 
 def retry() -> Reopen:
@@ -415,7 +415,7 @@ def retry() -> Reopen:
         recorded = snapshot.steps.values()
         return steps.retry_ops(recorded, now, snapshot.run.error, after_cap=steps.MAX_AFTER)
 
-    return Reopen("retry", RETRYABLE, ops)
+    return Reopen("retry", "failed", ops, RETRYABLE)
 
 
 def _text(record: dict[str, Any]) -> str:
