@@ -28,6 +28,18 @@ async def wait_event(event: asyncio.Event, timeout: float) -> bool:
     return True
 
 
+#: what kind of work a notice of new work is about. A store that can tell (PostgreSQL's
+#: functions) says which; ``WORK`` is any of them, and wakes every loop
+WORK = "work"
+#: a running run to claim (started, woken by an event or a timer)
+DUE = "due"
+#: a queued run to admit
+ADMIT = "admit"
+#: a queued step's job to claim
+JOB = "job"
+WORK_KINDS = frozenset({WORK, DUE, ADMIT, JOB})
+
+
 class Notifier:
     """Who waits on which run, and on what.
 
@@ -41,10 +53,14 @@ class Notifier:
     def __init__(self) -> None:
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._end_watchers: dict[str, set[asyncio.Event]] = {}
-        self._work_callbacks: list[Callable[[], None]] = []
+        self._work_callbacks: list[tuple[Callable[[], None], str | None]] = []
         #: set by cross-process channels: called with ("run", run_id) for a change that
         #: may have settled the run, ("busy", run_id) for one that did not, ("work", "")
         self.remote: Callable[[str, str], None] | None = None
+        #: set by a channel whose store tells the other processes of a new run in the
+        #: transaction that creates it (PostgreSQL NOTIFYs in its functions): a second
+        #: notice would only wake their workers for a claim the first one made already
+        self.commits_tell = False
 
     # -- runs -------------------------------------------------------------------------------
     def watch(self, run_id: str, *, end_only: bool = False) -> asyncio.Event:
@@ -94,16 +110,28 @@ class Notifier:
             self.remote("busy" if settled is False else "run", run_id)
 
     # -- work -------------------------------------------------------------------------------
-    def on_work(self, callback: Callable[[], None]) -> None:
-        self._work_callbacks.append(callback)
+    def on_work(self, callback: Callable[[], None], kind: str | None = None) -> None:
+        """Call ``callback`` at each notice of new work of ``kind`` (and at each that does
+        not say its kind); None: at every notice. A worker's loops each wait for their own
+        kind: a start wakes the loop that claims runs, not the one that admits queued
+        runs, which would only read that nothing is queued."""
+        self._work_callbacks.append((callback, kind))
 
-    def local_work(self) -> None:
-        for callback in self._work_callbacks:
-            callback()
+    def local_work(self, kind: str = WORK) -> None:
+        for callback, wanted in self._work_callbacks:
+            if kind == WORK or wanted is None or wanted == kind:
+                callback()
 
     def publish_work(self) -> None:
         self.local_work()
         if self.remote is not None:
+            self.remote("work", "")
+
+    def runs_created(self) -> None:
+        """Runs to take were committed (not leased to this process): tell this process,
+        and the others unless the commit told them itself (``commits_tell``)."""
+        self.local_work()
+        if self.remote is not None and not self.commits_tell:
             self.remote("work", "")
 
 

@@ -27,19 +27,19 @@ async def test_a_claim_that_filled_every_slot_is_followed_by_a_claim_not_a_read(
     engine = plait.Engine(app, database, concurrency=2, poll_interval=0.2)
     store: Any = engine.store
     log: list[tuple[str, int, int]] = []
-    next_due, claim = store.next_due, store.claim_due_runs
+    next_due, claim = store.next_due, store.claim_due_passes
 
     async def reading(functions: Any = None, *scope: Any) -> Any:
         if functions is None:
             log.append(("read", 0, 0))
         return await next_due(functions, *scope)
 
-    async def claiming(owner: str, lease: float, limit: int, *scope: Any) -> list[str]:
+    async def claiming(owner: str, lease: float, limit: int, *scope: Any) -> list[Any]:
         got = await claim(owner, lease, limit, *scope)
         log.append(("claim", limit, len(got)))
         return got
 
-    store.next_due, store.claim_due_runs = reading, claiming
+    store.next_due, store.claim_due_passes = reading, claiming
     async with engine:
         runs = [await engine.wait(r, timeout=30) for r in run_ids]
     assert [r.status for r in runs] == ["completed"] * 12
@@ -195,19 +195,19 @@ async def test_a_worker_told_of_new_work_claims_without_reading_first(database: 
     engine = plait.Engine(app, database, poll_interval=30)
     store: Any = engine.store
     log: list[tuple[str, int]] = []
-    next_due, claim = store.next_due, store.claim_due_runs
+    next_due, claim = store.next_due, store.claim_due_passes
 
     async def reading(functions: Any = None, *scope: Any) -> Any:
         if functions is None:
             log.append(("read", 0))
         return await next_due(functions, *scope)
 
-    async def claiming(owner: str, lease: float, limit: int, *scope: Any) -> list[str]:
+    async def claiming(owner: str, lease: float, limit: int, *scope: Any) -> list[Any]:
         got = await claim(owner, lease, limit, *scope)
         log.append(("claim", len(got)))
         return got
 
-    store.next_due, store.claim_due_runs = reading, claiming
+    store.next_due, store.claim_due_passes = reading, claiming
     async with engine, plait.Engine(app, database, workers=False) as starter:
         assert await engine.run("quick", 0, inline=True, timeout=10) == 0
         for i in range(1, 4):

@@ -24,7 +24,7 @@ from plait.store.ops import (
     SetTimer,
     StartAttempt,
 )
-from plait.store.rows import Lease, LeaseRenewal, NewRun
+from plait.store.rows import ClaimScope, Lease, LeaseRenewal, NewRun
 
 from .rows import CUT, T0, error, idle, new_run, plain, step, wake_at, wakeups, write
 
@@ -169,6 +169,53 @@ async def test_claim_due_runs_takes_over_expired_leases(store: Store) -> None:
     await new_run(store, "r1")
     assert await store.claim_due_runs("w1", -1.0, 10) == ["r1"]
     assert await store.claim_due_runs("w2", 60.0, 10) == ["r1"]
+
+
+async def test_claim_due_passes_returns_what_load_pass_reads_of_each_run_it_took(
+    store: Store,
+) -> None:
+    """A worker told of a new run takes it and its snapshot in one call: each claimed run
+    comes back exactly as ``load_pass`` reads it after the claim (leased to the claimer),
+    and only the runs ``claim_due_runs`` would have taken are claimed."""
+    for run_id in ("r1", "r2", "idle", "held", "done"):
+        await new_run(store, run_id)
+    await new_run(store, "elsewhere", workflow="not-in-scope")
+    await new_run(store, "paused", workflow="braked")
+    await write(store, "r1", PutStep(step("r1", "a", status="succeeded", output="[1]")))
+    await write(store, "r1", SetState("n", "1"))
+    await store.send_event("r1", "paid", '{"amount": 5}')
+    await idle(store, "idle")
+    assert await store.claim_run("held", "someone", 60.0)
+    await write(store, "done", EndRun("completed"))
+    await store.pause("workflow", "braked", "paused", "running")
+    scope = ClaimScope(("wf", "braked"), False, None)
+    taken = await store.claim_due_passes("w1", 60.0, 10, scope)
+    assert sorted(s.run.id for s in taken) == ["r1", "r2"]
+    for snapshot in taken:
+        assert snapshot.run.lease_owner == "w1"
+        again = await store.load_pass(snapshot.run.id)
+        assert again is not None
+        assert plain(snapshot.run) == plain(again.run)
+        assert {k: plain(v) for k, v in snapshot.steps.items()} == {
+            k: plain(v) for k, v in again.steps.items()
+        }
+        assert (snapshot.events, snapshot.state) == (again.events, again.state)
+        assert snapshot.requests == again.requests
+    (first,) = [s for s in taken if s.run.id == "r1"]
+    assert list(first.steps) == ["a"] and first.state == {"n": "1"}
+    assert [e.name for e in first.events] == ["paid"]
+    assert await store.claim_due_passes("w2", 60.0, 10, scope) == []
+
+
+async def test_claim_due_passes_takes_at_most_its_limit_and_over_expired_leases(
+    store: Store,
+) -> None:
+    for run_id in ("r1", "r2", "r3"):
+        await new_run(store, run_id)
+    assert len(await store.claim_due_passes("w1", -1.0, 2)) == 2
+    taken = await store.claim_due_passes("w2", 60.0, 10)
+    assert sorted(s.run.id for s in taken) == ["r1", "r2", "r3"]
+    assert {s.run.lease_owner for s in taken} == {"w2"}
 
 
 async def test_renew_leases_extends_runs_and_jobs_and_names_ended_and_lost_runs(

@@ -18,6 +18,7 @@ import pytest
 
 import plait
 from plait.errors import LeaseLostError
+from plait.notify import WORK_KINDS
 from plait.records import SETTLED
 from plait.store.ops import (
     Batch,
@@ -869,3 +870,30 @@ async def test_a_batch_that_cancels_children_is_not_held_up_by_nor_holds_up_a_gr
     finally:
         await holder.close()
         await store.close()
+
+
+async def test_a_start_tells_the_other_processes_once(pg_url: str) -> None:
+    """The transaction that creates a run NOTIFYs 'due'; the engine that started it sends
+    no second notice, which would only have woken every worker for a claim already made
+    (it cost each start a statement, and each worker a claim that found nothing)."""
+    heard: list[str] = []
+    marker = asyncio.Event()
+
+    def on_notify(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        heard.append(payload)
+        if payload.endswith("run:marker"):
+            marker.set()
+
+    listener = await asyncpg.connect(pg_url)
+    try:
+        await listener.add_listener("plait_plait", on_notify)
+        async with plait.Engine(_simple_app(), pg_url, workers=False) as engine:
+            run_id = await engine.start("double", 2)
+            # the engine's own notices go out in order through one outbox: once the marker
+            # published after the start arrives, any notice of the start has arrived
+            engine.notifier.run_changed("marker")
+            await asyncio.wait_for(marker.wait(), 10)
+        assert [p for p in heard if p.split("|")[-1] in WORK_KINDS] == ["due"], heard
+        assert await _fetchval(pg_url, 'SELECT status FROM "plait".runs WHERE id = $1', run_id)
+    finally:
+        await listener.close()

@@ -41,7 +41,7 @@ from plait.errors import (
     WorkflowSuspendedError,
 )
 from plait.ids import check_caller_run_id, new_run_id
-from plait.notify import Notifier, RunEndPoll, wait_event
+from plait.notify import ADMIT, DUE, JOB, Notifier, RunEndPoll, wait_event
 from plait.observe import make_telemetry
 from plait.records import (
     SETTLED,
@@ -231,7 +231,10 @@ class Engine(
         if self.telemetry is not None and self.telemetry.metrics is not None:
             worker = self._worker
             self.telemetry.metrics.watch_active(lambda: len(worker.driving))
-        self.notifier.on_work(self._worker.wake)
+        worker = self._worker
+        self.notifier.on_work(worker.told_of_runs, DUE)
+        self.notifier.on_work(worker.wake_admissions.set, ADMIT)
+        self.notifier.on_work(worker.wake_steps.set, JOB)
         await self._store_app_schedules()
         await self._store_app_queues()
         await self.store.attach_notifier(self.notifier)

@@ -135,7 +135,7 @@ class ForkMixin(EngineBase):
             sorted(allowed),
             runs.replaced(new_id) if replace else None,
         )
-        self.notifier.publish_work()
+        self.notifier.runs_created()
         if moved:
             await self._cancelled(moved)
         return new_id

@@ -124,7 +124,7 @@ class StartsMixin(EngineBase):
             for new, (run, made) in pairs
         ]
         if not inline and any(created for _run, created in outcomes):
-            self.notifier.publish_work()
+            self.notifier.runs_created()
         return ids
 
     async def _create(self, new: NewRun, dedup_policy: str) -> tuple[Run, bool]:
@@ -188,5 +188,5 @@ class StartsMixin(EngineBase):
         if inline:
             worker.drive(run.id, claimed=True, follow=not self.workers, since=since)
         elif publish:
-            self.notifier.publish_work()
+            self.notifier.runs_created()
         return run.id, inline

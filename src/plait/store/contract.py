@@ -246,6 +246,14 @@ class Store(LimitsStore, CallerTransactionStore, FleetStore, Protocol):
         first, leaving out those of a paused workflow or queue."""
         ...
 
+    async def claim_due_passes(
+        self, owner: str, lease_seconds: float, limit: int, scope: ClaimScope = ANY_SCOPE
+    ) -> list[PassSnapshot]:
+        """``claim_due_runs``, returning what ``load_pass`` reads of each run it took, read
+        after the claim: a worker told of a new run starts its pass without another round
+        trip."""
+        ...
+
     async def commit(self, batch: Batch) -> bool:
         """Write the batch in one transaction; with ``release_wakeups_seen``, give the run back and
         say whether it is due again at once. A fenced batch raises ``LeaseLostError``

@@ -20,6 +20,7 @@ from plait.records import SETTLED, TERMINAL
 from plait.runtime import runs
 from plait.runtime.control_flow import PassAborted
 from plait.runtime.orchestrator import execute_pass
+from plait.store.rows import PassSnapshot
 from plait.worker.state import WorkerState
 
 log = logging.getLogger("plait.worker")
@@ -35,11 +36,13 @@ class Passes(WorkerState):
         claimed: bool = False,
         follow: bool = False,
         since: float | None = None,
+        snapshot: PassSnapshot | None = None,
     ) -> None:
         """Run passes of ``run_id`` in this process until it pauses (or ends, if
         ``follow``: an inline run on an engine without worker loops keeps its driver).
         A ``claimed`` run's lease was taken by a request sent at ``since`` (the monotonic
-        clock; None: unknown, and its first step body asks the store first)."""
+        clock; None: unknown, and its first step body asks the store first); ``snapshot``
+        is what the claim read of it, for the first pass."""
         if claimed and since is not None:
             self.leased([run_id], since)
         if self.stopping:
@@ -51,7 +54,9 @@ class Passes(WorkerState):
                 # once it is done, or the claimed run would sit leased and idle.
                 self.spawn(self._drive_after(existing, run_id))
             return
-        task = self.spawn(self._drive(run_id, claimed, follow), name=f"plait-run-{run_id}")
+        task = self.spawn(
+            self._drive(run_id, claimed, follow, snapshot), name=f"plait-run-{run_id}"
+        )
         self.driving[run_id] = task
         task.add_done_callback(lambda _t: self._done_driving(run_id))
 
@@ -69,7 +74,9 @@ class Passes(WorkerState):
             self.wake_passes.set()
         self.cancelled.discard(run_id)
 
-    async def _drive(self, run_id: str, claimed: bool, follow: bool) -> None:
+    async def _drive(
+        self, run_id: str, claimed: bool, follow: bool, snapshot: PassSnapshot | None = None
+    ) -> None:
         """Passes of ``run_id`` while it is due. A slot is taken for each pass only, not
         while a followed run waits: a parent waiting for its child must not hold the slot
         the child needs."""
@@ -88,7 +95,8 @@ class Passes(WorkerState):
                     got = False
                 if got:
                     claimed = False
-                    again = await self._one_pass(run_id)
+                    again = await self._one_pass(run_id, snapshot)
+                snapshot = None  # later passes read the run again
             if again:
                 continue
             if not follow or not await self._wait_for_due(run_id):
@@ -120,18 +128,19 @@ class Passes(WorkerState):
             self.notifier.unwatch(run_id, event)
         return True
 
-    async def _one_pass(self, run_id: str) -> bool:
+    async def _one_pass(self, run_id: str, snapshot: PassSnapshot | None = None) -> bool:
         """One pass under the lease we hold; True if another is due right away. The lease
         is given back (or lost) with the pass, and its deadline goes with it: a renewal
         that finds the run released between passes takes nothing from this process."""
         try:
-            return await self._pass_under_lease(run_id)
+            return await self._pass_under_lease(run_id, snapshot)
         finally:
             self.run_leases.pop(run_id, None)
 
-    async def _pass_under_lease(self, run_id: str) -> bool:
+    async def _pass_under_lease(self, run_id: str, snapshot: PassSnapshot | None) -> bool:
         try:
-            snapshot = await self.store.load_pass(run_id)
+            if snapshot is None:
+                snapshot = await self.store.load_pass(run_id)
             if snapshot is None:
                 return False
             if snapshot.run.status != "running" or snapshot.run.lease_owner != self.owner:
@@ -215,18 +224,18 @@ class Passes(WorkerState):
             self.wake_passes.clear()
             told, self.work_told = self.work_told, False
             free = max(0, self.concurrency - len(self.driving))
-            claimed: list[str] = []
+            claimed: list[PassSnapshot] = []
             if free and (more or told or await self._due(self.wake_passes, None)):
                 since = time.monotonic()
                 try:
-                    claimed = await self.store.claim_due_runs(
+                    claimed = await self.store.claim_due_passes(
                         self.owner, self.lease, free, self.claim_scope()
                     )
                 except Exception:
                     log.exception("claiming due runs failed; retrying")
                 more = len(claimed) == free
-                for run_id in claimed:
-                    self.drive(run_id, claimed=True, since=since)
+                for snapshot in claimed:
+                    self.drive(snapshot.run.id, claimed=True, since=since, snapshot=snapshot)
             if not (claimed and len(claimed) == free):
                 await self._idle(self.wake_passes)
 

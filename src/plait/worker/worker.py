@@ -26,7 +26,7 @@ from plait import serde
 from plait.cancel_guard import guarded_task
 from plait.catalog import Catalog
 from plait.clock import SYSTEM_CLOCK, Clock
-from plait.notify import Notifier
+from plait.notify import DUE, Notifier
 from plait.observe import Telemetry
 from plait.records import SETTLED, Run, RunStatus
 from plait.runtime.streams import StreamWriter
@@ -189,7 +189,7 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention, Brake
     def sent_event(self, run_id: str) -> None:
         # the commit woke the run in the database and told the other processes
         self.notifier.local_run_changed(run_id, settled=False)
-        self.notifier.local_work()
+        self.notifier.local_work(DUE)
 
     async def read_run(self, run_id: str) -> Run | None:
         return await self.store.get_run(run_id)
@@ -295,10 +295,14 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention, Brake
 
     def wake(self) -> None:
         """Something new may be due: wake the loops now instead of at their next poll."""
-        self.work_told = True
-        self.wake_passes.set()
+        self.told_of_runs()
         self.wake_steps.set()
         self.wake_admissions.set()
+
+    def told_of_runs(self) -> None:
+        """A run may be due to claim: the pass loop claims at once, without asking first."""
+        self.work_told = True
+        self.wake_passes.set()
 
     async def stop(self, *, drain: float = 0.0) -> None:
         """Stop taking work; give the work in hand ``drain`` seconds, then cancel it. Leases of

@@ -23,7 +23,9 @@ from plait.records import Run
 from plait.store import convert
 from plait.store.ops import CancelCut, StepEnd
 from plait.store.rows import (
+    EventRow,
     NewRun,
+    PassSnapshot,
     QueueLimits,
     RequestRow,
     RunFilter,
@@ -267,3 +269,17 @@ def step_job(r: Any) -> StepJob:
         r["workflow"] or "",
         r["trace"],
     )
+
+
+def pass_snapshot(row: Any) -> PassSnapshot:
+    """A pass's snapshot from a row of ``load_passes``, ``list_passes`` or
+    ``claim_due_passes``."""
+    steps: dict[str, StepRow] = {}
+    for rec in row["steps"]:
+        step = step_row(rec)
+        steps[step.key] = step
+    events = [EventRow(e["id"], e["name"], e["payload"]) for e in row["events"]]
+    state = {s["name"]: s["value"] for s in row["state"]}
+    # a page of ``list_passes`` (a dry check) reads no requests
+    requests = [request_row(q) for q in row.get("requests") or ()]
+    return PassSnapshot(run_row(row["r"]), steps, events, state, requests)

@@ -14,9 +14,9 @@ import asyncpg
 from plait.clock import Clock
 from plait.queues import DEFAULT_QUEUE
 from plait.store.contract import LeaseKeeper
-from plait.store.postgres.codec import set_codecs
+from plait.store.postgres.codec import pass_snapshot, set_codecs
 from plait.store.postgres.part import Part
-from plait.store.rows import ANY_SCOPE, ClaimScope, Lease, LeaseRenewal, Pending
+from plait.store.rows import ANY_SCOPE, ClaimScope, Lease, LeaseRenewal, PassSnapshot, Pending
 
 
 class Leases(Part):
@@ -51,6 +51,25 @@ class Leases(Part):
             *scope_args(scope),
         )
         return [r["id"] for r in rows]
+
+    async def claim_due_passes(
+        self, owner: str, lease_seconds: float, limit: int, scope: ClaimScope = ANY_SCOPE
+    ) -> list[PassSnapshot]:
+        now = self._now()
+        rows = await self._call(
+            "fetch",
+            self._q["claim_due_passes"],
+            owner,
+            now + lease_seconds,
+            now,
+            limit,
+            *scope_args(scope),
+        )
+        if rows and self._tainted:
+            # new passes of these runs start: earlier passes' failed writes no longer matter
+            taken = {row["id"] for row in rows}
+            self._tainted = {t for t in self._tainted if t[0] not in taken}
+        return [pass_snapshot(row) for row in rows]
 
     async def renew_leases(
         self,

@@ -17,7 +17,7 @@ from typing import Any
 
 import asyncpg
 
-from plait.notify import Notifier
+from plait.notify import WORK_KINDS, Notifier
 from plait.store.postgres.pool import Pool
 
 log = logging.getLogger("plait.store.postgres")
@@ -76,6 +76,7 @@ class Listener:
         timeout if the server cannot be reached: it keeps trying)."""
         self._notifier = notifier
         notifier.remote = self.publish
+        notifier.commits_tell = True  # insert_run and fork_run NOTIFY new runs
         if not self.enabled or self._listener is not None:
             return
         self._listening.clear()
@@ -93,6 +94,7 @@ class Listener:
         self._listener = self._flusher = None
         if self._notifier is not None and self._notifier.remote == self.publish:
             self._notifier.remote = None
+            self._notifier.commits_tell = False
 
     async def _listen_loop(self) -> None:
         """One connection outside the pool, kept LISTENing; when it drops, reconnect with
@@ -152,8 +154,8 @@ class Listener:
             if sender == self._me:
                 return
             payload = rest
-        if payload == "work":
-            notifier.local_work()
+        if payload in WORK_KINDS:
+            notifier.local_work(payload)
         elif payload.startswith("run:"):
             notifier.local_run_changed(payload[4:])
         elif payload.startswith("busy:"):

@@ -20,16 +20,15 @@ from plait.store.postgres.codec import (
     RUN_STATE,
     filter_args,
     new_run_value,
-    request_row,
+    pass_snapshot,
     run_record,
-    run_row,
     step_row,
     with_filters,
 )
 from plait.store.postgres.commit import op_value
 from plait.store.postgres.group import Together
 from plait.store.postgres.part import Part
-from plait.store.rows import EventRow, GateRow, NewRun, PassSnapshot, RunFilter, StepRow
+from plait.store.rows import GateRow, NewRun, PassSnapshot, RunFilter
 
 #: the most children get_children returns (the newest ones)
 _MAX_CHILDREN = 10_000
@@ -145,7 +144,7 @@ class Runs(Part):
         # a new pass of this run starts: an earlier pass's failed write no longer matters
         if self._tainted:
             self._tainted = {t for t in self._tainted if t[0] != run_id}
-        return _snapshot(row)
+        return pass_snapshot(row)
 
     async def list_passes(
         self, statuses: Sequence[str], kind: str, workflow: str | None, after: str, limit: int
@@ -153,7 +152,7 @@ class Runs(Part):
         rows = await self._call(
             "fetch", self._q["list_passes"], list(statuses), kind, workflow, after, limit, read=True
         )
-        return [_snapshot(row) for row in rows]
+        return [pass_snapshot(row) for row in rows]
 
     async def _load_one(self, run_id: str) -> Any:
         (row,) = await self._load_many([run_id])
@@ -213,16 +212,3 @@ class Runs(Part):
     async def run_marks(self, run_id: str) -> tuple[Any, ...] | None:
         row = await self._call("fetchrow", self._q["run_marks"], run_id, read=True)
         return None if row is None else tuple(row)
-
-
-def _snapshot(row: Any) -> PassSnapshot:
-    """A pass's snapshot from a row of ``load_passes`` or ``list_passes``."""
-    steps: dict[str, StepRow] = {}
-    for rec in row["steps"]:
-        step = step_row(rec)
-        steps[step.key] = step
-    events = [EventRow(e["id"], e["name"], e["payload"]) for e in row["events"]]
-    state = {s["name"]: s["value"] for s in row["state"]}
-    # a page of ``list_passes`` (a dry check) reads no requests
-    requests = [request_row(q) for q in row.get("requests") or ()]
-    return PassSnapshot(run_row(row["r"]), steps, events, state, requests)

@@ -80,6 +80,7 @@ _WARM_STATEMENTS = (
     "commit_group",
     "release_run",
     "claim_due_runs",
+    "claim_due_passes",
 )
 
 

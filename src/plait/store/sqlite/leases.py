@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from plait.clock import Clock
 from plait.queues import DEFAULT_QUEUE
 from plait.store.contract import LeaseKeeper
-from plait.store.rows import ANY_SCOPE, ClaimScope, Lease, LeaseRenewal, Pending
+from plait.store.rows import ANY_SCOPE, ClaimScope, Lease, LeaseRenewal, PassSnapshot, Pending
 from plait.store.sqlite import apply
 from plait.store.sqlite.part import Part
+from plait.store.sqlite.runs import read_pass
 from plait.store.sqlite.writer import SQL
 
 
@@ -41,6 +42,20 @@ class Leases(Part):
             return [r[0] for r in rows.fetchall()]
 
         return await self._write(go)
+
+    async def claim_due_passes(
+        self, owner: str, lease_seconds: float, limit: int, scope: ClaimScope = ANY_SCOPE
+    ) -> list[PassSnapshot]:
+        taken = await self.claim_due_runs(owner, lease_seconds, limit, scope)
+        if not taken:
+            return []
+
+        def go(conn: sqlite3.Connection) -> list[PassSnapshot]:
+            snapshots = (read_pass(conn, run_id) for run_id in taken)
+            return [snapshot for snapshot in snapshots if snapshot is not None]
+
+        # after the claim's commit, as load_pass reads: one read for all of them
+        return await self._read_here(go)
 
     async def release_leases(self, owner: str, run_ids: Sequence[str]) -> int:
         def go(conn: sqlite3.Connection) -> int:

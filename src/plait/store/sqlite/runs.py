@@ -208,17 +208,7 @@ class Runs(Part):
 
     # -- orchestrator passes ------------------------------------------------------------------
     async def load_pass(self, run_id: str) -> PassSnapshot | None:
-        def go(conn: sqlite3.Connection) -> PassSnapshot | None:
-            row = conn.execute(_SELECT_RUN, (run_id,)).fetchone()
-            if row is None:
-                return None
-            steps = {r[1]: convert.step_row(r) for r in conn.execute(SQL["pass_steps"], (run_id,))}
-            events = [EventRow(*r) for r in conn.execute(SQL["pass_events"], (run_id,))]
-            state = dict(conn.execute(SQL["pass_state"], (run_id,)))
-            requests = [RequestRow(*r) for r in conn.execute(SQL["pass_requests"], (run_id,))]
-            return PassSnapshot(convert.run_row(row), steps, events, state, requests)
-
-        return await self._read_here(go)
+        return await self._read_here(lambda conn: read_pass(conn, run_id))
 
     async def list_passes(
         self, statuses: Sequence[str], kind: str, workflow: str | None, after: str, limit: int
@@ -298,3 +288,15 @@ class Runs(Part):
             return None if row is None else tuple(row)
 
         return await self._read(go)
+
+
+def read_pass(conn: sqlite3.Connection, run_id: str) -> PassSnapshot | None:
+    """What a pass of ``run_id`` reads (``load_pass``), in the transaction ``conn`` is in."""
+    row = conn.execute(_SELECT_RUN, (run_id,)).fetchone()
+    if row is None:
+        return None
+    steps = {r[1]: convert.step_row(r) for r in conn.execute(SQL["pass_steps"], (run_id,))}
+    events = [EventRow(*r) for r in conn.execute(SQL["pass_events"], (run_id,))]
+    state = dict(conn.execute(SQL["pass_state"], (run_id,)))
+    requests = [RequestRow(*r) for r in conn.execute(SQL["pass_requests"], (run_id,))]
+    return PassSnapshot(convert.run_row(row), steps, events, state, requests)

@@ -238,6 +238,13 @@ WHERE id IN (
 )
 RETURNING id
 
+-- name: claim_due_passes
+-- claim_due_runs with each claimed run's load_passes row, in one round trip (the
+-- function says why the snapshot is read after the claim).
+SELECT * FROM @schema@.claim_due_passes($1, $2, $3, $4, $5, $6, $7, $8)
+    AS c (id text, r @schema@.runs, steps @schema@.steps[], events @schema@.events[],
+          state @schema@.state[], requests @schema@.requests[])
+
 -- name: commit_batch
 SELECT @schema@.commit_batch($1, $2, $3::@schema@.op[], $4)
 

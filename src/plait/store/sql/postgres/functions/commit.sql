@@ -46,7 +46,7 @@ BEGIN
             VALUES (p_run, o.key, o.function, o.at, p_now)
             ON CONFLICT (run_id, step_key) DO UPDATE SET function = excluded.function,
                 available_at = excluded.available_at, lease_owner = NULL, lease_until = NULL;
-            PERFORM pg_notify(@channel@, 'work');
+            PERFORM pg_notify(@channel@, 'job');
         WHEN 'consume_event' THEN
             UPDATE @schema@.events SET consumed_by = o.key
             WHERE id = o.event_id AND consumed_by IS NULL;

@@ -33,7 +33,7 @@ BEGIN
         RETURN false;
     END IF;
     PERFORM pg_notify(@channel@, 'busy:' || p_run);
-    PERFORM pg_notify(@channel@, 'work');
+    PERFORM pg_notify(@channel@, 'due');
     RETURN true;
 END $$;
 
@@ -65,7 +65,8 @@ BEGIN
         SELECT n.id, t.key, t.value FROM json_each_text(n.tags) t;
     END IF;
     IF NOT leased THEN
-        PERFORM pg_notify(@channel@, 'work');
+        -- the loop that admits queued runs, or the one that claims due ones (notify.py)
+        PERFORM pg_notify(@channel@, CASE WHEN n.status = 'queued' THEN 'admit' ELSE 'due' END);
     END IF;
     RETURN true;
 END $$;
@@ -435,4 +436,52 @@ BEGIN
     END IF;
     PERFORM pg_notify(@channel@, 'work');
     RETURN QUERY SELECT r, v_moved FROM @schema@.runs r WHERE r.id = p_new.id;
+END $$;
+
+-- claim_due_passes: lease up to p_limit due runs as the query claim_due_runs does, and
+-- return what load_passes reads of each, in one round trip. The snapshot is read by a
+-- statement after the claim's (each statement of a function sees what committed before it
+-- began), so it holds every write an earlier holder of a lease committed before the claim.
+-- The claim's commit does not wait for its WAL to reach the disk: a claim lost with the
+-- server leaves the run unclaimed, and nothing it led to is lost with it, since no step
+-- body starts before a commit that waits for the disk (which carries the claim's record).
+-- The rows are records whose columns the caller names (queries.sql), so that defining the
+-- function needs none of the tables later migrations add.
+CREATE OR REPLACE FUNCTION @schema@.claim_due_passes(
+    p_owner text, p_until timestamptz, p_now timestamptz, p_limit integer,
+    p_workflows text[], p_graphs boolean, p_queues text[], p_default_queue text
+) RETURNS SETOF record LANGUAGE plpgsql AS $$
+DECLARE
+    taken text[];
+BEGIN
+    WITH claimed AS (
+        UPDATE @schema@.runs SET lease_owner = p_owner, lease_until = p_until
+        WHERE runs.id IN (
+            SELECT d.id FROM @schema@.runs d
+            WHERE d.wake_at <= p_now AND d.status = 'running'
+                AND (d.lease_owner IS NULL OR d.lease_until < p_now)
+                AND (p_workflows IS NULL OR d.workflow = ANY (p_workflows)
+                    OR (d.kind = 'graph' AND p_graphs))
+                AND (p_queues IS NULL OR coalesce(d.queue, p_default_queue) = ANY (p_queues))
+                AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
+                                WHERE (b.kind = 'workflow' AND b.name = d.workflow)
+                                    OR (b.kind = 'queue' AND b.name = d.queue))
+            ORDER BY d.wake_at LIMIT p_limit
+            FOR UPDATE SKIP LOCKED
+        )
+        RETURNING runs.id
+    )
+    SELECT array_agg(claimed.id) INTO taken FROM claimed;
+    IF taken IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM set_config('synchronous_commit', 'off', true);
+    RETURN QUERY SELECT t.id, t,
+        ARRAY(SELECT s FROM @schema@.steps s WHERE s.run_id = t.id),
+        ARRAY(SELECT e FROM @schema@.events e
+              WHERE e.run_id = t.id AND e.consumed_by IS NULL ORDER BY e.id),
+        ARRAY(SELECT st FROM @schema@.state st WHERE st.run_id = t.id),
+        ARRAY(SELECT q FROM @schema@.requests q
+              WHERE q.run_id = t.id AND q.status = 'sent' ORDER BY q.id)
+    FROM @schema@.runs t WHERE t.id = ANY (taken);
 END $$;
