@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from plait.errors import RunEndedElsewhereError, RunNotFoundError, RunStateError
+from plait.records import Run
 from plait.store import Store
 from plait.store.ops import (
     Batch,
@@ -636,3 +637,44 @@ async def test_a_stop_after_a_cancel_leaves_the_cancels_record(store: Store, pat
     assert (kept.status, kept.error) == ("failed", json.loads(CANCELLED))
     assert [a.status for a in await store.get_history("r1")] == ["cancelled"]
     assert await store.claim_step_jobs("w1", 60.0, 10, ["fn"]) == []
+
+
+async def test_reopens_made_at_once_each_get_their_own_answer(store: Store) -> None:
+    """A bulk retry reopens runs side by side, and a store may write reopens made at once
+    in one transaction (PostgreSQL does): each caller still hears what reopening its run
+    alone would have said. A run read before a wake is not written; a run in another
+    status is refused, and so is the same run retried twice at once, but once; the
+    others go on."""
+    for run_id in ("a", "b", "c", "d", "twice", "stale", "running"):
+        await new_run(store, run_id)
+        if run_id != "running":
+            await write(store, run_id, EndRun("failed", None, error("boom")))
+    seen = {run_id: await wakeups(store, run_id) for run_id in ("a", "b", "c", "d", "twice")}
+    seen["stale"] = await wakeups(store, "stale") - 1
+    seen["running"] = 0
+
+    async def reopen_all(run_ids: list[str]) -> list[Any]:
+        calls = (store.reopen_run(r, "failed", "running", None, seen[r], []) for r in run_ids)
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    first = await reopen_all(["a", "b", "stale", "c"])
+    assert [(r.id, r.status) if isinstance(r, Run) else r for r in first] == [
+        ("a", "running"),
+        ("b", "running"),
+        None,
+        ("c", "running"),
+    ]
+    second = await reopen_all(["d", "running", "twice", "twice"])
+    assert isinstance(second[0], Run) and second[0].id == "d"
+    assert isinstance(second[1], RunStateError)
+    assert sorted(type(a).__name__ for a in second[2:]) == ["Run", "RunStateError"]
+    runs = {r: await store.get_run(r) for r in ("a", "b", "c", "d", "twice", "stale")}
+    assert {r: run.status if run else None for r, run in runs.items()} == {
+        "a": "running",
+        "b": "running",
+        "c": "running",
+        "d": "running",
+        "twice": "running",
+        "stale": "failed",
+    }
+    assert await wakeups(store, "twice") == seen["twice"] + 1

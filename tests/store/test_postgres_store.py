@@ -897,3 +897,28 @@ async def test_a_start_tells_the_other_processes_once(pg_url: str) -> None:
         assert await _fetchval(pg_url, 'SELECT status FROM "plait".runs WHERE id = $1', run_id)
     finally:
         await listener.close()
+
+
+async def test_reopens_made_at_once_share_one_transaction(pg_url: str) -> None:
+    """A bulk retry's lanes reopen runs side by side: while one reopen is on its way, the
+    others wait and go together, one statement and one WAL flush for all of them (the
+    answers each caller gets: tests/store/test_actions.py)."""
+    store = PostgresStore(pg_url)
+    await store.open()
+    try:
+        run_ids = [f"r{i}" for i in range(8)]
+        for run_id in run_ids:
+            await store.create_run(
+                NewRun(run_id, "wf", "workflow", None, input="{}", status="running")
+            )
+            await store.commit(Batch(run_id, [EndRun("failed", None, '{"message": "x"}')]))
+        seen = {r: (await store.load_pass(r)).run.wakeups for r in run_ids}  # type: ignore[union-attr]
+        before = store.commits
+        runs = await asyncio.gather(
+            *(store.reopen_run(r, "failed", "running", None, seen[r], []) for r in run_ids)
+        )
+        assert [run.status if run else None for run in runs] == ["running"] * 8
+        # the first goes alone, the seven made meanwhile as one
+        assert store.commits - before == 2
+    finally:
+        await store.close()

@@ -4,6 +4,8 @@ retry), send an event or a decision, and prune ended runs.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +23,7 @@ from plait.store.postgres.codec import (
     step_end_value,
 )
 from plait.store.postgres.commit import op_value
+from plait.store.postgres.group import Together
 from plait.store.postgres.part import Part
 from plait.store.rows import DecisionRow, PruneBatch
 
@@ -28,8 +31,23 @@ from plait.store.rows import DecisionRow, PruneBatch
 _REOPEN_ACTIONS = {"suspended": "resume", "failed": "retry", "needs_attention": "retry"}
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reopening:
+    """One ``reopen_run`` call, as reopens made at once are sent together."""
+
+    run_id: str
+    from_status: str
+    status: RunStatusName
+    deadline_at: float | None
+    wakeups_seen: int
+    ops: list[Op]
+
+
 class Actions(Part):
     """What the engine does to a run from outside a pass."""
+
+    #: reopens made at once, written together
+    _reopens: Together[Reopening, Run | None]
 
     async def wake(self, run_id: str, at: float | None = None) -> None:
         now = self._now()
@@ -105,19 +123,51 @@ class Actions(Part):
         wakeups_seen: int,
         ops: Sequence[Op],
     ) -> Run | None:
+        return await self._reopens(
+            Reopening(run_id, from_status, status, deadline_at, wakeups_seen, list(ops))
+        )
+
+    async def _reopen_one(self, item: Reopening) -> Run | None:
         rec = await self._action(
-            _REOPEN_ACTIONS.get(from_status, "reopen"),
-            run_id,
+            _REOPEN_ACTIONS.get(item.from_status, "reopen"),
+            item.run_id,
             "fetchval",
             self._q["reopen_run"],
-            from_status,
-            status,
-            deadline_at,
-            wakeups_seen,
-            [op_value(op) for op in ops],
+            item.from_status,
+            item.status,
+            item.deadline_at,
+            item.wakeups_seen,
+            [op_value(op) for op in item.ops],
             self._now(),
         )
         return None if rec is None else run_record(rec)
+
+    async def _reopen_many(self, items: list[Reopening]) -> list[Run | None]:
+        """Reopens made at once (a bulk retry's lanes) in one statement: one transaction
+        and one WAL flush for all. A run that is not in its status fails the statement,
+        and ``Together`` then reopens each alone, each with its own answer."""
+        ends: list[int] = []
+        ops: list[Any] = []
+        for item in items:
+            ops.extend(op_value(op) for op in item.ops)
+            ends.append(len(ops))
+        async with contextlib.AsyncExitStack() as turns:
+            # in order with this process's other writes to these runs, taken in one order
+            for run_id in sorted({item.run_id for item in items}):
+                await turns.enter_async_context(self._in_order(run_id))
+            rows = await self._call(
+                "fetch",
+                self._q["reopen_runs"],
+                [item.run_id for item in items],
+                [item.from_status for item in items],
+                [item.status for item in items],
+                [item.deadline_at for item in items],
+                [item.wakeups_seen for item in items],
+                ends,
+                ops,
+                self._now(),
+            )
+        return [None if row["reopened"] is None else run_record(row["reopened"]) for row in rows]
 
     async def send_event(
         self, run_id: str, name: str, payload: str | None, dedup: str | None = None

@@ -36,6 +36,7 @@ from plait.notify import Notifier
 from plait.records import Run
 from plait.store import queries
 from plait.store.migrations import functions, migrations
+from plait.store.postgres.actions import Reopening
 from plait.store.postgres.brakes import Brakes
 from plait.store.postgres.caller import CallerTransactions
 from plait.store.postgres.commit import Commits, first_attempts_statement, op_value
@@ -179,6 +180,10 @@ class PostgresStore(
         self._reads: Together[str, Run | None] = Together(self._get_one, self._get_many)
         #: what passes starting at once read, read together
         self._passes: Together[str, Any] = Together(self._load_one, self._load_many)
+        #: reopens made at once (the lanes of a bulk retry), written together
+        self._reopens: Together[Reopening, Run | None] = Together(
+            self._reopen_one, self._reopen_many
+        )
 
     @property
     def commits(self) -> int:

@@ -566,6 +566,11 @@ WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended')
 -- name: reopen_run
 SELECT r FROM @schema@.reopen_run($1, $2, $3, $4, $5, $6::@schema@.op[], $7) r
 
+-- name: reopen_runs
+-- reopen_run for many runs in one transaction: a row per run, in the order given.
+SELECT pos, reopened FROM @schema@.reopen_runs($1, $2, $3, $4, $5, $6, $7::@schema@.op[], $8)
+ORDER BY pos
+
 -- name: send_event
 -- The event is stored (unless its de-duplication key was taken), and the answer says
 -- whether it was and the run waits for it right now.

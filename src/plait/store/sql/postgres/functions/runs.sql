@@ -485,3 +485,26 @@ BEGIN
               WHERE q.run_id = t.id AND q.status = 'sent' ORDER BY q.id)
     FROM @schema@.runs t WHERE t.id = ANY (taken);
 END $$;
+
+-- reopen_runs: reopen_run for each run of p_runs, in one transaction: run k with
+-- p_from[k], p_status[k], p_deadline[k], p_seen[k] and the ops of p_ops after run k-1's
+-- (up to p_ends[k]). One row per run, pos k: the run reopened, or NULL when it changed
+-- since it was read. A run that is not in its status raises as reopen_run does, which
+-- rolls back every one of them (the caller then reopens each alone, for its own answer).
+CREATE OR REPLACE FUNCTION @schema@.reopen_runs(
+    p_runs text[], p_from text[], p_status text[], p_deadline timestamptz[], p_seen bigint[],
+    p_ends integer[], p_ops @schema@.op[], p_now timestamptz
+) RETURNS TABLE (pos integer, reopened @schema@.runs) LANGUAGE plpgsql AS $$
+DECLARE
+    next_op integer := 1;
+    one @schema@.runs;
+BEGIN
+    FOR k IN 1 .. coalesce(array_length(p_runs, 1), 0) LOOP
+        SELECT * INTO one FROM @schema@.reopen_run(p_runs[k], p_from[k], p_status[k],
+            p_deadline[k], p_seen[k], coalesce(p_ops[next_op:p_ends[k]], '{}'), p_now);
+        pos := k;
+        reopened := CASE WHEN FOUND THEN one END;
+        RETURN NEXT;
+        next_op := p_ends[k] + 1;
+    END LOOP;
+END $$;
