@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import plait
+from support.polling import eventually
 
 
 async def test_a_claim_that_filled_every_slot_is_followed_by_a_claim_not_a_read(
@@ -232,3 +233,75 @@ async def _quiet(log: list[Any]) -> None:
             seen, still = len(log), 0
         await asyncio.sleep(0.02)
     raise AssertionError(f"the worker's loops never settled: {log}")
+
+
+async def test_a_claim_whose_read_fails_still_claims_and_runs(database: str) -> None:
+    """A claim reads each run's pass with it; if that read fails (a statement timeout on a
+    huge history), the claim wrote nothing and the worker claims the runs without it, so
+    one run that cannot be read in a claim holds up no other."""
+    app = plait.App()
+
+    @app.workflow
+    async def quick(wf: plait.Workflow, i: int) -> int:
+        return await wf.do("s", lambda: i)
+
+    engine = plait.Engine(app, database, poll_interval=0.2)
+    store: Any = engine.store
+    failed: list[int] = []
+
+    async def failing(*_args: Any) -> list[Any]:
+        failed.append(1)
+        raise RuntimeError("canceling statement due to statement timeout")
+
+    store.claim_due_passes = failing
+    async with engine, plait.Engine(app, database, workers=False) as starter:
+        run_ids = [await starter.start("quick", i) for i in range(3)]
+        runs = [await starter.wait(r, timeout=20) for r in run_ids]
+    assert [r.output for r in runs] == [0, 1, 2]
+    assert failed
+
+
+async def test_a_pass_that_waited_for_a_slot_reads_its_run_again(database: str) -> None:
+    """What a claim read of a run is used by a pass that starts at once (a told worker's
+    first step, one round trip sooner); one that waited for a slot (a worker full of job
+    steps) reads the run again, since an event may have come meanwhile and the pass judges
+    its waits' timeouts by the clock."""
+    app = plait.App()
+
+    @app.workflow
+    async def waits(wf: plait.Workflow) -> Any:
+        return await wf.wait_for_event("go", timeout=600)
+
+    async with plait.Engine(app, database, concurrency=1) as engine:
+        worker: Any = engine.worker
+        passes: list[tuple[str, bool]] = []
+        one_pass = worker._one_pass
+
+        async def recording(run_id: str, snapshot: Any = None) -> bool:
+            passes.append((run_id, snapshot is not None))
+            return bool(await one_pass(run_id, snapshot))
+
+        worker._one_pass = recording
+        async with plait.Engine(app, database, workers=False) as starter:
+            await starter.start("waits")  # unmeasured: the worker's first claim warms it
+            await eventually(lambda: passes, what="the first pass")
+            passes.clear()
+            run_id = await starter.start("waits")
+            await eventually(lambda: _waits(engine, run_id), what="the run waits")
+            # told of the new run with a free slot: the pass uses what the claim read
+            assert passes[0] == (run_id, True), passes
+            # its pass has given it back (the driver is gone), so a driver of it from now
+            # on is one the event's claim made
+            await eventually(lambda: run_id not in worker.driving, what="its driver ends")
+            passes.clear()
+            async with worker.slots:  # the worker is full
+                await starter.send_event(run_id, "go", "payload")
+                await eventually(lambda: run_id in worker.driving, what="a claim of it")
+                await asyncio.sleep(0)  # its driver's task starts, and waits for the slot
+            assert (await starter.wait(run_id, timeout=10)).output == "payload"
+        assert passes[0] == (run_id, False), passes
+
+
+async def _waits(engine: plait.Engine, run_id: str) -> bool:
+    steps = await engine.get_steps(run_id)
+    return any(s.kind == "event" and s.status == "scheduled" for s in steps)

@@ -922,3 +922,22 @@ async def test_reopens_made_at_once_share_one_transaction(pg_url: str) -> None:
         assert store.commits - before == 2
     finally:
         await store.close()
+
+
+async def test_a_claim_forgets_no_failed_write_before_its_pass_starts(pg_url: str) -> None:
+    """A write whose outcome is unknown taints its pass: the store refuses that pass's
+    later writes. A claim that reads the run's pass must not lift that at the claim, when
+    the earlier pass of this process may still be finishing under the same owner; the
+    pass that starts from the claim's read lifts it (as ``load_pass`` does)."""
+    store = PostgresStore(pg_url)
+    await store.open()
+    try:
+        await store.create_run(NewRun("r1", "wf", "workflow", None, input="{}", status="running"))
+        store._tainted.add(("r1", "w1"))  # pyright: ignore[reportPrivateUsage]
+        (snapshot,) = await store.claim_due_passes("w1", 60.0, 10)
+        assert snapshot.run.lease_owner == "w1"
+        assert ("r1", "w1") in store._tainted  # pyright: ignore[reportPrivateUsage]
+        store.starting_pass("r1")
+        assert ("r1", "w1") not in store._tainted  # pyright: ignore[reportPrivateUsage]
+    finally:
+        await store.close()

@@ -254,6 +254,12 @@ class Store(LimitsStore, CallerTransactionStore, FleetStore, Protocol):
         trip."""
         ...
 
+    def starting_pass(self, run_id: str) -> None:
+        """A pass of ``run_id`` starts from what ``claim_due_passes`` read: the store
+        forgets what it kept of the run's earlier passes, as ``load_pass`` does (not at the
+        claim: an earlier pass of this process may still be finishing)."""
+        ...
+
     async def commit(self, batch: Batch) -> bool:
         """Write the batch in one transaction; with ``release_wakeups_seen``, give the run back and
         say whether it is due again at once. A fenced batch raises ``LeaseLostError``

@@ -25,6 +25,9 @@ from plait.worker.state import WorkerState
 
 log = logging.getLogger("plait.worker")
 
+#: seconds a pass may start after its claim and still use what the claim read of the run
+FRESH = 0.05
+
 
 class Passes(WorkerState):
     """Passes: drive a run, one pass, the pass loop, waiting for due work."""
@@ -55,7 +58,8 @@ class Passes(WorkerState):
                 self.spawn(self._drive_after(existing, run_id))
             return
         task = self.spawn(
-            self._drive(run_id, claimed, follow, snapshot), name=f"plait-run-{run_id}"
+            self._drive(run_id, claimed, follow, snapshot, time.monotonic()),
+            name=f"plait-run-{run_id}",
         )
         self.driving[run_id] = task
         task.add_done_callback(lambda _t: self._done_driving(run_id))
@@ -75,13 +79,25 @@ class Passes(WorkerState):
         self.cancelled.discard(run_id)
 
     async def _drive(
-        self, run_id: str, claimed: bool, follow: bool, snapshot: PassSnapshot | None = None
+        self,
+        run_id: str,
+        claimed: bool,
+        follow: bool,
+        snapshot: PassSnapshot | None = None,
+        read_at: float | None = None,
     ) -> None:
         """Passes of ``run_id`` while it is due. A slot is taken for each pass only, not
         while a followed run waits: a parent waiting for its child must not hold the slot
         the child needs."""
         while not self.stopping:
             again = False
+            if snapshot is not None and (
+                self.slots.locked() or read_at is None or time.monotonic() - read_at > FRESH
+            ):
+                # what the claim read would be old by the time the pass runs (it waits for a
+                # slot, or its task started late), and a pass judges timeouts by the clock:
+                # an event sent meanwhile would be missed and its wait timed out
+                snapshot = None
             async with self.slots:
                 try:
                     since = time.monotonic()
@@ -141,6 +157,8 @@ class Passes(WorkerState):
         try:
             if snapshot is None:
                 snapshot = await self.store.load_pass(run_id)
+            else:
+                self.store.starting_pass(run_id)
             if snapshot is None:
                 return False
             if snapshot.run.status != "running" or snapshot.run.lease_owner != self.owner:
@@ -224,20 +242,36 @@ class Passes(WorkerState):
             self.wake_passes.clear()
             told, self.work_told = self.work_told, False
             free = max(0, self.concurrency - len(self.driving))
-            claimed: list[PassSnapshot] = []
+            claimed: list[PassSnapshot | str] = []
             if free and (more or told or await self._due(self.wake_passes, None)):
                 since = time.monotonic()
                 try:
-                    claimed = await self.store.claim_due_passes(
-                        self.owner, self.lease, free, self.claim_scope()
-                    )
+                    claimed = await self._claim_due(free)
                 except Exception:
                     log.exception("claiming due runs failed; retrying")
                 more = len(claimed) == free
-                for snapshot in claimed:
-                    self.drive(snapshot.run.id, claimed=True, since=since, snapshot=snapshot)
+                for got in claimed:
+                    if isinstance(got, str):
+                        self.drive(got, claimed=True, since=since)
+                    else:
+                        self.drive(got.run.id, claimed=True, since=since, snapshot=got)
             if not (claimed and len(claimed) == free):
                 await self._idle(self.wake_passes)
+
+    async def _claim_due(self, free: int) -> list[PassSnapshot | str]:
+        """Due runs, with what their passes read when the claim could read it too. A
+        claim whose read failed wrote nothing: the runs are claimed again without it, so
+        one run that cannot be read (a statement timeout on a huge history) holds up no
+        other; its own pass then fails alone, as it would have before."""
+        scope = self.claim_scope()
+        try:
+            passes = await self.store.claim_due_passes(self.owner, self.lease, free, scope)
+        except ConnectionError:  # the store is away: claiming alone would fail the same way
+            raise
+        except Exception as exc:
+            log.warning("claiming due runs with their passes failed (%s); claiming only", exc)
+            return list(await self.store.claim_due_runs(self.owner, self.lease, free, scope))
+        return list(passes)
 
     async def _due(self, wake: asyncio.Event, functions: list[str] | None) -> bool:
         """Whether anything is due now (runs, or jobs for ``functions``); a cheap read

@@ -65,10 +65,6 @@ class Leases(Part):
             limit,
             *scope_args(scope),
         )
-        if rows and self._tainted:
-            # new passes of these runs start: earlier passes' failed writes no longer matter
-            taken = {row["id"] for row in rows}
-            self._tainted = {t for t in self._tainted if t[0] not in taken}
         return [pass_snapshot(row) for row in rows]
 
     async def renew_leases(

@@ -72,6 +72,11 @@ class Part:
     #: per run, the writes of its lease holder in this process, in the order issued
     _run_locks: dict[str, RunLock]
 
+    def starting_pass(self, run_id: str) -> None:
+        if self._tainted:
+            # a new pass of this run starts: an earlier pass's failed write no longer matters
+            self._tainted = {t for t in self._tainted if t[0] != run_id}
+
     def _in_order(self, run_id: str) -> RunLock:
         """Apply this process's writes to one run in the order they were issued, as the
         SQLite store's single writer does. Pool connections would otherwise let a later

@@ -141,9 +141,7 @@ class Runs(Part):
         row = await self._passes(run_id)
         if row is None:
             return None
-        # a new pass of this run starts: an earlier pass's failed write no longer matters
-        if self._tainted:
-            self._tainted = {t for t in self._tainted if t[0] != run_id}
+        self.starting_pass(run_id)
         return pass_snapshot(row)
 
     async def list_passes(

@@ -57,6 +57,9 @@ class Leases(Part):
         # after the claim's commit, as load_pass reads: one read for all of them
         return await self._read_here(go)
 
+    def starting_pass(self, run_id: str) -> None:
+        """Nothing to forget: a write whose outcome SQLite did not give is not kept."""
+
     async def release_leases(self, owner: str, run_ids: Sequence[str]) -> int:
         def go(conn: sqlite3.Connection) -> int:
             runs = conn.execute(
