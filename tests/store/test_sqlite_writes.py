@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 import plait
-from plait.store.sqlite import SQLiteStore
+from plait.store.sqlite import SQLiteStore, writer
 
 
 def _app() -> plait.App:
@@ -182,3 +182,60 @@ async def test_a_succeeded_attempt_runs_no_trigger_program(tmp_path: Path) -> No
         (True, True),  # "talk" failed: its streams are reset by the trigger
         (False, False),  # "talk" succeeded on its retry
     ], ends
+
+
+async def _quiet_loop() -> asyncio.AbstractEventLoop:
+    """The running loop once nothing else is ready to run on it."""
+    loop = asyncio.get_running_loop()
+    for _ in range(100):
+        if not loop._ready:  # type: ignore[attr-defined]
+            return loop
+        await asyncio.sleep(0)
+    raise AssertionError("the loop never went quiet")
+
+
+async def test_a_lone_write_runs_at_once_and_a_streak_of_them_gives_the_loop_a_turn(
+    tmp_path: Path,
+) -> None:
+    """A write with nothing else ready on the loop would commit alone at the next turn: it
+    runs at once, and its caller goes on without the loop's two turns (the write's and its
+    own wake-up), which a sequential run paid on every step. After ``_STREAK`` of them in
+    a row the next one waits for a turn, so quick steps never keep the loop from the rest
+    of the process."""
+    store = SQLiteStore(f"sqlite:///{tmp_path / 'a.db'}")
+    await store.open()
+    try:
+        db = store._db
+        db._commit_time, db._slow = 0.0, False
+        await _quiet_loop()
+        at_once: list[bool] = []
+        for _ in range(writer._STREAK + 1):
+            written = db._submit("write", lambda conn: conn.execute("SELECT 1").fetchone()[0])
+            at_once.append(written.done())
+            assert await written == 1
+        assert at_once == [True] * writer._STREAK + [False]
+        await _quiet_loop()
+        written = db._submit("write", lambda conn: 2)
+        assert written.done() and await written == 2  # the turn began a new streak
+    finally:
+        await store.close()
+
+
+async def test_writes_of_tasks_ready_together_still_share_a_commit(tmp_path: Path) -> None:
+    """A write waits for the loop's turn when another task is ready to run first: that
+    task's write joins it, and the two share one commit."""
+    store = SQLiteStore(f"sqlite:///{tmp_path / 'a.db'}")
+    await store.open()
+    try:
+        db = store._db
+        db._commit_time, db._slow = 0.0, False
+        await _quiet_loop()
+        before = db.commits
+
+        async def one(n: int) -> int:
+            return await db.write(lambda conn: conn.execute("SELECT ?", (n,)).fetchone()[0])
+
+        assert await asyncio.gather(one(1), one(2)) == [1, 2]
+        assert db.commits - before == 1
+    finally:
+        await store.close()
