@@ -9,8 +9,11 @@ import sqlite3
 import threading
 from pathlib import Path
 
+import pytest
+
 import plait
-from plait.store.sqlite import SQLiteStore, writer
+from plait.store.rows import NewRun
+from plait.store.sqlite import SQLiteStore, leases, writer
 
 
 def _app() -> plait.App:
@@ -237,5 +240,27 @@ async def test_writes_of_tasks_ready_together_still_share_a_commit(tmp_path: Pat
 
         assert await asyncio.gather(one(1), one(2)) == [1, 2]
         assert db.commits - before == 1
+    finally:
+        await store.close()
+
+
+async def test_a_claim_whose_read_fails_takes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim reads the passes of the runs it takes in its own transaction: when that
+    read fails, the claim is rolled back with it, and the runs are there for the next
+    claim (the worker's, without the read) at once, not after their leases run out."""
+    store = SQLiteStore(f"sqlite:///{tmp_path / 'a.db'}")
+    await store.open()
+    try:
+        await store.create_run(NewRun("r1", "wf", "workflow", None, input="{}", status="running"))
+
+        def unreadable(conn: sqlite3.Connection, run_id: str) -> None:
+            raise sqlite3.OperationalError("interrupted")
+
+        monkeypatch.setattr(leases, "read_pass", unreadable)
+        with pytest.raises(sqlite3.OperationalError, match="interrupted"):
+            await store.claim_due_passes("w1", 60.0, 10)
+        assert await store.claim_due_runs("w2", 60.0, 10) == ["r1"]
     finally:
         await store.close()

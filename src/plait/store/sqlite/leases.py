@@ -36,26 +36,20 @@ class Leases(Part):
         self, owner: str, lease_seconds: float, limit: int, scope: ClaimScope = ANY_SCOPE
     ) -> list[str]:
         def go(conn: sqlite3.Connection) -> list[str]:
-            now = self._now()
-            params = {"owner": owner, "until": now + lease_seconds, "now": now, "limit": limit}
-            rows = conn.execute(SQL["claim_due_runs"], {**params, **scope_params(scope)})
-            return [r[0] for r in rows.fetchall()]
+            return _claim_due(conn, self._now(), owner, lease_seconds, limit, scope)
 
         return await self._write(go)
 
     async def claim_due_passes(
         self, owner: str, lease_seconds: float, limit: int, scope: ClaimScope = ANY_SCOPE
     ) -> list[PassSnapshot]:
-        taken = await self.claim_due_runs(owner, lease_seconds, limit, scope)
-        if not taken:
-            return []
-
         def go(conn: sqlite3.Connection) -> list[PassSnapshot]:
+            taken = _claim_due(conn, self._now(), owner, lease_seconds, limit, scope)
+            # in the claim's transaction: a read that fails takes the claim back with it
             snapshots = (read_pass(conn, run_id) for run_id in taken)
             return [snapshot for snapshot in snapshots if snapshot is not None]
 
-        # after the claim's commit, as load_pass reads: one read for all of them
-        return await self._read_here(go)
+        return await self._write(go)
 
     def starting_pass(self, run_id: str) -> None:
         """Nothing to forget: a write whose outcome SQLite did not give is not kept."""
@@ -203,6 +197,20 @@ class ThreadLeaseKeeper:
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _claim_due(
+    conn: sqlite3.Connection,
+    now: float,
+    owner: str,
+    lease_seconds: float,
+    limit: int,
+    scope: ClaimScope,
+) -> list[str]:
+    """Lease up to ``limit`` due runs of ``scope`` to ``owner`` (``claim_due_runs``)."""
+    params = {"owner": owner, "until": now + lease_seconds, "now": now, "limit": limit}
+    rows = conn.execute(SQL["claim_due_runs"], {**params, **scope_params(scope)})
+    return [r[0] for r in rows.fetchall()]
 
 
 def scope_params(scope: ClaimScope) -> dict[str, object]:
