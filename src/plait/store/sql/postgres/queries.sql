@@ -223,20 +223,9 @@ WHERE id = $1 AND status = 'running' AND (lease_owner IS NULL OR lease_until < $
 RETURNING id
 
 -- name: claim_due_runs
--- Only runs of the claimer's scope ($5-$8) whose workflow and queue are not paused.
-UPDATE @schema@.runs SET lease_owner = $1, lease_until = $2
-WHERE id IN (
-    SELECT id FROM @schema@.runs
-    WHERE wake_at <= $3 AND status = 'running' AND (lease_owner IS NULL OR lease_until < $3)
-        AND ($5::text[] IS NULL OR workflow = ANY ($5::text[]) OR (kind = 'graph' AND $6::boolean))
-    AND ($7::text[] IS NULL OR coalesce(queue, $8::text) = ANY ($7::text[]))
-    AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
-                    WHERE (b.kind = 'workflow' AND b.name = workflow)
-                        OR (b.kind = 'queue' AND b.name = queue))
-    ORDER BY wake_at LIMIT $4
-    FOR UPDATE SKIP LOCKED
-)
-RETURNING id
+-- Only runs of the claimer's scope ($5-$8) whose workflow and queue are not paused: the
+-- function claim_due_runs, which claim_due_passes shares.
+SELECT id FROM @schema@.claim_due_runs($1, $2, $3, $4, $5, $6, $7, $8) AS id
 
 -- name: claim_due_passes
 -- claim_due_runs with each claimed run's load_passes row, in one round trip (the

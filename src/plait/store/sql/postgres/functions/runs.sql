@@ -438,10 +438,35 @@ BEGIN
     RETURN QUERY SELECT r, v_moved FROM @schema@.runs r WHERE r.id = p_new.id;
 END $$;
 
--- claim_due_passes: lease up to p_limit due runs as the query claim_due_runs does, and
--- return what load_passes reads of each, in one round trip. The snapshot is read by a
--- statement after the claim's (each statement of a function sees what committed before it
--- began), so it holds every write an earlier holder of a lease committed before the claim.
+-- claim_due_runs: lease up to p_limit due running runs of the claimer's scope (its app's
+-- workflows, its queues) to p_owner, soonest due first, leaving out those whose workflow
+-- or queue is paused (brakes); their ids.
+CREATE OR REPLACE FUNCTION @schema@.claim_due_runs(
+    p_owner text, p_until timestamptz, p_now timestamptz, p_limit integer,
+    p_workflows text[], p_graphs boolean, p_queues text[], p_default_queue text
+) RETURNS SETOF text LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY UPDATE @schema@.runs SET lease_owner = p_owner, lease_until = p_until
+    WHERE runs.id IN (
+        SELECT d.id FROM @schema@.runs d
+        WHERE d.wake_at <= p_now AND d.status = 'running'
+            AND (d.lease_owner IS NULL OR d.lease_until < p_now)
+            AND (p_workflows IS NULL OR d.workflow = ANY (p_workflows)
+                OR (d.kind = 'graph' AND p_graphs))
+            AND (p_queues IS NULL OR coalesce(d.queue, p_default_queue) = ANY (p_queues))
+            AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
+                            WHERE (b.kind = 'workflow' AND b.name = d.workflow)
+                                OR (b.kind = 'queue' AND b.name = d.queue))
+        ORDER BY d.wake_at LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING runs.id;
+END $$;
+
+-- claim_due_passes: claim_due_runs, and what load_passes reads of each run it took, in
+-- one round trip. The snapshot is read by a statement after the claim's (each statement
+-- of a function sees what committed before it began), so it holds every write an earlier
+-- holder of a lease committed before the claim.
 -- The claim's commit does not wait for its WAL to reach the disk: a claim lost with the
 -- server leaves the run unclaimed, and nothing it led to is lost with it, since no step
 -- body starts before a commit that waits for the disk (which carries the claim's record).
@@ -452,27 +477,10 @@ CREATE OR REPLACE FUNCTION @schema@.claim_due_passes(
     p_workflows text[], p_graphs boolean, p_queues text[], p_default_queue text
 ) RETURNS SETOF record LANGUAGE plpgsql AS $$
 DECLARE
-    taken text[];
+    taken text[] := ARRAY(SELECT @schema@.claim_due_runs(p_owner, p_until, p_now, p_limit,
+        p_workflows, p_graphs, p_queues, p_default_queue));
 BEGIN
-    WITH claimed AS (
-        UPDATE @schema@.runs SET lease_owner = p_owner, lease_until = p_until
-        WHERE runs.id IN (
-            SELECT d.id FROM @schema@.runs d
-            WHERE d.wake_at <= p_now AND d.status = 'running'
-                AND (d.lease_owner IS NULL OR d.lease_until < p_now)
-                AND (p_workflows IS NULL OR d.workflow = ANY (p_workflows)
-                    OR (d.kind = 'graph' AND p_graphs))
-                AND (p_queues IS NULL OR coalesce(d.queue, p_default_queue) = ANY (p_queues))
-                AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
-                                WHERE (b.kind = 'workflow' AND b.name = d.workflow)
-                                    OR (b.kind = 'queue' AND b.name = d.queue))
-            ORDER BY d.wake_at LIMIT p_limit
-            FOR UPDATE SKIP LOCKED
-        )
-        RETURNING runs.id
-    )
-    SELECT array_agg(claimed.id) INTO taken FROM claimed;
-    IF taken IS NULL THEN
+    IF cardinality(taken) = 0 THEN
         RETURN;
     END IF;
     PERFORM set_config('synchronous_commit', 'off', true);
