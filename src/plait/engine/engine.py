@@ -228,10 +228,9 @@ class Engine(
             only_workflows=self.worker_workflows,
             only_queues=self.worker_queues,
         )
-        if self.telemetry is not None and self.telemetry.metrics is not None:
-            worker = self._worker
-            self.telemetry.metrics.watch_active(lambda: len(worker.driving))
         worker = self._worker
+        if self.telemetry is not None and self.telemetry.metrics is not None:
+            self.telemetry.metrics.watch_active(lambda: len(worker.driving))
         self.notifier.on_work(worker.told_of_runs, DUE)
         self.notifier.on_work(worker.wake_admissions.set, ADMIT)
         self.notifier.on_work(worker.wake_steps.set, JOB)

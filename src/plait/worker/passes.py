@@ -83,17 +83,15 @@ class Passes(WorkerState):
         run_id: str,
         claimed: bool,
         follow: bool,
-        snapshot: PassSnapshot | None = None,
-        read_at: float | None = None,
+        snapshot: PassSnapshot | None,
+        read_at: float,
     ) -> None:
         """Passes of ``run_id`` while it is due. A slot is taken for each pass only, not
         while a followed run waits: a parent waiting for its child must not hold the slot
         the child needs."""
         while not self.stopping:
             again = False
-            if snapshot is not None and (
-                self.slots.locked() or read_at is None or time.monotonic() - read_at > FRESH
-            ):
+            if snapshot is not None and (self.slots.locked() or time.monotonic() - read_at > FRESH):
                 # what the claim read would be old by the time the pass runs (it waits for a
                 # slot, or its task started late), and a pass judges timeouts by the clock:
                 # an event sent meanwhile would be missed and its wait timed out
