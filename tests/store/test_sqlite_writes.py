@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -197,70 +198,69 @@ async def _quiet_loop() -> asyncio.AbstractEventLoop:
     raise AssertionError("the loop never went quiet")
 
 
+@pytest.fixture
+async def fast_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    """A store on a file whose commits run on the loop's thread (as after a run of fast
+    fsyncs: a loaded machine's real ones may be slow)."""
+    store = SQLiteStore(f"sqlite:///{tmp_path / 'a.db'}")
+    await store.open()
+    store._db._commit_time, store._db._slow = 0.0, False
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
 async def test_a_lone_write_runs_at_once_and_a_streak_of_them_gives_the_loop_a_turn(
-    tmp_path: Path,
+    fast_store: SQLiteStore,
 ) -> None:
     """A write with nothing else ready on the loop would commit alone at the next turn: it
     runs at once, and its caller goes on without the loop's two turns (the write's and its
     own wake-up), which a sequential run paid on every step. After ``_STREAK`` of them in
     a row the next one waits for a turn, so quick steps never keep the loop from the rest
     of the process."""
-    store = SQLiteStore(f"sqlite:///{tmp_path / 'a.db'}")
-    await store.open()
-    try:
-        db = store._db
-        db._commit_time, db._slow = 0.0, False
-        await _quiet_loop()
-        at_once: list[bool] = []
-        for _ in range(writer._STREAK + 1):
-            written = db._submit("write", lambda conn: conn.execute("SELECT 1").fetchone()[0])
-            at_once.append(written.done())
-            assert await written == 1
-        assert at_once == [True] * writer._STREAK + [False]
-        await _quiet_loop()
-        written = db._submit("write", lambda conn: 2)
-        assert written.done() and await written == 2  # the turn began a new streak
-    finally:
-        await store.close()
+    db = fast_store._db
+    await _quiet_loop()
+    at_once: list[bool] = []
+    for _ in range(writer._STREAK + 1):
+        written = db._submit("write", lambda conn: conn.execute("SELECT 1").fetchone()[0])
+        at_once.append(written.done())
+        assert await written == 1
+    assert at_once == [True] * writer._STREAK + [False]
+    await _quiet_loop()
+    written = db._submit("write", lambda conn: 2)
+    assert written.done() and await written == 2  # the turn began a new streak
 
 
-async def test_writes_of_tasks_ready_together_still_share_a_commit(tmp_path: Path) -> None:
+async def test_writes_of_tasks_ready_together_still_share_a_commit(
+    fast_store: SQLiteStore,
+) -> None:
     """A write waits for the loop's turn when another task is ready to run first: that
     task's write joins it, and the two share one commit."""
-    store = SQLiteStore(f"sqlite:///{tmp_path / 'a.db'}")
-    await store.open()
-    try:
-        db = store._db
-        db._commit_time, db._slow = 0.0, False
-        await _quiet_loop()
-        before = db.commits
+    db = fast_store._db
+    await _quiet_loop()
+    before = db.commits
 
-        async def one(n: int) -> int:
-            return await db.write(lambda conn: conn.execute("SELECT ?", (n,)).fetchone()[0])
+    async def one(n: int) -> int:
+        return await db.write(lambda conn: conn.execute("SELECT ?", (n,)).fetchone()[0])
 
-        assert await asyncio.gather(one(1), one(2)) == [1, 2]
-        assert db.commits - before == 1
-    finally:
-        await store.close()
+    assert await asyncio.gather(one(1), one(2)) == [1, 2]
+    assert db.commits - before == 1
 
 
 async def test_a_claim_whose_read_fails_takes_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fast_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A claim reads the passes of the runs it takes in its own transaction: when that
     read fails, the claim is rolled back with it, and the runs are there for the next
     claim (the worker's, without the read) at once, not after their leases run out."""
-    store = SQLiteStore(f"sqlite:///{tmp_path / 'a.db'}")
-    await store.open()
-    try:
-        await store.create_run(NewRun("r1", "wf", "workflow", None, input="{}", status="running"))
+    store = fast_store
+    await store.create_run(NewRun("r1", "wf", "workflow", None, input="{}", status="running"))
 
-        def unreadable(conn: sqlite3.Connection, run_id: str) -> None:
-            raise sqlite3.OperationalError("interrupted")
+    def unreadable(conn: sqlite3.Connection, run_id: str) -> None:
+        raise sqlite3.OperationalError("interrupted")
 
-        monkeypatch.setattr(leases, "read_pass", unreadable)
-        with pytest.raises(sqlite3.OperationalError, match="interrupted"):
-            await store.claim_due_passes("w1", 60.0, 10)
-        assert await store.claim_due_runs("w2", 60.0, 10) == ["r1"]
-    finally:
-        await store.close()
+    monkeypatch.setattr(leases, "read_pass", unreadable)
+    with pytest.raises(sqlite3.OperationalError, match="interrupted"):
+        await store.claim_due_passes("w1", 60.0, 10)
+    assert await store.claim_due_runs("w2", 60.0, 10) == ["r1"]
