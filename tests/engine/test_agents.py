@@ -207,3 +207,33 @@ def test_bad_step_options_are_named() -> None:
 def test_an_agent_without_a_name_is_refused() -> None:
     with pytest.raises(Exception, match="needs to have a unique `name`"):
         Agent(TestModel(), capabilities=[PlaitDurability()])
+
+
+def test_every_operation_has_a_step_name_even_one_a_later_release_adds() -> None:
+    """Step names are compatibility data: a token count gets its own, and an operation
+    pydantic_ai adds later gets a name derived from its class instead of an error."""
+    from dataclasses import dataclass
+
+    from pydantic_ai.durable_exec import ModelCountTokensId
+
+    from plait.integrations.pydantic_ai import PlaitOperationNamer
+
+    namer = PlaitOperationNamer("support", default_model_id="main")
+    assert (
+        namer.operation_name(ModelCountTokensId("main", model_name="m"))
+        == "agent:support:model_count_tokens"
+    )
+    assert (
+        namer.operation_name(ModelCountTokensId("other", model_name="m"))
+        == "agent:support:model_count_tokens:other"
+    )
+
+    @dataclass(frozen=True)
+    class ModelSummarizeHistoryId:
+        model_id: str | None = None
+
+    later: Any = ModelSummarizeHistoryId("other")
+    assert namer.operation_name(later) == "agent:support:model_summarize_history:other"
+    assert namer.operation_name(ModelSummarizeHistoryId()) == (
+        "agent:support:model_summarize_history"
+    )

@@ -24,10 +24,11 @@ non-durable Pydantic AI agent (the same agent object serves a script and a workf
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, assert_never
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import pydantic
 
@@ -51,6 +52,7 @@ with extra_needed("pydantic-ai", "plait.integrations.pydantic_ai"):
         EventStreamHandlerId,
         ModelCancelSuspendedResponseId,
         ModelCompactMessagesId,
+        ModelCountTokensId,
         ModelRequestId,
         RoleBasedOperationConfig,
         ToolsetCallToolId,
@@ -180,6 +182,8 @@ class PlaitOperationNamer(DurableOperationNamer):
                 return self._model("model_cancel_suspended_response", model_id)
             case ModelCompactMessagesId(model_id=model_id):
                 return self._model("model_compact_messages", model_id)
+            case ModelCountTokensId(model_id=model_id):
+                return self._model("model_count_tokens", model_id)
             case EventStreamHandlerId():
                 return f"{prefix}:event_stream_handler"
             case ToolsetGetToolsId(toolset_id=toolset_id):
@@ -192,7 +196,17 @@ class PlaitOperationNamer(DurableOperationNamer):
                 return f"{prefix}:toolset:{toolset_id}:call_tool"
             case CapabilityOperationId(capability_id=capability_id, operation=operation):
                 return f"{prefix}:capability:{capability_id}:{operation}"
-        assert_never(operation_id)
+        return self._later_operation(operation_id)
+
+    def _later_operation(self, operation_id: object) -> str:
+        """A stable name for an operation a later pydantic_ai release adds.
+
+        Failing here would stop every agent that uses the new operation the day a user
+        upgrades pydantic_ai; the name comes from the class (``FooBarId`` gives
+        ``foo_bar``) and its model, so it stays the same from one process to the next."""
+        kind = type(operation_id).__name__.removesuffix("Id")
+        operation = re.sub(r"(?<!^)(?=[A-Z])", "_", kind).lower()
+        return self._model(operation, getattr(operation_id, "model_id", None))
 
     def invocation_name(
         self, operation_id: DurableOperationId, *, label: str | None
