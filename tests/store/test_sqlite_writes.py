@@ -15,6 +15,7 @@ import pytest
 import plait
 from plait.store.rows import NewRun
 from plait.store.sqlite import SQLiteStore, leases, writer
+from support.polling import eventually
 
 
 def _app() -> plait.App:
@@ -230,6 +231,53 @@ async def test_a_lone_write_runs_at_once_and_a_streak_of_them_gives_the_loop_a_t
     await _quiet_loop()
     written = db._submit("write", lambda conn: 2)
     assert written.done() and await written == 2  # the turn began a new streak
+
+
+async def test_a_lone_awaited_write_commits_before_anything_else_runs(
+    fast_store: SQLiteStore,
+) -> None:
+    """``write`` itself takes the lone write's short way: committed on the loop's thread
+    before its caller goes on, and before a callback that was not ready when it began."""
+    db = fast_store._db
+    await _quiet_loop()
+    order: list[str] = []
+
+    def put(conn: sqlite3.Connection) -> str:
+        conn.execute("INSERT INTO plait_state (run_id, name, value) VALUES ('r', 'k', '1')")
+        return threading.current_thread().name
+
+    # due at the loop's next look at its clock: the write's own turn would come after it
+    asyncio.get_running_loop().call_later(0, order.append, "other")
+    thread = await db.write(put)
+    order.append("write")
+    await eventually(lambda: "other" in order)
+    assert thread == threading.current_thread().name
+    assert order == ["write", "other"]
+    assert await fast_store._read(lambda c: c.execute("SELECT value FROM plait_state").fetchall())
+
+
+async def test_a_lone_write_that_fails_leaves_nothing_and_its_caller_gets_the_error(
+    fast_store: SQLiteStore,
+) -> None:
+    """A failed lone write is rolled back and runs again on the writer thread, as a failed
+    batch's writes do (one of them may have failed for a lock, which that thread waits
+    out); what it raises there reaches the caller."""
+    db = fast_store._db
+    await _quiet_loop()
+    threads: list[str] = []
+
+    def bad(conn: sqlite3.Connection) -> None:
+        threads.append(threading.current_thread().name)
+        conn.execute("INSERT INTO plait_state (run_id, name, value) VALUES ('r', 'x', '2')")
+        raise LookupError("this write fails")
+
+    with pytest.raises(LookupError, match="this write fails"):
+        await db.write(bad)
+    assert threads[0] == threading.current_thread().name
+    assert "plait-sqlite-writer" in threads[1:]
+    rows = await fast_store._read(lambda c: c.execute("SELECT * FROM plait_state").fetchall())
+    assert rows == []
+    assert await db.write(lambda conn: "next") == "next"  # the connection is free again
 
 
 async def test_writes_of_tasks_ready_together_still_share_a_commit(

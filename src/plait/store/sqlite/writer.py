@@ -67,6 +67,8 @@ _CHECKPOINT_EVERY = 100
 #: commit, some 0.2 ms on a real disk)
 _STREAK = 16
 _CHECKPOINT = object()
+#: ``_write_now``'s answer when the write must be queued instead
+_NOT_NOW = object()
 _Result = tuple[asyncio.Future[Any], asyncio.AbstractEventLoop, Any, BaseException | None]
 _Settled = tuple[asyncio.Future[Any], Any, BaseException | None]
 
@@ -453,7 +455,54 @@ class Connections:
             fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
             self._writes.put(("write", fn, fut, fut.get_loop()))
             return await fut
+        loop = self._loop
+        if (
+            loop is not None
+            and not self._slow
+            and self._conn is not None
+            and not self._closing
+            and loop not in self._gathering
+            and threading.get_ident() == self._loop_thread
+            and loop.is_running()
+            and self._alone_now(loop)
+        ):
+            # what ``_submit`` would do for a write alone, without its future, its batch
+            # and the settling of both: a sequential step's commit is most writes
+            value = self._write_now(fn)
+            if value is not _NOT_NOW:
+                return cast("T", value)
+            fut = loop.create_future()
+            self._writes.put(("write", fn, fut, loop))
+            return await fut
         return await self._submit("write", fn)
+
+    def _write_now(self, fn: Callable[[sqlite3.Connection], T]) -> T | object:
+        """Run one write in a transaction of its own on the loop's thread: its value, or
+        ``_NOT_NOW`` when it must go to the writer thread instead (the connection is taken
+        or the file locked, or ``fn`` failed: there it runs again, waiting for locks, as a
+        failed batch does)."""
+        if not self._conn_lock.acquire(blocking=False):
+            return _NOT_NOW
+        try:
+            conn = self._conn
+            if conn is None:
+                raise RuntimeError(f"the store {self.url} is closed")
+            if not self._begin(conn, wait=False):
+                return _NOT_NOW
+            try:
+                value = fn(conn)
+            except BaseException:
+                conn.execute(_ROLLBACK)
+                return _NOT_NOW
+            try:
+                self._commit(conn)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    conn.execute(_ROLLBACK)
+                raise
+            return value
+        finally:
+            self._conn_lock.release()
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` in a read transaction on a reader thread."""
