@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 
 import typer
@@ -119,6 +120,7 @@ def worker(
                     f"cannot serve metrics on --metrics-port {metrics_port}: {exc.strerror}"
                 ) from None
         await engine.open()
+        _freeze_startup_heap()
 
         def working() -> None:
             logging.getLogger("plait.worker").info(
@@ -138,6 +140,18 @@ def worker(
         await engine.worker.run_until_signal(close, drain=drain, grace=STOP_GRACE, ready=working)
 
     run_async(go)
+
+
+def _freeze_startup_heap() -> None:
+    """Leave what the process built to start out of every later garbage collection.
+
+    The modules, the app and the open engine are never garbage, yet each full collection
+    walks all of them: 15-20 ms in which the worker's event loop stands still, the worst
+    start-to-first-step latency of a worker at rest. Collected once here, before any work,
+    and frozen, they are skipped from then on; what the work allocates is collected as
+    before."""
+    gc.collect()
+    gc.freeze()
 
 
 def _names(value: str | None, option: str) -> list[str] | None:
