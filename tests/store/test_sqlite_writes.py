@@ -280,6 +280,57 @@ async def test_a_lone_write_that_fails_leaves_nothing_and_its_caller_gets_the_er
     assert await db.write(lambda conn: "next") == "next"  # the connection is free again
 
 
+def _on_a_full_disk(conn: sqlite3.Connection) -> None:
+    """A write the disk has no room for. SQLite ends the whole transaction itself when a
+    statement fails with SQLITE_FULL (as with SQLITE_IOERR or SQLITE_NOMEM): nothing is
+    left for a ROLLBACK to end. ``max_page_count`` below the file's size is a full disk."""
+    limit = conn.execute("PRAGMA max_page_count").fetchone()[0]
+    conn.execute("PRAGMA max_page_count = 1")
+    try:
+        conn.execute(
+            "INSERT INTO plait_state (run_id, name, value) VALUES ('r', 'big', ?)",
+            ("x" * 200_000,),
+        )
+    finally:
+        conn.execute(f"PRAGMA max_page_count = {limit}")
+
+
+async def test_a_lone_write_on_a_full_disk_gets_the_disks_error(
+    fast_store: SQLiteStore,
+) -> None:
+    db = fast_store._db
+    await _quiet_loop()
+    with pytest.raises(sqlite3.OperationalError, match="full"):
+        await asyncio.wait_for(db.write(_on_a_full_disk), 10)
+    assert await asyncio.wait_for(db.write(lambda conn: "next"), 10) == "next"
+
+
+async def test_a_batch_on_a_full_disk_settles_every_write(fast_store: SQLiteStore) -> None:
+    db = fast_store._db
+    await _quiet_loop()
+
+    def good(conn: sqlite3.Connection) -> str:
+        conn.execute("INSERT INTO plait_state (run_id, name, value) VALUES ('r', 'k', '1')")
+        return "kept"
+
+    # submitted in one turn of the loop: one transaction on the loop's thread
+    results = await asyncio.wait_for(
+        asyncio.gather(db.write(good), db.write(_on_a_full_disk), return_exceptions=True), 10
+    )
+    assert results[0] == "kept"
+    assert isinstance(results[1], sqlite3.OperationalError), results[1]
+    assert "full" in str(results[1])
+
+
+async def test_a_write_on_a_full_disk_leaves_the_writer_thread_working(
+    fast_store: SQLiteStore,
+) -> None:
+    db = fast_store._db
+    with pytest.raises(sqlite3.OperationalError, match="full"):
+        await asyncio.wait_for(db.write(_on_a_full_disk, background=True), 10)
+    assert await asyncio.wait_for(db.write(lambda conn: "next", background=True), 10) == "next"
+
+
 async def test_writes_of_tasks_ready_together_still_share_a_commit(
     fast_store: SQLiteStore,
 ) -> None:

@@ -303,7 +303,7 @@ class Connections:
             try:
                 pending.append((fut, loop, fn(conn), None))
             except BaseException:
-                conn.execute(_ROLLBACK)
+                _rollback(conn)
                 if not wait:
                     return None  # the writer thread runs them one by one, waiting for locks
                 return results + [self._alone(conn, item) for item in writes]
@@ -311,7 +311,7 @@ class Connections:
             self._commit(conn)
         except BaseException as exc:
             with contextlib.suppress(Exception):
-                conn.execute(_ROLLBACK)
+                _rollback(conn)
             pending = [(f, lp, None, exc) for f, lp, _, _ in pending]
         return results + pending
 
@@ -325,7 +325,7 @@ class Connections:
             return (fut, loop, value, None)
         except BaseException as exc:
             with contextlib.suppress(Exception):
-                conn.execute(_ROLLBACK)
+                _rollback(conn)
             return (fut, loop, None, exc)
 
     def _commit(self, conn: sqlite3.Connection) -> None:
@@ -492,13 +492,13 @@ class Connections:
             try:
                 value = fn(conn)
             except BaseException:
-                conn.execute(_ROLLBACK)
+                _rollback(conn)
                 return _NOT_NOW
             try:
                 self._commit(conn)
             except BaseException:
                 with contextlib.suppress(Exception):
-                    conn.execute(_ROLLBACK)
+                    _rollback(conn)
                 raise
             return value
         finally:
@@ -564,6 +564,15 @@ def while_locked(
             retrying()
         time.sleep(delay)
         delay = min(delay * 2, most)
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """End the transaction a failed write began, unless SQLite already has: a statement
+    failing with SQLITE_FULL, SQLITE_IOERR or SQLITE_NOMEM rolls the whole transaction
+    back itself, and a ROLLBACK then fails, hiding the error that ended it (and, raised
+    where a batch is settled, leaving its callers waiting for ever)."""
+    if conn.in_transaction:
+        conn.execute(_ROLLBACK)
 
 
 def _settle_all(settled: list[_Settled]) -> None:
