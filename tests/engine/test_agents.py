@@ -237,3 +237,13 @@ def test_every_operation_has_a_step_name_even_one_a_later_release_adds() -> None
     assert namer.operation_name(ModelSummarizeHistoryId()) == (
         "agent:support:model_summarize_history"
     )
+
+    @dataclass(frozen=True)
+    class MCPListResourcesId:
+        toolset_id: str
+        cursor: str | None = None
+
+    one: Any = MCPListResourcesId("docs", cursor="a")
+    other: Any = MCPListResourcesId("tickets", cursor="a")
+    assert namer.operation_name(one) == "agent:support:mcp_list_resources:docs"
+    assert namer.operation_name(other) == "agent:support:mcp_list_resources:tickets"

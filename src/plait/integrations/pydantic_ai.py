@@ -24,6 +24,7 @@ non-durable Pydantic AI agent (the same agent object serves a script and a workf
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 from collections.abc import AsyncIterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -155,6 +156,11 @@ def _check_step_options(options: Mapping[str, Any] | None, what: str) -> StepOpt
     return dict(options)
 
 
+#: where a class name's next word begins: ``MCPListResources`` is ``MCP``, ``List``,
+#: ``Resources``
+_WORD_START = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
 class PlaitOperationNamer(DurableOperationNamer):
     """The step names of an agent's operations: ``agent:<agent>:model_request``,
     ``agent:<agent>:tool:<tool>`` and so on.
@@ -202,10 +208,18 @@ class PlaitOperationNamer(DurableOperationNamer):
         """A stable name for an operation a later pydantic_ai release adds.
 
         Failing here would stop every agent that uses the new operation the day a user
-        upgrades pydantic_ai; the name comes from the class (``FooBarId`` gives
-        ``foo_bar``) and its model, so it stays the same from one process to the next."""
+        upgrades pydantic_ai. The name comes from the class (``MCPListResourcesId``
+        gives ``mcp_list_resources``), then the values of the fields that say which
+        toolset, capability or other part it is for (``*_id``), then the model as
+        for a model request: the same from one process to the next, and two toolsets'
+        operations never share a name."""
         kind = type(operation_id).__name__.removesuffix("Id")
-        operation = re.sub(r"(?<!^)(?=[A-Z])", "_", kind).lower()
+        operation = _WORD_START.sub("_", kind).lower()
+        fields = dataclasses.fields(operation_id) if dataclasses.is_dataclass(operation_id) else ()
+        for field in fields:
+            value = getattr(operation_id, field.name)
+            if field.name.endswith("_id") and field.name != "model_id" and value is not None:
+                operation += f":{value}"
         return self._model(operation, getattr(operation_id, "model_id", None))
 
     def invocation_name(
