@@ -280,6 +280,28 @@ async def test_a_lone_write_that_fails_leaves_nothing_and_its_caller_gets_the_er
     assert await db.write(lambda conn: "next") == "next"  # the connection is free again
 
 
+async def test_a_lone_write_interrupted_runs_once_and_passes_the_interrupt_on(
+    fast_store: SQLiteStore,
+) -> None:
+    """An interrupt of the process inside a write (``SystemExit``, ``KeyboardInterrupt``)
+    is no write failure to try again on the writer thread: it is rolled back and raised."""
+    db = fast_store._db
+    await _quiet_loop()
+    calls: list[str] = []
+
+    def interrupted(conn: sqlite3.Connection) -> None:
+        calls.append(threading.current_thread().name)
+        conn.execute("INSERT INTO plait_state (run_id, name, value) VALUES ('r', 'x', '2')")
+        raise SystemExit(3)
+
+    with pytest.raises(SystemExit):
+        await db.write(interrupted)
+    assert calls == [threading.current_thread().name]
+    rows = await fast_store._read(lambda c: c.execute("SELECT * FROM plait_state").fetchall())
+    assert rows == []
+    assert await db.write(lambda conn: "next") == "next"
+
+
 def _on_a_full_disk(conn: sqlite3.Connection) -> None:
     """A write the disk has no room for. SQLite ends the whole transaction itself when a
     statement fails with SQLITE_FULL (as with SQLITE_IOERR or SQLITE_NOMEM): nothing is

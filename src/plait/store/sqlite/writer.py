@@ -3,8 +3,9 @@
 One connection does every write of a process. Coroutines hand it small functions and await
 a future that resolves only after the commit containing their write. Writes made during one
 turn of the event loop share one commit (group commit), so many concurrent workflows share
-each fsync. The commit runs on the loop's own thread while that is cheap, and on a writer
-thread when commits are slow or the file is locked (see "the write connection" below).
+each fsync; a write with nothing else ready on the loop commits at once, with no future.
+The commit runs on the loop's own thread while that is cheap, and on a writer thread when
+commits are slow or the file is locked (see "the write connection" below).
 Reads use their own connections, which WAL lets run beside the writer. Several processes
 may share one file; SQLite's lock serialises their writers. The log is copied back into
 the file on the writer thread (see "checkpoints" below), never inside a commit.
@@ -491,9 +492,12 @@ class Connections:
                 return _NOT_NOW
             try:
                 value = fn(conn)
-            except BaseException:
+            except Exception:
                 _rollback(conn)
                 return _NOT_NOW
+            except BaseException:
+                _rollback(conn)  # an interrupt of the process: not a write to run again
+                raise
             try:
                 self._commit(conn)
             except BaseException:
