@@ -573,7 +573,7 @@ def while_locked(
 def _rollback(conn: sqlite3.Connection) -> None:
     """End the transaction a failed write began, unless SQLite already has: a statement
     failing with SQLITE_FULL, SQLITE_IOERR or SQLITE_NOMEM rolls the whole transaction
-    back itself, and a ROLLBACK then fails, hiding the error that ended it (and, raised
+    back itself, and a rollback then fails, hiding the error that ended it (and, raised
     where a batch is settled, leaving its callers waiting for ever)."""
     if conn.in_transaction:
         conn.execute(_ROLLBACK)
