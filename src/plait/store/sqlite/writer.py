@@ -453,9 +453,7 @@ class Connections:
         if background:
             if self._writer is None or self._closing:
                 raise RuntimeError(f"the store {self.url} is closed")
-            fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-            self._writes.put(("write", fn, fut, fut.get_loop()))
-            return await fut
+            return await self._on_writer_thread(fn, asyncio.get_running_loop())
         loop = self._loop
         if (
             loop is not None
@@ -472,10 +470,16 @@ class Connections:
             value = self._write_now(fn)
             if value is not _NOT_NOW:
                 return cast("T", value)
-            fut = loop.create_future()
-            self._writes.put(("write", fn, fut, loop))
-            return await fut
+            return await self._on_writer_thread(fn, loop)
         return await self._submit("write", fn)
+
+    async def _on_writer_thread(
+        self, fn: Callable[[sqlite3.Connection], T], loop: asyncio.AbstractEventLoop
+    ) -> T:
+        """Hand one write to the writer thread; its value once committed there."""
+        fut: asyncio.Future[T] = loop.create_future()
+        self._writes.put(("write", fn, fut, loop))
+        return await fut
 
     def _write_now(self, fn: Callable[[sqlite3.Connection], T]) -> T | object:
         """Run one write in a transaction of its own on the loop's thread: its value, or
