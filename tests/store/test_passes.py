@@ -345,6 +345,39 @@ async def test_start_attempt_writes_the_step_and_a_running_attempt(store: Store)
     )
 
 
+@pytest.mark.parametrize("together", [True, False], ids=["one batch", "two batches"])
+async def test_a_first_attempt_of_a_step_stored_already_starts_on_its_row(
+    store: Store, together: bool
+) -> None:
+    # a step carried as pending by an earlier write (a gather's second branch) is
+    # there when its first attempt starts: the start takes the row over, keeping
+    # where and when the step was first reached, and the batch's other writes stand
+    await new_run(store, "r1")
+    pending = step("r1", "b", seq=1, reached_after='["a"]')
+    started = step(
+        "r1", "b", seq=7, status="running", attempts=1, created_at=T0 + 5, updated_at=T0 + 5
+    )
+    ops = (PutStep(pending), StartAttempt(started, 1, "running", "w1"))
+    if together:
+        await write(store, "r1", PutStep(step("r1", "a")), *ops)
+    else:
+        await write(store, "r1", PutStep(step("r1", "a")), ops[0])
+        await write(store, "r1", ops[1])
+    snapshot = await store.load_pass("r1")
+    assert snapshot is not None
+    b = plain(snapshot.steps["b"])
+    assert (b["seq"], b["created_at"], b["reached_after"]) == (1, T0, ["a"])
+    assert (b["status"], b["attempts"], b["updated_at"]) == ("running", 1, T0 + 5)
+    assert set(snapshot.steps) == {"a", "b"}
+    (attempt,) = await store.get_history("r1")
+    assert (attempt.key, attempt.attempt, attempt.status, attempt.worker) == (
+        "b",
+        1,
+        "running",
+        "w1",
+    )
+
+
 async def test_finish_attempt_keeps_every_attempt_in_history(store: Store) -> None:
     await new_run(store, "r1")
     row = step("r1", "a", retries=1)

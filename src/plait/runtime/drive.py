@@ -169,7 +169,8 @@ class Driver:
             else telemetry.attempting(run.id, run.workflow, None, step)  # inside its pass
         ) as report:
             bodies = ledger.bodies
-            bodies[step.key] = asyncio.current_task()  # type: ignore[assignment]
+            task = asyncio.current_task()
+            bodies[step.key] = task  # type: ignore[assignment]
             try:
                 outcome = await run_attempt(
                     body, serde.loads(step.input), ctx, step.timeout, self.host.limits, no_retry_on
@@ -186,7 +187,7 @@ class Driver:
                     ledger.add(steps.interrupt(step, ledger.now(), cancelled=cancelled))
                 raise
             finally:
-                if bodies.get(step.key) is asyncio.current_task():
+                if bodies.get(step.key) is task:
                     del bodies[step.key]
             if step.key in ledger.cancelled:
                 # a body that ran on after the workflow cancelled it: its outcome is not
@@ -195,7 +196,8 @@ class Driver:
             if self.hook is not None:
                 outcome = self.hook.finish(step, ctx, outcome)
             report.outcome = outcome
-            await record_spend(self.host, ctx, None)
+            if ctx._spent:  # pyright: ignore[reportPrivateUsage]
+                await record_spend(self.host, ctx, None)
             ledger.add(steps.end_attempt(step, outcome, ledger.now()))
             return outcome.value
 

@@ -183,11 +183,18 @@ class Ledger:
         the steps it reached, in order. A step left out (a pass that stopped before
         starting it: a shutdown, a cancel) would otherwise look to the next pass like a
         step inserted before the recorded ones (see ``_check_new``)."""
-        if not self.unwritten:
+        unwritten = self.unwritten
+        if not unwritten:
             return
+        if len(unwritten) == 1 and self.ops:
+            # the usual case: the one new step is the one the last op writes
+            last = getattr(self.ops[-1], "step", None)
+            if last is not None and last.key == unwritten[0].key:
+                unwritten.clear()
+                return
         written = {row.key for op in self.ops if (row := getattr(op, "step", None)) is not None}
-        self.ops[:0] = [PutStep(step) for step in self.unwritten if step.key not in written]
-        self.unwritten.clear()
+        self.ops[:0] = [PutStep(step) for step in unwritten if step.key not in written]
+        unwritten.clear()
 
     async def flush(self) -> None:
         if not self.ops:

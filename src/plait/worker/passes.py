@@ -109,7 +109,13 @@ class Passes(WorkerState):
                     got = False
                 if got:
                     claimed = False
-                    again = await self._one_pass(run_id, snapshot)
+                    try:
+                        again = await self._one_pass(run_id, snapshot)
+                    finally:
+                        # the lease is given back (or lost) with the pass, and its deadline
+                        # goes with it: a renewal that finds the run released between
+                        # passes takes nothing from this process
+                        self.run_leases.pop(run_id, None)
                 snapshot = None  # later passes read the run again
             if again:
                 continue
@@ -143,15 +149,7 @@ class Passes(WorkerState):
         return True
 
     async def _one_pass(self, run_id: str, snapshot: PassSnapshot | None = None) -> bool:
-        """One pass under the lease we hold; True if another is due right away. The lease
-        is given back (or lost) with the pass, and its deadline goes with it: a renewal
-        that finds the run released between passes takes nothing from this process."""
-        try:
-            return await self._pass_under_lease(run_id, snapshot)
-        finally:
-            self.run_leases.pop(run_id, None)
-
-    async def _pass_under_lease(self, run_id: str, snapshot: PassSnapshot | None) -> bool:
+        """One pass under the lease we hold; True if another is due right away."""
         try:
             if snapshot is None:
                 snapshot = await self.store.load_pass(run_id)

@@ -47,6 +47,7 @@ from plait.store.sqlite.writer import SQL
 
 _UPSERT_STEP = SQL["upsert_step"]
 _START_STEP = SQL["start_step"]
+_INSERT_STEP_START = SQL["insert_step_start"]
 _ARCHIVE_ATTEMPT = SQL["archive_attempt"]
 _FINISH_STEP = SQL["finish_step"]
 _FINISH_STEP_SUCCEEDED = SQL["finish_step_succeeded"]
@@ -315,9 +316,17 @@ def start_attempt(
 ) -> None:
     """Write the step with attempt ``attempt`` begun on its row, ``status``; the attempt
     the row held until now (if any) moves to plait_attempts first."""
+    params = (*convert.step_params(step), worker, status, now)
     if attempt > 1:
         conn.execute(_ARCHIVE_ATTEMPT, (attempt - 1, step.run_id, step.key))
-    conn.execute(_START_STEP, (*convert.step_params(step), worker, status, now))
+    else:
+        # most first attempts are of a step no write has stored yet (see queries.sql)
+        try:
+            conn.execute(_INSERT_STEP_START, params)
+            return
+        except sqlite3.IntegrityError:
+            pass
+    conn.execute(_START_STEP, params)
 
 
 def finish_attempt(

@@ -399,6 +399,17 @@ ON CONFLICT (run_id, key) DO UPDATE SET
     worker = excluded.worker, attempt_status = excluded.attempt_status, attempt_error = NULL,
     attempt_started = excluded.attempt_started, attempt_finished = NULL
 
+-- name: insert_step_start
+-- start_step for a row not stored yet, the first attempt of most steps: a plain insert
+-- costs SQLite a good part less than the upsert. A row that is there after all fails it,
+-- and start_step follows.
+INSERT INTO plait_steps (run_id, key, seq, name, kind, function, status, input, output,
+    error, attempts, failures, retries, retry_delay, timeout, invocation_id, child_run_id,
+    branch, from_key, queued, wake_at, created_at, updated_at, delivered, retried_failures,
+    reached_after, worker, attempt_status, attempt_error, attempt_started, attempt_finished)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+    NULL, ?, NULL)
+
 -- name: finish_step
 -- An attempt's end: the step columns it changes and the attempt on the row, in one
 -- statement (no attempt on the row: the attempt columns stay empty).
