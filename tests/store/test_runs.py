@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 from plait.clock import VirtualClock
@@ -35,6 +36,60 @@ async def test_create_run_creates_a_running_run(store: Store) -> None:
     )
     assert before - 1 <= run.created_at.timestamp() <= time.time() + 1
     assert await store.get_run("r1") == run
+
+
+async def test_the_run_create_run_returns_is_the_run_as_read_back(store: Store) -> None:
+    # a store may build the created run from what it wrote rather than read it: every
+    # field, down to a float's type, must be what a read gives
+    now = time.time()
+    await new_run(store, "parent")
+    shapes = [
+        NewRun("plain", "wf", "workflow", None, None, status="running"),
+        NewRun(
+            "queued",
+            "wf",
+            "graph",
+            "v2",
+            '{"deep": [1, {"x": null}]}',
+            status="queued",
+            owner="ann",
+            start_node="begin",
+            queue="q",
+            queue_key="k",
+            priority=3,
+            dedup="d1",
+            not_before=now + 60,
+            scheduled_at=now - 5,
+            trace='{"traceparent": "00-x-y-01"}',
+            deadline_at=now + 120,
+            timeout=120,  # an int: stored as a real
+            tags='{"team": "a"}',
+        ),
+        NewRun(
+            "child",
+            "wf",
+            "workflow",
+            "v1",
+            "[1, 2]",
+            status="running",
+            parent_run_id="parent",
+            parent_step_key="s",
+            lease_owner="w1",
+            lease_seconds=30.0,
+            debounce_key=None,
+        ),
+    ]
+    for new in shapes:
+        made, created = await store.create_run(new)
+        assert created
+        read = await store.get_run(new.id)
+        assert read is not None
+        assert json.dumps(made.to_dict()) == json.dumps(read.to_dict()), new.id
+    (made, created), (again, twice) = await store.create_runs(
+        [NewRun("many", "wf", "workflow", None, "{}", status="running", timeout=7)] * 2
+    )
+    assert (created, twice) == (True, False)
+    assert json.dumps(made.to_dict()) == json.dumps(again.to_dict())
 
 
 async def test_create_run_is_idempotent_on_its_id(store: Store) -> None:

@@ -112,13 +112,14 @@ class Runs(Part):
             joined = apply.debounce(conn, new, now)
             if joined is not None:
                 return apply.load_run(conn, joined), False
-        created = apply.insert_run(conn, new, now)
+        if apply.insert_run(conn, new, now):
+            return apply.inserted_run(new, now), True
         row = conn.execute(_SELECT_RUN, (new.id,)).fetchone()
         if row is None:
             # the de-duplication key belongs to a live run: that run is the answer
             live = conn.execute(SQL["live_dedup_run"], (new.dedup,)).fetchone()
             row = conn.execute(_SELECT_RUN, (live[0],)).fetchone()
-        return convert.run_record(convert.run_row(row)), created
+        return convert.run_record(convert.run_row(row)), False
 
     async def replace_run(self, new: NewRun, end: EndRun) -> tuple[Run, bool, list[str]]:
         def go(conn: sqlite3.Connection) -> tuple[Run, bool, list[str]]:
