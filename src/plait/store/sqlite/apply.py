@@ -166,60 +166,60 @@ def records_only(ops: Iterable[Op]) -> list[Op]:
     ]
 
 
-def insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> bool:
+def insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> RunRow | None:
     """Create the run unless its id exists (or its de-duplication key belongs to a live
-    run); True if this call created it."""
-    wake_at, lease_until = _start_times(new, now)
+    run); the row written if this call created it (``inserted_run`` makes it the run a
+    read would give, without the read), else None."""
+    row = _inserted_row(new, now)
     cur = _INSERT_RUN.execute(
         conn,
         (
-            new.id,
-            new.workflow,
-            new.kind,
-            new.version,
-            new.status,
-            new.input,
-            new.parent_run_id,
-            new.parent_step_key,
-            new.owner,
-            new.start_node,
-            now,
-            now,
-            wake_at,
-            new.lease_owner,
-            lease_until,
-            new.queue,
-            new.queue_key,
-            new.priority,
-            new.dedup,
-            new.scheduled_at,
-            new.trace,
-            new.deadline_at,
-            new.timeout,
-            new.tags,
+            row.id,
+            row.workflow,
+            row.kind,
+            row.version,
+            row.status,
+            row.input,
+            row.parent_run_id,
+            row.parent_step_key,
+            row.owner,
+            row.start_node,
+            row.created_at,
+            row.updated_at,
+            row.wake_at,
+            row.lease_owner,
+            row.lease_until,
+            row.queue,
+            row.queue_key,
+            row.priority,
+            row.dedup,
+            row.scheduled_at,
+            row.trace,
+            row.deadline_at,
+            row.timeout,
+            row.tags,
             new.debounce_key,
             new.debounce_until,
         ),
     )
     if cur.rowcount != 1:
-        return False
+        return None
     if new.tags is not None:
         conn.execute(SQL["put_run_tag_rows"], {"run": new.id, "tags": new.tags})
-    return True
+    return row
 
 
-def _start_times(new: NewRun, now: float) -> tuple[float, float | None]:
-    """When a run inserted ``now`` is first due, and until when an inline start holds it."""
-    lease_until = now + new.lease_seconds if new.lease_owner else None
-    return max(now, new.not_before or now), lease_until
-
-
-def inserted_run(new: NewRun, now: float) -> Run:
+def inserted_run(row: RunRow) -> Run:
     """The run ``insert_run`` just created, as reading it back would give it: built from
-    what was written, it spares a start the read of a wide row. Columns the insert
-    leaves out are NULL (or their default); REAL columns read back as floats."""
-    wake_at, lease_until = _start_times(new, now)
-    row = RunRow(
+    the row it wrote, it spares a start the read of a wide row."""
+    return convert.run_record(row)
+
+
+def _inserted_row(new: NewRun, now: float) -> RunRow:
+    """The row of a run inserted ``now``, as ``insert_run`` writes it. Columns the insert
+    leaves out are NULL (or their default); REAL columns hold floats, as a read gives
+    them."""
+    return RunRow(
         new.id,
         new.workflow,
         new.kind,
@@ -234,10 +234,10 @@ def inserted_run(new: NewRun, now: float) -> Run:
         new.start_node,
         now,  # created_at
         now,  # updated_at
-        wake_at,
+        max(now, new.not_before or now),  # wake_at: first due
         1,  # wakeups
         new.lease_owner,
-        lease_until,
+        now + new.lease_seconds if new.lease_owner else None,  # an inline start holds it
         new.queue,
         new.queue_key,
         new.priority,
@@ -252,7 +252,6 @@ def inserted_run(new: NewRun, now: float) -> Run:
         _real(new.timeout),
         new.tags,
     )
-    return convert.run_record(row)
 
 
 def _real(value: float | None) -> float | None:
@@ -458,7 +457,7 @@ def start_successor(conn: sqlite3.Connection, run_id: str, new: NewRun, now: flo
     """The run that continues ``run_id`` (which just ended): created, linked both ways,
     and waited for by the parent's step that waited for ``run_id``. All in the
     transaction of the end, so a chain never has two live runs, nor none."""
-    if not insert_run(conn, new, now):
+    if insert_run(conn, new, now) is None:
         raise RuntimeError(f"run {run_id} cannot continue as new: run {new.id} exists")
     conn.execute(SQL["link_continued"], {"old": run_id, "new": new.id})
     if new.parent_run_id and new.parent_step_key:

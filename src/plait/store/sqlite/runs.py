@@ -112,8 +112,9 @@ class Runs(Part):
             joined = apply.debounce(conn, new, now)
             if joined is not None:
                 return apply.load_run(conn, joined), False
-        if apply.insert_run(conn, new, now):
-            return apply.inserted_run(new, now), True
+        written = apply.insert_run(conn, new, now)
+        if written is not None:
+            return apply.inserted_run(written), True
         row = conn.execute(_SELECT_RUN, (new.id,)).fetchone()
         if row is None:
             # the de-duplication key belongs to a live run: that run is the answer
@@ -133,7 +134,7 @@ class Runs(Part):
                 if holder.owner != new.owner:
                     return holder, False, []  # another owner's run: left as it is
                 moved = apply.end_run(conn, holder.id, end, now, from_suspended=True)
-            created = apply.insert_run(conn, new, now)
+            created = apply.insert_run(conn, new, now) is not None
             return apply.load_run(conn, new.id), created, moved
 
         return await self._write(go)
@@ -249,7 +250,7 @@ class Runs(Part):
         def go(conn: sqlite3.Connection) -> tuple[Run, list[str]]:
             now = self._now()
             apply.require_status(conn, forked_from, tuple(from_statuses), "fork")
-            if not apply.insert_run(conn, new, now):
+            if apply.insert_run(conn, new, now) is None:
                 existing = apply.load_run(conn, new.id)
                 raise RunIdTakenError(new.id, existing.workflow, new.workflow)
             conn.execute(SQL["set_forked_from"], (forked_from, new.id))
