@@ -3,6 +3,7 @@
     python benchmarks/profile_plait.py                    # both workloads, cProfile
     python benchmarks/profile_plait.py --py-spy PATH      # also sample with py-spy
     python benchmarks/profile_plait.py --callgrind        # instructions per step (valgrind)
+    python benchmarks/profile_plait.py --callgrind --callgrind-of concurrency   # or starts
 
 plait does its work on two kinds of threads: the event loop (workflow code, replay, the
 engine's bookkeeping) and the SQLite writer (statements, commits, fsync). A plain
@@ -17,6 +18,9 @@ what one step costs. Instructions do not depend on what else the machine does, s
 the figure to compare on a busy machine; start-up, imports and the engine's opening and
 closing are in both runs and cancel out. The functions (C level: the interpreter, sqlite3,
 json) that the extra steps spent the most instructions in are listed after it.
+``--callgrind-of concurrency`` counts a step of 100 runs at once (runs of 10 and of 20
+steps, on a file), and ``--callgrind-of starts`` a ``start`` call (200 and 1,200 of them,
+100 at once, with no worker), the same way.
 
 With ``--py-spy`` the same workload is also run under py-spy (a sampling profiler that
 sees native frames such as the fsync inside ``sqlite3``), and the samples are summed by
@@ -301,8 +305,16 @@ def _frame(frame: str) -> str:
     return f"{name} ({file})" if file else name
 
 
-#: the two run lengths whose difference is measured under callgrind
-CALLGRIND_STEPS = (10, 1010)
+#: what ``--callgrind`` can count: per kind, the two sizes whose difference is measured,
+#: and how many steps (or starts) that difference holds
+CALLGRIND_SIZES = {
+    # one sequential run of 10 and of 1,010 steps, on an in-memory database
+    "sequential": ((10, 1010), 1000),
+    # the concurrency workload: 100 runs at once of 10 and of 20 steps, on a file
+    "concurrency": ((10, 20), 1000),
+    # 200 and 1,200 ``start`` calls, 100 at once, with no worker to run them
+    "starts": ((200, 1200), 1000),
+}
 
 
 #: the engine's clocks (lease renewals, polls) wake rarely under callgrind: valgrind
@@ -311,26 +323,49 @@ CALLGRIND_STEPS = (10, 1010)
 CALLGRIND_ENGINE = {"lease_seconds": 600.0, "poll_interval": 600.0}
 
 
-async def _callgrind_run(steps: int) -> None:
-    """What runs under callgrind: an engine on an in-memory database, one sequential
-    run of ``steps`` steps (the workflow of the sequential workload), and its close."""
+async def _callgrind_run(size: int, kind: str = "sequential") -> None:
+    """What runs under callgrind: an engine, the work of ``kind`` at ``size`` (see
+    ``CALLGRIND_SIZES``), and its close."""
     from plait.store.sqlite import writer
 
     # Valgrind makes each commit some fifty times slower: the store would take that for a
     # slow disk and hand its commits to the writer thread, as it never does on a real
     # in-memory database. The count is of the path that runs there.
     writer._INLINE_LIMIT = float("inf")  # pyright: ignore[reportPrivateUsage]
-    params = {"db": "sqlite:///:memory:"}
-    async with bench_plait._engine(params, **CALLGRIND_ENGINE) as engine:
-        out = await engine.run("chain", {"n": steps}, timeout=3600)
-        assert out == steps, out
+    if kind == "sequential":
+        params = {"db": "sqlite:///:memory:"}
+        async with bench_plait._engine(params, **CALLGRIND_ENGINE) as engine:
+            out = await engine.run("chain", {"n": size}, timeout=3600)
+            assert out == size, out
+        return
+    with tempfile.TemporaryDirectory(dir=_memory_folder()) as tmp:
+        params = {"db": f"sqlite:///{tmp}/callgrind.db"}
+        if kind == "concurrency":
+            async with bench_plait._engine(params, **CALLGRIND_ENGINE) as engine:
+                runs = [engine.start("chain", {"n": size}) for _ in range(100)]
+                ids = await asyncio.gather(*runs)
+                ended = await asyncio.gather(*(engine.wait(r, timeout=3600) for r in ids))
+                assert all(r.status == "completed" for r in ended), ended
+        else:
+            async with bench_plait._engine(params, workers=False) as engine:
+                for _ in range(size // 100):
+                    await asyncio.gather(*(engine.start("chain", {"n": 1}) for _ in range(100)))
 
 
-def _callgrind_start(steps: int, out: Path, valgrind: str) -> subprocess.Popen[str]:
-    """Start ``steps`` steps under callgrind, writing into ``out``."""
+def _memory_folder() -> Path | None:
+    """Where the counted workloads keep their database file: memory-backed storage when
+    there is one, so that the count is of the engine's work and not of the disk's."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() else None
+
+
+def _callgrind_start(
+    size: int, out: Path, valgrind: str, kind: str = "sequential"
+) -> subprocess.Popen[str]:
+    """Start the work of ``kind`` at ``size`` under callgrind, writing into ``out``."""
     code = (
         f"import asyncio, sys; sys.path.insert(0, {str(HERE)!r}); import profile_plait as p;"
-        f" asyncio.run(p._callgrind_run({steps}))"
+        f" asyncio.run(p._callgrind_run({size}, {kind!r}))"
     )
     cmd = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable]
     return subprocess.Popen(
@@ -367,25 +402,29 @@ def _annotate(path: Path, inclusive: bool) -> dict[str, int]:
     return counts
 
 
-def run_callgrind(top: int, keep: Path | None, markdown: Path | None = None) -> int:
-    """Instructions per in-memory sequential step: (I(1010) - I(10)) / 1000."""
+def run_callgrind(
+    top: int, keep: Path | None, markdown: Path | None = None, kind: str = "sequential"
+) -> int:
+    """Instructions per step (per start for ``starts``): the difference of the two sizes
+    of ``kind`` over the steps it holds, e.g. (I(1010) - I(10)) / 1000 sequential."""
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise SystemExit("--callgrind needs valgrind on the PATH")
-    short, long = CALLGRIND_STEPS
-    extra = long - short
+    sizes, extra = CALLGRIND_SIZES[kind]
+    short, long = sizes
+    unit = "starts" if kind == "starts" else "steps"
     with tempfile.TemporaryDirectory(prefix="plait-callgrind-") as tmp:
         folder = keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        files = {n: folder / f"callgrind.{n}.out" for n in CALLGRIND_STEPS}
+        files = {n: folder / f"callgrind.{kind}.{n}.out" for n in sizes}
         # side by side: the counts do not depend on what else runs
-        procs = {n: _callgrind_start(n, files[n], valgrind) for n in CALLGRIND_STEPS}
-        counts = {n: _callgrind_count(n, procs[n], files[n]) for n in CALLGRIND_STEPS}
+        procs = {n: _callgrind_start(n, files[n], valgrind, kind) for n in sizes}
+        counts = {n: _callgrind_count(n, procs[n], files[n]) for n in sizes}
         per_step = (counts[long] - counts[short]) // extra
-        print("\n=== callgrind, sequential on sqlite:///:memory: (instructions) ===")
-        print(f"   {short:>5} steps: {counts[short]:>15,}")
-        print(f"   {long:>5} steps: {counts[long]:>15,}")
-        print(f"   per step: {per_step:,}  (the difference over {extra:,} steps)")
+        print(f"\n=== callgrind, {kind} (instructions) ===")
+        print(f"   {short:>5} {unit}: {counts[short]:>15,}")
+        print(f"   {long:>5} {unit}: {counts[long]:>15,}")
+        print(f"   per {unit[:-1]}: {per_step:,}  (the difference over {extra:,} {unit})")
         if markdown is not None:
             markdown.write_text(
                 "| in-memory sequential run | instructions (callgrind) |\n|---|---:|\n"
@@ -416,13 +455,22 @@ def main() -> None:
     ap.add_argument(
         "--callgrind", action="store_true", help="count instructions per step (valgrind) only"
     )
+    ap.add_argument(
+        "--callgrind-of",
+        dest="callgrind_of",
+        choices=tuple(CALLGRIND_SIZES),
+        default="sequential",
+        help="with --callgrind: what to count (default: a sequential step)",
+    )
     ap.add_argument("--keep", type=Path, help="with --callgrind: keep the callgrind files here")
     ap.add_argument(
         "--markdown", type=Path, help="with --callgrind: also write the counts as Markdown here"
     )
     args = ap.parse_args()
+    if args.markdown is not None and args.callgrind_of != "sequential":
+        ap.error("--markdown writes the sequential count (the table of docs/benchmarks.md)")
     if args.callgrind:
-        run_callgrind(args.top, args.keep, args.markdown)
+        run_callgrind(args.top, args.keep, args.markdown, args.callgrind_of)
         return
     names = ("sequential", "throughput") if args.workload == "both" else (args.workload,)
     for name in names:
