@@ -122,10 +122,6 @@ class Leases(WorkerState):
         asked, which also renews the lease if it is still ours. The last look is on the
         clock, with no await between it and the caller's next line: a freeze while the
         store answered sends it back to the store."""
-        if key is None:
-            deadline = self.run_leases.get(run_id)
-            if deadline is not None and time.monotonic() < deadline:
-                return True  # the usual case, before the loop's set-up
         leases: dict[Any, float] = self.run_leases if key is None else self.job_leases
         item: Any = run_id if key is None else (run_id, key)
         for _ in range(3):

@@ -168,8 +168,8 @@ def records_only(ops: Iterable[Op]) -> list[Op]:
 
 def insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> RunRow | None:
     """Create the run unless its id exists (or its de-duplication key belongs to a live
-    run); the row written if this call created it (``inserted_run`` makes it the run a
-    read would give, without the read), else None."""
+    run); the row written if this call created it (the run a read would give, without
+    the read), else None."""
     row = _inserted_row(new, now)
     cur = _INSERT_RUN.execute(
         conn,
@@ -207,12 +207,6 @@ def insert_run(conn: sqlite3.Connection, new: NewRun, now: float) -> RunRow | No
     if new.tags is not None:
         conn.execute(SQL["put_run_tag_rows"], {"run": new.id, "tags": new.tags})
     return row
-
-
-def inserted_run(row: RunRow) -> Run:
-    """The run ``insert_run`` just created, as reading it back would give it: built from
-    the row it wrote, it spares a start the read of a wide row."""
-    return convert.run_record(row)
 
 
 def _inserted_row(new: NewRun, now: float) -> RunRow:

@@ -114,7 +114,8 @@ class Runs(Part):
                 return apply.load_run(conn, joined), False
         written = apply.insert_run(conn, new, now)
         if written is not None:
-            return apply.inserted_run(written), True
+            # the row as written: a start spares the read of a wide row
+            return convert.run_record(written), True
         row = conn.execute(_SELECT_RUN, (new.id,)).fetchone()
         if row is None:
             # the de-duplication key belongs to a live run: that run is the answer
