@@ -490,6 +490,12 @@ class App:
             queue=queue,
             on_exhausted=on_exhausted,
         )
+        if fname in self.workflows or fname in self.graphs:
+            # wf.do(key, name) would run the function and never the child workflow
+            raise ValueError(
+                f"function {fname!r}{_defined_at(fn)}: a workflow is already registered "
+                "under that name; the function needs another name (name=...)"
+            )
         existing = self.functions.get(fname)
         if existing is not None:
             if not _same_definition(existing.fn, fn):
@@ -581,6 +587,12 @@ class App:
         again (its module imported twice, a notebook cell run again) or a new version
         registered beside the others with ``version=``."""
         name = wdef.name
+        if name in self.functions:
+            raise ValueError(
+                f"workflow {name!r}{_defined_at(wdef.fn)}: a function is already registered "
+                f"under that name{_defined_at(self.functions[name].fn)}; the workflow needs "
+                "another name (name=...)"
+            )
         if name in self.graphs:
             raise ValueError(
                 f"workflow {name!r}{_defined_at(wdef.fn)}: a graph is already registered "
@@ -623,6 +635,11 @@ class App:
             raise ValueError(
                 f"graph {name!r}{origin}: a workflow is already registered under that "
                 f"name{_defined_at(self.workflows[name].fn)}"
+            )
+        if name in self.functions:
+            raise ValueError(
+                f"graph {name!r}{origin}: a function is already registered under that "
+                f"name{_defined_at(self.functions[name].fn)}"
             )
         existing = self.graphs.get(name)
         if existing is not None and existing != graph:

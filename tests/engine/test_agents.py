@@ -1,7 +1,8 @@
 """Pydantic AI agents on plait (``plait.integrations.pydantic_ai``), on both stores,
 offline: each model request and tool call is a step with a pinned name, a tool that
-needs approval waits on a gate ``plait approve`` decides, control-flow signals are not
-retried, and the agent's events land in the run's ``agent`` stream."""
+needs approval waits on a gate of its own (one per tool call) ``plait approve``
+decides, control-flow signals are not retried, and the agent's events land in the
+run's ``agent`` stream."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ import pytest
 
 pytest.importorskip("pydantic_ai", reason="the pydantic-ai extra is not installed")
 
-from pydantic_ai import Agent, ModelRetry
+from pydantic_ai import Agent, ApprovalRequired, ModelRetry, RunContext
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 from pydantic_ai.models.test import TestModel
 from typer.testing import CliRunner
 
@@ -115,12 +125,12 @@ async def test_a_tool_needing_approval_waits_for_plait_approve(
     async with engine_factory(agent_app.app) as engine:
         run_id = await engine.start("support", "C3 500")
         gate = await _gate(engine, run_id)
-        assert gate.name == "agent:support:tool:refund"
+        assert gate.name == "agent:support:tool:refund:c2"
         assert (await engine.get_run(run_id)).status == "running"
         decided = await plait_cli(
             "approve",
             run_id,
-            "agent:support:tool:refund",
+            "agent:support:tool:refund:c2",
             "--data",
             json.dumps({"approved": True}),
             "--by",
@@ -137,7 +147,7 @@ async def test_a_tool_needing_approval_waits_for_plait_approve(
         assert asked == [
             {
                 "event_kind": "approval_requested",
-                "approval": "agent:support:tool:refund",
+                "approval": "agent:support:tool:refund:c2",
                 "tool_name": "refund",
                 "tool_call_id": "c2",
                 "args": {"order": "C3", "amount": 500},
@@ -151,10 +161,136 @@ async def test_a_denied_tool_call_tells_the_model_why(engine_factory) -> None:
         run_id = await engine.start("support", "D4 900")
         await _gate(engine, run_id)
         decision = ToolApproval(approved=False, reason="too much").model_dump()
-        await engine.approve(run_id, "agent:support:tool:refund", decision, decided_by="dana")
+        await engine.approve(run_id, "agent:support:tool:refund:c2", decision, decided_by="dana")
         run = await engine.wait(run_id, timeout=30)
         assert run.status == "completed", run.error
         assert run.output.endswith("; too much ")
+
+
+def _two_refunds(messages: list[ModelMessage]) -> ModelResponse:
+    """A model that refunds two orders in one response (two calls of one tool, both
+    over the approval limit), then says what the tools returned."""
+    returns = [
+        part
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, ToolReturnPart)
+    ]
+    if not returns:
+        return ModelResponse(
+            parts=[
+                ToolCallPart("refund", {"order": "BIG", "amount": 5000}, tool_call_id="big"),
+                ToolCallPart("refund", {"order": "SMALL", "amount": 150}, tool_call_id="small"),
+            ]
+        )
+    return ModelResponse(parts=[TextPart("; ".join(sorted(str(r.content) for r in returns)))])
+
+
+async def test_two_calls_of_one_tool_needing_approval_wait_on_gates_of_their_own(
+    engine_factory,
+) -> None:
+    """One model response calls ``refund`` twice, both calls need approval: each waits
+    on its own gate, named by its tool call id (the id the ``approval_requested`` event
+    names too), so a decision sent by name reaches the call it was meant for. Approving
+    the small refund and denying the big one refunds the small one only."""
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return _two_refunds(messages)
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> Any:
+        for index, part in enumerate(_two_refunds(messages).parts):
+            if isinstance(part, TextPart):
+                yield part.content
+            elif isinstance(part, ToolCallPart):
+                args = json.dumps(part.args)
+                yield {
+                    index: DeltaToolCall(
+                        name=part.tool_name, json_args=args, tool_call_id=part.tool_call_id
+                    )
+                }
+
+    refunder = Agent(
+        FunctionModel(respond, stream_function=stream),
+        name="refunder",
+        capabilities=[PlaitDurability()],
+    )
+    refunded: list[tuple[str, int]] = []
+
+    @refunder.tool
+    def refund(ctx: RunContext[None], order: str, amount: int) -> str:
+        """Refund ``amount`` on ``order``; more than 100 needs a person's approval."""
+        if amount > 100 and not ctx.tool_call_approved:
+            raise ApprovalRequired(metadata={"amount": amount})
+        refunded.append((order, amount))
+        return f"refunded {amount} on {order}"
+
+    app = plait.App("agent-two-refunds")
+
+    @app.workflow
+    async def refunds(wf: plait.Workflow, prompt: str) -> str:
+        return str((await refunder.run(prompt)).output)
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("refunds", "refund both")
+
+        async def two_gates() -> Any:
+            gates = [g.name for g in await engine.list_approvals() if g.run_id == run_id]
+            return sorted(gates) if len(gates) == 2 else None
+
+        gates = await eventually(two_gates, timeout=30, what="the two refunds' approval gates")
+        assert gates == ["agent:refunder:tool:refund:big", "agent:refunder:tool:refund:small"]
+        asked = {
+            e["tool_call_id"]: e["approval"]
+            for e in await _stream(engine, run_id)
+            if e["event_kind"] == "approval_requested"
+        }
+        assert asked == {
+            "big": "agent:refunder:tool:refund:big",
+            "small": "agent:refunder:tool:refund:small",
+        }
+        # a person approves the small refund and denies the big one, each by its name
+        approved = ToolApproval(approved=True).model_dump()
+        denied = ToolApproval(approved=False, reason="too much").model_dump()
+        await engine.approve(run_id, asked["small"], approved, decided_by="dana")
+        await engine.approve(run_id, asked["big"], denied, decided_by="dana")
+        run = await engine.wait(run_id, timeout=30)
+        assert run.status == "completed", run.error
+        assert refunded == [("SMALL", 150)]
+        assert run.output == "refunded 150 on SMALL; too much"
+        # each gate was decided once, by its own decision
+        gate_steps = {
+            s.key: s.status
+            for s in await engine.get_steps(run_id)
+            if s.key.startswith("__approval:")
+        }
+        assert gate_steps == {
+            "__approval:agent:refunder:tool:refund:big": "succeeded",
+            "__approval:agent:refunder:tool:refund:small": "succeeded",
+        }
+
+
+def test_a_tool_call_id_unfit_for_a_gate_name_is_replaced_by_a_hash_of_it() -> None:
+    """A tool call id comes from the model and may hold anything: one that is not
+    letters, digits, ``_``, ``-`` and ``.`` (or is too long) becomes a short hash, the
+    same for the same id on every replay, different for different ids, always a valid
+    gate name (never ending like a key plait makes: ``:on_error``, ``#<number>``)."""
+    from plait import ids
+
+    name = PlaitDurability(name="support").approval_name
+    assert name("refund", "call_AbC-1.2") == "agent:support:tool:refund:call_AbC-1.2"
+    odd = ["a/b", "a b", "tool\ncall", "x" * 65, "é", "a?b#c", "on_error", "1#2"]
+    names = [name("refund", call_id) for call_id in odd]
+    assert names == [name("refund", call_id) for call_id in odd]
+    assert len(set(names)) == len(odd)
+    for gate in names:
+        assert ids.check_name(gate, "approval name") == gate
+        assert gate.startswith("agent:support:tool:refund:h")
+        assert len(gate) == len("agent:support:tool:refund:") + 13
+    # a name that would be too long with the id in it takes the hash too
+    long_tool = "t" * 160
+    gate = name(long_tool, "call_0123456789abcdefghijklmnop")
+    assert ids.check_name(gate, "approval name") == gate
 
 
 async def test_model_retry_is_not_retried_by_plait(engine_factory) -> None:

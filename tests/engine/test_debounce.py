@@ -32,6 +32,16 @@ def debounce_app() -> plait.App:
         await wf.wait_for_event("go")
         return data
 
+    app.queue("lane", concurrency=5)
+    failed: set[str] = set()
+
+    @app.workflow(queue="lane")
+    async def flaky(wf: plait.Workflow, data: Any) -> Any:
+        if wf.run_id not in failed:  # its first pass fails; a retry completes
+            failed.add(wf.run_id)
+            raise RuntimeError(f"sync {data} failed")
+        return data
+
     return app
 
 
@@ -160,6 +170,32 @@ async def test_engines_debouncing_one_key_at_once_make_one_run(engine_factory: A
         assert len(await one.list_runs(workflow="sync")) == 5
 
 
+async def test_a_retried_debounced_run_leaves_the_run_waiting_with_its_key(
+    engine_factory: Any,
+) -> None:
+    """An admitted debounced run has left its window: once it failed and a new debounced
+    start of its key waits, a retry reopens it (queued again, for its queue) without
+    taking the key from the waiting run, which keeps its input, start and later starts."""
+    async with engine_factory(debounce_app()) as engine:
+        first = await engine.start("flaky", "one", debounce="0.2s", debounce_key="acme")
+        assert (await engine.wait(first, timeout=30)).status == "failed"
+        waiting = await engine.start("flaky", "two", debounce="1h", debounce_key="acme")
+        assert waiting != first
+        before = await engine.get_run(waiting)
+        assert before.status == "queued" and before.start_at is not None
+        assert (await engine.retry(first)).status in ("queued", "running")
+        await eventually(lambda: _ended(engine, first), timeout=30, what="the retried run ending")
+        retried = await engine.get_run(first)
+        assert retried.status == "completed" and retried.output == "one"
+        after = await engine.get_run(waiting)
+        assert after.status == "queued" and after.input == "two"
+        assert after.start_at == before.start_at
+        # the key is still the waiting run's: the next start joins it
+        assert await engine.start("flaky", "three", debounce="1h", debounce_key="acme") == waiting
+        assert (await engine.get_run(waiting)).input == "three"
+        assert len(await engine.list_runs(workflow="flaky")) == 2
+
+
 # -- dedup_policy="replace" ---------------------------------------------------------------------
 
 
@@ -212,6 +248,11 @@ async def test_racing_replace_starts_leave_exactly_one_live_run(engine_factory: 
         live = [r for r in runs if r.status in ("running", "queued")]
         assert len(runs) == 17 and len(live) == 1
         assert all(r.status == "cancelled" for r in runs if r not in live)
+
+
+async def _ended(engine: plait.Engine, run_id: str) -> bool:
+    """Whether the run has ended (completed, failed or cancelled)."""
+    return (await engine.get_run(run_id)).status in ("completed", "failed", "cancelled")
 
 
 async def _waiting(engine: plait.Engine, run_id: str) -> bool:

@@ -190,3 +190,22 @@ async def test_the_schedules_page_is_served(clients: dict[str, httpx.AsyncClient
     assert 'from "./schedules.js"' in main.text
     runs = await clients["anonymous"].get("/")
     assert '<option value="queued">queued</option>' in runs.text
+
+
+async def test_queue_keys_of_every_users_runs_are_not_shown_without_the_admin_scope(
+    clients: dict[str, httpx.AsyncClient], engine: plait.Engine
+) -> None:
+    """A queue's per-key lines name the keys of every user's runs (a customer, a
+    tenant); a user sees the counts, not another user's keys."""
+    bob, alice = clients["bob"], clients["alice"]
+    sent = await bob.post(
+        "/api/workflows/job/runs",
+        json={"input": 1, "delay": "1h", "key": "customer:bob@example.com"},
+    )
+    assert sent.status_code == 201, sent.text
+    assert "bob@example.com" in str(await engine.queue_depths())  # the engine has them
+    shown = await alice.get("/api/queues")
+    assert shown.status_code == 200
+    depths = {q["queue"]: q for q in shown.json()["queues"]}
+    assert depths["work"]["queued"] == 1 and depths["work"]["keys"] == []
+    assert "bob@example.com" not in shown.text

@@ -39,6 +39,6 @@ def test_the_agent_example_runs_offline_to_its_end(tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "plait approve " in done.stdout and " agent:support:tool:refund " in done.stdout
+    assert "plait approve " in done.stdout and " agent:support:tool:refund:call-2 " in done.stdout
     assert "agent:support:tool:look_up_order" in done.stdout
     assert "completed: Sorry about that. Refunded 240 on order A-1001." in done.stdout

@@ -151,7 +151,10 @@ class BulkMixin(ActionsMixin):
         given["created_after"] = given.pop("since", None)
         given["created_before"] = given.pop("until", None)
         if given["created_before"] is None:
-            given["created_before"] = time.time()  # not the runs started from now on
+            # not the runs started from now on, by the clock that stamps them (a test
+            # engine's stands still while runs wait: the runs stamped this instant count,
+            # to the microsecond that filters keep)
+            given["created_before"] = self.clock.now() + 1e-6
         statuses: list[str] = sorted(APPLIES[action])
         wanted = given.pop("status", None)
         if wanted is not None:

@@ -123,6 +123,9 @@ class ForkMixin(EngineBase):
             priority=source.priority,
             scheduled_at=source.scheduled_at,
             tags=source.tags,
+            # a new run of the workflow: its own deadline, counted from now as a start's
+            timeout=source.timeout,
+            deadline_at=runs.deadline(now, source.timeout),
             trace=None
             if self.telemetry is None
             else self.telemetry.run_created(new_id, source.workflow),
@@ -136,6 +139,8 @@ class ForkMixin(EngineBase):
             runs.replaced(new_id) if replace else None,
         )
         self.notifier.runs_created()
+        if new.deadline_at is not None:
+            self.worker.deadline_set(new.deadline_at)
         if moved:
             await self._cancelled(moved)
         return new_id

@@ -4,10 +4,12 @@ how the workflow takes and answers it is the runtime's (``runtime.replay``)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, cast
 
 from plait import request, serde
+from plait.cancel_guard import uncancelled
 from plait.engine.base import EngineBase, existing_id
 from plait.errors import RunNotFoundError, RunStateError
 from plait.ids import check_name
@@ -17,8 +19,9 @@ from plait.runtime import steps
 from plait.statuses import RunStatusName
 from plait.store.rows import PassSnapshot, RequestRow
 
-#: a run takes requests while it may still reach a wait for them
-_LIVE: tuple[RunStatusName, ...] = ("queued", "running", "suspended")
+#: a run takes requests while it may still reach a wait for them (a paused or parked run
+#: goes on once it is let go, as it takes events)
+_LIVE: tuple[RunStatusName, ...] = ("queued", "running", "suspended", "paused", "needs_attention")
 #: the slow look a waiting sender takes in case a wake-up was lost (it doubles)
 _SAFETY = 0.5
 _SAFETY_MAX = 5.0
@@ -55,7 +58,9 @@ class RequestsMixin(EngineBase):
         snapshot = await self.store.load_pass(run_id)
         if snapshot is None:
             raise RunNotFoundError(run_id)
-        found = request.problems(_open_schema(snapshot, name), data)
+        # judged as the workflow will read it: the JSON stored (a model, a datetime or a
+        # tuple the sender passed is its JSON form by then)
+        found = request.problems(_open_schema(snapshot, name), serde.loads(text))
         if found:
             refusal = request.invalid(found)
             await self.store.send_request(
@@ -66,7 +71,15 @@ class RequestsMixin(EngineBase):
             run_id, name, text, request.SENT, None, deadline, _LIVE
         )
         self._wake(run_id)
-        return await self._answer(run_id, name, request_id, seconds, give_up)
+        try:
+            return await self._answer(run_id, name, request_id, seconds, give_up)
+        except asyncio.CancelledError:
+            # the sender gave up (wait_for, a closed connection): a request not taken yet
+            # is withdrawn, so the workflow never acts on what nobody waits for
+            await uncancelled(
+                self.store.withdraw_request(request_id, request.SENT, request.WITHDRAWN)
+            )
+            raise
 
     async def _answer(
         self, run_id: str, name: str, request_id: int, seconds: float, give_up: float

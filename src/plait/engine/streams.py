@@ -20,13 +20,16 @@ _FOLLOW_PAGE = 1000
 #: the slow look a follower takes in case a wake-up was lost (it doubles, up to the most)
 _FOLLOW_SAFETY = 0.05
 _FOLLOW_SAFETY_MAX = 2.0
+#: the last offset a stream can hold (PostgreSQL stores offsets as a 32-bit integer)
+MAX_OFFSET = 2**31 - 1
 
 
 def _check_read(name: object, after: object, limit: object) -> str:
     stream = check_stream_name(name)
-    if isinstance(after, bool) or not isinstance(after, int) or after < -1:
+    if isinstance(after, bool) or not isinstance(after, int) or not -1 <= after <= MAX_OFFSET:
         raise ValueError(
-            f"stream {stream!r}: after must be an offset (an int >= -1), got {after!r}"
+            f"stream {stream!r}: after must be an offset (an int from -1 to {MAX_OFFSET}), "
+            f"got {after!r}"
         )
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_READ:
         raise ValueError(

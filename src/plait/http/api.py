@@ -90,7 +90,9 @@ class Api:
             Route("/runs/{run_id}/graph", self._wrap(self.get_graph), methods=["GET"]),
             Route("/runs/{run_id}/stream", self._wrap(self.stream), methods=["GET"]),
             Route(
-                "/runs/{run_id}/streams/{name}", self._wrap(self.stream_entries), methods=["GET"]
+                "/runs/{run_id}/streams/{name:path}",  # a stream name may hold a "/"
+                self._wrap(self.stream_entries),
+                methods=["GET"],
             ),
             Route("/runs/{run_id}/cancel", self._wrap(self.cancel), methods=["POST"]),
             Route("/runs/{run_id}/resume", self._wrap(self.resume), methods=["POST"]),

@@ -213,8 +213,13 @@ class FlowApi:
         return JSONResponse({"schedule": schedule.name, "run_id": run_id}, status_code=202)
 
     async def list_queues(self, request: Request, principal: Principal) -> Response:
-        """Per queue: runs waiting and runs holding a slot (counts only, no runs)."""
-        return JSONResponse({"queues": await self.engine.queue_depths()})
+        """Per queue: runs waiting and runs holding a slot (counts only, no runs). The
+        per-key lines name the keys of every user's runs (a customer, a tenant): only the
+        ``admin`` scope sees them."""
+        queues = await self.engine.queue_depths()
+        if not principal.has_scope("admin"):
+            queues = [{**queue, "keys": []} for queue in queues]
+        return JSONResponse({"queues": queues})
 
 
 def _whose(schedule: Schedule) -> str:

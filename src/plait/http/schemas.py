@@ -8,7 +8,15 @@ import re
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    field_validator,
+)
 from starlette.requests import Request
 
 from plait import ids, queues, request, schedules, serde
@@ -74,7 +82,9 @@ class SendRequest(BaseModel):
     #: the request's data (any JSON)
     data: Any = None
     #: seconds to wait for the answer (more than 0, at most 300)
-    timeout: float = Field(default=request.DEFAULT_TIMEOUT, gt=0, le=request.MAX_TIMEOUT)
+    timeout: StrictFloat | StrictInt = Field(
+        default=request.DEFAULT_TIMEOUT, gt=0, le=request.MAX_TIMEOUT
+    )
 
 
 class StartRun(BaseModel):

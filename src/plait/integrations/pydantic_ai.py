@@ -14,8 +14,9 @@ What a run replays: every model request and tool call whose step committed; the 
 called again only for what was not done. Control-flow signals of a tool
 (``ModelRetry``, ``CallDeferred``, ``ApprovalRequired``) cross the step as recorded
 values, never as errors plait would retry. A tool that needs approval waits on
-``wf.approval`` (named like its step: ``agent:<agent>:tool:<tool>``) and goes on with
-the decision. The run's events are written to ``wf.stream("agent")`` as JSON.
+``wf.approval``, a gate of its own per tool call
+(``agent:<agent>:tool:<tool>:<tool_call_id>``), and goes on with the decision. The
+run's events are written to ``wf.stream("agent")`` as JSON.
 
 Outside a plait workflow the capability stands aside: the agent runs as an ordinary,
 non-durable Pydantic AI agent (the same agent object serves a script and a workflow).
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import re
 from collections.abc import AsyncIterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import pydantic
 
 import plait
+from plait import ids
 from plait.durations import Duration
 from plait.errors import NonRetryableError, extra_needed
 
@@ -106,7 +109,7 @@ StepOptions = dict[str, Any]
 
 class ToolApproval(pydantic.BaseModel):
     """The data of a decision on a tool call that needs approval:
-    ``plait approve RUN agent:support:tool:refund --data '{"approved": true}'``."""
+    ``plait approve RUN agent:support:tool:refund:call_2 --data '{"approved": true}'``."""
 
     approved: bool
     #: told to the model when the call is denied
@@ -155,6 +158,10 @@ def _check_step_options(options: Mapping[str, Any] | None, what: str) -> StepOpt
         )
     return dict(options)
 
+
+#: a tool call id kept as it is in the name of the call's approval gate (``approval_name``)
+_CALL_ID = re.compile(r"[A-Za-z0-9_.-]+")
+_MAX_CALL_ID = 64
 
 #: where a class name's next word begins: ``MCPListResources`` is ``MCP``, ``List``,
 #: ``Resources``
@@ -402,9 +409,25 @@ class PlaitDurability(BaseDurabilityCapability[AgentDepsT]):
                 await aclose()
 
     # -- approvals ------------------------------------------------------------------------
-    def approval_name(self, tool_name: str) -> str:
-        """The approval gate a call of ``tool_name`` waits on."""
-        return f"agent:{self.name}:tool:{tool_name}"
+    def approval_name(self, tool_name: str, tool_call_id: str) -> str:
+        """The approval gate the call ``tool_call_id`` of ``tool_name`` waits on:
+        ``agent:<agent>:tool:<tool>:<tool_call_id>``, one gate per call, so a decision
+        sent by name reaches the call it was meant for (a model response may call one
+        tool twice). The call id comes from the model, recorded with its response, so a
+        replay names the gate the same; an id a person could not type or send in a URL
+        (other than letters, digits, ``_``, ``-`` and ``.``, or too long) or plait would
+        refuse in a name (``on_error``) is replaced by a short hash of it."""
+        base = f"agent:{self.name}:tool:{tool_name}:"
+        call = tool_call_id
+        if (
+            _CALL_ID.fullmatch(call) is None
+            or call == "on_error"  # plait refuses a name ending ":on_error" (a handler's key)
+            or len(call) > _MAX_CALL_ID
+            or len(base) + len(call) > ids.MAX_NAME
+        ):
+            digest = hashlib.sha256(tool_call_id.encode("utf-8", "surrogatepass")).hexdigest()
+            call = f"h{digest[:12]}"
+        return base + call
 
     async def handle_deferred_tool_calls(
         self, ctx: RunContext[AgentDepsT], *, requests: DeferredToolRequests
@@ -431,7 +454,7 @@ class PlaitDurability(BaseDurabilityCapability[AgentDepsT]):
     async def _decide(
         self, wf: plait.Workflow, call: ToolCallPart, metadata: Any
     ) -> ToolApproved | ToolDenied:
-        name = self.approval_name(call.tool_name)
+        name = self.approval_name(call.tool_name, call.tool_call_id)
         if self._stream_events:
             await _write_event(
                 wf,

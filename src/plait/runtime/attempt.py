@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from plait import serde
 from plait.app import FinishedAfterCancel, FunctionDef, call_maybe_async
@@ -165,10 +165,18 @@ def result_codec(body: FunctionDef | Callable[..., Any]) -> serde.Codec | None:
 
 
 def _failed(exc: BaseException, no_retry_on: NoRetryOn = ()) -> Outcome:
-    retryable = getattr(exc, "retryable", True) and not isinstance(
+    return Outcome(ok=False, error=serde.error_record(exc), retryable=_retryable(exc, no_retry_on))
+
+
+def _retryable(exc: BaseException, no_retry_on: NoRetryOn) -> bool:
+    """A body that fans out (a TaskGroup, ``gather``) raises a group: one branch that says
+    no retry makes the whole attempt final, as it would have alone."""
+    if isinstance(exc, BaseExceptionGroup):
+        group = cast("BaseExceptionGroup[BaseException]", exc)
+        return all(_retryable(inner, no_retry_on) for inner in group.exceptions)
+    return bool(getattr(exc, "retryable", True)) and not isinstance(
         exc, (NotJSONError, TypeMismatchError, *no_retry_on)
     )
-    return Outcome(ok=False, error=serde.error_record(exc), retryable=bool(retryable))
 
 
 async def _call_closure(fn: Callable[..., Any], data: Any) -> Any:

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from plait import errors, serde
 from plait.app import FunctionDef
+from plait.cancel_guard import uncancelled
 from plait.context import StepContext
 from plait.errors import LeaseLostError, StepError
 from plait.observe import NO_REPORT
@@ -176,6 +177,9 @@ class Driver:
                     body, serde.loads(step.input), ctx, step.timeout, self.host.limits, no_retry_on
                 )
             except asyncio.CancelledError as exc:
+                if ctx._spent:  # pyright: ignore[reportPrivateUsage]
+                    # what the attempt spent before it was stopped was spent all the same
+                    await uncancelled(record_spend(self.host, ctx, None))
                 if step.key in ledger.cancelled:
                     raise  # the workflow cancelled it: the pass recorded that already
                 cancelled = self.host.cancelling(run.id)
@@ -191,7 +195,8 @@ class Driver:
                     del bodies[step.key]
             if step.key in ledger.cancelled:
                 # a body that ran on after the workflow cancelled it: its outcome is not
-                # written over the cancel
+                # written over the cancel, what it spent counts
+                await record_spend(self.host, ctx, None)
                 raise StepCancelled(step.key)
             if self.hook is not None:
                 outcome = self.hook.finish(step, ctx, outcome)

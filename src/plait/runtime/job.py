@@ -65,6 +65,8 @@ async def run_job(
                 fdef, serde.loads(step.input), ctx, step.timeout, host.limits
             )
         except asyncio.CancelledError as exc:
+            # what the attempt spent before it was stopped was spent all the same
+            await uncancelled(record_spend(host, ctx, fdef.queue))
             cancelled = host.cancelling(step.run_id)
             finished = finished_on_stop(exc, cancelled)
             if finished is not None:

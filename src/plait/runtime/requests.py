@@ -106,6 +106,8 @@ class Requests:
         if step is not None:
             ledger.check_same(step, steps.ANSWER_KIND, None)
             return
+        if ledger.dry:
+            raise ledger.pause(key)  # a dry pass answers nothing (``runtime.check``)
         step = ledger.new_step(key, key, steps.ANSWER_KIND, input=data)
         ledger.add(steps.answer_request(step, request_id, reply, refusal, ledger.now()))
         ledger.published = True  # its sender watches the run

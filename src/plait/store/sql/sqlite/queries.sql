@@ -763,10 +763,13 @@ SELECT owner FROM plait_graph_owners WHERE workflow = ?
 -- A suspended or failed run goes on in the status the runtime gives it (a retried run of
 -- a queue waits for admission again), if nothing changed it since the caller read it; a
 -- de-duplication key another live run took meanwhile stays with that run. Its deadline is
--- the one the runtime gave it (runs.Reopen.deadline).
+-- the one the runtime gave it (runs.Reopen.deadline). It is due now, past any debounce
+-- window: its debounce key (a run admitted by an older plait kept it) is cleared, so that
+-- it never clashes with a run of the key waiting in its window (plait_runs_debounce).
 UPDATE plait_runs SET
     status = ?, deadline_at = ?,
     error = NULL, output = NULL, updated_at = ?, wake_at = ?, wakeups = wakeups + 1,
+    debounce_key = NULL, debounce_until = NULL,
     dedup = CASE WHEN EXISTS (SELECT 1 FROM plait_runs o
                               WHERE o.dedup = plait_runs.dedup AND o.id != plait_runs.id
                                   AND o.status IN ('queued', 'running', 'suspended', 'paused', 'needs_attention'))
@@ -812,7 +815,9 @@ SELECT min(wake_at) FROM plait_runs WHERE status = 'queued'
 -- across queues that its runs in start order would have had. advance_turns,
 -- advance_clocks and forget_turns then record the turns taken. A run of a queue held in
 -- :held (a JSON array of [queue, key]: key null for the whole queue; a spend budget
--- reached) waits.
+-- reached) waits. An admitted run leaves its debounce window (debounce_key and
+-- debounce_until cleared): no later start joins it, and a retry that makes it queued again
+-- does not hold the key a newer debounced run of it waits with (plait_runs_debounce).
 WITH conf AS (
     SELECT json_extract(value, '$.name') AS name,
         json_extract(value, '$.concurrency') AS concurrency,
@@ -899,7 +904,8 @@ WITH conf AS (
     LIMIT :limit
 )
 UPDATE plait_runs SET status = :status, lease_owner = :owner, lease_until = :until,
-    wake_at = :now, admitted_at = :now, updated_at = :now
+    wake_at = :now, admitted_at = :now, updated_at = :now,
+    debounce_key = NULL, debounce_until = NULL
 WHERE id IN (SELECT id FROM chosen) AND status = 'queued'
 RETURNING id, queue, queue_key
 

@@ -33,7 +33,10 @@ END $$;
 -- Only runs of the admitting worker's scope (p_workflows: NULL any, with p_graphs any
 -- graph; p_queues: NULL any, a run of no queue in p_default_queue) whose workflow and
 -- queue are not paused (brakes), and whose queue (p_held_queues[i], p_held_keys[i] NULL) or
--- queue and key (p_held_keys[i]) is not held (a spend budget reached).
+-- queue and key (p_held_keys[i]) is not held (a spend budget reached). An admitted run
+-- leaves its debounce window (debounce_key and debounce_until cleared): no later start
+-- joins it, and a retry that makes it queued again does not hold the key a newer
+-- debounced run of it waits with (runs_debounce).
 DROP FUNCTION IF EXISTS @schema@.admit_runs(
     text, timestamptz, timestamptz, integer, text[], integer[], integer[], integer[], float8[],
     text);
@@ -150,7 +153,8 @@ BEGIN
         LIMIT p_limit
     ), admitted AS (
         UPDATE @schema@.runs r SET status = p_status, lease_owner = p_owner,
-            lease_until = p_until, wake_at = p_now, admitted_at = p_now, updated_at = p_now
+            lease_until = p_until, wake_at = p_now, admitted_at = p_now, updated_at = p_now,
+            debounce_key = NULL, debounce_until = NULL
         FROM chosen f WHERE r.id = f.id AND r.status = 'queued'
         RETURNING r.id, r.queue, r.queue_key, f.rate, f.tag, f.cost
     ), logged AS (

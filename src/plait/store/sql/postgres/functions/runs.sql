@@ -378,7 +378,9 @@ END $$;
 -- run of a queue waits for admission again: it gave its slot back when it failed) with the
 -- deadline p_deadline the runtime gave it, and due now; a de-duplication key another live run took meanwhile stays with that run. No row
 -- when it changed since the caller read it (nothing is written then). Listeners hear
--- 'busy:<run>': a reopen never ends a run.
+-- 'busy:<run>': a reopen never ends a run. Due now, it is past any debounce window: its
+-- debounce key (a run admitted by an older plait kept it) is cleared, so that it never
+-- clashes with a run of the key waiting in its window (runs_debounce).
 CREATE OR REPLACE FUNCTION @schema@.reopen_run(
     p_run text, p_from text, p_status text, p_deadline timestamptz, p_seen bigint,
     p_ops @schema@.op[], p_now timestamptz
@@ -393,7 +395,7 @@ BEGIN
     UPDATE @schema@.runs r SET
         status = p_status, deadline_at = p_deadline,
         error = NULL, output = NULL, updated_at = p_now, wake_at = p_now,
-        wakeups = r.wakeups + 1,
+        wakeups = r.wakeups + 1, debounce_key = NULL, debounce_until = NULL,
         dedup = CASE WHEN EXISTS (SELECT 1 FROM @schema@.runs o
                                   WHERE o.dedup = r.dedup AND o.id <> r.id
                                       AND o.status IN ('queued', 'running', 'suspended', 'paused', 'needs_attention'))
