@@ -175,11 +175,21 @@ def resolved(outcome: str) -> str:
 
 
 def reason(code: str, message: str, found: list[dict[str, str]] | None = None) -> str:
-    """Why a decision was refused, as stored with it."""
+    """Why a decision was refused, as stored with it: which fields did not fit, never
+    how (a schema's message quotes the value it refused, and a refused decision stores
+    none of its data; its sender was told the whole of it)."""
     record: dict[str, Any] = {"code": code, "message": message}
     if found:
-        record["problems"] = found
+        record["problems"] = [
+            {"field": problem["field"][:_MOST_FIELD], "message": _NOT_FITTING} for problem in found
+        ]
     return cast(str, serde.dumps(record))  # None only for None, never for a dict
+
+
+#: a refused field as stored: the message the sender got may quote its data
+_NOT_FITTING = "does not fit the gate's schema"
+#: the longest field path stored (a path may hold keys the sender made up)
+_MOST_FIELD = 200
 
 
 __all__ = [

@@ -65,6 +65,18 @@ def merge(*layers: Mapping[str, str] | None) -> dict[str, str]:
     return merged
 
 
+def add_pair(found: dict[str, str], key: str, value: str, sep: str, what: str) -> None:
+    """Put one parsed pair into ``found``; a key given twice with two values is refused
+    (``ValueError`` naming ``what``): a filter matches all its pairs, and a run holds one
+    value per key, so one of the two would be dropped without a word."""
+    before = found.get(key)
+    if before is not None and before != value:
+        raise ValueError(
+            f"invalid {what}: key {key!r} given twice ({key}{sep}{before}, {key}{sep}{value})"
+        )
+    found[key] = value
+
+
 def parse_pair(text: str, sep: str, what: str) -> tuple[str, str]:
     """One ``key<sep>value`` pair as the CLI (``k=v``) or HTTP (``k:v``) gives it, checked;
     ``ValueError`` naming ``what`` (the argument) and the text otherwise."""

@@ -92,6 +92,10 @@ async def test_bad_bulk_input_is_refused_by_name(engine_factory: Any, database: 
         assert not_a_time.exit_code == 2 and "--until is not an ISO 8601 time" in not_a_time.output
         bad_tag = await plait_cli("runs", "cancel", "--tag", "nokey", "--yes", "-d", database)
         assert bad_tag.exit_code == 2 and "--tag" in bad_tag.output, bad_tag.output
+        twice = await plait_cli(
+            "runs", "cancel", "--tag", "batch=x", "--tag", "batch=d", "--yes", "-d", database
+        )  # fmt: skip
+        assert twice.exit_code == 2 and "key 'batch' given twice" in twice.output, twice.output
         none = await plait_cli("runs", "retry", "--database", database)
         assert none.exit_code != 0 and "name the runs to retry" in none.output
         assert (await engine.get_run(ids[0])).status == "suspended"

@@ -10,6 +10,7 @@ import asyncio
 from typing import Any
 
 import pydantic
+import pytest
 
 import plait
 from plait import approval
@@ -170,3 +171,26 @@ async def test_the_cap_of_refused_decisions_holds_when_senders_race(engine_facto
         assert len(await _stored(engine, run_id)) == MAX_REFUSED_PER_GATE + 1
         await engine.send_event(run_id, "done")
         assert (await engine.wait(run_id, timeout=10)).status == "completed"
+
+
+async def test_a_refused_decisions_stored_reason_names_the_fields_not_their_values(
+    engine_factory: Any,
+) -> None:
+    """The sender of data that does not fit hears how (the schema's message quotes the
+    value); the reason stored with the refusal says which field, and holds none of it."""
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("schema_gate_later", None)
+        await engine.send_event(run_id, "go")
+        await _gate_open(engine, run_id)
+        secret = "SECRET-" + "x" * 10_000
+        with pytest.raises(plait.ValidationError) as caught:
+            await engine.approve(run_id, "ok", {"approved": secret}, decided_by="bob")
+        assert "SECRET-" in str(caught.value.problems)  # the sender is told
+        stored = await _stored(engine, run_id)
+        _assert_no_data_in_refused(stored)
+        assert "SECRET-" not in str(stored)
+        (decision,) = await engine.get_decisions(run_id)
+        assert decision.reason is not None
+        assert decision.reason["problems"] == [
+            {"field": "approved", "message": "does not fit the gate's schema"}
+        ]

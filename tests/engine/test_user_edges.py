@@ -335,3 +335,46 @@ async def test_check_include_ended_survives_a_request_left_by_a_sender_that_died
         await engine.cancel(run_id)
         results = await engine.check(include_ended=5)
         assert [r.run_id for r in results] == [run_id]
+
+
+async def test_a_retried_runs_stream_is_followed_past_the_end_of_its_failed_attempt(
+    engine_factory: Any,
+) -> None:
+    """A retried run has not ended: its followers read on past the failed attempt, to the
+    retry's entries and the one end."""
+    app = plait.App()
+    down = {"talk": True}
+
+    @app.function(retries=0)
+    async def talker(data: str, ctx: plait.StepContext) -> str:
+        await ctx.stream("tokens").write(f"try{ctx.attempt}")
+        if down["talk"]:
+            raise RuntimeError("the model hung up")
+        return "said"
+
+    @app.workflow
+    async def talk(wf: plait.Workflow) -> str:
+        return str(await wf.do("talk", talker, "x"))
+
+    def shape(entries: list[Any]) -> list[tuple[Any, Any, Any]]:
+        return [(e.kind, e.value, e.attempt) for e in entries]
+
+    async def follow(**options: Any) -> list[Any]:
+        return [e async for e in engine.follow_stream(run_id, "tokens", **options)]
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("talk")
+        assert (await engine.wait(run_id, timeout=30)).status == "failed"
+        down["talk"] = False
+        await engine.retry(run_id)
+        assert (await engine.wait(run_id, timeout=30)).output == "said"
+        stored = shape(await engine.read_stream(run_id, "tokens"))
+        assert stored == [
+            ("data", "try1", 1),
+            ("reset", None, 1),
+            ("data", "try2", 2),
+            ("end", None, None),
+        ]
+        assert shape(await asyncio.wait_for(follow(), 20)) == stored
+        settled = await asyncio.wait_for(follow(settled_only=True), 20)
+        assert shape(settled) == [("data", "try2", 2), ("end", None, None)]

@@ -247,3 +247,24 @@ async def test_an_empty_or_unknown_status_filter_is_refused(
         answer = await users["alice"].get("/api/approvals", params={"status": given})
         refused_as(answer, 422, "INVALID_REQUEST")
         assert "status" in answer.text
+
+
+async def test_a_users_open_gate_is_listed_whatever_other_users_have_open(
+    engine: plait.Engine, users: dict[str, httpx.AsyncClient]
+) -> None:
+    """The listing keeps the gates the caller may decide out of everyone's, oldest first:
+    a hundred older gates of another user's (a page's worth) do not hide hers."""
+    bobs = await engine.start_many("anyone", [None] * 100, owner="bob")
+
+    async def all_open() -> bool:
+        return len(await engine.list_approvals(limit=1000)) == len(bobs)
+
+    await eventually(all_open, timeout=60, what="bob's 100 gates open")
+    mine = await start(users["alice"], "anyone")
+
+    async def mine_open() -> bool:
+        return any(a.run_id == mine for a in await engine.list_approvals(limit=1000))
+
+    await eventually(mine_open, what="alice's gate open")
+    assert await listed_for(users["alice"]) == [mine]
+    assert len(await listed_for(users["bob"])) == 100

@@ -70,6 +70,9 @@ async def test_start_with_tags_and_list_by_them(engine: plait.Engine, client: An
     assert bad.status_code == 422
     assert bad.json()["problems"][0]["field"] == "tag"
     assert "expected key:value" in bad.json()["problems"][0]["message"]
+    twice = await alice.get("/api/runs", params=[("tag", "customer:a"), ("tag", "customer:b")])
+    assert twice.status_code == 422  # one key, two values: no run holds both
+    assert "key 'customer' given twice" in twice.json()["problems"][0]["message"]
     bad_key = await alice.post("/api/workflows/parked_wait/runs", json={"tags": {"A": "b"}})
     assert bad_key.status_code == 422
     assert bad_key.json()["problems"][0]["field"] == "tags"

@@ -230,10 +230,10 @@ def parse_tags(pairs: list[str] | None, option: str = "--tag") -> dict[str, str]
     for pair in pairs:
         try:
             key, value = tag_rules.parse_pair(pair, "=", option)
+            tag_rules.add_pair(found, key, value, "=", option)
         except ValueError as exc:
             fail(str(exc))
             raise
-        found[key] = value
     try:
         tag_rules.limit(found, option)
     except ValueError as exc:

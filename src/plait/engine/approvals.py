@@ -24,11 +24,13 @@ from plait.records import (
 )
 from plait.runtime import steps
 from plait.store.convert import ts, ts_or_none
-from plait.store.rows import DecisionRow, StepRow
+from plait.store.rows import DecisionRow, GateRow, StepRow
 
 #: refused decisions kept per gate (the first ones, with who sent them and why): a sender
 #: refused again and again does not grow the run's record past this
 MAX_REFUSED_PER_GATE = 50
+#: the most gates one listing reads to find those its caller may decide
+_MOST_GATES_READ = 100_000
 
 
 class ApprovalsMixin(EngineBase):
@@ -173,8 +175,26 @@ class ApprovalsMixin(EngineBase):
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"invalid limit: {limit!r}")
         step_status = {"open": "pending", None: None}.get(status, "succeeded")
+        # the store reads gates oldest first, everyone's: the filter comes after, so read
+        # on (more each time) until ``limit`` pass it or none are left, else another
+        # user's hundred gates would hide this user's own
+        asked = limit
+        while True:
+            gates = await self.store.list_gates(step_status, asked)
+            found = self._approvals(gates, status, user, reader)
+            if len(found) >= limit or len(gates) < asked or asked >= _MOST_GATES_READ:
+                return found[:limit]
+            asked = min(asked * 4, _MOST_GATES_READ)
+
+    def _approvals(
+        self,
+        gates: list[GateRow],
+        status: ApprovalStatus | None,
+        user: str | None,
+        reader: Callable[[str | None], bool] | None,
+    ) -> list[Approval]:
         found: list[Approval] = []
-        for gate in await self.store.list_gates(step_status, limit):
+        for gate in gates:
             info = approval.gate_info(gate.step.input)
             state = "open" if gate.step.status == "pending" else _gate_outcome(gate.step)
             if status is not None and state != status:

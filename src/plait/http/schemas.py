@@ -306,7 +306,7 @@ def tags_query(request: Request) -> dict[str, str] | None:
     try:
         for pair in pairs:
             key, value = tag_rules.parse_pair(pair, ":", "tag")
-            found[key] = value
+            tag_rules.add_pair(found, key, value, ":", "tag")
         tag_rules.limit(found, "tag")
     except ValueError as exc:
         raise invalid([{"field": "tag", "message": str(exc)}], "query string") from None
