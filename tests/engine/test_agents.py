@@ -17,13 +17,11 @@ pytest.importorskip("pydantic_ai", reason="the pydantic-ai extra is not installe
 from pydantic_ai import Agent, ApprovalRequired, ModelRetry, RunContext
 from pydantic_ai.messages import (
     ModelMessage,
-    ModelRequest,
     ModelResponse,
     TextPart,
     ToolCallPart,
-    ToolReturnPart,
 )
-from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 from typer.testing import CliRunner
 
@@ -170,13 +168,7 @@ async def test_a_denied_tool_call_tells_the_model_why(engine_factory) -> None:
 def _two_refunds(messages: list[ModelMessage]) -> ModelResponse:
     """A model that refunds two orders in one response (two calls of one tool, both
     over the approval limit), then says what the tools returned."""
-    returns = [
-        part
-        for message in messages
-        if isinstance(message, ModelRequest)
-        for part in message.parts
-        if isinstance(part, ToolReturnPart)
-    ]
+    returns = agent_app.tool_returns(messages)
     if not returns:
         return ModelResponse(
             parts=[
@@ -203,12 +195,7 @@ async def test_two_calls_of_one_tool_needing_approval_wait_on_gates_of_their_own
             if isinstance(part, TextPart):
                 yield part.content
             elif isinstance(part, ToolCallPart):
-                args = json.dumps(part.args)
-                yield {
-                    index: DeltaToolCall(
-                        name=part.tool_name, json_args=args, tool_call_id=part.tool_call_id
-                    )
-                }
+                yield agent_app.tool_call_delta(index, part)
 
     refunder = Agent(
         FunctionModel(respond, stream_function=stream),

@@ -52,17 +52,31 @@ def _prompt(messages: list[ModelMessage]) -> str:
     raise AssertionError("no user prompt")
 
 
-def plan(messages: list[ModelMessage]) -> ModelResponse:
-    """The model's answer to a conversation, from what it holds so far. The prompt is
-    ``"<order> <amount>"``."""
-    order, amount = _prompt(messages).split()
-    returns = [
+def tool_returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:
+    """What the tools returned so far in a conversation: a scripted model's next answer
+    depends on it."""
+    return [
         part
         for message in messages
         if isinstance(message, ModelRequest)
         for part in message.parts
         if isinstance(part, ToolReturnPart)
     ]
+
+
+def tool_call_delta(index: int, part: ToolCallPart) -> DeltaToolCalls:
+    """A tool call of a scripted response as one streamed delta."""
+    args = json.dumps(part.args)
+    return {
+        index: DeltaToolCall(name=part.tool_name, json_args=args, tool_call_id=part.tool_call_id)
+    }
+
+
+def plan(messages: list[ModelMessage]) -> ModelResponse:
+    """The model's answer to a conversation, from what it holds so far. The prompt is
+    ``"<order> <amount>"``."""
+    order, amount = _prompt(messages).split()
+    returns = tool_returns(messages)
     if not returns:
         return ModelResponse(parts=[ToolCallPart("lookup", {"order": order}, tool_call_id="c1")])
     if len(returns) == 1:
@@ -95,12 +109,7 @@ async def stream(
             for word in part.content.split(" "):
                 yield word + " "
         elif isinstance(part, ToolCallPart):
-            args = json.dumps(part.args)
-            yield {
-                index: DeltaToolCall(
-                    name=part.tool_name, json_args=args, tool_call_id=part.tool_call_id
-                )
-            }
+            yield tool_call_delta(index, part)
 
 
 def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
