@@ -277,6 +277,91 @@ async def test_retry_reopens_every_failure_nobody_caught(engine_factory) -> None
         assert outage.counter.counts == {"a": 2, "b": 2}
 
 
+async def test_retry_of_a_run_failed_by_a_task_group_sibling_completes(engine_factory) -> None:
+    """A task group: ``failing`` fails and the group cancels ``slow`` (recorded
+    ``CANCELLED``). The run did not go on past that cancel, so a retry reopens ``slow``
+    too: replayed as the cancel it was, it would fail the group again."""
+    calls = Counter()
+    app = plait.App()
+
+    @app.function
+    async def slow() -> str:
+        if calls.hit("slow") == 1:
+            await asyncio.Event().wait()  # still running when the group cancels it
+        return "slow"
+
+    @app.function
+    async def failing() -> str:
+        await asyncio.sleep(0.05)
+        if calls.hit("failing") == 1:
+            raise plait.NonRetryableError("the service said no (once)")
+        return "failing"
+
+    @app.workflow
+    async def group(wf: plait.Workflow) -> list[str]:
+        async with asyncio.TaskGroup() as tg:
+            a = tg.create_task(wf.do("slow", "slow"))
+            b = tg.create_task(wf.do("failing", "failing"))
+        return [a.result(), b.result()]
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("group")
+        run = await _failed(engine, run_id)
+        assert run.error and run.error["step"] == "failing"
+        cut = (await _steps(engine, run_id))["slow"]
+        assert cut.error and cut.error["code"] == plait.errors.CANCELLED
+        await engine.retry(run_id)
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed" and run.output == ["slow", "failing"], run.error
+        assert calls.counts == {"slow": 2, "failing": 2}
+
+
+async def test_retry_keeps_a_cancel_the_workflow_went_on_from(engine_factory) -> None:
+    """The loser of a race is cancelled and the workflow goes on to a step that fails:
+    the retry runs that step again, never the cancelled loser."""
+    calls = Counter()
+    app = plait.App()
+
+    @app.function(retries=0)
+    async def fast() -> str:
+        calls.hit("fast")
+        return "fast"
+
+    @app.function(retries=0)
+    async def loser() -> str:
+        calls.hit("loser")
+        await asyncio.Event().wait()
+        return "loser"
+
+    @app.function(retries=0)
+    async def after(data: str) -> str:
+        if calls.hit("after") == 1:
+            raise RuntimeError("down once")
+        return data
+
+    @app.workflow
+    async def race(wf: plait.Workflow) -> str:
+        a = asyncio.ensure_future(wf.do("fast", "fast"))
+        b = asyncio.ensure_future(wf.do("loser", "loser"))
+        done, pending = await asyncio.wait({a, b}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        return str(await wf.do("after", "after", next(iter(done)).result()))
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("race")
+        run = await _failed(engine, run_id)
+        assert run.error and run.error["step"] == "after"
+        cut = (await _steps(engine, run_id))["loser"]
+        assert cut.error and cut.error["code"] == plait.errors.CANCELLED
+        lost = calls["loser"]  # 0 or 1: the race may end before its body starts
+        await engine.retry(run_id)
+        run = await engine.wait(run_id, timeout=10)
+        assert run.status == "completed" and run.output == "fast", run.error
+        assert (calls["fast"], calls["loser"], calls["after"]) == (1, lost, 2)
+        assert (await _steps(engine, run_id))["loser"].error == cut.error
+
+
 async def test_retry_waits_again_for_an_uncaught_event_timeout(engine_factory) -> None:
     app = plait.App()
 

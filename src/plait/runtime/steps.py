@@ -454,6 +454,10 @@ def reopened(
     * A failure the workflow caught without reaching any step afterwards leaves no
       trace of that and is reopened like one it let through; nothing recorded depends on
       its outcome, so the replay stays consistent whatever the new attempt gives.
+    * A step the workflow cancelled (``cancelled_by_workflow``) is kept as it is: the
+      replay cancels it again where it was. Unless a reopened failure came first and the
+      workflow reached no step after the cancel (``cut_by``): a task group's sibling that
+      a failure cancelled, replayed as that cancel, would fail the retried run again.
     """
     rows = {step.key: step for step in recorded}
     # a step the workflow cancelled is cancelled again where it was: it stays as it is
@@ -491,7 +495,26 @@ def reopened(
                 handled.add(key)
             else:
                 handled.discard(key)
-    return failed - handled
+    again = failed - handled
+    return again | cut_by(rows.values(), [rows[key] for key in again])
+
+
+def cut_by(recorded: Iterable[StepRow], again: list[StepRow]) -> set[str]:
+    """The keys of the steps the workflow cancelled that go with the reopened failures
+    ``again``: cancelled no earlier than one of them failed, and no step was reached
+    after the cancel. The failure is what cancelled them (a task group's sibling, the
+    other side of a race it lost by failing); once it runs again nothing cancels them.
+    A cancel the workflow went on from (it reached a step after it) stays."""
+    if not again:
+        return set()
+    rows = list(recorded)
+    first = min(step.updated_at for step in again)
+    cut = [s for s in rows if cancelled_by_workflow(s) and s.updated_at >= first]
+    return {
+        step.key
+        for step in cut
+        if not any(s.created_at > step.updated_at for s in rows if s is not step)
+    }
 
 
 def cancelled_wait(step: StepRow) -> bool:
