@@ -11,6 +11,7 @@ import pytest
 
 import plait
 from plait.engine import bulk
+from support.polling import eventually
 
 app = plait.App("bulk-tests")
 #: the bodies of ``shaky`` that ran, by run id
@@ -43,6 +44,21 @@ async def ticker(wf: plait.Workflow, data: int) -> int:
 async def waiter(wf: plait.Workflow, data: Any) -> str:
     await wf.suspend("hold")
     return "resumed"
+
+
+@app.workflow
+async def parent(wf: plait.Workflow, data: str) -> str:
+    return str(await wf.do("child", "sync", data))
+
+
+@app.workflow
+async def fan(wf: plait.Workflow, data: int) -> list[Any]:
+    try:
+        return list(await asyncio.gather(*(wf.do(f"c{n}", "waiter", n) for n in range(data))))
+    except plait.StepError:
+        # what a parent does when a child did not complete: compensate
+        await wf.do("compensate", lambda _: BODIES.update(compensate=1), None)
+        raise
 
 
 async def _failed_runs(engine: plait.Engine, count: int, tags: dict[str, str]) -> list[str]:
@@ -100,6 +116,52 @@ async def test_bulk_cancel_counts_only_live_runs_and_resume_only_suspended(
         assert await engine.cancel_runs(tags={"team": "x"}, reason="stop") == 3
         assert all([(await engine.get_run(r)).status == "cancelled" for r in again])
         assert all([(await engine.get_run(r)).status == "failed" for r in failed])
+
+
+async def test_bulk_retry_of_a_parent_and_its_child_runs_the_child_s_work_once(
+    engine_factory: Any,
+) -> None:
+    """A parent failed because its child failed: both match. The parent's retry starts a
+    new child, so the matched child is not retried as well (its work would run twice,
+    its result going to no one)."""
+    BODIES.clear()
+    BROKEN["now"] = True
+    async with engine_factory(app) as engine:
+        run_id = await engine.start(parent, "tree-1", tags={"batch": "tree"})
+        assert (await engine.wait(run_id, timeout=30)).status == "failed"
+        (child,) = [s.child_run_id for s in await engine.get_steps(run_id) if s.key == "child"]
+        assert child is not None and (await engine.get_run(child)).status == "failed"
+        assert len(await engine.match_runs("retry", tags={"batch": "tree"})) == 2
+        BROKEN["now"] = False
+        assert await engine.retry_runs(tags={"batch": "tree"}) == 1
+        assert (await engine.get_run(child)).status == "failed"  # the old child stays
+        assert (await engine.wait(run_id, timeout=30)).output == "tree-1"
+        assert BODIES["tree-1"] == 2  # once failed, once in the new child
+        assert (await engine.get_run(child)).status == "failed"
+
+
+async def test_bulk_cancel_of_a_tree_cancels_the_parent_rather_than_failing_it(
+    engine_factory: Any,
+) -> None:
+    """Children inherit their parent's tags, so a tag matches a parent and its children.
+    The parent is cancelled with its children; cancelled one by one first, each child
+    would fail the parent's step and the parent would compensate and end ``failed``."""
+    BODIES.clear()
+    async with engine_factory(app) as engine:
+        run_id = await engine.start(fan, 4, tags={"batch": "fan"})
+
+        async def all_waiting() -> bool:
+            found = await engine.list_runs(tags={"batch": "fan"}, limit=100)
+            kids = [r for r in found if r.id != run_id]
+            return len(kids) == 4 and all(r.status == "suspended" for r in kids)
+
+        await eventually(all_waiting, timeout=20, what="the 4 children suspended")
+        assert await engine.cancel_runs(tags={"batch": "fan"}) == 5
+        run = await engine.wait(run_id, timeout=30)
+        assert run.status == "cancelled", run.error
+        found = await engine.list_runs(tags={"batch": "fan"}, limit=100)
+        assert {r.status for r in found} == {"cancelled"}
+        assert "compensate" not in BODIES
 
 
 async def test_bulk_filters_are_checked(engine_factory: Any) -> None:

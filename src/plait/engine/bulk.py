@@ -7,6 +7,13 @@ started meanwhile is not one the caller saw), then acted on in batches of ``BATC
 a state the action applies to by its turn (it ended, or was retried by someone else) is
 skipped and not counted.
 
+A child run whose parent is matched too goes with its parent (``grouped``): a parent's
+cancel ends its children with it, and a parent's retry starts its failed child step again
+as a new child run. Acted on by itself as well, a cancelled child would first fail its
+parent's step (the parent compensating and ending ``failed``, not ``cancelled``), and a
+retried child would run the work its parent's new child runs again. A cancel counts the
+matched children its parents' cancels ended; a retry counts the runs it retried.
+
 Batches are paced to ``rate`` runs a second (``DEFAULT_RATE``). Acting is cheap; what a
 retried or resumed run does next is not: 5,000 runs made due at once would take every
 worker's slots and the store's writer for as long as they run, and the live runs' steps
@@ -142,6 +149,12 @@ class BulkMixin(ActionsMixin):
     async def match_runs(self, action: BulkAction, **filters: Any) -> list[str]:
         """The ids of the runs ``action`` would act on now (the filters of
         ``cancel_runs``), newest first: what a bulk action counts before it asks."""
+        return [run_id for run_id, _parent in await self._matched(action, filters)]
+
+    async def _matched(
+        self, action: BulkAction, filters: dict[str, Any]
+    ) -> list[tuple[str, str | None]]:
+        """The matches of ``match_runs``, each with its parent run's id."""
         if action not in APPLIES:
             raise ValueError(f"invalid action {action!r} (use cancel, retry or resume)")
         unknown = sorted(set(filters) - set(FILTERS))
@@ -162,7 +175,7 @@ class BulkMixin(ActionsMixin):
             if wanted not in statuses:
                 return []
             statuses = [str(wanted)]
-        found: list[str] = []
+        found: list[tuple[str, str | None]] = []
         seen: set[str] = set()
         for status in statuses:
             offset = 0
@@ -172,7 +185,7 @@ class BulkMixin(ActionsMixin):
                 for run in page:
                     if run.id not in seen:
                         seen.add(run.id)
-                        found.append(run.id)
+                        found.append((run.id, run.parent_run_id))
                 if len(page) < _PAGE:
                     break
                 offset += _PAGE
@@ -187,45 +200,69 @@ class BulkMixin(ActionsMixin):
         reason: str | None = None,
     ) -> int:
         pace = checked_rate(rate)
-        run_ids = await self.match_runs(action, **filters)
+        groups = grouped(await self._matched(action, filters))
+        matched = {run_id for group in groups.values() for run_id in group}
+        run_ids = list(groups)
         done = acted = 0
         began = time.monotonic()
         for start in range(0, len(run_ids), BATCH):
             if pace is not None:
                 await wait_for_turn(began + start / pace)
-            batch = iter(run_ids[start : start + BATCH])
+            batch = run_ids[start : start + BATCH]
+            lanes = iter(batch)
             counts = await asyncio.gather(
-                *(self._act_on(action, batch, reason) for _ in range(IN_FLIGHT))
+                *(self._act_on(action, lanes, reason, matched) for _ in range(IN_FLIGHT))
             )
             acted += sum(counts)
-            batch_size = min(BATCH, len(run_ids) - start)
-            done += batch_size
+            done += sum(len(groups[run_id]) for run_id in batch)
             if progress is not None:
-                progress(done, len(run_ids))
+                progress(done, len(matched))
             await asyncio.sleep(0)  # live work of this process goes on between batches
         return acted
 
-    async def _act_on(self, action: BulkAction, run_ids: Iterator[str], reason: str | None) -> int:
+    async def _act_on(
+        self, action: BulkAction, run_ids: Iterator[str], reason: str | None, matched: set[str]
+    ) -> int:
         """Act on runs taken one after another from ``run_ids`` (shared by the lanes of a
-        batch); how many were acted on."""
+        batch); how many of the ``matched`` runs were acted on."""
         acted = 0
         for run_id in run_ids:
-            acted += await self._act_once(action, run_id, reason)
+            acted += await self._act_once(action, run_id, reason, matched)
         return acted
 
-    async def _act_once(self, action: BulkAction, run_id: str, reason: str | None) -> bool:
-        """Act on one matched run; False if it is no longer in a state the action
-        applies to (or gone)."""
+    async def _act_once(
+        self, action: BulkAction, run_id: str, reason: str | None, matched: set[str]
+    ) -> int:
+        """Act on one matched run: how many of the ``matched`` runs that ended or went on
+        (a cancel ends the run's children with it); 0 if it is no longer in a state the
+        action applies to (or gone)."""
         try:
             if action == "cancel":
-                return run_id in await self._cancel_one(run_id, reason)
+                moved = await self._cancel_one(run_id, reason)
+                return len(matched.intersection(moved)) if run_id in moved else 0
             if action == "retry":
                 await self.retry(run_id)
             else:
                 await self.resume(run_id)
         except (RunStateError, RunNotFoundError):
-            return False
-        return True
+            return 0
+        return 1
+
+
+def grouped(matches: list[tuple[str, str | None]]) -> dict[str, list[str]]:
+    """The matched runs to act on (in the order matched), each with the matched runs
+    that go with it: itself and its matched descendants, reached through matched
+    parents. A run whose parent is matched too is left to its parent's action."""
+    parents = dict(matches)
+    groups: dict[str, list[str]] = {
+        run_id: [] for run_id, parent in matches if parent not in parents
+    }
+    for run_id, _parent in matches:
+        top = run_id
+        while (above := parents.get(top)) is not None and above in parents:
+            top = above
+        groups[top].append(run_id)
+    return groups
 
 
 async def wait_for_turn(at: float) -> None:
