@@ -74,6 +74,20 @@ async def test_start_many_with_run_ids_and_dedup_answers_as_start_does(
         assert await engine.start(echo, 4, dedup="one-key") == same[0]
 
 
+async def test_start_many_with_a_run_id_of_another_workflow_starts_no_run(
+    engine_factory: Any,
+) -> None:
+    """One commit, all or nothing: the taken id is found as the runs are written, and the
+    runs written before it in that commit go with it."""
+    async with engine_factory(app, workers=False) as engine:
+        await engine.start(echo, 0, run_id="taken-id")
+        with pytest.raises(plait.RunIdTakenError, match=r"'taken-id'.*'echo'"):
+            await engine.start_many(queued, [1, 2, 3], run_ids=["m-1", "taken-id", "m-3"])
+        assert await engine.list_runs(workflow="queued") == []
+        assert [r.id for r in await engine.list_runs()] == ["taken-id"]
+        assert await engine.start_many(queued, [1, 3], run_ids=["m-1", "m-3"]) == ["m-1", "m-3"]
+
+
 async def test_start_many_checks_every_input_before_writing_any(engine_factory: Any) -> None:
     async with engine_factory(app, workers=False) as engine:
         with pytest.raises(plait.NotJSONError, match=r"inputs\[3\]"):

@@ -6,7 +6,10 @@ import asyncio
 import json
 import time
 
+import pytest
+
 from plait.clock import VirtualClock
+from plait.errors import RunIdTakenError
 from plait.store import Store
 from plait.store.ops import CreateChildRun, EndRun, FinishAttempt, PutStep, StartAttempt
 from plait.store.rows import NewRun, RunFilter
@@ -90,6 +93,14 @@ async def test_the_run_create_run_returns_is_the_run_as_read_back(store: Store) 
     )
     assert (created, twice) == (True, False)
     assert json.dumps(made.to_dict()) == json.dumps(again.to_dict())
+
+
+async def test_create_runs_writes_none_when_an_id_is_another_workflow_s(store: Store) -> None:
+    await store.create_run(NewRun("held", "other", "workflow", None, "{}", status="running"))
+    news = [NewRun(i, "wf", "workflow", None, "{}", status="running") for i in ("a", "held", "b")]
+    with pytest.raises(RunIdTakenError, match=r"'held'.*'other'"):
+        await store.create_runs(news)
+    assert await store.get_run("a") is None and await store.get_run("b") is None
 
 
 async def test_create_run_is_idempotent_on_its_id(store: Store) -> None:

@@ -47,6 +47,7 @@ class StartsMixin(EngineBase):
         debounce: float | str | timedelta | None = None,
         debounce_key: str | None = None,
         debounce_max: float | str | timedelta | None = None,
+        connection: object = None,
     ) -> list[str]:
         """Start one run per item of ``inputs`` in one commit and return their ids in the
         order of ``inputs``: an import or a fan-out pays one durable write, not one each.
@@ -63,6 +64,14 @@ class StartsMixin(EngineBase):
         With ``debounce`` the inputs are debounced starts in their order: they share one
         run (with the last input), or join the run of their key waiting already.
         ``dedup_policy="replace"`` is refused: each input would cancel the one before.
+
+        All or nothing: an id in ``run_ids`` held by a run of another workflow is
+        ``RunIdTakenError``, and then no run is started.
+
+        ``connection``: the runs are written in the caller's open transaction on it, as
+        ``start(connection=...)`` writes one: they exist once the caller commits, and
+        not at all if it rolls back (as it should after an error here). Not with
+        ``inline=True`` nor ``debounce``.
         """
         if queues.check_dedup_policy(dedup_policy, dedup) == "replace":
             raise ValueError(
@@ -85,6 +94,8 @@ class StartsMixin(EngineBase):
                     check_caller_run_id(given)
                 except (TypeError, ValueError) as exc:
                     raise type(exc)(f"run_ids[{i}]: {exc}") from None
+        if connection is not None:
+            in_transaction(inline, debounce, dedup_policy)
         label = workflow_name(name)
         news: list[NewRun] = []
         for i, data in enumerate(items):
@@ -116,6 +127,8 @@ class StartsMixin(EngineBase):
         if not news:
             await self.catalog.resolve(label)  # an unknown workflow is an error even so
             return []
+        if connection is not None:
+            return [await self._create_in(connection, new) for new in news]
         since = time.monotonic()  # inline runs are created leased to this process
         outcomes = await self.store.create_runs(news)
         pairs = zip(news, outcomes, strict=True)
@@ -148,17 +161,12 @@ class StartsMixin(EngineBase):
         ``connection`` (``Store.create_run_in``), to be committed or rolled back with it.
         Workers are not told here: the caller's commit is what makes the run, and on
         PostgreSQL it carries the NOTIFY that wakes them."""
-        if inline:
-            raise ValueError(
-                "inline=True cannot start a run in the caller's transaction: no process"
-                " may drive it before the transaction commits"
-            )
-        if options.get("debounce") is not None or options.get("dedup_policy") == "replace":
-            raise ValueError(
-                "connection= does not combine with debounce or dedup_policy='replace': they"
-                " change runs other than the one this transaction writes"
-            )
-        new = await self._new_run(name, data, **options)
+        in_transaction(inline, options.get("debounce"), options.get("dedup_policy", "skip"))
+        return await self._create_in(connection, await self._new_run(name, data, **options))
+
+    async def _create_in(self, connection: object, new: NewRun) -> str:
+        """Write ``new`` in the caller's transaction on ``connection``: the id its
+        starter gets."""
         rid, workflow, created = await self.store.create_run_in(connection, new)
         if not created and rid == new.id and workflow != new.workflow:
             raise RunIdTakenError(rid, workflow, new.workflow)
@@ -190,3 +198,17 @@ class StartsMixin(EngineBase):
         elif publish:
             self.notifier.runs_created()
         return run.id, inline
+
+
+def in_transaction(inline: bool, debounce: object, dedup_policy: str) -> None:
+    """Refuse the options a start written in the caller's transaction cannot have."""
+    if inline:
+        raise ValueError(
+            "inline=True cannot start a run in the caller's transaction: no process"
+            " may drive it before the transaction commits"
+        )
+    if debounce is not None or dedup_policy == "replace":
+        raise ValueError(
+            "connection= does not combine with debounce or dedup_policy='replace': they"
+            " change runs other than the one this transaction writes"
+        )

@@ -187,7 +187,8 @@ class Store(LimitsStore, CallerTransactionStore, FleetStore, Protocol):
     async def create_runs(self, news: Sequence[NewRun]) -> list[tuple[Run, bool]]:
         """Each of ``news`` created as ``create_run`` creates it alone, in order, all in
         one transaction: a later one sees the earlier ones (an id or a de-duplication key
-        given twice gives the first's run)."""
+        given twice gives the first's run). All or none: ``RunIdTakenError`` if an id is
+        held by a run of another workflow, and then nothing is written."""
         ...
 
     async def get_run(self, run_id: str) -> Run | None: ...

@@ -48,7 +48,17 @@ class Runs(Part):
         return await self._starts(new)
 
     async def create_runs(self, news: Sequence[NewRun]) -> list[tuple[Run, bool]]:
-        return await self._create_many(list(news)) if news else []
+        if not news:
+            return []
+        values = [new_run_value(n) for n in news]
+        try:
+            rows = await self._call("fetch", self._q["create_all_runs"], values, self._now())
+        except asyncpg.PostgresError as exc:
+            if exc.sqlstate == RUN_EXISTS:
+                workflow = next((n.workflow for n in news if n.id == exc.detail), "?")
+                raise RunIdTakenError(exc.detail or "?", exc.hint or "?", workflow) from None
+            raise
+        return [(run_record(r["run"]), bool(r["created"])) for r in rows]
 
     async def _create_one(self, new: NewRun) -> tuple[Run, bool]:
         row = await self._call("fetchrow", self._q["create_run"], new_run_value(new), self._now())

@@ -103,7 +103,13 @@ class Runs(Part):
     async def create_runs(self, news: Sequence[NewRun]) -> list[tuple[Run, bool]]:
         def go(conn: sqlite3.Connection) -> list[tuple[Run, bool]]:
             now = self._now()
-            return [self._create(conn, new, now) for new in news]
+            made: list[tuple[Run, bool]] = []
+            for new in news:
+                run, created = self._create(conn, new, now)
+                if not created and run.id == new.id and run.workflow != new.workflow:
+                    raise RunIdTakenError(new.id, run.workflow, new.workflow)  # none written
+                made.append((run, created))
+            return made
 
         return await self._write(go)
 

@@ -88,6 +88,10 @@ SELECT created, run FROM @schema@.create_run($1::@schema@.new_run, $2)
 -- Runs started together, in the order given (a row each).
 SELECT created, run FROM @schema@.create_runs($1::@schema@.new_run[], $2)
 
+-- name: create_all_runs
+-- The runs of one start_many, all or none (PLT06: an id of another workflow's run).
+SELECT created, run FROM @schema@.create_all_runs($1::@schema@.new_run[], $2)
+
 -- name: replace_run
 -- A start that replaces the live run holding its de-duplication key.
 SELECT created, run, moved FROM @schema@.replace_run($1::@schema@.new_run, $2, $3::@schema@.op)

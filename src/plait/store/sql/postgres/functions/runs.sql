@@ -211,6 +211,27 @@ BEGIN
     END LOOP;
 END $$;
 
+-- The runs of one start_many: each created as create_run creates it, in the order given,
+-- all or none. SQLSTATE PLT06 (DETAIL the id, HINT the workflow of the run that holds it):
+-- an id is held by a run of another workflow, and nothing is written.
+CREATE OR REPLACE FUNCTION @schema@.create_all_runs(p_new @schema@.new_run[], p_now timestamptz)
+RETURNS TABLE (created boolean, run @schema@.runs) LANGUAGE plpgsql AS $$
+DECLARE
+    n @schema@.new_run;
+    one record;
+BEGIN
+    FOREACH n IN ARRAY p_new LOOP
+        SELECT * INTO one FROM @schema@.create_run(n, p_now);
+        IF NOT one.created AND (one.run).id = n.id AND (one.run).workflow <> n.workflow THEN
+            RAISE EXCEPTION 'run % exists', n.id
+                USING ERRCODE = 'PLT06', DETAIL = n.id, HINT = (one.run).workflow;
+        END IF;
+        created := one.created;
+        run := one.run;
+        RETURN NEXT;
+    END LOOP;
+END $$;
+
 -- A child run ended: the parent's step that still waits for it (it names this child and
 -- is running) ends as p_end says (its failures added to the step's), its attempt closes
 -- with it, and the parent is woken.
