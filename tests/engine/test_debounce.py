@@ -69,6 +69,24 @@ async def test_twenty_starts_within_two_seconds_make_one_run_with_the_last_input
         assert [r.id for r in await env.list_runs(workflow="sync")] == ids[:1]
 
 
+async def test_a_start_that_joins_a_waiting_run_merges_its_tags_into_it(database: str) -> None:
+    """The latest start wins, for the input and for a tag key both starts give; a key
+    only the first gave stays. The run is found by every tag it holds (the tag index
+    follows the merge)."""
+    async with TestEngine(debounce_app(), database, start=START) as env:
+        first = await env.start("sync", 1, debounce="5s", tags={"customer": "a", "team": "x"})
+        second = await env.start("sync", 2, debounce="5s", tags={"customer": "b", "ui": "web"})
+        third = await env.start("sync", 3, debounce="5s")  # no tags: the run keeps its own
+        assert first == second == third
+        run = await env.get_run(first)
+        assert run.input == 3
+        assert run.tags == {"customer": "b", "team": "x", "ui": "web"}
+        for pair in ({"customer": "b"}, {"team": "x"}, {"ui": "web"}):
+            assert [r.id for r in await env.list_runs(tags=pair)] == [first], pair
+        assert await env.list_runs(tags={"customer": "a"}) == []
+        assert (await env.wait(first, timeout=30)).output["data"] == 3
+
+
 async def test_debounce_max_bounds_the_wait_from_the_first_start(database: str) -> None:
     async with TestEngine(debounce_app(), database, start=START) as env:
         ids = []

@@ -288,9 +288,9 @@ class Engine(
         starting another (``dedup_policy="replace"``: cancels it, starts this one),
         ``delay`` / ``start_at`` hold the start until then. ``debounce``: starts with one
         ``debounce_key`` (default: the workflow's name) share one waiting run, which takes
-        each one's input and starts ``debounce`` after the last (at most ``debounce_max``
-        after the first). Such a run is ``queued`` until a worker admits it. ``name`` may
-        be the workflow's function.
+        each one's input, merges in each one's ``tags`` and starts ``debounce`` after the
+        last (at most ``debounce_max`` after the first). Such a run is ``queued`` until a
+        worker admits it. ``name`` may be the workflow's function.
 
         ``timeout`` (default: the workflow's own ``timeout``) is the run's deadline,
         counted from its start (a delayed run: from its start time): once it passes, the

@@ -172,7 +172,8 @@ class Store(LimitsStore, CallerTransactionStore, FleetStore, Protocol):
         """Create ``new`` and return it with True; or, with False, the run with its id,
         the live run holding its ``dedup`` key, or (``new.debounce_key``) the run of its
         workflow, debounce key and owner still waiting for its start time, which takes
-        ``new``'s input and start (``NewRun.debounce_key``). Atomic across processes: one
+        ``new``'s input and start and merges ``new``'s tags into its own
+        (``NewRun.debounce_key``). Atomic across processes: one
         run holds a dedup key, one run waits per debounce key."""
         ...
 

@@ -48,8 +48,9 @@ class NewRun:
     #: its tags (``plait.tags.dumps``: sorted JSON), or None for none
     tags: str | None = None
     #: a debounced start's key: while a run of the workflow with this key (and owner) waits
-    #: for its start time, that run takes this input and starts at ``not_before`` (never
-    #: past its ``debounce_until``) instead of this one being created; None: not debounced
+    #: for its start time, that run takes this input and ``tags`` (merged into its own)
+    #: and starts at ``not_before`` (never past its ``debounce_until``) instead of this
+    #: one being created; None: not debounced
     debounce_key: str | None = None
     #: the latest start (unix seconds) a later debounced start may give the run this start
     #: creates (the start plus ``debounce_max``); None: no limit

@@ -254,9 +254,10 @@ def _real(value: float | None) -> float | None:
 
 def debounce(conn: sqlite3.Connection, new: NewRun, now: float) -> str | None:
     """A debounced start (``new.debounce_key``) joins the run of its key still waiting for
-    its start time: the id of that run, which took ``new``'s input and start; None when
-    no run waits, and then a run of the key whose start time has passed has left the
-    window, so that ``new`` may be inserted."""
+    its start time: the id of that run, which took ``new``'s input and start and merged
+    its tags (``new``'s value on a key both have); None when no run waits, and then a
+    run of the key whose start time has passed has left the window, so that ``new`` may
+    be inserted."""
     params = {
         "workflow": new.workflow,
         "key": new.debounce_key,
@@ -267,6 +268,8 @@ def debounce(conn: sqlite3.Connection, new: NewRun, now: float) -> str | None:
     }
     joined = conn.execute(SQL["debounce_run"], params).fetchone()
     if joined is not None:
+        if new.tags is not None:
+            put_tags(conn, str(joined[0]), new.tags)
         return str(joined[0])
     conn.execute(SQL["close_debounce"], params)
     return None

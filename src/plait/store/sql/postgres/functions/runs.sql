@@ -87,7 +87,8 @@ END $$;
 
 -- A debounced start (n.debounce_key set) joins the run of its workflow, key and owner
 -- that still waits for its start time: that run takes n's input and starts at
--- n.not_before (never past its debounce_until), its deadline moved with its start. NULL
+-- n.not_before (never past its debounce_until), its deadline moved with its start, and
+-- n's tags are merged into its own (n's value on a key both have, as put_tags). NULL
 -- when no run waits; then a run of the key whose start time has passed (it waits for its
 -- queue) leaves the window, so that n may be inserted. The unique index runs_debounce
 -- keeps one waiting run per key: of two processes debouncing a key at once, the one whose
@@ -99,6 +100,8 @@ DECLARE
     joined @schema@.runs;
 BEGIN
     UPDATE @schema@.runs r SET input = n.input, updated_at = p_now,
+        tags = CASE WHEN n.tags IS NULL THEN r.tags
+            ELSE (coalesce(r.tags::jsonb, '{}'::jsonb) || n.tags::jsonb)::json END,
         wake_at = least(v_start, coalesce(r.debounce_until, v_start)),
         deadline_at = CASE WHEN r.timeout IS NULL THEN r.deadline_at
             ELSE least(v_start, coalesce(r.debounce_until, v_start))
@@ -108,6 +111,11 @@ BEGIN
         AND r.status = 'queued' AND r.wake_at > p_now
     RETURNING r.* INTO joined;
     IF FOUND THEN
+        IF n.tags IS NOT NULL THEN
+            INSERT INTO @schema@.run_tags (run_id, key, value)
+            SELECT joined.id, t.key, t.value FROM json_each_text(n.tags) t
+            ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value;
+        END IF;
         RETURN joined;
     END IF;
     UPDATE @schema@.runs r SET debounce_key = NULL
