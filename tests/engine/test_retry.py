@@ -725,3 +725,28 @@ def test_a_wait_the_workflow_cancelled_waits_again_until_its_own_time() -> None:
         ("__event:e", "scheduled", None),
         ("__approval:ok", "pending", None),
     ]
+
+
+def test_a_cancel_goes_with_the_failure_before_it_unless_the_workflow_went_on() -> None:
+    """``steps.cut_by``: a step the workflow cancelled is reopened with a reopened failure
+    that came no later than the cancel, unless a step was reached after the cancel."""
+
+    def rows(went_on: bool, cancelled_first: bool = False) -> list[StepRow]:
+        failing = _row("failing", "failed", [])
+        failing.created_at, failing.updated_at = 1.0, 10.0
+        sibling = _row("sibling", "failed", [])
+        sibling.error = steps.step_cancelled_error()
+        sibling.created_at, sibling.updated_at = 1.0, 5.0 if cancelled_first else 10.0
+        made = [failing, sibling]
+        if went_on:
+            later = _row("later", "failed", ["failing"])
+            later.created_at = later.updated_at = 11.0
+            made.append(later)
+        return made
+
+    named = serde.dumps({"message": "boom", "step": "failing"})
+    assert steps.reopened(rows(went_on=False), named) == {"failing", "sibling"}
+    assert steps.reopened(rows(went_on=False, cancelled_first=True), named) == {"failing"}
+    went_on = rows(went_on=True)
+    assert steps.reopened(went_on, serde.dumps({"step": "later"})) == {"later"}
+    assert steps.cut_by(went_on, [went_on[0]]) == set()
