@@ -284,19 +284,32 @@ WHERE run_id = :parent AND key = :key AND child_run_id = :old
 SELECT status, deadline_at FROM plait_runs WHERE id = ?
 
 -- name: due_deadlines
--- Live runs past their deadline (with it), soonest first; a child whose live parent is past its own
--- deadline too is left to the parent's time-out, which cancels it.
-SELECT r.id, r.deadline_at FROM plait_runs r INDEXED BY plait_runs_deadline
-WHERE r.deadline_at <= :now AND r.deadline_at IS NOT NULL
-    AND r.status IN ('queued', 'running', 'suspended')
-    AND NOT EXISTS (SELECT 1 FROM plait_runs p WHERE p.id = r.parent_run_id
-                    AND p.deadline_at <= :now
-                    AND p.status IN ('queued', 'running', 'suspended'))
-ORDER BY r.deadline_at LIMIT :limit
+-- Live runs past their deadline (with it), soonest first: the queued, running and
+-- suspended ones through the deadline index, the paused and parked ones (few, and outside
+-- that index) through the status index. A child whose live parent is past its own deadline
+-- too is left to the parent's time-out, which cancels it.
+SELECT d.id, d.deadline_at FROM (
+    SELECT r.id, r.deadline_at, r.parent_run_id FROM plait_runs r INDEXED BY plait_runs_deadline
+    WHERE r.deadline_at <= :now AND r.deadline_at IS NOT NULL
+        AND r.status IN ('queued', 'running', 'suspended')
+    UNION ALL
+    SELECT r.id, r.deadline_at, r.parent_run_id FROM plait_runs r INDEXED BY plait_runs_status
+    WHERE r.status IN ('paused', 'needs_attention') AND r.deadline_at <= :now
+) d
+WHERE NOT EXISTS (SELECT 1 FROM plait_runs p WHERE p.id = d.parent_run_id
+                  AND p.deadline_at <= :now
+                  AND p.status IN ('queued', 'running', 'suspended', 'paused', 'needs_attention'))
+ORDER BY d.deadline_at LIMIT :limit
 
 -- name: next_deadline
-SELECT min(deadline_at) FROM plait_runs INDEXED BY plait_runs_deadline
-WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended')
+-- The earliest deadline of a live run, read as due_deadlines reads them.
+SELECT min(at) FROM (
+    SELECT min(deadline_at) AS at FROM plait_runs INDEXED BY plait_runs_deadline
+    WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended')
+    UNION ALL
+    SELECT min(deadline_at) FROM plait_runs INDEXED BY plait_runs_status
+    WHERE status IN ('paused', 'needs_attention') AND deadline_at IS NOT NULL
+)
 
 -- name: live_children
 SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'suspended', 'queued', 'paused', 'needs_attention')
@@ -672,8 +685,8 @@ SELECT
          AND EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = j.run_id AND r.status = 'running')),
     (SELECT min(wake_at) FROM plait_runs WHERE status = 'queued'),
     (SELECT min(next_tick) FROM plait_schedules WHERE status = 'active'),
-    (SELECT min(deadline_at) FROM plait_runs
-     WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended'))
+    (SELECT min(deadline_at) FROM plait_runs WHERE deadline_at IS NOT NULL
+     AND status IN ('queued', 'running', 'suspended', 'paused', 'needs_attention'))
 
 -- == queued steps ============================================================================
 
