@@ -52,10 +52,10 @@ class Schedules(Part):
     ) -> list[str] | None:
         def go(conn: sqlite3.Connection) -> list[str] | None:
             now = self._now()
-            found = conn.execute(SQL["schedule_for_fire"], (name,)).fetchone()
+            found = conn.execute(SQL["schedule_for_fire"], {"name": name}).fetchone()
             if found is None:
                 return None
-            status, current, last_status = found
+            status, current, going_on, last_status = found
             live = False
             if expected is not None:
                 if status != "active" or current != expected:
@@ -71,7 +71,9 @@ class Schedules(Part):
                     last_tick = new.scheduled_at
                     live = skip_if_live and expected is not None
             moved = current if expected is None else next_tick
-            last = started[-1] if started else None
+            # the last run is the one its chain goes on as: the next look follows no
+            # continue as new it followed here
+            last = started[-1] if started else going_on
             conn.execute(SQL["fired_schedule"], (moved, last_tick, last, now, name))
             return started
 

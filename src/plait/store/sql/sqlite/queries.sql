@@ -1134,9 +1134,19 @@ ORDER BY s.next_tick LIMIT ?
 SELECT min(next_tick) FROM plait_schedules WHERE status = 'active'
 
 -- name: schedule_for_fire
-SELECT s.status, s.next_tick, r.status FROM plait_schedules s
-LEFT JOIN plait_runs r ON r.id = s.last_run_id
-WHERE s.name = ?
+-- A schedule's status and next tick, and the run its last run goes on as: the run that
+-- one continued as new to, and so on (the last run itself when it did not continue),
+-- with its status.
+WITH RECURSIVE chain (id, status, next, depth) AS (
+    SELECT r.id, r.status, r.continued_to, 0 FROM plait_schedules s
+    JOIN plait_runs r ON r.id = s.last_run_id WHERE s.name = :name
+    UNION ALL
+    SELECT r.id, r.status, r.continued_to, c.depth + 1 FROM chain c
+    JOIN plait_runs r ON r.id = c.next WHERE c.status = 'continued'
+)
+SELECT s.status, s.next_tick, last.id, last.status FROM plait_schedules s
+LEFT JOIN (SELECT id, status FROM chain ORDER BY depth DESC LIMIT 1) last ON 1
+WHERE s.name = :name
 
 -- name: fired_schedule
 UPDATE plait_schedules SET next_tick = ?, last_tick = coalesce(?, last_tick),

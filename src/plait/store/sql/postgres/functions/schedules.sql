@@ -3,8 +3,10 @@
 -- Start a schedule's due ticks and move its next tick, if nobody did since the caller
 -- read it (p_expected: the next tick it read; NULL for a manual trigger, which moves no
 -- tick and ignores the overlap policy). With p_skip, no tick starts while the schedule's
--- last run is queued or running, and one look starts at most one run. Returns the ids of
--- the runs started, or NULL when another process got there first.
+-- last run is queued or running, and one look starts at most one run. A last run that
+-- continued as new goes on as the run it continued to (and so on): that run counts, and
+-- becomes the schedule's last run. Returns the ids of the runs started, or NULL when
+-- another process got there first.
 CREATE OR REPLACE FUNCTION @schema@.fire_schedule(
     p_name text, p_expected timestamptz, p_next timestamptz, p_runs @schema@.new_run[],
     p_skip boolean, p_now timestamptz
@@ -16,6 +18,8 @@ DECLARE
     started text[] := ARRAY[]::text[];
     v_last text;
     v_last_tick timestamptz;
+    v_going_on text;
+    v_going_status text;
 BEGIN
     SELECT * INTO s FROM @schema@.schedules WHERE name = p_name FOR UPDATE;
     IF NOT FOUND THEN
@@ -25,9 +29,16 @@ BEGIN
         IF s.status <> 'active' OR s.next_tick IS DISTINCT FROM p_expected THEN
             RETURN NULL;
         END IF;
-        live := p_skip AND EXISTS (SELECT 1 FROM @schema@.runs r
-                                   WHERE r.id = s.last_run_id
-                                       AND r.status IN ('queued', 'running'));
+        WITH RECURSIVE chain (id, status, next, depth) AS (
+            SELECT r.id, r.status, r.continued_to, 0 FROM @schema@.runs r
+            WHERE r.id = s.last_run_id
+            UNION ALL
+            SELECT r.id, r.status, r.continued_to, c.depth + 1 FROM chain c
+            JOIN @schema@.runs r ON r.id = c.next WHERE c.status = 'continued'
+        )
+        SELECT id, status INTO v_going_on, v_going_status FROM chain
+        ORDER BY depth DESC LIMIT 1;
+        live := p_skip AND coalesce(v_going_status IN ('queued', 'running'), false);
     END IF;
     FOREACH n IN ARRAY p_runs LOOP
         EXIT WHEN live;
@@ -41,7 +52,7 @@ BEGIN
     UPDATE @schema@.schedules SET
         next_tick = CASE WHEN p_expected IS NULL THEN next_tick ELSE p_next END,
         last_tick = coalesce(v_last_tick, last_tick),
-        last_run_id = coalesce(v_last, last_run_id),
+        last_run_id = coalesce(v_last, v_going_on, last_run_id),
         updated_at = p_now
     WHERE name = p_name;
     RETURN started;
