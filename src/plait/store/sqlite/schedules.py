@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from plait.store.rows import NewRun, ScheduleRow
+from plait.store.rows import NewRun, ScheduleAsRead, ScheduleRow
 from plait.store.sqlite import apply
 from plait.store.sqlite.part import Part
 from plait.store.sqlite.writer import SQL
@@ -16,8 +16,16 @@ from plait.store.sqlite.writer import SQL
 class Schedules(Part):
     """Schedules and their ticks."""
 
-    async def put_schedule(self, row: ScheduleRow) -> bool:
-        def go(conn: sqlite3.Connection) -> bool:
+    async def put_schedule(
+        self, row: ScheduleRow, as_read: ScheduleAsRead | None = None
+    ) -> bool | None:
+        def go(conn: sqlite3.Connection) -> bool | None:
+            if as_read is not None:
+                # the read and the write share the writer's transaction: nothing comes
+                # between them
+                found = conn.execute(SQL["schedule_owner"], (row.name,)).fetchone()
+                if found is not None and not (as_read.found and found[0] == as_read.owner):
+                    return None
             cur = conn.execute(SQL["put_schedule"], _schedule_params(row))
             return cur.rowcount > 0
 

@@ -686,6 +686,9 @@ WHERE schedules.definition::text IS DISTINCT FROM excluded.definition::text
     OR schedules.owner IS DISTINCT FROM excluded.owner
 RETURNING name
 
+-- name: put_schedule_as_read
+SELECT @schema@.put_schedule_as_read($1, $2, $3::json, $4, $5, $6, $7, $8, $9, $10)
+
 -- name: get_schedules
 SELECT s.*, r.status AS last_run_status
 FROM @schema@.schedules s LEFT JOIN @schema@.runs r ON r.id = s.last_run_id

@@ -1116,6 +1116,10 @@ ON CONFLICT (name) DO UPDATE SET workflow = excluded.workflow,
 WHERE plait_schedules.definition IS NOT excluded.definition
     OR plait_schedules.owner IS NOT excluded.owner
 
+-- name: schedule_owner
+-- A stored schedule's owner, read in the transaction that stores over it.
+SELECT owner FROM plait_schedules WHERE name = ?
+
 -- name: get_schedules
 SELECT s.name, s.workflow, s.definition, s.status, s.source, s.owner, s.next_tick,
     s.last_tick, s.last_run_id, s.created_at, s.updated_at, r.status

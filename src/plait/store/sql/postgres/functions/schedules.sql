@@ -57,3 +57,35 @@ BEGIN
     WHERE name = p_name;
     RETURN started;
 END $$;
+
+-- Store a schedule as put_schedule does, but only over the schedule the caller read
+-- (p_found false: none of that name; true: one owned by p_read_owner, NULL for none):
+-- true if it wrote, false if nothing changed, NULL (writing nothing) when another
+-- schedule is stored now. The insert waits for one made meanwhile and the row lock
+-- holds the owner read until the update, so two callers deciding on one read cannot
+-- both store.
+CREATE OR REPLACE FUNCTION @schema@.put_schedule_as_read(
+    p_name text, p_workflow text, p_definition json, p_status text, p_source text,
+    p_owner text, p_next timestamptz, p_now timestamptz, p_found boolean, p_read_owner text
+) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    stored_owner text;
+BEGIN
+    INSERT INTO @schema@.schedules (name, workflow, definition, status, source, owner,
+        next_tick, created_at, updated_at)
+    VALUES (p_name, p_workflow, p_definition, p_status, p_source, p_owner, p_next, p_now,
+        p_now)
+    ON CONFLICT (name) DO NOTHING;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    SELECT owner INTO stored_owner FROM @schema@.schedules WHERE name = p_name FOR UPDATE;
+    IF NOT FOUND OR NOT p_found OR stored_owner IS DISTINCT FROM p_read_owner THEN
+        RETURN NULL;  -- made, changed hands or deleted since the caller read it
+    END IF;
+    UPDATE @schema@.schedules SET workflow = p_workflow, definition = p_definition,
+        source = p_source, owner = p_owner, next_tick = p_next, updated_at = p_now
+    WHERE name = p_name AND (definition::text IS DISTINCT FROM p_definition::text
+                             OR owner IS DISTINCT FROM p_owner);
+    RETURN FOUND;
+END $$;
