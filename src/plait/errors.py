@@ -115,6 +115,16 @@ class ScheduleNotFoundError(PlaitError, LookupError):
         self.name = name
 
 
+class ScheduleChangedError(PlaitError):
+    """``create_schedule(..., replaces=...)`` found another schedule of that name stored
+    than the one the caller decided on (another caller stored it meanwhile): nothing was
+    stored; read it again and decide again."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"schedule {name!r} changed since it was read: nothing was stored")
+        self.name = name
+
+
 class RunStateError(PlaitError):
     """An action that the run's current status does not allow (HTTP 409)."""
 

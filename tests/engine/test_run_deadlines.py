@@ -1,11 +1,11 @@
 """Run deadlines: ``@app.workflow(timeout=)`` and ``engine.start(..., timeout=)`` (start
 wins). Once the deadline passes the run fails ``RUN_TIMEOUT`` wherever it is: asleep,
 waiting for an event, in a step (whose body is cancelled), queued for admission,
-suspended; its live children end cancelled, and a child's deadline is never later than its
-parent's. The deadline is stored on the run (``Run.deadline_at``), with its timeout
-(``Run.timeout``), which a retry (or a resume past the deadline) counts again from then.
-The process test (``tests/processes/test_deadline_crash.py``) shows it fires after its
-worker was killed.
+suspended, paused by a brake, parked; its live children end cancelled, and a child's
+deadline is never later than its parent's. The deadline is stored on the run
+(``Run.deadline_at``), with its timeout (``Run.timeout``), which a retry (or a resume past
+the deadline, or a continue as new) counts again from then. The process test
+(``tests/processes/test_deadline_crash.py``) shows it fires after its worker was killed.
 """
 
 from __future__ import annotations
@@ -167,6 +167,70 @@ async def test_a_suspended_run_fails_at_its_deadline(engine_factory) -> None:
 async def _ended(engine: plait.Engine, run_id: str) -> plait.Run | None:
     run = await engine.get_run(run_id)
     return run if run.status.is_terminal else None
+
+
+async def test_a_parked_run_fails_at_its_deadline(engine_factory) -> None:
+    """A run parked ``needs_attention`` waits for a person as a suspended one does; its
+    deadline runs out all the same."""
+    app = plait.App()
+
+    @app.function(retries=0, on_exhausted="park")
+    def down() -> None:
+        raise RuntimeError("down")
+
+    @app.workflow(timeout="30s")
+    async def parks(wf: plait.Workflow) -> str:
+        await wf.do("down", "down")
+        return "done"
+
+    clock = VirtualClock()
+    async with engine_factory(app, clock=clock) as engine:
+        run_id = await engine.start("parks")
+        assert (await engine.wait(run_id, timeout=10)).status == "needs_attention"
+        clock.move_to(clock.now() + 31)
+        run = await eventually(lambda: _ended(engine, run_id), what="the parked run to time out")
+        assert (run.status, _code(run)) == ("failed", "RUN_TIMEOUT")
+
+
+async def test_a_paused_run_fails_at_its_deadline(engine_factory) -> None:
+    """A run a brake stopped ``paused`` has not ended: past its deadline it fails as a
+    queued run of the same paused workflow does."""
+    app = plait.App()
+    gate = asyncio.Event()
+
+    @app.function
+    async def work() -> str:
+        await asyncio.wait_for(gate.wait(), 30)
+        return "worked"
+
+    @app.workflow(timeout="30s")
+    async def braked(wf: plait.Workflow) -> str:
+        await wf.do("work", "work")
+        await wf.do("more", lambda: "more")
+        return "done"
+
+    async def working(run_id: str) -> bool:
+        step = await _step(engine, run_id, "work")
+        return step is not None and step.status == "running"
+
+    async def paused(run_id: str) -> bool:
+        return (await engine.get_run(run_id)).status == "paused"
+
+    clock = VirtualClock()
+    async with engine_factory(app, clock=clock, lease_seconds=1.0) as engine:
+        run_id = await engine.start("braked")
+        await eventually(lambda: working(run_id), what="the first step running")
+        await engine.pause_workflow("braked")
+        gate.set()
+        await eventually(lambda: paused(run_id), timeout=10, what="the run paused")
+        queued = await engine.start("braked")  # a new run of the paused workflow waits queued
+        clock.move_to(clock.now() + 31)
+        other = await eventually(lambda: _ended(engine, queued), what="the queued run to time out")
+        assert (other.status, _code(other)) == ("failed", "RUN_TIMEOUT")
+        run = await eventually(lambda: _ended(engine, run_id), what="the paused run to time out")
+        assert (run.status, _code(run)) == ("failed", "RUN_TIMEOUT")
+        more = await _step(engine, run_id, "more")
+        assert more is None or more.attempts == 0  # its next step never started
 
 
 def _family(clock: VirtualClock | None = None) -> plait.App:
@@ -345,6 +409,97 @@ async def test_a_resume_before_the_deadline_keeps_it(engine_factory) -> None:
         run = await engine.wait(run_id, timeout=10)
         assert (run.status, _code(run)) == ("failed", "RUN_TIMEOUT")
         assert run.deadline_at == suspended.deadline_at
+
+
+async def _moved_on(engine: plait.Engine, run_id: str) -> str | None:
+    """The run that continued ``run_id`` once it continued as new (None: not yet)."""
+    run = await engine.get_run(run_id)
+    assert run.status not in ("failed", "cancelled"), run.error
+    return run.continued_to if run.status == "continued" else None
+
+
+async def test_a_loop_that_continues_as_new_outlives_its_first_runs_deadline(
+    engine_factory,
+) -> None:
+    """Each run of a chain gets the timeout from its start: a run every 20 s with a 30 s
+    timeout goes on for ever, where one deadline for the chain would fail it."""
+    app = plait.App()
+
+    @app.workflow(timeout="30s")
+    async def looper(wf: plait.Workflow, n: int) -> int:
+        await wf.sleep("tick", 20)
+        if n < 3:
+            await wf.continue_as_new(n + 1)
+        return n
+
+    async def ticking(run_id: str) -> bool:
+        step = await _step(engine, run_id, "tick")
+        return step is not None and step.status == "scheduled"
+
+    clock = VirtualClock()
+    async with engine_factory(app, clock=clock) as engine:
+        first = current = await engine.start("looper", 0)
+        for _ in range(3):
+            await eventually(lambda rid=current: ticking(rid), what="the run sleeping")
+            clock.move_to(clock.now() + 20)
+            continued_at = clock.now()
+            current = await eventually(lambda rid=current: _moved_on(engine, rid), what="a new run")
+            run = await engine.get_run(current)
+            assert run.timeout == 30.0 and run.deadline_at is not None
+            assert run.deadline_at.timestamp() == pytest.approx(continued_at + 30, abs=1e-3)
+        await eventually(lambda: ticking(current), what="the last run sleeping")
+        clock.move_to(clock.now() + 20)
+        last = await engine.wait(first, timeout=10)
+        assert (last.status, last.output) == ("completed", 3), last.error
+
+
+async def test_a_child_that_continues_as_new_keeps_within_its_parents_deadline(
+    engine_factory,
+) -> None:
+    """A child's new run gets its timeout again from the continue, but never a deadline
+    later than its parent's."""
+    app = plait.App()
+
+    @app.workflow(timeout="20s")
+    async def kid(wf: plait.Workflow, n: int) -> Any:
+        await wf.sleep("tick", 15)
+        if n < 2:
+            await wf.continue_as_new(n + 1)
+        return await wf.wait_for_event("never")
+
+    @app.workflow(timeout="40s")
+    async def elder(wf: plait.Workflow) -> Any:
+        return await wf.do("kid", "kid", 0)
+
+    async def ticking(run_id: str) -> bool:
+        step = await _step(engine, run_id, "tick")
+        return step is not None and step.status == "scheduled"
+
+    clock = VirtualClock()
+    async with engine_factory(app, clock=clock) as engine:
+        run_id = await engine.start("elder")
+        parent = await engine.get_run(run_id)
+        assert parent.deadline_at is not None
+        step = await eventually(lambda: _child_started(engine, run_id), what="the child run")
+        child_id = step.child_run_id
+        await eventually(lambda: ticking(child_id), what="the child sleeping")
+        clock.move_to(clock.now() + 15)
+        continued_at = clock.now()
+        successor = await eventually(lambda: _moved_on(engine, child_id), what="a new run")
+        # its own 20 s from the continue, within the parent's 40 s
+        run = await engine.get_run(successor)
+        assert run.deadline_at is not None
+        assert run.deadline_at.timestamp() == pytest.approx(continued_at + 20, abs=1e-3)
+        await eventually(lambda: ticking(successor), what="the new child sleeping")
+        clock.move_to(clock.now() + 15)
+        last = await eventually(lambda: _moved_on(engine, successor), what="the last run")
+        # 20 s from this continue would pass the parent's deadline: it gets the parent's
+        run = await engine.get_run(last)
+        assert run.deadline_at == parent.deadline_at
+        clock.move_to(parent.deadline_at.timestamp())
+        parent = await engine.wait(run_id, timeout=10)
+        assert (parent.status, _code(parent)) == ("failed", "RUN_TIMEOUT")
+        assert (await engine.get_run(last)).status.is_terminal
 
 
 @pytest.mark.parametrize("bad", ["soon", "-2s", 0, -1, True, "0s", [1]])

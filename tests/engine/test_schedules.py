@@ -344,3 +344,42 @@ async def test_overlap_skip_starts_no_tick_while_the_last_run_lives(engine_facto
         (second, *_) = await eventually(next_run, timeout=15, what="a tick after the run ended")
         assert second.scheduled_at is not None
         assert second.scheduled_at.timestamp() >= began + 3  # no skipped tick came back
+
+
+async def test_overlap_skip_counts_a_scheduled_run_that_continued_as_new(
+    engine_factory: Any,
+) -> None:
+    """A scheduled run that continues as new goes on as its successor: with
+    ``overlap="skip"`` no tick starts while that chain is live, however many times it
+    continued, and the schedule's last run is the chain's live run."""
+    app = plait.App("sched-chain")
+
+    @app.workflow
+    async def chain(wf: plait.Workflow, n: Any) -> Any:
+        if (n or 0) < 2:
+            await wf.continue_as_new((n or 0) + 1)
+        return await wf.wait_for_event("go")
+
+    async with engine_factory(app) as engine:
+        await engine.create_schedule("beat", workflow="chain", every="1s", overlap="skip")
+
+        async def first_tick() -> list[plait.Run]:
+            runs = await engine.list_runs(workflow="chain", limit=1000)
+            return [r for r in runs if r.scheduled_at is not None]
+
+        (first,) = await eventually(first_tick, timeout=15, what="the first tick's run")
+        assert first.scheduled_at is not None
+        began = first.scheduled_at.timestamp()
+
+        async def ticks_passed() -> bool:
+            schedule = await engine.get_schedule("beat")
+            return schedule.next_tick is not None and schedule.next_tick.timestamp() >= began + 3
+
+        await eventually(ticks_passed, timeout=15, what="two more ticks to come and go")
+        runs = await engine.list_runs(workflow="chain", limit=1000)
+        live = [r for r in runs if not r.status.is_terminal]
+        assert len(live) == 1, f"{len(live)} chains live at once: {[r.id for r in live]}"
+        assert [r.id for r in runs if r.scheduled_at is not None] == [first.id]
+        assert (await engine.get_schedule("beat")).last_run_id == live[0].id
+        await engine.send_event(live[0].id, "go", "done")
+        assert (await engine.wait(first.id, timeout=15)).output == "done"

@@ -5,6 +5,7 @@ seen or operated; a user owns at most ``max_schedules_per_user``, and without th
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -150,3 +151,47 @@ async def test_a_schedule_firing_more_than_once_a_minute_needs_admin(
     for fine in ({"cron": "0 * * * * *"}, {"cron": "*/5 * * * *"}, {"every": 60}):
         ok = {"name": "fine", "workflow": "job", **fine}
         assert (await users["alice"].post("/api/schedules", json=ok)).status_code == 201, fine
+
+
+async def test_two_users_creating_one_name_at_once_cannot_both_succeed(
+    engine: plait.Engine, users: dict[str, httpx.AsyncClient]
+) -> None:
+    """Whether a caller may store over a schedule is decided on what is stored: two
+    requests that read the name free at once must not both store it (the later taking
+    the other's schedule, and the runs it starts). One wins; the other gets the 403 a
+    second creation gets."""
+    alice, bob = users["alice"], users["bob"]
+    for n in range(5):
+        name = f"nightly-{n}"
+
+        def body(who: str, name: str = name) -> dict[str, Any]:
+            return {"name": name, "workflow": "job", "cron": "0 3 * * *", "input": who}
+
+        a, b = await asyncio.gather(
+            alice.post("/api/schedules", json=body("alice")),
+            bob.post("/api/schedules", json=body("bob")),
+        )
+        assert sorted([a.status_code, b.status_code]) == [201, 403], (a.text, b.text)
+        winner, loser = ("alice", b) if a.status_code == 201 else ("bob", a)
+        assert loser.json()["error"]["code"] == "FORBIDDEN"
+        stored = await engine.get_schedule(name)
+        assert (stored.owner, stored.input) == (winner, winner)
+        await engine.delete_schedule(name)  # each round within the cap of two
+
+
+async def test_a_creation_stores_only_over_the_schedule_it_read(engine: plait.Engine) -> None:
+    """``create_schedule(replaces=...)``: stored only over the schedule as read (None:
+    none of that name), else ``ScheduleChangedError`` and nothing is stored."""
+    await engine.create_schedule("s", workflow="job", every="1h", owner="alice")
+    read = await engine.get_schedule("s")
+    with pytest.raises(plait.errors.ScheduleChangedError):
+        await engine.create_schedule("s", workflow="job", every="2h", owner="bob", replaces=None)
+    await engine.create_schedule("s", workflow="job", every="1h", owner="carol", replaces=read)
+    with pytest.raises(plait.errors.ScheduleChangedError):  # it is carol's now
+        await engine.create_schedule("s", workflow="job", every="3h", owner="bob", replaces=read)
+    stored = await engine.get_schedule("s")
+    assert (stored.owner, stored.every) == ("carol", 3600.0)
+    made = await engine.create_schedule("t", workflow="job", every="1h", replaces=None)
+    assert made.owner is None
+    with pytest.raises(TypeError, match="replaces"):
+        await engine.create_schedule("t", workflow="job", every="1h", replaces="t")  # type: ignore[arg-type]

@@ -7,18 +7,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from plait import schedules
 from plait.engine.base import EngineBase
 from plait.errors import (
+    ScheduleChangedError,
     ScheduleNotFoundError,
     WorkflowNotFoundError,
 )
 from plait.ids import check_name
 from plait.records import Schedule
 from plait.store import convert
-from plait.store.rows import ScheduleRow
+from plait.store.rows import ScheduleAsRead, ScheduleRow
 from plait.worker import spec_of
 
 #: the milliseconds a schedule trigger tries, from now on, for a run id not yet taken
@@ -37,11 +38,16 @@ class SchedulesMixin(EngineBase):
             await self._put_schedule(spec, "app", None)
 
     async def _put_schedule(
-        self, spec: schedules.ScheduleSpec, source: str, owner: str | None
+        self,
+        spec: schedules.ScheduleSpec,
+        source: str,
+        owner: str | None,
+        as_read: ScheduleAsRead | None = None,
     ) -> bool:
         """Store a schedule with the queue its workflow is registered with here (both
         callers resolved the workflow first), so a process without the workflow's code
-        starts a tick's run through that queue too."""
+        starts a tick's run through that queue too; with ``as_read``, only over the
+        schedule as the caller read it (``ScheduleChangedError`` otherwise)."""
         wdef = self.app.workflows.get(spec.workflow)
         spec = dataclasses.replace(spec, queue=None if wdef is None else wdef.queue)
         now = self.clock.now()
@@ -58,7 +64,9 @@ class SchedulesMixin(EngineBase):
             created_at=now,
             updated_at=now,
         )
-        changed = await self.store.put_schedule(row)
+        changed = await self.store.put_schedule(row, as_read)
+        if changed is None:
+            raise ScheduleChangedError(spec.name)
         if changed and self._worker is not None:
             self._worker.wake_schedules.set()
         return changed
@@ -75,11 +83,19 @@ class SchedulesMixin(EngineBase):
         overlap: str = "skip",
         catchup: float | str | timedelta = "0s",
         owner: str | None = None,
+        replaces: Schedule | Literal[True] | None = True,
     ) -> Schedule:
         """Store a schedule at run time; every worker on the database fires it. A schedule
         of that name gets the new definition (its paused or active status is kept). An
         input over this engine's limits is refused before anything is stored
-        (``PayloadTooLargeError``, ``PayloadTooDeepError``)."""
+        (``PayloadTooLargeError``, ``PayloadTooDeepError``).
+
+        ``replaces`` is for a caller that decides by what is stored (whose schedule it
+        may store over, as the HTTP API does): ``None`` stores only if no schedule of
+        that name exists, a ``Schedule`` it read only over one that still has that
+        schedule's owner. Checked and written as one, so of two callers that decided on
+        one read only one stores; the other gets ``ScheduleChangedError``, and reads
+        again. ``True`` (the default) replaces whatever is stored."""
         spec = schedules.make_spec(
             name,
             workflow=workflow,
@@ -94,7 +110,20 @@ class SchedulesMixin(EngineBase):
         await self.catalog.resolve(spec.workflow)
         if owner is not None and not isinstance(owner, str):
             raise TypeError(f"owner must be a string, got {type(owner).__name__}")
-        await self._put_schedule(spec, "api", owner)
+        as_read = None
+        if replaces is None:
+            as_read = ScheduleAsRead(False)
+        elif replaces is not True:
+            if not isinstance(replaces, Schedule):
+                raise TypeError(
+                    f"replaces must be a Schedule, None or True, got {type(replaces).__name__}"
+                )
+            if replaces.name != spec.name:
+                raise ValueError(
+                    f"replaces is schedule {replaces.name!r}, not the {spec.name!r} stored"
+                )
+            as_read = ScheduleAsRead(True, replaces.owner)
+        await self._put_schedule(spec, "api", owner, as_read)
         return await self.get_schedule(spec.name)
 
     async def list_schedules(self) -> list[Schedule]:

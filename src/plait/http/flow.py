@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from plait import schedules
 from plait.engine import Engine
+from plait.errors import ScheduleChangedError
 from plait.http.auth import Principal
 from plait.http.problems import ApiError, bad_input, from_plait, invalid, validate
 from plait.http.schemas import CreateSchedule, json_body
@@ -33,6 +34,9 @@ SCHEDULE_FIELDS = ("cron", "every", "timezone", "overlap", "catchup", "workflow"
 MIN_INTERVAL_SECONDS = 60.0
 #: the schedules one user may own, unless ``create_app(max_schedules_per_user=...)`` says
 MAX_SCHEDULES_PER_USER = 100
+#: the times a schedule's creation decides again after another request stored that name
+#: between its read and its write
+_STORE_TRIES = 5
 #: consecutive ticks looked at to find a schedule's shortest interval (a cron that fires
 #: twice in a row a second apart shows within a few)
 _TICKS_SAMPLED = 20
@@ -120,9 +124,46 @@ class FlowApi:
 
     async def create_schedule(self, request: Request, principal: Principal) -> Response:
         """Store a schedule owned by the caller (201); a bad cron, time zone, interval,
-        overlap or catch-up is a 422 naming the field."""
+        overlap or catch-up is a 422 naming the field. Whether the caller may store over
+        a schedule of that name is decided on what is stored, and the store writes only
+        over what was read: a request that lost a race to another (another user's
+        creation of the name) decides again on what that one stored, as if it came
+        second."""
         body: CreateSchedule = validate(CreateSchedule, await json_body(request, empty={}))
-        stored = await self.engine.list_schedules()
+        for _ in range(_STORE_TRIES):
+            existing = self._may_store(principal, body, await self.engine.list_schedules())
+            try:
+                if not principal.has_scope("admin"):
+                    self._check_interval(body)
+                schedule = await self.engine.create_schedule(
+                    body.name,
+                    workflow=body.workflow,
+                    cron=body.cron,
+                    every=body.every,
+                    input=body.input,
+                    timezone=body.timezone,
+                    overlap=body.overlap,
+                    catchup=body.catchup,
+                    owner=principal.user,
+                    replaces=existing,
+                )
+            except ScheduleChangedError:
+                continue
+            except (TypeError, ValueError) as exc:
+                # an input over the limits answers as it does for a run (413, 422)
+                raise (from_plait(exc) or bad_input(exc, _field(exc))) from None
+            return JSONResponse(schedule.to_dict(), status_code=201)
+        raise ApiError(
+            409,
+            "SCHEDULE_CHANGED",
+            f"schedule {body.name!r} kept changing while it was stored: try again",
+        )
+
+    def _may_store(
+        self, principal: Principal, body: CreateSchedule, stored: list[Schedule]
+    ) -> Schedule | None:
+        """The stored schedule of the body's name the caller may store over (None: there
+        is none); 403 for one she may not, 429 for a new one past her cap."""
         existing = [s for s in stored if s.name == body.name]
         if existing and not may_operate(principal, existing[0]):
             raise ApiError(403, "FORBIDDEN", f"schedule {body.name!r} belongs to another user")
@@ -146,24 +187,7 @@ class FlowApi:
                 "delete one first",
                 extra={"limit": self.max_schedules_per_user},
             )
-        try:
-            if not principal.has_scope("admin"):
-                self._check_interval(body)
-            schedule = await self.engine.create_schedule(
-                body.name,
-                workflow=body.workflow,
-                cron=body.cron,
-                every=body.every,
-                input=body.input,
-                timezone=body.timezone,
-                overlap=body.overlap,
-                catchup=body.catchup,
-                owner=principal.user,
-            )
-        except (TypeError, ValueError) as exc:
-            # an input over the limits answers as it does for a run (413, 422)
-            raise (from_plait(exc) or bad_input(exc, _field(exc))) from None
-        return JSONResponse(schedule.to_dict(), status_code=201)
+        return existing[0] if existing else None
 
     def _check_interval(self, body: CreateSchedule) -> None:
         """422 naming ``cron`` or ``every`` for a schedule that fires more often than

@@ -775,6 +775,12 @@ def _flow_paths() -> dict[str, Any]:
                 },
                 "responses": {
                     "201": _json(schedule, "the schedule"),
+                    "409": {
+                        "description": "other requests kept storing that name between"
+                        " this one's read and its write (code `SCHEDULE_CHANGED`): try"
+                        " again",
+                        "content": {PROBLEM_JSON: {"schema": _ref("Problem")}},
+                    },
                     **_errors(*_CHANGES, 404, 422),
                 },
             },

@@ -136,6 +136,9 @@ class DryLedger(Ledger):
         if self.diverged is None and self.conflict is not None:
             self.diverged = (key, kind, self.conflict)
 
+    async def continued_deadline(self, end: EndRun) -> EndRun:
+        return end  # a dry pass commits nothing and reads no other run
+
     def end(self, end: EndRun) -> None:
         self.ended = end
         super().end(end)

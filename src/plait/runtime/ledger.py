@@ -157,6 +157,23 @@ class Ledger:
             _kind, version = self.host.catalog.describe(workflow)
             self.continued = runs.continued(self.run, ids.new_run_id(), payload, version)
 
+    async def continued_deadline(self, end: EndRun) -> EndRun:
+        """``end`` (a continue as new) with its successor's own deadline, counted from
+        now (``runs.continued_deadline``); a child's is capped by its live parent's
+        deadline, read now (the run's own row does not hold it)."""
+        successor, run = end.successor, self.run
+        if successor is None or run.timeout is None:
+            return end
+        parent = None
+        if run.parent_run_id is not None:
+            found = await self.host.read_run(run.parent_run_id)
+            if found is not None and not found.status.is_terminal and found.deadline_at:
+                parent = found.deadline_at.timestamp()
+        deadline_at = runs.continued_deadline(run, self.now(), parent)
+        return dataclasses.replace(
+            end, successor=dataclasses.replace(successor, deadline_at=deadline_at)
+        )
+
     def put(self, step: StepRow) -> None:
         """Write the step's current row with the next commit."""
         step.updated_at = self.now()

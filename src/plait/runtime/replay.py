@@ -355,7 +355,7 @@ class CodeReplay:
             raise ledger.aborted
         self.cancels.close_abandoned(abandoned)
         if end is not None:
-            ledger.end(end)
+            ledger.end(await ledger.continued_deadline(end))
         return await ledger.finish(runs.pass_status(end))
 
     async def _pump(self) -> None:

@@ -16,7 +16,7 @@
                                   (or it stays running)  pass_status
     queued | running | suspended  cancelled              cancel (a user's), replaced
                                                          (a fork made with replace)
-    queued | running | suspended  failed                 timed_out (its deadline passed)
+    any live status               failed                 timed_out (its deadline passed)
     queued                        running                ADMITTED (the worker's admission)
     suspended                     running                resume
     running (no pass holds it)    paused                 PAUSED (its workflow's or
@@ -174,11 +174,12 @@ def continued(run: RunRow, new_id: str, input: str | None, version: str | None) 
     ``continued`` and run ``new_id`` of the same workflow starts on ``version`` (the code
     deployed now) in the same commit. The new run keeps what the old one was started
     with: owner, queue, queue key, priority, de-duplication key (one live run per key
-    holds across the chain), trace, deadline (it bounds the whole chain) and its
-    parent's link (the parent's step waits for the new run). A run its queue admitted
-    waits for admission again, as a start does (it gave its slot back as it ended); a
-    child that runs beside a parent of its queue without admission
-    (``drive.Driver.child``) goes on at once, as it started. It carries the run's tags."""
+    holds across the chain), trace, timeout and its parent's link (the parent's step
+    waits for the new run). A run its queue admitted waits for admission again, as a
+    start does (it gave its slot back as it ended); a child that runs beside a parent of
+    its queue without admission (``drive.Driver.child``) goes on at once, as it started.
+    It carries the run's tags. Its deadline here is the ended run's; the pass gives it
+    its own before it commits (``continued_deadline``)."""
     successor = NewRun(
         id=new_id,
         workflow=run.workflow,
@@ -199,6 +200,17 @@ def continued(run: RunRow, new_id: str, input: str | None, version: str | None) 
         tags=run.tags,
     )
     return EndRun(CONTINUED, successor=successor)
+
+
+def continued_deadline(run: RunRow, now: float, parent: float | None = None) -> float | None:
+    """The deadline of the run that continues ``run`` as new at ``now``. A deadline bounds
+    one run, not the chain: a loop that continues as new every N turns must run for ever,
+    so a run with a timeout gives its successor that timeout again from now, as a retry
+    does, never later than ``parent``, the deadline of the live parent of a child run. A
+    run with no timeout of its own passes on what it has (none, or its parent's)."""
+    if run.timeout is None:
+        return run.deadline_at
+    return deadline(now, run.timeout, parent)
 
 
 def raised(exc: BaseException) -> EndRun:
@@ -328,11 +340,12 @@ def deadline_error(deadline_at: float) -> str:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RunTimeout:
-    """What a run's deadline writes, wherever the run is (queued, running or
-    suspended): the run ends ``failed`` with ``error`` (code ``RUN_TIMEOUT``) as a
-    cancel ends it, its steps in flight cut short (``cut``: a running attempt is
-    cancelled) and its parent's step ending as ``parent`` says; its live child runs end
-    ``cancelled`` as ``children`` says, as a user's cancel would end them."""
+    """What a run's deadline writes, wherever the run is (queued, running, suspended,
+    paused or parked ``needs_attention``): the run ends ``failed`` with ``error`` (code
+    ``RUN_TIMEOUT``) as a cancel ends it, its steps in flight cut short (``cut``: a
+    running attempt is cancelled) and its parent's step ending as ``parent`` says; its
+    live child runs end ``cancelled`` as ``children`` says, as a user's cancel would end
+    them."""
 
     error: str
     parent: StepEnd

@@ -626,7 +626,8 @@ class Workflow:
 
         The new run has no step history; it keeps this run's owner, queue, key,
         priority, de-duplication key and parent (a parent waiting for this run gets the
-        last run's output), and runs the code deployed now. ``input`` is checked at
+        last run's output), and its timeout, counted again from here (never past a
+        parent's deadline), and runs the code deployed now. ``input`` is checked at
         once, as a start checks it: input that is not JSON, too large, or that the
         workflow's input type refuses raises here, and the run goes on. Steps still in
         flight in other branches end with the run, as at any end: live child runs are

@@ -37,6 +37,7 @@ from plait.store.rows import (
     QueueLimits,
     RequestRow,
     RunFilter,
+    ScheduleAsRead,
     ScheduleRow,
     Spend,
     SpendTotal,
@@ -488,9 +489,14 @@ class Store(LimitsStore, CallerTransactionStore, FleetStore, Protocol):
         ...
 
     # schedules
-    async def put_schedule(self, row: ScheduleRow) -> bool:
+    async def put_schedule(
+        self, row: ScheduleRow, as_read: ScheduleAsRead | None = None
+    ) -> bool | None:
         """Insert the schedule, or replace its workflow, definition and next tick if its
-        definition changed (its status and last run are kept). True if anything changed."""
+        definition changed (its status and last run are kept). True if anything changed.
+        With ``as_read``, only as one write over the schedule as the caller read it
+        (none of that name, or one of that owner): None, writing nothing, when another is
+        stored now, so two callers deciding on one read cannot both store."""
         ...
 
     async def get_schedules(self, name: str | None = None) -> list[ScheduleRow]: ...

@@ -366,6 +366,16 @@ class ScheduleRow:
     last_run_status: str | None = None
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScheduleAsRead:
+    """The stored schedule a caller decided on, for ``put_schedule`` to store over it
+    only if it is still so: none of the name (``found`` False), or one owned by
+    ``owner`` (None: a schedule of no owner)."""
+
+    found: bool
+    owner: str | None = None
+
+
 @dataclasses.dataclass(frozen=True)
 class RunFilter:
     """Which runs ``Store.list_runs`` returns, newest first. A field left None matches

@@ -3,11 +3,12 @@
 A run's deadline (``@app.workflow(timeout=)``, ``start(timeout=)``) is stored on its row
 (``deadline_at``), so it is a durable timer like a sleep: every worker looks for live runs
 past it, whoever drives them and whatever state they are in (queued for admission,
-running, waiting, suspended), and however many processes died since they started. The
-time-out is written from outside the run's passes, as a user's cancel is
-(``runs.timed_out``): a process that drives the run, or runs one of its steps, stops that
-work as it stops a cancelled run's (here at once, elsewhere at its next lease renewal),
-and the fence of its lease keeps a late outcome from being written as the run's.
+running, waiting, suspended, paused by a brake, parked ``needs_attention``), and however
+many processes died since they started. The time-out is written from outside the run's
+passes, as a user's cancel is (``runs.timed_out``): a process that drives the run, or
+runs one of its steps, stops that work as it stops a cancelled run's (here at once,
+elsewhere at its next lease renewal), and the fence of its lease keeps a late outcome
+from being written as the run's.
 """
 
 from __future__ import annotations

@@ -8,16 +8,16 @@ from collections.abc import Sequence
 
 from plait.store.postgres.codec import new_run_value, schedule_row
 from plait.store.postgres.part import Part
-from plait.store.rows import NewRun, ScheduleRow
+from plait.store.rows import NewRun, ScheduleAsRead, ScheduleRow
 
 
 class Schedules(Part):
     """Schedules and their ticks."""
 
-    async def put_schedule(self, row: ScheduleRow) -> bool:
-        changed = await self._call(
-            "fetchval",
-            self._q["put_schedule"],
+    async def put_schedule(
+        self, row: ScheduleRow, as_read: ScheduleAsRead | None = None
+    ) -> bool | None:
+        params = (
             row.name,
             row.workflow,
             row.definition,
@@ -27,6 +27,12 @@ class Schedules(Part):
             row.next_tick,
             self._now(),
         )
+        if as_read is not None:
+            written: bool | None = await self._call(
+                "fetchval", self._q["put_schedule_as_read"], *params, as_read.found, as_read.owner
+            )
+            return written
+        changed = await self._call("fetchval", self._q["put_schedule"], *params)
         return changed is not None
 
     async def get_schedules(self, name: str | None = None) -> list[ScheduleRow]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from plait.store.rows import NewRun, ScheduleRow
+from plait.store.rows import NewRun, ScheduleAsRead, ScheduleRow
 from plait.store.sqlite import apply
 from plait.store.sqlite.part import Part
 from plait.store.sqlite.writer import SQL
@@ -16,8 +16,16 @@ from plait.store.sqlite.writer import SQL
 class Schedules(Part):
     """Schedules and their ticks."""
 
-    async def put_schedule(self, row: ScheduleRow) -> bool:
-        def go(conn: sqlite3.Connection) -> bool:
+    async def put_schedule(
+        self, row: ScheduleRow, as_read: ScheduleAsRead | None = None
+    ) -> bool | None:
+        def go(conn: sqlite3.Connection) -> bool | None:
+            if as_read is not None:
+                # the read and the write share the writer's transaction: nothing comes
+                # between them
+                found = conn.execute(SQL["schedule_owner"], (row.name,)).fetchone()
+                if found is not None and not (as_read.found and found[0] == as_read.owner):
+                    return None
             cur = conn.execute(SQL["put_schedule"], _schedule_params(row))
             return cur.rowcount > 0
 
@@ -52,10 +60,10 @@ class Schedules(Part):
     ) -> list[str] | None:
         def go(conn: sqlite3.Connection) -> list[str] | None:
             now = self._now()
-            found = conn.execute(SQL["schedule_for_fire"], (name,)).fetchone()
+            found = conn.execute(SQL["schedule_for_fire"], {"name": name}).fetchone()
             if found is None:
                 return None
-            status, current, last_status = found
+            status, current, going_on, last_status = found
             live = False
             if expected is not None:
                 if status != "active" or current != expected:
@@ -71,7 +79,9 @@ class Schedules(Part):
                     last_tick = new.scheduled_at
                     live = skip_if_live and expected is not None
             moved = current if expected is None else next_tick
-            last = started[-1] if started else None
+            # the last run is the one its chain goes on as: the next look follows no
+            # continue as new it followed here
+            last = started[-1] if started else going_on
             conn.execute(SQL["fired_schedule"], (moved, last_tick, last, now, name))
             return started
 

@@ -462,8 +462,8 @@ SELECT
     ),
     (SELECT min(wake_at) FROM @schema@.runs WHERE status = 'queued'),
     (SELECT min(next_tick) FROM @schema@.schedules WHERE status = 'active'),
-    (SELECT min(deadline_at) FROM @schema@.runs
-     WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended'))
+    (SELECT min(deadline_at) FROM @schema@.runs WHERE deadline_at IS NOT NULL
+     AND status IN ('queued', 'running', 'suspended', 'paused', 'needs_attention'))
 
 -- name: next_due_jobs
 -- When the next queued step of these functions becomes due (held: when its lease runs out);
@@ -542,19 +542,30 @@ SELECT @schema@.time_out_run($1, $2, $3, $4::@schema@.step_end, $5::@schema@.can
     $6, $7, $8::@schema@.step_end, $9)
 
 -- name: due_deadlines
--- Live runs past their deadline (with it), soonest first; a child whose live parent is past its own
--- deadline too is left to the parent's time-out, which cancels it.
-SELECT r.id, r.deadline_at FROM @schema@.runs r
-WHERE r.deadline_at <= $1 AND r.deadline_at IS NOT NULL
-    AND r.status IN ('queued', 'running', 'suspended')
-    AND NOT EXISTS (SELECT 1 FROM @schema@.runs p WHERE p.id = r.parent_run_id
-                    AND p.deadline_at <= $1
-                    AND p.status IN ('queued', 'running', 'suspended'))
-ORDER BY r.deadline_at LIMIT $2
+-- Live runs past their deadline (with it), soonest first: the queued, running and
+-- suspended ones through the deadline index, the paused and parked ones (few, and outside
+-- that index) through the status index. A child whose live parent is past its own deadline
+-- too is left to the parent's time-out, which cancels it.
+SELECT d.id, d.deadline_at FROM (
+    SELECT r.id, r.deadline_at, r.parent_run_id FROM @schema@.runs r
+    WHERE r.deadline_at <= $1 AND r.deadline_at IS NOT NULL
+        AND r.status IN ('queued', 'running', 'suspended')
+    UNION ALL
+    SELECT r.id, r.deadline_at, r.parent_run_id FROM @schema@.runs r
+    WHERE r.status IN ('paused', 'needs_attention') AND r.deadline_at <= $1
+) d
+WHERE NOT EXISTS (SELECT 1 FROM @schema@.runs p WHERE p.id = d.parent_run_id
+                  AND p.deadline_at <= $1
+                  AND p.status IN ('queued', 'running', 'suspended', 'paused', 'needs_attention'))
+ORDER BY d.deadline_at LIMIT $2
 
 -- name: next_deadline
-SELECT min(deadline_at) FROM @schema@.runs
-WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended')
+-- The earliest deadline of a live run, read as due_deadlines reads them.
+SELECT least(
+    (SELECT min(deadline_at) FROM @schema@.runs
+     WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended')),
+    (SELECT min(deadline_at) FROM @schema@.runs
+     WHERE status IN ('paused', 'needs_attention') AND deadline_at IS NOT NULL))
 
 -- name: reopen_run
 SELECT r FROM @schema@.reopen_run($1, $2, $3, $4, $5, $6::@schema@.op[], $7) r
@@ -678,6 +689,9 @@ ON CONFLICT (name) DO UPDATE SET workflow = excluded.workflow,
 WHERE schedules.definition::text IS DISTINCT FROM excluded.definition::text
     OR schedules.owner IS DISTINCT FROM excluded.owner
 RETURNING name
+
+-- name: put_schedule_as_read
+SELECT @schema@.put_schedule_as_read($1, $2, $3::json, $4, $5, $6, $7, $8, $9, $10)
 
 -- name: get_schedules
 SELECT s.*, r.status AS last_run_status

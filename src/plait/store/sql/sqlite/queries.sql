@@ -284,19 +284,32 @@ WHERE run_id = :parent AND key = :key AND child_run_id = :old
 SELECT status, deadline_at FROM plait_runs WHERE id = ?
 
 -- name: due_deadlines
--- Live runs past their deadline (with it), soonest first; a child whose live parent is past its own
--- deadline too is left to the parent's time-out, which cancels it.
-SELECT r.id, r.deadline_at FROM plait_runs r INDEXED BY plait_runs_deadline
-WHERE r.deadline_at <= :now AND r.deadline_at IS NOT NULL
-    AND r.status IN ('queued', 'running', 'suspended')
-    AND NOT EXISTS (SELECT 1 FROM plait_runs p WHERE p.id = r.parent_run_id
-                    AND p.deadline_at <= :now
-                    AND p.status IN ('queued', 'running', 'suspended'))
-ORDER BY r.deadline_at LIMIT :limit
+-- Live runs past their deadline (with it), soonest first: the queued, running and
+-- suspended ones through the deadline index, the paused and parked ones (few, and outside
+-- that index) through the status index. A child whose live parent is past its own deadline
+-- too is left to the parent's time-out, which cancels it.
+SELECT d.id, d.deadline_at FROM (
+    SELECT r.id, r.deadline_at, r.parent_run_id FROM plait_runs r INDEXED BY plait_runs_deadline
+    WHERE r.deadline_at <= :now AND r.deadline_at IS NOT NULL
+        AND r.status IN ('queued', 'running', 'suspended')
+    UNION ALL
+    SELECT r.id, r.deadline_at, r.parent_run_id FROM plait_runs r INDEXED BY plait_runs_status
+    WHERE r.status IN ('paused', 'needs_attention') AND r.deadline_at <= :now
+) d
+WHERE NOT EXISTS (SELECT 1 FROM plait_runs p WHERE p.id = d.parent_run_id
+                  AND p.deadline_at <= :now
+                  AND p.status IN ('queued', 'running', 'suspended', 'paused', 'needs_attention'))
+ORDER BY d.deadline_at LIMIT :limit
 
 -- name: next_deadline
-SELECT min(deadline_at) FROM plait_runs INDEXED BY plait_runs_deadline
-WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended')
+-- The earliest deadline of a live run, read as due_deadlines reads them.
+SELECT min(at) FROM (
+    SELECT min(deadline_at) AS at FROM plait_runs INDEXED BY plait_runs_deadline
+    WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended')
+    UNION ALL
+    SELECT min(deadline_at) FROM plait_runs INDEXED BY plait_runs_status
+    WHERE status IN ('paused', 'needs_attention') AND deadline_at IS NOT NULL
+)
 
 -- name: live_children
 SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'suspended', 'queued', 'paused', 'needs_attention')
@@ -672,8 +685,8 @@ SELECT
          AND EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = j.run_id AND r.status = 'running')),
     (SELECT min(wake_at) FROM plait_runs WHERE status = 'queued'),
     (SELECT min(next_tick) FROM plait_schedules WHERE status = 'active'),
-    (SELECT min(deadline_at) FROM plait_runs
-     WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'suspended'))
+    (SELECT min(deadline_at) FROM plait_runs WHERE deadline_at IS NOT NULL
+     AND status IN ('queued', 'running', 'suspended', 'paused', 'needs_attention'))
 
 -- == queued steps ============================================================================
 
@@ -1103,6 +1116,10 @@ ON CONFLICT (name) DO UPDATE SET workflow = excluded.workflow,
 WHERE plait_schedules.definition IS NOT excluded.definition
     OR plait_schedules.owner IS NOT excluded.owner
 
+-- name: schedule_owner
+-- A stored schedule's owner, read in the transaction that stores over it.
+SELECT owner FROM plait_schedules WHERE name = ?
+
 -- name: get_schedules
 SELECT s.name, s.workflow, s.definition, s.status, s.source, s.owner, s.next_tick,
     s.last_tick, s.last_run_id, s.created_at, s.updated_at, r.status
@@ -1121,9 +1138,19 @@ ORDER BY s.next_tick LIMIT ?
 SELECT min(next_tick) FROM plait_schedules WHERE status = 'active'
 
 -- name: schedule_for_fire
-SELECT s.status, s.next_tick, r.status FROM plait_schedules s
-LEFT JOIN plait_runs r ON r.id = s.last_run_id
-WHERE s.name = ?
+-- A schedule's status and next tick, and the run its last run goes on as: the run that
+-- one continued as new to, and so on (the last run itself when it did not continue),
+-- with its status.
+WITH RECURSIVE chain (id, status, next, depth) AS (
+    SELECT r.id, r.status, r.continued_to, 0 FROM plait_schedules s
+    JOIN plait_runs r ON r.id = s.last_run_id WHERE s.name = :name
+    UNION ALL
+    SELECT r.id, r.status, r.continued_to, c.depth + 1 FROM chain c
+    JOIN plait_runs r ON r.id = c.next WHERE c.status = 'continued'
+)
+SELECT s.status, s.next_tick, last.id, last.status FROM plait_schedules s
+LEFT JOIN (SELECT id, status FROM chain ORDER BY depth DESC LIMIT 1) last ON 1
+WHERE s.name = :name
 
 -- name: fired_schedule
 UPDATE plait_schedules SET next_tick = ?, last_tick = coalesce(?, last_tick),
