@@ -655,6 +655,30 @@ async def test_streams_and_waits_end_when_their_client_goes_away(serve: Serve) -
         await eventually(no_request_tasks, what="every task of a request to end")
 
 
+async def test_a_request_whose_client_goes_away_ends_and_is_withdrawn(serve: Serve) -> None:
+    """``POST /api/runs/{id}/requests/{name}`` waits for its reply as a start with
+    ``wait`` does: its client closing the connection ends it at once, and the request,
+    not taken yet, is withdrawn (no wait of the workflow ever takes it)."""
+    with serve() as server:
+        engine: plait.Engine = server.web.state.engine
+        async with client(server, **ALICE) as alice:
+            run_id = (await start_run(alice, "waiter")).json()["run_id"]
+        asking = raw_post(f"/api/runs/{run_id}/requests/ask", {"data": 1, "timeout": 60}, ALICE)
+        _reader, writer = await open_raw(server, asking)
+
+        async def sent() -> int:
+            snapshot = await server.acall(engine.store.load_pass(run_id))
+            return 0 if snapshot is None else len(snapshot.requests)
+
+        await eventually(sent, what="the request stored")
+        assert open_requests(server)["waits"] == 1
+        writer.close()
+        await eventually(
+            lambda: open_requests(server)["waits"] == 0, what="the request's wait to end"
+        )
+        assert await sent() == 0
+
+
 async def _watched(engine: plait.Engine) -> int:
     return engine.notifier.watched_runs()
 
