@@ -94,11 +94,12 @@ def problems(schema: dict[str, Any] | None, data: Any) -> list[dict[str, str]]:
 def _missing(error: Any) -> str | None:
     """The property a ``required`` error is about (its message quotes it), or None."""
     names: object = error.validator_value
-    if error.validator != "required" or not isinstance(error.instance, dict):
+    instance: object = error.instance
+    if error.validator != "required" or not isinstance(instance, dict):
         return None
     if not isinstance(names, list):
         return None
-    present = cast(dict[object, object], error.instance)
+    present = cast(dict[object, object], instance)
     return next(
         (
             name
