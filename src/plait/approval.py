@@ -83,9 +83,33 @@ def problems(schema: dict[str, Any] | None, data: Any) -> list[dict[str, str]]:
         validator.iter_errors(data)  # pyright: ignore[reportUnknownMemberType]
     )
     for error in sorted(errors, key=lambda e: list(e.absolute_path)):
-        field = ".".join(str(part) for part in error.absolute_path)
-        found.append({"field": field, "message": error.message})
+        path = [str(part) for part in error.absolute_path]
+        missing = _missing(error)
+        if missing is not None:
+            path.append(missing)  # the field that is missing, as pydantic names it
+        found.append({"field": ".".join(path), "message": error.message})
     return found
+
+
+def _missing(error: Any) -> str | None:
+    """The property a ``required`` error is about (its message quotes it), or None."""
+    names: object = error.validator_value
+    instance: object = error.instance
+    if error.validator != "required" or not isinstance(instance, dict):
+        return None
+    if not isinstance(names, list):
+        return None
+    present = cast(dict[object, object], instance)
+    return next(
+        (
+            name
+            for name in cast(list[object], names)
+            if isinstance(name, str)
+            and name not in present
+            and error.message.startswith(repr(name))
+        ),
+        None,
+    )
 
 
 def gate_info(step_input: str | None) -> dict[str, Any]:

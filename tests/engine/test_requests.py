@@ -287,3 +287,50 @@ async def test_a_reply_survives_a_restart_and_is_given_once(
             sent = await second.store.get_request(taken.output["id"])
             assert sent is not None and sent.status == "replied"
             assert sent.reply is not None and sent.reply.replace(" ", "") == '{"value":40}'
+
+
+class Qty(pydantic.BaseModel):
+    qty: int
+
+
+@app.workflow
+async def qty_taker(wf: plait.Workflow, first: bool) -> int:
+    if first:
+        await wf.wait_for_event("go")
+    req = await wf.wait_for_request("add", schema=Qty)
+    await req.reply(req.data.qty)
+    return req.data.qty
+
+
+async def test_a_request_is_judged_alike_whether_sent_before_or_while_the_wait_is_open(
+    engine_factory: Callable[..., Any],
+) -> None:
+    """A request's data gets one verdict whenever it arrives: the JSON Schema the wait
+    stored, as for an approval's decision. ``{"qty": "5"}`` (a string, which pydantic
+    alone would coerce) is refused sent before the wait as it is sent while it is open,
+    and the workflow sees neither."""
+    async with engine_factory(app) as engine:
+        # sent before the wait: judged when the run reaches it
+        early = await engine.start("qty_taker", True)
+        sender = asyncio.ensure_future(engine.request(early, "add", {"qty": "5"}, timeout=10))
+        await eventually(lambda: _sent(engine, early, 1), what="the request stored")
+        await engine.send_event(early, "go")
+        with pytest.raises(plait.ValidationError) as before:
+            await sender
+        assert await engine.request(early, "add", {"qty": 5}, timeout=10) == 5
+
+        # sent while the wait is open: the same data, the same verdict
+        late = await engine.start("qty_taker", False)
+
+        async def waiting() -> bool:
+            steps = await engine.get_steps(late)
+            return any(s.key == "__request:add" and s.status == "scheduled" for s in steps)
+
+        await eventually(waiting, what="the wait open")
+        with pytest.raises(plait.ValidationError) as during:
+            await engine.request(late, "add", {"qty": "5"}, timeout=10)
+        assert [p["field"] for p in before.value.problems] == ["qty"]
+        assert before.value.problems == during.value.problems
+        assert await engine.request(late, "add", {"qty": 5}, timeout=10) == 5
+        for run_id in (early, late):
+            assert (await engine.wait(run_id, timeout=10)).output == 5

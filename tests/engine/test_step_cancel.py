@@ -348,3 +348,45 @@ async def test_a_step_nobody_awaits_still_runs(engine_factory: Any) -> None:
         assert ran == ["effect"]
         step = (await engine.get_steps(run.id))[0]
         assert step.status == "succeeded"
+
+
+async def test_the_cancelled_loser_of_a_race_that_is_a_child_run_lets_the_run_end(
+    engine_factory: Any,
+) -> None:
+    """A child workflow is a step (``wf.do("kid", "child")``): cancelled as the loser of
+    a race, the child run is cancelled with its own children, and the parent goes on at
+    once, instead of waiting for a child that never ends."""
+    app = plait.App()
+
+    @app.workflow
+    async def grandchild(wf: plait.Workflow) -> Any:
+        return await wf.wait_for_event("never")
+
+    @app.workflow
+    async def child(wf: plait.Workflow) -> Any:
+        return await wf.do("grand", "grandchild")
+
+    @app.workflow
+    async def race(wf: plait.Workflow) -> str:
+        step = asyncio.create_task(wf.do("kid", "child"))
+        deadline = asyncio.create_task(wf.sleep("deadline", DEADLINE))
+        done, pending = await asyncio.wait([step, deadline], return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        await wf.sleep("after", 0.05)  # the next pass replays the cancel
+        return "step" if step in done else "deadline"
+
+    async with engine_factory(app, lease_seconds=LEASE) as engine:
+        run_id = await engine.start("race")
+        run = await engine.wait(run_id, timeout=10)
+        assert (run.status, run.output) == ("completed", "deadline")
+        (kid,) = await engine.get_children(run_id)
+        assert kid.status == "cancelled"
+        assert kid.error is not None and kid.error["code"] == errors.WORKFLOW_CANCELLED
+        (grand,) = await engine.get_children(kid.id)
+        assert grand.status == "cancelled"
+        step = next(s for s in await engine.get_steps(run_id) if s.key == "kid")
+        assert step.status == "failed"
+        assert step.error is not None and step.error["code"] == errors.CANCELLED
+        history = [(a.key, a.status) for a in await engine.get_history(run_id)]
+        assert [a for a in history if a[0] == "kid"] == [("kid", "cancelled")]

@@ -296,6 +296,35 @@ async def test_a_session_expires(serve: Serve) -> None:
             await eventually(expired, what="the session to expire")
 
 
+async def test_one_users_sign_ins_do_not_sign_other_users_out(serve: Serve) -> None:
+    """Sessions are capped per user (``MAX_SESSIONS_PER_USER``): a user who signs in
+    again and again loses her own oldest sessions, never another user's, even past the
+    cap of all sessions (shrunk here to keep the test short; it is 10,000)."""
+    from plait.http.sessions import COOKIE, MAX_SESSIONS_PER_USER
+
+    with serve() as server:
+        server.web.state.sessions.capacity = MAX_SESSIONS_PER_USER * 2
+        async with client(server, **JSON) as bob:
+            signed = await bob.post("/api/session", json={"token": "t-bob"})
+            assert signed.status_code == 201, signed.text
+            async with client(server, **JSON) as alice:
+                first = await alice.post("/api/session", json={"token": "t-alice"})
+                assert first.status_code == 201
+                oldest = dict(alice.cookies)
+                for _ in range(MAX_SESSIONS_PER_USER * 3):
+                    alice.cookies.clear()
+                    made = await alice.post("/api/session", json={"token": "t-alice"})
+                    assert made.status_code == 201
+                assert (await alice.get("/api/me")).json()["user"] == "alice"
+                alice.cookies.clear()
+                alice.cookies.update(oldest)
+                problem(await alice.get("/api/me"), 401, "UNAUTHENTICATED")
+            assert COOKIE in bob.cookies
+            me = await bob.get("/api/me")
+            assert me.status_code == 200 and me.json()["user"] == "bob", me.text
+            assert len(server.web.state.sessions) == MAX_SESSIONS_PER_USER + 1
+
+
 async def test_a_token_in_a_url_signs_nobody_in(serve: Serve) -> None:
     with serve() as server:
         async with client(server) as visitor:
@@ -624,6 +653,30 @@ async def test_streams_and_waits_end_when_their_client_goes_away(serve: Serve) -
             return not [name for name in left if name.startswith("plait-http-")]
 
         await eventually(no_request_tasks, what="every task of a request to end")
+
+
+async def test_a_request_whose_client_goes_away_ends_and_is_withdrawn(serve: Serve) -> None:
+    """``POST /api/runs/{id}/requests/{name}`` waits for its reply as a start with
+    ``wait`` does: its client closing the connection ends it at once, and the request,
+    not taken yet, is withdrawn (no wait of the workflow ever takes it)."""
+    with serve() as server:
+        engine: plait.Engine = server.web.state.engine
+        async with client(server, **ALICE) as alice:
+            run_id = (await start_run(alice, "waiter")).json()["run_id"]
+        asking = raw_post(f"/api/runs/{run_id}/requests/ask", {"data": 1, "timeout": 60}, ALICE)
+        _reader, writer = await open_raw(server, asking)
+
+        async def sent() -> int:
+            snapshot = await server.acall(engine.store.load_pass(run_id))
+            return 0 if snapshot is None else len(snapshot.requests)
+
+        await eventually(sent, what="the request stored")
+        assert open_requests(server)["waits"] == 1
+        writer.close()
+        await eventually(
+            lambda: open_requests(server)["waits"] == 0, what="the request's wait to end"
+        )
+        assert await sent() == 0
 
 
 async def _watched(engine: plait.Engine) -> int:

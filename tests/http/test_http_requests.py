@@ -3,6 +3,7 @@ HTTP, with the status codes of the approvals route (owner-gated as events)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pydantic
 import pytest
 
 import plait
+from support.polling import eventually
 
 httpx = pytest.importorskip("httpx", reason="httpx is needed to call the ASGI app")
 pytest.importorskip("starlette", reason="the http extra (starlette) is not installed")
@@ -123,3 +125,46 @@ async def test_an_unanswered_http_request_times_out_with_409(
     late = await alice.post(f"/api/runs/{run_id}/requests/other", json={"timeout": 0.2})
     assert late.status_code == 409, late.text
     assert late.json()["error"]["code"] == "REQUEST_TIMEOUT"
+
+
+@app.workflow
+async def slowpoke(wf: plait.Workflow, data: Any) -> Any:
+    await wf.wait_for_event("go")
+    req = await wf.wait_for_request("ask")
+    await req.reply(req.data)
+
+
+async def test_http_request_ends_at_once_when_the_server_shuts_down(database: str) -> None:
+    """A request waiting for its reply is one of the waits a shutdown ends at once: 503,
+    and the request, not taken yet, is withdrawn (the workflow never sees it)."""
+    async with plait.Engine(app, database, poll_interval=0.2) as engine:
+        web = create_app(engine, tokens=TOKENS)
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=web),
+            base_url="http://test",
+            headers={"Content-Type": "application/json", **ALICE},
+            timeout=60,
+        ) as alice:
+            started = await alice.post("/api/workflows/slowpoke/runs", json={})
+            run_id = started.json()["run_id"]
+            sender = asyncio.ensure_future(
+                alice.post(f"/api/runs/{run_id}/requests/ask", json={"data": 1, "timeout": 60})
+            )
+
+            async def sent() -> int:
+                snapshot = await engine.store.load_pass(run_id)
+                return 0 if snapshot is None else len(snapshot.requests)
+
+            await eventually(sent, what="the request stored")
+            web.state.lifecycle.begin_shutdown()
+            try:
+                answered = await asyncio.wait_for(asyncio.shield(sender), 5)
+            except TimeoutError:
+                sender.cancel()
+                raise AssertionError(
+                    "the request still waits 5 s after the shutdown began"
+                ) from None
+            assert answered.status_code == 503, answered.text
+            assert answered.json()["error"]["code"] == "SHUTTING_DOWN"
+            assert web.state.lifecycle.leftovers() == {}
+            assert await sent() == 0  # withdrawn: no wait will take it

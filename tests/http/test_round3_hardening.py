@@ -354,6 +354,41 @@ async def test_an_unauthenticated_request_gets_401_before_any_other_check(serve:
         assert (await server.acall(engine_of(server).count_runs()))[1] == 0
 
 
+@pytest.mark.parametrize(
+    ("headers", "content"),
+    [
+        ({"Content-Type": "application/json"}, b"[" + b"1," * 600_000 + b"1]"),
+        ({"Content-Type": "application/json", "Origin": "http://elsewhere.example"}, b"{}"),
+    ],
+    ids=["over-max-body", "foreign-origin"],
+)
+async def test_an_anonymous_request_the_guard_would_refuse_gets_401_first(
+    serve: Serve, headers: dict[str, str], content: bytes
+) -> None:
+    """The guard's refusals (413 for a body over --max-body, 403 for another site's
+    Origin) come after authentication: an anonymous request learns only that it needs a
+    token. The sign-in, which anyone may reach, is still refused as before."""
+    with serve() as server:
+        async with client(server) as anonymous:
+            answer = await anonymous.post(
+                "/api/workflows/echo/runs", content=content, headers=headers
+            )
+            problem(answer, 401, "UNAUTHENTICATED")
+            assert answer.headers["www-authenticate"] == "Bearer"
+            wrong = await anonymous.post(
+                "/api/workflows/echo/runs",
+                content=content,
+                headers={**headers, "Authorization": "Bearer t-nobody"},
+            )
+            problem(wrong, 401, "UNAUTHENTICATED")
+            signing_in = await anonymous.post("/api/session", content=content, headers=headers)
+            assert signing_in.status_code in (403, 413), signing_in.text
+        async with client(server, **ALICE) as alice:
+            refused = await alice.post("/api/workflows/echo/runs", content=content, headers=headers)
+            assert refused.status_code in (403, 413), refused.text
+        assert (await server.acall(engine_of(server).count_runs()))[1] == 0
+
+
 async def test_a_method_a_route_does_not_take_is_405(serve: Serve) -> None:
     with serve() as server:
         async with client(server, **ALICE) as alice:

@@ -186,3 +186,44 @@ async def test_cancel_children_ends_the_live_children_as_it_says(store: Store) -
     )
     assert (await store.get_steps("p"))[0].status == "failed"
     assert await wake_at(store, "p") is None
+
+
+async def test_cancel_children_of_one_step_leaves_the_other_children_running(
+    store: Store,
+) -> None:
+    """The workflow cancelled the task awaiting one child run's step (``step_key``):
+    that child and its own children end cancelled; a sibling child of another step of
+    the same run goes on."""
+    await _parent_waiting(store)
+    grandchild = NewRun(
+        "g1",
+        "child",
+        "workflow",
+        None,
+        "{}",
+        parent_run_id="c1",
+        parent_step_key="deeper",
+        status="running",
+    )
+    await write(store, "c1", CreateChildRun(grandchild))
+    sibling = NewRun(
+        "c2",
+        "child",
+        "workflow",
+        None,
+        "{}",
+        parent_run_id="p",
+        parent_step_key="other",
+        status="suspended",
+    )
+    await write(store, "p", CreateChildRun(sibling))
+    cancel_error = error("parent run p cancelled the task awaiting its step", "WORKFLOW_CANCELLED")
+    await write(store, "p", CancelChildren("cancelled", cancel_error, None, CUT, step_key="spawn"))
+    for child_id in ("c1", "g1"):
+        child = await store.get_run(child_id)
+        assert child is not None and child.status == "cancelled"
+        assert child.error == json.loads(cancel_error)
+    other = await store.get_run("c2")
+    assert other is not None and other.status == "suspended"
+    (waiting,) = await store.get_steps("p")
+    assert waiting.status == "running"  # no parent end given: the runtime records the step

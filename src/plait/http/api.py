@@ -377,12 +377,15 @@ class Api:
         when the workflow refuses it (with its ``reason``), the run has ended, or no
         answer came within ``timeout`` (code ``REQUEST_TIMEOUT``; a request not taken by
         then is withdrawn): the run's state, not a fault of the server. 422 when its data
-        does not fit the wait's schema (or the body is wrong)."""
+        does not fit the wait's schema (or the body is wrong). 503 when the server starts
+        to shut down first: the wait ends at once, as every wait does then, and a request
+        not taken yet is withdrawn (so is one whose client went away)."""
         run = await self._readable_run(request, principal)
         name = path_name(request, "request")
         body: SendRequest = validate(SendRequest, await json_body(request, empty={}))
+        sending = self.engine.request(run.id, name, body.data, timeout=body.timeout)
         try:
-            reply = await self.engine.request(run.id, name, body.data, timeout=body.timeout)
+            reply = await self.lifecycle.watch(sending, request.receive, "waits")
         except RequestRefused as exc:
             raise ApiError(409, exc.code, str(exc), extra={"reason": exc.reason}) from None
         except TimeoutError as exc:
@@ -392,6 +395,15 @@ class Api:
             if mapped is not None:
                 raise mapped from None
             raise bad_input(exc, "data") from None
+        if reply is Ended.DISCONNECTED:
+            return Response(status_code=202)  # nobody is left to read it
+        if reply is Ended.SHUTDOWN:
+            raise ApiError(
+                503,
+                "SHUTTING_DOWN",
+                f"the server is shutting down: request {name!r} was withdrawn unless the"
+                " workflow had taken it already; send it again once the server is back",
+            )
         return JSONResponse({"run_id": run.id, "request": name, "reply": reply})
 
     async def list_graphs(self, request: Request, principal: Principal) -> Response:

@@ -127,7 +127,13 @@ def create_app(
             *dashboard_routes(),
         ],
         middleware=[
-            Middleware(Guard, max_body=max_body, no_auth=no_auth, allowed_hosts=allowed_hosts)
+            Middleware(
+                Guard,
+                max_body=max_body,
+                no_auth=no_auth,
+                allowed_hosts=allowed_hosts,
+                authenticate=auth.principal,
+            )
         ],
         exception_handlers={
             ApiError: handle_api_error,

@@ -18,6 +18,11 @@
 * Every answer says ``nosniff``, may not be framed, sends no ``Referer`` and carries a
   ``Content-Security-Policy`` that allows this server's own scripts and styles only.
 
+An unauthenticated request gets 401 before any other check: a request to the API (but
+its sign-in, ``/api/session``, which anyone may reach) that one of these checks would
+refuse is first asked who sends it (``authenticate``), and one that names nobody gets
+the 401 of authentication instead of the refusal.
+
 A pure ASGI middleware (not Starlette's ``BaseHTTPMiddleware``), so streamed answers
 pass through untouched and a client's disconnect still reaches the route.
 """
@@ -25,7 +30,7 @@ pass through untouched and a client's disconnect still reaches the route.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -64,6 +69,13 @@ SECURITY_HEADERS: list[tuple[bytes, bytes]] = [
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+#: the API's prefix, and its one route that needs no caller (the sign-in)
+_API = "/api"
+_SIGN_IN = "/api/session"
+
+#: who sends a request: returns (anything) when it is authenticated, raises the
+#: ``ApiError`` (401) of authentication when it is not
+Authenticate = Callable[[Request], Awaitable[Any]]
 
 
 class Guard:
@@ -76,10 +88,12 @@ class Guard:
         max_body: int = MAX_BODY,
         no_auth: bool = False,
         allowed_hosts: Iterable[str] = (),
+        authenticate: Authenticate | None = None,
     ) -> None:
         if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
             raise ValueError(f"invalid max_body: {max_body!r} (bytes, >= 1)")
         self.app = app
+        self.authenticate = None if no_auth else authenticate
         self.max_body = max_body
         self.allowed_hosts = frozenset(_host_name(h) for h in allowed_hosts)
         self.check_host = no_auth or bool(self.allowed_hosts)
@@ -94,7 +108,9 @@ class Guard:
         send = _with_security_headers(send, api=scope["path"].startswith("/api"))
         refusal = self.refusal(scope)
         if refusal is not None:
-            if refusal.status == 413:
+            too_large = refusal.status == 413
+            refusal = await self._unauthenticated(scope) or refusal
+            if too_large:
                 await _drain(receive)
             await refusal.response()(scope, receive, send)
             return
@@ -125,6 +141,19 @@ class Guard:
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body:
             return self._too_large()
+        return None
+
+    async def _unauthenticated(self, scope: Scope) -> ApiError | None:
+        """The 401 of a request to the API that names no caller, which comes before any
+        other refusal; None for one that does (or needs none: the sign-in, the pages)."""
+        if self.authenticate is None or not _needs_caller(scope):
+            return None
+        try:
+            await self.authenticate(Request(scope))
+        except ApiError as error:
+            return error if error.status == 401 else None
+        except Exception:
+            return None  # an authenticate() that needs more than the headers: its route asks
         return None
 
     def _too_large(self) -> ApiError:
@@ -189,6 +218,15 @@ def require_json(request: Request) -> None:
             f"a {request.method} request needs Content-Type: application/json (got {shown}),"
             " even without a body",
         )
+
+
+def _needs_caller(scope: Scope) -> bool:
+    """Whether a request goes to a route of the API that serves only a known caller."""
+    path = str(scope["path"])
+    root = str(scope.get("root_path", ""))
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    return (path == _API or path.startswith(_API + "/")) and path.rstrip("/") != _SIGN_IN
 
 
 async def _drain(receive: Receive) -> None:

@@ -536,6 +536,12 @@ def openapi_document(workflows: Sequence[str] = ()) -> dict[str, Any]:
                             " then is withdrawn, so the workflow never sees it)",
                             "content": {PROBLEM_JSON: {"schema": _ref("Problem")}},
                         },
+                        "503": {
+                            "description": "the server began to shut down before the"
+                            " answer came (code `SHUTTING_DOWN`; a request not taken by"
+                            " then is withdrawn): send it again",
+                            "content": {PROBLEM_JSON: {"schema": _ref("Problem")}},
+                        },
                         **_errors(*_CHANGES, 404, 422),
                     },
                 }

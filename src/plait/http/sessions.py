@@ -29,6 +29,9 @@ CSRF_HEADER = "X-CSRF-Token"
 SESSION_SECONDS = 8 * 3600.0
 #: sessions kept at most; past it the ones closest to expiry go first
 MAX_SESSIONS = 10_000
+#: sessions one user keeps at most; past it that user's oldest goes, so one user signing
+#: in again and again never signs anyone else out
+MAX_SESSIONS_PER_USER = 50
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,22 +51,40 @@ class Session:
 class Sessions:
     """The open sessions of one app, keyed by a hash of their cookie."""
 
-    def __init__(self, lifetime: float = SESSION_SECONDS, capacity: int = MAX_SESSIONS) -> None:
+    def __init__(
+        self,
+        lifetime: float = SESSION_SECONDS,
+        capacity: int = MAX_SESSIONS,
+        per_user: int = MAX_SESSIONS_PER_USER,
+    ) -> None:
         if lifetime <= 0:
             raise ValueError(f"invalid session lifetime: {lifetime!r} (seconds > 0)")
+        if per_user < 1 or capacity < 1:
+            raise ValueError(f"invalid session limits: {capacity!r} in all, {per_user!r} a user")
         self.lifetime = float(lifetime)
         self.capacity = capacity
+        self.per_user = per_user
         self._open: dict[str, Session] = {}
+        #: each user's session keys, oldest first (every session lasts as long, so the
+        #: oldest is the one closest to expiry)
+        self._of_user: dict[str | None, dict[str, None]] = {}
 
     def __len__(self) -> int:
         return len(self._open)
 
     def open(self, principal: Principal) -> tuple[str, Session]:
-        """A new session for ``principal``: the cookie value and the session."""
+        """A new session for ``principal``: the cookie value and the session. A user at
+        ``per_user`` sessions loses her oldest; past ``capacity`` in all, the sessions
+        closest to expiry go, whoever they belong to."""
+        mine = self._of_user.get(principal.user, {})
+        while mine and len(mine) >= self.per_user:
+            self._drop(next(iter(mine)))
         self._make_room()
         cookie = secrets.token_urlsafe(32)
         session = Session(principal, secrets.token_urlsafe(32), time.time() + self.lifetime)
-        self._open[_key(cookie)] = session
+        key = _key(cookie)
+        self._open[key] = session
+        self._of_user.setdefault(principal.user, {})[key] = None
         return cookie, session
 
     def of(self, request: Request) -> Session | None:
@@ -74,24 +95,35 @@ class Sessions:
         key = _key(cookie)
         session = self._open.get(key)
         if session is not None and session.expires_at <= time.time():
-            del self._open[key]
+            self._drop(key)
             return None
         return session
 
     def close(self, request: Request) -> bool:
         """End the session of ``request``'s cookie; whether there was one."""
         cookie = request.cookies.get(COOKIE)
-        return cookie is not None and self._open.pop(_key(cookie), None) is not None
+        return cookie is not None and self._drop(_key(cookie))
 
     def _make_room(self) -> None:
         now = time.time()
         if len(self._open) < self.capacity:
             return
         for key in [k for k, s in self._open.items() if s.expires_at <= now]:
-            del self._open[key]
+            self._drop(key)
         while len(self._open) >= self.capacity:
-            oldest = min(self._open, key=lambda k: self._open[k].expires_at)
-            del self._open[oldest]
+            self._drop(min(self._open, key=lambda k: self._open[k].expires_at))
+
+    def _drop(self, key: str) -> bool:
+        """Forget the session ``key``; whether there was one."""
+        session = self._open.pop(key, None)
+        if session is None:
+            return False
+        mine = self._of_user.get(session.principal.user)
+        if mine is not None:
+            mine.pop(key, None)
+            if not mine:
+                del self._of_user[session.principal.user]
+        return True
 
 
 def set_cookie(response: Response, request: Request, cookie: str, lifetime: float) -> None:

@@ -25,6 +25,8 @@ from plait.store.rows import StepRow
 
 #: the waits a pass fires itself when their time comes while steps are in flight
 TIMED_KINDS = frozenset({"sleep", "event"})
+#: the kinds of step a workflow's cancel ends: a body's, and a child run's
+_CANCELLABLE = frozenset({"do", "child"})
 
 
 class PassTimers:
@@ -105,9 +107,9 @@ class StepCancels:
         waiting for it; one whose start is being written stops itself once it is
         (``Driver.attempt``); one ``waiting`` (a job step, a retry's back-off) is
         recorded cancelled, and a job step's step worker learns it at its next lease
-        check. A wait (a sleep, an event, a gate) is closed at the pass's end
-        (``abandoned``); a child run is not cancelled: the run waits for it
-        as for a step nobody awaits."""
+        check; a child run's step is recorded cancelled and its child run cancelled
+        (``steps.cancel_child``). A wait (a sleep, an event, a gate) is closed at the
+        pass's end (``abandoned``)."""
         ledger = self.ledger
         if any(call.future.cancelled() for call in new):
             kept = [call for call in new if not call.future.cancelled()]
@@ -158,17 +160,27 @@ class StepCancels:
             ledger.add(steps.cancel_wait(ledger.steps[call.key], ledger.now()))
 
     def cancellable(self, call: StepCall[Any]) -> bool:
-        """A step with a body (``wf.do`` of a function or a closure) not ended yet."""
+        """A step with work behind it (``wf.do`` of a function, a closure or a workflow:
+        a child run) not ended yet."""
         step = self.ledger.steps.get(call.key)
-        return step is not None and step.kind == "do" and step.status in STEP_IN_FLIGHT
+        return step is not None and step.kind in _CANCELLABLE and step.status in STEP_IN_FLIGHT
 
     def cancel(self, call: StepCall[Any]) -> None:
-        """Record the step of ``call`` cancelled (``steps.cancel_step``) where the
-        workflow cancelled it: it takes the next place in the delivery order."""
+        """Record the step of ``call`` cancelled (``steps.cancel_step``; a child run's
+        step with its child run, ``steps.cancel_child``) where the workflow cancelled
+        it: it takes the next place in the delivery order."""
         ledger = self.ledger
         step = ledger.steps[call.key]
         ledger.cancelled.add(call.key)
-        ledger.add(steps.cancel_step(step, ledger.now()))
+        child = step.child_run_id if step.kind == "child" and step.status == "running" else None
+        if child is None:
+            ledger.add(steps.cancel_step(step, ledger.now()))
+        else:
+            ledger.add(steps.cancel_child(step, ledger.run.id, ledger.now()))
+            # not driven here, and stopped here if it is (the worker's ``cancel_local``)
+            if child in ledger.children:
+                ledger.children.remove(child)
+            ledger.ended_children.append(child)
         ledger.mark_delivered(step)
         ledger.cancelled_jobs = ledger.cancelled_jobs or step.queued
         call.outcome = "cancelled"

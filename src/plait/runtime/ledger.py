@@ -44,7 +44,8 @@ class PassResult:
     again: bool | None = None
     #: the pass made child runs that wait for admission through their workflow's queue
     admit: bool = False
-    #: live child runs the run's end cancelled (``CancelChildren``): stop their work here
+    #: live child runs the run's end, or the workflow's cancel of their step, cancelled
+    #: (``CancelChildren``): stop their work here
     ended_children: list[str] = dataclasses.field(default_factory=list)  # pyright: ignore[reportUnknownVariableType]
     #: the error the pass ended the run with (its stored JSON), for the worker's log
     error: str | None = None
@@ -76,7 +77,8 @@ class Ledger:
         self.counters: dict[str, int] = {}
         self.seq = max((s.seq for s in self.steps.values()), default=-1) + 1
         self.children: list[str] = []
-        #: live child runs the run's end cancels (see ``end``)
+        #: live child runs the run's end cancels (see ``end``), and those of steps the
+        #: workflow cancelled (``StepCancels.cancel``)
         self.ended_children: list[str] = []
         #: the error of the run's end, when this pass ends it
         self.end_error: str | None = None
@@ -134,7 +136,7 @@ class Ledger:
         self.ops.extend(ops)
         self.end_error = end.error
         if end.status in runs.TAKES_CHILDREN:
-            self.ended_children = ended
+            self.ended_children += ended
         successor = end.successor
         if successor is not None:
             # the run that continues this one: driven here at once, as a child run is,

@@ -4,7 +4,8 @@ answer step that replies to it or refuses it.
 A wait (``wf.wait_for_request``) is a step like an event wait: ``scheduled`` until it
 takes a request or its timeout passes. It stores its schema as JSON Schema, so a request
 sent while it waits is judged on arrival (``Engine.request``); one sent before is judged
-here, and refused, never taken, when its data does not fit. A request is taken when the
+here by the same JSON Schema and then by the schema itself (as an approval's decision
+is), and refused, never taken, when its data does not fit. A request is taken when the
 wait's outcome reaches the workflow (the delivery order's ``_take``), in one conditional
 write that a sender withdrawing it races (``TakeRequest``). The answer (``req.reply`` /
 ``req.refuse``) is a step of its own, recorded once with the request's answer and
@@ -14,7 +15,7 @@ committed at once, so the sender hears it now and a replay never answers again.
 from __future__ import annotations
 
 import bisect
-from typing import Any
+from typing import Any, cast
 
 import pydantic
 
@@ -70,10 +71,9 @@ class Requests:
             if sent.deadline <= now:
                 continue
             try:
-                value = _data(schema, serde.loads(sent.data))
-            except pydantic.ValidationError as exc:
-                refusal = request.invalid(_problems(exc))
-                ledger.add(steps.refuse_sent_request(sent.id, refusal))
+                value = _judged(step, schema, serde.loads(sent.data))
+            except _Refused as refused:
+                ledger.add(steps.refuse_sent_request(sent.id, request.invalid(refused.problems)))
                 continue
             return Found(name, (), request=sent, data=value)
         timed_out = steps.time_out_request(step, name, now)
@@ -116,6 +116,31 @@ class Requests:
 
 def _order(sent: RequestRow) -> int:
     return sent.id
+
+
+class _Refused(Exception):
+    """A request's data does not fit the wait: ``problems`` says where."""
+
+    def __init__(self, problems: list[dict[str, str]]) -> None:
+        super().__init__(problems)
+        self.problems = problems
+
+
+def _judged(step: StepRow, schema: type[pydantic.BaseModel] | None, data: Any) -> Any:
+    """The data of a request sent before its wait was open, judged as ``Engine.request``
+    judges one sent while it is (the JSON Schema the wait stored), then by the schema
+    itself, as an approval's decision is: a request gets one verdict whenever it
+    arrives. ``_Refused`` if it does not fit."""
+    stored = request.wait_info(step.input).get("schema")
+    found = request.problems(
+        cast(dict[str, Any], stored) if isinstance(stored, dict) else None, data
+    )
+    if found:
+        raise _Refused(found)
+    try:
+        return _data(schema, data)
+    except pydantic.ValidationError as exc:
+        raise _Refused(_problems(exc)) from None
 
 
 def _data(schema: type[pydantic.BaseModel] | None, data: Any) -> Any:

@@ -25,6 +25,7 @@ from plait.statuses import STEP_IN_FLIGHT, AttemptStatusName, StepStatusName
 from plait.store.ops import (
     AnswerRequest,
     AppendStream,
+    CancelChildren,
     CancelCut,
     CancelJob,
     ClearTimer,
@@ -322,6 +323,23 @@ def begin_child(step: StepRow, worker: str | None, now: float) -> list[Op]:
     step.child_run_id = ids.child_run_id(step.invocation_id, step.attempts)
     step.status, step.updated_at = "running", now
     return [StartAttempt(step, step.attempts, OPEN_ATTEMPT, worker)]
+
+
+def cancel_child(step: StepRow, run_id: str, now: float) -> list[Op]:
+    """The workflow cancelled the task awaiting a child run's step (the loser of a race,
+    a failing task group sibling): the step fails ``CANCELLED`` as ``cancel_step`` ends
+    one with a body, and in the same commit its child run is cancelled, with its own
+    children, wherever it runs: nothing waits for its outcome any more, and left alive
+    it would go on doing work no one collects (the parent would wait for it too)."""
+    step.updated_at = now
+    step.error = step_cancelled_error()
+    step.status, step.wake_at = CANCEL_CUT.step, None
+    message = f"parent run {run_id} cancelled the task awaiting its step {step.key!r}"
+    error = _text({"message": message, "type": "Cancel", "code": errors.WORKFLOW_CANCELLED})
+    return [
+        FinishAttempt(step, step.attempts, CANCEL_CUT.attempt, None, step.error),
+        CancelChildren("cancelled", error, None, CANCEL_CUT, step_key=step.key),
+    ]
 
 
 def open_suspend(step: StepRow, worker: str | None, now: float) -> list[Op]:

@@ -257,12 +257,14 @@ class CancelChildren:
     ``status`` with ``error``, their steps in flight cut short as ``cut`` says; the run's
     steps that wait for them end as ``parent`` says. A run that fails or completes
     writes it after its ``EndRun``, so nothing it started goes on without it, as nothing
-    goes on after a cancel."""
+    goes on after a cancel. With ``step_key`` only the child run of that step of the run
+    ends: the workflow cancelled the task awaiting it, and its siblings go on."""
 
     status: RunStatusName
     error: str | None
     parent: StepEnd | None
     cut: CancelCut
+    step_key: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -204,7 +204,8 @@ def op_value(op: Op) -> tuple[Any, ...]:
             op.status,
             None,
             op.error,
-            *(None,) * 7,
+            op.step_key,
+            *(None,) * 6,
             step_end_value(op.parent),
             cut_value(op.cut),
         )

@@ -467,11 +467,15 @@ def start_successor(conn: sqlite3.Connection, run_id: str, new: NewRun, now: flo
 def cancel_children(
     conn: sqlite3.Connection, run_id: str, cancel: CancelChildren, now: float
 ) -> list[str]:
-    """Cancel the live children of ``run_id`` (and theirs) as ``cancel`` says; returns
-    every run that moved."""
+    """Cancel the live children of ``run_id`` (and theirs) as ``cancel`` says (only its
+    step ``cancel.step_key``'s, when given); returns every run that moved."""
     end = EndRun(cancel.status, None, cancel.error, cancel.parent, cancel.cut)
     moved: list[str] = []
-    for (child,) in conn.execute(SQL["live_children"], (run_id,)).fetchall():
+    if cancel.step_key is None:
+        found = conn.execute(SQL["live_children"], (run_id,))
+    else:
+        found = conn.execute(SQL["live_child_of_step"], (run_id, cancel.step_key))
+    for (child,) in found.fetchall():
         moved += end_run(conn, child, end, now, from_suspended=True)
     return moved
 

@@ -314,6 +314,11 @@ SELECT min(at) FROM (
 -- name: live_children
 SELECT id FROM plait_runs WHERE parent_run_id = ? AND status IN ('running', 'suspended', 'queued', 'paused', 'needs_attention')
 
+-- name: live_child_of_step
+-- The live child run that a run's step waits for (one its workflow cancelled).
+SELECT id FROM plait_runs WHERE parent_run_id = ? AND parent_step_key = ?
+    AND status IN ('running', 'suspended', 'queued', 'paused', 'needs_attention')
+
 -- name: insert_event
 -- An event for a run that has not ended, unless the run took one of the same
 -- de-duplication key already (the unique index's conflict: nothing is stored).

@@ -10,8 +10,9 @@
 -- a take_decision claims, or the request a take_request claims was withdrawn. take_decision with purpose 'refuse' turns the accepted decision
 -- of gate key into a refused one. cancel_children ends the run's live children, and
 -- theirs, as end_run cancels (status and error: each child's, parent: how the run's step
--- for each ends, cut: how each child's steps in flight end). An end_run with a run (a new
--- run) continues as new: the run that continues it starts if the end moved the run.
+-- for each ends, cut: how each child's steps in flight end; key: only the child of that
+-- step). An end_run with a run (a new run) continues as new: the run that continues it
+-- starts if the end moved the run.
 -- send_event stores an event for another run (or this one) through store_event.
 -- cancel_job (step, cut) ends a job step the workflow cancelled (plait.store.ops.CancelJob).
 -- append_stream (name, output) appends the workflow's own entry to stream name.
@@ -66,8 +67,10 @@ BEGIN
                 PERFORM @schema@.start_successor(p_run, o.run, p_now);
             END IF;
         WHEN 'cancel_children' THEN
+            -- key: only the child run of that step (its workflow cancelled the step)
             FOR v_child IN SELECT id FROM @schema@.runs
                 WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued', 'paused', 'needs_attention')
+                    AND (o.key IS NULL OR parent_step_key = o.key)
                 ORDER BY id
             LOOP
                 PERFORM @schema@.end_run(v_child, o.status, NULL, o.error, o.parent, o.cut,
