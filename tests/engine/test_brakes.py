@@ -128,3 +128,35 @@ async def test_bad_names_are_refused_by_name(engine_factory: Any) -> None:
         with pytest.raises(ValueError, match="queue"):
             await engine.pause_queue("")
         assert await engine.list_paused() == []
+
+
+async def test_pausing_the_default_queue_holds_the_runs_started_on_no_queue(
+    engine_factory: Any,
+) -> None:
+    """``default`` is the queue of the runs started on no queue (``plait worker --queues
+    default``): pausing it holds them as pausing a named queue holds its runs, and holds
+    no run of a named queue."""
+    app, ran, gates = make_app()
+    gates["s0"] = asyncio.Event()
+    async with engine_factory(app, lease_seconds=1.0) as engine:
+        running = await engine.start("three")
+        await eventually(lambda: ran[f"{running}/s0"] == 1, what="the first step running")
+        await engine.pause_queue("default")
+        assert [(p["kind"], p["name"]) for p in await engine.list_paused()] == [
+            ("queue", "default")
+        ]
+        waiting = await engine.start("three")
+        assert await status(engine, waiting) == "queued"
+        gates["s0"].set()
+        await eventually(lambda: _is(engine, running, "paused"), timeout=10, what="paused")
+        assert ran[f"{running}/s1"] == 0 and ran[f"{waiting}/s0"] == 0
+        assert (await engine.waiting_on(waiting)) == plait.WaitingOn(
+            "paused_queue", "default", "queue 'default' is paused"
+        )
+        elsewhere = await engine.start("three_slow")  # a named queue's run goes on
+        assert (await engine.wait(elsewhere, timeout=20)).status == "completed"
+
+        assert await engine.resume_queue("default") == [running]
+        for run_id in (running, waiting):
+            assert (await engine.wait(run_id, timeout=20)).status == "completed"
+    assert ran[f"{running}/s0"] == 1 and ran[f"{running}/s1"] == 1

@@ -222,9 +222,9 @@ def waiting(
     held = {(b.kind, b.name) for b in brakes}
     if ("workflow", workflow) in held:
         return WaitingOn("paused_workflow", workflow, f"workflow {workflow!r} is paused")
-    if queue is not None and ("queue", queue) in held:
-        return WaitingOn("paused_queue", queue, f"queue {queue!r} is paused")
     in_queue = queue or DEFAULT_QUEUE
+    if ("queue", in_queue) in held:
+        return WaitingOn("paused_queue", in_queue, f"queue {in_queue!r} is paused")
     for w in workers:
         works = kind == "graph" or workflow in w.workflows
         if works and (w.queues is None or in_queue in w.queues):

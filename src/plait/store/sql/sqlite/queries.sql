@@ -506,7 +506,7 @@ WHERE id = :run AND status = 'running' AND (lease_owner IS NULL OR lease_until <
     AND (:scope_queues IS NULL OR coalesce(queue, :default_queue) IN (SELECT value FROM json_each(:scope_queues)))
     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                     WHERE (b.kind = 'workflow' AND b.name = workflow)
-                        OR (b.kind = 'queue' AND b.name = queue))
+                        OR (b.kind = 'queue' AND b.name = coalesce(queue, 'default')))
 
 -- name: claim_due_runs
 -- The index is named: without statistics the planner would rather walk every running
@@ -521,7 +521,7 @@ WHERE id IN (
     AND (:scope_queues IS NULL OR coalesce(queue, :default_queue) IN (SELECT value FROM json_each(:scope_queues)))
     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                     WHERE (b.kind = 'workflow' AND b.name = workflow)
-                        OR (b.kind = 'queue' AND b.name = queue))
+                        OR (b.kind = 'queue' AND b.name = coalesce(queue, 'default')))
     ORDER BY wake_at LIMIT :limit
 )
 RETURNING id
@@ -624,7 +624,7 @@ SELECT min(due) FROM (
     AND (:scope_queues IS NULL OR coalesce(queue, :default_queue) IN (SELECT value FROM json_each(:scope_queues)))
     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                     WHERE (b.kind = 'workflow' AND b.name = workflow)
-                        OR (b.kind = 'queue' AND b.name = queue))
+                        OR (b.kind = 'queue' AND b.name = coalesce(queue, 'default')))
         ORDER BY wake_at LIMIT 1)
     UNION ALL
     SELECT max(wake_at, lease_until) FROM plait_runs INDEXED BY plait_runs_lease
@@ -634,7 +634,7 @@ SELECT min(due) FROM (
     AND (:scope_queues IS NULL OR coalesce(queue, :default_queue) IN (SELECT value FROM json_each(:scope_queues)))
     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                     WHERE (b.kind = 'workflow' AND b.name = workflow)
-                        OR (b.kind = 'queue' AND b.name = queue))
+                        OR (b.kind = 'queue' AND b.name = coalesce(queue, 'default')))
 )
 
 -- name: next_due_jobs
@@ -647,7 +647,7 @@ WHERE function IN (SELECT value FROM json_each(?))
                 WHERE r.id = plait_jobs.run_id AND r.status = 'running'
                     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                                     WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                                        OR (b.kind = 'queue' AND b.name = r.queue)))
+                                        OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default'))))
 
 -- name: job_depths
 -- Jobs a worker could claim now (claim_step_jobs' test), per function: due, of a running
@@ -688,7 +688,7 @@ WHERE rowid IN (
                     WHERE r.id = plait_jobs.run_id AND r.status = 'running'
                         AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                                     WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                                        OR (b.kind = 'queue' AND b.name = r.queue)))
+                                        OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default'))))
     ORDER BY available_at LIMIT ?
 )
 RETURNING run_id, step_key, function, deliveries
@@ -862,7 +862,7 @@ WITH conf AS (
     AND (:scope_queues IS NULL OR coalesce(r.queue, :default_queue) IN (SELECT value FROM json_each(:scope_queues)))
     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                     WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                        OR (b.kind = 'queue' AND b.name = r.queue))
+                        OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default')))
     AND NOT EXISTS (SELECT 1 FROM json_each(:held) h
                     WHERE json_extract(h.value, '$[0]') = r.queue
                         AND (json_extract(h.value, '$[1]') IS NULL
@@ -1003,7 +1003,7 @@ WITH conf AS (
         AND EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = j.run_id AND r.status = 'running'
                     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                                     WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                                        OR (b.kind = 'queue' AND b.name = r.queue))
+                                        OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default')))
                     AND NOT EXISTS (SELECT 1 FROM json_each(:held) h
                                     WHERE json_extract(h.value, '$[0]') = m.queue
                                         AND (json_extract(h.value, '$[1]') IS NULL
@@ -1061,7 +1061,7 @@ UPDATE plait_runs SET status = :paused, lease_owner = NULL, lease_until = NULL,
 WHERE status = :from AND (lease_owner IS NULL OR lease_until < :now)
     AND EXISTS (SELECT 1 FROM plait_brakes b
                 WHERE (b.kind = 'workflow' AND b.name = plait_runs.workflow)
-                    OR (b.kind = 'queue' AND b.name = plait_runs.queue))
+                    OR (b.kind = 'queue' AND b.name = coalesce(plait_runs.queue, 'default')))
 RETURNING id
 
 -- name: release_unbraked
@@ -1072,7 +1072,7 @@ UPDATE plait_runs SET status = :to, wake_at = :now, wakeups = wakeups + 1,
 WHERE status = :paused
     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                     WHERE (b.kind = 'workflow' AND b.name = plait_runs.workflow)
-                        OR (b.kind = 'queue' AND b.name = plait_runs.queue))
+                        OR (b.kind = 'queue' AND b.name = coalesce(plait_runs.queue, 'default')))
 RETURNING id
 
 -- name: put_worker

@@ -102,7 +102,7 @@ BEGIN
             AND (p_queues IS NULL OR coalesce(r.queue, p_default_queue) = ANY (p_queues))
             AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                             WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                                OR (b.kind = 'queue' AND b.name = r.queue))
+                                OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default')))
             AND NOT EXISTS (SELECT 1 FROM unnest(p_held_queues, p_held_keys) AS h(queue, key)
                             WHERE h.queue = r.queue
                                 AND (h.key IS NULL OR h.key = r.queue_key))
@@ -232,7 +232,7 @@ BEGIN
                         WHERE r.id = j.run_id AND r.status = 'running'
                             AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                                 WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                                    OR (b.kind = 'queue' AND b.name = r.queue))
+                                    OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default')))
                             AND NOT EXISTS (SELECT 1
                                 FROM unnest(p_held_queues, p_held_keys) AS h(queue, key)
                                 WHERE h.queue = m.queue

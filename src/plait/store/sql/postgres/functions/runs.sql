@@ -464,7 +464,7 @@ BEGIN
             AND (p_queues IS NULL OR coalesce(d.queue, p_default_queue) = ANY (p_queues))
             AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                             WHERE (b.kind = 'workflow' AND b.name = d.workflow)
-                                OR (b.kind = 'queue' AND b.name = d.queue))
+                                OR (b.kind = 'queue' AND b.name = coalesce(d.queue, 'default')))
         ORDER BY d.wake_at LIMIT p_limit
         FOR UPDATE SKIP LOCKED
     )
