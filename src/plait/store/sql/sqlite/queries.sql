@@ -952,14 +952,18 @@ ON CONFLICT (queue) DO UPDATE SET clock = max(clock, excluded.clock)
 
 -- name: forget_turns
 -- A key of fair queue :queue with no runs due that the clock has passed is the same as
--- no key: forget it. A key a budget holds (in :held, as admit_runs takes it) has no runs
--- due either: when it comes back it starts at the clock, with no turns saved up.
+-- no key: forget it. A key a budget holds (in :held, as admit_runs takes it) or whose
+-- runs a brake holds (their workflow paused) has no runs due either: when it comes back
+-- it starts at the clock, with no turns saved up.
 DELETE FROM plait_queue_turns
 WHERE queue = :queue
     AND finish <= (SELECT clock FROM plait_queue_clocks WHERE queue = :queue)
     AND queue_key NOT IN (SELECT coalesce(r.queue_key, '') FROM plait_runs r
                           WHERE r.status = 'queued' AND r.wake_at <= :now
                               AND r.queue = :queue
+                              AND NOT EXISTS (SELECT 1 FROM plait_brakes b
+                                              WHERE (b.kind = 'workflow' AND b.name = r.workflow)
+                                                  OR (b.kind = 'queue' AND b.name = r.queue))
                               AND NOT EXISTS (
                                   SELECT 1 FROM json_each(:held) h
                                   WHERE json_extract(h.value, '$[0]') = r.queue
