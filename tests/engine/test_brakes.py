@@ -160,3 +160,50 @@ async def test_pausing_the_default_queue_holds_the_runs_started_on_no_queue(
         for run_id in (running, waiting):
             assert (await engine.wait(run_id, timeout=20)).status == "completed"
     assert ran[f"{running}/s0"] == 1 and ran[f"{running}/s1"] == 1
+
+
+async def test_a_brake_set_by_another_process_holds_an_inline_start(
+    engine_factory: Any,
+) -> None:
+    """Brakes are obeyed by every process the moment they are stored: a start in a process
+    that has not read the brake yet (it reads them every quarter of a lease) is accepted
+    and waits ``queued``, even inline; its steps run once the brake is released."""
+    app, ran, _gates = make_app()
+    async with (
+        engine_factory(app) as other,
+        engine_factory(app, lease_seconds=20.0) as here,
+    ):
+        await other.pause_workflow("three")
+        run_id = await here.start("three", inline=True)
+        assert await status(here, run_id) == "queued"
+        why = await here.waiting_on(run_id)
+        assert why is not None and why.kind == "paused_workflow"
+        assert ran[f"{run_id}/s0"] == 0
+        await other.resume_workflow("three")
+        run = await here.wait(run_id, timeout=20)
+        assert run.status == "completed" and run.output == ["s0", "s1", "s2"]
+    assert [ran[f"{run_id}/s{i}"] for i in range(3)] == [1, 1, 1]
+
+
+async def test_a_brake_set_by_another_process_makes_a_new_run_wait_queued(
+    engine_factory: Any,
+) -> None:
+    """The same for a run started to be worked by any process, and for a paused queue:
+    the start's own commit sees the brake."""
+    app, ran, _gates = make_app()
+    async with (
+        engine_factory(app) as other,
+        engine_factory(app, lease_seconds=20.0) as here,
+    ):
+        await other.pause_workflow("three")
+        await other.pause_queue("slow")
+        braked = await here.start("three")
+        in_queue = await here.start("three_slow")
+        many = await here.start_many("three", [None, None])
+        for run_id in (braked, in_queue, *many):
+            assert await status(here, run_id) == "queued", run_id
+        await other.resume_workflow("three")
+        await other.resume_queue("slow")
+        for run_id in (braked, in_queue, *many):
+            assert (await here.wait(run_id, timeout=20)).status == "completed"
+    assert len(ran) == 12 and set(ran.values()) == {1}
