@@ -165,7 +165,8 @@ class Queue:
         return " ".join(parts)
 
 
-#: the queue of a run started on none, as ``plait worker --queues`` names it
+#: the queue of a run started on none, as ``plait worker --queues`` and the brakes name it
+#: (``pause_queue("default")``; the SQL of both stores matches brakes on this name)
 DEFAULT_QUEUE = "default"
 
 

@@ -128,3 +128,82 @@ async def test_bad_names_are_refused_by_name(engine_factory: Any) -> None:
         with pytest.raises(ValueError, match="queue"):
             await engine.pause_queue("")
         assert await engine.list_paused() == []
+
+
+async def test_pausing_the_default_queue_holds_the_runs_started_on_no_queue(
+    engine_factory: Any,
+) -> None:
+    """``default`` is the queue of the runs started on no queue (``plait worker --queues
+    default``): pausing it holds them as pausing a named queue holds its runs, and holds
+    no run of a named queue."""
+    app, ran, gates = make_app()
+    gates["s0"] = asyncio.Event()
+    async with engine_factory(app, lease_seconds=1.0) as engine:
+        running = await engine.start("three")
+        await eventually(lambda: ran[f"{running}/s0"] == 1, what="the first step running")
+        await engine.pause_queue("default")
+        assert [(p["kind"], p["name"]) for p in await engine.list_paused()] == [
+            ("queue", "default")
+        ]
+        waiting = await engine.start("three")
+        assert await status(engine, waiting) == "queued"
+        gates["s0"].set()
+        await eventually(lambda: _is(engine, running, "paused"), timeout=10, what="paused")
+        assert ran[f"{running}/s1"] == 0 and ran[f"{waiting}/s0"] == 0
+        assert (await engine.waiting_on(waiting)) == plait.WaitingOn(
+            "paused_queue", "default", "queue 'default' is paused"
+        )
+        elsewhere = await engine.start("three_slow")  # a named queue's run goes on
+        assert (await engine.wait(elsewhere, timeout=20)).status == "completed"
+
+        assert await engine.resume_queue("default") == [running]
+        for run_id in (running, waiting):
+            assert (await engine.wait(run_id, timeout=20)).status == "completed"
+    assert ran[f"{running}/s0"] == 1 and ran[f"{running}/s1"] == 1
+
+
+async def test_a_brake_set_by_another_process_holds_an_inline_start(
+    engine_factory: Any,
+) -> None:
+    """Brakes are obeyed by every process the moment they are stored: a start in a process
+    that has not read the brake yet (it reads them every quarter of a lease) is accepted
+    and waits ``queued``, even inline; its steps run once the brake is released."""
+    app, ran, _gates = make_app()
+    async with (
+        engine_factory(app) as other,
+        engine_factory(app, lease_seconds=20.0) as here,
+    ):
+        await other.pause_workflow("three")
+        run_id = await here.start("three", inline=True)
+        assert await status(here, run_id) == "queued"
+        why = await here.waiting_on(run_id)
+        assert why is not None and why.kind == "paused_workflow"
+        assert ran[f"{run_id}/s0"] == 0
+        await other.resume_workflow("three")
+        run = await here.wait(run_id, timeout=20)
+        assert run.status == "completed" and run.output == ["s0", "s1", "s2"]
+    assert [ran[f"{run_id}/s{i}"] for i in range(3)] == [1, 1, 1]
+
+
+async def test_a_brake_set_by_another_process_makes_a_new_run_wait_queued(
+    engine_factory: Any,
+) -> None:
+    """The same for a run started to be worked by any process, and for a paused queue:
+    the start's own commit sees the brake."""
+    app, ran, _gates = make_app()
+    async with (
+        engine_factory(app) as other,
+        engine_factory(app, lease_seconds=20.0) as here,
+    ):
+        await other.pause_workflow("three")
+        await other.pause_queue("slow")
+        braked = await here.start("three")
+        in_queue = await here.start("three_slow")
+        many = await here.start_many("three", [None, None])
+        for run_id in (braked, in_queue, *many):
+            assert await status(here, run_id) == "queued", run_id
+        await other.resume_workflow("three")
+        await other.resume_queue("slow")
+        for run_id in (braked, in_queue, *many):
+            assert (await here.wait(run_id, timeout=20)).status == "completed"
+    assert len(ran) == 12 and set(ran.values()) == {1}

@@ -140,3 +140,17 @@ def test_a_fair_queue_shows_its_weights() -> None:
     assert queue.fair and queue.weights == {"big": 3}
     assert queue.to_dict()["fair"] is True and queue.to_dict()["weights"] == {"big": 3}
     assert queue.describe() == "concurrency=2 fair weights {big: 3}"
+
+
+async def test_queue_depths_show_the_weights_a_fair_queue_declares(engine_factory: Any) -> None:
+    """The stored limits show each weight as declared, to the declaring app and to any
+    other: a weight's cost in turns is rounded (``TURN // weight``), so 1000 and 1001, or
+    997 and 998, cost alike, and a weight read back from its cost would be wrong."""
+    weights = {"big": 1000, "mid": 900, "odd": 997, "small": 3}
+    weighted = fair_app(fair=True, weights=weights)
+    async with engine_factory(weighted, workers=False) as engine:
+        (shown,) = [q for q in await engine.queue_depths() if q["queue"] == "tenants"]
+        assert shown["limits"]["weights"] == weights and shown["source"] == "declared"
+    async with engine_factory(plait.App("bystander"), workers=False) as engine:
+        (shown,) = [q for q in await engine.queue_depths() if q["queue"] == "tenants"]
+        assert shown["limits"]["weights"] == weights and shown["source"] == "stored"

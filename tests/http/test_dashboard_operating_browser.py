@@ -190,6 +190,15 @@ def test_the_waiting_on_column_names_what_each_run_waits_for(
         page.locator('#status-counts .count[data-status=""]').click()
         expect(waiting_cell(page, held)).to_have_attribute("data-waiting", "sleep")
 
+        # the runs started on no queue are in the queue "default": a list of them shows
+        # its brake too
+        page.select_option("#f-workflow", "partner_sync")
+        assert admin.post("/api/queues/default/pause").status_code == 200
+        expect(banner.locator('[data-kind="queue"][data-name="default"]')).to_be_visible()
+        assert admin.post("/api/queues/default/resume").status_code == 200
+        expect(banner).to_be_hidden()
+        page.select_option("#f-workflow", "")
+
     # the run page says it too
     page.goto(f"{server.url}/runs/{paid}")
     expect(page.locator("#run-waiting")).to_have_text("event paid")

@@ -4,9 +4,11 @@ the database, so every admitter ranks from the same state, on every store."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from plait.queues import TURN
 from plait.store import Store
-from plait.store.rows import QueueLimits
+from plait.store.rows import NewRun, QueueLimits
 
 from .test_queues import end, queued
 
@@ -149,3 +151,21 @@ async def test_a_key_held_back_saves_up_no_turns_for_a_burst(store: Store) -> No
     # takes one turn a round; held, it had saved up ten (a burst of a's before)
     assert "aaa" not in after and after.count("a") <= 5, after
     assert all(after[n : n + 3].count("a") <= 2 for n in range(len(after) - 2)), after
+
+
+async def test_a_key_whose_workflow_was_paused_saves_up_no_turns_for_a_burst(
+    store: Store,
+) -> None:
+    """A key a brake held (its runs' workflow paused) while the others took their turns
+    comes back at the queue's clock, as a key a budget held does."""
+    for n in range(30):
+        for key, workflow in (("a", "wa"), ("b", "wb"), ("c", "wb")):
+            run = NewRun(f"{key}{n:03}", workflow, "workflow", None, "null", status="queued")
+            await store.create_run(dataclasses.replace(run, queue="q", queue_key=key))
+    await store.pause("workflow", "wa", "paused", "running")
+    order = await admit_one_by_one(store, fair(), 20)
+    await store.unpause("workflow", "wa", "running", "paused")
+    order += await admit_one_by_one(store, fair(), 12)
+    assert "".join(r[0] for r in order[:20]) in ("bc" * 10, "cb" * 10)
+    after = "".join(r[0] for r in order[20:])
+    assert "aaa" not in after and after.count("a") <= 5, after

@@ -120,6 +120,39 @@ async def test_a_run_created_with_a_lease_is_held(store: Store) -> None:
     assert await store.claim_due_runs("w2", 60.0, 10) == []
 
 
+async def test_a_start_a_brake_holds_waits_queued_and_leased_to_no_one(store: Store) -> None:
+    """Every way a start writes its run reads the brakes in its own transaction: a run of a
+    paused workflow, or on no queue while the default queue is paused, waits ``queued``
+    even if its starter asked to drive it (a lease); admission lets it in once resumed."""
+
+    def start(run_id: str, workflow: str = "braked", **fields: object) -> NewRun:
+        fields.setdefault("lease_owner", "w1")
+        fields.setdefault("lease_seconds", 60.0)
+        return NewRun(run_id, workflow, "workflow", None, "null", status="running", **fields)  # type: ignore[arg-type]
+
+    await store.pause("workflow", "braked", "paused", "running")
+    one, created = await store.create_run(start("one"))
+    assert created and one.status == "queued"
+    many = await store.create_runs([start("two"), start("free", "wf")])
+    assert [(run.id, run.status) for run, _created in many] == [
+        ("two", "queued"),
+        ("free", "running"),
+    ]
+    replaced, created, _moved = await store.replace_run(
+        start("three", dedup="d"), EndRun("cancelled")
+    )
+    assert created and replaced.status == "queued"
+    await store.pause("queue", "default", "paused", "running")
+    held, _ = await store.create_run(start("four", "wf"))
+    queued, _ = await store.create_run(start("five", "wf", queue="q", lease_owner=None))
+    assert (held.status, queued.status) == ("queued", "running")
+    assert await store.admit_runs("w2", 60.0, 10, [], "running") == []
+    await store.unpause("workflow", "braked", "running", "paused")
+    await store.unpause("queue", "default", "running", "paused")
+    admitted = await store.admit_runs("w2", 60.0, 10, [], "running")
+    assert sorted(admitted) == ["four", "one", "three", "two"]
+
+
 async def test_get_run_of_an_unknown_id_is_none(store: Store) -> None:
     assert await store.get_run("nope") is None
 

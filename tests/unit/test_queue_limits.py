@@ -1,9 +1,14 @@
 """Which queues a worker admits through: a declared queue and its flat form agree on
-whether anything holds its runs back, and ``merge_limits`` keeps only those."""
+whether anything holds its runs back, and ``merge_limits`` keeps only those; stored limits
+read back as they were declared."""
 
 from __future__ import annotations
 
+import json
+
 import plait
+from plait.engine.queues import limits_dict
+from plait.store.convert import limits_params, stored_limits
 from plait.store.rows import QueueLimits, StoredQueueLimits
 from plait.worker.admission import limits_of, merge_limits
 
@@ -31,3 +36,16 @@ def test_merge_keeps_limited_queues_stored_or_declared() -> None:
         StoredQueueLimits(QueueLimits("cleared"), "other-app", 0.0),
     ]
     assert [q.name for q in merge_limits(stored, app)] == ["declared", "elsewhere"]
+
+
+def test_stored_fair_limits_keep_their_weights_and_read_older_rows() -> None:
+    """A fair queue's row holds its costs and its weights; a row an older plait stored
+    has costs only, and is still read (its weights shown from the costs)."""
+    limits = limits_of(plait.App("w").queue("q", fair=True, weights={"big": 1000, "b": 3}))
+    params = limits_params(limits, "w", 1.0)
+    assert stored_limits(params).limits == limits
+    older = json.dumps([limits.turn, [list(pair) for pair in limits.key_costs]])
+    kept = stored_limits((*params[:7], older, *params[8:])).limits
+    assert kept.key_costs == limits.key_costs and kept.weights == ()
+    assert limits_dict(kept)["weights"] == {"b": 3, "big": 1001}
+    assert limits_dict(limits)["weights"] == {"b": 3, "big": 1000}

@@ -290,7 +290,10 @@ class Engine(
         ``debounce_key`` (default: the workflow's name) share one waiting run, which takes
         each one's input, merges in each one's ``tags`` and starts ``debounce`` after the
         last (at most ``debounce_max`` after the first). Such a run is ``queued`` until a
-        worker admits it. ``name`` may be the workflow's function.
+        worker admits it. So is a run of a paused workflow or queue (``pause_workflow``,
+        ``pause_queue``), even with ``inline=True``: the start reads the brakes in its own
+        transaction, so a pause another process committed counts at once. ``name`` may be
+        the workflow's function.
 
         ``timeout`` (default: the workflow's own ``timeout``) is the run's deadline,
         counted from its start (a delayed run: from its start time): once it passes, the
@@ -380,7 +383,6 @@ class Engine(
                 "inline=True cannot start a queued run (a queue, delay, start_at or "
                 "debounce): a worker admits it"
             )
-        inline = self._start_braked(name, flow, inline)
         if kind == "graph":
             graph = await self.graph_for(name, version)
             from plait.graph import validate_or_raise  # graphs only (see plait.graph)

@@ -6,7 +6,9 @@ A brake is a row (``plait_brakes``) every claim reads, so every process obeys it
 soon as it commits: no worker claims, admits or starts a job of a paused workflow's or
 queue's runs. A run a pass holds stops before its next step (``runtime.drive``), and
 every run it holds waits ``paused`` until the brake is released; new runs are accepted
-and wait ``queued``.
+and wait ``queued`` (every start reads the brakes in its own transaction, inline ones
+too). A run started on no queue is in ``DEFAULT_QUEUE``, for a brake as for a worker's
+scope.
 """
 
 from __future__ import annotations
@@ -68,14 +70,6 @@ class OperationsMixin(EngineBase):
             {"kind": b.kind, "name": b.name, "paused_at": _iso(b.paused_at)}
             for b in await self.store.list_brakes()
         ]
-
-    def _start_braked(self, name: str, flow: dict[str, Any], inline: bool) -> bool:
-        """A new run of a paused workflow or queue is accepted and waits ``queued``
-        (``flow`` says so), not inline; returns whether it still starts inline."""
-        if self._worker is None or not self._worker.braked(name, flow["queue"]):
-            return inline
-        flow["status"] = runs.initial_status(True)
-        return False
 
     async def _known_workflow(self, name: object) -> str:
         """``name`` if a workflow of that name is known to this database: this app's, or
@@ -222,9 +216,9 @@ def waiting(
     held = {(b.kind, b.name) for b in brakes}
     if ("workflow", workflow) in held:
         return WaitingOn("paused_workflow", workflow, f"workflow {workflow!r} is paused")
-    if queue is not None and ("queue", queue) in held:
-        return WaitingOn("paused_queue", queue, f"queue {queue!r} is paused")
     in_queue = queue or DEFAULT_QUEUE
+    if ("queue", in_queue) in held:
+        return WaitingOn("paused_queue", in_queue, f"queue {in_queue!r} is paused")
     for w in workers:
         works = kind == "graph" or workflow in w.workflows
         if works and (w.queues is None or in_queue in w.queues):

@@ -183,7 +183,16 @@ def limits_dict(limits: QueueLimits) -> dict[str, Any]:
         or None,
         "budget_per_key": limits.budget_per_key,
         "fair": limits.turn is not None,
-        "weights": {key: round(limits.turn / cost) for key, cost in limits.key_costs}
-        if limits.turn is not None and limits.key_costs
-        else None,
+        "weights": _weights(limits),
     }
+
+
+def _weights(limits: QueueLimits) -> dict[str, int] | None:
+    """A fair queue's weights as declared; read back from their costs when the limits
+    were stored by an older plait, which kept no weights (a weight near ``MAX_WEIGHT``
+    may then be off by one: its cost was rounded)."""
+    if limits.turn is None or not limits.key_costs:
+        return None
+    if limits.weights:
+        return dict(limits.weights)
+    return {key: round(limits.turn / cost) for key, cost in limits.key_costs}

@@ -192,7 +192,8 @@ class StartsMixin(EngineBase):
         worker = self.worker
         if new.deadline_at is not None:
             worker.deadline_set(new.deadline_at)
-        inline = new.lease_owner is not None
+        # a brake the store found as it wrote the run holds it ``queued``, not driven here
+        inline = new.lease_owner is not None and run.status == new.status
         if inline:
             worker.drive(run.id, claimed=True, follow=not self.workers, since=since)
         elif publish:

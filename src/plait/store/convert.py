@@ -239,10 +239,14 @@ def limits_params(q: QueueLimits, app: str, now: float) -> tuple[object, ...]:
         q.window,
         budget,
         q.budget_per_key,
-        None if q.turn is None else json.dumps([q.turn, [list(c) for c in q.key_costs]]),
+        None if q.turn is None else json.dumps([q.turn, _pairs(q.key_costs), _pairs(q.weights)]),
         app,
         now,
     )
+
+
+def _pairs(pairs: Sequence[tuple[str, int]]) -> list[list[object]]:
+    return [list(pair) for pair in pairs]
 
 
 def stored_limits(row: Sequence[object]) -> StoredQueueLimits:
@@ -251,8 +255,11 @@ def stored_limits(row: Sequence[object]) -> StoredQueueLimits:
     budgets = tuple((str(u), float(a), float(w)) for u, a, w in json.loads(str(budget)))
     turn: Any = None
     key_costs: list[tuple[Any, Any]] = []
+    weights: list[tuple[Any, Any]] = []
     if fair is not None:
-        turn, key_costs = json.loads(str(fair))
+        # [turn, costs, weights]; limits stored by an older plait have no weights
+        turn, key_costs, *kept = json.loads(str(fair))
+        weights = kept[0] if kept else []
     limits = QueueLimits(
         str(name),
         None if concurrency is None else int(str(concurrency)),
@@ -262,6 +269,7 @@ def stored_limits(row: Sequence[object]) -> StoredQueueLimits:
         (),
         turn=None if turn is None else int(turn),
         key_costs=tuple((str(k), int(c)) for k, c in key_costs),
+        weights=tuple((str(k), int(w)) for k, w in weights),
         budget=budgets,
         budget_per_key=bool(per_key_budget),
     )

@@ -220,6 +220,10 @@ class QueueLimits:
     #: comes first; the database keeps what each key has spent.
     turn: int | None = None
     key_costs: tuple[tuple[str, int], ...] = ()
+    #: the weights (key, weight) those costs come from, as declared: a cost is rounded
+    #: (``plait.queues.TURN // weight``), so weights near ``MAX_WEIGHT`` share costs and
+    #: cannot be read back from them; kept to be shown
+    weights: tuple[tuple[str, int], ...] = ()
     #: spend budgets: (unit, amount, window in seconds)
     budget: tuple[tuple[str, float, float], ...] = ()
     budget_per_key: bool = False

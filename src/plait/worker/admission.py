@@ -40,6 +40,7 @@ def limits_of(queue: Queue, functions: Sequence[str] = ()) -> QueueLimits:
         tuple(functions),
         turn=TURN if queue.fair else None,
         key_costs=queue.key_costs(),
+        weights=tuple(sorted(queue.weights.items())),
         budget=tuple((b.unit, float(b.amount), b.window) for b in queue.budget),
         budget_per_key=queue.budget_per_key,
     )

@@ -47,9 +47,8 @@ class Brakes(WorkerState):
         brakes = self.brakes
         if not brakes:
             return False
-        return ("workflow", workflow) in brakes or (
-            queue is not None and ("queue", queue) in brakes
-        )
+        # a run started on no queue is in ``DEFAULT_QUEUE``, for a brake as for a scope
+        return ("workflow", workflow) in brakes or ("queue", queue or DEFAULT_QUEUE) in brakes
 
     async def refresh_brakes(self) -> None:
         """Read the brakes again; while any is set, stop the runs it holds that no pass

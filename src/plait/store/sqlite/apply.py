@@ -9,11 +9,13 @@ pass's commit looks nothing up.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Iterable
 
 from plait.errors import GateClosedError, LeaseLostError, RunNotFoundError, RunStateError
+from plait.queues import DEFAULT_QUEUE
 from plait.records import Run
 from plait.statuses import STEP_IN_FLIGHT, AttemptStatusName
 from plait.store import convert
@@ -58,6 +60,7 @@ _ENQUEUE_JOB = SQL["enqueue_job"]
 _CONSUME_EVENT = SQL["consume_event"]
 _SET_STATE = SQL["set_state"]
 _INSERT_RUN = NullsInline(SQL["insert_run"])
+_LIST_BRAKES = SQL["list_brakes"]
 _SELECT_RUN = SQL["select_run"]
 _WAKE_RUN = SQL["wake_run"]
 _RELEASE_RUN = SQL["release_run"]
@@ -246,6 +249,32 @@ def _inserted_row(new: NewRun, now: float) -> RunRow:
         _real(new.timeout),
         new.tags,
     )
+
+
+def start_brakes(conn: sqlite3.Connection) -> frozenset[tuple[str, str]]:
+    """The brakes (kind, name) as a start's transaction reads them: a brake another
+    process committed counts at once, not when this process reads the brakes again. One
+    read serves every run a commit starts."""
+    return frozenset((kind, name) for kind, name, _at in conn.execute(_LIST_BRAKES))
+
+
+def braked_start(
+    conn: sqlite3.Connection, new: NewRun, brakes: frozenset[tuple[str, str]] | None = None
+) -> NewRun:
+    """``new`` as a start writes it: a run that would start ``running`` while a brake
+    holds its workflow or its queue (none: ``DEFAULT_QUEUE``) is accepted and waits
+    ``queued``, leased to no one (an inline starter does not drive it). ``brakes``:
+    ``start_brakes`` read already in this transaction."""
+    if new.status != "running":
+        return new
+    if brakes is None:
+        brakes = start_brakes(conn)
+    if not brakes or (
+        ("workflow", new.workflow) not in brakes
+        and ("queue", new.queue or DEFAULT_QUEUE) not in brakes
+    ):
+        return new
+    return dataclasses.replace(new, status="queued", lease_owner=None)
 
 
 def _real(value: float | None) -> float | None:

@@ -103,9 +103,10 @@ class Runs(Part):
     async def create_runs(self, news: Sequence[NewRun]) -> list[tuple[Run, bool]]:
         def go(conn: sqlite3.Connection) -> list[tuple[Run, bool]]:
             now = self._now()
+            brakes = apply.start_brakes(conn)
             made: list[tuple[Run, bool]] = []
             for new in news:
-                run, created = self._create(conn, new, now)
+                run, created = self._create(conn, new, now, brakes)
                 if not created and run.id == new.id and run.workflow != new.workflow:
                     raise RunIdTakenError(new.id, run.workflow, new.workflow)  # none written
                 made.append((run, created))
@@ -113,12 +114,18 @@ class Runs(Part):
 
         return await self._write(go)
 
-    def _create(self, conn: sqlite3.Connection, new: NewRun, now: float) -> tuple[Run, bool]:
+    def _create(
+        self,
+        conn: sqlite3.Connection,
+        new: NewRun,
+        now: float,
+        brakes: frozenset[tuple[str, str]] | None = None,
+    ) -> tuple[Run, bool]:
         if new.debounce_key is not None:
             joined = apply.debounce(conn, new, now)
             if joined is not None:
                 return apply.load_run(conn, joined), False
-        written = apply.insert_run(conn, new, now)
+        written = apply.insert_run(conn, apply.braked_start(conn, new, brakes), now)
         if written is not None:
             # the row as written: a start spares the read of a wide row
             return convert.run_record(written), True
@@ -141,7 +148,7 @@ class Runs(Part):
                 if holder.owner != new.owner:
                     return holder, False, []  # another owner's run: left as it is
                 moved = apply.end_run(conn, holder.id, end, now, from_suspended=True)
-            created = apply.insert_run(conn, new, now) is not None
+            created = apply.insert_run(conn, apply.braked_start(conn, new), now) is not None
             return apply.load_run(conn, new.id), created, moved
 
         return await self._write(go)

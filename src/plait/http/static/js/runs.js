@@ -313,7 +313,7 @@ export function runsPage() {
   const banner = pausedBanner(() => ({
     workflow: workflowSelect.value,
     workflows: new Set(shown.map((r) => r.workflow)),
-    queues: new Set(shown.map((r) => r.queue).filter((q) => q)),
+    queues: new Set(shown.map((r) => r.queue || "default")), // no queue: the default one
   }));
   const refreshBulk = bulkActions(bulkFilter, () => load());
 

@@ -223,7 +223,7 @@ WHERE id = $1 AND status = 'running' AND (lease_owner IS NULL OR lease_until < $
     AND ($7::text[] IS NULL OR coalesce(queue, $8::text) = ANY ($7::text[]))
     AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                     WHERE (b.kind = 'workflow' AND b.name = workflow)
-                        OR (b.kind = 'queue' AND b.name = queue))
+                        OR (b.kind = 'queue' AND b.name = coalesce(queue, 'default')))
 RETURNING id
 
 -- name: claim_due_runs
@@ -426,14 +426,14 @@ SELECT least(
     AND ($3::text[] IS NULL OR coalesce(queue, $4::text) = ANY ($3::text[]))
     AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                     WHERE (b.kind = 'workflow' AND b.name = workflow)
-                        OR (b.kind = 'queue' AND b.name = queue))),
+                        OR (b.kind = 'queue' AND b.name = coalesce(queue, 'default')))),
     (SELECT min(greatest(wake_at, lease_until)) FROM @schema@.runs
      WHERE wake_at IS NOT NULL AND status = 'running' AND lease_owner IS NOT NULL
         AND ($1::text[] IS NULL OR workflow = ANY ($1::text[]) OR (kind = 'graph' AND $2::boolean))
     AND ($3::text[] IS NULL OR coalesce(queue, $4::text) = ANY ($3::text[]))
     AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                     WHERE (b.kind = 'workflow' AND b.name = workflow)
-                        OR (b.kind = 'queue' AND b.name = queue)))
+                        OR (b.kind = 'queue' AND b.name = coalesce(queue, 'default'))))
 )
 
 -- name: job_depths
@@ -475,14 +475,14 @@ SELECT least(
                      WHERE r.id = j.run_id AND r.status = 'running'
                          AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                              WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                                 OR (b.kind = 'queue' AND b.name = r.queue)))),
+                                 OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default'))))),
     (SELECT min(greatest(j.available_at, j.lease_until)) FROM @schema@.jobs j
      WHERE j.lease_owner IS NOT NULL AND j.function = ANY ($1::text[])
          AND EXISTS (SELECT 1 FROM @schema@.runs r
                      WHERE r.id = j.run_id AND r.status = 'running'
                          AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                              WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                                 OR (b.kind = 'queue' AND b.name = r.queue))))
+                                 OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default')))))
 )
 
 -- name: claim_step_jobs
@@ -498,7 +498,7 @@ WITH claimed AS (
                         WHERE r.id = j.run_id AND r.status = 'running'
                          AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                              WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                                 OR (b.kind = 'queue' AND b.name = r.queue)))
+                                 OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default'))))
         ORDER BY j.available_at LIMIT $4
         FOR UPDATE SKIP LOCKED
     )
@@ -645,7 +645,7 @@ UPDATE @schema@.runs r SET status = $1, lease_owner = NULL, lease_until = NULL,
 WHERE r.status = $2 AND (r.lease_owner IS NULL OR r.lease_until < $3)
     AND EXISTS (SELECT 1 FROM @schema@.brakes b
                 WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                    OR (b.kind = 'queue' AND b.name = r.queue))
+                    OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default')))
 RETURNING r.id
 
 -- name: release_unbraked
@@ -656,7 +656,7 @@ UPDATE @schema@.runs r SET status = $1, wake_at = $3, wakeups = r.wakeups + 1,
 WHERE r.status = $2
     AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                     WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                        OR (b.kind = 'queue' AND b.name = r.queue))
+                        OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default')))
 RETURNING r.id
 
 -- name: put_worker

@@ -524,7 +524,7 @@ WHERE id = :run AND status = 'running' AND (lease_owner IS NULL OR lease_until <
     AND (:scope_queues IS NULL OR coalesce(queue, :default_queue) IN (SELECT value FROM json_each(:scope_queues)))
     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                     WHERE (b.kind = 'workflow' AND b.name = workflow)
-                        OR (b.kind = 'queue' AND b.name = queue))
+                        OR (b.kind = 'queue' AND b.name = coalesce(queue, 'default')))
 
 -- name: claim_due_runs
 -- The index is named: without statistics the planner would rather walk every running
@@ -539,7 +539,7 @@ WHERE id IN (
     AND (:scope_queues IS NULL OR coalesce(queue, :default_queue) IN (SELECT value FROM json_each(:scope_queues)))
     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                     WHERE (b.kind = 'workflow' AND b.name = workflow)
-                        OR (b.kind = 'queue' AND b.name = queue))
+                        OR (b.kind = 'queue' AND b.name = coalesce(queue, 'default')))
     ORDER BY wake_at LIMIT :limit
 )
 RETURNING id
@@ -642,7 +642,7 @@ SELECT min(due) FROM (
     AND (:scope_queues IS NULL OR coalesce(queue, :default_queue) IN (SELECT value FROM json_each(:scope_queues)))
     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                     WHERE (b.kind = 'workflow' AND b.name = workflow)
-                        OR (b.kind = 'queue' AND b.name = queue))
+                        OR (b.kind = 'queue' AND b.name = coalesce(queue, 'default')))
         ORDER BY wake_at LIMIT 1)
     UNION ALL
     SELECT max(wake_at, lease_until) FROM plait_runs INDEXED BY plait_runs_lease
@@ -652,7 +652,7 @@ SELECT min(due) FROM (
     AND (:scope_queues IS NULL OR coalesce(queue, :default_queue) IN (SELECT value FROM json_each(:scope_queues)))
     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                     WHERE (b.kind = 'workflow' AND b.name = workflow)
-                        OR (b.kind = 'queue' AND b.name = queue))
+                        OR (b.kind = 'queue' AND b.name = coalesce(queue, 'default')))
 )
 
 -- name: next_due_jobs
@@ -665,7 +665,7 @@ WHERE function IN (SELECT value FROM json_each(?))
                 WHERE r.id = plait_jobs.run_id AND r.status = 'running'
                     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                                     WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                                        OR (b.kind = 'queue' AND b.name = r.queue)))
+                                        OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default'))))
 
 -- name: job_depths
 -- Jobs a worker could claim now (claim_step_jobs' test), per function: due, of a running
@@ -706,7 +706,7 @@ WHERE rowid IN (
                     WHERE r.id = plait_jobs.run_id AND r.status = 'running'
                         AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                                     WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                                        OR (b.kind = 'queue' AND b.name = r.queue)))
+                                        OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default'))))
     ORDER BY available_at LIMIT ?
 )
 RETURNING run_id, step_key, function, deliveries
@@ -880,7 +880,7 @@ WITH conf AS (
     AND (:scope_queues IS NULL OR coalesce(r.queue, :default_queue) IN (SELECT value FROM json_each(:scope_queues)))
     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                     WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                        OR (b.kind = 'queue' AND b.name = r.queue))
+                        OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default')))
     AND NOT EXISTS (SELECT 1 FROM json_each(:held) h
                     WHERE json_extract(h.value, '$[0]') = r.queue
                         AND (json_extract(h.value, '$[1]') IS NULL
@@ -970,14 +970,18 @@ ON CONFLICT (queue) DO UPDATE SET clock = max(clock, excluded.clock)
 
 -- name: forget_turns
 -- A key of fair queue :queue with no runs due that the clock has passed is the same as
--- no key: forget it. A key a budget holds (in :held, as admit_runs takes it) has no runs
--- due either: when it comes back it starts at the clock, with no turns saved up.
+-- no key: forget it. A key a budget holds (in :held, as admit_runs takes it) or whose
+-- runs a brake holds (their workflow paused) has no runs due either: when it comes back
+-- it starts at the clock, with no turns saved up.
 DELETE FROM plait_queue_turns
 WHERE queue = :queue
     AND finish <= (SELECT clock FROM plait_queue_clocks WHERE queue = :queue)
     AND queue_key NOT IN (SELECT coalesce(r.queue_key, '') FROM plait_runs r
                           WHERE r.status = 'queued' AND r.wake_at <= :now
                               AND r.queue = :queue
+                              AND NOT EXISTS (SELECT 1 FROM plait_brakes b
+                                              WHERE (b.kind = 'workflow' AND b.name = r.workflow)
+                                                  OR (b.kind = 'queue' AND b.name = r.queue))
                               AND NOT EXISTS (
                                   SELECT 1 FROM json_each(:held) h
                                   WHERE json_extract(h.value, '$[0]') = r.queue
@@ -1021,7 +1025,7 @@ WITH conf AS (
         AND EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = j.run_id AND r.status = 'running'
                     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                                     WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                                        OR (b.kind = 'queue' AND b.name = r.queue))
+                                        OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default')))
                     AND NOT EXISTS (SELECT 1 FROM json_each(:held) h
                                     WHERE json_extract(h.value, '$[0]') = m.queue
                                         AND (json_extract(h.value, '$[1]') IS NULL
@@ -1079,7 +1083,7 @@ UPDATE plait_runs SET status = :paused, lease_owner = NULL, lease_until = NULL,
 WHERE status = :from AND (lease_owner IS NULL OR lease_until < :now)
     AND EXISTS (SELECT 1 FROM plait_brakes b
                 WHERE (b.kind = 'workflow' AND b.name = plait_runs.workflow)
-                    OR (b.kind = 'queue' AND b.name = plait_runs.queue))
+                    OR (b.kind = 'queue' AND b.name = coalesce(plait_runs.queue, 'default')))
 RETURNING id
 
 -- name: release_unbraked
@@ -1090,7 +1094,7 @@ UPDATE plait_runs SET status = :to, wake_at = :now, wakeups = wakeups + 1,
 WHERE status = :paused
     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                     WHERE (b.kind = 'workflow' AND b.name = plait_runs.workflow)
-                        OR (b.kind = 'queue' AND b.name = plait_runs.queue))
+                        OR (b.kind = 'queue' AND b.name = coalesce(plait_runs.queue, 'default')))
 RETURNING id
 
 -- name: put_worker

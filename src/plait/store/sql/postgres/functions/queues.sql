@@ -102,7 +102,7 @@ BEGIN
             AND (p_queues IS NULL OR coalesce(r.queue, p_default_queue) = ANY (p_queues))
             AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                             WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                                OR (b.kind = 'queue' AND b.name = r.queue))
+                                OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default')))
             AND NOT EXISTS (SELECT 1 FROM unnest(p_held_queues, p_held_keys) AS h(queue, key)
                             WHERE h.queue = r.queue
                                 AND (h.key IS NULL OR h.key = r.queue_key))
@@ -177,14 +177,18 @@ BEGIN
     )
     SELECT a.id FROM admitted a;
     -- a key with no runs due that the clock has passed is the same as no key: forget it.
-    -- A key a budget holds has no runs due either: when it comes back it starts at the
-    -- clock, with no turns saved up to spend in a burst
+    -- A key a budget holds, or whose runs a brake holds (their workflow paused), has no
+    -- runs due either: when it comes back it starts at the clock, with no turns saved up
+    -- to spend in a burst
     IF cardinality(v_fair) > 0 THEN
         DELETE FROM @schema@.queue_turns t USING @schema@.queue_clocks q
         WHERE q.queue = t.queue AND t.finish <= q.clock AND t.queue = ANY (v_fair)
             AND (t.queue, t.queue_key) NOT IN (
                 SELECT r.queue, coalesce(r.queue_key, '') FROM @schema@.runs r
                 WHERE r.status = 'queued' AND r.wake_at <= p_now AND r.queue = ANY (v_fair)
+                    AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
+                                    WHERE (b.kind = 'workflow' AND b.name = r.workflow)
+                                        OR (b.kind = 'queue' AND b.name = r.queue))
                     AND NOT EXISTS (
                         SELECT 1 FROM unnest(p_held_queues, p_held_keys) AS h(queue, key)
                         WHERE h.queue = r.queue AND (h.key IS NULL OR h.key = r.queue_key)));
@@ -232,7 +236,7 @@ BEGIN
                         WHERE r.id = j.run_id AND r.status = 'running'
                             AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                                 WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                                    OR (b.kind = 'queue' AND b.name = r.queue))
+                                    OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default')))
                             AND NOT EXISTS (SELECT 1
                                 FROM unnest(p_held_queues, p_held_keys) AS h(queue, key)
                                 WHERE h.queue = m.queue

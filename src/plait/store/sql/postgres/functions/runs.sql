@@ -125,12 +125,43 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- create_run: the run with this id (or the live run holding its de-duplication key, or
+-- n as a start writes it: a run that would start running while a brake holds its workflow
+-- or its queue (none: the default queue) is accepted and waits queued, leased to no one
+-- (an inline starter does not drive it). Read in the start's own transaction, so a brake
+-- another process committed counts at once, not when this process reads them again.
+CREATE OR REPLACE FUNCTION @schema@.braked_start(n @schema@.new_run)
+RETURNS @schema@.new_run LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF n.status <> 'running' THEN
+        RETURN n;
+    END IF;
+    IF EXISTS (SELECT 1 FROM @schema@.brakes b
+               WHERE (b.kind = 'workflow' AND b.name = n.workflow)
+                   OR (b.kind = 'queue' AND b.name = coalesce(n.queue, 'default'))) THEN
+        n.status := 'queued';
+        n.lease_owner := NULL;
+    END IF;
+    RETURN n;
+END $$;
+
+-- create_run: create_run_as for n as a start writes it (braked_start).
+CREATE OR REPLACE FUNCTION @schema@.create_run(
+    n @schema@.new_run, p_now timestamptz, OUT created boolean, OUT run @schema@.runs
+) LANGUAGE plpgsql AS $$
+DECLARE
+    one record;
+BEGIN
+    SELECT * INTO one FROM @schema@.create_run_as(@schema@.braked_start(n), p_now);
+    created := one.created;
+    run := one.run;
+END $$;
+
+-- create_run_as: the run with this id (or the live run holding its de-duplication key, or
 -- the waiting run a debounced start joined), and whether this call created it. A live run
 -- that ends between the insert and the look-up frees its key, and a run another process
 -- inserted for a debounce key between the look-up and the insert takes this start on the
 -- next try: the insert is tried again.
-CREATE OR REPLACE FUNCTION @schema@.create_run(
+CREATE OR REPLACE FUNCTION @schema@.create_run_as(
     n @schema@.new_run, p_now timestamptz, OUT created boolean, OUT run @schema@.runs
 ) LANGUAGE plpgsql AS $$
 BEGIN
@@ -172,6 +203,7 @@ DECLARE
     v_moved text[] := ARRAY[]::text[];
     live text[] := ARRAY['queued', 'running', 'suspended', 'paused', 'needs_attention'];
 BEGIN
+    n := @schema@.braked_start(n);
     FOR attempt IN 1..5 LOOP
         SELECT * INTO run FROM @schema@.runs r WHERE r.id = n.id;
         IF FOUND THEN
@@ -204,15 +236,20 @@ END $$;
 
 -- Runs started together: the starts one process hands in while one is on its way share a
 -- statement and a transaction. Each is created exactly as create_run creates it alone, in
--- the order given, and each caller hears its own (created, run).
+-- the order given, and each caller hears its own (created, run); the brakes are looked
+-- up for each only while any is set.
 CREATE OR REPLACE FUNCTION @schema@.create_runs(p_new @schema@.new_run[], p_now timestamptz)
 RETURNS TABLE (created boolean, run @schema@.runs) LANGUAGE plpgsql AS $$
 DECLARE
     n @schema@.new_run;
     one record;
+    braked boolean := EXISTS (SELECT 1 FROM @schema@.brakes);
 BEGIN
     FOREACH n IN ARRAY p_new LOOP
-        SELECT * INTO one FROM @schema@.create_run(n, p_now);
+        IF braked THEN
+            n := @schema@.braked_start(n);
+        END IF;
+        SELECT * INTO one FROM @schema@.create_run_as(n, p_now);
         created := one.created;
         run := one.run;
         RETURN NEXT;
@@ -493,7 +530,7 @@ BEGIN
             AND (p_queues IS NULL OR coalesce(d.queue, p_default_queue) = ANY (p_queues))
             AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                             WHERE (b.kind = 'workflow' AND b.name = d.workflow)
-                                OR (b.kind = 'queue' AND b.name = d.queue))
+                                OR (b.kind = 'queue' AND b.name = coalesce(d.queue, 'default')))
         ORDER BY d.wake_at LIMIT p_limit
         FOR UPDATE SKIP LOCKED
     )
