@@ -13,7 +13,13 @@ import json
 import sqlite3
 from collections.abc import Iterable
 
-from plait.errors import GateClosedError, LeaseLostError, RunNotFoundError, RunStateError
+from plait.errors import (
+    EventNotStoredError,
+    GateClosedError,
+    LeaseLostError,
+    RunNotFoundError,
+    RunStateError,
+)
 from plait.records import Run
 from plait.statuses import STEP_IN_FLIGHT, AttemptStatusName
 from plait.store import convert
@@ -111,7 +117,12 @@ def _apply_rare(conn: sqlite3.Connection, run_id: str, op: Op, now: float) -> No
     elif isinstance(op, SetTags):
         put_tags(conn, run_id, op.tags)
     elif isinstance(op, SendEvent):
-        store_event(conn, op.run_id, op.name, op.payload, op.dedup, now)
+        if (
+            not store_event(conn, op.run_id, op.name, op.payload, op.dedup, now)
+            and not (conn.execute(SQL["event_dedup_taken"], (op.run_id, op.dedup)).fetchone()[0])
+        ):
+            # neither stored now nor before (a batch applied twice): the run has ended
+            raise EventNotStoredError(f"run {op.run_id} ended before event {op.name!r} was stored")
     elif isinstance(op, GuardStep):
         row = conn.execute(SQL["step_status"], (run_id, op.key)).fetchone()
         if row is None or row[0] != op.status:
