@@ -406,6 +406,13 @@ class GateClosedError(PlaitError):
     pass read it: the batch is not written and the run is replayed from what is stored."""
 
 
+class EventNotStoredError(PlaitError):
+    """A pass's write sends an event (``wf.send_event``) to a run that has ended, or no
+    longer exists, since the pass read it: the store takes no event, and writes nothing
+    of the batch, so the pass can fail the send (``EVENT_NOT_SENT``) instead of telling
+    the workflow it was sent."""
+
+
 class ValueNotSetError(PlaitError, LookupError):
     """``engine.get_value(..., wait=True)`` on a run that ended without publishing it."""
 

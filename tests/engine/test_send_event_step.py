@@ -178,3 +178,77 @@ async def test_a_run_sends_only_where_its_owner_could(
             await engine.send_event(target, "item", "stop")
         outputs = [(await engine.wait(t, timeout=30)).output for t in (alices, bobs, shared)]
         assert outputs == [["hello"], ["hello"], ["hello"]]
+
+
+@app.function
+def quick(data: int) -> int:
+    QUICK.append(data)
+    return data * 2
+
+
+#: the inputs ``quick`` ran with
+QUICK: list[int] = []
+
+
+@app.workflow
+async def send_then_wait(wf: plait.Workflow, target: str) -> dict[str, Any]:
+    """A step and a value whose writes wait for the pass's next commit, a send, then a
+    new pass (after ``go``) that replays the send from its record."""
+    doubled = await wf.do("quick", quick, 21)
+    await wf.set_value("progress", "before the send")
+    try:
+        await wf.send_event(target, "item", "hello")
+        told = "sent"
+    except StepError as exc:
+        told = exc.code
+    await wf.set_value("told", told)
+    await wf.wait_for_event("go")
+    try:
+        await wf.send_event(target, "item", "hello")  # a new key: a send of its own
+    except StepError as exc:
+        again = exc.code
+    else:
+        again = "sent"
+    return {"doubled": doubled, "told": told, "again": again}
+
+
+async def test_a_send_to_a_run_that_ends_before_the_commit_fails_the_step(
+    engine_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass reads the run it sends to (live), then that run is cancelled before the
+    send commits: the store takes no event, so the step fails ``EVENT_NOT_SENT`` (and is
+    recorded so, a replay gives the same answer), never told sent. The writes that
+    waited in the pass for that commit are not lost."""
+    from plait.worker.worker import Worker
+
+    QUICK.clear()
+    read_run = Worker.read_run
+    cut: list[str] = []
+
+    async def read_then_cancel(self: Worker, run_id: str) -> Any:
+        run = await read_run(self, run_id)
+        if not cut:  # the first send only: its target ends between the read and the commit
+            cut.append(run_id)
+            await engine.cancel(run_id, reason="ended between the read and the commit")
+        return run
+
+    monkeypatch.setattr(Worker, "read_run", read_then_cancel)
+    async with engine_factory(app) as engine:
+        target = await engine.start("collect")
+        sender = await engine.start("send_then_wait", target)
+
+        # what the pass told the workflow, published in that pass
+        assert await engine.get_value(sender, "told", wait=True, timeout=30) == "EVENT_NOT_SENT"
+        assert (await engine.get_run(target)).status == "cancelled"
+        assert await engine.get_value(sender, "progress") == "before the send"
+        await engine.send_event(sender, "go")
+        run = await engine.wait(sender, timeout=30)
+        assert run.output == {"doubled": 42, "told": "EVENT_NOT_SENT", "again": "EVENT_NOT_SENT"}
+        assert QUICK == [21]
+        steps = {s.key: s for s in await engine.get_steps(sender)}
+        assert steps["quick"].status == "succeeded" and steps["quick"].output == 42
+        refused = steps["__send:item"]
+        assert refused.status == "failed" and refused.error is not None
+        assert refused.error["code"] == "EVENT_NOT_SENT"
+        assert f"run {target!r} ended before it was stored" in refused.error["message"]
+        assert all(r.ok for r in await engine.check(include_ended=5))

@@ -11,6 +11,7 @@ import pytest
 
 import plait
 from plait import NotJSONError, PayloadTooLargeError
+from support.polling import eventually
 
 
 def _shape(entries: list[plait.StreamEntry]) -> list[tuple[str, Any, int | None]]:
@@ -244,3 +245,144 @@ async def test_many_small_entries_share_commits(engine_factory) -> None:
         entries = await engine.read_stream(run_id, "tokens", limit=2000)
         assert [e.value for e in entries[:-1]] == list(range(1000))
         assert commits < 100, f"{commits} commits for 1000 entries"
+
+
+async def test_a_cancel_resets_the_cut_attempt_before_the_stream_ends(engine_factory) -> None:
+    """A cancel cuts the attempt short: its ``reset`` comes before the stream's ``end``,
+    so a follower, which stops at the end, has been told to drop the cut attempt's text."""
+    app = plait.App()
+
+    @app.function
+    async def streamer(data: None, ctx: plait.StepContext) -> None:
+        await ctx.stream("tokens").write("partial answer")
+        await asyncio.sleep(60)  # cancelled here
+
+    @app.workflow
+    async def streaming(wf: plait.Workflow) -> None:
+        await wf.do("s", streamer)
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("streaming")
+        follower = asyncio.create_task(_collect(engine.follow_stream(run_id, "tokens")))
+        first = engine.follow_stream(run_id, "tokens")
+        assert (await asyncio.wait_for(anext(first), 20)).value == "partial answer"
+        await first.aclose()
+        await engine.cancel(run_id, reason="user pressed stop")
+        expected = [("data", "partial answer", 1), ("reset", None, 1), ("end", None, None)]
+        assert _shape(await engine.read_stream(run_id, "tokens")) == expected
+        assert _shape(await asyncio.wait_for(follower, 20)) == expected
+        settled = await engine.read_stream(run_id, "tokens", settled_only=True)
+        assert _shape(settled) == [("end", None, None)]
+
+
+async def test_a_cancel_resets_the_cut_attempts_of_its_child_runs_before_their_ends(
+    engine_factory,
+) -> None:
+    app = plait.App()
+
+    @app.function
+    async def streamer(data: None, ctx: plait.StepContext) -> None:
+        await ctx.stream("tokens").write("partial answer")
+        await asyncio.sleep(60)  # cancelled here
+
+    @app.workflow
+    async def child(wf: plait.Workflow) -> None:
+        await wf.do("s", streamer)
+
+    @app.workflow
+    async def parent(wf: plait.Workflow) -> None:
+        await wf.do("child", "child")
+
+    async with engine_factory(app) as engine:
+        parent_id = await engine.start("parent")
+
+        async def child_writing() -> str | None:
+            children = await engine.list_runs(workflow="child")
+            if children and await engine.read_stream(children[0].id, "tokens"):
+                return children[0].id
+            return None
+
+        child_id = await eventually(child_writing, timeout=20, what="the child's entry")
+        await engine.cancel(parent_id)
+        assert (await engine.wait(child_id, timeout=20)).status == "cancelled"
+        assert _shape(await engine.read_stream(child_id, "tokens")) == [
+            ("data", "partial answer", 1),
+            ("reset", None, 1),
+            ("end", None, None),
+        ]
+
+
+async def test_a_settled_follower_gets_past_a_failed_attempt_that_wrote_more_than_a_read(
+    engine_factory,
+) -> None:
+    """An attempt that wrote more entries than one read returns (``MAX_READ``) before it
+    failed puts its reset past the largest page; a settled follower still finds it, skips
+    the attempt and delivers the retry's entries and the end."""
+    from plait.engine.streams import MAX_READ
+
+    app = plait.App()
+    n = MAX_READ + 50
+
+    @app.function(retries=1, retry_delay=0)
+    async def verbose(count: int, ctx: plait.StepContext) -> str:
+        stream = ctx.stream("log")
+        if ctx.attempt == 1:
+            for i in range(count):
+                await stream.write(i)
+            raise RuntimeError("failed after writing a long answer")
+        await stream.write("good")
+        return "ok"
+
+    @app.workflow
+    async def chatty(wf: plait.Workflow, count: int) -> str:
+        return await wf.do("verbose", verbose, count)
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("chatty", n)
+        assert (await engine.wait(run_id, timeout=120)).output == "ok"
+        read = await engine.read_stream(run_id, "log", after=n - 1, settled_only=True)
+        assert _shape(read) == [("data", "good", 2), ("end", None, None)]
+        followed = await asyncio.wait_for(
+            _collect(engine.follow_stream(run_id, "log", settled_only=True)), 30
+        )
+        assert _shape(followed) == [("data", "good", 2), ("end", None, None)]
+        assert [e.offset for e in followed] == [n + 1, n + 2]
+
+
+async def test_a_fork_keeps_the_stream_entries_its_kept_steps_wrote(engine_factory) -> None:
+    """A fork replays the kept ``wf.stream`` writes from their record, so it never writes
+    them again: the fork is given their entries when it is made, in the order they were
+    reached; the writes from ``from_step`` on are made again when the fork gets there."""
+    app = plait.App()
+
+    @app.function
+    def noop(data: int) -> int:
+        return data
+
+    @app.workflow
+    async def logged(wf: plait.Workflow) -> str:
+        await wf.stream("log").write("first")
+        await wf.stream("other").write({"n": 1})
+        await wf.do("one", noop, 1)
+        await wf.stream("log").write("second")
+        await wf.do("two", noop, 2)
+        await wf.stream("log").write("third")
+        return "done"
+
+    async with engine_factory(app) as engine:
+        source = await engine.start("logged")
+        assert (await engine.wait(source, timeout=30)).output == "done"
+        source_log = [e.value for e in await engine.read_stream(source, "log")]
+        assert source_log == ["first", "second", "third", None]
+        fork = await engine.fork(source, from_step="two")
+        assert (await engine.wait(fork, timeout=30)).output == "done"
+        assert _shape(await engine.read_stream(fork, "log")) == [
+            ("data", "first", None),
+            ("data", "second", None),
+            ("data", "third", None),
+            ("end", None, None),
+        ]
+        assert [e.value for e in await engine.read_stream(fork, "other")] == [{"n": 1}, None]
+        early = await engine.fork(source, from_step="one")
+        assert (await engine.wait(early, timeout=30)).output == "done"
+        assert [e.value for e in await engine.read_stream(early, "log")] == source_log

@@ -4,12 +4,13 @@ lease, commit its writes as ops, give the run back."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 
 import pytest
 
-from plait.errors import LeaseLostError
+from plait.errors import EventNotStoredError, LeaseLostError
 from plait.store import Store
 from plait.store.ops import (
     Batch,
@@ -20,6 +21,7 @@ from plait.store.ops import (
     EnqueueJob,
     FinishAttempt,
     PutStep,
+    SendEvent,
     SetState,
     SetTimer,
     StartAttempt,
@@ -474,6 +476,41 @@ async def test_consume_event_twice_fails_and_writes_nothing(store: Store) -> Non
         await write(store, "r1", SetState("after", "1"), ConsumeEvent(event.id, "second"))
     snapshot = await store.load_pass("r1")
     assert snapshot is not None and snapshot.events == [] and snapshot.state == {}
+
+
+async def test_a_send_to_a_run_that_ended_refuses_the_whole_batch(store: Store) -> None:
+    """A pass read the run it sends to live, and that run ended before the commit: the
+    store takes no event and writes nothing of the batch (``EventNotStoredError``), so
+    the pass fails the send instead of telling the workflow it was sent. A send that
+    was stored before (a batch applied again) is no refusal, whatever became of the run."""
+    await new_run(store, "sender", lease_owner="w1", lease_seconds=60.0)
+    await new_run(store, "ended")
+    await write(store, "ended", EndRun("cancelled"))
+    for target in ("ended", "no-such-run"):
+        with pytest.raises(EventNotStoredError):
+            await store.commit(
+                Batch(
+                    "sender",
+                    [
+                        PutStep(step("sender", "a")),
+                        SetState("s", "1"),
+                        SendEvent(target, "go", '"x"', "__send:1"),
+                    ],
+                    fence="w1",
+                )
+            )
+    snapshot = await store.load_pass("sender")
+    assert snapshot is not None and snapshot.steps == {} and snapshot.state == {}
+
+    await new_run(store, "live")
+    batch = Batch("sender", [SetState("s", "2"), SendEvent("live", "go", '"y"', "__send:2")])
+    await store.commit(dataclasses.replace(batch, fence="w1"))
+    await write(store, "live", EndRun("completed"))
+    await store.commit(dataclasses.replace(batch, fence="w1"))  # the same batch again
+    snapshot = await store.load_pass("sender")
+    assert snapshot is not None and snapshot.state == {"s": "2"}
+    live = await store.load_pass("live")
+    assert live is not None and [e.payload for e in live.events] == ['"y"']
 
 
 async def test_create_child_run_creates_a_run_under_its_parent(store: Store) -> None:

@@ -17,7 +17,7 @@ from plait.ids import check_caller_run_id, new_run_id
 from plait.records import step_label
 from plait.runtime import runs
 from plait.statuses import TERMINAL
-from plait.store.ops import Op, PutStep, SetValue
+from plait.store.ops import AppendStream, Op, PutStep, SetValue
 from plait.store.rows import NewRun, StepRow
 
 
@@ -64,7 +64,9 @@ class ForkMixin(EngineBase):
 
         The values the kept ``wf.set_value`` steps published are published again for
         the fork, in the same transaction (the last one reached of each key wins);
-        values published at ``from_step`` or after are not."""
+        values published at ``from_step`` or after are not. So are the entries the kept
+        ``wf.stream(name).write`` steps appended, in the order they were reached: the
+        fork replays those writes from their record and never makes them again."""
         if not isinstance(from_step, str) or not from_step:
             raise TypeError(
                 f"from_step must be a step key or displayed name (a non-empty string), "
@@ -110,6 +112,10 @@ class ForkMixin(EngineBase):
             ops.append(PutStep(kept))
             if step.kind == "set_value" and step.status == "succeeded":
                 values.append(SetValue(_value_key(step), step.output))
+            elif step.kind == "stream" and step.status == "succeeded":
+                # replayed from its record, a kept write is never made again: the fork's
+                # stream gets its entry now, in the order the writes were reached
+                values.append(AppendStream(_stream_name(step), step.output))
         new = NewRun(
             id=new_id,
             workflow=source.workflow,
@@ -187,6 +193,12 @@ def _shown(step: StepRow) -> str:
     """A step as an error lists it: its key, and the name displayed for it if another."""
     label = step_label(step.key, step.kind)
     return repr(step.key) if label == step.key else f"{step.key!r} (shown as {label!r})"
+
+
+def _stream_name(step: StepRow) -> str:
+    """The stream a ``wf.stream(name).write`` step wrote to: its input is
+    ``{"stream": ...}``, as every such step has recorded since the first."""
+    return cast(str, cast(dict[str, Any], serde.loads(step.input))["stream"])
 
 
 def _value_key(step: StepRow) -> str:

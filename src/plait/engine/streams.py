@@ -73,25 +73,25 @@ class StreamsMixin(EngineBase):
         not), the workflow's own at once, still in offset order."""
         stream = _check_read(name, after, 1)
         await self.get_run(run_id)
-        cursor, page, safety = after, _FOLLOW_PAGE, _FOLLOW_SAFETY
+        cursor, safety = after, _FOLLOW_SAFETY
+        ahead = _Ahead(after)
         while True:
             event = self.notifier.watch(run_id)
             try:
+                before = cursor
                 if settled_only:
-                    entries, cursor, blocked = await self._settled_page(
-                        run_id, stream, cursor, page
-                    )
-                    # an undecided attempt that wrote a full page: look further for its reset
-                    page = min(MAX_READ, page * 2) if blocked else _FOLLOW_PAGE
+                    entries, cursor = await self._settled_page(run_id, stream, cursor, ahead)
                 else:
-                    entries = await self.store.read_stream(run_id, stream, cursor, page, None)
+                    entries = await self.store.read_stream(
+                        run_id, stream, cursor, _FOLLOW_PAGE, None
+                    )
                     if entries:
                         cursor = entries[-1].offset
                 for entry in entries:
                     yield entry
                     if entry.kind == "end":
                         return
-                if entries:
+                if entries or cursor != before:
                     safety = _FOLLOW_SAFETY
                     continue
                 run = await self.get_run(run_id)
@@ -105,35 +105,78 @@ class StreamsMixin(EngineBase):
                 self.notifier.unwatch(run_id, event)
 
     async def _settled_page(
-        self, run_id: str, stream: str, cursor: int, page: int
-    ) -> tuple[list[StreamEntry], int, bool]:
+        self, run_id: str, stream: str, cursor: int, ahead: _Ahead
+    ) -> tuple[list[StreamEntry], int]:
         """The settled entries after ``cursor`` up to the first entry of an attempt not
-        decided yet (neither succeeded nor reset), the cursor after them, and whether
-        that undecided attempt filled the page (its reset may lie beyond it)."""
-        raw = await self.store.read_stream(run_id, stream, cursor, page, None)
+        decided yet (neither succeeded nor reset), and the cursor after them. An attempt
+        whose entries fill the page may have its reset beyond it (one that wrote more
+        than a read returns): the entries after the page are read, once each, for it."""
+        raw = await self.store.read_stream(run_id, stream, cursor, _FOLLOW_PAGE, None)
         if not raw:
-            return [], cursor, False
+            return [], cursor
         settled = {
             e.offset
             for e in await self.store.read_stream(run_id, stream, cursor, len(raw), _SUCCEEDED)
         }
-        reset = {(e.step, e.attempt) for e in raw if e.kind == "reset"}
-        ended = any(e.kind == "end" for e in raw)
+        ahead.note(raw)
         out: list[StreamEntry] = []
         for entry in raw:
             if entry.kind == "end":
                 out.append(entry)
-                return out, entry.offset, False
+                return out, entry.offset
             if entry.kind == "reset":
                 cursor = entry.offset
             elif entry.step is None or entry.offset in settled:
                 out.append(entry)
                 cursor = entry.offset
-            elif (entry.step, entry.attempt) in reset or ended:
+            elif ahead.decided(entry) or (
+                len(raw) == _FOLLOW_PAGE and await self._look_ahead(run_id, stream, ahead, entry)
+            ):
                 cursor = entry.offset  # its attempt failed, or the run ended without it
             else:
-                return out, cursor, len(raw) == page  # wait for its attempt to end
-        return out, cursor, False
+                return out, cursor  # wait for its attempt to end
+        return out, cursor
+
+    async def _look_ahead(
+        self, run_id: str, stream: str, ahead: _Ahead, entry: StreamEntry
+    ) -> bool:
+        """Read the stream on from where ``ahead`` stopped, for the reset of ``entry``'s
+        attempt (or the end): whether it was found."""
+        while not ahead.decided(entry):
+            more = await self.store.read_stream(run_id, stream, ahead.offset, MAX_READ, None)
+            ahead.note(more)
+            if not more or more[-1].kind == "end":
+                return ahead.decided(entry)
+        return True
+
+
+class _Ahead:
+    """What a settled follower saw of its stream past its cursor: the attempts reset, and
+    the stream's end, up to ``offset``. Entries never change once written, so each is
+    read for this once, however long an undecided attempt keeps writing. (An end is not
+    passed: a retry of the run takes it away and writes on from its offset.)"""
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+        self.resets: set[tuple[str | None, int | None]] = set()
+        self.end: int | None = None
+
+    def note(self, entries: list[StreamEntry]) -> None:
+        for entry in entries:
+            if entry.kind == "end":
+                self.end = entry.offset
+                return
+            if entry.offset > self.offset:
+                if entry.kind == "reset":
+                    self.resets.add((entry.step, entry.attempt))
+                self.offset = entry.offset
+
+    def decided(self, entry: StreamEntry) -> bool:
+        """Whether ``entry``'s attempt failed (its reset was seen) or the run ended
+        after it without deciding it."""
+        if self.end is not None and entry.offset < self.end:
+            return True
+        return (entry.step, entry.attempt) in self.resets
 
 
 __all__ = ["MAX_READ", "StreamsMixin"]

@@ -112,8 +112,6 @@ class Ledger:
         self.aborted: PassAborted | None = None
         #: the pass published a value (``wf.set_value``) not yet told to its watchers
         self.published = False
-        #: runs this pass sent events to (``wf.send_event``) in writes not yet committed
-        self.sent_to: list[str] = []
         #: steps the workflow cancelled in this pass (``CodeReplay``): no attempt of
         #: theirs starts, and what an attempt that ran on does is thrown away
         self.cancelled: set[str] = set()
@@ -220,6 +218,27 @@ class Ledger:
             return
         self._carry_unwritten()
         ops, self.ops = self.ops, []
+        await self._commit(ops)
+
+    async def send(self, ops: list[Op], run_id: str) -> bool:
+        """Commit a send's ops (``steps.send_event``) at once, with the writes waiting
+        for the next commit, so the workflow is told what the store did: True once the
+        event is stored for ``run_id``. False when that run ended since the pass read it
+        (the store took no event and wrote nothing of the batch: the writes that waited
+        wait for the next commit again, and the send's ops are dropped)."""
+        self.ops.extend(ops)
+        self._carry_unwritten()
+        batch, self.ops = self.ops, []
+        try:
+            await self._commit(batch, sending=True)
+        except errors.EventNotStoredError:
+            self.ops[:0] = [op for op in batch if not any(op is mine for mine in ops)]
+            return False
+        # the commit woke the run in the database: wake this process's loops too
+        self.host.sent_event(run_id)
+        return True
+
+    async def _commit(self, ops: list[Op], *, sending: bool = False) -> None:
         try:
             await self.host.commit(Batch(self.run.id, ops, fence=self.owner))
         except errors.RunEndedElsewhereError:
@@ -228,12 +247,12 @@ class Ledger:
             self.host.ended_elsewhere(self.run.id)
             raise asyncio.CancelledError from None
         except Exception as exc:
+            if sending and isinstance(exc, errors.EventNotStoredError):
+                raise  # nothing was written: the send fails (``send``)
             self.aborted = PassAborted(exc)
             raise self.aborted from exc
         if self.published:
             self._tell_published()
-        if self.sent_to:
-            self._tell_sent()
 
     async def finish(self, status: RunStatusName) -> PassResult:
         """The last writes of the pass and the release of its lease, in one commit. A
@@ -249,8 +268,6 @@ class Ledger:
             raise PassAborted(exc) from exc
         if self.published:
             self._tell_published()
-        if self.sent_to:
-            self._tell_sent()
         return PassResult(
             status,
             self.children,
@@ -267,13 +284,6 @@ class Ledger:
         not when the pass ends."""
         self.published = False
         self.host.published(self.run.id)
-
-    def _tell_sent(self) -> None:
-        """The runs a committed ``wf.send_event`` stored events for wake at once in this
-        process too (the commit woke them in the database, and told other processes)."""
-        sent, self.sent_to = self.sent_to, []
-        for run_id in sent:
-            self.host.sent_event(run_id)
 
     # -- tasks --------------------------------------------------------------------------------
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:

@@ -1,10 +1,12 @@
 """``wf.send_event``: a workflow sends an event to a run (another, or its own) as a step.
 
 The step has no attempt: the pass reads the run it sends to, and either records the
-step's success together with the event (one commit: ``steps.send_event``) or fails it at
-once (``steps.refuse_send``). A replay finds the step recorded and sends nothing again;
-the event's de-duplication key is the step's invocation id, so even a commit applied
-twice stores one event.
+step's success together with the event (one commit, made at once: ``steps.send_event``)
+or fails it at once (``steps.refuse_send``). The workflow hears of the send once that
+commit is in: a run that ended between the read and the commit takes no event, the
+store writes nothing of the commit, and the step fails as a replay would fail it. A
+replay finds the step recorded and sends nothing again; the event's de-duplication key
+is the step's invocation id, so even a commit applied twice stores one event.
 """
 
 from __future__ import annotations
@@ -49,8 +51,14 @@ async def send_event(
     if refusal is not None:
         ledger.add(steps.refuse_send(step, f"event {name!r} not sent: {refusal}", ledger.now()))
         raise StepError(step.key, serde.loads(step.error) or {})
-    ledger.add(steps.send_event(step, run_id, name, payload_text, ledger.now()))
-    ledger.sent_to.append(run_id)
+    if not await ledger.send(
+        steps.send_event(step, run_id, name, payload_text, ledger.now()), run_id
+    ):
+        # the run ended between the read and the commit, and took nothing: the send fails
+        # here as it does on a replay, which reads the run ended
+        message = f"event {name!r} not sent: run {run_id!r} ended before it was stored"
+        ledger.add(steps.refuse_send(step, message, ledger.now()))
+        raise StepError(step.key, serde.loads(step.error) or {})
 
 
 def refused(

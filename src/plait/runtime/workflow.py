@@ -453,7 +453,8 @@ class Workflow:
         one), as ``engine.send_event`` does, as a durable step: recorded once, in the
         commit that stores the event, so no replay, retry or crash sends it twice (the
         event's de-duplication key is the step's invocation id). The run it goes to wakes
-        at once. A run that does not exist or has ended fails the step at once
+        at once. The call returns once that commit is in. A run that does not exist or
+        has ended (when the pass reads it, or by that commit) fails the step at once
         (``StepError``, code ``EVENT_NOT_SENT``, no retry), and so does a run this run
         may not send to: a run with an owner sends only to its owner's runs and to runs
         without an owner."""

@@ -100,8 +100,8 @@ class SendEvent:
     """Store event ``name`` for run ``run_id`` (another run, or this one) and wake it, as
     ``engine.send_event`` does, unless that run already took an event of key ``dedup``
     (then nothing is written: a batch applied twice sends once). A run that does not
-    exist or has ended takes nothing; the pass read it live before it chose to send, so
-    the send counts as made before that end."""
+    exist or has ended (since the pass read it live) takes nothing, and the whole batch
+    is refused (``EventNotStoredError``): the pass fails the send instead."""
 
     run_id: str
     name: str

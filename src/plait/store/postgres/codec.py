@@ -76,6 +76,7 @@ RUN_NOT_FOUND = "PLT02"
 RUN_STATE = "PLT03"
 GATE_CLOSED = "PLT05"
 RUN_EXISTS = "PLT06"
+EVENT_NOT_STORED = "PLT07"
 
 #: the columns of RunRow read by position (those of schema version 1, idle_sweeps aside)
 _RUN_BASE_FIELDS = 18

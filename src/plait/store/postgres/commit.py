@@ -14,7 +14,12 @@ from typing import Any
 import asyncpg
 
 from plait.cancel_guard import holding_task, uncancelled
-from plait.errors import GateClosedError, LeaseLostError, RunEndedElsewhereError
+from plait.errors import (
+    EventNotStoredError,
+    GateClosedError,
+    LeaseLostError,
+    RunEndedElsewhereError,
+)
 from plait.store import convert
 from plait.store.ops import (
     AnswerRequest,
@@ -43,6 +48,7 @@ from plait.store.ops import (
     ended_elsewhere,
 )
 from plait.store.postgres.codec import (
+    EVENT_NOT_STORED,
     GATE_CLOSED,
     LEASE_LOST,
     STEP_ATTEMPT_COLUMNS,
@@ -221,6 +227,8 @@ def _answered(exc: asyncpg.PostgresError) -> Exception:
         return LeaseLostError(exc.args[0] if exc.args else str(exc))
     if exc.sqlstate == GATE_CLOSED:
         return GateClosedError(exc.args[0] if exc.args else str(exc))
+    if exc.sqlstate == EVENT_NOT_STORED:
+        return EventNotStoredError(exc.args[0] if exc.args else str(exc))
     return exc
 
 

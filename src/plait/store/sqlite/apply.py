@@ -14,7 +14,13 @@ import json
 import sqlite3
 from collections.abc import Iterable
 
-from plait.errors import GateClosedError, LeaseLostError, RunNotFoundError, RunStateError
+from plait.errors import (
+    EventNotStoredError,
+    GateClosedError,
+    LeaseLostError,
+    RunNotFoundError,
+    RunStateError,
+)
 from plait.queues import DEFAULT_QUEUE
 from plait.records import Run
 from plait.statuses import STEP_IN_FLIGHT, AttemptStatusName
@@ -66,6 +72,9 @@ _WAKE_RUN = SQL["wake_run"]
 _RELEASE_RUN = SQL["release_run"]
 #: the statuses of a step not ended yet, as a JSON array
 _IN_FLIGHT = json.dumps(sorted(STEP_IN_FLIGHT))
+#: the statuses ``end_run`` moves a run from, and ``end_live_run`` (queries.sql)
+_RUNNING = ("running",)
+_LIVE = ("running", "suspended", "queued", "paused", "needs_attention")
 
 
 def apply_ops(conn: sqlite3.Connection, run_id: str, ops: Iterable[Op], now: float) -> None:
@@ -111,7 +120,12 @@ def _apply_rare(conn: sqlite3.Connection, run_id: str, op: Op, now: float) -> No
     elif isinstance(op, SetTags):
         put_tags(conn, run_id, op.tags)
     elif isinstance(op, SendEvent):
-        store_event(conn, op.run_id, op.name, op.payload, op.dedup, now)
+        if (
+            not store_event(conn, op.run_id, op.name, op.payload, op.dedup, now)
+            and not (conn.execute(SQL["event_dedup_taken"], (op.run_id, op.dedup)).fetchone()[0])
+        ):
+            # neither stored now nor before (a batch applied twice): the run has ended
+            raise EventNotStoredError(f"run {op.run_id} ended before event {op.name!r} was stored")
     elif isinstance(op, GuardStep):
         row = conn.execute(SQL["step_status"], (run_id, op.key)).fetchone()
         if row is None or row[0] != op.status:
@@ -445,19 +459,18 @@ def end_run(
     """Move a running run (or, with ``from_suspended``, a suspended one too) to
     ``end.status``; returns every run that moved (a cancel, an end with a cut, cascades
     to children, each ended the same way, and ends the attempts left open as the cut
-    says). A terminal end settles the parent's step as ``end.parent`` says."""
-    query = SQL["end_live_run"] if from_suspended else SQL["end_run"]
-    row = conn.execute(query, (end.status, end.output, end.error, now, run_id)).fetchone()
-    if row is None:
-        return []
-    moved = [run_id]
-    if end.status == "suspended":
-        return moved
-    conn.execute(SQL["delete_run_timers"], (run_id,))
-    conn.execute(SQL["delete_run_jobs"], (run_id,))
-    if end.cut is not None:
-        cut = end.cut
-        moved += cancel_children(
+    says, before the run moves: their resets come before its streams' end). A terminal
+    end settles the parent's step as ``end.parent`` says."""
+    cut = None if end.status == "suspended" else end.cut
+    children: list[str] = []
+    if cut is not None:
+        # the cut attempts' resets must come before the end the run's streams get when it
+        # moves (a trigger), or a follower stops at the end with their entries kept: so
+        # the children and the open attempts end first, if the run is one this end moves
+        row = conn.execute(SQL["run_status"], (run_id,)).fetchone()
+        if row is None or row[0] not in (_LIVE if from_suspended else _RUNNING):
+            return []
+        children = cancel_children(
             conn, run_id, CancelChildren(end.status, end.error, end.parent, cut), now
         )
         conn.execute(
@@ -471,6 +484,15 @@ def end_run(
                 "run": run_id,
             },
         )
+    query = SQL["end_live_run"] if from_suspended else SQL["end_run"]
+    row = conn.execute(query, (end.status, end.output, end.error, now, run_id)).fetchone()
+    if row is None:
+        return []
+    moved = [run_id, *children]
+    if end.status == "suspended":
+        return moved
+    conn.execute(SQL["delete_run_timers"], (run_id,))
+    conn.execute(SQL["delete_run_jobs"], (run_id,))
     parent_id, parent_key = row
     if parent_id and parent_key and end.parent is not None:
         settle_parent_step(conn, parent_id, parent_key, run_id, end.parent, now)

@@ -13,7 +13,8 @@
 -- for each ends, cut: how each child's steps in flight end; key: only the child of that
 -- step). An end_run with a run (a new run) continues as new: the run that continues it
 -- starts if the end moved the run.
--- send_event stores an event for another run (or this one) through store_event.
+-- send_event stores an event for another run (or this one) through store_event; PLT07: that
+-- run has ended (or is gone) since the pass read it, and the whole statement rolls back.
 -- cancel_job (step, cut) ends a job step the workflow cancelled (plait.store.ops.CancelJob).
 -- append_stream (name, output) appends the workflow's own entry to stream name.
 CREATE OR REPLACE FUNCTION @schema@.apply_ops(
@@ -90,8 +91,14 @@ BEGIN
         WHEN 'record_version' THEN
             UPDATE @schema@.runs SET version = o.name WHERE id = p_run AND version IS NULL;
         WHEN 'send_event' THEN
-            -- key: the run it goes to, output: the payload, purpose: its dedup key
-            PERFORM @schema@.store_event(o.key, o.name, o.output, o.purpose, p_now);
+            -- key: the run it goes to, output: the payload, purpose: its dedup key; stored
+            -- neither now nor before (a batch applied twice), the run has ended
+            IF NOT @schema@.store_event(o.key, o.name, o.output, o.purpose, p_now)
+                    AND NOT EXISTS (SELECT 1 FROM @schema@.events
+                                    WHERE run_id = o.key AND dedup = o.purpose) THEN
+                RAISE EXCEPTION 'run % ended before event % was stored', o.key, o.name
+                    USING ERRCODE = 'PLT07';
+            END IF;
         WHEN 'guard_step' THEN
             PERFORM 1 FROM @schema@.steps
             WHERE run_id = p_run AND key = o.key AND status = o.status;

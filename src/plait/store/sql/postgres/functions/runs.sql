@@ -310,7 +310,8 @@ END $$;
 -- step still running or with an attempt still open (p_cut.open_attempt) ends as p_cut
 -- says, with the cancel's error (as steps.interrupt ends one that its pass saw
 -- cancelled; a pass still at work on the run writes over it how its step really ended,
--- but not an interruption: see try_commit_batch). A run's end settles the parent's
+-- but not an interruption: see try_commit_batch), before the run's status moves, so the
+-- resets of the cut attempts come before its streams' end. A run's end settles the parent's
 -- waiting step as p_parent says (NULL: it settles nothing).
 CREATE OR REPLACE FUNCTION @schema@.end_run(
     p_run text, p_status text, p_output json, p_error json, p_parent @schema@.step_end,
@@ -321,23 +322,16 @@ DECLARE
     parent_key text;
     children text[];
     child text;
-    moved text[];
+    moved text[] := ARRAY[]::text[];
 BEGIN
-    UPDATE @schema@.runs SET status = p_status, output = p_output, error = p_error,
-        updated_at = p_now, wake_at = NULL
-    WHERE id = p_run AND status = ANY (p_from)
-    RETURNING parent_run_id, parent_step_key INTO parent, parent_key;
-    IF NOT FOUND THEN
-        RETURN ARRAY[]::text[];
-    END IF;
-    moved := ARRAY[p_run];
-    PERFORM pg_notify(@channel@, 'run:' || p_run);
-    IF p_status = 'suspended' THEN
-        RETURN moved;
-    END IF;
-    DELETE FROM @schema@.timers WHERE run_id = p_run;
-    DELETE FROM @schema@.jobs WHERE run_id = p_run;
-    IF p_cut IS NOT NULL THEN
+    IF p_cut IS NOT NULL AND p_status <> 'suspended' THEN
+        -- the cut attempts' resets must come before the end the run's streams get when
+        -- it moves (a trigger), or a follower stops at the end with their entries kept:
+        -- so the children and the open attempts end first, if the run is one this moves
+        PERFORM 1 FROM @schema@.runs WHERE id = p_run AND status = ANY (p_from) FOR UPDATE;
+        IF NOT FOUND THEN
+            RETURN ARRAY[]::text[];
+        END IF;
         SELECT array_agg(id ORDER BY id) INTO children FROM @schema@.runs
         WHERE parent_run_id = p_run AND status IN ('running', 'suspended', 'queued', 'paused', 'needs_attention');
         FOREACH child IN ARRAY coalesce(children, ARRAY[]::text[]) LOOP
@@ -355,6 +349,20 @@ BEGIN
             updated_at = p_now
         WHERE run_id = p_run AND (attempt_status = p_cut.open_attempt OR status = 'running');
     END IF;
+    UPDATE @schema@.runs SET status = p_status, output = p_output, error = p_error,
+        updated_at = p_now, wake_at = NULL
+    WHERE id = p_run AND status = ANY (p_from)
+    RETURNING parent_run_id, parent_step_key INTO parent, parent_key;
+    IF NOT FOUND THEN
+        RETURN ARRAY[]::text[];
+    END IF;
+    moved := array_prepend(p_run, moved);
+    PERFORM pg_notify(@channel@, 'run:' || p_run);
+    IF p_status = 'suspended' THEN
+        RETURN moved;
+    END IF;
+    DELETE FROM @schema@.timers WHERE run_id = p_run;
+    DELETE FROM @schema@.jobs WHERE run_id = p_run;
     IF (p_parent).status IS NOT NULL AND coalesce(parent, '') <> ''
             AND coalesce(parent_key, '') <> '' THEN
         PERFORM @schema@.settle_parent_step(parent, parent_key, p_run, p_parent, p_now);
