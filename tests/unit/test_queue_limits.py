@@ -38,14 +38,23 @@ def test_merge_keeps_limited_queues_stored_or_declared() -> None:
     assert [q.name for q in merge_limits(stored, app)] == ["declared", "elsewhere"]
 
 
-def test_stored_fair_limits_keep_their_weights_and_read_older_rows() -> None:
-    """A fair queue's row holds its costs and its weights; a row an older plait stored
-    has costs only, and is still read (its weights shown from the costs)."""
+def test_stored_fair_limits_keep_two_elements_and_show_weights_from_costs() -> None:
+    """A fair queue's row holds its turn and costs only, the form every plait of a rolling
+    deploy reads; a weight is shown from its cost as the smallest weight of that cost, so
+    round weights near the maximum come back as declared. A row with a third element (the
+    weights, as some versions wrote) is read too."""
     limits = limits_of(plait.App("w").queue("q", fair=True, weights={"big": 1000, "b": 3}))
     params = limits_params(limits, "w", 1.0)
-    assert stored_limits(params).limits == limits
-    older = json.dumps([limits.turn, [list(pair) for pair in limits.key_costs]])
-    kept = stored_limits((*params[:7], older, *params[8:])).limits
-    assert kept.key_costs == limits.key_costs and kept.weights == ()
-    assert limits_dict(kept)["weights"] == {"b": 3, "big": 1001}
+    assert len(json.loads(str(params[7]))) == 2
+    kept = stored_limits(params).limits
+    assert kept == limits and kept.weights == ()
+    assert limits_dict(kept)["weights"] == {"b": 3, "big": 1000}
     assert limits_dict(limits)["weights"] == {"b": 3, "big": 1000}
+    near = limits_of(plait.App("w").queue("q", fair=True, weights={"x": 998, "y": 900}))
+    assert limits_dict(stored_limits(limits_params(near, "w", 1.0)).limits)["weights"] == {
+        "x": 997,
+        "y": 900,
+    }
+    wider = json.dumps([limits.turn, [list(c) for c in limits.key_costs], [["big", 1000]]])
+    read = stored_limits((*params[:7], wider, *params[8:])).limits
+    assert read.key_costs == limits.key_costs and read.weights == (("big", 1000),)

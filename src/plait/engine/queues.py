@@ -113,8 +113,10 @@ class QueuesMixin(EngineBase):
             limits: dict[str, Any] | None = None
             source: str | None = None
             if kept is not None:
-                limits = limits_dict(kept.limits)
-                mine = declared is not None and limits_of(declared) == kept.limits
+                ours = limits_of(declared) if declared is not None else None
+                mine = ours is not None and ours == kept.limits
+                # the declaring app shows its weights as declared (the row keeps costs)
+                limits = limits_dict(ours if mine and ours is not None else kept.limits)
                 source = "declared" if mine else "stored"
             elif declared is not None:
                 limits, source = declared.to_dict(), "declared"
@@ -189,10 +191,11 @@ def limits_dict(limits: QueueLimits) -> dict[str, Any]:
 
 def _weights(limits: QueueLimits) -> dict[str, int] | None:
     """A fair queue's weights as declared; read back from their costs when the limits
-    were stored by an older plait, which kept no weights (a weight near ``MAX_WEIGHT``
-    may then be off by one: its cost was rounded)."""
+    come from the database, which keeps the costs only. A cost is ``turn // weight``, so
+    above about 850 two weights may share one: the smallest is shown (1000 and 900 come
+    back as declared; 998 as 997)."""
     if limits.turn is None or not limits.key_costs:
         return None
     if limits.weights:
         return dict(limits.weights)
-    return {key: round(limits.turn / cost) for key, cost in limits.key_costs}
+    return {key: limits.turn // (cost + 1) + 1 for key, cost in limits.key_costs}

@@ -239,14 +239,11 @@ def limits_params(q: QueueLimits, app: str, now: float) -> tuple[object, ...]:
         q.window,
         budget,
         q.budget_per_key,
-        None if q.turn is None else json.dumps([q.turn, _pairs(q.key_costs), _pairs(q.weights)]),
+        # [turn, costs] only: a plait that reads exactly two elements may share the database
+        None if q.turn is None else json.dumps([q.turn, [list(c) for c in q.key_costs]]),
         app,
         now,
     )
-
-
-def _pairs(pairs: Sequence[tuple[str, int]]) -> list[list[object]]:
-    return [list(pair) for pair in pairs]
 
 
 def stored_limits(row: Sequence[object]) -> StoredQueueLimits:
@@ -257,7 +254,7 @@ def stored_limits(row: Sequence[object]) -> StoredQueueLimits:
     key_costs: list[tuple[Any, Any]] = []
     weights: list[tuple[Any, Any]] = []
     if fair is not None:
-        # [turn, costs, weights]; limits stored by an older plait have no weights
+        # [turn, costs]; a third element (weights) was written by some versions
         turn, key_costs, *kept = json.loads(str(fair))
         weights = kept[0] if kept else []
     limits = QueueLimits(

@@ -222,8 +222,9 @@ class QueueLimits:
     key_costs: tuple[tuple[str, int], ...] = ()
     #: the weights (key, weight) those costs come from, as declared: a cost is rounded
     #: (``plait.queues.TURN // weight``), so weights near ``MAX_WEIGHT`` share costs and
-    #: cannot be read back from them; kept to be shown
-    weights: tuple[tuple[str, int], ...] = ()
+    #: cannot be read back from them. Shown, never stored (a row stays readable by every
+    #: plait of a rolling deploy) nor compared (the costs are what admission uses)
+    weights: tuple[tuple[str, int], ...] = dataclasses.field(default=(), compare=False)
     #: spend budgets: (unit, amount, window in seconds)
     budget: tuple[tuple[str, float, float], ...] = ()
     budget_per_key: bool = False

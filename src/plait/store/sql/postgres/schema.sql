@@ -389,7 +389,7 @@ CREATE TABLE @schema@.queue_limits (
     rate_window    float8,
     budget         text NOT NULL,      -- JSON array of [unit, amount, window in seconds]
     budget_per_key boolean NOT NULL,
-    fair           text,               -- JSON [turn, [[key, cost], ...], [[key, weight], ...]]; NULL: not fair
+    fair           text,               -- JSON [turn, [[key, cost], ...]]; NULL: not fair
     app            text NOT NULL,
     updated_at     timestamptz NOT NULL
 );

@@ -309,7 +309,7 @@ CREATE TABLE plait_queue_limits (
     rate_window    REAL,
     budget         TEXT NOT NULL,      -- JSON array of [unit, amount, window in seconds]
     budget_per_key INTEGER NOT NULL,
-    fair           TEXT,               -- JSON [turn, [[key, cost], ...], [[key, weight], ...]]; NULL: not fair
+    fair           TEXT,               -- JSON [turn, [[key, cost], ...]]; NULL: not fair
     app            TEXT NOT NULL,
     updated_at     REAL NOT NULL
 ) WITHOUT ROWID;
