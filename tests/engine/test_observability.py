@@ -422,9 +422,8 @@ async def test_queue_depth_counts_the_queued_steps_a_worker_could_take_now(
             async def two_waiting() -> bool:
                 return _depths(await _scrape(env)) == {"send": 2}
 
-            # one send holds the queue's only slot; two wait for it. Polled: a scrape
-            # counts the jobs due at its clock's now, which a job enqueued a moment
-            # before may not have reached yet (seen on PostgreSQL, about 1 in 8 runs)
+            # one send holds the queue's only slot; two wait for it. Polled: the worker's
+            # claim of the first may still be on its way
             await eventually(two_waiting, what="two sends waiting for the slot")
             assert _depths(await _scrape(env)) == {"send": 2}
         finally:

@@ -11,6 +11,7 @@ import pytest
 from plait.store import Store
 from plait.store.ops import EndRun
 from plait.store.rows import NewRun, QueueLimits, ScheduleRow, StepJob
+from support.polling import eventually
 
 from .rows import CUT, write
 
@@ -214,3 +215,49 @@ async def test_a_retried_run_of_a_queue_takes_the_status_it_is_handed(store: Sto
     assert await store.admit_runs("w2", 60.0, 10, [], "running") == ["r1"]
     admitted = await store.get_run("r1")
     assert admitted is not None and admitted.status == "running"
+
+
+async def test_a_limited_job_claimed_while_its_step_commits_comes_with_its_step(
+    store: Store, database: str
+) -> None:
+    """A claim of a limited queue's jobs waits for the queue's lock inside the database.
+    A job and its step committed while it waits are claimed together: the job must not
+    come without its step, which a worker reads as "the step is gone" and drops the job,
+    so the step would wait for ever."""
+    if not database.startswith("postgres"):
+        pytest.skip("the claim's statement and its function's statements: PostgreSQL")
+    import asyncpg
+
+    from plait.store.ops import EnqueueJob, PutStep
+
+    from .rows import step
+
+    await store.create_run(NewRun("r1", "wf", "workflow", None, "null", status="running"))
+    limits = [QueueLimits("emails", concurrency=1, functions=("mail",))]
+    holder = await asyncpg.connect(database)
+    try:
+        held = holder.transaction()
+        await held.start()
+        await holder.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+            f"{store.channel}:queue:emails",  # type: ignore[attr-defined]
+        )
+        claim = asyncio.create_task(store.claim_queue_jobs("w1", 60.0, 10, limits))
+
+        async def waiting() -> bool:
+            return bool(
+                await holder.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory'"
+                )
+            )
+
+        await eventually(waiting, what="the claim to wait for the queue's lock")
+        step_row = step("r1", "s0", status="scheduled", queued=True, function="mail")
+        await write(store, "r1", PutStep(step_row), EnqueueJob("s0", "mail", 0.0))
+        await held.commit()
+        jobs = await asyncio.wait_for(claim, 10)
+    finally:
+        await holder.close()
+    assert [j.step_key for j in jobs] == ["s0"]
+    assert jobs[0].step is not None and jobs[0].step.status == "scheduled"
+    assert jobs[0].workflow == "wf"

@@ -4,10 +4,12 @@ the jobs of limited queues, and how deep each queue is.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 from plait.statuses import RunStatusName
-from plait.store.postgres.codec import fair_arrays, queue_arrays, step_job
+from plait.store.postgres.codec import fair_arrays, queue_arrays, step_job, step_row
 from plait.store.postgres.leases import scope_args
 from plait.store.postgres.part import Part
 from plait.store.rows import ANY_SCOPE, ClaimScope, QueueDepth, QueueKeyDepth, QueueLimits, StepJob
@@ -75,7 +77,20 @@ class Queues(Part):
             [h[0] for h in held],
             [h[1] for h in held],
         )
-        return [step_job(r) for r in rows]
+        jobs = [step_job(r) for r in rows]
+        blind = [job for job in jobs if job.step is None]
+        if not blind:
+            return jobs
+        # read again, in a statement that sees what the claim's function saw: a worker
+        # drops a job that comes without its step (the step is gone), and would lose it
+        found = await self._call(
+            "fetch",
+            self._q["claimed_steps"],
+            [job.run_id for job in blind],
+            [job.step_key for job in blind],
+        )
+        seen = {(r["run_id"], r["step_key"]): r for r in found}
+        return [_with_step(job, seen.get((job.run_id, job.step_key))) for job in jobs]
 
     async def queue_depths(self) -> list[QueueDepth]:
         rows = await self._call("fetch", self._q["queue_depths"], read=True)
@@ -87,3 +102,11 @@ class Queues(Part):
             QueueKeyDepth(r[0], int(r[1]), int(r[2]), None if r[3] is None else int(r[3]))
             for r in rows
         ]
+
+
+def _with_step(job: StepJob, row: Any) -> StepJob:
+    """``job`` with the step and run ``claimed_steps`` read for it (``row``), if any."""
+    if job.step is not None or row is None:
+        return job
+    step = None if row["s"] is None else step_row(row["s"])
+    return dataclasses.replace(job, step=step, workflow=row["workflow"] or "", trace=row["trace"])

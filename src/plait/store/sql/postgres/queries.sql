@@ -604,6 +604,16 @@ FROM claimed c LEFT JOIN @schema@.steps s ON s.run_id = c.run_id AND s.key = c.s
     LEFT JOIN @schema@.runs r ON r.id = c.run_id
 ORDER BY c.available_at
 
+-- name: claimed_steps
+-- The step rows, and their runs' workflow and trace, of jobs a claim_queue_jobs took
+-- ($1 run ids, $2 step keys) that came without them. That claim's function reads with
+-- snapshots of its own, taken after the lock it waits for: a job (and its step) committed
+-- meanwhile is claimed, while the calling statement's older snapshot sees no step.
+SELECT g.run_id, g.step_key, s, r.workflow, r.trace
+FROM unnest($1::text[], $2::text[]) AS g(run_id, step_key)
+    LEFT JOIN @schema@.steps s ON s.run_id = g.run_id AND s.key = g.step_key
+    LEFT JOIN @schema@.runs r ON r.id = g.run_id
+
 -- name: queue_depths
 SELECT queue, count(*) FILTER (WHERE status = 'queued'),
     count(*) FILTER (WHERE status IN ('running', 'suspended', 'paused'))
