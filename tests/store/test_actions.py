@@ -10,7 +10,12 @@ from typing import Any
 
 import pytest
 
-from plait.errors import RunEndedElsewhereError, RunNotFoundError, RunStateError
+from plait.errors import (
+    EventNotStoredError,
+    RunEndedElsewhereError,
+    RunNotFoundError,
+    RunStateError,
+)
 from plait.records import Run
 from plait.store import Store
 from plait.store.ops import (
@@ -347,8 +352,8 @@ async def test_senders_racing_with_one_key_store_one_event(store: Store) -> None
 
 async def test_a_passs_send_is_written_with_its_commit_once(store: Store) -> None:
     """``SendEvent`` in a pass's batch: the event and the step land together, a batch
-    applied twice (its answer lost) sends once, and a run that ended (or never was)
-    takes nothing while the rest of the batch is written."""
+    applied twice (its answer lost) sends once, and a send to a run that ended (or never
+    was) refuses the whole batch: nothing of it is written."""
     await new_run(store, "r1", lease_owner="w1", lease_seconds=60.0)
     await new_run(store, "r2")
     await idle(store, "r2")
@@ -362,16 +367,14 @@ async def test_a_passs_send_is_written_with_its_commit_once(store: Store) -> Non
     assert await store.claim_due_runs("w2", 60.0, 10) == ["r2"]
     await write(store, "r2", EndRun("completed", "null"))
     late = step("r1", "__send:go#1", kind="send_event", function=None, status="succeeded")
-    await store.commit(
-        Batch(
-            "r1",
-            [PutStep(late), SendEvent("r2", "go", "1", "a"), SendEvent("nope", "go", "1", "b")],
-            fence="w1",
-        )
-    )
+    for target in ("r2", "nope"):
+        with pytest.raises(EventNotStoredError, match=target):
+            await store.commit(
+                Batch("r1", [PutStep(late), SendEvent(target, "go", "1", "a")], fence="w1")
+            )
     assert await _events(store, "r2") == [("go", '"x"')]
     assert await store.load_pass("nope") is None
-    assert [s.key for s in await store.get_steps("r1")] == ["__send:go", "__send:go#1"]
+    assert [s.key for s in await store.get_steps("r1")] == ["__send:go"]
 
 
 async def test_runs_sending_to_each_other_at_once_both_commit(store: Store) -> None:

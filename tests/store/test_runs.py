@@ -128,6 +128,7 @@ async def test_a_start_a_brake_holds_waits_queued_and_leased_to_no_one(store: St
     def start(run_id: str, workflow: str = "braked", **fields: object) -> NewRun:
         fields.setdefault("lease_owner", "w1")
         fields.setdefault("lease_seconds", 60.0)
+        fields.setdefault("held_status", "queued")  # runtime.runs.BRAKED_START
         return NewRun(run_id, workflow, "workflow", None, "null", status="running", **fields)  # type: ignore[arg-type]
 
     await store.pause("workflow", "braked", "paused", "running")

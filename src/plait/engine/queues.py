@@ -60,6 +60,7 @@ class QueuesMixin(EngineBase):
         queued = qname is not None or not_before is not None
         return {
             "status": runs.initial_status(queued),
+            "held_status": runs.BRAKED_START,
             "queue": qname,
             "queue_key": qkey,
             "priority": queues.check_priority(priority),

@@ -4,6 +4,7 @@
 
     from                          to                     written by
     (a new run)                   queued | running       initial_status
+    (a start a brake holds)       queued                 BRAKED_START
     running, when a pass ends it  completed              completed
                                   failed                 failed, failed_record,
                                                          failed_control, raised
@@ -101,6 +102,9 @@ def inherited_tags(parent: str | None, wdef: WorkflowDef | None) -> str | None:
 BRAKED_FROM: RunStatusName = "running"
 #: ... the status it waits in: not ended, and no worker claims it ...
 PAUSED: RunStatusName = "paused"
+#: ... the status a start that would run at once waits in while a brake holds its
+#: workflow or queue (the store reads the brakes in the start's own transaction) ...
+BRAKED_START: RunStatusName = "queued"
 #: ... and the status it goes on in once no brake holds it (due at once: its next pass
 #: replays what it did and starts the step it stopped before)
 RELEASED: RunStatusName = "running"

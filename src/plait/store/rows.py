@@ -30,6 +30,10 @@ class NewRun:
     #: the status it starts in (``runtime.runs.initial_status``): ``queued`` for a run
     #: that waits for admission or for its start time
     status: RunStatusName = dataclasses.field(kw_only=True)
+    #: the status a start that would run at once waits in instead when a brake holds its
+    #: workflow or queue, read in the start's own transaction
+    #: (``runtime.runs.BRAKED_START``); None: the store does not look at the brakes
+    held_status: RunStatusName | None = None
     queue: str | None = None
     queue_key: str | None = None
     priority: int = 0

@@ -276,10 +276,10 @@ def braked_start(
     conn: sqlite3.Connection, new: NewRun, brakes: frozenset[tuple[str, str]] | None = None
 ) -> NewRun:
     """``new`` as a start writes it: a run that would start ``running`` while a brake
-    holds its workflow or its queue (none: ``DEFAULT_QUEUE``) is accepted and waits
-    ``queued``, leased to no one (an inline starter does not drive it). ``brakes``:
+    holds its workflow or its queue (none: ``DEFAULT_QUEUE``) is accepted and waits in
+    ``new.held_status``, leased to no one (an inline starter does not drive it). ``brakes``:
     ``start_brakes`` read already in this transaction."""
-    if new.status != "running":
+    if new.status != "running" or new.held_status is None:
         return new
     if brakes is None:
         brakes = start_brakes(conn)
@@ -288,7 +288,7 @@ def braked_start(
         and ("queue", new.queue or DEFAULT_QUEUE) not in brakes
     ):
         return new
-    return dataclasses.replace(new, status="queued", lease_owner=None)
+    return dataclasses.replace(new, status=new.held_status, lease_owner=None)
 
 
 def _real(value: float | None) -> float | None:

@@ -126,7 +126,8 @@ BEGIN
 END $$;
 
 -- n as a start writes it: a run that would start running while a brake holds its workflow
--- or its queue (none: the default queue) is accepted and waits queued, leased to no one
+-- or its queue (none: the default queue) is accepted and waits queued
+-- (plait.runtime.runs.BRAKED_START; new_run has no field for it), leased to no one
 -- (an inline starter does not drive it). Read in the start's own transaction, so a brake
 -- another process committed counts at once, not when this process reads them again.
 CREATE OR REPLACE FUNCTION @schema@.braked_start(n @schema@.new_run)
