@@ -61,6 +61,29 @@ async def fan(wf: plait.Workflow, data: int) -> list[Any]:
         raise
 
 
+@app.function(retries=0, on_exhausted="park")
+def parked_call(data: str) -> str:
+    if BROKEN["now"]:
+        raise RuntimeError("partner API down")
+    return data
+
+
+@app.workflow
+async def parked_kid(wf: plait.Workflow, data: str) -> str:
+    return str(await wf.do("k", parked_call, data))
+
+
+@app.workflow
+async def parked_mom(wf: plait.Workflow, data: str) -> list[str]:
+    kid = wf.do("child", "parked_kid", f"{data}-kid")
+    return list(await asyncio.gather(kid, wf.do("m", parked_call, data)))
+
+
+@app.workflow
+async def held_mom(wf: plait.Workflow, data: Any) -> list[Any]:
+    return list(await asyncio.gather(wf.do("child", "waiter", 1), wf.suspend("mom-hold")))
+
+
 async def _failed_runs(engine: plait.Engine, count: int, tags: dict[str, str]) -> list[str]:
     ids = [
         await engine.start(sync, f"r{n}-{tags.get('batch', '')}", tags=tags) for n in range(count)
@@ -138,6 +161,44 @@ async def test_bulk_retry_of_a_parent_and_its_child_runs_the_child_s_work_once(
         assert (await engine.wait(run_id, timeout=30)).output == "tree-1"
         assert BODIES["tree-1"] == 2  # once failed, once in the new child
         assert (await engine.get_run(child)).status == "failed"
+
+
+async def test_bulk_retry_of_a_parked_parent_retries_the_parked_child_it_waits_for(
+    engine_factory: Any,
+) -> None:
+    """Parent and child both parked: the parent's retry gives its own step a new budget,
+    and still waits for the child, so the child is retried too (left to the parent, it
+    would stay parked and the parent would wait for ever)."""
+    BROKEN["now"] = True
+    async with engine_factory(app) as engine:
+        run_id = await engine.start(parked_mom, "nest", tags={"batch": "parked"})
+
+        async def both_parked() -> bool:
+            found = await engine.list_runs(tags={"batch": "parked"}, limit=10)
+            return len(found) == 2 and {r.status for r in found} == {"needs_attention"}
+
+        await eventually(both_parked, timeout=20, what="parent and child parked")
+        BROKEN["now"] = False
+        assert await engine.retry_runs(tags={"batch": "parked"}) == 2
+        run = await engine.wait(run_id, timeout=30)
+        assert run.status == "completed" and run.output == ["nest-kid", "nest"], run.error
+
+
+async def test_bulk_resume_resumes_a_suspended_child_of_a_suspended_parent(
+    engine_factory: Any,
+) -> None:
+    """A resume of the parent does not reach its child: each suspended run is resumed."""
+    async with engine_factory(app) as engine:
+        run_id = await engine.start(held_mom, None, tags={"batch": "held"})
+
+        async def both_suspended() -> bool:
+            found = await engine.list_runs(tags={"batch": "held"}, limit=10)
+            return len(found) == 2 and {r.status for r in found} == {"suspended"}
+
+        await eventually(both_suspended, timeout=20, what="parent and child suspended")
+        assert await engine.resume_runs(tags={"batch": "held"}) == 2
+        run = await engine.wait(run_id, timeout=30)
+        assert run.status == "completed" and run.output == ["resumed", None], run.error
 
 
 async def test_bulk_cancel_of_a_tree_cancels_the_parent_rather_than_failing_it(

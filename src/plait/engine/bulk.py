@@ -200,7 +200,7 @@ class BulkMixin(ActionsMixin):
         reason: str | None = None,
     ) -> int:
         pace = checked_rate(rate)
-        groups = grouped(await self._matched(action, filters))
+        groups = grouped(await self._with_parents(action, await self._matched(action, filters)))
         matched = {run_id for group in groups.values() for run_id in group}
         run_ids = list(groups)
         done = acted = 0
@@ -219,6 +219,34 @@ class BulkMixin(ActionsMixin):
                 progress(done, len(matched))
             await asyncio.sleep(0)  # live work of this process goes on between batches
         return acted
+
+    async def _with_parents(
+        self, action: BulkAction, matches: list[tuple[str, str | None]]
+    ) -> list[tuple[str, str | None]]:
+        """``matches`` with the parent kept only where the parent's action takes care of
+        the child too. A cancel ends a run's children with it. A retry of the parent
+        starts the child's work anew only through a step that failed for it (it runs that
+        step again): a child the parent still waits for (parked, say) is retried itself.
+        A resume never reaches a child: each run is resumed by itself."""
+        if action == "resume":
+            return [(run_id, None) for run_id, _parent in matches]
+        if action != "retry":
+            return matches
+        matched = {run_id for run_id, _parent in matches}
+        failed_for: dict[str, set[str]] = {}
+        kept: list[tuple[str, str | None]] = []
+        for run_id, parent in matches:
+            if parent is not None and parent in matched:
+                if parent not in failed_for:
+                    failed_for[parent] = {
+                        step.child_run_id
+                        for step in await self.store.get_steps(parent)
+                        if step.child_run_id is not None and step.status == "failed"
+                    }
+                if run_id not in failed_for[parent]:
+                    parent = None
+            kept.append((run_id, parent))
+        return kept
 
     async def _act_on(
         self, action: BulkAction, run_ids: Iterator[str], reason: str | None, matched: set[str]
