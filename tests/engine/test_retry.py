@@ -277,10 +277,14 @@ async def test_retry_reopens_every_failure_nobody_caught(engine_factory) -> None
         assert outage.counter.counts == {"a": 2, "b": 2}
 
 
-async def test_retry_of_a_run_failed_by_a_task_group_sibling_completes(engine_factory) -> None:
+@pytest.mark.parametrize("cleanup", [False, True], ids=["bare", "finally-cleanup"])
+async def test_retry_of_a_run_failed_by_a_task_group_sibling_completes(
+    engine_factory, cleanup: bool
+) -> None:
     """A task group: ``failing`` fails and the group cancels ``slow`` (recorded
-    ``CANCELLED``). The run did not go on past that cancel, so a retry reopens ``slow``
-    too: replayed as the cancel it was, it would fail the group again."""
+    ``CANCELLED``). The workflow received the failure before that cancel, so a retry
+    reopens ``slow`` too: replayed as the cancel it was, it would fail the group again.
+    A cleanup step in a ``finally`` reached after the cancel changes nothing."""
     calls = Counter()
     app = plait.App()
 
@@ -297,11 +301,20 @@ async def test_retry_of_a_run_failed_by_a_task_group_sibling_completes(engine_fa
             raise plait.NonRetryableError("the service said no (once)")
         return "failing"
 
+    @app.function
+    async def tidy() -> str:
+        calls.hit("tidy")
+        return "tidy"
+
     @app.workflow
     async def group(wf: plait.Workflow) -> list[str]:
-        async with asyncio.TaskGroup() as tg:
-            a = tg.create_task(wf.do("slow", "slow"))
-            b = tg.create_task(wf.do("failing", "failing"))
+        try:
+            async with asyncio.TaskGroup() as tg:
+                a = tg.create_task(wf.do("slow", "slow"))
+                b = tg.create_task(wf.do("failing", "failing"))
+        finally:
+            if cleanup:
+                await wf.do("tidy", "tidy")
         return [a.result(), b.result()]
 
     async with engine_factory(app) as engine:
@@ -313,7 +326,8 @@ async def test_retry_of_a_run_failed_by_a_task_group_sibling_completes(engine_fa
         await engine.retry(run_id)
         run = await engine.wait(run_id, timeout=10)
         assert run.status == "completed" and run.output == ["slow", "failing"], run.error
-        assert calls.counts == {"slow": 2, "failing": 2}
+        tidied = {"tidy": 1} if cleanup else {}
+        assert calls.counts == {"slow": 2, "failing": 2, **tidied}
 
 
 async def test_retry_keeps_a_cancel_the_workflow_went_on_from(engine_factory) -> None:
@@ -729,7 +743,8 @@ def test_a_wait_the_workflow_cancelled_waits_again_until_its_own_time() -> None:
 
 def test_a_cancel_goes_with_the_failure_before_it_unless_the_workflow_went_on() -> None:
     """``steps.cut_by``: a step the workflow cancelled is reopened with a reopened failure
-    that came no later than the cancel, unless a step was reached after the cancel."""
+    the workflow received before the cancel, whatever steps came after; a cancel that came
+    before a failure, or one the workflow went on from, stays."""
 
     def rows(went_on: bool, cancelled_first: bool = False) -> list[StepRow]:
         failing = _row("failing", "failed", [])
@@ -749,4 +764,11 @@ def test_a_cancel_goes_with_the_failure_before_it_unless_the_workflow_went_on() 
     assert steps.reopened(rows(went_on=False, cancelled_first=True), named) == {"failing"}
     went_on = rows(went_on=True)
     assert steps.reopened(went_on, serde.dumps({"step": "later"})) == {"later"}
-    assert steps.cut_by(went_on, [went_on[0]]) == set()
+    # a cleanup step reached after the cancel (a ``finally``) keeps it with the failure
+    cleanup = _row("cleanup", "succeeded", ["failing", "sibling"])
+    cleanup.created_at = cleanup.updated_at = 11.0
+    assert steps.reopened([*rows(went_on=False), cleanup], named) == {"failing", "sibling"}
+    # the order the workflow received outcomes in decides over the clocks that stamped them
+    skewed = rows(went_on=False)
+    skewed[0].delivered, skewed[1].delivered, skewed[1].updated_at = 0, 1, 5.0
+    assert steps.reopened(skewed, named) == {"failing", "sibling"}

@@ -473,9 +473,9 @@ def reopened(
       trace of that and is reopened like one it let through; nothing recorded depends on
       its outcome, so the replay stays consistent whatever the new attempt gives.
     * A step the workflow cancelled (``cancelled_by_workflow``) is kept as it is: the
-      replay cancels it again where it was. Unless a reopened failure came first and the
-      workflow reached no step after the cancel (``cut_by``): a task group's sibling that
-      a failure cancelled, replayed as that cancel, would fail the retried run again.
+      replay cancels it again where it was. Unless the workflow received a reopened
+      failure before the cancel (``cut_by``): a task group's sibling that a failure
+      cancelled, replayed as that cancel, would fail the retried run again.
     """
     rows = {step.key: step for step in recorded}
     # a step the workflow cancelled is cancelled again where it was: it stays as it is
@@ -518,20 +518,25 @@ def reopened(
 
 
 def cut_by(recorded: Iterable[StepRow], again: list[StepRow]) -> set[str]:
-    """The keys of the steps the workflow cancelled that go with the reopened failures
-    ``again``: cancelled no earlier than one of them failed, and no step was reached
-    after the cancel. The failure is what cancelled them (a task group's sibling, the
-    other side of a race it lost by failing); once it runs again nothing cancels them.
-    A cancel the workflow went on from (it reached a step after it) stays."""
+    """The keys of the steps the workflow cancelled after it received one of the reopened
+    failures ``again``: the failure is what cancelled them (a task group's sibling, with a
+    cleanup step in a ``finally`` or not; the other side of a race it lost by failing),
+    and once it runs again nothing cancels them. Received is read from the order the
+    outcomes reached the workflow (``delivered``), which no clock skews; by time for rows
+    without it. A cancel that came before (the loser of an earlier race the workflow
+    went on from) stays."""
     if not again:
         return set()
-    rows = list(recorded)
-    first = min(step.updated_at for step in again)
-    cut = [s for s in rows if cancelled_by_workflow(s) and s.updated_at >= first]
+
+    def after(step: StepRow, failure: StepRow) -> bool:
+        if step.delivered is not None and failure.delivered is not None:
+            return step.delivered > failure.delivered
+        return step.updated_at >= failure.updated_at
+
     return {
         step.key
-        for step in cut
-        if not any(s.created_at > step.updated_at for s in rows if s is not step)
+        for step in recorded
+        if cancelled_by_workflow(step) and any(after(step, failure) for failure in again)
     }
 
 
