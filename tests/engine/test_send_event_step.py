@@ -4,6 +4,7 @@ is missing, ended, or out of its owner's reach fails the step at once, naming th
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -251,4 +252,63 @@ async def test_a_send_to_a_run_that_ends_before_the_commit_fails_the_step(
         assert refused.status == "failed" and refused.error is not None
         assert refused.error["code"] == "EVENT_NOT_SENT"
         assert f"run {target!r} ended before it was stored" in refused.error["message"]
+        assert all(r.ok for r in await engine.check(include_ended=5))
+
+
+@app.workflow
+async def send_two(wf: plait.Workflow, targets: list[str]) -> list[str]:
+    """Two sends side by side: each one's step is told how the store took it."""
+
+    async def one(target: str) -> str:
+        try:
+            await wf.send_event(target, "item", "hello")
+        except StepError as exc:
+            return exc.code
+        return "sent"
+
+    return list(await asyncio.gather(*(one(target) for target in targets)))
+
+
+async def test_a_refused_send_beside_another_leaves_no_gap_in_the_record(
+    engine_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two sends in a ``gather``; the first one's run ends before its commit, which the
+    store refuses. The second send's commit must not land while the first's step is
+    written nowhere: a record holding a later step without an earlier one does not
+    replay (a crash in between would leave the run unable to go on)."""
+    from plait.worker.worker import Worker
+
+    read_run = Worker.read_run
+    cut: list[str] = []
+    landed: list[set[str]] = []
+
+    async def read_then_cancel(self: Worker, run_id: str) -> Any:
+        run = await read_run(self, run_id)
+        if not cut:
+            cut.append(run_id)
+            await engine.cancel(run_id, reason="ended between the read and the commit")
+        return run
+
+    monkeypatch.setattr(Worker, "read_run", read_then_cancel)
+    async with engine_factory(app) as engine:
+        commit = engine.store.commit
+
+        async def recorded(batch: Any) -> Any:
+            answer = await commit(batch)
+            landed.append({op.step.key for op in batch.ops if getattr(op, "step", None)})
+            return answer
+
+        monkeypatch.setattr(engine._worker, "commit", recorded)
+        targets = [await engine.start("collect") for _ in range(2)]
+        sender = await engine.start("send_two", targets)
+        run = await engine.wait(sender, timeout=30)
+        assert run.output == ["EVENT_NOT_SENT", "sent"]
+        written: set[str] = set()
+        for keys in landed:
+            written |= keys
+            if "__send:item#1" in written:
+                assert "__send:item" in written, landed
+                break
+        else:
+            raise AssertionError(f"the second send was never written: {landed}")
         assert all(r.ok for r in await engine.check(include_ended=5))

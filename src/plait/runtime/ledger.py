@@ -115,6 +115,10 @@ class Ledger:
         #: steps the workflow cancelled in this pass (``CodeReplay``): no attempt of
         #: theirs starts, and what an attempt that ran on does is thrown away
         self.cancelled: set[str] = set()
+        #: held while a ``wf.send_event`` commits (``send``): a flush waits for it, so no
+        #: step made after the send's is written before the store's answer to the send is
+        #: known (a refused send's step would be missing from a record that holds later ones)
+        self._sending = asyncio.Lock()
         #: per step key, the task running its attempt's body now (``Driver.attempt``)
         self.bodies: dict[str, asyncio.Task[Any]] = {}
         #: a job step was cancelled in this pass (``PassResult.cancelled_jobs``)
@@ -214,6 +218,9 @@ class Ledger:
         unwritten.clear()
 
     async def flush(self) -> None:
+        while self._sending.locked():
+            async with self._sending:
+                pass
         if not self.ops:
             return
         self._carry_unwritten()
@@ -226,14 +233,16 @@ class Ledger:
         event is stored for ``run_id``. False when that run ended since the pass read it
         (the store took no event and wrote nothing of the batch: the writes that waited
         wait for the next commit again, and the send's ops are dropped)."""
-        self.ops.extend(ops)
-        self._carry_unwritten()
-        batch, self.ops = self.ops, []
-        try:
-            await self._commit(batch, sending=True)
-        except errors.EventNotStoredError:
-            self.ops[:0] = [op for op in batch if not any(op is mine for mine in ops)]
-            return False
+        async with self._sending:
+            self.ops.extend(ops)
+            self._carry_unwritten()
+            batch, self.ops = self.ops, []
+            try:
+                await self._commit(batch, sending=True)
+            except errors.EventNotStoredError:
+                self.ops[:0] = [op for op in batch if not any(op is mine for mine in ops)]
+                # the caller records the refusal before anything waiting for the lock runs
+                return False
         # the commit woke the run in the database: wake this process's loops too
         self.host.sent_event(run_id)
         return True
