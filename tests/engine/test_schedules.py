@@ -383,3 +383,44 @@ async def test_overlap_skip_counts_a_scheduled_run_that_continued_as_new(
         assert (await engine.get_schedule("beat")).last_run_id == live[0].id
         await engine.send_event(live[0].id, "go", "done")
         assert (await engine.wait(first.id, timeout=15)).output == "done"
+
+
+@pytest.mark.parametrize("stop", ["paused", "suspended"])
+async def test_overlap_skip_holds_while_the_last_run_is_stopped_but_not_ended(
+    engine_factory: Any, stop: str
+) -> None:
+    """A last run that a brake holds (``paused``) or that waits for a resume
+    (``suspended``) has not ended: with ``overlap="skip"`` no tick starts another, which
+    would go on beside it once it is let go."""
+    app = plait.App("sched-stopped")
+
+    @app.workflow
+    async def held(wf: plait.Workflow, data: Any) -> Any:
+        if stop == "suspended":
+            await wf.suspend("until a person looks")
+        return await wf.wait_for_event("go")
+
+    async with engine_factory(app) as engine:
+        await engine.create_schedule("beat", workflow="held", every="1s", overlap="skip")
+
+        async def first_tick() -> list[plait.Run]:
+            runs = await engine.list_runs(workflow="held", limit=1000)
+            return [r for r in runs if r.status in ("running", "suspended")]
+
+        (first,) = await eventually(first_tick, timeout=15, what="the first tick's run")
+        if stop == "paused":
+            await engine.pause_workflow("held")
+
+        async def stopped() -> bool:
+            return (await engine.get_run(first.id)).status == stop
+
+        await eventually(stopped, timeout=15, what=f"the first run {stop}")
+        after = (await engine.get_run(first.id)).updated_at.timestamp()
+
+        async def ticks_passed() -> bool:
+            schedule = await engine.get_schedule("beat")
+            return schedule.next_tick is not None and schedule.next_tick.timestamp() >= after + 2
+
+        await eventually(ticks_passed, timeout=15, what="two more ticks to come and go")
+        runs = await engine.list_runs(workflow="held", limit=1000)
+        assert [r.id for r in runs] == [first.id]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
+from plait.statuses import TERMINAL
 from plait.store.rows import NewRun, ScheduleAsRead, ScheduleRow
 from plait.store.sqlite import apply
 from plait.store.sqlite.part import Part
@@ -68,7 +69,8 @@ class Schedules(Part):
             if expected is not None:
                 if status != "active" or current != expected:
                     return None
-                live = skip_if_live and last_status in ("queued", "running")
+                # not ended: a suspended, paused or parked run goes on later
+                live = skip_if_live and last_status is not None and last_status not in TERMINAL
             started: list[str] = []
             last_tick = None
             for new in runs:

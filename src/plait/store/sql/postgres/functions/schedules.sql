@@ -38,7 +38,9 @@ BEGIN
         )
         SELECT id, status INTO v_going_on, v_going_status FROM chain
         ORDER BY depth DESC LIMIT 1;
-        live := p_skip AND coalesce(v_going_status IN ('queued', 'running'), false);
+        -- not ended: a suspended, paused or parked run goes on later
+        live := p_skip AND coalesce(v_going_status NOT IN ('completed', 'failed', 'cancelled',
+                                                           'continued'), false);
     END IF;
     FOREACH n IN ARRAY p_runs LOOP
         EXIT WHEN live;
