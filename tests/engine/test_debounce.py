@@ -87,6 +87,22 @@ async def test_a_start_that_joins_a_waiting_run_merges_its_tags_into_it(database
         assert (await env.wait(first, timeout=30)).output["data"] == 3
 
 
+async def test_joining_starts_never_take_a_run_past_the_tag_limit(database: str) -> None:
+    """Each start passes the limit of 16 tags on its own; merged, they would not. A start
+    whose tags would take the run past it leaves the run's tags (and their index) as they
+    are, so the run's own ``wf.set_tags`` and a list by its tags go on working."""
+    async with TestEngine(debounce_app(), database, start=START) as env:
+        first = await env.start("sync", 0, debounce="5s", tags={f"k{n}": "v" for n in range(15)})
+        for n in range(15, 20):
+            assert await env.start("sync", n, debounce="5s", tags={f"k{n}": "v"}) == first
+        run = await env.get_run(first)
+        assert run.input == 19
+        assert run.tags == {f"k{n}": "v" for n in range(16)}
+        assert await env.list_runs(tags={"k16": "v"}) == []
+        assert [r.id for r in await env.list_runs(tags={"k15": "v"})] == [first]
+        assert (await env.wait(first, timeout=30)).output["data"] == 19
+
+
 async def test_debounce_max_bounds_the_wait_from_the_first_start(database: str) -> None:
     async with TestEngine(debounce_app(), database, start=START) as env:
         ids = []

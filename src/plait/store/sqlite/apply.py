@@ -53,6 +53,7 @@ from plait.store.ops import (
 from plait.store.rows import NewRun, RunRow, StepRow
 from plait.store.sqlite.nulls import NullsInline
 from plait.store.sqlite.writer import SQL
+from plait.tags import MAX_TAGS
 
 _UPSERT_STEP = SQL["upsert_step"]
 _START_STEP = SQL["start_step"]
@@ -68,6 +69,7 @@ _SET_STATE = SQL["set_state"]
 _INSERT_RUN = NullsInline(SQL["insert_run"])
 _LIST_BRAKES = SQL["list_brakes"]
 _SELECT_RUN = SQL["select_run"]
+_RUN_TAGS = SQL["run_tags"]
 _WAKE_RUN = SQL["wake_run"]
 _RELEASE_RUN = SQL["release_run"]
 #: the statuses of a step not ended yet, as a JSON array
@@ -298,7 +300,8 @@ def _real(value: float | None) -> float | None:
 def debounce(conn: sqlite3.Connection, new: NewRun, now: float) -> str | None:
     """A debounced start (``new.debounce_key``) joins the run of its key still waiting for
     its start time: the id of that run, which took ``new``'s input and start and merged
-    its tags (``new``'s value on a key both have); None when no run waits, and then a
+    its tags (``new``'s value on a key both have; unless that makes more than
+    ``MAX_TAGS``, when they stay as they were); None when no run waits, and then a
     run of the key whose start time has passed has left the window, so that ``new`` may
     be inserted."""
     params = {
@@ -311,11 +314,18 @@ def debounce(conn: sqlite3.Connection, new: NewRun, now: float) -> str | None:
     }
     joined = conn.execute(SQL["debounce_run"], params).fetchone()
     if joined is not None:
-        if new.tags is not None:
+        if new.tags is not None and _fit(conn, str(joined[0]), new.tags):
             put_tags(conn, str(joined[0]), new.tags)
         return str(joined[0])
     conn.execute(SQL["close_debounce"], params)
     return None
+
+
+def _fit(conn: sqlite3.Connection, run_id: str, tags: str) -> bool:
+    """Whether ``tags`` merged into the run's own make at most ``MAX_TAGS``: a joining
+    start's tags past that leave the run's as they are, as a child's do."""
+    (own,) = conn.execute(_RUN_TAGS, (run_id,)).fetchone()
+    return len(json.loads(own or "{}") | json.loads(tags)) <= MAX_TAGS
 
 
 def put_tags(conn: sqlite3.Connection, run_id: str, tags: str) -> None:

@@ -101,6 +101,9 @@ UPDATE plait_runs SET debounce_key = NULL
 WHERE workflow = :workflow AND debounce_key = :key AND coalesce(owner, '') = :owner
     AND status = 'queued' AND wake_at <= :now
 
+-- name: run_tags
+SELECT tags FROM plait_runs WHERE id = ?
+
 -- name: put_run_tags
 -- A run's tags (a JSON object) merged into its row and its plait_run_tags rows.
 UPDATE plait_runs SET tags = json_patch(coalesce(tags, '{}'), :tags) WHERE id = :run

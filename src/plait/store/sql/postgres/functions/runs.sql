@@ -88,7 +88,8 @@ END $$;
 -- A debounced start (n.debounce_key set) joins the run of its workflow, key and owner
 -- that still waits for its start time: that run takes n's input and starts at
 -- n.not_before (never past its debounce_until), its deadline moved with its start, and
--- n's tags are merged into its own (n's value on a key both have, as put_tags). NULL
+-- n's tags are merged into its own (n's value on a key both have, as put_tags; unless that
+-- makes more than 16, plait.tags.MAX_TAGS: then its tags stay as they are). NULL
 -- when no run waits; then a run of the key whose start time has passed (it waits for its
 -- queue) leaves the window, so that n may be inserted. The unique index runs_debounce
 -- keeps one waiting run per key: of two processes debouncing a key at once, the one whose
@@ -100,7 +101,9 @@ DECLARE
     joined @schema@.runs;
 BEGIN
     UPDATE @schema@.runs r SET input = n.input, updated_at = p_now,
-        tags = CASE WHEN n.tags IS NULL THEN r.tags
+        -- never past plait.tags.MAX_TAGS (16): past it, the run's tags stay as they are
+        tags = CASE WHEN n.tags IS NULL OR (SELECT count(*) FROM jsonb_object_keys(
+                    coalesce(r.tags::jsonb, '{}'::jsonb) || n.tags::jsonb)) > 16 THEN r.tags
             ELSE (coalesce(r.tags::jsonb, '{}'::jsonb) || n.tags::jsonb)::json END,
         wake_at = least(v_start, coalesce(r.debounce_until, v_start)),
         deadline_at = CASE WHEN r.timeout IS NULL THEN r.deadline_at
@@ -111,7 +114,7 @@ BEGIN
         AND r.status = 'queued' AND r.wake_at > p_now
     RETURNING r.* INTO joined;
     IF FOUND THEN
-        IF n.tags IS NOT NULL THEN
+        IF n.tags IS NOT NULL AND coalesce(joined.tags::jsonb, '{}'::jsonb) @> n.tags::jsonb THEN
             INSERT INTO @schema@.run_tags (run_id, key, value)
             SELECT joined.id, t.key, t.value FROM json_each_text(n.tags) t
             ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value;
