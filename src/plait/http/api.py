@@ -402,7 +402,8 @@ class Api:
                 503,
                 "SHUTTING_DOWN",
                 f"the server is shutting down: request {name!r} was withdrawn unless the"
-                " workflow had taken it already; send it again once the server is back",
+                " workflow had taken it already, and then its reply will not reach this"
+                " caller: look at the run before sending it again",
             )
         return JSONResponse({"run_id": run.id, "request": name, "reply": reply})
 
