@@ -329,11 +329,7 @@ async def test_overlap_skip_starts_no_tick_while_the_last_run_lives(engine_facto
         assert first.scheduled_at is not None
         began = first.scheduled_at.timestamp()
 
-        async def ticks_passed() -> bool:
-            schedule = await engine.get_schedule("beat")
-            return schedule.next_tick is not None and schedule.next_tick.timestamp() >= began + 3
-
-        await eventually(ticks_passed, timeout=15, what="two more ticks to come and go")
+        await _ticks_past(engine, "beat", began + 3)
         assert [r.id for r in await beat_runs()] == [first.id]  # both skipped
         await engine.send_event(first.id, "go")
         assert (await engine.wait(first.id, timeout=15)).status == "completed"
@@ -371,11 +367,7 @@ async def test_overlap_skip_counts_a_scheduled_run_that_continued_as_new(
         assert first.scheduled_at is not None
         began = first.scheduled_at.timestamp()
 
-        async def ticks_passed() -> bool:
-            schedule = await engine.get_schedule("beat")
-            return schedule.next_tick is not None and schedule.next_tick.timestamp() >= began + 3
-
-        await eventually(ticks_passed, timeout=15, what="two more ticks to come and go")
+        await _ticks_past(engine, "beat", began + 3)
         runs = await engine.list_runs(workflow="chain", limit=1000)
         live = [r for r in runs if not r.status.is_terminal]
         assert len(live) == 1, f"{len(live)} chains live at once: {[r.id for r in live]}"
@@ -417,10 +409,17 @@ async def test_overlap_skip_holds_while_the_last_run_is_stopped_but_not_ended(
         await eventually(stopped, timeout=15, what=f"the first run {stop}")
         after = (await engine.get_run(first.id)).updated_at.timestamp()
 
-        async def ticks_passed() -> bool:
-            schedule = await engine.get_schedule("beat")
-            return schedule.next_tick is not None and schedule.next_tick.timestamp() >= after + 2
-
-        await eventually(ticks_passed, timeout=15, what="two more ticks to come and go")
+        await _ticks_past(engine, "beat", after + 2)
         runs = await engine.list_runs(workflow="held", limit=1000)
         assert [r.id for r in runs] == [first.id]
+
+
+async def _ticks_past(engine: plait.Engine, name: str, at: float) -> None:
+    """Wait until schedule ``name``'s next tick is at ``at`` or later: the ticks before
+    it came and went."""
+
+    async def passed() -> bool:
+        schedule = await engine.get_schedule(name)
+        return schedule.next_tick is not None and schedule.next_tick.timestamp() >= at
+
+    await eventually(passed, timeout=15, what=f"the ticks of {name!r} before {at}")

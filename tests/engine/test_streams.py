@@ -247,9 +247,9 @@ async def test_many_small_entries_share_commits(engine_factory) -> None:
         assert commits < 100, f"{commits} commits for 1000 entries"
 
 
-async def test_a_cancel_resets_the_cut_attempt_before_the_stream_ends(engine_factory) -> None:
-    """A cancel cuts the attempt short: its ``reset`` comes before the stream's ``end``,
-    so a follower, which stops at the end, has been told to drop the cut attempt's text."""
+def _cut_app() -> plait.App:
+    """A step that writes an entry and waits to be cancelled, run by ``streaming`` itself
+    and by ``child``, the child run of ``parent``."""
     app = plait.App()
 
     @app.function
@@ -261,30 +261,6 @@ async def test_a_cancel_resets_the_cut_attempt_before_the_stream_ends(engine_fac
     async def streaming(wf: plait.Workflow) -> None:
         await wf.do("s", streamer)
 
-    async with engine_factory(app) as engine:
-        run_id = await engine.start("streaming")
-        follower = asyncio.create_task(_collect(engine.follow_stream(run_id, "tokens")))
-        first = engine.follow_stream(run_id, "tokens")
-        assert (await asyncio.wait_for(anext(first), 20)).value == "partial answer"
-        await first.aclose()
-        await engine.cancel(run_id, reason="user pressed stop")
-        expected = [("data", "partial answer", 1), ("reset", None, 1), ("end", None, None)]
-        assert _shape(await engine.read_stream(run_id, "tokens")) == expected
-        assert _shape(await asyncio.wait_for(follower, 20)) == expected
-        settled = await engine.read_stream(run_id, "tokens", settled_only=True)
-        assert _shape(settled) == [("end", None, None)]
-
-
-async def test_a_cancel_resets_the_cut_attempts_of_its_child_runs_before_their_ends(
-    engine_factory,
-) -> None:
-    app = plait.App()
-
-    @app.function
-    async def streamer(data: None, ctx: plait.StepContext) -> None:
-        await ctx.stream("tokens").write("partial answer")
-        await asyncio.sleep(60)  # cancelled here
-
     @app.workflow
     async def child(wf: plait.Workflow) -> None:
         await wf.do("s", streamer)
@@ -293,7 +269,33 @@ async def test_a_cancel_resets_the_cut_attempts_of_its_child_runs_before_their_e
     async def parent(wf: plait.Workflow) -> None:
         await wf.do("child", "child")
 
-    async with engine_factory(app) as engine:
+    return app
+
+
+#: a cut attempt's entry, its reset, then the stream's end
+_CUT = [("data", "partial answer", 1), ("reset", None, 1), ("end", None, None)]
+
+
+async def test_a_cancel_resets_the_cut_attempt_before_the_stream_ends(engine_factory) -> None:
+    """A cancel cuts the attempt short: its ``reset`` comes before the stream's ``end``,
+    so a follower, which stops at the end, has been told to drop the cut attempt's text."""
+    async with engine_factory(_cut_app()) as engine:
+        run_id = await engine.start("streaming")
+        follower = asyncio.create_task(_collect(engine.follow_stream(run_id, "tokens")))
+        first = engine.follow_stream(run_id, "tokens")
+        assert (await asyncio.wait_for(anext(first), 20)).value == "partial answer"
+        await first.aclose()
+        await engine.cancel(run_id, reason="user pressed stop")
+        assert _shape(await engine.read_stream(run_id, "tokens")) == _CUT
+        assert _shape(await asyncio.wait_for(follower, 20)) == _CUT
+        settled = await engine.read_stream(run_id, "tokens", settled_only=True)
+        assert _shape(settled) == [("end", None, None)]
+
+
+async def test_a_cancel_resets_the_cut_attempts_of_its_child_runs_before_their_ends(
+    engine_factory,
+) -> None:
+    async with engine_factory(_cut_app()) as engine:
         parent_id = await engine.start("parent")
 
         async def child_writing() -> str | None:
@@ -305,11 +307,7 @@ async def test_a_cancel_resets_the_cut_attempts_of_its_child_runs_before_their_e
         child_id = await eventually(child_writing, timeout=20, what="the child's entry")
         await engine.cancel(parent_id)
         assert (await engine.wait(child_id, timeout=20)).status == "cancelled"
-        assert _shape(await engine.read_stream(child_id, "tokens")) == [
-            ("data", "partial answer", 1),
-            ("reset", None, 1),
-            ("end", None, None),
-        ]
+        assert _shape(await engine.read_stream(child_id, "tokens")) == _CUT
 
 
 async def test_a_settled_follower_gets_past_a_failed_attempt_that_wrote_more_than_a_read(

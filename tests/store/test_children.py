@@ -135,33 +135,27 @@ async def test_a_parent_that_ended_is_settled_but_not_woken(store: Store) -> Non
     assert await wake_at(store, "p") is None
 
 
+def _child(run_id: str, parent: str, step_key: str, status: str = "running") -> NewRun:
+    """A child run ``parent``'s step ``step_key`` started."""
+    return NewRun(
+        run_id,
+        "child",
+        "workflow",
+        None,
+        "{}",
+        parent_run_id=parent,
+        parent_step_key=step_key,
+        status=status,  # type: ignore[arg-type]
+    )
+
+
 async def test_cancel_children_ends_the_live_children_as_it_says(store: Store) -> None:
     """The runtime writes it after the end of a run that leaves a child live: the child
     and its own live child end cancelled with the error given, the run's step for it as
     ``parent`` says, and a child that already ended is left as it is."""
     await _parent_waiting(store)
-    grandchild = NewRun(
-        "g1",
-        "child",
-        "workflow",
-        None,
-        "{}",
-        parent_run_id="c1",
-        parent_step_key="deeper",
-        status="running",
-    )
-    await write(store, "c1", CreateChildRun(grandchild))
-    ended = NewRun(
-        "c0",
-        "child",
-        "workflow",
-        None,
-        "{}",
-        parent_run_id="p",
-        parent_step_key="before",
-        status="running",
-    )
-    await write(store, "p", CreateChildRun(ended))
+    await write(store, "c1", CreateChildRun(_child("g1", "c1", "deeper")))
+    await write(store, "p", CreateChildRun(_child("c0", "p", "before")))
     await write(store, "c0", EndRun("completed", '"done"'))
     cancel_error = error("parent run p failed", "WORKFLOW_CANCELLED")
     step_error = error("child run cancelled: parent run p failed", "WORKFLOW_CANCELLED")
@@ -195,28 +189,8 @@ async def test_cancel_children_of_one_step_leaves_the_other_children_running(
     that child and its own children end cancelled; a sibling child of another step of
     the same run goes on."""
     await _parent_waiting(store)
-    grandchild = NewRun(
-        "g1",
-        "child",
-        "workflow",
-        None,
-        "{}",
-        parent_run_id="c1",
-        parent_step_key="deeper",
-        status="running",
-    )
-    await write(store, "c1", CreateChildRun(grandchild))
-    sibling = NewRun(
-        "c2",
-        "child",
-        "workflow",
-        None,
-        "{}",
-        parent_run_id="p",
-        parent_step_key="other",
-        status="suspended",
-    )
-    await write(store, "p", CreateChildRun(sibling))
+    await write(store, "c1", CreateChildRun(_child("g1", "c1", "deeper")))
+    await write(store, "p", CreateChildRun(_child("c2", "p", "other", "suspended")))
     cancel_error = error("parent run p cancelled the task awaiting its step", "WORKFLOW_CANCELLED")
     await write(store, "p", CancelChildren("cancelled", cancel_error, None, CUT, step_key="spawn"))
     for child_id in ("c1", "g1"):
