@@ -201,6 +201,29 @@ async def test_bulk_resume_resumes_a_suspended_child_of_a_suspended_parent(
         assert run.status == "completed" and run.output == ["resumed", None], run.error
 
 
+async def test_bulk_retry_leaves_alone_a_child_its_parent_no_longer_waits_for(
+    engine_factory: Any,
+) -> None:
+    """A parent retried by hand gave its child step a new child; the first child stays
+    ``failed`` and matches, but nothing waits for it: a bulk retry acts on the parent
+    only, and the first child's work does not run again."""
+    BODIES.clear()
+    BROKEN["now"] = True
+    async with engine_factory(app) as engine:
+        run_id = await engine.start(parent, "stale", tags={"batch": "stale"})
+        assert (await engine.wait(run_id, timeout=30)).status == "failed"
+        (first,) = [s.child_run_id for s in await engine.get_steps(run_id) if s.key == "child"]
+        await engine.retry(run_id)  # a new child, which fails too
+        assert (await engine.wait(run_id, timeout=30)).status == "failed"
+        (second,) = [s.child_run_id for s in await engine.get_steps(run_id) if s.key == "child"]
+        assert first is not None and second not in (None, first)
+        BROKEN["now"] = False
+        assert await engine.retry_runs(tags={"batch": "stale"}) == 1
+        assert (await engine.wait(run_id, timeout=30)).output == "stale"
+        assert BODIES["stale"] == 3  # two failed children, then the third one's success
+        assert (await engine.get_run(first)).status == "failed"
+
+
 async def test_bulk_cancel_of_a_tree_cancels_the_parent_rather_than_failing_it(
     engine_factory: Any,
 ) -> None:

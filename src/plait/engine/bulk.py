@@ -35,7 +35,7 @@ from plait.engine.filters import run_filter
 from plait.errors import RunNotFoundError, RunStateError
 from plait.records import RunStatus
 from plait.runtime import runs
-from plait.statuses import RunStatusName
+from plait.statuses import STEP_IN_FLIGHT, RunStatusName
 
 #: runs acted on per batch before the bulk action yields to other work
 BATCH = 10
@@ -224,26 +224,27 @@ class BulkMixin(ActionsMixin):
         self, action: BulkAction, matches: list[tuple[str, str | None]]
     ) -> list[tuple[str, str | None]]:
         """``matches`` with the parent kept only where the parent's action takes care of
-        the child too. A cancel ends a run's children with it. A retry of the parent
-        starts the child's work anew only through a step that failed for it (it runs that
-        step again): a child the parent still waits for (parked, say) is retried itself.
-        A resume never reaches a child: each run is resumed by itself."""
+        the child too. A cancel ends a run's children with it. A retry acts on a child of
+        a matched parent only while the parent still waits for it (a parked child, say):
+        any other (the child of a step that failed, which the parent's retry runs again
+        as a new child; an earlier child of a step retried since) would do work whose
+        result reaches no one. A resume never reaches a child: each run is resumed."""
         if action == "resume":
             return [(run_id, None) for run_id, _parent in matches]
         if action != "retry":
             return matches
         matched = {run_id for run_id, _parent in matches}
-        failed_for: dict[str, set[str]] = {}
+        waited: dict[str, set[str]] = {}
         kept: list[tuple[str, str | None]] = []
         for run_id, parent in matches:
             if parent is not None and parent in matched:
-                if parent not in failed_for:
-                    failed_for[parent] = {
+                if parent not in waited:
+                    waited[parent] = {
                         step.child_run_id
                         for step in await self.store.get_steps(parent)
-                        if step.child_run_id is not None and step.status == "failed"
+                        if step.child_run_id is not None and step.status in STEP_IN_FLIGHT
                     }
-                if run_id not in failed_for[parent]:
+                if run_id in waited[parent]:
                     parent = None
             kept.append((run_id, parent))
         return kept
