@@ -11,6 +11,7 @@ its timer again, so the retried run can finish.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -328,6 +329,72 @@ async def test_retry_of_a_run_failed_by_a_task_group_sibling_completes(
         assert run.status == "completed" and run.output == ["slow", "failing"], run.error
         tidied = {"tidy": 1} if cleanup else {}
         assert calls.counts == {"slow": 2, "failing": 2, **tidied}
+
+
+async def test_retry_keeps_a_race_loser_a_caught_failure_came_before(engine_factory) -> None:
+    """A failure caught in another task (reopened: nothing came after it there) reached
+    the workflow before a race's loser was cancelled; the run failed later, at ``after``.
+    The retry runs ``flaky`` and ``after`` again, never the loser: only the failure that
+    ended the run takes the cancels that came after it."""
+    calls = Counter()
+    app = plait.App()
+
+    @app.function(retries=0)
+    async def flaky() -> str:
+        calls.hit("flaky")
+        raise RuntimeError("always down")
+
+    racing = asyncio.Event()
+
+    @app.function(retries=0)
+    async def fast() -> str:
+        calls.hit("fast")
+        await racing.wait()  # wins once the loser runs: the loser has a step to cancel
+        return "fast"
+
+    @app.function(retries=0)
+    async def loser() -> str:
+        calls.hit("loser")
+        racing.set()
+        await asyncio.Event().wait()
+        return "loser"
+
+    @app.function(retries=0)
+    async def after(data: str) -> str:
+        if calls.hit("after") == 1:
+            raise RuntimeError("down once")
+        return data
+
+    @app.workflow
+    async def mixed(wf: plait.Workflow) -> str:
+        async def side() -> None:
+            with contextlib.suppress(plait.StepError):
+                await wf.do("flaky", "flaky")  # caught; this task reaches no step after
+
+        async def main() -> str:
+            await wf.sleep("nap", 0.3)  # the side's failure arrives well before the race
+            a = asyncio.ensure_future(wf.do("fast", "fast"))
+            b = asyncio.ensure_future(wf.do("loser", "loser"))
+            done, pending = await asyncio.wait({a, b}, return_when=asyncio.FIRST_COMPLETED)
+            for task in pending:
+                task.cancel()
+            return str(await wf.do("after", "after", next(iter(done)).result()))
+
+        _, out = await asyncio.gather(side(), main())
+        return out
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("mixed")
+        run = await _failed(engine, run_id)
+        assert run.error and run.error["step"] == "after"
+        before = (await _steps(engine, run_id))["loser"]
+        assert before.error and before.error["code"] == plait.errors.CANCELLED
+        await engine.retry(run_id)
+        run = await engine.wait(run_id, timeout=20)
+        assert run.status == "completed" and run.output == "fast", run.error
+        now = (await _steps(engine, run_id))["loser"]
+        assert (now.status, now.attempts) == (before.status, before.attempts)
+        assert calls.counts["loser"] == 1
 
 
 async def test_retry_keeps_a_cancel_the_workflow_went_on_from(engine_factory) -> None:
@@ -742,9 +809,10 @@ def test_a_wait_the_workflow_cancelled_waits_again_until_its_own_time() -> None:
 
 
 def test_a_cancel_goes_with_the_failure_before_it_unless_the_workflow_went_on() -> None:
-    """``steps.cut_by``: a step the workflow cancelled is reopened with a reopened failure
-    the workflow received before the cancel, whatever steps came after; a cancel that came
-    before a failure, or one the workflow went on from, stays."""
+    """``steps.cut_by``: a step the workflow cancelled is reopened with the failure the
+    run's error names when the workflow received that failure before the cancel, whatever
+    steps came after; a cancel that came before it, or after another failure (one the
+    workflow caught), stays."""
 
     def rows(went_on: bool, cancelled_first: bool = False) -> list[StepRow]:
         failing = _row("failing", "failed", [])
@@ -772,3 +840,12 @@ def test_a_cancel_goes_with_the_failure_before_it_unless_the_workflow_went_on() 
     skewed = rows(went_on=False)
     skewed[0].delivered, skewed[1].delivered, skewed[1].updated_at = 0, 1, 5.0
     assert steps.reopened(skewed, named) == {"failing", "sibling"}
+
+    # a failure caught elsewhere, received before the cancel, does not take it along
+    caught = _row("caught", "failed", [], delivered=0)
+    fast = _row("fast", "succeeded", [], delivered=1)
+    lost = _row("lost", "failed", [], delivered=2)
+    lost.error = steps.step_cancelled_error()
+    late = _row("late", "failed", ["fast"], delivered=3)
+    ended = serde.dumps({"message": "boom", "step": "late"})
+    assert steps.reopened([caught, fast, lost, late], ended) == {"caught", "late"}

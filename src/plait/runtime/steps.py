@@ -473,9 +473,9 @@ def reopened(
       trace of that and is reopened like one it let through; nothing recorded depends on
       its outcome, so the replay stays consistent whatever the new attempt gives.
     * A step the workflow cancelled (``cancelled_by_workflow``) is kept as it is: the
-      replay cancels it again where it was. Unless the workflow received a reopened
-      failure before the cancel (``cut_by``): a task group's sibling that a failure
-      cancelled, replayed as that cancel, would fail the retried run again.
+      replay cancels it again where it was. Unless the workflow received the failure
+      the run's error names before the cancel (``cut_by``): a task group's sibling that
+      a failure cancelled, replayed as that cancel, would fail the retried run again.
     """
     rows = {step.key: step for step in recorded}
     # a step the workflow cancelled is cancelled again where it was: it stays as it is
@@ -514,30 +514,27 @@ def reopened(
             else:
                 handled.discard(key)
     again = failed - handled
-    return again | cut_by(rows.values(), [rows[key] for key in again])
+    return again | cut_by(rows.values(), rows[named] if named in again else None)
 
 
-def cut_by(recorded: Iterable[StepRow], again: list[StepRow]) -> set[str]:
-    """The keys of the steps the workflow cancelled after it received one of the reopened
-    failures ``again``: the failure is what cancelled them (a task group's sibling, with a
-    cleanup step in a ``finally`` or not; the other side of a race it lost by failing),
-    and once it runs again nothing cancels them. Received is read from the order the
-    outcomes reached the workflow (``delivered``), which no clock skews; by time for rows
-    without it. A cancel that came before (the loser of an earlier race the workflow
-    went on from) stays."""
-    if not again:
+def cut_by(recorded: Iterable[StepRow], failure: StepRow | None) -> set[str]:
+    """The keys of the steps the workflow cancelled after it received ``failure``, the
+    reopened step that failed the run (its error names it): that failure is what
+    cancelled them (a task group's sibling, with a cleanup step in a ``finally`` or not;
+    the other side of a race it lost by failing), and once it runs again nothing cancels
+    them. Received is read from the order the outcomes reached the workflow
+    (``delivered``), which no clock skews; by time for rows without it. A cancel that
+    came before it stays (the loser of a race the workflow went on from), and so does one
+    after another failure, one the workflow caught, say."""
+    if failure is None:
         return set()
 
-    def after(step: StepRow, failure: StepRow) -> bool:
+    def after(step: StepRow) -> bool:
         if step.delivered is not None and failure.delivered is not None:
             return step.delivered > failure.delivered
         return step.updated_at >= failure.updated_at
 
-    return {
-        step.key
-        for step in recorded
-        if cancelled_by_workflow(step) and any(after(step, failure) for failure in again)
-    }
+    return {step.key for step in recorded if cancelled_by_workflow(step) and after(step)}
 
 
 def cancelled_wait(step: StepRow) -> bool:
