@@ -217,13 +217,15 @@ async def test_a_retried_run_of_a_queue_takes_the_status_it_is_handed(store: Sto
     assert admitted is not None and admitted.status == "running"
 
 
+@pytest.mark.parametrize("before", [None, "pending"], ids=["new-step", "pending-step"])
 async def test_a_limited_job_claimed_while_its_step_commits_comes_with_its_step(
-    store: Store, database: str
+    store: Store, database: str, before: str | None
 ) -> None:
     """A claim of a limited queue's jobs waits for the queue's lock inside the database.
     A job and its step committed while it waits are claimed together: the job must not
-    come without its step, which a worker reads as "the step is gone" and drops the job,
-    so the step would wait for ever."""
+    come without its step, or with the step as it was before (``pending``), which a
+    worker reads as a step that no longer waits for it and drops the job, so the step
+    would wait for ever."""
     if not database.startswith("postgres"):
         pytest.skip("the claim's statement and its function's statements: PostgreSQL")
     import asyncpg
@@ -233,6 +235,8 @@ async def test_a_limited_job_claimed_while_its_step_commits_comes_with_its_step(
     from .rows import step
 
     await store.create_run(NewRun("r1", "wf", "workflow", None, "null", status="running"))
+    if before is not None:  # the step was written before: the job's commit moves it on
+        await write(store, "r1", PutStep(step("r1", "s0", status=before, function="mail")))
     limits = [QueueLimits("emails", concurrency=1, functions=("mail",))]
     holder = await asyncpg.connect(database)
     try:

@@ -78,16 +78,18 @@ class Queues(Part):
             [h[1] for h in held],
         )
         jobs = [step_job(r) for r in rows]
-        blind = [job for job in jobs if job.step is None]
-        if not blind:
+        if not jobs:
             return jobs
-        # read again, in a statement that sees what the claim's function saw: a worker
-        # drops a job that comes without its step (the step is gone), and would lose it
+        # The claim's function waits for the queues' lock, then reads with snapshots taken
+        # after it; the statement calling it joins the steps with its own older one. A job
+        # committed meanwhile would come with its step as it was before that commit (none,
+        # or pending), which a worker reads as a step that no longer waits for it and
+        # drops the job: read the steps again in a statement of their own.
         found = await self._call(
             "fetch",
             self._q["claimed_steps"],
-            [job.run_id for job in blind],
-            [job.step_key for job in blind],
+            [job.run_id for job in jobs],
+            [job.step_key for job in jobs],
         )
         seen = {(r["run_id"], r["step_key"]): r for r in found}
         return [_with_step(job, seen.get((job.run_id, job.step_key))) for job in jobs]
@@ -105,8 +107,8 @@ class Queues(Part):
 
 
 def _with_step(job: StepJob, row: Any) -> StepJob:
-    """``job`` with the step and run ``claimed_steps`` read for it (``row``), if any."""
-    if job.step is not None or row is None:
+    """``job`` with the step and run ``claimed_steps`` read for it (``row``)."""
+    if row is None:
         return job
     step = None if row["s"] is None else step_row(row["s"])
     return dataclasses.replace(job, step=step, workflow=row["workflow"] or "", trace=row["trace"])

@@ -605,10 +605,10 @@ FROM claimed c LEFT JOIN @schema@.steps s ON s.run_id = c.run_id AND s.key = c.s
 ORDER BY c.available_at
 
 -- name: claimed_steps
--- The step rows, and their runs' workflow and trace, of jobs a claim_queue_jobs took
--- ($1 run ids, $2 step keys) that came without them. That claim's function reads with
--- snapshots of its own, taken after the lock it waits for: a job (and its step) committed
--- meanwhile is claimed, while the calling statement's older snapshot sees no step.
+-- The step rows, and their runs' workflow and trace, of the jobs a claim_queue_jobs took
+-- ($1 run ids, $2 step keys). That claim's function reads with snapshots of its own, taken
+-- after the lock it waits for: a job (and its step) committed meanwhile is claimed, while
+-- the calling statement's older snapshot sees the step as it was before (or none).
 SELECT g.run_id, g.step_key, s, r.workflow, r.trace
 FROM unnest($1::text[], $2::text[]) AS g(run_id, step_key)
     LEFT JOIN @schema@.steps s ON s.run_id = g.run_id AND s.key = g.step_key
