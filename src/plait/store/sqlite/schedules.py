@@ -7,7 +7,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from plait.statuses import TERMINAL
 from plait.store.rows import NewRun, ScheduleAsRead, ScheduleRow
 from plait.store.sqlite import apply
 from plait.store.sqlite.part import Part
@@ -69,8 +68,8 @@ class Schedules(Part):
             if expected is not None:
                 if status != "active" or current != expected:
                     return None
-                # not ended: a suspended, paused or parked run goes on later
-                live = skip_if_live and last_status is not None and last_status not in TERMINAL
+                # paused: a running run a brake holds, which goes on once let go
+                live = skip_if_live and last_status in ("queued", "running", "paused")
             started: list[str] = []
             last_tick = None
             for new in runs:

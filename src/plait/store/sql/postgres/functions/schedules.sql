@@ -38,9 +38,8 @@ BEGIN
         )
         SELECT id, status INTO v_going_on, v_going_status FROM chain
         ORDER BY depth DESC LIMIT 1;
-        -- not ended: a suspended, paused or parked run goes on later
-        live := p_skip AND coalesce(v_going_status NOT IN ('completed', 'failed', 'cancelled',
-                                                           'continued'), false);
+        -- paused: a running run a brake holds, which goes on once let go
+        live := p_skip AND coalesce(v_going_status IN ('queued', 'running', 'paused'), false);
     END IF;
     FOREACH n IN ARRAY p_runs LOOP
         EXIT WHEN live;
