@@ -231,6 +231,8 @@ async def test_keys_of_512_characters_go_all_the_way(serve: Serve) -> None:
     with serve() as server:
         engine = engine_of(server)
         started: list[str] = []
+        # held queued until every dedup is checked: a run that ended frees its key
+        await server.acall(engine.pause_workflow("laned"))
         async with client(server, **ALICE) as alice:
             for n, text in enumerate(("x" * (queues.MAX_KEY - 1), "\U0001d11e" * 511, noise)):
                 key = text + str(n)
@@ -240,6 +242,7 @@ async def test_keys_of_512_characters_go_all_the_way(serve: Serve) -> None:
                 started.append(sent.json()["run_id"])
                 again = await alice.post("/api/workflows/laned/runs", json=body)
                 assert again.json()["run_id"] == started[-1]  # the dedup key found it
+            await server.acall(engine.resume_workflow("laned"))
             for n, run_id in enumerate(started):
                 run = await server.acall(engine.wait(run_id, timeout=30))
                 assert (run.status, run.output) == ("completed", n)
