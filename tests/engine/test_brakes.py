@@ -207,3 +207,23 @@ async def test_a_brake_set_by_another_process_makes_a_new_run_wait_queued(
         for run_id in (braked, in_queue, *many):
             assert (await here.wait(run_id, timeout=20)).status == "completed"
     assert len(ran) == 12 and set(ran.values()) == {1}
+
+
+async def test_a_scheduled_run_of_a_paused_workflow_waits_queued(engine_factory: Any) -> None:
+    """A tick of a paused workflow's schedule is a new run: it waits ``queued`` from the
+    start (the tick reads the brakes in its own transaction), and runs once resumed."""
+    app, ran, _gates = make_app()
+    async with engine_factory(app) as engine:
+        await engine.pause_workflow("three")
+        await engine.create_schedule("beat", workflow="three", every="1s")
+
+        async def ticked() -> list[plait.Run]:
+            return await engine.list_runs(workflow="three", limit=10)
+
+        (first, *_) = await eventually(ticked, timeout=15, what="a tick's run")
+        assert first.status == "queued"
+        await engine.pause_schedule("beat")
+        assert {r.status for r in await ticked()} == {"queued"}
+        await engine.resume_workflow("three")
+        assert (await engine.wait(first.id, timeout=30)).status == "completed"
+        assert ran[f"{first.id}/s0"] == 1

@@ -142,6 +142,7 @@ class Ticks(WorkerState):
             # who may not operate it
             owner=owner if owner is not None else ids.schedule_owner(name),
             status=runs.initial_status(queue is not None),
+            held_status=runs.BRAKED_START,  # a paused workflow's tick waits queued
             queue=queue,
             scheduled_at=tick,
             deadline_at=runs.deadline(self.clock.now(), timeout),

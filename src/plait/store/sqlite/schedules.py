@@ -75,7 +75,7 @@ class Schedules(Part):
             for new in runs:
                 if live:
                     break
-                if apply.insert_run(conn, new, now) is not None:
+                if apply.insert_run(conn, apply.braked_start(conn, new), now) is not None:
                     started.append(new.id)
                     last_tick = new.scheduled_at
                     live = skip_if_live and expected is not None

@@ -43,7 +43,7 @@ BEGIN
     END IF;
     FOREACH n IN ARRAY p_runs LOOP
         EXIT WHEN live;
-        IF @schema@.insert_run(n, p_now) THEN
+        IF @schema@.insert_run(@schema@.braked_start(n), p_now) THEN
             started := started || n.id;
             v_last := n.id;
             v_last_tick := n.scheduled_at;
