@@ -140,9 +140,11 @@ class WorkerProcess:
 
 
 def append_line(path: str, line: dict[str, Any]) -> None:
-    """Append one ledger line atomically and durably: one ``os.write`` on an ``O_APPEND``
-    descriptor, so lines of concurrent processes never interleave, then ``fsync``, so a
-    line that was written survives the SIGKILL that follows it."""
+    """Append one ledger line durably: one ``os.write`` on an ``O_APPEND`` descriptor, so
+    lines of concurrent processes never interleave, then ``fsync``, so a line that was
+    written survives the SIGKILL that follows it. A SIGKILL during the write may cut it
+    short (the kernel stops between pages): the readers drop such a torn line
+    (``parse_lines``), as if the kill had come just before it."""
     data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -153,10 +155,29 @@ def append_line(path: str, line: dict[str, Any]) -> None:
 
 
 def read_ledger(path: Path) -> list[dict[str, Any]]:
-    """Every complete line of the ledger (a torn last line cannot happen: one write each)."""
+    """Every whole line of the ledger, a line a killed writer left torn dropped."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return parse_lines(path.read_bytes())
+
+
+#: how every ledger line begins (``append_line`` writes ``event`` first)
+_LINE_START = b'{"event":'
+
+
+def parse_lines(text: bytes) -> list[dict[str, Any]]:
+    """The lines of ``text``, less the torn ones: a writer killed mid-write leaves part
+    of its line with no newline, and the next process's line goes on right after it."""
+    lines: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        start = line.rfind(_LINE_START)
+        if start < 0:
+            continue  # all torn
+        try:
+            lines.append(json.loads(line[start:]))
+        except json.JSONDecodeError:
+            continue  # a torn last line, with no line after it
+    return lines
 
 
 @dataclasses.dataclass
@@ -412,7 +433,7 @@ class LedgerTail:
             chunk = f.read()
         whole = chunk[: chunk.rfind(b"\n") + 1]  # a line being written is read next time
         self.offset += len(whole)
-        self.lines.extend(json.loads(line) for line in whole.splitlines() if line.strip())
+        self.lines.extend(parse_lines(whole))
         return self.lines
 
     def started(self) -> int:
