@@ -334,3 +334,35 @@ async def test_a_request_is_judged_alike_whether_sent_before_or_while_the_wait_i
         assert await engine.request(late, "add", {"qty": 5}, timeout=10) == 5
         for run_id in (early, late):
             assert (await engine.wait(run_id, timeout=10)).output == 5
+
+
+async def test_a_sender_cancelled_while_its_request_commits_withdraws_it(
+    engine_factory: Callable[..., Any],
+) -> None:
+    """The store's write can commit before the sender's await returns: a cancel landing in
+    between (a client gone, a server shutting down) still withdraws the request, so the
+    workflow never takes one nobody waits for."""
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("after_go")
+        committed = asyncio.Event()
+        hold = asyncio.Event()
+        store_send = engine.store.send_request
+
+        async def send_then_hold(*args: Any, **kwargs: Any) -> int:
+            request_id = await store_send(*args, **kwargs)
+            committed.set()
+            await hold.wait()  # the commit is done; the caller has not heard of it yet
+            return request_id
+
+        engine.store.send_request = send_then_hold  # type: ignore[method-assign]
+        sender = asyncio.ensure_future(engine.request(run_id, "ask", "nobody waits", timeout=60))
+        await asyncio.wait_for(committed.wait(), 10)
+        sender.cancel()
+        hold.set()
+        with pytest.raises(asyncio.CancelledError):
+            await sender
+        snapshot = await engine.store.load_pass(run_id)
+        assert snapshot is not None and snapshot.requests == []
+        await engine.send_event(run_id, "go")
+        run = await engine.wait(run_id, timeout=10)
+        assert run.output == "nothing"  # the workflow never saw it

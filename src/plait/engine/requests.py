@@ -67,9 +67,19 @@ class RequestsMixin(EngineBase):
                 run_id, name, text, request.REFUSED, refusal, deadline, _LIVE
             )
             raise request.refusal_error(run_id, name, refusal)
-        request_id = await self.store.send_request(
-            run_id, name, text, request.SENT, None, deadline, _LIVE
+        # the write can commit before this await returns: a cancel landing in between
+        # still has to withdraw what was stored, so the write is seen to its end
+        storing = asyncio.ensure_future(
+            self.store.send_request(run_id, name, text, request.SENT, None, deadline, _LIVE)
         )
+        try:
+            request_id = await uncancelled(storing)
+        except asyncio.CancelledError:
+            if storing.done() and not storing.cancelled() and storing.exception() is None:
+                await uncancelled(
+                    self.store.withdraw_request(storing.result(), request.SENT, request.WITHDRAWN)
+                )
+            raise
         self._wake(run_id)
         try:
             return await self._answer(run_id, name, request_id, seconds, give_up)
