@@ -128,6 +128,24 @@ async def test_a_user_owns_at_most_the_cap(
     assert {s.name for s in await engine.list_schedules()} == {"declared", "two", "three", "b"}
 
 
+async def test_concurrent_creations_by_one_user_stay_within_the_cap(
+    engine: plait.Engine, users: dict[str, httpx.AsyncClient]
+) -> None:
+    """Creations of different names sent at once each read how many the user owns
+    before any of them is stored: the cap holds all the same."""
+    alice = users["alice"]
+    answers = await asyncio.gather(
+        *(
+            alice.post("/api/schedules", json={"name": f"s{i}", "workflow": "job", "every": "1h"})
+            for i in range(6)
+        )
+    )
+    codes = sorted(a.status_code for a in answers)
+    assert codes == [201, 201, 429, 429, 429, 429], [a.text for a in answers]
+    owned = [s for s in await engine.list_schedules() if s.owner == "alice"]
+    assert len(owned) == 2
+
+
 @pytest.mark.parametrize(
     ("timing", "field"),
     [

@@ -12,6 +12,9 @@ otherwise start a run every second.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
@@ -83,6 +86,10 @@ class FlowApi:
         self.engine = engine
         self.wrap = wrap
         self.max_schedules_per_user = max_schedules_per_user
+        #: per user, the creation of a schedule going on now and how many wait for it:
+        #: a user's creations are decided one after the other, so that two sent at once
+        #: cannot both count the schedules she owns before either is stored
+        self._creating: dict[str, tuple[asyncio.Lock, int]] = {}
 
     def routes(self) -> list[Route]:
         return [
@@ -130,6 +137,27 @@ class FlowApi:
         creation of the name) decides again on what that one stored, as if it came
         second."""
         body: CreateSchedule = validate(CreateSchedule, await json_body(request, empty={}))
+        async with self._one_at_a_time(principal.user):
+            return await self._store_schedule(principal, body)
+
+    @contextlib.asynccontextmanager
+    async def _one_at_a_time(self, user: str | None) -> AsyncIterator[None]:
+        """Hold ``user``'s creation lock (a lock per user with a creation going on, so
+        the map holds no more than the requests in flight)."""
+        key = user or ""
+        lock, users = self._creating.get(key, (asyncio.Lock(), 0))
+        self._creating[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._creating[key]
+            if users == 1:
+                del self._creating[key]
+            else:
+                self._creating[key] = (lock, users - 1)
+
+    async def _store_schedule(self, principal: Principal, body: CreateSchedule) -> Response:
         for _ in range(_STORE_TRIES):
             existing = self._may_store(principal, body, await self.engine.list_schedules())
             try:
