@@ -321,3 +321,37 @@ async def test_the_testing_engine_skips_time_along_a_chain(database: str) -> Non
         assert env.now() - started_at >= timedelta(days=5)
         assert time.monotonic() - began < 5
         assert len(await chain_of(env, first)) == 5
+
+
+@app.workflow
+async def inbox(wf: plait.Workflow, state: dict[str, Any]) -> Any:
+    """An entity loop that takes three messages per run, then continues as new."""
+    messages = list(state["messages"])
+    for _ in range(3):
+        message = await wf.wait_for_event("message")
+        if message == "bye":
+            return messages
+        messages.append(message)
+    await wf.continue_as_new({"messages": messages})
+
+
+async def test_events_held_for_a_run_go_on_to_the_run_that_continues_it(
+    engine_factory: Callable[..., Any],
+) -> None:
+    """Events a run accepted and did not take yet are not dropped by its continue: they
+    wait for the next run, in the order they were sent. Decisions held for approval gates
+    stay with the run they were sent to."""
+    async with engine_factory(app, workers=False) as engine:
+        first = await engine.start("inbox", {"messages": []})
+        for i in range(5):
+            await engine.send_event(first, "message", i)
+    async with engine_factory(app) as engine:
+
+        async def continued() -> str | None:
+            return (await engine.get_run(first)).continued_to
+
+        second = await eventually(continued, what="the first run continues as new")
+        await engine.send_event(second, "message", "bye")
+        last = await engine.wait(first, timeout=10)
+        assert last.status == "completed"
+        assert last.output == [0, 1, 2, 3, 4]

@@ -513,11 +513,13 @@ def end_run(
 
 def start_successor(conn: sqlite3.Connection, run_id: str, new: NewRun, now: float) -> None:
     """The run that continues ``run_id`` (which just ended): created, linked both ways,
-    and waited for by the parent's step that waited for ``run_id``. All in the
+    handed the events ``run_id`` held, and waited for by the parent's step that waited
+    for ``run_id``. All in the
     transaction of the end, so a chain never has two live runs, nor none."""
     if insert_run(conn, new, now) is None:
         raise RuntimeError(f"run {run_id} cannot continue as new: run {new.id} exists")
     conn.execute(SQL["link_continued"], {"old": run_id, "new": new.id})
+    conn.execute(SQL["carry_held_events"], {"old": run_id, "new": new.id})
     if new.parent_run_id and new.parent_step_key:
         conn.execute(
             SQL["hand_over_child_step"],

@@ -282,6 +282,13 @@ WHERE id IN (:old, :new)
 UPDATE plait_steps SET child_run_id = :new
 WHERE run_id = :parent AND key = :key AND child_run_id = :old
 
+-- name: carry_held_events
+-- The events a run that continued as new had accepted and not taken yet wait for its
+-- successor, in the order they came (their ids). Decisions held for approval gates
+-- (decided_by) stay with the run they were sent to.
+UPDATE plait_events SET run_id = :new
+WHERE run_id = :old AND consumed_by IS NULL AND decided_by IS NULL
+
 -- name: run_deadline
 -- A run's status and deadline, for its time-out.
 SELECT status, deadline_at FROM plait_runs WHERE id = ?

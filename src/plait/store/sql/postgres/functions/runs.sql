@@ -375,7 +375,7 @@ BEGIN
 END $$;
 
 -- The run that continues p_run as new (p_run just ended continued): created, linked both
--- ways, and waited for by the parent's step that waited for p_run, in the transaction of
+-- ways, handed the events p_run held, and waited for by the parent's step that waited for p_run, in the transaction of
 -- the end, so a chain never has two live runs, nor none. SQLSTATE PLT06: its id is taken.
 CREATE OR REPLACE FUNCTION @schema@.start_successor(
     p_run text, n @schema@.new_run, p_now timestamptz
@@ -387,6 +387,10 @@ BEGIN
     END IF;
     UPDATE @schema@.runs SET continued_from = p_run WHERE id = n.id;
     UPDATE @schema@.runs SET continued_to = n.id WHERE id = p_run;
+    -- the events p_run accepted and did not take wait for its successor, in the order
+    -- they came; decisions held for approval gates stay with p_run
+    UPDATE @schema@.events SET run_id = n.id
+    WHERE run_id = p_run AND consumed_by IS NULL AND decided_by IS NULL;
     IF n.parent_run_id IS NOT NULL AND n.parent_step_key IS NOT NULL THEN
         UPDATE @schema@.steps SET child_run_id = n.id
         WHERE run_id = n.parent_run_id AND key = n.parent_step_key AND child_run_id = p_run;
