@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 import plait
 from support.counter import Counter
+from support.polling import eventually
 
 
 def v1_app(counter: Counter) -> plait.App:
@@ -184,3 +188,62 @@ async def test_a_changed_app_graph_leaves_its_in_flight_runs_on_their_definition
         assert run.output == {"b": "old second"} and run.version == started_on
         fresh = await engine.run("pipeline", timeout=10)
         assert fresh == {"b": "new second"}
+
+
+def entity_app(counter: Counter, every: int) -> plait.App:
+    app = plait.App("loop")
+
+    @app.function(name="work")
+    def work(i: int) -> int:
+        counter.hit(f"work{i}")  # a side effect: a charge, an e-mail
+        return i
+
+    @app.workflow(name="entity")
+    async def entity(wf: plait.Workflow, state: dict[str, Any]) -> Any:
+        i = state["i"]
+        for _ in range(every):  # v1: 3 turns per run; v2: 1
+            await wf.do("work", "work", i)
+            await wf.wait_for_event("next")
+            i += 1
+            if i == 3:
+                return i
+        await wf.continue_as_new({"i": i})
+
+    return app
+
+
+async def test_a_deploy_that_continues_sooner_than_the_record_is_a_conflict(
+    engine_factory: Callable[..., Any],
+) -> None:
+    """A loop that continued as new every 3 turns now does so every turn: a live run that
+    recorded turn 1 would continue there, and its new run would do turn 1's work again.
+    The run stops with a VERSION_CONFLICT naming the recorded step, and check says so
+    before the deploy."""
+    counter = Counter()
+    async with engine_factory(entity_app(counter, 3)) as engine:
+        run_id = await engine.start("entity", {"i": 0})
+
+        async def at_turn(n: int) -> bool:
+            keys = {s.key: s.status for s in await engine.get_steps(run_id)}
+            want = "__event:next" if n == 0 else f"__event:next#{n}"
+            return want in keys
+
+        await eventually(lambda: at_turn(0))
+        await engine.send_event(run_id, "next")
+        await eventually(lambda: at_turn(1))  # work(0), next, work(1) done; waits
+    assert counter["work1"] == 1
+    async with engine_factory(entity_app(counter, 1), workers=False) as engine:
+        (res,) = await engine.check()
+    assert not res.ok and res.step == "work#1"
+    assert res.reason is not None and "continues as new before step 'work#1'" in res.reason
+    async with engine_factory(entity_app(counter, 1)) as engine:
+        await engine.send_event(run_id, "next")  # the event v1's run waits for
+
+        async def moved() -> plait.Run | None:
+            run = await engine.get_run(run_id)
+            return run if run.status != "running" else None
+
+        run = await eventually(moved)
+        # the run recorded work(1) done; the deploy must not do it a second time
+        assert counter["work1"] == 1, (run.status, counter.counts)
+        assert run.status == "failed" and run.error["code"] == "VERSION_CONFLICT", run

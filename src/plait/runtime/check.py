@@ -132,6 +132,9 @@ class DryLedger(Ledger):
             self._diverged(key, kind)
             raise
 
+    def continued_early(self, first: str) -> None:
+        self._diverged(first, self.steps[first].kind)
+
     def _diverged(self, key: str, kind: str) -> None:
         if self.diverged is None and self.conflict is not None:
             self.diverged = (key, kind, self.conflict)

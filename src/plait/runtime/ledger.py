@@ -148,18 +148,38 @@ class Ledger:
             else:
                 self.admit = True
 
-    def continue_as_new(self, payload: str | None) -> None:
+    def continue_as_new(self, payload: str | None, known: tuple[str, ...] = ()) -> None:
         """The workflow continues as new with ``payload`` (its input as JSON): checked as
         a start checks it (the workflow's input type raises ``InputValidationError``
         where it was called), then the first call decides the run's end: ``continued``,
-        with the new run on the code deployed now (``runs.continued``)."""
+        with the new run on the code deployed now (``runs.continued``).
+
+        A continue where the run's history goes on (``ahead`` of a branch that received
+        the outcomes ``known``) is code that took another path than the recorded one: a
+        deploy that continues a loop sooner. Continued, the new run would do again the
+        recorded steps' work; the run stops with a ``VERSION_CONFLICT`` instead."""
         workflow = self.run.workflow
         wdef = self.host.catalog.app.workflows.get(workflow)
         if wdef is not None and wdef.input_codec is not None:
             wdef.decode_input(payload)
-        if self.continued is None:
-            _kind, version = self.host.catalog.describe(workflow)
-            self.continued = runs.continued(self.run, ids.new_run_id(), payload, version)
+        if self.continued is not None or self.conflict is not None:
+            return
+        first = self.ahead(known) if self.ordered and self.unreached else None
+        if first is not None:
+            self.conflict = (
+                f"workflow {workflow!r} continues as new before step {first!r}, which the "
+                "run recorded after this point: the code took another path than the "
+                "recorded one, and the new run would do that step's work again (guard a "
+                "change for new runs with wf.patched(...))"
+            )
+            self.continued_early(first)
+            return
+        _kind, version = self.host.catalog.describe(workflow)
+        self.continued = runs.continued(self.run, ids.new_run_id(), payload, version)
+
+    def continued_early(self, first: str) -> None:
+        """Told the key of the recorded step a continue as new came before (a dry pass
+        notes it)."""
 
     async def continued_deadline(self, end: EndRun) -> EndRun:
         """``end`` (a continue as new) with its successor's own deadline, counted from

@@ -264,6 +264,12 @@ class CodeReplay:
         known = self.order.known.get(current_task(self.wloop), ())
         return patches.patched(self.ledger, known, key, patch_id)
 
+    def continue_as_new(self, payload: str | None) -> None:
+        """``wf.continue_as_new``, judged where the calling branch is: the run's history
+        must not go on past this point (``Ledger.continue_as_new``)."""
+        known = self.order.known.get(current_task(self.wloop), ())
+        self.ledger.continue_as_new(payload, known)
+
     def deprecate_patch(self, key: str) -> None:
         """``wf.deprecate_patch`` (``runtime.patches``)."""
         patches.deprecate(self.ledger, key)

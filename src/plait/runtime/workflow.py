@@ -643,7 +643,7 @@ class Workflow:
             limits=replay.ledger.host.limits,
         )
         if key:  # none while a pass unwinds code that caught its Unwind
-            replay.ledger.continue_as_new(payload)
+            replay.continue_as_new(payload)
         stop: asyncio.Future[NoReturn] = asyncio.Future(loop=replay.wloop)
         return stop  # never resolved: the pass ends the run, and unwinds the wait
 
