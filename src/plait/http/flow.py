@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from starlette.requests import Request
@@ -141,7 +141,7 @@ class FlowApi:
             return await self._store_schedule(principal, body)
 
     @contextlib.asynccontextmanager
-    async def _one_at_a_time(self, user: str | None) -> AsyncIterator[None]:
+    async def _one_at_a_time(self, user: str | None) -> AsyncGenerator[None, None]:
         """Hold ``user``'s creation lock (a lock per user with a creation going on, so
         the map holds no more than the requests in flight)."""
         key = user or ""

@@ -33,6 +33,7 @@ from plait.records import Decision
 from plait.retry import resolve_policy
 from plait.runtime import patches, runs, sends, steps
 from plait.runtime.cancels import PassTimers, StepCancels
+from plait.runtime.catch_up import CatchUp
 from plait.runtime.control_flow import (
     ParkSignal,
     PassAborted,
@@ -82,6 +83,8 @@ class CodeReplay:
         self.wdef: WorkflowDef | None = None
         #: steps called and not yet started, in call order
         self.new_calls: collections.deque[StepCall[Any]] = collections.deque()
+        #: steps the run never recorded wait until the replay has caught up
+        self.catch_up = CatchUp(self.ledger)
         #: steps started in this pass that wait (a timer, the queue, a suspend): the run
         #: waits on them. Only those are kept, so a long pass holds no garbage for the GC
         self.waiting: list[StepCall[Any]] = []
@@ -324,6 +327,7 @@ class CodeReplay:
         self.workflow = None  # it holds this replay
         self.order.clear()
         self.new_calls.clear()
+        self.catch_up.held.clear()
         self.waiting.clear()
         self.timers.clear()
         self.inflight.clear()
@@ -374,13 +378,15 @@ class CodeReplay:
             wloop.run_ready()
             if ledger.conflict or ledger.aborted or ledger.continued:
                 break  # after a continue as new, nothing starts and nothing is handed on
-            new = self.new_calls
+            new, catch_up = self.new_calls, self.catch_up
             if wloop.cancels != cancels:
                 cancels = wloop.cancels
                 self.cancels.sweep(new, inflight, self.waiting)
+                if catch_up.held:
+                    self.cancels.sweep(catch_up.held, {}, [])
             while new:
                 call = new.popleft()
-                if call.late:
+                if call.late or catch_up.holds(call):
                     continue
                 if not inflight and not new and not self.finished and not self.timers:
                     # the only thing going on: resolve it here, with no task of its own
@@ -392,6 +398,12 @@ class CodeReplay:
             ready = deliverable(self.finished, inflight, ledger.steps)
             if ready is not None:
                 self._deliver(ready)
+                continue
+            if catch_up.due(bool(inflight)):
+                released = await catch_up.release(self._resolve)
+                if released is None:
+                    break
+                new.extend(released)
                 continue
             if not inflight:
                 break
@@ -434,13 +446,15 @@ class CodeReplay:
 
     def _deliver(self, call: StepCall[Any]) -> None:
         self.finished.remove(call)
-        if isinstance(call.result, Found) and not self._take(call, call.result):
+        if isinstance(call.result, Found) and not _take(self, call, call.result):
             return
         step = self.ledger.steps.get(call.key)
         if step is None or step.delivered is None:
             self.replaying = False  # an outcome the workflow has not seen: new ground
             if step is not None:
                 self.ledger.mark_delivered(step)
+        else:
+            self.catch_up.handed_back()
         if call.future.done():  # the workflow cancelled its wait; the step still counts
             return
         self.order.received(call.task, call.key, call.after)
@@ -449,48 +463,6 @@ class CodeReplay:
         else:
             assert call.error is not None
             call.future.set_exception(call.error)
-
-    def _take(self, call: StepCall[Any], found: Found) -> bool:
-        """Whether the wait takes what it found (an event, the decisions held for a
-        gate), so that its outcome is delivered now: only if the workflow still waits.
-
-        A wait finds its event when the workflow calls it, but the workflow may give it
-        up before the event's turn to be delivered comes (a deadline recorded as seen
-        first wins the race again on replay; a retry reopened the wait it gave up). Taken
-        then, the event would be thrown away; instead it stays for the next wait of its
-        name, the wait is closed as given up at the pass's end, and the run is due again
-        at once, so that a wait of that name that found nothing in this pass gets it. A
-        gate that refuses every decision held for it goes on waiting."""
-        ledger = self.ledger
-        if call.future.done():
-            for event in found.events:
-                bisect.insort(ledger.events, event, key=event_order)
-            if found.request is not None:
-                self.requests.put_back(found.request)
-            call.outcome = "paused"
-            self.waiting.append(call)
-            ledger.due_again = True
-            return False
-        step = ledger.steps[call.key]
-        if found.request is not None:
-            call.result = self.requests.take(self, step, found)
-            return True
-        gate = found.gate
-        if gate is None:
-            (event,) = found.events
-            ledger.add(steps.consume_event(step, event.id, event.payload, ledger.now()))
-            call.result = serde.loads(event.payload)
-            return True
-        try:
-            call.result = self.gates.decide(step, found.name, found.events, gate.schema)
-        except Exception as exc:
-            call.outcome, call.error = "error", exc
-            return True
-        if call.result is None:
-            call.outcome = "paused"
-            self.waiting.append(call)
-            return False
-        return True
 
     def _decide(self, abandoned: list[StepCall[Any]]) -> EndRun | None:
         """How the run ends after this pass, or None while it waits (on anything but the
@@ -644,3 +616,46 @@ def _call_no_retry_on(
             f"{fdef.name!r}; give it to @app.function instead"
         )
     return tuple(given)
+
+
+def _take(replay: CodeReplay, call: StepCall[Any], found: Found) -> bool:
+    """Whether the wait takes what it found (an event, the decisions held for a
+    gate), so that its outcome is delivered now: only if the workflow still waits.
+
+    A wait finds its event when the workflow calls it, but the workflow may give it
+    up before the event's turn to be delivered comes (a deadline recorded as seen
+    first wins the race again on replay; a retry reopened the wait it gave up). Taken
+    then, the event would be thrown away; instead it stays for the next wait of its
+    name, the wait is closed as given up at the pass's end, and the run is due again
+    at once, so that a wait of that name that found nothing in this pass gets it. A
+    gate that refuses every decision held for it goes on waiting."""
+    ledger = replay.ledger
+    if call.future.done():
+        for event in found.events:
+            bisect.insort(ledger.events, event, key=event_order)
+        if found.request is not None:
+            replay.requests.put_back(found.request)
+        call.outcome = "paused"
+        replay.waiting.append(call)
+        ledger.due_again = True
+        return False
+    step = ledger.steps[call.key]
+    if found.request is not None:
+        call.result = replay.requests.take(replay, step, found)
+        return True
+    gate = found.gate
+    if gate is None:
+        (event,) = found.events
+        ledger.add(steps.consume_event(step, event.id, event.payload, ledger.now()))
+        call.result = serde.loads(event.payload)
+        return True
+    try:
+        call.result = replay.gates.decide(step, found.name, found.events, gate.schema)
+    except Exception as exc:
+        call.outcome, call.error = "error", exc
+        return True
+    if call.result is None:
+        call.outcome = "paused"
+        replay.waiting.append(call)
+        return False
+    return True

@@ -71,6 +71,8 @@ class Replay(Protocol):
 
     def suspend(self, key: str, reason: str) -> Coroutine[Any, Any, None]: ...
 
+    def continue_as_new(self, payload: str | None) -> None: ...
+
     # A wait's pass side may resolve to what it found rather than to its outcome: the
     # pass then decides the outcome when it hands it to the workflow (which may have
     # given the wait up by then, and so leave what it found to another wait).
