@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import inspect
+import logging
 from typing import Any
 
 import pytest
@@ -211,3 +212,41 @@ async def test_check_only_reads_the_store(engine_factory, monkeypatch) -> None:
     assert len(results) == len(CASES)
     assert "list_passes" in called and "list_runs" in called
     assert set(called) <= {"list_passes", "list_runs", "load_pass"}, called
+
+
+def logging_app() -> plait.App:
+    app = plait.App("logs")
+
+    @app.workflow(name="w")
+    async def w(wf: plait.Workflow) -> Any:
+        wf.logger.warning("order received")
+        got = await wf.wait_for_event("go")
+        wf.logger.warning("paid: %s", got)
+        return got
+
+    return app
+
+
+@pytest.mark.parametrize("sent", [False, True])
+async def test_check_logs_nothing_for_the_runs_it_replays(
+    engine_factory: Any, caplog: pytest.LogCaptureFixture, sent: bool
+) -> None:
+    """Neither the lines before the run's first outcome nor those after an outcome the
+    run has not taken yet (the event sent before the check)."""
+    async with engine_factory(logging_app()) as engine:
+        run_id = await engine.start("w")
+
+        async def waits() -> bool:
+            return any(s.kind == "event" for s in await engine.get_steps(run_id))
+
+        await eventually(waits)
+    async with engine_factory(logging_app(), workers=False) as engine:
+        if sent:
+            await engine.send_event(run_id, "go", "card")
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="plait.workflow.w"):
+            (res,) = await engine.check()
+        assert res.ok
+        lines = [r.getMessage() for r in caplog.records if r.name == "plait.workflow.w"]
+        # each line is logged once per run: a check is no pass of the run at all
+        assert lines == [], lines

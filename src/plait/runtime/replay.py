@@ -104,7 +104,7 @@ class CodeReplay:
         self.unwound: set[asyncio.Task[Any] | None] = set()
         #: the workflow is being handed outcomes an earlier pass handed it already: what
         #: it does now it did before (``wf.logger`` stays silent)
-        self.replaying = self.ledger.next_delivered > 0
+        self.replaying = self.ledger.next_delivered > 0 or self.ledger.dry
 
     # -- wf.do --------------------------------------------------------------------------------
     async def do(self, key: str, name: str, target: Any, data: Any, options: dict[str, Any]) -> Any:
@@ -450,7 +450,9 @@ class CodeReplay:
             return
         step = self.ledger.steps.get(call.key)
         if step is None or step.delivered is None:
-            self.replaying = False  # an outcome the workflow has not seen: new ground
+            # an outcome the workflow has not seen: new ground (a dry pass, ``engine.check``,
+            # is no pass of the run, and stays silent throughout)
+            self.replaying = self.ledger.dry
             if step is not None:
                 self.ledger.mark_delivered(step)
         else:
