@@ -250,3 +250,43 @@ async def test_check_logs_nothing_for_the_runs_it_replays(
         lines = [r.getMessage() for r in caplog.records if r.name == "plait.workflow.w"]
         # each line is logged once per run: a check is no pass of the run at all
         assert lines == [], lines
+
+
+def reads_app(version: int) -> plait.App:
+    app = plait.App("reads")
+
+    @app.workflow(name="w")
+    async def w(wf: plait.Workflow, wait: bool) -> Any:
+        user = await wf.do("get", lambda: {"name": "ann"})
+        if wait:
+            await wf.wait_for_event("go")
+        # version 2 reads a field the recorded result does not have: KeyError
+        return user["name"] if version == 1 else user["email"]
+
+    return app
+
+
+async def test_check_flags_runs_the_new_code_fails_after_their_recorded_steps(
+    engine_factory: Any,
+) -> None:
+    """No recorded step is missed, but on the recorded outcomes alone the new code raises:
+    a completed run that would now fail (``include_ended``, a regression check), and a
+    live run the deploy would fail at its next pass."""
+    async with engine_factory(reads_app(1)) as engine:
+        assert await engine.run("w", False, timeout=10) == "ann"
+        live = await engine.start("w", True)
+
+        async def waits() -> bool:
+            return any(s.kind == "event" for s in await engine.get_steps(live))
+
+        await eventually(waits)
+        await engine.pause_workflow("w")  # nothing moves while the check runs
+        await engine.send_event(live, "go")
+    async with engine_factory(reads_app(2), workers=False) as engine:
+        results = await engine.check(include_ended=1)
+        assert len(results) == 2 and not any(r.ok for r in results), results
+        for result in results:
+            assert result.reason is not None and "now fails the run" in result.reason
+            assert "email" in result.reason
+    async with engine_factory(reads_app(1), workers=False) as engine:
+        assert all(r.ok for r in await engine.check(include_ended=1))

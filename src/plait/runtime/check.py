@@ -183,6 +183,18 @@ async def check_run(host: DryHost, snapshot: PassSnapshot) -> CheckResult:
             step_label(step.key, step.kind),
             _removed_reason(step, waits_at, ledger.ended),
         )
+    ended = ledger.ended
+    if ended is not None and ended.status == "failed" and run.status != "failed":
+        # on the recorded outcomes alone (no new step body runs here) the code now fails a
+        # run that its history has going on or completed: an error the deploy brings
+        record: dict[str, Any] = serde.loads(ended.error) if ended.error else {}
+        message = record.get("message") or record.get("type") or "an error"
+        return CheckResult(
+            run.id,
+            run.workflow,
+            False,
+            reason=f"the workflow code now fails the run after its recorded steps: {message}",
+        )
     return CheckResult(run.id, run.workflow, True)
 
 
