@@ -9,6 +9,7 @@ import inspect
 import logging
 from typing import Any
 
+import pydantic
 import pytest
 
 import plait
@@ -290,3 +291,51 @@ async def test_check_flags_runs_the_new_code_fails_after_their_recorded_steps(
             assert "email" in result.reason
     async with engine_factory(reads_app(1), workers=False) as engine:
         assert all(r.ok for r in await engine.check(include_ended=1))
+
+
+class UserV1(pydantic.BaseModel):
+    name: str
+
+
+class UserV2(pydantic.BaseModel):
+    name: str
+    email: str
+
+
+def typed_app(version: int) -> plait.App:
+    app = plait.App("typed")
+    if version == 1:
+
+        @app.function(name="get_user")
+        def get_user(data: Any) -> UserV1:
+            return UserV1(name="ann")
+
+    else:
+
+        @app.function(name="get_user")
+        def get_user_v2(data: Any) -> UserV2:
+            return UserV2(name="ann", email="ann@example.com")
+
+    @app.workflow(name="w")
+    async def w(wf: plait.Workflow) -> Any:
+        user = await wf.do("get", "get_user")
+        await wf.wait_for_event("go")
+        return user.name
+
+    return app
+
+
+async def test_check_names_the_step_whose_recorded_result_no_longer_decodes(
+    engine_factory: Any,
+) -> None:
+    async with engine_factory(typed_app(1)) as engine:
+        run_id = await engine.start("w")
+
+        async def waits() -> bool:
+            return any(s.kind == "event" for s in await engine.get_steps(run_id))
+
+        await eventually(waits)
+    async with engine_factory(typed_app(2), workers=False) as engine:
+        (result,) = await engine.check()
+    assert not result.ok and result.step == "get", result
+    assert result.reason is not None and "no longer decodes" in result.reason

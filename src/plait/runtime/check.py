@@ -135,6 +135,11 @@ class DryLedger(Ledger):
     def continued_early(self, first: str) -> None:
         self._diverged(first, self.steps[first].kind)
 
+    def undecodable(self, step: StepRow, error: Exception) -> None:
+        if self.diverged is None:
+            reason = f"the recorded result of step {step.key!r} no longer decodes: {error}"
+            self.diverged = (step.key, step.kind, reason)
+
     def _diverged(self, key: str, kind: str) -> None:
         if self.diverged is None and self.conflict is not None:
             self.diverged = (key, kind, self.conflict)

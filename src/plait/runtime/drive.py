@@ -76,7 +76,11 @@ class Driver:
                 if self.hook is None:
                     codec = result_codec(body)
                     if codec is not None:
-                        return codec.decode(step.output, f"the result of step {step.key!r}")
+                        try:
+                            return codec.decode(step.output, f"the result of step {step.key!r}")
+                        except errors.TypeMismatchError as exc:
+                            ledger.undecodable(step, exc)
+                            raise
                 return serde.loads(step.output)
             if step.status == "failed":
                 if self.parks(step, body):

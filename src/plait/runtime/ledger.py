@@ -177,6 +177,10 @@ class Ledger:
         _kind, version = self.host.catalog.describe(workflow)
         self.continued = runs.continued(self.run, ids.new_run_id(), payload, version)
 
+    def undecodable(self, step: StepRow, error: Exception) -> None:
+        """Told of a recorded result the code's annotation no longer takes (a dry pass
+        names its step); the error goes on to the workflow's code."""
+
     def continued_early(self, first: str) -> None:
         """Told the key of the recorded step a continue as new came before (a dry pass
         notes it)."""
