@@ -355,3 +355,47 @@ async def test_events_held_for_a_run_go_on_to_the_run_that_continues_it(
         last = await engine.wait(first, timeout=10)
         assert last.status == "completed"
         assert last.output == [0, 1, 2, 3, 4]
+
+
+@app.function(queued=True)
+async def slow_job(data: Any) -> str:
+    """A job step that runs until it is stopped."""
+    await asyncio.Event().wait()
+    return "never"
+
+
+@app.workflow
+async def leaves_a_job(wf: plait.Workflow, n: int) -> str:
+    """Starts a job step it does not wait for, then continues as new once told to."""
+    if n == 0:
+        background = asyncio.ensure_future(wf.do("slow", slow_job, 1))
+        await wf.wait_for_event("go")
+        await wf.continue_as_new(1)
+        await background
+    return "second"
+
+
+async def test_a_job_step_in_flight_at_a_continue_is_recorded_cancelled(
+    engine_factory: Callable[..., Any],
+) -> None:
+    """The ended run leaves no step in flight in its record: the job step its code did not
+    wait for is cancelled with the continue, and its body is stopped."""
+    async with engine_factory(app) as engine:
+        first = await engine.start("leaves_a_job", 0)
+
+        async def job_running() -> bool:
+            steps = {s.key: s for s in await engine.get_steps(first)}
+            return "slow" in steps and steps["slow"].status == "running"
+
+        await eventually(job_running, what="the job step's body runs")
+        await engine.send_event(first, "go")
+        assert (await engine.wait(first, timeout=10)).output == "second"
+
+        async def settled() -> bool:
+            history = [h for h in await engine.get_history(first) if h.key == "slow"]
+            return bool(history) and all(h.status != "running" for h in history)
+
+        await eventually(settled, what="the job's attempt closed")
+        (step,) = [s for s in await engine.get_steps(first) if s.key == "slow"]
+        assert step.status == "failed" and step.error is not None
+        assert step.error["code"] == "CANCELLED", step.error

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -248,59 +247,3 @@ async def test_a_deploy_that_continues_sooner_than_the_record_is_a_conflict(
         # the run recorded work(1) done; the deploy must not do it a second time
         assert counter["work1"] == 1, (run.status, counter.counts)
         assert run.status == "failed" and run.error["code"] == "VERSION_CONFLICT", run
-
-
-def _counted(counter: Counter, name: str) -> Callable[..., str]:
-    def run(*_: Any) -> str:
-        counter.hit(name)
-        return name
-
-    return run
-
-
-def branches_app(counter: Counter, v: int) -> plait.App:
-    app = plait.App("branches")
-
-    @app.workflow(name="w")
-    async def w(wf: plait.Workflow) -> Any:
-        async def left() -> list[str]:
-            out = [await wf.do("l1", _counted(counter, "l1"))]
-            if v == 2:  # new after the left branch's history: allowed on its own
-                out.append(await wf.do("l2", _counted(counter, "l2")))
-            return out
-
-        async def right() -> Any:
-            out = [await wf.do("r1", _counted(counter, "r1"))]
-            if v == 2:  # inserted before recorded r2, no patch: VERSION_CONFLICT
-                out.append(await wf.do("rx", _counted(counter, "rx")))
-            out.append(await wf.do("r2", _counted(counter, "r2")))
-            out.append(await wf.wait_for_event("go"))
-            return out
-
-        return await asyncio.gather(left(), right())
-
-    return app
-
-
-async def test_a_pass_that_ends_in_a_conflict_starts_no_new_step_of_another_branch(
-    engine_factory: Callable[..., Any],
-) -> None:
-    """A deploy adds a step after one branch's history (allowed alone) and inserts one
-    before a recorded step of the other branch (a conflict): the run stops with the
-    conflict, and the allowed new step's body never ran."""
-    counter = Counter()
-    async with engine_factory(branches_app(counter, 1)) as engine:
-        run_id = await engine.start("w")
-
-        async def waits() -> bool:
-            return any(s.kind == "event" for s in await engine.get_steps(run_id))
-
-        await eventually(waits)
-    async with engine_factory(branches_app(counter, 2)) as engine:
-        await engine.send_event(run_id, "go")
-        run = await engine.wait(run_id, timeout=10)
-        assert run.status == "failed" and run.error["code"] == "VERSION_CONFLICT", run
-        assert "'rx'" in run.error["message"]
-        keys = {s.key: s.status for s in await engine.get_steps(run_id)}
-    assert counter["rx"] == 0
-    assert counter["l2"] == 0, (counter.counts, keys)  # got 1: l2 ran, then the conflict

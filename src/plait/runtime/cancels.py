@@ -159,6 +159,18 @@ class StepCancels:
         for call in abandoned:
             ledger.add(steps.cancel_wait(ledger.steps[call.key], ledger.now()))
 
+    def left_behind(self, waiting: list[StepCall[Any]]) -> None:
+        """A run that continues as new leaves the steps it waits on with work behind them
+        (a job step on the job table or in a step worker, a retry's back-off): each is
+        recorded cancelled, as if the workflow had cancelled it, so that no step of the
+        ended run stays in flight in its record; a step worker running one stops it at
+        its next lease check. Its child runs are cancelled by the end itself
+        (``runs.end_ops``)."""
+        for call in waiting:
+            step = self.ledger.steps.get(call.key)
+            if step is not None and step.kind != "child" and self.cancellable(call):
+                self.cancel(call)
+
     def cancellable(self, call: StepCall[Any]) -> bool:
         """A step with work behind it (``wf.do`` of a function, a closure or a workflow:
         a child run) not ended yet."""

@@ -33,7 +33,6 @@ from plait.records import Decision
 from plait.retry import resolve_policy
 from plait.runtime import patches, runs, sends, steps
 from plait.runtime.cancels import PassTimers, StepCancels
-from plait.runtime.catch_up import CatchUp
 from plait.runtime.control_flow import (
     ParkSignal,
     PassAborted,
@@ -83,8 +82,6 @@ class CodeReplay:
         self.wdef: WorkflowDef | None = None
         #: steps called and not yet started, in call order
         self.new_calls: collections.deque[StepCall[Any]] = collections.deque()
-        #: steps the run never recorded wait until the replay has caught up
-        self.catch_up = CatchUp(self.ledger)
         #: steps started in this pass that wait (a timer, the queue, a suspend): the run
         #: waits on them. Only those are kept, so a long pass holds no garbage for the GC
         self.waiting: list[StepCall[Any]] = []
@@ -327,7 +324,6 @@ class CodeReplay:
         self.workflow = None  # it holds this replay
         self.order.clear()
         self.new_calls.clear()
-        self.catch_up.held.clear()
         self.waiting.clear()
         self.timers.clear()
         self.inflight.clear()
@@ -360,6 +356,8 @@ class CodeReplay:
         # read before the unwind, which cancels every wait still open
         abandoned = [call for call in self.waiting if self.cancels.abandoned(call)]
         end = self._decide(abandoned)
+        if end is not None and end is ledger.continued:
+            self.cancels.left_behind(self.waiting)
         self._unwind()
         if ledger.aborted is not None:
             raise ledger.aborted
@@ -378,15 +376,13 @@ class CodeReplay:
             wloop.run_ready()
             if ledger.conflict or ledger.aborted or ledger.continued:
                 break  # after a continue as new, nothing starts and nothing is handed on
-            new, catch_up = self.new_calls, self.catch_up
+            new = self.new_calls
             if wloop.cancels != cancels:
                 cancels = wloop.cancels
                 self.cancels.sweep(new, inflight, self.waiting)
-                if catch_up.held:
-                    self.cancels.sweep(catch_up.held, {}, [])
             while new:
                 call = new.popleft()
-                if call.late or catch_up.holds(call):
+                if call.late:
                     continue
                 if not inflight and not new and not self.finished and not self.timers:
                     # the only thing going on: resolve it here, with no task of its own
@@ -398,12 +394,6 @@ class CodeReplay:
             ready = deliverable(self.finished, inflight, ledger.steps)
             if ready is not None:
                 self._deliver(ready)
-                continue
-            if catch_up.due(bool(inflight)):
-                released = await catch_up.release(self._resolve)
-                if released is None:
-                    break
-                new.extend(released)
                 continue
             if not inflight:
                 break
@@ -455,8 +445,6 @@ class CodeReplay:
             self.replaying = self.ledger.dry
             if step is not None:
                 self.ledger.mark_delivered(step)
-        else:
-            self.catch_up.handed_back()
         if call.future.done():  # the workflow cancelled its wait; the step still counts
             return
         self.order.received(call.task, call.key, call.after)

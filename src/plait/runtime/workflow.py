@@ -634,8 +634,10 @@ class Workflow:
         once, as a start checks it: input that is not JSON, too large, or that the
         workflow's input type refuses raises here, and the run goes on. Steps still in
         flight in other branches end with the run, as at any end: live child runs are
-        cancelled, timers and job steps dropped (an attempt already running ends, and
-        its outcome is kept but handed to no one)."""
+        cancelled, timers dropped; an attempt running in this pass ends, and its outcome
+        is kept but handed to no one; a job step, or a step waiting to retry, is
+        recorded cancelled (a step worker running its body stops it at its next lease
+        check)."""
         replay = self._replay
         # a pass that unwinds the code raises Unwind here, as at a step; none is recorded
         key = replay.key("__continue_as_new")
