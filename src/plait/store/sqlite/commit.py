@@ -26,7 +26,7 @@ class Commits(Part):
             ended = False
             ops = batch.ops
             if batch.fence is not None:
-                row = conn.execute(_RUN_LEASE_OWNER, (batch.run_id,)).fetchone()
+                row = apply.statements(conn).execute(_RUN_LEASE_OWNER, (batch.run_id,)).fetchone()
                 if row is None or row[0] != batch.fence:
                     raise LeaseLostError(f"lost the lease on run {batch.run_id}")
                 if row[1] in TERMINAL:
