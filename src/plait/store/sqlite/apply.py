@@ -117,10 +117,18 @@ def statements(conn: sqlite3.Connection) -> Statements:
     return conn.statements if isinstance(conn, WriteConnection) else conn
 
 
-def apply_ops(conn: sqlite3.Connection, run_id: str, ops: Iterable[Op], now: float) -> None:
+def apply_ops(
+    conn: sqlite3.Connection,
+    run_id: str,
+    ops: Iterable[Op],
+    now: float,
+    run: Statements | None = None,
+) -> None:
     """Write a pass's ops for ``run_id``, in order. An attempt's start and end, the
-    writes of nearly every step, run on the write connection's own cursor."""
-    run = statements(conn)
+    writes of nearly every step, run on ``run``: the write connection's own cursor
+    (``statements(conn)``, unless the caller has it already)."""
+    if run is None:
+        run = statements(conn)
     for op in ops:
         if isinstance(op, PutStep):
             conn.execute(_UPSERT_STEP, convert.step_params(op.step))
@@ -483,14 +491,21 @@ def _insert_step_start(
         and s.wake_at is None
         and s.delivered is None
     ):
-        head = (s.run_id, s.key, s.seq, s.name, s.kind, s.function, s.status, s.input)
-        counts = (s.attempts, s.failures, s.retries)
         if s.retry_delay is None and s.timeout is None and s.branch is None and s.from_key is None:
             conn.execute(
                 _INSERT_STEP_START_PLAIN,
                 (
-                    *head,
-                    *counts,
+                    s.run_id,
+                    s.key,
+                    s.seq,
+                    s.name,
+                    s.kind,
+                    s.function,
+                    s.status,
+                    s.input,
+                    s.attempts,
+                    s.failures,
+                    s.retries,
                     s.invocation_id,
                     int(s.queued),
                     s.created_at,
@@ -506,8 +521,17 @@ def _insert_step_start(
         conn.execute(
             _INSERT_STEP_START_FRESH,
             (
-                *head,
-                *counts,
+                s.run_id,
+                s.key,
+                s.seq,
+                s.name,
+                s.kind,
+                s.function,
+                s.status,
+                s.input,
+                s.attempts,
+                s.failures,
+                s.retries,
                 s.retry_delay,
                 s.timeout,
                 s.invocation_id,
@@ -535,40 +559,47 @@ def finish_attempt(
     the fallback, so nothing is lost if it does not). A succeeded attempt's statement
     leaves its error as its start left it (none), which spares the stream-reset
     trigger's program (schema.sql)."""
-    head = (
-        s.status,
-        s.output,
-        s.error,
-        s.attempts,
-        s.failures,
-        s.wake_at,
-        s.branch,
-        s.child_run_id,
-        s.updated_at,
-        s.delivered,
-    )
-    if status == "succeeded" and error is None:
-        if s.error is None and s.wake_at is None and s.branch is None and s.child_run_id is None:
-            # the usual success: its missing values written as NULL (see _insert_step_start)
-            cur = conn.execute(
-                _FINISH_STEP_SUCCEEDED_PLAIN,
-                (
-                    s.status,
-                    s.output,
-                    s.attempts,
-                    s.failures,
-                    s.updated_at,
-                    s.delivered,
-                    status,
-                    now,
-                    s.run_id,
-                    s.key,
-                ),
-            )
-        else:
-            cur = conn.execute(_FINISH_STEP_SUCCEEDED, (*head, status, now, s.run_id, s.key))
+    succeeded = status == "succeeded" and error is None
+    if (
+        succeeded
+        and s.error is None
+        and s.wake_at is None
+        and s.branch is None
+        and s.child_run_id is None
+    ):
+        # the usual success: its missing values written as NULL (see _insert_step_start)
+        cur = conn.execute(
+            _FINISH_STEP_SUCCEEDED_PLAIN,
+            (
+                s.status,
+                s.output,
+                s.attempts,
+                s.failures,
+                s.updated_at,
+                s.delivered,
+                status,
+                now,
+                s.run_id,
+                s.key,
+            ),
+        )
     else:
-        cur = conn.execute(_FINISH_STEP, (*head, status, error, now, s.run_id, s.key))
+        head = (
+            s.status,
+            s.output,
+            s.error,
+            s.attempts,
+            s.failures,
+            s.wake_at,
+            s.branch,
+            s.child_run_id,
+            s.updated_at,
+            s.delivered,
+        )
+        if succeeded:
+            cur = conn.execute(_FINISH_STEP_SUCCEEDED, (*head, status, now, s.run_id, s.key))
+        else:
+            cur = conn.execute(_FINISH_STEP, (*head, status, error, now, s.run_id, s.key))
     if cur.rowcount == 0:
         conn.execute(_UPSERT_STEP, convert.step_params(s))
 

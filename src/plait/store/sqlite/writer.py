@@ -76,11 +76,12 @@ _Settled = tuple[asyncio.Future[Any], Any, BaseException | None]
 
 class WriteConnection(sqlite3.Connection):
     """The write connection, with a cursor of its own for the statements every step runs
-    (its BEGIN, fence, attempt writes and COMMIT): ``Connection.execute`` makes a new
-    cursor for each statement, and frees it, which costs the sqlite3 module more than
-    binding the statement's values. One statement at a time runs on ``statements``, each
-    read to its end before the next: a loop over one statement's rows that runs others
-    uses ``execute`` (a cursor per statement) instead."""
+    (its transaction's start and end, the fence, the attempts' writes):
+    ``Connection.execute`` makes a new cursor for each statement, and frees it, which
+    costs the sqlite3 module more than binding the statement's values. One statement at a
+    time runs on ``statements``, each read to its end before the next: a loop over one
+    statement's rows that runs others uses ``execute`` (a cursor per statement)
+    instead."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
