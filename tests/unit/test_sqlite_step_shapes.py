@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from plait.store import convert
+from plait.store.ops import FinishAttempt
 from plait.store.rows import StepRow
 from plait.store.sqlite import apply
 from plait.store.sqlite.nulls import null_at
@@ -18,6 +19,7 @@ from plait.store.sqlite.store import SQLiteStore
 from plait.store.sqlite.writer import SQL
 
 from .rows import T0, step
+from .sql_choices import STATUSES
 
 #: a value for each column a step's first start or its end may find missing
 _GIVEN = {
@@ -119,3 +121,21 @@ def test_null_at_refuses_names_that_do_not_match_the_placeholders() -> None:
     assert null_at("UPDATE t SET a = ?, b = ?", ("a", "b"), ("a",)) == (
         "UPDATE t SET a = NULL, b = ?"
     )
+
+
+def test_the_fenced_success_writes_only_in_a_running_run_its_worker_holds() -> None:
+    """Anything else (an ended run above all) is left to the commit's own fence."""
+    conn = _database()
+    row = step("a", run_id="r", status="running", attempts=1)
+    conn.execute(SQL["insert_step_start"], (*convert.step_params(row), "w", "running", T0))
+    conn.execute(
+        "INSERT INTO plait_runs (id, workflow, kind, status, created_at, updated_at, lease_owner)"
+        " VALUES ('r', 'wf', 'workflow', 'running', 0, 0, 'w')"
+    )
+    done = dataclasses.replace(row, status="succeeded", output='"ok"')
+    for status in sorted(STATUSES):
+        conn.execute("UPDATE plait_runs SET status = ? WHERE id = 'r'", (status,))
+        wrote = apply.finish_fenced(conn, "r", FinishAttempt(done, 1, "succeeded"), "w", _NOW)
+        assert wrote is (status == "running"), status
+    assert not apply.finish_fenced(conn, "r", FinishAttempt(done, 1, "succeeded"), "x", _NOW)
+    conn.close()

@@ -86,9 +86,12 @@ _FINISH_NAMES = (
     "run_id",
     "key",
 )
-#: finish_step_succeeded for a step with no error, wake-up, branch or child, most of them
-_FINISH_STEP_SUCCEEDED_PLAIN = null_at(
-    _FINISH_STEP_SUCCEEDED, _FINISH_NAMES, ("error", "wake_at", "branch", "child_run_id")
+#: what a success of a step with no error, wake-up, branch or child (most of them) leaves
+#: out of finish_step_succeeded: written as NULL
+_PLAIN_SUCCESS = ("error", "wake_at", "branch", "child_run_id")
+_FINISH_STEP_SUCCEEDED_PLAIN = null_at(_FINISH_STEP_SUCCEEDED, _FINISH_NAMES, _PLAIN_SUCCESS)
+_FINISH_STEP_SUCCEEDED_FENCED = null_at(
+    SQL["finish_step_succeeded_fenced"], (*_FINISH_NAMES, "fence"), _PLAIN_SUCCESS
 )
 _SET_TIMER = SQL["set_timer"]
 _CLEAR_TIMER = SQL["clear_timer"]
@@ -604,6 +607,45 @@ def finish_attempt(
         conn.execute(_UPSERT_STEP, convert.step_params(s))
 
 
+def finish_fenced(run: Statements, run_id: str, op: Op, fence: str, now: float) -> bool:
+    """The usual first write of a fenced commit, a step's success (``finish_attempt``'s
+    plain one), with the commit's fence in the same statement: True if it was written,
+    the lease held and the run running. False if ``op`` is anything else or the
+    statement wrote nothing (no lease, a run in another status, no row): then nothing
+    was written, and the commit checks its fence on its own and writes every op as
+    usual."""
+    if not isinstance(op, FinishAttempt):
+        return False
+    s = op.step
+    if not (
+        op.status == "succeeded"
+        and op.error is None
+        and s.run_id == run_id
+        and s.error is None
+        and s.wake_at is None
+        and s.branch is None
+        and s.child_run_id is None
+    ):
+        return False
+    cur = run.execute(
+        _FINISH_STEP_SUCCEEDED_FENCED,
+        (
+            s.status,
+            s.output,
+            s.attempts,
+            s.failures,
+            s.updated_at,
+            s.delivered,
+            op.status,
+            now,
+            s.run_id,
+            s.key,
+            fence,
+        ),
+    )
+    return cur.rowcount == 1
+
+
 def end_run(
     conn: sqlite3.Connection,
     run_id: str,
@@ -724,6 +766,7 @@ __all__ = [
     "delete_job",
     "end_run",
     "finish_attempt",
+    "finish_fenced",
     "insert_run",
     "load_run",
     "release",
