@@ -655,6 +655,26 @@ async def test_step_writes_without_the_lease_fail_and_write_nothing(store: Store
         await store.commit(Batch("nope", [begun], fence="w1"))
 
 
+async def test_a_steps_end_without_the_lease_fails_and_writes_nothing(store: Store) -> None:
+    """A sequential step's commit (the last step's success, the next one's start) made
+    after another worker took the run over: neither is written, whichever writes first."""
+    await new_run(store, "r1", lease_owner="w1", lease_seconds=-1.0)
+    ran = step("r1", "a", status="running", attempts=1)
+    await store.commit(Batch("r1", [StartAttempt(ran, 1, "running", "w1")], fence="w1"))
+    assert await store.claim_run("r1", "w2", 60.0)  # w1's lease ran out: w2 took over
+    done = dataclasses.replace(ran, status="succeeded", output='"ok"')
+    nxt = step("r1", "b", status="running", attempts=1, seq=1)
+    ops = [FinishAttempt(done, 1, "succeeded", done.output), StartAttempt(nxt, 1, "running", "w1")]
+    for run_id in ("r1", "nope"):
+        with pytest.raises(LeaseLostError):
+            await store.commit(Batch(run_id, list(ops), fence="w1"))
+    assert [(s.key, s.status) for s in await store.get_steps("r1")] == [("a", "running")]
+    assert [(a.key, a.status) for a in await store.get_history("r1")] == [("a", "running")]
+    await store.commit(Batch("r1", list(ops), fence="w2"))  # the lease's holder writes them
+    steps = {s.key: s.status for s in await store.get_steps("r1")}
+    assert steps == {"a": "succeeded", "b": "running"}
+
+
 async def test_a_last_batch_releases_the_lease_in_the_same_commit(store: Store) -> None:
     await new_run(store, "r1", lease_owner="w1", lease_seconds=60.0)
     seen = await wakeups(store, "r1")

@@ -51,16 +51,48 @@ from plait.store.ops import (
     TakeRequest,
 )
 from plait.store.rows import NewRun, RunRow, StepRow
-from plait.store.sqlite.nulls import NullsInline
-from plait.store.sqlite.writer import SQL
+from plait.store.sqlite.nulls import NullsInline, null_at
+from plait.store.sqlite.writer import SQL, WriteConnection
 from plait.tags import MAX_TAGS
 
 _UPSERT_STEP = SQL["upsert_step"]
 _START_STEP = SQL["start_step"]
 _INSERT_STEP_START = SQL["insert_step_start"]
+#: what insert_step_start and start_step bind, in order: a step's columns, then its attempt's
+_START_NAMES = (*(f.name for f in dataclasses.fields(StepRow)), "worker", "attempt_status", "now")
+#: a step's columns that are missing at its first start, when nothing has happened to it
+_FRESH = ("output", "error", "child_run_id", "wake_at", "delivered")
+#: and those of its options and graph links, missing for most steps
+_PLAIN = ("retry_delay", "timeout", "branch", "from_key")
+_INSERT_STEP_START_FRESH = null_at(SQL["insert_step_start"], _START_NAMES, _FRESH)
+_INSERT_STEP_START_PLAIN = null_at(SQL["insert_step_start"], _START_NAMES, _FRESH + _PLAIN)
 _ARCHIVE_ATTEMPT = SQL["archive_attempt"]
 _FINISH_STEP = SQL["finish_step"]
 _FINISH_STEP_SUCCEEDED = SQL["finish_step_succeeded"]
+#: what finish_step_succeeded binds, in order
+_FINISH_NAMES = (
+    "status",
+    "output",
+    "error",
+    "attempts",
+    "failures",
+    "wake_at",
+    "branch",
+    "child_run_id",
+    "updated_at",
+    "delivered",
+    "attempt_status",
+    "now",
+    "run_id",
+    "key",
+)
+#: what a success of a step with no error, wake-up, branch or child (most of them) leaves
+#: out of finish_step_succeeded: written as NULL
+_PLAIN_SUCCESS = ("error", "wake_at", "branch", "child_run_id")
+_FINISH_STEP_SUCCEEDED_PLAIN = null_at(_FINISH_STEP_SUCCEEDED, _FINISH_NAMES, _PLAIN_SUCCESS)
+_FINISH_STEP_SUCCEEDED_FENCED = null_at(
+    SQL["finish_step_succeeded_fenced"], (*_FINISH_NAMES, "fence"), _PLAIN_SUCCESS
+)
 _SET_TIMER = SQL["set_timer"]
 _CLEAR_TIMER = SQL["clear_timer"]
 _ENQUEUE_JOB = SQL["enqueue_job"]
@@ -79,15 +111,34 @@ _RUNNING = ("running",)
 _LIVE = ("running", "suspended", "queued", "paused", "needs_attention")
 
 
-def apply_ops(conn: sqlite3.Connection, run_id: str, ops: Iterable[Op], now: float) -> None:
-    """Write a pass's ops for ``run_id``, in order."""
+#: where a statement runs: a connection, or the write connection's own cursor
+Statements = sqlite3.Connection | sqlite3.Cursor
+
+
+def statements(conn: sqlite3.Connection) -> Statements:
+    """The write connection's own cursor (see ``WriteConnection``), else ``conn``."""
+    return conn.statements if isinstance(conn, WriteConnection) else conn
+
+
+def apply_ops(
+    conn: sqlite3.Connection,
+    run_id: str,
+    ops: Iterable[Op],
+    now: float,
+    run: Statements | None = None,
+) -> None:
+    """Write a pass's ops for ``run_id``, in order. An attempt's start and end, the
+    writes of nearly every step, run on ``run``: the write connection's own cursor
+    (``statements(conn)``, unless the caller has it already)."""
+    if run is None:
+        run = statements(conn)
     for op in ops:
         if isinstance(op, PutStep):
             conn.execute(_UPSERT_STEP, convert.step_params(op.step))
         elif isinstance(op, StartAttempt):
-            start_attempt(conn, op.step, op.attempt, op.status, op.worker, now)
+            start_attempt(run, op.step, op.attempt, op.status, op.worker, now)
         elif isinstance(op, FinishAttempt):
-            finish_attempt(conn, op.step, op.status, op.error, now)
+            finish_attempt(run, op.step, op.status, op.error, now)
         elif isinstance(op, SetTimer):
             conn.execute(_SET_TIMER, (run_id, op.key, op.purpose, op.wake_at))
         elif isinstance(op, ClearTimer):
@@ -408,7 +459,7 @@ def cancel_job(conn: sqlite3.Connection, run_id: str, op: CancelJob, now: float)
 
 
 def start_attempt(
-    conn: sqlite3.Connection,
+    conn: Statements,
     step: StepRow,
     attempt: int,
     status: AttemptStatusName,
@@ -417,45 +468,182 @@ def start_attempt(
 ) -> None:
     """Write the step with attempt ``attempt`` begun on its row, ``status``; the attempt
     the row held until now (if any) moves to plait_attempts first."""
-    params = (*convert.step_params(step), worker, status, now)
     if attempt > 1:
         conn.execute(_ARCHIVE_ATTEMPT, (attempt - 1, step.run_id, step.key))
     else:
         # most first attempts are of a step no write has stored yet (see queries.sql)
         try:
-            conn.execute(_INSERT_STEP_START, params)
+            _insert_step_start(conn, step, worker, status, now)
             return
         except sqlite3.IntegrityError:
             pass
-    conn.execute(_START_STEP, params)
+    conn.execute(_START_STEP, (*convert.step_params(step), worker, status, now))
+
+
+def _insert_step_start(
+    conn: Statements, s: StepRow, worker: str | None, status: str, now: float
+) -> None:
+    """``insert_step_start`` for ``s``. Binding a ``None`` costs the sqlite3 module an
+    adapter lookup (writer.py), and a step's first start has nine: nothing has happened to
+    it yet (``_FRESH``) and it has no options or graph links (``_PLAIN``). Those that are
+    missing, as they nearly always are, are written as NULL in the statement's text."""
+    if (
+        s.output is None
+        and s.error is None
+        and s.child_run_id is None
+        and s.wake_at is None
+        and s.delivered is None
+    ):
+        if s.retry_delay is None and s.timeout is None and s.branch is None and s.from_key is None:
+            conn.execute(
+                _INSERT_STEP_START_PLAIN,
+                (
+                    s.run_id,
+                    s.key,
+                    s.seq,
+                    s.name,
+                    s.kind,
+                    s.function,
+                    s.status,
+                    s.input,
+                    s.attempts,
+                    s.failures,
+                    s.retries,
+                    s.invocation_id,
+                    int(s.queued),
+                    s.created_at,
+                    s.updated_at,
+                    s.retried_failures,
+                    s.reached_after,
+                    worker,
+                    status,
+                    now,
+                ),
+            )
+            return
+        conn.execute(
+            _INSERT_STEP_START_FRESH,
+            (
+                s.run_id,
+                s.key,
+                s.seq,
+                s.name,
+                s.kind,
+                s.function,
+                s.status,
+                s.input,
+                s.attempts,
+                s.failures,
+                s.retries,
+                s.retry_delay,
+                s.timeout,
+                s.invocation_id,
+                s.branch,
+                s.from_key,
+                int(s.queued),
+                s.created_at,
+                s.updated_at,
+                s.retried_failures,
+                s.reached_after,
+                worker,
+                status,
+                now,
+            ),
+        )
+        return
+    conn.execute(_INSERT_STEP_START, (*convert.step_params(s), worker, status, now))
 
 
 def finish_attempt(
-    conn: sqlite3.Connection, s: StepRow, status: str, error: str | None, now: float
+    conn: Statements, s: StepRow, status: str, error: str | None, now: float
 ) -> None:
     """An attempt's end: the step's columns it changes and the attempt on the row, in one
     statement. The row exists since the attempt's start was committed (the full upsert is
     the fallback, so nothing is lost if it does not). A succeeded attempt's statement
     leaves its error as its start left it (none), which spares the stream-reset
     trigger's program (schema.sql)."""
-    head = (
-        s.status,
-        s.output,
-        s.error,
-        s.attempts,
-        s.failures,
-        s.wake_at,
-        s.branch,
-        s.child_run_id,
-        s.updated_at,
-        s.delivered,
-    )
-    if status == "succeeded" and error is None:
-        cur = conn.execute(_FINISH_STEP_SUCCEEDED, (*head, status, now, s.run_id, s.key))
+    succeeded = status == "succeeded" and error is None
+    if (
+        succeeded
+        and s.error is None
+        and s.wake_at is None
+        and s.branch is None
+        and s.child_run_id is None
+    ):
+        # the usual success: its missing values written as NULL (see _insert_step_start)
+        cur = conn.execute(
+            _FINISH_STEP_SUCCEEDED_PLAIN,
+            (
+                s.status,
+                s.output,
+                s.attempts,
+                s.failures,
+                s.updated_at,
+                s.delivered,
+                status,
+                now,
+                s.run_id,
+                s.key,
+            ),
+        )
     else:
-        cur = conn.execute(_FINISH_STEP, (*head, status, error, now, s.run_id, s.key))
+        head = (
+            s.status,
+            s.output,
+            s.error,
+            s.attempts,
+            s.failures,
+            s.wake_at,
+            s.branch,
+            s.child_run_id,
+            s.updated_at,
+            s.delivered,
+        )
+        if succeeded:
+            cur = conn.execute(_FINISH_STEP_SUCCEEDED, (*head, status, now, s.run_id, s.key))
+        else:
+            cur = conn.execute(_FINISH_STEP, (*head, status, error, now, s.run_id, s.key))
     if cur.rowcount == 0:
         conn.execute(_UPSERT_STEP, convert.step_params(s))
+
+
+def finish_fenced(run: Statements, run_id: str, op: Op, fence: str, now: float) -> bool:
+    """The usual first write of a fenced commit, a step's success (``finish_attempt``'s
+    plain one), with the commit's fence in the same statement: True if it was written,
+    the lease held and the run running. False if ``op`` is anything else or the
+    statement wrote nothing (no lease, a run in another status, no row): then nothing
+    was written, and the commit checks its fence on its own and writes every op as
+    usual."""
+    if not isinstance(op, FinishAttempt):
+        return False
+    s = op.step
+    if not (
+        op.status == "succeeded"
+        and op.error is None
+        and s.run_id == run_id
+        and s.error is None
+        and s.wake_at is None
+        and s.branch is None
+        and s.child_run_id is None
+    ):
+        return False
+    cur = run.execute(
+        _FINISH_STEP_SUCCEEDED_FENCED,
+        (
+            s.status,
+            s.output,
+            s.attempts,
+            s.failures,
+            s.updated_at,
+            s.delivered,
+            op.status,
+            now,
+            s.run_id,
+            s.key,
+            fence,
+        ),
+    )
+    return cur.rowcount == 1
 
 
 def end_run(
@@ -580,6 +768,7 @@ __all__ = [
     "delete_job",
     "end_run",
     "finish_attempt",
+    "finish_fenced",
     "insert_run",
     "load_run",
     "release",

@@ -25,14 +25,22 @@ class Commits(Part):
             step records were written."""
             ended = False
             ops = batch.ops
-            if batch.fence is not None:
-                row = conn.execute(_RUN_LEASE_OWNER, (batch.run_id,)).fetchone()
+            run = apply.statements(conn)
+            now = self._now()
+            fence = batch.fence
+            if (
+                fence is not None
+                and ops
+                and apply.finish_fenced(run, batch.run_id, ops[0], fence, now)
+            ):
+                ops = ops[1:]  # the fence held, and the first op is written
+            elif fence is not None:
+                row = run.execute(_RUN_LEASE_OWNER, (batch.run_id,)).fetchone()
                 if row is None or row[0] != batch.fence:
                     raise LeaseLostError(f"lost the lease on run {batch.run_id}")
                 if row[1] in TERMINAL:
                     ops, ended = apply.records_only(batch.ops), True
-            now = self._now()
-            apply.apply_ops(conn, batch.run_id, ops, now)
+            apply.apply_ops(conn, batch.run_id, ops, now, run)
             if batch.release_wakeups_seen is None or batch.fence is None:
                 return None if ended else False
             return apply.release(conn, batch.run_id, batch.fence, batch.release_wakeups_seen, now)

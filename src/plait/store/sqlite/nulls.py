@@ -24,6 +24,20 @@ _NONE_TYPE = type(None)
 MOST_PATTERNS = 32
 
 
+def null_at(sql: str, names: tuple[str, ...], null: tuple[str, ...]) -> str:
+    """``sql``, whose placeholders bind ``names`` in order, with those of ``null`` written
+    as NULL: the text for a statement's usual pattern of missing values, chosen by its
+    caller, who knows which values are usually missing and tests just those (cheaper than
+    ``NullsInline``'s pass over every value)."""
+    parts = sql.split("?")
+    if len(parts) != len(names) + 1 or not set(null) <= set(names):
+        raise ValueError(f"{len(parts) - 1} placeholders for {names!r}; NULL: {null!r}")
+    pieces = [parts[0]]
+    for name, part in zip(names, parts[1:], strict=True):
+        pieces += (_NULL if name in null else "?", part)
+    return "".join(pieces)
+
+
 class NullsInline:
     """One statement with ``?`` placeholders and no ``?`` anywhere else in its text (the
     named queries carry no comments; the statement must hold no string with one)."""

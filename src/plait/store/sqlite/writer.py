@@ -74,6 +74,20 @@ _Result = tuple[asyncio.Future[Any], asyncio.AbstractEventLoop, Any, BaseExcepti
 _Settled = tuple[asyncio.Future[Any], Any, BaseException | None]
 
 
+class WriteConnection(sqlite3.Connection):
+    """The write connection, with a cursor of its own for the statements every step runs
+    (its transaction's start and end, the fence, the attempts' writes):
+    ``Connection.execute`` makes a new cursor for each statement, and frees it, which
+    costs the sqlite3 module more than binding the statement's values. One statement at a
+    time runs on ``statements``, each read to its end before the next: a loop over one
+    statement's rows that runs others uses ``execute`` (a cursor per statement)
+    instead."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.statements = self.cursor()
+
+
 class Connections:
     """The write connection and the read connections of one file (or of a memory
     database, where the write connection also serves reads)."""
@@ -105,7 +119,7 @@ class Connections:
         self._data_version = 0
         self._looked = 0.0
         #: the write connection; used under _conn_lock by the loop's thread or the writer's
-        self._conn: sqlite3.Connection | None = None
+        self._conn: WriteConnection | None = None
         self._conn_lock = threading.Lock()
         #: commits since the last checkpoint was asked for; checkpoints run (for tests)
         self._since_checkpoint = 0
@@ -128,11 +142,15 @@ class Connections:
         """No writer thread: never opened, or closed."""
         return self._writer is None
 
-    def connect(self) -> sqlite3.Connection:
+    def connect(self, factory: type[sqlite3.Connection] = sqlite3.Connection) -> sqlite3.Connection:
         """A new connection to the file. Its busy timeout (``timeout``) is how long a
         statement waits for another process's lock."""
         conn = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=False, timeout=self.busy_timeout
+            self.path,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=self.busy_timeout,
+            factory=factory,
         )
         conn.execute(self._synchronous)
         conn.execute(SQL["foreign_keys_off"])
@@ -198,7 +216,7 @@ class Connections:
         ready: asyncio.Future[None],
     ) -> None:
         try:
-            conn = self.connect()
+            conn = cast("WriteConnection", self.connect(WriteConnection))
             start(conn)
             # waits for another process's write lock happen in _begin, never inline
             conn.execute(SQL["busy_timeout_off"])
@@ -261,15 +279,15 @@ class Connections:
                 self._conn = None
                 conn.close()
 
-    def _begin(self, conn: sqlite3.Connection, wait: bool) -> bool:
+    def _begin(self, conn: WriteConnection, wait: bool) -> bool:
         """Take the file's write lock. Without ``wait`` give up at once when another
         process holds it (the caller is the event loop); with it, retry with growing
         pauses until ``busy_timeout``."""
         if wait:
-            while_locked(lambda: conn.execute(_BEGIN_IMMEDIATE), self.busy_timeout)
+            while_locked(lambda: conn.statements.execute(_BEGIN_IMMEDIATE), self.busy_timeout)
             return True
         try:
-            conn.execute(_BEGIN_IMMEDIATE)
+            conn.statements.execute(_BEGIN_IMMEDIATE)
         except sqlite3.OperationalError as exc:
             if is_locked(exc):
                 return False
@@ -277,7 +295,7 @@ class Connections:
         return True
 
     def _run_batch(
-        self, conn: sqlite3.Connection, batch: list[Any], wait: bool
+        self, conn: WriteConnection, batch: list[Any], wait: bool
     ) -> list[_Result] | None:
         """Run a batch in one transaction; None if ``wait`` is off and the file is locked."""
         writes = [b for b in batch if b[0] == "write"]
@@ -316,7 +334,7 @@ class Connections:
             pending = [(f, lp, None, exc) for f, lp, _, _ in pending]
         return results + pending
 
-    def _alone(self, conn: sqlite3.Connection, item: Any) -> _Result:
+    def _alone(self, conn: WriteConnection, item: Any) -> _Result:
         """One write in a transaction of its own (after its batch failed)."""
         _, fn, fut, loop = item
         try:
@@ -329,10 +347,10 @@ class Connections:
                 _rollback(conn)
             return (fut, loop, None, exc)
 
-    def _commit(self, conn: sqlite3.Connection) -> None:
+    def _commit(self, conn: WriteConnection) -> None:
         """Commit, timing it: the disk's sync time decides where the next batch runs."""
         started = time.perf_counter()
-        conn.execute(_COMMIT)
+        conn.statements.execute(_COMMIT)
         self.commits += 1
         self._since_checkpoint += 1
         if self._since_checkpoint >= _CHECKPOINT_EVERY and not self.memory:
@@ -597,4 +615,4 @@ def _settle(fut: asyncio.Future[Any], value: Any, exc: BaseException | None) -> 
         fut.set_result(value)
 
 
-__all__ = ["SQL", "Connections"]
+__all__ = ["SQL", "Connections", "WriteConnection"]
