@@ -1022,6 +1022,42 @@ async def test_a_start_tells_the_other_processes_once(pg_url: str) -> None:
         await listener.close()
 
 
+async def test_an_event_tells_the_other_processes_once(pg_url: str) -> None:
+    """The transaction that stores an event for a running run wakes it and NOTIFYs 'due';
+    the engine that sent it sends no notice of new work, which would only have woken every
+    loop of every worker, their claims finding nothing as the woken run's pass starts. Its
+    watchers in other processes still hear that the run changed."""
+    app = plait.App("pg-event")
+
+    @app.workflow
+    async def waits(wf: plait.Workflow) -> Any:
+        return await wf.wait_for_event("go")
+
+    heard: list[str] = []
+    marker = asyncio.Event()
+
+    def on_notify(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        heard.append(payload)
+        if payload.endswith("run:marker"):
+            marker.set()
+
+    listener = await asyncpg.connect(pg_url)
+    try:
+        async with plait.Engine(app, pg_url, workers=False) as engine:
+            run_id = await engine.start(waits)  # not driven here: it stays running
+            await listener.add_listener("plait_plait", on_notify)
+            assert await engine.send_event(run_id, "go", 1) is False
+            # the engine's own notices go out in order through one outbox: once the marker
+            # published after the send arrives, any notice of the send has arrived
+            engine.notifier.run_changed("marker")
+            await asyncio.wait_for(marker.wait(), 10)
+        kinds = [p.split("|")[-1] for p in heard]
+        assert [k for k in kinds if k in WORK_KINDS] == ["due"], heard
+        assert kinds.count(f"busy:{run_id}") == 2, heard  # the commit's, and the engine's
+    finally:
+        await listener.close()
+
+
 async def test_reopens_made_at_once_share_one_transaction(pg_url: str) -> None:
     """A bulk retry's lanes reopen runs side by side: while one reopen is on its way, the
     others wait and go together, one statement and one WAL flush for all of them (the
