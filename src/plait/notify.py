@@ -58,8 +58,9 @@ class Notifier:
         #: may have settled the run, ("busy", run_id) for one that did not, ("work", "")
         self.remote: Callable[[str, str], None] | None = None
         #: set by a channel whose store tells the other processes of a new run in the
-        #: transaction that creates it (PostgreSQL NOTIFYs in its functions): a second
-        #: notice would only wake their workers for a claim the first one made already
+        #: transaction that creates it, and of a run an event woke in the transaction that
+        #: stores the event (PostgreSQL NOTIFYs in its functions): a second notice would
+        #: only wake their workers for a claim the first one made already
         self.commits_tell = False
 
     # -- runs -------------------------------------------------------------------------------
@@ -130,6 +131,17 @@ class Notifier:
     def runs_created(self) -> None:
         """Runs to take were committed (not leased to this process): tell this process,
         and the others unless the commit told them itself (``commits_tell``)."""
+        self.local_work()
+        if self.remote is not None and not self.commits_tell:
+            self.remote("work", "")
+
+    def event_stored(self, run_id: str) -> None:
+        """An event for ``run_id`` was committed, which woke the run if it was running:
+        tell this process's watchers of the run (it has not settled) and loops, and the
+        other processes' watchers. Their workers hear of the wake-up from the commit itself
+        where it tells them (``commits_tell``): a notice of new work would wake every loop
+        of every worker, whose claim, made as the run's pass starts, would find nothing."""
+        self.run_changed(run_id, settled=False)
         self.local_work()
         if self.remote is not None and not self.commits_tell:
             self.remote("work", "")

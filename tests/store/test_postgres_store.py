@@ -17,12 +17,13 @@ from typing import Any
 import pytest
 
 import plait
-from plait.errors import LeaseLostError
+from plait.errors import LeaseLostError, RunEndedElsewhereError
 from plait.notify import WORK_KINDS
 from plait.records import SETTLED
 from plait.store.ops import (
     Batch,
     CancelChildren,
+    ConsumeEvent,
     CreateChildRun,
     EndRun,
     FinishAttempt,
@@ -42,6 +43,9 @@ asyncpg = pytest.importorskip("asyncpg")
 postgres = pytest.importorskip("plait.store.postgres")
 PostgresStore = postgres.PostgresStore
 _op_value = pytest.importorskip("plait.store.postgres.commit").op_value
+_first_attempts_statement = pytest.importorskip(
+    "plait.store.postgres.commit"
+).first_attempts_statement
 DatabaseUnavailableError = postgres.DatabaseUnavailableError
 
 _names = itertools.count()
@@ -285,6 +289,125 @@ async def test_first_attempts_are_written_as_commit_steps_writes_them(pg_url: st
         ]
         assert len(written[0]) == len(keys)
         assert written[0] == written[1]
+    finally:
+        await store.close()
+
+
+async def test_a_batch_that_takes_an_event_is_written_as_commit_batch_writes_it(
+    pg_url: str,
+) -> None:
+    """The step after a wait for an event commits the wait's step, the event taken and the
+    next step's first attempt as one statement of plain rows, not through the schema's
+    function. Rows and events must come out as ``commit_batch`` writes the same ops: an
+    event another pass took refuses the whole batch, a batch that no longer holds the
+    lease writes nothing and takes no event, and in a run that ended meanwhile the event
+    is taken, the wait's step written and no attempt started."""
+    store = PostgresStore(pg_url)
+    await store.open()
+    runs = ("rows", "function")
+    try:
+        for run_id in runs:
+            await store.create_run(
+                NewRun(
+                    run_id,
+                    "wf",
+                    "workflow",
+                    None,
+                    "{}",
+                    lease_owner="w1",
+                    lease_seconds=600.0,
+                    status="running",
+                )
+            )
+
+        async def event(run_id: str, name: str) -> int:
+            await store.send_event(run_id, name, '"x"')
+            query = "SELECT max(id) FROM plait.events WHERE run_id = $1"
+            return int(await store._call("fetchval", query, run_id, read=True))
+
+        def batch(run_id: str, event_id: int, n: int) -> list[Op]:
+            wait = step("-", f"__event:e{n}", seq=2 * n, kind="event", status="succeeded")
+            after = step("-", f"s{n}", seq=2 * n + 1, status="running", attempts=1)
+            return [
+                PutStep(dataclasses.replace(wait, run_id=run_id, output='"x"')),
+                ConsumeEvent(event_id, wait.key),
+                StartAttempt(dataclasses.replace(after, run_id=run_id), 1, "running", "w1:a"),
+            ]
+
+        end = StepEnd("failed", None, "{}", failures=1)
+
+        async def both(
+            n: int, taken_by: str | None = None, fence: str = "w1", cancelled: bool = False
+        ) -> list[Any]:
+            """The batch of round ``n`` committed by the store and by commit_batch: what
+            each raised or answered. Its event is taken first by ``taken_by``, or its run
+            ``cancelled`` once the event is stored."""
+            answers: list[Any] = []
+            for run_id in runs:
+                event_id = await event(run_id, f"e{n}")
+                if taken_by is not None:
+                    query = "UPDATE plait.events SET consumed_by = $2 WHERE id = $1"
+                    await store._call("execute", query, event_id, taken_by)
+                if cancelled:
+                    await store.cancel_run(run_id, "cancelled", "{}", end, CUT)
+                ops = batch(run_id, event_id, n)
+                try:
+                    if run_id == "rows":
+                        answers.append(await store.commit(Batch(run_id, ops, fence=fence)))
+                    else:
+                        values = [_op_value(op) for op in ops]
+                        answers.append(
+                            await store._call(
+                                "fetchval", store._q["commit_batch"], run_id, fence, values, at
+                            )
+                        )
+                except Exception as exc:  # the function's refusal: the lease's SQLSTATE
+                    answers.append(getattr(exc, "sqlstate", None) or type(exc))
+            return answers
+
+        sent: list[str] = []
+        held = store._pool.call_held
+
+        async def spy(method: str, query: str, *args: Any) -> Any:
+            sent.append(query)
+            return await held(method, query, *args)
+
+        store._pool.call_held = spy  # type: ignore[method-assign]
+        at = T0
+        for n in range(3):
+            at = T0 + n
+            store._now = lambda at=at: at  # type: ignore[method-assign]
+            assert await both(n) == [False, "done"]
+        one_statement = _first_attempts_statement(store._q["commit_first_attempts_consuming"], 2)
+        assert sent == [one_statement] * 3
+        at = T0 + 3
+        store._now = lambda: T0 + 3  # type: ignore[method-assign]
+        assert await both(3, taken_by="another pass") == [LeaseLostError, "PLT01"]
+        assert await both(4, fence="w2") == [LeaseLostError, "PLT01"]
+        assert await both(5, cancelled=True) == [RunEndedElsewhereError, "ended"]
+        steps = "SELECT * FROM plait.steps WHERE run_id = $1 ORDER BY key"
+        events = "SELECT name, consumed_by FROM plait.events WHERE run_id = $1 ORDER BY id"
+        written = [
+            (
+                [
+                    {k: v for k, v in r.items() if k != "run_id"}
+                    for r in await store._call("fetch", steps, run)
+                ],
+                [tuple(r) for r in await store._call("fetch", events, run)],
+            )
+            for run in runs
+        ]
+        assert written[0] == written[1]
+        keys = [r["key"] for r in written[0][0]]
+        assert keys == ["__event:e0", "__event:e1", "__event:e2", "__event:e5", "s0", "s1", "s2"]
+        assert written[0][1] == [
+            ("e0", "__event:e0"),
+            ("e1", "__event:e1"),
+            ("e2", "__event:e2"),
+            ("e3", "another pass"),
+            ("e4", None),
+            ("e5", "__event:e5"),
+        ]
     finally:
         await store.close()
 
@@ -895,6 +1018,42 @@ async def test_a_start_tells_the_other_processes_once(pg_url: str) -> None:
             await asyncio.wait_for(marker.wait(), 10)
         assert [p for p in heard if p.split("|")[-1] in WORK_KINDS] == ["due"], heard
         assert await _fetchval(pg_url, 'SELECT status FROM "plait".runs WHERE id = $1', run_id)
+    finally:
+        await listener.close()
+
+
+async def test_an_event_tells_the_other_processes_once(pg_url: str) -> None:
+    """The transaction that stores an event for a running run wakes it and NOTIFYs 'due';
+    the engine that sent it sends no notice of new work, which would only have woken every
+    loop of every worker, their claims finding nothing as the woken run's pass starts. Its
+    watchers in other processes still hear that the run changed."""
+    app = plait.App("pg-event")
+
+    @app.workflow
+    async def waits(wf: plait.Workflow) -> Any:
+        return await wf.wait_for_event("go")
+
+    heard: list[str] = []
+    marker = asyncio.Event()
+
+    def on_notify(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        heard.append(payload)
+        if payload.endswith("run:marker"):
+            marker.set()
+
+    listener = await asyncpg.connect(pg_url)
+    try:
+        async with plait.Engine(app, pg_url, workers=False) as engine:
+            run_id = await engine.start(waits)  # not driven here: it stays running
+            await listener.add_listener("plait_plait", on_notify)
+            assert await engine.send_event(run_id, "go", 1) is False
+            # the engine's own notices go out in order through one outbox: once the marker
+            # published after the send arrives, any notice of the send has arrived
+            engine.notifier.run_changed("marker")
+            await asyncio.wait_for(marker.wait(), 10)
+        kinds = [p.split("|")[-1] for p in heard]
+        assert [k for k in kinds if k in WORK_KINDS] == ["due"], heard
+        assert kinds.count(f"busy:{run_id}") == 2, heard  # the commit's, and the engine's
     finally:
         await listener.close()
 

@@ -103,16 +103,22 @@ def test_an_unknown_synchronous_level_is_refused() -> None:
         make_store("sqlite://", synchronous="FAST")
 
 
-def test_first_attempts_write_steps_as_apply_step_ops_does() -> None:
-    """``commit_first_attempts`` (a sequential step's write, one statement) writes step rows
-    into the same columns with the same conflict rules as ``apply_step_ops``, the schema's
-    function every other batch of step writes goes through. Written twice, they must not
-    drift: a change to the function must change the query too. (The rows themselves are
-    compared on a server in test_postgres_store.py.)"""
+@pytest.mark.parametrize(
+    ("name", "first"),
+    [("commit_first_attempts", 3), ("commit_first_attempts_consuming", 5)],
+    ids=["steps", "taking an event"],
+)
+def test_first_attempts_write_steps_as_apply_step_ops_does(name: str, first: int) -> None:
+    """``commit_first_attempts`` (a sequential step's write, one statement) and its form
+    that also takes an event write step rows into the same columns with the same conflict
+    rules as ``apply_step_ops``, the schema's function every other batch of step writes
+    goes through. Written more than once, they must not drift: a change to the function
+    must change the queries too. (The rows themselves are compared on a server in
+    test_postgres_store.py.)"""
     body = (STORE_DIR / "sql" / "postgres" / "functions" / "steps.sql").read_text()
     body = body.split("FUNCTION @schema@.apply_step_ops(", 1)[1].split("END $$;")[0]
     function = body[body.index("INSERT INTO @schema@.steps") :].strip().removesuffix(";")
-    query = queries.load("postgres", schema="@schema@")["commit_first_attempts"]
+    query = queries.load("postgres", schema="@schema@")[name]
     statement = query[query.index("INSERT INTO @schema@.steps") : query.index("\n)\nSELECT")]
 
     def words(text: str) -> str:
@@ -126,6 +132,7 @@ def test_first_attempts_write_steps_as_apply_step_ops_does() -> None:
 
     assert columns(statement) == columns(function)
     assert conflict(statement) == conflict(function)
-    # one row of typed parameters after the run and the fence: a column each, in order
+    # one row of typed parameters after the run, the fence (and the event): a column
+    # each, in order
     typed = [int(n) for n in re.findall(r"\$(\d+)::", statement)]
-    assert typed == list(range(3, 3 + columns(function).count(",") + 1))
+    assert typed == list(range(first, first + columns(function).count(",") + 1))

@@ -232,16 +232,21 @@ def _answered(exc: asyncpg.PostgresError) -> Exception:
     return exc
 
 
-def _first_attempt_rows(run_id: str, ops: list[Op], now: float) -> list[Any] | None:
+def _first_attempt_rows(
+    run_id: str, ops: list[Op], now: float
+) -> tuple[ConsumeEvent | None, list[Any]] | None:
     """The parameters of ``commit_first_attempts`` for a batch it can write (at most
     ``_FIRST_ATTEMPT_ROWS`` step writes of ``run_id`` as ``steps_only`` says, no attempt
     after a first one started), else None: each step as a row of the steps table, its
-    attempt columns filled as ``apply_step_ops`` fills them. One pass over the batch,
-    since every sequential step comes this way."""
+    attempt columns filled as ``apply_step_ops`` fills them. A batch that also takes one
+    event (the step after a wait for an event) is written the same way, by
+    ``commit_first_attempts_consuming``: the event is returned with the rows. One pass over
+    the batch, since every sequential step comes this way."""
     if not ops or len(ops) > _FIRST_ATTEMPT_ROWS:
         return None
     keys: set[str] = set()
     rows: list[Any] = []
+    taking: ConsumeEvent | None = None
     for op in ops:
         if isinstance(op, StartAttempt):
             if op.attempt > 1:
@@ -251,6 +256,9 @@ def _first_attempt_rows(run_id: str, ops: list[Op], now: float) -> list[Any] | N
             attempt = (None, op.status, op.error, None, now)
         elif isinstance(op, PutStep):
             attempt = STEP_ATTEMPT_COLUMNS
+        elif isinstance(op, ConsumeEvent) and taking is None:
+            taking = op
+            continue
         else:
             return None
         step = op.step
@@ -259,7 +267,9 @@ def _first_attempt_rows(run_id: str, ops: list[Op], now: float) -> list[Any] | N
         keys.add(step.key)
         rows += convert.step_params(step, flag=bool)
         rows += attempt
-    return rows
+    if not keys:
+        return None  # an event taken with no step written: apply_ops takes it
+    return taking, rows
 
 
 @functools.lru_cache(maxsize=2 * _FIRST_ATTEMPT_ROWS)
@@ -269,8 +279,9 @@ def first_attempts_statement(one_row: str, rows: int) -> str:
     head, tail = one_row.split("(VALUES (", 1)
     first, rest = tail.split(")) AS u", 1)
     width = first.count("$")
+    before = int(first.split("$", 1)[1].split("::", 1)[0]) - 1  # the parameters ahead of it
     more = [
-        "(" + ", ".join(f"${2 + width * r + c}" for c in range(1, width + 1)) + ")"
+        "(" + ", ".join(f"${before + width * r + c}" for c in range(1, width + 1)) + ")"
         for r in range(1, rows)
     ]
     return f"{head}(VALUES ({first}){''.join(', ' + row for row in more)}) AS u{rest}"
@@ -380,11 +391,26 @@ class Commits(Part):
         """One batch in its own transaction (a group of one, or a group's fallback)."""
         call = call or self._call
         if release_wakeups_seen is None:
-            rows = None if fence is None else _first_attempt_rows(run_id, ops, self._now())
-            if rows is not None:
+            plan = None if fence is None else _first_attempt_rows(run_id, ops, self._now())
+            if plan is not None:
                 # the path of every sequential step: fenced and written, no loop over ops
-                query = first_attempts_statement(self._q["commit_first_attempts"], len(ops))
-                ended = await call("fetchval", query, run_id, fence, *rows)
+                taking, rows = plan
+                if taking is None:
+                    query = first_attempts_statement(self._q["commit_first_attempts"], len(ops))
+                    ended = await call("fetchval", query, run_id, fence, *rows)
+                else:
+                    query = first_attempts_statement(
+                        self._q["commit_first_attempts_consuming"], len(ops) - 1
+                    )
+                    row = await call(
+                        "fetchrow", query, run_id, fence, taking.event_id, taking.key, *rows
+                    )
+                    if row is not None and not row["consumed"]:
+                        # nothing written, as apply_ops' refusal (PLT01) rolls it all back
+                        raise LeaseLostError(
+                            f"event {taking.event_id} was consumed by another pass"
+                        )
+                    ended = None if row is None else row["ended"]
                 answer = "lost" if ended is None else "ended" if ended else "done"
             elif fence is not None and steps_only(run_id, ops):
                 values = [op_value(op) for op in ops]

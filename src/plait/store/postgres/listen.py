@@ -76,7 +76,7 @@ class Listener:
         timeout if the server cannot be reached: it keeps trying)."""
         self._notifier = notifier
         notifier.remote = self.publish
-        notifier.commits_tell = True  # insert_run and fork_run NOTIFY new runs
+        notifier.commits_tell = True  # insert_run, fork_run and wake_run NOTIFY 'due'
         if not self.enabled or self._listener is not None:
             return
         self._listening.clear()

@@ -202,9 +202,12 @@ class PostgresStore(
             await self._pool.open()
             await self._migrate()
             first_attempts = self._q["commit_first_attempts"]
+            consuming = self._q["commit_first_attempts_consuming"]
             self._pool.warm(
                 [self._q[name] for name in _WARM_STATEMENTS]
                 + [first_attempts_statement(first_attempts, rows) for rows in (1, 2)]
+                # the step after a wait for an event: the wait's step and the next one
+                + [first_attempts_statement(consuming, 2)]
             )
         except BaseException as exc:
             self._pool.terminate()

@@ -310,6 +310,72 @@ WITH fence AS (
 )
 SELECT ended FROM fence
 
+-- name: commit_first_attempts_consuming
+-- commit_first_attempts for a batch that also takes one event (event $3 for step $4, as
+-- apply_ops' consume_event takes it): the step after a wait for an event, whose batch ends
+-- the wait's step, takes its event and starts the next step's first attempt. The event is
+-- taken only under the lease, and the steps are written only if it was taken, so that
+-- either all of the batch is written or none of it. The steps' row of parameters starts at
+-- $5. Once written: whether the run has ended (as commit_first_attempts), and whether the
+-- event was taken (false: another pass took it first, and nothing was written). No row,
+-- with nothing written, when $2 no longer holds the lease.
+WITH fence AS (
+    SELECT status IN ('completed', 'failed', 'cancelled', 'continued') AS ended
+    FROM @schema@.runs WHERE id = $1 AND lease_owner = $2 FOR UPDATE
+), consumed AS (
+    UPDATE @schema@.events SET consumed_by = $4::text
+    WHERE id = $3::bigint AND consumed_by IS NULL AND EXISTS (SELECT FROM fence)
+    RETURNING id
+), written AS (
+    INSERT INTO @schema@.steps (run_id, key, seq, name, kind, function, status, input, output,
+        error, attempts, failures, retries, retry_delay, timeout, invocation_id, child_run_id,
+        branch, from_key, queued, wake_at, created_at, updated_at, delivered,
+        retried_failures, reached_after, worker, attempt_status, attempt_error,
+        attempt_started, attempt_finished)
+    SELECT * FROM (VALUES ($5::text, $6::text, $7::integer, $8::text, $9::text, $10::text,
+        $11::text, $12::json, $13::json, $14::json, $15::integer, $16::integer,
+        $17::integer, $18::double precision, $19::double precision, $20::text, $21::text,
+        $22::text, $23::text, $24::boolean, $25::timestamptz, $26::timestamptz,
+        $27::timestamptz, $28::integer, $29::integer, $30::json, $31::text, $32::text,
+        $33::json, $34::timestamptz, $35::timestamptz)) AS u (run_id, key, seq, name, kind,
+        function, status, input, output, error, attempts, failures, retries, retry_delay,
+        timeout, invocation_id, child_run_id, branch, from_key, queued, wake_at, created_at,
+        updated_at, delivered, retried_failures, reached_after, worker, attempt_status,
+        attempt_error, attempt_started, attempt_finished)
+    WHERE EXISTS (
+        SELECT FROM fence
+        WHERE NOT ended OR (u.attempt_started IS NULL
+            AND coalesce(u.attempt_status, '') <> 'interrupted')
+    ) AND EXISTS (SELECT FROM consumed)
+    ON CONFLICT (run_id, key) DO UPDATE SET
+        kind = excluded.kind, function = excluded.function, status = excluded.status,
+        input = excluded.input, output = excluded.output, error = excluded.error,
+        attempts = excluded.attempts, failures = excluded.failures,
+        retries = excluded.retries, retry_delay = excluded.retry_delay,
+        timeout = excluded.timeout, child_run_id = excluded.child_run_id,
+        branch = excluded.branch, queued = excluded.queued, wake_at = excluded.wake_at,
+        updated_at = excluded.updated_at, delivered = excluded.delivered,
+        retried_failures = excluded.retried_failures,
+        worker = CASE WHEN excluded.attempt_started IS NOT NULL THEN excluded.worker
+            ELSE steps.worker END,
+        attempt_status = CASE
+            WHEN excluded.attempt_status IS NULL THEN steps.attempt_status
+            WHEN excluded.attempt_started IS NOT NULL THEN excluded.attempt_status
+            WHEN steps.attempt_status IS NULL THEN NULL
+            ELSE excluded.attempt_status END,
+        attempt_error = CASE
+            WHEN excluded.attempt_status IS NULL THEN steps.attempt_error
+            WHEN excluded.attempt_started IS NOT NULL OR steps.attempt_status IS NULL THEN NULL
+            ELSE excluded.attempt_error END,
+        attempt_started = CASE WHEN excluded.attempt_started IS NOT NULL
+            THEN excluded.attempt_started ELSE steps.attempt_started END,
+        attempt_finished = CASE
+            WHEN excluded.attempt_status IS NULL THEN steps.attempt_finished
+            WHEN excluded.attempt_started IS NOT NULL OR steps.attempt_status IS NULL THEN NULL
+            ELSE excluded.attempt_finished END
+)
+SELECT ended, EXISTS (SELECT FROM consumed) AS consumed FROM fence
+
 -- name: commit_and_release
 SELECT @schema@.commit_and_release($1, $2, $3::@schema@.op[], $4, $5)
 
