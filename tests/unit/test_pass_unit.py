@@ -6,6 +6,7 @@ every batch the pass commits.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -19,6 +20,7 @@ from plait.errors import LeaseLostError
 from plait.retry import RetryPolicy
 from plait.runtime import steps
 from plait.runtime.attempt import Outcome
+from plait.runtime.cancels import StepCancels
 from plait.runtime.control_flow import PassAborted
 from plait.runtime.orchestrator import execute_pass
 from plait.store.ops import (
@@ -294,3 +296,61 @@ async def test_a_lease_lost_before_a_body_stops_the_pass_and_not_the_workflow() 
     assert isinstance(aborted.value.cause, LeaseLostError)
     assert ran == []
     assert [type(op) for op in host.ops] == [StartAttempt]
+
+
+class HeldLeaseHost(ListHost):
+    """A host whose first lease check before a body waits until ``free`` is set: a lease
+    renewal that goes to the store (a stall outlived the renewal's deadline)."""
+
+    def __init__(self, app: plait.App) -> None:
+        super().__init__(app)
+        self.free = asyncio.Event()
+        self.checks = 0
+
+    async def keep_lease(self, run_id: str, key: str | None = None) -> bool:
+        self.checks += 1
+        if self.checks == 1:
+            await self.free.wait()
+        return True
+
+
+async def test_a_step_cancelled_while_its_lease_is_checked_never_starts_its_body(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The workflow cancels a step while its attempt asks the store whether the lease is
+    still held (after the attempt's start was written): the body must not start once the
+    answer comes, and the pass must not wait for it."""
+    ran: list[str] = []
+    app = plait.App()
+
+    @app.function
+    async def slow() -> str:
+        ran.append("slow")
+        await asyncio.Event().wait()  # never ends unless cancelled
+        return "slow"
+
+    @app.function
+    def quick() -> str:
+        ran.append("quick")
+        return "quick"
+
+    @app.workflow
+    async def cancels_it(wf: plait.Workflow) -> str:
+        task = asyncio.create_task(wf.do("slow", slow))
+        await wf.do("quick", quick)
+        task.cancel()
+        return "went on"
+
+    host = HeldLeaseHost(app)
+    sweep = StepCancels.sweep
+
+    def swept(self: StepCancels, *args: Any) -> None:
+        sweep(self, *args)
+        host.free.set()  # the lease check answers once the cancel is known
+
+    monkeypatch.setattr(StepCancels, "sweep", swept)
+    result = await asyncio.wait_for(execute_pass(host, snapshot("cancels_it", None), "me"), 10)
+    assert result.status == "completed"
+    assert ran == ["quick"]
+    (ended,) = [op for op in host.ops if isinstance(op, FinishAttempt) and op.step.key == "slow"]
+    assert ended.status == "cancelled"

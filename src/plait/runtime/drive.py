@@ -144,11 +144,6 @@ class Driver:
         if not go:
             return NOT_DECODED
         await ledger.flush()
-        if step.key in ledger.cancelled:
-            # the workflow cancelled it while its start was being written: no body runs
-            ledger.add(steps.cancel_step(step, ledger.now()))
-            ledger.mark_delivered(step)
-            raise StepCancelled(step.key)
         ctx = StepContext(
             run_id=ledger.run.id,
             step_key=step.key,
@@ -168,6 +163,12 @@ class Driver:
             lost = LeaseLostError(f"run {run.id}: lease lost before step {step.key!r} started")
             ledger.aborted = PassAborted(lost)
             raise ledger.aborted
+        if step.key in ledger.cancelled:
+            # the workflow cancelled it while its start was written, or while the lease
+            # was asked after: no body runs (no await from here to the body's start)
+            ledger.add(steps.cancel_step(step, ledger.now()))
+            ledger.mark_delivered(step)
+            raise StepCancelled(step.key)
         with (
             NO_REPORT
             if telemetry is None
