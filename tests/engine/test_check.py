@@ -339,3 +339,22 @@ async def test_check_names_the_step_whose_recorded_result_no_longer_decodes(
         (result,) = await engine.check()
     assert not result.ok and result.step == "get", result
     assert result.reason is not None and "no longer decodes" in result.reason
+
+
+async def test_check_leaves_alone_a_cancelled_run_its_code_fails_on_replay(
+    engine_factory: Any,
+) -> None:
+    """A cancel cuts the run's steps in flight; replayed, the code meets the cut and fails,
+    as the run did end: that is no regression of the new code."""
+    async with engine_factory(reads_app(1)) as engine:
+        run_id = await engine.start("w", True)
+
+        async def waits() -> bool:
+            return any(s.kind == "event" for s in await engine.get_steps(run_id))
+
+        await eventually(waits)
+        await engine.cancel(run_id)
+        assert (await engine.wait(run_id, timeout=10)).status == "cancelled"
+    async with engine_factory(reads_app(1), workers=False) as engine:
+        results = await engine.check(include_ended=1)
+        assert [r.ok for r in results] == [True], results

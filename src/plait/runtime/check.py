@@ -29,13 +29,13 @@ step's removal, and the error is named in the reason.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
-from typing import Any
+from typing import Any, get_args
 
 from plait import serde
 from plait.catalog import Catalog
 from plait.clock import Clock
 from plait.context import StreamSink
-from plait.records import CheckResult, Run, step_label
+from plait.records import TERMINAL, CheckResult, Run, step_label
 from plait.runtime.control_flow import PassAborted, SuspendSignal
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger, PassResult
@@ -44,6 +44,9 @@ from plait.serde import Limits
 from plait.statuses import STEP_IN_FLIGHT, RunStatusName
 from plait.store.ops import Batch, EndRun
 from plait.store.rows import PassSnapshot, Spend, StepRow
+
+#: the runs a check expects not to fail: live ones, and completed ones (include_ended)
+_GOES_ON = frozenset(s for s in get_args(RunStatusName) if s not in TERMINAL) | {"completed"}
 
 #: the lease owner a dry pass names in the ops it never writes
 DRY_OWNER = "plait-check"
@@ -189,9 +192,10 @@ async def check_run(host: DryHost, snapshot: PassSnapshot) -> CheckResult:
             _removed_reason(step, waits_at, ledger.ended),
         )
     ended = ledger.ended
-    if ended is not None and ended.status == "failed" and run.status != "failed":
+    if ended is not None and ended.status == "failed" and run.status in _GOES_ON:
         # on the recorded outcomes alone (no new step body runs here) the code now fails a
-        # run that its history has going on or completed: an error the deploy brings
+        # run that its history has going on or completed: an error the deploy brings (a
+        # run that ended otherwise, cancelled say, may fail on its cut steps, as it did)
         record: dict[str, Any] = serde.loads(ended.error) if ended.error else {}
         message = record.get("message") or record.get("type") or "an error"
         return CheckResult(
