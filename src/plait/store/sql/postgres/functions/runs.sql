@@ -375,8 +375,9 @@ BEGIN
 END $$;
 
 -- The run that continues p_run as new (p_run just ended continued): created, linked both
--- ways, handed the events p_run held, and waited for by the parent's step that waited for p_run, in the transaction of
--- the end, so a chain never has two live runs, nor none. SQLSTATE PLT06: its id is taken.
+-- ways, handed the events p_run held, and waited for by the parent's step that waited for
+-- p_run, in the transaction of the end, so a chain never has two live runs, nor none.
+-- SQLSTATE PLT06: its id is taken.
 CREATE OR REPLACE FUNCTION @schema@.start_successor(
     p_run text, n @schema@.new_run, p_now timestamptz
 ) RETURNS void LANGUAGE plpgsql AS $$
