@@ -4,12 +4,10 @@ the jobs of limited queues, and how deep each queue is.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
 from plait.statuses import RunStatusName
-from plait.store.postgres.codec import fair_arrays, queue_arrays, step_job, step_row
+from plait.store.postgres.codec import fair_arrays, queue_arrays, step_job
 from plait.store.postgres.leases import scope_args
 from plait.store.postgres.part import Part
 from plait.store.rows import ANY_SCOPE, ClaimScope, QueueDepth, QueueKeyDepth, QueueLimits, StepJob
@@ -77,22 +75,22 @@ class Queues(Part):
             [h[0] for h in held],
             [h[1] for h in held],
         )
-        jobs = [step_job(r) for r in rows]
-        if not jobs:
-            return jobs
+        if not rows:
+            return []
         # The claim's function waits for the queues' lock, then reads with snapshots taken
-        # after it; the statement calling it joins the steps with its own older one. A job
-        # committed meanwhile would come with its step as it was before that commit (none,
-        # or pending), which a worker reads as a step that no longer waits for it and
-        # drops the job: read the steps again in a statement of their own.
+        # after it; a statement calling it would see the steps with its own older one. A
+        # job committed meanwhile would come with its step as it was before that commit
+        # (none, or pending), which a worker reads as a step that no longer waits for it
+        # and drops the job: its step and run are read in a statement of their own.
         found = await self._call(
             "fetch",
             self._q["claimed_steps"],
-            [job.run_id for job in jobs],
-            [job.step_key for job in jobs],
+            [r["run_id"] for r in rows],
+            [r["step_key"] for r in rows],
+            [r["function"] for r in rows],
+            [r["deliveries"] for r in rows],
         )
-        seen = {(r["run_id"], r["step_key"]): r for r in found}
-        return [_with_step(job, seen.get((job.run_id, job.step_key))) for job in jobs]
+        return [step_job(r) for r in found]
 
     async def queue_depths(self) -> list[QueueDepth]:
         rows = await self._call("fetch", self._q["queue_depths"], read=True)
@@ -104,11 +102,3 @@ class Queues(Part):
             QueueKeyDepth(r[0], int(r[1]), int(r[2]), None if r[3] is None else int(r[3]))
             for r in rows
         ]
-
-
-def _with_step(job: StepJob, row: Any) -> StepJob:
-    """``job`` with the step and run ``claimed_steps`` read for it (``row``)."""
-    if row is None:
-        return job
-    step = None if row["s"] is None else step_row(row["s"])
-    return dataclasses.replace(job, step=step, workflow=row["workflow"] or "", trace=row["trace"])

@@ -660,25 +660,26 @@ SELECT id FROM @schema@.admit_runs($1, $2, $3, $4, $5::text[], $6::integer[],
 SELECT min(wake_at) FROM @schema@.runs WHERE status = 'queued'
 
 -- name: claim_queue_jobs
--- Each claimed job comes with its step's row and its run's workflow and trace.
-WITH claimed AS (
-    SELECT * FROM @schema@.claim_queue_jobs($1, $2, $3, $4, $5::text[], $6::integer[],
-        $7::integer[], $8::float8[], $9::text[], $10::text[], $11::text[], $12::text[])
-)
-SELECT c.run_id, c.step_key, c.function, c.deliveries, s, r.workflow, r.trace
-FROM claimed c LEFT JOIN @schema@.steps s ON s.run_id = c.run_id AND s.key = c.step_key
-    LEFT JOIN @schema@.runs r ON r.id = c.run_id
+-- The jobs claimed, oldest first. Their steps and runs are read by claimed_steps, in a
+-- statement of its own: one joined here would see them with this statement's snapshot,
+-- older than the function's (see there).
+SELECT c.run_id, c.step_key, c.function, c.deliveries
+FROM @schema@.claim_queue_jobs($1, $2, $3, $4, $5::text[], $6::integer[], $7::integer[],
+    $8::float8[], $9::text[], $10::text[], $11::text[], $12::text[]) c
 ORDER BY c.available_at
 
 -- name: claimed_steps
--- The step rows, and their runs' workflow and trace, of the jobs a claim_queue_jobs took
--- ($1 run ids, $2 step keys). That claim's function reads with snapshots of its own, taken
--- after the lock it waits for: a job (and its step) committed meanwhile is claimed, while
--- the calling statement's older snapshot sees the step as it was before (or none).
-SELECT g.run_id, g.step_key, s, r.workflow, r.trace
-FROM unnest($1::text[], $2::text[]) AS g(run_id, step_key)
+-- The jobs a claim_queue_jobs took ($1 run ids, $2 step keys, $3 functions, $4 deliveries),
+-- in that order, each with its step's row and its run's workflow and trace. That claim's
+-- function reads with snapshots of its own, taken after the lock it waits for: a job (and
+-- its step) committed meanwhile is claimed, while the calling statement's older snapshot
+-- sees the step as it was before (or none).
+SELECT g.run_id, g.step_key, g.function, g.deliveries, s, r.workflow, r.trace
+FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[]) WITH ORDINALITY
+        AS g(run_id, step_key, function, deliveries, n)
     LEFT JOIN @schema@.steps s ON s.run_id = g.run_id AND s.key = g.step_key
     LEFT JOIN @schema@.runs r ON r.id = g.run_id
+ORDER BY g.n
 
 -- name: queue_depths
 SELECT queue, count(*) FILTER (WHERE status = 'queued'),
