@@ -137,14 +137,13 @@ class Notifier:
 
     def event_stored(self, run_id: str) -> None:
         """An event for ``run_id`` was committed, which woke the run if it was running:
-        tell this process's watchers of the run (it has not settled) and loops, and the
-        other processes' watchers. Their workers hear of the wake-up from the commit itself
-        where it tells them (``commits_tell``): a notice of new work would wake every loop
-        of every worker, whose claim, made as the run's pass starts, would find nothing."""
+        tell this process's watchers of the run (it has not settled) and the other
+        processes' watchers, and the workers as for a created run. Where the commit tells
+        the other processes' workers itself (``commits_tell``), a notice of new work would
+        wake every loop of every worker, whose claim, made as the run's pass starts,
+        would find nothing."""
         self.run_changed(run_id, settled=False)
-        self.local_work()
-        if self.remote is not None and not self.commits_tell:
-            self.remote("work", "")
+        self.runs_created()
 
 
 class RunEndPoll:
