@@ -562,30 +562,9 @@ def finish_attempt(
     the fallback, so nothing is lost if it does not). A succeeded attempt's statement
     leaves its error as its start left it (none), which spares the stream-reset
     trigger's program (schema.sql)."""
-    succeeded = status == "succeeded" and error is None
-    if (
-        succeeded
-        and s.error is None
-        and s.wake_at is None
-        and s.branch is None
-        and s.child_run_id is None
-    ):
-        # the usual success: its missing values written as NULL (see _insert_step_start)
-        cur = conn.execute(
-            _FINISH_STEP_SUCCEEDED_PLAIN,
-            (
-                s.status,
-                s.output,
-                s.attempts,
-                s.failures,
-                s.updated_at,
-                s.delivered,
-                status,
-                now,
-                s.run_id,
-                s.key,
-            ),
-        )
+    plain = _plain_success(s, status, error, now)
+    if plain is not None:
+        cur = conn.execute(_FINISH_STEP_SUCCEEDED_PLAIN, plain)
     else:
         head = (
             s.status,
@@ -599,12 +578,41 @@ def finish_attempt(
             s.updated_at,
             s.delivered,
         )
-        if succeeded:
+        if status == "succeeded" and error is None:
             cur = conn.execute(_FINISH_STEP_SUCCEEDED, (*head, status, now, s.run_id, s.key))
         else:
             cur = conn.execute(_FINISH_STEP, (*head, status, error, now, s.run_id, s.key))
     if cur.rowcount == 0:
         conn.execute(_UPSERT_STEP, convert.step_params(s))
+
+
+def _plain_success(
+    s: StepRow, status: str, error: str | None, now: float
+) -> tuple[object, ...] | None:
+    """What ``finish_step_succeeded``'s plain text binds (``_PLAIN_SUCCESS`` written as
+    NULL, see ``_insert_step_start``) for the usual success: no error, wake-up, branch or
+    child. None for any other end."""
+    if (
+        status != "succeeded"
+        or error is not None
+        or s.error is not None
+        or s.wake_at is not None
+        or s.branch is not None
+        or s.child_run_id is not None
+    ):
+        return None
+    return (
+        s.status,
+        s.output,
+        s.attempts,
+        s.failures,
+        s.updated_at,
+        s.delivered,
+        status,
+        now,
+        s.run_id,
+        s.key,
+    )
 
 
 def finish_fenced(run: Statements, run_id: str, op: Op, fence: str, now: float) -> bool:
@@ -614,36 +622,12 @@ def finish_fenced(run: Statements, run_id: str, op: Op, fence: str, now: float) 
     statement wrote nothing (no lease, a run in another status, no row): then nothing
     was written, and the commit checks its fence on its own and writes every op as
     usual."""
-    if not isinstance(op, FinishAttempt):
+    if not isinstance(op, FinishAttempt) or op.step.run_id != run_id:
         return False
-    s = op.step
-    if not (
-        op.status == "succeeded"
-        and op.error is None
-        and s.run_id == run_id
-        and s.error is None
-        and s.wake_at is None
-        and s.branch is None
-        and s.child_run_id is None
-    ):
+    plain = _plain_success(op.step, op.status, op.error, now)
+    if plain is None:
         return False
-    cur = run.execute(
-        _FINISH_STEP_SUCCEEDED_FENCED,
-        (
-            s.status,
-            s.output,
-            s.attempts,
-            s.failures,
-            s.updated_at,
-            s.delivered,
-            op.status,
-            now,
-            s.run_id,
-            s.key,
-            fence,
-        ),
-    )
-    return cur.rowcount == 1
+    return run.execute(_FINISH_STEP_SUCCEEDED_FENCED, (*plain, fence)).rowcount == 1
 
 
 def end_run(
