@@ -58,9 +58,11 @@ class Notifier:
         #: may have settled the run, ("busy", run_id) for one that did not, ("work", "")
         self.remote: Callable[[str, str], None] | None = None
         #: set by a channel whose store tells the other processes of a new run in the
-        #: transaction that creates it, and of a run an event woke in the transaction that
-        #: stores the event (PostgreSQL NOTIFYs in its functions): a second notice would
-        #: only wake their workers for a claim the first one made already
+        #: transaction that creates it, of a run an event woke in the transaction that
+        #: stores the event, and of a run's end in the transaction that ends it
+        #: (PostgreSQL NOTIFYs in its functions): a second notice would only wake their
+        #: workers for a claim the first one made already, and their waiters for a read
+        #: the first one led to
         self.commits_tell = False
 
     # -- runs -------------------------------------------------------------------------------
@@ -105,9 +107,11 @@ class Notifier:
 
     def run_changed(self, run_id: str, *, settled: bool | None = None) -> None:
         """``run_id`` changed here: tell this process and the others. ``settled`` is
-        whether the change settled it, None when the caller does not know."""
+        whether the change settled it, None when the caller does not know. A run is
+        settled by the commit that ends it, which told the other processes itself where
+        commits tell."""
         self.local_run_changed(run_id, settled=settled)
-        if self.remote is not None:
+        if self.remote is not None and not (settled is True and self.commits_tell):
             self.remote("busy" if settled is False else "run", run_id)
 
     # -- work -------------------------------------------------------------------------------

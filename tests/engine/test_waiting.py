@@ -65,6 +65,54 @@ def test_a_watcher_of_a_runs_end_sleeps_through_changes_that_did_not_end_it() ->
     asyncio.run(go())
 
 
+def test_a_run_settled_by_a_commit_that_tells_is_not_told_again() -> None:
+    """Where a store's commits tell the other processes themselves (PostgreSQL's functions
+    NOTIFY a run's end in the transaction that ends it), the process that ended the run
+    tells only its own waiters: a second notice would cost a statement after every pass
+    that ends a run, on the worker's way to its next claim."""
+
+    async def go() -> None:
+        notifier = Notifier()
+        told: list[tuple[str, str]] = []
+        notifier.remote = lambda kind, value: told.append((kind, value))
+        notifier.commits_tell = True
+        end = notifier.watch("r1", end_only=True)
+        notifier.run_changed("r1", settled=True)
+        assert end.is_set() and told == []
+        notifier.run_changed("r1", settled=False)  # a pass that left it running
+        notifier.run_changed("r2")  # a change that may or may not have settled it
+        assert told == [("busy", "r1"), ("run", "r2")]
+        notifier.commits_tell = False  # a store whose commits tell nobody
+        notifier.run_changed("r1", settled=True)
+        assert told[-1] == ("run", "r1")
+
+    asyncio.run(go())
+
+
+async def test_a_run_ended_by_a_worker_wakes_a_waiter_in_another_process(
+    engine_factory: Callable[..., Any],
+) -> None:
+    async with engine_factory(app) as worker, engine_factory(app, workers=False) as outside:
+        told: list[tuple[str, str]] = []
+        remote = worker.notifier.remote
+        if remote is not None:
+
+            def telling(kind: str, value: str) -> None:
+                told.append((kind, value))
+                remote(kind, value)
+
+            worker.notifier.remote = telling
+        run_id = await outside.start("gated", 2)
+        waiting = asyncio.ensure_future(outside.wait(run_id, timeout=30))
+        await outside.send_event(run_id, "go")
+        run = await asyncio.wait_for(waiting, 20)
+        assert (run.status, run.output) == ("completed", 20)
+        if worker.notifier.commits_tell:
+            assert ("run", run_id) not in told  # the commit that ended it told
+        elif remote is not None:
+            assert ("run", run_id) in told
+
+
 async def test_many_waiting_callers_read_each_run_about_twice(
     engine_factory: Callable[..., Any],
 ) -> None:

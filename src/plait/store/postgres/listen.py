@@ -76,7 +76,7 @@ class Listener:
         timeout if the server cannot be reached: it keeps trying)."""
         self._notifier = notifier
         notifier.remote = self.publish
-        notifier.commits_tell = True  # insert_run, fork_run and wake_run NOTIFY 'due'
+        notifier.commits_tell = True  # insert_run, fork_run, wake_run and end_run NOTIFY
         if not self.enabled or self._listener is not None:
             return
         self._listening.clear()
