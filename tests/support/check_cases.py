@@ -94,6 +94,21 @@ async def removed_step_v2(wf: plait.Workflow, c: Counter) -> Any:
     return await wf.wait_for_event("paid")  # "pack" is gone
 
 
+async def removed_in_branch_v1(wf: plait.Workflow, c: Counter) -> Any:
+    async def packing() -> list[str]:
+        return [await wf.do("reserve", _f(c, "reserve")), await wf.do("pack", _f(c, "pack"))]
+
+    # the event wait is reached first and waits while the other branch goes on
+    return await asyncio.gather(wf.wait_for_event("paid"), packing())
+
+
+async def removed_in_branch_v2(wf: plait.Workflow, c: Counter) -> Any:
+    async def packing() -> list[str]:
+        return [await wf.do("reserve", _f(c, "reserve"))]  # "pack" is gone
+
+    return await asyncio.gather(wf.wait_for_event("paid"), packing())
+
+
 async def renamed_event_v2(wf: plait.Workflow, c: Counter) -> Any:
     await wf.do("reserve", _f(c, "reserve"))
     return await wf.wait_for_event("payment")
@@ -140,6 +155,14 @@ CASES = [
         ("recorded step 'pack'", "reaches step '__event:paid' without it"),
     ),
     Case(
+        "removed_in_branch",
+        removed_in_branch_v1,
+        removed_in_branch_v2,
+        "pack",
+        "pack",
+        ("recorded step 'pack'", "reaches step '__event:paid' without it"),
+    ),
+    Case(
         "renamed_event",
         before_event_v1,
         renamed_event_v2,
@@ -173,9 +196,13 @@ def shop_app(counter: Counter, version: str, cases: list[Case]) -> plait.App:
 
 
 async def waiting(engine: plait.Engine, run_id: str) -> bool:
-    """Whether the run waits for an event."""
+    """Whether the run waits for an event, with every other step it reached ended (a
+    branch beside the wait may go on after the wait was reached)."""
     steps = await engine.get_steps(run_id)
-    return any(s.kind == "event" and s.status in ("pending", "scheduled") for s in steps)
+    in_flight = ("pending", "scheduled", "running")
+    return any(s.kind == "event" and s.status in in_flight for s in steps) and all(
+        s.kind == "event" or s.status not in in_flight for s in steps
+    )
 
 
 async def start_v1(engine_factory: Any, counter: Counter, cases: list[Case]) -> dict[str, str]:

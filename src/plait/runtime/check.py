@@ -213,8 +213,11 @@ def _removed(ledger: DryLedger) -> tuple[StepRow, StepRow | None] | None:
     only). Any recorded step, once the code has ended or waits on new steps only; while
     it waits on recorded steps, one the run reached before the last of them (recorded
     outcomes are handed back in the order the run first saw them, so the code reaches
-    recorded steps in the order the run did; one reached after them may still come). A
-    step's ``on_error`` handler is reached with its step."""
+    recorded steps in the order the run did; one reached after them may still come),
+    and one whose outcome the workflow was handed, wherever the run reached it: every
+    such outcome is handed back before the pass waits, so code that still takes the
+    step has taken it by then (a branch that goes on while another waits). A step's
+    ``on_error`` handler is reached with its step."""
     unreached, steps = ledger.unreached, ledger.steps
     waits = [
         s
@@ -223,12 +226,12 @@ def _removed(ledger: DryLedger) -> tuple[StepRow, StepRow | None] | None:
     ]
     last = waits[-1] if waits else None
     for step in ledger.recorded:
-        if last is not None and step.seq >= last.seq:
-            return None
         if step.key not in unreached:
             continue
         if step.kind == "on_error" and step.key.removesuffix(":on_error") not in unreached:
             continue
+        if last is not None and step.seq >= last.seq and step.delivered is None:
+            continue  # reached after the steps the code waits at: it may still come
         return step, last
     return None
 
