@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -247,3 +248,93 @@ async def test_a_deploy_that_continues_sooner_than_the_record_is_a_conflict(
         # the run recorded work(1) done; the deploy must not do it a second time
         assert counter["work1"] == 1, (run.status, counter.counts)
         assert run.status == "failed" and run.error["code"] == "VERSION_CONFLICT", run
+
+
+def branches_app(counter: Counter, version: int) -> plait.App:
+    """Two branches of a gather; v2 adds a step at the end of the left one's history
+    (allowed alone) and inserts one before a recorded step of the right one (a conflict)."""
+    app = plait.App("branches")
+
+    def body(name: str) -> Callable[..., str]:
+        def run(*_: Any) -> str:
+            counter.hit(name)
+            return name
+
+        return run
+
+    @app.workflow(name="w")
+    async def w(wf: plait.Workflow) -> Any:
+        async def left() -> list[str]:
+            out = [await wf.do("l1", body("l1"))]
+            if version == 2:
+                out.append(await wf.do("l2", body("l2")))
+            return out
+
+        async def right() -> list[Any]:
+            out: list[Any] = [await wf.do("r1", body("r1"))]
+            if version == 2:
+                out.append(await wf.do("rx", body("rx")))
+            out.append(await wf.do("r2", body("r2")))
+            out.append(await wf.wait_for_event("go"))
+            return out
+
+        return await asyncio.gather(left(), right())
+
+    return app
+
+
+async def test_a_conflict_in_one_branch_starts_no_new_step_in_another(engine_factory) -> None:
+    """The pass that finds the conflict hands the recorded outcomes back before it starts
+    a step the run never recorded: the left branch's new step waits for the right
+    branch's history, which stops the run, and so never runs."""
+    counter = Counter()
+    async with engine_factory(branches_app(counter, 1)) as engine:
+        run_id = await engine.start("w")
+
+        async def waits() -> bool:
+            steps = {s.key: s.status for s in await engine.get_steps(run_id)}
+            return steps.get("__event:go") == "scheduled" and steps.get("r2") == "succeeded"
+
+        await eventually(waits, what="the run waiting for its event")
+    async with engine_factory(branches_app(counter, 2)) as engine:
+        await engine.send_event(run_id, "go")
+        run = await engine.wait(run_id, timeout=20)
+        assert run.status == "failed" and run.error is not None
+        assert run.error["code"] == "VERSION_CONFLICT" and "'rx'" in run.error["message"]
+        keys = {s.key for s in await engine.get_steps(run_id)}
+    assert counter["l2"] == 0 and counter["rx"] == 0
+    assert "l2" not in keys and "rx" not in keys
+
+
+async def test_a_new_step_of_one_branch_runs_once_the_others_history_is_back(
+    engine_factory,
+) -> None:
+    """Held while the other branch replays, the new step still runs, once, when nothing
+    in the record stands against it (v2 without the inserted step)."""
+    counter = Counter()
+    async with engine_factory(branches_app(counter, 1)) as engine:
+        run_id = await engine.start("w")
+
+        async def waits() -> bool:
+            steps = {s.key: s.status for s in await engine.get_steps(run_id)}
+            return steps.get("__event:go") == "scheduled" and steps.get("r2") == "succeeded"
+
+        await eventually(waits, what="the run waiting for its event")
+    app = plait.App("branches")
+
+    @app.workflow(name="w")
+    async def w(wf: plait.Workflow) -> Any:
+        async def left() -> list[str]:
+            return [await wf.do("l1", lambda: "l1"), await wf.do("l2", lambda: counter.hit("l2"))]
+
+        async def right() -> list[Any]:
+            one, two = await wf.do("r1", lambda: "r1"), await wf.do("r2", lambda: "r2")
+            return [one, two, await wf.wait_for_event("go")]
+
+        return await asyncio.gather(left(), right())
+
+    async with engine_factory(app) as engine:
+        await engine.send_event(run_id, "go", "paid")
+        run = await engine.wait(run_id, timeout=20)
+    assert run.status == "completed", run.error
+    assert counter["l2"] == 1

@@ -482,6 +482,15 @@ class Ledger:
                 later.add(step.key)
         return None
 
+    def would_conflict(self, key: str) -> bool:
+        """Whether the step ``key``, which the run never recorded, would stop the run
+        with a conflict when it is made (``_check_new``), before anything starts it."""
+        return (
+            self.ordered
+            and bool(self.unreached)
+            and self.ahead(self.reached.get(key, ())) is not None
+        )
+
     def _check_new(self, key: str) -> None:
         """A step the run did not record may come only after everything the run recorded
         on its path: reached before a recorded step, it is code the run's history does

@@ -12,9 +12,12 @@ which a retry reads to tell a handled failure from one the workflow never went o
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from plait.runtime.ledger import Ledger
 from plait.runtime.steps import MAX_AFTER
 from plait.runtime.workflow import StepCall
 from plait.runtime.workflow_loop import WorkflowLoop, current_task
@@ -155,3 +158,61 @@ class ReachedAfter:
         """Let go of the workflow's tasks (see ``CodeReplay._release``)."""
         self.known.clear()
         self.inherited.clear()
+
+
+class NewStepHold:
+    """New steps wait while the workflow is handed outcomes it saw on an earlier pass.
+
+    Code the run's history has is replayed first: until every outcome the workflow was
+    handed before is handed again, a step the run never recorded is held, not started,
+    and let go once they are back or nothing else can go on. Unchanged code reaches
+    such a step only when its last pass stopped between reaching a step and writing it
+    (a step is written with the next commit after it is made, and made on its task's
+    first turn); that pass made it after the outcomes it was reached before, as the hold
+    does. A deploy that changed one branch of a gather so that the run stops with a
+    ``VERSION_CONFLICT`` thus stops before a new step of another branch has run: the
+    held steps are looked at first (``Ledger.would_conflict``), the conflicting one goes
+    alone and stops the pass, and the others never start."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        #: keys of the outcomes the workflow was handed before and not yet again
+        self.to_hand: set[str] = {
+            key for key, step in ledger.steps.items() if step.delivered is not None
+        }
+        #: new steps reached while those are handed back, in the order they were reached
+        self.held: collections.deque[StepCall[Any]] = collections.deque()
+
+    def holds(self, call: StepCall[Any]) -> bool:
+        """Whether ``call`` waits (a step the run never recorded, reached too soon)."""
+        if self.to_hand and call.key not in self.ledger.steps:
+            self.held.append(call)
+            return True
+        return False
+
+    async def release(
+        self,
+        new: collections.deque[StepCall[Any]],
+        stuck: bool,
+        resolve: Callable[[StepCall[Any]], Awaitable[None]],
+    ) -> bool:
+        """Once the recorded outcomes are handed back, or when nothing else can go on
+        (``stuck``), let the held steps go: put them back at the front of ``new``, in the
+        order they were reached. A held step that would stop the run with a conflict goes
+        alone and first, resolved here (``resolve``), so that the conflict stops the pass
+        before any other held step starts. Whether anything was let go."""
+        if not self.held or (self.to_hand and not stuck):
+            return False
+        # the steps reached before the held ones and handed to tasks of their own first
+        # reach their records (a task's first turn), as they would have before the held
+        # steps were made: one still counted as not reached would look like history
+        # ahead of a held step
+        await asyncio.sleep(0)
+        for call in self.held:
+            if self.ledger.would_conflict(call.key):
+                self.held.remove(call)
+                await resolve(call)
+                return True
+        new.extendleft(reversed(self.held))
+        self.held.clear()
+        return True

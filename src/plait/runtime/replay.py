@@ -45,7 +45,7 @@ from plait.runtime.drive import Driver, dump_input
 from plait.runtime.gates import Found, Gates
 from plait.runtime.host import Host
 from plait.runtime.ledger import Ledger, PassResult
-from plait.runtime.order import ReachedAfter, deliverable, event_order
+from plait.runtime.order import NewStepHold, ReachedAfter, deliverable, event_order
 from plait.runtime.requests import Requests
 from plait.runtime.waits import Waits
 from plait.runtime.workflow import CURRENT_REPLAY, Request, StepCall, Workflow
@@ -82,6 +82,8 @@ class CodeReplay:
         self.wdef: WorkflowDef | None = None
         #: steps called and not yet started, in call order
         self.new_calls: collections.deque[StepCall[Any]] = collections.deque()
+        #: new steps reached while recorded outcomes are handed back (``NewStepHold``)
+        self.hold = NewStepHold(self.ledger)
         #: steps started in this pass that wait (a timer, the queue, a suspend): the run
         #: waits on them. Only those are kept, so a long pass holds no garbage for the GC
         self.waiting: list[StepCall[Any]] = []
@@ -324,6 +326,7 @@ class CodeReplay:
         self.workflow = None  # it holds this replay
         self.order.clear()
         self.new_calls.clear()
+        self.hold.held.clear()
         self.waiting.clear()
         self.timers.clear()
         self.inflight.clear()
@@ -370,7 +373,7 @@ class CodeReplay:
         """Turn the workflow's loop and hand it step outcomes, one at a time, until it
         can go no further in this pass. See ``order.deliverable`` for the order."""
         ledger, wloop = self.ledger, self.wloop
-        inflight = self.inflight
+        inflight, hold = self.inflight, self.hold
         cancels = wloop.cancels
         while True:
             wloop.run_ready()
@@ -380,9 +383,13 @@ class CodeReplay:
             if wloop.cancels != cancels:
                 cancels = wloop.cancels
                 self.cancels.sweep(new, inflight, self.waiting)
+                if hold.held:
+                    self.cancels.sweep(hold.held, {}, [])
+            if hold.held and await hold.release(new, False, self._resolve):
+                continue  # ahead of the steps reached since, in the order reached
             while new:
                 call = new.popleft()
-                if call.late:
+                if call.late or (hold.to_hand and hold.holds(call)):
                     continue
                 if not inflight and not new and not self.finished and not self.timers:
                     # the only thing going on: resolve it here, with no task of its own
@@ -394,6 +401,8 @@ class CodeReplay:
             ready = deliverable(self.finished, inflight, ledger.steps)
             if ready is not None:
                 self._deliver(ready)
+                continue
+            if hold.held and await hold.release(new, not inflight, self._resolve):
                 continue
             if not inflight:
                 break
@@ -421,6 +430,7 @@ class CodeReplay:
             return
         except StepCancelled:
             call.outcome = "cancelled"
+            self.hold.to_hand.discard(call.key)  # the workflow cancelled it again
             return
         except SuspendSignal as sig:
             call.outcome, call.error = "suspended", sig
@@ -438,6 +448,9 @@ class CodeReplay:
         self.finished.remove(call)
         if isinstance(call.result, Found) and not _take(self, call, call.result):
             return
+        to_hand = self.hold.to_hand
+        if to_hand:
+            to_hand.discard(call.key)
         step = self.ledger.steps.get(call.key)
         if step is None or step.delivered is None:
             # an outcome the workflow has not seen: new ground (a dry pass, ``engine.check``,
