@@ -283,11 +283,8 @@ def branches_app(counter: Counter, version: int) -> plait.App:
     return app
 
 
-async def test_a_conflict_in_one_branch_starts_no_new_step_in_another(engine_factory) -> None:
-    """The pass that finds the conflict hands the recorded outcomes back before it starts
-    a step the run never recorded: the left branch's new step waits for the right
-    branch's history, which stops the run, and so never runs."""
-    counter = Counter()
+async def _branches_waiting(engine_factory: Any, counter: Counter) -> str:
+    """A run of v1 of ``branches_app``, both branches done and waiting for its event."""
     async with engine_factory(branches_app(counter, 1)) as engine:
         run_id = await engine.start("w")
 
@@ -296,6 +293,15 @@ async def test_a_conflict_in_one_branch_starts_no_new_step_in_another(engine_fac
             return steps.get("__event:go") == "scheduled" and steps.get("r2") == "succeeded"
 
         await eventually(waits, what="the run waiting for its event")
+    return str(run_id)
+
+
+async def test_a_conflict_in_one_branch_starts_no_new_step_in_another(engine_factory) -> None:
+    """The pass that finds the conflict hands the recorded outcomes back before it starts
+    a step the run never recorded: the left branch's new step waits for the right
+    branch's history, which stops the run, and so never runs."""
+    counter = Counter()
+    run_id = await _branches_waiting(engine_factory, counter)
     async with engine_factory(branches_app(counter, 2)) as engine:
         await engine.send_event(run_id, "go")
         run = await engine.wait(run_id, timeout=20)
@@ -312,14 +318,7 @@ async def test_a_new_step_of_one_branch_runs_once_the_others_history_is_back(
     """Held while the other branch replays, the new step still runs, once, when nothing
     in the record stands against it (v2 without the inserted step)."""
     counter = Counter()
-    async with engine_factory(branches_app(counter, 1)) as engine:
-        run_id = await engine.start("w")
-
-        async def waits() -> bool:
-            steps = {s.key: s.status for s in await engine.get_steps(run_id)}
-            return steps.get("__event:go") == "scheduled" and steps.get("r2") == "succeeded"
-
-        await eventually(waits, what="the run waiting for its event")
+    run_id = await _branches_waiting(engine_factory, counter)
     app = plait.App("branches")
 
     @app.workflow(name="w")
