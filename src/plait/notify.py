@@ -139,8 +139,8 @@ class Notifier:
         if self.remote is not None and not self.commits_tell:
             self.remote("work", "")
 
-    def event_stored(self, run_id: str) -> None:
-        """An event for ``run_id`` was committed, which woke the run if it was running:
+    def run_woken(self, run_id: str) -> None:
+        """A commit woke ``run_id`` (an event, a decision, a request for it, a reopen):
         tell this process's watchers of the run (it has not settled) and the other
         processes' watchers, and the workers as for a created run. Where the commit tells
         the other processes' workers itself (``commits_tell``), a notice of new work would

@@ -89,6 +89,32 @@ def test_a_run_settled_by_a_commit_that_tells_is_not_told_again() -> None:
     asyncio.run(go())
 
 
+def test_a_run_woken_by_a_commit_that_tells_adds_no_notice_of_work() -> None:
+    """An event, a decision, a request or a reopen wakes its run in the commit that stores
+    it: where commits tell (PostgreSQL's wake_run and reopen_run NOTIFY), the other
+    workers heard of the work already, and a second notice would wake every loop of
+    every one of them for a claim that finds nothing. The run's watchers are told
+    either way (the change did not settle it)."""
+
+    async def go() -> None:
+        for commits_tell, remote in (
+            (True, [("busy", "r1")]),
+            (False, [("busy", "r1"), ("work", "")]),
+        ):
+            notifier = Notifier()
+            told: list[tuple[str, str]] = []
+            notifier.remote = lambda kind, value, told=told: told.append((kind, value))
+            notifier.commits_tell = commits_tell
+            worked: list[str] = []
+            notifier.on_work(lambda worked=worked: worked.append("due"), "due")
+            every, end = notifier.watch("r1"), notifier.watch("r1", end_only=True)
+            notifier.run_woken("r1")
+            assert told == remote and worked == ["due"]
+            assert every.is_set() and not end.is_set()
+
+    asyncio.run(go())
+
+
 async def test_a_run_ended_by_a_worker_wakes_a_waiter_in_another_process(
     engine_factory: Callable[..., Any],
 ) -> None:

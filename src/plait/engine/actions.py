@@ -142,7 +142,7 @@ class ActionsMixin(EngineBase):
             )
         payload_text = serde.dumps(payload, what=f"event {name!r}", limits=self.limits)
         waiting = await self.store.send_event(run_id, name, payload_text, dedup)
-        self.notifier.event_stored(run_id)
+        self._wake(run_id)
         return waiting
 
     async def prune(

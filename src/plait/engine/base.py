@@ -75,11 +75,10 @@ class EngineBase:
         return run
 
     def _wake(self, run_id: str) -> None:
-        """The store just woke ``run_id`` (an event, a decision, a reopen): wake the loops
-        of every process, and this process's watchers of the run (the change did not
+        """The store just woke ``run_id`` (an event, a decision, a request, a reopen):
+        wake the loops of every process, and the watchers of the run (the change did not
         end it)."""
-        self.notifier.run_changed(run_id, settled=False)
-        self.notifier.publish_work()
+        self.notifier.run_woken(run_id)
 
     async def _cancelled(self, moved: list[str]) -> None:
         """The store just cancelled the runs ``moved`` (a cancel, a fork that replaces
