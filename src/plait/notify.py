@@ -58,11 +58,11 @@ class Notifier:
         #: may have settled the run, ("busy", run_id) for one that did not, ("work", "")
         self.remote: Callable[[str, str], None] | None = None
         #: set by a channel whose store tells the other processes of a new run in the
-        #: transaction that creates it, of a run an event woke in the transaction that
-        #: stores the event, and of a run's end in the transaction that ends it
-        #: (PostgreSQL NOTIFYs in its functions): a second notice would only wake their
-        #: workers for a claim the first one made already, and their waiters for a read
-        #: the first one led to
+        #: transaction that creates it, of a run an event, a decision, a request or a
+        #: reopen woke in the transaction that stores it, and of a run's end in the
+        #: transaction that ends it (PostgreSQL NOTIFYs in its functions): a second notice
+        #: would only wake their workers for a claim the first one made already, and
+        #: their waiters for a read the first one led to
         self.commits_tell = False
 
     # -- runs -------------------------------------------------------------------------------
@@ -141,13 +141,16 @@ class Notifier:
 
     def run_woken(self, run_id: str) -> None:
         """A commit woke ``run_id`` (an event, a decision, a request for it, a reopen):
-        tell this process's watchers of the run (it has not settled) and the other
-        processes' watchers, and the workers as for a created run. Where the commit tells
-        the other processes' workers itself (``commits_tell``), a notice of new work would
-        wake every loop of every worker, whose claim, made as the run's pass starts,
-        would find nothing."""
-        self.run_changed(run_id, settled=False)
-        self.runs_created()
+        tell this process's watchers of the run (it has not settled) and its workers, and
+        the other processes' as well unless the commit told them itself
+        (``commits_tell``): a second notice of work would wake every loop of every worker,
+        whose claim, made as the run's pass starts, would find nothing, and it costs a
+        statement of its own."""
+        self.local_run_changed(run_id, settled=False)
+        self.local_work()
+        if self.remote is not None and not self.commits_tell:
+            self.remote("busy", run_id)
+            self.remote("work", "")
 
 
 class RunEndPoll:

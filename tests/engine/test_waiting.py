@@ -92,15 +92,16 @@ def test_a_run_settled_by_a_commit_that_tells_is_not_told_again() -> None:
 def test_a_run_woken_by_a_commit_that_tells_adds_no_notice_of_work() -> None:
     """An event, a decision, a request or a reopen wakes its run in the commit that stores
     it: where commits tell (PostgreSQL's wake_run and reopen_run NOTIFY), the other
-    workers heard of the work already, and a second notice would wake every loop of
-    every one of them for a claim that finds nothing. The run's watchers are told
-    either way (the change did not settle it)."""
+    processes heard of it already, and a second notice would wake every loop of every
+    worker for a claim that finds nothing. This process's watchers of the run and its
+    workers are told either way (the change did not settle it)."""
 
     async def go() -> None:
-        for commits_tell, remote in (
-            (True, [("busy", "r1")]),
+        told_remote: list[tuple[bool, list[tuple[str, str]]]] = [
+            (True, []),
             (False, [("busy", "r1"), ("work", "")]),
-        ):
+        ]
+        for commits_tell, remote in told_remote:
             notifier = Notifier()
             told: list[tuple[str, str]] = []
             notifier.remote = lambda kind, value, told=told: told.append((kind, value))

@@ -1023,10 +1023,11 @@ async def test_a_start_tells_the_other_processes_once(pg_url: str) -> None:
 
 
 async def test_an_event_tells_the_other_processes_once(pg_url: str) -> None:
-    """The transaction that stores an event for a running run wakes it and NOTIFYs 'due';
-    the engine that sent it sends no notice of new work, which would only have woken every
-    loop of every worker, their claims finding nothing as the woken run's pass starts. Its
-    watchers in other processes still hear that the run changed."""
+    """The transaction that stores an event for a running run wakes it and NOTIFYs 'due'
+    and 'busy:<run>'; the engine that sent it sends no notice of its own, which would only
+    have woken every loop of every worker, their claims finding nothing as the woken
+    run's pass starts, and cost a statement. An event kept for a run that is not running
+    (one that starts later) is heard as a change of the run all the same."""
     app = plait.App("pg-event")
 
     @app.workflow
@@ -1045,15 +1046,18 @@ async def test_an_event_tells_the_other_processes_once(pg_url: str) -> None:
     try:
         async with plait.Engine(app, pg_url, workers=False) as engine:
             run_id = await engine.start(waits)  # not driven here: it stays running
+            later = await engine.start(waits, delay=3600)
             await listener.add_listener("plait_plait", on_notify)
             assert await engine.send_event(run_id, "go", 1) is False
+            assert await engine.send_event(later, "go", 2) is False
             # the engine's own notices go out in order through one outbox: once the marker
             # published after the send arrives, any notice of the send has arrived
             engine.notifier.run_changed("marker")
             await asyncio.wait_for(marker.wait(), 10)
         kinds = [p.split("|")[-1] for p in heard]
         assert [k for k in kinds if k in WORK_KINDS] == ["due"], heard
-        assert kinds.count(f"busy:{run_id}") == 2, heard  # the commit's, and the engine's
+        assert kinds.count(f"busy:{run_id}") == 1, heard  # the commit's alone
+        assert kinds.count(f"busy:{later}") == 1, heard
     finally:
         await listener.close()
 

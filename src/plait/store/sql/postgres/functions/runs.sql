@@ -20,19 +20,22 @@ BEGIN
 END $$;
 
 -- Wake a running run: count the wake-up (a pass that started before it will go again) and
--- make it due at p_at unless it is due sooner. Listeners hear 'busy:<run>' at commit: a
--- wake-up never ends a run, so callers waiting for its end sleep through it ('run:<run>'
--- is the notification of a change that may have ended one).
+-- make it due at p_at unless it is due sooner. Listeners hear 'busy:<run>' at commit, of a
+-- run that is not running too (what woke it, an event kept for a suspended run say,
+-- changed it all the same), and 'due' when it is running: the process that wrote the
+-- change tells nobody else (Notifier.run_woken). A wake-up never ends a run, so callers
+-- waiting for its end sleep through it ('run:<run>' is the notification of a change that
+-- may have ended one).
 CREATE OR REPLACE FUNCTION @schema@.wake_run(p_run text, p_now timestamptz, p_at timestamptz)
 RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM pg_notify(@channel@, 'busy:' || p_run);
     UPDATE @schema@.runs SET wakeups = wakeups + 1, updated_at = p_now, idle_sweeps = 0,
         wake_at = CASE WHEN wake_at IS NULL OR wake_at > p_at THEN p_at ELSE wake_at END
     WHERE id = p_run AND status = 'running';
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM pg_notify(@channel@, 'busy:' || p_run);
     PERFORM pg_notify(@channel@, 'due');
     RETURN true;
 END $$;
