@@ -852,3 +852,59 @@ async def test_a_cancelled_wait_alone_is_a_blocked_workflow(engine_factory) -> N
         run = await engine.wait(run_id, timeout=10)
     assert run.status == "failed"
     assert run.error is not None and run.error["code"] == "WORKFLOW_BLOCKED"
+
+
+async def test_new_steps_after_a_replayed_race_start_while_other_steps_run(
+    engine_factory,
+) -> None:
+    """A replay hands back the outcomes the workflow saw before, the race's loser (which
+    it cancels again) among them, before it starts steps the run never recorded. Once
+    that is done, a new step starts at once, though another new step's body still runs:
+    here the long step waits for the second of a chain of quick steps beside it."""
+    app = plait.App("race-replay")
+    second_ran = asyncio.Event()
+
+    @app.function
+    async def quick(n: int) -> int:
+        if n == 2:
+            second_ran.set()
+        return n
+
+    @app.function
+    async def slow() -> str:
+        await asyncio.sleep(60)
+        return "slow"
+
+    @app.function
+    async def long() -> bool:
+        try:
+            await asyncio.wait_for(second_ran.wait(), 10)
+        except TimeoutError:
+            return False
+        return True
+
+    @app.workflow
+    async def w(wf: plait.Workflow) -> Any:
+        loser = asyncio.ensure_future(wf.do("slow", slow))
+        winner = asyncio.ensure_future(wf.do("quick", quick, 0))
+        await asyncio.wait([loser, winner], return_when=asyncio.FIRST_COMPLETED)
+        loser.cancel()
+        await wf.wait_for_event("go")
+
+        async def chain() -> list[int]:
+            return [await wf.do("q1", quick, 1), await wf.do("q2", quick, 2)]
+
+        return await asyncio.gather(wf.do("long", long), chain())
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start(w)
+
+        async def waits() -> bool:
+            steps = {s.key: s.status for s in await engine.get_steps(run_id)}
+            # the loser is recorded as the workflow left it: cut, its attempt cancelled
+            return steps.get("__event:go") == "scheduled" and steps.get("slow") == "failed"
+
+        await eventually(waits, what="the race over and the event waited for")
+        await engine.send_event(run_id, "go")
+        run = await engine.wait(run_id, timeout=30)
+    assert (run.status, run.output) == ("completed", [True, [1, 2]]), run.error

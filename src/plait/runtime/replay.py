@@ -430,7 +430,6 @@ class CodeReplay:
             return
         except StepCancelled:
             call.outcome = "cancelled"
-            self.hold.to_hand.discard(call.key)  # the workflow cancelled it again
             return
         except SuspendSignal as sig:
             call.outcome, call.error = "suspended", sig
