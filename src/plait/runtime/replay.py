@@ -374,6 +374,7 @@ class CodeReplay:
         can go no further in this pass. See ``order.deliverable`` for the order."""
         ledger, wloop = self.ledger, self.wloop
         inflight, hold = self.inflight, self.hold
+        to_hand, held = hold.to_hand, hold.held
         cancels = wloop.cancels
         while True:
             wloop.run_ready()
@@ -383,13 +384,13 @@ class CodeReplay:
             if wloop.cancels != cancels:
                 cancels = wloop.cancels
                 self.cancels.sweep(new, inflight, self.waiting)
-                if hold.held:
-                    self.cancels.sweep(hold.held, {}, [])
-            if hold.held and await hold.release(new, False, self._resolve):
+                if held:
+                    self.cancels.sweep(held, {}, [])
+            if held and await hold.release(new, False, self._resolve):
                 continue  # ahead of the steps reached since, in the order reached
             while new:
                 call = new.popleft()
-                if call.late or (hold.to_hand and hold.holds(call)):
+                if call.late or (to_hand and hold.holds(call)):
                     continue
                 if not inflight and not new and not self.finished and not self.timers:
                     # the only thing going on: resolve it here, with no task of its own
@@ -402,7 +403,7 @@ class CodeReplay:
             if ready is not None:
                 self._deliver(ready)
                 continue
-            if hold.held and await hold.release(new, not inflight, self._resolve):
+            if held and await hold.release(new, not inflight, self._resolve):
                 continue
             if not inflight:
                 break
