@@ -155,31 +155,35 @@ class Driver:
         if self.hook is not None:
             self.hook.prepare(step, ctx)
         run = ledger.run
-        if not await self.host.keep_lease(run.id):
-            # a freeze outlived the lease and another worker may have the run: its body is
-            # that worker's to start. The pass stops as on any store failure: the
-            # workflow's code must not see this (an ``except Exception`` around the step
-            # would fail the run, or go on, under a lease the pass cannot vouch for)
-            lost = LeaseLostError(f"run {run.id}: lease lost before step {step.key!r} started")
-            ledger.aborted = PassAborted(lost)
-            raise ledger.aborted
-        if step.key in ledger.cancelled:
-            # the workflow cancelled it while its start was written, or while the lease
-            # was asked after: no body runs (no await from here to the body's start)
-            ledger.add(steps.cancel_step(step, ledger.now()))
-            ledger.mark_delivered(step)
-            raise StepCancelled(step.key)
         with (
             NO_REPORT
             if telemetry is None
             else telemetry.attempting(run.id, run.workflow, None, step)  # inside its pass
         ) as report:
+            # what the attempt reports (a log line is a write) and its input are done
+            # first: from the lease's last look to the body's start there is as little as
+            # can be, since a process frozen there starts the body when it wakes
+            data = serde.loads(step.input)
+            if not await self.host.keep_lease(run.id):
+                # a freeze outlived the lease and another worker may have the run: its body
+                # is that worker's to start. The pass stops as on any store failure: the
+                # workflow's code must not see this (an ``except Exception`` around the
+                # step would fail the run, or go on, under a lease the pass cannot vouch for)
+                lost = LeaseLostError(f"run {run.id}: lease lost before step {step.key!r} started")
+                ledger.aborted = PassAborted(lost)
+                raise ledger.aborted
+            if step.key in ledger.cancelled:
+                # the workflow cancelled it while its start was written, or while the lease
+                # was asked after: no body runs (no await from here to the body's start)
+                ledger.add(steps.cancel_step(step, ledger.now()))
+                ledger.mark_delivered(step)
+                raise StepCancelled(step.key)
             bodies = ledger.bodies
             task = asyncio.current_task()
             bodies[step.key] = task  # type: ignore[assignment]
             try:
                 outcome = await run_attempt(
-                    body, serde.loads(step.input), ctx, step.timeout, self.host.limits, no_retry_on
+                    body, data, ctx, step.timeout, self.host.limits, no_retry_on
                 )
             except asyncio.CancelledError as exc:
                 if ctx._spent:  # pyright: ignore[reportPrivateUsage]

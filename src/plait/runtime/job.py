@@ -54,16 +54,17 @@ async def run_job(
         hook = await job_node_hook(host, step)
     if hook is not None:
         hook.prepare(step, ctx)
-    if not await host.keep_lease(step.run_id, step.key):
-        return False  # the job's lease ran out and another worker has it: its body is theirs
     telemetry = host.telemetry
     with (
         NO_REPORT if telemetry is None else telemetry.attempting(step.run_id, workflow, trace, step)
     ) as report:
+        # reported and decoded before the lease's last look, as a pass's attempt is
+        # (``Driver.attempt``): a freeze between that look and the body starts the body late
+        data = serde.loads(step.input)
+        if not await host.keep_lease(step.run_id, step.key):
+            return False  # the job's lease ran out and another worker has it: its body is theirs
         try:
-            outcome = await run_attempt(
-                fdef, serde.loads(step.input), ctx, step.timeout, host.limits
-            )
+            outcome = await run_attempt(fdef, data, ctx, step.timeout, host.limits)
         except asyncio.CancelledError as exc:
             # what the attempt spent before it was stopped was spent all the same
             await uncancelled(record_spend(host, ctx, fdef.queue))
