@@ -75,6 +75,38 @@ async def test_a_run_of_a_workflow_the_app_lacks_is_not_ok(engine_factory) -> No
     assert gone.reason is not None and "'unchanged' is not registered" in gone.reason
 
 
+async def test_a_run_another_app_works_on_a_shared_database_is_not_checked(
+    engine_factory,
+) -> None:
+    """Two apps share a database: a run of a workflow only the other app's workers
+    register is that app's to check, not a run this app lost; a workflow this app's own
+    workers registered and its new code lacks is still named."""
+    counter = Counter()
+    runs = await start_v1(engine_factory, counter, CASES[:2])
+    billing = plait.App("billing")
+
+    @billing.workflow
+    async def invoice(wf: plait.Workflow, data: None) -> str:
+        await wf.wait_for_event("paid")
+        return "sent"
+
+    app = shop_app(counter, "2", CASES[1:2])  # "unchanged" is gone from shop's new code
+    async with engine_factory(billing) as other, engine_factory(shop_app(counter, "1", CASES[:2])):
+        invoice_id = await other.start("invoice", None)
+        await eventually(lambda: waiting(other, invoice_id))
+        async with engine_factory(app, workers=False) as engine:
+            workers = {w.app for w in await engine.list_workers() if w.live}
+            assert workers == {"billing", "shop"}
+            results = {r.run_id: r for r in await engine.check()}
+            assert invoice_id not in results
+            gone = results[runs["unchanged"]]
+            assert not gone.ok and "'unchanged' is not registered" in (gone.reason or "")
+            with pytest.raises(plait.WorkflowNotFoundError, match="'invoice'"):
+                await engine.check(workflow="invoice")
+        await other.send_event(invoice_id, "paid")
+        assert (await other.wait(invoice_id, timeout=10)).output == "sent"
+
+
 async def test_include_ended_replays_the_last_ended_runs_of_each_workflow(engine_factory) -> None:
     counter = Counter()
     app = shop_app(counter, "1", CASES[1:2])
@@ -212,7 +244,7 @@ async def test_check_only_reads_the_store(engine_factory, monkeypatch) -> None:
         monkeypatch.undo()
     assert len(results) == len(CASES)
     assert "list_passes" in called and "list_runs" in called
-    assert set(called) <= {"list_passes", "list_runs", "load_pass"}, called
+    assert set(called) <= {"list_passes", "list_runs", "load_pass", "list_workers"}, called
 
 
 def logging_app() -> plait.App:

@@ -63,6 +63,7 @@ async def check_runs(
     if workflow is not None and workflow not in catalog.app.workflows:
         raise WorkflowNotFoundError(workflow, registered)
     host = DryHost(catalog, limits, store.clock)
+    others = await _other_apps_workflows(store, catalog)
     results: list[CheckResult] = []
     after = ""
     while True:
@@ -70,6 +71,8 @@ async def check_runs(
         for snapshot in page:
             if snapshot.run.status == "queued" and not snapshot.steps:
                 continue  # nothing recorded yet: it starts on the code deployed then
+            if snapshot.run.workflow in others:
+                continue  # another app's run on a shared database: that app checks it
             results.append(await check_run(host, snapshot))
         if len(page) < PAGE:
             break
@@ -81,6 +84,19 @@ async def check_runs(
                 if ended is not None and ended.run.kind == "workflow":
                     results.append(await check_run(host, ended))
     return results
+
+
+async def _other_apps_workflows(store: Store, catalog: Catalog) -> frozenset[str]:
+    """The workflows that only workers of other apps (by name) recorded themselves as
+    working, and this app does not register: apps sharing a database each check their
+    own runs. A workflow this app's own workers worked, or that no worker recorded, is
+    this app's to answer for, so a release that drops a workflow with live runs is
+    still named."""
+    workers = await store.list_workers(0.0)
+    own = catalog.app.name
+    ours = {name for w in workers if w.app == own for name in w.workflows}
+    theirs = {name for w in workers if w.app != own for name in w.workflows}
+    return frozenset(theirs - ours - set(catalog.app.workflows))
 
 
 async def _last_ended(store: Store, workflow: str, count: int) -> list[str]:
