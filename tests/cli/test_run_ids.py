@@ -159,3 +159,28 @@ def test_a_whole_id_is_taken_as_it_is(folder: tuple[str, str]) -> None:
         code, out = run("runs", "show", part, "--json", "-d", url)
         assert code == 0, out
         assert json.loads(out)["run"]["id"] == whole
+
+
+def test_an_id_with_an_emoji_code_in_it_is_printed_as_it_is(folder: tuple[str, str]) -> None:
+    """``:fire:`` in a run id (``order:fire:1``, a schedule named ``smile``) is text the
+    operator copies into the next command, not an emoji."""
+    _done, url = folder
+
+    async def more() -> None:
+        app = plait.App("ids")
+
+        @app.workflow(name="waiter")
+        async def waiter(wf: plait.Workflow, data: None) -> None: ...
+
+        async with plait.Engine(app, url, workers=False) as engine:
+            await engine.start("waiter", run_id="order:fire:1")
+
+    asyncio.run(more())
+    code, out = run("runs", "list", "-d", url)
+    assert code == 0, out
+    assert "order:fire:1" in out and "\N{FIRE}" not in out
+    code, out = run("cancel", "order:fire:1", "-d", url)
+    assert code == 0, out
+    assert "run order:fire:1 cancelled" in out
+    code, out = run("start", "ids_app:app", "waiter", "--run-id", "schedule:a:b", "-d", url)
+    assert code != 0 and "'schedule:a:b'" in out, out

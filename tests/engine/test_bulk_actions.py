@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -329,3 +330,46 @@ async def test_act_on_runs_takes_a_cancel_reason(engine_factory: Any) -> None:
         assert await engine.act_on_runs("cancel", tags={"why": "r"}, reason="partner down") == 1
         run = await engine.get_run(run_id)
         assert run.status == "cancelled" and "partner down" in str(run.error)
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"progress": "not a function"}, "progress"),
+        ({"reason": 5}, "reason"),
+        ({"reason": {"a": 1}}, "reason"),
+        ({"since": datetime(2020, 1, 1)}, "since"),
+        ({"until": datetime(2099, 1, 1)}, "until"),
+        ({"since": "2020-01-01"}, "since"),
+    ],
+)
+async def test_bad_bulk_options_are_refused_naming_them_before_any_run_changes(
+    engine_factory: Any, options: dict[str, Any], named: str
+) -> None:
+    """A progress that is not callable, a reason that is not text, a time with no zone
+    (which UTC would read hours off west of it): refused by name, no run touched."""
+    async with engine_factory(app) as engine:
+        ids = [await engine.start(waiter, None, tags={"opts": "bad"}) for _ in range(3)]
+        for run_id in ids:
+            assert (await engine.wait(run_id, timeout=30)).status == "suspended"
+        with pytest.raises((TypeError, ValueError), match=named):
+            await engine.cancel_runs(tags={"opts": "bad"}, rate=None, **options)
+        with pytest.raises((TypeError, ValueError), match=named):
+            await engine.act_on_runs("cancel", tags={"opts": "bad"}, rate=None, **options)
+        assert {(await engine.get_run(r)).status for r in ids} == {"suspended"}
+        cut = datetime.now(UTC) + timedelta(hours=1)
+        assert await engine.match_runs("cancel", tags={"opts": "bad"}, until=cut) != []
+
+
+async def test_a_cancel_reason_must_be_text(engine_factory: Any) -> None:
+    async with engine_factory(app) as engine:
+        run_id = await engine.start(waiter, None)
+        assert (await engine.wait(run_id, timeout=30)).status == "suspended"
+        for bad in (5, {"a": 1}, ["x"], b"bytes"):
+            with pytest.raises(TypeError, match="reason"):
+                await engine.cancel(run_id, reason=bad)  # type: ignore[arg-type]
+        assert (await engine.get_run(run_id)).status == "suspended"
+        await engine.cancel(run_id, reason="partner down")
+        run = await engine.get_run(run_id)
+        assert run.status == "cancelled" and run.error is not None
+        assert run.error["message"] == "partner down"

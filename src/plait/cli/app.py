@@ -94,8 +94,9 @@ cli.add_typer(schedules_cli, name="schedules")
 approvals_cli = typer.Typer(help="Approval gates waiting for a person.", no_args_is_help=True)
 cli.add_typer(approvals_cli, name="approvals")
 # Piped output (logs, CI, less) gets a fixed width that fits a run id and a timeline row.
-console = Console(width=None if sys.stdout.isatty() else 120)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+# no emoji codes: ``:fire:`` in a run id or a schedule's name is text to copy, not a picture
+console = Console(width=None if sys.stdout.isatty() else 120, emoji=False)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 120, emoji=False)
 
 DatabaseOption = typer.Option(
     None, "--database", "-d", help="Database URL (default: $PLAIT_DATABASE_URL or plait.db)."

@@ -161,8 +161,8 @@ class BulkMixin(ActionsMixin):
         if unknown:
             raise ValueError(f"unknown filter {unknown[0]!r} (use {', '.join(FILTERS)})")
         given = {k: v for k, v in filters.items() if v is not None}
-        given["created_after"] = given.pop("since", None)
-        given["created_before"] = given.pop("until", None)
+        given["created_after"] = _bound("since", given.pop("since", None))
+        given["created_before"] = _bound("until", given.pop("until", None))
         if given["created_before"] is None:
             # not the runs started from now on, by the clock that stamps them (a test
             # engine's stands still while runs wait: the runs stamped this instant count,
@@ -200,6 +200,9 @@ class BulkMixin(ActionsMixin):
         reason: str | None = None,
     ) -> int:
         pace = checked_rate(rate)
+        if progress is not None and not callable(progress):
+            raise TypeError(f"progress must be callable (done, total), got {progress!r}")
+        runs.check_reason(reason)
         groups = grouped(await self._with_parents(action, await self._matched(action, filters)))
         matched = {run_id for group in groups.values() for run_id in group}
         run_ids = list(groups)
@@ -299,6 +302,27 @@ async def wait_for_turn(at: float) -> None:
     ahead = at - time.monotonic()
     if ahead > 0:
         await asyncio.sleep(ahead)
+
+
+def _bound(name: str, value: object) -> float | None:
+    """``since`` or ``until`` as epoch seconds. A datetime with no time zone is refused,
+    as ``start_at`` is: read as UTC, a "now" west of it would reach hours back and act on
+    runs the caller meant to leave alone."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(
+                f"{name} {value.isoformat()} has no time zone: pass an aware datetime "
+                "(e.g. datetime(..., tzinfo=UTC))"
+            )
+        try:
+            return value.timestamp()
+        except (OverflowError, ValueError):
+            raise ValueError(f"invalid {name}: {value!r} (out of range)") from None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"invalid {name}: {value!r} (an aware datetime or epoch seconds)")
+    return float(value)
 
 
 def checked_rate(rate: object) -> float | None:

@@ -283,9 +283,18 @@ class RunCancel:
     status: RunStatusName = "cancelled"
 
 
+def check_reason(reason: object) -> str | None:
+    """A cancel's ``reason`` as its run's error message: text or None, else ``TypeError``
+    naming it (a number or a dict stored as a message would reach every reader that
+    takes messages for text)."""
+    if reason is not None and not isinstance(reason, str):
+        raise TypeError(f"reason must be a string or None, got {type(reason).__name__} {reason!r}")
+    return reason
+
+
 def cancel(reason: str | None) -> RunCancel:
     """A user cancels the run (``Engine.cancel``), with ``reason`` as its message."""
-    error = steps.run_cancelled_error(reason)
+    error = steps.run_cancelled_error(check_reason(reason))
     return RunCancel(error, steps.child_step_end(None, "cancelled", None, error))
 
 
