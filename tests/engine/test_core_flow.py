@@ -868,3 +868,26 @@ async def test_run_with_a_bad_timeout_starts_nothing(engine_factory) -> None:
         # and a good one still runs it, to its end, once
         assert await engine.run("once", timeout="10s", inline=True) == 1
     assert ran == [1]
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [({"owner": ""}, "owner"), ({"owner": "a\x00b"}, "owner"), ({"inline": "yes"}, "inline")],
+)
+async def test_a_start_with_a_bad_owner_or_inline_stores_nothing(
+    engine_factory, options: dict[str, Any], named: str
+) -> None:
+    """An empty owner would read as "nobody" in one check and as a user in another; an
+    ``inline`` that is not a bool is a typo, not a wish."""
+    app = plait.App()
+
+    @app.workflow
+    async def once(wf: plait.Workflow, data: None) -> int:
+        return 1
+
+    async with engine_factory(app) as engine:
+        with pytest.raises((TypeError, ValueError), match=named):
+            await engine.start("once", **options)
+        with pytest.raises((TypeError, ValueError), match=named):
+            await engine.start_many("once", [None, None], **options)
+        assert await engine.list_runs() == []

@@ -364,6 +364,10 @@ class Engine(
                 raise ValueError("run_id does not combine with debounce: the run may be another's")
         if owner is not None and not isinstance(owner, str):
             raise TypeError(f"owner must be a string, got {type(owner).__name__}")
+        if owner == "" or (isinstance(owner, str) and "\x00" in owner):
+            raise ValueError(f"owner must be a user's name or None, got {owner!r}")
+        if not isinstance(inline, bool):
+            raise TypeError(f"inline must be True or False, got {inline!r}")
         if start_node is not None and kind != "graph":
             raise ValueError(f"start_node applies to graph workflows; {name!r} is code")
         timeout = run_timeout(deadline, what="timeout")
