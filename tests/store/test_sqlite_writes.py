@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -366,6 +367,48 @@ async def test_writes_of_tasks_ready_together_still_share_a_commit(
         return await db.write(lambda conn: conn.execute("SELECT ?", (n,)).fetchone()[0])
 
     assert await asyncio.gather(one(1), one(2)) == [1, 2]
+    assert db.commits - before == 1
+
+
+@pytest.mark.parametrize("slow", [False, True])
+async def test_a_turns_writes_share_one_commit_when_they_go_to_the_writer_thread(
+    fast_store: SQLiteStore, slow: bool
+) -> None:
+    """Writes ready in one turn of the loop share one commit on the writer thread too
+    (the connection taken by a checkpoint, or slow commits): they are handed over
+    together, so the writer cannot start on the first while the rest are on their way."""
+    db = fast_store._db
+    db._slow = slow
+    await _quiet_loop()
+    before = db.commits
+    taken = threading.Event()
+    free = threading.Event()
+
+    def hold() -> None:
+        with db._conn_lock:
+            taken.set()
+            free.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    taken.wait(10)
+
+    async def one(n: int) -> int:
+        return await db.write(lambda conn: conn.execute("SELECT ?", (n,)).fetchone()[0])
+
+    # the threads take turns as often as they can: a hand-over one write at a time
+    # would have the writer start on the first ones alone
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        writes = asyncio.gather(*(one(n) for n in range(100)))
+        await asyncio.sleep(0)  # the turn that hands them over
+        free.set()
+        results = await writes
+    finally:
+        sys.setswitchinterval(interval)
+    assert results == list(range(100))
+    holder.join()
     assert db.commits - before == 1
 
 

@@ -237,7 +237,7 @@ class Connections:
                 if item is None:
                     break
                 checkpoint = item is _CHECKPOINT
-                batch = [] if item is _IDLE or checkpoint else [item]
+                batch = [] if item is _IDLE or checkpoint else _items(item)
                 stop = False
                 while batch and len(batch) < _BATCH_LIMIT:
                     try:
@@ -250,7 +250,7 @@ class Connections:
                     if nxt is _CHECKPOINT:
                         checkpoint = True
                     elif nxt is not _IDLE:
-                        batch.append(nxt)
+                        batch.extend(_items(nxt))
                 if checkpoint:
                     with self._conn_lock:
                         self._checkpoint(conn)
@@ -408,13 +408,10 @@ class Connections:
             loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         item = (kind, fn, fut, loop)
-        if self._slow:
-            self._writes.put(item)
-            return fut
         gathering = self._gathering.get(loop)
         if gathering is None:
             self._gathering[loop] = [item]
-            if self._alone_now(loop):
+            if not self._slow and self._alone_now(loop):
                 # nothing else is to run before the gathered writes would: they would be
                 # this one alone, so it runs now, and its caller goes on without giving
                 # the loop two turns (the write's, and its own wake-up)
@@ -457,8 +454,9 @@ class Connections:
             finally:
                 self._conn_lock.release()
         if results is None:
-            for item in batch:
-                self._writes.put(item)
+            # as one item: the writer thread commits the turn's writes together, however
+            # the threads take turns while they are handed over
+            self._writes.put(batch)
             return
         _settle_all([(fut, value, exc) for fut, _lp, value, exc in results])
 
@@ -599,6 +597,12 @@ def _rollback(conn: sqlite3.Connection) -> None:
     where a batch is settled, leaving its callers waiting for ever)."""
     if conn.in_transaction:
         conn.execute(_ROLLBACK)
+
+
+def _items(item: Any) -> list[Any]:
+    """The writes in one item of the writer's queue: a write, or a loop turn's writes
+    handed over together (a list)."""
+    return list(item) if isinstance(item, list) else [item]
 
 
 def _settle_all(settled: list[_Settled]) -> None:
