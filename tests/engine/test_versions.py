@@ -312,6 +312,43 @@ async def test_a_conflict_in_one_branch_starts_no_new_step_in_another(engine_fac
     assert "l2" not in keys and "rx" not in keys
 
 
+def _left_grows_right_shrinks(counter: Counter) -> plait.App:
+    """v2 of ``branches_app`` that adds ``l2`` at the end of the left branch and drops
+    the right branch's recorded ``r2``: the outcome of ``r2`` is never handed back."""
+    app = plait.App("branches")
+
+    @app.workflow(name="w")
+    async def w(wf: plait.Workflow) -> Any:
+        async def left() -> list[str]:
+            return [await wf.do("l1", lambda: "l1"), await wf.do("l2", lambda: counter.hit("l2"))]
+
+        async def right() -> list[Any]:
+            return [await wf.do("r1", lambda: "r1"), await wf.wait_for_event("go")]
+
+        return await asyncio.gather(left(), right())
+
+    return app
+
+
+async def test_a_new_step_held_for_a_removed_steps_outcome_runs_once(engine_factory) -> None:
+    """A held step whose wait can never end (the outcome it waits for belongs to a step
+    the new code removed) is let go once nothing else can go on, and not held again: the
+    pass does not spin, the check says which step is gone, and the run completes."""
+    counter = Counter()
+    run_id = await _branches_waiting(engine_factory, counter)
+    app = _left_grows_right_shrinks(counter)
+    async with engine_factory(app, workers=False) as checker:
+        (result,) = await asyncio.wait_for(checker.check(), 20)
+    assert not result.ok and result.step == "r2", result
+    assert counter["l2"] == 0
+    async with engine_factory(app) as engine:
+        await engine.send_event(run_id, "go", "paid")
+        run = await engine.wait(run_id, timeout=20)
+    assert run.status == "completed", run.error
+    assert run.output == [["l1", 1], ["r1", "paid"]]
+    assert counter["l2"] == 1
+
+
 async def test_a_new_step_of_one_branch_runs_once_the_others_history_is_back(
     engine_factory,
 ) -> None:

@@ -182,10 +182,13 @@ class NewStepHold:
         }
         #: new steps reached while those are handed back, in the order they were reached
         self.held: collections.deque[StepCall[Any]] = collections.deque()
+        #: held steps let go while outcomes were still to hand (nothing else could go on:
+        #: a step the code no longer reaches keeps its outcome for ever): never held again
+        self.let_go: set[str] = set()
 
     def holds(self, call: StepCall[Any]) -> bool:
         """Whether ``call`` waits (a step the run never recorded, reached too soon)."""
-        if self.to_hand and call.key not in self.ledger.steps:
+        if self.to_hand and call.key not in self.ledger.steps and call.key not in self.let_go:
             self.held.append(call)
             return True
         return False
@@ -213,6 +216,8 @@ class NewStepHold:
                 self.held.remove(call)
                 await resolve(call)
                 return True
+        if self.to_hand:
+            self.let_go.update(call.key for call in self.held)
         new.extendleft(reversed(self.held))
         self.held.clear()
         return True
