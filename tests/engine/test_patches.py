@@ -336,3 +336,46 @@ async def test_a_step_inserted_before_one_reached_through_a_replayed_sibling(
         else:
             assert run.status == "failed" and run.error["code"] == "VERSION_CONFLICT"
             assert "'x'" in run.error["message"] and "'c'" in run.error["message"]
+
+
+@pytest.mark.parametrize("patched", [False, True])
+async def test_a_step_inserted_in_a_branch_of_a_gather_wider_than_the_record_keeps(
+    engine_factory, patched: bool
+) -> None:
+    """A step keeps only the last few dozen outcomes it came after: the step after a
+    gather of 40 does not name the first branches' steps. A step inserted after one of
+    those, in a run whose history went past the gather, still comes before recorded
+    history: a conflict without a patch, ``patched`` False with one; it never runs."""
+    counter = Counter()
+    width = 40
+
+    def fan(insert: bool) -> Body:
+        async def body(wf: plait.Workflow, c: Counter) -> Any:
+            async def branch(i: int) -> str:
+                out = await wf.do(f"s{i}", _step(c, f"s{i}"))
+                if insert and i == 0 and (not patched or wf.patched("enrich")):
+                    await wf.do("enrich", _step(c, "enrich"))
+                return out
+
+            await asyncio.gather(*(branch(i) for i in range(width)))
+            await wf.do("after", _step(c, "after"))
+            return await wf.wait_for_event("shipped")
+
+        return body
+
+    async with engine_factory(_app(counter, fan(False))) as engine:
+        run_id = await engine.start("order")
+        await eventually(
+            lambda: _has_kind(engine, run_id, "event"), what="the run waits for its event"
+        )
+    async with engine_factory(_app(counter, fan(True)), workers=False) as checker:
+        (result,) = await checker.check()
+        assert result.ok is patched, result
+    async with engine_factory(_app(counter, fan(True))) as engine:
+        run = await _finish(engine, run_id)
+    if patched:
+        assert run.status == "completed" and run.output == "yes", run.error
+    else:
+        assert run.status == "failed" and run.error is not None
+        assert run.error["code"] == "VERSION_CONFLICT" and "'enrich'" in run.error["message"]
+    assert counter["enrich"] == 0

@@ -22,7 +22,7 @@ from plait.retry import RetryPolicy
 from plait.runtime import runs
 from plait.runtime.control_flow import PassAborted, PauseSignal, SuspendSignal
 from plait.runtime.host import Host
-from plait.runtime.steps import NEW_STATUS, PATCH_KIND
+from plait.runtime.steps import MAX_AFTER, NEW_STATUS, PATCH_KIND
 from plait.statuses import RunStatusName
 from plait.store.ops import Batch, EndRun, Op, PutStep
 from plait.store.rows import PassSnapshot, StepRow
@@ -467,7 +467,8 @@ class Ledger:
             return None
         start = not known
         later = set(known)
-        for step in sorted(self.steps.values(), key=_by_seq):
+        steps = self.steps
+        for step in sorted(steps.values(), key=_by_seq):
             if step.kind == PATCH_KIND:
                 continue
             after = step.reached_after
@@ -476,7 +477,11 @@ class Ledger:
                     return step.key
                 continue
             keys: list[str] = serde.loads(after)
-            if (start and not keys) or not later.isdisjoint(keys):
+            if (
+                (start and not keys)
+                or not later.isdisjoint(keys)
+                or (len(keys) >= MAX_AFTER and _handed_before(steps, later, keys))
+            ):
                 if step.key in unreached:
                     return step.key
                 later.add(step.key)
@@ -513,6 +518,24 @@ class Ledger:
 
 def _by_seq(step: StepRow) -> int:
     return step.seq
+
+
+def _handed_before(steps: dict[str, StepRow], later: set[str], keys: list[str]) -> bool:
+    """Whether one of ``later`` may be among what a full ``reached_after`` list
+    (``keys``) dropped: the list keeps a wide gather's last outcomes only, so an outcome
+    handed to the workflow before the newest one it names may have come before the step
+    too. Counting it (as ``steps.reopened`` does) can only stop a new step that belongs
+    where it is; not counting it would run one out of order without a word."""
+    newest = max(
+        (d for k in keys if (row := steps.get(k)) is not None and (d := row.delivered) is not None),
+        default=None,
+    )
+    if newest is None:
+        return False
+    return any(
+        (row := steps.get(k)) is not None and (d := row.delivered) is not None and d < newest
+        for k in later
+    )
 
 
 def _keys_json(keys: tuple[str, ...]) -> str:
