@@ -374,3 +374,45 @@ async def test_a_new_step_of_one_branch_runs_once_the_others_history_is_back(
         run = await engine.wait(run_id, timeout=20)
     assert run.status == "completed", run.error
     assert counter["l2"] == 1
+
+
+@pytest.mark.parametrize(
+    ("recorded", "now"),
+    [
+        ({"flag": True}, {"flag": 1}),
+        ({"n": 0}, {"n": False}),
+        ({"amount": 1}, {"amount": 1.0}),
+        ([True, 2], [1, 2.0]),
+        ({"x": 0.0}, {"x": -0.0}),
+    ],
+)
+async def test_an_input_equal_only_in_python_is_another_input(
+    engine_factory, recorded: Any, now: Any
+) -> None:
+    """``True == 1 == 1.0`` in Python, three values in JSON: a step recorded with one and
+    reached with another is a conflict, never handed the result computed for the first."""
+    counter = Counter()
+
+    def app_of(data: Any) -> plait.App:
+        app = plait.App("typed")
+
+        @app.workflow(name="w")
+        async def w(wf: plait.Workflow) -> Any:
+            got = await wf.do("charge", lambda d: counter.hit("charge") or d, data)
+            return [got, await wf.wait_for_event("go")]
+
+        return app
+
+    async with engine_factory(app_of(recorded)) as engine:
+        run_id = await engine.start("w")
+
+        async def waits() -> bool:
+            return any(s.kind == "event" for s in await engine.get_steps(run_id))
+
+        await eventually(waits, what="the run waiting for its event")
+    async with engine_factory(app_of(now)) as engine:
+        await engine.send_event(run_id, "go")
+        run = await engine.wait(run_id, timeout=20)
+    assert run.status == "failed" and run.error is not None, run.output
+    assert run.error["code"] == "VERSION_CONFLICT" and "'charge'" in run.error["message"]
+    assert counter["charge"] == 1

@@ -57,6 +57,22 @@ async def changed_input_v2(wf: plait.Workflow, c: Counter) -> Any:
     return await wf.wait_for_event("paid")
 
 
+async def retyped_input_v1(wf: plait.Workflow, c: Counter) -> Any:
+    await wf.do("reserve", _f(c, "reserve"), {"gift": True, "qty": 1})
+    return await wf.wait_for_event("paid")
+
+
+async def retyped_input_v2(wf: plait.Workflow, c: Counter) -> Any:
+    # equal in Python (True == 1 == 1.0), another value in JSON
+    await wf.do("reserve", _f(c, "reserve"), {"qty": 1.0, "gift": 1})
+    return await wf.wait_for_event("paid")
+
+
+async def reordered_input_v2(wf: plait.Workflow, c: Counter) -> Any:
+    await wf.do("reserve", _f(c, "reserve"), {"qty": 1, "gift": True})  # the same object
+    return await wf.wait_for_event("paid")
+
+
 async def inserted_step_v1(wf: plait.Workflow, c: Counter) -> Any:
     await wf.do("reserve", _f(c, "reserve"))
     await wf.do("pack", _f(c, "pack"))
@@ -129,6 +145,15 @@ CASES = [
         "reserve",
         ('recorded with input {"qty"', "1}", 'now passes {"qty"', "2}"),
     ),
+    Case(
+        "retyped_input",
+        retyped_input_v1,
+        retyped_input_v2,
+        "reserve",
+        "reserve",
+        ('recorded with input {"gift":true,"qty":1}', 'now passes {"qty":1.0,"gift":1}'),
+    ),
+    Case("reordered_input", retyped_input_v1, reordered_input_v2),
     Case(
         "inserted_step",
         inserted_step_v1,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from collections.abc import Coroutine
 from json.encoder import encode_basestring as _json_text
 from typing import Any
@@ -550,7 +551,26 @@ def _clip(text: object, limit: int = 200) -> str:
 
 
 def _same_json(a: object, b: str | None) -> bool:
-    """Equal as JSON values (a database may store JSON in its own spelling)."""
+    """Equal as JSON values (a database may store JSON in its own spelling, an object
+    its members in another order)."""
     if not isinstance(a, str) or b is None:
         return False
-    return bool(serde.loads(a) == serde.loads(b))
+    return _same_value(serde.loads(a), serde.loads(b))
+
+
+def _same_value(a: object, b: object) -> bool:
+    """JSON equality, not Python's: ``true``, ``1`` and ``1.0`` are three values (a
+    step handed ``1`` where it was recorded with ``true`` would get another call's
+    result), and so are ``0.0`` and ``-0.0``."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        assert isinstance(b, dict)
+        return a.keys() == b.keys() and all(_same_value(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        assert isinstance(b, list)
+        return len(a) == len(b) and all(map(_same_value, a, b))
+    if isinstance(a, float):
+        assert isinstance(b, float)
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    return a == b
