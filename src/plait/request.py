@@ -12,9 +12,11 @@ pass that takes it. Nothing here touches a database.
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 from typing import Any, cast
 
 from plait import approval, errors, serde
+from plait.durations import parse_duration
 from plait.statuses import RequestStatusName
 
 #: waiting for the workflow to take it
@@ -38,9 +40,12 @@ MAX_TIMEOUT = 300.0
 def check_timeout(timeout: object) -> float:
     """The sender's timeout in seconds, more than 0 and at most ``MAX_TIMEOUT``, or an
     error naming it."""
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        raise TypeError(f"request timeout must be a number of seconds, got {timeout!r}")
-    seconds = float(timeout)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float | str | timedelta):
+        raise TypeError(
+            f"request timeout must be seconds, a duration such as '30s' or a timedelta, "
+            f"got {timeout!r}"
+        )
+    seconds = parse_duration(timeout, what="request timeout")
     if not math.isfinite(seconds) or seconds <= 0 or seconds > MAX_TIMEOUT:
         raise ValueError(
             f"request timeout must be more than 0 and at most {MAX_TIMEOUT:g} seconds, "

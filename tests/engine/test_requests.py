@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pydantic
@@ -366,3 +367,23 @@ async def test_a_sender_cancelled_while_its_request_commits_withdraws_it(
         await engine.send_event(run_id, "go")
         run = await engine.wait(run_id, timeout=10)
         assert run.output == "nothing"  # the workflow never saw it
+
+
+async def test_a_request_timeout_takes_durations_like_every_timeout(
+    engine_factory: Callable[..., Any],
+) -> None:
+    """``"30s"``, ``"500ms"`` and a ``timedelta`` as for ``wf.wait_for_request`` and
+    ``engine.wait``; a bad one is named."""
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("counter", 3)
+        replies = [
+            await engine.request(run_id, "add", 1, timeout="30s"),
+            await engine.request(run_id, "add", 2, timeout=timedelta(seconds=30)),
+            await engine.request(run_id, "add", 3, timeout="1m"),
+        ]
+        assert replies == [1, 3, 6]
+        assert (await engine.wait(run_id, timeout=30)).output == 6
+        with pytest.raises(ValueError, match="request timeout"):
+            await engine.request(run_id, "add", 1, timeout="soon")
+        with pytest.raises(TypeError, match="request timeout"):
+            await engine.request(run_id, "add", 1, timeout=[5])  # type: ignore[arg-type]

@@ -174,6 +174,14 @@ async def test_another_users_token_gets_403_and_bad_offsets_422(engine_factory) 
             bad = await client.get(path, headers={**ALICE, "Last-Event-ID": "seven"})
             assert bad.status_code == 422
             assert "Last-Event-ID must be a stream offset" in bad.json()["detail"]
+            for text in ("1_0", " +0 ", "+1"):
+                bad = await client.get(path, headers={**ALICE, "Last-Event-ID": text})
+                assert bad.status_code == 422, text
+            bad = await client.get(f"{path}?after=\u0663", headers=ALICE)  # an Arabic 3
+            assert bad.status_code == 422
+            for flag in ("yes", "on", "TRUE ", "2", "flase"):
+                bad = await client.get(f"{path}?settled_only={flag}", headers=ALICE)
+                assert bad.status_code == 422 and "settled_only" in bad.text, flag
             bad = await client.get(f"{path}?after=-5", headers=ALICE)
             assert bad.status_code == 422 and "after must be a stream offset" in bad.text
             # past what a store counts (PostgreSQL refused it with a 500 before)

@@ -329,7 +329,7 @@ class Api:
         after = _offset(request.headers.get("last-event-id"), "Last-Event-ID")
         if after is None:
             after = _offset(request.query_params.get("after"), "after")
-        settled = request.query_params.get("settled_only", "false").lower() in ("1", "true")
+        settled = _settled_only(request.query_params.get("settled_only"))
         slot = self.streams.take(principal.user)  # 429 past the limits on open streams
         return stream_entries(
             self.engine, run.id, name, -1 if after is None else after, settled, self.lifecycle, slot
@@ -496,15 +496,27 @@ __all__ = ["Api"]
 MAX_OFFSET = 2**31 - 1
 
 
+def _settled_only(text: str | None) -> bool:
+    """``?settled_only=``: true or false (also 1 or 0); anything else is a 422 naming it,
+    since a caller who asked for settled entries and got every entry would show output
+    that is later taken back."""
+    if text is None or text in ("false", "0"):
+        return False
+    if text in ("true", "1"):
+        return True
+    message = f"settled_only must be true or false, got {text[:40]!r}"
+    raise ApiError(
+        422, "INVALID_REQUEST", message, problems=[{"field": "settled_only", "message": message}]
+    )
+
+
 def _offset(text: str | None, field: str) -> int | None:
     """A stream offset a client sent (``Last-Event-ID``, ``?after=``): an int from -1 to
-    ``MAX_OFFSET``."""
+    ``MAX_OFFSET``, in plain digits (Python's ``int`` would take ``1_0`` and `` +0 ``)."""
     if text is None or text == "":
         return None
-    try:
-        value = int(text)
-    except ValueError:
-        value = -2
+    digits = text[1:] if text.startswith("-") else text
+    value = int(text) if digits.isascii() and digits.isdigit() else -2
     if not -1 <= value <= MAX_OFFSET:
         message = (
             f"{field} must be a stream offset (an integer from -1 to {MAX_OFFSET}), "
