@@ -344,10 +344,20 @@ async def test_an_unauthenticated_request_gets_401_before_any_other_check(serve:
                 ("POST", "/api/schedules"),
                 ("POST", "/api/runs/x/cancel"),
                 ("DELETE", "/api/schedules/declared"),
+                # a method the route does not take, a path no route serves: the 405 or
+                # 404 would tell an anonymous caller what the API has
+                ("PATCH", "/api/runs"),
+                ("PUT", "/api/runs/x/requests/q"),
+                ("GET", "/api/runs/x/cancel"),
+                ("GET", "/api/no-such-route"),
             ]:
                 for headers in ({}, {"Content-Type": "text/plain"}):
                     answer = await anonymous.request(method, path, headers=headers)
                     problem(answer, 401, "UNAUTHENTICATED")
+                    wrong = await anonymous.request(
+                        method, path, headers={**headers, "Authorization": "Bearer t-nobody"}
+                    )
+                    problem(wrong, 401, "UNAUTHENTICATED")
         async with client(server, **ALICE) as alice:
             # with a token, the content type is still required
             sent = await alice.post("/api/workflows/echo/runs", content=b"{}")

@@ -114,7 +114,32 @@ class Guard:
                 await _drain(receive)
             await refusal.response()(scope, receive, send)
             return
+        if self.authenticate is not None and _needs_caller(scope):
+            send = self._unmatched_asks_who(scope, receive, send)
         await self.app(scope, self._limited(receive), send)
+
+    def _unmatched_asks_who(self, scope: Scope, receive: Receive, send: Send) -> Send:
+        """``send`` for a request to the API: a 404 or 405 of the router (no route has
+        that path, or takes that method) becomes the 401 of authentication when the
+        request names nobody, since what the API has is no anonymous caller's business.
+        Routes authenticate themselves first, so theirs come from known callers; asking
+        only here spares every other request a second authentication."""
+        replaced = False
+        asked = dict(scope)  # as it came: routing moves its path into its root_path
+
+        async def checked(message: Message) -> None:
+            nonlocal replaced
+            if replaced:
+                return  # the body of the answer that was replaced
+            if message["type"] == "http.response.start" and message["status"] in (404, 405):
+                refusal = await self._unauthenticated(asked)
+                if refusal is not None:
+                    replaced = True
+                    await refusal.response()(scope, receive, send)
+                    return
+            await send(message)
+
+        return checked
 
     def refusal(self, scope: Scope) -> ApiError | None:
         """Why ``scope`` is refused before it reaches a route, if it is."""
