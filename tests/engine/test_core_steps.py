@@ -353,6 +353,37 @@ async def test_timeout_fails_the_attempt(engine_factory) -> None:
         assert "timed out after 0.1s" in history[0].error["message"]
 
 
+@pytest.mark.parametrize("queued", [False, True])
+async def test_a_body_that_swallows_its_timeout_still_times_out(engine_factory, queued) -> None:
+    """A body that catches the cancel of its deadline and returns later: the attempt
+    timed out all the same, its late result discarded, and what it wrote to a stream
+    after the deadline is taken back with the attempt."""
+    app = plait.App()
+
+    @app.function(timeout="100ms", retries=0, queued=queued)
+    async def stubborn(data: None, ctx: plait.StepContext) -> str:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            await ctx.stream("out").write("late")
+        return "late result"
+
+    @app.workflow
+    async def w(wf: plait.Workflow, data: None) -> str:
+        return await wf.do("s", stubborn)
+
+    async with engine_factory(app, poll_interval=0.2) as engine:
+        with pytest.raises(plait.WorkflowFailedError) as info:
+            await engine.run("w", timeout=20)
+        run = info.value.run
+        (attempt,) = await engine.get_history(run.id)
+        assert attempt.status == "failed" and attempt.output is None
+        assert attempt.error["code"] == "STEP_TIMEOUT"
+        assert await engine.read_stream(run.id, "out", settled_only=True) == [
+            e for e in await engine.read_stream(run.id, "out") if e.kind == "end"
+        ]
+
+
 async def test_a_timeout_error_of_the_body_itself_is_not_a_step_timeout(engine_factory) -> None:
     app = plait.App()
 

@@ -109,6 +109,10 @@ async def _call_body(
                 try:
                     async with deadline:
                         result = await call
+                    if deadline.expired():
+                        # the body caught the deadline's cancel and returned after it:
+                        # timed out all the same, its late result discarded
+                        raise StepTimeoutError(ctx.step_key, timeout or 0.0)
                 except TimeoutError:
                     if not deadline.expired():
                         raise  # the body's own TimeoutError: an ordinary failure
