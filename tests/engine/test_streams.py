@@ -5,6 +5,7 @@ followed, settled or not, on both stores."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -384,3 +385,53 @@ async def test_a_fork_keeps_the_stream_entries_its_kept_steps_wrote(engine_facto
         early = await engine.fork(source, from_step="one")
         assert (await engine.wait(early, timeout=30)).output == "done"
         assert [e.value for e in await engine.read_stream(early, "log")] == source_log
+
+
+async def test_entries_a_cancelled_attempt_writes_late_are_left_out(engine_factory) -> None:
+    """The workflow cancels a step before its body wrote anything; the body ignores the
+    cancel and writes afterwards. Entries that come once its attempt ended (cancelled,
+    with nothing to reset then) are not taken in; no reset would ever follow them."""
+    app = plait.App("late")
+    wrote = asyncio.Event()
+
+    @app.function
+    async def stubborn(data: None, ctx: plait.StepContext) -> str:
+        with contextlib.suppress(asyncio.CancelledError):  # the cancel, ignored
+            await asyncio.sleep(30)
+        for i in range(3):
+            await ctx.stream("tokens").write(f"late {i}")
+        sink = ctx._streams  # pyright: ignore[reportPrivateUsage]
+        assert sink is not None
+        await sink.flush(ctx.run_id)  # what the attempt's end would wait for
+        wrote.set()
+        return "late"
+
+    @app.workflow
+    async def w(wf: plait.Workflow, data: None) -> str:
+        task = asyncio.ensure_future(wf.do("stubborn", stubborn))
+        await wf.sleep("a bit", 0.2)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await wf.stream("tokens").write("own")
+        return await wf.wait_for_event("finish")
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("w")
+        await asyncio.wait_for(wrote.wait(), 20)
+
+        async def cancelled() -> bool:
+            (step,) = [s for s in await engine.get_steps(run_id) if s.key == "stubborn"]
+            return step.error is not None and step.error["code"] == "CANCELLED"
+
+        await eventually(cancelled, what="the step cancelled")
+        await engine.send_event(run_id, "finish", "done")
+        assert (await engine.wait(run_id, timeout=20)).output == "done"
+        entries = await engine.read_stream(run_id, "tokens")
+        settled = await engine.read_stream(run_id, "tokens", settled_only=True)
+    assert [(e.kind, e.value) for e in settled] == [("data", "own"), ("end", None)]
+    # written before the cancel was (a race the body may win): taken back by a reset after
+    # them; written after it: left out
+    late = [e.offset for e in entries if e.kind == "data" and e.attempt == 1]
+    resets = [e.offset for e in entries if e.kind == "reset" and e.attempt == 1]
+    assert not late or (resets and min(resets) > max(late)), _shape(entries)

@@ -27,12 +27,13 @@ class Streams(Part):
             row = conn.execute(SQL["run_status"], (run_id,)).fetchone()
             if row is None or row[0] not in live:
                 return 0
-            # one look per attempt and per stream, then one insert statement for all
+            # one look per attempt and per stream, then one insert statement for all; an
+            # attempt that ended has had its reset already, or had nothing to reset
             attempts = {(w.step_key, w.attempt) for w in writes}
-            reset = {
+            ended = {
                 a
                 for a in attempts
-                if conn.execute(SQL["attempt_reset"], (run_id, *a)).fetchone() is not None
+                if conn.execute(SQL["attempt_running"], (run_id, *a)).fetchone() is None
             }
             offsets = {
                 stream: conn.execute(SQL["next_stream_offset"], (run_id, stream)).fetchone()[0]
@@ -41,7 +42,7 @@ class Streams(Part):
             now = self._now()
             rows: list[tuple[object, ...]] = []
             for w in writes:
-                if (w.step_key, w.attempt) in reset:
+                if (w.step_key, w.attempt) in ended:
                     continue
                 offset = offsets[w.stream]
                 offsets[w.stream] = offset + 1

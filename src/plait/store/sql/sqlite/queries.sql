@@ -1358,10 +1358,11 @@ FROM plait_stream_entries WHERE run_id = ?1 AND stream = ?2
 -- name: next_stream_offset
 SELECT coalesce(max("offset") + 1, 0) FROM plait_stream_entries WHERE run_id = ? AND stream = ?
 
--- name: attempt_reset
--- Whether step ?2's attempt ?3 has been reset (its late entries are left out).
-SELECT 1 FROM plait_stream_entries
-WHERE run_id = ? AND step_key = ? AND attempt = ? AND kind = 'reset'
+-- name: attempt_running
+-- Whether step ?2's attempt ?3 still runs: entries of an attempt that ended (it failed, was
+-- cancelled or interrupted, or a flush comes late) are left out.
+SELECT 1 FROM plait_steps
+WHERE run_id = ? AND key = ? AND attempts = ? AND attempt_status = 'running'
 
 -- name: insert_stream_entry
 INSERT INTO plait_stream_entries (run_id, stream, "offset", kind, value, step_key, attempt, at)

@@ -11,8 +11,9 @@ $$;
 
 -- Append the entries a step attempt's body wrote (p_streams, p_values, p_steps, p_attempts
 -- in order; p_values JSON text), as 'data' entries, if the run is one of p_live. An entry
--- of an attempt that has been reset already (its process lost it, and it flushes late) is
--- left out. Returns how many were written; they wake the run's watchers.
+-- of an attempt that no longer runs is left out: it ended (failed, cancelled, interrupted:
+-- reset already, or with nothing to reset) and its body, or the process that lost it,
+-- flushes late. Returns how many were written; they wake the run's watchers.
 CREATE OR REPLACE FUNCTION @schema@.append_stream(
     p_run text, p_streams text[], p_values text[], p_steps text[], p_attempts integer[],
     p_live text[], p_now timestamptz
@@ -36,10 +37,10 @@ BEGIN
         SELECT coalesce(max(e."offset") + 1, 0) AS next FROM @schema@.stream_entries AS e
         WHERE e.run_id = p_run AND e.stream = u.stream
     ) AS b
-    WHERE u.step IS NULL OR NOT EXISTS (
-        SELECT 1 FROM @schema@.stream_entries AS r
-        WHERE r.run_id = p_run AND r.step_key = u.step AND r.attempt = u.attempt
-            AND r.kind = 'reset');
+    WHERE u.step IS NULL OR EXISTS (
+        SELECT 1 FROM @schema@.steps AS s
+        WHERE s.run_id = p_run AND s.key = u.step AND s.attempts = u.attempt
+            AND s.attempt_status = 'running');
     GET DIAGNOSTICS v_written = ROW_COUNT;
     IF v_written > 0 THEN
         PERFORM pg_notify(@channel@, 'busy:' || p_run);
