@@ -340,8 +340,9 @@ async def test_check_include_ended_survives_a_request_left_by_a_sender_that_died
 async def test_a_retried_runs_stream_is_followed_past_the_end_of_its_failed_attempt(
     engine_factory: Any,
 ) -> None:
-    """A retried run has not ended: its followers read on past the failed attempt, to the
-    retry's entries and the one end."""
+    """A retried run has not ended: its followers read on past the failed attempt and the
+    end it was given, to the retry's entries and the last end. That end keeps its offset
+    (a client that read it resumes after it): the retry's entries come after it."""
     app = plait.App()
     down = {"talk": True}
 
@@ -372,9 +373,15 @@ async def test_a_retried_runs_stream_is_followed_past_the_end_of_its_failed_atte
         assert stored == [
             ("data", "try1", 1),
             ("reset", None, 1),
+            ("end", None, None),
             ("data", "try2", 2),
             ("end", None, None),
         ]
-        assert shape(await asyncio.wait_for(follow(), 20)) == stored
+        entries = await engine.read_stream(run_id, "tokens")
+        assert [e.offset for e in entries] == [0, 1, 2, 3, 4]
+        followed = [stored[0], stored[1], stored[3], stored[4]]
+        assert shape(await asyncio.wait_for(follow(), 20)) == followed
+        # a client that had read the first end resumes after it
+        assert shape(await asyncio.wait_for(follow(after=2), 20)) == stored[3:]
         settled = await asyncio.wait_for(follow(settled_only=True), 20)
         assert shape(settled) == [("data", "try2", 2), ("end", None, None)]

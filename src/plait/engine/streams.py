@@ -68,7 +68,8 @@ class StreamsMixin(EngineBase):
     ) -> AsyncGenerator[StreamEntry, None]:
         """The entries of the run's stream ``name`` after ``after`` as they commit, until
         its ``end`` (the run ended; a stream never written ends with its run, with no
-        entry). Woken by the commits that write them, not by polling. With
+        entry). The end of a run that was retried since is passed over: the retry's
+        entries follow it. Woken by the commits that write them, not by polling. With
         ``settled_only``, an attempt's entries come once it succeeded (never, if it did
         not), the workflow's own at once, still in offset order."""
         stream = _check_read(name, after, 1)
@@ -88,9 +89,12 @@ class StreamsMixin(EngineBase):
                     if entries:
                         cursor = entries[-1].offset
                 for entry in entries:
-                    yield entry
                     if entry.kind == "end":
+                        if await self._reopened(run_id, stream, entry):
+                            continue  # a retry's entries follow: read on
+                        yield entry
                         return
+                    yield entry
                 if entries or cursor != before:
                     safety = _FOLLOW_SAFETY
                     continue
@@ -103,6 +107,15 @@ class StreamsMixin(EngineBase):
                 safety = min(_FOLLOW_SAFETY_MAX, safety * 2)
             finally:
                 self.notifier.unwatch(run_id, event)
+
+    async def _reopened(self, run_id: str, stream: str, end: StreamEntry) -> bool:
+        """Whether an ``end`` of the stream is not where it ends: the run was retried
+        after it (an end keeps its offset, which clients resume after), so entries follow
+        it, or will."""
+        run = await self.get_run(run_id)
+        if run.status not in TERMINAL:
+            return True
+        return bool(await self.store.read_stream(run_id, stream, end.offset, 1, None))
 
     async def _settled_page(
         self, run_id: str, stream: str, cursor: int, ahead: _Ahead

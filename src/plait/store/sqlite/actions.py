@@ -114,8 +114,6 @@ class Actions(Part):
             )
             if cur.rowcount == 0:
                 return None  # woken since it was read: the caller reads it again
-            if from_status != "suspended":
-                conn.execute(SQL["reopen_streams"], (run_id,))
             apply.apply_ops(conn, run_id, ops, now)
             return apply.load_run(conn, run_id)
 

@@ -818,11 +818,6 @@ UPDATE plait_runs SET
                  THEN NULL ELSE dedup END
 WHERE id = ? AND status = ? AND wakeups = ?
 
--- name: reopen_streams
--- A retried run has not ended: the end its streams were given goes (the last offset of
--- each, so offsets stay dense), and its followers read on past the failed attempt.
-DELETE FROM plait_stream_entries WHERE run_id = ? AND kind = 'end'
-
 -- name: settle_parent_step
 -- A child run ended: the parent's step that waits for it takes the end the runtime
 -- decided (status, output, error), and its attempt on the row ends with it.

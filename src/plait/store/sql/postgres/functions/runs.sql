@@ -478,12 +478,8 @@ BEGIN
         RETURN;
     END IF;
     PERFORM @schema@.apply_ops(p_run, p_ops, p_now);
-    -- a retried run has not ended: the end its streams were given goes (the last offset
-    -- of each, so offsets stay dense), and its followers read on past the failed attempt
-    IF p_from <> 'suspended' THEN
-        PERFORM @schema@.lock_streams(p_run);
-        DELETE FROM @schema@.stream_entries WHERE run_id = p_run AND kind = 'end';
-    END IF;
+    -- a retried run's streams keep the end they were given: its offset was read (a client
+    -- resumes after it), so a retry's entries follow it, and followers go on past it
     UPDATE @schema@.runs r SET
         status = p_status, deadline_at = p_deadline,
         error = NULL, output = NULL, updated_at = p_now, wake_at = p_now,
