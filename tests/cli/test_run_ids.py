@@ -137,9 +137,8 @@ def test_approve_fork_and_graph_take_a_unique_part(folder: tuple[str, str]) -> N
     assert json.loads(out)["run_id"] == done
 
 
-def test_a_whole_id_is_taken_as_it_is(folder: tuple[str, str]) -> None:
-    """An id that is also the start of another run's id names itself, not both."""
-    _done, url = folder
+def _start_waiter(url: str, run_id: str) -> None:
+    """One more run of ``waiter`` with the id ``run_id``, by an engine that works none."""
 
     async def more() -> None:
         app = plait.App("ids")
@@ -148,9 +147,16 @@ def test_a_whole_id_is_taken_as_it_is(folder: tuple[str, str]) -> None:
         async def waiter(wf: plait.Workflow, data: None) -> None: ...
 
         async with plait.Engine(app, url, workers=False) as engine:
-            await engine.start("waiter", run_id="order-alpha-123-again")
+            await engine.start("waiter", run_id=run_id)
 
     asyncio.run(more())
+
+
+def test_a_whole_id_is_taken_as_it_is(folder: tuple[str, str]) -> None:
+    """An id that is also the start of another run's id names itself, not both."""
+    _done, url = folder
+
+    _start_waiter(url, "order-alpha-123-again")
     assert _status(url, "order-alpha-123") == "running"
     for part, whole in (
         ("order-alpha-123", "order-alpha-123"),
@@ -166,16 +172,7 @@ def test_an_id_with_an_emoji_code_in_it_is_printed_as_it_is(folder: tuple[str, s
     operator copies into the next command, not an emoji."""
     _done, url = folder
 
-    async def more() -> None:
-        app = plait.App("ids")
-
-        @app.workflow(name="waiter")
-        async def waiter(wf: plait.Workflow, data: None) -> None: ...
-
-        async with plait.Engine(app, url, workers=False) as engine:
-            await engine.start("waiter", run_id="order:fire:1")
-
-    asyncio.run(more())
+    _start_waiter(url, "order:fire:1")
     code, out = run("runs", "list", "-d", url)
     assert code == 0, out
     assert "order:fire:1" in out and "\N{FIRE}" not in out

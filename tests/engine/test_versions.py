@@ -312,9 +312,10 @@ async def test_a_conflict_in_one_branch_starts_no_new_step_in_another(engine_fac
     assert "l2" not in keys and "rx" not in keys
 
 
-def _left_grows_right_shrinks(counter: Counter) -> plait.App:
-    """v2 of ``branches_app`` that adds ``l2`` at the end of the left branch and drops
-    the right branch's recorded ``r2``: the outcome of ``r2`` is never handed back."""
+def _left_grows(counter: Counter, *, keep_r2: bool) -> plait.App:
+    """v2 of ``branches_app`` that adds ``l2`` at the end of the left branch (allowed),
+    without the inserted ``rx``; without ``keep_r2`` it also drops the right branch's
+    recorded ``r2``, whose outcome is then never handed back."""
     app = plait.App("branches")
 
     @app.workflow(name="w")
@@ -323,7 +324,10 @@ def _left_grows_right_shrinks(counter: Counter) -> plait.App:
             return [await wf.do("l1", lambda: "l1"), await wf.do("l2", lambda: counter.hit("l2"))]
 
         async def right() -> list[Any]:
-            return [await wf.do("r1", lambda: "r1"), await wf.wait_for_event("go")]
+            out = [await wf.do("r1", lambda: "r1")]
+            if keep_r2:
+                out.append(await wf.do("r2", lambda: "r2"))
+            return [*out, await wf.wait_for_event("go")]
 
         return await asyncio.gather(left(), right())
 
@@ -336,7 +340,7 @@ async def test_a_new_step_held_for_a_removed_steps_outcome_runs_once(engine_fact
     pass does not spin, the check says which step is gone, and the run completes."""
     counter = Counter()
     run_id = await _branches_waiting(engine_factory, counter)
-    app = _left_grows_right_shrinks(counter)
+    app = _left_grows(counter, keep_r2=False)
     async with engine_factory(app, workers=False) as checker:
         (result,) = await asyncio.wait_for(checker.check(), 20)
     assert not result.ok and result.step == "r2", result
@@ -356,20 +360,7 @@ async def test_a_new_step_of_one_branch_runs_once_the_others_history_is_back(
     in the record stands against it (v2 without the inserted step)."""
     counter = Counter()
     run_id = await _branches_waiting(engine_factory, counter)
-    app = plait.App("branches")
-
-    @app.workflow(name="w")
-    async def w(wf: plait.Workflow) -> Any:
-        async def left() -> list[str]:
-            return [await wf.do("l1", lambda: "l1"), await wf.do("l2", lambda: counter.hit("l2"))]
-
-        async def right() -> list[Any]:
-            one, two = await wf.do("r1", lambda: "r1"), await wf.do("r2", lambda: "r2")
-            return [one, two, await wf.wait_for_event("go")]
-
-        return await asyncio.gather(left(), right())
-
-    async with engine_factory(app) as engine:
+    async with engine_factory(_left_grows(counter, keep_r2=True)) as engine:
         await engine.send_event(run_id, "go", "paid")
         run = await engine.wait(run_id, timeout=20)
     assert run.status == "completed", run.error
