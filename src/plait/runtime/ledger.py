@@ -16,7 +16,7 @@ import dataclasses
 import math
 from collections.abc import Coroutine
 from json.encoder import encode_basestring as _json_text
-from typing import Any
+from typing import Any, cast
 
 from plait import errors, ids, serde
 from plait.retry import RetryPolicy
@@ -565,11 +565,11 @@ def _same_value(a: object, b: object) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, dict):
-        assert isinstance(b, dict)
-        return a.keys() == b.keys() and all(_same_value(v, b[k]) for k, v in a.items())
+        da, db = cast("dict[str, object]", a), cast("dict[str, object]", b)
+        return da.keys() == db.keys() and all(_same_value(v, db[k]) for k, v in da.items())
     if isinstance(a, list):
-        assert isinstance(b, list)
-        return len(a) == len(b) and all(map(_same_value, a, b))
+        la, lb = cast("list[object]", a), cast("list[object]", b)
+        return len(la) == len(lb) and all(map(_same_value, la, lb))
     if isinstance(a, float):
         assert isinstance(b, float)
         return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)

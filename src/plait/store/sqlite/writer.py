@@ -602,7 +602,9 @@ def _rollback(conn: sqlite3.Connection) -> None:
 def _items(item: Any) -> list[Any]:
     """The writes in one item of the writer's queue: a write, or a loop turn's writes
     handed over together (a list)."""
-    return list(item) if isinstance(item, list) else [item]
+    if isinstance(item, list):
+        return list(cast("list[object]", item))
+    return [item]
 
 
 def _settle_all(settled: list[_Settled]) -> None:
