@@ -469,6 +469,9 @@ class Ledger:
         start = not known
         later = set(known)
         steps = self.steps
+        # the first of ``later`` the workflow was handed (by ``delivered``): a full list
+        # (a gather wider than it keeps) may have dropped anything handed before its newest
+        first = _first_handed(steps, later)
         for step in sorted(steps.values(), key=_by_seq):
             if step.kind == PATCH_KIND:
                 continue
@@ -481,11 +484,13 @@ class Ledger:
             if (
                 (start and not keys)
                 or not later.isdisjoint(keys)
-                or (len(keys) >= MAX_AFTER and _handed_before(steps, later, keys))
+                or (len(keys) >= MAX_AFTER and first is not None and first < _newest(steps, keys))
             ):
                 if step.key in unreached:
                     return step.key
                 later.add(step.key)
+                if step.delivered is not None and (first is None or step.delivered < first):
+                    first = step.delivered
         return None
 
     def would_conflict(self, key: str) -> bool:
@@ -521,21 +526,23 @@ def _by_seq(step: StepRow) -> int:
     return step.seq
 
 
-def _handed_before(steps: dict[str, StepRow], later: set[str], keys: list[str]) -> bool:
-    """Whether one of ``later`` may be among what a full ``reached_after`` list
-    (``keys``) dropped: the list keeps a wide gather's last outcomes only, so an outcome
-    handed to the workflow before the newest one it names may have come before the step
-    too. Counting it (as ``steps.reopened`` does) can only stop a new step that belongs
-    where it is; not counting it would run one out of order without a word."""
-    newest = max(
+def _first_handed(steps: dict[str, StepRow], keys: set[str]) -> int | None:
+    """The earliest ``delivered`` among ``keys`` (None: none of them was handed yet)."""
+    return min(
         (d for k in keys if (row := steps.get(k)) is not None and (d := row.delivered) is not None),
         default=None,
     )
-    if newest is None:
-        return False
-    return any(
-        (row := steps.get(k)) is not None and (d := row.delivered) is not None and d < newest
-        for k in later
+
+
+def _newest(steps: dict[str, StepRow], keys: list[str]) -> int:
+    """The latest ``delivered`` among a full ``reached_after`` list (-1: none handed).
+    The list keeps a wide gather's last outcomes only, so an outcome handed to the
+    workflow before it may have come before its step too. Counting it (as
+    ``steps.reopened`` does) can only stop a new step that belongs where it is; not
+    counting it would run one out of order without a word."""
+    return max(
+        (d for k in keys if (row := steps.get(k)) is not None and (d := row.delivered) is not None),
+        default=-1,
     )
 
 
