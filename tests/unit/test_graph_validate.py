@@ -160,13 +160,16 @@ def test_reserved_and_malformed_node_ids() -> None:
         "nodes": {
             "trigger": {"function": "f", "next": "a#1"},
             "a#1": {"function": "f", "next": "$x"},
-            "$x": {"function": "f"},
+            "$x": {"function": "f", "next": "b[0]"},
+            "b[0]": {"function": "f"},
         }
     }
     text = "\n".join(validate(graph(data)))
     assert "node 'trigger': the id is reserved" in text
     assert "node 'a#1': a node id must not contain '#'" in text
     assert "node '$x': the id is reserved" in text
+    # the key of item 0 of a for_each node b: it would take that item's result
+    assert "node 'b[0]': a node id must not contain '[' or ']'" in text
 
 
 def test_references_must_be_to_nodes_that_can_have_run() -> None:

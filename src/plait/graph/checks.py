@@ -94,6 +94,10 @@ def _check_node(
         yield f"{where}: the id is reserved (trigger, $item, $state and ids starting with $)"
     if "#" in node_id:
         yield f"{where}: a node id must not contain '#' (it marks revisits: node#1)"
+    if "[" in node_id or "]" in node_id:
+        # ``b[0]`` is the key of item 0 of a for_each node ``b``: a node of that id
+        # would stand in for the item (its result taken for the item's)
+        yield f"{where}: a node id must not contain '[' or ']' (they mark for_each items: node[0])"
 
     problem = validate_function(node_id, node.function)
     if problem:
