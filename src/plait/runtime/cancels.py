@@ -50,24 +50,32 @@ class PassTimers:
         inflight: dict[asyncio.Task[None], StepCall[Any]],
         now: Callable[[], float],
         fire: Callable[[StepCall[Any]], None],
-    ) -> None:
+        within: float | None = None,
+    ) -> bool:
         """Wait until a step in flight ends (it leaves ``inflight``) or a timed wait's
-        time comes (``fire`` resolves it again). A timer that comes due while a step's
-        body runs wins the race as it would in plain asyncio: the workflow sees it
-        before the step ends and may cancel the step (a deadline)."""
+        time comes (``fire`` resolves it again), for at most ``within`` seconds: whether
+        either happened. A timer that comes due while a step's body runs wins the race
+        as it would in plain asyncio: the workflow sees it before the step ends and may
+        cancel the step (a deadline)."""
         done: set[asyncio.Task[None]] = set()
+        fired = False
         if not self.timed:
-            done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                inflight, timeout=within, return_when=asyncio.FIRST_COMPLETED
+            )
         else:
             left = min(until for until, _ in self.timed) - now()
             if left > 0:
+                timeout = left if within is None else min(left, within)
                 done, _ = await asyncio.wait(
-                    inflight, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                    inflight, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                 )
             for call in self.take_due(now()):
                 fire(call)
+                fired = True
         for task in done:
             inflight.pop(task)
+        return fired or bool(done)
 
     def take_due(self, now: float) -> list[StepCall[Any]]:
         """The waits whose time has come, taken off the list; a wait the workflow gave

@@ -56,10 +56,10 @@ from plait.graph.planner import (
 from plait.retry import RetryPolicy, resolve_policy
 from plait.runtime import runs, steps
 from plait.runtime.attempt import Outcome
-from plait.runtime.control_flow import ParkSignal, PauseSignal, SuspendSignal
+from plait.runtime.control_flow import ParkSignal, PassAborted, PauseSignal, SuspendSignal
 from plait.runtime.drive import Driver
 from plait.runtime.host import Host
-from plait.runtime.ledger import Ledger, PassResult
+from plait.runtime.ledger import ENDS_WAIT, Ledger, PassResult
 from plait.runtime.steps import GRAPH_STEP_KINDS, ITEM_KIND, NODE_KIND, item_key
 from plait.store.ops import EndRun, Op, SetState
 from plait.store.rows import PassSnapshot, StepRow
@@ -266,7 +266,20 @@ class GraphReplay:
             running = [t for t in self.driving.values() if not t.done()]
             if not running:
                 return None  # everything in flight waits on the queue, a timer or a child
-            await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            ledger = self.ledger
+            if not ledger.ops or ledger.dry:
+                await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            done, _ = await asyncio.wait(
+                running, timeout=ENDS_WAIT, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:
+                # nodes that ended wait for the next commit; a sibling that runs on for
+                # long must not hold their ends back (a crash would run them again)
+                try:
+                    await ledger.flush()
+                except PassAborted as exc:
+                    self.crash = self.crash or exc
 
     def _parked(self) -> ParkSignal | None:
         """A node step run as a job that failed its last attempt since the last pass and

@@ -55,6 +55,12 @@ class PassResult:
     cancelled_jobs: bool = False
 
 
+#: how long the ends of steps that finished wait for the next commit while other steps of
+#: the pass run on (a long body beside them): then they are committed on their own, so a
+#: crash does not run again bodies that ended long before it
+ENDS_WAIT = 0.5
+
+
 class Ledger:
     """The state of one pass; discarded when it ends."""
 

@@ -44,7 +44,7 @@ from plait.runtime.control_flow import (
 from plait.runtime.drive import Driver, dump_input
 from plait.runtime.gates import Found, Gates
 from plait.runtime.host import Host
-from plait.runtime.ledger import Ledger, PassResult
+from plait.runtime.ledger import ENDS_WAIT, Ledger, PassResult
 from plait.runtime.order import NewStepHold, ReachedAfter, deliverable, event_order
 from plait.runtime.requests import Requests
 from plait.runtime.waits import Waits
@@ -407,7 +407,13 @@ class CodeReplay:
                 continue
             if not inflight:
                 break
-            await self.timers.wait(inflight, self.ledger.now, self._refire)
+            if not ledger.ops or ledger.dry:
+                await self.timers.wait(inflight, ledger.now, self._refire)
+            elif not await self.timers.wait(inflight, ledger.now, self._refire, ENDS_WAIT):
+                # steps that ended wait for the next commit; a sibling that runs on for
+                # long must not hold their ends back (a crash would run them again)
+                with contextlib.suppress(PassAborted):  # the loop's first look stops it
+                    await ledger.flush()
         # whatever was still in flight when the pump stopped early has ended
         await ledger.join()
 
