@@ -4,7 +4,8 @@ fire a tick, polled with a deadline)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -375,6 +376,38 @@ async def test_overlap_skip_counts_a_scheduled_run_that_continued_as_new(
         assert (await engine.get_schedule("beat")).last_run_id == live[0].id
         await engine.send_event(live[0].id, "go", "done")
         assert (await engine.wait(first.id, timeout=15)).output == "done"
+
+
+async def test_overlap_skip_still_sees_the_live_run_once_its_chain_is_pruned(
+    engine_factory: Any,
+) -> None:
+    """A prune deletes the ended runs of a live chain (a loop that continues as new runs
+    for ever in bounded storage), the tick's own run among them: the schedule still
+    knows the chain's live run, and ``overlap="skip"`` still starts no tick beside it."""
+    app = plait.App("sched-pruned-chain")
+
+    @app.workflow
+    async def chain(wf: plait.Workflow, n: Any) -> Any:
+        if (n or 0) < 2:
+            await wf.continue_as_new((n or 0) + 1)
+        return await wf.wait_for_event("go")
+
+    async with engine_factory(app) as engine:
+        await engine.create_schedule("beat", workflow="chain", every="1s", overlap="skip")
+
+        async def live_chain() -> plait.Run | None:
+            runs = await engine.list_runs(workflow="chain", limit=1000)
+            live = [r for r in runs if r.status == "running" and r.continued_from is not None]
+            return live[0] if len(runs) == 3 and live else None
+
+        live = await eventually(live_chain, timeout=15, what="the first tick's chain live")
+        assert await engine.prune(older_than=datetime.now(UTC) + timedelta(hours=1)) == 2
+        assert (await engine.get_schedule("beat")).last_run_id == live.id
+        await _ticks_past(engine, "beat", time.time() + 3)
+        runs = await engine.list_runs(workflow="chain", limit=1000)
+        assert [r.id for r in runs] == [live.id], [(r.id, r.status) for r in runs]
+        await engine.send_event(live.id, "go", "done")
+        assert (await engine.wait(live.id, timeout=15)).output == "done"
 
 
 @pytest.mark.parametrize("stop", ["paused", "suspended"])

@@ -691,6 +691,7 @@ def start_successor(conn: sqlite3.Connection, run_id: str, new: NewRun, now: flo
     if insert_run(conn, new, now) is None:
         raise RuntimeError(f"run {run_id} cannot continue as new: run {new.id} exists")
     conn.execute(SQL["link_continued"], {"old": run_id, "new": new.id})
+    conn.execute(SQL["hand_over_schedule_run"], {"old": run_id, "new": new.id})
     conn.execute(SQL["carry_held_events"], {"old": run_id, "new": new.id})
     if new.parent_run_id and new.parent_step_key:
         conn.execute(

@@ -276,6 +276,11 @@ UPDATE plait_runs SET
     continued_from = CASE WHEN id = :new THEN :old ELSE continued_from END
 WHERE id IN (:old, :new)
 
+-- name: hand_over_schedule_run
+-- A schedule whose last run continued as new has its successor as its last run: the chain
+-- is one run of the schedule, and a prune may delete its ended links while it lives.
+UPDATE plait_schedules SET last_run_id = :new WHERE last_run_id = :old
+
 -- name: hand_over_child_step
 -- The parent's step that waited for a child run that continued as new waits for the
 -- child's successor.

@@ -391,6 +391,9 @@ BEGIN
     END IF;
     UPDATE @schema@.runs SET continued_from = p_run WHERE id = n.id;
     UPDATE @schema@.runs SET continued_to = n.id WHERE id = p_run;
+    -- a schedule whose last run continued has its successor as its last run: the chain
+    -- is one run of the schedule, and a prune may delete its ended links while it lives
+    UPDATE @schema@.schedules SET last_run_id = n.id WHERE last_run_id = p_run;
     -- the events p_run accepted and did not take wait for its successor, in the order
     -- they came; decisions held for approval gates stay with p_run
     UPDATE @schema@.events SET run_id = n.id
