@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TypeAlias
 
 #: what every duration parameter of plait accepts
@@ -75,6 +75,18 @@ def parse_duration(value: object, *, what: str = "duration") -> float:
     if seconds > MAX_DURATION:
         raise ValueError(f"invalid {what}: {value!r} (longer than 100 years)")
     return seconds
+
+
+def require_aware(moment: datetime, *, what: str) -> datetime:
+    """``moment`` if it has a time zone, else a ``ValueError`` naming ``what``: a
+    datetime without one is a different instant on every machine (read as UTC, a "now"
+    west of it reaches hours back), so it is refused rather than guessed."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(
+            f"{what} {moment.isoformat()} has no time zone: pass an aware datetime "
+            "(e.g. datetime(..., tzinfo=UTC))"
+        )
+    return moment
 
 
 def format_duration(seconds: float) -> str:

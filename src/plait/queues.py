@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, cast
 
-from plait.durations import parse_duration
+from plait.durations import parse_duration, require_aware
 from plait.ids import NAME_FORBIDDEN, check_name, shown
 
 #: the window of each rate unit, in seconds
@@ -347,12 +347,7 @@ def start_time(delay: object, start_at: object, now: float) -> float | None:
             raise TypeError(
                 f"start_at must be a datetime, got {type(start_at).__name__} {start_at!r}"
             )
-        if start_at.tzinfo is None or start_at.utcoffset() is None:
-            raise ValueError(
-                f"start_at {start_at.isoformat()} has no time zone: pass an aware datetime "
-                "(e.g. datetime(..., tzinfo=UTC))"
-            )
-        at = start_at.timestamp()
+        at = require_aware(start_at, what="start_at").timestamp()
         return at if at > now else None
     return None
 

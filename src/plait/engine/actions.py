@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from plait import ids, queues, serde
-from plait.durations import parse_duration
+from plait.durations import parse_duration, require_aware
 from plait.engine.base import EngineBase, existing_id
 from plait.errors import (
     RunNotFoundError,
@@ -156,9 +156,7 @@ class ActionsMixin(EngineBase):
         datetime), in short batches; returns how many runs went. Running and suspended
         runs, and runs whose child runs have not all ended, are kept."""
         if isinstance(older_than, datetime):
-            if older_than.tzinfo is None:
-                raise ValueError("older_than must be an aware datetime (with a time zone)")
-            cutoff = older_than.timestamp()
+            cutoff = require_aware(older_than, what="older_than").timestamp()
         else:
             cutoff = self.clock.now() - parse_duration(older_than, what="older_than")
         chosen = retention.check_statuses(tuple(statuses))

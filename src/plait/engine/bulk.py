@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, Literal
 
+from plait.durations import require_aware
 from plait.engine.actions import ActionsMixin
 from plait.engine.filters import run_filter
 from plait.errors import RunNotFoundError, RunStateError
@@ -305,17 +306,13 @@ async def wait_for_turn(at: float) -> None:
 
 
 def _bound(name: str, value: object) -> float | None:
-    """``since`` or ``until`` as epoch seconds. A datetime with no time zone is refused,
-    as ``start_at`` is: read as UTC, a "now" west of it would reach hours back and act on
-    runs the caller meant to leave alone."""
+    """``since`` or ``until`` as epoch seconds; a datetime with no time zone is refused,
+    as ``start_at`` is (``require_aware``): it would act on runs the caller meant to
+    leave alone."""
     if value is None:
         return None
     if isinstance(value, datetime):
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(
-                f"{name} {value.isoformat()} has no time zone: pass an aware datetime "
-                "(e.g. datetime(..., tzinfo=UTC))"
-            )
+        require_aware(value, what=name)
         try:
             return value.timestamp()
         except (OverflowError, ValueError):
