@@ -343,12 +343,8 @@ async def test_overlap_skip_starts_no_tick_while_the_last_run_lives(engine_facto
         assert second.scheduled_at.timestamp() >= began + 3  # no skipped tick came back
 
 
-async def test_overlap_skip_counts_a_scheduled_run_that_continued_as_new(
-    engine_factory: Any,
-) -> None:
-    """A scheduled run that continues as new goes on as its successor: with
-    ``overlap="skip"`` no tick starts while that chain is live, however many times it
-    continued, and the schedule's last run is the chain's live run."""
+def _chain_app() -> plait.App:
+    """Workflow ``chain``: a run that continues as new twice, then waits for "go"."""
     app = plait.App("sched-chain")
 
     @app.workflow
@@ -357,7 +353,16 @@ async def test_overlap_skip_counts_a_scheduled_run_that_continued_as_new(
             await wf.continue_as_new((n or 0) + 1)
         return await wf.wait_for_event("go")
 
-    async with engine_factory(app) as engine:
+    return app
+
+
+async def test_overlap_skip_counts_a_scheduled_run_that_continued_as_new(
+    engine_factory: Any,
+) -> None:
+    """A scheduled run that continues as new goes on as its successor: with
+    ``overlap="skip"`` no tick starts while that chain is live, however many times it
+    continued, and the schedule's last run is the chain's live run."""
+    async with engine_factory(_chain_app()) as engine:
         await engine.create_schedule("beat", workflow="chain", every="1s", overlap="skip")
 
         async def first_tick() -> list[plait.Run]:
@@ -384,15 +389,7 @@ async def test_overlap_skip_still_sees_the_live_run_once_its_chain_is_pruned(
     """A prune deletes the ended runs of a live chain (a loop that continues as new runs
     for ever in bounded storage), the tick's own run among them: the schedule still
     knows the chain's live run, and ``overlap="skip"`` still starts no tick beside it."""
-    app = plait.App("sched-pruned-chain")
-
-    @app.workflow
-    async def chain(wf: plait.Workflow, n: Any) -> Any:
-        if (n or 0) < 2:
-            await wf.continue_as_new((n or 0) + 1)
-        return await wf.wait_for_event("go")
-
-    async with engine_factory(app) as engine:
+    async with engine_factory(_chain_app()) as engine:
         await engine.create_schedule("beat", workflow="chain", every="1s", overlap="skip")
 
         async def live_chain() -> plait.Run | None:

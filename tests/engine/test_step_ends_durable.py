@@ -18,19 +18,26 @@ async def _ended_in_store(engine: plait.Engine, run_id: str, keys: set[str]) -> 
     return all(steps.get(key) == "succeeded" for key in keys)
 
 
-async def test_a_long_sibling_does_not_hold_back_the_ends_of_a_gather(engine_factory) -> None:
+def _app_with_a_long_step() -> tuple[plait.App, asyncio.Event]:
+    """An app whose function ``long`` runs until the event returned is set."""
     app = plait.App()
     release = asyncio.Event()
 
     @app.function
-    async def long(data: None) -> str:
+    async def long(data: Any) -> str:
         await release.wait()
         return "long"
+
+    return app, release
+
+
+async def test_a_long_sibling_does_not_hold_back_the_ends_of_a_gather(engine_factory) -> None:
+    app, release = _app_with_a_long_step()
 
     @app.workflow
     async def w(wf: plait.Workflow, data: None) -> list[Any]:
         quick = [wf.do(f"quick {n}", lambda n=n: n) for n in range(3)]
-        return list(await asyncio.gather(wf.do("long", long), *quick))
+        return list(await asyncio.gather(wf.do("long", "long"), *quick))
 
     async with engine_factory(app) as engine:
         run_id = await engine.start("w")
@@ -46,13 +53,7 @@ async def test_a_long_sibling_does_not_hold_back_the_ends_of_a_gather(engine_fac
 
 
 async def test_a_long_node_does_not_hold_back_the_ends_of_its_siblings(engine_factory) -> None:
-    app = plait.App()
-    release = asyncio.Event()
-
-    @app.function
-    async def long(data: Any) -> str:
-        await release.wait()
-        return "long"
+    app, release = _app_with_a_long_step()
 
     @app.function
     def quick(data: Any) -> str:
