@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from json.encoder import encode_basestring as _json_text
 from typing import Any, cast
 
@@ -477,7 +477,7 @@ class Ledger:
         steps = self.steps
         # the first of ``later`` the workflow was handed (by ``delivered``): a full list
         # (a gather wider than it keeps) may have dropped anything handed before its newest
-        first = _first_handed(steps, later)
+        first = min(_handed(steps, later), default=None)
         for step in sorted(steps.values(), key=_by_seq):
             if step.kind == PATCH_KIND:
                 continue
@@ -490,7 +490,11 @@ class Ledger:
             if (
                 (start and not keys)
                 or not later.isdisjoint(keys)
-                or (len(keys) >= MAX_AFTER and first is not None and first < _newest(steps, keys))
+                or (
+                    len(keys) >= MAX_AFTER
+                    and first is not None
+                    and first < max(_handed(steps, keys), default=-1)
+                )
             ):
                 if step.key in unreached:
                     return step.key
@@ -532,24 +536,17 @@ def _by_seq(step: StepRow) -> int:
     return step.seq
 
 
-def _first_handed(steps: dict[str, StepRow], keys: set[str]) -> int | None:
-    """The earliest ``delivered`` among ``keys`` (None: none of them was handed yet)."""
-    return min(
-        (d for k in keys if (row := steps.get(k)) is not None and (d := row.delivered) is not None),
-        default=None,
-    )
+def _handed(steps: dict[str, StepRow], keys: Iterable[str]) -> list[int]:
+    """When the workflow was handed the outcomes of ``keys`` (``delivered``), for those
+    it was handed.
 
-
-def _newest(steps: dict[str, StepRow], keys: list[str]) -> int:
-    """The latest ``delivered`` among a full ``reached_after`` list (-1: none handed).
-    The list keeps a wide gather's last outcomes only, so an outcome handed to the
-    workflow before it may have come before its step too. Counting it (as
-    ``steps.reopened`` does) can only stop a new step that belongs where it is; not
-    counting it would run one out of order without a word."""
-    return max(
-        (d for k in keys if (row := steps.get(k)) is not None and (d := row.delivered) is not None),
-        default=-1,
-    )
+    A full ``reached_after`` list keeps a wide gather's last outcomes only, so an outcome
+    handed before the newest it names may have come before its step too (``ahead``).
+    Counting it (as ``steps.reopened`` does) can only stop a new step that belongs where
+    it is; not counting it would run one out of order without a word."""
+    return [
+        d for k in keys if (row := steps.get(k)) is not None and (d := row.delivered) is not None
+    ]
 
 
 def _keys_json(keys: tuple[str, ...]) -> str:
