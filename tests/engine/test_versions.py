@@ -407,3 +407,102 @@ async def test_an_input_equal_only_in_python_is_another_input(
     assert run.status == "failed" and run.error is not None, run.output
     assert run.error["code"] == "VERSION_CONFLICT" and "'charge'" in run.error["message"]
     assert counter["charge"] == 1
+
+
+def _slow_then(counter: Counter, *, new_code: bool) -> plait.App:
+    """A run that took ``b``, started ``slow`` in a task of its own, took ``c`` and
+    sleeps for a minute (``nap``). The new code cancels ``slow`` once ``c`` is back and
+    takes a new value there (``wf.uuid()``), before the recorded ``nap``: a conflict,
+    found in the turn in which the workflow cancelled ``slow``."""
+    app = plait.App("slow-then")
+
+    async def slow() -> str:
+        counter.hit("slow started")
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            counter.hit("slow cancelled")
+            raise
+        return "slow"
+
+    @app.workflow(name="w")
+    async def w(wf: plait.Workflow) -> Any:
+        await wf.do("b", lambda: "b")
+        task = asyncio.create_task(wf.do("slow", slow))
+        await wf.do("c", lambda: "c")
+        if new_code:
+            task.cancel()
+            wf.uuid()
+        await wf.sleep("nap", 60)
+        return await task
+
+    return app
+
+
+async def test_a_conflict_found_as_the_workflow_cancels_a_step_cancels_its_body(
+    engine_factory,
+) -> None:
+    """The turn that finds the conflict also cancelled a running step's task: its body
+    is cancelled as any cancelled step's is, and the run fails with the conflict at
+    once, instead of its pass waiting for a body that nothing will end. The conflict
+    names the recorded step the new one came before (``nap``), not the step that was
+    reached in the same pass (``slow``)."""
+    counter = Counter()
+    async with engine_factory(_slow_then(counter, new_code=False)) as engine:
+        run_id = await engine.start("w")
+
+        async def naps() -> bool:
+            steps = {s.key: s.status for s in await engine.get_steps(run_id)}
+            return steps.get("nap") == "scheduled" and steps.get("slow") == "running"
+
+        await eventually(naps, what="the run asleep beside its slow step")
+    assert counter["slow started"] == 1
+    async with engine_factory(_slow_then(counter, new_code=True)) as engine:
+        run = await engine.wait(run_id, timeout=20)
+        assert run.status == "failed" and run.error is not None, run.output
+        assert run.error["code"] == "VERSION_CONFLICT", run.error
+        assert "'nap'" in run.error["message"] and "'__uuid'" in run.error["message"]
+        # the body started again or was cancelled before it could: none runs on
+        await eventually(
+            lambda: counter["slow cancelled"] == counter["slow started"],
+            what="every body of slow cancelled",
+        )
+
+
+def _value_beside(counter: Counter, gate: asyncio.Event, *, new_code: bool) -> plait.App:
+    """A run that took ``b`` and then ``s``, whose body waits for ``gate``. The new
+    code takes a value (``wf.uuid()``) between calling ``s`` and awaiting it."""
+    app = plait.App("value-beside")
+
+    async def body() -> str:
+        counter.hit("s")
+        await gate.wait()
+        return "s"
+
+    @app.workflow(name="w")
+    async def w(wf: plait.Workflow) -> Any:
+        await wf.do("b", lambda: "b")
+        step = wf.do("s", body)  # taken here, awaited below
+        made = wf.uuid() if new_code else None
+        return [await step, made is not None]
+
+    return app
+
+
+async def test_a_new_value_beside_a_recorded_step_taken_in_the_same_turn_is_no_conflict(
+    engine_factory,
+) -> None:
+    """A recorded step the workflow takes is reached when it is taken, not when the pass
+    gets round to it: a new value taken right after it, in the same turn, comes after
+    everything the run recorded (``s`` had not ended) and is no conflict."""
+    counter = Counter()
+    gate = asyncio.Event()
+    async with engine_factory(_value_beside(counter, gate, new_code=False)) as engine:
+        run_id = await engine.start("w")
+        await eventually(lambda: counter["s"] == 1, what="the body of s running")
+    gate.set()
+    async with engine_factory(_value_beside(counter, gate, new_code=True)) as engine:
+        run = await engine.wait(run_id, timeout=20)
+    assert run.status == "completed", run.error
+    assert run.output == ["s", True]
+    assert counter["s"] == 2  # cut off by the first engine's close, run again

@@ -448,9 +448,14 @@ class Interpreter:
         cancelled and left behind."""
         step = asyncio.create_task(self._slow_branch(stmt, st, scope, "race"))
         deadline = asyncio.create_task(self.b.sleep(stmt["name"], stmt["seconds"]))
-        done, pending = await asyncio.wait([step, deadline], return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
+        try:
+            done, _ = await asyncio.wait([step, deadline], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # a race cancelled while it waits (a failing task group sibling) takes both
+            # sides with it: left alone, its slow step would run on, and a run waits for
+            # a step nobody awaits (``asyncio.run`` would cancel it at the end instead)
+            for task in (step, deadline):
+                task.cancel()
         out.append(["race", site, deadline in done])
 
     async def _concurrent(

@@ -298,9 +298,13 @@ class CodeReplay:
         if self.closing:  # a step ``key`` let a task take while its pass unwinds
             call.late, call.task, call.after = True, None, ()
             return
-        call.late = self.main is not None and self.main.done()
+        call.late = late = self.main is not None and self.main.done()
         call.task = task = current_task(self.wloop)
         call.after = self.reached[call.key] = self.order.known.get(task, ())
+        if not late:
+            # reached now, not when the pass gets round to it: a new step the workflow
+            # takes next, in the same turn, comes after it (``Ledger.ahead``)
+            self.ledger.reach(call.key)
         self.new_calls.append(call)
 
     async def execute(self, wdef: WorkflowDef) -> PassResult:
@@ -378,14 +382,16 @@ class CodeReplay:
         cancels = wloop.cancels
         while True:
             wloop.run_ready()
-            if ledger.conflict or ledger.aborted or ledger.continued:
-                break  # after a continue as new, nothing starts and nothing is handed on
             new = self.new_calls
             if wloop.cancels != cancels:
+                # first, even in a turn that stops the pass: a body the workflow
+                # cancelled is not waited for (it may never end on its own)
                 cancels = wloop.cancels
                 self.cancels.sweep(new, inflight, self.waiting)
                 if held:
                     self.cancels.sweep(held, {}, [])
+            if ledger.conflict or ledger.aborted or ledger.continued:
+                break  # after a continue as new, nothing starts and nothing is handed on
             if held and await hold.release(new, False, self._resolve):
                 continue  # ahead of the steps reached since, in the order reached
             while new:
