@@ -261,6 +261,20 @@ async def test_bulk_filters_are_checked(engine_factory: Any) -> None:
             await engine.act_on_runs("drop")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("name", ["workflow", "queue", "owner", "version"])
+async def test_an_empty_name_filter_is_refused_not_matched_against_nothing(
+    engine_factory: Any, name: str
+) -> None:
+    """No run has an empty workflow, queue, owner or version: ``cancel_runs(queue="")``
+    (meant as the default queue, say) would quietly do nothing, and ``list_runs`` would
+    say there are no runs. Both name the filter instead."""
+    async with engine_factory(app) as engine:
+        with pytest.raises(ValueError, match=f"invalid {name} filter: ''"):
+            await engine.cancel_runs(**{name: ""})
+        with pytest.raises(ValueError, match=f"invalid {name} filter: ''"):
+            await engine.list_runs(**{name: ""})
+
+
 async def test_batches_yield_between_them(
     engine_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -44,6 +44,10 @@ def run_filter(filters: dict[str, Any]) -> RunFilter:
         value = filters.get(name)
         if value is not None and (not isinstance(value, str) or "\x00" in value):
             raise ValueError(f"invalid {name} filter: {value!r}")
+        if value == "" and name != "id_contains":
+            # no name is empty: the filter would match nothing, and a bulk action
+            # meant for "every run" (the unnamed default) would quietly do nothing
+            raise ValueError(f"invalid {name} filter: '' (no run has an empty {name})")
     for name in ("created_after", "created_before"):
         value = filters.get(name)
         if isinstance(value, datetime):
