@@ -506,3 +506,61 @@ async def test_a_new_value_beside_a_recorded_step_taken_in_the_same_turn_is_no_c
     assert run.status == "completed", run.error
     assert run.output == ["s", True]
     assert counter["s"] == 2  # cut off by the first engine's close, run again
+
+
+def _gated_beside_event(counter: Counter, gate: asyncio.Event, *, insert: bool) -> plait.App:
+    """A gather: the left branch's step ``a1`` waits for ``gate``; the right branch takes
+    ``b1`` and waits for the event ``go``. The new code (``insert``) inserts ``bx``
+    before the recorded wait: a real conflict."""
+    app = plait.App("gated")
+
+    async def a1() -> str:
+        counter.hit("a1")
+        try:
+            await gate.wait()
+        except asyncio.CancelledError:
+            counter.hit("a1 cut")
+            raise
+        return "a1"
+
+    @app.workflow(name="w")
+    async def w(wf: plait.Workflow) -> Any:
+        async def left() -> str:
+            return await wf.do("a1", a1)
+
+        async def right() -> list[Any]:
+            b = await wf.do("b1", lambda: "b1")
+            if insert:
+                await wf.do("bx", lambda: counter.hit("bx"))
+            return [b, await wf.wait_for_event("go")]
+
+        return await asyncio.gather(left(), right())
+
+    return app
+
+
+async def test_a_conflict_does_not_wait_for_a_body_running_again_beside_it(
+    engine_factory,
+) -> None:
+    """A restart cut ``a1``'s body short; the deploy's pass runs it again, then finds
+    the conflict in the other branch. The run fails with it at once: the body is
+    interrupted as a shutdown interrupts it, not waited for (it might never end, and
+    every restart would run it again on a run known to be broken)."""
+    counter = Counter()
+    gate = asyncio.Event()
+    async with engine_factory(_gated_beside_event(counter, gate, insert=False)) as engine:
+        run_id = await engine.start("w")
+
+        async def waits() -> bool:
+            steps = {s.key: s.status for s in await engine.get_steps(run_id)}
+            return steps.get("__event:go") == "scheduled" and steps.get("a1") == "running"
+
+        await eventually(waits, what="a1 running beside the event wait")
+    async with engine_factory(_gated_beside_event(counter, gate, insert=True)) as engine:
+        run = await engine.wait(run_id, timeout=20)
+        assert run.status == "failed" and run.error is not None, run.output
+        assert run.error["code"] == "VERSION_CONFLICT" and "'bx'" in run.error["message"]
+        steps = {s.key: s.status for s in await engine.get_steps(run_id)}
+    assert counter["bx"] == 0 and not gate.is_set()
+    assert counter["a1 cut"] == counter["a1"]  # every body that started was cut short
+    assert steps["a1"] == "pending"  # a retry once the code is fixed runs it again

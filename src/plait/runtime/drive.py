@@ -178,6 +178,11 @@ class Driver:
                 ledger.add(steps.cancel_step(step, ledger.now()))
                 ledger.mark_delivered(step)
                 raise StepCancelled(step.key)
+            if ledger.conflict:
+                # the pass found a conflict meanwhile and the run fails with it: no body
+                # starts, the attempt is interrupted as the running ones are
+                ledger.add(steps.interrupt(step, ledger.now(), cancelled=False))
+                raise StepCancelled(step.key)
             bodies = ledger.bodies
             task = asyncio.current_task()
             bodies[step.key] = task  # type: ignore[assignment]

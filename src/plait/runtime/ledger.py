@@ -334,6 +334,12 @@ class Ledger:
         self.tasks.append(task)
         return task
 
+    def interrupt_bodies(self) -> None:
+        """Cancel the tasks of the step bodies still running: each records its attempt
+        interrupted (``Driver.attempt``), as at a shutdown."""
+        for task in self.bodies.values():
+            task.cancel()
+
     async def join(self) -> None:
         """Wait until every step this pass started has ended (its task is done)."""
         while True:

@@ -420,6 +420,12 @@ class CodeReplay:
                 # long must not hold their ends back (a crash would run them again)
                 with contextlib.suppress(PassAborted):  # the loop's first look stops it
                     await ledger.flush()
+        if ledger.conflict:
+            # the run fails here: a body still running (an attempt a restart cut short,
+            # run again before the conflict came to light) is interrupted, as a shutdown
+            # interrupts it, and a retry of the fixed code runs it again; waited for, it
+            # would hold the run (maybe for ever) and run again at every restart
+            ledger.interrupt_bodies()
         # whatever was still in flight when the pump stopped early has ended
         await ledger.join()
 
