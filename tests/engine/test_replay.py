@@ -388,6 +388,55 @@ async def test_a_step_nobody_awaits_still_runs_before_the_run_ends(
     assert log == ["background"]
 
 
+def _race_app(event_first: bool) -> plait.App:
+    """An event against a one-second deadline (``asyncio.wait``, first completed), the
+    two tasks made in either order."""
+    app = plait.App("race")
+
+    @app.workflow(name="race")
+    async def race(wf: plait.Workflow) -> Any:
+        def event() -> asyncio.Task[Any]:
+            return asyncio.create_task(wf.wait_for_event("go"))
+
+        def deadline() -> asyncio.Task[Any]:
+            return asyncio.create_task(wf.sleep("deadline", 1.0))
+
+        first, second = (event(), deadline()) if event_first else (deadline(), event())
+        waiting = first if event_first else second
+        done, pending = await asyncio.wait([first, second], return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        return waiting.result() if waiting in done else "timeout"
+
+    return app
+
+
+@pytest.mark.parametrize("event_first", [True, False], ids=["event-made-first", "sleep-first"])
+@pytest.mark.parametrize(("sent_after", "wins"), [(1.5, "timeout"), (0.5, "on time")])
+async def test_outcomes_a_pass_finds_at_once_come_in_the_order_they_came_about(
+    engine_factory, event_first: bool, sent_after: float, wins: str
+) -> None:
+    """No worker ran while the deadline came due and the event arrived (sent by a
+    process that only starts and sends, as the HTTP server). The worker that comes back
+    finds both over: the one that came first wins the race, as in a process that never
+    stopped, whichever task the workflow made first."""
+    app = _race_app(event_first)
+    began = time.time()
+    async with engine_factory(app, clock=VirtualClock(began)) as engine:
+        run_id = await engine.start("race")
+
+        async def both_wait() -> bool:
+            steps = {s.key: s.status for s in await engine.get_steps(run_id)}
+            return steps.get("deadline") == "scheduled" and steps.get("__event:go") == "scheduled"
+
+        await eventually(both_wait, what="the event and the deadline both waited on")
+    async with engine_factory(app, workers=False, clock=VirtualClock(began + sent_after)) as sender:
+        await sender.send_event(run_id, "go", "on time")
+    async with engine_factory(app, clock=VirtualClock(began + 2.0)) as engine:
+        run = await engine.wait(run_id, timeout=10)
+    assert (run.status, run.output) == ("completed", wins)
+
+
 async def test_timers_due_together_are_seen_in_the_order_they_came_due(
     engine_factory,
 ) -> None:

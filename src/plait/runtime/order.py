@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from plait.runtime.gates import Found
 from plait.runtime.ledger import Ledger
-from plait.runtime.steps import MAX_AFTER
+from plait.runtime.steps import MAX_AFTER, ended_at
 from plait.runtime.workflow import StepCall
 from plait.runtime.workflow_loop import WorkflowLoop, current_task
 from plait.store.rows import EventRow, StepRow
@@ -34,8 +36,10 @@ def deliverable(
     it saw them then (their ``delivered`` ordinal), so every branch of a gather sees
     the same results in the same order and takes the same keys; an outcome still being
     resolved that comes earlier in that order is waited for. New outcomes come after,
-    in the order they ended (sleeps that ended together, in the order of their
-    times), and get the next ordinals."""
+    in the order they came about, and get the next ordinals: a pass that finds several
+    over at once (after a restart, a deploy, workers that were down) hands a sleep's
+    end at its time and an event when it arrived, as a process that never stopped
+    would have, not in the order the workflow called them."""
     if not finished:
         return None
     if not inflight and len(finished) == 1:
@@ -48,15 +52,9 @@ def deliverable(
             return None
     if first is not None:
         return first
-    head = finished[0]
-    if _slept(recorded.get(head.key)):
-        # sleeps a pass finds over at once (after a restart, a deploy) end in the
-        # order of their times, not in the order the workflow called them
-        return min(
-            (c for c in finished if _slept(recorded.get(c.key))),
-            key=lambda c: recorded[c.key].wake_at or 0.0,
-        )
-    return head
+    # ties (steps that ended in this pass at the same clock reading) in the order they
+    # finished: ``min`` keeps the first
+    return min(finished, key=lambda call: _came_at(call, recorded.get(call.key)))
 
 
 def event_order(event: EventRow) -> int:
@@ -78,9 +76,20 @@ def _earliest(
     return first, first_at
 
 
-def _slept(step: StepRow | None) -> bool:
-    """A sleep that ended (its timer came due)."""
-    return step is not None and step.kind == "sleep" and step.status == "succeeded"
+def _came_at(call: StepCall[Any], step: StepRow | None) -> float:
+    """When a new outcome came about: what a wait found (an event, a gate's decisions,
+    a request) when it arrived, or when the wait was made if it was there before;
+    else when its step ended (``steps.ended_at``)."""
+    if step is None:
+        return math.inf
+    found = call.result
+    if isinstance(found, Found):
+        times = [event.created_at for event in found.events]
+        if found.request is not None:
+            times.append(found.request.created_at)
+        if times:
+            return max(min(times), step.created_at)
+    return ended_at(step)
 
 
 class ReachedAfter:

@@ -242,6 +242,15 @@ def retryable_error(error: str | None) -> bool:
     return not (isinstance(record, dict) and cast(dict[str, Any], record).get("retryable") is False)
 
 
+def ended_at(step: StepRow) -> float:
+    """When an ended step's outcome came about: a sleep, or a wait whose timeout passed,
+    when its time came (the pass that sees it may come much later, after a restart);
+    any other step when its row ended."""
+    if step.kind in WAITS and step.wake_at is not None:
+        return min(step.wake_at, step.updated_at)
+    return step.updated_at
+
+
 def interrupt(step: StepRow, now: float, *, cancelled: bool) -> list[Op]:
     """End the running attempt because its task was cancelled. A user's cancel fails the
     step; a shutdown leaves it to run again (same invocation id, next attempt) wherever

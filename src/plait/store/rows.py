@@ -154,9 +154,13 @@ class StepRow:
 
 @dataclasses.dataclass
 class EventRow:
+    """An event (or a gate's decision) sent to a run and not taken yet; ``created_at``
+    (unix seconds) is when it arrived."""
+
     id: int
     name: str
     payload: str | None
+    created_at: float
 
 
 @dataclasses.dataclass

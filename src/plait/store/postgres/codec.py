@@ -279,7 +279,7 @@ def pass_snapshot(row: Any) -> PassSnapshot:
     for rec in row["steps"]:
         step = step_row(rec)
         steps[step.key] = step
-    events = [EventRow(e["id"], e["name"], e["payload"]) for e in row["events"]]
+    events = [EventRow(e["id"], e["name"], e["payload"], e["created_at"]) for e in row["events"]]
     state = {s["name"]: s["value"] for s in row["state"]}
     # a page of ``list_passes`` (a dry check) reads no requests
     requests = [request_row(q) for q in row.get("requests") or ()]

@@ -508,7 +508,7 @@ SELECT run_id, key, seq, name, kind, function, status, input, output, error, att
 FROM plait_steps WHERE run_id = ?
 
 -- name: pass_events
-SELECT id, name, payload FROM plait_events
+SELECT id, name, payload, created_at FROM plait_events
 WHERE run_id = ? AND consumed_by IS NULL ORDER BY id
 
 -- name: pass_requests
@@ -537,7 +537,7 @@ SELECT run_id, key, seq, name, kind, function, status, input, output, error, att
 FROM plait_steps WHERE run_id IN (SELECT value FROM json_each(?))
 
 -- name: page_events
-SELECT run_id, id, name, payload FROM plait_events
+SELECT run_id, id, name, payload, created_at FROM plait_events
 WHERE run_id IN (SELECT value FROM json_each(?)) AND consumed_by IS NULL ORDER BY id
 
 -- name: page_state
