@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -409,21 +409,31 @@ async def test_an_input_equal_only_in_python_is_another_input(
     assert counter["charge"] == 1
 
 
+def _counted_body(
+    counter: Counter, name: str, wait: Callable[[], Awaitable[object]]
+) -> Callable[[], Awaitable[str]]:
+    """A step body that waits on ``wait()`` and returns ``name``, counting its starts
+    (``name``) and the cancels that cut it short (``"<name> cut"``)."""
+
+    async def body() -> str:
+        counter.hit(name)
+        try:
+            await wait()
+        except asyncio.CancelledError:
+            counter.hit(f"{name} cut")
+            raise
+        return name
+
+    return body
+
+
 def _slow_then(counter: Counter, *, new_code: bool) -> plait.App:
     """A run that took ``b``, started ``slow`` in a task of its own, took ``c`` and
     sleeps for a minute (``nap``). The new code cancels ``slow`` once ``c`` is back and
     takes a new value there (``wf.uuid()``), before the recorded ``nap``: a conflict,
     found in the turn in which the workflow cancelled ``slow``."""
     app = plait.App("slow-then")
-
-    async def slow() -> str:
-        counter.hit("slow started")
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            counter.hit("slow cancelled")
-            raise
-        return "slow"
+    slow = _counted_body(counter, "slow", lambda: asyncio.sleep(3600))
 
     @app.workflow(name="w")
     async def w(wf: plait.Workflow) -> Any:
@@ -456,7 +466,7 @@ async def test_a_conflict_found_as_the_workflow_cancels_a_step_cancels_its_body(
             return steps.get("nap") == "scheduled" and steps.get("slow") == "running"
 
         await eventually(naps, what="the run asleep beside its slow step")
-    assert counter["slow started"] == 1
+    assert counter["slow"] == 1
     async with engine_factory(_slow_then(counter, new_code=True)) as engine:
         run = await engine.wait(run_id, timeout=20)
         assert run.status == "failed" and run.error is not None, run.output
@@ -464,8 +474,7 @@ async def test_a_conflict_found_as_the_workflow_cancels_a_step_cancels_its_body(
         assert "'nap'" in run.error["message"] and "'__uuid'" in run.error["message"]
         # the body started again or was cancelled before it could: none runs on
         await eventually(
-            lambda: counter["slow cancelled"] == counter["slow started"],
-            what="every body of slow cancelled",
+            lambda: counter["slow cut"] == counter["slow"], what="every body of slow cut short"
         )
 
 
@@ -513,15 +522,7 @@ def _gated_beside_event(counter: Counter, gate: asyncio.Event, *, insert: bool) 
     ``b1`` and waits for the event ``go``. The new code (``insert``) inserts ``bx``
     before the recorded wait: a real conflict."""
     app = plait.App("gated")
-
-    async def a1() -> str:
-        counter.hit("a1")
-        try:
-            await gate.wait()
-        except asyncio.CancelledError:
-            counter.hit("a1 cut")
-            raise
-        return "a1"
+    a1 = _counted_body(counter, "a1", gate.wait)
 
     @app.workflow(name="w")
     async def w(wf: plait.Workflow) -> Any:
