@@ -477,12 +477,12 @@ class Interpreter:
         results: list[Any] = []
         if op == "gather":
             rex = bool(stmt["rex"])
+            children = [asyncio.ensure_future(coro(i)) for i in range(len(branches))]
             try:
-                got = await asyncio.gather(
-                    *(coro(i) for i in range(len(branches))), return_exceptions=rex
-                )
+                got = await asyncio.gather(*children, return_exceptions=rex)
             except BaseException:
                 orphan_all_but(set(failed[:1]))
+                _give_up(children)
                 raise
             for item in got:
                 if isinstance(item, BaseException):
@@ -517,11 +517,21 @@ class Interpreter:
                 # `between` failed: every task is given up; an await raised: that task's
                 # failure is the one, the tasks after it are given up
                 orphan_all_but(set() if awaiting is None else set(range(awaiting + 1)))
+                _give_up(tasks)
                 raise
             results = [between] + [g[0] for g in got]
             accs = [g[1] for g in got]
         out.append([op, site, results])
         st.acc = mix(st.acc, accs)
+
+
+def _give_up(tasks: list[asyncio.Future[Any]]) -> None:
+    """Cancel the branches a program gives up, as a careful program does. Left running,
+    a branch that would later cancel its own slow step never gets there under plait: a
+    run waits for a step nobody awaits, and steps taken once the workflow has returned
+    never start (``asyncio.run`` cancels such branches at the end instead)."""
+    for task in tasks:
+        task.cancel()
 
 
 # -- under plait -----------------------------------------------------------------------------
