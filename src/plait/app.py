@@ -69,6 +69,8 @@ class FunctionDef:
     #: exception classes that fail a step of this function at once, without a retry
     no_retry_on: NoRetryOn = ()
     takes_data: bool = True
+    #: its data parameter has a default, which stands when a step gives no data
+    data_optional: bool = False
     takes_ctx: bool = False
     adapter: TypeAdapter[Any] | None = None
     #: the queue its steps are admitted through (a queued function)
@@ -93,15 +95,15 @@ class FunctionDef:
     async def invoke(self, data: Any, ctx: StepContext) -> Any:
         """Validate ``data`` against the annotation, then call; sync functions run in a
         thread so they never block the orchestrator's event loop."""
-        if self.adapter is not None:
-            try:
-                data = self.adapter.validate_python(data)
-            except ValidationError as exc:
-                raise InputValidationError(
-                    f"invalid input for function {self.name!r}: {exc}"
-                ) from None
         args: list[Any] = []
-        if self.takes_data:
+        if self.takes_data and (data is not None or not self.data_optional):
+            if self.adapter is not None:
+                try:
+                    data = self.adapter.validate_python(data)
+                except ValidationError as exc:
+                    raise InputValidationError(
+                        f"invalid input for function {self.name!r}: {exc}"
+                    ) from None
             args.append(data)
         if self.takes_ctx:
             args.append(ctx)
@@ -215,6 +217,23 @@ class WorkflowDef:
             raise InputValidationError(str(exc)) from None
 
 
+def data_param(fn: Callable[..., Any]) -> inspect.Parameter | None:
+    """The parameter a step's data goes to: the first positional one, whether it has a
+    default or not (None: the function takes no data). One with a default gets the data
+    when the step is given some, and keeps its default when it is not (``wants_data``):
+    ``lambda order=None: ...`` must not lose the order it was called with."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    return next((p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)), None)
+
+
+def wants_data(param: inspect.Parameter | None, data: Any) -> bool:
+    """Whether a body whose data parameter is ``param`` is called with ``data``."""
+    return param is not None and (param.default is param.empty or data is not None)
+
+
 def _inspect_function(fn: Callable[..., Any], name: str) -> tuple[bool, bool, Any]:
     try:
         params = list(inspect.signature(fn).parameters.values())
@@ -225,6 +244,9 @@ def _inspect_function(fn: Callable[..., Any], name: str) -> tuple[bool, bool, An
         for p in params
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
     ]
+    if not positional:
+        first = data_param(fn)
+        positional = [first] if first is not None else []  # data with a default
     takes_ctx = False
     if len(positional) >= 2:
         second = positional[1]
@@ -485,6 +507,7 @@ class App:
             on_error=on_error,
             no_retry_on=final,
             takes_data=takes_data,
+            data_optional=takes_data and not wants_data(data_param(fn), None),
             takes_ctx=takes_ctx,
             adapter=adapter,
             queue=queue,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -75,6 +76,34 @@ async def test_do_by_name_object_and_closure(engine_factory) -> None:
         assert [(a.key, a.attempt, a.status) for a in history] == [
             (s.key, 1, "succeeded") for s in steps
         ]
+
+
+async def test_a_data_parameter_with_a_default_gets_the_data_given(engine_factory) -> None:
+    """``lambda order=None: ...`` (or a function whose data parameter has a default) is
+    called with the data a step gives it, and keeps its default when it gives none: the
+    data was dropped before, silently, for any parameter with a default."""
+    app = plait.App()
+
+    @app.function
+    def tally(data: int = 5) -> int:
+        return data * 2
+
+    async def echo(order: dict[str, Any] | None = None) -> Any:
+        return order
+
+    @app.workflow
+    async def defaults(wf: plait.Workflow) -> list[Any]:
+        return [
+            await wf.do("given", lambda order=None: order, {"id": 1}),
+            await wf.do("not given", lambda order="none": order),
+            await wf.do("async given", echo, {"id": 2}),
+            await wf.do("tally given", "tally", 4),
+            await wf.do("tally not given", "tally"),
+        ]
+
+    async with engine_factory(app) as engine:
+        out = await engine.run("defaults", timeout=10)
+    assert out == [{"id": 1}, "none", {"id": 2}, 8, 10]
 
 
 async def test_ordinals_in_a_loop_and_replay_runs_nothing_twice(engine_factory) -> None:

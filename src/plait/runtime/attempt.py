@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import inspect
 from collections.abc import Callable
 from typing import Any, cast
 
 from plait import serde
-from plait.app import FinishedAfterCancel, FunctionDef, call_maybe_async
+from plait.app import FinishedAfterCancel, FunctionDef, call_maybe_async, data_param, wants_data
 from plait.cancel_guard import uncancelled
 from plait.context import CURRENT_STEP, StepContext
 from plait.errors import NotJSONError, StepTimeoutError, TypeMismatchError
@@ -184,15 +183,7 @@ def _retryable(exc: BaseException, no_retry_on: NoRetryOn) -> bool:
 
 
 async def _call_closure(fn: Callable[..., Any], data: Any) -> Any:
-    try:
-        params = [
-            p
-            for p in inspect.signature(fn).parameters.values()
-            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ]
-    except (TypeError, ValueError):
-        params = []
-    if params:
+    if wants_data(data_param(fn), data):
         return await call_maybe_async(fn, data)
     return await call_maybe_async(fn)
 
