@@ -507,7 +507,8 @@ class App:
             on_error=on_error,
             no_retry_on=final,
             takes_data=takes_data,
-            data_optional=takes_data and not wants_data(data_param(fn), None),
+            data_optional=(param := data_param(fn)) is not None
+            and param.default is not param.empty,
             takes_ctx=takes_ctx,
             adapter=adapter,
             queue=queue,
