@@ -11,7 +11,7 @@ import hashlib
 import inspect
 import logging
 import textwrap
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
 from pydantic import TypeAdapter, ValidationError
@@ -226,6 +226,10 @@ def data_param(fn: Callable[..., Any]) -> inspect.Parameter | None:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return None
+    return _first_positional(params)
+
+
+def _first_positional(params: Iterable[inspect.Parameter]) -> inspect.Parameter | None:
     return next((p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)), None)
 
 
@@ -234,19 +238,22 @@ def wants_data(param: inspect.Parameter | None, data: Any) -> bool:
     return param is not None and (param.default is param.empty or data is not None)
 
 
-def _inspect_function(fn: Callable[..., Any], name: str) -> tuple[bool, bool, Any]:
+def _inspect_function(fn: Callable[..., Any], name: str) -> tuple[bool, bool, bool, Any]:
+    """Whether ``fn`` takes data, whether that data has a default (``wants_data``),
+    whether it takes a ``ctx``, and its data's annotation."""
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
-        return True, False, None
+        return True, False, False, None
     positional = [
         p
         for p in params
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
     ]
-    if not positional:
-        first = data_param(fn)
-        positional = [first] if first is not None else []  # data with a default
+    first = _first_positional(params)
+    data_optional = False
+    if first is not None and first.default is not first.empty:
+        positional, data_optional = [first], True  # the data, with a default
     takes_ctx = False
     if len(positional) >= 2:
         second = positional[1]
@@ -273,7 +280,7 @@ def _inspect_function(fn: Callable[..., Any], name: str) -> tuple[bool, bool, An
                 annotation,
             )
             annotation = inspect.Parameter.empty
-    return takes_data, takes_ctx, annotation
+    return takes_data, data_optional, takes_ctx, annotation
 
 
 def _source_version(fn: Callable[..., Any]) -> str:
@@ -495,7 +502,7 @@ class App:
             if no_retry_on is None
             else parse_no_retry_on(no_retry_on, what=f"no_retry_on of function {fname!r}")
         )
-        takes_data, takes_ctx, annotation = _inspect_function(fn, fname)
+        takes_data, data_optional, takes_ctx, annotation = _inspect_function(fn, fname)
         adapter = None if annotation in _PLAIN else TypeAdapter(annotation)
         fdef = FunctionDef(
             name=fname,
@@ -507,8 +514,7 @@ class App:
             on_error=on_error,
             no_retry_on=final,
             takes_data=takes_data,
-            data_optional=(param := data_param(fn)) is not None
-            and param.default is not param.empty,
+            data_optional=data_optional,
             takes_ctx=takes_ctx,
             adapter=adapter,
             queue=queue,
