@@ -565,3 +565,118 @@ async def test_a_conflict_does_not_wait_for_a_body_running_again_beside_it(
     assert counter["bx"] == 0 and not gate.is_set()
     assert counter["a1 cut"] == counter["a1"]  # every body that started was cut short
     assert steps["a1"] == "pending"  # a retry once the code is fixed runs it again
+
+
+async def _take(wf: plait.Workflow, kind: str) -> None:
+    """One step the workflow takes at once, with no await where a pass could hold it."""
+    if kind == "uuid":
+        wf.uuid()
+    elif kind == "now":
+        wf.now()
+    elif kind == "set_value":
+        await wf.set_value("seen", 1)
+    elif kind == "set_tags":
+        await wf.set_tags({"seen": "yes"})
+    else:
+        await wf.stream("seen").write(1)
+
+
+_TAKEN_AT_ONCE = ["uuid", "now", "set_value", "set_tags", "stream"]
+_KEYS = {
+    "uuid": "__uuid",
+    "now": "__now",
+    "set_value": "__value:seen",
+    "set_tags": "__tags",
+    "stream": "__stream:seen",
+}
+
+
+def _value_added(counter: Counter, kind: str, *, where: str) -> plait.App:
+    """v2 of ``branches_app`` that takes ``kind`` either in a gather branch of its own,
+    before a new step (``where="branch"``, ahead of the recorded branches: nothing of
+    theirs replayed yet), or in the right branch between the recorded ``r1`` and ``r2``
+    (``where="inserted"``: a real conflict)."""
+    app = plait.App("branches")
+
+    @app.workflow(name="w")
+    async def w(wf: plait.Workflow) -> Any:
+        async def added() -> int:
+            await _take(wf, kind)
+            return await wf.do("a1", lambda: counter.hit("a1"))
+
+        async def left() -> list[str]:
+            return [await wf.do("l1", lambda: "l1")]
+
+        async def right() -> list[Any]:
+            out = [await wf.do("r1", lambda: "r1")]
+            if where == "inserted":
+                await _take(wf, kind)
+            out.append(await wf.do("r2", lambda: "r2"))
+            return [*out, await wf.wait_for_event("go")]
+
+        if where == "branch":
+            return await asyncio.gather(added(), left(), right())
+        return await asyncio.gather(left(), right())
+
+    return app
+
+
+@pytest.mark.parametrize("kind", _TAKEN_AT_ONCE)
+async def test_a_value_in_a_branch_a_deploy_adds_is_taken_once_the_history_is_back(
+    engine_factory, kind: str
+) -> None:
+    """A deploy adds a gather branch that takes a value (or publishes one, tags the run,
+    writes to a stream) before a new step, while the other branches replay. The value is
+    judged where a new ``wf.do`` is: once the recorded outcomes are handed back, when
+    nothing in the record stands against it; before that, the record's steps of the
+    sibling branches looked like history ahead of it, and the run stopped with a false
+    ``VERSION_CONFLICT``."""
+    counter = Counter()
+    run_id = await _branches_waiting(engine_factory, counter)
+    app = _value_added(counter, kind, where="branch")
+    async with engine_factory(app, workers=False) as checker:
+        (result,) = await asyncio.wait_for(checker.check(), 20)
+    assert result.ok, result
+    async with engine_factory(app) as engine:
+        await engine.send_event(run_id, "go", "paid")
+        run = await engine.wait(run_id, timeout=20)
+        assert run.status == "completed", run.error
+        assert run.output == [1, ["l1"], ["r1", "r2", "paid"]]
+        keys = {s.key for s in await engine.get_steps(run_id)}
+        assert _KEYS[kind] in keys
+        if kind == "set_value":
+            assert await engine.get_value(run_id, "seen") == 1
+        if kind == "set_tags":
+            assert run.tags == {"seen": "yes"}
+        if kind == "stream":
+            entries = await engine.read_stream(run_id, "seen")
+            assert [(e.kind, e.value) for e in entries] == [("data", 1), ("end", None)]
+    assert counter["a1"] == 1
+
+
+@pytest.mark.parametrize("kind", _TAKEN_AT_ONCE)
+async def test_a_value_a_deploy_inserts_before_recorded_steps_is_still_a_conflict(
+    engine_factory, kind: str
+) -> None:
+    """Judged later, a value inserted before the run's recorded steps on its own branch
+    is still found out, when the branch reaches them: the run stops with a
+    ``VERSION_CONFLICT`` naming both, and nothing of the value was written or
+    published."""
+    counter = Counter()
+    run_id = await _branches_waiting(engine_factory, counter)
+    app = _value_added(counter, kind, where="inserted")
+    async with engine_factory(app, workers=False) as checker:
+        (result,) = await asyncio.wait_for(checker.check(), 20)
+    assert not result.ok and result.step == _KEYS[kind], result
+    async with engine_factory(app) as engine:
+        await engine.send_event(run_id, "go", "paid")
+        run = await engine.wait(run_id, timeout=20)
+        assert run.status == "failed" and run.error is not None, run.output
+        assert run.error["code"] == "VERSION_CONFLICT", run.error
+        assert f"'{_KEYS[kind]}'" in run.error["message"], run.error
+        assert "'r2'" in run.error["message"], run.error
+        keys = {s.key for s in await engine.get_steps(run_id)}
+        assert _KEYS[kind] not in keys
+        assert await engine.get_values(run_id) == {}
+        assert run.tags == {}
+        assert await engine.read_stream(run_id, "seen") == []

@@ -135,8 +135,8 @@ class DryLedger(Ledger):
             self._diverged(key, kind)
             raise
 
-    def continued_early(self, first: str) -> None:
-        self._diverged(first, self.steps[first].kind)
+    def conflict_at(self, key: str) -> None:
+        self._diverged(key, self.steps[key].kind)
 
     def undecodable(self, step: StepRow, error: Exception) -> None:
         if self.diverged is None:

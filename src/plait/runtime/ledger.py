@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from json.encoder import encode_basestring as _json_text
 from typing import Any, cast
 
@@ -133,6 +133,13 @@ class Ledger:
         #: per step key reached in this pass, the keys of the steps it was reached after
         #: (a code replay fills it in; ``new_step`` records it with the step's first write)
         self.reached: dict[str, tuple[str, ...]] = {}
+        #: the outcomes a code replay hands back before it starts new steps
+        #: (``NewStepHold.to_hand``): while any is left, a step taken at once is judged
+        #: later (``take_at_once``)
+        self.to_hand: set[str] = set()
+        #: new steps taken at once and judged later, in the order taken, each with its
+        #: writes and whether they publish (``take_at_once``)
+        self.unjudged: dict[str, tuple[StepRow, list[Op], bool]] = {}
 
     # -- writes -------------------------------------------------------------------------------
     def add(self, ops: list[Op]) -> None:
@@ -179,7 +186,7 @@ class Ledger:
                 "recorded one, and the new run would do that step's work again (guard a "
                 "change for new runs with wf.patched(...))"
             )
-            self.continued_early(first)
+            self.conflict_at(first)
             return
         _kind, version = self.host.catalog.describe(workflow)
         self.continued = runs.continued(self.run, ids.new_run_id(), payload, version)
@@ -188,9 +195,10 @@ class Ledger:
         """Told of a recorded result the code's annotation no longer takes (a dry pass
         names its step); the error goes on to the workflow's code."""
 
-    def continued_early(self, first: str) -> None:
-        """Told the key of the recorded step a continue as new came before (a dry pass
-        notes it)."""
+    def conflict_at(self, key: str) -> None:
+        """Told the key of the step a conflict found with no exception names: the recorded
+        step a continue as new came before, a step taken at once and judged later (a dry
+        pass notes it)."""
 
     async def continued_deadline(self, end: EndRun) -> EndRun:
         """``end`` (a continue as new) with its successor's own deadline, counted from
@@ -381,9 +389,11 @@ class Ledger:
         policy: RetryPolicy | None = None,
         timeout: float | None = None,
         job: bool = False,
+        later: bool = False,
     ) -> StepRow:
-        """A step reached for the first time (not written yet: the caller decides how)."""
-        if self.ordered and self.unreached:
+        """A step reached for the first time (not written yet: the caller decides how).
+        ``later``: its place is judged, and it is written, later (``take_at_once``)."""
+        if self.ordered and self.unreached and not later:
             self._check_new(key)
         now = self.now()
         reached = self.reached.get(key)
@@ -426,9 +436,60 @@ class Ledger:
         )
         self.seq += 1
         self.steps[key] = step
-        if self.ordered:
+        if self.ordered and not later:
             self.unwritten.append(step)
         return step
+
+    def take_at_once(
+        self,
+        key: str,
+        kind: str,
+        record: Callable[[StepRow], list[Op]],
+        *,
+        input: str | None = None,
+        publishes: bool = False,
+    ) -> StepRow:
+        """A new step the workflow takes where it is reached, with no await at which a
+        code replay could hold it as it holds a new ``wf.do`` while it hands back the
+        outcomes of the run's history (``NewStepHold``): a value, a published value,
+        tags, a stream write. ``record`` makes its writes.
+
+        Taken then, beside a branch whose history is not replayed yet, it would look
+        like a step inserted before that history (the record does not tell branches
+        apart): its place is judged when the held steps' is (``judge_later``), and
+        nothing of it is written or published before. Should its own branch reach a
+        recorded step after it meanwhile, it was inserted before the run's history
+        (``reach``). While one waits, every step taken at once after it waits too, so
+        that the record stays a prefix of the steps reached."""
+        later = bool(self.to_hand) and (bool(self.unjudged) or self.would_conflict(key))
+        step = self.new_step(key, key, kind, input=input, later=later)
+        ops = record(step)
+        if later:
+            self.unjudged[key] = (step, ops, publishes)
+        else:
+            self.ops.extend(ops)
+            self.published = self.published or publishes
+        return step
+
+    def judge_later(self) -> bool:
+        """Judge the steps taken at once that wait for it (``take_at_once``), in the
+        order taken: each in its place is written with the next commit; the first out of
+        it stops the run with a ``VERSION_CONFLICT`` (False), and none is written."""
+        unjudged = self.unjudged
+        for key in unjudged:
+            if self.ordered and self.unreached:
+                try:
+                    self._check_new(key)
+                except SuspendSignal:
+                    self.conflict_at(key)
+                    return False
+        for step, ops, publishes in unjudged.values():
+            if self.ordered:
+                self.unwritten.append(step)
+            self.ops.extend(ops)
+            self.published = self.published or publishes
+        unjudged.clear()
+        return True
 
     def check_same(
         self, step: StepRow, kind: str, function: str | None, input: str | bool | None = False
@@ -459,7 +520,17 @@ class Ledger:
 
     def reach(self, key: str) -> None:
         """A recorded step the code reached again, checked by its caller."""
+        if self.unjudged and key in self.unreached:
+            self._reached_after_unjudged(key)
         self.unreached.discard(key)
+
+    def _reached_after_unjudged(self, key: str) -> None:
+        """The recorded step ``key`` is reached again after a step taken at once and not
+        judged yet (``take_at_once``): that step was inserted before the run's history."""
+        taken = next((k for k in self.reached.get(key, ()) if k in self.unjudged), None)
+        if taken is not None and self.conflict is None:
+            self.conflict = self._inserted(taken, key)
+            self.conflict_at(taken)
 
     def ahead(self, known: tuple[str, ...]) -> str | None:
         """The first recorded step the run has not reached again in this pass that comes,
@@ -528,14 +599,18 @@ class Ledger:
         first = self.ahead(self.reached.get(key, ()))
         if first is None:
             return
+        self.conflict = self._inserted(key, first)
+        raise SuspendSignal(self.conflict, errors.VERSION_CONFLICT)
+
+    def _inserted(self, key: str, first: str) -> str:
+        """The conflict of a new step ``key`` reached before the recorded step ``first``."""
         where = "in this version of" if self.foreign_version else "in"
-        self.conflict = (
+        return (
             f"step {key!r} {where} workflow {self.run.workflow!r} comes before step "
             f"{first!r}, which the run recorded, but the run never reached {key!r} there; "
             "the code took another path than the recorded one (guard a step added for new "
             "runs with wf.patched(...))"
         )
-        raise SuspendSignal(self.conflict, errors.VERSION_CONFLICT)
 
 
 def _by_seq(step: StepRow) -> int:

@@ -185,10 +185,12 @@ class NewStepHold:
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
-        #: keys of the outcomes the workflow was handed before and not yet again
+        #: keys of the outcomes the workflow was handed before and not yet again (the
+        #: ledger's too: a step taken at once is judged when these are back)
         self.to_hand: set[str] = {
             key for key, step in ledger.steps.items() if step.delivered is not None
         }
+        ledger.to_hand = self.to_hand
         #: new steps reached while those are handed back, in the order they were reached
         self.held: collections.deque[StepCall[Any]] = collections.deque()
         #: held steps let go while outcomes were still to hand (nothing else could go on:
@@ -212,16 +214,21 @@ class NewStepHold:
         (``stuck``), let the held steps go: put them back at the front of ``new``, in the
         order they were reached. A held step that would stop the run with a conflict goes
         alone and first, resolved here (``resolve``), so that the conflict stops the pass
-        before any other held step starts. Whether anything was let go."""
-        if not self.held or (self.to_hand and not stuck):
+        before any other held step starts. The steps taken at once meanwhile are judged
+        first (``Ledger.judge_later``): one out of place stops the pass the same way.
+        Whether anything was let go."""
+        ledger = self.ledger
+        if not (self.held or ledger.unjudged) or (self.to_hand and not stuck):
             return False
         # the steps reached before the held ones and handed to tasks of their own first
         # reach their records (a task's first turn), as they would have before the held
         # steps were made: one still counted as not reached would look like history
         # ahead of a held step
         await asyncio.sleep(0)
+        if ledger.unjudged and not ledger.judge_later():
+            return True
         for call in self.held:
-            if self.ledger.would_conflict(call.key):
+            if ledger.would_conflict(call.key):
                 self.held.remove(call)
                 await resolve(call)
                 return True

@@ -235,9 +235,13 @@ class CodeReplay:
             return
         if value is not None:
             self.host.limits.check(value, f"value {name!r}")
-        step = ledger.new_step(key, key, "set_value", input=serde.dumps({"key": name}))
-        ledger.add(steps.publish_value(step, name, value, ledger.now()))
-        ledger.published = True
+        ledger.take_at_once(
+            key,
+            "set_value",
+            lambda step: steps.publish_value(step, name, value, ledger.now()),
+            input=serde.dumps({"key": name}),
+            publishes=True,
+        )
 
     def set_tags(self, key: str, tags: dict[str, str]) -> None:
         """``wf.set_tags``, recorded once (``_set_tags``)."""
@@ -257,8 +261,10 @@ class CodeReplay:
         if step is not None:
             ledger.reach(key)
             return serde.loads(step.output)
-        step = ledger.new_step(key, key, "value")
-        ledger.add(steps.record_value(step, make(), ledger.now()))
+        made = make()
+        step = ledger.take_at_once(
+            key, "value", lambda step: steps.record_value(step, made, ledger.now())
+        )
         return serde.loads(step.output)
 
     def patched(self, key: str, patch_id: str) -> bool:
@@ -378,7 +384,7 @@ class CodeReplay:
         can go no further in this pass. See ``order.deliverable`` for the order."""
         ledger, wloop = self.ledger, self.wloop
         inflight, hold = self.inflight, self.hold
-        to_hand, held = hold.to_hand, hold.held
+        to_hand, held, unjudged = hold.to_hand, hold.held, ledger.unjudged
         cancels = wloop.cancels
         while True:
             wloop.run_ready()
@@ -391,8 +397,10 @@ class CodeReplay:
                 if held:
                     self.cancels.sweep(held, {}, [])
             if ledger.conflict or ledger.aborted or ledger.continued:
+                if ledger.continued and ledger.unjudged:
+                    ledger.judge_later()  # written with the run's end, or a conflict
                 break  # after a continue as new, nothing starts and nothing is handed on
-            if held and await hold.release(new, False, self._resolve):
+            if (held or unjudged) and await hold.release(new, False, self._resolve):
                 continue  # ahead of the steps reached since, in the order reached
             while new:
                 call = new.popleft()
@@ -409,7 +417,7 @@ class CodeReplay:
             if ready is not None:
                 self._deliver(ready)
                 continue
-            if held and await hold.release(new, not inflight, self._resolve):
+            if (held or unjudged) and await hold.release(new, not inflight, self._resolve):
                 continue
             if not inflight:
                 break
@@ -586,8 +594,9 @@ def _set_tags(ledger: Ledger, key: str, tags: dict[str, str]) -> None:
     merged = tag_rules.merge(tag_rules.loads(ledger.run.tags), tags)
     tag_rules.limit(merged, "the run's tags")
     text = tag_rules.dumps(tags) or "{}"
-    step = ledger.new_step(key, key, "set_tags", input=text)
-    ledger.add(steps.record_tags(step, text, ledger.now()))
+    ledger.take_at_once(
+        key, "set_tags", lambda step: steps.record_tags(step, text, ledger.now()), input=text
+    )
     ledger.run.tags = tag_rules.dumps(merged)
 
 
@@ -598,9 +607,13 @@ def _stream_write(ledger: Ledger, key: str, name: str, value: str | None) -> Non
     if step is not None:
         ledger.check_same(step, "stream", None)
         return
-    step = ledger.new_step(key, key, "stream", input=serde.dumps({"stream": name}))
-    ledger.add(steps.write_stream(step, name, value, ledger.now()))
-    ledger.published = True
+    ledger.take_at_once(
+        key,
+        "stream",
+        lambda step: steps.write_stream(step, name, value, ledger.now()),
+        input=serde.dumps({"stream": name}),
+        publishes=True,
+    )
 
 
 def _stopper(waiting: list[StepCall[Any]]) -> StepCall[Any] | None:
