@@ -680,3 +680,50 @@ async def test_a_value_a_deploy_inserts_before_recorded_steps_is_still_a_conflic
         assert await engine.get_values(run_id) == {}
         assert run.tags == {}
         assert await engine.read_stream(run_id, "seen") == []
+
+
+def _publishes_after_r1(*, insert: bool) -> plait.App:
+    """A gather: the left branch takes three steps, the right one takes ``r1``, publishes
+    a value and waits for ``go``. The new code (``insert``) takes ``wf.uuid()`` between
+    ``r1`` and the recorded publish, while the left branch still replays."""
+    app = plait.App("publishes")
+
+    @app.workflow(name="w")
+    async def w(wf: plait.Workflow) -> Any:
+        async def left() -> None:
+            for key in ("l1", "l2", "l3"):
+                await wf.do(key, lambda: None)
+
+        async def right() -> Any:
+            await wf.do("r1", lambda: None)
+            if insert:
+                wf.uuid()
+            await wf.set_value("p", 1)
+            return await wf.wait_for_event("go")
+
+        return await asyncio.gather(left(), right())
+
+    return app
+
+
+async def test_a_value_inserted_before_a_recorded_publish_is_a_conflict(engine_factory) -> None:
+    """The recorded step the branch reaches after the value judged later is itself one
+    taken at once (a published value): it shows the value out of place just as well."""
+    async with engine_factory(_publishes_after_r1(insert=False)) as engine:
+        run_id = await engine.start("w")
+
+        async def waits() -> bool:
+            steps = {s.key: s.status for s in await engine.get_steps(run_id)}
+            return steps.get("__event:go") == "scheduled" and steps.get("l3") == "succeeded"
+
+        await eventually(waits, what="the run waiting for its event")
+    app = _publishes_after_r1(insert=True)
+    async with engine_factory(app, workers=False) as checker:
+        (result,) = await asyncio.wait_for(checker.check(), 20)
+    assert not result.ok and result.step == "__uuid", result
+    async with engine_factory(app) as engine:
+        await engine.send_event(run_id, "go")
+        run = await engine.wait(run_id, timeout=20)
+    assert run.status == "failed" and run.error is not None, run.output
+    assert run.error["code"] == "VERSION_CONFLICT", run.error
+    assert "'__uuid'" in run.error["message"] and "'__value:p'" in run.error["message"]

@@ -7,6 +7,7 @@ every batch the pass commits.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from typing import Any
 
@@ -296,6 +297,100 @@ async def test_a_lease_lost_before_a_body_stops_the_pass_and_not_the_workflow() 
     assert isinstance(aborted.value.cause, LeaseLostError)
     assert ran == []
     assert [type(op) for op in host.ops] == [StartAttempt]
+
+
+class FencedHost(ListHost):
+    """A host whose commits fail once ``lost`` is set: another worker took the run over
+    while this one was stalled, and the store fences this pass's writes off."""
+
+    def __init__(self, app: plait.App) -> None:
+        super().__init__(app)
+        self.lost = False
+
+    async def commit(self, batch: Batch) -> bool:
+        if self.lost:
+            raise LeaseLostError(f"run {batch.run_id}: lease lost")
+        return await super().commit(batch)
+
+
+async def test_a_pass_that_lost_its_lease_stops_its_bodies_and_does_not_wait_for_them() -> None:
+    """A commit fails because the lease is gone while a step's body runs beside it. The
+    pass stops at once and cancels that body: its outcome could never be written, the
+    worker that has the run now runs the step again, and a body that waits for something
+    would hold this worker's pass (and its slot) for ever."""
+    ran: list[str] = []
+    cut: list[str] = []
+    app = plait.App()
+
+    @app.function
+    async def slow() -> str:
+        ran.append("slow")
+        try:
+            await asyncio.Event().wait()  # never ends unless cancelled
+        except asyncio.CancelledError:
+            cut.append("slow")
+            raise
+        return "slow"
+
+    host = FencedHost(app)
+
+    @app.function
+    def quick() -> str:
+        ran.append("quick")
+        host.lost = True  # taken over while this body ran: its end is fenced off
+        return "quick"
+
+    @app.workflow
+    async def beside(wf: plait.Workflow) -> str:
+        task = asyncio.create_task(wf.do("slow", slow))
+        await wf.do("quick", quick)
+        return await task
+
+    task = asyncio.ensure_future(execute_pass(host, snapshot("beside", None), "me"))
+    done, _ = await asyncio.wait({task}, timeout=10)
+    if not done:
+        task.cancel()
+    assert task in done, "the pass waited for the body of slow"
+    aborted = task.exception()
+    assert isinstance(aborted, PassAborted) and isinstance(aborted.cause, LeaseLostError)
+    assert sorted(ran) == ["quick", "slow"] and cut == ["slow"]
+
+
+async def test_a_graph_pass_that_lost_its_lease_stops_its_bodies_too() -> None:
+    """The same for a graph: a node's end is fenced off while a sibling node's body
+    waits; the pass stops and cancels the sibling, not held to its end."""
+    ran: list[str] = []
+    cut: list[str] = []
+    app = plait.App()
+    host = FencedHost(app)
+
+    @app.function
+    async def slow() -> str:
+        ran.append("slow")
+        try:
+            await asyncio.Event().wait()  # never ends unless cancelled
+        except asyncio.CancelledError:
+            cut.append("slow")
+            raise
+        return "slow"
+
+    @app.function
+    def quick() -> str:
+        ran.append("quick")
+        host.lost = True
+        return "quick"
+
+    app.graph("pair", {"nodes": {"s": {"function": "slow"}, "q": {"function": "quick"}}})
+    start = snapshot("pair", None)
+    start = dataclasses.replace(start, run=dataclasses.replace(start.run, kind="graph"))
+    task = asyncio.ensure_future(execute_pass(host, start, "me"))
+    done, _ = await asyncio.wait({task}, timeout=10)
+    if not done:
+        task.cancel()
+    assert task in done, "the pass waited for the body of slow"
+    aborted = task.exception()
+    assert isinstance(aborted, PassAborted) and isinstance(aborted.cause, LeaseLostError)
+    assert sorted(ran) == ["quick", "slow"] and cut == ["slow"]
 
 
 class HeldLeaseHost(ListHost):

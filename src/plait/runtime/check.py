@@ -9,13 +9,13 @@ whatever would start something pauses instead: an attempt, a job, a child run, a
 every new step. The ledger keeps its writes to itself (``finish`` commits nothing) and the
 host refuses every commit: a write in a dry pass is a bug, and it fails the check loudly.
 The rule that a new step may not come before a recorded one holds on every version
-(``Ledger._check_new``).
+(``Ledger.check_new``).
 
 A run diverges at the first of:
 
 * a conflict the ledger finds: a recorded step the code now asks for with another kind,
   function or input (``Ledger.check_same``), or a new step reached while recorded steps
-  of its branch are not reached yet (``Ledger._check_new``);
+  of its branch are not reached yet (``Ledger.check_new``);
 * a removed step: a recorded step the code did not reach though it should have by now:
   any, once the code has ended or waits only on new steps; while it waits on recorded
   steps (an event, a timer, an attempt in flight), one the run reached before them.

@@ -205,6 +205,10 @@ class GraphReplay:
                 end = await self._loop()
             except GraphValueError as exc:
                 end = self._value_error(exc)
+        if p.aborted is not None:
+            # no outcome of a body can be written, and the worker that has the run now
+            # runs its node again: the bodies stop, not held to their end
+            p.interrupt_bodies()
         await p.join()
         if self.crash is not None and (end is None or end.status != "failed"):
             end = self._crashed(self.crash)

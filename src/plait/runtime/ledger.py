@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Coroutine, Iterable
 from json.encoder import encode_basestring as _json_text
 from typing import Any, cast
 
@@ -109,7 +109,7 @@ class Ledger:
         self.continued: EndRun | None = None
         #: replaying on code that is not the version the run started on
         self.foreign_version = False
-        #: a new step must not come before a recorded one (a code replay: see ``_check_new``)
+        #: a new step must not come before a recorded one (a code replay: see ``check_new``)
         self.ordered = False
         #: the recorded steps this pass has not reached yet; patch markers are left out:
         #: one the code no longer reaches (a deprecated patch removed) changes no path
@@ -133,12 +133,8 @@ class Ledger:
         #: per step key reached in this pass, the keys of the steps it was reached after
         #: (a code replay fills it in; ``new_step`` records it with the step's first write)
         self.reached: dict[str, tuple[str, ...]] = {}
-        #: the outcomes a code replay hands back before it starts new steps
-        #: (``NewStepHold.to_hand``): while any is left, a step taken at once is judged
-        #: later (``take_at_once``)
-        self.to_hand: set[str] = set()
         #: new steps taken at once and judged later, in the order taken, each with its
-        #: writes and whether they publish (``take_at_once``)
+        #: writes and whether they publish (``NewStepHold.take_at_once``)
         self.unjudged: dict[str, tuple[StepRow, list[Op], bool]] = {}
 
     # -- writes -------------------------------------------------------------------------------
@@ -242,7 +238,7 @@ class Ledger:
         nothing else was written for it yet), so a run's record is always a prefix of
         the steps it reached, in order. A step left out (a pass that stopped before
         starting it: a shutdown, a cancel) would otherwise look to the next pass like a
-        step inserted before the recorded ones (see ``_check_new``)."""
+        step inserted before the recorded ones (see ``check_new``)."""
         unwritten = self.unwritten
         if not unwritten:
             return
@@ -392,9 +388,10 @@ class Ledger:
         later: bool = False,
     ) -> StepRow:
         """A step reached for the first time (not written yet: the caller decides how).
-        ``later``: its place is judged, and it is written, later (``take_at_once``)."""
+        ``later``: its place is judged, and it is written, later
+        (``NewStepHold.take_at_once``)."""
         if self.ordered and self.unreached and not later:
-            self._check_new(key)
+            self.check_new(key)
         now = self.now()
         reached = self.reached.get(key)
         after = None
@@ -440,57 +437,6 @@ class Ledger:
             self.unwritten.append(step)
         return step
 
-    def take_at_once(
-        self,
-        key: str,
-        kind: str,
-        record: Callable[[StepRow], list[Op]],
-        *,
-        input: str | None = None,
-        publishes: bool = False,
-    ) -> StepRow:
-        """A new step the workflow takes where it is reached, with no await at which a
-        code replay could hold it as it holds a new ``wf.do`` while it hands back the
-        outcomes of the run's history (``NewStepHold``): a value, a published value,
-        tags, a stream write. ``record`` makes its writes.
-
-        Taken then, beside a branch whose history is not replayed yet, it would look
-        like a step inserted before that history (the record does not tell branches
-        apart): its place is judged when the held steps' is (``judge_later``), and
-        nothing of it is written or published before. Should its own branch reach a
-        recorded step after it meanwhile, it was inserted before the run's history
-        (``reach``). While one waits, every step taken at once after it waits too, so
-        that the record stays a prefix of the steps reached."""
-        later = bool(self.to_hand) and (bool(self.unjudged) or self.would_conflict(key))
-        step = self.new_step(key, key, kind, input=input, later=later)
-        ops = record(step)
-        if later:
-            self.unjudged[key] = (step, ops, publishes)
-        else:
-            self.ops.extend(ops)
-            self.published = self.published or publishes
-        return step
-
-    def judge_later(self) -> bool:
-        """Judge the steps taken at once that wait for it (``take_at_once``), in the
-        order taken: each in its place is written with the next commit; the first out of
-        it stops the run with a ``VERSION_CONFLICT`` (False), and none is written."""
-        unjudged = self.unjudged
-        for key in unjudged:
-            if self.ordered and self.unreached:
-                try:
-                    self._check_new(key)
-                except SuspendSignal:
-                    self.conflict_at(key)
-                    return False
-        for step, ops, publishes in unjudged.values():
-            if self.ordered:
-                self.unwritten.append(step)
-            self.ops.extend(ops)
-            self.published = self.published or publishes
-        unjudged.clear()
-        return True
-
     def check_same(
         self, step: StepRow, kind: str, function: str | None, input: str | bool | None = False
     ) -> None:
@@ -499,7 +445,7 @@ class Ledger:
         it is another version. Never hand a step another call's result. A step a fork
         kept from its source (``ids.kept_step``) is compared by kind and function only:
         its input may hold the source's run id."""
-        self.unreached.discard(step.key)
+        self.reach(step.key)
         if step.kind == kind and step.function == function:
             if input is False or input == step.input or _same_json(input, step.input):
                 return
@@ -526,7 +472,8 @@ class Ledger:
 
     def _reached_after_unjudged(self, key: str) -> None:
         """The recorded step ``key`` is reached again after a step taken at once and not
-        judged yet (``take_at_once``): that step was inserted before the run's history."""
+        judged yet (``NewStepHold.take_at_once``): that step was inserted before the run's
+        history."""
         taken = next((k for k in self.reached.get(key, ()) if k in self.unjudged), None)
         if taken is not None and self.conflict is None:
             self.conflict = self._inserted(taken, key)
@@ -582,14 +529,14 @@ class Ledger:
 
     def would_conflict(self, key: str) -> bool:
         """Whether the step ``key``, which the run never recorded, would stop the run
-        with a conflict when it is made (``_check_new``), before anything starts it."""
+        with a conflict when it is made (``check_new``), before anything starts it."""
         return (
             self.ordered
             and bool(self.unreached)
             and self.ahead(self.reached.get(key, ())) is not None
         )
 
-    def _check_new(self, key: str) -> None:
+    def check_new(self, key: str) -> None:
         """A step the run did not record may come only after everything the run recorded
         on its path: reached before a recorded step, it is code the run's history does
         not have at that point (a step inserted by a deploy, or code that is not

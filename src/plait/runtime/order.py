@@ -18,11 +18,13 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from plait.runtime.control_flow import SuspendSignal
 from plait.runtime.gates import Found
 from plait.runtime.ledger import Ledger
 from plait.runtime.steps import MAX_AFTER, ended_at
 from plait.runtime.workflow import StepCall
 from plait.runtime.workflow_loop import WorkflowLoop, current_task
+from plait.store.ops import Op
 from plait.store.rows import EventRow, StepRow
 
 
@@ -190,7 +192,9 @@ class NewStepHold:
         self.to_hand: set[str] = {
             key for key, step in ledger.steps.items() if step.delivered is not None
         }
-        ledger.to_hand = self.to_hand
+        #: new steps taken at once while those are handed back, judged with the held
+        #: steps (the ledger's: a recorded step reached after one shows it out of place)
+        self.unjudged = ledger.unjudged
         #: new steps reached while those are handed back, in the order they were reached
         self.held: collections.deque[StepCall[Any]] = collections.deque()
         #: held steps let go while outcomes were still to hand (nothing else could go on:
@@ -215,17 +219,17 @@ class NewStepHold:
         order they were reached. A held step that would stop the run with a conflict goes
         alone and first, resolved here (``resolve``), so that the conflict stops the pass
         before any other held step starts. The steps taken at once meanwhile are judged
-        first (``Ledger.judge_later``): one out of place stops the pass the same way.
+        first (``judge_later``): one out of place stops the pass the same way.
         Whether anything was let go."""
         ledger = self.ledger
-        if not (self.held or ledger.unjudged) or (self.to_hand and not stuck):
+        if not (self.held or self.unjudged) or (self.to_hand and not stuck):
             return False
         # the steps reached before the held ones and handed to tasks of their own first
         # reach their records (a task's first turn), as they would have before the held
         # steps were made: one still counted as not reached would look like history
         # ahead of a held step
         await asyncio.sleep(0)
-        if ledger.unjudged and not ledger.judge_later():
+        if self.unjudged and not self.judge_later():
             return True
         for call in self.held:
             if ledger.would_conflict(call.key):
@@ -236,4 +240,55 @@ class NewStepHold:
             self.let_go.update(call.key for call in self.held)
         new.extendleft(reversed(self.held))
         self.held.clear()
+        return True
+
+    def take_at_once(
+        self,
+        key: str,
+        kind: str,
+        record: Callable[[StepRow], list[Op]],
+        *,
+        input: str | None = None,
+        publishes: bool = False,
+    ) -> StepRow:
+        """A new step the workflow takes where it is reached, with no await at which it
+        could be held: a value, a published value, tags, a stream write. ``record``
+        makes its writes.
+
+        Taken while the outcomes are handed back, beside a branch whose history is not
+        replayed yet, it would look like a step inserted before that history (the record
+        does not tell branches apart): its place is judged when the held steps' is
+        (``judge_later``), and nothing of it is written or published before. Should its
+        own branch reach a recorded step after it meanwhile, it was inserted before the
+        run's history (``Ledger.reach``). While one waits, every step taken at once after
+        it waits too, so that the record stays a prefix of the steps reached."""
+        ledger = self.ledger
+        later = bool(self.to_hand) and (bool(self.unjudged) or ledger.would_conflict(key))
+        step = ledger.new_step(key, key, kind, input=input, later=later)
+        ops = record(step)
+        if later:
+            self.unjudged[key] = (step, ops, publishes)
+        else:
+            ledger.add(ops)
+            ledger.published = ledger.published or publishes
+        return step
+
+    def judge_later(self) -> bool:
+        """Judge the steps taken at once that wait for it (``take_at_once``), in the
+        order taken: each in its place is written with the next commit; the first out of
+        it stops the run with a ``VERSION_CONFLICT`` (False), and none is written."""
+        ledger, unjudged = self.ledger, self.unjudged
+        for key in unjudged:
+            if ledger.ordered and ledger.unreached:
+                try:
+                    ledger.check_new(key)
+                except SuspendSignal:
+                    ledger.conflict_at(key)
+                    return False
+        for step, ops, publishes in unjudged.values():
+            if ledger.ordered:
+                ledger.unwritten.append(step)
+            ledger.add(ops)
+            ledger.published = ledger.published or publishes
+        unjudged.clear()
         return True

@@ -24,14 +24,13 @@ from typing import Any, cast
 import pydantic
 
 from plait import approval, errors, serde
-from plait import tags as tag_rules
 from plait.app import FunctionDef, WorkflowDef
 from plait.cancel_guard import uncancelled
 from plait.durations import parse_duration
 from plait.errors import Cancel, StepError
 from plait.records import Decision
 from plait.retry import resolve_policy
-from plait.runtime import patches, runs, sends, steps
+from plait.runtime import at_once, patches, runs, sends, steps
 from plait.runtime.cancels import PassTimers, StepCancels
 from plait.runtime.control_flow import (
     ParkSignal,
@@ -225,47 +224,24 @@ class CodeReplay:
         return self.gates.approval(key, name, schema, expires, approvers)
 
     def set_value(self, key: str, name: str, value: str | None) -> None:
-        """Publish a value once, when the run first gets here (``wf.set_value``). It is
-        checked against the engine's limits then; a replay never judges a recorded value again."""
-        ledger = self.ledger
+        """``wf.set_value`` (``runtime.at_once``)."""
         self.order.reached_now(key)
-        step = ledger.steps.get(key)
-        if step is not None:
-            ledger.check_same(step, "set_value", None)
-            return
-        if value is not None:
-            self.host.limits.check(value, f"value {name!r}")
-        ledger.take_at_once(
-            key,
-            "set_value",
-            lambda step: steps.publish_value(step, name, value, ledger.now()),
-            input=serde.dumps({"key": name}),
-            publishes=True,
-        )
+        at_once.set_value(self.hold, self.host.limits, key, name, value)
 
     def set_tags(self, key: str, tags: dict[str, str]) -> None:
-        """``wf.set_tags``, recorded once (``_set_tags``)."""
+        """``wf.set_tags`` (``runtime.at_once``)."""
         self.order.reached_now(key)
-        _set_tags(self.ledger, key, tags)
+        at_once.set_tags(self.hold, key, tags)
 
     def stream_write(self, key: str, name: str, value: str | None) -> None:
-        """``wf.stream(name).write``, recorded once (``_stream_write``)."""
+        """``wf.stream(name).write`` (``runtime.at_once``)."""
         self.order.reached_now(key)
-        _stream_write(self.ledger, key, name, value)
+        at_once.stream_write(self.hold, key, name, value)
 
     def value(self, key: str, make: Callable[[], Any]) -> Any:
-        """A value recorded once and replayed ever after (``wf.now()``, ``wf.uuid()``)."""
-        ledger = self.ledger
+        """``wf.now()``, ``wf.uuid()`` (``runtime.at_once``)."""
         self.order.reached_now(key)
-        step = ledger.steps.get(key)
-        if step is not None:
-            ledger.reach(key)
-            return serde.loads(step.output)
-        made = make()
-        step = ledger.take_at_once(
-            key, "value", lambda step: steps.record_value(step, made, ledger.now())
-        )
-        return serde.loads(step.output)
+        return at_once.value(self.hold, key, make)
 
     def patched(self, key: str, patch_id: str) -> bool:
         """``wf.patched`` (``runtime.patches``), decided for the branch that calls it."""
@@ -384,7 +360,7 @@ class CodeReplay:
         can go no further in this pass. See ``order.deliverable`` for the order."""
         ledger, wloop = self.ledger, self.wloop
         inflight, hold = self.inflight, self.hold
-        to_hand, held, unjudged = hold.to_hand, hold.held, ledger.unjudged
+        to_hand, held, unjudged = hold.to_hand, hold.held, hold.unjudged
         cancels = wloop.cancels
         while True:
             wloop.run_ready()
@@ -397,8 +373,8 @@ class CodeReplay:
                 if held:
                     self.cancels.sweep(held, {}, [])
             if ledger.conflict or ledger.aborted or ledger.continued:
-                if ledger.continued and ledger.unjudged:
-                    ledger.judge_later()  # written with the run's end, or a conflict
+                if ledger.continued and unjudged:
+                    hold.judge_later()  # written with the run's end, or a conflict
                 break  # after a continue as new, nothing starts and nothing is handed on
             if (held or unjudged) and await hold.release(new, False, self._resolve):
                 continue  # ahead of the steps reached since, in the order reached
@@ -428,11 +404,13 @@ class CodeReplay:
                 # long must not hold their ends back (a crash would run them again)
                 with contextlib.suppress(PassAborted):  # the loop's first look stops it
                     await ledger.flush()
-        if ledger.conflict:
+        if ledger.conflict or ledger.aborted:
             # the run fails here: a body still running (an attempt a restart cut short,
             # run again before the conflict came to light) is interrupted, as a shutdown
             # interrupts it, and a retry of the fixed code runs it again; waited for, it
-            # would hold the run (maybe for ever) and run again at every restart
+            # would hold the run (maybe for ever) and run again at every restart. A pass
+            # that lost its lease can write no outcome of a body, and the worker that has
+            # the run now runs the step again: its bodies stop too, not held to their end
             ledger.interrupt_bodies()
         # whatever was still in flight when the pump stopped early has ended
         await ledger.join()
@@ -581,39 +559,6 @@ def _principal(exc: BaseException) -> BaseException:
         elif isinstance(current, Cancel | StepError):
             return current
     return cast(BaseException, exc)
-
-
-def _set_tags(ledger: Ledger, key: str, tags: dict[str, str]) -> None:
-    """Merge ``tags`` into the run's tags once, when the run first gets here; a replay
-    finds the step recorded and writes nothing again. ``ValueError`` if the run would
-    carry more than ``plait.tags.MAX_TAGS``."""
-    step = ledger.steps.get(key)
-    if step is not None:
-        ledger.check_same(step, "set_tags", None)
-        return
-    merged = tag_rules.merge(tag_rules.loads(ledger.run.tags), tags)
-    tag_rules.limit(merged, "the run's tags")
-    text = tag_rules.dumps(tags) or "{}"
-    ledger.take_at_once(
-        key, "set_tags", lambda step: steps.record_tags(step, text, ledger.now()), input=text
-    )
-    ledger.run.tags = tag_rules.dumps(merged)
-
-
-def _stream_write(ledger: Ledger, key: str, name: str, value: str | None) -> None:
-    """Append ``value`` to the run's stream ``name`` once, when the run first gets here; a
-    replay finds the step recorded and writes none."""
-    step = ledger.steps.get(key)
-    if step is not None:
-        ledger.check_same(step, "stream", None)
-        return
-    ledger.take_at_once(
-        key,
-        "stream",
-        lambda step: steps.write_stream(step, name, value, ledger.now()),
-        input=serde.dumps({"stream": name}),
-        publishes=True,
-    )
 
 
 def _stopper(waiting: list[StepCall[Any]]) -> StepCall[Any] | None:
