@@ -313,64 +313,19 @@ class FencedHost(ListHost):
         return await super().commit(batch)
 
 
-async def test_a_pass_that_lost_its_lease_stops_its_bodies_and_does_not_wait_for_them() -> None:
-    """A commit fails because the lease is gone while a step's body runs beside it. The
-    pass stops at once and cancels that body: its outcome could never be written, the
-    worker that has the run now runs the step again, and a body that waits for something
-    would hold this worker's pass (and its slot) for ever."""
-    ran: list[str] = []
-    cut: list[str] = []
-    app = plait.App()
-
-    @app.function
-    async def slow() -> str:
-        ran.append("slow")
-        try:
-            await asyncio.Event().wait()  # never ends unless cancelled
-        except asyncio.CancelledError:
-            cut.append("slow")
-            raise
-        return "slow"
-
-    host = FencedHost(app)
-
-    @app.function
-    def quick() -> str:
-        ran.append("quick")
-        host.lost = True  # taken over while this body ran: its end is fenced off
-        return "quick"
-
-    @app.workflow
-    async def beside(wf: plait.Workflow) -> str:
-        task = asyncio.create_task(wf.do("slow", slow))
-        await wf.do("quick", quick)
-        return await task
-
-    task = asyncio.ensure_future(execute_pass(host, snapshot("beside", None), "me"))
-    done, _ = await asyncio.wait({task}, timeout=10)
-    if not done:
-        task.cancel()
-    assert task in done, "the pass waited for the body of slow"
-    aborted = task.exception()
-    assert isinstance(aborted, PassAborted) and isinstance(aborted.cause, LeaseLostError)
-    assert sorted(ran) == ["quick", "slow"] and cut == ["slow"]
-
-
-async def test_a_graph_pass_that_lost_its_lease_stops_its_bodies_too() -> None:
-    """The same for a graph: a node's end is fenced off while a sibling node's body
-    waits; the pass stops and cancels the sibling, not held to its end."""
-    ran: list[str] = []
-    cut: list[str] = []
-    app = plait.App()
+def _taken_over_beside_a_slow_body(app: plait.App, ran: list[str]) -> FencedHost:
+    """Registers ``slow``, whose body waits until it is cancelled (``"slow cut"``), and
+    ``quick``, during whose body another worker takes the run over: the host it returns
+    fences every commit from then on."""
     host = FencedHost(app)
 
     @app.function
     async def slow() -> str:
         ran.append("slow")
         try:
-            await asyncio.Event().wait()  # never ends unless cancelled
+            await asyncio.Event().wait()
         except asyncio.CancelledError:
-            cut.append("slow")
+            ran.append("slow cut")
             raise
         return "slow"
 
@@ -380,9 +335,11 @@ async def test_a_graph_pass_that_lost_its_lease_stops_its_bodies_too() -> None:
         host.lost = True
         return "quick"
 
-    app.graph("pair", {"nodes": {"s": {"function": "slow"}, "q": {"function": "quick"}}})
-    start = snapshot("pair", None)
-    start = dataclasses.replace(start, run=dataclasses.replace(start.run, kind="graph"))
+    return host
+
+
+async def _stops_lost(host: FencedHost, start: PassSnapshot) -> None:
+    """The pass ends, aborted for its lost lease, without waiting for ``slow``."""
     task = asyncio.ensure_future(execute_pass(host, start, "me"))
     done, _ = await asyncio.wait({task}, timeout=10)
     if not done:
@@ -390,7 +347,39 @@ async def test_a_graph_pass_that_lost_its_lease_stops_its_bodies_too() -> None:
     assert task in done, "the pass waited for the body of slow"
     aborted = task.exception()
     assert isinstance(aborted, PassAborted) and isinstance(aborted.cause, LeaseLostError)
-    assert sorted(ran) == ["quick", "slow"] and cut == ["slow"]
+
+
+async def test_a_pass_that_lost_its_lease_stops_its_bodies_and_does_not_wait_for_them() -> None:
+    """A commit fails because the lease is gone while a step's body runs beside it. The
+    pass stops at once and cancels that body: its outcome could never be written, the
+    worker that has the run now runs the step again, and a body that waits for something
+    would hold this worker's pass (and its slot) for ever."""
+    ran: list[str] = []
+    app = plait.App()
+    host = _taken_over_beside_a_slow_body(app, ran)
+
+    @app.workflow
+    async def beside(wf: plait.Workflow) -> str:
+        task = asyncio.create_task(wf.do("slow", "slow"))
+        await wf.do("quick", "quick")
+        return await task
+
+    await _stops_lost(host, snapshot("beside", None))
+    assert sorted(ran) == ["quick", "slow", "slow cut"]
+
+
+async def test_a_graph_pass_that_lost_its_lease_stops_its_bodies_too() -> None:
+    """The same for a graph: a node's end is fenced off while a sibling node's body
+    waits; the pass stops and cancels the sibling, not held to its end."""
+    ran: list[str] = []
+    app = plait.App()
+    host = _taken_over_beside_a_slow_body(app, ran)
+    app.graph("pair", {"nodes": {"s": {"function": "slow"}, "q": {"function": "quick"}}})
+    start = snapshot("pair", None)
+    await _stops_lost(
+        host, dataclasses.replace(start, run=dataclasses.replace(start.run, kind="graph"))
+    )
+    assert sorted(ran) == ["quick", "slow", "slow cut"]
 
 
 class HeldLeaseHost(ListHost):
