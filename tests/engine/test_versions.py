@@ -727,3 +727,149 @@ async def test_a_value_inserted_before_a_recorded_publish_is_a_conflict(engine_f
     assert run.status == "failed" and run.error is not None, run.output
     assert run.error["code"] == "VERSION_CONFLICT", run.error
     assert "'__uuid'" in run.error["message"] and "'__value:p'" in run.error["message"]
+
+
+def _in_place_beside_a_conflict(counter: Counter, kind: str) -> plait.App:
+    """v2 of ``branches_app`` that takes ``kind`` at the end of the left branch's
+    history (in its place) and inserts ``rx`` before the right branch's recorded ``r2``."""
+    app = plait.App("branches")
+
+    @app.workflow(name="w")
+    async def w(wf: plait.Workflow) -> Any:
+        async def left() -> list[str]:
+            out = [await wf.do("l1", lambda: "l1")]
+            await _take(wf, kind)
+            return out
+
+        async def right() -> list[Any]:
+            out = [await wf.do("r1", lambda: "r1")]
+            out.append(await wf.do("rx", lambda: counter.hit("rx")))
+            out.append(await wf.do("r2", lambda: "r2"))
+            return [*out, await wf.wait_for_event("go")]
+
+        return await asyncio.gather(left(), right())
+
+    return app
+
+
+@pytest.mark.parametrize("kind", _TAKEN_AT_ONCE)
+async def test_a_value_in_place_beside_a_conflicting_branch_is_not_published(
+    engine_factory, kind: str
+) -> None:
+    """A value the deploy adds in its place, taken while another branch replays, waits
+    with the held steps: the other branch's conflict stops the run, and the value is
+    never published, as a ``wf.do`` in its place never runs."""
+    counter = Counter()
+    run_id = await _branches_waiting(engine_factory, counter)
+    async with engine_factory(_in_place_beside_a_conflict(counter, kind)) as engine:
+        await engine.send_event(run_id, "go")
+        run = await engine.wait(run_id, timeout=20)
+        assert run.status == "failed" and run.error is not None, run.output
+        assert run.error["code"] == "VERSION_CONFLICT" and "'rx'" in run.error["message"]
+        keys = {s.key for s in await engine.get_steps(run_id)}
+        assert _KEYS[kind] not in keys
+        assert await engine.get_values(run_id) == {} and run.tags == {}
+        assert await engine.read_stream(run_id, "seen") == []
+    assert counter["rx"] == 0
+
+
+def _patched_after_a_value(*, version: int) -> plait.App:
+    """``branches_app``'s shape; v2 takes ``wf.uuid()`` (inserted, unguarded) before a
+    ``wf.patched`` guard that replaces ``r2``; v3 fixes v2 (the guard alone)."""
+    app = plait.App("branches")
+
+    @app.workflow(name="w")
+    async def w(wf: plait.Workflow) -> Any:
+        async def left() -> list[str]:
+            return [await wf.do("l1", lambda: "l1")]
+
+        async def right() -> list[Any]:
+            out = [await wf.do("r1", lambda: "r1")]
+            if version == 2:
+                wf.uuid()
+            if version > 1 and wf.patched("new-r2"):
+                out.append(await wf.do("r2-new", lambda: "r2-new"))
+            else:
+                out.append(await wf.do("r2", lambda: "r2"))
+            return [*out, await wf.wait_for_event("go")]
+
+        return await asyncio.gather(left(), right())
+
+    return app
+
+
+async def test_patched_after_a_value_not_judged_yet_decides_where_the_value_was_taken(
+    engine_factory,
+) -> None:
+    """``wf.patched`` right after a value that waits for its judgment decides at the
+    point where the value was taken: there the history goes on (``r2``), so it is False,
+    records no marker, and the value is then found inserted. A retry on the fixed code
+    keeps to the recorded path."""
+    async with engine_factory(_patched_after_a_value(version=1)) as engine:
+        run_id = await engine.start("w")
+
+        async def waits() -> bool:
+            steps = {s.key: s.status for s in await engine.get_steps(run_id)}
+            return steps.get("__event:go") == "scheduled" and steps.get("r2") == "succeeded"
+
+        await eventually(waits, what="the run waiting for its event")
+    async with engine_factory(_patched_after_a_value(version=2)) as engine:
+        await engine.send_event(run_id, "go", "paid")
+        run = await engine.wait(run_id, timeout=20)
+        assert run.status == "failed" and run.error is not None, run.output
+        assert run.error["code"] == "VERSION_CONFLICT" and "'__uuid'" in run.error["message"]
+        keys = {s.key for s in await engine.get_steps(run_id)}
+        assert "__patch:new-r2" not in keys and "__uuid" not in keys
+    async with engine_factory(_patched_after_a_value(version=3)) as engine:
+        await engine.retry(run_id)
+        run = await engine.wait(run_id, timeout=20)
+    assert run.status == "completed", run.error
+    assert run.output == [["l1"], ["r1", "r2", "paid"]]
+
+
+def _wide_gather(*, insert: bool) -> plait.App:
+    """The right branch takes ``r1``, a gather of 40 steps, then ``r2``; the left one
+    waits for ``go``. The new code writes to a stream after the gather's first step, in
+    its branch: before the recorded ``r2``."""
+    app = plait.App("wide")
+
+    @app.workflow(name="w")
+    async def w(wf: plait.Workflow) -> Any:
+        async def child(i: int) -> int:
+            got = await wf.do(f"x{i}", lambda: i)
+            if insert and i == 0:
+                await wf.stream("seen").write(i)
+            return got
+
+        async def right() -> list[Any]:
+            await wf.do("r1", lambda: "r1")
+            total = sum(await asyncio.gather(*(child(i) for i in range(40))))
+            return [total, await wf.do("r2", lambda: "r2")]
+
+        return await asyncio.gather(wf.wait_for_event("go"), right())
+
+    return app
+
+
+async def test_a_value_inserted_in_a_gather_wider_than_a_step_remembers_is_a_conflict(
+    engine_factory,
+) -> None:
+    """A step records the last 32 outcomes it came after, so past a gather of 40 the
+    value taken in its first branch is not among those ``r2`` names. What comes after a
+    value not judged yet is followed by task, whole: the value is still found inserted
+    before ``r2``, and nothing is written to the stream."""
+    async with engine_factory(_wide_gather(insert=False)) as engine:
+        run_id = await engine.start("w")
+
+        async def waits() -> bool:
+            steps = {s.key: s.status for s in await engine.get_steps(run_id)}
+            return steps.get("__event:go") == "scheduled" and steps.get("r2") == "succeeded"
+
+        await eventually(waits, what="the run waiting for its event")
+    async with engine_factory(_wide_gather(insert=True)) as engine:
+        await engine.send_event(run_id, "go")
+        run = await engine.wait(run_id, timeout=20)
+        assert run.status == "failed" and run.error is not None, run.output
+        assert run.error["code"] == "VERSION_CONFLICT", run.error
+        assert "'__stream:seen'" in run.error["message"] and "'r2'" in run.error["message"]
+        assert await engine.read_stream(run_id, "seen") == []

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from json.encoder import encode_basestring as _json_text
 from typing import Any, cast
 
@@ -136,6 +136,9 @@ class Ledger:
         #: new steps taken at once and judged later, in the order taken, each with its
         #: writes and whether they publish (``NewStepHold.take_at_once``)
         self.unjudged: dict[str, tuple[StepRow, list[Op], bool]] = {}
+        #: the first of those the workflow's task running now comes after, if any (a code
+        #: replay's ``ReachedAfter.after_unjudged``)
+        self.after_unjudged: Callable[[], str | None] = _none
 
     # -- writes -------------------------------------------------------------------------------
     def add(self, ops: list[Op]) -> None:
@@ -474,7 +477,7 @@ class Ledger:
         """The recorded step ``key`` is reached again after a step taken at once and not
         judged yet (``NewStepHold.take_at_once``): that step was inserted before the run's
         history."""
-        taken = next((k for k in self.reached.get(key, ()) if k in self.unjudged), None)
+        taken = self.after_unjudged()
         if taken is not None and self.conflict is None:
             self.conflict = self._inserted(taken, key)
             self.conflict_at(taken)
@@ -558,6 +561,10 @@ class Ledger:
             "the code took another path than the recorded one (guard a step added for new "
             "runs with wf.patched(...))"
         )
+
+
+def _none() -> None:
+    return None
 
 
 def _by_seq(step: StepRow) -> int:

@@ -113,6 +113,10 @@ class ReachedAfter:
         self.known: dict[asyncio.Task[Any] | None, tuple[str, ...]] = {}
         #: per task of the workflow, what it knew when it was made
         self.inherited: dict[asyncio.Task[Any], tuple[str, ...]] = {}
+        #: per task of the workflow that comes after a step taken at once and not judged
+        #: yet (``NewStepHold.take_at_once``), the first such step: kept whole, where
+        #: ``known`` keeps the last ``MAX_AFTER`` keys only (a wide gather drops it)
+        self.unjudged_before: dict[asyncio.Task[Any] | None, str] = {}
 
     def received(self, task: asyncio.Task[Any] | None, key: str, after: tuple[str, ...]) -> None:
         """``task`` was handed ``key``'s outcome (``after``: what ``key`` came after)."""
@@ -143,6 +147,17 @@ class ReachedAfter:
         self.reached[key] = self.known.get(task, ())
         self.known[task] = (key,)
 
+    def taken_unjudged(self, key: str) -> None:
+        """The task running now took the step ``key`` at once, judged later: what it
+        does next comes after it."""
+        self.unjudged_before.setdefault(current_task(self.wloop), key)
+
+    def after_unjudged(self) -> str | None:
+        """The first step taken at once and not judged yet that the task running now
+        comes after (None: none)."""
+        before = self.unjudged_before
+        return before.get(current_task(self.wloop)) if before else None
+
     def task_made(self, task: asyncio.Task[Any]) -> None:
         """A task of the workflow starts out knowing what the task that made it knew,
         and hands back what it learnt when it ends."""
@@ -150,9 +165,15 @@ class ReachedAfter:
         known = self.known.get(parent)
         if known:
             self.known[task] = self.inherited[task] = known
+        before = self.unjudged_before
+        if before and parent in before:
+            before[task] = before[parent]
         task.add_done_callback(functools.partial(self.task_ended, parent))
 
     def task_ended(self, parent: asyncio.Task[Any] | None, task: asyncio.Task[Any]) -> None:
+        before = self.unjudged_before
+        if before and task in before:
+            before.setdefault(parent, before.pop(task))
         learnt = self.known.pop(task, None)
         inherited = self.inherited.pop(task, ())
         if not learnt or learnt == inherited:
@@ -169,6 +190,7 @@ class ReachedAfter:
         """Let go of the workflow's tasks (see ``CodeReplay._release``)."""
         self.known.clear()
         self.inherited.clear()
+        self.unjudged_before.clear()
 
 
 class NewStepHold:
@@ -185,8 +207,10 @@ class NewStepHold:
     held steps are looked at first (``Ledger.would_conflict``), the conflicting one goes
     alone and stops the pass, and the others never start."""
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: Ledger, order: ReachedAfter) -> None:
         self.ledger = ledger
+        self.order = order
+        ledger.after_unjudged = order.after_unjudged
         #: keys of the outcomes the workflow was handed before and not yet again (the
         #: ledger's too: a step taken at once is judged when these are back)
         self.to_hand: set[str] = {
@@ -219,8 +243,8 @@ class NewStepHold:
         order they were reached. A held step that would stop the run with a conflict goes
         alone and first, resolved here (``resolve``), so that the conflict stops the pass
         before any other held step starts. The steps taken at once meanwhile are judged
-        first (``judge_later``): one out of place stops the pass the same way.
-        Whether anything was let go."""
+        first (``judge_later``): one out of place stops the pass the same way. They are
+        written only once no held step stops it either. Whether anything was let go."""
         ledger = self.ledger
         if not (self.held or self.unjudged) or (self.to_hand and not stuck):
             return False
@@ -236,6 +260,7 @@ class NewStepHold:
                 self.held.remove(call)
                 await resolve(call)
                 return True
+        self.write_judged()
         if self.to_hand:
             self.let_go.update(call.key for call in self.held)
         new.extendleft(reversed(self.held))
@@ -258,16 +283,18 @@ class NewStepHold:
         Taken while the outcomes are handed back, beside a branch whose history is not
         replayed yet, it would look like a step inserted before that history (the record
         does not tell branches apart): its place is judged when the held steps' is
-        (``judge_later``), and nothing of it is written or published before. Should its
-        own branch reach a recorded step after it meanwhile, it was inserted before the
-        run's history (``Ledger.reach``). While one waits, every step taken at once after
-        it waits too, so that the record stays a prefix of the steps reached."""
+        (``judge_later``), and nothing of it is written or published before, as nothing
+        of a held step runs before. Should its own task, or one that comes after it,
+        reach a recorded step meanwhile, it was inserted before the run's history
+        (``Ledger.reach``). While one waits, every step taken at once after it waits
+        too, so that the record stays a prefix of the steps reached."""
         ledger = self.ledger
-        later = bool(self.to_hand) and (bool(self.unjudged) or ledger.would_conflict(key))
+        later = bool(self.to_hand) or bool(self.unjudged)
         step = ledger.new_step(key, key, kind, input=input, later=later)
         ops = record(step)
         if later:
             self.unjudged[key] = (step, ops, publishes)
+            self.order.taken_unjudged(key)
         else:
             ledger.add(ops)
             ledger.published = ledger.published or publishes
@@ -275,20 +302,25 @@ class NewStepHold:
 
     def judge_later(self) -> bool:
         """Judge the steps taken at once that wait for it (``take_at_once``), in the
-        order taken: each in its place is written with the next commit; the first out of
-        it stops the run with a ``VERSION_CONFLICT`` (False), and none is written."""
-        ledger, unjudged = self.ledger, self.unjudged
-        for key in unjudged:
-            if ledger.ordered and ledger.unreached:
+        order taken: whether all are in their place. The first out of it stops the run
+        with a ``VERSION_CONFLICT`` (False), and none is ever written."""
+        ledger = self.ledger
+        if ledger.ordered and ledger.unreached:
+            for key in self.unjudged:
                 try:
                     ledger.check_new(key)
                 except SuspendSignal:
                     ledger.conflict_at(key)
                     return False
+        return True
+
+    def write_judged(self) -> None:
+        """Write the steps taken at once and found in place with the next commit."""
+        ledger, unjudged = self.ledger, self.unjudged
         for step, ops, publishes in unjudged.values():
             if ledger.ordered:
                 ledger.unwritten.append(step)
             ledger.add(ops)
             ledger.published = ledger.published or publishes
         unjudged.clear()
-        return True
+        self.order.unjudged_before.clear()

@@ -82,7 +82,7 @@ class CodeReplay:
         #: steps called and not yet started, in call order
         self.new_calls: collections.deque[StepCall[Any]] = collections.deque()
         #: new steps reached while recorded outcomes are handed back (``NewStepHold``)
-        self.hold = NewStepHold(self.ledger)
+        self.hold = NewStepHold(self.ledger, self.order)
         #: steps started in this pass that wait (a timer, the queue, a suspend): the run
         #: waits on them. Only those are kept, so a long pass holds no garbage for the GC
         self.waiting: list[StepCall[Any]] = []
@@ -244,8 +244,14 @@ class CodeReplay:
         return at_once.value(self.hold, key, make)
 
     def patched(self, key: str, patch_id: str) -> bool:
-        """``wf.patched`` (``runtime.patches``), decided for the branch that calls it."""
-        known = self.order.known.get(current_task(self.wloop), ())
+        """``wf.patched`` (``runtime.patches``), decided for the branch that calls it:
+        where a step it took at once and not judged yet was taken (``NewStepHold``), as
+        that step may itself prove to be inserted before the branch's history."""
+        taken = self.order.after_unjudged()
+        if taken is not None:
+            known = self.reached.get(taken, ())
+        else:
+            known = self.order.known.get(current_task(self.wloop), ())
         return patches.patched(self.ledger, known, key, patch_id)
 
     def continue_as_new(self, payload: str | None) -> None:
@@ -373,8 +379,8 @@ class CodeReplay:
                 if held:
                     self.cancels.sweep(held, {}, [])
             if ledger.conflict or ledger.aborted or ledger.continued:
-                if ledger.continued and unjudged:
-                    hold.judge_later()  # written with the run's end, or a conflict
+                if ledger.continued and unjudged and hold.judge_later():
+                    hold.write_judged()  # with the run's end (else the run conflicts)
                 break  # after a continue as new, nothing starts and nothing is handed on
             if (held or unjudged) and await hold.release(new, False, self._resolve):
                 continue  # ahead of the steps reached since, in the order reached
