@@ -211,8 +211,7 @@ class NewStepHold:
         self.ledger = ledger
         self.order = order
         ledger.after_unjudged = order.after_unjudged
-        #: keys of the outcomes the workflow was handed before and not yet again (the
-        #: ledger's too: a step taken at once is judged when these are back)
+        #: keys of the outcomes the workflow was handed before and not yet again
         self.to_hand: set[str] = {
             key for key, step in ledger.steps.items() if step.delivered is not None
         }
