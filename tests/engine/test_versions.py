@@ -798,13 +798,12 @@ def _patched_after_a_value(*, version: int) -> plait.App:
     return app
 
 
-async def test_patched_after_a_value_not_judged_yet_decides_where_the_value_was_taken(
+async def test_a_patch_marker_taken_after_a_value_not_judged_yet_waits_with_it(
     engine_factory,
 ) -> None:
-    """``wf.patched`` right after a value that waits for its judgment decides at the
-    point where the value was taken: there the history goes on (``r2``), so it is False,
-    records no marker, and the value is then found inserted. A retry on the fixed code
-    keeps to the recorded path."""
+    """``wf.patched`` right after a value that waits for its judgment: its marker waits
+    with the value, which is then found inserted before ``r2``; nothing is written, and
+    a retry on the fixed code (the guard alone) keeps to the recorded path."""
     async with engine_factory(_patched_after_a_value(version=1)) as engine:
         run_id = await engine.start("w")
 
@@ -825,6 +824,53 @@ async def test_patched_after_a_value_not_judged_yet_decides_where_the_value_was_
         run = await engine.wait(run_id, timeout=20)
     assert run.status == "completed", run.error
     assert run.output == [["l1"], ["r1", "r2", "paid"]]
+
+
+def _patched_beside_a_task_with_a_value(*, version: int) -> plait.App:
+    """Main makes task ``b`` (``b1``, then the event ``go``) and takes ``m1``, its last
+    step. v2 adds a task that only takes ``wf.uuid()``, and ``m2`` under ``wf.patched``
+    after ``m1``."""
+    app = plait.App("patched-beside")
+
+    @app.workflow(name="w")
+    async def w(wf: plait.Workflow) -> Any:
+        async def b() -> list[Any]:
+            return [await wf.do("b1", lambda: "b1"), await wf.wait_for_event("go")]
+
+        async def t() -> None:
+            if version == 2:
+                wf.uuid()
+
+        other, taking = asyncio.create_task(b()), asyncio.create_task(t())
+        out = [await wf.do("m1", lambda: "m1")]
+        if version == 2 and wf.patched("p"):
+            out.append(await wf.do("m2", lambda: "m2"))
+        await taking
+        return [out, await other]
+
+    return app
+
+
+async def test_patched_is_not_swayed_by_a_value_another_task_took(engine_factory) -> None:
+    """A task the deploy adds takes a value, not judged yet when it ends; main, which
+    its end counts as coming after it, asks ``wf.patched`` where main's own history has
+    ended: True, on the first pass as after a restart, and the marker is written once
+    the value is found in its place."""
+    async with engine_factory(_patched_beside_a_task_with_a_value(version=1)) as engine:
+        run_id = await engine.start("w")
+
+        async def waits() -> bool:
+            steps = {s.key: s.status for s in await engine.get_steps(run_id)}
+            return steps.get("__event:go") == "scheduled" and steps.get("m1") == "succeeded"
+
+        await eventually(waits, what="the run waiting for its event")
+    async with engine_factory(_patched_beside_a_task_with_a_value(version=2)) as engine:
+        await engine.send_event(run_id, "go", "paid")
+        run = await engine.wait(run_id, timeout=20)
+        keys = {s.key for s in await engine.get_steps(run_id)}
+    assert run.status == "completed", run.error
+    assert run.output == [["m1", "m2"], ["b1", "paid"]]
+    assert {"__patch:p", "__uuid"} <= keys
 
 
 def _wide_gather(*, insert: bool) -> plait.App:

@@ -274,10 +274,12 @@ class NewStepHold:
         *,
         input: str | None = None,
         publishes: bool = False,
+        point: bool = True,
     ) -> StepRow:
         """A new step the workflow takes where it is reached, with no await at which it
-        could be held: a value, a published value, tags, a stream write. ``record``
-        makes its writes.
+        could be held: a value, a published value, tags, a stream write, a patch marker.
+        ``record`` makes its writes; ``point``: what the task does next comes after it
+        (a patch marker is no point of the order: ``runtime.patches``).
 
         Taken while the outcomes are handed back, beside a branch whose history is not
         replayed yet, it would look like a step inserted before that history (the record
@@ -293,7 +295,8 @@ class NewStepHold:
         ops = record(step)
         if later:
             self.unjudged[key] = (step, ops, publishes)
-            self.order.taken_unjudged(key)
+            if point:
+                self.order.taken_unjudged(key)
         else:
             ledger.add(ops)
             ledger.published = ledger.published or publishes

@@ -13,11 +13,15 @@ from __future__ import annotations
 from plait import serde
 from plait.runtime import steps
 from plait.runtime.ledger import Ledger
+from plait.runtime.order import NewStepHold
 
 
-def patched(ledger: Ledger, known: tuple[str, ...], key: str, patch_id: str) -> bool:
+def patched(hold: NewStepHold, known: tuple[str, ...], key: str, patch_id: str) -> bool:
     """Whether the run at ``key`` takes the patched path; ``known``: the outcomes the
-    calling task has received, the point it is at."""
+    calling task has received, the point it is at. The marker is taken at once, as a
+    value is (``NewStepHold.take_at_once``): taken after a value not judged yet, it is
+    written only if that value proves to be in its place."""
+    ledger = hold.ledger
     step = ledger.steps.get(key)
     if step is not None:
         ledger.check_same(step, steps.PATCH_KIND, None)
@@ -25,8 +29,13 @@ def patched(ledger: Ledger, known: tuple[str, ...], key: str, patch_id: str) -> 
     if ledger.ahead(known) is not None:
         return False
     ledger.reached[key] = known  # recorded with the marker, which changes no one's point
-    step = ledger.new_step(key, key, steps.PATCH_KIND, input=serde.dumps({"patch": patch_id}))
-    ledger.add(steps.mark_patch(step, ledger.now()))
+    hold.take_at_once(
+        key,
+        steps.PATCH_KIND,
+        lambda step: steps.mark_patch(step, ledger.now()),
+        input=serde.dumps({"patch": patch_id}),
+        point=False,
+    )
     return True
 
 

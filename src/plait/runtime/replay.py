@@ -244,15 +244,9 @@ class CodeReplay:
         return at_once.value(self.hold, key, make)
 
     def patched(self, key: str, patch_id: str) -> bool:
-        """``wf.patched`` (``runtime.patches``), decided for the branch that calls it:
-        where a step it took at once and not judged yet was taken (``NewStepHold``), as
-        that step may itself prove to be inserted before the branch's history."""
-        taken = self.order.after_unjudged()
-        if taken is not None:
-            known = self.reached.get(taken, ())
-        else:
-            known = self.order.known.get(current_task(self.wloop), ())
-        return patches.patched(self.ledger, known, key, patch_id)
+        """``wf.patched`` (``runtime.patches``), decided for the branch that calls it."""
+        known = self.order.known.get(current_task(self.wloop), ())
+        return patches.patched(self.hold, known, key, patch_id)
 
     def continue_as_new(self, payload: str | None) -> None:
         """``wf.continue_as_new``, judged where the calling branch is: the run's history
