@@ -283,17 +283,23 @@ def branches_app(counter: Counter, version: int) -> plait.App:
     return app
 
 
-async def _branches_waiting(engine_factory: Any, counter: Counter) -> str:
-    """A run of v1 of ``branches_app``, both branches done and waiting for its event."""
-    async with engine_factory(branches_app(counter, 1)) as engine:
+async def _waiting_for_go(engine_factory: Any, app: plait.App, after: str) -> str:
+    """A run of ``app``'s workflow ``w`` that took ``after`` and waits for its event
+    ``go``; the engine is closed."""
+    async with engine_factory(app) as engine:
         run_id = await engine.start("w")
 
         async def waits() -> bool:
             steps = {s.key: s.status for s in await engine.get_steps(run_id)}
-            return steps.get("__event:go") == "scheduled" and steps.get("r2") == "succeeded"
+            return steps.get("__event:go") == "scheduled" and steps.get(after) == "succeeded"
 
-        await eventually(waits, what="the run waiting for its event")
+        await eventually(waits, what=f"the run waiting for its event after {after!r}")
     return str(run_id)
+
+
+async def _branches_waiting(engine_factory: Any, counter: Counter) -> str:
+    """A run of v1 of ``branches_app``, both branches done and waiting for its event."""
+    return await _waiting_for_go(engine_factory, branches_app(counter, 1), "r2")
 
 
 async def test_a_conflict_in_one_branch_starts_no_new_step_in_another(engine_factory) -> None:
@@ -709,14 +715,7 @@ def _publishes_after_r1(*, insert: bool) -> plait.App:
 async def test_a_value_inserted_before_a_recorded_publish_is_a_conflict(engine_factory) -> None:
     """The recorded step the branch reaches after the value judged later is itself one
     taken at once (a published value): it shows the value out of place just as well."""
-    async with engine_factory(_publishes_after_r1(insert=False)) as engine:
-        run_id = await engine.start("w")
-
-        async def waits() -> bool:
-            steps = {s.key: s.status for s in await engine.get_steps(run_id)}
-            return steps.get("__event:go") == "scheduled" and steps.get("l3") == "succeeded"
-
-        await eventually(waits, what="the run waiting for its event")
+    run_id = await _waiting_for_go(engine_factory, _publishes_after_r1(insert=False), "l3")
     app = _publishes_after_r1(insert=True)
     async with engine_factory(app, workers=False) as checker:
         (result,) = await asyncio.wait_for(checker.check(), 20)
@@ -804,14 +803,7 @@ async def test_a_patch_marker_taken_after_a_value_not_judged_yet_waits_with_it(
     """``wf.patched`` right after a value that waits for its judgment: its marker waits
     with the value, which is then found inserted before ``r2``; nothing is written, and
     a retry on the fixed code (the guard alone) keeps to the recorded path."""
-    async with engine_factory(_patched_after_a_value(version=1)) as engine:
-        run_id = await engine.start("w")
-
-        async def waits() -> bool:
-            steps = {s.key: s.status for s in await engine.get_steps(run_id)}
-            return steps.get("__event:go") == "scheduled" and steps.get("r2") == "succeeded"
-
-        await eventually(waits, what="the run waiting for its event")
+    run_id = await _waiting_for_go(engine_factory, _patched_after_a_value(version=1), "r2")
     async with engine_factory(_patched_after_a_value(version=2)) as engine:
         await engine.send_event(run_id, "go", "paid")
         run = await engine.wait(run_id, timeout=20)
@@ -856,14 +848,9 @@ async def test_patched_is_not_swayed_by_a_value_another_task_took(engine_factory
     its end counts as coming after it, asks ``wf.patched`` where main's own history has
     ended: True, on the first pass as after a restart, and the marker is written once
     the value is found in its place."""
-    async with engine_factory(_patched_beside_a_task_with_a_value(version=1)) as engine:
-        run_id = await engine.start("w")
-
-        async def waits() -> bool:
-            steps = {s.key: s.status for s in await engine.get_steps(run_id)}
-            return steps.get("__event:go") == "scheduled" and steps.get("m1") == "succeeded"
-
-        await eventually(waits, what="the run waiting for its event")
+    run_id = await _waiting_for_go(
+        engine_factory, _patched_beside_a_task_with_a_value(version=1), "m1"
+    )
     async with engine_factory(_patched_beside_a_task_with_a_value(version=2)) as engine:
         await engine.send_event(run_id, "go", "paid")
         run = await engine.wait(run_id, timeout=20)
@@ -904,14 +891,7 @@ async def test_a_value_inserted_in_a_gather_wider_than_a_step_remembers_is_a_con
     value taken in its first branch is not among those ``r2`` names. What comes after a
     value not judged yet is followed by task, whole: the value is still found inserted
     before ``r2``, and nothing is written to the stream."""
-    async with engine_factory(_wide_gather(insert=False)) as engine:
-        run_id = await engine.start("w")
-
-        async def waits() -> bool:
-            steps = {s.key: s.status for s in await engine.get_steps(run_id)}
-            return steps.get("__event:go") == "scheduled" and steps.get("r2") == "succeeded"
-
-        await eventually(waits, what="the run waiting for its event")
+    run_id = await _waiting_for_go(engine_factory, _wide_gather(insert=False), "r2")
     async with engine_factory(_wide_gather(insert=True)) as engine:
         await engine.send_event(run_id, "go")
         run = await engine.wait(run_id, timeout=20)
