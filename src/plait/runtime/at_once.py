@@ -17,6 +17,7 @@ from typing import Any
 from plait import serde
 from plait import tags as tag_rules
 from plait.runtime import steps
+from plait.runtime.ledger import Ledger
 from plait.runtime.order import NewStepHold
 from plait.serde import Limits
 
@@ -39,9 +40,7 @@ def set_value(hold: NewStepHold, limits: Limits, key: str, name: str, value: str
     """Publish ``value`` under ``name``, checked against the engine's ``limits`` when it
     is first taken; a replay never judges a recorded value again."""
     ledger = hold.ledger
-    step = ledger.steps.get(key)
-    if step is not None:
-        ledger.check_same(step, "set_value", None)
+    if replayed(ledger, key, "set_value"):
         return
     if value is not None:
         limits.check(value, f"value {name!r}")
@@ -58,9 +57,7 @@ def set_tags(hold: NewStepHold, key: str, tags: dict[str, str]) -> None:
     """Merge ``tags`` into the run's tags. ``ValueError`` if the run would carry more
     than ``plait.tags.MAX_TAGS``."""
     ledger = hold.ledger
-    step = ledger.steps.get(key)
-    if step is not None:
-        ledger.check_same(step, "set_tags", None)
+    if replayed(ledger, key, "set_tags"):
         return
     merged = tag_rules.merge(tag_rules.loads(ledger.run.tags), tags)
     tag_rules.limit(merged, "the run's tags")
@@ -74,9 +71,7 @@ def set_tags(hold: NewStepHold, key: str, tags: dict[str, str]) -> None:
 def stream_write(hold: NewStepHold, key: str, name: str, value: str | None) -> None:
     """Append ``value`` to the run's stream ``name``."""
     ledger = hold.ledger
-    step = ledger.steps.get(key)
-    if step is not None:
-        ledger.check_same(step, "stream", None)
+    if replayed(ledger, key, "stream"):
         return
     hold.take_at_once(
         key,
@@ -85,3 +80,13 @@ def stream_write(hold: NewStepHold, key: str, name: str, value: str | None) -> N
         input=serde.dumps({"stream": name}),
         publishes=True,
     )
+
+
+def replayed(ledger: Ledger, key: str, kind: str) -> bool:
+    """Whether the run recorded the step ``key`` (it must be of ``kind``): a replay takes
+    nothing again (a patch marker too: ``runtime.patches``)."""
+    step = ledger.steps.get(key)
+    if step is None:
+        return False
+    ledger.check_same(step, kind, None)
+    return True

@@ -298,8 +298,7 @@ class NewStepHold:
             if point:
                 self.order.taken_unjudged(key)
         else:
-            ledger.add(ops)
-            ledger.published = ledger.published or publishes
+            self._write(ops, publishes)
         return step
 
     def judge_later(self) -> bool:
@@ -322,7 +321,13 @@ class NewStepHold:
         for step, ops, publishes in unjudged.values():
             if ledger.ordered:
                 ledger.unwritten.append(step)
-            ledger.add(ops)
-            ledger.published = ledger.published or publishes
+            self._write(ops, publishes)
         unjudged.clear()
         self.order.unjudged_before.clear()
+
+    def _write(self, ops: list[Op], publishes: bool) -> None:
+        """A step taken at once goes with the next commit, which tells the run's
+        watchers when it ``publishes``."""
+        ledger = self.ledger
+        ledger.add(ops)
+        ledger.published = ledger.published or publishes

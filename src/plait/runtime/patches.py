@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from plait import serde
 from plait.runtime import steps
+from plait.runtime.at_once import replayed
 from plait.runtime.ledger import Ledger
 from plait.runtime.order import NewStepHold
 
@@ -22,9 +23,7 @@ def patched(hold: NewStepHold, known: tuple[str, ...], key: str, patch_id: str) 
     value is (``NewStepHold.take_at_once``): taken after a value not judged yet, it is
     written only if that value proves to be in its place."""
     ledger = hold.ledger
-    step = ledger.steps.get(key)
-    if step is not None:
-        ledger.check_same(step, steps.PATCH_KIND, None)
+    if replayed(ledger, key, steps.PATCH_KIND):
         return True
     if ledger.ahead(known) is not None:
         return False
@@ -41,6 +40,4 @@ def patched(hold: NewStepHold, known: tuple[str, ...], key: str, patch_id: str) 
 
 def deprecate(ledger: Ledger, key: str) -> None:
     """A recorded marker is reached; none is recorded."""
-    step = ledger.steps.get(key)
-    if step is not None:
-        ledger.check_same(step, steps.PATCH_KIND, None)
+    replayed(ledger, key, steps.PATCH_KIND)
