@@ -122,6 +122,71 @@ async def sequential(p: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+async def statements(p: dict[str, Any]) -> dict[str, Any]:
+    """The statements plait's SQLite store runs for one step of a sequential run, back to
+    back on one connection with no engine around them: the end of the step before (with
+    the lease's fence), the start of the next, in one transaction, as the store writes
+    them (the texts are the store's own), in runs of ``steps`` steps as the sequential
+    workload's. What a step would cost if plait's Python cost nothing, to set beside the
+    floor's one-row commit."""
+    import sqlite3
+    import uuid
+
+    from plait.store.sqlite import apply
+
+    end = apply._FINISH_STEP_SUCCEEDED_FENCED  # pyright: ignore[reportPrivateUsage]
+    start = apply._INSERT_STEP_START_PLAIN  # pyright: ignore[reportPrivateUsage]
+    per_run = int(p.get("steps", 1000))
+    async with _engine(p, workers=False) as engine:  # the runs the steps belong to
+        runs = [await engine.start("chain", {"n": per_run}) for _ in range(100)]
+    path = p["db"].split("sqlite:///", 1)[1]
+    conn = sqlite3.connect(path, isolation_level=None)
+    owner = "bench:1:0123abcd#bench:1:4567cdef"
+    worker = "bench:1:0123abcd"
+    try:
+        conn.execute("UPDATE plait_runs SET lease_owner = ?, lease_until = 1e12", (owner,))
+        settings = _settings_of(conn)
+
+        def step(n: int) -> None:
+            run_id, i = runs[n // per_run], n % per_run
+            now = time.time()
+            conn.execute("BEGIN IMMEDIATE")
+            if i:
+                before = f"s#{i - 1}" if i > 1 else "s"
+                done = ("succeeded", str(i - 1), 1, 0, now, i - 1, "succeeded", now)
+                conn.execute(end, (*done, run_id, before, owner))
+            key = f"s#{i}" if i else "s"
+            fresh = (run_id, key, i, "s", "do", "noop", "running", str(i), 1, 0, 3)
+            conn.execute(
+                start, (*fresh, str(uuid.uuid4()), 0, now, now, 0, None, worker, "running", now)
+            )
+            conn.execute("COMMIT")
+
+        i = 0
+        while i < 50:  # warm-up, as the floor's
+            step(i)
+            i += 1
+        seconds = float(p["seconds"])
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds and i < len(runs) * per_run:
+            step(i)
+            i += 1
+        elapsed = time.perf_counter() - t0
+    finally:
+        conn.close()
+    done = i - 50
+    return {"us_per_step": elapsed / done * 1e6, "steps": done, "settings": settings}
+
+
+def _settings_of(conn: Any) -> dict[str, Any]:
+    """The connection set as plait's store sets its own (WAL, ``synchronous=FULL``), read
+    back."""
+    conn.execute("PRAGMA synchronous = FULL")
+    mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    sync = conn.execute("PRAGMA synchronous").fetchone()[0]
+    return {"journal_mode": str(mode).upper(), "synchronous": _common.sync_name(sync)}
+
+
 async def throughput(p: dict[str, Any]) -> dict[str, Any]:
     """Runs of ``steps`` steps, each started when the previous one finished, for a
     fixed time: the latency of the whole start-to-output path, turned into a rate. Runs
@@ -214,6 +279,7 @@ WORKLOADS = {
     "concurrency": concurrency,
     "recovery": recovery,
     "idle": idle,
+    "statements": statements,
 }
 
 

@@ -692,6 +692,16 @@ def plan(env: Env, cfg: Config) -> list[Job]:
                     simple("sequential", steps=cfg.sequential_steps),
                 )
             )
+        if "sequential" in want and backend == "sqlite":
+            # plait's own statements for a step, with no engine: how much of the step's
+            # distance to the floor is what it writes, and how much its Python
+            jobs.append(
+                Job(
+                    "sqlite/statements",
+                    ("plait",),
+                    simple("statements", steps=cfg.sequential_steps, seconds=cfg.floor_seconds),
+                )
+            )
         if "floor" in want or want & {"sequential", "throughput", "concurrency"}:
             # The floor is what every per-step figure is divided by, so it is measured
             # whenever any of them is, interleaved with the contenders.
@@ -909,6 +919,17 @@ def build_rows(samples: Samples, cfg: Config, skipped: dict[str, str]) -> list[R
                 )
             )
             rows.append(commits_row(sec, k))
+            rows.append(
+                Row(
+                    sec,
+                    "its statements alone, no engine: us per step",
+                    True,
+                    st(f"{backend}/statements", "plait", "us_per_step"),
+                    floor=floor_us,
+                    note="statements alone: the store's own end and start of a step in one"
+                    " transaction, back to back on one connection",
+                )
+            )
         k = f"{backend}/throughput"
         if k in samples:
             sec = (
