@@ -899,3 +899,69 @@ async def test_a_value_inserted_in_a_gather_wider_than_a_step_remembers_is_a_con
         assert run.error["code"] == "VERSION_CONFLICT", run.error
         assert "'__stream:seen'" in run.error["message"] and "'r2'" in run.error["message"]
         assert await engine.read_stream(run_id, "seen") == []
+
+
+def _takes_the_others_value(kind: str, *, version: int) -> plait.App:
+    """Two branches: the left one waits for the event ``go`` after ``l1``, the right one
+    takes ``kind`` after ``r1`` (whose body ends after ``l1``'s, so ``l1``'s outcome is
+    handed first). v2 adds the same kind of step to the left branch after ``l1``: the
+    names of these steps are counted across the run, so it reaches the key the right
+    branch recorded (``__uuid``, ``__tags``) before the right branch does."""
+    app = plait.App("values")
+    l1_done = asyncio.Event()
+
+    @app.workflow(name="w")
+    async def w(wf: plait.Workflow) -> Any:
+        async def l1() -> str:
+            l1_done.set()
+            return "l1"
+
+        async def r1() -> str:
+            await l1_done.wait()
+            return "r1"
+
+        async def left() -> Any:
+            await wf.do("l1", l1)
+            taken = None
+            if version == 2:
+                if kind == "uuid":
+                    taken = str(wf.uuid())
+                else:
+                    await wf.set_tags({"left": "yes"})
+            await wf.wait_for_event("go")
+            return taken
+
+        async def right() -> Any:
+            await wf.do("r1", r1)
+            if kind == "uuid":
+                return str(wf.uuid())
+            await wf.set_tags({"right": "yes"})
+            return None
+
+        return await asyncio.gather(left(), right())
+
+    return app
+
+
+@pytest.mark.parametrize("kind", ["uuid", "set_tags"])
+async def test_a_value_a_deploy_adds_ahead_of_another_branchs_recorded_one_is_a_conflict(
+    engine_factory, kind: str
+) -> None:
+    """The added step would replay the right branch's recorded value (its uuid; its tags,
+    so the left branch's were never set), and the right branch would take a new one (a
+    uuid that changed between passes): the run stops instead."""
+    run_id = await _waiting_for_go(engine_factory, _takes_the_others_value(kind, version=1), "r1")
+    async with engine_factory(_takes_the_others_value(kind, version=1)) as engine:
+        recorded = [s for s in await engine.get_steps(run_id) if s.key.startswith("__")]
+    app = _takes_the_others_value(kind, version=2)
+    async with engine_factory(app, workers=False) as checker:
+        (result,) = await asyncio.wait_for(checker.check(), 20)
+    assert not result.ok, result
+    async with engine_factory(app) as engine:
+        await engine.send_event(run_id, "go")
+        run = await engine.wait(run_id, timeout=20)
+        assert run.status == "failed" and run.error is not None, (run.output, run.tags)
+        assert run.error["code"] == "VERSION_CONFLICT", run.error
+        assert f"'{_KEYS[kind]}'" in run.error["message"], run.error
+        after = [s for s in await engine.get_steps(run_id) if s.key.startswith("__")]
+    assert {s.key for s in after} == {s.key for s in recorded}  # nothing new written

@@ -28,6 +28,7 @@ def value(hold: NewStepHold, key: str, make: Callable[[], Any]) -> Any:
     step = ledger.steps.get(key)
     if step is not None:
         ledger.reach(key)
+        hold.reached_early(step)
         return serde.loads(step.output)
     made = make()
     step = hold.take_at_once(
@@ -40,7 +41,7 @@ def set_value(hold: NewStepHold, limits: Limits, key: str, name: str, value: str
     """Publish ``value`` under ``name``, checked against the engine's ``limits`` when it
     is first taken; a replay never judges a recorded value again."""
     ledger = hold.ledger
-    if replayed(ledger, key, "set_value"):
+    if replayed(ledger, key, "set_value", hold):
         return
     if value is not None:
         limits.check(value, f"value {name!r}")
@@ -57,7 +58,7 @@ def set_tags(hold: NewStepHold, key: str, tags: dict[str, str]) -> None:
     """Merge ``tags`` into the run's tags. ``ValueError`` if the run would carry more
     than ``plait.tags.MAX_TAGS``."""
     ledger = hold.ledger
-    if replayed(ledger, key, "set_tags"):
+    if replayed(ledger, key, "set_tags", hold):
         return
     merged = tag_rules.merge(tag_rules.loads(ledger.run.tags), tags)
     tag_rules.limit(merged, "the run's tags")
@@ -71,7 +72,7 @@ def set_tags(hold: NewStepHold, key: str, tags: dict[str, str]) -> None:
 def stream_write(hold: NewStepHold, key: str, name: str, value: str | None) -> None:
     """Append ``value`` to the run's stream ``name``."""
     ledger = hold.ledger
-    if replayed(ledger, key, "stream"):
+    if replayed(ledger, key, "stream", hold):
         return
     hold.take_at_once(
         key,
@@ -82,11 +83,14 @@ def stream_write(hold: NewStepHold, key: str, name: str, value: str | None) -> N
     )
 
 
-def replayed(ledger: Ledger, key: str, kind: str) -> bool:
+def replayed(ledger: Ledger, key: str, kind: str, hold: NewStepHold | None = None) -> bool:
     """Whether the run recorded the step ``key`` (it must be of ``kind``): a replay takes
-    nothing again (a patch marker too: ``runtime.patches``)."""
+    nothing again (a patch marker too: ``runtime.patches``, which names its markers by
+    patch, not by count, and gives no ``hold`` to note one reached early)."""
     step = ledger.steps.get(key)
     if step is None:
         return False
     ledger.check_same(step, kind, None)
+    if hold is not None:
+        hold.reached_early(step)
     return True

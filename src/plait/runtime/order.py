@@ -18,6 +18,7 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from plait import errors, serde
 from plait.runtime.control_flow import SuspendSignal
 from plait.runtime.gates import Found
 from plait.runtime.ledger import Ledger
@@ -223,6 +224,9 @@ class NewStepHold:
         #: held steps let go while outcomes were still to hand (nothing else could go on:
         #: a step the code no longer reaches keeps its outcome for ever): never held again
         self.let_go: set[str] = set()
+        #: per name of a step taken at once, the recorded step of that name reached before
+        #: an outcome it came after was handed back, and that outcome (``reached_early``)
+        self.early: dict[str, tuple[str, str]] = {}
 
     def holds(self, call: StepCall[Any]) -> bool:
         """Whether ``call`` waits (a step the run never recorded, reached too soon)."""
@@ -290,6 +294,8 @@ class NewStepHold:
         (``Ledger.reach``). While one waits, every step taken at once after it waits
         too, so that the record stays a prefix of the steps reached."""
         ledger = self.ledger
+        if self.early:
+            self._taken_early(key)
         later = bool(self.to_hand) or bool(self.unjudged)
         step = ledger.new_step(key, key, kind, input=input, later=later)
         ops = record(step)
@@ -300,6 +306,41 @@ class NewStepHold:
         else:
             self._write(ops, publishes)
         return step
+
+    def reached_early(self, step: StepRow) -> None:
+        """A recorded step taken at once is reached again. Such steps are counted by name
+        across the run, not per task: one of the same name that a deploy added to another
+        task, ahead of this step's own, reaches its key first and is handed its record
+        (another branch's uuid or time; tags, a value or an entry of its own never
+        written). Reached before an outcome it was recorded after is handed back, the
+        step is noted, and a new step of its name taken later stops the run
+        (``_taken_early``): the task it belongs to came for it. Only noted, since a
+        deploy that removed the step it came after reaches it early as well (and takes
+        nothing new of its name)."""
+        to_hand = self.to_hand
+        if not to_hand or step.reached_after is None:
+            return
+        for before in serde.loads(step.reached_after):
+            if before in to_hand:
+                self.early.setdefault(_name_of(step.key), (step.key, before))
+                return
+
+    def _taken_early(self, key: str) -> None:
+        """A new step taken at once whose name a recorded one has (see ``reached_early``)."""
+        early = self.early.get(_name_of(key))
+        if early is None:
+            return
+        recorded, before = early
+        ledger = self.ledger
+        ledger.conflict = (
+            f"step {recorded!r} was recorded after step {before!r}, but the workflow code "
+            f"now reaches it before that, and then takes {key!r}: a step of the same name "
+            "was added ahead of the recorded one (in another branch, or before it), and "
+            f"would be handed {recorded!r}'s record; the code took another path than the "
+            "recorded one (guard a step added for new runs with wf.patched(...))"
+        )
+        ledger.conflict_at(recorded)
+        raise SuspendSignal(ledger.conflict, errors.VERSION_CONFLICT)
 
     def judge_later(self) -> bool:
         """Judge the steps taken at once that wait for it (``take_at_once``), in the
@@ -331,3 +372,9 @@ class NewStepHold:
         ledger = self.ledger
         ledger.add(ops)
         ledger.published = ledger.published or publishes
+
+
+def _name_of(key: str) -> str:
+    """The name a step's key counts (``name#2``: ``name``)."""
+    name, mark, n = key.rpartition("#")
+    return name if mark and n.isdigit() else key
