@@ -4,11 +4,13 @@ pass or worker started may outlive it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Awaitable, Callable
 
 import plait
+from support.polling import eventually
 
 
 async def _until(check: Callable[[], Awaitable[bool]], what: str, deadline: float = 10.0) -> None:
@@ -373,3 +375,75 @@ async def test_a_pass_cancelled_twice_records_its_steps_before_it_ends(
         run = await again.wait(run_id, timeout=10)
     assert run.status == "completed" and run.output == ["quick", "slow"], run.error
     assert ran == {"quick": 1, "slow": 1}
+
+
+def _stubborn_app(started: asyncio.Event, release: asyncio.Event) -> plait.App:
+    """A step body that catches the cancels of its task and goes on until ``release``
+    (a client library that swallows cancellation does this), then returns."""
+    app = plait.App()
+
+    @app.function(retries=0)
+    async def stubborn(data: None, ctx: plait.StepContext) -> dict[str, int]:
+        started.set()
+        while not release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await release.wait()
+        return {"from_attempt": ctx.attempt}
+
+    @app.workflow
+    async def job(wf: plait.Workflow) -> dict[str, int]:
+        return await wf.do("s", "stubborn")
+
+    return app
+
+
+async def test_a_body_that_swallows_its_runs_cancel_does_not_write_over_it(engine_factory) -> None:
+    """The run is cancelled while its body runs; the body catches the cancel and returns
+    later. The attempt stays cancelled: its late result is not written over the cancel
+    (it was, with the step ``succeeded`` in a cancelled run)."""
+    started, release = asyncio.Event(), asyncio.Event()
+    async with engine_factory(_stubborn_app(started, release)) as engine:
+        run_id = await engine.start("job")
+        await asyncio.wait_for(started.wait(), 10)
+        cancelling = asyncio.create_task(engine.cancel(run_id))
+
+        async def cut() -> bool:
+            return (await engine.get_run(run_id)).status == "cancelled"
+
+        await eventually(cut, what="the run cancelled")
+        release.set()
+        await asyncio.wait_for(cancelling, 10)
+        await eventually(lambda: run_id not in engine.worker.driving, what="the pass ended")
+        history = await engine.get_history(run_id)
+        (step,) = await engine.get_steps(run_id)
+        run = await engine.get_run(run_id)
+    assert run.status == "cancelled"
+    assert [(a.attempt, a.status) for a in history] == [(1, "cancelled")]
+    assert step.status != "succeeded" and step.output is None
+
+
+async def test_a_retry_after_a_deadline_a_body_outlived_runs_the_step_again(
+    engine_factory,
+) -> None:
+    """The run's deadline passes while a body that swallows the cancel runs; the body
+    returns afterwards. A retry of the run starts a new attempt, and the run's output is
+    that attempt's, not the cancelled one's (the retry completed at once with it)."""
+    started, release = asyncio.Event(), asyncio.Event()
+    async with engine_factory(_stubborn_app(started, release)) as engine:
+        run_id = await engine.start("job", timeout=0.5)
+        await asyncio.wait_for(started.wait(), 10)
+
+        async def timed_out() -> bool:
+            return (await engine.get_run(run_id)).status == "failed"
+
+        await eventually(timed_out, what="the run's deadline")
+        release.set()
+        await eventually(lambda: run_id not in engine.worker.driving, what="the pass ended")
+        assert [(a.attempt, a.status) for a in await engine.get_history(run_id)] == [
+            (1, "cancelled")
+        ]
+        await engine.retry(run_id)
+        run = await engine.wait(run_id, timeout=10)
+        history = await engine.get_history(run_id)
+    assert run.status == "completed" and run.output == {"from_attempt": 2}, (run, history)
+    assert [(a.attempt, a.status) for a in history] == [(1, "cancelled"), (2, "succeeded")]

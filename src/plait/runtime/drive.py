@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from plait import errors, serde
-from plait.app import FunctionDef
+from plait.app import FinishedAfterCancel, FunctionDef
 from plait.cancel_guard import uncancelled
 from plait.context import StepContext
 from plait.errors import LeaseLostError, StepError
@@ -190,6 +190,11 @@ class Driver:
                 outcome = await run_attempt(
                     body, data, ctx, step.timeout, self.host.limits, no_retry_on
                 )
+                if task is not None and task.cancelling():
+                    # the body caught its task's cancel and returned (a client library
+                    # that swallows cancellation): stopped all the same, and what it
+                    # did is kept as a sync body's is when it ends after a stop
+                    raise _swallowed(outcome)
             except asyncio.CancelledError as exc:
                 if ctx._spent:  # pyright: ignore[reportPrivateUsage]
                     # what the attempt spent before it was stopped was spent all the same
@@ -375,3 +380,10 @@ class Driver:
             else:
                 ledger.children.append(child_id)
         raise ledger.pause(key)
+
+
+def _swallowed(outcome: Outcome) -> FinishedAfterCancel:
+    """The cancel a body caught, raised again with what the body did."""
+    stopped = FinishedAfterCancel(None)
+    stopped.outcome = outcome
+    return stopped
