@@ -7,6 +7,8 @@ bad names are refused by name. (Real worker processes: tests/processes/test_pool
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -227,3 +229,47 @@ async def test_a_scheduled_run_of_a_paused_workflow_waits_queued(engine_factory:
         await engine.resume_workflow("three")
         assert (await engine.wait(first.id, timeout=30)).status == "completed"
         assert ran[f"{first.id}/s0"] == 1
+
+
+async def test_a_pause_made_while_the_loop_was_held_up_holds_the_next_step(
+    engine_factory: Any, database: str
+) -> None:
+    """A step body holds the worker's event loop (a ``time.sleep`` in an ``async def``)
+    while another process pauses the workflow, and for longer than a lease after: the
+    worker's copy of the brakes is older than a lease when the next step would start. It
+    reads them again before that body starts, and the run stops there (it started the
+    next step 3.5 leases after the pause: the copy is read with the lease renewals, which
+    the held-up loop did not run, and the lease itself was kept by the stall guard)."""
+    app = plait.App("held")
+    ran: Counter[str] = Counter()
+    paused = threading.Event()
+
+    def pause_from_elsewhere() -> None:
+        async def pause() -> None:
+            async with plait.Engine(app, database, workers=False) as other:
+                await other.pause_workflow("two")
+
+        asyncio.run(pause())
+        paused.set()
+
+    @app.function(name="hold")
+    async def hold(data: None, ctx: plait.StepContext) -> str:
+        ran[ctx.step_key] += 1
+        if ctx.step_key == "s0" and ctx.attempt == 1:
+            threading.Thread(target=pause_from_elsewhere).start()
+            assert paused.wait(20)
+            time.sleep(1.5)  # noqa: ASYNC251  (the loop held up past a lease after the pause)
+        return ctx.step_key
+
+    @app.workflow(name="two")
+    async def two(wf: plait.Workflow) -> list[str]:
+        return [await wf.do("s0", hold), await wf.do("s1", hold)]
+
+    async with engine_factory(app, lease_seconds=1.0) as engine:
+        run_id = await engine.start("two")
+        await eventually(lambda: _is(engine, run_id, "paused"), timeout=20, what="the run paused")
+        assert ran == {"s0": 1}
+        await engine.resume_workflow("two")
+        run = await engine.wait(run_id, timeout=20)
+    assert run.status == "completed" and run.output == ["s0", "s1"]
+    assert ran == {"s0": 1, "s1": 1}

@@ -183,6 +183,13 @@ class Driver:
                 # starts, the attempt is interrupted as the running ones are
                 ledger.add(steps.interrupt(step, ledger.now(), cancelled=False))
                 raise StepCancelled(step.key)
+            if self.host.braked(run.workflow, run.queue):
+                # paused since ``drive`` looked (the brakes, read longer than a lease ago
+                # by a process held up meanwhile, were read again): no body starts, the
+                # attempt is interrupted, and the run waits as in ``drive``
+                ledger.add(steps.interrupt(step, ledger.now(), cancelled=False))
+                ledger.due_again = True
+                raise ledger.pause(step.key)
             bodies = ledger.bodies
             task = asyncio.current_task()
             bodies[step.key] = task  # type: ignore[assignment]

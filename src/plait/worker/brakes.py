@@ -5,12 +5,15 @@ The claims themselves leave out what is out of scope or paused, in the database,
 every process obeys a brake the moment it commits. A pass that is already running a
 run learns of a brake from this worker's copy of the brakes, read with every lease
 renewal (a quarter of a lease): it starts no new attempt once its run is braked
-(``runtime.drive``), so no step body starts later than a lease after the pause.
+(``runtime.drive``), so no step body starts later than a lease after the pause. A copy
+older than a lease (the process was frozen, or its loop held up) is read again before a
+body starts (``Leases.keep_lease``).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from plait.queues import DEFAULT_QUEUE
 from plait.runtime import runs
@@ -53,12 +56,14 @@ class Brakes(WorkerState):
     async def refresh_brakes(self) -> None:
         """Read the brakes again; while any is set, stop the runs it holds that no pass
         holds now (a pass that stopped for it gave its run back)."""
+        since = time.monotonic()
         try:
             found = await self.store.list_brakes()
         except Exception:
             log.exception("reading the paused workflows and queues failed")
             return
         self.brakes = frozenset((b.kind, b.name) for b in found)
+        self.brakes_read_at = since
         if self.brakes and self.take_work:
             await self.park_braked()
 

@@ -79,8 +79,10 @@ class WorkerState(abc.ABC):
     only_workflows: tuple[str, ...] | None
     #: ``plait worker --queues``: the only queues it works (None: every queue)
     only_queues: tuple[str, ...] | None
-    #: the paused workflows and queues, (kind, name), as last read
+    #: the paused workflows and queues, (kind, name), as last read, and when that read
+    #: began (monotonic)
     brakes: frozenset[tuple[str, str]]
+    brakes_read_at: float
     #: when (the clock's time) the first spend budget that holds queued runs may lift,
     #: as the admission loop last found (None: none holds any)
     budget_free_at: float | None

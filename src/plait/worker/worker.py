@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 import socket
@@ -148,6 +149,7 @@ class Worker(Passes, Jobs, Admission, Ticks, Deadlines, Leases, Retention, Brake
         self.only_workflows = only_workflows
         self.only_queues = only_queues
         self.brakes = frozenset()
+        self.brakes_read_at = -math.inf  # never: read before the first body starts
         self.stored_limits = []
         self.budget_free_at = None
         self.limits_read_at = float("-inf")
