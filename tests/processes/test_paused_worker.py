@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +117,62 @@ async def test_a_worker_woken_from_a_pause_starts_no_body_it_lost(
         frozen.stop()
         if taker is not None:
             taker.stop()
+
+
+async def test_a_worker_woken_after_its_workflow_was_paused_starts_no_body(
+    database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The only worker freezes right after the commit that began the run's second step;
+    the workflow is paused meanwhile, and the worker is woken more than a lease later.
+    Nobody took its lease, so it keeps it, but its copy of the brakes is older than a
+    lease: it reads them again, starts no body, and the run waits ``paused``. After the
+    resume the step runs once (it ran 5 leases after the pause)."""
+    ledger = tmp_path / "ledger.jsonl"
+    marker = tmp_path / "freeze-once"
+    marker.touch()
+    monkeypatch.setenv("PAUSE_BEFORE_BODY", "second")
+    monkeypatch.setenv("PAUSE_MARKER", str(marker))
+    frozen = WorkerProcess(
+        database,
+        ledger,
+        tmp_path / "frozen.log",
+        worker_id="frozen",
+        lease=LEASE,
+        app="support.pause_app:app",
+    )
+    monkeypatch.delenv("PAUSE_BEFORE_BODY")
+    waker: threading.Timer | None = None
+    try:
+        async with plait.Engine(pause_app.app, database, workers=False) as engine:
+            await eventually(ready(frozen), timeout=30, what="the worker to start")
+            run_id = await engine.start("pair", {"n": 1})
+            line = await eventually(
+                lambda: _freeze_line(ledger), timeout=30, what="the worker to freeze"
+            )
+            waker = threading.Timer(WAKE_BY, os.kill, (frozen.pid, signal.SIGCONT))
+            waker.start()
+            await engine.pause_workflow("pair")
+            paused_at = time.monotonic()
+            # the worker's copy of the brakes, read before it froze, is a lease old now
+            await eventually(lambda: time.monotonic() > paused_at + 1.5 * LEASE, what="a lease")
+            waker.cancel()
+            os.kill(frozen.pid, signal.SIGCONT)
+
+            async def paused() -> bool:
+                return (await engine.get_run(run_id)).status == "paused"
+
+            await eventually(paused, timeout=15, what="the run paused")
+            starts = [ln for ln in read_ledger(ledger) if ln["event"] == "start"]
+            assert [ln["key"] for ln in starts] == ["first"], starts
+            await engine.resume_workflow("pair")
+            run = await engine.wait(run_id, timeout=20)
+        assert run.status == "completed", run.error
+        starts = [ln for ln in read_ledger(ledger) if ln["event"] == "start"]
+        assert [ln["key"] for ln in starts] == ["first", "second"]
+        assert starts[1]["mono"] > line["mono"]
+    finally:
+        if waker is not None:
+            waker.cancel()
+        if frozen.alive():
+            os.kill(frozen.pid, signal.SIGCONT)
+        frozen.stop()
