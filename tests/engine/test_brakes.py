@@ -273,3 +273,36 @@ async def test_a_pause_made_while_the_loop_was_held_up_holds_the_next_step(
         run = await engine.wait(run_id, timeout=20)
     assert run.status == "completed" and run.output == ["s0", "s1"]
     assert ran == {"s0": 1, "s1": 1}
+
+
+async def test_a_paused_queue_holds_the_steps_of_its_functions(engine_factory: Any) -> None:
+    """``@app.function(queue="emails")`` is a step admitted through queue ``emails``:
+    pausing the queue holds those steps in a run of any queue (it held only runs started
+    on the queue, and its functions' steps went on), and its resume lets them go."""
+    app = plait.App("emails")
+    sent: list[int] = []
+
+    @app.function(queue="emails")
+    async def send(n: int) -> int:
+        sent.append(n)
+        return n
+
+    @app.workflow(name="notify")
+    async def notify(wf: plait.Workflow) -> list[int]:
+        return [await wf.do(f"send {n}", send, n) for n in range(3)]
+
+    async with engine_factory(app) as engine:
+        await engine.pause_queue("emails")
+        run_id = await engine.start("notify")
+
+        async def enqueued() -> bool:
+            steps = await engine.get_steps(run_id)
+            return [s.key for s in steps] == ["send 0"]
+
+        await eventually(enqueued, what="the first step on the job table")
+        await asyncio.sleep(0.5)  # the worker polls meanwhile: the step may not start
+        assert sent == []
+        await engine.resume_queue("emails")
+        run = await engine.wait(run_id, timeout=20)
+    assert run.status == "completed" and run.output == [0, 1, 2]
+    assert sent == [0, 1, 2]

@@ -83,8 +83,8 @@ async def test_a_step_job_claim_that_filled_every_slot_is_followed_by_a_claim(
             log.append(("read", 0, 0))
         return await next_due(functions, *scope)
 
-    async def claiming(owner: str, lease: float, limit: int, functions: Any) -> list[Any]:
-        got = await claim(owner, lease, limit, functions)
+    async def claiming(owner: str, lease: float, limit: int, *functions: Any) -> list[Any]:
+        got = await claim(owner, lease, limit, *functions)
         log.append(("claim", limit, len(got)))
         return got
 

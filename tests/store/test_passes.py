@@ -762,3 +762,17 @@ async def test_next_due_counts_a_leased_run_when_its_lease_runs_out(store: Store
     assert await store.claim_run("r1", "w1", 100.0)
     due = await store.next_due()
     assert due is not None and due == pytest.approx(time.time() + 100, abs=5)
+
+
+async def test_a_paused_queue_holds_the_jobs_of_its_functions(store: Store) -> None:
+    """A claim leaves a job alone while the queue its function is admitted through is
+    paused (``queues[i]`` names the queue of ``functions[i]``), whatever the run's own
+    queue; the resume lets it go."""
+    await new_run(store, "r1")
+    await write(store, "r1", EnqueueJob("q", "fn", T0))
+    assert await store.claim_run("r1", "w1", 60.0)
+    await store.pause("queue", "emails", "paused", "running")
+    assert await store.claim_step_jobs("w1", 60.0, 10, ["fn"], ["emails"]) == []
+    await store.unpause("queue", "emails", "running", "paused")
+    (job,) = await store.claim_step_jobs("w1", 60.0, 10, ["fn"], ["emails"])
+    assert job.step_key == "q"

@@ -324,10 +324,18 @@ class Store(LimitsStore, CallerTransactionStore, FleetStore, Protocol):
 
     # queued steps
     async def claim_step_jobs(
-        self, owner: str, lease_seconds: float, limit: int, functions: Sequence[str]
+        self,
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+        functions: Sequence[str],
+        queues: Sequence[str] = (),
     ) -> list[StepJob]:
         """Lease up to ``limit`` due jobs of ``functions`` whose run is running; each
-        comes with its step's row and its run's workflow, read in the same statement."""
+        comes with its step's row and its run's workflow, read in the same statement.
+        ``queues[i]`` is the queue of ``functions[i]``: while it is paused, no job of
+        that function is leased (a function given no queue here is held by no brake of
+        its own)."""
         ...
 
     async def begin_queued_step(self, job: StepJob, owner: str, ops: Sequence[Op]) -> bool:

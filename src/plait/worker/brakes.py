@@ -37,14 +37,35 @@ class Brakes(WorkerState):
 
     def job_functions(self) -> list[str]:
         """The queued functions whose jobs this worker claims: the app's, in the queues
-        it works (a function of no queue is in ``DEFAULT_QUEUE``)."""
+        it works (a function of no queue is in ``DEFAULT_QUEUE``) and not paused: a
+        function's steps are admitted through its queue, and a brake on the queue holds
+        them as it holds the queue's runs."""
         app = self.catalog.app
-        queues = self.only_queues
+        queues, brakes = self.only_queues, self.brakes
         return [
             name
             for name, f in app.functions.items()
-            if f.queued and (queues is None or (f.queue or DEFAULT_QUEUE) in queues)
+            if f.queued
+            and (queues is None or (f.queue or DEFAULT_QUEUE) in queues)
+            and ("queue", f.queue or DEFAULT_QUEUE) not in brakes
         ]
+
+    def queues_of(self, functions: list[str]) -> list[str]:
+        """The queue of each of ``functions`` (``DEFAULT_QUEUE`` for one of none): a
+        claim leaves their jobs alone while it is paused, as the brakes stand when it
+        commits (this worker's copy may be a little old)."""
+        known = self.catalog.app.functions
+        return [(f.queue if (f := known.get(n)) else None) or DEFAULT_QUEUE for n in functions]
+
+    def queue_braked(self, queue: str) -> bool:
+        """Whether the queue ``queue`` is paused, as this worker last read the brakes."""
+        return ("queue", queue) in self.brakes
+
+    async def fresh_brakes(self) -> None:
+        """Read the brakes again if this worker's copy is older than a lease (a freeze, a
+        loop held up): what it claims next obeys a pause as the claims of runs do."""
+        if time.monotonic() - self.brakes_read_at >= self.lease:
+            await self.refresh_brakes()
 
     def braked(self, workflow: str, queue: str | None) -> bool:
         brakes = self.brakes

@@ -45,13 +45,16 @@ class Jobs(WorkerState):
                 full_until = 0.0
             self.wake_steps.clear()
             # read each time: a function registered after start-up is worked too
+            await self.fresh_brakes()
             functions = self.job_functions()
             if not functions:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake_steps.wait(), self.poll_interval)
                 continue
             await self.refresh_limits()
-            limited = [q for q in self.queue_limits() if q.functions]
+            limited = [
+                q for q in self.queue_limits() if q.functions and not self.queue_braked(q.name)
+            ]
             if self.only_queues is not None:
                 limited = [q for q in limited if q.name in self.only_queues]
             in_limited = limited_functions(limited)
@@ -65,7 +68,7 @@ class Jobs(WorkerState):
                 try:
                     if functions:
                         jobs = await self.store.claim_step_jobs(
-                            self.owner, self.lease, free, functions
+                            self.owner, self.lease, free, functions, self.queues_of(functions)
                         )
                     if try_limited and len(jobs) < free:
                         wanted = free - len(jobs)

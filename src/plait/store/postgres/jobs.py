@@ -18,7 +18,12 @@ class Jobs(Part):
     """The jobs of queued steps."""
 
     async def claim_step_jobs(
-        self, owner: str, lease_seconds: float, limit: int, functions: Sequence[str]
+        self,
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+        functions: Sequence[str],
+        queues: Sequence[str] = (),
     ) -> list[StepJob]:
         if not functions:
             return []
@@ -31,6 +36,7 @@ class Jobs(Part):
             now,
             limit,
             list(functions),
+            list(queues),
         )
         return [step_job(r) for r in rows]
 

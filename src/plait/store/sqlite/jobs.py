@@ -34,14 +34,21 @@ class Jobs(Part):
     """The jobs of queued steps."""
 
     async def claim_step_jobs(
-        self, owner: str, lease_seconds: float, limit: int, functions: Sequence[str]
+        self,
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+        functions: Sequence[str],
+        queues: Sequence[str] = (),
     ) -> list[StepJob]:
         names = json.dumps(list(functions))
+        pairs = json.dumps([[f, q] for f, q in zip(functions, queues, strict=False)])
 
         def go(conn: sqlite3.Connection) -> list[StepJob]:
             now = self._now()
+            until = now + lease_seconds
             rows = conn.execute(
-                SQL["claim_step_jobs"], (owner, now + lease_seconds, now, now, names, limit)
+                SQL["claim_step_jobs"], (owner, until, now, now, names, pairs, limit)
             ).fetchall()
             return [claimed(conn, *row) for row in rows]
 

@@ -565,6 +565,10 @@ WITH claimed AS (
                          AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                              WHERE (b.kind = 'workflow' AND b.name = r.workflow)
                                  OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default'))))
+            -- $6: the queue of each function of $5 (a job of a paused queue waits)
+            AND NOT EXISTS (SELECT 1 FROM unnest($5::text[], $6::text[]) AS m(fn, queue)
+                            JOIN @schema@.brakes b ON b.kind = 'queue' AND b.name = m.queue
+                            WHERE m.fn = j.function)
         ORDER BY j.available_at LIMIT $4
         FOR UPDATE SKIP LOCKED
     )

@@ -725,7 +725,9 @@ SELECT
 -- == queued steps ============================================================================
 
 -- name: claim_step_jobs
--- The last ? but one is a JSON array of function names.
+-- The last ? but two is a JSON array of function names, the last but one a JSON array of
+-- [function, queue]: a job of a function whose queue is paused waits, as the runs of a
+-- paused queue do.
 UPDATE plait_jobs SET lease_owner = ?, lease_until = ?, deliveries = deliveries + 1
 WHERE rowid IN (
     SELECT rowid FROM plait_jobs
@@ -736,6 +738,9 @@ WHERE rowid IN (
                         AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                                     WHERE (b.kind = 'workflow' AND b.name = r.workflow)
                                         OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default'))))
+        AND NOT EXISTS (SELECT 1 FROM json_each(?) AS q JOIN plait_brakes b
+                        ON b.kind = 'queue' AND b.name = json_extract(q.value, '$[1]')
+                        WHERE json_extract(q.value, '$[0]') = plait_jobs.function)
     ORDER BY available_at LIMIT ?
 )
 RETURNING run_id, step_key, function, deliveries
@@ -1049,7 +1054,8 @@ WITH conf AS (
         AND EXISTS (SELECT 1 FROM plait_runs r WHERE r.id = j.run_id AND r.status = 'running'
                     AND NOT EXISTS (SELECT 1 FROM plait_brakes b
                                     WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                                        OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default')))
+                                        OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default'))
+                                        OR (b.kind = 'queue' AND b.name = m.queue))
                     AND NOT EXISTS (SELECT 1 FROM json_each(:held) h
                                     WHERE json_extract(h.value, '$[0]') = m.queue
                                         AND (json_extract(h.value, '$[1]') IS NULL

@@ -236,7 +236,8 @@ BEGIN
                         WHERE r.id = j.run_id AND r.status = 'running'
                             AND NOT EXISTS (SELECT 1 FROM @schema@.brakes b
                                 WHERE (b.kind = 'workflow' AND b.name = r.workflow)
-                                    OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default')))
+                                    OR (b.kind = 'queue' AND b.name = coalesce(r.queue, 'default'))
+                                    OR (b.kind = 'queue' AND b.name = m.queue))
                             AND NOT EXISTS (SELECT 1
                                 FROM unnest(p_held_queues, p_held_keys) AS h(queue, key)
                                 WHERE h.queue = m.queue
