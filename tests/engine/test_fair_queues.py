@@ -154,3 +154,34 @@ async def test_queue_depths_show_the_weights_a_fair_queue_declares(engine_factor
     async with engine_factory(plait.App("bystander"), workers=False) as engine:
         (shown,) = [q for q in await engine.queue_depths() if q["queue"] == "tenants"]
         assert shown["limits"]["weights"] == weights and shown["source"] == "stored"
+
+
+async def test_keys_tied_at_the_clock_take_their_first_turns_in_start_order(
+    engine_factory: Any,
+) -> None:
+    """Start-time fair queueing: the first run of every key that arrives at the clock has
+    the same turn, so the first round goes in start order, and a weight makes its key's
+    later turns come sooner (it gave the weighted key the first two admissions, ahead of
+    keys started before it)."""
+    app = plait.App("fair")
+    app.queue("tenants", concurrency=1, fair=True, weights={"gold": 3})
+
+    @app.workflow(queue="tenants")
+    async def job(wf: plait.Workflow, data: Any) -> Any:
+        return data
+
+    async with engine_factory(app) as engine:
+        order = await admission_order(
+            engine, {"big": 3, "small": 3, "gold": 3}, {"big": 2, "small": 2, "gold": 2}
+        )
+    assert [f"{key}{n}" for _at, key, n, _id in order] == [
+        "big0",
+        "small0",
+        "gold0",
+        "gold1",
+        "gold2",
+        "big1",
+        "small1",
+        "big2",
+        "small2",
+    ]

@@ -55,10 +55,12 @@ async def test_without_fair_the_backlog_of_one_key_goes_first(store: Store) -> N
 
 
 async def test_a_weight_gives_a_key_that_many_admissions_per_turn(store: Store) -> None:
+    """Turns are where admissions start: both keys' first runs tie at the clock (start
+    order, ``a`` first), then ``a`` takes three turns to each of ``b``'s."""
     await enqueue(store, "a", 20)
     await enqueue(store, "b", 20)
     order = await admit_one_by_one(store, fair(a=3), 16)
-    assert [run_id[0] for run_id in order] == list("aaab" * 4)
+    assert [run_id[0] for run_id in order] == list("ab" + "aaab" * 3 + "aa")
 
 
 async def test_one_admission_of_many_runs_takes_keys_in_turn(store: Store) -> None:

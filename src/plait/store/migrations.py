@@ -43,7 +43,7 @@ FUNCTION_FILES = (
 )
 #: the version of those functions: raised with every change to them, so that a database
 #: whose functions a newer plait applied is refused by an older one, as a newer schema is
-FUNCTIONS_VERSION = 32
+FUNCTIONS_VERSION = 33
 
 
 @dataclasses.dataclass(frozen=True)

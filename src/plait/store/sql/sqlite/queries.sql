@@ -916,8 +916,9 @@ WITH conf AS (
                              OR json_extract(h.value, '$[1]') = r.queue_key))
 ), turned AS (
     -- a fair queue's run with :limit runs of its key before it cannot be admitted now:
-    -- each of those comes before it
-    SELECT d.*, t.finish + d.nth_key * coalesce(w.cost, d.turn) AS tag
+    -- each of those comes before it. Its turn is where its admission would start (its
+    -- key's finish, then one cost for each run of the key before it)
+    SELECT d.*, t.finish + (d.nth_key - 1) * coalesce(w.cost, d.turn) AS tag
     FROM (SELECT * FROM due WHERE turn IS NULL OR nth_key <= :limit) d
     LEFT JOIN costs w ON w.queue = d.queue AND w.queue_key = d.queue_key
     LEFT JOIN plait_queue_turns t ON d.turn IS NOT NULL AND t.queue = d.queue

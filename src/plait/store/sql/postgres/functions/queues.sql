@@ -26,7 +26,7 @@ END $$;
 -- A fair queue (p_turn not NULL: what one admission costs a key; p_cost_* the keys whose
 -- weights make theirs less) takes its keys in turn within a priority (start-time fair
 -- queueing): a key arrives, when it has runs due and no turn, at the queue's clock; a
--- waiting run's turn is its key's finish + its rank within its key times the key's cost
+-- waiting run's turn is its key's finish + the runs of its key before it times its cost
 -- (queue_turns), the smallest first; admitting moves the key's finish past its runs and
 -- the clock (queue_clocks) to the start of the latest turn taken. The queue's runs keep
 -- the places in the order across queues that its runs in start order would have had.
@@ -109,6 +109,8 @@ BEGIN
     ), turned AS (
         -- a fair queue's run with p_limit runs of its key before it cannot be admitted
         -- now: each of those comes before it
+        -- ``tag`` is where its admission would end (the key's finish once admitted),
+        -- ``tag - cost`` where it starts: the turn, which orders the runs
         SELECT d.*, coalesce(w.cost, d.turn) AS cost,
             t.finish + d.nth_key * coalesce(w.cost, d.turn) AS tag
         FROM (SELECT * FROM due WHERE turn IS NULL OR nth_key <= p_limit) d
@@ -117,7 +119,7 @@ BEGIN
             AND t.queue_key = coalesce(d.queue_key, '')
     ), key_fits AS (
         SELECT d.*, row_number() OVER (PARTITION BY d.queue
-                ORDER BY d.priority DESC, d.tag, d.wake_at, d.created_at,
+                ORDER BY d.priority DESC, d.tag - d.cost, d.wake_at, d.created_at,
                     d.start_seq NULLS FIRST, d.id) AS nth
         FROM turned d LEFT JOIN active_keys k ON k.queue = d.queue AND k.queue_key = d.queue_key
         WHERE d.per_key IS NULL OR d.queue_key IS NULL
@@ -132,8 +134,8 @@ BEGIN
         -- a fair queue's runs, numbered by turn and by start order within a priority
         SELECT f.*,
             row_number() OVER (PARTITION BY f.queue, f.priority
-                ORDER BY f.tag, f.wake_at, f.created_at, f.start_seq NULLS FIRST, f.id)
-                AS by_turn,
+                ORDER BY f.tag - f.cost, f.wake_at, f.created_at, f.start_seq NULLS FIRST,
+                    f.id) AS by_turn,
             row_number() OVER (PARTITION BY f.queue, f.priority
                 ORDER BY f.wake_at, f.created_at, f.start_seq NULLS FIRST, f.id) AS by_start
         FROM fits f WHERE f.turn IS NOT NULL
