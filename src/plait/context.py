@@ -66,6 +66,9 @@ class StepContext:
     _streams: StreamSink | None = dataclasses.field(default=None, repr=False)
     #: whether this attempt wrote to a stream (its end waits for those writes)
     _streamed: bool = dataclasses.field(default=False, repr=False)
+    #: the body has returned (or raised): a stream write from a task it left running
+    #: would belong to no attempt, and is refused
+    _ended: bool = dataclasses.field(default=False, repr=False)
     #: what this attempt reported spent (``spend``), per unit: recorded as it ends
     _spent: dict[str, float] = dataclasses.field(default_factory=dict, repr=False)  # pyright: ignore[reportUnknownVariableType]
 
@@ -120,6 +123,12 @@ class StepStream:
             raise RuntimeError(
                 f"stream {self.name!r}: step {ctx.step_key!r} is not run by a plait engine "
                 "here, so it has no stream to write to"
+            )
+        if ctx._ended:  # pyright: ignore[reportPrivateUsage]
+            raise RuntimeError(
+                f"stream {self.name!r}: attempt {ctx.attempt} of step {ctx.step_key!r} has "
+                "ended, so an entry written now would belong to no attempt and be dropped; "
+                "write from the step body, and await the tasks it starts before it returns"
             )
         text = stream_value(self.name, value, sink.limits)
         ctx._streamed = True  # pyright: ignore[reportPrivateUsage]

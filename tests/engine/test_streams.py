@@ -435,3 +435,55 @@ async def test_entries_a_cancelled_attempt_writes_late_are_left_out(engine_facto
     late = [e.offset for e in entries if e.kind == "data" and e.attempt == 1]
     resets = [e.offset for e in entries if e.kind == "reset" and e.attempt == 1]
     assert not late or (resets and min(resets) > max(late)), _shape(entries)
+
+
+@pytest.mark.parametrize("queued", [False, True], ids=["inline", "job"])
+async def test_a_write_after_the_attempt_ended_is_refused_naming_the_stream(
+    engine_factory, queued: bool
+) -> None:
+    """A task the body started writes after the body returned: the entry could belong to
+    no attempt (readers drop those), so the write raises instead of returning as if it
+    were kept (it was dropped without a word)."""
+    app = plait.App()
+    late: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+    ended = asyncio.Event()
+
+    @app.function(queued=queued)
+    async def talk(data: None, ctx: plait.StepContext) -> str:
+        tokens = ctx.stream("tokens")
+
+        async def after() -> None:
+            await ended.wait()
+            try:
+                await tokens.write("late")
+            except RuntimeError as exc:
+                late.set_result(exc)
+            else:
+                late.set_result(None)
+
+        asyncio.get_running_loop().create_task(after())
+        await tokens.write("in time")
+        return "said"
+
+    @app.workflow
+    async def chat(wf: plait.Workflow) -> str:
+        said = await wf.do("talk", talk)
+        await wf.wait_for_event("go")
+        return said
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("chat")
+
+        async def talked() -> bool:
+            steps = {s.key: s.status for s in await engine.get_steps(run_id)}
+            return steps.get("talk") == "succeeded"
+
+        await eventually(talked, what="the step's end")
+        ended.set()
+        error = await asyncio.wait_for(late, 10)
+        assert isinstance(error, RuntimeError), error
+        assert "'tokens'" in str(error) and "'talk'" in str(error) and "ended" in str(error)
+        await engine.send_event(run_id, "go")
+        await engine.wait(run_id, timeout=10)
+        entries = await engine.read_stream(run_id, "tokens")
+    assert [(e.kind, e.value) for e in entries] == [("data", "in time"), ("end", None)]

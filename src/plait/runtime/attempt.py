@@ -60,6 +60,7 @@ async def run_attempt(
         raise
     finally:
         CURRENT_STEP.reset(token)
+        ctx._ended = True  # pyright: ignore[reportPrivateUsage]
     if ctx._streamed:  # pyright: ignore[reportPrivateUsage]
         error = await _flush_streams(ctx)
         if error is not None and outcome.ok:
