@@ -399,3 +399,32 @@ async def test_a_job_step_in_flight_at_a_continue_is_recorded_cancelled(
         (step,) = [s for s in await engine.get_steps(first) if s.key == "slow"]
         assert step.status == "failed" and step.error is not None
         assert step.error["code"] == "CANCELLED", step.error
+
+
+async def test_cancelling_a_run_that_continued_names_the_run_its_chain_goes_on_as(
+    engine_factory,
+) -> None:
+    """``wait`` follows a chain; ``cancel`` acts on the run it is given, and a continued
+    one is refused, naming the live run of its chain to cancel instead."""
+    app = plait.App()
+
+    @app.workflow
+    async def loop(wf: plait.Workflow, turn: int) -> None:
+        if turn < 2:
+            wf.continue_as_new(turn + 1)
+        await wf.wait_for_event("stop")
+
+    async with engine_factory(app) as engine:
+        first = await engine.start("loop", 0)
+
+        async def last() -> str | None:
+            runs = await engine.list_runs(workflow="loop", limit=10)
+            live = [r for r in runs if r.status == "running"]
+            waiting = [r for r in live if await engine.waiting_on(r.id) is not None]
+            return waiting[0].id if len(runs) == 3 and waiting else None
+
+        latest = await eventually(last, what="the chain's third run waiting")
+        with pytest.raises(plait.RunStateError) as caught:
+            await engine.cancel(first)
+        assert "continued" in str(caught.value) and repr(latest) in str(caught.value)
+        assert (await engine.cancel(latest)).status == "cancelled"

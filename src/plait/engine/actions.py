@@ -15,7 +15,7 @@ from plait.errors import (
     RunStateError,
 )
 from plait.ids import check_name
-from plait.records import Run
+from plait.records import Run, RunStatus
 from plait.runtime import runs
 from plait.store.rows import PassSnapshot
 from plait.worker import retention
@@ -111,11 +111,28 @@ class ActionsMixin(EngineBase):
         """The cancel itself, shared with ``cancel_runs``: the ids of the runs it ended
         (the run and its children); the store refuses a run that is not live."""
         cut = runs.cancel(reason)
-        moved = await self.store.cancel_run(
-            existing_id(run_id), cut.status, cut.error, cut.parent, cut.cut
-        )
+        try:
+            moved = await self.store.cancel_run(
+                existing_id(run_id), cut.status, cut.error, cut.parent, cut.cut
+            )
+        except RunStateError as exc:
+            if exc.status != RunStatus.CONTINUED:
+                raise
+            raise RunStateError(
+                run_id, exc.status, exc.action, await self._chain_hint(run_id)
+            ) from None
         await self._cancelled(moved)
         return moved
+
+    async def _chain_hint(self, run_id: str) -> str:
+        """Where a run that continued as new goes on: the run of its chain that is the
+        one to act on (followed as ``wait`` follows it)."""
+        run = await self.get_run(run_id)
+        seen = 0
+        while run.status == RunStatus.CONTINUED and run.continued_to is not None and seen < 1000:
+            run = await self.get_run(run.continued_to)
+            seen += 1
+        return f"its chain goes on as run {run.id!r} ({run.status.value}): act on that one"
 
     async def send_event(
         self, run_id: str, name: str, payload: Any = None, *, dedup: str | None = None
