@@ -447,3 +447,40 @@ async def test_a_retry_after_a_deadline_a_body_outlived_runs_the_step_again(
         history = await engine.get_history(run_id)
     assert run.status == "completed" and run.output == {"from_attempt": 2}, (run, history)
     assert [(a.attempt, a.status) for a in history] == [(1, "cancelled"), (2, "succeeded")]
+
+
+async def test_a_body_whose_task_group_failed_is_no_stopped_body(engine_factory) -> None:
+    """On Python 3.11 a task group whose child fails leaves its task counting a cancel
+    (``cancelling()``) after the group raised: nobody stopped the step, and its fallback
+    result is its result (it was taken for a swallowed stop, and the run failed
+    ``WORKFLOW_BLOCKED`` with both steps recorded done)."""
+    app = plait.App()
+    release = asyncio.Event()
+
+    async def fails() -> None:
+        raise ValueError("boom")
+
+    @app.function
+    async def quirky(data: None) -> str:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(fails())
+                await asyncio.sleep(0)  # the child fails while the group waits
+        except ExceptionGroup:
+            release.set()
+            return "fallback"
+        return "no error"
+
+    @app.function
+    async def beside(data: None) -> str:
+        await asyncio.wait_for(release.wait(), 10)
+        return "beside"
+
+    @app.workflow
+    async def both(wf: plait.Workflow) -> list[str]:
+        return list(await asyncio.gather(wf.do("q", quirky), wf.do("b", beside)))
+
+    async with engine_factory(app) as engine:
+        run_id = await engine.start("both")
+        run = await engine.wait(run_id, timeout=20)
+    assert run.status == "completed" and run.output == ["fallback", "beside"], run.error

@@ -119,14 +119,16 @@ async def test_a_worker_woken_from_a_pause_starts_no_body_it_lost(
             taker.stop()
 
 
+@pytest.mark.parametrize("workflow", ["pair", "pair_queued"], ids=["inline", "job"])
 async def test_a_worker_woken_after_its_workflow_was_paused_starts_no_body(
-    database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workflow: str
 ) -> None:
-    """The only worker freezes right after the commit that began the run's second step;
-    the workflow is paused meanwhile, and the worker is woken more than a lease later.
-    Nobody took its lease, so it keeps it, but its copy of the brakes is older than a
-    lease: it reads them again, starts no body, and the run waits ``paused``. After the
-    resume the step runs once (it ran 5 leases after the pause)."""
+    """The only worker freezes right after the commit that began the run's second step
+    (inline, or a job step); the workflow is paused meanwhile, and the worker is woken
+    more than a lease later. Nobody took its lease, so it keeps it, but its copy of the
+    brakes is older than a lease: it reads them again, starts no body, the attempt ends
+    ``interrupted`` and the run waits ``paused``. After the resume the step runs once
+    (it ran 5 leases after the pause)."""
     ledger = tmp_path / "ledger.jsonl"
     marker = tmp_path / "freeze-once"
     marker.touch()
@@ -145,26 +147,30 @@ async def test_a_worker_woken_after_its_workflow_was_paused_starts_no_body(
     try:
         async with plait.Engine(pause_app.app, database, workers=False) as engine:
             await eventually(ready(frozen), timeout=30, what="the worker to start")
-            run_id = await engine.start("pair", {"n": 1})
+            run_id = await engine.start(workflow, {"n": 1})
             line = await eventually(
                 lambda: _freeze_line(ledger), timeout=30, what="the worker to freeze"
             )
             waker = threading.Timer(WAKE_BY, os.kill, (frozen.pid, signal.SIGCONT))
             waker.start()
-            await engine.pause_workflow("pair")
+            await engine.pause_workflow(workflow)
             paused_at = time.monotonic()
             # the worker's copy of the brakes, read before it froze, is a lease old now
             await eventually(lambda: time.monotonic() > paused_at + 1.5 * LEASE, what="a lease")
             waker.cancel()
             os.kill(frozen.pid, signal.SIGCONT)
 
-            async def paused() -> bool:
-                return (await engine.get_run(run_id)).status == "paused"
+            async def held() -> bool:
+                run = await engine.get_run(run_id)
+                ended = [
+                    (a.key, a.status) for a in await engine.get_history(run_id) if a.attempt == 1
+                ]
+                return run.status == "paused" and ("second", "interrupted") in ended
 
-            await eventually(paused, timeout=15, what="the run paused")
+            await eventually(held, timeout=15, what="the second step's attempt given back")
             starts = [ln for ln in read_ledger(ledger) if ln["event"] == "start"]
             assert [ln["key"] for ln in starts] == ["first"], starts
-            await engine.resume_workflow("pair")
+            await engine.resume_workflow(workflow)
             run = await engine.wait(run_id, timeout=20)
         assert run.status == "completed", run.error
         starts = [ln for ln in read_ledger(ledger) if ln["event"] == "start"]

@@ -70,6 +70,9 @@ class DryHost:
     def braked(self, workflow: str, queue: str | None) -> bool:
         return False
 
+    def queue_braked(self, queue: str) -> bool:
+        return False
+
     def commit(self, batch: Batch, /) -> Awaitable[bool]:
         raise AssertionError(f"a dry pass of run {batch.run_id!r} tried to commit a write")
 

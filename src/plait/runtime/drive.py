@@ -197,7 +197,7 @@ class Driver:
                 outcome = await run_attempt(
                     body, data, ctx, step.timeout, self.host.limits, no_retry_on
                 )
-                if task is not None and task.cancelling():
+                if task is not None and task.cancelling() and self._stopped(step):
                     # the body caught its task's cancel and returned (a client library
                     # that swallows cancellation): stopped all the same, and what it
                     # did is kept as a sync body's is when it ends after a stop
@@ -231,6 +231,21 @@ class Driver:
                 await record_spend(self.host, ctx, None)
             ledger.add(steps.end_attempt(step, outcome, ledger.now()))
             return outcome.value
+
+    def _stopped(self, step: StepRow) -> bool:
+        """Whether plait asked the body's task to stop: its run was cancelled (or ended
+        elsewhere), the process is shutting down, the pass stops for a conflict or a
+        failed commit, or the workflow cancelled the step. A count of cancels alone says
+        too little: on Python 3.11 a task group whose child failed leaves one counted on
+        its task after it raised, with nobody stopping anything."""
+        ledger = self.ledger
+        return (
+            self.host.cancelling(ledger.run.id)
+            or self.host.stopping
+            or ledger.conflict is not None
+            or ledger.aborted is not None
+            or step.key in ledger.cancelled
+        )
 
     def _child_trace(self) -> str | None:
         """A child run joins its parent's trace (at the pass that starts it, when traced

@@ -57,6 +57,11 @@ class Host(Protocol):
         process last read the brakes): a pass starts no new attempt of its runs."""
         ...
 
+    def queue_braked(self, queue: str) -> bool:
+        """The queue ``queue`` is paused (as this process last read the brakes): a job
+        step of a function admitted through it starts no body."""
+        ...
+
     def cancelling(self, run_id: str) -> bool:
         """A user cancelled ``run_id``: a step cut short now failed, it was not merely
         interrupted."""

@@ -18,6 +18,7 @@ from plait.app import FunctionDef
 from plait.cancel_guard import uncancelled
 from plait.context import StepContext
 from plait.observe import NO_REPORT
+from plait.queues import DEFAULT_QUEUE
 from plait.runtime import steps
 from plait.runtime.attempt import finished_on_stop, run_attempt
 from plait.runtime.host import Host
@@ -33,6 +34,7 @@ async def run_job(
     finish: Callable[[list[Op]], Awaitable[bool]],
     workflow: str = "",
     trace: str | None = None,
+    queue: str | None = None,
 ) -> bool:
     """Run the attempt the store began on ``step`` and hand its end to ``finish`` (which
     commits it if the job is still ours). Cut short by a shutdown, the attempt ends
@@ -63,6 +65,11 @@ async def run_job(
         data = serde.loads(step.input)
         if not await host.keep_lease(step.run_id, step.key):
             return False  # the job's lease ran out and another worker has it: its body is theirs
+        if host.braked(workflow, queue) or host.queue_braked(fdef.queue or DEFAULT_QUEUE):
+            # paused since the job was claimed (the brakes were read again if this
+            # process was held up meanwhile): no body starts, the job goes back on the
+            # table, and the claims leave it there until the resume
+            return await finish(steps.interrupt(step, host.clock.now(), cancelled=False))
         try:
             outcome = await run_attempt(fdef, data, ctx, step.timeout, host.limits)
         except asyncio.CancelledError as exc:

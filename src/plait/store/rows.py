@@ -207,6 +207,8 @@ class StepJob:
     workflow: str = ""
     #: the trace context stored with the step's run (``plait.tracing``)
     trace: str | None = None
+    #: the queue of the step's run (None: started on no queue)
+    queue: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -164,7 +164,7 @@ class Jobs(WorkerState):
         if task is not None:
             self.attempting[key] = task
         try:
-            finished = await run_job(self, step, fdef, finish, job.workflow, job.trace)
+            finished = await run_job(self, step, fdef, finish, job.workflow, job.trace, job.queue)
         finally:
             if self.attempting.get(key) is task:
                 del self.attempting[key]

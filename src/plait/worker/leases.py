@@ -123,17 +123,17 @@ class Leases(WorkerState):
         clock, with no await between it and the caller's next line: a freeze while the
         store answered sends it back to the store.
 
-        For a run's lease the brakes are looked at the same way: a copy read more than a
-        lease ago (the same freeze, or a loop held up while the stall guard kept the
-        lease) is read again, so that the caller, which asks ``braked`` next, starts no
-        body later than a lease after a pause committed."""
+        The brakes are looked at the same way: a copy read more than a lease ago (the
+        same freeze, or a loop held up while the stall guard kept the lease) is read
+        again, so that the caller, which asks ``braked`` next, starts no body later than
+        a lease after a pause committed."""
         leases: dict[Any, float] = self.run_leases if key is None else self.job_leases
         item: Any = run_id if key is None else (run_id, key)
         for _ in range(3):
             deadline = leases.get(item)
             now = time.monotonic()
             if deadline is not None and now < deadline:
-                if key is not None or now - self.brakes_read_at < self.lease:
+                if now - self.brakes_read_at < self.lease:
                     return True
                 await self.refresh_brakes()
                 continue

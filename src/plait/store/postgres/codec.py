@@ -269,6 +269,7 @@ def step_job(r: Any) -> StepJob:
         None if r["s"] is None else step_row(r["s"]),
         r["workflow"] or "",
         r["trace"],
+        r["queue"],
     )
 
 

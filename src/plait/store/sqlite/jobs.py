@@ -22,12 +22,14 @@ _CLAIMED_STEP = SQL["claimed_step"]
 def claimed(
     conn: sqlite3.Connection, run_id: str, key: str, function: str, deliveries: int
 ) -> StepJob:
-    """A claimed job with its step's row and its run's workflow and trace, read in the
-    claim's transaction."""
+    """A claimed job with its step's row and its run's workflow, trace and queue, read in
+    the claim's transaction."""
     found = conn.execute(_CLAIMED_STEP, (run_id, key)).fetchone()
-    step = convert.step_row(found[:-2]) if found else None
-    workflow, trace = (found[-2], found[-1]) if found else ("", None)
-    return StepJob(run_id, key, function, deliveries, step, workflow, trace)
+    if found is None:
+        return StepJob(run_id, key, function, deliveries)
+    workflow, trace, queue = found[-3:]
+    step = convert.step_row(found[:-3])
+    return StepJob(run_id, key, function, deliveries, step, workflow, trace, queue)
 
 
 class Jobs(Part):

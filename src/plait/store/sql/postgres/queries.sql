@@ -574,7 +574,7 @@ WITH claimed AS (
     )
     RETURNING run_id, step_key, function, deliveries, available_at
 )
-SELECT c.run_id, c.step_key, c.function, c.deliveries, s, r.workflow, r.trace
+SELECT c.run_id, c.step_key, c.function, c.deliveries, s, r.workflow, r.trace, r.queue
 FROM claimed c LEFT JOIN @schema@.steps s ON s.run_id = c.run_id AND s.key = c.step_key
     LEFT JOIN @schema@.runs r ON r.id = c.run_id
 ORDER BY c.available_at
@@ -674,11 +674,11 @@ ORDER BY c.available_at
 
 -- name: claimed_steps
 -- The jobs a claim_queue_jobs took ($1 run ids, $2 step keys, $3 functions, $4 deliveries),
--- in that order, each with its step's row and its run's workflow and trace. That claim's
+-- in that order, each with its step's row and its run's workflow, trace and queue. That claim's
 -- function reads with snapshots of its own, taken after the lock it waits for: a job (and
 -- its step) committed meanwhile is claimed, while the calling statement's older snapshot
 -- sees the step as it was before (or none).
-SELECT g.run_id, g.step_key, g.function, g.deliveries, s, r.workflow, r.trace
+SELECT g.run_id, g.step_key, g.function, g.deliveries, s, r.workflow, r.trace, r.queue
 FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[]) WITH ORDINALITY
         AS g(run_id, step_key, function, deliveries, n)
     LEFT JOIN @schema@.steps s ON s.run_id = g.run_id AND s.key = g.step_key

@@ -839,11 +839,11 @@ UPDATE plait_steps SET status = ?, output = ?, error = ?, failures = failures + 
 WHERE run_id = ? AND key = ? AND child_run_id = ? AND status = 'running'
 
 -- name: claimed_step
--- The step a claimed job delivers, and its run's workflow and trace context.
+-- The step a claimed job delivers, and its run's workflow, trace context and queue.
 SELECT s.run_id, s.key, s.seq, s.name, s.kind, s.function, s.status, s.input, s.output,
     s.error, s.attempts, s.failures, s.retries, s.retry_delay, s.timeout, s.invocation_id,
     s.child_run_id, s.branch, s.from_key, s.queued, s.wake_at, s.created_at, s.updated_at,
-    s.delivered, s.retried_failures, r.workflow, r.trace
+    s.delivered, s.retried_failures, r.workflow, r.trace, r.queue
 FROM plait_steps s JOIN plait_runs r ON r.id = s.run_id
 WHERE s.run_id = ? AND s.key = ?
 
