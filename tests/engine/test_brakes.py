@@ -302,6 +302,11 @@ async def test_a_paused_queue_holds_the_steps_of_its_functions(engine_factory: A
         await eventually(enqueued, what="the first step on the job table")
         await asyncio.sleep(0.5)  # the worker polls meanwhile: the step may not start
         assert sent == []
+        assert await engine.waiting_on(run_id) == plait.WaitingOn(
+            "paused_queue",
+            "emails",
+            "step 'send 0' is admitted through queue 'emails', which is paused",
+        )
         await engine.resume_queue("emails")
         run = await engine.wait(run_id, timeout=20)
     assert run.status == "completed" and run.output == [0, 1, 2]

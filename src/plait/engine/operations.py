@@ -139,6 +139,7 @@ class OperationsMixin(EngineBase):
         if stepped:
             for step in await self.store.waiting_steps(stepped, WAIT_KINDS, OPEN_STATUSES):
                 open_steps.setdefault(step.run_id, []).append(step)
+        jobs = await self._held_jobs(stepped, brakes)
         now = self.clock.datetime()
         found: dict[str, WaitingOn] = {}
         for run in live:
@@ -150,10 +151,26 @@ class OperationsMixin(EngineBase):
                 # a brake says more than a budget; a budget more than a missing worker
                 why = held_by_budget(run.queue or "", run.key, holds)
             if why is None:
-                why = run_wait(run, open_steps.get(run.id, []), now)
+                why = jobs.get(run.id) or run_wait(run, open_steps.get(run.id, []), now)
             if why is not None:
                 found[run.id] = why
         return found
+
+    async def _held_jobs(self, run_ids: list[str], brakes: Sequence[Brake]) -> dict[str, WaitingOn]:
+        """Of ``run_ids``, those with a job step waiting for a paused queue (its function
+        is admitted through it), said in words: one read, only while a queue is paused."""
+        paused = {b.name for b in brakes if b.kind == "queue"}
+        if not paused or not run_ids:
+            return {}
+        functions = self.app.functions
+        held: dict[str, WaitingOn] = {}
+        for step in await self.store.waiting_steps(run_ids, ("do",), ("scheduled",)):
+            f = functions.get(step.function or "")
+            queue = (f.queue or DEFAULT_QUEUE) if f is not None and f.queued else None
+            if queue in paused and step.run_id not in held:
+                said = f"step {step.key!r} is admitted through queue {queue!r}, which is paused"
+                held[step.run_id] = WaitingOn("paused_queue", queue, said)
+        return held
 
     async def budget_holds(self) -> Holds:
         """What the spend budgets hold now: the stored limits (and this app's), read
