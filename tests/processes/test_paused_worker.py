@@ -44,11 +44,11 @@ STOPPED = (
 )
 
 
-@pytest.mark.parametrize("workflow", ["pair", "pair_queued"], ids=["inline", "job"])
-async def test_a_worker_woken_from_a_pause_starts_no_body_it_lost(
-    database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workflow: str
-) -> None:
-    ledger = tmp_path / "ledger.jsonl"
+def _freezing_worker(
+    database: str, tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> WorkerProcess:
+    """A worker that freezes itself once, right after the commit that began an attempt of
+    the step ``second`` (``support.pause_app``)."""
     marker = tmp_path / "freeze-once"
     marker.touch()
     monkeypatch.setenv("PAUSE_BEFORE_BODY", "second")
@@ -62,6 +62,15 @@ async def test_a_worker_woken_from_a_pause_starts_no_body_it_lost(
         app="support.pause_app:app",
     )
     monkeypatch.delenv("PAUSE_BEFORE_BODY")
+    return frozen
+
+
+@pytest.mark.parametrize("workflow", ["pair", "pair_queued"], ids=["inline", "job"])
+async def test_a_worker_woken_from_a_pause_starts_no_body_it_lost(
+    database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workflow: str
+) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    frozen = _freezing_worker(database, tmp_path, ledger, monkeypatch)
     waker: threading.Timer | None = None
     taker: WorkerProcess | None = None
     try:
@@ -130,19 +139,7 @@ async def test_a_worker_woken_after_its_workflow_was_paused_starts_no_body(
     ``interrupted`` and the run waits ``paused``. After the resume the step runs once
     (it ran 5 leases after the pause)."""
     ledger = tmp_path / "ledger.jsonl"
-    marker = tmp_path / "freeze-once"
-    marker.touch()
-    monkeypatch.setenv("PAUSE_BEFORE_BODY", "second")
-    monkeypatch.setenv("PAUSE_MARKER", str(marker))
-    frozen = WorkerProcess(
-        database,
-        ledger,
-        tmp_path / "frozen.log",
-        worker_id="frozen",
-        lease=LEASE,
-        app="support.pause_app:app",
-    )
-    monkeypatch.delenv("PAUSE_BEFORE_BODY")
+    frozen = _freezing_worker(database, tmp_path, ledger, monkeypatch)
     waker: threading.Timer | None = None
     try:
         async with plait.Engine(pause_app.app, database, workers=False) as engine:
