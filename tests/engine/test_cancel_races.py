@@ -484,3 +484,27 @@ async def test_a_body_whose_task_group_failed_is_no_stopped_body(engine_factory)
         run_id = await engine.start("both")
         run = await engine.wait(run_id, timeout=20)
     assert run.status == "completed" and run.output == ["fallback", "beside"], run.error
+
+
+async def test_a_retry_waits_for_the_pass_a_swallowed_cancel_kept_going(engine_factory) -> None:
+    """Retried at once after its deadline, while its body (which swallows the cancel)
+    still runs here: the retry waits for that pass to end, so its last commit does not
+    land in the reopened run (the step was cancelled again and the retried run failed)."""
+    started, release = asyncio.Event(), asyncio.Event()
+    async with engine_factory(_stubborn_app(started, release)) as engine:
+        run_id = await engine.start("job", timeout=0.5)
+        await asyncio.wait_for(started.wait(), 10)
+
+        async def timed_out() -> bool:
+            return (await engine.get_run(run_id)).status == "failed"
+
+        await eventually(timed_out, what="the run's deadline")
+        retrying = asyncio.create_task(engine.retry(run_id))
+        await asyncio.sleep(0)
+        assert not retrying.done()
+        release.set()
+        await asyncio.wait_for(retrying, 10)
+        run = await engine.wait(run_id, timeout=10)
+        history = await engine.get_history(run_id)
+    assert run.status == "completed" and run.output == {"from_attempt": 2}, (run, history)
+    assert [(a.attempt, a.status) for a in history] == [(1, "cancelled"), (2, "succeeded")]

@@ -3,6 +3,7 @@ send it an event, and prune ended runs."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,6 +24,8 @@ from plait.worker import retention
 #: reads of a run that ``resume`` and ``retry`` make before giving up on one that
 #: keeps changing under them
 _REOPEN_TRIES = 20
+#: how long a reopen waits for this process's pass of the ended run to end (seconds)
+_PASS_ENDING = 10.0
 
 
 class ActionsMixin(EngineBase):
@@ -65,6 +68,7 @@ class ActionsMixin(EngineBase):
         """Read the run, decide what reopening it writes, and write that if nothing woke
         the run in between (a job step finishing, an event); else read it again."""
         existing_id(run_id)
+        await self._ended_here(run_id, reopen.action)
         for _ in range(_REOPEN_TRIES):
             snapshot = await self.store.load_pass(run_id)
             if snapshot is None:
@@ -89,6 +93,24 @@ class ActionsMixin(EngineBase):
                 self._wake(run_id)
                 return run
         raise RuntimeError(f"cannot {reopen.action} run {run_id!r}: it kept changing while read")
+
+    async def _ended_here(self, run_id: str, action: str) -> None:
+        """Wait for this process's pass of a run that ended (a cancel, a deadline) to end
+        too: a step body that ignores cancellation keeps it going, and its last commit,
+        under this worker's lease, would land in the reopened run (the step it ran
+        cancelled again). ``RunStateError`` if it is still going after ``_PASS_ENDING``."""
+        local = self.worker.driving.get(run_id)
+        if local is None or not self.worker.cancelling(run_id):
+            return
+        await asyncio.wait({local}, timeout=_PASS_ENDING)
+        if not local.done():
+            raise RunStateError(
+                run_id,
+                "ending",
+                action,
+                "its last pass in this process is still running a step body that ignores "
+                "cancellation; try again once it has returned",
+            )
 
     async def _parent_deadline(self, snapshot: PassSnapshot) -> float | None:
         """The deadline of the live parent of a child run with a timeout, which a reopened
