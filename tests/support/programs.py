@@ -47,7 +47,7 @@ from typing import Any, Protocol
 
 import plait
 from plait.errors import EventTimeout, StepError
-from support.ledger import append_line
+from support.ledger import append_line, parse_lines
 
 Stmt = dict[str, Any]
 Block = list[Stmt]
@@ -106,8 +106,9 @@ def ledger_lines() -> list[dict[str, Any]]:
             return list(MEMORY_LEDGER)
     if not os.path.exists(path):
         return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    # a worker SIGKILLed mid-write leaves its line torn: dropped, as if it had not begun
+    with open(path, "rb") as f:
+        return parse_lines(f.read())
 
 
 def _failures_so_far(run: str, site: str) -> int:
