@@ -80,7 +80,8 @@ def pool(database: str, tmp_path: Path) -> Iterator[Pool]:
 
 async def test_pausing_a_workflow_three_workers_run(pool: Pool, database: str) -> None:
     for n in range(3):
-        pool.start("support.pool_app:app_a", f"brake{n}")
+        # two runs at once each: the six runs are shared, whichever worker claims first
+        pool.start("support.pool_app:app_a", f"brake{n}", "--concurrency", "2")
     await pool.ready()
     async with plait.Engine(pool_app.app_a, database, workers=False) as engine:
         ids = [await engine.start("steps", {"n": STEPS}) for _ in range(6)]
