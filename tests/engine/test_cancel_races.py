@@ -430,13 +430,7 @@ async def test_a_retry_after_a_deadline_a_body_outlived_runs_the_step_again(
     that attempt's, not the cancelled one's (the retry completed at once with it)."""
     started, release = asyncio.Event(), asyncio.Event()
     async with engine_factory(_stubborn_app(started, release)) as engine:
-        run_id = await engine.start("job", timeout=0.5)
-        await asyncio.wait_for(started.wait(), 10)
-
-        async def timed_out() -> bool:
-            return (await engine.get_run(run_id)).status == "failed"
-
-        await eventually(timed_out, what="the run's deadline")
+        run_id = await _past_its_deadline(engine, started)
         release.set()
         await eventually(lambda: run_id not in engine.worker.driving, what="the pass ended")
         assert [(a.attempt, a.status) for a in await engine.get_history(run_id)] == [
@@ -492,13 +486,7 @@ async def test_a_retry_waits_for_the_pass_a_swallowed_cancel_kept_going(engine_f
     land in the reopened run (the step was cancelled again and the retried run failed)."""
     started, release = asyncio.Event(), asyncio.Event()
     async with engine_factory(_stubborn_app(started, release)) as engine:
-        run_id = await engine.start("job", timeout=0.5)
-        await asyncio.wait_for(started.wait(), 10)
-
-        async def timed_out() -> bool:
-            return (await engine.get_run(run_id)).status == "failed"
-
-        await eventually(timed_out, what="the run's deadline")
+        run_id = await _past_its_deadline(engine, started)
         retrying = asyncio.create_task(engine.retry(run_id))
         await asyncio.sleep(0)
         assert not retrying.done()
@@ -508,3 +496,16 @@ async def test_a_retry_waits_for_the_pass_a_swallowed_cancel_kept_going(engine_f
         history = await engine.get_history(run_id)
     assert run.status == "completed" and run.output == {"from_attempt": 2}, (run, history)
     assert [(a.attempt, a.status) for a in history] == [(1, "cancelled"), (2, "succeeded")]
+
+
+async def _past_its_deadline(engine: plait.Engine, started: asyncio.Event) -> str:
+    """A run of ``_stubborn_app`` with a deadline of 0.5 s, once it has failed with it
+    while its body still runs."""
+    run_id = await engine.start("job", timeout=0.5)
+    await asyncio.wait_for(started.wait(), 10)
+
+    async def timed_out() -> bool:
+        return (await engine.get_run(run_id)).status == "failed"
+
+    await eventually(timed_out, what="the run's deadline")
+    return run_id
